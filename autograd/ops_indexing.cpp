@@ -1,0 +1,91 @@
+// Column slices and concatenation (attention heads), row gather (embedding lookup).
+#include "autograd/ops.hpp"
+
+namespace tapegrad {
+
+// C = X[..., begin:begin+count];  dX[..., begin:begin+count] += dC
+template <class T>
+Var<T> slice_cols(Var<T> x, Index begin, Index count, Where where) {
+  Tape<T>& t = Tape<T>::of("slice_cols", {{"x", x}});
+  const Shape s = t.node(x).val().shape();
+  if (begin < 0 || count < 0 || begin + count > s.cols)
+    fail<ShapeError>("slice_cols: columns [{}, {}) are outside x, which is {} ({} columns)", begin, begin + count, s,
+                     s.cols);
+  Shape out = s;
+  out.cols = count;
+  Node<T>& n = t.record("slice_cols", {x}, out, where);
+  n.attr0 = begin;
+  n.value.flat() = t.node(x).val().flat().middleCols(begin, count);
+  n.backward = [](Tape<T>& tp, Node<T>& node) {
+    if (auto* dX = tp.input(node, 0).grad_sink()) dX->flat().middleCols(node.attr0, node.grad.cols()) += node.grad.flat();
+  };
+  return t.commit(n);
+}
+
+// C = [P0 P1 ...] along the columns;  dPk += the columns of dC that Pk filled
+template <class T>
+Var<T> concat_cols(std::span<const Var<T>> parts, Where where) {
+  if (parts.empty()) fail<ShapeError>("concat_cols: no parts to concatenate");
+  Tape<T>& t = Tape<T>::of("concat_cols", {{"part 0", parts[0]}});
+  const Shape first = t.node(parts[0]).val().shape();
+  Shape out = first;
+  out.cols = 0;
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    t.check(parts[k], "concat_cols", "part", static_cast<Index>(k));
+    const Shape& s = t.node(parts[k]).val().shape();
+    if (s.rank != first.rank || s.batch != first.batch || s.rows != first.rows)
+      fail<ShapeError>("concat_cols: part {} is {} but part 0 is {}; parts must share batch and rows", k, s, first);
+    out.cols += s.cols;
+  }
+  Node<T>& n = t.record("concat_cols", parts, out, where);
+  Index offset = 0;
+  for (const Var<T>& p : parts) {
+    const TensorT<T>& P = t.node(p).val();
+    n.value.flat().middleCols(offset, P.cols()) = P.flat();
+    offset += P.cols();
+  }
+  n.backward = [](Tape<T>& tp, Node<T>& node) {
+    Index at = 0;
+    for (std::uint32_t k = 0; k < node.input_count; ++k) {
+      Node<T>& in = tp.input(node, k);
+      const Index width = in.val().cols();
+      if (auto* dP = in.grad_sink()) dP->flat() += node.grad.flat().middleCols(at, width);
+      at += width;
+    }
+  };
+  return t.commit(n);
+}
+
+// C[i] = table[ids[i]];  dtable[ids[i]] += dC[i] (scatter-add: repeated ids accumulate)
+template <class T>
+Var<T> gather_rows(Var<T> table, const Ids& ids, Where where) {
+  Tape<T>& t = Tape<T>::of("gather_rows", {{"table", table}});
+  const Shape s = t.node(table).val().shape();
+  if (s.rank != 2) fail<ShapeError>("gather_rows: the table must be 2-D (rows, cols), but it is {}", s);
+  if (ids.rank() == 3) fail<ShapeError>("gather_rows: ids are {}; they must be (N) or (batch, rows)", ids.shape());
+  for (Index i = 0; i < ids.numel(); ++i)
+    if (ids[i] < 0 || ids[i] >= s.rows)
+      fail<ValueError>("gather_rows: id {} at position {} is outside the table's {} rows", ids[i], i, s.rows);
+  const Shape out = ids.rank() == 2 ? Shape::batched(ids.rows(), ids.cols(), s.cols) : Shape::mat(ids.cols(), s.cols);
+  Node<T>& n = t.record("gather_rows", {table}, out, where);
+  const auto Tab = t.node(table).val().mat();
+  auto C = n.value.flat();
+  for (Index i = 0; i < ids.numel(); ++i) C.row(i) = Tab.row(ids[i]);
+  if (n.requires_grad) n.ints.assign(ids.data(), ids.data() + ids.numel());
+  n.backward = [](Tape<T>& tp, Node<T>& node) {
+    TensorT<T>* dTab = tp.input(node, 0).grad_sink();
+    if (!dTab) return;
+    const auto dC = node.grad.flat();
+    for (Index i = 0; i < dC.rows(); ++i) dTab->mat().row(node.ints[static_cast<std::size_t>(i)]) += dC.row(i);
+  };
+  return t.commit(n);
+}
+
+#define TAPEGRAD_INSTANTIATE(T)                                          \
+  template Var<T> slice_cols(Var<T>, Index, Index, Where);              \
+  template Var<T> concat_cols(std::span<const Var<T>>, Where);          \
+  template Var<T> gather_rows(Var<T>, const Ids&, Where);
+TAPEGRAD_INSTANTIATE(float)
+TAPEGRAD_INSTANTIATE(double)
+
+}  // namespace tapegrad

@@ -1,0 +1,107 @@
+// Losses: cross-entropy fused with log-softmax, mean-squared error.
+#include <cmath>
+
+#include "autograd/ops.hpp"
+
+namespace tapegrad {
+namespace {
+
+// Forward was L = mean over labelled rows r of -log softmax(x_r)[t_r], with p_r = softmax(x_r) saved.
+// So now dx_r += dL / count * (p_r - onehot(t_r)) for labelled rows; ignored rows get nothing.
+template <class T>
+void cross_entropy_backward(Tape<T>& t, Node<T>& n) {
+  TensorT<T>* dX = t.input(n, 0).grad_sink();
+  if (!dX || n.scalar == 0) return;
+  const T g = n.grad[0] / static_cast<T>(n.scalar);
+  const auto P = n.saved.flat();
+  auto dx = dX->flat();
+  const auto ignore = static_cast<std::int32_t>(n.attr0);
+  for (Index r = 0; r < P.rows(); ++r) {
+    const std::int32_t target = n.ints[static_cast<std::size_t>(r)];
+    if (target == ignore) continue;
+    dx.row(r) += g * P.row(r);
+    dx(r, target) -= g;
+  }
+}
+
+// Forward was L = mean((a - b)^2) over N elements. So now da += 2 (a - b) dL / N, db -= the same.
+template <class T>
+void mse_backward(Tape<T>& t, Node<T>& n) {
+  Node<T>& na = t.input(n, 0);
+  Node<T>& nb = t.input(n, 1);
+  const T g = T(2) * n.grad[0] / static_cast<T>(na.val().numel());
+  if (auto* dA = na.grad_sink()) dA->array() += g * (na.val().array() - nb.val().array());
+  if (auto* dB = nb.grad_sink()) dB->array() -= g * (na.val().array() - nb.val().array());
+}
+
+}  // namespace
+
+template <class T>
+Var<T> cross_entropy(Var<T> logits, const Ids& targets, std::int32_t ignore_label, Where where) {
+  Tape<T>& t = Tape<T>::of("cross_entropy", {{"logits", logits}});
+  const Shape s = t.node(logits).val().shape();
+  if (s.rank == 1)
+    fail<ShapeError>("cross_entropy: logits are a vector of {}; they must be (rows, classes) or (batch, rows, "
+                     "classes)",
+                     s);
+  if (s.cols == 0) fail<ShapeError>("cross_entropy: logits are {}, with no classes", s);
+  const Shape expected = s.rank == 3 ? Shape::mat(s.batch, s.rows) : Shape::vec(s.rows);
+  if (targets.shape() != expected && targets.shape() != Shape::vec(s.flat_rows()))
+    fail<ShapeError>("cross_entropy: targets are {} but logits are {}; give one target per row: {}",
+                     targets.shape(), s, expected);
+  Index count = 0;
+  for (Index r = 0; r < targets.numel(); ++r) {
+    const std::int32_t target = targets[r];
+    if (target == ignore_label) continue;
+    if (target < 0 || target >= s.cols)
+      fail<ValueError>("cross_entropy: target {} at row {} is outside [0, {}) and is not the ignore label {}",
+                       target, r, s.cols, ignore_label);
+    ++count;
+  }
+
+  Node<T>& n = t.record("cross_entropy", {logits}, Shape::scalar(), where);
+  const auto X = t.node(logits).val().flat();
+  const bool keep = n.requires_grad;
+  if (keep) {
+    n.saved.resize(s);
+    n.ints.assign(targets.data(), targets.data() + targets.numel());
+    n.scalar = static_cast<double>(count);
+    n.attr0 = ignore_label;
+  }
+  double total = 0;  // summed in double: a float sum over many rows would lose digits
+  for (Index r = 0; r < X.rows(); ++r) {
+    const std::int32_t target = targets[r];
+    if (target == ignore_label) {
+      if (keep) n.saved.flat().row(r).setZero();
+      continue;
+    }
+    const T top = X.row(r).maxCoeff();
+    const T exp_total = (X.row(r).array() - top).exp().sum();
+    total += static_cast<double>(std::log(exp_total) + top - X(r, target));
+    if (keep) n.saved.flat().row(r).array() = (X.row(r).array() - top).exp() / exp_total;
+  }
+  n.value[0] = count == 0 ? T(0) : static_cast<T>(total / static_cast<double>(count));
+  n.backward = &cross_entropy_backward<T>;
+  return t.commit(n);
+}
+
+template <class T>
+Var<T> mse(Var<T> a, Var<T> b, Where where) {
+  Tape<T>& t = Tape<T>::of("mse", {{"a", a}, {"b", b}});
+  const Shape sa = t.node(a).val().shape();
+  const Shape sb = t.node(b).val().shape();
+  if (sa != sb) fail<ShapeError>("mse: a is {} but b is {}; they must have the same shape", sa, sb);
+  if (sa.numel() == 0) fail<ShapeError>("mse: a and b are {}, with no elements to average", sa);
+  Node<T>& n = t.record("mse", {a, b}, Shape::scalar(), where);
+  n.value[0] = (t.node(a).val().array() - t.node(b).val().array()).square().mean();
+  n.backward = &mse_backward<T>;
+  return t.commit(n);
+}
+
+#define TAPEGRAD_INSTANTIATE(T)                                                 \
+  template Var<T> cross_entropy(Var<T>, const Ids&, std::int32_t, Where);      \
+  template Var<T> mse(Var<T>, Var<T>, Where);
+TAPEGRAD_INSTANTIATE(float)
+TAPEGRAD_INSTANTIATE(double)
+
+}  // namespace tapegrad

@@ -1,0 +1,198 @@
+#include "autograd/tape.hpp"
+
+#include <string_view>
+
+namespace tapegrad {
+namespace {
+
+// The last two components of a source path: "autograd/ops_matmul.cpp", not the build machine's
+// absolute path.
+std::string_view short_path(std::string_view path) {
+  auto slash = path.rfind('/');
+  if (slash == std::string_view::npos || slash == 0) return path;
+  auto before = path.rfind('/', slash - 1);
+  return before == std::string_view::npos ? path : path.substr(before + 1);
+}
+
+}  // namespace
+
+template <class T>
+std::string Tape<T>::describe(const Node<T>& n) {
+  return fmt::format("{} (recorded at {}:{})", n.op, short_path(n.where.file), n.where.line);
+}
+
+template <class T>
+void Tape<T>::check(Var<T> v, const char* op, const char* arg, Index position) const {
+  if (v.tape == this && v.generation == generation_ && v.index < used_) return;
+  const std::string name = position < 0 ? std::string(arg) : fmt::format("{} {}", arg, position);
+  if (v.tape == nullptr) fail<UsageError>("{}: {} is an empty Var (default-constructed)", op, name);
+  if (v.tape != this) fail<UsageError>("{}: {} belongs to a different tape than the op's other arguments", op, name);
+  fail<UsageError>("{}: {} was recorded before the last reset() of its tape; record it again", op, name);
+}
+
+template <class T>
+Tape<T>& Tape<T>::of(const char* op, std::initializer_list<NamedVar<T>> args) {
+  const NamedVar<T>& first = *args.begin();
+  if (first.var.tape == nullptr) fail<UsageError>("{}: {} is an empty Var (default-constructed)", op, first.name);
+  Tape<T>& tape = *first.var.tape;
+  for (const auto& a : args) tape.check(a.var, op, a.name);
+  return tape;
+}
+
+template <class T>
+Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
+  if (used_ == nodes_.size()) nodes_.emplace_back();
+  Node<T>& n = nodes_[used_++];
+  n.op = op;
+  n.where = where;
+  n.backward = nullptr;
+  n.requires_grad = false;
+  n.first_input = static_cast<std::uint32_t>(inputs_.size());
+  n.input_count = 0;
+  n.external_value = nullptr;
+  n.external_grad = nullptr;
+  n.value.resize(shape);
+  return n;
+}
+
+template <class T>
+Node<T>& Tape<T>::record(const char* op, std::span<const Var<T>> inputs, Shape shape, Where where) {
+  for (const auto& v : inputs) check(v, op, "an input");
+  bool any = false;
+  for (const auto& v : inputs) any = any || nodes_[v.index].requires_grad;
+  Node<T>& n = push(op, shape, where);
+  if (grad_enabled_ && any) {
+    n.requires_grad = true;
+    for (const auto& v : inputs) inputs_.push_back(v.index);
+    n.input_count = static_cast<std::uint32_t>(inputs.size());
+  }
+  return n;
+}
+
+template <class T>
+Node<T>& Tape<T>::record(const char* op, std::initializer_list<Var<T>> inputs, Shape shape, Where where) {
+  return record(op, std::span<const Var<T>>(inputs.begin(), inputs.size()), shape, where);
+}
+
+template <class T>
+Var<T> Tape<T>::commit(Node<T>& n) {
+  const auto index = static_cast<std::uint32_t>(used_ - 1);
+  if (&n != &nodes_[index]) fail<UsageError>("commit: {} is not the newest node on its tape", describe(n));
+  if (anomaly_detection_ && !all_finite(n.val()))
+    fail<ValueError>("anomaly: {} produced a non-finite value (NaN or Inf) in its {} output", describe(n),
+                     n.val().shape());
+  return Var<T>{this, index, generation_};
+}
+
+template <class T>
+Var<T> Tape<T>::constant(const TensorT<T>& value, Where where) {
+  Node<T>& n = push("constant", value.shape(), where);
+  std::copy(value.data(), value.data() + value.numel(), n.value.data());
+  return commit(n);
+}
+
+template <class T>
+Var<T> Tape<T>::input(const TensorT<T>& value, Where where) {
+  Node<T>& n = push("input", value.shape(), where);
+  std::copy(value.data(), value.data() + value.numel(), n.value.data());
+  n.requires_grad = grad_enabled_;
+  return commit(n);
+}
+
+template <class T>
+Var<T> Tape<T>::param(Parameter<T>& p, Where where) {
+  Node<T>& n = push("param", Shape::vec(0), where);  // the value lives in the parameter
+  n.external_value = &p.value;
+  if (grad_enabled_) {
+    if (p.grad.shape() != p.value.shape()) p.zero_grad();
+    n.requires_grad = true;
+    n.external_grad = &p.grad;
+  }
+  return commit(n);
+}
+
+template <class T>
+void Tape<T>::backward(Var<T> loss) {
+  check(loss, "backward", "the loss");
+  const Shape& s = nodes_[loss.index].val().shape();
+  if (s.numel() != 1)
+    fail<ShapeError>("backward: the loss must hold one element, but it is {}; give a seed gradient to start "
+                     "from a larger output",
+                     s);
+  unit_seed_.resize(s);  // a member, so the steady state allocates nothing here either
+  unit_seed_.fill(T(1));
+  backward(loss, unit_seed_);
+}
+
+template <class T>
+void Tape<T>::backward(Var<T> output, const TensorT<T>& seed) {
+  check(output, "backward", "the output");
+  Node<T>& out = nodes_[output.index];
+  if (seed.shape() != out.val().shape())
+    fail<ShapeError>("backward: the seed gradient is {} but the output {} is {}", seed.shape(), describe(out),
+                     out.val().shape());
+  if (!out.requires_grad)
+    fail<UsageError>("backward: {} depends on no input or parameter that takes a gradient (or it was "
+                     "recorded with gradients disabled)",
+                     describe(out));
+  const std::size_t last = output.index + 1;
+  for (std::size_t i = 0; i < last; ++i) {
+    Node<T>& n = nodes_[i];
+    if (n.requires_grad && !n.external_grad) {
+      n.grad.resize(n.val().shape());
+      n.grad.set_zero();
+    }
+  }
+  out.grad_sink()->array() += seed.array();
+  for (std::size_t i = last; i-- > 0;) {
+    Node<T>& n = nodes_[i];
+    if (!n.requires_grad || n.backward == nullptr) continue;
+    n.backward(*this, n);
+    if (anomaly_detection_) check_backward_anomaly(n);
+  }
+  grads_valid_until_ = last;
+}
+
+template <class T>
+void Tape<T>::check_backward_anomaly(const Node<T>& n) {
+  for (std::uint32_t k = 0; k < n.input_count; ++k) {
+    Node<T>& in = input(n, k);
+    const TensorT<T>* g = in.grad_sink();
+    if (g && !all_finite(*g))
+      fail<ValueError>("anomaly: the backward rule of {} produced a non-finite gradient (NaN or Inf) for its "
+                       "input {}, {}",
+                       describe(n), k, describe(in));
+  }
+}
+
+template <class T>
+const TensorT<T>& Tape<T>::value(Var<T> v) const {
+  check(v, "value", "the Var");
+  return nodes_[v.index].val();
+}
+
+template <class T>
+const TensorT<T>& Tape<T>::grad(Var<T> v) const {
+  check(v, "grad", "the Var");
+  const Node<T>& n = nodes_[v.index];
+  if (!n.requires_grad)
+    fail<UsageError>("grad: {} takes no gradient (a constant, or recorded with gradients disabled)", describe(n));
+  if (v.index >= grads_valid_until_)
+    fail<UsageError>("grad: no gradient has been computed for {} yet; call backward() on an output that "
+                     "depends on it",
+                     describe(n));
+  return n.external_grad ? *n.external_grad : n.grad;
+}
+
+template <class T>
+void Tape<T>::reset() {
+  used_ = 0;
+  inputs_.clear();  // keeps its capacity
+  grads_valid_until_ = 0;
+  ++generation_;
+}
+
+template class Tape<float>;
+template class Tape<double>;
+
+}  // namespace tapegrad

@@ -1,0 +1,193 @@
+#pragma once
+// The tape: a Wengert list. Every op appends one node (its value, its inputs, its backward rule) in
+// creation order, which is already a topological order, so backward() is a reverse loop: no
+// recursion, no graph of shared pointers. reset() forgets the nodes but keeps their buffers, so a
+// training step that records the same ops every time allocates nothing once it has run once.
+//
+//   Tape<float> tape;
+//   Var<float> x = tape.constant(features);            // (B, T, D)
+//   Var<float> y = matmul(x, tape.param(w));           // (B, T, D) x (D, V) -> (B, T, V)
+//   Var<float> loss = cross_entropy(y, targets);
+//   tape.backward(loss);                               // adds into w.grad
+//   tape.reset();                                      // next step reuses every buffer
+//
+// A Var is a small handle (tape, index, generation). Using one with another tape, or after the
+// reset() of its tape, throws UsageError instead of reading some other node's value. A Var must not
+// outlive its tape.
+
+#include <cstdint>
+#include <deque>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/parameter.hpp"
+#include "core/tensor.hpp"
+
+namespace tapegrad {
+
+// The source line that recorded an op, for errors and anomaly reports; ops take it as a defaulted
+// last argument, so it is the caller's line. (std::source_location would do, but clang 14 cannot
+// compile libstdc++ 12's; these builtins work in GCC and clang alike.)
+struct Where {
+  const char* file = "";
+  unsigned line = 0;
+  static constexpr Where current(const char* file_ = __builtin_FILE(), unsigned line_ = __builtin_LINE()) noexcept {
+    return {file_, line_};
+  }
+};
+
+template <class T>
+class Tape;
+
+template <class T>
+struct Var {
+  Tape<T>* tape = nullptr;
+  std::uint32_t index = 0;
+  std::uint32_t generation = 0;
+
+  const TensorT<T>& value() const;  // the recorded value
+  const TensorT<T>& grad() const;   // d loss / d value, after backward()
+  const Shape& shape() const { return value().shape(); }
+};
+
+template <class T>
+struct Node {
+  // A backward rule reads node.grad (d loss / d output) and adds into its inputs' gradients.
+  using BackwardFn = void (*)(Tape<T>& tape, Node<T>& node);
+
+  const char* op = "";
+  Where where;
+  BackwardFn backward = nullptr;
+  bool requires_grad = false;
+  std::uint32_t first_input = 0;  // position of the first input in the tape's input list
+  std::uint32_t input_count = 0;
+
+  TensorT<T> value;                            // the op's output (unused by parameter leaves)
+  TensorT<T> grad;                             // d loss / d value, filled by backward()
+  const TensorT<T>* external_value = nullptr;  // a parameter leaf reads Parameter::value in place
+  TensorT<T>* external_grad = nullptr;         // ... and backward adds into Parameter::grad
+
+  // State an op keeps for its backward rule; reused from step to step like the value.
+  TensorT<T> saved;
+  std::vector<std::int32_t> ints;
+  double scalar = 0;
+  Index attr0 = 0;
+  Index attr1 = 0;
+
+  const TensorT<T>& val() const { return external_value ? *external_value : value; }
+  // Where the backward rules of later nodes add this node's gradient; nullptr if none is needed.
+  TensorT<T>* grad_sink() {
+    if (!requires_grad) return nullptr;
+    return external_grad ? external_grad : &grad;
+  }
+};
+
+// One argument of an op, named for error messages: {"a", a}.
+template <class T>
+struct NamedVar {
+  const char* name;
+  Var<T> var;
+};
+
+template <class T>
+class Tape {
+ public:
+  Tape() = default;
+  Tape(const Tape&) = delete;  // Vars point at their tape
+  Tape& operator=(const Tape&) = delete;
+
+  // Leaves. constant() and input() copy the value into the tape; param() reads it in place.
+  Var<T> constant(const TensorT<T>& value, Where where = Where::current());
+  Var<T> input(const TensorT<T>& value, Where where = Where::current());  // takes a gradient
+  Var<T> param(Parameter<T>& p, Where where = Where::current());
+
+  // Reverse pass from a one-element loss (d loss = 1), or from any output with a given seed
+  // gradient of the output's shape. Gradients of parameters are added to Parameter::grad.
+  void backward(Var<T> loss);
+  void backward(Var<T> output, const TensorT<T>& seed);
+
+  const TensorT<T>& value(Var<T> v) const;
+  const TensorT<T>& grad(Var<T> v) const;
+
+  // Forgets every node (Vars recorded so far become invalid); keeps all buffers.
+  void reset();
+  std::size_t size() const { return used_; }
+
+  // With gradients disabled (evaluation) ops compute values but record no inputs, no backward
+  // rules and no saved state, and backward() refuses to run.
+  bool grad_enabled() const { return grad_enabled_; }
+  void set_grad_enabled(bool on) { grad_enabled_ = on; }
+
+  // Anomaly detection: every op checks its output, and every backward rule its gradients, for NaN
+  // or Inf, and throws naming the op and the source line that recorded it.
+  bool anomaly_detection() const { return anomaly_detection_; }
+  void set_anomaly_detection(bool on) { anomaly_detection_ = on; }
+
+  // ---- For op implementations (autograd/ops_*.cpp) and user-defined ops. ----
+  // Validates the arguments of `op` (same tape, not stale) and returns their tape.
+  static Tape& of(const char* op, std::initializer_list<NamedVar<T>> args);
+  // Appends a node for `op` whose output has `shape`. Validate everything before calling it: a
+  // failing op must leave the tape as it was. Nodes never move, so references to input values taken
+  // before recording stay valid.
+  Node<T>& record(const char* op, std::initializer_list<Var<T>> inputs, Shape shape, Where where);
+  Node<T>& record(const char* op, std::span<const Var<T>> inputs, Shape shape, Where where);
+  // Turns the newest node into a Var (and, in anomaly mode, checks its value).
+  Var<T> commit(Node<T>& node);
+  Node<T>& node(Var<T> v) { return nodes_[v.index]; }
+  const Node<T>& node(Var<T> v) const { return nodes_[v.index]; }
+  Node<T>& input(const Node<T>& n, std::uint32_t k) { return nodes_[inputs_[n.first_input + k]]; }
+  // "softmax_rows (recorded at layers/self_attention.cpp:88)"
+  static std::string describe(const Node<T>& n);
+  // Throws UsageError unless v is a live Var of this tape; names it "{arg}" or "{arg} {position}".
+  void check(Var<T> v, const char* op, const char* arg, Index position = -1) const;
+
+ private:
+  Node<T>& push(const char* op, Shape shape, Where where);
+  void check_backward_anomaly(const Node<T>& n);
+
+  std::deque<Node<T>> nodes_;           // [0, used_) are live, the rest keep their buffers; a deque
+                                        // never moves its elements when it grows
+  std::vector<std::uint32_t> inputs_;   // input indices of every live node, back to back
+  std::size_t used_ = 0;
+  std::uint32_t generation_ = 1;        // bumped by reset(), stamped into every Var
+  std::size_t grads_valid_until_ = 0;   // backward() filled gradients of nodes [0, this)
+  TensorT<T> unit_seed_;                // d loss / d loss = 1
+  bool grad_enabled_ = true;
+  bool anomaly_detection_ = false;
+};
+
+// Disables gradients on a tape for the lifetime of the guard (evaluation).
+template <class T>
+class NoGradGuard {
+ public:
+  explicit NoGradGuard(Tape<T>& tape) : tape_(tape), previous_(tape.grad_enabled()) {
+    tape.set_grad_enabled(false);
+  }
+  ~NoGradGuard() { tape_.set_grad_enabled(previous_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  Tape<T>& tape_;
+  bool previous_;
+};
+
+template <class T>
+const TensorT<T>& Var<T>::value() const {
+  if (!tape) fail<UsageError>("value: the Var is empty (default-constructed)");
+  return tape->value(*this);
+}
+
+template <class T>
+const TensorT<T>& Var<T>::grad() const {
+  if (!tape) fail<UsageError>("grad: the Var is empty (default-constructed)");
+  return tape->grad(*this);
+}
+
+extern template class Tape<float>;
+extern template class Tape<double>;
+
+}  // namespace tapegrad
