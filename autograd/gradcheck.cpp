@@ -1,0 +1,175 @@
+#include "autograd/gradcheck.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/rng.hpp"
+
+namespace tapegrad {
+namespace {
+
+std::string position_of(const Shape& s, Index i) {
+  const Index c = i % s.cols, r = (i / s.cols) % s.rows, b = i / (s.cols * s.rows);
+  if (s.rank == 1) return fmt::format("[{}]", c);
+  if (s.rank == 2) return fmt::format("[{}, {}]", r, c);
+  return fmt::format("[{}, {}, {}]", b, r, c);
+}
+
+// Restores parameter values and gradients when gradcheck returns or throws.
+struct ParamRestore {
+  std::span<Parameter<double>* const> params;
+  std::vector<TensorD> values, grads;
+  explicit ParamRestore(std::span<Parameter<double>* const> p) : params(p) {
+    for (auto* q : params) {
+      values.push_back(q->value);
+      grads.push_back(q->grad);
+    }
+  }
+  ~ParamRestore() {
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      params[k]->value = values[k];
+      params[k]->grad = grads[k];
+    }
+  }
+};
+
+class Checker {
+ public:
+  Checker(const GradcheckFn& f, const std::vector<GradcheckInput>& inputs,
+          std::span<Parameter<double>* const> params, const GradcheckOptions& opts)
+      : f_(f), inputs_(inputs), params_(params), opts_(opts), rng_(opts.seed, 0x67726164) {}
+
+  GradcheckReport run() {
+    report_.options = opts_;
+    compute_analytic();
+    for (std::size_t k = 0; k < inputs_.size(); ++k) check_tensor(inputs_[k].name, inputs_[k].value, analytic_[k]);
+    for (std::size_t k = 0; k < params_.size(); ++k)
+      check_tensor(params_[k]->name, params_[k]->value, analytic_[inputs_.size() + k]);
+    return std::move(report_);
+  }
+
+ private:
+  Var<double> forward(bool with_grad) {
+    tape_.reset();
+    tape_.set_grad_enabled(with_grad);
+    vars_.clear();
+    for (const auto& in : inputs_) vars_.push_back(tape_.input(in.value));
+    Var<double> out = f_(tape_, vars_);
+    tape_.check(out, "gradcheck", "the function's result");
+    return out;
+  }
+
+  // phi = sum(out * R) at the current inputs and parameters.
+  double phi() {
+    const TensorD& out = forward(false).value();
+    return (out.array() * projection_.array()).sum();
+  }
+
+  void compute_analytic() {
+    for (auto* p : params_) p->zero_grad();
+    Var<double> out = forward(true);
+    const Shape s = out.value().shape();
+    if (s.numel() == 0) fail<ShapeError>("gradcheck: the function's output is {}, with nothing to check", s);
+    projection_.resize(s);
+    for (Index i = 0; i < s.numel(); ++i) projection_[i] = rng_.normal();
+    tape_.backward(out, projection_);
+    for (const auto& v : vars_) analytic_.push_back(tape_.grad(v));
+    for (auto* p : params_) analytic_.push_back(p->grad);
+  }
+
+  void check_tensor(const std::string& name, TensorD& x, const TensorD& analytic) {
+    GradcheckTensorSummary summary{name, x.shape()};
+    if (opts_.fast) {
+      for (int d = 0; d < opts_.directions; ++d) {
+        TensorD u(x.shape());
+        for (Index i = 0; i < u.numel(); ++i) u[i] = rng_.normal();
+        const double norm = std::sqrt(u.array().square().sum());
+        if (norm > 0) u.array() /= norm;
+        const TensorD original = x;
+        x.array() = original.array() + opts_.eps * u.array();
+        const double plus = phi();
+        x.array() = original.array() - opts_.eps * u.array();
+        const double minus = phi();
+        x = original;
+        compare(summary, name, d, fmt::format(" along direction {}", d), (analytic.array() * u.array()).sum(),
+                (plus - minus) / (2 * opts_.eps));
+      }
+    } else {
+      for (Index i = 0; i < x.numel(); ++i) {
+        const double original = x[i];
+        x[i] = original + opts_.eps;
+        const double plus = phi();
+        x[i] = original - opts_.eps;
+        const double minus = phi();
+        x[i] = original;
+        compare(summary, name, i, position_of(x.shape(), i), analytic[i], (plus - minus) / (2 * opts_.eps));
+      }
+    }
+    report_.tensors.push_back(summary);
+  }
+
+  void compare(GradcheckTensorSummary& summary, const std::string& name, Index index, std::string position,
+               double analytic, double numeric) {
+    GradcheckEntry e{name, index, std::move(position), analytic, numeric, std::abs(analytic - numeric), 0};
+    const double scale = std::max(std::abs(analytic), std::abs(numeric));
+    e.rel_error = scale > 0 ? e.abs_error / scale : 0;
+    const double allowed = opts_.atol + opts_.rtol * std::abs(numeric);
+    const bool failed = !(e.abs_error <= allowed);  // NaN fails
+    const double closeness = std::isnan(e.abs_error) ? INFINITY : e.abs_error / allowed;
+    ++summary.checked;
+    ++report_.checked;
+    summary.max_abs_error = std::max(summary.max_abs_error, e.abs_error);
+    summary.max_rel_error = std::max(summary.max_rel_error, e.rel_error);
+    if (report_.checked == 1 || closeness > worst_closeness_) {
+      worst_closeness_ = closeness;
+      report_.worst = e;
+    }
+    if (failed) {
+      ++summary.failed;
+      ++report_.failed;
+      if (report_.failures.size() < opts_.max_failures_listed) report_.failures.push_back(std::move(e));
+    }
+  }
+
+  const GradcheckFn& f_;
+  std::vector<GradcheckInput> inputs_;  // a copy: perturbed in place
+  std::span<Parameter<double>* const> params_;
+  GradcheckOptions opts_;
+  Rng rng_;
+  Tape<double> tape_;
+  std::vector<Var<double>> vars_;
+  TensorD projection_;
+  std::vector<TensorD> analytic_;  // inputs, then parameters
+  GradcheckReport report_;
+  double worst_closeness_ = 0;
+};
+
+}  // namespace
+
+GradcheckReport gradcheck(const GradcheckFn& f, const std::vector<GradcheckInput>& inputs,
+                          std::span<Parameter<double>* const> params, const GradcheckOptions& options) {
+  for (std::size_t k = 0; k < params.size(); ++k)
+    if (params[k] == nullptr) fail<ValueError>("gradcheck: parameter {} of {} is a null pointer", k, params.size());
+  ParamRestore restore(params);
+  return Checker(f, inputs, params, options).run();
+}
+
+std::string GradcheckReport::str() const {
+  std::string s = fmt::format("gradcheck {}: {} derivatives checked, {} failed ({} mode, eps {:g}, atol {:g}, rtol {:g})\n",
+                              ok() ? "passed" : "FAILED", checked, failed, options.fast ? "fast" : "full",
+                              options.eps, options.atol, options.rtol);
+  for (const auto& t : tensors)
+    s += fmt::format("  {:<16} {:>10}  {:>6} checked  {:>4} failed  max abs error {:.2e}  max rel error {:.2e}\n",
+                     t.name, t.shape, t.checked, t.failed, t.max_abs_error, t.max_rel_error);
+  auto line = [](const GradcheckEntry& e) {
+    return fmt::format("{}{}: analytic {:.10g}, numeric {:.10g}, abs error {:.2e}, rel error {:.2e}", e.tensor,
+                       e.position, e.analytic, e.numeric, e.abs_error, e.rel_error);
+  };
+  if (checked > 0) s += fmt::format("  worst: {}\n", line(worst));
+  for (const auto& e : failures) s += fmt::format("  MISMATCH {}\n", line(e));
+  if (static_cast<std::size_t>(failed) > failures.size())
+    s += fmt::format("  ... and {} more mismatches\n", static_cast<std::size_t>(failed) - failures.size());
+  return s;
+}
+
+}  // namespace tapegrad

@@ -1,0 +1,84 @@
+#pragma once
+// gradcheck: compares the gradients the tape computes with central finite differences, in float64.
+//
+// The function under test maps named inputs (and any parameters it reads through tape.param) to an
+// output of any shape. The output is reduced to a scalar with a fixed random projection,
+// phi = sum(out * R) with R ~ N(0, 1): an all-ones projection would hide, for example, a missing
+// softmax backward (softmax rows sum to 1, so sum(softmax(x)) has zero gradient whatever the rule).
+//
+// Every element of every input and parameter is perturbed by +-eps (or, in fast mode, every tensor
+// along a few random directions) and (phi(x + eps) - phi(x - eps)) / 2 eps is compared with the
+// analytic d phi / dx. Parameters are restored bit for bit, their gradients too.
+//
+//   auto report = gradcheck([](Tape<double>& t, std::span<const Var<double>> in) {
+//     return softmax_rows(matmul(in[0], in[1]));
+//   }, {{"a", a}, {"b", b}});
+//   CHECK_MESSAGE(report.ok(), report.str());
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "autograd/tape.hpp"
+
+namespace tapegrad {
+
+struct GradcheckOptions {
+  double eps = 1e-6;  // central-difference step
+  // An entry passes when |analytic - numeric| <= atol + rtol |numeric| (PyTorch's gradcheck rule
+  // and defaults).
+  double atol = 1e-5;
+  double rtol = 1e-3;
+  std::uint64_t seed = 0;  // the projection R and the fast mode's directions
+  // Fast mode: per tensor, compare directional derivatives along `directions` random unit vectors
+  // instead of every element; for inputs too large to perturb one element at a time.
+  bool fast = false;
+  int directions = 8;
+  std::size_t max_failures_listed = 20;
+};
+
+// One compared derivative.
+struct GradcheckEntry {
+  std::string tensor;    // input or parameter name
+  Index index = -1;      // flat element index, or the direction number in fast mode
+  std::string position;  // "[1, 2]" in the tensor's shape, or "direction 3"
+  double analytic = 0;
+  double numeric = 0;
+  double abs_error = 0;
+  double rel_error = 0;  // |analytic - numeric| / max(|analytic|, |numeric|), 0 when both are 0
+};
+
+struct GradcheckTensorSummary {
+  std::string name;
+  Shape shape;
+  Index checked = 0;
+  Index failed = 0;
+  double max_abs_error = 0;
+  double max_rel_error = 0;
+};
+
+struct GradcheckReport {
+  GradcheckOptions options;
+  Index checked = 0;
+  Index failed = 0;
+  std::vector<GradcheckTensorSummary> tensors;  // inputs, then parameters, in the order given
+  std::vector<GradcheckEntry> failures;         // the first options.max_failures_listed mismatches
+  GradcheckEntry worst;                         // the entry closest to (or furthest past) its tolerance
+
+  bool ok() const { return failed == 0 && checked > 0; }
+  std::string str() const;  // a readable multi-line report
+};
+
+struct GradcheckInput {
+  std::string name;
+  TensorD value;
+};
+
+using GradcheckFn = std::function<Var<double>(Tape<double>&, std::span<const Var<double>> inputs)>;
+
+GradcheckReport gradcheck(const GradcheckFn& f, const std::vector<GradcheckInput>& inputs,
+                          std::span<Parameter<double>* const> params = {}, const GradcheckOptions& options = {});
+
+}  // namespace tapegrad
