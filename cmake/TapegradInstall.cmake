@@ -1,0 +1,21 @@
+# install() + export so that another project can find_package(tapegrad) and link tapegrad::tapegrad.
+# tests/downstream proves it (ctest case "downstream_find_package").
+include(CMakePackageConfigHelpers)
+
+install(TARGETS tapegrad EXPORT tapegradTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+foreach(dir core autograd layers train)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad/${dir}
+    FILES_MATCHING PATTERN "*.hpp")
+endforeach()
+
+set(config_dir ${CMAKE_INSTALL_LIBDIR}/cmake/tapegrad)
+install(EXPORT tapegradTargets NAMESPACE tapegrad:: DESTINATION ${config_dir})
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/tapegradConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/tapegradConfig.cmake INSTALL_DESTINATION ${config_dir})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/tapegradConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/tapegradConfig.cmake ${PROJECT_BINARY_DIR}/tapegradConfigVersion.cmake
+  DESTINATION ${config_dir})

@@ -1,0 +1,19 @@
+# Installs the freshly built tapegrad into a scratch prefix, then configures, builds and runs a tiny
+# separate project that uses find_package(tapegrad) and links tapegrad::tapegrad. CXX_FLAGS carries
+# the sanitizer flags when the library under test was built with them.
+file(REMOVE_RECURSE ${WORK_DIR})
+set(prefix ${WORK_DIR}/prefix)
+
+function(run)
+  execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "downstream: '${ARGV}' failed (${rc}):\n${out}\n${err}")
+  endif()
+endfunction()
+
+run(${CMAKE_COMMAND} --install ${TAPEGRAD_BUILD_DIR} --prefix ${prefix})
+run(${CMAKE_COMMAND} -S ${DOWNSTREAM_SOURCE_DIR} -B ${WORK_DIR}/build -DCMAKE_PREFIX_PATH=${prefix}
+    -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+run(${WORK_DIR}/build/downstream)
+message(STATUS "downstream: find_package(tapegrad) project configured, built and ran")

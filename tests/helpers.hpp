@@ -1,0 +1,50 @@
+#pragma once
+// Shared test helpers: random tensors from the seeded generator, tensor comparison that says where
+// two tensors differ, and a gradcheck assertion that prints the report when it fails.
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+
+#include "autograd/gradcheck.hpp"
+#include "core/rng.hpp"
+#include "core/tensor.hpp"
+
+namespace tapegrad::test {
+
+template <class T = double>
+TensorT<T> random_tensor(Shape s, Rng& rng, double scale = 1.0) {
+  TensorT<T> t(s);
+  for (Index i = 0; i < t.numel(); ++i) t[i] = static_cast<T>(scale * rng.normal());
+  return t;
+}
+
+// Empty when a and b agree within |a - b| <= atol + rtol |b| everywhere; otherwise a sentence naming
+// the first element that does not.
+template <class A, class B>
+std::string mismatch(const TensorT<A>& a, const TensorT<B>& b, double atol, double rtol) {
+  if (a.shape() != b.shape()) return fmt::format("shapes differ: {} vs {}", a.shape(), b.shape());
+  for (Index i = 0; i < a.numel(); ++i) {
+    const double x = static_cast<double>(a[i]), y = static_cast<double>(b[i]);
+    if (!(std::abs(x - y) <= atol + rtol * std::abs(y)))
+      return fmt::format("element {} of {}: {:.17g} vs expected {:.17g} (diff {:.3g})", i, a.shape(), x, y, x - y);
+  }
+  return {};
+}
+
+}  // namespace tapegrad::test
+
+// Checks that two tensors agree; on failure prints where they differ.
+#define CHECK_TENSOR_NEAR(a, b, atol, rtol)                                  \
+  do {                                                                        \
+    const std::string tapegrad_mismatch_ = ::tapegrad::test::mismatch((a), (b), (atol), (rtol)); \
+    CHECK_MESSAGE(tapegrad_mismatch_.empty(), tapegrad_mismatch_);            \
+  } while (0)
+
+// Checks a gradcheck report; on failure prints the whole report (tensor, element, values).
+#define CHECK_GRADCHECK(report)                    \
+  do {                                             \
+    const auto& tapegrad_report_ = (report);       \
+    CHECK_MESSAGE(tapegrad_report_.ok(), tapegrad_report_.str()); \
+  } while (0)

@@ -1,0 +1,102 @@
+// autograd/gradcheck: it catches wrong gradients, says where, restores parameters, and its fast
+// mode agrees with the full one.
+#include <doctest/doctest.h>
+
+#include "autograd/ops.hpp"
+#include "helpers.hpp"
+
+using namespace tapegrad;
+using test::random_tensor;
+
+namespace {
+
+// softmax_rows whose backward rule is missing (no gradient flows): summed with all-ones weights
+// the numeric gradient is zero too (softmax rows sum to 1), so only a random projection sees it.
+Var<double> softmax_without_backward(Var<double> x, Where where = Where::current()) {
+  Tape<double>& t = Tape<double>::of("softmax_no_backward", {{"x", x}});
+  const Shape s = x.shape();
+  Node<double>& n = t.record("softmax_no_backward", {x}, s, where);
+  for (Index r = 0; r < s.flat_rows(); ++r) {
+    auto row = t.node(x).val().flat().row(r).array();
+    n.value.flat().row(r).array() = (row - row.maxCoeff()).exp() / (row - row.maxCoeff()).exp().sum();
+  }
+  return t.commit(n);
+}
+
+// y = x^2 with a backward rule that forgets the factor 2 (wrong on purpose).
+Var<double> wrong_square(Var<double> x, Where where = Where::current()) {
+  Tape<double>& t = Tape<double>::of("wrong_square", {{"x", x}});
+  Node<double>& n = t.record("wrong_square", {x}, x.shape(), where);
+  n.value.array() = t.node(x).val().array().square();
+  n.backward = [](Tape<double>& tp, Node<double>& node) {
+    Node<double>& in = tp.input(node, 0);
+    if (auto* dx = in.grad_sink()) dx->array() += node.grad.array() * in.val().array();  // should be 2x
+  };
+  return t.commit(n);
+}
+
+}  // namespace
+
+TEST_CASE("gradcheck: a missing softmax backward is caught by the random projection") {
+  Rng rng(21);
+  const auto report =
+      gradcheck([](Tape<double>&, std::span<const Var<double>> in) { return softmax_without_backward(in[0]); },
+                {{"scores", random_tensor(Shape::mat(3, 4), rng)}});
+  CHECK_FALSE(report.ok());
+  CHECK(report.failed > 0);
+  REQUIRE_FALSE(report.failures.empty());
+  CHECK(report.failures[0].tensor == "scores");
+  CHECK(report.failures[0].analytic == 0);  // nothing flowed back
+  CHECK(report.failures[0].numeric != 0);
+}
+
+TEST_CASE("gradcheck: the report names the parameter, the element and both values") {
+  Rng rng(22);
+  Parameter<double> w("attn.wq", random_tensor(Shape::mat(2, 3), rng));
+  Parameter<double>* params[] = {&w};
+  const TensorD value_before = w.value;
+  w.grad.fill(7.0);  // whatever the caller had accumulated must survive the check
+  const auto report = gradcheck(
+      [&w](Tape<double>& t, std::span<const Var<double>> in) { return matmul(in[0], wrong_square(t.param(w))); },
+      {{"x", random_tensor(Shape::mat(4, 2), rng)}}, params);
+  CHECK_FALSE(report.ok());
+  REQUIRE(report.tensors.size() == 2);
+  CHECK(report.tensors[0].name == "x");
+  CHECK(report.tensors[0].failed == 0);  // x's gradient is right
+  CHECK(report.tensors[1].name == "attn.wq");
+  CHECK(report.tensors[1].failed == 6);  // every element of w is off by a factor 2
+  REQUIRE(report.failures.size() == 6);
+  const GradcheckEntry& e = report.failures[1];
+  CHECK(e.tensor == "attn.wq");
+  CHECK(e.index == 1);
+  CHECK(e.position == "[0, 1]");
+  CHECK(e.numeric == doctest::Approx(2 * e.analytic).epsilon(1e-6));
+  CHECK(report.str().find("MISMATCH attn.wq[0, 1]: analytic") != std::string::npos);
+  // Parameters come back bit for bit, values and gradients.
+  CHECK(w.value == value_before);
+  CHECK(w.grad == TensorD(Shape::mat(2, 3), 7.0));
+}
+
+TEST_CASE("gradcheck: fast mode checks random directions and catches the same errors") {
+  Rng rng(23);
+  GradcheckOptions fast;
+  fast.fast = true;
+  fast.directions = 4;
+  const std::vector<GradcheckInput> inputs = {{"x", random_tensor(Shape::batched(2, 8, 8), rng)}};
+  const auto good = gradcheck(
+      [](Tape<double>&, std::span<const Var<double>> in) { return softmax_rows(matmul_bt(in[0], in[0])); }, inputs, {},
+      fast);
+  CHECK_GRADCHECK(good);
+  CHECK(good.checked == 4);
+  const auto bad =
+      gradcheck([](Tape<double>&, std::span<const Var<double>> in) { return wrong_square(in[0]); }, inputs, {}, fast);
+  CHECK(bad.failed == 4);
+  CHECK(bad.failures[0].position == " along direction 0");
+}
+
+TEST_CASE("gradcheck: nothing to check is not a pass") {
+  const auto report = gradcheck(
+      [](Tape<double>& t, std::span<const Var<double>>) { return sum(t.input(TensorD(Shape::vec(2), 1.0))); }, {});
+  CHECK(report.checked == 0);
+  CHECK_FALSE(report.ok());
+}
