@@ -111,7 +111,8 @@ class Checker {
   void compare(GradcheckTensorSummary& summary, const std::string& name, Index index, std::string position,
                double analytic, double numeric) {
     GradcheckEntry e{name, index, std::move(position), analytic, numeric, std::abs(analytic - numeric), 0};
-    const double scale = std::max(std::abs(analytic), std::abs(numeric));
+    // Below atol, magnitudes are finite-difference noise: dividing by them would report noise as 100%.
+    const double scale = std::max({std::abs(analytic), std::abs(numeric), opts_.atol});
     e.rel_error = scale > 0 ? e.abs_error / scale : 0;
     const double allowed = opts_.atol + opts_.rtol * std::abs(numeric);
     const bool failed = !(e.abs_error <= allowed);  // NaN fails

@@ -47,7 +47,7 @@ struct GradcheckEntry {
   double analytic = 0;
   double numeric = 0;
   double abs_error = 0;
-  double rel_error = 0;  // |analytic - numeric| / max(|analytic|, |numeric|), 0 when both are 0
+  double rel_error = 0;  // |analytic - numeric| / max(|analytic|, |numeric|, atol)
 };
 
 struct GradcheckTensorSummary {
