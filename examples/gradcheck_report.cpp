@@ -1,6 +1,6 @@
-// Gradient-check report: every primitive op through gradcheck in float64 (every element of every
-// input, central differences), plus how far its float32 forward strays from float64. Exits non-zero
-// if any check fails.
+// Gradient-check report: every primitive op and every layer through gradcheck in float64 (every
+// element of every input and parameter, central differences), plus how far each op's float32 forward
+// strays from float64. Exits non-zero if any check fails.
 //
 //   build/examples/gradcheck_report [--seed N] [--eps E]
 #include <chrono>
@@ -13,6 +13,7 @@
 #include "autograd/gradcheck.hpp"
 #include "autograd/op_checks.hpp"
 #include "core/rng.hpp"
+#include "layers/layer_checks.hpp"
 
 using namespace tapegrad;
 
@@ -22,6 +23,23 @@ TensorD random_tensor(const Shape& s, Rng& rng) {
   TensorD t(s);
   for (double& x : t.span()) x = rng.normal();
   return t;
+}
+
+struct Row {
+  std::string what, name;
+  GradcheckReport report;
+  std::string f32_gap = "";
+};
+
+double max_abs_error(const GradcheckReport& r) {
+  double e = 0;
+  for (const auto& t : r.tensors) e = std::max(e, t.max_abs_error);
+  return e;
+}
+double max_rel_error(const GradcheckReport& r) {
+  double e = 0;
+  for (const auto& t : r.tensors) e = std::max(e, t.max_rel_error);
+  return e;
 }
 
 // Largest |f32 - f64| / (1 + |f64|) over the forward outputs.
@@ -45,7 +63,7 @@ double float_gap(const OpCheck& c, const std::vector<TensorD>& inputs) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Gradient check of every tapegrad op in float64 (central differences)"};
+  CLI::App app{"Gradient check of every tapegrad op and layer in float64 (central differences)"};
   std::uint64_t seed = 1;
   GradcheckOptions options{.eps = 1e-6, .atol = 1e-7, .rtol = 1e-6};
   app.add_option("--seed", seed, "Seed of the random inputs and projections")->capture_default_str();
@@ -55,12 +73,10 @@ int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   fmt::print("tapegrad gradcheck report: float64 central differences, eps {:g}; an entry passes when\n"
              "|analytic - numeric| <= {:g} + {:g} |numeric|. 'f32 gap' is the largest |f32 - f64| / (1 + |f64|)\n"
-             "of the op's forward value.\n\n",
+             "of the op's forward value.\n",
              options.eps, options.atol, options.rtol);
-  fmt::print("{:<17} {:<55} {:>6} {:>12} {:>12} {:>9}  {}\n", "op", "case", "checks", "max abs err", "max rel err",
-             "f32 gap", "result");
+  std::vector<Row> rows;
   Rng rng(seed);
-  Index total = 0, failed_cases = 0;
   for (const auto& c : op_checks()) {
     std::vector<GradcheckInput> inputs;
     std::vector<TensorD> values;
@@ -69,20 +85,29 @@ int main(int argc, char** argv) {
       inputs.push_back({fmt::format("in{}", k), values.back()});
     }
     options.seed = rng.next_u64();
-    const GradcheckReport report = gradcheck(c.f64, inputs, {}, options);
-    double abs_err = 0, rel_err = 0;
-    for (const auto& t : report.tensors) {
-      abs_err = std::max(abs_err, t.max_abs_error);
-      rel_err = std::max(rel_err, t.max_rel_error);
-    }
-    total += report.checked;
-    failed_cases += report.ok() ? 0 : 1;
-    fmt::print("{:<17} {:<55} {:>6} {:>12.2e} {:>12.2e} {:>9.1e}  {}\n", c.op, c.name, report.checked, abs_err, rel_err,
-               float_gap(c, values), report.ok() ? "ok" : "FAILED");
-    if (!report.ok()) fmt::print("{}", report.str());
+    rows.push_back({c.op, c.name, gradcheck(c.f64, inputs, {}, options), fmt::format("{:.1e}", float_gap(c, values))});
+  }
+  const std::size_t op_rows = rows.size();
+  for (const auto& c : layer_checks(seed)) {
+    options.seed = rng.next_u64();
+    rows.push_back({c.layer, c.name, gradcheck(c.f, c.inputs, c.module->parameters(), options)});
+  }
+
+  Index total = 0, failed = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (i == 0 || i == op_rows)
+      fmt::print("\n{:<17} {:<62} {:>6} {:>12} {:>12} {:>9}  {}\n", i == 0 ? "op" : "layer", "case", "checks",
+                 "max abs err", "max rel err", i == 0 ? "f32 gap" : "", "result");
+    const Row& r = rows[i];
+    total += r.report.checked;
+    failed += r.report.ok() ? 0 : 1;
+    fmt::print("{:<17} {:<62} {:>6} {:>12.2e} {:>12.2e} {:>9}  {}\n", r.what, r.name, r.report.checked,
+               max_abs_error(r.report), max_rel_error(r.report), r.f32_gap, r.report.ok() ? "ok" : "FAILED");
+    if (!r.report.ok()) fmt::print("{}", r.report.str());
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  fmt::print("\n{} cases over {} ops, {} derivatives checked: {} ({:.2f} s)\n", op_checks().size(), op_names().size(),
-             total, failed_cases == 0 ? "all passed" : fmt::format("{} cases FAILED", failed_cases), seconds);
-  return failed_cases == 0 ? 0 : 1;
+  fmt::print("\n{} op cases over {} ops and {} layer cases, {} derivatives checked: {} ({:.2f} s)\n", op_rows,
+             op_names().size(), rows.size() - op_rows, total,
+             failed == 0 ? "all passed" : fmt::format("{} cases FAILED", failed), seconds);
+  return failed == 0 ? 0 : 1;
 }

@@ -4,78 +4,16 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <fstream>
 #include <functional>
-#include <map>
-#include <sstream>
 
 #include "autograd/ops.hpp"
+#include "golden_file.hpp"
 #include "helpers.hpp"
 
 using namespace tapegrad;
+using test::GoldenCase;
 
 namespace {
-
-struct GoldenCase {
-  std::vector<std::pair<std::string, TensorD>> inputs;  // in the order the composition takes them
-  std::map<std::string, Mask> masks;
-  std::map<std::string, Ids> ids;
-  TensorD projection, output;
-  std::map<std::string, TensorD> grads;
-};
-
-Shape read_shape(std::istringstream& words) {
-  int rank = 0;
-  words >> rank;
-  Index d[3] = {1, 1, 1};
-  for (int k = 0; k < rank; ++k) words >> d[k];
-  if (rank == 1) return Shape::vec(d[0]);
-  if (rank == 2) return Shape::mat(d[0], d[1]);
-  return Shape::batched(d[0], d[1], d[2]);
-}
-
-template <class T>
-TensorT<T> read_values(std::istream& in, Shape s) {
-  std::string line;
-  std::getline(in, line);
-  std::istringstream values(line);
-  TensorT<T> t(s);
-  for (Index i = 0; i < t.numel(); ++i) {
-    double v = 0;
-    const bool read = static_cast<bool>(values >> v);
-    REQUIRE_MESSAGE(read, "golden_ops.txt: too few values for a ", s, " tensor");
-    t[i] = static_cast<T>(v);
-  }
-  return t;
-}
-
-std::map<std::string, GoldenCase> read_golden() {
-  std::ifstream in(TAPEGRAD_TEST_DATA "/golden_ops.txt");
-  REQUIRE_MESSAGE(in.good(), "cannot open tests/data/golden_ops.txt");
-  std::map<std::string, GoldenCase> cases;
-  std::string line, current;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream words(line);
-    std::string kind, name;
-    words >> kind >> name;
-    if (kind == "case") {
-      current = name;
-      continue;
-    }
-    if (kind == "end") continue;
-    GoldenCase& c = cases[current];
-    const Shape s = read_shape(words);
-    if (kind == "input") c.inputs.emplace_back(name, read_values<double>(in, s));
-    else if (kind == "mask") c.masks[name] = read_values<std::uint8_t>(in, s);
-    else if (kind == "ids") c.ids[name] = read_values<std::int32_t>(in, s);
-    else if (kind == "projection") c.projection = read_values<double>(in, s);
-    else if (kind == "output") c.output = read_values<double>(in, s);
-    else if (kind == "grad") c.grads[name] = read_values<double>(in, s);
-    else FAIL("golden_ops.txt: unknown line kind '", kind, "'");
-  }
-  return cases;
-}
 
 using V = Var<double>;
 using Composition = std::function<V(std::span<const V> in, const GoldenCase& c)>;
@@ -121,7 +59,7 @@ const std::map<std::string, Composition>& compositions() {
 }  // namespace
 
 TEST_CASE("golden: every composition matches PyTorch float64, output and gradients") {
-  const auto cases = read_golden();
+  const auto cases = test::read_golden("golden_ops.txt");
   REQUIRE(cases.size() == compositions().size());
   for (const auto& entry : cases) {  // not a structured binding: clang 14 cannot capture those (CAPTURE)
     const std::string& name = entry.first;

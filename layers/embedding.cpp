@@ -1,0 +1,117 @@
+#include "layers/embedding.hpp"
+
+#include <cmath>
+
+#include "autograd/ops.hpp"
+
+namespace tapegrad {
+
+template <class T>
+Embedding<T>::Embedding(std::string name, const EmbeddingOptions& options, Rng& rng) : Module<T>(std::move(name)) {
+  if (options.vocab <= 0 || options.dim <= 0)
+    fail<ValueError>("embedding '{}': vocab and dim must be positive, got {} and {}", this->name(), options.vocab,
+                     options.dim);
+  TensorT<T> table(Shape::mat(options.vocab, options.dim));
+  options.init.apply(table, rng);
+  table_ = &this->register_parameter("table", std::move(table));
+}
+
+template <class T>
+Var<T> Embedding<T>::forward(Tape<T>& tape, const Ids& ids) {
+  return gather_rows(tape.param(*table_), ids);
+}
+
+template <class T>
+OneHotTokens<T>::OneHotTokens(std::string name, Index vocab) : Module<T>(std::move(name)) {
+  if (vocab <= 0) fail<ValueError>("one_hot_tokens '{}': vocab must be positive, got {}", this->name(), vocab);
+  identity_.resize(Shape::mat(vocab, vocab));
+  identity_.mat().setIdentity();
+}
+
+template <class T>
+Var<T> OneHotTokens<T>::forward(Tape<T>& tape, const Ids& ids) {
+  return gather_rows(tape.constant(identity_), ids);
+}
+
+std::string_view to_string(PositionEncoding p) {
+  switch (p) {
+    case PositionEncoding::none: return "none";
+    case PositionEncoding::onehot: return "onehot";
+    case PositionEncoding::learned: return "learned";
+    case PositionEncoding::sinusoidal: return "sinusoidal";
+  }
+  return "?";
+}
+
+PositionEncoding parse_position_encoding(std::string_view name) {
+  for (auto p : {PositionEncoding::none, PositionEncoding::onehot, PositionEncoding::learned, PositionEncoding::sinusoidal})
+    if (to_string(p) == name) return p;
+  fail<NameError>("positions: unknown encoding '{}'; choose none, onehot, learned or sinusoidal", name);
+}
+
+template <class T>
+Positions<T>::Positions(std::string name, const PositionOptions& options, Rng& rng)
+    : Module<T>(std::move(name)), options_(options) {
+  if (options.max_len <= 0) fail<ValueError>("positions '{}': max_len must be positive, got {}", this->name(), options.max_len);
+  if (options.kind != PositionEncoding::none && options.d_model <= 0)
+    fail<ValueError>("positions '{}': {} positions need d_model > 0, got {}", this->name(), to_string(options.kind),
+                     options.d_model);
+  const Index L = options.max_len, D = options.d_model;
+  switch (options.kind) {
+    case PositionEncoding::none: break;
+    case PositionEncoding::onehot:
+      table_.resize(Shape::mat(L, L));
+      table_.mat().setIdentity();
+      break;
+    case PositionEncoding::learned: {
+      TensorT<T> p(Shape::mat(L, D));
+      options.init.apply(p, rng);
+      learned_ = &this->register_parameter("table", std::move(p));
+      break;
+    }
+    case PositionEncoding::sinusoidal:
+      // Vaswani et al.: PE(t, 2i) = sin(t / 10000^(2i/D)), PE(t, 2i+1) = cos(t / 10000^(2i/D)).
+      table_.resize(Shape::mat(L, D));
+      for (Index t = 0; t < L; ++t)
+        for (Index c = 0; c < D; ++c) {
+          const double angle = static_cast<double>(t) / std::pow(10000.0, static_cast<double>(c - c % 2) / static_cast<double>(D));
+          table_.at(t, c) = static_cast<T>(c % 2 == 0 ? std::sin(angle) : std::cos(angle));
+        }
+      break;
+  }
+}
+
+template <class T>
+Index Positions<T>::output_width() const {
+  return options_.kind == PositionEncoding::onehot ? options_.d_model + options_.max_len : options_.d_model;
+}
+
+template <class T>
+Var<T> Positions<T>::forward(Var<T> x) {
+  Tape<T>& tape = Tape<T>::of("positions", {{"x", x}});
+  if (options_.kind == PositionEncoding::none) return x;
+  const Shape s = x.shape();
+  if (s.rank != 3 || s.rows > options_.max_len || s.cols != options_.d_model)
+    fail<ShapeError>("positions '{}': x is {} but the layer takes (batch, T <= {}, {}) inputs", this->name(), s,
+                     options_.max_len, options_.d_model);
+  if (options_.kind == PositionEncoding::onehot) {
+    positions_.resize(Shape::mat(s.batch, s.rows));
+    for (Index b = 0; b < s.batch; ++b)
+      for (Index t = 0; t < s.rows; ++t) positions_.at(b, t) = static_cast<std::int32_t>(t);
+    const std::array<Var<T>, 2> parts = {x, gather_rows(tape.constant(table_), positions_)};  // (B, T, max_len)
+    return concat_cols(std::span<const Var<T>>(parts));
+  }
+  positions_.resize(Shape::vec(s.rows));
+  for (Index t = 0; t < s.rows; ++t) positions_[t] = static_cast<std::int32_t>(t);
+  Var<T> table = options_.kind == PositionEncoding::learned ? tape.param(*learned_) : tape.constant(table_);
+  return add(x, gather_rows(table, positions_));  // (T, D) shared by the batch
+}
+
+template class Embedding<float>;
+template class Embedding<double>;
+template class OneHotTokens<float>;
+template class OneHotTokens<double>;
+template class Positions<float>;
+template class Positions<double>;
+
+}  // namespace tapegrad

@@ -1,0 +1,78 @@
+#pragma once
+// Token features and positions, the inputs of attention.
+//   Embedding      trainable lookup table (vocab, dim): ids (B, T) -> (B, T, dim)
+//   OneHotTokens   fixed one-hot features: ids (B, T) -> (B, T, vocab), no parameters
+//   Positions      none | one-hot (concatenated: width + max_len) | learned (added) | sinusoidal (added)
+
+#include <string_view>
+
+#include "autograd/tape.hpp"
+#include "layers/init.hpp"
+#include "layers/module.hpp"
+
+namespace tapegrad {
+
+struct EmbeddingOptions {
+  Index vocab = 0;
+  Index dim = 0;
+  Initializer init = Initializer::normal(1.0);  // PyTorch's nn.Embedding default
+};
+
+template <class T>
+class Embedding : public Module<T> {
+ public:
+  Embedding(std::string name, const EmbeddingOptions& options, Rng& rng);
+  Var<T> forward(Tape<T>& tape, const Ids& ids);  // ids (N) or (B, T) -> (N, dim) or (B, T, dim)
+  Parameter<T>& table() { return *table_; }
+
+ private:
+  Parameter<T>* table_;
+};
+
+template <class T>
+class OneHotTokens : public Module<T> {
+ public:
+  OneHotTokens(std::string name, Index vocab);
+  Var<T> forward(Tape<T>& tape, const Ids& ids);  // ids (B, T) -> (B, T, vocab)
+  Index vocab() const { return identity_.rows(); }
+
+ private:
+  TensorT<T> identity_;  // (vocab, vocab): row i is e_i
+};
+
+enum class PositionEncoding { none, onehot, learned, sinusoidal };
+std::string_view to_string(PositionEncoding p);
+PositionEncoding parse_position_encoding(std::string_view name);  // NameError listing the choices
+
+struct PositionOptions {
+  PositionEncoding kind = PositionEncoding::none;
+  Index max_len = 0;   // longest sequence the layer accepts
+  Index d_model = 0;   // width of x; learned and sinusoidal add a (T, d_model) table
+  Initializer init = Initializer::normal(0.02);  // learned positions only
+};
+
+template <class T>
+class Positions : public Module<T> {
+ public:
+  Positions(std::string name, const PositionOptions& options, Rng& rng);
+  // x (B, T, d_model) with T <= max_len. one-hot concatenates e_t (width d_model + max_len); learned
+  // and sinusoidal add row t of their (max_len, d_model) table; none returns x.
+  Var<T> forward(Var<T> x);
+  Index output_width() const;
+  const PositionOptions& options() const { return options_; }
+
+ private:
+  PositionOptions options_;
+  Parameter<T>* learned_ = nullptr;
+  TensorT<T> table_;     // one-hot: identity (max_len, max_len); sinusoidal: (max_len, d_model)
+  Ids positions_;        // 0 .. T-1, per batch item for one-hot; reused from call to call
+};
+
+extern template class Embedding<float>;
+extern template class Embedding<double>;
+extern template class OneHotTokens<float>;
+extern template class OneHotTokens<double>;
+extern template class Positions<float>;
+extern template class Positions<double>;
+
+}  // namespace tapegrad

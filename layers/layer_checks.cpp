@@ -1,0 +1,89 @@
+#include "layers/layer_checks.hpp"
+
+#include "autograd/ops.hpp"
+#include "layers/embedding.hpp"
+#include "layers/linear.hpp"
+#include "layers/self_attention.hpp"
+
+namespace tapegrad {
+namespace {
+
+TensorD random(const Shape& s, Rng& rng) {
+  TensorD t(s);
+  for (double& v : t.span()) v = rng.normal();
+  return t;
+}
+
+// The padding mask (B, T) of the masked cases: item 1's first key and last two keys are padding, so
+// with a causal mask its first query sees nothing at all (a fully blocked row).
+std::shared_ptr<Mask> padding(Index batch, Index tokens) {
+  auto m = std::make_shared<Mask>(Shape::mat(batch, tokens));
+  if (batch > 1) {
+    m->at(1, 0) = 1;
+    m->at(1, tokens - 1) = 1;
+    m->at(1, tokens - 2) = 1;
+  }
+  return m;
+}
+
+LayerCheck attention_case(std::string name, SelfAttentionOptions o, Shape x, bool padded, Rng& rng) {
+  auto layer = std::make_shared<SelfAttention<double>>("attn", o, rng);
+  std::shared_ptr<Mask> pad = padded ? padding(x.batch, x.rows) : nullptr;
+  GradcheckFn f = [layer, pad](Tape<double>&, std::span<const Var<double>> in) { return layer->forward(in[0], pad.get()); };
+  return {"SelfAttention", std::move(name), {{"x", random(x, rng)}}, layer, f};
+}
+
+}  // namespace
+
+std::vector<LayerCheck> layer_checks(std::uint64_t seed) {
+  Rng rng(seed, 0x6c61796572);
+  std::vector<LayerCheck> checks;
+
+  for (bool bias : {true, false}) {
+    auto linear = std::make_shared<Linear<double>>("readout", LinearOptions{.in = 4, .out = 5, .bias = bias}, rng);
+    checks.push_back({"Linear", bias ? "batched x (2x3x4), with bias" : "2-D x (3x4), no bias",
+                      {{"x", random(bias ? Shape::batched(2, 3, 4) : Shape::mat(3, 4), rng)}}, linear,
+                      [linear](Tape<double>&, std::span<const Var<double>> in) { return linear->forward(in[0]); }});
+  }
+
+  auto embedding = std::make_shared<Embedding<double>>("embed", EmbeddingOptions{.vocab = 6, .dim = 4}, rng);
+  auto ids = std::make_shared<Ids>(Shape::mat(2, 3), std::initializer_list<std::int32_t>{5, 1, 5, 0, 2, 2});
+  checks.push_back({"Embedding", "ids (2x3) with repeated ids", {}, embedding,
+                    [embedding, ids](Tape<double>& t, std::span<const Var<double>>) { return embedding->forward(t, *ids); }});
+
+  for (auto kind : {PositionEncoding::onehot, PositionEncoding::learned, PositionEncoding::sinusoidal}) {
+    auto pos = std::make_shared<Positions<double>>(
+        "pos", PositionOptions{.kind = kind, .max_len = 5, .d_model = 4, .init = Initializer::normal(1.0)}, rng);
+    checks.push_back({"Positions", fmt::format("{} positions, x (2x3x4), T < max_len", to_string(kind)),
+                      {{"x", random(Shape::batched(2, 3, 4), rng)}}, pos,
+                      [pos](Tape<double>&, std::span<const Var<double>> in) { return pos->forward(in[0]); }});
+  }
+
+  using M = AttentionMode;
+  checks.push_back(attention_case("parameter-free, one head", {.mode = M::parameter_free, .d_model = 6},
+                                  Shape::batched(2, 4, 6), false, rng));
+  checks.push_back(attention_case("parameter-free, 2 heads, causal + padding",
+                                  {.mode = M::parameter_free, .d_model = 6, .n_heads = 2, .causal = true},
+                                  Shape::batched(2, 5, 6), true, rng));
+  checks.push_back(attention_case("learnable, one head", {.mode = M::learnable, .d_model = 5}, Shape::batched(2, 4, 5),
+                                  false, rng));
+  checks.push_back(attention_case("learnable, 3 heads, biases, Wo, causal + padding",
+                                  {.mode = M::learnable, .d_model = 6, .n_heads = 3, .bias = true,
+                                   .output_projection = true, .causal = true},
+                                  Shape::batched(2, 5, 6), true, rng));
+  checks.push_back(attention_case("learnable, 2 heads of d_head 5 != d_model/2, unscaled (note 001)",
+                                  {.mode = M::learnable, .d_model = 4, .n_heads = 2, .d_head = 5,
+                                   .scale = AttentionScale::none, .init = Initializer::normal(0.3)},
+                                  Shape::batched(2, 3, 4), false, rng));
+  checks.push_back(attention_case("learnable, scale 1/d_head (note 002), identity + noise init",
+                                  {.mode = M::learnable, .d_model = 4, .scale = AttentionScale::inv_d_head,
+                                   .init = Initializer::identity_plus_noise(0.2)},
+                                  Shape::batched(2, 4, 4), false, rng));
+  // Non-zero biases everywhere, so their gradients are checked at a generic point.
+  for (auto& c : checks)
+    for (auto* p : c.module->parameters())
+      if (p->name.find(".b") != std::string::npos && p->value.rank() == 1) p->value = random(p->value.shape(), rng);
+  return checks;
+}
+
+}  // namespace tapegrad

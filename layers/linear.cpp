@@ -1,0 +1,32 @@
+#include "layers/linear.hpp"
+
+#include "autograd/ops.hpp"
+
+namespace tapegrad {
+
+template <class T>
+Linear<T>::Linear(std::string name, const LinearOptions& options, Rng& rng) : Module<T>(std::move(name)), options_(options) {
+  if (options.in <= 0 || options.out <= 0)
+    fail<ValueError>("linear '{}': in and out must be positive, got in {} and out {}", this->name(), options.in,
+                     options.out);
+  TensorT<T> w(Shape::mat(options.in, options.out));
+  options.weight_init.apply(w, rng);
+  weight_ = &this->register_parameter("weight", std::move(w));
+  if (options.bias) bias_ = &this->register_parameter("bias", TensorT<T>(Shape::vec(options.out)));
+}
+
+template <class T>
+Var<T> Linear<T>::forward(Var<T> x) {
+  Tape<T>& t = Tape<T>::of("linear", {{"x", x}});
+  const Shape s = x.shape();
+  if (s.rank == 1 || s.cols != options_.in)
+    fail<ShapeError>("linear '{}': x is {} but the layer maps rows of {} features to {}", this->name(), s,
+                     options_.in, options_.out);
+  Var<T> y = matmul(x, t.param(*weight_));
+  return bias_ ? add(y, t.param(*bias_)) : y;
+}
+
+template class Linear<float>;
+template class Linear<double>;
+
+}  // namespace tapegrad

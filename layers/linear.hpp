@@ -1,0 +1,37 @@
+#pragma once
+// Linear: y = x W + b, with W (in, out) since rows are tokens (PyTorch stores W transposed).
+// x is (N, in) or (B, T, in); a batched x times the shared W is one (B*T, in) x (in, out) product.
+
+#include "autograd/tape.hpp"
+#include "layers/init.hpp"
+#include "layers/module.hpp"
+
+namespace tapegrad {
+
+struct LinearOptions {
+  Index in = 0;
+  Index out = 0;
+  bool bias = true;
+  Initializer weight_init = Initializer::xavier_uniform();
+};
+
+template <class T>
+class Linear : public Module<T> {
+ public:
+  Linear(std::string name, const LinearOptions& options, Rng& rng);
+  Var<T> forward(Var<T> x);  // (..., in) -> (..., out)
+
+  Parameter<T>& weight() { return *weight_; }
+  Parameter<T>* bias() { return bias_; }
+  const LinearOptions& options() const { return options_; }
+
+ private:
+  LinearOptions options_;
+  Parameter<T>* weight_;
+  Parameter<T>* bias_ = nullptr;
+};
+
+extern template class Linear<float>;
+extern template class Linear<double>;
+
+}  // namespace tapegrad

@@ -1,0 +1,90 @@
+#include "layers/module.hpp"
+
+#include <algorithm>
+
+namespace tapegrad {
+
+template <class T>
+std::vector<Parameter<T>*> Module<T>::parameters() {
+  std::vector<Parameter<T>*> out;
+  for (auto& p : own_) out.push_back(&p);
+  for (auto* c : children_)
+    for (auto* p : c->parameters()) out.push_back(p);
+  return out;
+}
+
+template <class T>
+std::vector<const Parameter<T>*> Module<T>::parameters() const {
+  std::vector<const Parameter<T>*> out;
+  for (const auto& p : own_) out.push_back(&p);
+  for (const auto* c : children_)
+    for (const auto* p : std::as_const(*c).parameters()) out.push_back(p);
+  return out;
+}
+
+template <class T>
+Parameter<T>& Module<T>::parameter(std::string_view full_name) {
+  std::string known;
+  for (auto* p : parameters()) {
+    if (p->name == full_name) return *p;
+    known += (known.empty() ? "" : ", ") + p->name;
+  }
+  fail<NameError>("parameter: '{}' is not a parameter of module '{}'; it has: {}", full_name, name_,
+                  known.empty() ? "no parameters" : known);
+}
+
+template <class T>
+Index Module<T>::parameter_count() const {
+  Index n = 0;
+  for (const auto* p : parameters()) n += p->value.numel();
+  return n;
+}
+
+template <class T>
+void Module<T>::zero_grad() {
+  for (auto* p : parameters()) p->zero_grad();
+}
+
+template <class T>
+void Module<T>::train(bool on) {
+  training_ = on;
+  for (auto* c : children_) c->train(on);
+}
+
+template <class T>
+void Module<T>::check_new_name(std::string_view local_name, const char* what) const {
+  if (local_name.empty() || local_name.find('.') != std::string_view::npos)
+    fail<NameError>("{}: '{}' is not a valid local name in module '{}' (non-empty, without '.')", what, local_name,
+                    name_);
+  const bool taken = std::find(own_local_names_.begin(), own_local_names_.end(), local_name) != own_local_names_.end() ||
+                     std::any_of(children_.begin(), children_.end(), [&](auto* c) { return c->name_ == local_name; });
+  if (taken) fail<NameError>("{}: module '{}' already has a parameter or child named '{}'", what, name_, local_name);
+}
+
+template <class T>
+Parameter<T>& Module<T>::register_parameter(std::string_view local_name, TensorT<T> value) {
+  check_new_name(local_name, "register_parameter");
+  own_local_names_.emplace_back(local_name);
+  return own_.emplace_back(prefix_ + std::string(local_name), std::move(value));
+}
+
+template <class T>
+void Module<T>::register_child(Module<T>& child, std::string_view local_name) {
+  check_new_name(local_name, "register_child");
+  child.name_ = std::string(local_name);
+  child.prefix_names(prefix_ + std::string(local_name) + ".");
+  child.train(training_);
+  children_.push_back(&child);
+}
+
+template <class T>
+void Module<T>::prefix_names(const std::string& prefix) {
+  prefix_ = prefix;
+  for (std::size_t k = 0; k < own_.size(); ++k) own_[k].name = prefix_ + own_local_names_[k];
+  for (auto* c : children_) c->prefix_names(prefix_ + c->name_ + ".");
+}
+
+template class Module<float>;
+template class Module<double>;
+
+}  // namespace tapegrad

@@ -1,0 +1,156 @@
+#include "layers/self_attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "autograd/ops.hpp"
+
+namespace tapegrad {
+
+std::string_view to_string(AttentionMode m) { return m == AttentionMode::learnable ? "learnable" : "parameter_free"; }
+
+std::string_view to_string(AttentionScale s) {
+  switch (s) {
+    case AttentionScale::inv_sqrt_d_head: return "1/sqrt(d_head)";
+    case AttentionScale::none: return "none";
+    case AttentionScale::inv_d_head: return "1/d_head";
+  }
+  return "?";
+}
+
+AttentionMode parse_attention_mode(std::string_view name) {
+  if (name == "free" || name == "parameter_free") return AttentionMode::parameter_free;
+  if (name == "learned" || name == "learnable") return AttentionMode::learnable;
+  fail<NameError>("attention: unknown mode '{}'; choose free (parameter-free) or learned", name);
+}
+
+AttentionScale parse_attention_scale(std::string_view name) {
+  if (name == "sqrt") return AttentionScale::inv_sqrt_d_head;
+  if (name == "none") return AttentionScale::none;
+  if (name == "d") return AttentionScale::inv_d_head;
+  fail<NameError>("attention: unknown scale '{}'; choose sqrt (1/sqrt(d_head)), none or d (1/d_head)", name);
+}
+
+template <class T>
+SelfAttention<T>::SelfAttention(std::string name, const SelfAttentionOptions& options, Rng& rng)
+    : Module<T>(std::move(name)), options_(options) {
+  const Index D = options.d_model, H = options.n_heads;
+  if (D <= 0 || H <= 0)
+    fail<ValueError>("self_attention '{}': d_model and n_heads must be positive, got {} and {}", this->name(), D, H);
+  const bool learnable = options.mode == AttentionMode::learnable;
+  if (!learnable && (D % H != 0 || (options.d_head != 0 && options.d_head * H != D)))
+    fail<ValueError>("self_attention '{}': the parameter-free mode splits X into heads, so d_model ({}) must be "
+                     "n_heads ({}) times d_head ({})",
+                     this->name(), D, H, options.d_head == 0 ? D / std::max<Index>(H, 1) : options.d_head);
+  if (!learnable && (options.bias || options.output_projection))
+    fail<ValueError>("self_attention '{}': the parameter-free mode has no parameters, so no bias and no output "
+                     "projection",
+                     this->name());
+  if (learnable && options.d_head == 0 && D % H != 0)
+    fail<ValueError>("self_attention '{}': d_model {} is not divisible by n_heads {}; give d_head explicitly",
+                     this->name(), D, H);
+  d_head_ = options.d_head != 0 ? options.d_head : D / H;
+
+  if (learnable) {
+    auto weight = [&](std::string_view local, Index rows, Index cols) {
+      TensorT<T> w(Shape::mat(rows, cols));
+      options.init.apply(w, rng);
+      return &this->register_parameter(local, std::move(w));
+    };
+    const Index width = H * d_head_;
+    wq_ = weight("wq", D, width);
+    wk_ = weight("wk", D, width);
+    wv_ = weight("wv", D, width);
+    if (options.bias) {
+      bq_ = &this->register_parameter("bq", TensorT<T>(Shape::vec(width)));
+      bk_ = &this->register_parameter("bk", TensorT<T>(Shape::vec(width)));
+      bv_ = &this->register_parameter("bv", TensorT<T>(Shape::vec(width)));
+    }
+    if (options.output_projection) {
+      wo_ = weight("wo", width, D);
+      if (options.bias) bo_ = &this->register_parameter("bo", TensorT<T>(Shape::vec(D)));
+    }
+  }
+  weights_.resize(static_cast<std::size_t>(H));
+  heads_.resize(static_cast<std::size_t>(H));
+}
+
+template <class T>
+Index SelfAttention<T>::output_width() const {
+  return options_.output_projection ? options_.d_model : options_.n_heads * d_head_;
+}
+
+template <class T>
+double SelfAttention<T>::scale_factor() const {
+  switch (options_.scale) {
+    case AttentionScale::inv_sqrt_d_head: return 1.0 / std::sqrt(static_cast<double>(d_head_));
+    case AttentionScale::none: return 1.0;
+    case AttentionScale::inv_d_head: return 1.0 / static_cast<double>(d_head_);
+  }
+  return 1.0;
+}
+
+template <class T>
+Var<T> SelfAttention<T>::project(Tape<T>& t, Var<T> x, Parameter<T>* w, Parameter<T>* b) {
+  Var<T> y = matmul(x, t.param(*w));  // (B, T, D) x (D, H dh): one product over all tokens
+  return b ? add(y, t.param(*b)) : y;
+}
+
+// The combined mask (nonzero = blocked), or nullptr when nothing is blocked: causal alone is one (T, T)
+// mask shared by the batch; padding makes it (B, T, T), blocking padded key columns.
+template <class T>
+const Mask* SelfAttention<T>::build_mask(const Shape& x, const Mask* key_padding) {
+  const Index B = x.batch, L = x.rows;
+  if (!options_.causal && !key_padding) return nullptr;
+  mask_.resize(key_padding ? Shape::batched(B, L, L) : Shape::mat(L, L));
+  for (Index b = 0; b < mask_.batch(); ++b)
+    for (Index i = 0; i < L; ++i)
+      for (Index j = 0; j < L; ++j)
+        mask_.at(b, i, j) = static_cast<std::uint8_t>((options_.causal && j > i) || (key_padding && key_padding->at(b, j)));
+  return &mask_;
+}
+
+template <class T>
+Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding) {
+  Tape<T>& t = Tape<T>::of("self_attention", {{"x", x}});
+  const Shape s = x.shape();
+  if (s.rank != 3 || s.cols != options_.d_model)
+    fail<ShapeError>("self_attention '{}': x is {} but the layer takes (batch, tokens, {}) inputs", this->name(), s,
+                     options_.d_model);
+  if (key_padding && key_padding->shape() != Shape::mat(s.batch, s.rows))
+    fail<ShapeError>("self_attention '{}': the key padding mask is {} but x is {}; it must be {}x{} (batch, tokens)",
+                     this->name(), key_padding->shape(), s, s.batch, s.rows);
+  const Mask* mask = build_mask(s, key_padding);
+
+  Var<T> q = x, k = x, v = x;
+  if (options_.mode == AttentionMode::learnable) {
+    // K, then Q, then V: backward then adds dV, dQ, dK into dX in the order the parameter-free graph
+    // does (softmax(X X^T) X), so with identity weights the two give bit-identical input gradients.
+    k = project(t, x, wk_, bk_);
+    q = project(t, x, wq_, bq_);
+    v = project(t, x, wv_, bv_);
+  }
+  const Index H = options_.n_heads, dh = d_head_;
+  const double factor = scale_factor();
+  for (Index h = 0; h < H; ++h) {
+    const bool whole = H == 1;  // one head: no slicing, no copies
+    Var<T> qh = whole ? q : slice_cols(q, h * dh, dh);
+    Var<T> kh = whole ? k : slice_cols(k, h * dh, dh);
+    Var<T> vh = whole ? v : slice_cols(v, h * dh, dh);
+    Var<T> scores = matmul_bt(qh, kh);  // (B, T, T)
+    if (factor != 1.0) scores = scale(scores, factor);
+    Var<T> weights = softmax_rows(scores, mask);
+    TensorT<T>& kept = weights_[static_cast<std::size_t>(h)];
+    kept.resize(weights.shape());
+    std::copy(weights.value().data(), weights.value().data() + kept.numel(), kept.data());
+    heads_[static_cast<std::size_t>(h)] = matmul(weights, vh);  // (B, T, dh)
+  }
+  Var<T> out = H == 1 ? heads_[0] : concat_cols(std::span<const Var<T>>(heads_));  // (B, T, H dh)
+  if (wo_) out = project(t, out, wo_, bo_);                                          // (B, T, D)
+  return out;
+}
+
+template class SelfAttention<float>;
+template class SelfAttention<double>;
+
+}  // namespace tapegrad

@@ -1,0 +1,91 @@
+#pragma once
+// Self-attention, in the two modes the notes contrast, built from the autograd ops (so its backward
+// comes from theirs).
+//
+//   parameter-free:  softmax(X X^T * s) X                      no parameters at all
+//   learnable:       Q = X Wq, K = X Wk, V = X Wv;  softmax(Q K^T * s) V   (+ biases, + X Wo)
+//
+// Shapes (legend: B batch, T tokens, D = d_model, H heads, dh = d_head):
+//   x (B, T, D) -> per head h: Q_h, K_h, V_h (B, T, dh), weights A_h = softmax(Q_h K_h^T s) (B, T, T),
+//   out_h = A_h V_h (B, T, dh) -> heads side by side (B, T, H dh) -> with Wo: (B, T, D).
+// The parameter-free mode splits X itself into H column blocks (dh = D / H).
+//
+// With Wq = Wk = Wv = I (one head, dh = D, no Wo, no biases) the learnable mode gives exactly the
+// parameter-free result, outputs and input gradients bit for bit (tests/test_layers.cpp checks it).
+
+#include <string_view>
+#include <vector>
+
+#include "autograd/tape.hpp"
+#include "layers/init.hpp"
+#include "layers/module.hpp"
+
+namespace tapegrad {
+
+enum class AttentionMode { parameter_free, learnable };
+// The factor s on the scores: 1/sqrt(dh) (the standard), none (note 001), 1/dh (note 002).
+enum class AttentionScale { inv_sqrt_d_head, none, inv_d_head };
+
+std::string_view to_string(AttentionMode m);
+std::string_view to_string(AttentionScale s);
+AttentionMode parse_attention_mode(std::string_view name);    // "free" / "parameter_free" / "learned" / "learnable"
+AttentionScale parse_attention_scale(std::string_view name);  // "sqrt" / "none" / "d"
+
+struct SelfAttentionOptions {
+  AttentionMode mode = AttentionMode::learnable;
+  Index d_model = 0;
+  Index n_heads = 1;
+  Index d_head = 0;                // 0: d_model / n_heads
+  bool bias = false;               // bq, bk, bv (and bo with the output projection)
+  bool output_projection = false;  // Wo: (n_heads * d_head, d_model)
+  bool causal = false;             // token t attends to tokens <= t only
+  AttentionScale scale = AttentionScale::inv_sqrt_d_head;
+  Initializer init = Initializer::xavier_uniform();  // Wq, Wk, Wv, Wo
+};
+
+template <class T>
+class SelfAttention : public Module<T> {
+ public:
+  SelfAttention(std::string name, const SelfAttentionOptions& options, Rng& rng);
+
+  // x (B, T, d_model). key_padding (B, T), optional: nonzero marks a padding position, which no
+  // query attends to. A query that can see no key at all (causal + padding) gets a zero output.
+  Var<T> forward(Var<T> x, const Mask* key_padding = nullptr);
+
+  // The attention weights of the last forward, one (B, T, T) tensor per head (row = query, column =
+  // key); always kept, at the cost of one copy of the weights per forward.
+  const std::vector<TensorT<T>>& attention_weights() const { return weights_; }
+
+  const SelfAttentionOptions& options() const { return options_; }
+  Index d_head() const { return d_head_; }
+  Index output_width() const;
+  double scale_factor() const;
+  // nullptr in the parameter-free mode (and for Wo without the output projection).
+  Parameter<T>* wq() { return wq_; }
+  Parameter<T>* wk() { return wk_; }
+  Parameter<T>* wv() { return wv_; }
+  Parameter<T>* wo() { return wo_; }
+
+ private:
+  Var<T> project(Tape<T>& t, Var<T> x, Parameter<T>* w, Parameter<T>* b);
+  const Mask* build_mask(const Shape& x, const Mask* key_padding);
+
+  SelfAttentionOptions options_;
+  Index d_head_;
+  Parameter<T>* wq_ = nullptr;
+  Parameter<T>* wk_ = nullptr;
+  Parameter<T>* wv_ = nullptr;
+  Parameter<T>* wo_ = nullptr;
+  Parameter<T>* bq_ = nullptr;
+  Parameter<T>* bk_ = nullptr;
+  Parameter<T>* bv_ = nullptr;
+  Parameter<T>* bo_ = nullptr;
+  Mask mask_;                       // causal and/or padding, rebuilt per forward without allocating
+  std::vector<TensorT<T>> weights_;  // per head, (B, T, T)
+  std::vector<Var<T>> heads_;        // scratch: per-head outputs before concatenation
+};
+
+extern template class SelfAttention<float>;
+extern template class SelfAttention<double>;
+
+}  // namespace tapegrad

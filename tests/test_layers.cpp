@@ -1,0 +1,296 @@
+// layers/: Module naming and order, initialisers, Linear, embeddings, positions, SelfAttention's
+// invariants, every layer's gradcheck, and SelfAttention against PyTorch's nn.MultiheadAttention.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "autograd/ops.hpp"
+#include "golden_file.hpp"
+#include "helpers.hpp"
+#include "layers/embedding.hpp"
+#include "layers/layer_checks.hpp"
+#include "layers/linear.hpp"
+#include "layers/self_attention.hpp"
+
+using namespace tapegrad;
+using test::random_tensor;
+
+namespace {
+
+// Two children, one nested: exercises dotted names and the fixed order.
+struct Block : Module<double> {
+  Linear<double> inner;
+  explicit Block(Rng& rng) : Module<double>("block"), inner("inner", {.in = 2, .out = 3}, rng) {
+    register_parameter("gate", TensorD(Shape::vec(3)));
+    register_child(inner, "proj");
+  }
+};
+
+struct Model : Module<double> {
+  Block block;
+  SelfAttention<double> attn;
+  explicit Model(Rng& rng)
+      : Module<double>("model"), block(rng), attn("attn", {.mode = AttentionMode::learnable, .d_model = 4}, rng) {
+    register_parameter("scale", TensorD(Shape::vec(1), 1.0));
+    register_child(block, "block");
+    register_child(attn, "attn");
+  }
+};
+
+std::vector<std::string> names(Module<double>& m) {
+  std::vector<std::string> out;
+  for (auto* p : m.parameters()) out.push_back(p->name);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("module: dotted names in a fixed order: own parameters first, then children in order") {
+  Rng rng(1);
+  Model model(rng);
+  CHECK(names(model) == std::vector<std::string>{"scale", "block.gate", "block.proj.weight", "block.proj.bias",
+                                                 "attn.wq", "attn.wk", "attn.wv"});
+  CHECK(model.parameter("block.proj.weight").value.shape() == Shape::mat(2, 3));
+  CHECK(model.parameter_count() == 1 + 3 + 6 + 3 + 3 * 16);
+  CHECK_THROWS_WITH_AS(model.parameter("attn.wo"),
+                       "parameter: 'attn.wo' is not a parameter of module 'model'; it has: scale, block.gate, "
+                       "block.proj.weight, block.proj.bias, attn.wq, attn.wk, attn.wv",
+                       NameError);
+}
+
+TEST_CASE("module: zero_grad, train/eval reach every child, and names are checked") {
+  Rng rng(2);
+  Model model(rng);
+  for (auto* p : model.parameters()) p->grad.fill(3.0);
+  model.zero_grad();
+  for (auto* p : model.parameters()) CHECK(p->grad.array().abs().sum() == 0);
+  model.eval();
+  CHECK_FALSE(model.block.inner.training());
+  model.train();
+  CHECK(model.attn.training());
+
+  struct Bad : Module<double> {
+    using Module<double>::register_parameter;
+    Bad() : Module<double>("bad") { register_parameter("w", TensorD(Shape::vec(1))); }
+  } bad;
+  CHECK_THROWS_WITH_AS(bad.register_parameter("w", TensorD(Shape::vec(1))),
+                       "register_parameter: module 'bad' already has a parameter or child named 'w'", NameError);
+  CHECK_THROWS_WITH_AS(bad.register_parameter("a.b", TensorD(Shape::vec(1))),
+                       "register_parameter: 'a.b' is not a valid local name in module 'bad' (non-empty, without '.')",
+                       NameError);
+}
+
+TEST_CASE("init: schemes draw from the seed and have the spread they claim") {
+  Rng a(7), b(7);
+  TensorD w1(Shape::mat(200, 300)), w2(Shape::mat(200, 300));
+  Initializer::xavier_uniform().apply(w1, a);
+  Initializer::xavier_uniform().apply(w2, b);
+  CHECK(w1 == w2);  // same seed, same weights
+  const double bound = std::sqrt(6.0 / 500.0);
+  CHECK(w1.array().abs().maxCoeff() <= bound);
+  CHECK(w1.array().abs().maxCoeff() > 0.99 * bound);
+  // Uniform on [-a, a] has variance a^2 / 3; 60000 draws pin it within 2%.
+  CHECK(w1.array().square().mean() == doctest::Approx(bound * bound / 3).epsilon(0.02));
+  TensorD n(Shape::mat(200, 300));
+  Initializer::xavier_normal(2.0).apply(n, a);
+  CHECK(n.array().square().mean() == doctest::Approx(4.0 * 2.0 / 500.0).epsilon(0.02));
+  TensorD eye(Shape::mat(3, 4));
+  Initializer::identity_plus_noise(0).apply(eye, a);
+  CHECK(eye == TensorD(Shape::mat(3, 4), {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0}));
+}
+
+TEST_CASE("linear: y = x W + b over rows, and a clear error for the wrong width") {
+  Rng rng(3);
+  Linear<double> lin("readout", {.in = 2, .out = 3}, rng);
+  lin.weight().value = TensorD(Shape::mat(2, 3), {1, 2, 3, 4, 5, 6});
+  lin.bias()->value = TensorD(Shape::vec(3), {10, 20, 30});
+  Tape<double> t;
+  Var<double> y = lin.forward(t.constant(TensorD(Shape::batched(1, 2, 2), {1, 0, 1, 1})));
+  CHECK(y.value() == TensorD(Shape::batched(1, 2, 3), {11, 22, 33, 15, 27, 39}));
+  CHECK_THROWS_WITH_AS(lin.forward(t.constant(TensorD(Shape::mat(4, 5)))),
+                       "linear 'readout': x is 4x5 but the layer maps rows of 2 features to 3", ShapeError);
+}
+
+TEST_CASE("embeddings: a trainable table, fixed one-hot tokens, and positions") {
+  Rng rng(4);
+  Tape<double> t;
+  const Ids ids(Shape::mat(1, 3), {2, 0, 2});
+  Embedding<double> emb("embed", {.vocab = 3, .dim = 2}, rng);
+  emb.table().value = TensorD(Shape::mat(3, 2), {0, 1, 10, 11, 20, 21});
+  CHECK(emb.forward(t, ids).value() == TensorD(Shape::batched(1, 3, 2), {20, 21, 0, 1, 20, 21}));
+  OneHotTokens<double> onehot("tokens", 3);
+  CHECK(onehot.parameters().empty());
+  CHECK(onehot.forward(t, ids).value() == TensorD(Shape::batched(1, 3, 3), {0, 0, 1, 1, 0, 0, 0, 0, 1}));
+
+  Var<double> x = t.constant(TensorD(Shape::batched(1, 2, 2), {1, 2, 3, 4}));
+  Positions<double> one("pos", {.kind = PositionEncoding::onehot, .max_len = 3, .d_model = 2}, rng);
+  CHECK(one.output_width() == 5);
+  CHECK(one.forward(x).value() == TensorD(Shape::batched(1, 2, 5), {1, 2, 1, 0, 0, 3, 4, 0, 1, 0}));
+  Positions<double> sin("pos", {.kind = PositionEncoding::sinusoidal, .max_len = 3, .d_model = 2}, rng);
+  // PE(t, 0) = sin(t), PE(t, 1) = cos(t) for d_model 2.
+  CHECK_TENSOR_NEAR(sin.forward(x).value(), TensorD(Shape::batched(1, 2, 2), {1, 3, 3 + std::sin(1.0), 4 + std::cos(1.0)}),
+                    1e-15, 0);
+  Positions<double> learned("pos", {.kind = PositionEncoding::learned, .max_len = 3, .d_model = 2}, rng);
+  CHECK(learned.parameters().size() == 1);
+  CHECK(learned.parameters()[0]->name == "table");
+  CHECK_THROWS_WITH_AS(learned.forward(t.constant(TensorD(Shape::batched(1, 4, 2)))),
+                       "positions 'pos': x is 1x4x2 but the layer takes (batch, T <= 3, 2) inputs", ShapeError);
+  CHECK(parse_position_encoding("sinusoidal") == PositionEncoding::sinusoidal);
+  CHECK_THROWS_WITH_AS(parse_position_encoding("rotary"),
+                       "positions: unknown encoding 'rotary'; choose none, onehot, learned or sinusoidal", NameError);
+}
+
+TEST_CASE("self_attention: learnable with Wq = Wk = Wv = I equals parameter-free exactly, outputs and input gradients") {
+  Rng rng(5);
+  for (auto scale : {AttentionScale::inv_sqrt_d_head, AttentionScale::none, AttentionScale::inv_d_head})
+    for (bool causal : {false, true}) {
+      CAPTURE(to_string(scale));
+      CAPTURE(causal);
+      SelfAttention<double> free("attn", {.mode = AttentionMode::parameter_free, .d_model = 3, .causal = causal, .scale = scale}, rng);
+      SelfAttention<double> learned("attn", {.mode = AttentionMode::learnable, .d_model = 3, .causal = causal, .scale = scale,
+                                             .init = Initializer::identity_plus_noise(0)}, rng);
+      CHECK(free.parameters().empty());
+      const TensorD x = random_tensor(Shape::batched(2, 4, 3), rng);
+      const TensorD seed = random_tensor(Shape::batched(2, 4, 3), rng);
+      Tape<double> t1, t2;
+      Var<double> x1 = t1.input(x), x2 = t2.input(x);
+      Var<double> y1 = free.forward(x1), y2 = learned.forward(x2);
+      t1.backward(y1, seed);
+      t2.backward(y2, seed);
+      CHECK(y1.value() == y2.value());  // bit for bit
+      CHECK(x1.grad() == x2.grad());
+      CHECK(free.attention_weights()[0] == learned.attention_weights()[0]);
+    }
+}
+
+TEST_CASE("self_attention: the same holds in float32") {
+  Rng rng(6);
+  SelfAttention<float> free("attn", {.mode = AttentionMode::parameter_free, .d_model = 5}, rng);
+  SelfAttention<float> learned("attn", {.mode = AttentionMode::learnable, .d_model = 5, .init = Initializer::identity_plus_noise(0)}, rng);
+  const Tensor x = random_tensor<float>(Shape::batched(3, 6, 5), rng);
+  Tape<float> t1, t2;
+  Var<float> x1 = t1.input(x), x2 = t2.input(x);
+  Var<float> y1 = free.forward(x1), y2 = learned.forward(x2);
+  t1.backward(sum(y1));
+  t2.backward(sum(y2));
+  CHECK(y1.value() == y2.value());
+  CHECK(x1.grad() == x2.grad());
+}
+
+TEST_CASE("self_attention: permuting the input rows permutes the output rows (no mask, no positions)") {
+  Rng rng(7);
+  for (auto mode : {AttentionMode::parameter_free, AttentionMode::learnable}) {
+    CAPTURE(to_string(mode));
+    const bool learnable = mode == AttentionMode::learnable;
+    SelfAttention<double> attn("attn", {.mode = mode, .d_model = 6, .n_heads = 2, .bias = learnable,
+                                        .output_projection = learnable}, rng);
+    const TensorD x = random_tensor(Shape::batched(2, 5, 6), rng);
+    const std::vector<Index> perm = {3, 0, 4, 1, 2};
+    TensorD xp(x.shape());
+    for (Index b = 0; b < 2; ++b)
+      for (Index r = 0; r < 5; ++r) xp.mat(b).row(r) = x.mat(b).row(perm[static_cast<std::size_t>(r)]);
+    Tape<double> t;
+    const TensorD y = attn.forward(t.constant(x)).value();
+    const TensorD yp = attn.forward(t.constant(xp)).value();
+    TensorD expected(y.shape());
+    for (Index b = 0; b < 2; ++b)
+      for (Index r = 0; r < 5; ++r) expected.mat(b).row(r) = y.mat(b).row(perm[static_cast<std::size_t>(r)]);
+    CHECK_TENSOR_NEAR(yp, expected, 1e-14, 1e-13);  // the same sums in another order
+  }
+}
+
+TEST_CASE("self_attention: every row of the weights sums to 1, blocked entries are 0, fully blocked rows give zeros") {
+  Rng rng(8);
+  SelfAttention<double> attn("attn", {.mode = AttentionMode::learnable, .d_model = 4, .n_heads = 2, .causal = true}, rng);
+  Mask padding(Shape::mat(2, 4));
+  padding.at(1, 0) = 1;  // item 1: key 0 is padding, so its query 0 (causal) sees nothing
+  padding.at(1, 3) = 1;
+  Tape<double> t;
+  const TensorD y = attn.forward(t.constant(random_tensor(Shape::batched(2, 4, 4), rng)), &padding).value();
+  REQUIRE(attn.attention_weights().size() == 2);
+  for (const TensorD& w : attn.attention_weights()) {
+    REQUIRE(w.shape() == Shape::batched(2, 4, 4));
+    for (Index b = 0; b < 2; ++b)
+      for (Index i = 0; i < 4; ++i) {
+        const bool blind = b == 1 && i == 0;
+        CHECK(w.mat(b).row(i).sum() == doctest::Approx(blind ? 0.0 : 1.0).epsilon(1e-14));
+        for (Index j = 0; j < 4; ++j)
+          if (j > i || (b == 1 && (j == 0 || j == 3))) CHECK(w.at(b, i, j) == 0.0);
+      }
+  }
+  CHECK(y.mat(1).row(0).isZero(0.0));  // the fully blocked query: zero output, not NaN
+  CHECK(all_finite(y));
+}
+
+TEST_CASE("self_attention: options and inputs that do not fit are clear errors") {
+  Rng rng(9);
+  using M = AttentionMode;
+  CHECK_THROWS_WITH_AS(SelfAttention<double>("attn", {.mode = M::parameter_free, .d_model = 6, .n_heads = 4}, rng),
+                       "self_attention 'attn': the parameter-free mode splits X into heads, so d_model (6) must be "
+                       "n_heads (4) times d_head (1)",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(SelfAttention<double>("attn", {.mode = M::parameter_free, .d_model = 6, .output_projection = true}, rng),
+                       "self_attention 'attn': the parameter-free mode has no parameters, so no bias and no output "
+                       "projection",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(SelfAttention<double>("attn", {.mode = M::learnable, .d_model = 6, .n_heads = 4}, rng),
+                       "self_attention 'attn': d_model 6 is not divisible by n_heads 4; give d_head explicitly",
+                       ValueError);
+  SelfAttention<double> attn("attn", {.mode = M::learnable, .d_model = 6}, rng);
+  Tape<double> t;
+  CHECK_THROWS_WITH_AS(attn.forward(t.constant(TensorD(Shape::batched(2, 3, 5)))),
+                       "self_attention 'attn': x is 2x3x5 but the layer takes (batch, tokens, 6) inputs", ShapeError);
+  Mask padding(Shape::mat(3, 2));
+  CHECK_THROWS_WITH_AS(attn.forward(t.constant(TensorD(Shape::batched(2, 3, 6))), &padding),
+                       "self_attention 'attn': the key padding mask is 3x2 but x is 2x3x6; it must be 2x3 (batch, tokens)",
+                       ShapeError);
+  CHECK(parse_attention_mode("free") == M::parameter_free);
+  CHECK_THROWS_WITH_AS(parse_attention_mode("fixed"),
+                       "attention: unknown mode 'fixed'; choose free (parameter-free) or learned", NameError);
+}
+
+TEST_CASE("gradcheck: every layer with respect to its input and every parameter, float64") {
+  const GradcheckOptions strict{.eps = 1e-6, .atol = 1e-7, .rtol = 1e-6};
+  const auto checks = layer_checks(3);
+  CHECK(checks.size() >= 10);
+  for (const auto& c : checks) {
+    CAPTURE(c.layer);
+    CAPTURE(c.name);
+    const auto params = c.module->parameters();
+    const GradcheckReport report = gradcheck(c.f, c.inputs, params, strict);
+    CHECK_GRADCHECK(report);
+    Index expected = 0;
+    for (const auto& in : c.inputs) expected += in.value.numel();
+    for (const auto* p : params) expected += p->value.numel();
+    CHECK(report.checked == expected);  // every element of every input and parameter
+  }
+}
+
+TEST_CASE("golden: multi-head causal attention with padding matches PyTorch's nn.MultiheadAttention") {
+  const auto cases = test::read_golden("golden_attention.txt");
+  REQUIRE(cases.count("mha_causal_padding") == 1);
+  const test::GoldenCase& c = cases.at("mha_causal_padding");
+  Rng rng(10);
+  SelfAttention<double> attn("attn", {.mode = AttentionMode::learnable, .d_model = 6, .n_heads = 3, .bias = true,
+                                      .output_projection = true, .causal = true}, rng);
+  REQUIRE(attn.parameters().size() == 8);
+  // The file names them as children of a model ("attn.wq"); this layer is a root module ("wq").
+  for (const auto& [name, value] : c.inputs)
+    if (name != "x") attn.parameter(name.substr(std::string("attn.").size())).value = value;
+  Tape<double> t;
+  Var<double> x = t.input(c.inputs.front().second);
+  Var<double> y = attn.forward(x, &c.masks.at("padding"));
+  CHECK_TENSOR_NEAR(y.value(), c.output, 1e-12, 1e-11);
+  for (Index h = 0; h < 3; ++h) {
+    CAPTURE(h);
+    CHECK_TENSOR_NEAR(attn.attention_weights()[static_cast<std::size_t>(h)], c.weights.at(fmt::format("head{}", h)), 1e-13, 1e-12);
+  }
+  attn.zero_grad();
+  t.backward(y, c.projection);
+  CHECK_TENSOR_NEAR(x.grad(), c.grads.at("x"), 1e-12, 1e-11);
+  for (auto* p : attn.parameters()) {
+    CAPTURE(p->name);
+    CHECK_TENSOR_NEAR(p->grad, c.grads.at("attn." + p->name), 1e-12, 1e-11);
+  }
+}
