@@ -1,0 +1,605 @@
+// train/optimizer and train/schedule: every step of SGD, Adam and AdamW, clip_grad_norm and the
+// schedules against PyTorch (tests/data/make_optim_golden.py wrote tests/data/optim_golden.txt);
+// the refusals and their messages; a strict load_state that changes nothing when it refuses; resuming
+// from state() bit for bit; the float instantiation.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <numbers>
+#include <sstream>
+
+#include "helpers.hpp"
+#include "train/optimizer.hpp"
+#include "train/schedule.hpp"
+
+using namespace tapegrad;
+using test::random_tensor;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// The golden file (format described in make_optim_golden.py)
+
+struct GoldenCase {
+  std::string kind;
+  std::map<std::string, double> options;
+  TensorD lrs;                                           // lr before each step, if the case sets it
+  std::map<int, std::map<std::string, TensorD>> values;  // step -> parameter -> value after the step
+  double norm = 0;                                       // clip cases
+  std::map<std::string, TensorD> clipped;
+};
+
+struct Golden {
+  std::vector<std::pair<std::string, TensorD>> params;  // initial values, in the optimizer's order
+  std::map<int, std::map<std::string, TensorD>> grads;  // step -> parameter -> grad
+  std::map<std::string, GoldenCase> cases;
+};
+
+Shape read_shape(std::istringstream& words) {
+  int rank = 0;
+  words >> rank;
+  Index d[3] = {1, 1, 1};
+  for (int k = 0; k < rank; ++k) words >> d[k];
+  if (rank == 1) return Shape::vec(d[0]);
+  if (rank == 2) return Shape::mat(d[0], d[1]);
+  return Shape::batched(d[0], d[1], d[2]);
+}
+
+TensorD read_values(std::istream& in, Shape s) {
+  std::string line;
+  std::getline(in, line);
+  std::istringstream values(line);
+  TensorD t(s);
+  Index read = 0;
+  while (read < t.numel() && values >> t[read]) ++read;
+  REQUIRE_MESSAGE(read == t.numel(), "optim_golden.txt: ", read, " values for a ", s, " tensor");
+  return t;
+}
+
+Golden read_golden() {
+  std::ifstream in(TAPEGRAD_TEST_DATA "/optim_golden.txt");
+  REQUIRE_MESSAGE(in.good(), "cannot open tests/data/optim_golden.txt");
+  Golden g;
+  GoldenCase* current = nullptr;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream words(line);
+    std::string kind, name;
+    int step = 0;
+    words >> kind;
+    if (kind == "param") {
+      words >> name;
+      g.params.emplace_back(name, read_values(in, read_shape(words)));
+    } else if (kind == "grad") {
+      words >> step >> name;
+      g.grads[step][name] = read_values(in, read_shape(words));
+    } else if (kind == "case") {
+      words >> name;
+      current = &g.cases[name];
+      words >> current->kind;
+    } else if (kind == "end") {
+      current = nullptr;
+    } else {
+      REQUIRE_MESSAGE(current != nullptr, "optim_golden.txt: '", kind, "' outside a case");
+      if (kind == "option") {
+        double value = 0;
+        words >> name >> value;
+        current->options[name] = value;
+      } else if (kind == "lrs") {
+        current->lrs = read_values(in, read_shape(words));
+      } else if (kind == "value") {
+        words >> step >> name;
+        current->values[step][name] = read_values(in, read_shape(words));
+      } else if (kind == "norm") {
+        words >> current->norm;
+      } else if (kind == "clipped") {
+        words >> name;
+        current->clipped[name] = read_values(in, read_shape(words));
+      } else {
+        FAIL("optim_golden.txt: unknown line kind '", kind, "'");
+      }
+    }
+  }
+  return g;
+}
+
+// Parameters at stable addresses (the optimizer keeps pointers).
+struct Params {
+  std::vector<std::unique_ptr<Parameter<double>>> owned;
+  std::vector<Parameter<double>*> ptrs() const {
+    std::vector<Parameter<double>*> out;
+    for (const auto& p : owned) out.push_back(p.get());
+    return out;
+  }
+};
+
+Params golden_params(const Golden& g) {
+  Params ps;
+  for (const auto& entry : g.params) ps.owned.push_back(std::make_unique<Parameter<double>>(entry.first, entry.second));
+  return ps;
+}
+
+// The case's options over the C++ defaults: cases without an option also check our defaults are torch's.
+std::unique_ptr<Optimizer<double>> make_optimizer(const GoldenCase& c, std::vector<Parameter<double>*> ps) {
+  auto opt = [&c](const char* key, double fallback) {
+    const auto found = c.options.find(key);
+    return found == c.options.end() ? fallback : found->second;
+  };
+  if (c.kind == "sgd") {
+    SgdOptions o;
+    o = {opt("lr", o.lr), opt("momentum", o.momentum), opt("dampening", o.dampening),
+         opt("weight_decay", o.weight_decay), opt("nesterov", o.nesterov) != 0};
+    return std::make_unique<SGD<double>>(std::move(ps), o);
+  }
+  if (c.kind == "adam") {
+    AdamOptions o;
+    o = {opt("lr", o.lr), opt("beta1", o.beta1), opt("beta2", o.beta2), opt("eps", o.eps),
+         opt("weight_decay", o.weight_decay)};
+    return std::make_unique<Adam<double>>(std::move(ps), o);
+  }
+  REQUIRE(c.kind == "adamw");
+  AdamWOptions o;
+  o = {opt("lr", o.lr), opt("beta1", o.beta1), opt("beta2", o.beta2), opt("eps", o.eps),
+       opt("weight_decay", o.weight_decay)};
+  return std::make_unique<AdamW<double>>(std::move(ps), o);
+}
+
+// Replays the golden gradients through every case of one kind; returns how many cases it ran.
+int replay_against_torch(const std::string& kind) {
+  const Golden g = read_golden();
+  int replayed = 0;
+  for (const auto& entry : g.cases) {
+    const std::string& name = entry.first;
+    const GoldenCase& c = entry.second;
+    if (c.kind != kind) continue;
+    CAPTURE(name);
+    Params ps = golden_params(g);
+    auto opt = make_optimizer(c, ps.ptrs());
+    REQUIRE(c.values.size() == g.grads.size());
+    for (int step = 0; step < static_cast<int>(g.grads.size()); ++step) {
+      CAPTURE(step);
+      if (c.lrs.numel() > 0) opt->set_lr(c.lrs[step]);
+      for (auto& p : ps.owned) p->grad = g.grads.at(step).at(p->name);
+      opt->step();
+      for (const auto& p : ps.owned) {
+        CAPTURE(p->name);
+        CHECK_TENSOR_NEAR(p->value, c.values.at(step).at(p->name), 1e-15, 1e-12);
+      }
+    }
+    CHECK(opt->steps_taken() == static_cast<std::int64_t>(g.grads.size()));
+    ++replayed;
+  }
+  return replayed;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A small model for the state tests: "attn.wq" (2x3) then "attn.bias" (3).
+
+struct TwoParams {
+  Parameter<double> wq, bias;
+  explicit TwoParams(std::uint64_t seed) {
+    Rng rng(seed);
+    wq = Parameter<double>("attn.wq", random_tensor(Shape::mat(2, 3), rng));
+    bias = Parameter<double>("attn.bias", random_tensor(Shape::vec(3), rng));
+  }
+  std::vector<Parameter<double>*> ptrs() { return {&wq, &bias}; }
+  void random_grads(Rng& rng) {
+    wq.grad = random_tensor(wq.value.shape(), rng);
+    bias.grad = random_tensor(bias.value.shape(), rng);
+  }
+};
+
+void take_steps(Optimizer<double>& opt, TwoParams& m, Rng& rng, int steps) {
+  for (int s = 0; s < steps; ++s) {
+    m.random_grads(rng);
+    opt.step();
+  }
+}
+
+bool same_state(const OptimizerState<double>& a, const OptimizerState<double>& b) {
+  return a.kind == b.kind && a.hyperparameters == b.hyperparameters && a.step == b.step && a.per_param == b.per_param;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Against PyTorch
+
+TEST_CASE("optimizer: SGD matches torch.optim.SGD step by step (plain, momentum, dampening, Nesterov, decay)") {
+  CHECK(replay_against_torch("sgd") == 4);
+}
+
+TEST_CASE("optimizer: Adam matches torch.optim.Adam step by step (defaults, L2 decay, betas, changing lr)") {
+  CHECK(replay_against_torch("adam") == 3);
+}
+
+TEST_CASE("optimizer: AdamW matches torch.optim.AdamW step by step (defaults, decoupled decay)") {
+  CHECK(replay_against_torch("adamw") == 2);
+}
+
+TEST_CASE("optimizer: clip_grad_norm matches torch.nn.utils.clip_grad_norm_") {
+  const Golden g = read_golden();
+  for (const char* name : {"clip_scaled", "clip_untouched"}) {
+    CAPTURE(name);
+    REQUIRE(g.cases.count(name) == 1);
+    const GoldenCase& c = g.cases.at(name);
+    Params ps = golden_params(g);
+    for (auto& p : ps.owned) p->grad = g.grads.at(0).at(p->name);
+    const double norm = clip_grad_norm(ps.ptrs(), c.options.at("max_norm"));
+    CHECK(norm == doctest::Approx(c.norm).epsilon(1e-13));
+    for (const auto& p : ps.owned) {
+      CAPTURE(p->name);
+      CHECK_TENSOR_NEAR(p->grad, c.clipped.at(p->name), 1e-15, 1e-12);
+    }
+  }
+  // Below the threshold the gradients are not even multiplied by 1.
+  Params ps = golden_params(g);
+  for (auto& p : ps.owned) p->grad = g.grads.at(0).at(p->name);
+  clip_grad_norm(ps.ptrs(), 100.0);
+  for (const auto& p : ps.owned) CHECK(p->grad == g.grads.at(0).at(p->name));
+}
+
+TEST_CASE("schedule: StepLr and CosineWithWarmup match torch.optim.lr_scheduler") {
+  const Golden g = read_golden();
+  int checked = 0;
+  for (const auto& entry : g.cases) {
+    const std::string& name = entry.first;
+    const GoldenCase& c = entry.second;
+    std::unique_ptr<LrSchedule> schedule;
+    const auto& o = c.options;
+    if (c.kind == "step_lr")
+      schedule = std::make_unique<StepLr>(o.at("lr"), static_cast<std::int64_t>(o.at("step_size")), o.at("gamma"));
+    else if (c.kind == "cosine_warmup")
+      schedule = std::make_unique<CosineWithWarmup>(o.at("lr"), static_cast<std::int64_t>(o.at("warmup_steps")),
+                                                    static_cast<std::int64_t>(o.at("total_steps")), o.at("min_lr"));
+    else
+      continue;
+    CAPTURE(name);
+    REQUIRE(c.lrs.numel() > 0);
+    for (Index step = 0; step < c.lrs.numel(); ++step) {
+      CAPTURE(step);
+      CHECK(schedule->lr_at(step) == doctest::Approx(c.lrs[step]).epsilon(1e-12));
+    }
+    ++checked;
+  }
+  CHECK(checked == 3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schedules
+
+TEST_CASE("schedule: CosineWithWarmup by hand: warm-up, peak, cosine, floor") {
+  const CosineWithWarmup s(1.0, 2, 6, 0.1);
+  CHECK(s.lr_at(0) == 0.5);  // lr (0 + 1) / 2
+  CHECK(s.lr_at(1) == 1.0);  // the last warm-up step is at lr
+  CHECK(s.lr_at(2) == 1.0);  // the cosine starts at lr
+  CHECK(s.lr_at(3) == doctest::Approx(0.1 + 0.9 * 0.5 * (1 + std::cos(std::numbers::pi / 4))).epsilon(1e-15));
+  CHECK(s.lr_at(4) == doctest::Approx(0.55).epsilon(1e-15));  // half way: (lr + min_lr) / 2
+  CHECK(s.lr_at(6) == doctest::Approx(0.1).epsilon(1e-15));
+  CHECK(s.lr_at(7) == 0.1);
+  CHECK(s.lr_at(1000000) == 0.1);
+  for (std::int64_t step = 2; step < 8; ++step) CHECK(s.lr_at(step + 1) <= s.lr_at(step));
+  const CosineWithWarmup no_warmup(0.4, 0, 4);
+  CHECK(no_warmup.lr_at(0) == 0.4);
+  CHECK(no_warmup.lr_at(2) == doctest::Approx(0.2).epsilon(1e-15));
+  CHECK(no_warmup.lr_at(4) == 0.0);
+}
+
+TEST_CASE("schedule: ConstantLr, StepLr by hand and describe()") {
+  const ConstantLr constant(0.3);
+  CHECK(constant.lr_at(0) == 0.3);
+  CHECK(constant.lr_at(123456) == 0.3);
+  const StepLr step(0.8, 2, 0.5);
+  CHECK(step.lr_at(0) == 0.8);
+  CHECK(step.lr_at(1) == 0.8);
+  CHECK(step.lr_at(2) == 0.4);
+  CHECK(step.lr_at(5) == 0.2);
+  CHECK(constant.describe() == "ConstantLr(lr 0.3)");
+  CHECK(step.describe() == "StepLr(lr 0.8, step_size 2, gamma 0.5)");
+  CHECK(CosineWithWarmup(0.1, 10, 100, 0.001).describe() ==
+        "CosineWithWarmup(lr 0.1, warmup_steps 10, total_steps 100, min_lr 0.001)");
+}
+
+TEST_CASE("schedule: invalid arguments are refused with a sentence") {
+  CHECK_THROWS_WITH_AS(ConstantLr(-0.1), "ConstantLr: lr must be finite and >= 0, got -0.1", ValueError);
+  CHECK_THROWS_WITH_AS(StepLr(0.1, 0, 0.5), "StepLr: step_size must be >= 1, got 0", ValueError);
+  CHECK_THROWS_WITH_AS(StepLr(0.1, 3, -0.5), "StepLr: gamma must be finite and > 0, got -0.5", ValueError);
+  CHECK_THROWS_WITH_AS(StepLr(std::numeric_limits<double>::infinity(), 3, 0.5),
+                       "StepLr: lr must be finite and >= 0, got inf", ValueError);
+  CHECK_THROWS_WITH_AS(CosineWithWarmup(0.1, 20, 10), "CosineWithWarmup: warmup_steps 20 is more than total_steps 10",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(CosineWithWarmup(0.1, -1, 10), "CosineWithWarmup: warmup_steps must be >= 0, got -1",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(CosineWithWarmup(0.1, 0, 0), "CosineWithWarmup: total_steps must be >= 1, got 0", ValueError);
+  CHECK_THROWS_WITH_AS(CosineWithWarmup(0.1, 1, 10, 0.2), "CosineWithWarmup: min_lr 0.2 is above lr 0.1", ValueError);
+  CHECK_THROWS_WITH_AS(CosineWithWarmup(0.1, 1, 10, -0.2), "CosineWithWarmup: min_lr must be finite and >= 0, got -0.2",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(ConstantLr(0.1).lr_at(-1), "lr_at: step must be >= 0, got -1", ValueError);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Refusals
+
+TEST_CASE("optimizer: construction refuses no parameters, null pointers, empty and duplicate names") {
+  TwoParams m(1);
+  Parameter<double> unnamed("", TensorD(Shape::mat(2, 2)));
+  Parameter<double> again("attn.wq", TensorD(Shape::vec(4)));
+  CHECK_THROWS_WITH_AS(SGD<double>({}), "SGD: no parameters to optimize", ValueError);
+  CHECK_THROWS_WITH_AS(SGD<double>({&m.wq, nullptr}), "SGD: parameter 1 is a null pointer", ValueError);
+  CHECK_THROWS_WITH_AS(Adam<double>({&m.wq, &unnamed}), "Adam: parameter 1 (2x2) has an empty name", NameError);
+  CHECK_THROWS_WITH_AS(AdamW<double>({&m.wq, &m.bias, &again}),
+                       "AdamW: parameter name 'attn.wq' is used twice, by parameters 0 and 2", NameError);
+  CHECK_THROWS_WITH_AS(SGD<double>({&m.bias, &m.bias}),
+                       "SGD: parameter name 'attn.bias' is used twice, by parameters 0 and 1", NameError);
+}
+
+TEST_CASE("optimizer: invalid options are refused as torch refuses them") {
+  TwoParams m(2);
+  auto sgd = [&m](SgdOptions o) { SGD<double> opt(m.ptrs(), o); };
+  auto adam = [&m](AdamOptions o) { Adam<double> opt(m.ptrs(), o); };
+  auto adamw = [&m](AdamWOptions o) { AdamW<double> opt(m.ptrs(), o); };
+  CHECK_THROWS_WITH_AS(sgd(SgdOptions{.lr = -0.1}), "SGD: lr must be finite and >= 0, got -0.1", ValueError);
+  CHECK_THROWS_WITH_AS(sgd(SgdOptions{.momentum = -0.9}), "SGD: momentum must be finite and >= 0, got -0.9",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(sgd(SgdOptions{.dampening = -1}), "SGD: dampening must be finite and >= 0, got -1", ValueError);
+  CHECK_THROWS_WITH_AS(sgd(SgdOptions{.weight_decay = -0.01}), "SGD: weight_decay must be finite and >= 0, got -0.01",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(sgd(SgdOptions{.nesterov = true}),
+                       "SGD: Nesterov momentum needs momentum > 0 and dampening 0, got momentum 0 and dampening 0",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(sgd(SgdOptions{.momentum = 0.9, .dampening = 0.1, .nesterov = true}),
+                       "SGD: Nesterov momentum needs momentum > 0 and dampening 0, got momentum 0.9 and dampening 0.1",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(adam(AdamOptions{.lr = std::numeric_limits<double>::quiet_NaN()}),
+                       "Adam: lr must be finite and >= 0, got nan", ValueError);
+  CHECK_THROWS_WITH_AS(adam(AdamOptions{.beta1 = 1.0}), "Adam: beta1 must be in [0, 1), got 1", ValueError);
+  CHECK_THROWS_WITH_AS(adam(AdamOptions{.beta2 = -0.5}), "Adam: beta2 must be in [0, 1), got -0.5", ValueError);
+  CHECK_THROWS_WITH_AS(adam(AdamOptions{.eps = -1e-8}), "Adam: eps must be finite and >= 0, got -1e-08", ValueError);
+  CHECK_THROWS_WITH_AS(adamw(AdamWOptions{.weight_decay = -0.1}),
+                       "AdamW: weight_decay must be finite and >= 0, got -0.1", ValueError);
+  SGD<double> opt(m.ptrs());
+  CHECK_THROWS_WITH_AS(opt.set_lr(-1), "set_lr: lr must be finite and >= 0, got -1", ValueError);
+  CHECK(opt.lr() == 0.01);
+  CHECK(AdamW<double>(m.ptrs()).options().weight_decay == 0.01);  // torch's AdamW default
+  CHECK(Adam<double>(m.ptrs()).options().weight_decay == 0.0);
+}
+
+TEST_CASE("optimizer: step refuses a grad of the wrong shape and updates nothing") {
+  TwoParams m(3);
+  Rng rng(33);
+  SGD<double> opt(m.ptrs(), {.lr = 0.1, .momentum = 0.9});
+  m.random_grads(rng);
+  m.bias.grad = TensorD(Shape::mat(3, 3), 1.0);
+  const TensorD wq_before = m.wq.value, bias_before = m.bias.value;
+  CHECK_THROWS_WITH_AS(opt.step(), "SGD step: 'attn.bias' grad is 3x3 but its value is 3", ShapeError);
+  CHECK(m.wq.value == wq_before);  // checked before anything moved
+  CHECK(m.bias.value == bias_before);
+  CHECK(opt.steps_taken() == 0);
+  CHECK(opt.state().per_param.at("attn.wq").empty());
+  Adam<double> adam(m.ptrs());
+  CHECK_THROWS_WITH_AS(adam.step(), "Adam step: 'attn.bias' grad is 3x3 but its value is 3", ShapeError);
+  CHECK(adam.steps_taken() == 0);
+}
+
+TEST_CASE("optimizer: load_state refuses a mismatched state, names every offender, and changes nothing") {
+  TwoParams m(4);
+  Rng rng(44);
+  SGD<double> opt(m.ptrs(), {.lr = 0.1, .momentum = 0.9});
+  take_steps(opt, m, rng, 2);
+  const OptimizerState<double> before = opt.state();
+  const TensorD wq_before = m.wq.value, bias_before = m.bias.value;
+  auto unchanged = [&] {
+    CHECK(same_state(opt.state(), before));
+    CHECK(opt.lr() == 0.1);
+    CHECK(m.wq.value == wq_before);
+    CHECK(m.bias.value == bias_before);
+  };
+
+  OptimizerState<double> bad = before;
+  bad.kind = "adam";
+  CHECK_THROWS_WITH_AS(opt.load_state(bad), "load_state: the state is from 'adam' but this optimizer is 'sgd'",
+                       ValueError);
+  unchanged();
+
+  bad = before;
+  bad.per_param["attn.b"] = bad.per_param.at("attn.bias");
+  bad.per_param.erase("attn.bias");
+  bad.per_param["attn.wq"]["velocity"] = TensorD(Shape::mat(2, 3));
+  bad.hyperparameters.erase("momentum");
+  bad.hyperparameters["beta1"] = 0.9;
+  CHECK_THROWS_WITH_AS(opt.load_state(bad),
+                       "load_state: hyperparameters missing from the state: 'momentum'; hyperparameters unknown to "
+                       "sgd: 'beta1'; parameters missing from the state: 'attn.bias'; parameters in the state but not "
+                       "in the model: 'attn.b'; buffers unknown to sgd (it keeps momentum_buffer): 'attn.wq' velocity",
+                       NameError);
+  unchanged();
+
+  // Every mis-shaped buffer is named; the valid parts of the state (a new lr) are not applied either.
+  bad = before;
+  bad.hyperparameters["lr"] = 0.5;
+  bad.per_param["attn.wq"]["momentum_buffer"] = TensorD(Shape::mat(3, 2));
+  bad.per_param["attn.bias"]["momentum_buffer"] = TensorD(Shape::vec(4));
+  CHECK_THROWS_WITH_AS(opt.load_state(bad),
+                       "load_state: 'attn.wq' momentum_buffer is 3x2 in the state but 2x3 in the model; 'attn.bias' "
+                       "momentum_buffer is 4 in the state but 3 in the model",
+                       ShapeError);
+  unchanged();
+
+  bad = before;
+  bad.hyperparameters["lr"] = -1;
+  CHECK_THROWS_WITH_AS(opt.load_state(bad), "load_state: lr must be finite and >= 0, got -1", ValueError);
+  unchanged();
+
+  bad = before;
+  bad.hyperparameters["nesterov"] = 0.5;
+  CHECK_THROWS_WITH_AS(opt.load_state(bad), "load_state: nesterov must be 0 or 1, got 0.5", ValueError);
+  unchanged();
+
+  bad = before;
+  bad.hyperparameters["nesterov"] = 1;
+  bad.hyperparameters["dampening"] = 0.1;
+  CHECK_THROWS_WITH_AS(
+      opt.load_state(bad),
+      "load_state: Nesterov momentum needs momentum > 0 and dampening 0, got momentum 0.9 and dampening 0.1",
+      ValueError);
+  unchanged();
+
+  bad = before;
+  bad.step = -1;
+  CHECK_THROWS_WITH_AS(opt.load_state(bad), "load_state: step must be >= 0, got -1", ValueError);
+  unchanged();
+}
+
+TEST_CASE("optimizer: load_state refuses an Adam state with half a parameter's buffers") {
+  TwoParams m(5);
+  Rng rng(55);
+  Adam<double> opt(m.ptrs());
+  take_steps(opt, m, rng, 1);
+  const OptimizerState<double> before = opt.state();
+  OptimizerState<double> bad = before;
+  bad.per_param["attn.wq"].erase("exp_avg_sq");
+  bad.per_param["attn.bias"].erase("exp_avg");
+  CHECK_THROWS_WITH_AS(opt.load_state(bad),
+                       "load_state: buffers missing from the state: 'attn.wq' exp_avg_sq, 'attn.bias' exp_avg",
+                       NameError);
+  CHECK(same_state(opt.state(), before));
+  // A parameter with no buffers at all is a parameter not stepped yet: accepted.
+  bad = before;
+  bad.per_param["attn.bias"].clear();
+  opt.load_state(bad);
+  CHECK(opt.state().per_param.at("attn.bias").empty());
+  CHECK(opt.state().per_param.at("attn.wq").size() == 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// State and resume
+
+TEST_CASE("optimizer: the state names every parameter; buffers appear with the first step") {
+  TwoParams m(6);
+  Rng rng(66);
+  SGD<double> plain(m.ptrs(), {.lr = 0.1});
+  Adam<double> adam(m.ptrs(), {.lr = 0.01, .weight_decay = 0.1});
+  const auto fresh = adam.state();
+  CHECK(fresh.kind == "adam");
+  CHECK(fresh.step == 0);
+  CHECK(fresh.per_param.size() == 2);
+  CHECK(fresh.per_param.at("attn.wq").empty());
+  const std::map<std::string, double> h = {
+      {"lr", 0.01}, {"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}, {"weight_decay", 0.1}};
+  CHECK(fresh.hyperparameters == h);
+  take_steps(adam, m, rng, 2);
+  plain.step();
+  const auto stepped = adam.state();
+  CHECK(stepped.step == 2);
+  CHECK(stepped.per_param.at("attn.wq").at("exp_avg").shape() == Shape::mat(2, 3));
+  CHECK(stepped.per_param.at("attn.bias").at("exp_avg_sq").shape() == Shape::vec(3));
+  CHECK(plain.state().per_param.at("attn.wq").empty());  // SGD without momentum keeps no buffer
+  CHECK(plain.state().hyperparameters.at("nesterov") == 0);
+}
+
+TEST_CASE("optimizer: state() then load_state() into a fresh optimizer resumes bit for bit") {
+  auto resume = [](auto make_original, auto make_fresh) {
+    TwoParams a(7), b(7);
+    Rng rng(77);
+    auto original = make_original(a.ptrs());
+    take_steps(*original, a, rng, 3);
+    b.wq.value = a.wq.value;  // the parameters as a checkpoint restores them
+    b.bias.value = a.bias.value;
+    auto resumed = make_fresh(b.ptrs());  // other hyperparameters: load_state must restore them
+    resumed->load_state(original->state());
+    CHECK(resumed->lr() == original->lr());
+    CHECK(resumed->steps_taken() == 3);
+    for (int s = 0; s < 3; ++s) {
+      a.random_grads(rng);
+      b.wq.grad = a.wq.grad;
+      b.bias.grad = a.bias.grad;
+      original->step();
+      resumed->step();
+    }
+    CHECK(b.wq.value == a.wq.value);  // bit-identical
+    CHECK(b.bias.value == a.bias.value);
+    CHECK(same_state(resumed->state(), original->state()));
+  };
+  using Ptrs = std::vector<Parameter<double>*>;
+  const SgdOptions nesterov = {.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true};
+  resume([&](Ptrs p) { return std::make_unique<SGD<double>>(p, nesterov); },
+         [](Ptrs p) { return std::make_unique<SGD<double>>(p); });
+  const AdamOptions adam = {.lr = 0.02, .beta1 = 0.8, .weight_decay = 0.1};
+  resume([&](Ptrs p) { return std::make_unique<Adam<double>>(p, adam); },
+         [](Ptrs p) { return std::make_unique<Adam<double>>(p); });
+  resume([](Ptrs p) { return std::make_unique<AdamW<double>>(p, AdamWOptions{.lr = 0.03, .weight_decay = 0.2}); },
+         [](Ptrs p) { return std::make_unique<AdamW<double>>(p); });
+}
+
+TEST_CASE("optimizer: zero_grad zeroes every gradient") {
+  TwoParams m(8);
+  Rng rng(88);
+  m.random_grads(rng);
+  SGD<double> opt(m.ptrs());
+  opt.zero_grad();
+  CHECK(m.wq.grad == TensorD(Shape::mat(2, 3)));
+  CHECK(m.bias.grad == TensorD(Shape::vec(3)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// clip_grad_norm beyond torch's values
+
+TEST_CASE("optimizer: clip_grad_norm returns a non-finite norm and leaves the grads alone") {
+  TwoParams m(9);
+  Rng rng(99);
+  m.random_grads(rng);
+  const TensorD wq_grad = m.wq.grad;
+  m.bias.grad[1] = std::numeric_limits<double>::infinity();
+  const TensorD bias_grad = m.bias.grad;
+  CHECK(std::isinf(clip_grad_norm(m.ptrs(), 1.0)));
+  CHECK(m.wq.grad == wq_grad);
+  CHECK(m.bias.grad == bias_grad);
+  m.bias.grad[1] = std::numeric_limits<double>::quiet_NaN();
+  CHECK(std::isnan(clip_grad_norm(m.ptrs(), 1.0)));
+  CHECK(m.wq.grad == wq_grad);
+}
+
+TEST_CASE("optimizer: clip_grad_norm refuses a bad max_norm or a null parameter") {
+  TwoParams m(10);
+  Rng rng(100);
+  m.random_grads(rng);
+  const TensorD wq_grad = m.wq.grad;
+  CHECK_THROWS_WITH_AS(clip_grad_norm(m.ptrs(), -1.0), "clip_grad_norm: max_norm must be finite and >= 0, got -1",
+                       ValueError);
+  const std::vector<Parameter<double>*> with_null = {&m.wq, nullptr};
+  CHECK_THROWS_WITH_AS(clip_grad_norm(with_null, 1e-3), "clip_grad_norm: parameter 1 is a null pointer", ValueError);
+  CHECK(m.wq.grad == wq_grad);  // nothing scaled before the null was found
+}
+
+// ---------------------------------------------------------------------------------------------
+// float
+
+TEST_CASE("optimizer: the float instantiation minimises a quadratic with every optimizer") {
+  // f(w) = 1/2 |w - target|^2, grad = w - target
+  const Tensor target(Shape::mat(2, 2), {1.0f, -2.0f, 0.5f, 3.0f});
+  auto run = [&target](auto make, int steps) {
+    Parameter<float> w("w", Tensor(Shape::mat(2, 2)));
+    auto opt = make(std::vector<Parameter<float>*>{&w});
+    auto loss = [&] { return 0.5 * (w.value.array() - target.array()).square().template cast<double>().sum(); };
+    const double initial = loss();
+    for (int s = 0; s < steps; ++s) {
+      opt->zero_grad();
+      w.grad.array() += w.value.array() - target.array();
+      clip_grad_norm(opt->params(), 10.0);
+      opt->step();
+    }
+    CHECK(initial > 7);
+    CHECK(loss() < 1e-4 * initial);
+  };
+  using Ptrs = std::vector<Parameter<float>*>;
+  run([](Ptrs p) { return std::make_unique<SGD<float>>(p, SgdOptions{.lr = 0.1, .momentum = 0.9}); }, 200);
+  const SgdOptions nesterov = {.lr = 0.1, .momentum = 0.5, .nesterov = true};
+  run([&](Ptrs p) { return std::make_unique<SGD<float>>(p, nesterov); }, 200);
+  run([](Ptrs p) { return std::make_unique<Adam<float>>(p, AdamOptions{.lr = 0.1}); }, 400);
+  run([](Ptrs p) { return std::make_unique<AdamW<float>>(p, AdamWOptions{.lr = 0.1, .weight_decay = 0}); }, 400);
+}

@@ -1,0 +1,386 @@
+// Optimizers: the shared bookkeeping (names, state, strict load), SGD, Adam/AdamW, clip_grad_norm.
+// Every update is an Eigen array expression over the parameter's own storage: no temporaries, so a
+// step allocates nothing once the buffers exist. Scalars are computed in double, as torch does in
+// Python, and cast to T once.
+#include "train/optimizer.hpp"
+
+#include <cmath>
+#include <set>
+#include <utility>
+
+namespace tapegrad {
+namespace {
+
+// Throws ValueError unless x is finite and >= 0.
+void require_non_negative(std::string_view op, std::string_view name, double x) {
+  if (!(std::isfinite(x) && x >= 0)) fail<ValueError>("{}: {} must be finite and >= 0, got {}", op, name, x);
+}
+
+// Throws ValueError unless 0 <= beta < 1.
+void require_beta(std::string_view op, std::string_view name, double beta) {
+  if (!(beta >= 0 && beta < 1)) fail<ValueError>("{}: {} must be in [0, 1), got {}", op, name, beta);
+}
+
+// "'a', 'b'"
+std::string quoted(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "'" : ", '") + n + "'";
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& parts, std::string_view separator) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : std::string(separator)) + p;
+  return out;
+}
+
+const SgdOptions& checked(std::string_view op, const SgdOptions& o) {
+  require_non_negative(op, "lr", o.lr);
+  require_non_negative(op, "momentum", o.momentum);
+  require_non_negative(op, "dampening", o.dampening);
+  require_non_negative(op, "weight_decay", o.weight_decay);
+  if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
+    fail<ValueError>("{}: Nesterov momentum needs momentum > 0 and dampening 0, got momentum {} and dampening {}",
+                     op, o.momentum, o.dampening);
+  return o;
+}
+
+const AdamOptions& checked(std::string_view op, const AdamOptions& o) {
+  require_non_negative(op, "lr", o.lr);
+  require_beta(op, "beta1", o.beta1);
+  require_beta(op, "beta2", o.beta2);
+  require_non_negative(op, "eps", o.eps);
+  require_non_negative(op, "weight_decay", o.weight_decay);
+  return o;
+}
+
+SgdOptions sgd_options(const std::map<std::string, double>& h) {
+  return {h.at("lr"), h.at("momentum"), h.at("dampening"), h.at("weight_decay"), h.at("nesterov") != 0};
+}
+
+AdamOptions adam_options(const std::map<std::string, double>& h) {
+  return {h.at("lr"), h.at("beta1"), h.at("beta2"), h.at("eps"), h.at("weight_decay")};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Optimizer: names, state, strict load
+
+template <class T>
+Optimizer<T>::Optimizer(std::vector<Parameter<T>*> params, double lr, std::string_view op,
+                        std::vector<std::string> buffer_names)
+    : params_(std::move(params)), buffer_names_(std::move(buffer_names)), buffers_(params_.size()), lr_(lr) {
+  if (params_.empty()) fail<ValueError>("{}: no parameters to optimize", op);
+  std::map<std::string_view, std::size_t> seen;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Parameter<T>* p = params_[i];
+    if (!p) fail<ValueError>("{}: parameter {} is a null pointer", op, i);
+    if (p->name.empty()) fail<NameError>("{}: parameter {} ({}) has an empty name", op, i, p->value.shape());
+    const auto [it, inserted] = seen.emplace(p->name, i);
+    if (!inserted)
+      fail<NameError>("{}: parameter name '{}' is used twice, by parameters {} and {}", op, p->name, it->second, i);
+  }
+}
+
+template <class T>
+void Optimizer<T>::zero_grad() {
+  for (Parameter<T>* p : params_) p->zero_grad();
+}
+
+template <class T>
+void Optimizer<T>::set_lr(double lr) {
+  require_non_negative("set_lr", "lr", lr);
+  lr_ = lr;
+}
+
+template <class T>
+void Optimizer<T>::check_shapes(std::string_view op) const {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Parameter<T>& p = *params_[i];
+    if (p.grad.shape() != p.value.shape())
+      fail<ShapeError>("{}: '{}' grad is {} but its value is {}", op, p.name, p.grad.shape(), p.value.shape());
+    for (std::size_t k = 0; k < buffers_[i].size(); ++k)
+      if (buffers_[i][k].shape() != p.value.shape())
+        fail<ShapeError>("{}: '{}' {} is {} but its value is {}", op, p.name, buffer_names_[k], buffers_[i][k].shape(),
+                         p.value.shape());
+  }
+}
+
+template <class T>
+void Optimizer<T>::create_buffers(std::size_t i) {
+  buffers_[i].assign(buffer_names_.size(), TensorT<T>(params_[i]->value.shape()));
+}
+
+template <class T>
+OptimizerState<T> Optimizer<T>::state() const {
+  OptimizerState<T> s;
+  s.kind = kind();
+  s.hyperparameters = hyperparameters();
+  s.step = step_;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    auto& entry = s.per_param[params_[i]->name];
+    for (std::size_t k = 0; k < buffers_[i].size(); ++k) entry.emplace(buffer_names_[k], buffers_[i][k]);
+  }
+  return s;
+}
+
+template <class T>
+void Optimizer<T>::load_state(const OptimizerState<T>& s) {
+  const std::string mine = kind();
+  if (s.kind != mine) fail<ValueError>("load_state: the state is from '{}' but this optimizer is '{}'", s.kind, mine);
+
+  // Names first, all of them in one message: hyperparameters, parameters, buffers.
+  std::vector<std::string> problems, missing, unexpected;
+  const auto expected = hyperparameters();
+  for (const auto& entry : expected)
+    if (!s.hyperparameters.contains(entry.first)) missing.push_back(entry.first);
+  for (const auto& entry : s.hyperparameters)
+    if (!expected.contains(entry.first)) unexpected.push_back(entry.first);
+  if (!missing.empty()) problems.push_back("hyperparameters missing from the state: " + quoted(missing));
+  if (!unexpected.empty())
+    problems.push_back(fmt::format("hyperparameters unknown to {}: {}", mine, quoted(unexpected)));
+
+  missing.clear();
+  unexpected.clear();
+  std::set<std::string_view> model_names;
+  for (const Parameter<T>* p : params_) {
+    model_names.insert(p->name);
+    if (!s.per_param.contains(p->name)) missing.push_back(p->name);
+  }
+  for (const auto& entry : s.per_param)
+    if (!model_names.contains(entry.first)) unexpected.push_back(entry.first);
+  if (!missing.empty()) problems.push_back("parameters missing from the state: " + quoted(missing));
+  if (!unexpected.empty()) problems.push_back("parameters in the state but not in the model: " + quoted(unexpected));
+
+  std::vector<std::string> unknown_buffers, missing_buffers, shapes;
+  const std::set<std::string_view> known(buffer_names_.begin(), buffer_names_.end());
+  for (const Parameter<T>* p : params_) {
+    const auto found = s.per_param.find(p->name);
+    if (found == s.per_param.end()) continue;
+    bool has_known = false;
+    for (const auto& [buffer, tensor] : found->second) {
+      if (!known.contains(buffer)) {
+        unknown_buffers.push_back(fmt::format("'{}' {}", p->name, buffer));
+        continue;
+      }
+      has_known = true;
+      if (tensor.shape() != p->value.shape())
+        shapes.push_back(fmt::format("'{}' {} is {} in the state but {} in the model", p->name, buffer,
+                                     tensor.shape(), p->value.shape()));
+    }
+    // A parameter has all its buffers (it has been stepped) or none.
+    for (const auto& buffer : buffer_names_)
+      if (has_known && !found->second.contains(buffer))
+        missing_buffers.push_back(fmt::format("'{}' {}", p->name, buffer));
+  }
+  if (!unknown_buffers.empty())
+    problems.push_back(fmt::format("buffers unknown to {} (it keeps {}): {}", mine, joined(buffer_names_, ", "),
+                                   joined(unknown_buffers, ", ")));
+  if (!missing_buffers.empty())
+    problems.push_back("buffers missing from the state: " + joined(missing_buffers, ", "));
+  if (!problems.empty()) fail<NameError>("load_state: {}", joined(problems, "; "));
+
+  // Then values and shapes.
+  check_hyperparameters(s.hyperparameters);
+  if (s.step < 0) fail<ValueError>("load_state: step must be >= 0, got {}", s.step);
+  if (!shapes.empty()) fail<ShapeError>("load_state: {}", joined(shapes, "; "));
+
+  // Everything fits: apply.
+  apply_hyperparameters(s.hyperparameters);
+  lr_ = s.hyperparameters.at("lr");
+  step_ = s.step;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const auto& entry = s.per_param.at(params_[i]->name);
+    if (entry.empty()) {
+      buffers_[i].clear();
+      continue;
+    }
+    buffers_[i].resize(buffer_names_.size());
+    for (std::size_t k = 0; k < buffer_names_.size(); ++k) buffers_[i][k] = entry.at(buffer_names_[k]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SGD
+
+template <class T>
+SGD<T>::SGD(std::vector<Parameter<T>*> params, SgdOptions options)
+    : Optimizer<T>(std::move(params), checked("SGD", options).lr, "SGD", {"momentum_buffer"}), options_(options) {}
+
+template <class T>
+SgdOptions SGD<T>::options() const {
+  SgdOptions o = options_;
+  o.lr = this->lr();
+  return o;
+}
+
+template <class T>
+std::map<std::string, double> SGD<T>::hyperparameters() const {
+  return {{"lr", this->lr()},
+          {"momentum", options_.momentum},
+          {"dampening", options_.dampening},
+          {"weight_decay", options_.weight_decay},
+          {"nesterov", options_.nesterov ? 1.0 : 0.0}};
+}
+
+template <class T>
+void SGD<T>::check_hyperparameters(const std::map<std::string, double>& h) const {
+  const double nesterov = h.at("nesterov");
+  if (nesterov != 0 && nesterov != 1) fail<ValueError>("load_state: nesterov must be 0 or 1, got {}", nesterov);
+  checked("load_state", sgd_options(h));
+}
+
+template <class T>
+void SGD<T>::apply_hyperparameters(const std::map<std::string, double>& h) {
+  options_ = sgd_options(h);
+}
+
+template <class T>
+void SGD<T>::step() {
+  this->check_shapes("SGD step");
+  const T lr = static_cast<T>(this->lr()), momentum = static_cast<T>(options_.momentum);
+  const T keep = static_cast<T>(1 - options_.dampening), weight_decay = static_cast<T>(options_.weight_decay);
+  const auto& params = this->params();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    auto p = params[i]->value.array();
+    const auto grad = std::as_const(params[i]->grad).array();
+    // d_p is an expression (grad or grad + wd p), evaluated where it is used.
+    auto update = [&](const auto& d_p) {
+      if (options_.momentum == 0) {
+        p -= lr * d_p;  // p -= lr d_p
+        return;
+      }
+      auto& buffers = this->buffers(i);
+      if (buffers.empty()) {
+        this->create_buffers(i);
+        buffers[0].array() = d_p;  // first step: buf = d_p (no dampening)
+      } else {
+        buffers[0].array() = momentum * buffers[0].array() + keep * d_p;  // buf = momentum buf + (1 - dampening) d_p
+      }
+      const auto buf = std::as_const(buffers[0]).array();
+      if (options_.nesterov)
+        p -= lr * (d_p + momentum * buf);  // p -= lr (d_p + momentum buf)
+      else
+        p -= lr * buf;  // p -= lr buf
+    };
+    if (options_.weight_decay != 0)
+      update(grad + weight_decay * p);  // d_p = grad + wd p
+    else
+      update(grad);  // d_p = grad (torch skips the addition, so p = inf stays out of it)
+  }
+  this->count_step();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Adam, AdamW
+
+template <class T>
+AdamFamily<T>::AdamFamily(std::vector<Parameter<T>*> params, AdamOptions options, bool decoupled_decay,
+                          std::string_view op)
+    : Optimizer<T>(std::move(params), checked(op, options).lr, op, {"exp_avg", "exp_avg_sq"}),
+      options_(options),
+      decoupled_decay_(decoupled_decay) {}
+
+template <class T>
+AdamOptions AdamFamily<T>::options() const {
+  AdamOptions o = options_;
+  o.lr = this->lr();
+  return o;
+}
+
+template <class T>
+std::map<std::string, double> AdamFamily<T>::hyperparameters() const {
+  return {{"lr", this->lr()},
+          {"beta1", options_.beta1},
+          {"beta2", options_.beta2},
+          {"eps", options_.eps},
+          {"weight_decay", options_.weight_decay}};
+}
+
+template <class T>
+void AdamFamily<T>::check_hyperparameters(const std::map<std::string, double>& h) const {
+  checked("load_state", adam_options(h));
+}
+
+template <class T>
+void AdamFamily<T>::apply_hyperparameters(const std::map<std::string, double>& h) {
+  options_ = adam_options(h);
+}
+
+template <class T>
+void AdamFamily<T>::step() {
+  this->check_shapes(decoupled_decay_ ? "AdamW step" : "Adam step");
+  this->count_step();
+  const double lr = this->lr(), t = static_cast<double>(this->steps_taken());
+  const double bias_correction1 = 1 - std::pow(options_.beta1, t);  // 1 - beta1^t
+  const double bias_correction2 = 1 - std::pow(options_.beta2, t);  // 1 - beta2^t
+  const T beta1 = static_cast<T>(options_.beta1), beta2 = static_cast<T>(options_.beta2);
+  const T one_minus_beta1 = static_cast<T>(1 - options_.beta1), one_minus_beta2 = static_cast<T>(1 - options_.beta2);
+  const T neg_step_size = static_cast<T>(-(lr / bias_correction1));
+  const T bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
+  const T eps = static_cast<T>(options_.eps), weight_decay = static_cast<T>(options_.weight_decay);
+  const T decay = static_cast<T>(1 - lr * options_.weight_decay);
+  const auto& params = this->params();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    auto p = params[i]->value.array();
+    const auto grad = std::as_const(params[i]->grad).array();
+    auto& buffers = this->buffers(i);
+    if (buffers.empty()) this->create_buffers(i);  // m = v = 0
+    auto m = buffers[0].array(), v = buffers[1].array();
+    if (decoupled_decay_) p *= decay;  // AdamW: p *= 1 - lr wd (torch does it even for wd = 0: a no-op)
+    auto update = [&](const auto& g) {
+      m = beta1 * m + one_minus_beta1 * g;        // m = beta1 m + (1 - beta1) g
+      v = beta2 * v + (one_minus_beta2 * g) * g;  // v = beta2 v + (1 - beta2) g^2
+      // p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+      p += (neg_step_size * m) / (v.sqrt() / bias_correction2_sqrt + eps);
+    };
+    if (!decoupled_decay_ && options_.weight_decay != 0)
+      update(grad + weight_decay * p);  // Adam: g = grad + wd p
+    else
+      update(grad);
+  }
+}
+
+template <class T>
+Adam<T>::Adam(std::vector<Parameter<T>*> params, AdamOptions options)
+    : AdamFamily<T>(std::move(params), options, false, "Adam") {}
+
+template <class T>
+AdamW<T>::AdamW(std::vector<Parameter<T>*> params, AdamWOptions o)
+    : AdamFamily<T>(std::move(params), {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}, true, "AdamW") {}
+
+// ---------------------------------------------------------------------------------------------
+// Gradient clipping
+
+template <class T>
+double clip_grad_norm(std::span<Parameter<T>* const> params, double max_norm) {
+  if (!(std::isfinite(max_norm) && max_norm >= 0))
+    fail<ValueError>("clip_grad_norm: max_norm must be finite and >= 0, got {}", max_norm);
+  double sum_of_squares = 0;  // in double, whatever T is
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!params[i]) fail<ValueError>("clip_grad_norm: parameter {} is a null pointer", i);
+    sum_of_squares += params[i]->grad.array().template cast<double>().square().sum();
+  }
+  const double norm = std::sqrt(sum_of_squares);  // || concat(grads) ||_2
+  if (!std::isfinite(norm)) return norm;
+  const double coef = max_norm / (norm + 1e-6);  // torch's clip_coef, applied only when below 1
+  if (coef < 1)
+    for (Parameter<T>* p : params) p->grad.array() *= static_cast<T>(coef);
+  return norm;
+}
+
+template class Optimizer<float>;
+template class Optimizer<double>;
+template class SGD<float>;
+template class SGD<double>;
+template class AdamFamily<float>;
+template class AdamFamily<double>;
+template class Adam<float>;
+template class Adam<double>;
+template class AdamW<float>;
+template class AdamW<double>;
+template double clip_grad_norm<float>(std::span<Parameter<float>* const>, double);
+template double clip_grad_norm<double>(std::span<Parameter<double>* const>, double);
+
+}  // namespace tapegrad
