@@ -1,0 +1,77 @@
+#pragma once
+// SVG plots for training reports: attention heatmaps with the tokens on the axes, loss and accuracy
+// line charts, and a row that puts finished plots side by side (two models' attention, say).
+//
+// Every function returns one complete SVG 1.1 document (xmlns, width, height, viewBox in pixels) that
+// a browser opens as it is. Text is XML-escaped, so tokens such as "<b>&" are safe; numbers go
+// through fmt, so the output is the same in every locale. The documents use no element ids, so any
+// number of them can be nested in one svg_row without clashing.
+//
+//   Heatmap map{.title = "head 0", .row_labels = tokens, .col_labels = tokens, .values = weights};
+//   write_file("report/attention.svg", heatmap_svg(map));
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tapegrad {
+
+// A rows x cols grid of values, one coloured cell each: attention weights with the query tokens as
+// rows and the key tokens as columns.
+// Every member has a default initializer, so designated initializers that leave some out do not
+// trip GCC's -Wmissing-field-initializers.
+struct Heatmap {
+  std::string title = {};
+  std::vector<std::string> row_labels = {};
+  std::vector<std::string> col_labels = {};
+  std::vector<double> values = {};  // (rows, cols), row-major
+  std::string row_title = "query";
+  std::string col_title = "key";
+  bool show_values = true;  // print each value (2 decimals) in its cell
+  // The colour scale runs from white at vmin to dark blue at vmax (ColorBrewer "Blues"); values
+  // outside clamp to the ends. NaN cells are grey, hatched and labelled "nan".
+  double vmin = 0, vmax = 1;
+};
+
+// Throws ShapeError when values.size() != rows * cols or the grid is empty, ValueError unless
+// vmin < vmax (both finite).
+std::string heatmap_svg(const Heatmap& map);
+
+// One line of a chart: y[i] at x[i]. Points that are not finite (or not positive on a log axis) are
+// skipped and leave a gap in the line.
+struct Series {
+  std::string name = {};
+  std::vector<double> x = {}, y = {};
+};
+
+struct LineChart {
+  std::string title = {}, x_label = {}, y_label = {};
+  std::vector<Series> series = {};  // coloured in order from a fixed palette
+  bool log_y = false;
+  // Fixed y bounds; a free bound ends on the first tick beyond the data.
+  std::optional<double> y_min = {}, y_max = {};
+};
+
+// Throws ShapeError naming the series when its x and y sizes differ, ValueError for y bounds that
+// are not finite, not ordered, or not positive on a log axis. No series (or only empty ones) gives
+// an empty chart with axes.
+std::string line_chart_svg(const LineChart& chart);
+
+// About `target` round tick values (1, 2 or 5 times a power of ten apart) that cover [lo, hi]: the
+// first is <= lo and the last >= hi. nice_ticks(0.03, 0.97) is 0, 0.2, 0.4, 0.6, 0.8, 1. A single
+// tick when lo == hi. Throws ValueError for non-finite bounds, lo > hi, or target < 1.
+std::vector<double> nice_ticks(double lo, double hi, int target = 5);
+
+// Places complete SVG documents (from the functions above, or any SVG whose root has its width and
+// height in pixels) left to right, `gap` pixels apart, in one document as wide as all of them.
+// Throws ValueError for an empty list, a negative gap or a document without a pixel width/height.
+std::string svg_row(const std::vector<std::string>& svgs, double gap = 16);
+
+// Writes `content` to `path`, creating missing parent folders. It writes path + ".tmp" first and
+// renames it over `path`, so a report open in a browser never sees half a file. Throws Error naming
+// the path and the reason.
+void write_file(const std::filesystem::path& path, std::string_view content);
+
+}  // namespace tapegrad
