@@ -18,6 +18,8 @@ std::string_view short_path(std::string_view path) {
 
 template <class T>
 std::string Tape<T>::describe(const Node<T>& n) {
+  if (n.parameter_name)
+    return fmt::format("parameter '{}' (read at {}:{})", *n.parameter_name, short_path(n.where.file), n.where.line);
   return fmt::format("{} (recorded at {}:{})", n.op, short_path(n.where.file), n.where.line);
 }
 
@@ -51,6 +53,7 @@ Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
   n.input_count = 0;
   n.external_value = nullptr;
   n.external_grad = nullptr;
+  n.parameter_name = nullptr;
   n.value.resize(shape);
   return n;
 }
@@ -78,9 +81,11 @@ template <class T>
 Var<T> Tape<T>::commit(Node<T>& n) {
   const auto index = static_cast<std::uint32_t>(used_ - 1);
   if (&n != &nodes_[index]) fail<UsageError>("commit: {} is not the newest node on its tape", describe(n));
-  if (anomaly_detection_ && !all_finite(n.val()))
+  if (anomaly_detection_ && !all_finite(n.val())) {
+    if (n.parameter_name) fail<ValueError>("anomaly: {} holds a non-finite value (NaN or Inf)", describe(n));
     fail<ValueError>("anomaly: {} produced a non-finite value (NaN or Inf) in its {} output", describe(n),
                      n.val().shape());
+  }
   return Var<T>{this, index, generation_};
 }
 
@@ -103,6 +108,7 @@ template <class T>
 Var<T> Tape<T>::param(Parameter<T>& p, Where where) {
   Node<T>& n = push("param", Shape::vec(0), where);  // the value lives in the parameter
   n.external_value = &p.value;
+  n.parameter_name = &p.name;
   if (grad_enabled_) {
     if (p.grad.shape() != p.value.shape()) p.zero_grad();
     n.requires_grad = true;

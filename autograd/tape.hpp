@@ -69,6 +69,7 @@ struct Node {
   TensorT<T> grad;                             // d loss / d value, filled by backward()
   const TensorT<T>* external_value = nullptr;  // a parameter leaf reads Parameter::value in place
   TensorT<T>* external_grad = nullptr;         // ... and backward adds into Parameter::grad
+  const std::string* parameter_name = nullptr;  // ... and is named in errors by it
 
   // State an op keeps for its backward rule; reused from step to step like the value.
   TensorT<T> saved;

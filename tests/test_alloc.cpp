@@ -7,6 +7,8 @@
 #include "alloc_counter.hpp"
 #include "autograd/ops.hpp"
 #include "core/rng.hpp"
+#include "train/tasks.hpp"
+#include "train/trainer.hpp"
 
 using namespace tapegrad;
 
@@ -91,6 +93,23 @@ TEST_CASE("alloc: a training step in steady state makes no heap allocations") {
     model.loss(tape, tokens, targets);
   }
   CHECK(test::allocation_count() - eval_before == 0);
+}
+
+TEST_CASE("alloc: a Trainer step (batch, forward, backward, clipping, Adam or SGD) allocates nothing in steady state") {
+  const auto task = make_task("cycle");
+  const TaskSplit split = make_task_split(*task, 500, 10, 10, 1);
+  for (auto optimizer : {OptimizerKind::adam, OptimizerKind::sgd}) {
+    CAPTURE(to_string(optimizer));
+    ModelConfig config{.vocab = task->tokens().size(), .labels = task->labels().size(), .max_len = task->length(),
+                       .heads = 3, .d_head = 4, .output_projection = true, .residual = true};
+    ToyModel<float> model(config);
+    Trainer trainer(model, split.train, nullptr, TrainConfig{.steps = 100, .optimizer = optimizer, .clip = 1.0});
+    trainer.step();
+    trainer.step();
+    const long before = test::allocation_count();
+    for (int i = 0; i < 20; ++i) trainer.step();
+    CHECK(test::allocation_count() - before == 0);
+  }
 }
 
 TEST_CASE("alloc: the counter does count (a check that cannot fail would prove nothing)") {

@@ -1,0 +1,116 @@
+#include "train/data.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "autograd/ops.hpp"  // kIgnoreLabel
+
+namespace tapegrad {
+
+Vocabulary::Vocabulary(std::vector<std::string> names) {
+  for (auto& n : names) {
+    if (contains(n)) fail<NameError>("vocabulary: '{}' appears twice", n);
+    add(n);
+  }
+}
+
+std::int32_t Vocabulary::add(std::string_view name) {
+  if (auto it = index_.find(name); it != index_.end()) return it->second;
+  const auto id = static_cast<std::int32_t>(names_.size());
+  names_.emplace_back(name);
+  index_.emplace(std::string(name), id);
+  return id;
+}
+
+std::int32_t Vocabulary::id(std::string_view name) const {
+  if (auto it = index_.find(name); it != index_.end()) return it->second;
+  fail<NameError>("vocabulary: unknown name '{}' (the vocabulary has {} names)", name, names_.size());
+}
+
+const std::string& Vocabulary::name(std::int32_t id) const {
+  if (id < 0 || id >= size()) fail<ValueError>("vocabulary: id {} is outside [0, {})", id, size());
+  return names_[static_cast<std::size_t>(id)];
+}
+
+Index Dataset::max_len() const {
+  Index longest = 0;
+  for (const auto& e : examples) longest = std::max(longest, static_cast<Index>(e.tokens.size()));
+  return longest;
+}
+
+Index Dataset::labelled_positions() const {
+  Index n = 0;
+  for (const auto& e : examples) n += std::count_if(e.labels.begin(), e.labels.end(), [](auto l) { return l != kIgnoreLabel; });
+  return n;
+}
+
+void make_batch(const Dataset& data, std::span<const Index> indices, Index length, Batch& out) {
+  const auto B = static_cast<Index>(indices.size());
+  out.tokens.resize(Shape::mat(B, length));
+  out.targets.resize(Shape::mat(B, length));
+  out.padding.resize(Shape::mat(B, length));
+  out.padded = false;
+  for (Index b = 0; b < B; ++b) {
+    const Index i = indices[static_cast<std::size_t>(b)];
+    if (i < 0 || i >= data.size())
+      fail<ValueError>("make_batch: example {} is outside dataset '{}' of {} examples", i, data.name, data.size());
+    const Example& e = data.examples[static_cast<std::size_t>(i)];
+    const auto n = static_cast<Index>(e.tokens.size());
+    if (n > length)
+      fail<ShapeError>("make_batch: example {} of '{}' has {} tokens, more than the batch length {}", i, data.name, n,
+                       length);
+    for (Index t = 0; t < length; ++t) {
+      const bool real = t < n;
+      out.tokens.at(b, t) = real ? e.tokens[static_cast<std::size_t>(t)] : 0;
+      out.targets.at(b, t) = real ? e.labels[static_cast<std::size_t>(t)] : kIgnoreLabel;
+      out.padding.at(b, t) = real ? 0 : 1;
+      out.padded = out.padded || !real;
+    }
+  }
+}
+
+Sampler::Sampler(Index n, Index batch, std::uint64_t seed) : n_(n), rng_(seed, 0x73616d706c65) {
+  if (n <= 0 || batch <= 0) fail<ValueError>("sampler: needs examples and a positive batch size, got {} and {}", n, batch);
+  current_.resize(static_cast<std::size_t>(batch));
+  state_.order.resize(static_cast<std::size_t>(n));
+  reshuffle();
+}
+
+void Sampler::reshuffle() {
+  std::iota(state_.order.begin(), state_.order.end(), Index{0});
+  rng_.shuffle(state_.order.begin(), state_.order.end());
+  state_.cursor = 0;
+}
+
+std::span<const Index> Sampler::next() {
+  for (auto& slot : current_) {
+    if (state_.cursor == n_) {
+      ++state_.epoch;
+      reshuffle();
+    }
+    slot = state_.order[static_cast<std::size_t>(state_.cursor++)];
+  }
+  return current_;
+}
+
+Sampler::State Sampler::state() const {
+  State s = state_;
+  s.rng = rng_.state();
+  return s;
+}
+
+void Sampler::set_state(const State& s) {
+  if (static_cast<Index>(s.order.size()) != n_ || s.cursor < 0 || s.cursor > n_ || s.epoch < 0)
+    fail<ValueError>("sampler: the saved data order covers {} examples at position {} but this dataset has {}",
+                     s.order.size(), s.cursor, n_);
+  std::vector<char> seen(static_cast<std::size_t>(n_), 0);
+  for (Index i : s.order) {
+    if (i < 0 || i >= n_ || seen[static_cast<std::size_t>(i)])
+      fail<ValueError>("sampler: the saved data order is not a permutation of the dataset's {} examples", n_);
+    seen[static_cast<std::size_t>(i)] = 1;
+  }
+  rng_.set_state(s.rng);  // validates the rng state before anything else changes
+  state_ = s;
+}
+
+}  // namespace tapegrad

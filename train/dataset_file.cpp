@@ -1,0 +1,96 @@
+#include "train/dataset_file.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include "autograd/ops.hpp"  // kIgnoreLabel
+
+namespace tapegrad {
+namespace {
+
+std::vector<std::string_view> split_spaces(std::string_view s) {
+  std::vector<std::string_view> out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\r')) ++i;
+    std::size_t j = i;
+    while (j < s.size() && s[j] != ' ' && s[j] != '\r') ++j;
+    if (j > i) out.push_back(s.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+
+// `fixed` = vocabularies come from elsewhere (a training set) and may not grow.
+Dataset parse(std::string_view text, std::string_view name, Vocabulary tokens, Vocabulary labels, bool fixed) {
+  Dataset data;
+  data.name = std::string(name);
+  if (!fixed) tokens.add(kPadToken);
+  std::size_t line_no = 0, start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = std::min(text.find('\n', start), text.size());
+    const std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (split_spaces(line).empty() || line.front() == '#') {
+      if (end == text.size()) break;
+      continue;
+    }
+    const std::size_t tab = line.find('\t');
+    if (tab == std::string_view::npos)
+      fail<FormatError>("{}:{}: expected tokens, a TAB, then one label per token; this line has no TAB", name, line_no);
+    if (line.find('\t', tab + 1) != std::string_view::npos)
+      fail<FormatError>("{}:{}: more than one TAB; tokens and labels are separated by exactly one", name, line_no);
+    const auto words = split_spaces(line.substr(0, tab));
+    const auto tags = split_spaces(line.substr(tab + 1));
+    if (words.empty()) fail<FormatError>("{}:{}: no tokens before the TAB", name, line_no);
+    if (words.size() != tags.size())
+      fail<FormatError>("{}:{}: {} tokens but {} labels; give one label per token ('{}' for none)", name, line_no,
+                        words.size(), tags.size(), kNoLabel);
+    Example e;
+    for (std::size_t k = 0; k < words.size(); ++k) {
+      if (words[k] == kPadToken) fail<FormatError>("{}:{}: '{}' is reserved for padding", name, line_no, kPadToken);
+      if (fixed && !tokens.contains(words[k]))
+        fail<FormatError>("{}:{}: token '{}' does not occur in the training data", name, line_no, words[k]);
+      e.tokens.push_back(fixed ? tokens.id(words[k]) : tokens.add(words[k]));
+      if (tags[k] == kNoLabel) {
+        e.labels.push_back(kIgnoreLabel);
+      } else {
+        if (fixed && !labels.contains(tags[k]))
+          fail<FormatError>("{}:{}: label '{}' does not occur in the training data", name, line_no, tags[k]);
+        e.labels.push_back(fixed ? labels.id(tags[k]) : labels.add(tags[k]));
+      }
+    }
+    data.examples.push_back(std::move(e));
+    if (end == text.size()) break;
+  }
+  if (data.examples.empty()) fail<FormatError>("{}: no examples (every line is blank or a comment)", name);
+  if (labels.size() == 0) fail<FormatError>("{}: no labels at all: every label is '{}'", name, kNoLabel);
+  data.tokens = std::move(tokens);
+  data.labels = std::move(labels);
+  return data;
+}
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail<Error>("read_dataset: cannot open '{}'", path.string());
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+Dataset parse_dataset(std::string_view text, std::string_view name) { return parse(text, name, {}, {}, false); }
+
+Dataset parse_dataset(std::string_view text, std::string_view name, const Vocabulary& tokens, const Vocabulary& labels) {
+  return parse(text, name, tokens, labels, true);
+}
+
+Dataset read_dataset(const std::filesystem::path& path) { return parse_dataset(read_text(path), path.string()); }
+
+Dataset read_dataset(const std::filesystem::path& path, const Vocabulary& tokens, const Vocabulary& labels) {
+  return parse_dataset(read_text(path), path.string(), tokens, labels);
+}
+
+}  // namespace tapegrad

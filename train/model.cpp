@@ -1,0 +1,82 @@
+#include "train/model.hpp"
+
+#include "autograd/ops.hpp"
+
+namespace tapegrad {
+
+std::string_view to_string(FeatureKind f) { return f == FeatureKind::onehot ? "onehot" : "learned"; }
+
+FeatureKind parse_feature_kind(std::string_view name) {
+  if (name == "onehot") return FeatureKind::onehot;
+  if (name == "learned") return FeatureKind::learned;
+  fail<NameError>("features: unknown kind '{}'; choose onehot or learned", name);
+}
+
+std::string ModelConfig::describe() const {
+  return fmt::format("{} features{}, {} positions, {} attention ({} head{}, scale {}{}{}), readout to {} labels",
+                     to_string(features), features == FeatureKind::learned ? fmt::format(" (d {})", d_embed) : "",
+                     to_string(positions), to_string(attention), heads, heads == 1 ? "" : "s", to_string(scale),
+                     output_projection ? ", Wo" : "", residual ? ", residual" : "", labels);
+}
+
+template <class T>
+ToyModel<T>::ToyModel(const ModelConfig& c) : Module<T>("model"), config_(c) {
+  if (c.vocab <= 0 || c.labels <= 0 || c.max_len <= 0)
+    fail<ValueError>("model: vocab, labels and max_len must be positive, got {}, {} and {}", c.vocab, c.labels, c.max_len);
+  Rng rng(c.seed, 0x6d6f64656c);
+  Index width = 0;
+  if (c.features == FeatureKind::onehot) {
+    onehot_ = std::make_unique<OneHotTokens<T>>("tokens", c.vocab);
+    width = c.vocab;
+  } else {
+    embedding_ = std::make_unique<Embedding<T>>("embed", EmbeddingOptions{.vocab = c.vocab, .dim = c.d_embed}, rng);
+    this->register_child(*embedding_, "embed");
+    width = c.d_embed;
+  }
+  positions_ = std::make_unique<Positions<T>>(
+      "pos", PositionOptions{.kind = c.positions, .max_len = c.max_len, .d_model = width}, rng);
+  this->register_child(*positions_, "pos");
+  d_model_ = positions_->output_width();
+
+  attention_ = std::make_unique<SelfAttention<T>>(
+      "attn",
+      SelfAttentionOptions{.mode = c.attention, .d_model = d_model_, .n_heads = c.heads, .d_head = c.d_head,
+                           .output_projection = c.output_projection, .scale = c.scale},
+      rng);
+  this->register_child(*attention_, "attn");
+  if (c.residual && attention_->output_width() != d_model_)
+    fail<ValueError>("model: a residual connection adds the attention output ({} wide) to its input ({} wide); make "
+                     "heads x d_head equal {} or use the output projection",
+                     attention_->output_width(), d_model_, d_model_);
+  readout_ = std::make_unique<Linear<T>>("readout", LinearOptions{.in = attention_->output_width(), .out = c.labels}, rng);
+  this->register_child(*readout_, "readout");
+}
+
+template <class T>
+Var<T> ToyModel<T>::features(Tape<T>& tape, const Ids& tokens) {
+  Var<T> x = onehot_ ? onehot_->forward(tape, tokens) : embedding_->forward(tape, tokens);  // (B, T, width)
+  return positions_->forward(x);                                                            // (B, T, d_model)
+}
+
+template <class T>
+Var<T> ToyModel<T>::logits(Tape<T>& tape, const Batch& batch) {
+  if (batch.length() > config_.max_len)
+    fail<ShapeError>("model: the batch has sequences of {} positions but the model takes at most {}", batch.length(),
+                     config_.max_len);
+  Var<T> x = features(tape, batch.tokens);
+  Var<T> h = attention_->forward(x, batch.padded ? &batch.padding : nullptr);
+  if (config_.residual) h = add(x, h);
+  return readout_->forward(h);  // (B, T, labels)
+}
+
+template <class T>
+Var<T> ToyModel<T>::loss(Tape<T>& tape, const Batch& batch, Var<T>* logits_out) {
+  Var<T> z = logits(tape, batch);
+  if (logits_out) *logits_out = z;
+  return cross_entropy(z, batch.targets);
+}
+
+template class ToyModel<float>;
+template class ToyModel<double>;
+
+}  // namespace tapegrad

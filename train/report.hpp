@@ -1,0 +1,50 @@
+#pragma once
+// Reporting a training run: a progress bar with rate and ETA on a terminal, plain lines when the
+// output is not a terminal (a log file, CI), and a CSV file of the curve. This is the one place in
+// the library that writes to the terminal.
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "train/trainer.hpp"
+
+namespace tapegrad {
+
+class Progress {
+ public:
+  enum class Style { automatic, bar, lines, quiet };  // automatic: bar on a terminal, else lines
+  Progress(std::FILE* out, Style style, Index total_steps, std::string title);
+  ~Progress();
+
+  void on_step(Index step);                // the bar redraws at most 10 times a second
+  void on_evaluation(const CurvePoint& p);  // lines: one per evaluation
+  void finish();                           // ends the bar's line
+  TrainCallbacks callbacks();              // both, for Trainer::run
+
+ private:
+  void draw(Index step);
+
+  std::FILE* out_;
+  Style style_;
+  Index total_;
+  std::string title_;
+  CurvePoint last_{};
+  bool have_point_ = false;
+  double start_, last_draw_ = -1;
+  bool open_line_ = false;
+};
+
+// One row per evaluation: step,train_loss,train_accuracy,eval_loss,eval_accuracy,lr,seconds.
+class CsvLog {
+ public:
+  explicit CsvLog(const std::filesystem::path& path);  // Error naming the path if it cannot be written
+  void write(const CurvePoint& p);
+
+ private:
+  std::filesystem::path path_;
+  std::ofstream out_;
+};
+
+}  // namespace tapegrad
