@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <new>
 #include <span>
 #include <vector>
 
@@ -30,6 +31,27 @@ template <class T>
 using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <class T>
 using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// Every tensor buffer starts on a 64-byte boundary (a cache line, an AVX-512 register). Eigen's
+// vectorised kernels peel off unaligned leading elements, so with std::vector's 16-byte alignment the
+// grouping of partial sums, and so the last bits of a result, would depend on where the heap put a
+// buffer: two identical runs could differ. Aligned buffers make every run bit-identical.
+template <class T>
+struct AlignedAllocator {
+  using value_type = T;
+  static constexpr std::size_t alignment = 64;
+  AlignedAllocator() = default;
+  template <class U>
+  AlignedAllocator(const AlignedAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) {
+    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(alignment)));
+  }
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t(alignment)); }
+  template <class U>
+  bool operator==(const AlignedAllocator<U>&) const noexcept {
+    return true;
+  }
+};
 
 template <class T>
 class TensorT {
@@ -117,7 +139,7 @@ class TensorT {
   }
 
   Shape shape_;
-  std::vector<T> data_;
+  std::vector<T, AlignedAllocator<T>> data_;
 };
 
 using Tensor = TensorT<float>;
