@@ -12,6 +12,7 @@
 #include <numbers>
 #include <sstream>
 
+#include "golden_file.hpp"
 #include "helpers.hpp"
 #include "train/optimizer.hpp"
 #include "train/schedule.hpp"
@@ -39,26 +40,9 @@ struct Golden {
   std::map<std::string, GoldenCase> cases;
 };
 
-Shape read_shape(std::istringstream& words) {
-  int rank = 0;
-  words >> rank;
-  Index d[3] = {1, 1, 1};
-  for (int k = 0; k < rank; ++k) words >> d[k];
-  if (rank == 1) return Shape::vec(d[0]);
-  if (rank == 2) return Shape::mat(d[0], d[1]);
-  return Shape::batched(d[0], d[1], d[2]);
-}
+using test::read_shape;
 
-TensorD read_values(std::istream& in, Shape s) {
-  std::string line;
-  std::getline(in, line);
-  std::istringstream values(line);
-  TensorD t(s);
-  Index read = 0;
-  while (read < t.numel() && values >> t[read]) ++read;
-  REQUIRE_MESSAGE(read == t.numel(), "optim_golden.txt: ", read, " values for a ", s, " tensor");
-  return t;
-}
+TensorD read_values(std::istream& in, Shape s) { return test::read_values<double>(in, s); }
 
 Golden read_golden() {
   std::ifstream in(TAPEGRAD_TEST_DATA "/optim_golden.txt");
