@@ -26,9 +26,9 @@ namespace {
 
 struct Options {
   std::string task, data, eval_data, out;
-  std::string attention = "learned", features = "onehot", positions = "onehot", optimizer = "adam";
+  std::string attention = "learned", features = "onehot", positions = "onehot", optimizer = "adam", schedule = "constant";
   Index heads = 1, d_model = 0, steps = 2000, batch = 32, eval_every = 100;
-  double lr = 0.01, momentum = 0.9;
+  double lr = 0.01, momentum = 0.9, clip = 0;
   bool residual = false;
   std::uint64_t seed = 0;
   Index n_train = 4000, n_test = 1000;
@@ -89,6 +89,8 @@ int run(const Options& o) {
   tc.optimizer = parse_optimizer_kind(o.optimizer);
   tc.lr = o.lr;
   tc.momentum = o.momentum;
+  tc.clip = o.clip;
+  tc.cosine = o.schedule == "cosine";
   tc.eval_every = o.eval_every;
   tc.seed = o.seed;
   Trainer trainer(model, train, have_eval ? &eval : nullptr, tc);
@@ -152,6 +154,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"sgd", "adam"}));
   app.add_option("--lr", o.lr, "Learning rate")->capture_default_str()->check(positive());
   app.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--schedule", o.schedule, "constant, or cosine (decay to 0 after a 5% linear warm-up)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"constant", "cosine"}));
+  app.add_option("--clip", o.clip, "Clip gradients to this global norm (0: no clipping)")
+      ->capture_default_str()
+      ->check(positive(true));
   app.add_option("--steps", o.steps, "Training steps")->capture_default_str()->check(positive(true));
   app.add_option("--batch", o.batch, "Batch size")->capture_default_str()->check(positive());
   app.add_option("--seed", o.seed, "Seed of the initial weights, the data order and a task's data")->capture_default_str();
