@@ -14,7 +14,7 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::unique_ptr<Optimizer<float>> make_optimizer(const TrainConfig& c, std::vector<Parameter<float>*> params) {
+std::unique_ptr<Optimizer<float>> new_optimizer(const TrainConfig& c, std::vector<Parameter<float>*> params) {
   if (c.optimizer == OptimizerKind::sgd)
     return std::make_unique<SGD<float>>(std::move(params), SgdOptions{.lr = c.lr, .momentum = c.momentum});
   return std::make_unique<Adam<float>>(std::move(params), AdamOptions{.lr = c.lr});
@@ -70,7 +70,7 @@ Trainer::Trainer(ToyModel<float>& model, const Dataset& train, const Dataset* ev
       train_(train),
       eval_(eval),
       config_(checked(config)),
-      optimizer_(make_optimizer(config_, model.parameters())),
+      optimizer_(new_optimizer(config_, model.parameters())),
       schedule_(make_schedule(config_)),
       params_(model.parameters()),
       sampler_(train.size(), config.batch, config.seed),
@@ -167,12 +167,34 @@ void Trainer::run(const TrainCallbacks& callbacks) {
   }
   while (step_ < config_.steps) {
     step();
-    if (callbacks.on_step) callbacks.on_step(step_);
     if (step_ % config_.eval_every == 0 || step_ == config_.steps) {
       const CurvePoint p = record_point();
       if (callbacks.on_evaluation) callbacks.on_evaluation(p);
     }
+    // After the evaluation: a checkpoint taken here holds that step's curve point and the fresh window.
+    if (callbacks.on_step) callbacks.on_step(step_);
   }
+}
+
+TrainerState Trainer::state() const {
+  return {step_, sampler_.state(), window_loss_, window_correct_, window_labelled_, window_steps_, curve_};
+}
+
+void Trainer::set_state(const TrainerState& s) {
+  if (s.step < 0 || s.window_steps < 0 || s.window_correct < 0 || s.window_labelled < s.window_correct)
+    fail<ValueError>("trainer: the saved state is inconsistent (step {}, {} correct of {} labelled over {} steps)", s.step,
+                     s.window_correct, s.window_labelled, s.window_steps);
+  sampler_.set_state(s.data_order);  // validates first; throws before anything changes
+  step_ = s.step;
+  window_loss_ = s.window_loss;
+  window_correct_ = s.window_correct;
+  window_labelled_ = s.window_labelled;
+  window_steps_ = s.window_steps;
+  curve_ = s.curve;
+}
+
+std::unique_ptr<Optimizer<float>> Trainer::make_optimizer() const {
+  return new_optimizer(config_, params_);
 }
 
 Index Trainer::steps_to(double target) const {

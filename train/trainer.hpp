@@ -53,8 +53,18 @@ struct CurvePoint {
 };
 
 struct TrainCallbacks {
-  std::function<void(Index step)> on_step;               // after every step
+  std::function<void(Index step)> on_step;               // after every step (and its evaluation, if any)
   std::function<void(const CurvePoint&)> on_evaluation;  // after every evaluation
+};
+
+// What a Trainer holds besides the model, the optimizer and the data: enough, with those, to resume
+// exactly (checkpoints save it).
+struct TrainerState {
+  Index step = 0;
+  Sampler::State data_order;
+  double window_loss = 0;  // sums since the last curve point
+  Index window_correct = 0, window_labelled = 0, window_steps = 0;
+  std::vector<CurvePoint> curve;
 };
 
 class Trainer {
@@ -79,6 +89,15 @@ class Trainer {
   Optimizer<float>& optimizer() { return *optimizer_; }
   Sampler& sampler() { return sampler_; }
   const TrainConfig& config() const { return config_; }
+  const Dataset& train_data() const { return train_; }
+
+  TrainerState state() const;
+  // Restores a state (from a checkpoint); ValueError, and no change, if it does not fit this
+  // trainer's data (the data order covers another number of examples) or its step budget.
+  void set_state(const TrainerState& s);
+  // A new optimizer of this trainer's kind and options over the same parameters: checkpoints load a
+  // state into one first, to validate it without touching the real one.
+  std::unique_ptr<Optimizer<float>> make_optimizer() const;
 
  private:
   CurvePoint record_point();
