@@ -22,15 +22,22 @@ Var<T> Embedding<T>::forward(Tape<T>& tape, const Ids& ids) {
 }
 
 template <class T>
-OneHotTokens<T>::OneHotTokens(std::string name, Index vocab) : Module<T>(std::move(name)) {
+OneHotTokens<T>::OneHotTokens(std::string name, Index vocab) : Module<T>(std::move(name)), vocab_(vocab) {
   if (vocab <= 0) fail<ValueError>("one_hot_tokens '{}': vocab must be positive, got {}", this->name(), vocab);
-  identity_.resize(Shape::mat(vocab, vocab));
-  identity_.mat().setIdentity();
 }
 
 template <class T>
 Var<T> OneHotTokens<T>::forward(Tape<T>& tape, const Ids& ids) {
-  return gather_rows(tape.constant(identity_), ids);
+  if (ids.rank() == 3) fail<ShapeError>("one_hot_tokens '{}': ids are {}; they must be (N) or (batch, rows)", this->name(), ids.shape());
+  features_.resize(ids.rank() == 2 ? Shape::batched(ids.rows(), ids.cols(), vocab_) : Shape::mat(ids.cols(), vocab_));
+  features_.set_zero();
+  for (Index i = 0; i < ids.numel(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_)
+      fail<ValueError>("one_hot_tokens '{}': id {} at position {} is outside the vocabulary of {}", this->name(), ids[i], i,
+                       vocab_);
+    features_[i * vocab_ + ids[i]] = T(1);
+  }
+  return tape.constant(features_);
 }
 
 std::string_view to_string(PositionEncoding p) {
@@ -59,10 +66,7 @@ Positions<T>::Positions(std::string name, const PositionOptions& options, Rng& r
   const Index L = options.max_len, D = options.d_model;
   switch (options.kind) {
     case PositionEncoding::none: break;
-    case PositionEncoding::onehot:
-      table_.resize(Shape::mat(L, L));
-      table_.mat().setIdentity();
-      break;
+    case PositionEncoding::onehot: break;  // built per batch: (B, T, max_len), no (max_len, max_len) table
     case PositionEncoding::learned: {
       TensorT<T> p(Shape::mat(L, D));
       options.init.apply(p, rng);
@@ -95,10 +99,11 @@ Var<T> Positions<T>::forward(Var<T> x) {
     fail<ShapeError>("positions '{}': x is {} but the layer takes (batch, T <= {}, {}) inputs", this->name(), s,
                      options_.max_len, options_.d_model);
   if (options_.kind == PositionEncoding::onehot) {
-    positions_.resize(Shape::mat(s.batch, s.rows));
+    onehot_.resize(Shape::batched(s.batch, s.rows, options_.max_len));  // (B, T, max_len): e_t in row t
+    onehot_.set_zero();
     for (Index b = 0; b < s.batch; ++b)
-      for (Index t = 0; t < s.rows; ++t) positions_.at(b, t) = static_cast<std::int32_t>(t);
-    const std::array<Var<T>, 2> parts = {x, gather_rows(tape.constant(table_), positions_)};  // (B, T, max_len)
+      for (Index t = 0; t < s.rows; ++t) onehot_.at(b, t, t) = T(1);
+    const std::array<Var<T>, 2> parts = {x, tape.constant(onehot_)};
     return concat_cols(std::span<const Var<T>>(parts));
   }
   positions_.resize(Shape::vec(s.rows));

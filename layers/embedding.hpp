@@ -34,10 +34,11 @@ class OneHotTokens : public Module<T> {
  public:
   OneHotTokens(std::string name, Index vocab);
   Var<T> forward(Tape<T>& tape, const Ids& ids);  // ids (B, T) -> (B, T, vocab)
-  Index vocab() const { return identity_.rows(); }
+  Index vocab() const { return vocab_; }
 
  private:
-  TensorT<T> identity_;  // (vocab, vocab): row i is e_i
+  Index vocab_;
+  TensorT<T> features_;  // the last batch's one-hot rows, reused (no vocab x vocab table)
 };
 
 enum class PositionEncoding { none, onehot, learned, sinusoidal };
@@ -64,8 +65,9 @@ class Positions : public Module<T> {
  private:
   PositionOptions options_;
   Parameter<T>* learned_ = nullptr;
-  TensorT<T> table_;     // one-hot: identity (max_len, max_len); sinusoidal: (max_len, d_model)
-  Ids positions_;        // 0 .. T-1, per batch item for one-hot; reused from call to call
+  TensorT<T> table_;     // sinusoidal: (max_len, d_model)
+  TensorT<T> onehot_;    // one-hot: the last batch's (B, T, max_len) rows, reused
+  Ids positions_;        // 0 .. T-1 for learned and sinusoidal; reused from call to call
 };
 
 extern template class Embedding<float>;

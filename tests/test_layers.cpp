@@ -122,6 +122,8 @@ TEST_CASE("embeddings: a trainable table, fixed one-hot tokens, and positions") 
   OneHotTokens<double> onehot("tokens", 3);
   CHECK(onehot.parameters().empty());
   CHECK(onehot.forward(t, ids).value() == TensorD(Shape::batched(1, 3, 3), {0, 0, 1, 1, 0, 0, 0, 0, 1}));
+  CHECK_THROWS_WITH_AS(onehot.forward(t, Ids(Shape::mat(1, 2), {1, 7})),
+                       "one_hot_tokens 'tokens': id 7 at position 1 is outside the vocabulary of 3", ValueError);
 
   Var<double> x = t.constant(TensorD(Shape::batched(1, 2, 2), {1, 2, 3, 4}));
   Positions<double> one("pos", {.kind = PositionEncoding::onehot, .max_len = 3, .d_model = 2}, rng);
