@@ -248,6 +248,29 @@ TEST_CASE("model: configurations that do not fit together are refused; the toy m
   }
 }
 
+TEST_CASE("model: implied_parameter_count(config) agrees with the parameters a model of that config has") {
+  Index checked = 0;
+  for (auto features : {FeatureKind::onehot, FeatureKind::learned})
+    for (auto positions : {PositionEncoding::none, PositionEncoding::onehot, PositionEncoding::learned, PositionEncoding::sinusoidal})
+      for (auto attention : {AttentionMode::parameter_free, AttentionMode::learnable})
+        for (Index heads : {1, 2, 3})
+          for (bool wo : {false, true})
+            for (bool residual : {false, true}) {
+              const ModelConfig c{.vocab = 7, .labels = 4, .max_len = 5, .features = features, .d_embed = 6,
+                                  .positions = positions, .attention = attention, .heads = heads,
+                                  .output_projection = wo, .residual = residual};
+              const Index predicted = ToyModel<float>::implied_parameter_count(c);
+              try {
+                ToyModel<float> model(c);
+                CHECK(predicted == model.parameter_count());
+                ++checked;
+              } catch (const ValueError&) {
+                CHECK(predicted == -1);  // refused by both
+              }
+            }
+  CHECK(checked > 40);
+}
+
 TEST_CASE("trainer: learns a task, and the same seeds give the same curve bit for bit") {
   const auto task = make_task("first_token");
   const TaskSplit split = make_task_split(*task, 1000, 200, 200, 1);

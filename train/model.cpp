@@ -53,6 +53,31 @@ ToyModel<T>::ToyModel(const ModelConfig& c) : Module<T>("model"), config_(c) {
 }
 
 template <class T>
+Index ToyModel<T>::implied_parameter_count(const ModelConfig& c) {
+  // Mirrors the constructor: embedding table, learned positions, attention projections, readout.
+  if (c.vocab <= 0 || c.labels <= 0 || c.max_len <= 0 || c.heads <= 0 || c.d_head < 0) return -1;
+  const Index width = c.features == FeatureKind::onehot ? c.vocab : c.d_embed;
+  if (width <= 0) return -1;
+  const Index d_model = c.positions == PositionEncoding::onehot ? width + c.max_len : width;
+  Index n = c.features == FeatureKind::learned ? c.vocab * c.d_embed : 0;
+  if (c.positions == PositionEncoding::learned) n += c.max_len * width;
+  if (c.d_head == 0 && d_model % c.heads != 0) return -1;
+  const Index dh = c.d_head != 0 ? c.d_head : d_model / c.heads;
+  Index out = c.heads * dh;
+  if (c.attention == AttentionMode::learnable) {
+    n += 3 * d_model * out;
+    if (c.output_projection) {
+      n += out * d_model;
+      out = d_model;
+    }
+  } else if (dh * c.heads != d_model || c.output_projection) {
+    return -1;
+  }
+  if (c.residual && out != d_model) return -1;
+  return n + out * c.labels + c.labels;
+}
+
+template <class T>
 Var<T> ToyModel<T>::features(Tape<T>& tape, const Ids& tokens) {
   Var<T> x = onehot_ ? onehot_->forward(tape, tokens) : embedding_->forward(tape, tokens);  // (B, T, width)
   return positions_->forward(x);                                                            // (B, T, d_model)

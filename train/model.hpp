@@ -52,6 +52,10 @@ class ToyModel : public Module<T> {
 
   const ModelConfig& config() const { return config_; }
   Index d_model() const { return d_model_; }
+  // How many parameter values a model of this configuration has, from the configuration alone (no
+  // allocation), or -1 for a configuration the constructor would refuse. Loaders compare it with
+  // what a file holds before they build anything.
+  static Index implied_parameter_count(const ModelConfig& c);
   SelfAttention<T>& attention() { return *attention_; }
 
  private:

@@ -1,0 +1,461 @@
+// Checkpoints: the serialization (cereal, with bounded reads), the file format (header + CRC-32),
+// atomic writes, and strict all-or-nothing loading. See checkpoint.hpp.
+#include "train/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "train/checkpoint_serialize.hpp"
+
+namespace tapegrad {
+namespace {
+
+using namespace checkpoint_detail;
+
+constexpr char kMagic[8] = {'T', 'G', 'C', 'K', 'P', 'T', '\r', '\n'};
+constexpr std::size_t kHeaderBytes = 28;
+
+// ---- bytes ------------------------------------------------------------------------------------------
+
+std::uint32_t crc32_of(const std::byte* data, std::size_t n) {
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  while (n > 0) {
+    const auto chunk = static_cast<uInt>(std::min<std::size_t>(n, 1u << 30));
+    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(data), chunk);
+    data += chunk;
+    n -= chunk;
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+
+template <class U>
+void put_le(std::vector<std::byte>& out, U v) {
+  for (std::size_t i = 0; i < sizeof(U); ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
+}
+
+template <class U>
+U get_le(const std::byte* p) {
+  U v = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i) v |= static_cast<U>(std::to_integer<unsigned>(p[i])) << (8 * i);
+  return v;
+}
+
+std::string hex_prefix(std::span<const std::byte> bytes) {
+  std::string s;
+  for (std::size_t i = 0; i < std::min<std::size_t>(bytes.size(), 8); ++i)
+    s += fmt::format("{}{:02x}", i ? " " : "", std::to_integer<unsigned>(bytes[i]));
+  return s;
+}
+
+// ---- building and applying --------------------------------------------------------------------------
+
+template <class T>
+std::string dtype_of() {
+  return std::is_same_v<T, float> ? "f32" : "f64";
+}
+
+template <class T>
+TensorRecord record(const std::string& name, const TensorT<T>& t) {
+  return {name, dtype_of<T>(), t.shape(), std::vector<double>(t.data(), t.data() + t.numel())};
+}
+
+template <class T>
+void copy_values(const TensorRecord& r, TensorT<T>& t) {
+  for (Index i = 0; i < t.numel(); ++i) t[i] = static_cast<T>(r.values[static_cast<std::size_t>(i)]);
+}
+
+std::string quoted_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "'" : ", '") + n + "'";
+  return out;
+}
+
+// Matches the file's parameters against the model's, without changing anything.
+template <class T>
+LoadReport match(const Checkpoint& c, const std::vector<Parameter<T>*>& params) {
+  LoadReport report;
+  std::map<std::string, const TensorRecord*> by_name;
+  for (const auto& r : c.parameters) by_name.emplace(r.name, &r);
+  std::set<std::string> seen;
+  for (const auto* p : params) {
+    const auto it = by_name.find(p->name);
+    if (it == by_name.end()) {
+      report.missing.push_back(p->name);
+      continue;
+    }
+    seen.insert(p->name);
+    const TensorRecord& r = *it->second;
+    if (r.dtype != dtype_of<T>())
+      report.mismatched.push_back(fmt::format("'{}' is {} {} in the file but {} {} in the model", p->name, r.dtype, r.shape,
+                                              dtype_of<T>(), p->value.shape()));
+    else if (r.shape != p->value.shape())
+      report.mismatched.push_back(fmt::format("'{}' is {} in the file but {} in the model", p->name, r.shape, p->value.shape()));
+    else
+      report.loaded.push_back(p->name);
+  }
+  for (const auto& r : c.parameters)
+    if (!seen.count(r.name)) report.unexpected.push_back(r.name);
+  return report;
+}
+
+std::string problems(const LoadReport& r) {
+  std::vector<std::string> parts;
+  if (!r.missing.empty()) parts.push_back("the file lacks the model's " + quoted_list(r.missing));
+  if (!r.unexpected.empty()) parts.push_back("the model has no " + quoted_list(r.unexpected));
+  for (const auto& m : r.mismatched) parts.push_back(m);
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : "; ") + p;
+  return out;
+}
+
+template <class T>
+void apply_weights(const Checkpoint& c, const std::vector<Parameter<T>*>& params, const LoadReport& report) {
+  std::set<std::string> load(report.loaded.begin(), report.loaded.end());
+  for (const auto& r : c.parameters)
+    if (load.count(r.name))
+      for (auto* p : params)
+        if (p->name == r.name) copy_values(r, p->value);
+}
+
+OptimizerState<float> optimizer_state(const TrainingRecord& t) {
+  OptimizerState<float> s;
+  s.kind = t.optimizer_kind;
+  s.hyperparameters = t.hyperparameters;
+  s.step = t.optimizer_steps;
+  for (const auto& b : t.buffers) {
+    const auto slash = b.name.rfind('/');
+    if (slash == std::string::npos)
+      fail<FormatError>("optimizer buffer '{}' is not named '<parameter>/<buffer>'", b.name);
+    TensorT<float> tensor(b.shape);
+    copy_values(b, tensor);
+    s.per_param[b.name.substr(0, slash)][b.name.substr(slash + 1)] = std::move(tensor);
+  }
+  return s;
+}
+
+}  // namespace
+
+// ---- public API ----------------------------------------------------------------------------------------
+
+std::vector<std::byte> encode_checkpoint(const Checkpoint& c) {
+  std::ostringstream payload_stream(std::ios::binary);
+  {
+    cereal::PortableBinaryOutputArchive ar(payload_stream);
+    NodeFree node_free(ar);
+    save(node_free, c);
+  }
+  const std::string payload = payload_stream.str();
+  std::vector<std::byte> out;
+  out.reserve(kHeaderBytes + payload.size());
+  for (char m : kMagic) out.push_back(static_cast<std::byte>(m));
+  put_le<std::uint32_t>(out, c.format_version);
+  put_le<std::uint32_t>(out, 0);
+  put_le<std::uint64_t>(out, payload.size());
+  put_le<std::uint32_t>(out, crc32_of(reinterpret_cast<const std::byte*>(payload.data()), payload.size()));
+  for (char ch : payload) out.push_back(static_cast<std::byte>(ch));
+  return out;
+}
+
+Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view source) {
+  if (bytes.empty()) fail<FormatError>("load '{}': the file is empty", source);
+  if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
+    if (bytes.size() < sizeof kMagic && std::memcmp(bytes.data(), kMagic, bytes.size()) == 0)
+      fail<FormatError>("load '{}': truncated: {} bytes, not even the {}-byte header", source, bytes.size(), kHeaderBytes);
+    fail<FormatError>("load '{}': not a tapegrad checkpoint (it starts with {}, a checkpoint with 54 47 43 4b 50 54 0d 0a)",
+                      source, hex_prefix(bytes));
+  }
+  if (bytes.size() < kHeaderBytes)
+    fail<FormatError>("load '{}': truncated: {} bytes, not even the {}-byte header", source, bytes.size(), kHeaderBytes);
+  const auto version = get_le<std::uint32_t>(bytes.data() + 8);
+  const auto flags = get_le<std::uint32_t>(bytes.data() + 12);
+  const auto length = get_le<std::uint64_t>(bytes.data() + 16);
+  const auto crc = get_le<std::uint32_t>(bytes.data() + 24);
+  if (version > kCheckpointFormat)
+    fail<FormatError>("load '{}': format version {} is newer than this tapegrad reads ({}); update tapegrad", source,
+                      version, kCheckpointFormat);
+  if (version == 0) fail<FormatError>("load '{}': format version 0 does not exist; the header is corrupt", source);
+  if (flags != 0) fail<FormatError>("load '{}': unknown flags {:#x} in the header", source, flags);
+  const std::size_t available = bytes.size() - kHeaderBytes;
+  if (length > available)
+    fail<FormatError>("load '{}': truncated: the header promises {} payload bytes but only {} follow", source, length,
+                      available);
+  if (length < available)
+    fail<FormatError>("load '{}': {} stray bytes after the {}-byte payload", source, available - length, length);
+  const std::byte* payload = bytes.data() + kHeaderBytes;
+  const std::uint32_t actual = crc32_of(payload, available);
+  if (actual != crc)
+    fail<FormatError>("load '{}': checksum mismatch (the header says {:08x}, the payload has {:08x}): the file is corrupt",
+                      source, crc, actual);
+
+  Checkpoint c;
+  try {
+    std::istringstream in(std::string(reinterpret_cast<const char*>(payload), available), std::ios::binary);
+    InArchive ar(in, available);
+    load(ar, c);
+    if (in.peek() != std::char_traits<char>::eof()) fail<FormatError>("the payload has bytes after the checkpoint");
+  } catch (const FormatError& e) {
+    fail<FormatError>("load '{}': corrupt payload: {}", source, e.what());
+  } catch (const cereal::Exception& e) {
+    fail<FormatError>("load '{}': corrupt payload: {}", source, e.what());
+  } catch (const std::bad_alloc&) {
+    fail<FormatError>("load '{}': corrupt payload: it asks for more memory than there is", source);
+  }
+  if (c.format_version != version)
+    fail<FormatError>("load '{}': the payload says format {} but the header {}", source, c.format_version, version);
+  return c;
+}
+
+void save_checkpoint(const std::filesystem::path& path, const Checkpoint& c) {
+  const std::vector<std::byte> bytes = encode_checkpoint(c);
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::filesystem::path tmp = dir / fmt::format(".{}.tmp-{}", path.filename().string(), ::getpid());
+  auto fail_io = [&](const char* what) {
+    const std::string reason = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    fail<Error>("save '{}': {} failed: {}", path.string(), what, reason);
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail_io("creating the temporary file");
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      fail_io("writing");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    fail_io("fsync");
+  }
+  if (::close(fd) != 0) fail_io("closing");
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail_io("renaming into place");
+  // The rename is durable once the folder's entry is on disk.
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+Checkpoint read_checkpoint(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail<Error>("load '{}': cannot open the file", path.string());
+  std::vector<char> buffer((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) fail<Error>("load '{}': reading failed", path.string());
+  return decode_checkpoint(std::as_bytes(std::span<const char>(buffer)), path.string());
+}
+
+template <class T>
+Checkpoint snapshot(const ToyModel<T>& model) {
+  Checkpoint c;
+  c.model = model.config();
+  for (const auto* p : model.parameters()) c.parameters.push_back(record(p->name, p->value));
+  return c;
+}
+
+Checkpoint snapshot(Trainer& trainer) {
+  Checkpoint c = snapshot(std::as_const(trainer.model()));
+  TrainingRecord t;
+  t.config = trainer.config();
+  const OptimizerState<float> s = trainer.optimizer().state();
+  t.optimizer_kind = s.kind;
+  t.hyperparameters = s.hyperparameters;
+  t.optimizer_steps = s.step;
+  for (const auto& [param, buffers] : s.per_param)
+    for (const auto& [buffer, tensor] : buffers) t.buffers.push_back(record(param + "/" + buffer, tensor));
+  t.trainer = trainer.state();
+  c.training = std::move(t);
+  c.metadata["data.fingerprint"] = fmt::format("{:08x}", fingerprint(trainer.train_data()));
+  return c;
+}
+
+template <class T>
+LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions options) {
+  const auto params = model.parameters();
+  LoadReport report = match(c, params);
+  const bool clean = report.missing.empty() && report.unexpected.empty() && report.mismatched.empty();
+  if (options.strict && !clean) fail<FormatError>("load: {}; nothing was loaded", problems(report));
+  apply_weights(c, params, report);
+  return report;
+}
+
+LoadReport load_training(const Checkpoint& c, Trainer& trainer) {
+  if (!c.training) fail<FormatError>("resume: the checkpoint holds weights only, not the state of training");
+  const TrainingRecord& t = *c.training;
+  ToyModel<float>& model = trainer.model();
+  if (!(c.model == model.config()))
+    fail<FormatError>("resume: the checkpoint's model is '{}', the trainer's is '{}'", c.model.describe(),
+                      model.config().describe());
+  const auto it = c.metadata.find("data.fingerprint");
+  const std::string mine = fmt::format("{:08x}", fingerprint(trainer.train_data()));
+  if (it == c.metadata.end() || it->second != mine)
+    fail<FormatError>("resume: the training data differs from the data the checkpoint was trained on (fingerprint {} "
+                      "in the file, {} now)",
+                      it == c.metadata.end() ? std::string("missing") : it->second, mine);
+  if (t.config.optimizer != trainer.config().optimizer)
+    fail<FormatError>("resume: the checkpoint was trained with {}, the trainer uses {}", to_string(t.config.optimizer),
+                      to_string(trainer.config().optimizer));
+  // Validate every part before changing any: weights, optimizer state (loaded into a spare optimizer),
+  // data order (into a spare sampler).
+  const auto params = model.parameters();
+  LoadReport report = match(c, params);
+  if (!report.missing.empty() || !report.unexpected.empty() || !report.mismatched.empty())
+    fail<FormatError>("resume: {}; nothing was loaded", problems(report));
+  const OptimizerState<float> state = optimizer_state(t);
+  trainer.make_optimizer()->load_state(state);
+  Sampler spare(trainer.train_data().size(), trainer.config().batch, 0);
+  spare.set_state(t.trainer.data_order);
+  if (t.trainer.step < 0 || t.trainer.window_correct < 0 || t.trainer.window_labelled < t.trainer.window_correct)
+    fail<FormatError>("resume: the saved trainer state is inconsistent (step {})", t.trainer.step);
+
+  apply_weights(c, params, report);
+  trainer.optimizer().load_state(state);
+  trainer.set_state(t.trainer);
+  report.training_state = true;
+  return report;
+}
+
+std::unique_ptr<ToyModel<float>> model_from_checkpoint(const Checkpoint& c) {
+  // Build nothing the file cannot account for: a configuration must imply exactly the parameters the
+  // file holds (whose size the file's length bounds), so a forged configuration cannot make the model
+  // allocate without limit.
+  Index held = 0;
+  for (const auto& p : c.parameters) held += p.shape.numel();
+  const Index implied = ToyModel<float>::implied_parameter_count(c.model);
+  if (implied != held)
+    fail<FormatError>("load: the configuration '{}' implies {} parameter values but the file holds {}",
+                      c.model.describe(), implied, held);
+  auto model = std::make_unique<ToyModel<float>>(c.model);
+  load_weights(c, *model);
+  return model;
+}
+
+std::uint32_t fingerprint(const Dataset& data) {
+  std::vector<std::byte> bytes;
+  for (const auto& e : data.examples) {
+    put_le<std::uint32_t>(bytes, static_cast<std::uint32_t>(e.tokens.size()));
+    for (auto t : e.tokens) put_le<std::uint32_t>(bytes, static_cast<std::uint32_t>(t));
+    for (auto l : e.labels) put_le<std::uint32_t>(bytes, static_cast<std::uint32_t>(l));
+  }
+  return crc32_of(bytes.data(), bytes.size());
+}
+
+template <class T>
+std::uint32_t checksum(const TensorT<T>& t) {
+  std::vector<std::byte> bytes;
+  put_le<std::uint64_t>(bytes, static_cast<std::uint64_t>(t.rank()));
+  put_le<std::uint64_t>(bytes, static_cast<std::uint64_t>(t.batch()));
+  put_le<std::uint64_t>(bytes, static_cast<std::uint64_t>(t.rows()));
+  put_le<std::uint64_t>(bytes, static_cast<std::uint64_t>(t.cols()));
+  const auto* raw = reinterpret_cast<const std::byte*>(t.data());
+  bytes.insert(bytes.end(), raw, raw + t.numel() * static_cast<Index>(sizeof(T)));
+  return crc32_of(bytes.data(), bytes.size());
+}
+
+std::string LoadReport::str() const {
+  std::string s = fmt::format("loaded {} parameters", loaded.size());
+  if (!missing.empty()) s += "; not in the file: " + quoted_list(missing);
+  if (!unexpected.empty()) s += "; not in the model: " + quoted_list(unexpected);
+  for (const auto& m : mismatched) s += "; skipped " + m;
+  if (training_state) s += "; optimizer state, data order, step and curve restored";
+  return s;
+}
+
+std::string describe_checkpoint(const Checkpoint& c) {
+  std::string s = fmt::format("tapegrad checkpoint, format {}, written by tapegrad {}\nmodel: {}\n", c.format_version,
+                              c.tapegrad_version, c.model.describe());
+  Index scalars = 0;
+  for (const auto& p : c.parameters) scalars += p.shape.numel();
+  // A CRC-32 of every parameter value as float64 bytes: equal weights, bit for bit, give equal CRCs.
+  std::vector<std::byte> all;
+  for (const auto& p : c.parameters)
+    for (double v : p.values) {
+      std::uint64_t bits = 0;
+      std::memcpy(&bits, &v, sizeof bits);
+      put_le<std::uint64_t>(all, bits);
+    }
+  s += fmt::format("parameters: {} tensors, {} values, crc32 {:08x}\n", c.parameters.size(), scalars,
+                   crc32_of(all.data(), all.size()));
+  auto norm = [](const TensorRecord& r) {
+    double sq = 0;
+    for (double v : r.values) sq += v * v;
+    return std::sqrt(sq);
+  };
+  for (const auto& p : c.parameters)
+    s += fmt::format("  {:<20} {} {:>10}  norm {:.6g}\n", p.name, p.dtype, p.shape.str(), norm(p));
+  for (const auto& [k, v] : c.metadata) s += fmt::format("metadata: {} = {}\n", k, v);
+  if (!c.training) return s + "training state: none (weights only)\n";
+  const TrainingRecord& t = *c.training;
+  s += fmt::format("training: step {} of {} ({})\n", t.trainer.step, t.config.steps, t.config.describe());
+  std::string hyper;
+  for (const auto& [k, v] : t.hyperparameters) hyper += fmt::format("{}{} {:g}", hyper.empty() ? "" : ", ", k, v);
+  s += fmt::format("optimizer: {} after {} steps ({}); {} buffers\n", t.optimizer_kind, t.optimizer_steps, hyper,
+                   t.buffers.size());
+  for (const auto& b : t.buffers) s += fmt::format("  {:<32} {:>10}  norm {:.6g}\n", b.name, b.shape.str(), norm(b));
+  s += fmt::format("data order: epoch {}, position {} of {}\n", t.trainer.data_order.epoch, t.trainer.data_order.cursor,
+                   t.trainer.data_order.order.size());
+  if (!t.trainer.curve.empty()) {
+    const CurvePoint& p = t.trainer.curve.back();
+    s += fmt::format("last evaluation: step {}, train loss {:.4f}, train accuracy {:.4f}, eval loss {:.4f}, eval "
+                     "accuracy {:.4f}\n",
+                     p.step, p.train_loss, p.train_accuracy, p.eval_loss, p.eval_accuracy);
+  }
+  return s;
+}
+
+CheckpointDir::CheckpointDir(std::filesystem::path dir, int keep) : dir_(std::move(dir)), keep_(keep) {
+  if (keep < 1) fail<ValueError>("checkpoints: keep must be at least 1, got {}", keep);
+}
+
+std::vector<std::filesystem::path> CheckpointDir::list() const {
+  static const std::regex name(R"(checkpoint-(\d+)\.tgck)");
+  std::vector<std::pair<std::int64_t, std::filesystem::path>> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    std::smatch m;
+    const std::string file = entry.path().filename().string();
+    if (entry.is_regular_file() && std::regex_match(file, m, name)) found.emplace_back(std::stoll(m[1]), entry.path());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::filesystem::path> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+std::optional<std::filesystem::path> CheckpointDir::latest() const {
+  auto all = list();
+  if (all.empty()) return std::nullopt;
+  return all.back();
+}
+
+std::filesystem::path CheckpointDir::save(const Checkpoint& c, std::int64_t step) {
+  const auto path = dir_ / fmt::format("checkpoint-{:08}.tgck", step);
+  save_checkpoint(path, c);
+  auto all = list();
+  for (std::size_t i = 0; i + static_cast<std::size_t>(keep_) < all.size(); ++i) std::filesystem::remove(all[i]);
+  return path;
+}
+
+template Checkpoint snapshot(const ToyModel<float>&);
+template Checkpoint snapshot(const ToyModel<double>&);
+template LoadReport load_weights(const Checkpoint&, Module<float>&, LoadOptions);
+template LoadReport load_weights(const Checkpoint&, Module<double>&, LoadOptions);
+template std::uint32_t checksum(const TensorT<float>&);
+template std::uint32_t checksum(const TensorT<double>&);
+
+}  // namespace tapegrad
