@@ -16,6 +16,10 @@ function(tapegrad_target_flags target)
   if(TAPEGRAD_NATIVE)
     target_compile_options(${target} PRIVATE -march=native)
   endif()
+  if(TAPEGRAD_FUZZ)
+    # Coverage for libFuzzer in every target; only the fuzz executables link the fuzzer's main.
+    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link)
+  endif()
   if(TAPEGRAD_SANITIZE)
     target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-sanitize-recover=all
       -fno-omit-frame-pointer)
