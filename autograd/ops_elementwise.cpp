@@ -38,14 +38,20 @@ void broadcast_apply(Broadcast bc, const TensorT<T>& A, const TensorT<T>& B, Ten
   }
 }
 
-// dB += sign * (dC, or dC * A when A is given) summed over the dimensions along which B was broadcast.
+// dB (+)= sign * (dC, or dC * A when A is given) summed over the dimensions along which B was
+// broadcast; `assign` (the gradient's first write) only for the same-shape case and a plain bias, which
+// write all of dB.
 template <class T>
-void reduce_into(Broadcast bc, const TensorT<T>& dC, const TensorT<T>* A, T sign, TensorT<T>& dB) {
+void reduce_into(Broadcast bc, const TensorT<T>& dC, const TensorT<T>* A, T sign, TensorT<T>& dB, bool assign) {
   if (bc == Broadcast::same) {
     if (A)
-      dB.array() += sign * dC.array() * A->array();
+      write_grad(dB.array(), sign * dC.array() * A->array(), assign);
     else
-      dB.array() += sign * dC.array();
+      write_grad(dB.array(), sign * dC.array(), assign);
+    return;
+  }
+  if (bc == Broadcast::row && !A) {  // a bias: the column sums of dC, vectorised
+    write_grad(dB.flat().row(0), sign * dC.flat().colwise().sum(), assign);
     return;
   }
   // row: every row of dC lands on B's single row; batch: row r lands on row r mod T of B.
@@ -69,15 +75,19 @@ void binary_backward(Tape<T>& t, Node<T>& n) {
   Node<T>& na = t.input(n, 0);
   Node<T>& nb = t.input(n, 1);
   const TensorT<T>& dC = n.grad;
-  if (TensorT<T>* dA = na.grad_sink()) {
+  if (const auto dA = na.grad_whole()) {
     if (kind == Binary::mul)
-      broadcast_apply(bc, dC, nb.val(), *dA, [](auto o, auto g, auto b) { o.array() += g.array() * b.array(); });
+      broadcast_apply(bc, dC, nb.val(), *dA.grad,
+                      [assign = dA.assign](auto o, auto g, auto b) { write_grad(o.array(), g.array() * b.array(), assign); });
     else
-      dA->array() += dC.array();
+      write_grad(dA.grad->array(), dC.array(), dA.assign);
   }
-  if (TensorT<T>* dB = nb.grad_sink()) {
-    const T sign = kind == Binary::sub ? T(-1) : T(1);
-    reduce_into(bc, dC, kind == Binary::mul ? &na.val() : nullptr, sign, *dB);
+  const T sign = kind == Binary::sub ? T(-1) : T(1);
+  const TensorT<T>* times = kind == Binary::mul ? &na.val() : nullptr;
+  if (bc == Broadcast::same || (bc == Broadcast::row && !times)) {  // written whole
+    if (const auto dB = nb.grad_whole()) reduce_into(bc, dC, times, sign, *dB.grad, dB.assign);
+  } else if (TensorT<T>* dB = nb.grad_sink()) {
+    reduce_into(bc, dC, times, sign, *dB, false);
   }
 }
 
@@ -146,7 +156,7 @@ Var<T> scale(Var<T> a, double factor, Where where) {
   return unary(
       "scale", a, where,
       [](Tape<T>& t, Node<T>& n) {
-        if (auto* dA = t.input(n, 0).grad_sink()) dA->array() += static_cast<T>(n.scalar) * n.grad.array();
+        if (const auto dA = t.input(n, 0).grad_whole()) write_grad(dA.grad->array(), static_cast<T>(n.scalar) * n.grad.array(), dA.assign);
       },
       [factor](Node<T>& n, const TensorT<T>& A) {
         n.scalar = factor;
@@ -161,7 +171,8 @@ Var<T> relu(Var<T> a, Where where) {
       "relu", a, where,
       [](Tape<T>& t, Node<T>& n) {
         Node<T>& in = t.input(n, 0);
-        if (auto* dA = in.grad_sink()) dA->array() += (in.val().array() > T(0)).select(n.grad.array(), T(0));
+        if (const auto dA = in.grad_whole())
+          write_grad(dA.grad->array(), (in.val().array() > T(0)).select(n.grad.array(), T(0)), dA.assign);
       },
       [](Node<T>& n, const TensorT<T>& A) { n.value.array() = A.array().max(T(0)); });
 }
@@ -172,8 +183,8 @@ Var<T> tanh(Var<T> a, Where where) {
   return unary(
       "tanh", a, where,
       [](Tape<T>& t, Node<T>& n) {
-        if (auto* dA = t.input(n, 0).grad_sink())
-          dA->array() += n.grad.array() * (T(1) - n.value.array().square());
+        if (const auto dA = t.input(n, 0).grad_whole())
+          write_grad(dA.grad->array(), n.grad.array() * (T(1) - n.value.array().square()), dA.assign);
       },
       [](Node<T>& n, const TensorT<T>& A) { n.value.array() = A.array().tanh(); });
 }
@@ -185,9 +196,10 @@ Var<T> gelu(Var<T> a, Where where) {
       "gelu", a, where,
       [](Tape<T>& t, Node<T>& n) {
         Node<T>& in = t.input(n, 0);
-        if (auto* dA = in.grad_sink()) {
+        if (const auto dA = in.grad_whole()) {
           auto x = in.val().array();
-          dA->array() += n.grad.array() * x.unaryExpr([](T v) { return normal_cdf(v) + v * normal_pdf(v); });
+          write_grad(dA.grad->array(), n.grad.array() * x.unaryExpr([](T v) { return normal_cdf(v) + v * normal_pdf(v); }),
+                     dA.assign);
         }
       },
       [](Node<T>& n, const TensorT<T>& A) {
@@ -202,7 +214,12 @@ Var<T> sum(Var<T> a, Where where) {
   Node<T>& n = t.record("sum", {a}, Shape::scalar(), where);
   n.value[0] = t.node(a).val().array().sum();
   n.backward = [](Tape<T>& tp, Node<T>& node) {
-    if (auto* dA = tp.input(node, 0).grad_sink()) dA->array() += node.grad[0];
+    if (const auto dA = tp.input(node, 0).grad_whole()) {
+      if (dA.assign)
+        dA.grad->fill(node.grad[0]);
+      else
+        dA.grad->array() += node.grad[0];
+    }
   };
   return t.commit(n);
 }
@@ -217,7 +234,13 @@ Var<T> mean(Var<T> a, Where where) {
   n.value[0] = t.node(a).val().array().mean();
   n.backward = [](Tape<T>& tp, Node<T>& node) {
     Node<T>& in = tp.input(node, 0);
-    if (auto* dA = in.grad_sink()) dA->array() += node.grad[0] / static_cast<T>(in.val().numel());
+    if (const auto dA = in.grad_whole()) {
+      const T g = node.grad[0] / static_cast<T>(in.val().numel());
+      if (dA.assign)
+        dA.grad->fill(g);
+      else
+        dA.grad->array() += g;
+    }
   };
   return t.commit(n);
 }
@@ -233,8 +256,8 @@ Var<T> transpose(Var<T> a, Where where) {
   const TensorT<T>& A = t.node(a).val();
   for (Index i = 0; i < s.batch; ++i) n.value.mat(i) = A.mat(i).transpose();
   n.backward = [](Tape<T>& tp, Node<T>& node) {
-    if (auto* dA = tp.input(node, 0).grad_sink())
-      for (Index i = 0; i < dA->batch(); ++i) dA->mat(i) += node.grad.mat(i).transpose();
+    if (const auto dA = tp.input(node, 0).grad_whole())
+      for (Index i = 0; i < dA.grad->batch(); ++i) write_grad(dA.grad->mat(i), node.grad.mat(i).transpose(), dA.assign);
   };
   return t.commit(n);
 }

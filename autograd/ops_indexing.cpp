@@ -49,7 +49,7 @@ Var<T> concat_cols(std::span<const Var<T>> parts, Where where) {
     for (std::uint32_t k = 0; k < node.input_count; ++k) {
       Node<T>& in = tp.input(node, k);
       const Index width = in.val().cols();
-      if (auto* dP = in.grad_sink()) dP->flat() += node.grad.flat().middleCols(at, width);
+      if (const auto dP = in.grad_whole()) write_grad(dP.grad->flat(), node.grad.flat().middleCols(at, width), dP.assign);
       at += width;
     }
   };

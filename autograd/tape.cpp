@@ -54,6 +54,7 @@ Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
   n.external_value = nullptr;
   n.external_grad = nullptr;
   n.parameter_name = nullptr;
+  n.grad_fresh = false;
   n.value.resize(shape);
   return n;
 }
@@ -142,20 +143,24 @@ void Tape<T>::backward(Var<T> output, const TensorT<T>& seed) {
                      "recorded with gradients disabled)",
                      describe(out));
   const std::size_t last = output.index + 1;
+  // Gradients start as zero without being filled: the first rule to write one assigns (grad_whole).
   for (std::size_t i = 0; i < last; ++i) {
     Node<T>& n = nodes_[i];
     if (n.requires_grad && !n.external_grad) {
       n.grad.resize(n.val().shape());
-      n.grad.set_zero();
+      n.grad_fresh = true;
     }
   }
   out.grad_sink()->array() += seed.array();
   for (std::size_t i = last; i-- > 0;) {
     Node<T>& n = nodes_[i];
     if (!n.requires_grad || n.backward == nullptr) continue;
+    if (n.grad_fresh) continue;  // nothing reached it: its gradient is zero, it passes nothing on
     n.backward(*this, n);
     if (anomaly_detection_) check_backward_anomaly(n);
   }
+  for (std::size_t i = 0; i < last; ++i)  // the unreached ones read as zeros
+    if (nodes_[i].grad_fresh) nodes_[i].grad_sink();
   grads_valid_until_ = last;
 }
 

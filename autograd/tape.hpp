@@ -71,20 +71,55 @@ struct Node {
   TensorT<T>* external_grad = nullptr;         // ... and backward adds into Parameter::grad
   const std::string* parameter_name = nullptr;  // ... and is named in errors by it
 
-  // State an op keeps for its backward rule; reused from step to step like the value.
+  // State an op keeps for its backward rule, and scratch for per-row statistics; reused from step to
+  // step like the value.
   TensorT<T> saved;
+  TensorT<T> aux;
   std::vector<std::int32_t> ints;
   double scalar = 0;
   Index attr0 = 0;
   Index attr1 = 0;
 
+  // True from the start of a backward pass until the first backward rule writes into `grad`: the
+  // gradient is then zero without the buffer having been filled with zeros.
+  bool grad_fresh = false;
+
   const TensorT<T>& val() const { return external_value ? *external_value : value; }
-  // Where the backward rules of later nodes add this node's gradient; nullptr if none is needed.
+  // Where a backward rule adds (+=) into this node's gradient, zero-filled first if nothing has
+  // been written this pass; nullptr if no gradient is needed. For rules that write part of it.
   TensorT<T>* grad_sink() {
     if (!requires_grad) return nullptr;
-    return external_grad ? external_grad : &grad;
+    if (external_grad) return external_grad;
+    if (grad_fresh) {
+      grad.set_zero();
+      grad_fresh = false;
+    }
+    return &grad;
+  }
+  // For a rule that writes every element: where, and whether it may assign (=) instead of adding,
+  // because nothing has been written this pass (saves filling the buffer with zeros first).
+  struct GradWrite {
+    TensorT<T>* grad = nullptr;
+    bool assign = false;
+    explicit operator bool() const { return grad != nullptr; }
+  };
+  GradWrite grad_whole() {
+    if (!requires_grad) return {};
+    if (external_grad) return {external_grad, false};
+    const bool first = grad_fresh;
+    grad_fresh = false;
+    return {&grad, first};
   }
 };
+
+// dst = src on a gradient's first write of a backward pass, dst += src after (see grad_whole).
+template <class Dst, class Src>
+void write_grad(Dst&& dst, const Src& src, bool assign) {
+  if (assign)
+    dst = src;
+  else
+    dst += src;
+}
 
 // One argument of an op, named for error messages: {"a", a}.
 template <class T>
