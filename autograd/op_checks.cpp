@@ -83,6 +83,8 @@ const std::vector<OpCheck>& op_checks() {
               [](auto&, auto in) { return softmax_rows(in[0], &kCausal); }),
       check("softmax_rows", "softmax_rows, per-item mask with a fully blocked row", {S::batched(2, 4, 4)},
               [](auto&, auto in) { return softmax_rows(in[0], &kRagged); }),
+      check("softmax_rows", "softmax_rows, scale 0.35 fused, per-item mask", {S::batched(2, 4, 4)},
+              [](auto&, auto in) { return softmax_rows(in[0], &kRagged, 0.35); }),
       check("log_softmax_rows", "log_softmax_rows", {S::batched(2, 3, 5)}, [](auto&, auto in) { return log_softmax_rows(in[0]); }),
       check("cross_entropy", "cross_entropy 2-D", {S::mat(5, 4)}, [](auto&, auto in) { return cross_entropy(in[0], kTargets2d); }),
       check("cross_entropy", "cross_entropy batched with ignored rows", {S::batched(2, 3, 4)},

@@ -36,10 +36,12 @@ template <class T> Var<T> mean(Var<T> a, Where where = Where::current());  // ->
 template <class T> Var<T> transpose(Var<T> a, Where where = Where::current());  // per batch item
 
 // ---- softmax (ops_softmax.cpp) -----------------------------------------------------------------
-// Row-wise softmax. An optional mask (nonzero = blocked) of x's (rows, cols), shared over the batch,
-// or of x's full shape sets blocked entries to exactly 0; a fully blocked row gives all zeros and a
-// zero gradient, never NaN. The mask is read during the call only.
-template <class T> Var<T> softmax_rows(Var<T> x, const Mask* mask = nullptr, Where where = Where::current());
+// Row-wise softmax of `scale` * x (the scale fused in: attention's 1/sqrt(d) costs no extra pass). An
+// optional mask (nonzero = blocked) of x's (rows, cols), shared over the batch, or of x's full shape
+// sets blocked entries to exactly 0; a fully blocked row gives all zeros and a zero gradient, never NaN.
+// The mask is read during the call only.
+template <class T>
+Var<T> softmax_rows(Var<T> x, const Mask* mask = nullptr, double scale = 1.0, Where where = Where::current());
 template <class T> Var<T> log_softmax_rows(Var<T> x, Where where = Where::current());
 
 // ---- losses (ops_loss.cpp) ---------------------------------------------------------------------

@@ -10,16 +10,19 @@ namespace {
 // So now dx_r += dL / count * (p_r - onehot(t_r)) for labelled rows; ignored rows get nothing.
 template <class T>
 void cross_entropy_backward(Tape<T>& t, Node<T>& n) {
-  TensorT<T>* dX = t.input(n, 0).grad_sink();
-  if (!dX || n.scalar == 0) return;
+  const auto dX = t.input(n, 0).grad_whole();
+  if (!dX || n.scalar == 0) return;  // no labelled row: a zero gradient (an unwritten one reads as zero)
   const T g = n.grad[0] / static_cast<T>(n.scalar);
   const auto P = n.saved.flat();
-  auto dx = dX->flat();
+  auto dx = dX.grad->flat();
   const auto ignore = static_cast<std::int32_t>(n.attr0);
   for (Index r = 0; r < P.rows(); ++r) {
     const std::int32_t target = n.ints[static_cast<std::size_t>(r)];
-    if (target == ignore) continue;
-    dx.row(r) += g * P.row(r);
+    if (target == ignore) {
+      if (dX.assign) dx.row(r).setZero();
+      continue;
+    }
+    write_grad(dx.row(r), g * P.row(r), dX.assign);
     dx(r, target) -= g;
   }
 }
@@ -30,8 +33,8 @@ void mse_backward(Tape<T>& t, Node<T>& n) {
   Node<T>& na = t.input(n, 0);
   Node<T>& nb = t.input(n, 1);
   const T g = T(2) * n.grad[0] / static_cast<T>(na.val().numel());
-  if (auto* dA = na.grad_sink()) dA->array() += g * (na.val().array() - nb.val().array());
-  if (auto* dB = nb.grad_sink()) dB->array() -= g * (na.val().array() - nb.val().array());
+  if (const auto dA = na.grad_whole()) write_grad(dA.grad->array(), g * (na.val().array() - nb.val().array()), dA.assign);
+  if (const auto dB = nb.grad_whole()) write_grad(dB.grad->array(), -g * (na.val().array() - nb.val().array()), dB.assign);
 }
 
 }  // namespace
@@ -63,22 +66,37 @@ Var<T> cross_entropy(Var<T> logits, const Ids& targets, std::int32_t ignore_labe
   const auto X = t.node(logits).val().flat();
   const bool keep = n.requires_grad;
   if (keep) {
-    n.saved.resize(s);
     n.ints.assign(targets.data(), targets.data() + targets.numel());
     n.scalar = static_cast<double>(count);
     n.attr0 = ignore_label;
+  }
+  // -log softmax(x)[t] = log(sum exp(x - max)) + max - x[t], for all rows at once: `aux` holds each
+  // row's max and sum of exponentials, `saved` the exponentials, which divided by their row sums are
+  // the probabilities the backward rule needs. Whole-matrix expressions on contiguous data vectorise
+  // across rows (a row of 16 classes alone would not fill the registers evenly).
+  n.saved.resize(s);
+  n.aux.resize(Shape::mat(X.rows(), 2));
+  auto P = n.saved.flat();
+  auto top = n.aux.flat().col(0);
+  auto sums = n.aux.flat().col(1);
+  for (Index r = 0; r < X.rows(); ++r) {  // row by row: a row is one aligned packet
+    top(r) = X.row(r).maxCoeff();
+    P.row(r).array() = X.row(r).array() - top(r);
+  }
+  P.array() = P.array().exp();  // all rows at once: contiguous, vectorised
+  for (Index r = 0; r < X.rows(); ++r) {
+    sums(r) = P.row(r).sum();
+    P.row(r) /= sums(r);
   }
   double total = 0;  // summed in double: a float sum over many rows would lose digits
   for (Index r = 0; r < X.rows(); ++r) {
     const std::int32_t target = targets[r];
     if (target == ignore_label) {
-      if (keep) n.saved.flat().row(r).setZero();
+      P.row(r).setZero();
       continue;
     }
-    const T top = X.row(r).maxCoeff();
-    const T exp_total = (X.row(r).array() - top).exp().sum();
-    total += static_cast<double>(std::log(exp_total) + top - X(r, target));
-    if (keep) n.saved.flat().row(r).array() = (X.row(r).array() - top).exp() / exp_total;
+    // Not log(P[t]): exp(x[t] - max) underflows to 0 for a confidently wrong row; max - x[t] is exact.
+    total += static_cast<double>(std::log(sums(r)) + top(r) - X(r, target));
   }
   n.value[0] = count == 0 ? T(0) : static_cast<T>(total / static_cast<double>(count));
   n.backward = &cross_entropy_backward<T>;

@@ -137,9 +137,8 @@ Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding) {
     Var<T> qh = whole ? q : slice_cols(q, h * dh, dh);
     Var<T> kh = whole ? k : slice_cols(k, h * dh, dh);
     Var<T> vh = whole ? v : slice_cols(v, h * dh, dh);
-    Var<T> scores = matmul_bt(qh, kh);  // (B, T, T)
-    if (factor != 1.0) scores = scale(scores, factor);
-    Var<T> weights = softmax_rows(scores, mask);
+    Var<T> scores = matmul_bt(qh, kh);                  // (B, T, T)
+    Var<T> weights = softmax_rows(scores, mask, factor);  // the scale fused into the softmax
     TensorT<T>& kept = weights_[static_cast<std::size_t>(h)];
     kept.resize(weights.shape());
     std::copy(weights.value().data(), weights.value().data() + kept.numel(), kept.data());

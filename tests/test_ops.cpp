@@ -117,6 +117,29 @@ TEST_CASE("ops: softmax_rows normalises rows, zeroes blocked entries and fully b
   CHECK(q.mat(0).row(2).sum() == doctest::Approx(1.0).epsilon(1e-14));
 }
 
+TEST_CASE("ops: softmax_rows with a fused scale equals scale then softmax, forward and backward") {
+  Rng rng(33);
+  const TensorD x = random_tensor(Shape::batched(2, 5, 5), rng, 2.0);
+  const TensorD seed = random_tensor(Shape::batched(2, 5, 5), rng);
+  Mask causal(Shape::mat(5, 5));
+  for (Index r = 0; r < 5; ++r)
+    for (Index c = r + 1; c < 5; ++c) causal.at(r, c) = 1;
+  for (const Mask* mask : {static_cast<const Mask*>(nullptr), static_cast<const Mask*>(&causal)}) {
+    Tape<double> t1, t2;
+    Var<double> a = t1.input(x), b = t2.input(x);
+    Var<double> fused = softmax_rows(a, mask, 0.3);
+    Var<double> composed = softmax_rows(scale(b, 0.3), mask);
+    // The same maths; the compiler may fuse s x - s max(x) into one multiply-add, so equal to rounding.
+    CHECK_TENSOR_NEAR(fused.value(), composed.value(), 1e-16, 1e-14);
+    t1.backward(fused, seed);
+    t2.backward(composed, seed);
+    CHECK_TENSOR_NEAR(a.grad(), b.grad(), 1e-15, 1e-13);  // the same up to the order of one product
+  }
+  Tape<double> t;
+  CHECK_THROWS_WITH_AS(softmax_rows(t.constant(x), nullptr, -1.0), "softmax_rows: the scale must be positive and finite, got -1",
+                       ValueError);
+}
+
 TEST_CASE("ops: log_softmax_rows is the log of softmax_rows, stable for large scores") {
   Tape<double> t;
   Rng rng(3);
@@ -140,6 +163,10 @@ TEST_CASE("ops: cross_entropy is the mean over labelled rows of -log p(target)")
   CHECK(cross_entropy(batched, Ids(Shape::mat(1, 3), {0, -1, 1}), -1).value()[0] ==
         doctest::Approx(expected).epsilon(1e-15));
   CHECK(cross_entropy(logits, Ids(Shape::vec(3), {-100, -100, -100})).value()[0] == 0);
+  // A confidently wrong row: exp(x[t] - max) underflows in float, yet the loss is exact (300).
+  Tape<float> tf;
+  Var<float> sure = tf.constant(Tensor(Shape::mat(1, 2), {300.0f, 0.0f}));
+  CHECK(cross_entropy(sure, Ids(Shape::vec(1), {1})).value()[0] == doctest::Approx(300.0).epsilon(1e-6));
 }
 
 TEST_CASE("ops: mse, slice_cols, concat_cols and gather_rows") {
