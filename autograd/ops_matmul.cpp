@@ -1,10 +1,51 @@
 // Matrix products: a b, a b^T, a^T b; 2-D, batched, and batched times a shared 2-D weight.
 #include "autograd/ops.hpp"
+#include "autograd/small_gemm.hpp"
+#include "core/parallel.hpp"
 
 namespace tapegrad {
 namespace {
 
 enum class Form : Index { ab, abt, atb };
+using detail::SmallForm;
+
+// C (m x n) = op(A) op(B), or C += when not `assign` (a gradient already written this pass). A is
+// stored (a_rows x a_cols) and B (b_rows x b_cols), row-major; `form` says which one is read
+// transposed. Small products go to libxsmm's kernels when tapegrad has them (autograd/small_gemm.hpp),
+// the rest to Eigen's GEMM, on one thread unless the product is large enough to gain from more.
+template <class T>
+void gemm(SmallForm form, const T* a, Index a_rows, Index a_cols, const T* b, Index b_rows, Index b_cols, T* c,
+          bool assign) {
+  const Index m = form == SmallForm::atb ? a_cols : a_rows;
+  const Index k = form == SmallForm::atb ? a_rows : a_cols;
+  const Index n = form == SmallForm::abt ? b_rows : b_cols;
+  if (detail::small_gemm(form, m, n, k, a, b, c, !assign)) return;
+  const SingleThreaded one_thread(static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) <
+                                  kMinParallelProduct);
+  const ConstMatrixMap<T> A(a, a_rows, a_cols), B(b, b_rows, b_cols);
+  MatrixMap<T> C(c, m, n);
+  auto into = [&](const auto& product) {
+    if (assign)
+      C.noalias() = product;
+    else
+      C.noalias() += product;
+  };
+  switch (form) {
+    case SmallForm::ab: into(A * B); break;
+    case SmallForm::atb: into(A.transpose() * B); break;
+    case SmallForm::abt: into(A * B.transpose()); break;
+  }
+}
+
+// Batch item i of a tensor, as a pointer to its rows x cols block.
+template <class T>
+const T* item(const TensorT<T>& t, Index i) {
+  return t.data() + i * t.rows() * t.cols();
+}
+template <class T>
+T* item(TensorT<T>& t, Index i) {
+  return t.data() + i * t.rows() * t.cols();
+}
 
 // The product's shape, or a ShapeError naming both operands.
 Shape product_shape(const char* op, Form form, const Shape& sa, const Shape& sb) {
@@ -44,32 +85,30 @@ void product_backward(Tape<T>& t, Node<T>& n) {
   const TensorT<T>& A = na.val();
   const TensorT<T>& B = nb.val();
   const TensorT<T>& dC = n.grad;
-  TensorT<T>* dA = na.grad_sink();
-  TensorT<T>* dB = nb.grad_sink();
-
-  if (A.rank() == 3 && B.rank() == 2) {
-    if (form == Form::ab) {
-      if (dA) dA->flat().noalias() += dC.flat() * B.mat().transpose();
-      if (dB) dB->mat().noalias() += A.flat().transpose() * dC.flat();
-    } else {
-      if (dA) dA->flat().noalias() += dC.flat() * B.mat();
-      if (dB) dB->mat().noalias() += dC.flat().transpose() * A.flat();
-    }
-    return;
-  }
-  for (Index i = 0; i < A.batch(); ++i) {
+  // Both written whole (when a is b, the first write assigns and the second adds).
+  const auto dA = na.grad_whole();
+  const auto dB = nb.grad_whole();
+  using F = SmallForm;
+  const bool shared = A.rank() == 3 && B.rank() == 2;
+  const Index items = shared ? 1 : A.batch();
+  const Index ar = shared ? A.shape().flat_rows() : A.rows(), ac = A.cols(), br = B.rows(), bc = B.cols();
+  const Index cr = shared ? dC.shape().flat_rows() : dC.rows(), cc = dC.cols();
+  for (Index i = 0; i < items; ++i) {
+    const T* a = item(A, shared ? 0 : i);
+    const T* b = item(B, shared ? 0 : i);
+    const T* dc = item(dC, i);
     switch (form) {
       case Form::ab:
-        if (dA) dA->mat(i).noalias() += dC.mat(i) * B.mat(i).transpose();
-        if (dB) dB->mat(i).noalias() += A.mat(i).transpose() * dC.mat(i);
+        if (dA) gemm(F::abt, dc, cr, cc, b, br, bc, item(*dA.grad, i), dA.assign);
+        if (dB) gemm(F::atb, a, ar, ac, dc, cr, cc, item(*dB.grad, shared ? 0 : i), dB.assign);
         break;
       case Form::abt:
-        if (dA) dA->mat(i).noalias() += dC.mat(i) * B.mat(i);
-        if (dB) dB->mat(i).noalias() += dC.mat(i).transpose() * A.mat(i);
+        if (dA) gemm(F::ab, dc, cr, cc, b, br, bc, item(*dA.grad, i), dA.assign);
+        if (dB) gemm(F::atb, dc, cr, cc, a, ar, ac, item(*dB.grad, shared ? 0 : i), dB.assign);
         break;
       case Form::atb:
-        if (dA) dA->mat(i).noalias() += B.mat(i) * dC.mat(i).transpose();
-        if (dB) dB->mat(i).noalias() += A.mat(i) * dC.mat(i);
+        if (dA) gemm(F::abt, b, br, bc, dc, cr, cc, item(*dA.grad, i), dA.assign);
+        if (dB) gemm(F::ab, a, ar, ac, dc, cr, cc, item(*dB.grad, i), dB.assign);
         break;
     }
   }
@@ -87,20 +126,12 @@ Var<T> product(const char* op, Form form, Var<T> a, Var<T> b, Where where) {
   const TensorT<T>& A = t.node(a).val();
   const TensorT<T>& B = t.node(b).val();
   TensorT<T>& C = n.value;
-  if (sa.rank == 3 && sb.rank == 2) {
-    if (form == Form::ab)
-      C.flat().noalias() = A.flat() * B.mat();
-    else
-      C.flat().noalias() = A.flat() * B.mat().transpose();
-  } else {
-    for (Index i = 0; i < C.batch(); ++i) {
-      switch (form) {
-        case Form::ab: C.mat(i).noalias() = A.mat(i) * B.mat(i); break;
-        case Form::abt: C.mat(i).noalias() = A.mat(i) * B.mat(i).transpose(); break;
-        case Form::atb: C.mat(i).noalias() = A.mat(i).transpose() * B.mat(i); break;
-      }
-    }
-  }
+  const bool shared = sa.rank == 3 && sb.rank == 2;  // one (B*M, K) x (K, N) product
+  const Index items = shared ? 1 : C.batch();
+  const Index ar = shared ? sa.flat_rows() : sa.rows;
+  const SmallForm small = form == Form::ab ? SmallForm::ab : form == Form::abt ? SmallForm::abt : SmallForm::atb;
+  for (Index i = 0; i < items; ++i)
+    gemm(small, item(A, i), ar, sa.cols, item(B, shared ? 0 : i), sb.rows, sb.cols, item(C, i), true);
   n.backward = &product_backward<T>;
   return t.commit(n);
 }

@@ -18,4 +18,4 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/tapegradConfig.cmake.i
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/tapegradConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/tapegradConfig.cmake ${PROJECT_BINARY_DIR}/tapegradConfigVersion.cmake
-  DESTINATION ${config_dir})
+  ${PROJECT_SOURCE_DIR}/cmake/TapegradLibxsmm.cmake DESTINATION ${config_dir})

@@ -46,6 +46,9 @@ TEST_CASE("ops: matmul, matmul_bt and matmul_at match a naive triple loop in eve
       {Shape::mat(4, 3), Shape::mat(4, 5), true, false},           {Shape::batched(2, 3, 4), Shape::batched(2, 4, 5), false, false},
       {Shape::batched(2, 3, 4), Shape::batched(2, 5, 4), false, true}, {Shape::batched(2, 4, 3), Shape::batched(2, 4, 5), true, false},
       {Shape::batched(2, 3, 4), Shape::mat(4, 5), false, false},    {Shape::batched(2, 3, 4), Shape::mat(5, 4), false, true},
+      // Above the small-product limit (64^3 multiply-adds): Eigen's GEMM even where libxsmm is built in.
+      {Shape::mat(70, 80), Shape::mat(80, 60), false, false},       {Shape::batched(2, 70, 80), Shape::batched(2, 60, 80), false, true},
+      {Shape::batched(2, 80, 70), Shape::batched(2, 80, 60), true, false},
   };
   for (const auto& l : layouts) {
     CAPTURE(l.a);

@@ -1,0 +1,28 @@
+#pragma once
+// Products of small row-major matrices, the ones attention is made of when sequences and heads are
+// short (8 x 16 by 16 x 8, 256 x 16 by 16 x 16): C (+)= op(A) op(B). Eigen's GEMM packs its operands
+// before multiplying, which at these sizes costs more than the arithmetic, so when tapegrad is built
+// with libxsmm (Debian's libxsmm-dev) such products go through its JIT-generated kernels instead,
+// 2 to 4 times faster (bench/step_bench measures it; see the README's performance section). Larger
+// products, and builds without libxsmm, use Eigen.
+//
+// Internal to autograd/ops_matmul.cpp.
+
+#include "core/shape.hpp"
+
+namespace tapegrad::detail {
+
+// The product's shape: a (m x k) times b (k x n), with the operand laid out transposed in memory
+// where the form says so: ab: a (m x k), b (k x n); atb: a stored (k x m); abt: b stored (n x k).
+enum class SmallForm { ab, atb, abt };
+
+// C = op(A) op(B), or C += when `accumulate` (the sum is formed first and then added, as Eigen does,
+// so results are the same whichever way a gradient is accumulated). Returns false, having done
+// nothing, when the product is not small or there is no kernel for it.
+template <class T>
+bool small_gemm(SmallForm form, Index m, Index n, Index k, const T* a, const T* b, T* c, bool accumulate);
+
+// Whether tapegrad was built with libxsmm.
+bool have_small_gemm();
+
+}  // namespace tapegrad::detail
