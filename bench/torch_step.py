@@ -1,0 +1,99 @@
+#!/usr/bin/python3
+"""The benchmark step in PyTorch (Debian's python3-torch), for bench/compare.py: the same model and the
+same step as bench/step_bench.cpp. Token embedding + learned positions -> self-attention (Wq, Wk, Wv, Wo,
+no bias, H heads, no mask) + residual -> linear readout with bias -> cross-entropy on every position;
+float32; one step = zero_grad, forward, loss, backward, SGD update. Prints one JSON line per workload.
+
+Threads: set OMP_NUM_THREADS and OPENBLAS_NUM_THREADS in the environment before starting it (compare.py
+does), and it also calls torch.set_num_threads with the same number.
+"""
+import argparse
+import json
+import math
+import os
+import time
+
+import torch
+
+WORKLOADS = {"W1": (32, 8, 16, 1, 16), "W2": (16, 32, 64, 4, 32), "W3": (8, 128, 128, 4, 64), "W4": (4, 256, 256, 8, 256)}
+
+
+class Model(torch.nn.Module):
+    def __init__(self, V, T, d, H):
+        super().__init__()
+        self.H = H
+        self.embed = torch.nn.Embedding(V, d)
+        self.pos = torch.nn.Parameter(0.02 * torch.randn(T, d))
+        self.wq = torch.nn.Linear(d, d, bias=False)
+        self.wk = torch.nn.Linear(d, d, bias=False)
+        self.wv = torch.nn.Linear(d, d, bias=False)
+        self.wo = torch.nn.Linear(d, d, bias=False)
+        self.readout = torch.nn.Linear(d, V)
+
+    def forward(self, tokens):  # (B, T)
+        x = self.embed(tokens) + self.pos  # (B, T, d)
+        B, T, d = x.shape
+        dh = d // self.H
+
+        def heads(t):  # (B, T, d) -> (B, H, T, dh)
+            return t.view(B, T, self.H, dh).transpose(1, 2)
+
+        q, k, v = heads(self.wq(x)), heads(self.wk(x)), heads(self.wv(x))
+        a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(dh), dim=-1)  # (B, H, T, T)
+        o = (a @ v).transpose(1, 2).reshape(B, T, d)
+        return self.readout(x + self.wo(o))  # (B, T, V)
+
+
+def blas_library():
+    """The BLAS this process loaded, from its memory map (Debian picks it through update-alternatives)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1]
+                if "blas" in path and path.endswith(tuple(".so.%d" % v for v in range(10))) or "openblas" in path:
+                    return os.path.realpath(path)
+    except OSError:
+        pass
+    return "unknown"
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--workloads", default="W1,W2,W3,W4")
+    p.add_argument("--seconds", type=float, default=2.0)
+    args = p.parse_args()
+    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    for name in args.workloads.split(","):
+        B, T, d, H, V = WORKLOADS[name]
+        model = Model(V, T, d, H)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        tokens = torch.randint(0, V, (B, T))
+        targets = torch.randint(0, V, (B, T))
+
+        def step():
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(tokens).view(-1, V), targets.view(-1))
+            loss.backward()
+            opt.step()
+
+        for _ in range(5):
+            step()
+        times = []
+        start = time.perf_counter()
+        while len(times) < 10 or (time.perf_counter() - start < args.seconds and len(times) < 5000):
+            t0 = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - t0) * 1e3)
+        print(json.dumps({"kind": "step", "workload": name, "threads": threads, "median_ms": median(times),
+                          "steps": len(times), "torch": torch.__version__, "blas": blas_library()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
