@@ -57,7 +57,8 @@ TEST_CASE("parallel: products small and large give the same values and gradients
   Rng rng(17);
   // 32 x 32 x 32 runs on one thread whatever the setting; 512 x 128 x 128 (2^23 multiply-adds) is
   // split over the threads when there are several.
-  for (auto [m, k, n] : {std::array<Index, 3>{32, 32, 32}, std::array<Index, 3>{512, 128, 128}}) {
+  for (const auto& mkn : {std::array<Index, 3>{32, 32, 32}, std::array<Index, 3>{512, 128, 128}}) {
+    const Index m = mkn[0], k = mkn[1], n = mkn[2];  // not a structured binding: clang 14 cannot CAPTURE one
     CAPTURE(m);
     const auto a = test::random_tensor(Shape::mat(m, k), rng), b = test::random_tensor(Shape::mat(k, n), rng);
     set_num_threads(1);
