@@ -6,19 +6,18 @@
 namespace tapegrad {
 namespace {
 
-enum class Form : Index { ab, abt, atb };
-using detail::SmallForm;
+using Form = detail::ProductForm;  // a b, a^T b or a b^T
 
 // C (m x n) = op(A) op(B), or C += when not `assign` (a gradient already written this pass). A is
 // stored (a_rows x a_cols) and B (b_rows x b_cols), row-major; `form` says which one is read
 // transposed. Small products go to libxsmm's kernels when tapegrad has them (autograd/small_gemm.hpp),
 // the rest to Eigen's GEMM, on one thread unless the product is large enough to gain from more.
 template <class T>
-void gemm(SmallForm form, const T* a, Index a_rows, Index a_cols, const T* b, Index b_rows, Index b_cols, T* c,
+void gemm(Form form, const T* a, Index a_rows, Index a_cols, const T* b, Index b_rows, Index b_cols, T* c,
           bool assign) {
-  const Index m = form == SmallForm::atb ? a_cols : a_rows;
-  const Index k = form == SmallForm::atb ? a_rows : a_cols;
-  const Index n = form == SmallForm::abt ? b_rows : b_cols;
+  const Index m = form == Form::atb ? a_cols : a_rows;
+  const Index k = form == Form::atb ? a_rows : a_cols;
+  const Index n = form == Form::abt ? b_rows : b_cols;
   if (detail::small_gemm(form, m, n, k, a, b, c, !assign)) return;
   const SingleThreaded one_thread(static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) <
                                   kMinParallelProduct);
@@ -31,9 +30,9 @@ void gemm(SmallForm form, const T* a, Index a_rows, Index a_cols, const T* b, In
       C.noalias() += product;
   };
   switch (form) {
-    case SmallForm::ab: into(A * B); break;
-    case SmallForm::atb: into(A.transpose() * B); break;
-    case SmallForm::abt: into(A * B.transpose()); break;
+    case Form::ab: into(A * B); break;
+    case Form::atb: into(A.transpose() * B); break;
+    case Form::abt: into(A * B.transpose()); break;
   }
 }
 
@@ -88,7 +87,6 @@ void product_backward(Tape<T>& t, Node<T>& n) {
   // Both written whole (when a is b, the first write assigns and the second adds).
   const auto dA = na.grad_whole();
   const auto dB = nb.grad_whole();
-  using F = SmallForm;
   const bool shared = A.rank() == 3 && B.rank() == 2;
   const Index items = shared ? 1 : A.batch();
   const Index ar = shared ? A.shape().flat_rows() : A.rows(), ac = A.cols(), br = B.rows(), bc = B.cols();
@@ -99,16 +97,16 @@ void product_backward(Tape<T>& t, Node<T>& n) {
     const T* dc = item(dC, i);
     switch (form) {
       case Form::ab:
-        if (dA) gemm(F::abt, dc, cr, cc, b, br, bc, item(*dA.grad, i), dA.assign);
-        if (dB) gemm(F::atb, a, ar, ac, dc, cr, cc, item(*dB.grad, shared ? 0 : i), dB.assign);
+        if (dA) gemm(Form::abt, dc, cr, cc, b, br, bc, item(*dA.grad, i), dA.assign);
+        if (dB) gemm(Form::atb, a, ar, ac, dc, cr, cc, item(*dB.grad, shared ? 0 : i), dB.assign);
         break;
       case Form::abt:
-        if (dA) gemm(F::ab, dc, cr, cc, b, br, bc, item(*dA.grad, i), dA.assign);
-        if (dB) gemm(F::atb, dc, cr, cc, a, ar, ac, item(*dB.grad, shared ? 0 : i), dB.assign);
+        if (dA) gemm(Form::ab, dc, cr, cc, b, br, bc, item(*dA.grad, i), dA.assign);
+        if (dB) gemm(Form::atb, dc, cr, cc, a, ar, ac, item(*dB.grad, shared ? 0 : i), dB.assign);
         break;
       case Form::atb:
-        if (dA) gemm(F::abt, b, br, bc, dc, cr, cc, item(*dA.grad, i), dA.assign);
-        if (dB) gemm(F::ab, a, ar, ac, dc, cr, cc, item(*dB.grad, i), dB.assign);
+        if (dA) gemm(Form::abt, b, br, bc, dc, cr, cc, item(*dA.grad, i), dA.assign);
+        if (dB) gemm(Form::ab, a, ar, ac, dc, cr, cc, item(*dB.grad, i), dB.assign);
         break;
     }
   }
@@ -129,9 +127,8 @@ Var<T> product(const char* op, Form form, Var<T> a, Var<T> b, Where where) {
   const bool shared = sa.rank == 3 && sb.rank == 2;  // one (B*M, K) x (K, N) product
   const Index items = shared ? 1 : C.batch();
   const Index ar = shared ? sa.flat_rows() : sa.rows;
-  const SmallForm small = form == Form::ab ? SmallForm::ab : form == Form::abt ? SmallForm::abt : SmallForm::atb;
   for (Index i = 0; i < items; ++i)
-    gemm(small, item(A, i), ar, sa.cols, item(B, shared ? 0 : i), sb.rows, sb.cols, item(C, i), true);
+    gemm(form, item(A, i), ar, sa.cols, item(B, shared ? 0 : i), sb.rows, sb.cols, item(C, i), true);
   n.backward = &product_backward<T>;
   return t.commit(n);
 }

@@ -79,11 +79,11 @@ T* scratch(std::size_t n, int which) {
 bool have_small_gemm() { return true; }
 
 template <class T>
-bool small_gemm(SmallForm form, Index m, Index n, Index k, const T* a, const T* b, T* c, bool accumulate) {
+bool small_gemm(ProductForm form, Index m, Index n, Index k, const T* a, const T* b, T* c, bool accumulate) {
   if (m <= 0 || n <= 0 || k <= 0 || m * n * k > kMaxWork) return false;
-  const Kernel<T> fn = kernel<T>({m, n, k, form == SmallForm::atb});
+  const Kernel<T> fn = kernel<T>({m, n, k, form == ProductForm::atb});
   if (!fn) return false;
-  if (form == SmallForm::abt) {  // b is stored (n x k): lay it out as (k x n) for the kernel
+  if (form == ProductForm::abt) {  // b is stored (n x k): lay it out as (k x n) for the kernel
     T* bt = scratch<T>(static_cast<std::size_t>(k * n), 0);
     for (Index j = 0; j < n; ++j)
       for (Index p = 0; p < k; ++p) bt[p * n + j] = b[j * k + p];
@@ -105,13 +105,13 @@ bool small_gemm(SmallForm form, Index m, Index n, Index k, const T* a, const T* 
 bool have_small_gemm() { return false; }
 
 template <class T>
-bool small_gemm(SmallForm, Index, Index, Index, const T*, const T*, T*, bool) {
+bool small_gemm(ProductForm, Index, Index, Index, const T*, const T*, T*, bool) {
   return false;
 }
 
 #endif
 
-template bool small_gemm(SmallForm, Index, Index, Index, const float*, const float*, float*, bool);
-template bool small_gemm(SmallForm, Index, Index, Index, const double*, const double*, double*, bool);
+template bool small_gemm(ProductForm, Index, Index, Index, const float*, const float*, float*, bool);
+template bool small_gemm(ProductForm, Index, Index, Index, const double*, const double*, double*, bool);
 
 }  // namespace tapegrad::detail

@@ -12,15 +12,15 @@
 
 namespace tapegrad::detail {
 
-// The product's shape: a (m x k) times b (k x n), with the operand laid out transposed in memory
-// where the form says so: ab: a (m x k), b (k x n); atb: a stored (k x m); abt: b stored (n x k).
-enum class SmallForm { ab, atb, abt };
+// The layout of a product a (m x k) times b (k x n), for tapegrad's matmul ops and these kernels alike:
+// ab: a (m x k), b (k x n); atb: a stored (k x m); abt: b stored (n x k).
+enum class ProductForm { ab, atb, abt };
 
 // C = op(A) op(B), or C += when `accumulate` (the sum is formed first and then added, as Eigen does,
 // so results are the same whichever way a gradient is accumulated). Returns false, having done
 // nothing, when the product is not small or there is no kernel for it.
 template <class T>
-bool small_gemm(SmallForm form, Index m, Index n, Index k, const T* a, const T* b, T* c, bool accumulate);
+bool small_gemm(ProductForm form, Index m, Index n, Index k, const T* a, const T* b, T* c, bool accumulate);
 
 // Whether tapegrad was built with libxsmm.
 bool have_small_gemm();
