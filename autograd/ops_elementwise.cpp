@@ -207,35 +207,21 @@ Var<T> gelu(Var<T> a, Where where) {
       });
 }
 
-// C = sum(A);  dA += dC (every element)
+namespace {
+// sum: C = sum(A), dA += dC;  mean: C = sum(A) / N, dA += dC / N (every element). `divide` says which.
 template <class T>
-Var<T> sum(Var<T> a, Where where) {
-  Tape<T>& t = Tape<T>::of("sum", {{"x", a}});
-  Node<T>& n = t.record("sum", {a}, Shape::scalar(), where);
-  n.value[0] = t.node(a).val().array().sum();
-  n.backward = [](Tape<T>& tp, Node<T>& node) {
-    if (const auto dA = tp.input(node, 0).grad_whole()) {
-      if (dA.assign)
-        dA.grad->fill(node.grad[0]);
-      else
-        dA.grad->array() += node.grad[0];
-    }
-  };
-  return t.commit(n);
-}
-
-// C = sum(A) / N;  dA += dC / N
-template <class T>
-Var<T> mean(Var<T> a, Where where) {
-  Tape<T>& t = Tape<T>::of("mean", {{"x", a}});
+Var<T> reduce_all(const char* op, Var<T> a, bool divide, Where where) {
+  Tape<T>& t = Tape<T>::of(op, {{"x", a}});
   const Shape s = t.node(a).val().shape();
-  if (s.numel() == 0) fail<ShapeError>("mean: x is {}, which has no elements to average", s);
-  Node<T>& n = t.record("mean", {a}, Shape::scalar(), where);
-  n.value[0] = t.node(a).val().array().mean();
+  if (divide && s.numel() == 0) fail<ShapeError>("{}: x is {}, which has no elements to average", op, s);
+  Node<T>& n = t.record(op, {a}, Shape::scalar(), where);
+  const auto A = t.node(a).val().array();
+  n.value[0] = divide ? A.mean() : A.sum();
+  n.attr0 = divide;
   n.backward = [](Tape<T>& tp, Node<T>& node) {
     Node<T>& in = tp.input(node, 0);
     if (const auto dA = in.grad_whole()) {
-      const T g = node.grad[0] / static_cast<T>(in.val().numel());
+      const T g = node.attr0 ? node.grad[0] / static_cast<T>(in.val().numel()) : node.grad[0];
       if (dA.assign)
         dA.grad->fill(g);
       else
@@ -243,6 +229,16 @@ Var<T> mean(Var<T> a, Where where) {
     }
   };
   return t.commit(n);
+}
+}  // namespace
+
+template <class T>
+Var<T> sum(Var<T> a, Where where) {
+  return reduce_all("sum", a, false, where);
+}
+template <class T>
+Var<T> mean(Var<T> a, Where where) {
+  return reduce_all("mean", a, true, where);
 }
 
 // C_i = A_i^T per batch item;  dA_i += dC_i^T

@@ -36,16 +36,6 @@ void gemm(Form form, const T* a, Index a_rows, Index a_cols, const T* b, Index b
   }
 }
 
-// Batch item i of a tensor, as a pointer to its rows x cols block.
-template <class T>
-const T* item(const TensorT<T>& t, Index i) {
-  return t.data() + i * t.rows() * t.cols();
-}
-template <class T>
-T* item(TensorT<T>& t, Index i) {
-  return t.data() + i * t.rows() * t.cols();
-}
-
 // The product's shape, or a ShapeError naming both operands.
 Shape product_shape(const char* op, Form form, const Shape& sa, const Shape& sb) {
   if (sa.rank == 1 || sb.rank == 1)
@@ -92,21 +82,21 @@ void product_backward(Tape<T>& t, Node<T>& n) {
   const Index ar = shared ? A.shape().flat_rows() : A.rows(), ac = A.cols(), br = B.rows(), bc = B.cols();
   const Index cr = shared ? dC.shape().flat_rows() : dC.rows(), cc = dC.cols();
   for (Index i = 0; i < items; ++i) {
-    const T* a = item(A, shared ? 0 : i);
-    const T* b = item(B, shared ? 0 : i);
-    const T* dc = item(dC, i);
+    const T* a = A.mat(i).data();
+    const T* b = B.mat(i).data();
+    const T* dc = dC.mat(i).data();
     switch (form) {
       case Form::ab:
-        if (dA) gemm(Form::abt, dc, cr, cc, b, br, bc, item(*dA.grad, i), dA.assign);
-        if (dB) gemm(Form::atb, a, ar, ac, dc, cr, cc, item(*dB.grad, shared ? 0 : i), dB.assign);
+        if (dA) gemm(Form::abt, dc, cr, cc, b, br, bc, dA.grad->mat(i).data(), dA.assign);
+        if (dB) gemm(Form::atb, a, ar, ac, dc, cr, cc, dB.grad->mat(i).data(), dB.assign);
         break;
       case Form::abt:
-        if (dA) gemm(Form::ab, dc, cr, cc, b, br, bc, item(*dA.grad, i), dA.assign);
-        if (dB) gemm(Form::atb, dc, cr, cc, a, ar, ac, item(*dB.grad, shared ? 0 : i), dB.assign);
+        if (dA) gemm(Form::ab, dc, cr, cc, b, br, bc, dA.grad->mat(i).data(), dA.assign);
+        if (dB) gemm(Form::atb, dc, cr, cc, a, ar, ac, dB.grad->mat(i).data(), dB.assign);
         break;
       case Form::atb:
-        if (dA) gemm(Form::abt, b, br, bc, dc, cr, cc, item(*dA.grad, i), dA.assign);
-        if (dB) gemm(Form::ab, a, ar, ac, dc, cr, cc, item(*dB.grad, i), dB.assign);
+        if (dA) gemm(Form::abt, b, br, bc, dc, cr, cc, dA.grad->mat(i).data(), dA.assign);
+        if (dB) gemm(Form::ab, a, ar, ac, dc, cr, cc, dB.grad->mat(i).data(), dB.assign);
         break;
     }
   }
@@ -128,7 +118,7 @@ Var<T> product(const char* op, Form form, Var<T> a, Var<T> b, Where where) {
   const Index items = shared ? 1 : C.batch();
   const Index ar = shared ? sa.flat_rows() : sa.rows;
   for (Index i = 0; i < items; ++i)
-    gemm(form, item(A, i), ar, sa.cols, item(B, shared ? 0 : i), sb.rows, sb.cols, item(C, i), true);
+    gemm(form, A.mat(i).data(), ar, sa.cols, B.mat(i).data(), sb.rows, sb.cols, C.mat(i).data(), true);
   n.backward = &product_backward<T>;
   return t.commit(n);
 }

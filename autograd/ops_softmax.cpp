@@ -40,17 +40,14 @@ void softmax_backward(Tape<T>& t, Node<T>& n) {
   const auto Y = n.value.flat();
   const auto dY = n.grad.flat();
   auto dx = dX.grad->flat();
+  const T s = static_cast<T>(n.scalar);
   if (Y.cols() < kShortRow) {  // short rows: whole-matrix expressions (see softmax_rows)
     n.aux.resize(Shape::mat(Y.rows(), 1));
     auto dot = n.aux.flat().col(0);
     dot = (Y.array() * dY.array()).rowwise().sum().matrix();
-    if (n.scalar == 1.0)
-      write_grad(dx.array(), Y.array() * (dY.colwise() - dot).array(), dX.assign);
-    else
-      write_grad(dx.array(), static_cast<T>(n.scalar) * Y.array() * (dY.colwise() - dot).array(), dX.assign);
+    write_grad(dx.array(), s * Y.array() * (dY.colwise() - dot).array(), dX.assign);
     return;
   }
-  const T s = static_cast<T>(n.scalar);
   for (Index r = 0; r < Y.rows(); ++r) {
     const T dot = Y.row(r).dot(dY.row(r));
     write_grad(dx.row(r).array(), s * Y.row(r).array() * (dY.row(r).array() - dot), dX.assign);

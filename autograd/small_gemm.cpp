@@ -85,8 +85,7 @@ bool small_gemm(ProductForm form, Index m, Index n, Index k, const T* a, const T
   if (!fn) return false;
   if (form == ProductForm::abt) {  // b is stored (n x k): lay it out as (k x n) for the kernel
     T* bt = scratch<T>(static_cast<std::size_t>(k * n), 0);
-    for (Index j = 0; j < n; ++j)
-      for (Index p = 0; p < k; ++p) bt[p * n + j] = b[j * k + p];
+    MatrixMap<T>(bt, k, n) = ConstMatrixMap<T>(b, n, k).transpose();
     b = bt;
   }
   if (!accumulate) {
@@ -96,7 +95,7 @@ bool small_gemm(ProductForm form, Index m, Index n, Index k, const T* a, const T
   // C += A B as Eigen does it: the product first, then one addition per element.
   T* product = scratch<T>(static_cast<std::size_t>(m * n), 1);
   fn(b, a, product);
-  for (Index i = 0; i < m * n; ++i) c[i] += product[i];
+  ArrayMap<T>(c, m * n) += ConstArrayMap<T>(product, m * n);
   return true;
 }
 

@@ -36,6 +36,8 @@ using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 // vectorised kernels peel off unaligned leading elements, so with std::vector's 16-byte alignment the
 // grouping of partial sums, and so the last bits of a result, would depend on where the heap put a
 // buffer: two identical runs could differ. Aligned buffers make every run bit-identical.
+// (Not Eigen::aligned_allocator: it allocates with malloc, which the allocation counter of
+// tests/test_alloc.cpp and bench/ cannot see; operator new keeps every tensor allocation counted.)
 template <class T>
 struct AlignedAllocator {
   using value_type = T;
