@@ -7,32 +7,24 @@
 //   OMP_NUM_THREADS=2 build/bench/gemm_threads
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "core/parallel.hpp"
 #include "core/tensor.hpp"
+#include "timing.hpp"
 
 using namespace tapegrad;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// Median time of one c = a b, in microseconds, with Eigen free to use every thread it is given.
+// Median time of one c = a b over 15 samples, in microseconds, with Eigen free to use every thread it
+// is given; each sample times enough products for about 2e7 multiply-adds.
 double product_us(const RowMatrix<float>& a, const RowMatrix<float>& b, RowMatrix<float>& c) {
   const double flop = static_cast<double>(a.rows() * a.cols() * b.cols());
   const int rounds = std::max(1, static_cast<int>(2e7 / flop));
-  std::vector<double> samples;
-  for (int r = 0; r < 15; ++r) {
-    const auto start = Clock::now();
-    for (int i = 0; i < rounds; ++i) c.noalias() = a * b;
-    samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() / rounds);
-  }
-  std::nth_element(samples.begin(), samples.begin() + 7, samples.end());
-  return samples[7];
+  return bench::gemm_seconds(a, b, c, 15, rounds) * 1e6;
 }
 
 }  // namespace

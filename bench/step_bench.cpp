@@ -8,7 +8,6 @@
 // bench/compare.py runs it beside PyTorch; run it alone as
 //   OMP_NUM_THREADS=1 build/bench/step_bench [--workloads W1,W3] [--seconds 2]
 #include <algorithm>
-#include <chrono>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -18,14 +17,14 @@
 #include "autograd/ops.hpp"
 #include "autograd/small_gemm.hpp"
 #include "core/parallel.hpp"
+#include "timing.hpp"
 #include "train/model.hpp"
 #include "train/optimizer.hpp"
 
 using namespace tapegrad;
+using bench::Clock;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct Workload {
   std::string name;
@@ -41,24 +40,12 @@ struct Workload {
 const std::vector<Workload> kWorkloads = {
     {"W1", 32, 8, 16, 1, 16}, {"W2", 16, 32, 64, 4, 32}, {"W3", 8, 128, 128, 4, 64}, {"W4", 4, 256, 256, 8, 256}};
 
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
 // Eigen's single-precision GEMM on 1024 x 1024 matrices: the best this machine does with these
-// threads, the yardstick for the step's GFLOP/s.
+// threads, the yardstick for the step's GFLOP/s. Median of 10 products after 2 for warm-up.
 double gemm_peak_gflops() {
   const Index n = 1024;
   RowMatrix<float> a = RowMatrix<float>::Random(n, n), b = RowMatrix<float>::Random(n, n), c(n, n);
-  std::vector<double> times;
-  for (int i = 0; i < 12; ++i) {
-    const auto start = Clock::now();
-    c.noalias() = a * b;
-    times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  times.erase(times.begin(), times.begin() + 2);  // warm-up
-  return 2.0 * static_cast<double>(n * n * n) / median(times) / 1e9;
+  return 2.0 * static_cast<double>(n * n * n) / bench::gemm_seconds(a, b, c, 10, 1, 2) / 1e9;
 }
 
 }  // namespace
@@ -109,13 +96,13 @@ int main(int argc, char** argv) {
     times.reserve(max_steps + 1);  // the timing must not allocate while allocations are counted
     const long before = test::allocation_count();
     const auto start = Clock::now();
-    while (times.size() < 10 || (std::chrono::duration<double>(Clock::now() - start).count() < seconds && times.size() < max_steps)) {
+    while (times.size() < 10 || (bench::seconds_since(start) < seconds && times.size() < max_steps)) {
       const auto t0 = Clock::now();
       step();
-      times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      times.push_back(bench::seconds_since(t0) * 1e3);  // ms
     }
     const double allocations = static_cast<double>(test::allocation_count() - before) / static_cast<double>(times.size());
-    const double ms = median(times);
+    const double ms = bench::median(times);
     fmt::print("{{\"kind\": \"step\", \"workload\": \"{}\", \"threads\": {}, \"median_ms\": {:.5f}, \"steps\": {}, "
                "\"gflops\": {:.2f}, \"allocations_per_step\": {}}}\n",
                w.name, threads, ms, times.size(), w.flops() / (ms * 1e-3) / 1e9, allocations);

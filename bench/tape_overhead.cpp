@@ -4,34 +4,21 @@
 // allocations are counted over the steady-state steps.
 //
 //   build/bench/tape_overhead [--ops N] [--repeats R]
-#include <algorithm>
-#include <chrono>
-#include <vector>
-
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "alloc_counter.hpp"
 #include "autograd/ops.hpp"
+#include "timing.hpp"
 
 using namespace tapegrad;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // Median over `repeats` of the time of `rounds` calls of f, in ns per op.
 template <class F>
 double median_ns_per_op(int repeats, int rounds, int ops, F f) {
-  std::vector<double> samples;
-  for (int r = 0; r < repeats; ++r) {
-    const auto start = Clock::now();
-    for (int i = 0; i < rounds; ++i) f();
-    const double ns = std::chrono::duration<double, std::nano>(Clock::now() - start).count();
-    samples.push_back(ns / rounds / ops);
-  }
-  std::nth_element(samples.begin(), samples.begin() + repeats / 2, samples.end());
-  return samples[static_cast<std::size_t>(repeats / 2)];
+  return bench::median_seconds(repeats, rounds, f) * 1e9 / ops;
 }
 
 }  // namespace
