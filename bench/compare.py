@@ -2,7 +2,10 @@
 """Times one training step of the benchmark model in tapegrad (build/bench/step_bench) and in PyTorch
 (bench/torch_step.py), one after the other in this one invocation, at each thread count, and prints
 the median ms per step of each side, their ratio against the targets, and achieved GFLOP/s against
-the step's matmul FLOP count and this machine's measured Eigen GEMM peak. Both sides get the same
+the step's matmul FLOP count and this machine's measured Eigen GEMM peak. The workloads and the FLOP
+count are step_bench's (its --list-workloads, and the GFLOP/s of its timing, which the PyTorch figure is
+scaled from: the same FLOPs in PyTorch's time); bench/torch_step.py reads the workloads here, through
+workloads(). Both sides get the same
 thread count through OMP_NUM_THREADS and OPENBLAS_NUM_THREADS (PyTorch also through
 torch.set_num_threads). bench/compare.sh installs what this needs, builds, and runs it.
 """
@@ -12,31 +15,36 @@ import os
 import subprocess
 import sys
 
-WORKLOADS = {"W1": (32, 8, 16, 1, 16), "W2": (16, 32, 64, 4, 32), "W3": (8, 128, 128, 4, 64), "W4": (4, 256, 256, 8, 256)}
+HERE = os.path.dirname(os.path.abspath(__file__))
+STEP_BENCH = os.path.join(HERE, "..", "build", "bench", "step_bench")
 TARGETS = {"W1": 0.10, "W2": 0.50, "W3": 0.80, "W4": 0.80}  # tapegrad / PyTorch at 1 thread
 
 
-def flops(name):
-    B, T, d, H, V = WORKLOADS[name]
-    return 3 * (8 * B * T * d * d + 4 * B * T * T * d + 2 * B * T * d * V)
-
-
-def run(command, threads):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+def run(command, threads=None):
+    """The JSON lines `command` prints, run with `threads` threads (or the inherited environment)."""
+    env = dict(os.environ)
+    if threads is not None:
+        env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
     out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
+def workloads(step_bench=STEP_BENCH):
+    """The benchmark workloads, name -> (B, T, d, H, V) in step_bench's order, from step_bench's table."""
+    return {r["workload"]: (r["B"], r["T"], r["d"], r["H"], r["V"]) for r in run([step_bench, "--list-workloads"])}
+
+
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--tapegrad", default=os.path.join(here, "..", "build", "bench", "step_bench"))
+    p.add_argument("--tapegrad", default=STEP_BENCH)
     p.add_argument("--threads", default="1,2")
-    p.add_argument("--workloads", default="W1,W2,W3,W4")
+    p.add_argument("--workloads", default=None, help="comma-separated names (default: all of step_bench's)")
     p.add_argument("--seconds", default="3")
     args = p.parse_args()
+    if args.workloads is None:
+        args.workloads = ",".join(workloads(args.tapegrad))
     thread_counts = [int(t) for t in args.threads.split(",")]
-    results = {}  # (side, threads, workload) -> ms
+    results = {}  # (side, threads, workload) -> ms, or allocations or GFLOP/s
     peaks, blas, torch_version, small = {}, "?", "?", "?"
     for threads in thread_counts:
         print(f"running {args.workloads} at {threads} thread(s): tapegrad, then PyTorch ...", file=sys.stderr, flush=True)
@@ -47,8 +55,9 @@ def main():
             else:
                 results[("tapegrad", threads, r["workload"])] = r["median_ms"]
                 results[("allocations", threads, r["workload"])] = r["allocations_per_step"]
-        for r in run([sys.executable, os.path.join(here, "torch_step.py"), "--workloads", args.workloads,
-                      "--seconds", args.seconds], threads):
+                results[("gflops", threads, r["workload"])] = r["gflops"]
+        for r in run([sys.executable, os.path.join(HERE, "torch_step.py"), "--workloads", args.workloads,
+                      "--seconds", args.seconds, "--tapegrad", args.tapegrad], threads):
             results[("torch", threads, r["workload"])] = r["median_ms"]
             blas, torch_version = r["blas"], r["torch"]
 
@@ -64,7 +73,8 @@ def main():
             tg, pt = results[("tapegrad", threads, name)], results[("torch", threads, name)]
             ratio = tg / pt
             target = TARGETS[name] if threads == 1 else None
-            tg_gflops, pt_gflops = flops(name) / (tg * 1e-3) / 1e9, flops(name) / (pt * 1e-3) / 1e9
+            tg_gflops = results[("gflops", threads, name)]
+            pt_gflops = tg_gflops * tg / pt  # the same FLOPs in PyTorch's time
             print(f"{name:3} {threads:>3} {tg:>12.4f} {pt:>11.4f} {ratio:>7.3f} {target if target else '':>7}  "
                   f"{tg_gflops:>16.1f} {tg_gflops / peaks[threads]:>12.1%} {pt_gflops:>15.1f} "
                   f"{results[('allocations', threads, name)]:>11.3g}")

@@ -5,9 +5,12 @@
 //
 // Prints one JSON line per workload (median ms per step, achieved GFLOP/s, heap allocations per
 // steady-state step) and one with this machine's Eigen GEMM peak at the same thread count.
+// kWorkloads below is the one table of the workloads: --list-workloads prints it, and bench/compare.py
+// and bench/torch_step.py read it from there.
 // bench/compare.py runs it beside PyTorch; run it alone as
 //   OMP_NUM_THREADS=1 build/bench/step_bench [--workloads W1,W3] [--seconds 2]
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -52,15 +55,25 @@ double gemm_peak_gflops() {
 
 int main(int argc, char** argv) {
   CLI::App app{"Times one training step of the benchmark model (see bench/compare.py)"};
-  std::vector<std::string> names = {"W1", "W2", "W3", "W4"};
+  std::vector<std::string> all_names;
+  for (const auto& w : kWorkloads) all_names.push_back(w.name);
+  std::vector<std::string> names = all_names;
   double seconds = 2.0;
   std::size_t max_steps = 5000;
-  bool skip_peak = false;
+  bool skip_peak = false, list = false;
   app.add_option("--max-steps", max_steps, "At most this many timed steps per workload")->capture_default_str();
   app.add_flag("--no-peak", skip_peak, "Do not measure the GEMM peak (for profiling the step alone)");
-  app.add_option("--workloads", names, "Workloads to run")->delimiter(',')->check(CLI::IsMember({"W1", "W2", "W3", "W4"}));
+  app.add_flag("--list-workloads", list, "Print each workload's name and B, T, d, H, V as a JSON line, and exit");
+  app.add_option("--workloads", names, "Workloads to run")->delimiter(',')->check(CLI::IsMember(all_names));
   app.add_option("--seconds", seconds, "Time to spend timing each workload")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+
+  if (list) {
+    for (const auto& w : kWorkloads)
+      fmt::print("{{\"kind\": \"workload\", \"workload\": \"{}\", \"B\": {}, \"T\": {}, \"d\": {}, \"H\": {}, \"V\": {}}}\n",
+                 w.name, w.B, w.T, w.d, w.H, w.V);
+    return 0;
+  }
 
   const int threads = num_threads();
   if (!skip_peak)

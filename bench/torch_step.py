@@ -4,6 +4,9 @@ same step as bench/step_bench.cpp. Token embedding + learned positions -> self-a
 no bias, H heads, no mask) + residual -> linear readout with bias -> cross-entropy on every position;
 float32; one step = zero_grad, forward, loss, backward, SGD update. Prints one JSON line per workload.
 
+The workloads (B, T, d, H, V) are step_bench's: it asks the built build/bench/step_bench (or --tapegrad)
+for them, through compare.workloads().
+
 Threads: set OMP_NUM_THREADS and OPENBLAS_NUM_THREADS in the environment before starting it (compare.py
 does), and it also calls torch.set_num_threads with the same number.
 """
@@ -15,7 +18,7 @@ import time
 
 import torch
 
-WORKLOADS = {"W1": (32, 8, 16, 1, 16), "W2": (16, 32, 64, 4, 32), "W3": (8, 128, 128, 4, 64), "W4": (4, 256, 256, 8, 256)}
+import compare
 
 
 class Model(torch.nn.Module):
@@ -64,14 +67,20 @@ def median(xs):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--workloads", default="W1,W2,W3,W4")
+    p.add_argument("--workloads", default=None, help="comma-separated names (default: all of step_bench's)")
     p.add_argument("--seconds", type=float, default=2.0)
+    p.add_argument("--tapegrad", default=compare.STEP_BENCH, help="the step_bench whose workloads to run")
     args = p.parse_args()
+    table = compare.workloads(args.tapegrad)
+    names = args.workloads.split(",") if args.workloads else list(table)
+    unknown = [name for name in names if name not in table]
+    if unknown:
+        p.error(f"unknown workload(s) {','.join(unknown)}; step_bench has {','.join(table)}")
     threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    for name in args.workloads.split(","):
-        B, T, d, H, V = WORKLOADS[name]
+    for name in names:
+        B, T, d, H, V = table[name]
         model = Model(V, T, d, H)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         tokens = torch.randint(0, V, (B, T))
