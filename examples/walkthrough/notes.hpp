@@ -20,10 +20,8 @@
 namespace tapegrad::walkthrough {
 
 struct Claim {
-  std::string key;      // "001.softmax_row1.p2"
-  std::string note;     // "001"
-  std::string section;  // the title of the section it belongs to
-  std::string what;     // short, for a table column: "p2 = e^0.32 / sum"
+  std::string key;   // "001.softmax_row1.p2"
+  std::string what;  // short, for a table column: "p2 = e^0.32 / sum"
   std::optional<double> stated;  // empty: a number computed for reference, which no note states
   double computed = 0;
   int decimals = 4;           // decimals the note states the value with (how `stated` is shown)

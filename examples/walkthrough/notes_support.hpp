@@ -80,17 +80,22 @@ struct Check {
   int computed_decimals = -1;        // default: decimals + 3
 };
 
+// What every claim has, stated or not: its key, its description and the computed value with how it is shown.
+inline Claim computed_claim(std::string key, std::string what, double computed, int decimals, int computed_decimals) {
+  Claim claim;
+  claim.key = std::move(key);
+  claim.what = std::move(what);
+  claim.computed = computed;
+  claim.decimals = decimals;
+  claim.computed_decimals = computed_decimals;
+  return claim;
+}
+
 inline void add(Section& s, Check c) {
   const double tol = c.tolerance >= 0 ? c.tolerance : 0.5 * std::pow(10.0, -c.decimals);
-  Claim claim;
-  claim.key = std::move(c.key);
-  claim.note = s.note;
-  claim.section = s.title;
-  claim.what = std::move(c.what);
+  Claim claim = computed_claim(std::move(c.key), std::move(c.what), c.computed, c.decimals,
+                               c.computed_decimals >= 0 ? c.computed_decimals : c.decimals + 3);
   claim.stated = c.stated;
-  claim.computed = c.computed;
-  claim.decimals = c.decimals;
-  claim.computed_decimals = c.computed_decimals >= 0 ? c.computed_decimals : c.decimals + 3;
   claim.tolerance = tol + 1e-12;
   claim.ok = std::abs(c.computed - c.stated) <= claim.tolerance;
   const std::string precision =
@@ -110,14 +115,7 @@ inline void add(Section& s, Check c) {
 
 // A number computed for reference; no note states it.
 inline void reference(Section& s, std::string key, std::string what, double computed, int decimals, std::string why) {
-  Claim claim;
-  claim.key = std::move(key);
-  claim.note = s.note;
-  claim.section = s.title;
-  claim.what = std::move(what);
-  claim.computed = computed;
-  claim.decimals = decimals;
-  claim.computed_decimals = decimals;
+  Claim claim = computed_claim(std::move(key), std::move(what), computed, decimals, decimals);
   claim.why = std::move(why);
   s.claims.push_back(std::move(claim));
 }
