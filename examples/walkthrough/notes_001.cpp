@@ -453,9 +453,7 @@ Section note001_learnable() {
 
   Rng rng(3);
   SelfAttention<double> attn("attn", {.mode = AttentionMode::learnable, .d_model = 3}, rng);
-  attn.wq()->value = Ws[0].value;  // the note's matrices as the layer's parameters
-  attn.wk()->value = Ws[1].value;
-  attn.wv()->value = Ws[2].value;
+  set_weights001(attn);  // the note's matrices as the layer's parameters
   Tape<double> tape;
   Var<double> x = tape.constant(as_sequence(E3));
   const std::array<Parameter<double>*, 3> params = {attn.wq(), attn.wk(), attn.wv()};
@@ -484,9 +482,7 @@ Section note001_learnable() {
   // The whole layer on "Money Bank Grows", with the standard scale and with none (as note 001).
   for (AttentionScale kind : {AttentionScale::inv_sqrt_d_head, AttentionScale::none}) {
     SelfAttention<double> layer("attn", {.mode = AttentionMode::learnable, .d_model = 3, .scale = kind}, rng);
-    layer.wq()->value = Ws[0].value;
-    layer.wk()->value = Ws[1].value;
-    layer.wv()->value = Ws[2].value;
+    set_weights001(layer);
     TensorD w;
     const TensorD out = attend(layer, E3, &w);
     const std::string tag = kind == AttentionScale::none ? "none" : "sqrt";

@@ -197,9 +197,7 @@ Section note003() {
   int k = 0;
   for (AttentionScale kind : {AttentionScale::none, AttentionScale::inv_sqrt_d_head}) {
     SelfAttention<double> layer("attn", {.mode = AttentionMode::learnable, .d_model = 3, .scale = kind}, rng);
-    layer.wq()->value = wq001();
-    layer.wk()->value = wk001();
-    layer.wv()->value = wv001();
+    set_weights001(layer);
     TensorD w;
     attend(layer, E3, &w);
     top[k++] = w.array().maxCoeff();

@@ -132,6 +132,13 @@ inline TensorD wq001() { return mat(3, 3, {0.3, 0.6, 0.9, 0.1, 0.4, 0.7, 0.2, 0.
 inline TensorD wk001() { return mat(3, 3, {0.5, 0.2, 0.1, 0.4, 0.3, 0.6, 0.7, 0.8, 0.9}); }
 inline TensorD wv001() { return mat(3, 3, {0.6, 0.1, 0.4, 0.3, 0.5, 0.2, 0.8, 0.7, 0.9}); }
 
+// Note 001's Wq, Wk, Wv as the parameters of a learnable layer (d_model 3).
+inline void set_weights001(SelfAttention<double>& layer) {
+  layer.wq()->value = wq001();
+  layer.wk()->value = wk001();
+  layer.wv()->value = wv001();
+}
+
 inline SelfAttentionOptions parameter_free(Index d, AttentionScale kind) {
   return {.mode = AttentionMode::parameter_free, .d_model = d, .scale = kind};
 }
