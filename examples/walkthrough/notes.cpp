@@ -9,20 +9,13 @@
 #include "walkthrough/notes_support.hpp"
 
 #include <algorithm>
-#include <array>
-#include <cmath>
 #include <initializer_list>
-#include <span>
 #include <sstream>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
-
-#include "autograd/ops.hpp"
-#include "core/rng.hpp"
-#include "layers/self_attention.hpp"
 
 namespace tapegrad::walkthrough {
 
@@ -56,7 +49,15 @@ std::string wrap(std::string_view text, std::size_t indent) {
   return out;
 }
 
-std::string verdict(const Claim& c) { return !c.stated ? "ref" : c.ok ? "ok" : "WRONG"; }
+enum class Style { terminal, markdown };
+
+// "ref", "ok" or "WRONG"; Markdown sets ref in italics and WRONG in bold.
+std::string verdict(const Claim& c, Style style) {
+  const bool md = style == Style::markdown;
+  if (!c.stated) return md ? "*ref*" : "ref";
+  if (c.ok) return "ok";
+  return md ? "**WRONG**" : "WRONG";
+}
 
 std::string cell(double v, int decimals) { return fmt::format("{:.{}f}", v, decimals); }
 
@@ -151,7 +152,7 @@ std::string render_terminal(const std::vector<Section>& sections) {
                        "computed", computed_w, "verdict");
     for (const auto& c : s.claims) {
       out += fmt::format("  {:<{}} {:<{}} {:>{}} {:>{}}  {}\n", c.key, key_w, c.what, what_w, format_stated(c),
-                         stated_w, format_computed(c), computed_w, verdict(c));
+                         stated_w, format_computed(c), computed_w, verdict(c, Style::terminal));
       if (c.stated && !c.ok) out += wrap(c.why, 6);
     }
   }
@@ -187,9 +188,8 @@ std::string render_markdown(const std::vector<Section>& sections) {
     if (s.claims.empty()) continue;
     out += "| key | what | stated | computed | verdict | why |\n|---|---|---:|---:|---|---|\n";
     for (const auto& c : s.claims) {
-      const std::string v = !c.stated ? "*ref*" : c.ok ? "ok" : "**WRONG**";
       out += fmt::format("| `{}` | {} | {} | {} | {} | {} |\n", c.key, md_escape(c.what), format_stated(c),
-                         format_computed(c), v, md_escape(c.why));
+                         format_computed(c), verdict(c, Style::markdown), md_escape(c.why));
     }
   }
   return out;

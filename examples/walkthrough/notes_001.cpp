@@ -2,8 +2,6 @@
 // sentences "Money Bank Grows" and "River Bank Flows", and the Wq/Wk/Wv example for "Bank".
 #include "walkthrough/notes_support.hpp"
 
-#include <sstream>
-
 #include "core/rng.hpp"
 
 namespace tapegrad::walkthrough::detail {

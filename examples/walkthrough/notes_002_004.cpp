@@ -2,8 +2,6 @@
 // recomputed.
 #include "walkthrough/notes_support.hpp"
 
-#include <sstream>
-
 #include "core/rng.hpp"
 
 namespace tapegrad::walkthrough::detail {
