@@ -205,9 +205,7 @@ Section note001_normalization() {
 // Where Bank's attention goes in each sentence and why, from the numbers: which word gets the most, how long
 // each vector is, and whether the neighbours only shift Bank along [1, 1, 1].
 std::string bank_attention_story(const TensorD& E, const Index (&order)[2][3], const TensorD& w, const TensorD& out) {
-  auto norm = [&E](Index word) {
-    return std::sqrt(E.at(word, 0) * E.at(word, 0) + E.at(word, 1) * E.at(word, 1) + E.at(word, 2) * E.at(word, 2));
-  };
+  auto norm = [&E](Index word) { return E.mat().row(word).norm(); };
   auto name = [](Index word) { return kWords001[static_cast<std::size_t>(word)]; };
   std::string story;
   for (Index b = 0; b < 2; ++b) {
@@ -279,17 +277,11 @@ Section note001_two_sentences() {
         weights.values.push_back(w.at(b, 1, c));
         bank.values.push_back(out.at(b, 1, c));
       }
-    double dot = 0, n1 = 0, n2 = 0, diff = 0;
-    for (std::size_t c = 0; c < 3; ++c) {
-      const double a = bank.at(0, c), b = bank.at(1, c);
-      dot += a * b;
-      n1 += a * a;
-      n2 += b * b;
-      diff += (a - b) * (a - b);
-    }
-    const double cosine = dot / std::sqrt(n1 * n2);
+    const auto bank1 = out.mat(0).row(1), bank2 = out.mat(1).row(1);  // Bank is row 2 of each sentence
+    const double n1 = bank1.norm(), n2 = bank2.norm(), diff = (bank1 - bank2).norm();
+    const double cosine = bank1.dot(bank2) / (n1 * n2);
     reference(s, fmt::format("001.sentences.{}.diff_norm", v.tag), fmt::format("|Bank1 - Bank2|, {}", v.tag),
-              std::sqrt(diff), 5, "Euclidean distance between the two contextual Bank vectors");
+              diff, 5, "Euclidean distance between the two contextual Bank vectors");
     reference(s, fmt::format("001.sentences.{}.cosine", v.tag), fmt::format("cos(Bank1, Bank2), {}", v.tag), cosine,
               5, "cosine similarity of the two contextual Bank vectors (1 = same direction)");
     for (std::size_t b = 0; b < 2; ++b)
@@ -301,16 +293,16 @@ Section note001_two_sentences() {
           "Does the note's motivating claim hold? Unscaled, the two contextual Bank vectors are {} and {}. They "
           "differ (distance {:.4f}), so in the literal sense yes; but their cosine similarity is {:.4f}: {}, and "
           "they differ {} in length ({:.4f} vs {:.4f}).",
-          row_str(out, 1, 5, 0), row_str(out, 1, 5, 1), std::sqrt(diff), cosine,
+          row_str(out, 1, 5, 0), row_str(out, 1, 5, 1), diff, cosine,
           cosine > 0.95 ? "they point almost the same way" : "their directions differ",
-          cosine > 0.95 ? "mostly" : "also", std::sqrt(n1), std::sqrt(n2)));
+          cosine > 0.95 ? "mostly" : "also", n1, n2));
       s.lines.push_back(bank_attention_story(E, order, w, out));
     } else {
       s.lines.push_back(fmt::format("Scaled by 1/sqrt(3) the weights are flatter (Bank's largest weight {:.4f} and "
                                     "{:.4f}); cosine {:.4f}, distance {:.4f}.",
                                     *std::max_element(weights.values.begin(), weights.values.begin() + 3),
                                     *std::max_element(weights.values.begin() + 3, weights.values.end()), cosine,
-                                    std::sqrt(diff)));
+                                    diff));
     }
     s.tables.push_back(std::move(weights));
     s.tables.push_back(std::move(bank));
