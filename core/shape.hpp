@@ -25,6 +25,13 @@ struct Shape {
   static Shape batched(Index b, Index r, Index c) { return {3, b, r, c}; }
   static Shape scalar() { return vec(1); }
 
+  // Whether the fields describe a tensor: rank 1 to 3, no negative size, batch 1 unless rank 3, rows 1
+  // if rank 1, and an element count that Index holds (numel() cannot overflow).
+  bool valid() const {
+    Index n = 0;
+    return rank >= 1 && rank <= 3 && batch >= 0 && rows >= 0 && cols >= 0 && (rank == 3 || batch == 1) &&
+           (rank != 1 || rows == 1) && !__builtin_mul_overflow(batch, rows, &n) && !__builtin_mul_overflow(n, cols, &n);
+  }
   Index numel() const { return batch * rows * cols; }
   // Rows of the (batch * rows) x cols matrix that every tensor can be viewed as.
   Index flat_rows() const { return batch * rows; }

@@ -130,9 +130,7 @@ class TensorT {
 
  private:
   static void check_shape(const Shape& s, const char* what) {
-    const bool ok = s.rank >= 1 && s.rank <= 3 && s.batch >= 0 && s.rows >= 0 && s.cols >= 0 &&
-                    (s.rank == 3 || s.batch == 1) && (s.rank != 1 || s.rows == 1);
-    if (!ok)
+    if (!s.valid())
       fail<ShapeError>("{}: invalid shape (rank {}, batch {}, rows {}, cols {})", what, s.rank, s.batch,
                        s.rows, s.cols);
   }

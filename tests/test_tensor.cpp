@@ -43,6 +43,10 @@ TEST_CASE("tensor: a value count that does not match the shape is an error namin
                        ShapeError);
   CHECK_THROWS_WITH_AS(Tensor(Shape{4, 1, 2, 2}), "tensor: invalid shape (rank 4, batch 1, rows 2, cols 2)",
                        ShapeError);
+  // An element count beyond Index: refused, not overflowed.
+  CHECK_FALSE(Shape::batched(Index(1) << 30, Index(1) << 30, Index(1) << 30).valid());
+  CHECK(Shape::batched(Index(1) << 20, Index(1) << 20, Index(1) << 20).valid());
+  CHECK_THROWS_AS(Tensor(Shape::mat(Index(1) << 40, Index(1) << 40)), ShapeError);
 }
 
 TEST_CASE("tensor: cast between element types and finiteness") {
