@@ -2,8 +2,11 @@
 // Errors are exceptions whose message is a sentence that starts with the operation and names every
 // shape or name involved: "matmul: inner dimensions differ: a is 4x8, b is 6x8".
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -48,6 +51,16 @@ class FormatError : public Error {
 template <class E, class... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
   throw E(fmt::format(format, std::forward<Args>(args)...));
+}
+
+// "'a', 'b'": names as error messages list them.
+inline std::string quoted_list(const std::vector<std::string>& names) {
+  return names.empty() ? std::string() : fmt::format("'{}'", fmt::join(names, "', '"));
+}
+
+// Throws ValueError ("<op>: <name> must be finite and >= 0, got <x>") unless x is.
+inline void require_non_negative(std::string_view op, std::string_view name, double x) {
+  if (!(std::isfinite(x) && x >= 0)) fail<ValueError>("{}: {} must be finite and >= 0, got {}", op, name, x);
 }
 
 }  // namespace tapegrad

@@ -299,6 +299,18 @@ TEST_CASE("trainer: learns a task, and the same seeds give the same curve bit fo
   }
 }
 
+TEST_CASE("trainer: a cosine schedule over zero steps is accepted, and training does nothing") {
+  // steps = 0 passes the config checks; the schedule then has no step to cover and must not refuse it.
+  const auto task = make_task("first_token");
+  const TaskSplit split = make_task_split(*task, 100, 10, 10, 1);
+  ToyModel<float> model(small_config(*task, AttentionMode::learnable));
+  const Tensor before = model.parameters().front()->value;
+  Trainer trainer(model, split.train, &split.validation, TrainConfig{.steps = 0, .cosine = true});
+  trainer.run();
+  CHECK(trainer.steps_done() == 0);
+  CHECK(model.parameters().front()->value == before);
+}
+
 TEST_CASE("trainer: a non-finite loss stops training with the step; anomaly mode names the op and its line") {
   const auto task = make_task("majority");
   const TaskSplit split = make_task_split(*task, 200, 10, 10, 2);

@@ -2,12 +2,11 @@
 // atomic writes, and strict all-or-nothing loading. See checkpoint.hpp.
 #include "train/checkpoint.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -15,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/file_io.hpp"
 #include "train/checkpoint_serialize.hpp"
 
 namespace tapegrad {
@@ -27,21 +27,31 @@ constexpr std::size_t kHeaderBytes = 28;
 
 // ---- bytes ------------------------------------------------------------------------------------------
 
-std::uint32_t crc32_of(const std::byte* data, std::size_t n) {
-  uLong crc = ::crc32(0L, Z_NULL, 0);
-  while (n > 0) {
-    const auto chunk = static_cast<uInt>(std::min<std::size_t>(n, 1u << 30));
-    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(data), chunk);
-    data += chunk;
-    n -= chunk;
-  }
-  return static_cast<std::uint32_t>(crc);
-}
-
 template <class U>
 void put_le(std::vector<std::byte>& out, U v) {
   for (std::size_t i = 0; i < sizeof(U); ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
 }
+
+// A CRC-32 (zlib's) fed piece by piece, so nothing is copied into a buffer first.
+class Crc32 {
+ public:
+  Crc32& add(const void* data, std::size_t n) {
+    crc_ = ::crc32_z(crc_, static_cast<const Bytef*>(data), n);
+    return *this;
+  }
+  template <class U>
+  Crc32& add_le(U v) {
+    std::array<unsigned char, sizeof(U)> bytes;
+    for (std::size_t i = 0; i < sizeof(U); ++i) bytes[i] = static_cast<unsigned char>((v >> (8 * i)) & 0xff);
+    return add(bytes.data(), bytes.size());
+  }
+  std::uint32_t value() const { return static_cast<std::uint32_t>(crc_); }
+
+ private:
+  uLong crc_ = ::crc32(0L, Z_NULL, 0);
+};
+
+std::uint32_t crc32_of(const std::byte* data, std::size_t n) { return Crc32().add(data, n).value(); }
 
 template <class U>
 U get_le(const std::byte* p) {
@@ -72,12 +82,6 @@ TensorRecord record(const std::string& name, const TensorT<T>& t) {
 template <class T>
 void copy_values(const TensorRecord& r, TensorT<T>& t) {
   for (Index i = 0; i < t.numel(); ++i) t[i] = static_cast<T>(r.values[static_cast<std::size_t>(i)]);
-}
-
-std::string quoted_list(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "'" : ", '") + n + "'";
-  return out;
 }
 
 // Matches the file's parameters against the model's, without changing anything.
@@ -113,9 +117,7 @@ std::string problems(const LoadReport& r) {
   if (!r.missing.empty()) parts.push_back("the file lacks the model's " + quoted_list(r.missing));
   if (!r.unexpected.empty()) parts.push_back("the model has no " + quoted_list(r.unexpected));
   for (const auto& m : r.mismatched) parts.push_back(m);
-  std::string out;
-  for (const auto& p : parts) out += (out.empty() ? "" : "; ") + p;
-  return out;
+  return fmt::format("{}", fmt::join(parts, "; "));
 }
 
 template <class T>
@@ -147,6 +149,8 @@ OptimizerState<float> optimizer_state(const TrainingRecord& t) {
 
 // ---- public API ----------------------------------------------------------------------------------------
 
+std::string_view tapegrad_version() { return TAPEGRAD_VERSION; }  // defined by CMakeLists.txt
+
 std::vector<std::byte> encode_checkpoint(const Checkpoint& c) {
   std::ostringstream payload_stream(std::ios::binary);
   {
@@ -162,7 +166,8 @@ std::vector<std::byte> encode_checkpoint(const Checkpoint& c) {
   put_le<std::uint32_t>(out, 0);
   put_le<std::uint64_t>(out, payload.size());
   put_le<std::uint32_t>(out, crc32_of(reinterpret_cast<const std::byte*>(payload.data()), payload.size()));
-  for (char ch : payload) out.push_back(static_cast<std::byte>(ch));
+  const auto* raw = reinterpret_cast<const std::byte*>(payload.data());
+  out.insert(out.end(), raw, raw + payload.size());
   return out;
 }
 
@@ -217,39 +222,7 @@ Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view 
 
 void save_checkpoint(const std::filesystem::path& path, const Checkpoint& c) {
   const std::vector<std::byte> bytes = encode_checkpoint(c);
-  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  const std::filesystem::path tmp = dir / fmt::format(".{}.tmp-{}", path.filename().string(), ::getpid());
-  auto fail_io = [&](const char* what) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    fail<Error>("save '{}': {} failed: {}", path.string(), what, reason);
-  };
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail_io("creating the temporary file");
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      fail_io("writing");
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    fail_io("fsync");
-  }
-  if (::close(fd) != 0) fail_io("closing");
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail_io("renaming into place");
-  // The rename is durable once the folder's entry is on disk.
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  write_file(path, {reinterpret_cast<const char*>(bytes.data()), bytes.size()}, Durability::durable, "save_checkpoint");
 }
 
 Checkpoint read_checkpoint(const std::filesystem::path& path) {
@@ -310,18 +283,14 @@ LoadReport load_training(const Checkpoint& c, Trainer& trainer) {
   if (t.config.optimizer != trainer.config().optimizer)
     fail<FormatError>("resume: the checkpoint was trained with {}, the trainer uses {}", to_string(t.config.optimizer),
                       to_string(trainer.config().optimizer));
-  // Validate every part before changing any: weights, optimizer state (loaded into a spare optimizer),
-  // data order (into a spare sampler).
+  // Check every part before changing any: weights, optimizer state, trainer state (step, data order).
   const auto params = model.parameters();
   LoadReport report = match(c, params);
   if (!report.missing.empty() || !report.unexpected.empty() || !report.mismatched.empty())
     fail<FormatError>("resume: {}; nothing was loaded", problems(report));
   const OptimizerState<float> state = optimizer_state(t);
-  trainer.make_optimizer()->load_state(state);
-  Sampler spare(trainer.train_data().size(), trainer.config().batch, 0);
-  spare.set_state(t.trainer.data_order);
-  if (t.trainer.step < 0 || t.trainer.window_correct < 0 || t.trainer.window_labelled < t.trainer.window_correct)
-    fail<FormatError>("resume: the saved trainer state is inconsistent (step {})", t.trainer.step);
+  trainer.optimizer().check_state(state);
+  trainer.check_state(t.trainer);
 
   apply_weights(c, params, report);
   trainer.optimizer().load_state(state);
@@ -346,25 +315,20 @@ std::unique_ptr<ToyModel<float>> model_from_checkpoint(const Checkpoint& c) {
 }
 
 std::uint32_t fingerprint(const Dataset& data) {
-  std::vector<std::byte> bytes;
+  Crc32 crc;
   for (const auto& e : data.examples) {
-    put_le<std::uint32_t>(bytes, static_cast<std::uint32_t>(e.tokens.size()));
-    for (auto t : e.tokens) put_le<std::uint32_t>(bytes, static_cast<std::uint32_t>(t));
-    for (auto l : e.labels) put_le<std::uint32_t>(bytes, static_cast<std::uint32_t>(l));
+    crc.add_le(static_cast<std::uint32_t>(e.tokens.size()));
+    for (auto t : e.tokens) crc.add_le(static_cast<std::uint32_t>(t));
+    for (auto l : e.labels) crc.add_le(static_cast<std::uint32_t>(l));
   }
-  return crc32_of(bytes.data(), bytes.size());
+  return crc.value();
 }
 
 template <class T>
 std::uint32_t checksum(const TensorT<T>& t) {
-  std::vector<std::byte> bytes;
-  put_le<std::uint64_t>(bytes, static_cast<std::uint64_t>(t.rank()));
-  put_le<std::uint64_t>(bytes, static_cast<std::uint64_t>(t.batch()));
-  put_le<std::uint64_t>(bytes, static_cast<std::uint64_t>(t.rows()));
-  put_le<std::uint64_t>(bytes, static_cast<std::uint64_t>(t.cols()));
-  const auto* raw = reinterpret_cast<const std::byte*>(t.data());
-  bytes.insert(bytes.end(), raw, raw + t.numel() * static_cast<Index>(sizeof(T)));
-  return crc32_of(bytes.data(), bytes.size());
+  Crc32 crc;
+  for (Index v : {Index(t.rank()), t.batch(), t.rows(), t.cols()}) crc.add_le(static_cast<std::uint64_t>(v));
+  return crc.add(t.data(), static_cast<std::size_t>(t.numel()) * sizeof(T)).value();
 }
 
 std::string LoadReport::str() const {
@@ -382,15 +346,10 @@ std::string describe_checkpoint(const Checkpoint& c) {
   Index scalars = 0;
   for (const auto& p : c.parameters) scalars += p.shape.numel();
   // A CRC-32 of every parameter value as float64 bytes: equal weights, bit for bit, give equal CRCs.
-  std::vector<std::byte> all;
+  Crc32 crc;
   for (const auto& p : c.parameters)
-    for (double v : p.values) {
-      std::uint64_t bits = 0;
-      std::memcpy(&bits, &v, sizeof bits);
-      put_le<std::uint64_t>(all, bits);
-    }
-  s += fmt::format("parameters: {} tensors, {} values, crc32 {:08x}\n", c.parameters.size(), scalars,
-                   crc32_of(all.data(), all.size()));
+    for (double v : p.values) crc.add_le(std::bit_cast<std::uint64_t>(v));
+  s += fmt::format("parameters: {} tensors, {} values, crc32 {:08x}\n", c.parameters.size(), scalars, crc.value());
   auto norm = [](const TensorRecord& r) {
     double sq = 0;
     for (double v : r.values) sq += v * v;

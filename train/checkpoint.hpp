@@ -34,7 +34,8 @@
 namespace tapegrad {
 
 inline constexpr std::uint32_t kCheckpointFormat = 1;
-inline constexpr std::string_view kTapegradVersion = "0.1.0";
+// The version of this build of tapegrad: CMake's project(VERSION), the one source of it.
+std::string_view tapegrad_version();
 
 // A tensor by name: element type ("f32" or "f64"), shape, values (doubles hold either type exactly).
 struct TensorRecord {
@@ -56,7 +57,7 @@ struct TrainingRecord {
 
 struct Checkpoint {
   std::uint32_t format_version = kCheckpointFormat;
-  std::string tapegrad_version = std::string(kTapegradVersion);
+  std::string tapegrad_version = std::string(tapegrad::tapegrad_version());
   ModelConfig model;
   std::vector<TensorRecord> parameters;  // in the model's order
   // Where the data came from ("task", "data", "eval_data", "seed"...) and "data.fingerprint", a

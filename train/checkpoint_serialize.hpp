@@ -80,6 +80,38 @@ inline std::int64_t load_i64(InArchive& ar) {
   return v;
 }
 
+// The records saved below, declared first so that save_node and save_list find every one.
+template <class A> void save(A& ar, const Shape& s);
+template <class A> void save(A& ar, const TensorRecord& t);
+template <class A> void save(A& ar, const ModelConfig& c);
+template <class A> void save(A& ar, const TrainConfig& c);
+template <class A> void save(A& ar, const CurvePoint& p);
+template <class A> void save(A& ar, const TrainerState& s);
+template <class A> void save(A& ar, const TrainingRecord& t);
+
+// A record as a named child (a JSON object; nothing extra in binary).
+template <class A, class V>
+void save_node(A& ar, const char* name, const V& value) {
+  ar.setNextName(name);
+  ar.startNode();
+  save(ar, value);
+  ar.finishNode();
+}
+
+// A list of records as cereal saves a vector: a size tag, then each record (a named JSON array).
+template <class A, class V>
+void save_list(A& ar, const char* name, const std::vector<V>& items) {
+  ar.setNextName(name);
+  ar.startNode();
+  ar(cereal::make_size_tag(static_cast<cereal::size_type>(items.size())));
+  for (const auto& item : items) {
+    ar.startNode();
+    save(ar, item);
+    ar.finishNode();
+  }
+  ar.finishNode();
+}
+
 // A double that JSON can hold: NaN and Inf as strings (JSON has no literal for them).
 template <class A>
 void save_number(A& ar, const char* name, double v) {
@@ -102,19 +134,15 @@ inline void load(InArchive& ar, Shape& s) {
   std::int32_t rank = 0;
   ar(rank);
   const std::int64_t batch = load_i64(ar), rows = load_i64(ar), cols = load_i64(ar);
-  const bool valid = rank >= 1 && rank <= 3 && batch >= 0 && rows >= 0 && cols >= 0 && (rank == 3 || batch == 1) &&
-                     (rank != 1 || rows == 1) && batch < (1LL << 31) && rows < (1LL << 31) && cols < (1LL << 31);
-  if (!valid) fail<FormatError>("a tensor has an invalid shape (rank {}, {} x {} x {})", rank, batch, rows, cols);
-  s = Shape{rank, batch, rows, cols};
+  const Shape read{rank, batch, rows, cols};
+  if (!read.valid()) fail<FormatError>("a tensor has an invalid shape (rank {}, {} x {} x {})", rank, batch, rows, cols);
+  s = read;
 }
 
 template <class A>
 void save(A& ar, const TensorRecord& t) {
   ar(make_nvp("name", t.name), make_nvp("dtype", t.dtype));
-  ar.setNextName("shape");
-  ar.startNode();
-  save(ar, t.shape);
-  ar.finishNode();
+  save_node(ar, "shape", t.shape);
   const bool finite = std::all_of(t.values.begin(), t.values.end(), [](double v) { return std::isfinite(v); });
   if constexpr (is_json<A>) {
     if (!finite) {
@@ -246,15 +274,7 @@ void save(A& ar, const TrainerState& s) {
   ar(make_nvp("window_correct", static_cast<std::int64_t>(s.window_correct)),
      make_nvp("window_labelled", static_cast<std::int64_t>(s.window_labelled)),
      make_nvp("window_steps", static_cast<std::int64_t>(s.window_steps)));
-  ar.setNextName("curve");
-  ar.startNode();
-  ar(cereal::make_size_tag(static_cast<cereal::size_type>(s.curve.size())));
-  for (const auto& p : s.curve) {
-    ar.startNode();
-    save(ar, p);
-    ar.finishNode();
-  }
-  ar.finishNode();
+  save_list(ar, "curve", s.curve);
 }
 
 inline void load(InArchive& ar, TrainerState& s) {
@@ -277,25 +297,11 @@ inline void load(InArchive& ar, TrainerState& s) {
 
 template <class A>
 void save(A& ar, const TrainingRecord& t) {
-  ar.setNextName("config");
-  ar.startNode();
-  save(ar, t.config);
-  ar.finishNode();
+  save_node(ar, "config", t.config);
   ar(make_nvp("optimizer", t.optimizer_kind), make_nvp("hyperparameters", t.hyperparameters),
      make_nvp("optimizer_steps", t.optimizer_steps));
-  ar.setNextName("buffers");
-  ar.startNode();
-  ar(cereal::make_size_tag(static_cast<cereal::size_type>(t.buffers.size())));
-  for (const auto& b : t.buffers) {
-    ar.startNode();
-    save(ar, b);
-    ar.finishNode();
-  }
-  ar.finishNode();
-  ar.setNextName("trainer");
-  ar.startNode();
-  save(ar, t.trainer);
-  ar.finishNode();
+  save_list(ar, "buffers", t.buffers);
+  save_node(ar, "trainer", t.trainer);
 }
 
 inline void load(InArchive& ar, TrainingRecord& t) {
@@ -310,28 +316,12 @@ inline void load(InArchive& ar, TrainingRecord& t) {
 template <class A>
 void save(A& ar, const Checkpoint& c) {
   ar(make_nvp("format_version", c.format_version), make_nvp("tapegrad_version", c.tapegrad_version));
-  ar.setNextName("model");
-  ar.startNode();
-  save(ar, c.model);
-  ar.finishNode();
-  ar.setNextName("parameters");
-  ar.startNode();
-  ar(cereal::make_size_tag(static_cast<cereal::size_type>(c.parameters.size())));
-  for (const auto& p : c.parameters) {
-    ar.startNode();
-    save(ar, p);
-    ar.finishNode();
-  }
-  ar.finishNode();
+  save_node(ar, "model", c.model);
+  save_list(ar, "parameters", c.parameters);
   ar(make_nvp("metadata", c.metadata));
   const bool has_training = c.training.has_value();
   ar(make_nvp("has_training", has_training));
-  if (has_training) {
-    ar.setNextName("training");
-    ar.startNode();
-    save(ar, *c.training);
-    ar.finishNode();
-  }
+  if (has_training) save_node(ar, "training", *c.training);
 }
 
 inline void load(InArchive& ar, Checkpoint& c) {

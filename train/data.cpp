@@ -99,7 +99,7 @@ Sampler::State Sampler::state() const {
   return s;
 }
 
-void Sampler::set_state(const State& s) {
+void Sampler::check_state(const State& s) const {
   if (static_cast<Index>(s.order.size()) != n_ || s.cursor < 0 || s.cursor > n_ || s.epoch < 0)
     fail<ValueError>("sampler: the saved data order covers {} examples at position {} but this dataset has {}",
                      s.order.size(), s.cursor, n_);
@@ -109,7 +109,13 @@ void Sampler::set_state(const State& s) {
       fail<ValueError>("sampler: the saved data order is not a permutation of the dataset's {} examples", n_);
     seen[static_cast<std::size_t>(i)] = 1;
   }
-  rng_.set_state(s.rng);  // validates the rng state before anything else changes
+  Rng probe;
+  probe.set_state(s.rng);  // the generator's own check of its state
+}
+
+void Sampler::set_state(const State& s) {
+  check_state(s);
+  rng_.set_state(s.rng);
   state_ = s;
 }
 

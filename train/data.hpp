@@ -27,7 +27,7 @@ class Vocabulary {
 
   std::int32_t add(std::string_view name);  // the id of name, added if new
   std::int32_t id(std::string_view name) const;  // NameError naming the unknown name
-  bool contains(std::string_view name) const { return index_.count(std::string(name)) != 0; }
+  bool contains(std::string_view name) const { return index_.contains(name); }
   const std::string& name(std::int32_t id) const;
   Index size() const { return static_cast<Index>(names_.size()); }
   const std::vector<std::string>& names() const { return names_; }
@@ -81,11 +81,10 @@ class Sampler {
 
   Sampler(Index n, Index batch, std::uint64_t seed);
   std::span<const Index> next();
-  Index batch() const { return static_cast<Index>(current_.size()); }
-  std::int64_t epoch() const { return state_.epoch; }
 
   State state() const;
   void set_state(const State& s);  // ValueError (and no change) if it does not fit this sampler
+  void check_state(const State& s) const;  // set_state's checks alone
 
  private:
   void reshuffle();

@@ -1,5 +1,7 @@
 #include "train/model.hpp"
 
+#include <numeric>
+
 #include "autograd/ops.hpp"
 
 namespace tapegrad {
@@ -103,5 +105,15 @@ Var<T> ToyModel<T>::loss(Tape<T>& tape, const Batch& batch, Var<T>* logits_out) 
 
 template class ToyModel<float>;
 template class ToyModel<double>;
+
+Tensor dataset_logits(ToyModel<float>& model, const Dataset& data) {
+  std::vector<Index> all(static_cast<std::size_t>(data.size()));
+  std::iota(all.begin(), all.end(), Index{0});
+  Batch batch;
+  make_batch(data, all, data.max_len(), batch);
+  Tape<float> tape;
+  NoGradGuard<float> guard(tape);
+  return model.logits(tape, batch).value();
+}
 
 }  // namespace tapegrad

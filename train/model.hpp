@@ -73,4 +73,8 @@ class ToyModel : public Module<T> {
 extern template class ToyModel<float>;
 extern template class ToyModel<double>;
 
+// The model's logits on every example of `data` at once, (N, data.max_len(), labels), without
+// recording gradients: predictions to compare or checksum.
+Tensor dataset_logits(ToyModel<float>& model, const Dataset& data);
+
 }  // namespace tapegrad

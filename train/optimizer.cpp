@@ -11,27 +11,9 @@
 namespace tapegrad {
 namespace {
 
-// Throws ValueError unless x is finite and >= 0.
-void require_non_negative(std::string_view op, std::string_view name, double x) {
-  if (!(std::isfinite(x) && x >= 0)) fail<ValueError>("{}: {} must be finite and >= 0, got {}", op, name, x);
-}
-
 // Throws ValueError unless 0 <= beta < 1.
 void require_beta(std::string_view op, std::string_view name, double beta) {
   if (!(beta >= 0 && beta < 1)) fail<ValueError>("{}: {} must be in [0, 1), got {}", op, name, beta);
-}
-
-// "'a', 'b'"
-std::string quoted(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "'" : ", '") + n + "'";
-  return out;
-}
-
-std::string joined(const std::vector<std::string>& parts, std::string_view separator) {
-  std::string out;
-  for (const auto& p : parts) out += (out.empty() ? "" : std::string(separator)) + p;
-  return out;
 }
 
 const SgdOptions& checked(std::string_view op, const SgdOptions& o) {
@@ -126,7 +108,7 @@ OptimizerState<T> Optimizer<T>::state() const {
 }
 
 template <class T>
-void Optimizer<T>::load_state(const OptimizerState<T>& s) {
+void Optimizer<T>::check_state(const OptimizerState<T>& s) const {
   const std::string mine = kind();
   if (s.kind != mine) fail<ValueError>("load_state: the state is from '{}' but this optimizer is '{}'", s.kind, mine);
 
@@ -137,9 +119,9 @@ void Optimizer<T>::load_state(const OptimizerState<T>& s) {
     if (!s.hyperparameters.contains(entry.first)) missing.push_back(entry.first);
   for (const auto& entry : s.hyperparameters)
     if (!expected.contains(entry.first)) unexpected.push_back(entry.first);
-  if (!missing.empty()) problems.push_back("hyperparameters missing from the state: " + quoted(missing));
+  if (!missing.empty()) problems.push_back("hyperparameters missing from the state: " + quoted_list(missing));
   if (!unexpected.empty())
-    problems.push_back(fmt::format("hyperparameters unknown to {}: {}", mine, quoted(unexpected)));
+    problems.push_back(fmt::format("hyperparameters unknown to {}: {}", mine, quoted_list(unexpected)));
 
   missing.clear();
   unexpected.clear();
@@ -150,8 +132,8 @@ void Optimizer<T>::load_state(const OptimizerState<T>& s) {
   }
   for (const auto& entry : s.per_param)
     if (!model_names.contains(entry.first)) unexpected.push_back(entry.first);
-  if (!missing.empty()) problems.push_back("parameters missing from the state: " + quoted(missing));
-  if (!unexpected.empty()) problems.push_back("parameters in the state but not in the model: " + quoted(unexpected));
+  if (!missing.empty()) problems.push_back("parameters missing from the state: " + quoted_list(missing));
+  if (!unexpected.empty()) problems.push_back("parameters in the state but not in the model: " + quoted_list(unexpected));
 
   std::vector<std::string> unknown_buffers, missing_buffers, shapes;
   const std::set<std::string_view> known(buffer_names_.begin(), buffer_names_.end());
@@ -175,17 +157,21 @@ void Optimizer<T>::load_state(const OptimizerState<T>& s) {
         missing_buffers.push_back(fmt::format("'{}' {}", p->name, buffer));
   }
   if (!unknown_buffers.empty())
-    problems.push_back(fmt::format("buffers unknown to {} (it keeps {}): {}", mine, joined(buffer_names_, ", "),
-                                   joined(unknown_buffers, ", ")));
+    problems.push_back(fmt::format("buffers unknown to {} (it keeps {}): {}", mine, fmt::join(buffer_names_, ", "),
+                                   fmt::join(unknown_buffers, ", ")));
   if (!missing_buffers.empty())
-    problems.push_back("buffers missing from the state: " + joined(missing_buffers, ", "));
-  if (!problems.empty()) fail<NameError>("load_state: {}", joined(problems, "; "));
+    problems.push_back(fmt::format("buffers missing from the state: {}", fmt::join(missing_buffers, ", ")));
+  if (!problems.empty()) fail<NameError>("load_state: {}", fmt::join(problems, "; "));
 
   // Then values and shapes.
   check_hyperparameters(s.hyperparameters);
   if (s.step < 0) fail<ValueError>("load_state: step must be >= 0, got {}", s.step);
-  if (!shapes.empty()) fail<ShapeError>("load_state: {}", joined(shapes, "; "));
+  if (!shapes.empty()) fail<ShapeError>("load_state: {}", fmt::join(shapes, "; "));
+}
 
+template <class T>
+void Optimizer<T>::load_state(const OptimizerState<T>& s) {
+  check_state(s);
   // Everything fits: apply.
   apply_hyperparameters(s.hyperparameters);
   lr_ = s.hyperparameters.at("lr");

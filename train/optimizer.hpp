@@ -56,7 +56,9 @@ class Optimizer {
   // unknown or missing buffer or hyperparameter, a mis-shaped buffer or an invalid hyperparameter
   // throws (ValueError, NameError, ShapeError) naming every offender, and leaves this optimizer as it
   // was. On success the hyperparameters (lr included), step count and buffers are the state's.
-  virtual void load_state(const OptimizerState<T>& state);
+  void load_state(const OptimizerState<T>& state);
+  // load_state's checks alone: throws as it would, changes nothing (to validate a resume as a whole).
+  void check_state(const OptimizerState<T>& state) const;
 
  protected:
   // `op` names the optimizer in error messages ("SGD"); buffer_names are the per-parameter buffers

@@ -2,13 +2,10 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <iterator>
 #include <limits>
-#include <system_error>
 #include <utility>
 
 #include <fmt/format.h>
@@ -17,8 +14,6 @@
 
 namespace tapegrad {
 namespace {
-
-namespace fs = std::filesystem;
 
 constexpr double kPad = 12;         // outer margin of every document
 constexpr double kFont = 12;        // labels, ticks, legend
@@ -584,35 +579,6 @@ std::string svg_row(const std::vector<std::string>& svgs, double gap) {
   }
   out += "</svg>\n";
   return out;
-}
-
-void write_file(const std::filesystem::path& path, std::string_view content) {
-  std::error_code ec;
-  if (path.has_parent_path()) {
-    fs::create_directories(path.parent_path(), ec);
-    if (ec)
-      fail<Error>("write_file: cannot create the folder '{}' for '{}': {}", path.parent_path().string(), path.string(),
-                  ec.message());
-  }
-  fs::path tmp = path;
-  tmp += ".tmp";
-  // C stdio rather than an ofstream: fopen and fclose set errno, so the error can say why.
-  std::FILE* file = std::fopen(tmp.c_str(), "wb");
-  if (!file) fail<Error>("write_file: cannot open '{}': {}", tmp.string(), std::generic_category().message(errno));
-  const bool written = std::fwrite(content.data(), 1, content.size(), file) == content.size();
-  const int write_errno = errno;
-  if (std::fclose(file) != 0 || !written) {
-    const int err = written ? errno : write_errno;
-    fs::remove(tmp, ec);
-    fail<Error>("write_file: cannot write '{}': {}", tmp.string(), std::generic_category().message(err));
-  }
-  // No fsync: a report that a crash loses is written again by the next run.
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    const std::string reason = ec.message();
-    fs::remove(tmp, ec);
-    fail<Error>("write_file: cannot rename '{}' to '{}': {}", tmp.string(), path.string(), reason);
-  }
 }
 
 }  // namespace tapegrad

@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/file_io.hpp"  // write_file: a report open in a browser never sees half a file
+
 namespace tapegrad {
 
 // A rows x cols grid of values, one coloured cell each: attention weights with the query tokens as
@@ -68,10 +70,5 @@ std::vector<double> nice_ticks(double lo, double hi, int target = 5);
 // height in pixels) left to right, `gap` pixels apart, in one document as wide as all of them.
 // Throws ValueError for an empty list, a negative gap or a document without a pixel width/height.
 std::string svg_row(const std::vector<std::string>& svgs, double gap = 16);
-
-// Writes `content` to `path`, creating missing parent folders. It writes path + ".tmp" first and
-// renames it over `path`, so a report open in a browser never sees half a file. Throws Error naming
-// the path and the reason.
-void write_file(const std::filesystem::path& path, std::string_view content);
 
 }  // namespace tapegrad

@@ -2,15 +2,10 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 
 namespace tapegrad {
 namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";

@@ -8,11 +8,6 @@
 namespace tapegrad {
 namespace {
 
-// Throws ValueError unless x is finite and >= 0.
-void require_non_negative(const char* op, const char* name, double x) {
-  if (!(std::isfinite(x) && x >= 0)) fail<ValueError>("{}: {} must be finite and >= 0, got {}", op, name, x);
-}
-
 void require_step(std::int64_t step) {
   if (step < 0) fail<ValueError>("lr_at: step must be >= 0, got {}", step);
 }
@@ -20,8 +15,6 @@ void require_step(std::int64_t step) {
 }  // namespace
 
 LrSchedule::~LrSchedule() = default;
-
-std::string LrSchedule::describe() const { return fmt::format("learning-rate schedule starting at {}", lr_at(0)); }
 
 ConstantLr::ConstantLr(double lr) : lr_(lr) { require_non_negative("ConstantLr", "lr", lr); }
 

@@ -14,7 +14,7 @@ class LrSchedule {
   // Throws ValueError for a negative step.
   virtual double lr_at(std::int64_t step) const = 0;
   // One line for logs: "StepLr(lr 0.1, step_size 30, gamma 0.1)".
-  virtual std::string describe() const;
+  virtual std::string describe() const = 0;
 };
 
 // lr at every step.

@@ -8,11 +8,12 @@
 #include "autograd/ops.hpp"
 
 namespace tapegrad {
-namespace {
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+namespace {
 
 std::unique_ptr<Optimizer<float>> new_optimizer(const TrainConfig& c, std::vector<Parameter<float>*> params) {
   if (c.optimizer == OptimizerKind::sgd)
@@ -21,7 +22,7 @@ std::unique_ptr<Optimizer<float>> new_optimizer(const TrainConfig& c, std::vecto
 }
 
 std::unique_ptr<LrSchedule> make_schedule(const TrainConfig& c) {
-  if (!c.cosine) return std::make_unique<ConstantLr>(c.lr);
+  if (!c.cosine || c.steps == 0) return std::make_unique<ConstantLr>(c.lr);  // no step to schedule
   return std::make_unique<CosineWithWarmup>(c.lr, std::max<std::int64_t>(1, c.steps / 20), c.steps);
 }
 
@@ -72,7 +73,6 @@ Trainer::Trainer(ToyModel<float>& model, const Dataset& train, const Dataset* ev
       config_(checked(config)),
       optimizer_(new_optimizer(config_, model.parameters())),
       schedule_(make_schedule(config_)),
-      params_(model.parameters()),
       sampler_(train.size(), config.batch, config.seed),
       length_(std::max(train.max_len(), eval ? eval->max_len() : 0)),
       start_seconds_(now_seconds()) {
@@ -99,7 +99,7 @@ double Trainer::step() {
                      non_finite(value), step_ + 1, lr);
   tape_.backward(loss);
   if (config_.clip > 0) {
-    const double norm = clip_grad_norm(params_, config_.clip);
+    const double norm = clip_grad_norm(optimizer_->params(), config_.clip);
     if (!std::isfinite(norm))
       fail<ValueError>("train: the gradient norm is {} at step {} (lr {:g}); turn on anomaly detection to name the "
                        "op whose backward produced it",
@@ -180,21 +180,22 @@ TrainerState Trainer::state() const {
   return {step_, sampler_.state(), window_loss_, window_correct_, window_labelled_, window_steps_, curve_};
 }
 
-void Trainer::set_state(const TrainerState& s) {
+void Trainer::check_state(const TrainerState& s) const {
   if (s.step < 0 || s.window_steps < 0 || s.window_correct < 0 || s.window_labelled < s.window_correct)
     fail<ValueError>("trainer: the saved state is inconsistent (step {}, {} correct of {} labelled over {} steps)", s.step,
                      s.window_correct, s.window_labelled, s.window_steps);
-  sampler_.set_state(s.data_order);  // validates first; throws before anything changes
+  sampler_.check_state(s.data_order);
+}
+
+void Trainer::set_state(const TrainerState& s) {
+  check_state(s);
+  sampler_.set_state(s.data_order);
   step_ = s.step;
   window_loss_ = s.window_loss;
   window_correct_ = s.window_correct;
   window_labelled_ = s.window_labelled;
   window_steps_ = s.window_steps;
   curve_ = s.curve;
-}
-
-std::unique_ptr<Optimizer<float>> Trainer::make_optimizer() const {
-  return new_optimizer(config_, params_);
 }
 
 Index Trainer::steps_to(double target) const {

@@ -87,17 +87,14 @@ class Trainer {
   Index steps_to(double target) const;
   ToyModel<float>& model() { return model_; }
   Optimizer<float>& optimizer() { return *optimizer_; }
-  Sampler& sampler() { return sampler_; }
   const TrainConfig& config() const { return config_; }
   const Dataset& train_data() const { return train_; }
 
   TrainerState state() const;
-  // Restores a state (from a checkpoint); ValueError, and no change, if it does not fit this
-  // trainer's data (the data order covers another number of examples) or its step budget.
+  // Restores a state (from a checkpoint); ValueError, and no change, if it is inconsistent or does
+  // not fit this trainer's data (the data order covers another number of examples).
   void set_state(const TrainerState& s);
-  // A new optimizer of this trainer's kind and options over the same parameters: checkpoints load a
-  // state into one first, to validate it without touching the real one.
-  std::unique_ptr<Optimizer<float>> make_optimizer() const;
+  void check_state(const TrainerState& s) const;  // set_state's checks alone
 
  private:
   CurvePoint record_point();
@@ -108,7 +105,6 @@ class Trainer {
   TrainConfig config_;
   std::unique_ptr<Optimizer<float>> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
-  std::vector<Parameter<float>*> params_;
   Sampler sampler_;
   Index length_;
   Batch batch_;
@@ -122,5 +118,8 @@ class Trainer {
 
 // Accuracy bookkeeping: how many labelled rows of `logits` (.., labels) have their target as argmax.
 void count_correct(const Tensor& logits, const Ids& targets, Index& correct, Index& labelled);
+
+// Seconds on a steady clock (differences only): the curve's and the progress bar's time.
+double now_seconds();
 
 }  // namespace tapegrad

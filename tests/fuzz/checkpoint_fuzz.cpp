@@ -8,21 +8,19 @@
 #include <zlib.h>
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
+#include "reseal.hpp"
 #include "train/checkpoint.hpp"
 
 using namespace tapegrad;
 
 namespace {
 
-void reseal(std::vector<std::byte>& file) {
-  if (file.size() < 28) return;
-  const std::uint64_t length = file.size() - 28;
-  const auto crc = static_cast<std::uint32_t>(
-      ::crc32(::crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(file.data() + 28), static_cast<uInt>(length)));
-  for (int i = 0; i < 8; ++i) file[16 + static_cast<std::size_t>(i)] = std::byte{static_cast<unsigned char>(length >> (8 * i))};
-  for (int i = 0; i < 4; ++i) file[24 + static_cast<std::size_t>(i)] = std::byte{static_cast<unsigned char>(crc >> (8 * i))};
+std::uint32_t zlib_crc32(std::span<const std::byte> bytes) {
+  return static_cast<std::uint32_t>(
+      ::crc32_z(::crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
 }
 
 }  // namespace
@@ -31,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   const std::uint8_t mode = data[0];
   std::vector<std::byte> file(reinterpret_cast<const std::byte*>(data + 1), reinterpret_cast<const std::byte*>(data + size));
-  if (mode & 1) reseal(file);
+  if (mode & 1) test::reseal(file, zlib_crc32);
   try {
     const Checkpoint c = decode_checkpoint(file, "fuzz");
     (void)describe_checkpoint(c);
