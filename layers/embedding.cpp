@@ -1,5 +1,7 @@
 #include "layers/embedding.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "autograd/ops.hpp"
@@ -29,15 +31,16 @@ OneHotTokens<T>::OneHotTokens(std::string name, Index vocab) : Module<T>(std::mo
 template <class T>
 Var<T> OneHotTokens<T>::forward(Tape<T>& tape, const Ids& ids) {
   if (ids.rank() == 3) fail<ShapeError>("one_hot_tokens '{}': ids are {}; they must be (N) or (batch, rows)", this->name(), ids.shape());
-  features_.resize(ids.rank() == 2 ? Shape::batched(ids.rows(), ids.cols(), vocab_) : Shape::mat(ids.cols(), vocab_));
-  features_.set_zero();
-  for (Index i = 0; i < ids.numel(); ++i) {
+  for (Index i = 0; i < ids.numel(); ++i)
     if (ids[i] < 0 || ids[i] >= vocab_)
       fail<ValueError>("one_hot_tokens '{}': id {} at position {} is outside the vocabulary of {}", this->name(), ids[i], i,
                        vocab_);
-    features_[i * vocab_ + ids[i]] = T(1);
-  }
-  return tape.constant(features_);
+  // A constant built in place on the tape (no buffer here to copy from, no vocab x vocab table).
+  const Shape shape = ids.rank() == 2 ? Shape::batched(ids.rows(), ids.cols(), vocab_) : Shape::mat(ids.cols(), vocab_);
+  Node<T>& n = tape.record("one_hot_tokens", {}, shape, Where::current());
+  n.value.set_zero();
+  for (Index i = 0; i < ids.numel(); ++i) n.value[i * vocab_ + ids[i]] = T(1);
+  return tape.commit(n);
 }
 
 std::string_view to_string(PositionEncoding p) {
@@ -99,17 +102,23 @@ Var<T> Positions<T>::forward(Var<T> x) {
     fail<ShapeError>("positions '{}': x is {} but the layer takes (batch, T <= {}, {}) inputs", this->name(), s,
                      options_.max_len, options_.d_model);
   if (options_.kind == PositionEncoding::onehot) {
-    onehot_.resize(Shape::batched(s.batch, s.rows, options_.max_len));  // (B, T, max_len): e_t in row t
-    onehot_.set_zero();
+    // (B, T, max_len) with e_t in row t: a constant built in place on the tape.
+    Node<T>& n = tape.record("one_hot_positions", {}, Shape::batched(s.batch, s.rows, options_.max_len), Where::current());
+    n.value.set_zero();
     for (Index b = 0; b < s.batch; ++b)
-      for (Index t = 0; t < s.rows; ++t) onehot_.at(b, t, t) = T(1);
-    const std::array<Var<T>, 2> parts = {x, tape.constant(onehot_)};
+      for (Index t = 0; t < s.rows; ++t) n.value.at(b, t, t) = T(1);
+    const std::array<Var<T>, 2> parts = {x, tape.commit(n)};
     return concat_cols(std::span<const Var<T>>(parts));
+  }
+  if (options_.kind == PositionEncoding::sinusoidal) {
+    // Rows 0 .. T-1 of the table, which are its first T * D values: one copy onto the tape.
+    Node<T>& n = tape.record("sinusoidal_positions", {}, Shape::mat(s.rows, s.cols), Where::current());
+    std::copy_n(table_.data(), n.value.numel(), n.value.data());
+    return add(x, tape.commit(n));  // (T, D) shared by the batch
   }
   positions_.resize(Shape::vec(s.rows));
   for (Index t = 0; t < s.rows; ++t) positions_[t] = static_cast<std::int32_t>(t);
-  Var<T> table = options_.kind == PositionEncoding::learned ? tape.param(*learned_) : tape.constant(table_);
-  return add(x, gather_rows(table, positions_));  // (T, D) shared by the batch
+  return add(x, gather_rows(tape.param(*learned_), positions_));  // rows 0 .. T-1, shared by the batch
 }
 
 template class Embedding<float>;

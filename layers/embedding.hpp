@@ -38,7 +38,6 @@ class OneHotTokens : public Module<T> {
 
  private:
   Index vocab_;
-  TensorT<T> features_;  // the last batch's one-hot rows, reused (no vocab x vocab table)
 };
 
 enum class PositionEncoding { none, onehot, learned, sinusoidal };
@@ -66,8 +65,7 @@ class Positions : public Module<T> {
   PositionOptions options_;
   Parameter<T>* learned_ = nullptr;
   TensorT<T> table_;     // sinusoidal: (max_len, d_model)
-  TensorT<T> onehot_;    // one-hot: the last batch's (B, T, max_len) rows, reused
-  Ids positions_;        // 0 .. T-1 for learned and sinusoidal; reused from call to call
+  Ids positions_;        // 0 .. T-1 for learned positions; reused from call to call
 };
 
 extern template class Embedding<float>;
