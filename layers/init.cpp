@@ -8,7 +8,6 @@ std::string Initializer::describe() const {
   switch (kind) {
     case Kind::zeros: return "zeros";
     case Kind::normal: return fmt::format("normal(std {:g})", scale);
-    case Kind::uniform: return fmt::format("uniform(+-{:g})", scale);
     case Kind::xavier_uniform: return fmt::format("xavier_uniform(gain {:g})", scale);
     case Kind::xavier_normal: return fmt::format("xavier_normal(gain {:g})", scale);
     case Kind::identity_plus_noise: return fmt::format("identity_plus_noise(std {:g})", scale);
@@ -28,7 +27,6 @@ void Initializer::apply(TensorT<T>& t, Rng& rng) const {
       switch (kind) {
         case Kind::zeros: v = 0; break;
         case Kind::normal: v = scale * rng.normal(); break;
-        case Kind::uniform: v = rng.uniform(-scale, scale); break;
         case Kind::xavier_uniform: v = rng.uniform(-1, 1) * scale * std::sqrt(3.0) * glorot; break;
         case Kind::xavier_normal: v = rng.normal() * scale * glorot; break;
         case Kind::identity_plus_noise: v = (r == c ? 1.0 : 0.0) + scale * rng.normal(); break;

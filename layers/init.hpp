@@ -10,13 +10,12 @@
 namespace tapegrad {
 
 struct Initializer {
-  enum class Kind { zeros, normal, uniform, xavier_uniform, xavier_normal, identity_plus_noise };
+  enum class Kind { zeros, normal, xavier_uniform, xavier_normal, identity_plus_noise };
   Kind kind = Kind::xavier_uniform;
-  double scale = 1.0;  // normal: std; uniform: half-width; xavier: gain; identity_plus_noise: noise std
+  double scale = 1.0;  // normal: std; xavier: gain; identity_plus_noise: noise std
 
   static Initializer zeros() { return {Kind::zeros, 0}; }
   static Initializer normal(double std) { return {Kind::normal, std}; }
-  static Initializer uniform(double half_width) { return {Kind::uniform, half_width}; }
   // Glorot & Bengio (2010): U(-a, a), a = gain sqrt(6 / (fan_in + fan_out)).
   static Initializer xavier_uniform(double gain = 1) { return {Kind::xavier_uniform, gain}; }
   // N(0, s^2), s = gain sqrt(2 / (fan_in + fan_out)).

@@ -24,13 +24,13 @@ std::vector<const Parameter<T>*> Module<T>::parameters() const {
 
 template <class T>
 Parameter<T>& Module<T>::parameter(std::string_view full_name) {
-  std::string known;
+  std::vector<std::string_view> known;
   for (auto* p : parameters()) {
     if (p->name == full_name) return *p;
-    known += (known.empty() ? "" : ", ") + p->name;
+    known.push_back(p->name);
   }
   fail<NameError>("parameter: '{}' is not a parameter of module '{}'; it has: {}", full_name, name_,
-                  known.empty() ? "no parameters" : known);
+                  known.empty() ? std::string("no parameters") : fmt::format("{}", fmt::join(known, ", ")));
 }
 
 template <class T>

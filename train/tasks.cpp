@@ -4,6 +4,7 @@
 #include "train/tasks.hpp"
 
 #include <algorithm>
+#include <array>
 #include <set>
 
 #include "autograd/ops.hpp"  // kIgnoreLabel
@@ -229,29 +230,33 @@ class Cycle final : public Task {
   }
 };
 
+// Every task, in the order the demo and task_names() list them; each one's spec holds its name.
+template <class C>
+std::unique_ptr<Task> create() {
+  return std::make_unique<C>();
+}
+constexpr std::array kTasks = {&create<Majority>,    &create<FindSame>,       &create<FirstToken>,
+                               &create<IndexLookup>, &create<AfterMarker>,    &create<MarkerPosition>,
+                               &create<PartnerPosition>, &create<Cycle>};
+
 }  // namespace
 
 const Vocabulary& Task::tokens() const { return shared_tokens(); }
 Index Task::length() const { return kT; }
 
 const std::vector<std::string>& task_names() {
-  static const std::vector<std::string> names = {"majority",        "find_same",        "first_token", "index_lookup",
-                                                 "after_marker",    "marker_position",  "partner_position", "cycle"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (auto create_task : kTasks) out.push_back(create_task()->spec().name);
+    return out;
+  }();
   return names;
 }
 
 std::unique_ptr<Task> make_task(std::string_view name) {
-  if (name == "majority") return std::make_unique<Majority>();
-  if (name == "find_same") return std::make_unique<FindSame>();
-  if (name == "first_token") return std::make_unique<FirstToken>();
-  if (name == "index_lookup") return std::make_unique<IndexLookup>();
-  if (name == "after_marker") return std::make_unique<AfterMarker>();
-  if (name == "marker_position") return std::make_unique<MarkerPosition>();
-  if (name == "partner_position") return std::make_unique<PartnerPosition>();
-  if (name == "cycle") return std::make_unique<Cycle>();
-  std::string known;
-  for (const auto& n : task_names()) known += (known.empty() ? "" : ", ") + n;
-  fail<NameError>("task: unknown task '{}'; the tasks are {}", name, known);
+  for (auto create_task : kTasks)
+    if (auto task = create_task(); task->spec().name == name) return task;
+  fail<NameError>("task: unknown task '{}'; the tasks are {}", name, fmt::join(task_names(), ", "));
 }
 
 TaskSplit make_task_split(const Task& task, Index n_train, Index n_validation, Index n_test, std::uint64_t seed) {
