@@ -39,6 +39,11 @@ struct GradcheckOptions {
   std::size_t max_failures_listed = 20;
 };
 
+// The bounds tapegrad's own ops and layers are held to (the tests and examples/gradcheck_report):
+// float64 central differences at eps 1e-6 agree with the rules to about 1e-9, so these leave a margin of
+// about 100x and still catch any wrong rule.
+inline constexpr GradcheckOptions kStrictGradcheck{.eps = 1e-6, .atol = 1e-7, .rtol = 1e-6};
+
 // One compared derivative.
 struct GradcheckEntry {
   std::string tensor;    // input or parameter name

@@ -65,7 +65,7 @@ double float_gap(const OpCheck& c, const std::vector<TensorD>& inputs) {
 int main(int argc, char** argv) {
   CLI::App app{"Gradient check of every tapegrad op and layer in float64 (central differences)"};
   std::uint64_t seed = 1;
-  GradcheckOptions options{.eps = 1e-6, .atol = 1e-7, .rtol = 1e-6};
+  GradcheckOptions options = kStrictGradcheck;
   app.add_option("--seed", seed, "Seed of the random inputs and projections")->capture_default_str();
   app.add_option("--eps", options.eps, "Central-difference step")->capture_default_str()->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);

@@ -253,7 +253,7 @@ TEST_CASE("self_attention: options and inputs that do not fit are clear errors")
 }
 
 TEST_CASE("gradcheck: every layer with respect to its input and every parameter, float64") {
-  const GradcheckOptions strict{.eps = 1e-6, .atol = 1e-7, .rtol = 1e-6};
+  const GradcheckOptions strict = kStrictGradcheck;
   const auto checks = layer_checks(3);
   CHECK(checks.size() >= 10);
   for (const auto& c : checks) {

@@ -243,7 +243,7 @@ TEST_CASE("model: configurations that do not fit together are refused; the toy m
     make_batch(d, both, 4, batch);
     const auto params = model.parameters();
     const auto report = gradcheck([&](Tape<double>& t, std::span<const Var<double>>) { return model.loss(t, batch); }, {},
-                                  params, GradcheckOptions{.eps = 1e-6, .atol = 1e-7, .rtol = 1e-6});
+                                  params, kStrictGradcheck);
     CHECK_GRADCHECK(report);
   }
 }
