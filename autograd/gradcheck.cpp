@@ -1,9 +1,9 @@
-#include "autograd/gradcheck.hpp"
+#include "tapegrad/autograd/gradcheck.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#include "core/rng.hpp"
+#include "tapegrad/core/rng.hpp"
 
 namespace tapegrad {
 namespace {

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "autograd/tape.hpp"
+#include "tapegrad/autograd/tape.hpp"
 
 namespace tapegrad {
 

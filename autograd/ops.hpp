@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <span>
 
-#include "autograd/tape.hpp"
+#include "tapegrad/autograd/tape.hpp"
 
 namespace tapegrad {
 

@@ -2,7 +2,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "autograd/ops.hpp"
+#include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
 namespace {

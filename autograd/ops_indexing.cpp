@@ -1,5 +1,5 @@
 // Column slices and concatenation (attention heads), row gather (embedding lookup).
-#include "autograd/ops.hpp"
+#include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
 

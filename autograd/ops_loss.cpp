@@ -1,7 +1,7 @@
 // Losses: cross-entropy fused with log-softmax, mean-squared error.
 #include <cmath>
 
-#include "autograd/ops.hpp"
+#include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
 namespace {

@@ -1,7 +1,7 @@
 // Matrix products: a b, a b^T, a^T b; 2-D, batched, and batched times a shared 2-D weight.
-#include "autograd/ops.hpp"
-#include "autograd/small_gemm.hpp"
-#include "core/parallel.hpp"
+#include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/autograd/small_gemm.hpp"
+#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 namespace {

@@ -2,7 +2,7 @@
 #include <cmath>
 #include <limits>
 
-#include "autograd/ops.hpp"
+#include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
 namespace {

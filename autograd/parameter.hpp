@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "core/tensor.hpp"
+#include "tapegrad/core/tensor.hpp"
 
 namespace tapegrad {
 

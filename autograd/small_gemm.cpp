@@ -1,11 +1,11 @@
-#include "autograd/small_gemm.hpp"
+#include "tapegrad/autograd/small_gemm.hpp"
 
 #include <array>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
 
-#include "core/tensor.hpp"
+#include "tapegrad/core/tensor.hpp"
 
 #ifdef TAPEGRAD_HAVE_LIBXSMM
 #include <libxsmm.h>

@@ -8,7 +8,7 @@
 //
 // Internal to autograd/ops_matmul.cpp.
 
-#include "core/shape.hpp"
+#include "tapegrad/core/shape.hpp"
 
 namespace tapegrad::detail {
 

@@ -1,4 +1,4 @@
-#include "autograd/tape.hpp"
+#include "tapegrad/autograd/tape.hpp"
 
 #include <string_view>
 

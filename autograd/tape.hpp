@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "autograd/parameter.hpp"
-#include "core/tensor.hpp"
+#include "tapegrad/autograd/parameter.hpp"
+#include "tapegrad/core/tensor.hpp"
 
 namespace tapegrad {
 

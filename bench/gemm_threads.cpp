@@ -11,8 +11,8 @@
 
 #include <fmt/format.h>
 
-#include "core/parallel.hpp"
-#include "core/tensor.hpp"
+#include "tapegrad/core/parallel.hpp"
+#include "tapegrad/core/tensor.hpp"
 #include "timing.hpp"
 
 using namespace tapegrad;

@@ -17,12 +17,12 @@
 #include <fmt/format.h>
 
 #include "alloc_counter.hpp"
-#include "autograd/ops.hpp"
-#include "autograd/small_gemm.hpp"
-#include "core/parallel.hpp"
+#include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/autograd/small_gemm.hpp"
+#include "tapegrad/core/parallel.hpp"
 #include "timing.hpp"
-#include "train/model.hpp"
-#include "train/optimizer.hpp"
+#include "tapegrad/train/model.hpp"
+#include "tapegrad/train/optimizer.hpp"
 
 using namespace tapegrad;
 using bench::Clock;

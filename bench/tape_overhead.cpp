@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "alloc_counter.hpp"
-#include "autograd/ops.hpp"
+#include "tapegrad/autograd/ops.hpp"
 #include "timing.hpp"
 
 using namespace tapegrad;

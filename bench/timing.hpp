@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.hpp"
+#include "tapegrad/core/tensor.hpp"
 
 namespace tapegrad::bench {
 

@@ -6,10 +6,12 @@ install(TARGETS tapegrad EXPORT tapegradTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-foreach(dir core autograd layers train)
-  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad/${dir}
-    FILES_MATCHING PATTERN "*.hpp")
+# The public headers (cmake/TapegradHeaders.cmake) under include/tapegrad/, and the umbrella header.
+foreach(h IN LISTS TAPEGRAD_PUBLIC_HEADERS)
+  get_filename_component(dir ${h} DIRECTORY)
+  install(FILES ${PROJECT_SOURCE_DIR}/${h} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad/${dir})
 endforeach()
+install(FILES ${TAPEGRAD_UMBRELLA} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad)
 
 set(config_dir ${CMAKE_INSTALL_LIBDIR}/cmake/tapegrad)
 install(EXPORT tapegradTargets NAMESPACE tapegrad:: DESTINATION ${config_dir})

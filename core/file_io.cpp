@@ -1,4 +1,4 @@
-#include "core/file_io.hpp"
+#include "tapegrad/core/file_io.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/error.hpp"
+#include "tapegrad/core/error.hpp"
 
 namespace tapegrad {
 

@@ -1,6 +1,6 @@
-#include "core/parallel.hpp"
+#include "tapegrad/core/parallel.hpp"
 
-#include "core/error.hpp"
+#include "tapegrad/core/error.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>

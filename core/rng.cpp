@@ -1,8 +1,8 @@
-#include "core/rng.hpp"
+#include "tapegrad/core/rng.hpp"
 
 #include <cmath>
 
-#include "core/error.hpp"
+#include "tapegrad/core/error.hpp"
 
 namespace tapegrad {
 namespace {

@@ -1,4 +1,4 @@
-#include "core/tensor.hpp"
+#include "tapegrad/core/tensor.hpp"
 
 namespace tapegrad {
 

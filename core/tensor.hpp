@@ -16,8 +16,8 @@
 
 #include <Eigen/Core>
 
-#include "core/error.hpp"
-#include "core/shape.hpp"
+#include "tapegrad/core/error.hpp"
+#include "tapegrad/core/shape.hpp"
 
 namespace tapegrad {
 

@@ -10,10 +10,10 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "autograd/gradcheck.hpp"
-#include "autograd/op_checks.hpp"
-#include "core/rng.hpp"
-#include "layers/layer_checks.hpp"
+#include "tapegrad/autograd/gradcheck.hpp"
+#include "catalogue/op_checks.hpp"
+#include "tapegrad/core/rng.hpp"
+#include "catalogue/layer_checks.hpp"
 
 using namespace tapegrad;
 

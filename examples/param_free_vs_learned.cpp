@@ -16,11 +16,11 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "autograd/ops.hpp"
-#include "train/checkpoint.hpp"
-#include "train/plot.hpp"
-#include "train/tasks.hpp"
-#include "train/trainer.hpp"
+#include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/train/checkpoint.hpp"
+#include "tapegrad/train/plot.hpp"
+#include "tapegrad/train/tasks.hpp"
+#include "tapegrad/train/trainer.hpp"
 
 using namespace tapegrad;
 

@@ -21,11 +21,11 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "train/checkpoint.hpp"
-#include "train/dataset_file.hpp"
-#include "train/report.hpp"
-#include "train/tasks.hpp"
-#include "train/trainer.hpp"
+#include "tapegrad/train/checkpoint.hpp"
+#include "tapegrad/train/dataset_file.hpp"
+#include "tapegrad/train/report.hpp"
+#include "tapegrad/train/tasks.hpp"
+#include "tapegrad/train/trainer.hpp"
 
 using namespace tapegrad;
 

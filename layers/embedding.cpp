@@ -1,10 +1,10 @@
-#include "layers/embedding.hpp"
+#include "tapegrad/layers/embedding.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 
-#include "autograd/ops.hpp"
+#include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
 

@@ -1,4 +1,4 @@
-#include "layers/init.hpp"
+#include "tapegrad/layers/init.hpp"
 
 #include <cmath>
 

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "core/rng.hpp"
-#include "core/tensor.hpp"
+#include "tapegrad/core/rng.hpp"
+#include "tapegrad/core/tensor.hpp"
 
 namespace tapegrad {
 

@@ -1,6 +1,6 @@
-#include "layers/linear.hpp"
+#include "tapegrad/layers/linear.hpp"
 
-#include "autograd/ops.hpp"
+#include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
 

@@ -2,9 +2,9 @@
 // Linear: y = x W + b, with W (in, out) since rows are tokens (PyTorch stores W transposed).
 // x is (N, in) or (B, T, in); a batched x times the shared W is one (B*T, in) x (in, out) product.
 
-#include "autograd/tape.hpp"
-#include "layers/init.hpp"
-#include "layers/module.hpp"
+#include "tapegrad/autograd/tape.hpp"
+#include "tapegrad/layers/init.hpp"
+#include "tapegrad/layers/module.hpp"
 
 namespace tapegrad {
 

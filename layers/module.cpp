@@ -1,4 +1,4 @@
-#include "layers/module.hpp"
+#include "tapegrad/layers/module.hpp"
 
 #include <algorithm>
 

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "autograd/parameter.hpp"
+#include "tapegrad/autograd/parameter.hpp"
 
 namespace tapegrad {
 

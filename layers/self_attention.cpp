@@ -1,9 +1,9 @@
-#include "layers/self_attention.hpp"
+#include "tapegrad/layers/self_attention.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#include "autograd/ops.hpp"
+#include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
 

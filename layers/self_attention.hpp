@@ -16,9 +16,9 @@
 #include <string_view>
 #include <vector>
 
-#include "autograd/tape.hpp"
-#include "layers/init.hpp"
-#include "layers/module.hpp"
+#include "tapegrad/autograd/tape.hpp"
+#include "tapegrad/layers/init.hpp"
+#include "tapegrad/layers/module.hpp"
 
 namespace tapegrad {
 

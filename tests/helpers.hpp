@@ -7,9 +7,9 @@
 #include <cmath>
 #include <string>
 
-#include "autograd/gradcheck.hpp"
-#include "core/rng.hpp"
-#include "core/tensor.hpp"
+#include "tapegrad/autograd/gradcheck.hpp"
+#include "tapegrad/core/rng.hpp"
+#include "tapegrad/core/tensor.hpp"
 
 namespace tapegrad::test {
 

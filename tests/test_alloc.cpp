@@ -5,10 +5,10 @@
 #include <cmath>
 
 #include "alloc_counter.hpp"
-#include "autograd/ops.hpp"
-#include "core/rng.hpp"
-#include "train/tasks.hpp"
-#include "train/trainer.hpp"
+#include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/core/rng.hpp"
+#include "tapegrad/train/tasks.hpp"
+#include "tapegrad/train/trainer.hpp"
 
 using namespace tapegrad;
 

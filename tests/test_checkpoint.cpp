@@ -10,11 +10,11 @@
 #include <filesystem>
 #include <sstream>
 
-#include "autograd/ops.hpp"
+#include "tapegrad/autograd/ops.hpp"
 #include "helpers.hpp"
 #include "reseal.hpp"
-#include "train/checkpoint.hpp"
-#include "train/tasks.hpp"
+#include "tapegrad/train/checkpoint.hpp"
+#include "tapegrad/train/tasks.hpp"
 
 using namespace tapegrad;
 namespace fs = std::filesystem;

@@ -6,8 +6,8 @@
 #include <cereal/archives/json.hpp>
 #include <sstream>
 
-#include "train/checkpoint.hpp"
-#include "train/tasks.hpp"
+#include "tapegrad/train/checkpoint.hpp"
+#include "tapegrad/train/tasks.hpp"
 
 using namespace tapegrad;
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <functional>
 
-#include "autograd/ops.hpp"
+#include "tapegrad/autograd/ops.hpp"
 #include "golden_file.hpp"
 #include "helpers.hpp"
 

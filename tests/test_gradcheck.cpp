@@ -2,7 +2,7 @@
 // mode agrees with the full one.
 #include <doctest/doctest.h>
 
-#include "autograd/ops.hpp"
+#include "tapegrad/autograd/ops.hpp"
 #include "helpers.hpp"
 
 using namespace tapegrad;

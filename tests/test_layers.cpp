@@ -5,13 +5,13 @@
 #include <cmath>
 #include <numeric>
 
-#include "autograd/ops.hpp"
+#include "tapegrad/autograd/ops.hpp"
 #include "golden_file.hpp"
 #include "helpers.hpp"
-#include "layers/embedding.hpp"
-#include "layers/layer_checks.hpp"
-#include "layers/linear.hpp"
-#include "layers/self_attention.hpp"
+#include "tapegrad/layers/embedding.hpp"
+#include "catalogue/layer_checks.hpp"
+#include "tapegrad/layers/linear.hpp"
+#include "tapegrad/layers/self_attention.hpp"
 
 using namespace tapegrad;
 using test::random_tensor;

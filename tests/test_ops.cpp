@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/ops.hpp"
+#include "tapegrad/autograd/ops.hpp"
 #include "helpers.hpp"
 
 using namespace tapegrad;

@@ -1,11 +1,11 @@
 // Every op passes gradcheck in float64, including masks, broadcasting and batched shapes; the float32
-// forward matches the float64 one within float precision. The cases are autograd/op_checks.cpp.
+// forward matches the float64 one within float precision. The cases are tests/catalogue/op_checks.cpp.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 
-#include "autograd/op_checks.hpp"
-#include "autograd/ops.hpp"
+#include "catalogue/op_checks.hpp"
+#include "tapegrad/autograd/ops.hpp"
 #include "helpers.hpp"
 
 using namespace tapegrad;

@@ -14,8 +14,8 @@
 
 #include "golden_file.hpp"
 #include "helpers.hpp"
-#include "train/optimizer.hpp"
-#include "train/schedule.hpp"
+#include "tapegrad/train/optimizer.hpp"
+#include "tapegrad/train/schedule.hpp"
 
 using namespace tapegrad;
 using test::random_tensor;

@@ -5,8 +5,8 @@
 #include <array>
 #include <cmath>
 
-#include "autograd/ops.hpp"
-#include "core/parallel.hpp"
+#include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/core/parallel.hpp"
 #include "helpers.hpp"
 
 using namespace tapegrad;

@@ -14,8 +14,8 @@
 
 #include <fmt/format.h>
 
-#include "core/error.hpp"
-#include "train/plot.hpp"
+#include "tapegrad/core/error.hpp"
+#include "tapegrad/train/plot.hpp"
 
 using namespace tapegrad;
 

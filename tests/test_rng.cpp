@@ -10,8 +10,8 @@
 #include <sstream>
 #include <vector>
 
-#include "core/error.hpp"
-#include "core/rng.hpp"
+#include "tapegrad/core/error.hpp"
+#include "tapegrad/core/rng.hpp"
 
 using namespace tapegrad;
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "autograd/ops.hpp"
+#include "tapegrad/autograd/ops.hpp"
 #include "helpers.hpp"
 
 using namespace tapegrad;

@@ -1,7 +1,7 @@
 // core/: Shape and TensorT.
 #include <doctest/doctest.h>
 
-#include "core/tensor.hpp"
+#include "tapegrad/core/tensor.hpp"
 
 using namespace tapegrad;
 

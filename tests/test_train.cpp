@@ -10,12 +10,12 @@
 #include <set>
 #include <sstream>
 
-#include "autograd/ops.hpp"
+#include "tapegrad/autograd/ops.hpp"
 #include "helpers.hpp"
-#include "train/dataset_file.hpp"
-#include "train/report.hpp"
-#include "train/tasks.hpp"
-#include "train/trainer.hpp"
+#include "tapegrad/train/dataset_file.hpp"
+#include "tapegrad/train/report.hpp"
+#include "tapegrad/train/tasks.hpp"
+#include "tapegrad/train/trainer.hpp"
 
 using namespace tapegrad;
 

@@ -1,6 +1,6 @@
 // Checkpoints: the serialization (cereal, with bounded reads), the file format (header + CRC-32),
 // atomic writes, and strict all-or-nothing loading. See checkpoint.hpp.
-#include "train/checkpoint.hpp"
+#include "tapegrad/train/checkpoint.hpp"
 
 #include <zlib.h>
 
@@ -14,8 +14,8 @@
 #include <set>
 #include <sstream>
 
-#include "core/file_io.hpp"
-#include "train/checkpoint_serialize.hpp"
+#include "tapegrad/core/file_io.hpp"
+#include "tapegrad/train/checkpoint_serialize.hpp"
 
 namespace tapegrad {
 namespace {

@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
-#include "train/model.hpp"
-#include "train/trainer.hpp"
+#include "tapegrad/train/model.hpp"
+#include "tapegrad/train/trainer.hpp"
 
 namespace tapegrad {
 

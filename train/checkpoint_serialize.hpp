@@ -19,7 +19,7 @@
 #include <cereal/types/string.hpp>
 #include <cereal/types/vector.hpp>
 
-#include "train/checkpoint.hpp"
+#include "tapegrad/train/checkpoint.hpp"
 
 namespace tapegrad::checkpoint_detail {
 

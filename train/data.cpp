@@ -1,9 +1,9 @@
-#include "train/data.hpp"
+#include "tapegrad/train/data.hpp"
 
 #include <algorithm>
 #include <numeric>
 
-#include "autograd/ops.hpp"  // kIgnoreLabel
+#include "tapegrad/autograd/ops.hpp"  // kIgnoreLabel
 
 namespace tapegrad {
 

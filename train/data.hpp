@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/rng.hpp"
-#include "core/tensor.hpp"
+#include "tapegrad/core/rng.hpp"
+#include "tapegrad/core/tensor.hpp"
 
 namespace tapegrad {
 

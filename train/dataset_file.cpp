@@ -1,9 +1,9 @@
-#include "train/dataset_file.hpp"
+#include "tapegrad/train/dataset_file.hpp"
 
 #include <fstream>
 #include <sstream>
 
-#include "autograd/ops.hpp"  // kIgnoreLabel
+#include "tapegrad/autograd/ops.hpp"  // kIgnoreLabel
 
 namespace tapegrad {
 namespace {

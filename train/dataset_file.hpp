@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <string_view>
 
-#include "train/data.hpp"
+#include "tapegrad/train/data.hpp"
 
 namespace tapegrad {
 

@@ -1,8 +1,8 @@
-#include "train/model.hpp"
+#include "tapegrad/train/model.hpp"
 
 #include <numeric>
 
-#include "autograd/ops.hpp"
+#include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
 

@@ -11,10 +11,10 @@
 #include <memory>
 #include <string_view>
 
-#include "layers/embedding.hpp"
-#include "layers/linear.hpp"
-#include "layers/self_attention.hpp"
-#include "train/data.hpp"
+#include "tapegrad/layers/embedding.hpp"
+#include "tapegrad/layers/linear.hpp"
+#include "tapegrad/layers/self_attention.hpp"
+#include "tapegrad/train/data.hpp"
 
 namespace tapegrad {
 

@@ -2,7 +2,7 @@
 // Every update is an Eigen array expression over the parameter's own storage: no temporaries, so a
 // step allocates nothing once the buffers exist. Scalars are computed in double, as torch does in
 // Python, and cast to T once.
-#include "train/optimizer.hpp"
+#include "tapegrad/train/optimizer.hpp"
 
 #include <cmath>
 #include <set>

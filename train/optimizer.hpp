@@ -15,8 +15,8 @@
 #include <string_view>
 #include <vector>
 
-#include "autograd/parameter.hpp"
-#include "core/tensor.hpp"
+#include "tapegrad/autograd/parameter.hpp"
+#include "tapegrad/core/tensor.hpp"
 
 namespace tapegrad {
 

@@ -1,4 +1,4 @@
-#include "train/plot.hpp"
+#include "tapegrad/train/plot.hpp"
 
 #include <algorithm>
 #include <array>
@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "core/error.hpp"
+#include "tapegrad/core/error.hpp"
 
 namespace tapegrad {
 namespace {

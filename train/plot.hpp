@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/file_io.hpp"  // write_file: a report open in a browser never sees half a file
+#include "tapegrad/core/file_io.hpp"  // write_file: a report open in a browser never sees half a file
 
 namespace tapegrad {
 

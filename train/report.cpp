@@ -1,4 +1,4 @@
-#include "train/report.hpp"
+#include "tapegrad/train/report.hpp"
 
 #include <unistd.h>
 

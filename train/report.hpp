@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "train/trainer.hpp"
+#include "tapegrad/train/trainer.hpp"
 
 namespace tapegrad {
 

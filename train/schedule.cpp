@@ -1,9 +1,9 @@
-#include "train/schedule.hpp"
+#include "tapegrad/train/schedule.hpp"
 
 #include <cmath>
 #include <numbers>
 
-#include "core/error.hpp"
+#include "tapegrad/core/error.hpp"
 
 namespace tapegrad {
 namespace {

@@ -1,13 +1,13 @@
 // The toy tasks. Each generator says what it builds and why its ceiling is what it is. Notation:
 // T = 8 positions, M = 16 content tokens; "no-routing information" at the labelled position i is the
 // bag of tokens, i's own token and position, and the positions holding i's token (see tasks.hpp).
-#include "train/tasks.hpp"
+#include "tapegrad/train/tasks.hpp"
 
 #include <algorithm>
 #include <array>
 #include <set>
 
-#include "autograd/ops.hpp"  // kIgnoreLabel
+#include "tapegrad/autograd/ops.hpp"  // kIgnoreLabel
 
 namespace tapegrad {
 namespace {

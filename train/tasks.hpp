@@ -21,7 +21,7 @@
 #include <string_view>
 #include <vector>
 
-#include "train/data.hpp"
+#include "tapegrad/train/data.hpp"
 
 namespace tapegrad {
 

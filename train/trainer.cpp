@@ -1,11 +1,11 @@
-#include "train/trainer.hpp"
+#include "tapegrad/train/trainer.hpp"
 
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
-#include "autograd/ops.hpp"
+#include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
 

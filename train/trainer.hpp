@@ -12,10 +12,10 @@
 #include <string_view>
 #include <vector>
 
-#include "train/data.hpp"
-#include "train/model.hpp"
-#include "train/optimizer.hpp"
-#include "train/schedule.hpp"
+#include "tapegrad/train/data.hpp"
+#include "tapegrad/train/model.hpp"
+#include "tapegrad/train/optimizer.hpp"
+#include "tapegrad/train/schedule.hpp"
 
 namespace tapegrad {
 

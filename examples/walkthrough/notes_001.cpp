@@ -2,7 +2,7 @@
 // sentences "Money Bank Grows" and "River Bank Flows", and the Wq/Wk/Wv example for "Bank".
 #include "walkthrough/notes_support.hpp"
 
-#include "core/rng.hpp"
+#include "tapegrad/core/rng.hpp"
 
 namespace tapegrad::walkthrough::detail {
 

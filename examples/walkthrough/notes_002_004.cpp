@@ -2,7 +2,7 @@
 // recomputed.
 #include "walkthrough/notes_support.hpp"
 
-#include "core/rng.hpp"
+#include "tapegrad/core/rng.hpp"
 
 namespace tapegrad::walkthrough::detail {
 

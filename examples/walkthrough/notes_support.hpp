@@ -13,8 +13,8 @@
 
 #include <fmt/format.h>
 
-#include "autograd/ops.hpp"
-#include "layers/self_attention.hpp"
+#include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/layers/self_attention.hpp"
 #include "walkthrough/notes.hpp"
 
 namespace tapegrad::walkthrough::detail {

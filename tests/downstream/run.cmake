@@ -12,6 +12,17 @@ function(run)
 endfunction()
 
 run(${CMAKE_COMMAND} --install ${TAPEGRAD_BUILD_DIR} --prefix ${prefix})
+# One include root: include/ holds tapegrad/ and nothing else, and no internal header is installed.
+file(GLOB roots RELATIVE ${prefix}/include ${prefix}/include/*)
+if(NOT roots STREQUAL "tapegrad")
+  message(FATAL_ERROR "downstream: include/ should hold only tapegrad/, but holds: ${roots}")
+endif()
+string(REPLACE "," ";" internal "${INTERNAL_HEADERS}")
+foreach(h IN LISTS internal)
+  if(EXISTS ${prefix}/include/tapegrad/${h})
+    message(FATAL_ERROR "downstream: the internal header ${h} was installed")
+  endif()
+endforeach()
 run(${CMAKE_COMMAND} -S ${DOWNSTREAM_SOURCE_DIR} -B ${WORK_DIR}/build -DCMAKE_PREFIX_PATH=${prefix}
     -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "reseal.hpp"
-#include "train/checkpoint.hpp"
+#include "tapegrad/train/checkpoint.hpp"
 
 using namespace tapegrad;
 

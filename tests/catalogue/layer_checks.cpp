@@ -1,9 +1,9 @@
-#include "layers/layer_checks.hpp"
+#include "catalogue/layer_checks.hpp"
 
-#include "autograd/ops.hpp"
-#include "layers/embedding.hpp"
-#include "layers/linear.hpp"
-#include "layers/self_attention.hpp"
+#include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/layers/embedding.hpp"
+#include "tapegrad/layers/linear.hpp"
+#include "tapegrad/layers/self_attention.hpp"
 
 namespace tapegrad {
 namespace {

@@ -1,8 +1,8 @@
-#include "autograd/op_checks.hpp"
+#include "catalogue/op_checks.hpp"
 
 #include <array>
 
-#include "autograd/ops.hpp"
+#include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "autograd/tape.hpp"
+#include "tapegrad/autograd/tape.hpp"
 
 namespace tapegrad {
 

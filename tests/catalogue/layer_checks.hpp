@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "autograd/gradcheck.hpp"
-#include "layers/module.hpp"
+#include "tapegrad/autograd/gradcheck.hpp"
+#include "tapegrad/layers/module.hpp"
 
 namespace tapegrad {
 
