@@ -9,8 +9,14 @@ namespace {
 
 // ---- binary ops with b broadcast over a ------------------------------------------------------
 
-enum class Broadcast : Index { same, row, batch };
-enum class Binary : Index { add, sub, mul };
+enum class Broadcast { same, row, batch };
+enum class Binary { add, sub, mul };
+
+// What add, sub and mul keep for their backward rule.
+struct BinarySaved {
+  Binary kind = Binary::add;
+  Broadcast broadcast = Broadcast::same;
+};
 
 Broadcast broadcast_of(const char* op, const Shape& a, const Shape& b) {
   if (a == b) return Broadcast::same;
@@ -70,8 +76,7 @@ void reduce_into(Broadcast bc, const TensorT<T>& dC, const TensorT<T>* A, T sign
 //   mul: dA += dC * B,  dB += reduce(dC * A)
 template <class T>
 void binary_backward(Tape<T>& t, Node<T>& n) {
-  const auto kind = static_cast<Binary>(n.attr0);
-  const auto bc = static_cast<Broadcast>(n.attr1);
+  const auto [kind, bc] = n.template saved<BinarySaved>();
   Node<T>& na = t.input(n, 0);
   Node<T>& nb = t.input(n, 1);
   const TensorT<T>& dC = n.grad;
@@ -97,8 +102,7 @@ Var<T> binary(const char* op, Binary kind, Var<T> a, Var<T> b, Where where) {
   const Shape sa = t.node(a).val().shape();
   const Broadcast bc = broadcast_of(op, sa, t.node(b).val().shape());
   Node<T>& n = t.record(op, {a, b}, sa, where);
-  n.attr0 = static_cast<Index>(kind);
-  n.attr1 = static_cast<Index>(bc);
+  n.template saved<BinarySaved>() = {kind, bc};
   const TensorT<T>& A = t.node(a).val();
   const TensorT<T>& B = t.node(b).val();
   switch (kind) {
@@ -150,16 +154,23 @@ Var<T> mul(Var<T> a, Var<T> b, Where where) {
   return binary("mul", Binary::mul, a, b, where);
 }
 
+namespace {
+struct ScaleSaved {
+  double factor = 1;
+};
+}  // namespace
+
 // C = s A;  dA += s dC
 template <class T>
 Var<T> scale(Var<T> a, double factor, Where where) {
   return unary(
       "scale", a, where,
       [](Tape<T>& t, Node<T>& n) {
-        if (const auto dA = t.input(n, 0).grad_whole()) write_grad(dA.grad->array(), static_cast<T>(n.scalar) * n.grad.array(), dA.assign);
+        const T s = static_cast<T>(n.template saved<ScaleSaved>().factor);
+        if (const auto dA = t.input(n, 0).grad_whole()) write_grad(dA.grad->array(), s * n.grad.array(), dA.assign);
       },
       [factor](Node<T>& n, const TensorT<T>& A) {
-        n.scalar = factor;
+        n.template saved<ScaleSaved>().factor = factor;
         n.value.array() = static_cast<T>(factor) * A.array();
       });
 }
@@ -208,37 +219,39 @@ Var<T> gelu(Var<T> a, Where where) {
 }
 
 namespace {
-// sum: C = sum(A), dA += dC;  mean: C = sum(A) / N, dA += dC / N (every element). `divide` says which.
-template <class T>
-Var<T> reduce_all(const char* op, Var<T> a, bool divide, Where where) {
+// sum: C = sum(A), dA += dC;  mean: C = sum(A) / N, dA += dC / N (every element). `Mean` says which.
+template <class T, bool Mean>
+void reduce_all_backward(Tape<T>& t, Node<T>& n) {
+  Node<T>& in = t.input(n, 0);
+  if (const auto dA = in.grad_whole()) {
+    const T g = Mean ? n.grad[0] / static_cast<T>(in.val().numel()) : n.grad[0];
+    if (dA.assign)
+      dA.grad->fill(g);
+    else
+      dA.grad->array() += g;
+  }
+}
+
+template <class T, bool Mean>
+Var<T> reduce_all(const char* op, Var<T> a, Where where) {
   Tape<T>& t = Tape<T>::of(op, {{"x", a}});
   const Shape s = t.node(a).val().shape();
-  if (divide && s.numel() == 0) fail<ShapeError>("{}: x is {}, which has no elements to average", op, s);
+  if (Mean && s.numel() == 0) fail<ShapeError>("{}: x is {}, which has no elements to average", op, s);
   Node<T>& n = t.record(op, {a}, Shape::scalar(), where);
   const auto A = t.node(a).val().array();
-  n.value[0] = divide ? A.mean() : A.sum();
-  n.attr0 = divide;
-  n.backward = [](Tape<T>& tp, Node<T>& node) {
-    Node<T>& in = tp.input(node, 0);
-    if (const auto dA = in.grad_whole()) {
-      const T g = node.attr0 ? node.grad[0] / static_cast<T>(in.val().numel()) : node.grad[0];
-      if (dA.assign)
-        dA.grad->fill(g);
-      else
-        dA.grad->array() += g;
-    }
-  };
+  n.value[0] = Mean ? A.mean() : A.sum();
+  n.backward = &reduce_all_backward<T, Mean>;
   return t.commit(n);
 }
 }  // namespace
 
 template <class T>
 Var<T> sum(Var<T> a, Where where) {
-  return reduce_all("sum", a, false, where);
+  return reduce_all<T, false>("sum", a, where);
 }
 template <class T>
 Var<T> mean(Var<T> a, Where where) {
-  return reduce_all("mean", a, true, where);
+  return reduce_all<T, true>("mean", a, where);
 }
 
 // C_i = A_i^T per batch item;  dA_i += dC_i^T

@@ -1,7 +1,20 @@
 // Column slices and concatenation (attention heads), row gather (embedding lookup).
+#include <vector>
+
 #include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
+namespace {
+
+struct SliceSaved {
+  Index begin = 0;
+};
+
+struct GatherSaved {
+  std::vector<std::int32_t> ids;  // the rows the forward picked, one per output row
+};
+
+}  // namespace
 
 // C = X[..., begin:begin+count];  dX[..., begin:begin+count] += dC
 template <class T>
@@ -14,10 +27,11 @@ Var<T> slice_cols(Var<T> x, Index begin, Index count, Where where) {
   Shape out = s;
   out.cols = count;
   Node<T>& n = t.record("slice_cols", {x}, out, where);
-  n.attr0 = begin;
+  n.template saved<SliceSaved>().begin = begin;
   n.value.flat() = t.node(x).val().flat().middleCols(begin, count);
   n.backward = [](Tape<T>& tp, Node<T>& node) {
-    if (auto* dX = tp.input(node, 0).grad_sink()) dX->flat().middleCols(node.attr0, node.grad.cols()) += node.grad.flat();
+    const Index from = node.template saved<SliceSaved>().begin;
+    if (auto* dX = tp.input(node, 0).grad_sink()) dX->flat().middleCols(from, node.grad.cols()) += node.grad.flat();
   };
   return t.commit(n);
 }
@@ -71,12 +85,13 @@ Var<T> gather_rows(Var<T> table, const Ids& ids, Where where) {
   const auto Tab = t.node(table).val().mat();
   auto C = n.value.flat();
   for (Index i = 0; i < ids.numel(); ++i) C.row(i) = Tab.row(ids[i]);
-  if (n.requires_grad) n.ints.assign(ids.data(), ids.data() + ids.numel());
+  if (n.requires_grad) n.template saved<GatherSaved>().ids.assign(ids.data(), ids.data() + ids.numel());
   n.backward = [](Tape<T>& tp, Node<T>& node) {
     TensorT<T>* dTab = tp.input(node, 0).grad_sink();
     if (!dTab) return;
+    const auto& picked = node.template saved<GatherSaved>().ids;
     const auto dC = node.grad.flat();
-    for (Index i = 0; i < dC.rows(); ++i) dTab->mat().row(node.ints[static_cast<std::size_t>(i)]) += dC.row(i);
+    for (Index i = 0; i < dC.rows(); ++i) dTab->mat().row(picked[static_cast<std::size_t>(i)]) += dC.row(i);
   };
   return t.commit(n);
 }

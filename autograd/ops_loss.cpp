@@ -1,24 +1,36 @@
 // Losses: cross-entropy fused with log-softmax, mean-squared error.
 #include <cmath>
+#include <vector>
 
 #include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
 namespace {
 
+// What cross_entropy keeps: the softmax of each labelled row (zeros for ignored rows), each row's max
+// and sum of exponentials (scratch), the targets and how many rows are labelled.
+template <class T>
+struct CrossEntropySaved {
+  TensorT<T> probabilities;  // (rows, classes)
+  TensorT<T> row_stats;      // (rows, 2): max, sum of exp(x - max)
+  std::vector<std::int32_t> targets;
+  std::int32_t ignore_label = kIgnoreLabel;
+  Index labelled = 0;
+};
+
 // Forward was L = mean over labelled rows r of -log softmax(x_r)[t_r], with p_r = softmax(x_r) saved.
 // So now dx_r += dL / count * (p_r - onehot(t_r)) for labelled rows; ignored rows get nothing.
 template <class T>
 void cross_entropy_backward(Tape<T>& t, Node<T>& n) {
   const auto dX = t.input(n, 0).grad_whole();
-  if (!dX || n.scalar == 0) return;  // no labelled row: a zero gradient (an unwritten one reads as zero)
-  const T g = n.grad[0] / static_cast<T>(n.scalar);
-  const auto P = n.saved.flat();
+  const auto& saved = n.template saved<CrossEntropySaved<T>>();
+  if (!dX || saved.labelled == 0) return;  // no labelled row: a zero gradient (an unwritten one reads as zero)
+  const T g = n.grad[0] / static_cast<T>(saved.labelled);
+  const auto P = saved.probabilities.flat();
   auto dx = dX.grad->flat();
-  const auto ignore = static_cast<std::int32_t>(n.attr0);
   for (Index r = 0; r < P.rows(); ++r) {
-    const std::int32_t target = n.ints[static_cast<std::size_t>(r)];
-    if (target == ignore) {
+    const std::int32_t target = saved.targets[static_cast<std::size_t>(r)];
+    if (target == saved.ignore_label) {
       if (dX.assign) dx.row(r).setZero();
       continue;
     }
@@ -64,21 +76,21 @@ Var<T> cross_entropy(Var<T> logits, const Ids& targets, std::int32_t ignore_labe
 
   Node<T>& n = t.record("cross_entropy", {logits}, Shape::scalar(), where);
   const auto X = t.node(logits).val().flat();
-  const bool keep = n.requires_grad;
-  if (keep) {
-    n.ints.assign(targets.data(), targets.data() + targets.numel());
-    n.scalar = static_cast<double>(count);
-    n.attr0 = ignore_label;
+  auto& saved = n.template saved<CrossEntropySaved<T>>();
+  if (n.requires_grad) {
+    saved.targets.assign(targets.data(), targets.data() + targets.numel());
+    saved.ignore_label = ignore_label;
+    saved.labelled = count;
   }
-  // -log softmax(x)[t] = log(sum exp(x - max)) + max - x[t], for all rows at once: `aux` holds each
-  // row's max and sum of exponentials, `saved` the exponentials, which divided by their row sums are
-  // the probabilities the backward rule needs. Whole-matrix expressions on contiguous data vectorise
+  // -log softmax(x)[t] = log(sum exp(x - max)) + max - x[t], for all rows at once: `row_stats` holds
+  // each row's max and sum of exponentials, `probabilities` first the exponentials, then, divided by
+  // their row sums, what the backward rule needs. Whole-matrix expressions on contiguous data vectorise
   // across rows (a row of 16 classes alone would not fill the registers evenly).
-  n.saved.resize(s);
-  n.aux.resize(Shape::mat(X.rows(), 2));
-  auto P = n.saved.flat();
-  auto top = n.aux.flat().col(0);
-  auto sums = n.aux.flat().col(1);
+  saved.probabilities.resize(s);
+  saved.row_stats.resize(Shape::mat(X.rows(), 2));
+  auto P = saved.probabilities.flat();
+  auto top = saved.row_stats.flat().col(0);
+  auto sums = saved.row_stats.flat().col(1);
   for (Index r = 0; r < X.rows(); ++r) {  // row by row: a row is one aligned packet
     top(r) = X.row(r).maxCoeff();
     P.row(r).array() = X.row(r).array() - top(r);

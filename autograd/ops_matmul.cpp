@@ -8,6 +8,10 @@ namespace {
 
 using Form = detail::ProductForm;  // a b, a^T b or a b^T
 
+struct ProductSaved {
+  Form form = Form::ab;
+};
+
 // C (m x n) = op(A) op(B), or C += when not `assign` (a gradient already written this pass). A is
 // stored (a_rows x a_cols) and B (b_rows x b_cols), row-major; `form` says which one is read
 // transposed. Small products go to libxsmm's kernels when tapegrad has them (autograd/small_gemm.hpp),
@@ -68,7 +72,7 @@ Shape product_shape(const char* op, Form form, const Shape& sa, const Shape& sb)
 // With a shared 2-D B, A and C are viewed flat, (B*M, K) and (B*M, N): one product per rule.
 template <class T>
 void product_backward(Tape<T>& t, Node<T>& n) {
-  const Form form = static_cast<Form>(n.attr0);
+  const Form form = n.template saved<ProductSaved>().form;
   Node<T>& na = t.input(n, 0);
   Node<T>& nb = t.input(n, 1);
   const TensorT<T>& A = na.val();
@@ -110,7 +114,7 @@ Var<T> product(const char* op, Form form, Var<T> a, Var<T> b, Where where) {
   const Shape out = product_shape(op, form, sa, sb);
 
   Node<T>& n = t.record(op, {a, b}, out, where);
-  n.attr0 = static_cast<Index>(form);
+  n.template saved<ProductSaved>().form = form;
   const TensorT<T>& A = t.node(a).val();
   const TensorT<T>& B = t.node(b).val();
   TensorT<T>& C = n.value;

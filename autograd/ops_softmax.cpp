@@ -12,6 +12,13 @@ namespace {
 // at a time, each vectorised. (Measured with build/bench/step_bench: W1 has rows of 8, W3 of 128.)
 constexpr Index kShortRow = 32;
 
+// What softmax_rows keeps: its scale, and scratch for the backward rule's per-row dot products.
+template <class T>
+struct SoftmaxSaved {
+  double scale = 1;
+  TensorT<T> row_dots;
+};
+
 // Which mask row applies to flat row r of x, or a ShapeError if the mask fits x in neither way.
 struct MaskRows {
   const Mask* mask = nullptr;
@@ -40,10 +47,11 @@ void softmax_backward(Tape<T>& t, Node<T>& n) {
   const auto Y = n.value.flat();
   const auto dY = n.grad.flat();
   auto dx = dX.grad->flat();
-  const T s = static_cast<T>(n.scalar);
+  auto& saved = n.template saved<SoftmaxSaved<T>>();
+  const T s = static_cast<T>(saved.scale);
   if (Y.cols() < kShortRow) {  // short rows: whole-matrix expressions (see softmax_rows)
-    n.aux.resize(Shape::mat(Y.rows(), 1));
-    auto dot = n.aux.flat().col(0);
+    saved.row_dots.resize(Shape::mat(Y.rows(), 1));
+    auto dot = saved.row_dots.flat().col(0);
     dot = (Y.array() * dY.array()).rowwise().sum().matrix();
     write_grad(dx.array(), s * Y.array() * (dY.colwise() - dot).array(), dX.assign);
     return;
@@ -78,7 +86,7 @@ Var<T> softmax_rows(Var<T> x, const Mask* mask, double scale, Where where) {
   if (!(scale > 0) || !std::isfinite(scale))
     fail<ValueError>("softmax_rows: the scale must be positive and finite, got {}", scale);
   Node<T>& n = t.record("softmax_rows", {x}, s, where);
-  n.scalar = scale;
+  n.template saved<SoftmaxSaved<T>>().scale = scale;
   const T k = static_cast<T>(scale);
   const auto X = t.node(x).val().flat();
   auto Y = n.value.flat();

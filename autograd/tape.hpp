@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <deque>
 #include <initializer_list>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -71,14 +72,18 @@ struct Node {
   TensorT<T>* external_grad = nullptr;         // ... and backward adds into Parameter::grad
   const std::string* parameter_name = nullptr;  // ... and is named in errors by it
 
-  // State an op keeps for its backward rule, and scratch for per-row statistics; reused from step to
-  // step like the value.
-  TensorT<T> saved;
-  TensorT<T> aux;
-  std::vector<std::int32_t> ints;
-  double scalar = 0;
-  Index attr0 = 0;
-  Index attr1 = 0;
+  // What the op keeps for its backward rule, as a struct of the op's own (S: named, typed fields).
+  // Made the first time this node holds an S, then kept with its buffers and reused by the op recorded
+  // here next step, as `value` is: in steady state saving state allocates nothing. A node that holds
+  // another type (the graph changed) drops it and makes an S.
+  template <class S>
+  S& saved() {
+    if (saved_type_ != &saved_tag<S>) {
+      saved_ = std::make_unique<Saved<S>>();
+      saved_type_ = &saved_tag<S>;
+    }
+    return static_cast<Saved<S>&>(*saved_).state;
+  }
 
   // True from the start of a backward pass until the first backward rule writes into `grad`: the
   // gradient is then zero without the buffer having been filled with zeros.
@@ -110,6 +115,20 @@ struct Node {
     grad_fresh = false;
     return {&grad, first};
   }
+
+ private:
+  struct SavedBase {
+    virtual ~SavedBase() = default;
+  };
+  template <class S>
+  struct Saved final : SavedBase {
+    S state{};
+  };
+  template <class S>
+  static constexpr char saved_tag = 0;  // one address per type: saved<S>() compares a pointer
+
+  std::unique_ptr<SavedBase> saved_;
+  const char* saved_type_ = nullptr;
 };
 
 // dst = src on a gradient's first write of a backward pass, dst += src after (see grad_whole).
