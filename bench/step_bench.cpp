@@ -21,7 +21,7 @@
 #include "tapegrad/autograd/small_gemm.hpp"
 #include "tapegrad/core/parallel.hpp"
 #include "timing.hpp"
-#include "tapegrad/train/model.hpp"
+#include "lesson/toy_model.hpp"
 #include "tapegrad/train/optimizer.hpp"
 
 using namespace tapegrad;
@@ -81,25 +81,25 @@ int main(int argc, char** argv) {
                gemm_peak_gflops(), detail::have_small_gemm() ? "libxsmm" : "eigen");
   for (const auto& w : kWorkloads) {
     if (std::find(names.begin(), names.end(), w.name) == names.end()) continue;
-    ModelConfig config{.vocab = w.V, .labels = w.V, .max_len = w.T, .features = FeatureKind::learned, .d_embed = w.d,
+    lesson::ModelConfig config{.vocab = w.V, .labels = w.V, .max_len = w.T, .features = lesson::FeatureKind::learned, .d_embed = w.d,
                        .positions = PositionEncoding::learned, .attention = AttentionMode::learnable, .heads = w.H,
                        .output_projection = true, .residual = true, .seed = 1};
-    ToyModel<float> model(config);
+    lesson::ToyModel<float> model(config);
     SGD<float> sgd(model.parameters(), {.lr = 0.01});
-    Batch batch;
+    SequenceBatch batch;
     Rng rng(2);
     batch.tokens.resize(Shape::mat(w.B, w.T));
-    batch.targets.resize(Shape::mat(w.B, w.T));
+    batch.labels.resize(Shape::mat(w.B, w.T));
     batch.padding.resize(Shape::mat(w.B, w.T));
     for (Index i = 0; i < batch.tokens.numel(); ++i) {
       batch.tokens[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(w.V)));
-      batch.targets[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(w.V)));
+      batch.labels[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(w.V)));
     }
     Tape<float> tape;
     auto step = [&] {
       sgd.zero_grad();
       tape.reset();
-      Var<float> loss = model.loss(tape, batch);
+      Var<float> loss = model.loss(tape, batch).loss;
       tape.backward(loss);
       sgd.step();
       return loss.value()[0];

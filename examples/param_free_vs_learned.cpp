@@ -16,17 +16,19 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "lesson/tasks.hpp"
+#include "lesson/toy_model.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/train/checkpoint.hpp"
 #include "tapegrad/train/plot.hpp"
-#include "tapegrad/train/tasks.hpp"
 #include "tapegrad/train/trainer.hpp"
 
 using namespace tapegrad;
+using namespace tapegrad::lesson;
 
 namespace {
 
-struct Settings {
+struct DemoSettings {
   int seeds = 3;
   Index steps = 2000;
   Index batch = 32;
@@ -97,39 +99,38 @@ double chance(const TaskSplit& split) {
 }
 
 Run train_one(const Task& task, const TaskSplit& split, AttentionMode mode, FeatureKind features, double lr,
-              std::uint64_t seed, const Settings& s) {
+              std::uint64_t seed, const DemoSettings& s) {
   ToyModel<float> model(model_config(task, mode, features, seed));
-  TrainConfig tc;
-  tc.steps = s.steps;
-  tc.batch = s.batch;
-  tc.lr = lr;
-  tc.eval_every = 50;
-  tc.seed = seed;
-  Trainer trainer(model, split.train, &split.validation, tc);
+  Adam<float> adam(model.parameters(), {.lr = lr});
+  const SequenceSource train(split.train), validation(split.validation), test(split.test);
+  Trainer trainer(model, adam, train, [&](Tape<float>& t, const SequenceBatch& b) { return model.loss(t, b); },
+                  {.steps = s.steps, .batch = s.batch, .eval_every = 50, .seed = seed});
+  trainer.evaluate_on(validation);
+  trainer.add_metric("accuracy", accuracy);
   const auto start = std::chrono::steady_clock::now();
   trainer.run();
   Run r;
   r.lr = lr;
-  r.validation = trainer.curve().back().eval_accuracy;
-  r.test = trainer.evaluate(split.test).accuracy;
+  r.validation = value_of(trainer.curve().back().values, "eval_accuracy");
+  r.test = value_of(trainer.evaluate(test), "accuracy");
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  r.steps_to_99 = trainer.steps_to(0.99);
+  r.steps_to_99 = first_step_reaching(trainer.curve(), "eval_accuracy", 0.99);
   r.curve = trainer.curve();
   // Attention on the first test sequence, for the heatmap.
-  Batch sample;
+  SequenceBatch sample;
   const Index first = 0;
-  make_batch(split.test, std::span<const Index>(&first, 1), task.length(), sample);
+  test.fill(std::span<const Index>(&first, 1), sample);
   Tape<float> tape;
   NoGradGuard<float> guard(tape);
   model.logits(tape, sample);
   r.weights = model.attention().attention_weights()[0];
-  r.model = std::make_shared<const Checkpoint>(snapshot(std::as_const(model)));
+  r.model = std::make_shared<const Checkpoint>(snapshot<float>(model));
   r.predictions = checksum(dataset_logits(model, split.test));
   return r;
 }
 
 Outcome compare(const Task& task, const std::vector<TaskSplit>& splits, AttentionMode mode, FeatureKind features,
-                const Settings& s) {
+                const DemoSettings& s) {
   Outcome best;
   double best_validation = -1;
   for (double lr : s.lrs) {
@@ -234,7 +235,7 @@ void write_pictures(const std::filesystem::path& dir, const Task& task, const Ta
     Series s{.name = name};
     for (const auto& p : o.runs[0].curve) {
       s.x.push_back(static_cast<double>(p.step));
-      s.y.push_back(loss ? p.train_loss : p.eval_accuracy);
+      s.y.push_back(value_of(p.values, loss ? "train_loss" : "eval_accuracy"));
     }
     return s;
   };
@@ -259,7 +260,7 @@ int save_and_reload(const std::filesystem::path& dir, const Row& row, const Data
     const Run& r = o->runs[0];
     const auto path = dir / "models" / fmt::format("{}_{}{}.tgck", row.task, o == &row.free ? "free" : "learned", suffix);
     save_checkpoint(path, *r.model);
-    const auto reloaded = model_from_checkpoint(read_checkpoint(path));
+    const auto reloaded = model_from_checkpoint<ToyModel<float>>(read_checkpoint(path));
     if (checksum(dataset_logits(*reloaded, test)) != r.predictions)
       fail<Error>("{}: the model reloaded from {} predicts differently from the one that was saved", row.task, path.string());
     ++checked;
@@ -280,7 +281,7 @@ std::string timestamp() {
 
 int main(int argc, char** argv) {
   CLI::App app{"Parameter-free vs learnable self-attention on toy tasks that need routing"};
-  Settings s;
+  DemoSettings s;
   std::string out_dir, features_choice = "both";
   std::vector<std::string> task_list = task_names();
   app.add_option("--out", out_dir, "Output folder (default: runs/param_free_vs_learned-<date>-<time>)");

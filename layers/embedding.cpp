@@ -43,22 +43,6 @@ Var<T> OneHotTokens<T>::forward(Tape<T>& tape, const Ids& ids) {
   return tape.commit(n);
 }
 
-std::string_view to_string(PositionEncoding p) {
-  switch (p) {
-    case PositionEncoding::none: return "none";
-    case PositionEncoding::onehot: return "onehot";
-    case PositionEncoding::learned: return "learned";
-    case PositionEncoding::sinusoidal: return "sinusoidal";
-  }
-  return "?";
-}
-
-PositionEncoding parse_position_encoding(std::string_view name) {
-  for (auto p : {PositionEncoding::none, PositionEncoding::onehot, PositionEncoding::learned, PositionEncoding::sinusoidal})
-    if (to_string(p) == name) return p;
-  fail<NameError>("positions: unknown encoding '{}'; choose none, onehot, learned or sinusoidal", name);
-}
-
 template <class T>
 Positions<T>::Positions(std::string name, const PositionOptions& options, Rng& rng)
     : Module<T>(std::move(name)), options_(options) {

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "tapegrad/autograd/tape.hpp"
+#include "tapegrad/core/names.hpp"
 #include "tapegrad/layers/init.hpp"
 #include "tapegrad/layers/module.hpp"
 
@@ -41,8 +42,16 @@ class OneHotTokens : public Module<T> {
 };
 
 enum class PositionEncoding { none, onehot, learned, sinusoidal };
-std::string_view to_string(PositionEncoding p);
-PositionEncoding parse_position_encoding(std::string_view name);  // NameError listing the choices
+template <>
+struct EnumNames<PositionEncoding> {
+  static constexpr std::string_view what = "positions";
+  static constexpr std::array<EnumName<PositionEncoding>, 4> names = {{
+      {PositionEncoding::none, "none"},
+      {PositionEncoding::onehot, "onehot"},
+      {PositionEncoding::learned, "learned"},
+      {PositionEncoding::sinusoidal, "sinusoidal"},
+  }};
+};
 
 struct PositionOptions {
   PositionEncoding kind = PositionEncoding::none;

@@ -4,6 +4,11 @@
 
 namespace tapegrad {
 
+std::string ModelRecord::describe() const {
+  if (empty()) return "not described (weights only)";
+  return config.empty() ? kind : fmt::format("{} ({})", kind, describe_settings(config));
+}
+
 template <class T>
 std::vector<Parameter<T>*> Module<T>::parameters() {
   std::vector<Parameter<T>*> out;

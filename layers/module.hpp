@@ -15,8 +15,20 @@
 #include <vector>
 
 #include "tapegrad/autograd/parameter.hpp"
+#include "tapegrad/core/settings.hpp"
 
 namespace tapegrad {
+
+// What a checkpoint holds about a model besides its weights: the kind of model and the configuration
+// that rebuilds it, as the model's own settings (core/settings.hpp). Empty for a module that does not
+// describe itself.
+struct ModelRecord {
+  std::string kind;
+  Settings config;
+  bool operator==(const ModelRecord&) const = default;
+  bool empty() const { return kind.empty() && config.empty(); }
+  std::string describe() const;  // "mlp (hidden 16, seed 0)", or "not described (weights only)"
+};
 
 template <class T>
 class Module {
@@ -37,6 +49,11 @@ class Module {
   Index parameter_count() const;  // total number of scalars
 
   void zero_grad();
+
+  // The model's kind and configuration, which checkpoints store so that the model can be rebuilt from
+  // its file (model_from_checkpoint<M>). A model that can be rebuilt overrides it; by default a module
+  // describes nothing.
+  virtual ModelRecord model_record() const { return {}; }
   // Training or evaluation mode, set on this module and every child (layers with dropout-like
   // behaviour would read it; none does yet, but models and the training loop keep it honest).
   void train(bool on = true);

@@ -7,30 +7,6 @@
 
 namespace tapegrad {
 
-std::string_view to_string(AttentionMode m) { return m == AttentionMode::learnable ? "learnable" : "parameter_free"; }
-
-std::string_view to_string(AttentionScale s) {
-  switch (s) {
-    case AttentionScale::inv_sqrt_d_head: return "1/sqrt(d_head)";
-    case AttentionScale::none: return "none";
-    case AttentionScale::inv_d_head: return "1/d_head";
-  }
-  return "?";
-}
-
-AttentionMode parse_attention_mode(std::string_view name) {
-  if (name == "free" || name == "parameter_free") return AttentionMode::parameter_free;
-  if (name == "learned" || name == "learnable") return AttentionMode::learnable;
-  fail<NameError>("attention: unknown mode '{}'; choose free (parameter-free) or learned", name);
-}
-
-AttentionScale parse_attention_scale(std::string_view name) {
-  if (name == "sqrt") return AttentionScale::inv_sqrt_d_head;
-  if (name == "none") return AttentionScale::none;
-  if (name == "d") return AttentionScale::inv_d_head;
-  fail<NameError>("attention: unknown scale '{}'; choose sqrt (1/sqrt(d_head)), none or d (1/d_head)", name);
-}
-
 template <class T>
 SelfAttention<T>::SelfAttention(std::string name, const SelfAttentionOptions& options, Rng& rng)
     : Module<T>(std::move(name)), options_(options) {

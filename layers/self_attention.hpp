@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tapegrad/autograd/tape.hpp"
+#include "tapegrad/core/names.hpp"
 #include "tapegrad/layers/init.hpp"
 #include "tapegrad/layers/module.hpp"
 
@@ -26,10 +27,25 @@ enum class AttentionMode { parameter_free, learnable };
 // The factor s on the scores: 1/sqrt(dh) (the standard), none (note 001), 1/dh (note 002).
 enum class AttentionScale { inv_sqrt_d_head, none, inv_d_head };
 
-std::string_view to_string(AttentionMode m);
-std::string_view to_string(AttentionScale s);
-AttentionMode parse_attention_mode(std::string_view name);    // "free" / "parameter_free" / "learned" / "learnable"
-AttentionScale parse_attention_scale(std::string_view name);  // "sqrt" / "none" / "d"
+
+template <>
+struct EnumNames<AttentionMode> {
+  static constexpr std::string_view what = "attention mode";
+  static constexpr std::array<EnumName<AttentionMode>, 2> names = {{
+      {AttentionMode::parameter_free, "parameter_free", "free"},
+      {AttentionMode::learnable, "learnable", "learned"},
+  }};
+};
+
+template <>
+struct EnumNames<AttentionScale> {
+  static constexpr std::string_view what = "attention scale";
+  static constexpr std::array<EnumName<AttentionScale>, 3> names = {{
+      {AttentionScale::inv_sqrt_d_head, "inv_sqrt_d_head", "sqrt"},
+      {AttentionScale::none, "none"},
+      {AttentionScale::inv_d_head, "inv_d_head", "d"},
+  }};
+};
 
 struct SelfAttentionOptions {
   AttentionMode mode = AttentionMode::learnable;

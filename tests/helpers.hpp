@@ -4,12 +4,14 @@
 
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <string>
 
 #include "tapegrad/autograd/gradcheck.hpp"
 #include "tapegrad/core/rng.hpp"
 #include "tapegrad/core/tensor.hpp"
+#include "tapegrad/train/trainer.hpp"
 
 namespace tapegrad::test {
 
@@ -31,6 +33,20 @@ std::string mismatch(const TensorT<A>& a, const TensorT<B>& b, double atol, doub
       return fmt::format("element {} of {}: {:.17g} vs expected {:.17g} (diff {:.3g})", i, a.shape(), x, y, x - y);
   }
   return {};
+}
+
+// Whether two curves have the same steps, rates and named values, bit for bit (a NaN equals a NaN with
+// the same bits; wall-clock seconds are not compared).
+inline bool same_curve(const std::vector<CurvePoint>& a, const std::vector<CurvePoint>& b) {
+  auto bits = [](double v) { return std::bit_cast<std::uint64_t>(v); };
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].step != b[i].step || bits(a[i].lr) != bits(b[i].lr) || a[i].values.size() != b[i].values.size()) return false;
+    for (std::size_t k = 0; k < a[i].values.size(); ++k)
+      if (a[i].values[k].name != b[i].values[k].name || bits(a[i].values[k].value) != bits(b[i].values[k].value))
+        return false;
+  }
+  return true;
 }
 
 }  // namespace tapegrad::test

@@ -7,10 +7,12 @@
 #include "alloc_counter.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/rng.hpp"
-#include "tapegrad/train/tasks.hpp"
+#include "lesson/tasks.hpp"
+#include "lesson/toy_run.hpp"
 #include "tapegrad/train/trainer.hpp"
 
 using namespace tapegrad;
+using namespace tapegrad::lesson;
 
 namespace {
 
@@ -98,18 +100,50 @@ TEST_CASE("alloc: a training step in steady state makes no heap allocations") {
 TEST_CASE("alloc: a Trainer step (batch, forward, backward, clipping, Adam or SGD) allocates nothing in steady state") {
   const auto task = make_task("cycle");
   const TaskSplit split = make_task_split(*task, 500, 10, 10, 1);
-  for (auto optimizer : {OptimizerKind::adam, OptimizerKind::sgd}) {
+  for (auto optimizer : {OptimizerKind::adam, OptimizerKind::sgd, OptimizerKind::adamw}) {
     CAPTURE(to_string(optimizer));
-    ModelConfig config{.vocab = task->tokens().size(), .labels = task->labels().size(), .max_len = task->length(),
-                       .heads = 3, .d_head = 4, .output_projection = true, .residual = true};
-    ToyModel<float> model(config);
-    Trainer trainer(model, split.train, nullptr, TrainConfig{.steps = 100, .optimizer = optimizer, .clip = 1.0});
-    trainer.step();
-    trainer.step();
+    const ModelConfig config{.vocab = task->tokens().size(), .labels = task->labels().size(), .max_len = task->length(),
+                             .heads = 3, .d_head = 4, .output_projection = true, .residual = true};
+    ToyRun run({.model = config, .optimizer = optimizer,
+                .schedule = {"cosine", to_settings(CosineOptions{.warmup_steps = 5, .total_steps = 100})},
+                .training = {.steps = 100, .clip = 1.0}},
+               split.train);
+    run.trainer().step();
+    run.trainer().step();
     const long before = test::allocation_count();
-    for (int i = 0; i < 20; ++i) trainer.step();
+    for (int i = 0; i < 20; ++i) run.trainer().step();
     CHECK(test::allocation_count() - before == 0);
   }
+}
+
+TEST_CASE("alloc: a Trainer step on dense data (a tensor source, a user's loss with a metric) allocates nothing") {
+  Rng rng(5);
+  Tensor x(Shape::mat(64, 4));
+  Ids y(Shape::vec(64));
+  for (Index i = 0; i < 64; ++i) {
+    for (Index j = 0; j < 4; ++j) x.at(i, j) = static_cast<float>(rng.normal());
+    y[i] = static_cast<std::int32_t>(i % 3);
+  }
+  const TensorSource data("dense", x, y);
+  struct Linear1 : Module<float> {
+    Parameter<float>* w;
+    Parameter<float>* b;
+    Linear1() : Module<float>("lin") {
+      w = &register_parameter("w", Tensor(Shape::mat(4, 3), 0.1f));
+      b = &register_parameter("b", Tensor(Shape::vec(3)));
+    }
+  } model;
+  SGD<float> opt(model.parameters(), {.lr = 0.1, .momentum = 0.9});
+  Trainer trainer(model, opt, data, [&](Tape<float>& t, const TensorBatch& batch) -> StepOutput<float> {
+    Var<float> logits = add(matmul(t.constant(batch.features), t.param(*model.w)), t.param(*model.b));
+    return {cross_entropy(logits, batch.labels), logits};
+  }, {.steps = 100, .batch = 16});
+  trainer.add_metric("accuracy", accuracy);
+  trainer.step();
+  trainer.step();
+  const long before = test::allocation_count();
+  for (int i = 0; i < 20; ++i) trainer.step();
+  CHECK(test::allocation_count() - before == 0);
 }
 
 TEST_CASE("alloc: the counter does count (a check that cannot fail would prove nothing)") {

@@ -1,6 +1,7 @@
 // train/checkpoint: round trips, strict loading and its messages, resuming bit for bit (SGD with
-// momentum, Adam), hundreds of truncated and corrupted files, crashes in the middle of a save, keeping
-// the last N, the JSON export.
+// momentum, Adam; the lesson's toy model and a user's own MLP), files of format 1 (tapegrad 0.1) still
+// loading and resuming to that release's results, hundreds of truncated and corrupted files, crashes in
+// the middle of a save, keeping the last N.
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -8,15 +9,20 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <numeric>
 #include <sstream>
 
-#include "tapegrad/autograd/ops.hpp"
 #include "helpers.hpp"
+#include "lesson/tasks.hpp"
+#include "lesson/toy_run.hpp"
 #include "reseal.hpp"
+#include "user_models.hpp"
+#include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/train/checkpoint.hpp"
-#include "tapegrad/train/tasks.hpp"
 
 using namespace tapegrad;
+using namespace tapegrad::lesson;
 namespace fs = std::filesystem;
 
 namespace {
@@ -29,9 +35,31 @@ struct Fixture {
     return {.vocab = task->tokens().size(), .labels = task->labels().size(), .max_len = task->length(),
             .heads = 3, .d_head = 11, .output_projection = true};
   }
-  TrainConfig training(OptimizerKind kind) const {
-    return {.steps = 40, .batch = 8, .optimizer = kind, .lr = kind == OptimizerKind::sgd ? 0.1 : 0.01, .momentum = 0.9,
-            .eval_every = 10, .seed = 5};
+  // SGD with momentum at lr 0.1, or Adam at 0.01; 40 steps of batch 8, evaluated every 10.
+  ToyRunConfig run(OptimizerKind kind, ModelConfig model) const {
+    Settings h = {{"lr", kind == OptimizerKind::sgd ? "0.1" : "0.01"}};
+    if (kind == OptimizerKind::sgd) h.push_back({"momentum", "0.9"});
+    return {.model = model, .optimizer = kind, .hyperparameters = h,
+            .training = {.steps = 40, .batch = 8, .eval_every = 10, .seed = 5}};
+  }
+  ToyRunConfig run(OptimizerKind kind) const { return run(kind, config()); }
+};
+
+using test::Mlp;
+
+// A user's training run: the MLP, AdamW with a cosine schedule, accuracy.
+struct MlpRun {
+  Mlp model;
+  AdamW<float> opt;
+  Trainer<TensorBatch> trainer;
+  MlpRun(const TensorSource& data, const Mlp::Config& c)
+      : model(c), opt(model.parameters(), {.lr = 0.05, .weight_decay = 0.01}),
+        trainer(model, opt, data, [this](Tape<float>& t, const TensorBatch& b) -> StepOutput<float> {
+          Var<float> logits = model.forward(t.constant(b.features));
+          return {cross_entropy(logits, b.labels), logits};
+        }, {.steps = 60, .batch = 16, .eval_every = 20, .seed = 2}) {
+    opt.set_schedule(CosineWithWarmup({.warmup_steps = 5, .total_steps = 60}));
+    trainer.add_metric("accuracy", accuracy);
   }
 };
 
@@ -66,13 +94,14 @@ void reseal(std::vector<std::byte>& file) { test::reseal(file, crc32_reference);
 
 TEST_CASE("checkpoint: a trainer's checkpoint round-trips through bytes and a file, every field") {
   Fixture f;
-  ToyModel<float> model(f.config());
-  Trainer trainer(model, f.split.train, &f.split.validation, f.training(OptimizerKind::adam));
-  trainer.run();
-  Checkpoint c = snapshot(trainer);
+  ToyRun run(f.run(OptimizerKind::adam), f.split.train, &f.split.validation);
+  run.trainer().run();
+  Checkpoint c = snapshot(run.trainer());
   c.metadata["task"] = "cycle";
   const Checkpoint back = decode_checkpoint(bytes_of(c), "memory");
+  CHECK(back.format_version == 2);
   CHECK(back.model == c.model);
+  CHECK(back.model.kind == "toy_model");
   REQUIRE(back.parameters.size() == c.parameters.size());
   for (std::size_t i = 0; i < c.parameters.size(); ++i) {
     CHECK(back.parameters[i].name == c.parameters[i].name);
@@ -80,13 +109,22 @@ TEST_CASE("checkpoint: a trainer's checkpoint round-trips through bytes and a fi
     CHECK(back.parameters[i].values == c.parameters[i].values);
   }
   REQUIRE(back.training.has_value());
-  CHECK(back.training->buffers.size() == 2 * c.parameters.size());  // exp_avg and exp_avg_sq each
-  CHECK(back.training->trainer.step == 40);
-  CHECK(back.training->trainer.data_order.order == c.training->trainer.data_order.order);
-  CHECK(back.training->trainer.data_order.rng == c.training->trainer.data_order.rng);
-  CHECK(back.training->trainer.curve.size() == 5);
-  CHECK(std::isnan(back.training->trainer.curve[0].train_loss));  // before the first step
-  CHECK(back.training->hyperparameters == c.training->hyperparameters);
+  const auto& o = back.training->optimizer;
+  CHECK(o.buffers.size() == 2 * c.parameters.size());  // exp_avg and exp_avg_sq each
+  CHECK(o.kind == "adam");
+  CHECK(o.hyperparameters == c.training->optimizer.hyperparameters);
+  CHECK(o.schedule == ScheduleRecord{"constant", {}});
+  const TrainerState& t = back.training->trainer;
+  CHECK(t.step == 40);
+  CHECK(t.options.batch == 8);
+  CHECK(t.data_fingerprint == SequenceSource(f.split.train).fingerprint());
+  CHECK(t.data_order.order == c.training->trainer.data_order.order);
+  CHECK(t.data_order.rng == c.training->trainer.data_order.rng);
+  CHECK(t.rng == c.training->trainer.rng);
+  CHECK(t.window_metrics == c.training->trainer.window_metrics);
+  CHECK(test::same_curve(t.curve, c.training->trainer.curve));
+  REQUIRE(t.curve.size() == 5);
+  CHECK(std::isnan(value_of(t.curve[0].values, "train_loss")));  // before the first step
   CHECK(back.metadata == c.metadata);
 
   const fs::path dir = scratch("roundtrip");
@@ -98,24 +136,27 @@ TEST_CASE("checkpoint: a trainer's checkpoint round-trips through bytes and a fi
 
 TEST_CASE("checkpoint: a weights-only load into a fresh model predicts identically") {
   Fixture f;
-  ToyModel<float> model(f.config());
-  Trainer trainer(model, f.split.train, nullptr, f.training(OptimizerKind::adam));
-  trainer.run();
-  const auto reloaded = model_from_checkpoint(decode_checkpoint(bytes_of(snapshot(std::as_const(model))), "memory"));
-  CHECK(dataset_logits(*reloaded, f.split.test) == dataset_logits(model, f.split.test));
+  ToyRun run(f.run(OptimizerKind::adam), f.split.train);
+  run.trainer().run();
+  const auto reloaded = model_from_checkpoint<ToyModel<float>>(decode_checkpoint(bytes_of(snapshot<float>(run.model())), "memory"));
+  CHECK(dataset_logits(*reloaded, f.split.test) == dataset_logits(run.model(), f.split.test));
 }
 
 TEST_CASE("checkpoint: a configuration the file's weights do not account for is refused before anything is built") {
   Fixture f;
   ToyModel<float> model(f.config());
-  Checkpoint forged = snapshot(std::as_const(model));
-  forged.model.vocab = 1 << 23;  // would make a model of 8M x 8M one-hot features
-  CHECK_THROWS_WITH_AS(model_from_checkpoint(forged),
+  Checkpoint forged = snapshot<float>(model);
+  auto set = [&](const char* name, const char* value) {
+    for (auto& x : forged.model.config)
+      if (x.name == name) x.value = value;
+  };
+  set("vocab", "8388608");  // 2^23: would make a model of 8M x 8M one-hot features
+  CHECK_THROWS_WITH_AS(model_from_checkpoint<ToyModel<float>>(forged),
                        doctest::Contains("implies 1174406248 parameter values but the file holds 4628"), FormatError);
-  forged.model.vocab = f.config().vocab;
-  forged.model.output_projection = false;  // 3 x 33x33 + 33x8 + 8 = 3539, not the 4628 held
-  CHECK_THROWS_WITH_AS(model_from_checkpoint(forged), doctest::Contains("implies 3539 parameter values but the file holds 4628"),
-                       FormatError);
+  set("vocab", "25");
+  set("output_projection", "false");  // 3 x 33x33 + 33x8 + 8 = 3539, not the 4628 held
+  CHECK_THROWS_WITH_AS(model_from_checkpoint<ToyModel<float>>(forged),
+                       doctest::Contains("implies 3539 parameter values but the file holds 4628"), FormatError);
 }
 
 TEST_CASE("checkpoint: a strict load names every missing, unexpected and mis-shaped parameter and loads nothing") {
@@ -127,7 +168,7 @@ TEST_CASE("checkpoint: a strict load names every missing, unexpected and mis-sha
   other.output_projection = false;  // no wo
   ToyModel<float> target(other);
   const auto before = values_of(target);
-  const Checkpoint c = snapshot(std::as_const(source));
+  const Checkpoint c = snapshot<float>(source);
   CHECK_THROWS_WITH_AS(load_weights(c, target),
                        "load: the model has no 'attn.wo'; 'attn.wq' is 33x33 in the file but 33x22 in the model; 'attn.wk' "
                        "is 33x33 in the file but 33x22 in the model; 'attn.wv' is 33x33 in the file but 33x22 in the "
@@ -153,7 +194,7 @@ TEST_CASE("checkpoint: a strict load names every missing, unexpected and mis-sha
 TEST_CASE("checkpoint: wrong magic, a newer format, a checksum mismatch and truncation are named") {
   Fixture f;
   ToyModel<float> model(f.config());
-  const std::vector<std::byte> good = bytes_of(snapshot(std::as_const(model)));
+  const std::vector<std::byte> good = bytes_of(snapshot<float>(model));
   auto resealed = good;
   reseal(resealed);
   CHECK(resealed == good);  // the header's CRC-32 is the standard one (zlib's agrees with the reference)
@@ -167,7 +208,7 @@ TEST_CASE("checkpoint: wrong magic, a newer format, a checksum mismatch and trun
                        "with 54 47 43 4b 50 54 0d 0a)",
                        FormatError);
   CHECK_THROWS_WITH_AS(decode_checkpoint(with(8, 7), "x.tgck"),
-                       "load 'x.tgck': format version 7 is newer than this tapegrad reads (1); update tapegrad", FormatError);
+                       "load 'x.tgck': format version 7 is newer than this tapegrad reads (2); update tapegrad", FormatError);
   auto flipped = good;
   flipped[good.size() / 2] ^= std::byte{0x10};
   CHECK_THROWS_WITH_AS(decode_checkpoint(flipped, "x.tgck"), doctest::Contains("load 'x.tgck': checksum mismatch (the header says"),
@@ -187,10 +228,9 @@ TEST_CASE("checkpoint: wrong magic, a newer format, a checksum mismatch and trun
 
 TEST_CASE("checkpoint: hundreds of truncated and corrupted files all fail cleanly and leave the model untouched") {
   Fixture f;
-  ToyModel<float> trained(f.config());
-  Trainer trainer(trained, f.split.train, nullptr, f.training(OptimizerKind::sgd));
-  for (int i = 0; i < 5; ++i) trainer.step();
-  const std::vector<std::byte> good = bytes_of(snapshot(trainer));
+  ToyRun trained(f.run(OptimizerKind::sgd), f.split.train);
+  for (int i = 0; i < 5; ++i) trained.trainer().step();
+  const std::vector<std::byte> good = bytes_of(snapshot(trained.trainer()));
   ToyModel<float> model(f.config());
   const auto before = values_of(model);
   Rng rng(17);
@@ -226,7 +266,7 @@ TEST_CASE("checkpoint: what the fuzzer found stays fixed: an empty file, a boole
   CHECK_THROWS_WITH_AS(decode_checkpoint(std::vector<std::byte>{}, "x.tgck"), "load 'x.tgck': the file is empty", FormatError);
   // In a weights-only file the last payload byte is the has-training flag; 48 is no bool (reading it
   // into one was undefined behaviour, which UBSan reported).
-  auto bad = bytes_of(snapshot(std::as_const(model)));
+  auto bad = bytes_of(snapshot<float>(model));
   REQUIRE(bad.back() == std::byte{0});
   bad.back() = std::byte{48};
   reseal(bad);
@@ -251,10 +291,9 @@ TEST_CASE("checkpoint: corrupted payloads with a valid checksum decode to an err
   // the checksum) meets the damage. A decode may succeed (a flipped weight is still a weight); nothing
   // else may happen but a FormatError.
   Fixture f;
-  ToyModel<float> trained(f.config());
-  Trainer trainer(trained, f.split.train, nullptr, f.training(OptimizerKind::adam));
-  trainer.step();
-  const std::vector<std::byte> good = bytes_of(snapshot(trainer));
+  ToyRun trained(f.run(OptimizerKind::adam), f.split.train);
+  trained.trainer().step();
+  const std::vector<std::byte> good = bytes_of(snapshot(trained.trainer()));
   Rng rng(23);
   int refused = 0, decoded = 0;
   for (int k = 0; k < 400; ++k) {
@@ -284,74 +323,184 @@ TEST_CASE("checkpoint: resuming from a checkpoint gives bit-identical losses and
   Fixture f;
   for (auto kind : {OptimizerKind::sgd, OptimizerKind::adam}) {
     CAPTURE(to_string(kind));
-    const TrainConfig config = f.training(kind);
     std::vector<double> straight_losses, resumed_losses;
-    ToyModel<float> straight(f.config());
-    {
-      Trainer t(straight, f.split.train, &f.split.validation, config);
-      for (int i = 0; i < 40; ++i) straight_losses.push_back(t.step());
-    }
+    ToyRun straight(f.run(kind), f.split.train, &f.split.validation);
+    for (int i = 0; i < 40; ++i) straight_losses.push_back(straight.trainer().step());
     std::vector<std::byte> saved;
     {
-      ToyModel<float> first(f.config());
-      Trainer t(first, f.split.train, &f.split.validation, config);
-      for (int i = 0; i < 17; ++i) resumed_losses.push_back(t.step());
-      saved = bytes_of(snapshot(t));
+      ToyRun first(f.run(kind), f.split.train, &f.split.validation);
+      for (int i = 0; i < 17; ++i) resumed_losses.push_back(first.trainer().step());
+      saved = bytes_of(snapshot(first.trainer()));
     }
-    ToyModel<float> second(ModelConfig(f.config()) /* same config, fresh objects */);
-    Trainer t(second, f.split.train, &f.split.validation, config);
-    const LoadReport report = load_training(decode_checkpoint(saved, "mid.tgck"), t);
+    ToyRun second(f.run(kind), f.split.train, &f.split.validation);  // same config, fresh objects
+    const LoadReport report = load_training(decode_checkpoint(saved, "mid.tgck"), second.trainer());
     CHECK(report.training_state);
-    CHECK(t.steps_done() == 17);
-    for (int i = 17; i < 40; ++i) resumed_losses.push_back(t.step());
+    CHECK(second.trainer().steps_done() == 17);
+    for (int i = 17; i < 40; ++i) resumed_losses.push_back(second.trainer().step());
     CHECK(resumed_losses == straight_losses);
-    CHECK(values_of(second) == values_of(straight));
+    CHECK(values_of(second.model()) == values_of(straight.model()));
   }
+}
+
+TEST_CASE("checkpoint: a user's own model: rebuilt from its file, and its training resumed bit for bit") {
+  const TensorSource data = test::classification_data(200, 4, true);
+  const Mlp::Config config{.in = 2, .hidden = 6, .out = 2, .seed = 9};
+  MlpRun straight(data, config);
+  straight.trainer.run();
+  // Weights and record: a fresh model of the user's type, with the same predictions.
+  const Checkpoint weights = decode_checkpoint(bytes_of(snapshot<float>(straight.model)), "mlp.tgck");
+  CHECK(weights.model.describe() == "test_mlp (in 2, hidden 6, out 2, seed 9)");
+  CHECK(describe_checkpoint(weights).find("model: test_mlp (in 2, hidden 6, out 2, seed 9)") != std::string::npos);
+  const auto rebuilt = model_from_checkpoint<Mlp>(weights);
+  Tape<float> t1, t2;
+  CHECK(rebuilt->forward(t1.constant(data.features())).value() == straight.model.forward(t2.constant(data.features())).value());
+  CHECK_THROWS_WITH_AS(model_from_checkpoint<ToyModel<float>>(weights),
+                       "load: the file holds a model of kind 'test_mlp', not 'toy_model'", FormatError);
+  // Training state: 25 steps, a checkpoint, a fresh run resumed to 60 ends where the straight run ended.
+  std::vector<std::byte> mid;
+  {
+    MlpRun first(data, config);
+    TrainCallbacks save_at_25;
+    save_at_25.on_step = [&](Index step) {  // a checkpoint between evaluations, as a callback takes it
+      if (step != 25) return;
+      mid = bytes_of(snapshot(first.trainer));
+      first.trainer.stop();
+    };
+    first.trainer.run(save_at_25);
+    CHECK(first.trainer.steps_done() == 25);
+  }
+  MlpRun resumed(data, config);
+  load_training(decode_checkpoint(mid, "mid.tgck"), resumed.trainer);
+  resumed.trainer.run();
+  CHECK(values_of(resumed.model) == values_of(straight.model));
+  CHECK(resumed.opt.state().per_param == straight.opt.state().per_param);
+  CHECK(test::same_curve(resumed.trainer.curve(), straight.trainer.curve()));
+  CHECK(resumed.trainer.curve().size() == 4);  // steps 0, 20, 40, 60
+  // Another configuration of the same kind is named setting by setting.
+  MlpRun wider(data, {.in = 2, .hidden = 7, .out = 2, .seed = 9});
+  CHECK_THROWS_WITH_AS(load_training(decode_checkpoint(mid, "mid.tgck"), wider.trainer),
+                       "resume: setting 'hidden' is 6 in the file but 7 in the model", FormatError);
 }
 
 TEST_CASE("checkpoint: resuming refuses weights-only files, other data, another optimizer or model, and changes nothing") {
   Fixture f;
-  ToyModel<float> model(f.config());
-  Trainer trainer(model, f.split.train, nullptr, f.training(OptimizerKind::adam));
-  for (int i = 0; i < 3; ++i) trainer.step();
-  const Checkpoint c = snapshot(trainer);
+  ToyRun source(f.run(OptimizerKind::adam), f.split.train);
+  for (int i = 0; i < 3; ++i) source.trainer().step();
+  const Checkpoint c = snapshot(source.trainer());
 
-  ToyModel<float> fresh(f.config());
-  Trainer target(fresh, f.split.train, nullptr, f.training(OptimizerKind::adam));
-  target.step();
-  const auto weights = values_of(fresh);
+  ToyRun target(f.run(OptimizerKind::adam), f.split.train);
+  target.trainer().step();
+  const auto weights = values_of(target.model());
   const auto optimizer = target.optimizer().state();
-  const auto state = target.state();
+  const auto state = target.trainer().state();
   auto unchanged = [&] {
-    CHECK(values_of(fresh) == weights);
+    CHECK(values_of(target.model()) == weights);
     CHECK(target.optimizer().state().per_param == optimizer.per_param);
-    CHECK(target.state().data_order.order == state.data_order.order);
-    CHECK(target.steps_done() == 1);
+    CHECK(target.trainer().state().data_order.order == state.data_order.order);
+    CHECK(target.trainer().steps_done() == 1);
   };
-  CHECK_THROWS_WITH_AS(load_training(snapshot(std::as_const(model)), target),
+  CHECK_THROWS_WITH_AS(load_training(snapshot<float>(source.model()), target.trainer()),
                        "resume: the checkpoint holds weights only, not the state of training", FormatError);
   Checkpoint other_data = c;
-  other_data.metadata["data.fingerprint"] = "00000000";
-  CHECK_THROWS_WITH_AS(load_training(other_data, target),
+  other_data.training->trainer.data_fingerprint ^= 1;
+  CHECK_THROWS_WITH_AS(load_training(other_data, target.trainer()),
                        doctest::Contains("resume: the training data differs from the data the checkpoint was trained on"),
-                       FormatError);
+                       ValueError);
   Checkpoint other_model = c;
-  other_model.model.residual = true;
-  other_model.model.output_projection = true;
-  CHECK_THROWS_WITH_AS(load_training(other_model, target), doctest::Contains("resume: the checkpoint's model is"), FormatError);
+  other_model.model.config.back().value = "7";  // the seed
+  CHECK_THROWS_WITH_AS(load_training(other_model, target.trainer()), "resume: setting 'seed' is 7 in the file but 0 in the model",
+                       FormatError);
   Checkpoint bad_buffer = c;
-  bad_buffer.training->buffers[0].shape = Shape::mat(1, 1);
-  bad_buffer.training->buffers[0].values = {0.0};
-  CHECK_THROWS_WITH_AS(load_training(bad_buffer, target), doctest::Contains("load_state:"), ShapeError);
+  bad_buffer.training->optimizer.buffers[0].shape = Shape::mat(1, 1);
+  bad_buffer.training->optimizer.buffers[0].values = {0.0};
+  CHECK_THROWS_WITH_AS(load_training(bad_buffer, target.trainer()), doctest::Contains("load_state:"), ShapeError);
   Checkpoint bad_order = c;
   bad_order.training->trainer.data_order.order[0] = 9999;
-  CHECK_THROWS_WITH_AS(load_training(bad_order, target), doctest::Contains("sampler: the saved data order is not a permutation"),
+  CHECK_THROWS_WITH_AS(load_training(bad_order, target.trainer()),
+                       doctest::Contains("sampler: the saved data order is not a permutation"), ValueError);
+  Checkpoint other_schedule = c;
+  other_schedule.training->optimizer.schedule = {"step", to_settings(StepLrOptions{})};
+  CHECK_THROWS_WITH_AS(load_training(other_schedule, target.trainer()),
+                       "load_state: the state's schedule is step (step_size 1, gamma 0.1) but this optimizer's is constant",
                        ValueError);
   unchanged();
 
-  ToyModel<float> sgd_model(f.config());
-  Trainer sgd(sgd_model, f.split.train, nullptr, f.training(OptimizerKind::sgd));
-  CHECK_THROWS_WITH_AS(load_training(c, sgd), "resume: the checkpoint was trained with adam, the trainer uses sgd", FormatError);
+  ToyRun sgd(f.run(OptimizerKind::sgd), f.split.train);
+  CHECK_THROWS_WITH_AS(load_training(c, sgd.trainer()), "load_state: the state is from 'adam' but this optimizer is 'sgd'",
+                       ValueError);
+}
+
+TEST_CASE("checkpoint: files of format 1 (tapegrad 0.1) load, and resume to that release's results bit for bit") {
+  // tests/data/v1/expected.txt says how each file was made and what 0.1 printed after resuming it.
+  std::map<std::string, std::string> final_crc;
+  std::map<std::string, std::vector<std::string>> curves;
+  std::ifstream expected(TAPEGRAD_TEST_DATA "/v1/expected.txt");
+  REQUIRE(expected.good());
+  for (std::string line; std::getline(expected, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream words(line);
+    std::string file, key, value;
+    words >> file >> key >> value;
+    if (key == "curve")
+      curves[file].push_back(value);
+    else
+      final_crc[file] = value;
+  }
+  REQUIRE(final_crc.size() == 3);
+
+  // Weights only: the demo's trained model, into a fresh model rebuilt from the file's configuration.
+  const Checkpoint weights = read_checkpoint(TAPEGRAD_TEST_DATA "/v1/cycle_learned_weights.tgck");
+  CHECK(weights.format_version == 1);
+  CHECK(weights.model.kind == "toy_model");
+  CHECK(fmt::format("{:08x}", weights_crc32(weights)) == final_crc.at("cycle_learned_weights.tgck"));
+  const auto model = model_from_checkpoint<ToyModel<float>>(weights);
+  CHECK(model->config().attention == AttentionMode::learnable);
+  const auto task = make_task("cycle");
+  const TaskSplit split = make_task_split(*task, 4000, 500, 1000, 1000);  // the demo's seed-0 split: its test set
+  Tape<float> tape;
+  NoGradGuard<float> no_grad(tape);
+  Tally correct;
+  for (const Dataset* d : {&split.test}) {
+    SequenceBatch b;
+    std::vector<Index> all(static_cast<std::size_t>(d->size()));
+    std::iota(all.begin(), all.end(), Index{0});
+    SequenceSource(*d).fill(all, b);
+    correct += count_correct(model->logits(tape, b).value(), b.labels);
+  }
+  CHECK(correct.mean() == 1.0);  // the demo's table: learnable attention solves cycle
+
+  for (const std::string name : {"adam_cycle_step10.tgck", "sgd_cosine_clip_cycle_step10.tgck"}) {
+    CAPTURE(name);
+    const Checkpoint c = read_checkpoint(fs::path(TAPEGRAD_TEST_DATA "/v1") / name);
+    REQUIRE(c.training.has_value());
+    CHECK(c.format_version == 1);
+    CHECK(c.metadata.at("task") == "cycle");
+    CHECK(c.training->trainer.step == 10);
+    CHECK(c.training->trainer.options.steps == 20);
+    const bool sgd = c.training->optimizer.kind == "sgd";
+    // The optimizer's own lr (0.1's file held the last scheduled rate), and the schedule 0.1 built.
+    CHECK(*find_setting(c.training->optimizer.hyperparameters, "lr") == (sgd ? "0.1" : "0.01"));
+    CHECK(c.training->optimizer.schedule.describe() ==
+          (sgd ? "cosine (warmup_steps 1, total_steps 20, min_lr 0)" : "constant"));
+    // The run 0.1's trainer made, rebuilt from the file alone, then resumed here to step 20.
+    const TaskSplit data = make_task_split(*task, 4000, 0, 1000, 1000);
+    ToyRunConfig config{.model = from_settings<ModelConfig>(c.model.config, "model"),
+                        .optimizer = parse_enum<OptimizerKind>(c.training->optimizer.kind),
+                        .hyperparameters = c.training->optimizer.hyperparameters,
+                        .schedule = c.training->optimizer.schedule,
+                        .training = c.training->trainer.options};
+    ToyRun run(config, data.train, &data.test);
+    load_training(c, run.trainer());
+    run.trainer().run();
+    CHECK(fmt::format("{:08x}", weights_crc32(snapshot<float>(run.model()))) == final_crc.at(name));
+    std::vector<std::string> rows;
+    for (const auto& p : run.trainer().curve()) {
+      std::string row = fmt::format("{}", p.step);
+      for (const auto& v : p.values) row += fmt::format(",{:.6g}", v.value);
+      rows.push_back(row + fmt::format(",{:.6g}", p.lr));
+    }
+    CHECK(rows == curves.at(name));
+  }
 }
 
 TEST_CASE("checkpoint: a crash at any moment of a save leaves the old file or the new one, never a torn one") {
@@ -359,7 +508,7 @@ TEST_CASE("checkpoint: a crash at any moment of a save leaves the old file or th
   ModelConfig other = f.config();
   other.seed = 9;  // other weights
   ToyModel<float> a_model(f.config()), b_model(other);
-  const Checkpoint a = snapshot(std::as_const(a_model)), b = snapshot(std::as_const(b_model));
+  const Checkpoint a = snapshot<float>(a_model), b = snapshot<float>(b_model);
   const auto a_bytes = bytes_of(a), b_bytes = bytes_of(b);
   const fs::path dir = scratch("crash");
   const fs::path target = dir / "model.tgck";
@@ -387,7 +536,7 @@ TEST_CASE("checkpoint: a crash at any moment of a save leaves the old file or th
 TEST_CASE("checkpoint: a checkpoint folder keeps the newest N") {
   Fixture f;
   ToyModel<float> model(f.config());
-  const Checkpoint c = snapshot(std::as_const(model));
+  const Checkpoint c = snapshot<float>(model);
   const fs::path dir = scratch("keep");
   CheckpointDir keep(dir, 3);
   for (std::int64_t step : {100, 200, 300, 400, 500}) keep.save(c, step);

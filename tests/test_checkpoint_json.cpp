@@ -6,28 +6,37 @@
 #include <cereal/archives/json.hpp>
 #include <sstream>
 
+#include "lesson/tasks.hpp"
+#include "lesson/toy_run.hpp"
 #include "tapegrad/train/checkpoint.hpp"
-#include "tapegrad/train/tasks.hpp"
 
 using namespace tapegrad;
+using namespace tapegrad::lesson;
 
 TEST_CASE("checkpoint: the JSON export is valid JSON with every name, and the summary lists shapes, norms and step") {
   const auto task = make_task("cycle");
   const TaskSplit split = make_task_split(*task, 300, 10, 50, 3);
-  ToyModel<float> model(ModelConfig{.vocab = task->tokens().size(), .labels = task->labels().size(),
-                                    .max_len = task->length(), .heads = 3, .d_head = 11, .output_projection = true});
-  Trainer trainer(model, split.train, &split.validation,
-                  TrainConfig{.steps = 40, .batch = 8, .optimizer = OptimizerKind::adam, .eval_every = 10, .seed = 5});
-  trainer.run();
-  const Checkpoint c = snapshot(trainer);
+  ToyRun run({.model = {.vocab = task->tokens().size(), .labels = task->labels().size(), .max_len = task->length(),
+                        .heads = 3, .d_head = 11, .output_projection = true},
+              .training = {.steps = 40, .batch = 8, .eval_every = 10, .seed = 5}},
+             split.train, &split.validation);
+  run.trainer().run();
+  const Checkpoint c = snapshot(run.trainer());
   const std::string json = checkpoint_json(c);
   std::istringstream in(json);
   CHECK_NOTHROW(cereal::JSONInputArchive{in});  // parses
   for (const auto& p : c.parameters) CHECK(json.find("\"name\": \"" + p.name + "\"") != std::string::npos);
-  CHECK(json.find("\"train_loss\": \"NaN\"") != std::string::npos);  // JSON has no NaN literal
+  CHECK(json.find("\"value\": \"NaN\"") != std::string::npos);  // JSON has no NaN literal
+  // Settings are objects of text, enums by name: what a person reads, the same names the API uses.
+  CHECK(json.find("\"attention\": \"learnable\"") != std::string::npos);
+  CHECK(json.find("\"positions\": \"onehot\"") != std::string::npos);
+  CHECK(json.find("\"beta1\": \"0.9\"") != std::string::npos);
   const std::string summary = describe_checkpoint(c);
+  INFO(summary);
   CHECK(summary.find("attn.wq") != std::string::npos);
   CHECK(summary.find("f32      33x33  norm ") != std::string::npos);
   CHECK(summary.find("training: step 40 of 40") != std::string::npos);
-  CHECK(summary.find("optimizer: adam after 40 steps") != std::string::npos);
+  CHECK(summary.find("optimizer: adam after 40 steps (lr 0.01, beta1 0.9, beta2 0.999, eps 1e-08, weight_decay 0); "
+                     "schedule constant; 12 buffers") != std::string::npos);
+  CHECK(summary.find("model: toy_model (vocab 25, labels 8, max_len 8, features onehot") != std::string::npos);
 }

@@ -138,9 +138,9 @@ TEST_CASE("embeddings: a trainable table, fixed one-hot tokens, and positions") 
   CHECK(learned.parameters()[0]->name == "table");
   CHECK_THROWS_WITH_AS(learned.forward(t.constant(TensorD(Shape::batched(1, 4, 2)))),
                        "positions 'pos': x is 1x4x2 but the layer takes (batch, T <= 3, 2) inputs", ShapeError);
-  CHECK(parse_position_encoding("sinusoidal") == PositionEncoding::sinusoidal);
-  CHECK_THROWS_WITH_AS(parse_position_encoding("rotary"),
-                       "positions: unknown encoding 'rotary'; choose none, onehot, learned or sinusoidal", NameError);
+  CHECK(parse_enum<PositionEncoding>("sinusoidal") == PositionEncoding::sinusoidal);
+  CHECK_THROWS_WITH_AS(parse_enum<PositionEncoding>("rotary"),
+                       "positions: unknown name 'rotary'; choose none, onehot, learned or sinusoidal", NameError);
 }
 
 TEST_CASE("self_attention: learnable with Wq = Wk = Wv = I equals parameter-free exactly, outputs and input gradients") {
@@ -247,9 +247,11 @@ TEST_CASE("self_attention: options and inputs that do not fit are clear errors")
   CHECK_THROWS_WITH_AS(attn.forward(t.constant(TensorD(Shape::batched(2, 3, 6))), &padding),
                        "self_attention 'attn': the key padding mask is 3x2 but x is 2x3x6; it must be 2x3 (batch, tokens)",
                        ShapeError);
-  CHECK(parse_attention_mode("free") == M::parameter_free);
-  CHECK_THROWS_WITH_AS(parse_attention_mode("fixed"),
-                       "attention: unknown mode 'fixed'; choose free (parameter-free) or learned", NameError);
+  CHECK(parse_enum<AttentionMode>("free") == M::parameter_free);
+  CHECK(parse_enum<AttentionMode>("learned") == M::learnable);  // the old command-line spellings still work
+  CHECK(to_string(M::learnable) == "learnable");                // and the one written is the API's
+  CHECK_THROWS_WITH_AS(parse_enum<AttentionMode>("fixed"),
+                       "attention mode: unknown name 'fixed'; choose parameter_free or learnable", NameError);
 }
 
 TEST_CASE("gradcheck: every layer with respect to its input and every parameter, float64") {

@@ -108,8 +108,9 @@ Params golden_params(const Golden& g) {
   return ps;
 }
 
-// The case's options over the C++ defaults: cases without an option also check our defaults are torch's.
-std::unique_ptr<Optimizer<double>> make_optimizer(const GoldenCase& c, std::vector<Parameter<double>*> ps) {
+// The case's options over the C++ defaults: cases without an option also check our defaults are torch's,
+// but for AdamW's weight decay: torch's AdamW defaults to 0.01, tapegrad's one Adam options type to 0.
+std::unique_ptr<Optimizer<double>> optimizer_for(const GoldenCase& c, std::vector<Parameter<double>*> ps) {
   auto opt = [&c](const char* key, double fallback) {
     const auto found = c.options.find(key);
     return found == c.options.end() ? fallback : found->second;
@@ -127,9 +128,9 @@ std::unique_ptr<Optimizer<double>> make_optimizer(const GoldenCase& c, std::vect
     return std::make_unique<Adam<double>>(std::move(ps), o);
   }
   REQUIRE(c.kind == "adamw");
-  AdamWOptions o;
-  o = {opt("lr", o.lr), opt("beta1", o.beta1), opt("beta2", o.beta2), opt("eps", o.eps),
-       opt("weight_decay", o.weight_decay)};
+  AdamOptions o;
+  CHECK(o.weight_decay == 0);
+  o = {opt("lr", o.lr), opt("beta1", o.beta1), opt("beta2", o.beta2), opt("eps", o.eps), opt("weight_decay", 0.01)};
   return std::make_unique<AdamW<double>>(std::move(ps), o);
 }
 
@@ -143,7 +144,7 @@ int replay_against_torch(const std::string& kind) {
     if (c.kind != kind) continue;
     CAPTURE(name);
     Params ps = golden_params(g);
-    auto opt = make_optimizer(c, ps.ptrs());
+    auto opt = optimizer_for(c, ps.ptrs());
     REQUIRE(c.values.size() == g.grads.size());
     for (int step = 0; step < static_cast<int>(g.grads.size()); ++step) {
       CAPTURE(step);
@@ -183,6 +184,19 @@ void take_steps(Optimizer<double>& opt, TwoParams& m, Rng& rng, int steps) {
     m.random_grads(rng);
     opt.step();
   }
+}
+
+// Sets (or adds) a setting, removes one: the edits a forged state makes.
+void set(Settings& s, const std::string& name, const std::string& value) {
+  for (auto& x : s)
+    if (x.name == name) {
+      x.value = value;
+      return;
+    }
+  s.push_back({name, value});
+}
+void erase_setting(Settings& s, const std::string& name) {
+  std::erase_if(s, [&](const Setting& x) { return x.name == name; });
 }
 
 bool same_state(const OptimizerState<double>& a, const OptimizerState<double>& b) {
@@ -237,18 +251,32 @@ TEST_CASE("schedule: StepLr and CosineWithWarmup match torch.optim.lr_scheduler"
     std::unique_ptr<LrSchedule> schedule;
     const auto& o = c.options;
     if (c.kind == "step_lr")
-      schedule = std::make_unique<StepLr>(o.at("lr"), static_cast<std::int64_t>(o.at("step_size")), o.at("gamma"));
+      schedule = std::make_unique<StepLr>(StepLrOptions{static_cast<std::int64_t>(o.at("step_size")), o.at("gamma")});
     else if (c.kind == "cosine_warmup")
-      schedule = std::make_unique<CosineWithWarmup>(o.at("lr"), static_cast<std::int64_t>(o.at("warmup_steps")),
-                                                    static_cast<std::int64_t>(o.at("total_steps")), o.at("min_lr"));
+      schedule = std::make_unique<CosineWithWarmup>(CosineOptions{static_cast<std::int64_t>(o.at("warmup_steps")),
+                                                                  static_cast<std::int64_t>(o.at("total_steps")), o.at("min_lr")});
     else
       continue;
     CAPTURE(name);
     REQUIRE(c.lrs.numel() > 0);
     for (Index step = 0; step < c.lrs.numel(); ++step) {
       CAPTURE(step);
-      CHECK(schedule->lr_at(step) == doctest::Approx(c.lrs[step]).epsilon(1e-12));
+      CHECK(schedule->lr_at(o.at("lr"), step) == doctest::Approx(c.lrs[step]).epsilon(1e-12));
     }
+    // The same rates from an optimizer that carries the schedule: its lr is the one home of the rate.
+    TwoParams m(12);
+    SGD<double> sgd(m.ptrs(), {.lr = o.at("lr")});
+    sgd.set_schedule(*schedule);
+    for (Index step = 0; step < c.lrs.numel(); ++step) {
+      CAPTURE(step);
+      CHECK(sgd.current_lr() == doctest::Approx(c.lrs[step]).epsilon(1e-12));
+      const TensorD before = m.wq.value;
+      m.wq.grad = TensorD(m.wq.value.shape(), 1.0);
+      m.bias.grad = TensorD(m.bias.value.shape(), 0.0);
+      sgd.step();  // plain SGD: p -= rate * 1, so the step shows the rate it used
+      CHECK(before[0] - m.wq.value[0] == doctest::Approx(c.lrs[step]).epsilon(1e-9));
+    }
+    CHECK(sgd.lr() == o.at("lr"));  // the schedule never overwrites the optimizer's lr
     ++checked;
   }
   CHECK(checked == 3);
@@ -258,52 +286,66 @@ TEST_CASE("schedule: StepLr and CosineWithWarmup match torch.optim.lr_scheduler"
 // Schedules
 
 TEST_CASE("schedule: CosineWithWarmup by hand: warm-up, peak, cosine, floor") {
-  const CosineWithWarmup s(1.0, 2, 6, 0.1);
-  CHECK(s.lr_at(0) == 0.5);  // lr (0 + 1) / 2
-  CHECK(s.lr_at(1) == 1.0);  // the last warm-up step is at lr
-  CHECK(s.lr_at(2) == 1.0);  // the cosine starts at lr
-  CHECK(s.lr_at(3) == doctest::Approx(0.1 + 0.9 * 0.5 * (1 + std::cos(std::numbers::pi / 4))).epsilon(1e-15));
-  CHECK(s.lr_at(4) == doctest::Approx(0.55).epsilon(1e-15));  // half way: (lr + min_lr) / 2
-  CHECK(s.lr_at(6) == doctest::Approx(0.1).epsilon(1e-15));
-  CHECK(s.lr_at(7) == 0.1);
-  CHECK(s.lr_at(1000000) == 0.1);
-  for (std::int64_t step = 2; step < 8; ++step) CHECK(s.lr_at(step + 1) <= s.lr_at(step));
-  const CosineWithWarmup no_warmup(0.4, 0, 4);
-  CHECK(no_warmup.lr_at(0) == 0.4);
-  CHECK(no_warmup.lr_at(2) == doctest::Approx(0.2).epsilon(1e-15));
-  CHECK(no_warmup.lr_at(4) == 0.0);
+  const CosineWithWarmup s({.warmup_steps = 2, .total_steps = 6, .min_lr = 0.1});
+  const double lr = 1.0;
+  CHECK(s.lr_at(lr, 0) == 0.5);  // lr (0 + 1) / 2
+  CHECK(s.lr_at(lr, 1) == 1.0);  // the last warm-up step is at lr
+  CHECK(s.lr_at(lr, 2) == 1.0);  // the cosine starts at lr
+  CHECK(s.lr_at(lr, 3) == doctest::Approx(0.1 + 0.9 * 0.5 * (1 + std::cos(std::numbers::pi / 4))).epsilon(1e-15));
+  CHECK(s.lr_at(lr, 4) == doctest::Approx(0.55).epsilon(1e-15));  // half way: (lr + min_lr) / 2
+  CHECK(s.lr_at(lr, 6) == doctest::Approx(0.1).epsilon(1e-15));
+  CHECK(s.lr_at(lr, 7) == 0.1);
+  CHECK(s.lr_at(lr, 1000000) == 0.1);
+  for (std::int64_t step = 2; step < 8; ++step) CHECK(s.lr_at(lr, step + 1) <= s.lr_at(lr, step));
+  const CosineWithWarmup no_warmup({.warmup_steps = 0, .total_steps = 4});
+  CHECK(no_warmup.lr_at(0.4, 0) == 0.4);
+  CHECK(no_warmup.lr_at(0.4, 2) == doctest::Approx(0.2).epsilon(1e-15));
+  CHECK(no_warmup.lr_at(0.4, 4) == 0.0);
 }
 
-TEST_CASE("schedule: ConstantLr, StepLr by hand and describe()") {
-  const ConstantLr constant(0.3);
-  CHECK(constant.lr_at(0) == 0.3);
-  CHECK(constant.lr_at(123456) == 0.3);
-  const StepLr step(0.8, 2, 0.5);
-  CHECK(step.lr_at(0) == 0.8);
-  CHECK(step.lr_at(1) == 0.8);
-  CHECK(step.lr_at(2) == 0.4);
-  CHECK(step.lr_at(5) == 0.2);
-  CHECK(constant.describe() == "ConstantLr(lr 0.3)");
-  CHECK(step.describe() == "StepLr(lr 0.8, step_size 2, gamma 0.5)");
-  CHECK(CosineWithWarmup(0.1, 10, 100, 0.001).describe() ==
-        "CosineWithWarmup(lr 0.1, warmup_steps 10, total_steps 100, min_lr 0.001)");
+TEST_CASE("schedule: ConstantLr, StepLr by hand; records describe them and rebuild them") {
+  const ConstantLr constant;
+  CHECK(constant.lr_at(0.3, 0) == 0.3);
+  CHECK(constant.lr_at(0.3, 123456) == 0.3);
+  const StepLr step({.step_size = 2, .gamma = 0.5});
+  CHECK(step.lr_at(0.8, 0) == 0.8);
+  CHECK(step.lr_at(0.8, 1) == 0.8);
+  CHECK(step.lr_at(0.8, 2) == 0.4);
+  CHECK(step.lr_at(0.8, 5) == 0.2);
+  CHECK(constant.describe() == "constant");
+  CHECK(step.describe() == "step (step_size 2, gamma 0.5)");
+  const CosineWithWarmup cosine({.warmup_steps = 10, .total_steps = 100, .min_lr = 0.001});
+  CHECK(cosine.describe() == "cosine (warmup_steps 10, total_steps 100, min_lr 0.001)");
+  for (const LrSchedule* s : std::initializer_list<const LrSchedule*>{&constant, &step, &cosine}) {
+    CAPTURE(s->describe());
+    const auto rebuilt = make_schedule(s->record());
+    CHECK(rebuilt->record() == s->record());
+    for (std::int64_t k : {0, 1, 7, 55, 99, 100, 1000}) CHECK(rebuilt->lr_at(0.1, k) == s->lr_at(0.1, k));
+  }
 }
 
-TEST_CASE("schedule: invalid arguments are refused with a sentence") {
-  CHECK_THROWS_WITH_AS(ConstantLr(-0.1), "ConstantLr: lr must be finite and >= 0, got -0.1", ValueError);
-  CHECK_THROWS_WITH_AS(StepLr(0.1, 0, 0.5), "StepLr: step_size must be >= 1, got 0", ValueError);
-  CHECK_THROWS_WITH_AS(StepLr(0.1, 3, -0.5), "StepLr: gamma must be finite and > 0, got -0.5", ValueError);
-  CHECK_THROWS_WITH_AS(StepLr(std::numeric_limits<double>::infinity(), 3, 0.5),
-                       "StepLr: lr must be finite and >= 0, got inf", ValueError);
-  CHECK_THROWS_WITH_AS(CosineWithWarmup(0.1, 20, 10), "CosineWithWarmup: warmup_steps 20 is more than total_steps 10",
-                       ValueError);
-  CHECK_THROWS_WITH_AS(CosineWithWarmup(0.1, -1, 10), "CosineWithWarmup: warmup_steps must be >= 0, got -1",
-                       ValueError);
-  CHECK_THROWS_WITH_AS(CosineWithWarmup(0.1, 0, 0), "CosineWithWarmup: total_steps must be >= 1, got 0", ValueError);
-  CHECK_THROWS_WITH_AS(CosineWithWarmup(0.1, 1, 10, 0.2), "CosineWithWarmup: min_lr 0.2 is above lr 0.1", ValueError);
-  CHECK_THROWS_WITH_AS(CosineWithWarmup(0.1, 1, 10, -0.2), "CosineWithWarmup: min_lr must be finite and >= 0, got -0.2",
-                       ValueError);
-  CHECK_THROWS_WITH_AS(ConstantLr(0.1).lr_at(-1), "lr_at: step must be >= 0, got -1", ValueError);
+TEST_CASE("schedule: invalid settings are refused with a sentence") {
+  CHECK_THROWS_WITH_AS(StepLr({.step_size = 0, .gamma = 0.5}), "StepLr: step_size must be finite and >= 1, got 0", ValueError);
+  CHECK_THROWS_WITH_AS(StepLr({.step_size = 3, .gamma = -0.5}), "StepLr: gamma must be finite and > 0, got -0.5", ValueError);
+  CHECK_THROWS_WITH_AS(CosineWithWarmup({.warmup_steps = 20, .total_steps = 10}),
+                       "CosineWithWarmup: warmup_steps 20 is more than total_steps 10", ValueError);
+  CHECK_THROWS_WITH_AS(CosineWithWarmup({.warmup_steps = -1, .total_steps = 10}),
+                       "CosineWithWarmup: warmup_steps must be finite and >= 0, got -1", ValueError);
+  CHECK_THROWS_WITH_AS(CosineWithWarmup({.warmup_steps = 0, .total_steps = 0}),
+                       "CosineWithWarmup: total_steps must be finite and >= 1, got 0", ValueError);
+  CHECK_THROWS_WITH_AS(CosineWithWarmup({.warmup_steps = 1, .total_steps = 10, .min_lr = -0.2}),
+                       "CosineWithWarmup: min_lr must be finite and >= 0, got -0.2", ValueError);
+  // min_lr is checked against the optimizer's lr where the two meet.
+  CHECK_THROWS_WITH_AS(CosineWithWarmup({.warmup_steps = 1, .total_steps = 10, .min_lr = 0.2}).lr_at(0.1, 3),
+                       "CosineWithWarmup: min_lr 0.2 is above the optimizer's lr 0.1", ValueError);
+  CHECK_THROWS_WITH_AS(ConstantLr().lr_at(0.1, -1), "lr_at: step must be >= 0, got -1", ValueError);
+  CHECK_THROWS_WITH_AS(make_schedule({"linear", {}}), "schedule: unknown name 'linear'; choose constant, step or cosine",
+                       NameError);
+  CHECK_THROWS_WITH_AS(make_schedule({"step", {{"step_size", "3"}}}), "schedule 'step': missing 'gamma'", NameError);
+  CHECK_THROWS_WITH_AS(make_schedule({"step", {{"step_size", "three"}, {"gamma", "0.5"}}}),
+                       "schedule 'step': step_size is 'three', which is not a whole number", ValueError);
+  CHECK_THROWS_WITH_AS(make_schedule({"constant", {{"gamma", "0.5"}}}), "schedule 'constant': takes no settings, got gamma 0.5",
+                       NameError);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -326,7 +368,7 @@ TEST_CASE("optimizer: invalid options are refused as torch refuses them") {
   TwoParams m(2);
   auto sgd = [&m](SgdOptions o) { SGD<double> opt(m.ptrs(), o); };
   auto adam = [&m](AdamOptions o) { Adam<double> opt(m.ptrs(), o); };
-  auto adamw = [&m](AdamWOptions o) { AdamW<double> opt(m.ptrs(), o); };
+  auto adamw = [&m](AdamOptions o) { AdamW<double> opt(m.ptrs(), o); };
   CHECK_THROWS_WITH_AS(sgd(SgdOptions{.lr = -0.1}), "SGD: lr must be finite and >= 0, got -0.1", ValueError);
   CHECK_THROWS_WITH_AS(sgd(SgdOptions{.momentum = -0.9}), "SGD: momentum must be finite and >= 0, got -0.9",
                        ValueError);
@@ -344,12 +386,12 @@ TEST_CASE("optimizer: invalid options are refused as torch refuses them") {
   CHECK_THROWS_WITH_AS(adam(AdamOptions{.beta1 = 1.0}), "Adam: beta1 must be in [0, 1), got 1", ValueError);
   CHECK_THROWS_WITH_AS(adam(AdamOptions{.beta2 = -0.5}), "Adam: beta2 must be in [0, 1), got -0.5", ValueError);
   CHECK_THROWS_WITH_AS(adam(AdamOptions{.eps = -1e-8}), "Adam: eps must be finite and >= 0, got -1e-08", ValueError);
-  CHECK_THROWS_WITH_AS(adamw(AdamWOptions{.weight_decay = -0.1}),
+  CHECK_THROWS_WITH_AS(adamw(AdamOptions{.weight_decay = -0.1}),
                        "AdamW: weight_decay must be finite and >= 0, got -0.1", ValueError);
   SGD<double> opt(m.ptrs());
   CHECK_THROWS_WITH_AS(opt.set_lr(-1), "set_lr: lr must be finite and >= 0, got -1", ValueError);
   CHECK(opt.lr() == 0.01);
-  CHECK(AdamW<double>(m.ptrs()).options().weight_decay == 0.01);  // torch's AdamW default
+  CHECK(AdamW<double>(m.ptrs()).options().weight_decay == 0.0);  // one options type, one default (torch's AdamW: 0.01)
   CHECK(Adam<double>(m.ptrs()).options().weight_decay == 0.0);
 }
 
@@ -394,8 +436,8 @@ TEST_CASE("optimizer: load_state refuses a mismatched state, names every offende
   bad.per_param["attn.b"] = bad.per_param.at("attn.bias");
   bad.per_param.erase("attn.bias");
   bad.per_param["attn.wq"]["velocity"] = TensorD(Shape::mat(2, 3));
-  bad.hyperparameters.erase("momentum");
-  bad.hyperparameters["beta1"] = 0.9;
+  erase_setting(bad.hyperparameters, "momentum");
+  set(bad.hyperparameters, "beta1", "0.9");
   CHECK_THROWS_WITH_AS(opt.load_state(bad),
                        "load_state: hyperparameters missing from the state: 'momentum'; hyperparameters unknown to "
                        "sgd: 'beta1'; parameters missing from the state: 'attn.bias'; parameters in the state but not "
@@ -405,7 +447,7 @@ TEST_CASE("optimizer: load_state refuses a mismatched state, names every offende
 
   // Every mis-shaped buffer is named; the valid parts of the state (a new lr) are not applied either.
   bad = before;
-  bad.hyperparameters["lr"] = 0.5;
+  set(bad.hyperparameters, "lr", "0.5");
   bad.per_param["attn.wq"]["momentum_buffer"] = TensorD(Shape::mat(3, 2));
   bad.per_param["attn.bias"]["momentum_buffer"] = TensorD(Shape::vec(4));
   CHECK_THROWS_WITH_AS(opt.load_state(bad),
@@ -415,18 +457,31 @@ TEST_CASE("optimizer: load_state refuses a mismatched state, names every offende
   unchanged();
 
   bad = before;
-  bad.hyperparameters["lr"] = -1;
+  set(bad.hyperparameters, "lr", "-1");
   CHECK_THROWS_WITH_AS(opt.load_state(bad), "load_state: lr must be finite and >= 0, got -1", ValueError);
   unchanged();
 
   bad = before;
-  bad.hyperparameters["nesterov"] = 0.5;
-  CHECK_THROWS_WITH_AS(opt.load_state(bad), "load_state: nesterov must be 0 or 1, got 0.5", ValueError);
+  set(bad.hyperparameters, "nesterov", "0.5");
+  CHECK_THROWS_WITH_AS(opt.load_state(bad), "load_state: nesterov is '0.5', which is not true or false", ValueError);
   unchanged();
 
   bad = before;
-  bad.hyperparameters["nesterov"] = 1;
-  bad.hyperparameters["dampening"] = 0.1;
+  set(bad.hyperparameters, "momentum", "nan");
+  CHECK_THROWS_WITH_AS(opt.load_state(bad), "load_state: momentum must be finite and >= 0, got nan", ValueError);
+  unchanged();
+
+  bad = before;
+  bad.schedule = {"cosine", to_settings(CosineOptions{.warmup_steps = 1, .total_steps = 10})};
+  CHECK_THROWS_WITH_AS(opt.load_state(bad),
+                       "load_state: the state's schedule is cosine (warmup_steps 1, total_steps 10, min_lr 0) but this "
+                       "optimizer's is constant",
+                       ValueError);
+  unchanged();
+
+  bad = before;
+  set(bad.hyperparameters, "nesterov", "true");
+  set(bad.hyperparameters, "dampening", "0.1");
   CHECK_THROWS_WITH_AS(
       opt.load_state(bad),
       "load_state: Nesterov momentum needs momentum > 0 and dampening 0, got momentum 0.9 and dampening 0.1",
@@ -473,9 +528,9 @@ TEST_CASE("optimizer: the state names every parameter; buffers appear with the f
   CHECK(fresh.step == 0);
   CHECK(fresh.per_param.size() == 2);
   CHECK(fresh.per_param.at("attn.wq").empty());
-  const std::map<std::string, double> h = {
-      {"lr", 0.01}, {"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}, {"weight_decay", 0.1}};
+  const Settings h = {{"lr", "0.01"}, {"beta1", "0.9"}, {"beta2", "0.999"}, {"eps", "1e-08"}, {"weight_decay", "0.1"}};
   CHECK(fresh.hyperparameters == h);
+  CHECK(fresh.schedule == ScheduleRecord{"constant", {}});
   take_steps(adam, m, rng, 2);
   plain.step();
   const auto stepped = adam.state();
@@ -483,7 +538,7 @@ TEST_CASE("optimizer: the state names every parameter; buffers appear with the f
   CHECK(stepped.per_param.at("attn.wq").at("exp_avg").shape() == Shape::mat(2, 3));
   CHECK(stepped.per_param.at("attn.bias").at("exp_avg_sq").shape() == Shape::vec(3));
   CHECK(plain.state().per_param.at("attn.wq").empty());  // SGD without momentum keeps no buffer
-  CHECK(plain.state().hyperparameters.at("nesterov") == 0);
+  CHECK(*find_setting(plain.state().hyperparameters, "nesterov") == "false");
 }
 
 TEST_CASE("optimizer: state() then load_state() into a fresh optimizer resumes bit for bit") {
@@ -516,7 +571,7 @@ TEST_CASE("optimizer: state() then load_state() into a fresh optimizer resumes b
   const AdamOptions adam = {.lr = 0.02, .beta1 = 0.8, .weight_decay = 0.1};
   resume([&](Ptrs p) { return std::make_unique<Adam<double>>(p, adam); },
          [](Ptrs p) { return std::make_unique<Adam<double>>(p); });
-  resume([](Ptrs p) { return std::make_unique<AdamW<double>>(p, AdamWOptions{.lr = 0.03, .weight_decay = 0.2}); },
+  resume([](Ptrs p) { return std::make_unique<AdamW<double>>(p, AdamOptions{.lr = 0.03, .weight_decay = 0.2}); },
          [](Ptrs p) { return std::make_unique<AdamW<double>>(p); });
 }
 
@@ -585,5 +640,31 @@ TEST_CASE("optimizer: the float instantiation minimises a quadratic with every o
   const SgdOptions nesterov = {.lr = 0.1, .momentum = 0.5, .nesterov = true};
   run([&](Ptrs p) { return std::make_unique<SGD<float>>(p, nesterov); }, 200);
   run([](Ptrs p) { return std::make_unique<Adam<float>>(p, AdamOptions{.lr = 0.1}); }, 400);
-  run([](Ptrs p) { return std::make_unique<AdamW<float>>(p, AdamWOptions{.lr = 0.1, .weight_decay = 0}); }, 400);
+  run([](Ptrs p) { return std::make_unique<AdamW<float>>(p, AdamOptions{.lr = 0.1, .weight_decay = 0}); }, 400);
+}
+
+// ---------------------------------------------------------------------------------------------
+// By name: what a checkpoint or a command line rebuilds an optimizer from
+
+TEST_CASE("optimizer: make_optimizer rebuilds each kind from its hyperparameters, strictly") {
+  TwoParams m(11);
+  for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::adam, OptimizerKind::adamw}) {
+    CAPTURE(to_string(kind));
+    Settings h = with_overrides(default_hyperparameters(kind), {{"lr", "0.25"}, {"weight_decay", "0.5"}}, "test");
+    const auto opt = make_optimizer<double>(kind, m.ptrs(), h);
+    CHECK(opt->kind() == kind);
+    CHECK(opt->lr() == 0.25);
+    CHECK(opt->hyperparameters() == h);
+  }
+  CHECK(parse_enum<OptimizerKind>("adamw") == OptimizerKind::adamw);
+  CHECK_THROWS_WITH_AS(parse_enum<OptimizerKind>("lbfgs"), "optimizer: unknown name 'lbfgs'; choose sgd, adam or adamw",
+                       NameError);
+  CHECK_THROWS_WITH_AS(make_optimizer<double>(OptimizerKind::sgd, m.ptrs(), {{"lr", "0.1"}, {"beta1", "0.9"}}),
+                       "optimizer 'sgd': missing 'momentum', 'dampening', 'weight_decay', 'nesterov'; unknown 'beta1' "
+                       "(known: lr, momentum, dampening, weight_decay, nesterov)",
+                       NameError);
+  CHECK_THROWS_WITH_AS(with_overrides(default_hyperparameters(OptimizerKind::sgd), {{"beta1", "0.9"}}, "sgd"),
+                       "sgd: has no setting 'beta1' (it has lr, momentum, dampening, weight_decay, nesterov)", NameError);
+  SGD<double> sgd(m.ptrs(), {.lr = 0.1, .momentum = 0.9});
+  CHECK(sgd.describe() == "sgd (lr 0.1, momentum 0.9, dampening 0, weight_decay 0, nesterov false), schedule constant");
 }

@@ -1,6 +1,7 @@
-// train/: vocabularies, batches, the resumable sampler, the dataset file format and its errors, the toy
-// tasks (labels checked by an independent reading of each task's rule), the toy model, the training
-// loop (learning, determinism, non-finite losses) and its reports.
+// train/: data (vocabularies, the resumable sampler, the dataset file format, sequence and tensor sources),
+// metrics, and the generic training loop on a user-defined model (an MLP written here with the public
+// layers): learning with any optimizer and schedule, evaluation with metrics, callbacks and stopping,
+// determinism, the non-finite stop, train/eval mode, the state it saves; and its reports.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -10,50 +11,22 @@
 #include <set>
 #include <sstream>
 
-#include "tapegrad/autograd/ops.hpp"
 #include "helpers.hpp"
+#include "user_models.hpp"
+#include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/train/dataset_file.hpp"
 #include "tapegrad/train/report.hpp"
-#include "tapegrad/train/tasks.hpp"
 #include "tapegrad/train/trainer.hpp"
 
 using namespace tapegrad;
 
+using test::classification_data;
+using test::Mlp;
+using test::regression_data;
+
 namespace {
-
-// The first position with a label, and that label.
-std::pair<Index, std::int32_t> only_label(const Example& e) {
-  Index at = -1;
-  std::int32_t label = 0, count = 0;
-  for (std::size_t i = 0; i < e.labels.size(); ++i)
-    if (e.labels[i] != kIgnoreLabel) {
-      at = static_cast<Index>(i);
-      label = e.labels[i];
-      ++count;
-    }
-  CHECK(count == 1);
-  return {at, label};
-}
-
-Index position_of(const Example& e, std::int32_t token) {
-  Index found = -1;
-  for (std::size_t i = 0; i < e.tokens.size(); ++i)
-    if (e.tokens[i] == token) {
-      CHECK(found == -1);  // occurs once
-      found = static_cast<Index>(i);
-    }
-  return found;
-}
-
-ModelConfig small_config(const Task& task, AttentionMode mode) {
-  ModelConfig c;
-  c.vocab = task.tokens().size();
-  c.labels = task.labels().size();
-  c.max_len = task.length();
-  c.attention = mode;
-  return c;
-}
-
+// An MLP of the test's shape: in -> hidden -> out.
+Mlp::Config mlp(Index in, Index hidden, Index out, std::uint64_t seed) { return {in, hidden, out, seed}; }
 }  // namespace
 
 TEST_CASE("data: vocabularies assign dense ids in order and refuse unknown names") {
@@ -67,22 +40,72 @@ TEST_CASE("data: vocabularies assign dense ids in order and refuse unknown names
   CHECK_THROWS_WITH_AS(Vocabulary({"x", "x"}), "vocabulary: 'x' appears twice", NameError);
 }
 
-TEST_CASE("data: batches pad short examples, mask the padding and ignore its labels") {
+TEST_CASE("data: a sequence source pads short examples, masks the padding and ignores its labels") {
   Dataset d;
   d.name = "tiny";
   d.examples = {{{1, 2, 3}, {0, kIgnoreLabel, 1}}, {{4}, {1}}};
-  Batch b;
+  SequenceBatch b;
   const Index both[] = {0, 1};
-  make_batch(d, both, 3, b);
+  const SequenceSource source(d);
+  CHECK(source.length() == 3);
+  source.fill(both, b);
   CHECK(b.tokens == Ids(Shape::mat(2, 3), {1, 2, 3, 4, 0, 0}));
-  CHECK(b.targets == Ids(Shape::mat(2, 3), {0, kIgnoreLabel, 1, 1, kIgnoreLabel, kIgnoreLabel}));
+  CHECK(b.labels == Ids(Shape::mat(2, 3), {0, kIgnoreLabel, 1, 1, kIgnoreLabel, kIgnoreLabel}));
   CHECK(b.padding == Mask(Shape::mat(2, 3), {0, 0, 0, 0, 1, 1}));
   CHECK(b.padded);
+  CHECK(b.weight() == 3);  // labelled positions: what cross-entropy averages over
   const Index first[] = {0};
-  make_batch(d, first, 3, b);
+  source.fill(first, b);
   CHECK_FALSE(b.padded);
-  CHECK_THROWS_WITH_AS(make_batch(d, first, 2, b), "make_batch: example 0 of 'tiny' has 3 tokens, more than the batch length 2",
+  SequenceSource(d, 5).fill(first, b);  // padded to a longer length on request
+  CHECK(b.length() == 5);
+  const Index outside[] = {2};
+  CHECK_THROWS_WITH_AS(source.fill(outside, b), "fill: example 2 is outside data source 'tiny' of 2 examples", ValueError);
+  Dataset other = d;
+  other.examples[1].labels[0] = 0;
+  CHECK(SequenceSource(other).fingerprint() != source.fingerprint());
+}
+
+TEST_CASE("data: a tensor source batches examples along the first dimension, labels or targets") {
+  Tensor x(Shape::mat(4, 2), {0, 1, 2, 3, 4, 5, 6, 7});
+  const TensorSource labelled("l", x, Ids(Shape::vec(4), {1, kIgnoreLabel, 0, 1}));
+  const TensorSource valued("v", x, Tensor(Shape::mat(4, 1), {10, 11, 12, 13}));
+  const Index picked[] = {3, 1};
+  TensorBatch b;
+  labelled.fill(picked, b);
+  CHECK(b.features == Tensor(Shape::mat(2, 2), {6, 7, 2, 3}));
+  CHECK(b.labels == Ids(Shape::vec(2), {1, kIgnoreLabel}));
+  CHECK(b.weight() == 1);  // one labelled example
+  TensorBatch v;
+  valued.fill(picked, v);
+  CHECK(v.targets == Tensor(Shape::mat(2, 1), {13, 11}));
+  CHECK(v.weight() == 2);
+  const Tensor images(Shape::batched(3, 2, 2), {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  TensorSource rank3("images", images, Ids(Shape::vec(3), {0, 1, 0}));
+  const Index last[] = {2};
+  rank3.fill(last, b);
+  CHECK(b.features == Tensor(Shape::batched(1, 2, 2), {8, 9, 10, 11}));
+  CHECK(labelled.fingerprint() != valued.fingerprint());
+  CHECK_THROWS_WITH_AS(TensorSource("bad", x, Ids(Shape::vec(3))),
+                       "data source 'bad': 4 examples of features (4x2) but 3 of labels (3)", ShapeError);
+  CHECK_THROWS_WITH_AS(TensorSource("flat", Tensor(Shape::vec(4)), Ids(Shape::vec(4))),
+                       "data source 'flat': features are a vector of 4; give (examples, features) or (examples, rows, cols)",
                        ShapeError);
+}
+
+TEST_CASE("metrics: accuracy and squared error are tallies that combine across batches exactly") {
+  const Tensor out(Shape::mat(3, 2), {0.1f, 0.9f, 0.8f, 0.2f, 0.4f, 0.6f});
+  const Tally t = count_correct(out, Ids(Shape::vec(3), {1, 1, kIgnoreLabel}));
+  CHECK(t.sum == 1);
+  CHECK(t.count == 2);
+  CHECK(t.mean() == 0.5);
+  CHECK(std::isnan(Tally{}.mean()));
+  const Tally e = squared_error(Tensor(Shape::vec(2), {1, 3}), Tensor(Shape::vec(2), {0, 1}));
+  CHECK(e.sum == 5);
+  CHECK(e.count == 2);
+  CHECK_THROWS_WITH_AS(count_correct(out, Ids(Shape::vec(2))),
+                       "accuracy: the output is 3x2 (3 rows) but there are 2 labels (2); give one label per row", ShapeError);
+  CHECK_THROWS_WITH_AS(value_of({{"loss", 1}}, "accuracy"), "value_of: no value named 'accuracy'; there are 'loss'", NameError);
 }
 
 TEST_CASE("data: the sampler visits every example once per epoch and resumes exactly from its state") {
@@ -138,201 +161,172 @@ TEST_CASE("dataset file: a malformed line is an error naming the file and the li
   CHECK_THROWS_WITH_AS(read_dataset("/nonexistent/data.txt"), "read_dataset: cannot open '/nonexistent/data.txt'", Error);
 }
 
-TEST_CASE("tasks: every label follows the task's rule, read independently from the tokens") {
-  const auto& V = make_task("majority")->tokens();
-  const std::int32_t query = V.id("?"), marker = V.id(">");
-  for (const auto& name : task_names()) {
-    CAPTURE(name);
-    const auto task = make_task(name);
-    Rng rng(5);
-    for (int n = 0; n < 500; ++n) {
-      const Example e = task->generate(rng);
-      REQUIRE(static_cast<Index>(e.tokens.size()) == task->length());
-      if (name == "cycle") {  // three labels: each member of the triad points at the next
-        Index labelled = 0;
-        for (std::size_t i = 0; i < e.labels.size(); ++i) {
-          if (e.labels[i] == kIgnoreLabel) continue;
-          ++labelled;
-          const std::int32_t t = e.tokens[i], next = (t / 3) * 3 + (t % 3 + 1) % 3;
-          CHECK(e.tokens[static_cast<std::size_t>(e.labels[i])] == next);
-        }
-        CHECK(labelled == 3);
-        continue;
-      }
-      const auto [at, label] = only_label(e);
-      const auto& seq = e.tokens;
-      if (name == "majority") {
-        CHECK(std::count(seq.begin(), seq.end(), label) == 3);
-        CHECK(seq.back() == query);
-      } else if (name == "find_same") {
-        CHECK(at == 7);
-        CHECK(seq[static_cast<std::size_t>(label)] == seq.back());
-      } else if (name == "first_token") {
-        CHECK(label == seq[0]);
-      } else if (name == "index_lookup") {
-        const auto k = static_cast<std::size_t>(V.name(seq.back()).at(1) - '0');
-        CHECK(label == seq[k]);
-      } else if (name == "after_marker") {
-        CHECK(seq[static_cast<std::size_t>(at)] == marker);
-        CHECK(label == seq[static_cast<std::size_t>(at + 1)]);
-      } else if (name == "marker_position") {
-        CHECK(seq[static_cast<std::size_t>(label)] == marker);
-      } else if (name == "partner_position") {
-        const std::int32_t u = seq[static_cast<std::size_t>(at)];
-        CHECK(u % 2 == 0);
-        CHECK(position_of(e, u + 1) == label);
-      }
-    }
-  }
+TEST_CASE("trainer: trains a user's MLP on dense data, with an optimizer, a schedule and metrics of the user's choice") {
+  const TensorSource train = regression_data(512, 1, "linear"), test = regression_data(256, 2, "linear test");
+  Mlp model(mlp(3, 16, 1, 7));
+  AdamW<float> opt(model.parameters(), {.lr = 0.02, .weight_decay = 1e-4});
+  opt.set_schedule(CosineWithWarmup({.warmup_steps = 20, .total_steps = 600}));
+  Trainer trainer(model, opt, train, [&](Tape<float>& tape, const TensorBatch& b) -> StepOutput<float> {
+    Var<float> y = model.forward(tape.constant(b.features));
+    return {mse(y, tape.constant(b.targets)), y};
+  }, {.steps = 600, .batch = 32, .eval_every = 200, .seed = 3});
+  trainer.evaluate_on(test);
+  trainer.add_metric("mse", mean_squared_error);
+  trainer.add_metric("mean_abs_error", [](const Tensor& out, const TensorBatch& b) {
+    return Tally{(out.array() - b.targets.array()).abs().cast<double>().sum(), static_cast<double>(out.numel())};
+  });
+  trainer.run();
+  const auto& curve = trainer.curve();
+  REQUIRE(curve.size() == 4);
+  std::vector<std::string> names;
+  for (const auto& v : curve.back().values) names.push_back(v.name);
+  CHECK(names == std::vector<std::string>{"train_loss", "train_mse", "train_mean_abs_error", "eval_loss", "eval_mse",
+                                          "eval_mean_abs_error"});
+  const NamedValues final_test = trainer.evaluate(test);
+  CHECK(value_of(final_test, "loss") < 0.01 * value_of(curve.front().values, "eval_loss"));  // it learned
+  CHECK(value_of(final_test, "mse") == doctest::Approx(value_of(final_test, "loss")).epsilon(1e-5));  // the same mean
+  CHECK(value_of(curve.back().values, "eval_mean_abs_error") < 0.1);
+  CHECK(curve.back().lr == doctest::Approx(opt.schedule().lr_at(0.02, 599)));
+  CHECK(opt.lr() == 0.02);  // the schedule sets each step's rate from the optimizer's lr, never overwriting it
 }
 
-TEST_CASE("tasks: train, validation and test share no sequence, and the same seed gives the same split") {
-  const auto task = make_task("partner_position");
-  const TaskSplit a = make_task_split(*task, 300, 100, 200, 3), b = make_task_split(*task, 300, 100, 200, 3);
-  std::set<std::vector<std::int32_t>> seen;
-  for (const Dataset* d : {&a.train, &a.validation, &a.test})
-    for (const auto& e : d->examples) CHECK(seen.insert(e.tokens).second);
-  CHECK(seen.size() == 600);
-  CHECK(a.test.examples[17].tokens == b.test.examples[17].tokens);
-  CHECK_THROWS_WITH_AS(make_task("parity"),
-                       "task: unknown task 'parity'; the tasks are majority, find_same, first_token, index_lookup, "
-                       "after_marker, marker_position, partner_position, cycle",
-                       NameError);
-}
-
-TEST_CASE("tasks: a trained parameter-free model does not beat a separating task's no-routing ceiling") {
-  // The ceiling is an upper bound for attention that cannot route, so a parameter-free model scoring
-  // clearly above it would prove the derivation wrong. 4 standard errors of 2000 test labels ~ 0.03.
-  for (const std::string name : {"first_token", "marker_position", "cycle"}) {
-    CAPTURE(name);
-    const auto task = make_task(name);
-    const TaskSplit split = make_task_split(*task, 2000, 10, 2000, 11);
-    ToyModel<float> model(small_config(*task, AttentionMode::parameter_free));
-    Trainer trainer(model, split.train, nullptr, TrainConfig{.steps = 600, .lr = 0.1, .eval_every = 600});
-    trainer.run();
-    const double accuracy = trainer.evaluate(split.test).accuracy;
-    const double se = std::sqrt(task->spec().ceiling * (1 - task->spec().ceiling) / 2000.0);
-    CHECK(accuracy <= task->spec().ceiling + 4 * se);
-    CHECK(accuracy >= task->spec().ceiling - 0.05);  // and it does get there
-  }
-}
-
-TEST_CASE("model: configurations that do not fit together are refused; the toy model passes gradcheck") {
-  ModelConfig c{.vocab = 5, .labels = 3, .max_len = 4, .heads = 2, .residual = true};
-  c.positions = PositionEncoding::onehot;  // width 5 + 4 = 9, not divisible by 2 heads
-  CHECK_THROWS_WITH_AS(ToyModel<double>{c}, "self_attention 'attn': d_model 9 is not divisible by n_heads 2; give d_head explicitly",
-                       ValueError);
-  c.d_head = 4;
-  CHECK_THROWS_WITH_AS(ToyModel<double>{c},
-                       "model: a residual connection adds the attention output (8 wide) to its input (9 wide); make heads "
-                       "x d_head equal 9 or use the output projection",
-                       ValueError);
-  CHECK(parse_feature_kind("learned") == FeatureKind::learned);
-  CHECK_THROWS_WITH_AS(parse_feature_kind("bag"), "features: unknown kind 'bag'; choose onehot or learned", NameError);
-
-  for (FeatureKind features : {FeatureKind::onehot, FeatureKind::learned}) {
-    CAPTURE(to_string(features));
-    ModelConfig g{.vocab = 5, .labels = 3, .max_len = 4, .features = features, .d_embed = 6,
-                  .positions = features == FeatureKind::onehot ? PositionEncoding::onehot : PositionEncoding::learned,
-                  .heads = 1, .output_projection = true, .residual = true, .seed = 3};
-    ToyModel<double> model(g);
-    Batch batch;
-    Dataset d;
-    d.examples = {{{1, 2, 3, 4}, {0, kIgnoreLabel, 2, 1}}, {{4, 0, 0}, {2, 2, kIgnoreLabel}}};
-    const Index both[] = {0, 1};
-    make_batch(d, both, 4, batch);
-    const auto params = model.parameters();
-    const auto report = gradcheck([&](Tape<double>& t, std::span<const Var<double>>) { return model.loss(t, batch); }, {},
-                                  params, kStrictGradcheck);
-    CHECK_GRADCHECK(report);
-  }
-}
-
-TEST_CASE("model: implied_parameter_count(config) agrees with the parameters a model of that config has") {
-  Index checked = 0;
-  for (auto features : {FeatureKind::onehot, FeatureKind::learned})
-    for (auto positions : {PositionEncoding::none, PositionEncoding::onehot, PositionEncoding::learned, PositionEncoding::sinusoidal})
-      for (auto attention : {AttentionMode::parameter_free, AttentionMode::learnable})
-        for (Index heads : {1, 2, 3})
-          for (bool wo : {false, true})
-            for (bool residual : {false, true}) {
-              const ModelConfig c{.vocab = 7, .labels = 4, .max_len = 5, .features = features, .d_embed = 6,
-                                  .positions = positions, .attention = attention, .heads = heads,
-                                  .output_projection = wo, .residual = residual};
-              const Index predicted = ToyModel<float>::implied_parameter_count(c);
-              try {
-                ToyModel<float> model(c);
-                CHECK(predicted == model.parameter_count());
-                ++checked;
-              } catch (const ValueError&) {
-                CHECK(predicted == -1);  // refused by both
-              }
-            }
-  CHECK(checked > 40);
-}
-
-TEST_CASE("trainer: learns a task, and the same seeds give the same curve bit for bit") {
-  const auto task = make_task("first_token");
-  const TaskSplit split = make_task_split(*task, 1000, 200, 200, 1);
-  auto train = [&] {
-    ToyModel<float> model(small_config(*task, AttentionMode::learnable));
-    Trainer trainer(model, split.train, &split.validation, TrainConfig{.steps = 300, .lr = 0.03, .eval_every = 100, .seed = 4});
-    trainer.run();
-    return std::make_pair(trainer.curve(), trainer.evaluate(split.test).accuracy);
+TEST_CASE("trainer: classification on dense data with accuracy; callbacks see every step, and stop() ends early") {
+  const TensorSource data = classification_data(400, 5);
+  Mlp model(mlp(2, 8, 2, 1));
+  SGD<float> opt(model.parameters(), {.lr = 0.2, .momentum = 0.9});
+  Trainer trainer(model, opt, data, [&](Tape<float>& tape, const TensorBatch& b) -> StepOutput<float> {
+    Var<float> logits = model.forward(tape.constant(b.features));
+    return {cross_entropy(logits, b.labels), logits};
+  }, {.steps = 1000, .batch = 16, .eval_every = 25});
+  trainer.evaluate_on(data);
+  trainer.add_metric("accuracy", accuracy);
+  Index steps_seen = 0, evaluations = 0;
+  TrainCallbacks callbacks;
+  callbacks.on_step = [&](Index step) { steps_seen = step; };
+  callbacks.on_evaluation = [&](const CurvePoint& p) {
+    ++evaluations;
+    if (value_of(p.values, "eval_accuracy") >= 0.97) trainer.stop();  // early stopping
   };
-  const auto [curve, accuracy] = train();
-  REQUIRE(curve.size() == 4);  // steps 0, 100, 200, 300
-  CHECK(curve[0].step == 0);
-  CHECK(std::isnan(curve[0].train_loss));
-  CHECK(curve.back().train_loss < 0.1);
-  CHECK(accuracy >= 0.97);
-  // Again, each time with the heap in another state: results must not depend on where buffers land.
+  trainer.run(callbacks);
+  CHECK(trainer.steps_done() < 1000);
+  CHECK(steps_seen == trainer.steps_done());
+  CHECK(evaluations == static_cast<Index>(trainer.curve().size()));
+  CHECK(value_of(trainer.curve().back().values, "eval_accuracy") >= 0.97);
+  CHECK(first_step_reaching(trainer.curve(), "eval_accuracy", 0.97) == trainer.steps_done());
+  CHECK_THROWS_WITH_AS(trainer.add_metric("late", accuracy),
+                       "add_metric: 'late' comes after training started; add metrics before the first step", UsageError);
+}
+
+TEST_CASE("trainer: the same seeds give the same curve bit for bit, wherever the heap puts the buffers") {
+  const TensorSource data = classification_data(200, 8);
+  auto train = [&] {
+    Mlp model(mlp(2, 8, 2, 3));
+    Adam<float> opt(model.parameters(), {.lr = 0.05});
+    Trainer trainer(model, opt, data, [&](Tape<float>& tape, const TensorBatch& b) -> StepOutput<float> {
+      Var<float> logits = model.forward(tape.constant(b.features));
+      return {cross_entropy(logits, b.labels), logits};
+    }, {.steps = 60, .batch = 16, .eval_every = 20, .seed = 11});
+    trainer.evaluate_on(data);
+    trainer.add_metric("accuracy", accuracy);
+    trainer.run();
+    return trainer.curve();
+  };
+  const auto curve = train();
   std::vector<std::vector<char>> shift;
   for (std::size_t k = 1; k <= 3; ++k) {
     shift.emplace_back(8 * k + 1);
-    const auto [again, accuracy_again] = train();
-    for (std::size_t i = 1; i < curve.size(); ++i) {
-      CHECK(again[i].train_loss == curve[i].train_loss);
-      CHECK(again[i].eval_loss == curve[i].eval_loss);
-    }
-    CHECK(accuracy_again == accuracy);
+    const auto again = train();
+    CHECK(test::same_curve(again, curve));
   }
 }
 
-TEST_CASE("trainer: a cosine schedule over zero steps is accepted, and training does nothing") {
-  // steps = 0 passes the config checks; the schedule then has no step to cover and must not refuse it.
-  const auto task = make_task("first_token");
-  const TaskSplit split = make_task_split(*task, 100, 10, 10, 1);
-  ToyModel<float> model(small_config(*task, AttentionMode::learnable));
+TEST_CASE("trainer: a non-finite loss stops before anything changes; evaluation runs in eval mode; bad options refused") {
+  const TensorSource data = regression_data(64, 4, "linear");
+  Mlp model(mlp(3, 4, 1, 2));
+  SGD<float> opt(model.parameters(), {.lr = 0.1});
+  bool poison = false;
+  std::vector<bool> modes;  // model.training() in each call of the loss function
+  Trainer trainer(model, opt, data, [&](Tape<float>& tape, const TensorBatch& b) -> Var<float> {
+    modes.push_back(model.training());
+    Var<float> y = model.forward(tape.constant(b.features));
+    Var<float> loss = mse(y, tape.constant(b.targets));
+    return poison ? scale(loss, std::nan("")) : loss;  // a bare Var: a loss without an output for metrics
+  }, {.steps = 10, .batch = 8});
+  trainer.step();
+  poison = true;
+  const auto before = model.parameters().front()->value;
+  CHECK_THROWS_WITH_AS(trainer.step(), doctest::Contains("train: the loss is NaN at step 2 (lr 0.1)"), ValueError);
+  CHECK(model.parameters().front()->value == before);
+  CHECK(model.parameters().front()->grad == Tensor(before.shape()));  // no gradient left behind either
+  CHECK(trainer.steps_done() == 1);
+  poison = false;
+  modes.clear();
+  trainer.evaluate(data);
+  CHECK(modes == std::vector<bool>(8, false));  // 64 examples in batches of 8, in evaluation mode
+  CHECK(model.training());                      // and back in training mode after
+  CHECK_THROWS_WITH_AS(Trainer(model, opt, data, [](Tape<float>&, const TensorBatch&) { return Var<float>{}; },
+                               {.batch = 0}),
+                       "train: batch must be finite and >= 1, got 0", ValueError);
+  CHECK_THROWS_WITH_AS(trainer.add_metric("loss", mean_squared_error), "add_metric: 'loss' is reserved for the loss",
+                       NameError);
+}
+
+TEST_CASE("trainer: a run of zero steps records where it starts and changes nothing") {
+  const TensorSource data = regression_data(32, 6, "linear");
+  Mlp model(mlp(3, 4, 1, 5));
+  SGD<float> opt(model.parameters());
   const Tensor before = model.parameters().front()->value;
-  Trainer trainer(model, split.train, &split.validation, TrainConfig{.steps = 0, .cosine = true});
+  Trainer trainer(model, opt, data, [&](Tape<float>& t, const TensorBatch& b) {
+    return mse(model.forward(t.constant(b.features)), t.constant(b.targets));
+  }, {.steps = 0});
   trainer.run();
   CHECK(trainer.steps_done() == 0);
+  CHECK(trainer.curve().size() == 1);
   CHECK(model.parameters().front()->value == before);
 }
 
-TEST_CASE("trainer: a non-finite loss stops training with the step; anomaly mode names the op and its line") {
-  const auto task = make_task("majority");
-  const TaskSplit split = make_task_split(*task, 200, 10, 10, 2);
-  ToyModel<float> model(small_config(*task, AttentionMode::learnable));
-  Trainer trainer(model, split.train, nullptr, TrainConfig{.steps = 10});
-  trainer.step();
-  model.parameter("readout.bias").value[0] = std::numeric_limits<float>::infinity();
-  const auto before = model.parameter("attn.wq").value;
-  CHECK_THROWS_WITH_AS(trainer.step(),
-                       doctest::Contains("train: the loss is NaN at step 2 (lr 0.01); lower the learning rate, clip "
-                                         "gradients, or turn on anomaly detection"),
-                       ValueError);
-  CHECK(model.parameter("attn.wq").value == before);  // nothing was applied
-  CHECK(trainer.steps_done() == 1);
+TEST_CASE("trainer: its state round-trips; a state of other data, options or metrics is refused and changes nothing") {
+  const TensorSource data = classification_data(100, 2), other = classification_data(100, 3);
+  auto make = [&](Mlp& model, Optimizer<float>& opt, const TensorSource& source, TrainOptions options) {
+    auto t = std::make_unique<Trainer<TensorBatch>>(model, opt, source, [&model](Tape<float>& tape, const TensorBatch& b) -> StepOutput<float> {
+      Var<float> logits = model.forward(tape.constant(b.features));
+      return {cross_entropy(logits, b.labels), logits};
+    }, options);
+    t->add_metric("accuracy", accuracy);
+    return t;
+  };
+  Mlp a(mlp(2, 4, 2, 1)), b(mlp(2, 4, 2, 1));
+  SGD<float> opt_a(a.parameters()), opt_b(b.parameters());
+  auto ta = make(a, opt_a, data, {.steps = 20, .batch = 8, .eval_every = 5});
+  for (int i = 0; i < 7; ++i) ta->step();
+  ta->rng().next_u64();  // the training stream moves, and is saved
+  const TrainerState s = ta->state();
+  CHECK(s.step == 7);
+  CHECK(s.window_steps == 7);
+  CHECK(s.window_metrics.size() == 1);
+  CHECK(s.data_fingerprint == data.fingerprint());
+  CHECK(s.rng != TrainerBase::initial_rng_state(0));
 
-  Trainer anomalous(model, split.train, nullptr, TrainConfig{.steps = 10, .anomaly = true});
-  // The first non-finite value on the tape is the poisoned parameter itself, read by the readout.
-  CHECK_THROWS_WITH_AS(anomalous.step(),
-                       doctest::Contains("anomaly: parameter 'readout.bias' (read at layers/linear.cpp:"), ValueError);
-  CHECK_THROWS_WITH_AS(Trainer(model, split.train, nullptr, TrainConfig{.lr = -1}),
-                       "train: the learning rate must be positive, got -1", ValueError);
-  CHECK_THROWS_WITH_AS(parse_optimizer_kind("lbfgs"), "optimizer: unknown optimizer 'lbfgs'; choose sgd or adam", NameError);
+  auto tb = make(b, opt_b, data, {.steps = 20, .batch = 8, .eval_every = 5});
+  tb->set_state(s);
+  CHECK(tb->steps_done() == 7);
+  CHECK(tb->rng().state() == ta->rng().state());
+
+  auto unchanged = make(b, opt_b, other, {.steps = 20, .batch = 8, .eval_every = 5});
+  CHECK_THROWS_WITH_AS(unchanged->set_state(s), doctest::Contains("resume: the training data differs"), ValueError);
+  auto wider = make(b, opt_b, data, {.steps = 20, .batch = 16, .eval_every = 10});
+  CHECK_THROWS_WITH_AS(wider->set_state(s),
+                       "resume: batch is 8 in the file but 16 in the trainer; eval_every is 5 in the file but 10 in the "
+                       "trainer",
+                       ValueError);
+  CHECK(wider->steps_done() == 0);
+  auto longer = make(b, opt_b, data, {.steps = 50, .batch = 8, .eval_every = 5});
+  longer->set_state(s);  // steps may differ: a resumed run may be extended
+  CHECK(longer->options().steps == 50);
+  Trainer<TensorBatch> no_metrics(b, opt_b, data, [](Tape<float>&, const TensorBatch&) { return Var<float>{}; },
+                                  {.steps = 20, .batch = 8, .eval_every = 5});
+  CHECK_THROWS_WITH_AS(no_metrics.set_state(s),
+                       "resume: the checkpoint measured the metrics [accuracy], the trainer measures []", ValueError);
 }
 
 TEST_CASE("report: plain lines when not a terminal, and a CSV row per evaluation") {
@@ -343,12 +337,17 @@ TEST_CASE("report: plain lines when not a terminal, and a CSV row per evaluation
   std::FILE* out = std::fopen(log_path.c_str(), "w");
   REQUIRE(out != nullptr);
   {
-    Progress progress(out, Progress::Style::automatic, 200, "first_token");
+    Progress progress(out, Progress::Style::automatic, 200, "halves");
     CsvLog csv(dir / "log" / "curve.csv");
-    const auto task = make_task("first_token");
-    const TaskSplit split = make_task_split(*task, 200, 50, 10, 3);
-    ToyModel<float> model(small_config(*task, AttentionMode::learnable));
-    Trainer trainer(model, split.train, &split.validation, TrainConfig{.steps = 200, .eval_every = 100});
+    const TensorSource data = classification_data(100, 9);
+    Mlp model(mlp(2, 4, 2, 4));
+    SGD<float> opt(model.parameters(), {.lr = 0.1});
+    Trainer trainer(model, opt, data, [&](Tape<float>& tape, const TensorBatch& b) -> StepOutput<float> {
+      Var<float> logits = model.forward(tape.constant(b.features));
+      return {cross_entropy(logits, b.labels), logits};
+    }, {.steps = 200, .eval_every = 100});
+    trainer.evaluate_on(data);
+    trainer.add_metric("accuracy", accuracy);
     TrainCallbacks cb = progress.callbacks();
     auto on_eval = cb.on_evaluation;
     cb.on_evaluation = [&](const CurvePoint& p) {
@@ -356,6 +355,11 @@ TEST_CASE("report: plain lines when not a terminal, and a CSV row per evaluation
       csv.write(p);
     };
     trainer.run(cb);
+    CurvePoint odd = trainer.curve().back();
+    odd.values.pop_back();
+    CHECK_THROWS_WITH_AS(csv.write(odd), doctest::Contains("has the columns train_loss,train_accuracy,eval_loss,eval_accuracy but this point has "
+                                                           "train_loss,train_accuracy,eval_loss"),
+                         ValueError);
   }
   std::fclose(out);
   std::ifstream text(log_path), csv(dir / "log" / "curve.csv");
@@ -363,9 +367,10 @@ TEST_CASE("report: plain lines when not a terminal, and a CSV row per evaluation
   line_stream << text.rdbuf();
   row_stream << csv.rdbuf();
   const std::string lines = line_stream.str(), rows = row_stream.str();
-  CHECK(lines.find("first_token step    100/200  loss ") != std::string::npos);
+  CHECK(lines.find("halves step    100/200  train_loss ") != std::string::npos);
+  CHECK(lines.find("halves step      0/200  train_loss -  train_accuracy -  eval_loss ") != std::string::npos);
   CHECK(lines.find('\r') == std::string::npos);  // a file gets lines, not a redrawn bar
   CHECK(std::count(rows.begin(), rows.end(), '\n') == 4);  // header + steps 0, 100, 200
-  CHECK(rows.rfind("step,train_loss,train_accuracy,eval_loss,eval_accuracy,lr,seconds\n0,nan,", 0) == 0);
+  CHECK(rows.rfind("step,train_loss,train_accuracy,eval_loss,eval_accuracy,lr,seconds\n0,nan,nan,", 0) == 0);
   std::filesystem::remove_all(dir);
 }

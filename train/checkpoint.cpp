@@ -1,11 +1,9 @@
-// Checkpoints: the serialization (cereal, with bounded reads), the file format (header + CRC-32),
-// atomic writes, and strict all-or-nothing loading. See checkpoint.hpp.
+// Checkpoints: the file format (header + CRC-32), atomic writes, and strict all-or-nothing loading of
+// any model and any training run. The payload's layout is in checkpoint_serialize.hpp (format 2) and
+// checkpoint_format1.cpp (format 1). See checkpoint.hpp.
 #include "tapegrad/train/checkpoint.hpp"
 
-#include <zlib.h>
-
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -14,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "tapegrad/core/crc32.hpp"
 #include "tapegrad/core/file_io.hpp"
 #include "tapegrad/train/checkpoint_serialize.hpp"
 
@@ -31,25 +30,6 @@ template <class U>
 void put_le(std::vector<std::byte>& out, U v) {
   for (std::size_t i = 0; i < sizeof(U); ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
 }
-
-// A CRC-32 (zlib's) fed piece by piece, so nothing is copied into a buffer first.
-class Crc32 {
- public:
-  Crc32& add(const void* data, std::size_t n) {
-    crc_ = ::crc32_z(crc_, static_cast<const Bytef*>(data), n);
-    return *this;
-  }
-  template <class U>
-  Crc32& add_le(U v) {
-    std::array<unsigned char, sizeof(U)> bytes;
-    for (std::size_t i = 0; i < sizeof(U); ++i) bytes[i] = static_cast<unsigned char>((v >> (8 * i)) & 0xff);
-    return add(bytes.data(), bytes.size());
-  }
-  std::uint32_t value() const { return static_cast<std::uint32_t>(crc_); }
-
- private:
-  uLong crc_ = ::crc32(0L, Z_NULL, 0);
-};
 
 std::uint32_t crc32_of(const std::byte* data, std::size_t n) { return Crc32().add(data, n).value(); }
 
@@ -129,12 +109,13 @@ void apply_weights(const Checkpoint& c, const std::vector<Parameter<T>*>& params
         if (p->name == r.name) copy_values(r, p->value);
 }
 
-OptimizerState<float> optimizer_state(const TrainingRecord& t) {
+OptimizerState<float> optimizer_state(const OptimizerRecord& o) {
   OptimizerState<float> s;
-  s.kind = t.optimizer_kind;
-  s.hyperparameters = t.hyperparameters;
-  s.step = t.optimizer_steps;
-  for (const auto& b : t.buffers) {
+  s.kind = o.kind;
+  s.hyperparameters = o.hyperparameters;
+  s.schedule = o.schedule;
+  s.step = o.step;
+  for (const auto& b : o.buffers) {
     const auto slash = b.name.rfind('/');
     if (slash == std::string::npos)
       fail<FormatError>("optimizer buffer '{}' is not named '<parameter>/<buffer>'", b.name);
@@ -143,6 +124,30 @@ OptimizerState<float> optimizer_state(const TrainingRecord& t) {
     s.per_param[b.name.substr(0, slash)][b.name.substr(slash + 1)] = std::move(tensor);
   }
   return s;
+}
+
+// "setting 'residual' is true in the file but false in the model; ..." for two records of one kind.
+std::string record_differences(const ModelRecord& file, const ModelRecord& model) {
+  if (file.kind != model.kind)
+    return fmt::format("the file holds a model of kind '{}' but the trainer's is of kind '{}'",
+                       file.kind.empty() ? "(not described)" : file.kind, model.kind.empty() ? "(not described)" : model.kind);
+  std::vector<std::string> out;
+  for (const auto& s : model.config) {
+    const std::string* theirs = find_setting(file.config, s.name);
+    if (!theirs)
+      out.push_back(fmt::format("setting '{}' is missing from the file", s.name));
+    else if (*theirs != s.value)
+      out.push_back(fmt::format("setting '{}' is {} in the file but {} in the model", s.name, *theirs, s.value));
+  }
+  for (const auto& s : file.config)
+    if (!find_setting(model.config, s.name)) out.push_back(fmt::format("the model has no setting '{}'", s.name));
+  return fmt::format("{}", fmt::join(out, "; "));
+}
+
+double norm(const TensorRecord& r) {
+  double sq = 0;
+  for (double v : r.values) sq += v * v;
+  return std::sqrt(sq);
 }
 
 }  // namespace
@@ -156,13 +161,15 @@ std::vector<std::byte> encode_checkpoint(const Checkpoint& c) {
   {
     cereal::PortableBinaryOutputArchive ar(payload_stream);
     NodeFree node_free(ar);
-    save(node_free, c);
+    Checkpoint current = c;
+    current.format_version = kCheckpointFormat;  // whatever it was read from, it is written as today's
+    save(node_free, current);
   }
   const std::string payload = payload_stream.str();
   std::vector<std::byte> out;
   out.reserve(kHeaderBytes + payload.size());
   for (char m : kMagic) out.push_back(static_cast<std::byte>(m));
-  put_le<std::uint32_t>(out, c.format_version);
+  put_le<std::uint32_t>(out, kCheckpointFormat);
   put_le<std::uint32_t>(out, 0);
   put_le<std::uint64_t>(out, payload.size());
   put_le<std::uint32_t>(out, crc32_of(reinterpret_cast<const std::byte*>(payload.data()), payload.size()));
@@ -206,7 +213,13 @@ Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view 
   try {
     std::istringstream in(std::string(reinterpret_cast<const char*>(payload), available), std::ios::binary);
     InArchive ar(in, available);
-    load(ar, c);
+    ar(c.format_version);
+    if (c.format_version != version)
+      fail<FormatError>("the payload says format {} but the header {}", c.format_version, version);
+    if (version == 1)
+      load_format1(ar, c);
+    else
+      load_format2(ar, c);
     if (in.peek() != std::char_traits<char>::eof()) fail<FormatError>("the payload has bytes after the checkpoint");
   } catch (const FormatError& e) {
     fail<FormatError>("load '{}': corrupt payload: {}", source, e.what());
@@ -215,8 +228,6 @@ Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view 
   } catch (const std::bad_alloc&) {
     fail<FormatError>("load '{}': corrupt payload: it asks for more memory than there is", source);
   }
-  if (c.format_version != version)
-    fail<FormatError>("load '{}': the payload says format {} but the header {}", source, c.format_version, version);
   return c;
 }
 
@@ -234,26 +245,25 @@ Checkpoint read_checkpoint(const std::filesystem::path& path) {
 }
 
 template <class T>
-Checkpoint snapshot(const ToyModel<T>& model) {
+Checkpoint snapshot(const Module<T>& model) {
   Checkpoint c;
-  c.model = model.config();
+  c.model = model.model_record();
   for (const auto* p : model.parameters()) c.parameters.push_back(record(p->name, p->value));
   return c;
 }
 
-Checkpoint snapshot(Trainer& trainer) {
-  Checkpoint c = snapshot(std::as_const(trainer.model()));
+Checkpoint snapshot(const TrainerBase& trainer) {
+  Checkpoint c = snapshot(trainer.model());
   TrainingRecord t;
-  t.config = trainer.config();
   const OptimizerState<float> s = trainer.optimizer().state();
-  t.optimizer_kind = s.kind;
-  t.hyperparameters = s.hyperparameters;
-  t.optimizer_steps = s.step;
+  t.optimizer.kind = s.kind;
+  t.optimizer.hyperparameters = s.hyperparameters;
+  t.optimizer.schedule = s.schedule;
+  t.optimizer.step = s.step;
   for (const auto& [param, buffers] : s.per_param)
-    for (const auto& [buffer, tensor] : buffers) t.buffers.push_back(record(param + "/" + buffer, tensor));
+    for (const auto& [buffer, tensor] : buffers) t.optimizer.buffers.push_back(record(param + "/" + buffer, tensor));
   t.trainer = trainer.state();
   c.training = std::move(t);
-  c.metadata["data.fingerprint"] = fmt::format("{:08x}", fingerprint(trainer.train_data()));
   return c;
 }
 
@@ -267,28 +277,18 @@ LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions optio
   return report;
 }
 
-LoadReport load_training(const Checkpoint& c, Trainer& trainer) {
+LoadReport load_training(const Checkpoint& c, TrainerBase& trainer) {
   if (!c.training) fail<FormatError>("resume: the checkpoint holds weights only, not the state of training");
   const TrainingRecord& t = *c.training;
-  ToyModel<float>& model = trainer.model();
-  if (!(c.model == model.config()))
-    fail<FormatError>("resume: the checkpoint's model is '{}', the trainer's is '{}'", c.model.describe(),
-                      model.config().describe());
-  const auto it = c.metadata.find("data.fingerprint");
-  const std::string mine = fmt::format("{:08x}", fingerprint(trainer.train_data()));
-  if (it == c.metadata.end() || it->second != mine)
-    fail<FormatError>("resume: the training data differs from the data the checkpoint was trained on (fingerprint {} "
-                      "in the file, {} now)",
-                      it == c.metadata.end() ? std::string("missing") : it->second, mine);
-  if (t.config.optimizer != trainer.config().optimizer)
-    fail<FormatError>("resume: the checkpoint was trained with {}, the trainer uses {}", to_string(t.config.optimizer),
-                      to_string(trainer.config().optimizer));
-  // Check every part before changing any: weights, optimizer state, trainer state (step, data order).
+  Module<float>& model = trainer.model();
+  const ModelRecord mine = model.model_record();
+  if (!(c.model == mine)) fail<FormatError>("resume: {}", record_differences(c.model, mine));
+  // Check every part before changing any: weights, optimizer state, trainer state.
   const auto params = model.parameters();
   LoadReport report = match(c, params);
   if (!report.missing.empty() || !report.unexpected.empty() || !report.mismatched.empty())
     fail<FormatError>("resume: {}; nothing was loaded", problems(report));
-  const OptimizerState<float> state = optimizer_state(t);
+  const OptimizerState<float> state = optimizer_state(t.optimizer);
   trainer.optimizer().check_state(state);
   trainer.check_state(t.trainer);
 
@@ -299,36 +299,40 @@ LoadReport load_training(const Checkpoint& c, Trainer& trainer) {
   return report;
 }
 
-std::unique_ptr<ToyModel<float>> model_from_checkpoint(const Checkpoint& c) {
-  // Build nothing the file cannot account for: a configuration must imply exactly the parameters the
-  // file holds (whose size the file's length bounds), so a forged configuration cannot make the model
-  // allocate without limit.
-  Index held = 0;
-  for (const auto& p : c.parameters) held += p.shape.numel();
-  const Index implied = ToyModel<float>::implied_parameter_count(c.model);
-  if (implied != held)
-    fail<FormatError>("load: the configuration '{}' implies {} parameter values but the file holds {}",
-                      c.model.describe(), implied, held);
-  auto model = std::make_unique<ToyModel<float>>(c.model);
-  load_weights(c, *model);
-  return model;
+namespace detail {
+
+const Settings& model_config_of(const Checkpoint& c, std::string_view kind) {
+  if (c.model.kind != kind)
+    fail<FormatError>("load: the file holds a model of kind '{}', not '{}'",
+                      c.model.kind.empty() ? "(not described)" : c.model.kind, kind);
+  return c.model.config;
 }
 
-std::uint32_t fingerprint(const Dataset& data) {
-  Crc32 crc;
-  for (const auto& e : data.examples) {
-    crc.add_le(static_cast<std::uint32_t>(e.tokens.size()));
-    for (auto t : e.tokens) crc.add_le(static_cast<std::uint32_t>(t));
-    for (auto l : e.labels) crc.add_le(static_cast<std::uint32_t>(l));
-  }
-  return crc.value();
+Index parameter_values_held(const Checkpoint& c) {
+  Index held = 0;
+  for (const auto& p : c.parameters) held += p.shape.numel();
+  return held;
 }
+
+void refuse_implied_count(const ModelRecord& record, Index implied, Index held) {
+  fail<FormatError>("load: the configuration {} implies {} parameter values but the file holds {}", record.describe(),
+                    implied, held);
+}
+
+}  // namespace detail
 
 template <class T>
 std::uint32_t checksum(const TensorT<T>& t) {
   Crc32 crc;
   for (Index v : {Index(t.rank()), t.batch(), t.rows(), t.cols()}) crc.add_le(static_cast<std::uint64_t>(v));
   return crc.add(t.data(), static_cast<std::size_t>(t.numel()) * sizeof(T)).value();
+}
+
+std::uint32_t weights_crc32(const Checkpoint& c) {
+  Crc32 crc;
+  for (const auto& p : c.parameters)
+    for (double v : p.values) crc.add_le(std::bit_cast<std::uint64_t>(v));
+  return crc.value();
 }
 
 std::string LoadReport::str() const {
@@ -345,34 +349,25 @@ std::string describe_checkpoint(const Checkpoint& c) {
                               c.tapegrad_version, c.model.describe());
   Index scalars = 0;
   for (const auto& p : c.parameters) scalars += p.shape.numel();
-  // A CRC-32 of every parameter value as float64 bytes: equal weights, bit for bit, give equal CRCs.
-  Crc32 crc;
-  for (const auto& p : c.parameters)
-    for (double v : p.values) crc.add_le(std::bit_cast<std::uint64_t>(v));
-  s += fmt::format("parameters: {} tensors, {} values, crc32 {:08x}\n", c.parameters.size(), scalars, crc.value());
-  auto norm = [](const TensorRecord& r) {
-    double sq = 0;
-    for (double v : r.values) sq += v * v;
-    return std::sqrt(sq);
-  };
+  s += fmt::format("parameters: {} tensors, {} values, crc32 {:08x}\n", c.parameters.size(), scalars, weights_crc32(c));
   for (const auto& p : c.parameters)
     s += fmt::format("  {:<20} {} {:>10}  norm {:.6g}\n", p.name, p.dtype, p.shape.str(), norm(p));
   for (const auto& [k, v] : c.metadata) s += fmt::format("metadata: {} = {}\n", k, v);
   if (!c.training) return s + "training state: none (weights only)\n";
-  const TrainingRecord& t = *c.training;
-  s += fmt::format("training: step {} of {} ({})\n", t.trainer.step, t.config.steps, t.config.describe());
-  std::string hyper;
-  for (const auto& [k, v] : t.hyperparameters) hyper += fmt::format("{}{} {:g}", hyper.empty() ? "" : ", ", k, v);
-  s += fmt::format("optimizer: {} after {} steps ({}); {} buffers\n", t.optimizer_kind, t.optimizer_steps, hyper,
-                   t.buffers.size());
-  for (const auto& b : t.buffers) s += fmt::format("  {:<32} {:>10}  norm {:.6g}\n", b.name, b.shape.str(), norm(b));
-  s += fmt::format("data order: epoch {}, position {} of {}\n", t.trainer.data_order.epoch, t.trainer.data_order.cursor,
-                   t.trainer.data_order.order.size());
-  if (!t.trainer.curve.empty()) {
-    const CurvePoint& p = t.trainer.curve.back();
-    s += fmt::format("last evaluation: step {}, train loss {:.4f}, train accuracy {:.4f}, eval loss {:.4f}, eval "
-                     "accuracy {:.4f}\n",
-                     p.step, p.train_loss, p.train_accuracy, p.eval_loss, p.eval_accuracy);
+  const OptimizerRecord& o = c.training->optimizer;
+  const TrainerState& t = c.training->trainer;
+  s += fmt::format("training: step {} of {} ({}), data fingerprint {:08x}\n", t.step, t.options.steps,
+                   describe_settings(to_settings(t.options)), t.data_fingerprint);
+  s += fmt::format("optimizer: {} after {} steps ({}); schedule {}; {} buffers\n", o.kind, o.step,
+                   describe_settings(o.hyperparameters), o.schedule.describe(), o.buffers.size());
+  for (const auto& b : o.buffers) s += fmt::format("  {:<32} {:>10}  norm {:.6g}\n", b.name, b.shape.str(), norm(b));
+  s += fmt::format("data order: epoch {}, position {} of {}\n", t.data_order.epoch, t.data_order.cursor,
+                   t.data_order.order.size());
+  if (!t.curve.empty()) {
+    const CurvePoint& p = t.curve.back();
+    std::string values;
+    for (const auto& v : p.values) values += fmt::format(", {} {:.4f}", v.name, v.value);
+    s += fmt::format("last evaluation: step {}{}\n", p.step, values);
   }
   return s;
 }
@@ -410,8 +405,8 @@ std::filesystem::path CheckpointDir::save(const Checkpoint& c, std::int64_t step
   return path;
 }
 
-template Checkpoint snapshot(const ToyModel<float>&);
-template Checkpoint snapshot(const ToyModel<double>&);
+template Checkpoint snapshot(const Module<float>&);
+template Checkpoint snapshot(const Module<double>&);
 template LoadReport load_weights(const Checkpoint&, Module<float>&, LoadOptions);
 template LoadReport load_weights(const Checkpoint&, Module<double>&, LoadOptions);
 template std::uint32_t checksum(const TensorT<float>&);

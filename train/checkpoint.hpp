@@ -1,10 +1,12 @@
 #pragma once
-// Checkpoints: one file that holds a model's configuration and weights and, for resuming training, the
-// optimizer's state, the trainer's step, curve and data order (with its RNG state).
+// Checkpoints, for any model: one file that holds a model's record (its kind and configuration, the
+// model's own settings) and its weights by name and, for resuming training, the optimizer's state (its
+// hyperparameters, schedule, step and buffers by parameter name) and the trainer's (options, step,
+// data order, random stream, windows, curve).
 //
 // File layout (all integers little-endian):
 //   0   8 bytes  magic "TGCKPT\r\n" (the \r\n catches text-mode mangling, as PNG's signature does)
-//   8   u32      format version (kCheckpointFormat)
+//   8   u32      format version (kCheckpointFormat; format 1, written by tapegrad 0.1, still reads)
 //   12  u32      flags (0)
 //   16  u64      payload length
 //   24  u32      CRC-32 of the payload
@@ -17,7 +19,13 @@
 // then the folder fsync'd; a crash leaves the old file or the new one. Loading is strict by default
 // and all-or-nothing: it names every missing, unexpected or mis-shaped entry, and on any error leaves
 // the model, the optimizer and the trainer exactly as they were.
+//
+//   save_checkpoint("run.tgck", snapshot(trainer));               // weights + optimizer + trainer
+//   load_training(read_checkpoint("run.tgck"), trainer);          // strict, all or nothing
+//   auto model = model_from_checkpoint<Mlp>(read_checkpoint("model.tgck"));  // rebuilt from its record
+//   load_weights(checkpoint, other_model, {.strict = false});     // the matching subset, with a report
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -28,12 +36,13 @@
 #include <string>
 #include <vector>
 
-#include "tapegrad/train/model.hpp"
+#include "tapegrad/layers/module.hpp"
+#include "tapegrad/train/optimizer.hpp"
 #include "tapegrad/train/trainer.hpp"
 
 namespace tapegrad {
 
-inline constexpr std::uint32_t kCheckpointFormat = 1;
+inline constexpr std::uint32_t kCheckpointFormat = 2;
 // The version of this build of tapegrad: CMake's project(VERSION), the one source of it.
 std::string_view tapegrad_version();
 
@@ -45,31 +54,34 @@ struct TensorRecord {
   std::vector<double> values;
 };
 
+struct OptimizerRecord {
+  std::string kind;
+  Settings hyperparameters;
+  ScheduleRecord schedule;
+  std::int64_t step = 0;
+  std::vector<TensorRecord> buffers;  // named "<parameter>/<buffer>", e.g. "attn.wq/exp_avg"
+};
+
 // The state of training besides the weights: what resuming needs.
 struct TrainingRecord {
-  TrainConfig config;
-  std::string optimizer_kind;
-  std::map<std::string, double> hyperparameters;
-  std::int64_t optimizer_steps = 0;
-  std::vector<TensorRecord> buffers;  // named "<parameter>/<buffer>", e.g. "attn.wq/exp_avg"
+  OptimizerRecord optimizer;
   TrainerState trainer;
 };
 
 struct Checkpoint {
-  std::uint32_t format_version = kCheckpointFormat;
+  std::uint32_t format_version = kCheckpointFormat;  // of the file it was read from
   std::string tapegrad_version = std::string(tapegrad::tapegrad_version());
-  ModelConfig model;
-  std::vector<TensorRecord> parameters;  // in the model's order
-  // Where the data came from ("task", "data", "eval_data", "seed"...) and "data.fingerprint", a
-  // CRC-32 of the training examples, which resuming checks.
-  std::map<std::string, std::string> metadata;
-  std::optional<TrainingRecord> training;  // empty in a weights-only file
+  ModelRecord model;                      // the model's kind and configuration (empty: not described)
+  std::vector<TensorRecord> parameters;   // in the model's order
+  std::map<std::string, std::string> metadata;  // the program's own: where the data came from, ...
+  std::optional<TrainingRecord> training;       // empty in a weights-only file
 };
 
 // ---- bytes and files --------------------------------------------------------------------------------
 
 std::vector<std::byte> encode_checkpoint(const Checkpoint& c);
-// FormatError naming `source` (a file name) for anything that is not a valid checkpoint.
+// FormatError naming `source` (a file name) for anything that is not a valid checkpoint. Files of
+// format 1 are read into the same structure.
 Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view source);
 
 void save_checkpoint(const std::filesystem::path& path, const Checkpoint& c);  // atomic
@@ -77,14 +89,15 @@ Checkpoint read_checkpoint(const std::filesystem::path& path);
 
 // The whole checkpoint as JSON (cereal's JSON archive), for people to read.
 std::string checkpoint_json(const Checkpoint& c);
-// A summary: configuration, parameter names, shapes and norms, the optimizer state, the step.
+// A summary of what the file holds: the model's record, parameter names, shapes and norms, the
+// optimizer, the trainer's state.
 std::string describe_checkpoint(const Checkpoint& c);
 
 // ---- building and applying --------------------------------------------------------------------------
 
 template <class T>
-Checkpoint snapshot(const ToyModel<T>& model);  // weights only
-Checkpoint snapshot(Trainer& trainer);          // weights and the state of training
+Checkpoint snapshot(const Module<T>& model);       // weights and the model's record
+Checkpoint snapshot(const TrainerBase& trainer);   // and the state of training
 
 struct LoadOptions {
   bool strict = true;  // false: load the parameters whose name and shape match, report the rest
@@ -103,18 +116,25 @@ struct LoadReport {
 // or a FormatError lists every problem and nothing is loaded.
 template <class T>
 LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions options = {});
-// Everything into a trainer (always strict): weights, optimizer state, step, curve, data order. The
-// trainer's data must be the data the checkpoint was trained on (its fingerprint is checked).
-LoadReport load_training(const Checkpoint& c, Trainer& trainer);
-// A fresh model built from the checkpoint's configuration, with its weights: for inference.
-std::unique_ptr<ToyModel<float>> model_from_checkpoint(const Checkpoint& c);
+// Everything into a trainer (always strict): the model's record must be the trainer's model's, then
+// weights, optimizer state (its kind and schedule must be the trainer's optimizer's), step, data order
+// (the trainer's data must be the data the checkpoint was trained on: its fingerprint is checked),
+// random stream, windows and curve. Nothing changes unless everything fits.
+LoadReport load_training(const Checkpoint& c, TrainerBase& trainer);
 
-// A CRC-32 of a dataset's tokens and labels.
-std::uint32_t fingerprint(const Dataset& data);
+// A model rebuilt from the checkpoint's record and loaded with its weights, for inference or to go on.
+// M needs `static constexpr std::string_view kind`, a `Config` with fields() (core/settings.hpp), and a
+// constructor from it; if it has `static Index implied_parameter_count(const Config&)`, a configuration
+// that implies other parameters than the file holds is refused before anything is built.
+template <class M>
+std::unique_ptr<M> model_from_checkpoint(const Checkpoint& c);
+
 // A CRC-32 of a tensor's shape and raw bytes: two tensors with equal checksums are, with near
 // certainty, bit-identical (to compare predictions without keeping them).
 template <class T>
 std::uint32_t checksum(const TensorT<T>& t);
+// The CRC-32 of every parameter value as float64 bytes, in the file's order: what `inspect` prints.
+std::uint32_t weights_crc32(const Checkpoint& c);
 
 // Checkpoints of one run in a folder: checkpoint-<step>.tgck, keeping the newest `keep`.
 class CheckpointDir {
@@ -128,5 +148,36 @@ class CheckpointDir {
   std::filesystem::path dir_;
   int keep_;
 };
+
+// ---- model_from_checkpoint --------------------------------------------------------------------------
+
+namespace detail {
+// FormatError unless the file's record is of `kind`; the configuration's settings otherwise.
+const Settings& model_config_of(const Checkpoint& c, std::string_view kind);
+Index parameter_values_held(const Checkpoint& c);
+[[noreturn]] void refuse_implied_count(const ModelRecord& record, Index implied, Index held);
+}  // namespace detail
+
+template <class M>
+std::unique_ptr<M> model_from_checkpoint(const Checkpoint& c) {
+  using Config = typename M::Config;
+  const Settings& settings = detail::model_config_of(c, M::kind);
+  Config config;
+  try {
+    config = from_settings<Config>(settings, fmt::format("load: the model's configuration ({})", M::kind));
+  } catch (const Error& e) {
+    throw FormatError(e.what());
+  }
+  // Build nothing the file cannot account for: a configuration must imply exactly the parameters the
+  // file holds (whose size the file's length bounds), so a forged configuration cannot make the model
+  // allocate without limit.
+  if constexpr (requires { { M::implied_parameter_count(config) } -> std::convertible_to<Index>; }) {
+    const Index implied = M::implied_parameter_count(config), held = detail::parameter_values_held(c);
+    if (implied != held) detail::refuse_implied_count(c.model, implied, held);
+  }
+  auto model = std::make_unique<M>(config);
+  load_weights(c, *model);
+  return model;
+}
 
 }  // namespace tapegrad

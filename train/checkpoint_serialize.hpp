@@ -5,7 +5,8 @@
 // save() works with any cereal output archive. load() reads the portable binary form through
 // InArchive, which knows the payload's length and bounds every size it decodes by it: a corrupt size
 // is a FormatError before anything is allocated. (cereal's own UserDataAdapter would carry the bound
-// too, but it is marked experimental.)
+// too, but it is marked experimental.) Format 1 (tapegrad 0.1) has its own reader in
+// checkpoint_format1.cpp, which maps it onto the same structures.
 
 #include <algorithm>
 #include <cmath>
@@ -37,6 +38,8 @@ using cereal::make_nvp;
 template <class A>
 constexpr bool is_json = std::is_same_v<A, cereal::JSONOutputArchive>;
 
+// ---- bounded reads of sizes and basic values -----------------------------------------------------------
+
 inline std::size_t read_size(InArchive& ar, std::size_t element_bytes, std::string_view what) {
   cereal::size_type n = 0;
   ar(cereal::make_size_tag(n));
@@ -57,14 +60,6 @@ void load_numbers(InArchive& ar, std::vector<N>& v, std::string_view what) {
   ar(cereal::binary_data(v.data(), v.size() * sizeof(N)));
 }
 
-template <class E>
-E load_enum(InArchive& ar, int count, std::string_view what) {
-  std::int32_t v = 0;
-  ar(v);
-  if (v < 0 || v >= count) fail<FormatError>("{} has the value {}, which is not one of the {} known", what, v, count);
-  return static_cast<E>(v);
-}
-
 // A bool is saved as one byte; reading that byte straight into a bool would make any other value
 // undefined behaviour, so it is read as a byte and checked.
 inline bool load_bool(InArchive& ar, std::string_view what) {
@@ -80,13 +75,45 @@ inline std::int64_t load_i64(InArchive& ar) {
   return v;
 }
 
+inline double load_double(InArchive& ar) {
+  double v = 0;
+  ar(v);
+  return v;
+}
+
+// Containers of records, the same way cereal's vector and map save them.
+template <class Record>
+void load_records(InArchive& ar, std::vector<Record>& out, std::string_view what) {
+  out.resize(read_size(ar, 1, what));
+  for (auto& r : out) load(ar, r);
+}
+
+template <class Value>
+void load_map(InArchive& ar, std::map<std::string, Value>& out, std::string_view what) {
+  out.clear();
+  const std::size_t n = read_size(ar, 1, what);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::string key;
+    Value value{};
+    load(ar, key);
+    if constexpr (std::is_same_v<Value, std::string>)
+      load(ar, value);
+    else
+      ar(value);
+    if (!out.emplace(std::move(key), std::move(value)).second) fail<FormatError>("{} has a key twice", what);
+  }
+}
+
+// ---- writing, archive-neutral ----------------------------------------------------------------------------
+
 // The records saved below, declared first so that save_node and save_list find every one.
 template <class A> void save(A& ar, const Shape& s);
 template <class A> void save(A& ar, const TensorRecord& t);
-template <class A> void save(A& ar, const ModelConfig& c);
-template <class A> void save(A& ar, const TrainConfig& c);
+template <class A> void save(A& ar, const NamedValue& v);
+template <class A> void save(A& ar, const MetricWindow& w);
 template <class A> void save(A& ar, const CurvePoint& p);
 template <class A> void save(A& ar, const TrainerState& s);
+template <class A> void save(A& ar, const OptimizerRecord& o);
 template <class A> void save(A& ar, const TrainingRecord& t);
 
 // A record as a named child (a JSON object; nothing extra in binary).
@@ -110,6 +137,31 @@ void save_list(A& ar, const char* name, const std::vector<V>& items) {
     ar.finishNode();
   }
   ar.finishNode();
+}
+
+// Settings: in binary a size tag and (name, value) pairs; in JSON an object {"name": "value", ...}.
+template <class A>
+void save_settings(A& ar, const char* name, const Settings& settings) {
+  ar.setNextName(name);
+  ar.startNode();
+  if constexpr (is_json<A>) {
+    for (const auto& s : settings) ar(make_nvp(s.name.c_str(), s.value));
+  } else {
+    ar(cereal::make_size_tag(static_cast<cereal::size_type>(settings.size())));
+    for (const auto& s : settings) ar(s.name, s.value);
+  }
+  ar.finishNode();
+}
+
+inline void load_settings(InArchive& ar, Settings& out, std::string_view what) {
+  out.resize(read_size(ar, 2, what));  // two strings of at least a size tag each
+  for (auto& s : out) {
+    load(ar, s.name);
+    load(ar, s.value);
+  }
+  for (std::size_t i = 0; i < out.size(); ++i)
+    for (std::size_t j = i + 1; j < out.size(); ++j)
+      if (out[i].name == out[j].name) fail<FormatError>("{} has '{}' twice", what, out[i].name);
 }
 
 // A double that JSON can hold: NaN and Inf as strings (JSON has no literal for them).
@@ -175,148 +227,132 @@ inline void load(InArchive& ar, TensorRecord& t) {
     fail<FormatError>("tensor '{}' is {} ({} elements) but holds {} values", t.name, t.shape, t.shape.numel(), t.values.size());
 }
 
-// Containers of records, the same way cereal's vector and map save them.
-template <class Record>
-void load_records(InArchive& ar, std::vector<Record>& out, std::string_view what) {
-  out.resize(read_size(ar, 1, what));
-  for (auto& r : out) load(ar, r);
+template <class A>
+void save(A& ar, const NamedValue& v) {
+  ar(make_nvp("name", v.name));
+  save_number(ar, "value", v.value);
 }
 
-template <class Value>
-void load_map(InArchive& ar, std::map<std::string, Value>& out, std::string_view what) {
-  out.clear();
-  const std::size_t n = read_size(ar, 1, what);
-  for (std::size_t i = 0; i < n; ++i) {
-    std::string key;
-    Value value{};
-    load(ar, key);
-    if constexpr (std::is_same_v<Value, std::string>)
-      load(ar, value);
-    else
-      ar(value);
-    if (!out.emplace(std::move(key), std::move(value)).second) fail<FormatError>("{} has a key twice", what);
-  }
+inline void load(InArchive& ar, NamedValue& v) {
+  load(ar, v.name);
+  v.value = load_double(ar);
 }
 
 template <class A>
-void save(A& ar, const ModelConfig& c) {
-  ar(make_nvp("vocab", static_cast<std::int64_t>(c.vocab)), make_nvp("labels", static_cast<std::int64_t>(c.labels)),
-     make_nvp("max_len", static_cast<std::int64_t>(c.max_len)), make_nvp("features", static_cast<std::int32_t>(c.features)),
-     make_nvp("d_embed", static_cast<std::int64_t>(c.d_embed)), make_nvp("positions", static_cast<std::int32_t>(c.positions)),
-     make_nvp("attention", static_cast<std::int32_t>(c.attention)), make_nvp("heads", static_cast<std::int64_t>(c.heads)),
-     make_nvp("d_head", static_cast<std::int64_t>(c.d_head)), make_nvp("scale", static_cast<std::int32_t>(c.scale)),
-     make_nvp("output_projection", c.output_projection), make_nvp("residual", c.residual), make_nvp("seed", c.seed));
+void save(A& ar, const MetricWindow& w) {
+  ar(make_nvp("name", w.name));
+  save_number(ar, "sum", w.tally.sum);
+  save_number(ar, "count", w.tally.count);
 }
 
-inline void load(InArchive& ar, ModelConfig& c) {
-  c.vocab = load_i64(ar);
-  c.labels = load_i64(ar);
-  c.max_len = load_i64(ar);
-  c.features = load_enum<FeatureKind>(ar, 2, "the feature kind");
-  c.d_embed = load_i64(ar);
-  c.positions = load_enum<PositionEncoding>(ar, 4, "the position encoding");
-  c.attention = load_enum<AttentionMode>(ar, 2, "the attention mode");
-  c.heads = load_i64(ar);
-  c.d_head = load_i64(ar);
-  c.scale = load_enum<AttentionScale>(ar, 3, "the attention scale");
-  c.output_projection = load_bool(ar, "the output-projection flag");
-  c.residual = load_bool(ar, "the residual flag");
-  ar(c.seed);
-  const auto sane = [](Index v) { return v >= 0 && v < (1 << 24); };
-  if (!sane(c.vocab) || !sane(c.labels) || !sane(c.max_len) || !sane(c.d_embed) || !sane(c.heads) || !sane(c.d_head))
-    fail<FormatError>("the model configuration has sizes out of range (vocab {}, labels {}, max_len {}, d_embed {}, "
-                      "heads {}, d_head {})",
-                      c.vocab, c.labels, c.max_len, c.d_embed, c.heads, c.d_head);
-}
-
-template <class A>
-void save(A& ar, const TrainConfig& c) {
-  ar(make_nvp("steps", static_cast<std::int64_t>(c.steps)), make_nvp("batch", static_cast<std::int64_t>(c.batch)),
-     make_nvp("optimizer", static_cast<std::int32_t>(c.optimizer)), make_nvp("lr", c.lr), make_nvp("momentum", c.momentum),
-     make_nvp("clip", c.clip), make_nvp("cosine", c.cosine), make_nvp("eval_every", static_cast<std::int64_t>(c.eval_every)),
-     make_nvp("seed", c.seed), make_nvp("anomaly", c.anomaly));
-}
-
-inline void load(InArchive& ar, TrainConfig& c) {
-  c.steps = load_i64(ar);
-  c.batch = load_i64(ar);
-  c.optimizer = load_enum<OptimizerKind>(ar, 2, "the optimizer kind");
-  ar(c.lr, c.momentum, c.clip);
-  c.cosine = load_bool(ar, "the cosine-schedule flag");
-  c.eval_every = load_i64(ar);
-  ar(c.seed);
-  c.anomaly = load_bool(ar, "the anomaly flag");
+inline void load(InArchive& ar, MetricWindow& w) {
+  load(ar, w.name);
+  w.tally.sum = load_double(ar);
+  w.tally.count = load_double(ar);
 }
 
 template <class A>
 void save(A& ar, const CurvePoint& p) {
   ar(make_nvp("step", static_cast<std::int64_t>(p.step)));
-  save_number(ar, "train_loss", p.train_loss);
-  save_number(ar, "train_accuracy", p.train_accuracy);
-  save_number(ar, "eval_loss", p.eval_loss);
-  save_number(ar, "eval_accuracy", p.eval_accuracy);
   save_number(ar, "lr", p.lr);
   save_number(ar, "seconds", p.seconds);
+  save_list(ar, "values", p.values);
 }
 
 inline void load(InArchive& ar, CurvePoint& p) {
   p.step = load_i64(ar);
-  ar(p.train_loss, p.train_accuracy, p.eval_loss, p.eval_accuracy, p.lr, p.seconds);
+  p.lr = load_double(ar);
+  p.seconds = load_double(ar);
+  load_records(ar, p.values, "a curve point's values");
+}
+
+inline std::vector<std::uint64_t> rng_words(const Rng::State& s) { return {s.words.begin(), s.words.end()}; }
+
+inline Rng::State load_rng(InArchive& ar, std::string_view what) {
+  std::vector<std::uint64_t> words;
+  load_numbers(ar, words, what);
+  if (words.size() != 4) fail<FormatError>("{} has {} words; xoshiro256** has 4", what, words.size());
+  Rng::State s;
+  std::copy(words.begin(), words.end(), s.words.begin());
+  return s;
 }
 
 template <class A>
 void save(A& ar, const TrainerState& s) {
+  save_settings(ar, "options", to_settings(s.options));
   std::vector<std::int64_t> order(s.data_order.order.begin(), s.data_order.order.end());
-  ar(make_nvp("step", static_cast<std::int64_t>(s.step)), make_nvp("epoch", s.data_order.epoch),
-     make_nvp("cursor", static_cast<std::int64_t>(s.data_order.cursor)), make_nvp("order", order),
-     make_nvp("data_rng", std::vector<std::uint64_t>(s.data_order.rng.words.begin(), s.data_order.rng.words.end())));
+  ar(make_nvp("step", static_cast<std::int64_t>(s.step)), make_nvp("data_fingerprint", s.data_fingerprint),
+     make_nvp("epoch", s.data_order.epoch), make_nvp("cursor", static_cast<std::int64_t>(s.data_order.cursor)),
+     make_nvp("order", order), make_nvp("data_rng", rng_words(s.data_order.rng)), make_nvp("rng", rng_words(s.rng)));
   save_number(ar, "window_loss", s.window_loss);
-  ar(make_nvp("window_correct", static_cast<std::int64_t>(s.window_correct)),
-     make_nvp("window_labelled", static_cast<std::int64_t>(s.window_labelled)),
-     make_nvp("window_steps", static_cast<std::int64_t>(s.window_steps)));
+  ar(make_nvp("window_steps", static_cast<std::int64_t>(s.window_steps)));
+  save_list(ar, "window_metrics", s.window_metrics);
   save_list(ar, "curve", s.curve);
 }
 
-inline void load(InArchive& ar, TrainerState& s) {
-  s.step = load_i64(ar);
-  ar(s.data_order.epoch);
-  s.data_order.cursor = load_i64(ar);
+// epoch, cursor, order, RNG: the sampler's state, laid out alike in formats 1 and 2.
+inline void load_data_order(InArchive& ar, Sampler::State& s) {
+  ar(s.epoch);
+  s.cursor = load_i64(ar);
   std::vector<std::int64_t> order;
   load_numbers(ar, order, "the data order");
-  s.data_order.order.assign(order.begin(), order.end());
-  std::vector<std::uint64_t> rng;
-  load_numbers(ar, rng, "the data RNG state");
-  if (rng.size() != 4) fail<FormatError>("the data RNG state has {} words; xoshiro256** has 4", rng.size());
-  std::copy(rng.begin(), rng.end(), s.data_order.rng.words.begin());
-  ar(s.window_loss);
-  s.window_correct = load_i64(ar);
-  s.window_labelled = load_i64(ar);
+  s.order.assign(order.begin(), order.end());
+  s.rng = load_rng(ar, "the data order's RNG state");
+}
+
+inline void load(InArchive& ar, TrainerState& s) {
+  Settings options;
+  load_settings(ar, options, "the trainer's options");
+  try {
+    s.options = from_settings<TrainOptions>(options, "the trainer's options");
+  } catch (const Error& e) {
+    throw FormatError(e.what());
+  }
+  s.step = load_i64(ar);
+  ar(s.data_fingerprint);
+  load_data_order(ar, s.data_order);
+  s.rng = load_rng(ar, "the training RNG state");
+  s.window_loss = load_double(ar);
   s.window_steps = load_i64(ar);
+  load_records(ar, s.window_metrics, "the metric windows");
   load_records(ar, s.curve, "the curve");
 }
 
 template <class A>
+void save(A& ar, const OptimizerRecord& o) {
+  ar(make_nvp("kind", o.kind));
+  save_settings(ar, "hyperparameters", o.hyperparameters);
+  ar(make_nvp("schedule", o.schedule.kind));
+  save_settings(ar, "schedule_settings", o.schedule.settings);
+  ar(make_nvp("step", o.step));
+  save_list(ar, "buffers", o.buffers);
+}
+
+inline void load(InArchive& ar, OptimizerRecord& o) {
+  load(ar, o.kind);
+  load_settings(ar, o.hyperparameters, "the optimizer's hyperparameters");
+  load(ar, o.schedule.kind);
+  load_settings(ar, o.schedule.settings, "the schedule's settings");
+  o.step = load_i64(ar);
+  load_records(ar, o.buffers, "the optimizer buffers");
+}
+
+template <class A>
 void save(A& ar, const TrainingRecord& t) {
-  save_node(ar, "config", t.config);
-  ar(make_nvp("optimizer", t.optimizer_kind), make_nvp("hyperparameters", t.hyperparameters),
-     make_nvp("optimizer_steps", t.optimizer_steps));
-  save_list(ar, "buffers", t.buffers);
+  save_node(ar, "optimizer", t.optimizer);
   save_node(ar, "trainer", t.trainer);
 }
 
 inline void load(InArchive& ar, TrainingRecord& t) {
-  load(ar, t.config);
-  load(ar, t.optimizer_kind);
-  load_map(ar, t.hyperparameters, "the hyperparameters");
-  ar(t.optimizer_steps);
-  load_records(ar, t.buffers, "the optimizer buffers");
+  load(ar, t.optimizer);
   load(ar, t.trainer);
 }
 
 template <class A>
 void save(A& ar, const Checkpoint& c) {
   ar(make_nvp("format_version", c.format_version), make_nvp("tapegrad_version", c.tapegrad_version));
-  save_node(ar, "model", c.model);
+  ar(make_nvp("model", c.model.kind));
+  save_settings(ar, "model_config", c.model.config);
   save_list(ar, "parameters", c.parameters);
   ar(make_nvp("metadata", c.metadata));
   const bool has_training = c.training.has_value();
@@ -324,10 +360,11 @@ void save(A& ar, const Checkpoint& c) {
   if (has_training) save_node(ar, "training", *c.training);
 }
 
-inline void load(InArchive& ar, Checkpoint& c) {
-  ar(c.format_version);
+// The payload of a format-2 file (after its format version, which the caller read).
+inline void load_format2(InArchive& ar, Checkpoint& c) {
   load(ar, c.tapegrad_version);
-  load(ar, c.model);
+  load(ar, c.model.kind);
+  load_settings(ar, c.model.config, "the model's configuration");
   load_records(ar, c.parameters, "the parameter list");
   load_map(ar, c.metadata, "the metadata");
   if (load_bool(ar, "the has-training flag")) {
@@ -335,6 +372,10 @@ inline void load(InArchive& ar, Checkpoint& c) {
     load(ar, *c.training);
   }
 }
+
+// The payload of a format-1 file (tapegrad 0.1), mapped onto today's structures
+// (checkpoint_format1.cpp).
+void load_format1(InArchive& ar, Checkpoint& c);
 
 // cereal's binary archives have no nodes; these make the save() functions above archive-neutral.
 struct NodeFree {

@@ -44,31 +44,6 @@ Index Dataset::labelled_positions() const {
   return n;
 }
 
-void make_batch(const Dataset& data, std::span<const Index> indices, Index length, Batch& out) {
-  const auto B = static_cast<Index>(indices.size());
-  out.tokens.resize(Shape::mat(B, length));
-  out.targets.resize(Shape::mat(B, length));
-  out.padding.resize(Shape::mat(B, length));
-  out.padded = false;
-  for (Index b = 0; b < B; ++b) {
-    const Index i = indices[static_cast<std::size_t>(b)];
-    if (i < 0 || i >= data.size())
-      fail<ValueError>("make_batch: example {} is outside dataset '{}' of {} examples", i, data.name, data.size());
-    const Example& e = data.examples[static_cast<std::size_t>(i)];
-    const auto n = static_cast<Index>(e.tokens.size());
-    if (n > length)
-      fail<ShapeError>("make_batch: example {} of '{}' has {} tokens, more than the batch length {}", i, data.name, n,
-                       length);
-    for (Index t = 0; t < length; ++t) {
-      const bool real = t < n;
-      out.tokens.at(b, t) = real ? e.tokens[static_cast<std::size_t>(t)] : 0;
-      out.targets.at(b, t) = real ? e.labels[static_cast<std::size_t>(t)] : kIgnoreLabel;
-      out.padding.at(b, t) = real ? 0 : 1;
-      out.padded = out.padded || !real;
-    }
-  }
-}
-
 Sampler::Sampler(Index n, Index batch, std::uint64_t seed) : n_(n), rng_(seed, 0x73616d706c65) {
   if (n <= 0 || batch <= 0) fail<ValueError>("sampler: needs examples and a positive batch size, got {} and {}", n, batch);
   current_.resize(static_cast<std::size_t>(batch));

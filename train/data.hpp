@@ -1,11 +1,11 @@
 #pragma once
-// Sequence data for training: vocabularies, labelled examples, padded batches, and a seeded sampler
-// whose state can be saved and restored (checkpoints resume the exact data order).
+// Sequence data: vocabularies and labelled token sequences (a Dataset), and the seeded sampler that
+// orders any data source's examples, whose state can be saved and restored (checkpoints resume the exact
+// data order). train/data_source.hpp turns a Dataset into batches.
 //
 // An example is one token id per position and one label per position, kIgnoreLabel where the
 // position has no label (sequence tagging labels every position; reading out at one position labels
-// one). Batches pad shorter examples to the longest in the dataset: padded positions get token 0,
-// no label, and a key-padding mask so attention ignores them.
+// one).
 
 #include <cstdint>
 #include <map>
@@ -52,21 +52,6 @@ struct Dataset {
   Index max_len() const;
   Index labelled_positions() const;
 };
-
-// One minibatch, padded to a fixed length T: tokens and targets (B, T); padding (B, T), nonzero at
-// positions past an example's end. Reused from step to step without allocating.
-struct Batch {
-  Ids tokens;
-  Ids targets;
-  Mask padding;
-  bool padded = false;  // whether any position is padding (attention can skip the mask if not)
-
-  Index batch() const { return tokens.rows(); }
-  Index length() const { return tokens.cols(); }
-};
-
-// Fills `out` with the examples at `indices`, padded to `length` (>= every example's length).
-void make_batch(const Dataset& data, std::span<const Index> indices, Index length, Batch& out);
 
 // Minibatches of indices in [0, n): a fresh seeded permutation each epoch, batch after batch; the last
 // batch of an epoch is filled from the next one, so every batch has the same size.

@@ -1,7 +1,7 @@
-// Optimizers: the shared bookkeeping (names, state, strict load), SGD, Adam/AdamW, clip_grad_norm.
-// Every update is an Eigen array expression over the parameter's own storage: no temporaries, so a
-// step allocates nothing once the buffers exist. Scalars are computed in double, as torch does in
-// Python, and cast to T once.
+// Optimizers: the shared bookkeeping (names, state, strict load, the schedule), SGD, Adam/AdamW,
+// make_optimizer, clip_grad_norm. Every update is an Eigen array expression over the parameter's own
+// storage: no temporaries, so a step allocates nothing once the buffers exist. Scalars are computed in
+// double, as torch does in Python, and cast to T once.
 #include "tapegrad/train/optimizer.hpp"
 
 #include <cmath>
@@ -9,50 +9,26 @@
 #include <utility>
 
 namespace tapegrad {
-namespace {
 
-// Throws ValueError unless 0 <= beta < 1.
-void require_beta(std::string_view op, std::string_view name, double beta) {
-  if (!(beta >= 0 && beta < 1)) fail<ValueError>("{}: {} must be in [0, 1), got {}", op, name, beta);
-}
-
-const SgdOptions& checked(std::string_view op, const SgdOptions& o) {
-  require_non_negative(op, "lr", o.lr);
-  require_non_negative(op, "momentum", o.momentum);
-  require_non_negative(op, "dampening", o.dampening);
-  require_non_negative(op, "weight_decay", o.weight_decay);
-  if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
+void SgdOptions::check(std::string_view op) const {
+  check_fields(*this, op);
+  if (nesterov && (momentum <= 0 || dampening != 0))
     fail<ValueError>("{}: Nesterov momentum needs momentum > 0 and dampening 0, got momentum {} and dampening {}",
-                     op, o.momentum, o.dampening);
-  return o;
+                     op, momentum, dampening);
 }
 
-const AdamOptions& checked(std::string_view op, const AdamOptions& o) {
-  require_non_negative(op, "lr", o.lr);
-  require_beta(op, "beta1", o.beta1);
-  require_beta(op, "beta2", o.beta2);
-  require_non_negative(op, "eps", o.eps);
-  require_non_negative(op, "weight_decay", o.weight_decay);
-  return o;
-}
-
-SgdOptions sgd_options(const std::map<std::string, double>& h) {
-  return {h.at("lr"), h.at("momentum"), h.at("dampening"), h.at("weight_decay"), h.at("nesterov") != 0};
-}
-
-AdamOptions adam_options(const std::map<std::string, double>& h) {
-  return {h.at("lr"), h.at("beta1"), h.at("beta2"), h.at("eps"), h.at("weight_decay")};
-}
-
-}  // namespace
+void AdamOptions::check(std::string_view op) const { check_fields(*this, op); }
 
 // ---------------------------------------------------------------------------------------------
-// Optimizer: names, state, strict load
+// Optimizer: names, schedule, state, strict load
 
 template <class T>
-Optimizer<T>::Optimizer(std::vector<Parameter<T>*> params, double lr, std::string_view op,
-                        std::vector<std::string> buffer_names)
-    : params_(std::move(params)), buffer_names_(std::move(buffer_names)), buffers_(params_.size()), lr_(lr) {
+Optimizer<T>::Optimizer(std::vector<Parameter<T>*> params, std::string_view op, std::vector<std::string> buffer_names)
+    : params_(std::move(params)),
+      op_(op),
+      buffer_names_(std::move(buffer_names)),
+      buffers_(params_.size()),
+      schedule_(std::make_unique<ConstantLr>()) {
   if (params_.empty()) fail<ValueError>("{}: no parameters to optimize", op);
   std::map<std::string_view, std::size_t> seen;
   for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -66,26 +42,46 @@ Optimizer<T>::Optimizer(std::vector<Parameter<T>*> params, double lr, std::strin
 }
 
 template <class T>
+Optimizer<T>::~Optimizer() = default;
+
+template <class T>
+void Optimizer<T>::step() {
+  check_shapes();
+  update(current_lr(), step_ + 1);
+  ++step_;
+}
+
+template <class T>
 void Optimizer<T>::zero_grad() {
   for (Parameter<T>* p : params_) p->zero_grad();
 }
 
 template <class T>
-void Optimizer<T>::set_lr(double lr) {
-  require_non_negative("set_lr", "lr", lr);
-  lr_ = lr;
+double Optimizer<T>::current_lr() const {
+  return schedule_->lr_at(lr(), step_);
 }
 
 template <class T>
-void Optimizer<T>::check_shapes(std::string_view op) const {
+void Optimizer<T>::set_schedule(const LrSchedule& schedule) {
+  schedule_ = schedule.clone();
+}
+
+template <class T>
+std::string Optimizer<T>::describe() const {
+  return fmt::format("{} ({}), schedule {}", to_string(kind()), describe_settings(hyperparameters()),
+                     schedule_->describe());
+}
+
+template <class T>
+void Optimizer<T>::check_shapes() const {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Parameter<T>& p = *params_[i];
     if (p.grad.shape() != p.value.shape())
-      fail<ShapeError>("{}: '{}' grad is {} but its value is {}", op, p.name, p.grad.shape(), p.value.shape());
+      fail<ShapeError>("{} step: '{}' grad is {} but its value is {}", op_, p.name, p.grad.shape(), p.value.shape());
     for (std::size_t k = 0; k < buffers_[i].size(); ++k)
       if (buffers_[i][k].shape() != p.value.shape())
-        fail<ShapeError>("{}: '{}' {} is {} but its value is {}", op, p.name, buffer_names_[k], buffers_[i][k].shape(),
-                         p.value.shape());
+        fail<ShapeError>("{} step: '{}' {} is {} but its value is {}", op_, p.name, buffer_names_[k],
+                         buffers_[i][k].shape(), p.value.shape());
   }
 }
 
@@ -97,8 +93,9 @@ void Optimizer<T>::create_buffers(std::size_t i) {
 template <class T>
 OptimizerState<T> Optimizer<T>::state() const {
   OptimizerState<T> s;
-  s.kind = kind();
+  s.kind = std::string(to_string(kind()));
   s.hyperparameters = hyperparameters();
+  s.schedule = schedule_->record();
   s.step = step_;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     auto& entry = s.per_param[params_[i]->name];
@@ -109,16 +106,20 @@ OptimizerState<T> Optimizer<T>::state() const {
 
 template <class T>
 void Optimizer<T>::check_state(const OptimizerState<T>& s) const {
-  const std::string mine = kind();
+  const std::string mine(to_string(kind()));
   if (s.kind != mine) fail<ValueError>("load_state: the state is from '{}' but this optimizer is '{}'", s.kind, mine);
+  const ScheduleRecord schedule = schedule_->record();
+  if (!(s.schedule == schedule))
+    fail<ValueError>("load_state: the state's schedule is {} but this optimizer's is {}", s.schedule.describe(),
+                     schedule.describe());
 
   // Names first, all of them in one message: hyperparameters, parameters, buffers.
   std::vector<std::string> problems, missing, unexpected;
-  const auto expected = hyperparameters();
-  for (const auto& entry : expected)
-    if (!s.hyperparameters.contains(entry.first)) missing.push_back(entry.first);
-  for (const auto& entry : s.hyperparameters)
-    if (!expected.contains(entry.first)) unexpected.push_back(entry.first);
+  const Settings expected = hyperparameters();
+  for (const auto& h : expected)
+    if (!find_setting(s.hyperparameters, h.name)) missing.push_back(h.name);
+  for (const auto& h : s.hyperparameters)
+    if (!find_setting(expected, h.name)) unexpected.push_back(h.name);
   if (!missing.empty()) problems.push_back("hyperparameters missing from the state: " + quoted_list(missing));
   if (!unexpected.empty())
     problems.push_back(fmt::format("hyperparameters unknown to {}: {}", mine, quoted_list(unexpected)));
@@ -174,7 +175,6 @@ void Optimizer<T>::load_state(const OptimizerState<T>& s) {
   check_state(s);
   // Everything fits: apply.
   apply_hyperparameters(s.hyperparameters);
-  lr_ = s.hyperparameters.at("lr");
   step_ = s.step;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const auto& entry = s.per_param.at(params_[i]->name);
@@ -188,52 +188,55 @@ void Optimizer<T>::load_state(const OptimizerState<T>& s) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// OptimizerWith: the options struct as the hyperparameters
+
+namespace {
+template <class O>
+const O& checked(const O& options, std::string_view op) {
+  options.check(op);
+  return options;
+}
+}  // namespace
+
+template <class T, class O>
+OptimizerWith<T, O>::OptimizerWith(std::vector<Parameter<T>*> params, O options, std::string_view op,
+                                   std::vector<std::string> buffer_names)
+    : Optimizer<T>(std::move(params), op, std::move(buffer_names)), options_(checked(options, op)) {}
+
+template <class T, class O>
+void OptimizerWith<T, O>::set_lr(double lr) {
+  O changed = options_;
+  changed.lr = lr;
+  changed.check("set_lr");
+  options_ = changed;
+}
+
+template <class T, class O>
+O OptimizerWith<T, O>::read(const Settings& h) const {
+  O o = from_settings<O>(h, "load_state");
+  o.check("load_state");
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------
 // SGD
 
 template <class T>
 SGD<T>::SGD(std::vector<Parameter<T>*> params, SgdOptions options)
-    : Optimizer<T>(std::move(params), checked("SGD", options).lr, "SGD", {"momentum_buffer"}), options_(options) {}
+    : OptimizerWith<T, SgdOptions>(std::move(params), options, "SGD", {"momentum_buffer"}) {}
 
 template <class T>
-SgdOptions SGD<T>::options() const {
-  SgdOptions o = options_;
-  o.lr = this->lr();
-  return o;
-}
-
-template <class T>
-std::map<std::string, double> SGD<T>::hyperparameters() const {
-  return {{"lr", this->lr()},
-          {"momentum", options_.momentum},
-          {"dampening", options_.dampening},
-          {"weight_decay", options_.weight_decay},
-          {"nesterov", options_.nesterov ? 1.0 : 0.0}};
-}
-
-template <class T>
-void SGD<T>::check_hyperparameters(const std::map<std::string, double>& h) const {
-  const double nesterov = h.at("nesterov");
-  if (nesterov != 0 && nesterov != 1) fail<ValueError>("load_state: nesterov must be 0 or 1, got {}", nesterov);
-  checked("load_state", sgd_options(h));
-}
-
-template <class T>
-void SGD<T>::apply_hyperparameters(const std::map<std::string, double>& h) {
-  options_ = sgd_options(h);
-}
-
-template <class T>
-void SGD<T>::step() {
-  this->check_shapes("SGD step");
-  const T lr = static_cast<T>(this->lr()), momentum = static_cast<T>(options_.momentum);
-  const T keep = static_cast<T>(1 - options_.dampening), weight_decay = static_cast<T>(options_.weight_decay);
+void SGD<T>::update(double lr_now, std::int64_t) {
+  const SgdOptions& o = this->options_;
+  const T lr = static_cast<T>(lr_now), momentum = static_cast<T>(o.momentum);
+  const T keep = static_cast<T>(1 - o.dampening), weight_decay = static_cast<T>(o.weight_decay);
   const auto& params = this->params();
   for (std::size_t i = 0; i < params.size(); ++i) {
     auto p = params[i]->value.array();
     const auto grad = std::as_const(params[i]->grad).array();
     // d_p is an expression (grad or grad + wd p), evaluated where it is used.
     auto update = [&](const auto& d_p) {
-      if (options_.momentum == 0) {
+      if (o.momentum == 0) {
         p -= lr * d_p;  // p -= lr d_p
         return;
       }
@@ -245,17 +248,16 @@ void SGD<T>::step() {
         buffers[0].array() = momentum * buffers[0].array() + keep * d_p;  // buf = momentum buf + (1 - dampening) d_p
       }
       const auto buf = std::as_const(buffers[0]).array();
-      if (options_.nesterov)
+      if (o.nesterov)
         p -= lr * (d_p + momentum * buf);  // p -= lr (d_p + momentum buf)
       else
         p -= lr * buf;  // p -= lr buf
     };
-    if (options_.weight_decay != 0)
+    if (o.weight_decay != 0)
       update(grad + weight_decay * p);  // d_p = grad + wd p
     else
       update(grad);  // d_p = grad (torch skips the addition, so p = inf stays out of it)
   }
-  this->count_step();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -264,49 +266,21 @@ void SGD<T>::step() {
 template <class T>
 AdamFamily<T>::AdamFamily(std::vector<Parameter<T>*> params, AdamOptions options, bool decoupled_decay,
                           std::string_view op)
-    : Optimizer<T>(std::move(params), checked(op, options).lr, op, {"exp_avg", "exp_avg_sq"}),
-      options_(options),
+    : OptimizerWith<T, AdamOptions>(std::move(params), options, op, {"exp_avg", "exp_avg_sq"}),
       decoupled_decay_(decoupled_decay) {}
 
 template <class T>
-AdamOptions AdamFamily<T>::options() const {
-  AdamOptions o = options_;
-  o.lr = this->lr();
-  return o;
-}
-
-template <class T>
-std::map<std::string, double> AdamFamily<T>::hyperparameters() const {
-  return {{"lr", this->lr()},
-          {"beta1", options_.beta1},
-          {"beta2", options_.beta2},
-          {"eps", options_.eps},
-          {"weight_decay", options_.weight_decay}};
-}
-
-template <class T>
-void AdamFamily<T>::check_hyperparameters(const std::map<std::string, double>& h) const {
-  checked("load_state", adam_options(h));
-}
-
-template <class T>
-void AdamFamily<T>::apply_hyperparameters(const std::map<std::string, double>& h) {
-  options_ = adam_options(h);
-}
-
-template <class T>
-void AdamFamily<T>::step() {
-  this->check_shapes(decoupled_decay_ ? "AdamW step" : "Adam step");
-  this->count_step();
-  const double lr = this->lr(), t = static_cast<double>(this->steps_taken());
-  const double bias_correction1 = 1 - std::pow(options_.beta1, t);  // 1 - beta1^t
-  const double bias_correction2 = 1 - std::pow(options_.beta2, t);  // 1 - beta2^t
-  const T beta1 = static_cast<T>(options_.beta1), beta2 = static_cast<T>(options_.beta2);
-  const T one_minus_beta1 = static_cast<T>(1 - options_.beta1), one_minus_beta2 = static_cast<T>(1 - options_.beta2);
+void AdamFamily<T>::update(double lr, std::int64_t step) {
+  const AdamOptions& o = this->options_;
+  const double t = static_cast<double>(step);
+  const double bias_correction1 = 1 - std::pow(o.beta1, t);  // 1 - beta1^t
+  const double bias_correction2 = 1 - std::pow(o.beta2, t);  // 1 - beta2^t
+  const T beta1 = static_cast<T>(o.beta1), beta2 = static_cast<T>(o.beta2);
+  const T one_minus_beta1 = static_cast<T>(1 - o.beta1), one_minus_beta2 = static_cast<T>(1 - o.beta2);
   const T neg_step_size = static_cast<T>(-(lr / bias_correction1));
   const T bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
-  const T eps = static_cast<T>(options_.eps), weight_decay = static_cast<T>(options_.weight_decay);
-  const T decay = static_cast<T>(1 - lr * options_.weight_decay);
+  const T eps = static_cast<T>(o.eps), weight_decay = static_cast<T>(o.weight_decay);
+  const T decay = static_cast<T>(1 - lr * o.weight_decay);
   const auto& params = this->params();
   for (std::size_t i = 0; i < params.size(); ++i) {
     auto p = params[i]->value.array();
@@ -321,7 +295,7 @@ void AdamFamily<T>::step() {
       // p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
       p += (neg_step_size * m) / (v.sqrt() / bias_correction2_sqrt + eps);
     };
-    if (!decoupled_decay_ && options_.weight_decay != 0)
+    if (!decoupled_decay_ && o.weight_decay != 0)
       update(grad + weight_decay * p);  // Adam: g = grad + wd p
     else
       update(grad);
@@ -333,8 +307,30 @@ Adam<T>::Adam(std::vector<Parameter<T>*> params, AdamOptions options)
     : AdamFamily<T>(std::move(params), options, false, "Adam") {}
 
 template <class T>
-AdamW<T>::AdamW(std::vector<Parameter<T>*> params, AdamWOptions o)
-    : AdamFamily<T>(std::move(params), {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}, true, "AdamW") {}
+AdamW<T>::AdamW(std::vector<Parameter<T>*> params, AdamOptions options)
+    : AdamFamily<T>(std::move(params), options, true, "AdamW") {}
+
+// ---------------------------------------------------------------------------------------------
+// By name
+
+template <class T>
+std::unique_ptr<Optimizer<T>> make_optimizer(OptimizerKind kind, std::vector<Parameter<T>*> params,
+                                             const Settings& hyperparameters) {
+  const std::string what = fmt::format("optimizer '{}'", to_string(kind));
+  switch (kind) {
+    case OptimizerKind::sgd:
+      return std::make_unique<SGD<T>>(std::move(params), from_settings<SgdOptions>(hyperparameters, what));
+    case OptimizerKind::adam:
+      return std::make_unique<Adam<T>>(std::move(params), from_settings<AdamOptions>(hyperparameters, what));
+    case OptimizerKind::adamw:
+      return std::make_unique<AdamW<T>>(std::move(params), from_settings<AdamOptions>(hyperparameters, what));
+  }
+  fail<NameError>("{}: no such optimizer", what);
+}
+
+Settings default_hyperparameters(OptimizerKind kind) {
+  return kind == OptimizerKind::sgd ? to_settings(SgdOptions{}) : to_settings(AdamOptions{});
+}
 
 // ---------------------------------------------------------------------------------------------
 // Gradient clipping
@@ -358,6 +354,10 @@ double clip_grad_norm(std::span<Parameter<T>* const> params, double max_norm) {
 
 template class Optimizer<float>;
 template class Optimizer<double>;
+template class OptimizerWith<float, SgdOptions>;
+template class OptimizerWith<double, SgdOptions>;
+template class OptimizerWith<float, AdamOptions>;
+template class OptimizerWith<double, AdamOptions>;
 template class SGD<float>;
 template class SGD<double>;
 template class AdamFamily<float>;
@@ -366,6 +366,8 @@ template class Adam<float>;
 template class Adam<double>;
 template class AdamW<float>;
 template class AdamW<double>;
+template std::unique_ptr<Optimizer<float>> make_optimizer(OptimizerKind, std::vector<Parameter<float>*>, const Settings&);
+template std::unique_ptr<Optimizer<double>> make_optimizer(OptimizerKind, std::vector<Parameter<double>*>, const Settings&);
 template double clip_grad_norm<float>(std::span<Parameter<float>* const>, double);
 template double clip_grad_norm<double>(std::span<Parameter<double>* const>, double);
 

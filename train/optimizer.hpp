@@ -3,29 +3,92 @@
 // decay), Adam and AdamW, with the arithmetic of torch.optim 1.13 (single-tensor path, no amsgrad),
 // checked against it step by step in tests/test_optimizer.cpp; and clip_grad_norm.
 //
-// An optimizer reads Parameter::grad and updates Parameter::value. Its state (step count,
-// hyperparameters, per-parameter buffers) is keyed by parameter name, so a checkpoint can save it
-// and a strict load_state() can say exactly what does not match. Buffers are created on the first
-// step; after that step() makes no heap allocation.
+// An optimizer reads Parameter::grad and updates Parameter::value. Its hyperparameters are one options
+// struct whose fields() list is their one table (core/settings.hpp): the constructor checks it, state()
+// saves it, load_state() reads it back strictly, `inspect` prints it, the trainer CLI makes its flags
+// from it. The learning rate is one of those fields and lives nowhere else; a schedule attached with
+// set_schedule() turns it into each step's rate (ConstantLr when none is attached).
+//
+// The optimizer's state (hyperparameters, schedule, step count, per-parameter buffers) is keyed by
+// parameter name, so a checkpoint can save any model's and a strict load_state() can say exactly what
+// does not match. Buffers are created on the first step; after that step() makes no heap allocation.
 
+#include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tapegrad/autograd/parameter.hpp"
+#include "tapegrad/core/names.hpp"
+#include "tapegrad/core/settings.hpp"
 #include "tapegrad/core/tensor.hpp"
+#include "tapegrad/train/schedule.hpp"
 
 namespace tapegrad {
+
+enum class OptimizerKind { sgd, adam, adamw };
+
+template <>
+struct EnumNames<OptimizerKind> {
+  static constexpr std::string_view what = "optimizer";
+  static constexpr std::array<EnumName<OptimizerKind>, 3> names = {{
+      {OptimizerKind::sgd, "sgd"},
+      {OptimizerKind::adam, "adam"},
+      {OptimizerKind::adamw, "adamw"},
+  }};
+};
+
+struct SgdOptions {
+  double lr = 0.01;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+
+  template <class S, class F>
+  static void fields(S& s, F&& field) {
+    field("lr", s.lr, "learning rate", at_least(0));
+    field("momentum", s.momentum, "momentum factor (0: plain SGD)", at_least(0));
+    field("dampening", s.dampening, "dampening of the momentum", at_least(0));
+    field("weight_decay", s.weight_decay, "L2 penalty, added to the gradient", at_least(0));
+    field("nesterov", s.nesterov, "Nesterov momentum (needs momentum > 0 and dampening 0)");
+  }
+  // The fields' bounds and Nesterov's condition; ValueError starting "<op>: ".
+  void check(std::string_view op) const;
+};
+
+// Adam's and AdamW's options. weight_decay defaults to 0 for both (torch.optim.AdamW's default is 0.01:
+// give it explicitly when porting).
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+
+  template <class S, class F>
+  static void fields(S& s, F&& field) {
+    field("lr", s.lr, "learning rate", at_least(0));
+    field("beta1", s.beta1, "decay of the gradient's running mean", in_range(0, 1, true));
+    field("beta2", s.beta2, "decay of the squared gradient's running mean", in_range(0, 1, true));
+    field("eps", s.eps, "added to the denominator", at_least(0));
+    field("weight_decay", s.weight_decay, "Adam: L2 penalty added to the gradient; AdamW: decoupled decay",
+          at_least(0));
+  }
+  void check(std::string_view op) const;
+};
 
 // What a checkpoint saves of an optimizer.
 template <class T>
 struct OptimizerState {
-  std::string kind;                                 // "sgd", "adam", "adamw"
-  std::map<std::string, double> hyperparameters;    // lr, momentum, beta1, ... (nesterov as 0 or 1)
-  std::int64_t step = 0;                            // steps taken
+  std::string kind;          // "sgd", "adam", "adamw"
+  Settings hyperparameters;  // the options' fields, lr included
+  ScheduleRecord schedule;   // the schedule that turns lr into each step's rate
+  std::int64_t step = 0;     // steps taken
   // parameter name -> buffer name -> buffer (same shape as the parameter). Every parameter has an
   // entry; it is empty until the first step creates the buffers ("momentum_buffer"; "exp_avg",
   // "exp_avg_sq").
@@ -35,27 +98,35 @@ struct OptimizerState {
 template <class T>
 class Optimizer {
  public:
-  virtual ~Optimizer() = default;
+  virtual ~Optimizer();
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // One update of every parameter from its grad. Throws ShapeError (and updates nothing) when a
-  // grad or buffer does not have its parameter's shape.
-  virtual void step() = 0;
+  // One update of every parameter from its grad, at current_lr(). Throws ShapeError (and updates
+  // nothing) when a grad or buffer does not have its parameter's shape.
+  void step();
   void zero_grad();
 
-  double lr() const { return lr_; }
-  void set_lr(double lr);  // schedules drive it; lr must be finite and >= 0
+  virtual OptimizerKind kind() const = 0;
+  // The learning rate: the hyperparameter, which the schedule turns into each step's rate.
+  virtual double lr() const = 0;
+  virtual void set_lr(double lr) = 0;  // ValueError unless finite and >= 0
+  // The rate the next step() uses: schedule().lr_at(lr(), steps_taken()).
+  double current_lr() const;
+  void set_schedule(const LrSchedule& schedule);  // keeps a copy
+  const LrSchedule& schedule() const { return *schedule_; }
   std::int64_t steps_taken() const { return step_; }
-
-  virtual std::string kind() const = 0;
   const std::vector<Parameter<T>*>& params() const { return params_; }
+  // The hyperparameters, as saved: the options' fields in order.
+  virtual Settings hyperparameters() const = 0;
+  std::string describe() const;  // "adam (lr 0.01, beta1 0.9, ...), schedule constant"
 
-  virtual OptimizerState<T> state() const;
-  // Strict and all-or-nothing: a state of another kind, a missing or unexpected parameter name, an
-  // unknown or missing buffer or hyperparameter, a mis-shaped buffer or an invalid hyperparameter
-  // throws (ValueError, NameError, ShapeError) naming every offender, and leaves this optimizer as it
-  // was. On success the hyperparameters (lr included), step count and buffers are the state's.
+  OptimizerState<T> state() const;
+  // Strict and all-or-nothing: a state of another kind or schedule, a missing or unexpected parameter
+  // name, an unknown or missing buffer or hyperparameter, a mis-shaped buffer or an invalid
+  // hyperparameter throws (ValueError, NameError, ShapeError) naming every offender, and leaves this
+  // optimizer as it was. On success the hyperparameters (lr included), step count and buffers are the
+  // state's.
   void load_state(const OptimizerState<T>& state);
   // load_state's checks alone: throws as it would, changes nothing (to validate a resume as a whole).
   void check_state(const OptimizerState<T>& state) const;
@@ -63,89 +134,70 @@ class Optimizer {
  protected:
   // `op` names the optimizer in error messages ("SGD"); buffer_names are the per-parameter buffers
   // the subclass keeps, in the order of buffers(i).
-  Optimizer(std::vector<Parameter<T>*> params, double lr, std::string_view op,
-            std::vector<std::string> buffer_names);
+  Optimizer(std::vector<Parameter<T>*> params, std::string_view op, std::vector<std::string> buffer_names);
 
-  // Hyperparameters as saved in the state, lr included.
-  virtual std::map<std::string, double> hyperparameters() const = 0;
-  // Checks a state's hyperparameters (names already checked) and throws ValueError, changing
-  // nothing, if one is invalid; apply_hyperparameters() then sets them, lr excepted.
-  virtual void check_hyperparameters(const std::map<std::string, double>& h) const = 0;
-  virtual void apply_hyperparameters(const std::map<std::string, double>& h) = 0;
+  // One update at rate `lr`; `t` is the number of this step, from 1. Shapes are already checked.
+  virtual void update(double lr, std::int64_t t) = 0;
+  // Checks a state's hyperparameters and throws, changing nothing, if they are not this optimizer's
+  // or one is invalid; apply_hyperparameters() then sets them.
+  virtual void check_hyperparameters(const Settings& h) const = 0;
+  virtual void apply_hyperparameters(const Settings& h) = 0;
 
-  // Throws ShapeError unless every grad and existing buffer has its parameter's shape.
-  void check_shapes(std::string_view op) const;
   // The buffers of parameter i: empty until created (create_buffers: zeros, the only allocation).
   std::vector<TensorT<T>>& buffers(std::size_t i) { return buffers_[i]; }
   void create_buffers(std::size_t i);
-  void count_step() { ++step_; }
+  const std::string& op() const { return op_; }
 
  private:
+  void check_shapes() const;
+
   std::vector<Parameter<T>*> params_;
+  std::string op_;
   std::vector<std::string> buffer_names_;
   std::vector<std::vector<TensorT<T>>> buffers_;  // [parameter][buffer], indexed as params_
-  double lr_ = 0;
+  std::unique_ptr<LrSchedule> schedule_;
   std::int64_t step_ = 0;
 };
 
-struct SgdOptions {
-  double lr = 0.01;
-  double momentum = 0;
-  double dampening = 0;
-  double weight_decay = 0;
-  bool nesterov = false;
+// The part every optimizer with an options struct O shares: O is the one home of the hyperparameters.
+template <class T, class O>
+class OptimizerWith : public Optimizer<T> {
+ public:
+  const O& options() const { return options_; }
+  double lr() const override { return options_.lr; }
+  void set_lr(double lr) override;
+  Settings hyperparameters() const override { return to_settings(options_); }
+
+ protected:
+  OptimizerWith(std::vector<Parameter<T>*> params, O options, std::string_view op, std::vector<std::string> buffer_names);
+  void check_hyperparameters(const Settings& h) const override { (void)read(h); }
+  void apply_hyperparameters(const Settings& h) override { options_ = read(h); }
+
+  O options_;
+
+ private:
+  O read(const Settings& h) const;
 };
 
 // torch.optim.SGD. Buffer: "momentum_buffer" (only with momentum != 0).
 template <class T>
-class SGD final : public Optimizer<T> {
+class SGD final : public OptimizerWith<T, SgdOptions> {
  public:
   explicit SGD(std::vector<Parameter<T>*> params, SgdOptions options = {});
-  void step() override;
-  std::string kind() const override { return "sgd"; }
-  SgdOptions options() const;  // with the current lr
+  OptimizerKind kind() const override { return OptimizerKind::sgd; }
 
  private:
-  std::map<std::string, double> hyperparameters() const override;
-  void check_hyperparameters(const std::map<std::string, double>& h) const override;
-  void apply_hyperparameters(const std::map<std::string, double>& h) override;
-
-  SgdOptions options_;  // options_.lr unused: Optimizer::lr() is the lr
-};
-
-struct AdamOptions {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0;
-};
-
-// AdamW's options: the same fields with torch's AdamW default weight_decay.
-struct AdamWOptions {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 1e-2;
+  void update(double lr, std::int64_t t) override;
 };
 
 // Adam and AdamW share everything but where weight decay enters. Buffers: "exp_avg", "exp_avg_sq".
 template <class T>
-class AdamFamily : public Optimizer<T> {
- public:
-  void step() override;
-  AdamOptions options() const;  // with the current lr
-
+class AdamFamily : public OptimizerWith<T, AdamOptions> {
  protected:
   AdamFamily(std::vector<Parameter<T>*> params, AdamOptions options, bool decoupled_decay, std::string_view op);
 
  private:
-  std::map<std::string, double> hyperparameters() const override;
-  void check_hyperparameters(const std::map<std::string, double>& h) const override;
-  void apply_hyperparameters(const std::map<std::string, double>& h) override;
-
-  AdamOptions options_;   // options_.lr unused: Optimizer::lr() is the lr
+  void update(double lr, std::int64_t t) override;
   bool decoupled_decay_;  // AdamW: p *= 1 - lr wd, apart from the gradient
 };
 
@@ -154,16 +206,24 @@ template <class T>
 class Adam final : public AdamFamily<T> {
  public:
   explicit Adam(std::vector<Parameter<T>*> params, AdamOptions options = {});
-  std::string kind() const override { return "adam"; }
+  OptimizerKind kind() const override { return OptimizerKind::adam; }
 };
 
 // torch.optim.AdamW: decoupled weight decay (Loshchilov & Hutter).
 template <class T>
 class AdamW final : public AdamFamily<T> {
  public:
-  explicit AdamW(std::vector<Parameter<T>*> params, AdamWOptions options = {});
-  std::string kind() const override { return "adamw"; }
+  explicit AdamW(std::vector<Parameter<T>*> params, AdamOptions options = {});
+  OptimizerKind kind() const override { return OptimizerKind::adamw; }
 };
+
+// An optimizer of a named kind from its hyperparameters (as a checkpoint or a command line holds them):
+// strict, every field of the kind's options once (NameError, ValueError otherwise).
+template <class T>
+std::unique_ptr<Optimizer<T>> make_optimizer(OptimizerKind kind, std::vector<Parameter<T>*> params,
+                                             const Settings& hyperparameters);
+// The settings of a kind's options with their defaults: the starting point for overrides.
+Settings default_hyperparameters(OptimizerKind kind);
 
 // torch.nn.utils.clip_grad_norm_: the L2 norm of all grads together (computed in double); when
 // max_norm / (norm + 1e-6) < 1 every grad is scaled by that factor. Returns the norm before clipping.
@@ -180,6 +240,10 @@ double clip_grad_norm(const std::vector<Parameter<T>*>& params, double max_norm)
 
 extern template class Optimizer<float>;
 extern template class Optimizer<double>;
+extern template class OptimizerWith<float, SgdOptions>;
+extern template class OptimizerWith<double, SgdOptions>;
+extern template class OptimizerWith<float, AdamOptions>;
+extern template class OptimizerWith<double, AdamOptions>;
 extern template class SGD<float>;
 extern template class SGD<double>;
 extern template class AdamFamily<float>;

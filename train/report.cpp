@@ -2,10 +2,13 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 
 namespace tapegrad {
 namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
@@ -16,24 +19,25 @@ std::string format_duration(double s) {
 }  // namespace
 
 Progress::Progress(std::FILE* out, Style style, Index total_steps, std::string title)
-    : out_(out), style_(style), total_(total_steps), title_(std::move(title)), start_(now_seconds()) {
+    : out_(out), style_(style), total_(total_steps), title_(std::move(title)), start_(now()) {
   if (style_ == Style::automatic) style_ = isatty(fileno(out)) ? Style::bar : Style::lines;
 }
 
 Progress::~Progress() { finish(); }
 
 void Progress::draw(Index step) {
-  const double elapsed = now_seconds() - start_;
+  const double elapsed = now() - start_;
   const double rate = elapsed > 0 ? static_cast<double>(step) / elapsed : 0;
   const double eta = rate > 0 ? static_cast<double>(total_ - step) / rate : NAN;
   constexpr int width = 24;
   const int filled = total_ > 0 ? static_cast<int>(width * step / total_) : width;
   std::string bar(static_cast<std::size_t>(filled), '#');
   bar.resize(width, '.');
+  // The training loss and the last value of the point (an evaluation metric, when there is one).
   std::string metrics;
-  if (have_point_ && !std::isnan(last_.train_loss)) {
-    metrics = fmt::format("  loss {:.4f}  acc {:.3f}", last_.train_loss, last_.train_accuracy);
-    if (!std::isnan(last_.eval_accuracy)) metrics += fmt::format("  eval {:.3f}", last_.eval_accuracy);
+  if (have_point_ && !last_.values.empty() && !std::isnan(last_.values.front().value)) {
+    metrics = fmt::format("  {} {:.4f}", last_.values.front().name, last_.values.front().value);
+    if (last_.values.size() > 1) metrics += fmt::format("  {} {:.4f}", last_.values.back().name, last_.values.back().value);
   }
   fmt::print(out_, "\r{} [{}] {}/{}  {:.0f} steps/s  ETA {}{}\x1b[K", title_, bar, step, total_, rate,
              format_duration(eta), metrics);
@@ -43,7 +47,7 @@ void Progress::draw(Index step) {
 
 void Progress::on_step(Index step) {
   if (style_ != Style::bar) return;
-  const double t = now_seconds();
+  const double t = now();
   if (t - last_draw_ < 0.1 && step != total_) return;
   last_draw_ = t;
   draw(step);
@@ -53,12 +57,10 @@ void Progress::on_evaluation(const CurvePoint& p) {
   last_ = p;
   have_point_ = true;
   if (style_ == Style::lines) {
-    if (std::isnan(p.train_loss))  // before the first step
-      fmt::print(out_, "{} step {:>6}/{}  loss -       acc -     ", title_, p.step, total_);
-    else
-      fmt::print(out_, "{} step {:>6}/{}  loss {:.4f}  acc {:.4f}", title_, p.step, total_, p.train_loss, p.train_accuracy);
-    if (!std::isnan(p.eval_accuracy)) fmt::print(out_, "  eval loss {:.4f}  eval acc {:.4f}", p.eval_loss, p.eval_accuracy);
-    fmt::print(out_, "  lr {:.3g}  {:.1f}s\n", p.lr, p.seconds);
+    std::string values;
+    for (const auto& v : p.values)
+      values += std::isnan(v.value) ? fmt::format("  {} -", v.name) : fmt::format("  {} {:.4f}", v.name, v.value);
+    fmt::print(out_, "{} step {:>6}/{}{}  lr {:.3g}  {:.1f}s\n", title_, p.step, total_, values, p.lr, p.seconds);
     std::fflush(out_);
   } else if (style_ == Style::bar) {
     draw(p.step);
@@ -81,12 +83,21 @@ CsvLog::CsvLog(const std::filesystem::path& path) : path_(path) {
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
   out_.open(path);
   if (!out_) fail<Error>("csv log: cannot write '{}'", path.string());
-  out_ << "step,train_loss,train_accuracy,eval_loss,eval_accuracy,lr,seconds\n";
 }
 
 void CsvLog::write(const CurvePoint& p) {
-  out_ << fmt::format("{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.3f}\n", p.step, p.train_loss, p.train_accuracy, p.eval_loss,
-                      p.eval_accuracy, p.lr, p.seconds);
+  std::vector<std::string> names;
+  for (const auto& v : p.values) names.push_back(v.name);
+  if (names_.empty()) {
+    names_ = names;
+    out_ << fmt::format("step,{},lr,seconds\n", fmt::join(names_, ","));
+  } else if (names != names_) {
+    fail<ValueError>("csv log: '{}' has the columns {} but this point has {}", path_.string(), fmt::join(names_, ","),
+                     fmt::join(names, ","));
+  }
+  out_ << p.step;
+  for (const auto& v : p.values) out_ << fmt::format(",{:.6g}", v.value);
+  out_ << fmt::format(",{:.6g},{:.3f}\n", p.lr, p.seconds);
   out_.flush();
   if (!out_) fail<Error>("csv log: writing '{}' failed", path_.string());
 }

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "tapegrad/train/trainer.hpp"
 
@@ -36,15 +37,17 @@ class Progress {
   bool open_line_ = false;
 };
 
-// One row per evaluation: step,train_loss,train_accuracy,eval_loss,eval_accuracy,lr,seconds.
+// One row per evaluation: step, the point's named values (train_loss, train_accuracy, eval_loss, ...),
+// lr, seconds. The header is written with the first row; every row must have its names.
 class CsvLog {
  public:
   explicit CsvLog(const std::filesystem::path& path);  // Error naming the path if it cannot be written
-  void write(const CurvePoint& p);
+  void write(const CurvePoint& p);  // ValueError if p's names differ from the first row's
 
  private:
   std::filesystem::path path_;
   std::ofstream out_;
+  std::vector<std::string> names_;  // the columns, from the first row
 };
 
 }  // namespace tapegrad

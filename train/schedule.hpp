@@ -1,44 +1,94 @@
 #pragma once
-// Learning-rate schedules: the lr to use at optimizer step `step` (0 for the first step). The training
-// loop drives the optimizer with them: opt.set_lr(schedule.lr_at(step)) before opt.step().
-// StepLr and CosineWithWarmup are checked against torch.optim.lr_scheduler in tests/test_optimizer.cpp.
+// Learning-rate schedules. A schedule holds no learning rate of its own: the optimizer's `lr` is the one
+// home of that number, and a schedule attached to the optimizer (Optimizer::set_schedule) turns it into
+// the rate of each step: lr_at(lr, step), step 0 being the first. StepLr and CosineWithWarmup are checked
+// against torch.optim.lr_scheduler in tests/test_optimizer.cpp.
+//
+// Each schedule's settings are an options struct whose fields() list is their one table (core/settings.hpp):
+// checks, checkpoints (ScheduleRecord), `inspect` and make_schedule() read it.
 
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "tapegrad/core/names.hpp"
+#include "tapegrad/core/settings.hpp"
+
 namespace tapegrad {
+
+enum class ScheduleKind { constant, step, cosine };
+
+template <>
+struct EnumNames<ScheduleKind> {
+  static constexpr std::string_view what = "schedule";
+  static constexpr std::array<EnumName<ScheduleKind>, 3> names = {{
+      {ScheduleKind::constant, "constant"},
+      {ScheduleKind::step, "step"},
+      {ScheduleKind::cosine, "cosine"},
+  }};
+};
+
+// What a checkpoint keeps of a schedule: its kind and settings. Two schedules with equal records give
+// the same rates.
+struct ScheduleRecord {
+  std::string kind = "constant";
+  Settings settings;
+  bool operator==(const ScheduleRecord&) const = default;
+  std::string describe() const;  // "cosine (warmup_steps 10, total_steps 100, min_lr 0)"
+};
 
 class LrSchedule {
  public:
   virtual ~LrSchedule();
-  // Throws ValueError for a negative step.
-  virtual double lr_at(std::int64_t step) const = 0;
-  // One line for logs: "StepLr(lr 0.1, step_size 30, gamma 0.1)".
-  virtual std::string describe() const = 0;
+  // The rate of step `step` for an optimizer whose learning rate is `lr`. Throws ValueError for a
+  // negative step.
+  virtual double lr_at(double lr, std::int64_t step) const = 0;
+  virtual ScheduleRecord record() const = 0;
+  virtual std::unique_ptr<LrSchedule> clone() const = 0;
+  std::string describe() const { return record().describe(); }
 };
 
-// lr at every step.
+// The optimizer's lr at every step (what an optimizer without a schedule does).
 class ConstantLr final : public LrSchedule {
  public:
-  explicit ConstantLr(double lr);
-  double lr_at(std::int64_t step) const override;
-  std::string describe() const override;
+  double lr_at(double lr, std::int64_t step) const override;
+  ScheduleRecord record() const override;
+  std::unique_ptr<LrSchedule> clone() const override { return std::make_unique<ConstantLr>(*this); }
+};
 
- private:
-  double lr_;
+struct StepLrOptions {
+  std::int64_t step_size = 1;
+  double gamma = 0.1;
+  template <class S, class F>
+  static void fields(S& s, F&& field) {
+    field("step_size", s.step_size, "steps between decays", at_least(1));
+    field("gamma", s.gamma, "factor applied at each decay", above(0));
+  }
 };
 
 // torch StepLR: lr gamma^floor(step / step_size).
 class StepLr final : public LrSchedule {
  public:
-  StepLr(double lr, std::int64_t step_size, double gamma);
-  double lr_at(std::int64_t step) const override;
-  std::string describe() const override;
+  explicit StepLr(StepLrOptions options);  // ValueError for an option out of range
+  double lr_at(double lr, std::int64_t step) const override;
+  ScheduleRecord record() const override;
+  std::unique_ptr<LrSchedule> clone() const override { return std::make_unique<StepLr>(*this); }
 
  private:
-  double lr_;
-  std::int64_t step_size_;
-  double gamma_;
+  StepLrOptions options_;
+};
+
+struct CosineOptions {
+  std::int64_t warmup_steps = 0;
+  std::int64_t total_steps = 1;
+  double min_lr = 0;  // the floor; at most the optimizer's lr
+  template <class S, class F>
+  static void fields(S& s, F&& field) {
+    field("warmup_steps", s.warmup_steps, "steps of linear warm-up", at_least(0));
+    field("total_steps", s.total_steps, "step at which the cosine reaches min_lr", at_least(1));
+    field("min_lr", s.min_lr, "the rate after total_steps", at_least(0));
+  }
 };
 
 // Linear warm-up, then cosine decay:
@@ -47,16 +97,20 @@ class StepLr final : public LrSchedule {
 //   step >= total_steps:          min_lr
 // The same as torch's SequentialLR(LinearLR(1/warmup, 1, warmup - 1), CosineAnnealingLR(total - warmup,
 // min_lr), milestones=[warmup]) up to total_steps (after which torch's cosine would rise again).
+// lr_at throws ValueError if min_lr is above the optimizer's lr.
 class CosineWithWarmup final : public LrSchedule {
  public:
-  CosineWithWarmup(double lr, std::int64_t warmup_steps, std::int64_t total_steps, double min_lr = 0);
-  double lr_at(std::int64_t step) const override;
-  std::string describe() const override;
+  explicit CosineWithWarmup(CosineOptions options);  // ValueError for options out of range
+  double lr_at(double lr, std::int64_t step) const override;
+  ScheduleRecord record() const override;
+  std::unique_ptr<LrSchedule> clone() const override { return std::make_unique<CosineWithWarmup>(*this); }
 
  private:
-  double lr_;
-  std::int64_t warmup_steps_, total_steps_;
-  double min_lr_;
+  CosineOptions options_;
 };
+
+// The schedule a record describes (a checkpoint's, or a command line's). NameError for an unknown kind,
+// NameError or ValueError for settings that do not fit it.
+std::unique_ptr<LrSchedule> make_schedule(const ScheduleRecord& record);
 
 }  // namespace tapegrad

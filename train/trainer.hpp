@@ -1,125 +1,294 @@
 #pragma once
-// The training loop: seeded minibatches, SGD (with momentum) or Adam, optional gradient clipping and a
-// cosine schedule, evaluation every N steps, and a curve of (step, train loss/accuracy, eval
-// loss/accuracy). A non-finite loss or gradient stops training with a ValueError naming the step;
-// with `anomaly` on, the tape names the first op that produced the NaN or Inf and its source line.
+// The training loop, for any model. The user hands it the model (a Module: its parameters, train/eval
+// mode), an optimizer with its schedule, a data source, and a loss function of (tape, batch); the loop
+// orders the data (a seeded sampler), steps, clips, stops on a non-finite loss, evaluates with any
+// metrics, keeps a curve, calls callbacks, and can be checkpointed and resumed bit for bit
+// (train/checkpoint.hpp).
 //
-// The loop itself prints nothing: callbacks see every step and every evaluation (train/report.hpp
-// turns them into a progress bar, plain lines or a CSV file).
+//   Mlp model(config);                                        // the user's Module<float>
+//   AdamW<float> opt(model.parameters(), {.lr = 1e-2});
+//   opt.set_schedule(CosineWithWarmup({.warmup_steps = 50, .total_steps = 2000}));
+//   TensorSource train("moons", features, labels), test("moons test", test_features, test_labels);
+//   Trainer trainer(model, opt, train, [&](Tape<float>& tape, const TensorBatch& b) -> StepOutput<float> {
+//     Var<float> logits = model.forward(tape.constant(b.features));
+//     return {cross_entropy(logits, b.labels), logits};   // the loss, and the output metrics read
+//   }, {.steps = 2000, .batch = 64, .eval_every = 100});
+//   trainer.evaluate_on(test);
+//   trainer.add_metric("accuracy", accuracy);
+//   trainer.run();
+//
+// A non-finite loss or gradient norm stops training with a ValueError naming the step, before anything
+// is updated; with `anomaly` on, the tape names the first op that produced the NaN or Inf and its
+// source line. The loop prints nothing: callbacks see every step and every evaluation
+// (train/report.hpp turns them into a progress bar, plain lines or a CSV file).
 
+#include <algorithm>
+#include <concepts>
+#include <cstdint>
 #include <functional>
-#include <memory>
-#include <string_view>
+#include <numeric>
+#include <string>
 #include <vector>
 
+#include "tapegrad/autograd/tape.hpp"
+#include "tapegrad/core/rng.hpp"
+#include "tapegrad/core/settings.hpp"
+#include "tapegrad/layers/module.hpp"
 #include "tapegrad/train/data.hpp"
-#include "tapegrad/train/model.hpp"
+#include "tapegrad/train/data_source.hpp"
+#include "tapegrad/train/metrics.hpp"
 #include "tapegrad/train/optimizer.hpp"
-#include "tapegrad/train/schedule.hpp"
 
 namespace tapegrad {
 
-enum class OptimizerKind { sgd, adam };
-std::string_view to_string(OptimizerKind k);
-OptimizerKind parse_optimizer_kind(std::string_view name);  // NameError listing the choices
-
-struct TrainConfig {
-  Index steps = 2000;
+struct TrainOptions {
+  Index steps = 1000;
   Index batch = 32;
-  OptimizerKind optimizer = OptimizerKind::adam;
-  double lr = 0.01;
-  double momentum = 0.9;  // SGD only
-  double clip = 0;        // clip gradients to this global norm; 0 = no clipping
-  bool cosine = false;    // cosine decay to 0 after a 5% linear warm-up, instead of a constant lr
-  Index eval_every = 100;
-  std::uint64_t seed = 0;  // data order
-  bool anomaly = false;
+  Index eval_every = 100;   // evaluate (and record a curve point) every N steps
+  Index eval_batch = 256;   // examples per batch when evaluating
+  std::uint64_t seed = 0;   // the data order and the training random stream (rng())
+  double clip = 0;          // clip gradients to this global norm; 0 = no clipping
+  bool anomaly = false;     // every op checks its output for NaN and Inf
 
+  template <class S, class F>
+  static void fields(S& s, F&& field) {
+    field("steps", s.steps, "training steps", at_least(0));
+    field("batch", s.batch, "examples per training batch", at_least(1));
+    field("eval_every", s.eval_every, "evaluate every N steps", at_least(1));
+    field("eval_batch", s.eval_batch, "examples per evaluation batch", at_least(1));
+    field("seed", s.seed, "seed of the data order and the training random stream");
+    field("clip", s.clip, "clip gradients to this global norm (0: no clipping)", at_least(0));
+    field("anomaly", s.anomaly, "check every op's output for NaN and Inf");
+  }
   std::string describe() const;  // one line
 };
 
-struct Evaluation {
-  double loss = 0;
-  double accuracy = 0;  // over labelled positions
-  Index labelled = 0;
+// What a loss function returns: the loss (one element, what backward starts from) and, for metrics, the
+// output they read (logits, predictions). A bare Var converts to it, for a loss without metrics.
+template <class T>
+struct StepOutput {
+  Var<T> loss;
+  Var<T> output;  // may be empty: then no metric is measured on training batches
+  StepOutput(Var<T> loss_, Var<T> output_ = {}) : loss(loss_), output(output_) {}  // NOLINT: implicit on purpose
 };
 
+// A point of the training curve: after `step` steps, named values in a fixed order: "train_loss", then
+// "train_<metric>" for each metric (means over the steps since the previous point), then "eval_loss"
+// and "eval_<metric>" when there is evaluation data. NaN where nothing was measured yet.
 struct CurvePoint {
   Index step = 0;
-  double train_loss = 0, train_accuracy = 0;  // mean over the steps since the previous point
-  double eval_loss = 0, eval_accuracy = 0;    // NaN without an evaluation set
-  double lr = 0;
+  double lr = 0;       // the rate of the last step taken (of the first one, at step 0)
   double seconds = 0;  // since the trainer was made
+  NamedValues values;
 };
+
+// The first point after step 0 whose value `name` reached `target`, or -1.
+Index first_step_reaching(const std::vector<CurvePoint>& curve, std::string_view name, double target);
 
 struct TrainCallbacks {
   std::function<void(Index step)> on_step;               // after every step (and its evaluation, if any)
   std::function<void(const CurvePoint&)> on_evaluation;  // after every evaluation
 };
 
-// What a Trainer holds besides the model, the optimizer and the data: enough, with those, to resume
+// A metric's sums since the last curve point.
+struct MetricWindow {
+  std::string name;
+  Tally tally;
+  bool operator==(const MetricWindow&) const = default;
+};
+
+// What a trainer holds besides the model's weights and the optimizer: enough, with those, to resume
 // exactly (checkpoints save it).
 struct TrainerState {
+  TrainOptions options;
   Index step = 0;
+  std::uint32_t data_fingerprint = 0;  // of the training data (DataSource::fingerprint)
   Sampler::State data_order;
-  double window_loss = 0;  // sums since the last curve point
-  Index window_correct = 0, window_labelled = 0, window_steps = 0;
+  Rng::State rng;                      // the training random stream
+  double window_loss = 0;              // sum of losses since the last curve point
+  Index window_steps = 0;
+  std::vector<MetricWindow> window_metrics;
   std::vector<CurvePoint> curve;
 };
 
-class Trainer {
+// The loop's bookkeeping, whatever the batch type: step count, data order, random stream, clipping,
+// the NaN stop, the curve and the state checkpoints save. Trainer<B> below adds the data and the loss.
+class TrainerBase {
  public:
-  // `eval` may be null. The trainer keeps references: model and data must outlive it.
-  Trainer(ToyModel<float>& model, const Dataset& train, const Dataset* eval, const TrainConfig& config);
-  ~Trainer();
+  virtual ~TrainerBase();
+  TrainerBase(const TrainerBase&) = delete;
+  TrainerBase& operator=(const TrainerBase&) = delete;
 
-  // Trains from the current step to config.steps, evaluating before the first step, every eval_every
-  // steps and at the end.
+  // Trains from the current step to options().steps: evaluates before the first step (if no curve
+  // point exists yet), every eval_every steps and at the end. stop() from a callback ends it early.
   void run(const TrainCallbacks& callbacks = {});
   // One step: batch, forward, loss, backward, clip, update. Returns the batch loss.
-  double step();
-  // Loss and accuracy over a whole dataset, without recording gradients.
-  Evaluation evaluate(const Dataset& data);
+  virtual double step() = 0;
+  void stop() { stop_requested_ = true; }
 
   Index steps_done() const { return step_; }
   const std::vector<CurvePoint>& curve() const { return curve_; }
-  // The first evaluated step (after step 0) whose eval accuracy reached `target`, or -1.
-  Index steps_to(double target) const;
-  ToyModel<float>& model() { return model_; }
-  Optimizer<float>& optimizer() { return *optimizer_; }
-  const TrainConfig& config() const { return config_; }
-  const Dataset& train_data() const { return train_; }
+  Module<float>& model() { return model_; }
+  const Module<float>& model() const { return model_; }
+  Optimizer<float>& optimizer() { return optimizer_; }
+  const Optimizer<float>& optimizer() const { return optimizer_; }
+  const TrainOptions& options() const { return options_; }
+  // Extends (or shortens) the run: the one option a resumed run may change.
+  void set_steps(Index steps);
+  // The training random stream (dropout masks, ...): seeded from options().seed, saved in checkpoints.
+  Rng& rng() { return rng_; }
+  // That stream's state before anything drew from it, for a seed.
+  static Rng::State initial_rng_state(std::uint64_t seed);
+  std::uint32_t data_fingerprint() const { return data_fingerprint_; }
+  const std::vector<std::string>& metric_names() const { return metric_names_; }
 
   TrainerState state() const;
-  // Restores a state (from a checkpoint); ValueError, and no change, if it is inconsistent or does
-  // not fit this trainer's data (the data order covers another number of examples).
+  // Restores a state (from a checkpoint): step, data order, random stream, windows, curve. ValueError
+  // naming what does not fit, and no change, if the state is inconsistent, holds other options (all but
+  // steps and anomaly must match; the trainer keeps its own of those two), other data (fingerprint), or
+  // other metrics.
   void set_state(const TrainerState& s);
-  void check_state(const TrainerState& s) const;  // set_state's checks alone
+  void check_state(const TrainerState& s) const;
+
+ protected:
+  TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Index train_size, std::uint32_t fingerprint,
+              TrainOptions options);
+
+  // For Trainer<B>::step(): the next batch's indices, then, once the loss is on tape(), the rest of the
+  // step: the NaN stop, backward, clipping, the update and the window sums. Returns the loss.
+  std::span<const Index> next_indices() { return sampler_.next(); }
+  double finish_step(Var<float> loss);
+  Tape<float>& tape() { return tape_; }
+  std::vector<MetricWindow>& window_metrics() { return window_metrics_; }
+  void add_metric_name(std::string name);
+  // Evaluation data's loss and metrics, or nothing without evaluation data.
+  virtual NamedValues evaluate_for_curve() = 0;
+  virtual bool has_eval() const = 0;
 
  private:
   CurvePoint record_point();
 
-  ToyModel<float>& model_;
-  const Dataset& train_;
-  const Dataset* eval_;
-  TrainConfig config_;
-  std::unique_ptr<Optimizer<float>> optimizer_;
-  std::unique_ptr<LrSchedule> schedule_;
+  Module<float>& model_;
+  Optimizer<float>& optimizer_;
+  TrainOptions options_;
+  std::uint32_t data_fingerprint_;
   Sampler sampler_;
-  Index length_;
-  Batch batch_;
-  Tape<float> tape_, eval_tape_;
+  Rng rng_;
+  Tape<float> tape_;
   Index step_ = 0;
-  double window_loss_ = 0;  // sums since the last curve point
-  Index window_correct_ = 0, window_labelled_ = 0, window_steps_ = 0;
+  double window_loss_ = 0;
+  Index window_steps_ = 0;
+  std::vector<std::string> metric_names_;
+  std::vector<MetricWindow> window_metrics_;
   std::vector<CurvePoint> curve_;
   double start_seconds_;
+  bool stop_requested_ = false;
 };
 
-// Accuracy bookkeeping: how many labelled rows of `logits` (.., labels) have their target as argmax.
-void count_correct(const Tensor& logits, const Ids& targets, Index& correct, Index& labelled);
+// The loop over batches of type B (SequenceBatch, TensorBatch, or a user's own with weight()).
+template <class B>
+class Trainer final : public TrainerBase {
+ public:
+  using LossFn = std::function<StepOutput<float>(Tape<float>&, const B&)>;
+  using MetricFn = std::function<Tally(const Tensor& output, const B& batch)>;
 
-// Seconds on a steady clock (differences only): the curve's and the progress bar's time.
-double now_seconds();
+  // The trainer keeps references: model, optimizer and data must outlive it.
+  Trainer(Module<float>& model, Optimizer<float>& optimizer, const DataSource<B>& train, LossFn loss,
+          TrainOptions options = {});
+
+  // Evaluation data for the curve (eval_loss, eval_<metric>); may be the training data itself.
+  void evaluate_on(const DataSource<B>& data) { eval_ = &data; }
+  // A metric measured on training batches and evaluation data, named `name` ("train_<name>",
+  // "eval_<name>" in the curve). Before the first step only; NameError for a repeated or reserved name.
+  void add_metric(std::string name, MetricFn measure);
+
+  double step() override;
+  // The loss and every metric over a whole data source, without recording gradients and with the model
+  // in evaluation mode: {"loss", ...}, then one value per metric.
+  NamedValues evaluate(const DataSource<B>& data);
+
+ private:
+  NamedValues evaluate_for_curve() override { return evaluate(*eval_); }
+  bool has_eval() const override { return eval_ != nullptr; }
+
+  const DataSource<B>& train_;
+  const DataSource<B>* eval_ = nullptr;
+  LossFn loss_;
+  std::vector<MetricFn> metrics_;
+  B batch_, eval_batch_;
+  Tape<float> eval_tape_;
+  std::vector<Index> eval_indices_;
+};
+
+// Trainer trainer(model, opt, source, lambda, options): the batch type comes from the source.
+template <class B, class F>
+Trainer(Module<float>&, Optimizer<float>&, const DataSource<B>&, F, TrainOptions = {}) -> Trainer<B>;
+
+// ---- Trainer<B> ---------------------------------------------------------------------------------------
+
+namespace detail {
+// "train: the loss is NaN at step 2 (lr 0.01); ..." unless the loss is finite.
+void check_loss(double loss, Index step, double lr);
+}  // namespace detail
+
+template <class B>
+Trainer<B>::Trainer(Module<float>& model, Optimizer<float>& optimizer, const DataSource<B>& train, LossFn loss,
+                    TrainOptions options)
+    : TrainerBase(model, optimizer, train.size(), train.fingerprint(), options), train_(train), loss_(std::move(loss)) {
+  static_assert(requires(const B& b) {
+    { b.weight() } -> std::convertible_to<double>;
+  }, "a batch type needs weight(): how many items its loss averages over");
+  if (!loss_) fail<ValueError>("train: the loss function is empty");
+}
+
+template <class B>
+void Trainer<B>::add_metric(std::string name, MetricFn measure) {
+  if (!measure) fail<ValueError>("add_metric: the function for '{}' is empty", name);
+  add_metric_name(std::move(name));
+  metrics_.push_back(std::move(measure));
+}
+
+template <class B>
+double Trainer<B>::step() {
+  train_.fill(next_indices(), batch_);
+  if (!model().training()) model().train();
+  tape().reset();
+  const StepOutput<float> out = loss_(tape(), batch_);
+  const double loss = finish_step(out.loss);  // throws, having changed nothing, on a non-finite loss
+  if (out.output.tape)  // the output the forward recorded (the update changed the weights, not it)
+    for (std::size_t k = 0; k < metrics_.size(); ++k) window_metrics()[k].tally += metrics_[k](out.output.value(), batch_);
+  return loss;
+}
+
+template <class B>
+NamedValues Trainer<B>::evaluate(const DataSource<B>& data) {
+  struct EvalMode {  // the model in evaluation mode for the pass, as it was afterwards
+    Module<float>& m;
+    bool was_training;
+    explicit EvalMode(Module<float>& model) : m(model), was_training(model.training()) { m.eval(); }
+    ~EvalMode() { m.train(was_training); }
+  } mode(model());
+  NoGradGuard<float> guard(eval_tape_);
+  double loss_sum = 0, weight_sum = 0;
+  std::vector<Tally> tallies(metrics_.size());
+  for (Index start = 0; start < data.size(); start += options().eval_batch) {
+    eval_indices_.resize(static_cast<std::size_t>(std::min(options().eval_batch, data.size() - start)));
+    std::iota(eval_indices_.begin(), eval_indices_.end(), start);
+    data.fill(eval_indices_, eval_batch_);
+    eval_tape_.reset();
+    const StepOutput<float> out = loss_(eval_tape_, eval_batch_);
+    const double weight = eval_batch_.weight();
+    loss_sum += static_cast<double>(out.loss.value()[0]) * weight;  // undo the batch's mean
+    weight_sum += weight;
+    if (out.output.tape)
+      for (std::size_t k = 0; k < metrics_.size(); ++k) tallies[k] += metrics_[k](out.output.value(), eval_batch_);
+  }
+  NamedValues values{{"loss", Tally{loss_sum, weight_sum}.mean()}};
+  for (std::size_t k = 0; k < metrics_.size(); ++k) values.push_back({metric_names()[k], tallies[k].mean()});
+  return values;
+}
+
+extern template class Trainer<SequenceBatch>;
+extern template class Trainer<TensorBatch>;
 
 }  // namespace tapegrad

@@ -11,10 +11,13 @@
 #include <span>
 #include <vector>
 
+#include "lesson/toy_model.hpp"
 #include "reseal.hpp"
 #include "tapegrad/train/checkpoint.hpp"
 
 using namespace tapegrad;
+using lesson::ModelConfig;
+using lesson::ToyModel;
 
 namespace {
 
@@ -39,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       load_weights(c, model, {.strict = (mode & 2) == 0});
     } catch (const Error&) {
     }
-    (void)model_from_checkpoint(c);
+    (void)model_from_checkpoint<ToyModel<float>>(c);
   } catch (const Error&) {
     // a refusal, as it should be
   }

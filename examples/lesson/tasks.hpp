@@ -23,7 +23,7 @@
 
 #include "tapegrad/train/data.hpp"
 
-namespace tapegrad {
+namespace tapegrad::lesson {
 
 struct TaskSpec {
   std::string name;
@@ -61,4 +61,4 @@ struct TaskSplit {
 };
 TaskSplit make_task_split(const Task& task, Index n_train, Index n_validation, Index n_test, std::uint64_t seed);
 
-}  // namespace tapegrad
+}  // namespace tapegrad::lesson

@@ -1,18 +1,10 @@
-#include "tapegrad/train/model.hpp"
+#include "lesson/toy_model.hpp"
 
 #include <numeric>
 
 #include "tapegrad/autograd/ops.hpp"
 
-namespace tapegrad {
-
-std::string_view to_string(FeatureKind f) { return f == FeatureKind::onehot ? "onehot" : "learned"; }
-
-FeatureKind parse_feature_kind(std::string_view name) {
-  if (name == "onehot") return FeatureKind::onehot;
-  if (name == "learned") return FeatureKind::learned;
-  fail<NameError>("features: unknown kind '{}'; choose onehot or learned", name);
-}
+namespace tapegrad::lesson {
 
 std::string ModelConfig::describe() const {
   return fmt::format("{} features{}, {} positions, {} attention ({} head{}, scale {}{}{}), readout to {} labels",
@@ -23,8 +15,7 @@ std::string ModelConfig::describe() const {
 
 template <class T>
 ToyModel<T>::ToyModel(const ModelConfig& c) : Module<T>("model"), config_(c) {
-  if (c.vocab <= 0 || c.labels <= 0 || c.max_len <= 0)
-    fail<ValueError>("model: vocab, labels and max_len must be positive, got {}, {} and {}", c.vocab, c.labels, c.max_len);
+  check_fields(c, "model");
   Rng rng(c.seed, 0x6d6f64656c);
   Index width = 0;
   if (c.features == FeatureKind::onehot) {
@@ -86,7 +77,7 @@ Var<T> ToyModel<T>::features(Tape<T>& tape, const Ids& tokens) {
 }
 
 template <class T>
-Var<T> ToyModel<T>::logits(Tape<T>& tape, const Batch& batch) {
+Var<T> ToyModel<T>::logits(Tape<T>& tape, const SequenceBatch& batch) {
   if (batch.length() > config_.max_len)
     fail<ShapeError>("model: the batch has sequences of {} positions but the model takes at most {}", batch.length(),
                      config_.max_len);
@@ -97,10 +88,14 @@ Var<T> ToyModel<T>::logits(Tape<T>& tape, const Batch& batch) {
 }
 
 template <class T>
-Var<T> ToyModel<T>::loss(Tape<T>& tape, const Batch& batch, Var<T>* logits_out) {
+StepOutput<T> ToyModel<T>::loss(Tape<T>& tape, const SequenceBatch& batch) {
   Var<T> z = logits(tape, batch);
-  if (logits_out) *logits_out = z;
-  return cross_entropy(z, batch.targets);
+  return {cross_entropy(z, batch.labels), z};
+}
+
+template <class T>
+ModelRecord ToyModel<T>::model_record() const {
+  return {std::string(kind), to_settings(config_)};
 }
 
 template class ToyModel<float>;
@@ -109,11 +104,11 @@ template class ToyModel<double>;
 Tensor dataset_logits(ToyModel<float>& model, const Dataset& data) {
   std::vector<Index> all(static_cast<std::size_t>(data.size()));
   std::iota(all.begin(), all.end(), Index{0});
-  Batch batch;
-  make_batch(data, all, data.max_len(), batch);
+  SequenceBatch batch;
+  SequenceSource(data).fill(all, batch);
   Tape<float> tape;
   NoGradGuard<float> guard(tape);
   return model.logits(tape, batch).value();
 }
 
-}  // namespace tapegrad
+}  // namespace tapegrad::lesson

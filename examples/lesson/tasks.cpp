@@ -1,7 +1,7 @@
 // The toy tasks. Each generator says what it builds and why its ceiling is what it is. Notation:
 // T = 8 positions, M = 16 content tokens; "no-routing information" at the labelled position i is the
 // bag of tokens, i's own token and position, and the positions holding i's token (see tasks.hpp).
-#include "tapegrad/train/tasks.hpp"
+#include "lesson/tasks.hpp"
 
 #include <algorithm>
 #include <array>
@@ -9,7 +9,7 @@
 
 #include "tapegrad/autograd/ops.hpp"  // kIgnoreLabel
 
-namespace tapegrad {
+namespace tapegrad::lesson {
 namespace {
 
 constexpr Index kT = 8;
@@ -281,4 +281,4 @@ TaskSplit make_task_split(const Task& task, Index n_train, Index n_validation, I
   return split;
 }
 
-}  // namespace tapegrad
+}  // namespace tapegrad::lesson

@@ -1,0 +1,69 @@
+#include "tapegrad/core/settings.hpp"
+
+namespace tapegrad {
+
+const std::string* find_setting(const Settings& settings, std::string_view name) {
+  for (const auto& s : settings)
+    if (s.name == name) return &s.value;
+  return nullptr;
+}
+
+std::string describe_settings(const Settings& settings) {
+  std::string out;
+  for (const auto& s : settings) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", s.name, s.value);
+  return out;
+}
+
+Settings with_overrides(Settings settings, const Settings& overrides, std::string_view what) {
+  std::vector<std::string> unknown;
+  for (const auto& o : overrides) {
+    auto it = std::find_if(settings.begin(), settings.end(), [&](const Setting& s) { return s.name == o.name; });
+    if (it == settings.end())
+      unknown.push_back(o.name);
+    else
+      it->value = o.value;
+  }
+  if (!unknown.empty()) {
+    std::vector<std::string> known;
+    for (const auto& s : settings) known.push_back(s.name);
+    fail<NameError>("{}: has no setting {} (it has {})", what, quoted_list(unknown),
+                    known.empty() ? std::string("none") : fmt::format("{}", fmt::join(known, ", ")));
+  }
+  return settings;
+}
+
+std::string Bounds::describe() const {
+  const bool has_lo = std::isfinite(lo), has_hi = std::isfinite(hi);
+  if (has_lo && has_hi)
+    return fmt::format("in {}{}, {}{}", lo_open ? "(" : "[", to_text(lo), to_text(hi), hi_open ? ")" : "]");
+  if (has_lo) return fmt::format("finite and {} {}", lo_open ? ">" : ">=", to_text(lo));
+  if (has_hi) return fmt::format("finite and {} {}", hi_open ? "<" : "<=", to_text(hi));
+  return "finite";
+}
+
+// fmt's default for a double is the shortest text that reads back as the same double.
+std::string to_text(double v) { return fmt::format("{}", v); }
+
+std::string to_text(bool v) { return v ? "true" : "false"; }
+
+bool from_text(std::string_view text, double& out) {
+  double v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return false;
+  out = v;
+  return true;
+}
+
+bool from_text(std::string_view text, bool& out) {
+  if (text == "true") {
+    out = true;
+    return true;
+  }
+  if (text == "false") {
+    out = false;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace tapegrad

@@ -1,0 +1,177 @@
+#pragma once
+// Settings: a configuration as ordered `name = value` text pairs, the form that options and model
+// configurations take in checkpoints, in `inspect` and in messages. A struct lists its fields once, in
+// a static fields() function, and everything else derives from that list:
+//
+//   struct SgdOptions {
+//     double lr = 0.01;
+//     bool nesterov = false;
+//     template <class S, class F>
+//     static void fields(S& s, F&& field) {  // S is SgdOptions or const SgdOptions
+//       field("lr", s.lr, "learning rate", at_least(0));
+//       field("nesterov", s.nesterov, "Nesterov momentum");
+//     }
+//   };
+//
+//   to_settings(options)             {{"lr", "0.01"}, {"nesterov", "false"}}
+//   from_settings<SgdOptions>(s, w)  strict: every field once, nothing unknown, every value parsed
+//   check_fields(options, "SGD")     every field within its bounds (ValueError naming the first that is not)
+//
+// Values are written so that they read back exactly: doubles in the shortest form that round-trips,
+// integers in decimal, bools as true/false, enums by their names (core/names.hpp), strings as they are.
+// Field types: double, any integer, bool, std::string and named enums.
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "tapegrad/core/error.hpp"
+#include "tapegrad/core/names.hpp"
+
+namespace tapegrad {
+
+struct Setting {
+  std::string name;
+  std::string value;
+  bool operator==(const Setting&) const = default;
+};
+using Settings = std::vector<Setting>;
+
+// The value of `name`, or nullptr.
+const std::string* find_setting(const Settings& settings, std::string_view name);
+// "lr 0.01, momentum 0.9": one line for logs and `inspect`.
+std::string describe_settings(const Settings& settings);
+// `settings` with the values of `overrides` put in; NameError ("<what>: has no setting 'x' (it has
+// ...)") for an override that names no setting.
+Settings with_overrides(Settings settings, const Settings& overrides, std::string_view what);
+
+// The range a numeric field accepts; every numeric field must also be finite.
+struct Bounds {
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false, hi_open = false;
+
+  bool contains(double v) const {
+    return std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  }
+  std::string describe() const;  // "finite and >= 0", "in [0, 1)", "finite and > 0", "finite"
+};
+constexpr Bounds at_least(double lo) { return {.lo = lo}; }
+constexpr Bounds above(double lo) { return {.lo = lo, .lo_open = true}; }
+constexpr Bounds in_range(double lo, double hi, bool hi_open = false) { return {.lo = lo, .hi = hi, .hi_open = hi_open}; }
+
+// ---- one value as text ----------------------------------------------------------------------------
+
+std::string to_text(double v);
+std::string to_text(bool v);
+inline std::string to_text(const std::string& v) { return v; }
+template <std::integral I>
+  requires(!std::same_as<I, bool>)
+std::string to_text(I v) {
+  return fmt::format("{}", v);
+}
+template <NamedEnum E>
+std::string to_text(E v) {
+  return std::string(to_string(v));
+}
+
+// Parse the whole of `text`; false (out unchanged) if it is not one value of the type.
+bool from_text(std::string_view text, double& out);
+bool from_text(std::string_view text, bool& out);
+inline bool from_text(std::string_view text, std::string& out) {
+  out = std::string(text);
+  return true;
+}
+template <std::integral I>
+  requires(!std::same_as<I, bool>)
+bool from_text(std::string_view text, I& out) {
+  I v{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return false;
+  out = v;
+  return true;
+}
+template <NamedEnum E>
+bool from_text(std::string_view text, E& out) {
+  return parse_enum(text, out);
+}
+
+// "a number", "an integer", "true or false", "one of a, b or c": what a value of the type must be.
+template <class V>
+std::string kind_of_value() {
+  if constexpr (std::is_same_v<V, bool>)
+    return "true or false";
+  else if constexpr (std::is_floating_point_v<V>)
+    return "a number";
+  else if constexpr (std::is_unsigned_v<V>)
+    return "a whole number >= 0";
+  else if constexpr (std::is_integral_v<V>)
+    return "a whole number";
+  else if constexpr (NamedEnum<V>)
+    return "one of " + enum_choices<V>();
+  else
+    return "text";
+}
+
+// ---- whole structs ----------------------------------------------------------------------------------
+
+// S's fields with their current values, in declaration order.
+template <class S>
+Settings to_settings(const S& s) {
+  Settings out;
+  S::fields(s, [&](const char* name, const auto& value, const char*, Bounds = {}) { out.push_back({name, to_text(value)}); });
+  return out;
+}
+
+// Throws ValueError "<what>: <field> must be <bounds>, got <value>" for the first numeric field out of
+// its bounds.
+template <class S>
+void check_fields(const S& s, std::string_view what) {
+  S::fields(s, [&](const char* name, const auto& value, const char*, Bounds bounds = {}) {
+    using V = std::remove_cvref_t<decltype(value)>;
+    if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>) {
+      if (!bounds.contains(static_cast<double>(value)))
+        fail<ValueError>("{}: {} must be {}, got {}", what, name, bounds.describe(), to_text(value));
+    }
+  });
+}
+
+// An S from settings, strictly: every field of S exactly once, no other name, every value of its type
+// and within its bounds. Throws NameError listing every missing, unknown or repeated name, or
+// ValueError naming the first value that does not parse or fit; `what` starts each message.
+template <class S>
+S from_settings(const Settings& settings, std::string_view what) {
+  S out{};
+  std::vector<std::string> known, missing, repeated, unknown;
+  S::fields(out, [&](const char* name, auto&, const char*, Bounds = {}) { known.emplace_back(name); });
+  for (const auto& name : known) {
+    int seen = 0;
+    for (const auto& s : settings) seen += s.name == name ? 1 : 0;
+    if (seen == 0) missing.push_back(name);
+    if (seen > 1) repeated.push_back(name);
+  }
+  for (const auto& s : settings)
+    if (std::find(known.begin(), known.end(), s.name) == known.end()) unknown.push_back(s.name);
+  std::vector<std::string> problems;
+  if (!missing.empty()) problems.push_back("missing " + quoted_list(missing));
+  if (!unknown.empty()) problems.push_back(fmt::format("unknown {} (known: {})", quoted_list(unknown), fmt::join(known, ", ")));
+  if (!repeated.empty()) problems.push_back("given twice: " + quoted_list(repeated));
+  if (!problems.empty()) fail<NameError>("{}: {}", what, fmt::join(problems, "; "));
+  S::fields(out, [&](const char* name, auto& value, const char*, Bounds = {}) {
+    using V = std::remove_cvref_t<decltype(value)>;
+    const std::string& text = *find_setting(settings, name);
+    if (!from_text(text, value))
+      fail<ValueError>("{}: {} is '{}', which is not {}", what, name, text, kind_of_value<V>());
+  });
+  check_fields(out, what);
+  return out;
+}
+
+}  // namespace tapegrad

@@ -1,0 +1,122 @@
+#pragma once
+// The toy model of the lesson, the library's first client: features -> SelfAttention -> (optional
+// residual) -> linear readout, with cross-entropy at the labelled positions. It is a Module like any
+// user's model: the generic Trainer trains it, checkpoints rebuild it from its ModelConfig (its
+// model_record()), and its initial weights follow from config.seed.
+//
+//   features     onehot: e_token (width vocab)         learned: Embedding (width d_embed)
+//   + positions  onehot: concatenated (+ max_len)      learned / sinusoidal: added    none
+//   attention    parameter-free or learnable, heads, scale, optional Wo
+//   readout      Linear(attention width -> labels), with bias
+
+#include <array>
+#include <memory>
+#include <string_view>
+
+#include "tapegrad/core/names.hpp"
+#include "tapegrad/core/settings.hpp"
+#include "tapegrad/layers/embedding.hpp"
+#include "tapegrad/layers/linear.hpp"
+#include "tapegrad/layers/self_attention.hpp"
+#include "tapegrad/train/data.hpp"
+#include "tapegrad/train/data_source.hpp"
+#include "tapegrad/train/trainer.hpp"
+
+namespace tapegrad {
+
+namespace lesson {
+enum class FeatureKind { onehot, learned };
+}  // namespace lesson
+
+template <>
+struct EnumNames<lesson::FeatureKind> {
+  static constexpr std::string_view what = "features";
+  static constexpr std::array<EnumName<lesson::FeatureKind>, 2> names = {{
+      {lesson::FeatureKind::onehot, "onehot"},
+      {lesson::FeatureKind::learned, "learned"},
+  }};
+};
+
+namespace lesson {
+
+// Everything a ToyModel needs to be rebuilt: checkpoints hold it as the model's settings.
+struct ModelConfig {
+  Index vocab = 0;    // number of token ids
+  Index labels = 0;   // number of classes the readout predicts
+  Index max_len = 0;  // longest sequence
+  FeatureKind features = FeatureKind::onehot;
+  Index d_embed = 32;  // width of learned token embeddings
+  PositionEncoding positions = PositionEncoding::onehot;
+  AttentionMode attention = AttentionMode::learnable;
+  Index heads = 1;
+  Index d_head = 0;  // 0: d_model / heads
+  AttentionScale scale = AttentionScale::inv_sqrt_d_head;
+  bool output_projection = false;
+  bool residual = false;   // readout sees x + attention(x)
+  std::uint64_t seed = 0;  // initial weights
+
+  // Sizes are bounded (2^24) so that no configuration read from a file can ask for absurd memory.
+  template <class S, class F>
+  static void fields(S& s, F&& field) {
+    constexpr double kMaxSize = 1 << 24;
+    field("vocab", s.vocab, "number of token ids", in_range(1, kMaxSize, true));
+    field("labels", s.labels, "number of classes", in_range(1, kMaxSize, true));
+    field("max_len", s.max_len, "longest sequence", in_range(1, kMaxSize, true));
+    field("features", s.features, "token features");
+    field("d_embed", s.d_embed, "width of learned token embeddings", in_range(1, kMaxSize, true));
+    field("positions", s.positions, "position encoding");
+    field("attention", s.attention, "attention mode");
+    field("heads", s.heads, "attention heads", in_range(1, kMaxSize, true));
+    field("d_head", s.d_head, "width of a head (0: d_model / heads)", in_range(0, kMaxSize, true));
+    field("scale", s.scale, "scale of the attention scores");
+    field("output_projection", s.output_projection, "Wo after the heads");
+    field("residual", s.residual, "readout sees x + attention(x)");
+    field("seed", s.seed, "seed of the initial weights");
+  }
+  bool operator==(const ModelConfig&) const = default;
+  std::string describe() const;  // one line
+};
+
+template <class T>
+class ToyModel : public Module<T> {
+ public:
+  using Config = ModelConfig;
+  static constexpr std::string_view kind = "toy_model";
+
+  explicit ToyModel(const ModelConfig& config);  // ValueError for a config that does not fit together
+
+  Var<T> logits(Tape<T>& tape, const SequenceBatch& batch);  // (B, T, labels)
+  // Cross-entropy of the logits against batch.labels (the mean over labelled positions), with the
+  // logits as the output metrics read: what the Trainer's loss function returns.
+  StepOutput<T> loss(Tape<T>& tape, const SequenceBatch& batch);
+
+  const ModelConfig& config() const { return config_; }
+  ModelRecord model_record() const override;
+  Index d_model() const { return d_model_; }
+  // How many parameter values a model of this configuration has, from the configuration alone (no
+  // allocation), or -1 for a configuration the constructor would refuse. Loaders compare it with
+  // what a file holds before they build anything.
+  static Index implied_parameter_count(const ModelConfig& c);
+  SelfAttention<T>& attention() { return *attention_; }
+
+ private:
+  Var<T> features(Tape<T>& tape, const Ids& tokens);
+
+  ModelConfig config_;
+  Index d_model_ = 0;
+  std::unique_ptr<OneHotTokens<T>> onehot_;
+  std::unique_ptr<Embedding<T>> embedding_;
+  std::unique_ptr<Positions<T>> positions_;
+  std::unique_ptr<SelfAttention<T>> attention_;
+  std::unique_ptr<Linear<T>> readout_;
+};
+
+extern template class ToyModel<float>;
+extern template class ToyModel<double>;
+
+// The model's logits on every example of `data` at once, (N, data.max_len(), labels), without
+// recording gradients: predictions to compare or checksum.
+Tensor dataset_logits(ToyModel<float>& model, const Dataset& data);
+
+}  // namespace lesson
+}  // namespace tapegrad

@@ -1,0 +1,116 @@
+// core/settings and core/names: one table per options struct and per enum, and everything derived from
+// them (text forms that read back exactly, strict parsing that names every problem, bounds).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "tapegrad/core/names.hpp"
+#include "tapegrad/core/settings.hpp"
+
+using namespace tapegrad;
+
+namespace {
+
+enum class Colour { red, dark_blue };
+
+struct Sample {
+  double rate = 0.5;
+  std::int64_t count = 3;
+  std::uint64_t seed = 7;
+  bool flag = false;
+  Colour colour = Colour::red;
+  std::string label = "x y";
+  template <class S, class F>
+  static void fields(S& s, F&& field) {
+    field("rate", s.rate, "a rate", in_range(0, 1, true));
+    field("count", s.count, "a count", at_least(1));
+    field("seed", s.seed, "a seed");
+    field("flag", s.flag, "a flag");
+    field("colour", s.colour, "a colour");
+    field("label", s.label, "a label");
+  }
+};
+
+}  // namespace
+
+template <>
+struct tapegrad::EnumNames<Colour> {
+  static constexpr std::string_view what = "colour";
+  static constexpr std::array<EnumName<Colour>, 2> names = {{{Colour::red, "red"}, {Colour::dark_blue, "dark_blue", "navy"}}};
+};
+
+TEST_CASE("names: one table per enum gives to_string, parse_enum (aliases too) and the choices") {
+  CHECK(to_string(Colour::dark_blue) == "dark_blue");
+  CHECK(parse_enum<Colour>("red") == Colour::red);
+  CHECK(parse_enum<Colour>("navy") == Colour::dark_blue);  // an older spelling is read, never written
+  CHECK(enum_names<Colour>() == std::vector<std::string>{"red", "dark_blue"});
+  CHECK(enum_choices<Colour>() == "red or dark_blue");
+  CHECK_THROWS_WITH_AS(parse_enum<Colour>("green"), "colour: unknown name 'green'; choose red or dark_blue", NameError);
+  CHECK(to_string(static_cast<Colour>(9)) == "?");
+}
+
+TEST_CASE("settings: a struct's fields to text and back, exactly") {
+  Sample s;
+  s.rate = 0.1 + 0.2;  // 0.30000000000000004: the text must carry every bit
+  s.count = std::numeric_limits<std::int64_t>::max();
+  s.seed = std::numeric_limits<std::uint64_t>::max();
+  s.flag = true;
+  s.colour = Colour::dark_blue;
+  const Settings text = to_settings(s);
+  CHECK(text == Settings{{"rate", "0.30000000000000004"}, {"count", "9223372036854775807"}, {"seed", "18446744073709551615"},
+                         {"flag", "true"}, {"colour", "dark_blue"}, {"label", "x y"}});
+  const Sample back = from_settings<Sample>(text, "sample");
+  CHECK(back.rate == s.rate);
+  CHECK(back.count == s.count);
+  CHECK(back.seed == s.seed);
+  CHECK(back.flag);
+  CHECK(back.colour == Colour::dark_blue);
+  CHECK(back.label == "x y");
+  CHECK(describe_settings({{"lr", "0.1"}, {"nesterov", "false"}}) == "lr 0.1, nesterov false");
+  double d = 0;
+  for (const char* bad : {"", "1.5x", " 1", "0x10", "1e", "--1"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(from_text(bad, d));
+  }
+}
+
+TEST_CASE("settings: parsing is strict and names every missing, unknown or repeated field, then the first bad value") {
+  Settings text = to_settings(Sample{});
+  Settings missing_and_unknown = {text[0], text[1], {"speed", "3"}, text[3], text[4], text[5], text[5]};
+  CHECK_THROWS_WITH_AS(from_settings<Sample>(missing_and_unknown, "sample"),
+                       "sample: missing 'seed'; unknown 'speed' (known: rate, count, seed, flag, colour, label); given "
+                       "twice: 'label'",
+                       NameError);
+  auto with = [&](const char* name, const char* value) { return with_overrides(text, {{name, value}}, "sample"); };
+  CHECK_THROWS_WITH_AS(from_settings<Sample>(with("rate", "fast"), "sample"), "sample: rate is 'fast', which is not a number",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(from_settings<Sample>(with("count", "99999999999999999999"), "sample"),
+                       "sample: count is '99999999999999999999', which is not a whole number", ValueError);
+  CHECK_THROWS_WITH_AS(from_settings<Sample>(with("seed", "-1"), "sample"),
+                       "sample: seed is '-1', which is not a whole number >= 0", ValueError);
+  CHECK_THROWS_WITH_AS(from_settings<Sample>(with("flag", "1"), "sample"), "sample: flag is '1', which is not true or false",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(from_settings<Sample>(with("colour", "green"), "sample"),
+                       "sample: colour is 'green', which is not one of red or dark_blue", ValueError);
+  CHECK_THROWS_WITH_AS(from_settings<Sample>(with("rate", "1"), "sample"), "sample: rate must be in [0, 1), got 1",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(from_settings<Sample>(with("rate", "nan"), "sample"), "sample: rate must be in [0, 1), got nan",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(from_settings<Sample>(with("count", "0"), "sample"), "sample: count must be finite and >= 1, got 0",
+                       ValueError);
+  CHECK(from_settings<Sample>(with("colour", "navy"), "sample").colour == Colour::dark_blue);
+  CHECK_THROWS_WITH_AS(with("speed", "3"), "sample: has no setting 'speed' (it has rate, count, seed, flag, colour, label)",
+                       NameError);
+}
+
+TEST_CASE("settings: bounds describe themselves and refuse what is not finite") {
+  CHECK(at_least(0).describe() == "finite and >= 0");
+  CHECK(above(0).describe() == "finite and > 0");
+  CHECK(in_range(0, 1, true).describe() == "in [0, 1)");
+  CHECK(Bounds{}.describe() == "finite");
+  CHECK_FALSE(at_least(0).contains(std::numeric_limits<double>::infinity()));
+  CHECK_FALSE(Bounds{}.contains(std::nan("")));
+  CHECK(above(0).contains(1e-300));
+  CHECK_FALSE(above(0).contains(0));
+}

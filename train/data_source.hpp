@@ -1,0 +1,111 @@
+#pragma once
+// Data sources: what the training loop (train/trainer.hpp) draws batches from. A source is a fixed set
+// of examples that can be put into a batch by index; the trainer orders them (a seeded Sampler, saved in
+// checkpoints), so every source gets the same reproducible, resumable order.
+//
+//   SequenceSource   token sequences with a label per position (a Dataset)  -> SequenceBatch
+//   TensorSource     dense features with a class or a value per example      -> TensorBatch
+//
+// A user's own data is a class deriving from DataSource<TheirBatch>; a batch type needs weight(): how
+// many items a loss on it averages over (evaluation weighs batches by it).
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "tapegrad/core/tensor.hpp"
+#include "tapegrad/train/data.hpp"
+
+namespace tapegrad {
+
+template <class B>
+class DataSource {
+ public:
+  using Batch = B;
+  virtual ~DataSource() = default;
+  virtual std::string_view name() const = 0;
+  virtual Index size() const = 0;  // examples
+  // Fills `out` with the examples at `indices` (each in [0, size())), reusing out's buffers: once they
+  // have their size, filling allocates nothing.
+  virtual void fill(std::span<const Index> indices, B& out) const = 0;
+  // A CRC-32 of the examples: a resumed run checks that it trains on the data it was trained on.
+  virtual std::uint32_t fingerprint() const = 0;
+};
+
+// ---- token sequences --------------------------------------------------------------------------------
+
+// B sequences padded to one length T: tokens and labels (B, T); padding (B, T), nonzero at positions
+// past an example's end, which get token 0 and no label.
+struct SequenceBatch {
+  Ids tokens;
+  Ids labels;                // class per position, kIgnoreLabel where there is none
+  Mask padding;
+  bool padded = false;       // whether any position is padding (attention can skip the mask if not)
+  Index labelled = 0;        // positions with a label
+
+  Index batch() const { return tokens.rows(); }
+  Index length() const { return tokens.cols(); }
+  double weight() const { return static_cast<double>(labelled); }  // what cross-entropy averages over
+};
+
+// The examples of a Dataset, each batch padded to `length` (default: the dataset's longest example;
+// give a longer one to pad training and evaluation batches alike). Keeps a reference: the dataset must
+// outlive the source.
+class SequenceSource final : public DataSource<SequenceBatch> {
+ public:
+  explicit SequenceSource(const Dataset& data, Index length = 0);
+  std::string_view name() const override { return data_.name; }
+  Index size() const override { return data_.size(); }
+  void fill(std::span<const Index> indices, SequenceBatch& out) const override;
+  std::uint32_t fingerprint() const override;
+  Index length() const { return length_; }
+  const Dataset& dataset() const { return data_; }
+
+ private:
+  const Dataset& data_;
+  Index length_;
+};
+
+// ---- dense tensors ----------------------------------------------------------------------------------
+
+// B examples of a TensorSource: features (B, ...) and either labels (B) or (B, T), or targets (B, ...).
+struct TensorBatch {
+  Tensor features;
+  Ids labels;      // classification: a class per example (or per position), kIgnoreLabel = none
+  Tensor targets;  // regression: a value (or a row of them) per example
+  Index labelled = 0;  // labels that are not kIgnoreLabel (with labels)
+  Index examples = 0;
+
+  double weight() const { return static_cast<double>(labels.numel() > 0 ? labelled : examples); }
+};
+
+// N examples along the first dimension of each tensor: features (N, F) or (N, R, C); labels (N) or
+// (N, T); targets (N), (N, K) or (N, R, C). Holds its own copies.
+class TensorSource final : public DataSource<TensorBatch> {
+ public:
+  TensorSource(std::string name, Tensor features, Ids labels);     // ShapeError if the counts differ
+  TensorSource(std::string name, Tensor features, Tensor targets);
+  std::string_view name() const override { return name_; }
+  Index size() const override { return size_; }
+  void fill(std::span<const Index> indices, TensorBatch& out) const override;
+  std::uint32_t fingerprint() const override;
+  const Tensor& features() const { return features_; }
+  const Ids& labels() const { return labels_; }
+  const Tensor& targets() const { return targets_; }
+
+ private:
+  Index count_examples() const;  // ShapeError unless every tensor holds the same number
+
+  std::string name_;
+  Tensor features_;
+  Ids labels_;
+  Tensor targets_;
+  Index size_ = 0;
+};
+
+// The number of examples a tensor holds along its first dimension: cols for rank 1, rows for rank 2,
+// batch for rank 3.
+Index leading_count(const Shape& s);
+
+}  // namespace tapegrad
