@@ -106,7 +106,7 @@ Run train_one(const Task& task, const TaskSplit& split, AttentionMode mode, Feat
   Trainer trainer(model, adam, train, [&](Tape<float>& t, const SequenceBatch& b) { return model.loss(t, b); },
                   {.steps = s.steps, .batch = s.batch, .eval_every = 50, .seed = seed});
   trainer.evaluate_on(validation);
-  trainer.add_metric("accuracy", accuracy);
+  trainer.add_metric("accuracy", metrics::accuracy);
   const auto start = std::chrono::steady_clock::now();
   trainer.run();
   Run r;

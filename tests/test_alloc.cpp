@@ -138,7 +138,7 @@ TEST_CASE("alloc: a Trainer step on dense data (a tensor source, a user's loss w
     Var<float> logits = add(matmul(t.constant(batch.features), t.param(*model.w)), t.param(*model.b));
     return {cross_entropy(logits, batch.labels), logits};
   }, {.steps = 100, .batch = 16});
-  trainer.add_metric("accuracy", accuracy);
+  trainer.add_metric("accuracy", metrics::accuracy);
   trainer.step();
   trainer.step();
   const long before = test::allocation_count();

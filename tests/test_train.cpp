@@ -171,7 +171,7 @@ TEST_CASE("trainer: trains a user's MLP on dense data, with an optimizer, a sche
     return {mse(y, tape.constant(b.targets)), y};
   }, {.steps = 600, .batch = 32, .eval_every = 200, .seed = 3});
   trainer.evaluate_on(test);
-  trainer.add_metric("mse", mean_squared_error);
+  trainer.add_metric("mse", metrics::mean_squared_error);
   trainer.add_metric("mean_abs_error", [](const Tensor& out, const TensorBatch& b) {
     return Tally{(out.array() - b.targets.array()).abs().cast<double>().sum(), static_cast<double>(out.numel())};
   });
@@ -199,7 +199,7 @@ TEST_CASE("trainer: classification on dense data with accuracy; callbacks see ev
     return {cross_entropy(logits, b.labels), logits};
   }, {.steps = 1000, .batch = 16, .eval_every = 25});
   trainer.evaluate_on(data);
-  trainer.add_metric("accuracy", accuracy);
+  trainer.add_metric("accuracy", metrics::accuracy);
   Index steps_seen = 0, evaluations = 0;
   TrainCallbacks callbacks;
   callbacks.on_step = [&](Index step) { steps_seen = step; };
@@ -213,7 +213,7 @@ TEST_CASE("trainer: classification on dense data with accuracy; callbacks see ev
   CHECK(evaluations == static_cast<Index>(trainer.curve().size()));
   CHECK(value_of(trainer.curve().back().values, "eval_accuracy") >= 0.97);
   CHECK(first_step_reaching(trainer.curve(), "eval_accuracy", 0.97) == trainer.steps_done());
-  CHECK_THROWS_WITH_AS(trainer.add_metric("late", accuracy),
+  CHECK_THROWS_WITH_AS(trainer.add_metric("late", metrics::accuracy),
                        "add_metric: 'late' comes after training started; add metrics before the first step", UsageError);
 }
 
@@ -227,7 +227,7 @@ TEST_CASE("trainer: the same seeds give the same curve bit for bit, wherever the
       return {cross_entropy(logits, b.labels), logits};
     }, {.steps = 60, .batch = 16, .eval_every = 20, .seed = 11});
     trainer.evaluate_on(data);
-    trainer.add_metric("accuracy", accuracy);
+    trainer.add_metric("accuracy", metrics::accuracy);
     trainer.run();
     return trainer.curve();
   };
@@ -267,7 +267,7 @@ TEST_CASE("trainer: a non-finite loss stops before anything changes; evaluation 
   CHECK_THROWS_WITH_AS(Trainer(model, opt, data, [](Tape<float>&, const TensorBatch&) { return Var<float>{}; },
                                {.batch = 0}),
                        "train: batch must be finite and >= 1, got 0", ValueError);
-  CHECK_THROWS_WITH_AS(trainer.add_metric("loss", mean_squared_error), "add_metric: 'loss' is reserved for the loss",
+  CHECK_THROWS_WITH_AS(trainer.add_metric("loss", metrics::mean_squared_error), "add_metric: 'loss' is reserved for the loss",
                        NameError);
 }
 
@@ -292,7 +292,7 @@ TEST_CASE("trainer: its state round-trips; a state of other data, options or met
       Var<float> logits = model.forward(tape.constant(b.features));
       return {cross_entropy(logits, b.labels), logits};
     }, options);
-    t->add_metric("accuracy", accuracy);
+    t->add_metric("accuracy", metrics::accuracy);
     return t;
   };
   Mlp a(mlp(2, 4, 2, 1)), b(mlp(2, 4, 2, 1));
@@ -347,7 +347,7 @@ TEST_CASE("report: plain lines when not a terminal, and a CSV row per evaluation
       return {cross_entropy(logits, b.labels), logits};
     }, {.steps = 200, .eval_every = 100});
     trainer.evaluate_on(data);
-    trainer.add_metric("accuracy", accuracy);
+    trainer.add_metric("accuracy", metrics::accuracy);
     TrainCallbacks cb = progress.callbacks();
     auto on_eval = cb.on_evaluation;
     cb.on_evaluation = [&](const CurvePoint& p) {

@@ -3,8 +3,8 @@
 // steps) and on evaluation data. A metric is a mean: each batch contributes a Tally (a sum and a count),
 // and the metric is the total sum over the total count, so batches of any size combine exactly.
 //
-//   trainer.add_metric("accuracy", accuracy);               // argmax of the output vs batch.labels
-//   trainer.add_metric("mse", mean_squared_error);          // output vs batch.targets
+//   trainer.add_metric("accuracy", metrics::accuracy);             // argmax of the output vs batch.labels
+//   trainer.add_metric("mse", metrics::mean_squared_error);        // output vs batch.targets
 //   trainer.add_metric("mae", [](const Tensor& out, const TensorBatch& b) {   // a user's own
 //     return Tally{(out.array() - b.targets.array()).abs().template cast<double>().sum(),
 //                  static_cast<double>(out.numel())};
@@ -36,11 +36,14 @@ Tally count_correct(const Tensor& output, const Ids& labels);
 // Squared differences of `output` and `targets`, per element. ShapeError unless the shapes match.
 Tally squared_error(const Tensor& output, const Tensor& targets);
 
-// The library's metrics, for any batch type with `labels` (Ids) or `targets` (Tensor).
+// The library's metrics, for any batch type with `labels` (Ids) or `targets` (Tensor). In their own
+// namespace, so that a variable named `accuracy` does not shadow them.
+namespace metrics {
 inline constexpr auto accuracy = [](const Tensor& output, const auto& batch) { return count_correct(output, batch.labels); };
 inline constexpr auto mean_squared_error = [](const Tensor& output, const auto& batch) {
   return squared_error(output, batch.targets);
 };
+}  // namespace metrics
 
 // Named values in a fixed order: a curve point's "train_loss", "eval_accuracy", ...
 struct NamedValue {

@@ -366,6 +366,10 @@ void check_chart(const LineChart& chart) {
                        chart.log_y ? "finite and positive on a log axis" : "finite");
   if (chart.y_min && chart.y_max && !(*chart.y_min < *chart.y_max))
     fail<ValueError>("line_chart_svg: y_min {} must be below y_max {}", *chart.y_min, *chart.y_max);
+  if ((chart.x_min && !std::isfinite(*chart.x_min)) || (chart.x_max && !std::isfinite(*chart.x_max)) ||
+      (chart.x_min && chart.x_max && !(*chart.x_min < *chart.x_max)))
+    fail<ValueError>("line_chart_svg: x_min {} must be below x_max {}, both finite", chart.x_min.value_or(NAN),
+                     chart.x_max.value_or(NAN));
 }
 
 std::string legend_name(const LineChart& chart, std::size_t i) {
@@ -384,7 +388,7 @@ ChartLayout chart_layout(const LineChart& chart) {
         y_hi = std::max(y_hi, s.y[i]);
       }
   ChartLayout l;
-  l.x = make_axis(x_lo, x_hi, std::nullopt, std::nullopt, false);
+  l.x = make_axis(x_lo, x_hi, chart.x_min, chart.x_max, false);
   l.y = make_axis(y_lo, y_hi, chart.y_min, chart.y_max, chart.log_y);
   double y_label_w = 0;
   for (double t : l.x.ticks) l.x_labels.push_back(tick_label(l.x, t));
@@ -475,6 +479,63 @@ void chart_legend(std::string& out, const LineChart& chart, const ChartLayout& l
   }
 }
 
+// ---- scatter plot ----
+
+// The field's colour: the first palette colour at 0, white at 0.5, the second at 1, paler than the dots.
+std::string field_colour(double v) {
+  const Rgb a{0x4e, 0x79, 0xa7}, b{0xf2, 0x8e, 0x2b}, white{255, 255, 255};
+  const double t = std::clamp(v, 0.0, 1.0);
+  const Rgb& end = t < 0.5 ? a : b;
+  const double f = 0.55 * std::abs(2 * t - 1);  // at most 55% of the way to the colour
+  return hex({white.r + f * (end.r - white.r), white.g + f * (end.g - white.g), white.b + f * (end.b - white.b)});
+}
+
+// The cells, and the 0.5 contour by marching squares over the cell centres: each square of four
+// neighbouring centres that the level crosses gets a segment between the crossings on its edges,
+// placed by linear interpolation.
+void scatter_field(std::string& out, const ScatterPlot& plot, const ChartLayout& l, double inset) {
+  const std::size_t rows = plot.field_rows, cols = plot.field_cols;
+  const double cw = l.plot_w / static_cast<double>(cols), ch = l.plot_h / static_cast<double>(rows);
+  const auto value = [&](std::size_t r, std::size_t c) { return plot.field[r * cols + c]; };
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c)  // half a pixel of overlap, so anti-aliasing leaves no seams
+      put(out, "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>\n", px(inset + cw * static_cast<double>(c)),
+          px(inset + l.plot_h - ch * static_cast<double>(r + 1)), px(cw + 0.5), px(ch + 0.5), field_colour(value(r, c)));
+  // Centre of cell (r, c) in pixels; (r, c) fractional along an edge.
+  const auto at = [&](double r, double c) { return std::pair(inset + cw * (c + 0.5), inset + l.plot_h - ch * (r + 0.5)); };
+  std::string d;
+  for (std::size_t r = 0; r + 1 < rows; ++r)
+    for (std::size_t c = 0; c + 1 < cols; ++c) {
+      // Corners counter-clockwise from (r, c); an edge is crossed when its ends lie on both sides of 0.5.
+      const std::array<std::pair<std::size_t, std::size_t>, 4> k = {{{r, c}, {r, c + 1}, {r + 1, c + 1}, {r + 1, c}}};
+      std::vector<std::pair<double, double>> hits;
+      for (int e = 0; e < 4; ++e) {
+        const auto [r0, c0] = k[static_cast<std::size_t>(e)];
+        const auto [r1, c1] = k[static_cast<std::size_t>((e + 1) % 4)];
+        const double v0 = value(r0, c0) - 0.5, v1 = value(r1, c1) - 0.5;
+        if ((v0 < 0) == (v1 < 0) || !std::isfinite(v0) || !std::isfinite(v1)) continue;
+        const double f = v0 / (v0 - v1);
+        hits.push_back(at(static_cast<double>(r0) + f * (static_cast<double>(r1) - static_cast<double>(r0)),
+                          static_cast<double>(c0) + f * (static_cast<double>(c1) - static_cast<double>(c0))));
+      }
+      for (std::size_t h = 0; h + 1 < hits.size(); h += 2)  // 2 crossings, or 4 at a saddle: pair them in order
+        put(d, "M{} {}L{} {}", px(hits[h].first), px(hits[h].second), px(hits[h + 1].first), px(hits[h + 1].second));
+    }
+  if (!d.empty()) put(out, "<path class=\"boundary\" d=\"{}\" fill=\"none\" stroke=\"#333333\" stroke-width=\"1.5\"/>\n", d);
+}
+
+void scatter_points(std::string& out, const ScatterPlot& plot, const ChartLayout& l, double inset) {
+  for (std::size_t s = 0; s < plot.series.size(); ++s) {
+    const Series& series = plot.series[s];
+    for (std::size_t i = 0; i < series.x.size(); ++i) {
+      if (!drawable(series.x[i], series.y[i], false)) continue;
+      put(out, "<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{}\" stroke=\"white\" stroke-width=\"0.7\"/>\n",
+          px(inset + l.x.unit(series.x[i]) * l.plot_w), px(inset + (1 - l.y.unit(series.y[i])) * l.plot_h),
+          kPalette[s % kPalette.size()]);
+    }
+  }
+}
+
 // The value of attribute `name` in an <svg> start tag, when it is in pixels ("640" or "640px").
 std::optional<double> pixel_attribute(std::string_view tag, std::string_view name) {
   const std::string key = fmt::format(" {}=\"", name);
@@ -547,6 +608,35 @@ std::string line_chart_svg(const LineChart& chart) {
   chart_series(out, chart, layout, inset);
   out += "</svg>\n";
   chart_legend(out, chart, layout);
+  out += "</svg>\n";
+  return out;
+}
+
+std::string scatter_svg(const ScatterPlot& plot) {
+  if (!plot.field.empty() && (plot.field.size() != plot.field_rows * plot.field_cols || plot.field_rows < 2 ||
+                              plot.field_cols < 2))
+    fail<ShapeError>("scatter_svg: the field has {} values for {} x {} cells (at least 2 x 2)", plot.field.size(),
+                     plot.field_rows, plot.field_cols);
+  // The axes, labels and legend of a line chart over the fixed range.
+  const LineChart chart{.title = plot.title, .x_label = plot.x_label, .y_label = plot.y_label, .series = plot.series,
+                        .y_min = plot.y_min, .y_max = plot.y_max, .x_min = plot.x_min, .x_max = plot.x_max};
+  check_chart(chart);
+  ChartLayout layout = chart_layout(chart);
+  std::string out;
+  open_svg(out, layout.width, layout.height, plot.title);
+  constexpr double inset = 4;  // dots on an edge are drawn whole
+  put(out, "<svg x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\">\n", px(layout.left - inset), px(layout.top - inset),
+      layout.plot_w + 2 * inset, layout.plot_h + 2 * inset);
+  if (!plot.field.empty()) scatter_field(out, plot, layout, inset);
+  scatter_points(out, plot, layout, inset);
+  out += "</svg>\n";
+  chart_axes(out, chart, layout);
+  for (std::size_t s = 0; s < plot.series.size(); ++s) {  // the legend: a dot per series
+    const double y = layout.top + 9 + 18 * static_cast<double>(s);
+    put(out, "<circle cx=\"{}\" cy=\"{}\" r=\"4\" fill=\"{}\"/>\n", px(layout.legend_x + 11), px(y),
+        kPalette[s % kPalette.size()]);
+    text(out, layout.legend_x + 28, y + 0.35 * kFont, legend_name(chart, s));
+  }
   out += "</svg>\n";
   return out;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // SVG plots for training reports: attention heatmaps with the tokens on the axes, loss and accuracy
-// line charts, and a row that puts finished plots side by side (two models' attention, say).
+// line charts, scatter plots over a classifier's field (decision boundaries), and a row that puts
+// finished plots side by side (two models' attention, say).
 //
 // Every function returns one complete SVG 1.1 document (xmlns, width, height, viewBox in pixels) that
 // a browser opens as it is. Text is XML-escaped, so tokens such as "<b>&" are safe; numbers go
@@ -52,14 +53,32 @@ struct LineChart {
   std::string title = {}, x_label = {}, y_label = {};
   std::vector<Series> series = {};  // coloured in order from a fixed palette
   bool log_y = false;
-  // Fixed y bounds; a free bound ends on the first tick beyond the data.
+  // Fixed bounds; a free bound ends on the first tick beyond the data.
   std::optional<double> y_min = {}, y_max = {};
+  std::optional<double> x_min = {}, x_max = {};
 };
 
 // Throws ShapeError naming the series when its x and y sizes differ, ValueError for y bounds that
 // are not finite, not ordered, or not positive on a log axis. No series (or only empty ones) gives
 // an empty chart with axes.
 std::string line_chart_svg(const LineChart& chart);
+
+// Points in the plane, one colour per series (a class), over an optional field: a two-class
+// classifier's probability of the second class on a grid, shaded from the first series' colour (0)
+// through white (0.5) to the second's (1), with its 0.5 contour (the decision boundary) drawn as a line.
+struct ScatterPlot {
+  std::string title = {}, x_label = {}, y_label = {};
+  std::vector<Series> series = {};  // points (x[i], y[i]), drawn as dots
+  double x_min = 0, x_max = 1, y_min = 0, y_max = 1;  // the plotted range (fixed)
+  // field_rows x field_cols values in [0, 1], row-major, cell (r, c) centred at x_min + (c + 0.5) dx,
+  // y_min + (r + 0.5) dy (row 0 at the bottom); empty for no field.
+  std::vector<double> field = {};
+  std::size_t field_rows = 0, field_cols = 0;
+};
+
+// Throws ShapeError when a series' x and y sizes differ or the field's size is not rows x cols, ValueError
+// for a range that is not finite and ordered.
+std::string scatter_svg(const ScatterPlot& plot);
 
 // About `target` round tick values (1, 2 or 5 times a power of ten apart) that cover [lo, hi]: the
 // first is <= lo and the last >= hi. nice_ticks(0.03, 0.97) is 0, 0.2, 0.4, 0.6, 0.8, 1. A single

@@ -14,7 +14,7 @@
 //     return {cross_entropy(logits, b.labels), logits};   // the loss, and the output metrics read
 //   }, {.steps = 2000, .batch = 64, .eval_every = 100});
 //   trainer.evaluate_on(test);
-//   trainer.add_metric("accuracy", accuracy);
+//   trainer.add_metric("accuracy", metrics::accuracy);
 //   trainer.run();
 //
 // A non-finite loss or gradient norm stops training with a ValueError naming the step, before anything

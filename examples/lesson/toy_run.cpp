@@ -27,7 +27,7 @@ ToyRun::ToyRun(const ToyRunConfig& config, const Dataset& train, const Dataset* 
     eval_.emplace(*eval, padded_length(train, eval));
     trainer_.evaluate_on(*eval_);
   }
-  trainer_.add_metric("accuracy", accuracy);
+  trainer_.add_metric("accuracy", metrics::accuracy);
 }
 
 }  // namespace tapegrad::lesson

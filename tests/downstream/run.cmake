@@ -24,7 +24,14 @@ foreach(h IN LISTS internal)
   endif()
 endforeach()
 run(${CMAKE_COMMAND} -S ${DOWNSTREAM_SOURCE_DIR} -B ${WORK_DIR}/build -DCMAKE_PREFIX_PATH=${prefix}
+    -DTAPEGRAD_EXAMPLES_DIR=${EXAMPLES_DIR}
     -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${WORK_DIR}/build/downstream)
-message(STATUS "downstream: find_package(tapegrad) project configured, built and ran")
+# The user's model program, built against the install, as the in-tree ctest runs it.
+execute_process(COMMAND ${CMAKE_COMMAND} -DPROGRAM=${WORK_DIR}/build/custom_model -DWORK=${WORK_DIR}/custom_model
+                        -P ${CUSTOM_MODEL_SCRIPT} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "downstream: examples/custom_model.cpp built against the install failed its run:\n${out}\n${err}")
+endif()
+message(STATUS "downstream: find_package(tapegrad) project configured, built and ran, custom_model included\n${out}")
