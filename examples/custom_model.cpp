@@ -192,7 +192,7 @@ int predict(const fs::path& file) {
 // The same run rebuilt from the checkpoint's model settings, then its whole training state loaded.
 int resume(const fs::path& file, const fs::path& out) {
   const Checkpoint checkpoint = read_checkpoint(file);
-  Run run(from_settings<Mlp<float>::Config>(checkpoint.model.config, "the checkpoint's model"));
+  Run run(model_config_from<Mlp<float>>(checkpoint));  // FormatError for a file of another model
   load_training(checkpoint, run.trainer);  // strict: refuses another model, optimizer, schedule or data
   run.trainer.run();
   save_checkpoint(out / "model.tgck", snapshot(run.trainer));

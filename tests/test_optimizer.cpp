@@ -339,6 +339,16 @@ TEST_CASE("schedule: invalid settings are refused with a sentence") {
   CHECK_THROWS_WITH_AS(CosineWithWarmup({.warmup_steps = 1, .total_steps = 10, .min_lr = 0.2}).lr_at(0.1, 3),
                        "CosineWithWarmup: min_lr 0.2 is above the optimizer's lr 0.1", ValueError);
   CHECK_THROWS_WITH_AS(ConstantLr().lr_at(0.1, -1), "lr_at: step must be >= 0, got -1", ValueError);
+  // An optimizer refuses a schedule that does not fit its lr when it is attached, not steps later, and an
+  // lr that its schedule does not fit; neither changes anything.
+  TwoParams m(13);
+  SGD<double> sgd(m.ptrs(), {.lr = 0.1});
+  CHECK_THROWS_WITH_AS(sgd.set_schedule(CosineWithWarmup({.warmup_steps = 1, .total_steps = 10, .min_lr = 0.2})),
+                       "CosineWithWarmup: min_lr 0.2 is above the optimizer's lr 0.1", ValueError);
+  CHECK(sgd.schedule().describe() == "constant");
+  sgd.set_schedule(CosineWithWarmup({.warmup_steps = 1, .total_steps = 10, .min_lr = 0.05}));
+  CHECK_THROWS_WITH_AS(sgd.set_lr(0.01), "CosineWithWarmup: min_lr 0.05 is above the optimizer's lr 0.01", ValueError);
+  CHECK(sgd.lr() == 0.1);
   CHECK_THROWS_WITH_AS(make_schedule({"linear", {}}), "schedule: unknown name 'linear'; choose constant, step or cosine",
                        NameError);
   CHECK_THROWS_WITH_AS(make_schedule({"step", {{"step_size", "3"}}}), "schedule 'step': missing 'gamma'", NameError);

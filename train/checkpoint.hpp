@@ -122,6 +122,11 @@ LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions optio
 // random stream, windows and curve. Nothing changes unless everything fits.
 LoadReport load_training(const Checkpoint& c, TrainerBase& trainer);
 
+// The configuration of a model of type M from the checkpoint's record (M as for model_from_checkpoint):
+// FormatError if the record is of another kind, or a setting is missing, unknown or invalid.
+template <class M>
+typename M::Config model_config_from(const Checkpoint& c);
+
 // A model rebuilt from the checkpoint's record and loaded with its weights, for inference or to go on.
 // M needs `static constexpr std::string_view kind`, a `Config` with fields() (core/settings.hpp), and a
 // constructor from it; if it has `static Index implied_parameter_count(const Config&)`, a configuration
@@ -159,15 +164,18 @@ Index parameter_values_held(const Checkpoint& c);
 }  // namespace detail
 
 template <class M>
-std::unique_ptr<M> model_from_checkpoint(const Checkpoint& c) {
-  using Config = typename M::Config;
+typename M::Config model_config_from(const Checkpoint& c) {
   const Settings& settings = detail::model_config_of(c, M::kind);
-  Config config;
   try {
-    config = from_settings<Config>(settings, fmt::format("load: the model's configuration ({})", M::kind));
+    return from_settings<typename M::Config>(settings, fmt::format("load: the model's configuration ({})", M::kind));
   } catch (const Error& e) {
     throw FormatError(e.what());
   }
+}
+
+template <class M>
+std::unique_ptr<M> model_from_checkpoint(const Checkpoint& c) {
+  const typename M::Config config = model_config_from<M>(c);
   // Build nothing the file cannot account for: a configuration must imply exactly the parameters the
   // file holds (whose size the file's length bounds), so a forged configuration cannot make the model
   // allocate without limit.

@@ -63,6 +63,7 @@ double Optimizer<T>::current_lr() const {
 
 template <class T>
 void Optimizer<T>::set_schedule(const LrSchedule& schedule) {
+  (void)schedule.lr_at(lr(), step_);  // a schedule that does not fit this lr is refused now, not at a later step
   schedule_ = schedule.clone();
 }
 
@@ -208,6 +209,7 @@ void OptimizerWith<T, O>::set_lr(double lr) {
   O changed = options_;
   changed.lr = lr;
   changed.check("set_lr");
+  (void)this->schedule().lr_at(lr, this->steps_taken());  // and the schedule must still fit it
   options_ = changed;
 }
 

@@ -110,10 +110,12 @@ class Optimizer {
   virtual OptimizerKind kind() const = 0;
   // The learning rate: the hyperparameter, which the schedule turns into each step's rate.
   virtual double lr() const = 0;
-  virtual void set_lr(double lr) = 0;  // ValueError unless finite and >= 0
+  virtual void set_lr(double lr) = 0;  // ValueError unless finite and >= 0 and the schedule fits it
   // The rate the next step() uses: schedule().lr_at(lr(), steps_taken()).
   double current_lr() const;
-  void set_schedule(const LrSchedule& schedule);  // keeps a copy
+  // Keeps a copy. ValueError, and no change, for a schedule that does not fit the lr (a cosine whose
+  // min_lr is above it).
+  void set_schedule(const LrSchedule& schedule);
   const LrSchedule& schedule() const { return *schedule_; }
   std::int64_t steps_taken() const { return step_; }
   const std::vector<Parameter<T>*>& params() const { return params_; }

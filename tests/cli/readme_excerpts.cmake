@@ -1,7 +1,8 @@
 # The README's code is the tested code: every block the README introduces with
 #   <!-- excerpt: <file> <name> -->
 # must be, line for line, the region of <file> between "// [readme:<name>]" and "// [readme:<name>-end]".
-# -DROOT=<source root>
+# -DROOT=<source root>; with -DUPDATE=ON it rewrites the README's blocks from the files instead of checking:
+#   cmake -DROOT=. -DUPDATE=ON -P tests/cli/readme_excerpts.cmake
 file(READ ${ROOT}/README.md readme)
 string(REGEX MATCHALL "<!-- excerpt: [^ ]+ [^ ]+ -->\n```[a-z]*\n" starts "${readme}")
 list(LENGTH starts count)
@@ -33,7 +34,19 @@ foreach(start IN LISTS starts)
   math(EXPR len "${b} - ${a}")
   string(SUBSTRING "${source}" ${a} ${len} region)
   if(NOT shown STREQUAL region)
-    message(FATAL_ERROR "README.md's excerpt '${name}' differs from ${path}:\n--- README\n${shown}--- ${path}\n${region}")
+    if(UPDATE)
+      string(SUBSTRING "${readme}" 0 ${from} before)
+      math(EXPR after "${from} + ${close}")
+      string(SUBSTRING "${readme}" ${after} -1 tail)
+      set(readme "${before}${region}${tail}")
+      message(STATUS "README excerpt ${path} '${name}' updated")
+      continue()
+    endif()
+    message(FATAL_ERROR "README.md's excerpt '${name}' differs from ${path}:\n--- README\n${shown}--- ${path}\n${region}"
+                        "(cmake -DROOT=. -DUPDATE=ON -P tests/cli/readme_excerpts.cmake rewrites it)")
   endif()
   message(STATUS "README excerpt ${path} '${name}' is the file's code")
 endforeach()
+if(UPDATE)
+  file(WRITE ${ROOT}/README.md "${readme}")
+endif()
