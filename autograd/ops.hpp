@@ -39,6 +39,7 @@ template <class T> Var<T> transpose(Var<T> a, Where where = Where::current());  
 // Row-wise softmax of `scale` * x (the scale fused in: attention's 1/sqrt(d) costs no extra pass). An
 // optional mask (nonzero = blocked) of x's (rows, cols), shared over the batch, or of x's full shape
 // sets blocked entries to exactly 0; a fully blocked row gives all zeros and a zero gradient, never NaN.
+// A NaN or Inf among a row's open entries is not hidden: that row's open outputs are NaN.
 // The mask is read during the call only.
 template <class T>
 Var<T> softmax_rows(Var<T> x, const Mask* mask = nullptr, double scale = 1.0, Where where = Where::current());

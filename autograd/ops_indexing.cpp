@@ -21,9 +21,12 @@ template <class T>
 Var<T> slice_cols(Var<T> x, Index begin, Index count, Where where) {
   Tape<T>& t = Tape<T>::of("slice_cols", {{"x", x}});
   const Shape s = t.node(x).val().shape();
-  if (begin < 0 || count < 0 || begin + count > s.cols)
-    fail<ShapeError>("slice_cols: columns [{}, {}) are outside x, which is {} ({} columns)", begin, begin + count, s,
-                     s.cols);
+  if (begin < 0 || count < 0 || begin > s.cols || count > s.cols - begin) {  // not begin + count: it may overflow
+    Index end = 0;
+    const std::string end_text = __builtin_add_overflow(begin, count, &end) ? fmt::format("{} + {}", begin, count)
+                                                                            : fmt::format("{}", end);
+    fail<ShapeError>("slice_cols: columns [{}, {}) are outside x, which is {} ({} columns)", begin, end_text, s, s.cols);
+  }
   Shape out = s;
   out.cols = count;
   Node<T>& n = t.record("slice_cols", {x}, out, where);

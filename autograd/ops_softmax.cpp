@@ -105,10 +105,17 @@ Var<T> softmax_rows(Var<T> x, const Mask* mask, double scale, Where where) {
   } else {
     for (Index r = 0; r < X.rows(); ++r) {
       const std::uint8_t* blocked = masks.row(r, s.rows, s.cols);
+      // The largest open score, NaN if any open score is NaN (std::max would skip it), so that NaN
+      // reaches the output instead of passing for a fully blocked row.
       T top = -std::numeric_limits<T>::infinity();
+      bool open = false;
       for (Index c = 0; c < s.cols; ++c)
-        if (!blocked[c]) top = std::max(top, k * X(r, c));
-      if (top == -std::numeric_limits<T>::infinity()) {  // every entry blocked
+        if (!blocked[c]) {
+          open = true;
+          const T v = k * X(r, c);
+          if (std::isnan(v) || v > top) top = v;  // once NaN, it stays: nothing compares greater than NaN
+        }
+      if (!open) {  // every entry blocked
         Y.row(r).setZero();
         continue;
       }
@@ -119,6 +126,9 @@ Var<T> softmax_rows(Var<T> x, const Mask* mask, double scale, Where where) {
         total += e;
       }
       Y.row(r) /= total;
+      if (!std::isfinite(total))  // a NaN or Inf score: the open entries are NaN, the blocked ones stay 0
+        for (Index c = 0; c < s.cols; ++c)
+          if (blocked[c]) Y(r, c) = T(0);
     }
   }
   n.backward = &softmax_backward<T>;

@@ -43,8 +43,15 @@ Tape<T>& Tape<T>::of(const char* op, std::initializer_list<NamedVar<T>> args) {
 
 template <class T>
 Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
+  if (pending_) drop_pending();  // the op that recorded it threw before committing
+  if (used_ == kMaxTapeNodes)
+    fail<UsageError>("{}: the tape already holds {} nodes, as many as a Var can address; reset() it between steps",
+                     op, kMaxTapeNodes);
   if (used_ == nodes_.size()) nodes_.emplace_back();
-  Node<T>& n = nodes_[used_++];
+  Node<T>& n = nodes_[used_];
+  n.value.resize(shape);  // may throw (a huge shape): before the node counts
+  ++used_;
+  pending_ = true;
   n.op = op;
   n.where = where;
   n.backward = nullptr;
@@ -55,8 +62,14 @@ Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
   n.external_grad = nullptr;
   n.parameter_name = nullptr;
   n.grad_fresh = false;
-  n.value.resize(shape);
   return n;
+}
+
+template <class T>
+void Tape<T>::drop_pending() {
+  --used_;
+  inputs_.resize(nodes_[used_].first_input);
+  pending_ = false;
 }
 
 template <class T>
@@ -81,13 +94,22 @@ Node<T>& Tape<T>::record(const char* op, std::initializer_list<Var<T>> inputs, S
 template <class T>
 Var<T> Tape<T>::commit(Node<T>& n) {
   const auto index = static_cast<std::uint32_t>(used_ - 1);
-  if (&n != &nodes_[index]) fail<UsageError>("commit: {} is not the newest node on its tape", describe(n));
+  if (!pending_ || &n != &nodes_[index])
+    fail<UsageError>("commit: {} is not the newest node on its tape, recorded and not yet committed", describe(n));
   if (anomaly_detection_ && !all_finite(n.val())) {
-    if (n.parameter_name) fail<ValueError>("anomaly: {} holds a non-finite value (NaN or Inf)", describe(n));
-    fail<ValueError>("anomaly: {} produced a non-finite value (NaN or Inf) in its {} output", describe(n),
-                     n.val().shape());
+    const std::string what = describe(n);
+    const Shape shape = n.val().shape();
+    const bool parameter = n.parameter_name != nullptr;
+    drop_pending();  // the tape as it was before the op
+    if (parameter) fail<ValueError>("anomaly: {} holds a non-finite value (NaN or Inf)", what);
+    fail<ValueError>("anomaly: {} produced a non-finite value (NaN or Inf) in its {} output", what, shape);
   }
-  return Var<T>{this, index, generation_};
+  pending_ = false;
+  Var<T> v;  // the masks change nothing (push and reset keep within the limits); they state the widths
+  v.tape = this;
+  v.index = index & (kMaxTapeNodes - 1);
+  v.generation = generation_ & kMaxTapeGeneration;
+  return v;
 }
 
 template <class T>
@@ -134,6 +156,9 @@ void Tape<T>::backward(Var<T> loss) {
 template <class T>
 void Tape<T>::backward(Var<T> output, const TensorT<T>& seed) {
   check(output, "backward", "the output");
+  if (walked_)
+    fail<UsageError>("backward: this tape was already walked back since its last reset(); again would add every "
+                     "gradient a second time (add the losses before one backward, or reset() and record again)");
   Node<T>& out = nodes_[output.index];
   if (seed.shape() != out.val().shape())
     fail<ShapeError>("backward: the seed gradient is {} but the output {} is {}", seed.shape(), describe(out),
@@ -142,6 +167,7 @@ void Tape<T>::backward(Var<T> output, const TensorT<T>& seed) {
     fail<UsageError>("backward: {} depends on no input or parameter that takes a gradient (or it was "
                      "recorded with gradients disabled)",
                      describe(out));
+  walked_ = true;  // from here on gradients are written: even a walk that fails part way may not be repeated
   const std::size_t last = output.index + 1;
   // Gradients start as zero without being filled: the first rule to write one assigns (grad_whole).
   for (std::size_t i = 0; i < last; ++i) {
@@ -198,8 +224,13 @@ const TensorT<T>& Tape<T>::grad(Var<T> v) const {
 template <class T>
 void Tape<T>::reset() {
   used_ = 0;
+  pending_ = false;
+  walked_ = false;
   inputs_.clear();  // keeps its capacity
   grads_valid_until_ = 0;
+  if (generation_ == kMaxTapeGeneration)
+    fail<UsageError>("reset: this tape has been reset {} times, as many as a Var can tell apart; make a new tape",
+                     kMaxTapeGeneration);
   ++generation_;
 }
 

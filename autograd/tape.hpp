@@ -11,9 +11,13 @@
 //   tape.backward(loss);                               // adds into w.grad
 //   tape.reset();                                      // next step reuses every buffer
 //
-// A Var is a small handle (tape, index, generation). Using one with another tape, or after the
-// reset() of its tape, throws UsageError instead of reading some other node's value. A Var must not
-// outlive its tape.
+// A Var is a small handle (tape, index, generation), 16 bytes so that it passes in registers. Using one
+// with another tape, or after the reset() of its tape, throws UsageError instead of reading some other
+// node's value. The generation has 40 bits, the index 24: a tape holds up to 2^24 (16.7 million) nodes
+// per recording and can be reset 2^40 - 1 times (a year of steps at 30 microseconds each); past either
+// limit it refuses with a UsageError rather than wrap and take a stale Var for a live one. A Var must
+// not outlive its tape. A tape is walked back once per recording:
+// backward() again before reset() is a UsageError, as it would add every parameter's gradient twice.
 
 #include <cstdint>
 #include <deque>
@@ -43,11 +47,15 @@ struct Where {
 template <class T>
 class Tape;
 
+// The limits of Var's fields (see above).
+inline constexpr std::size_t kMaxTapeNodes = std::size_t{1} << 24;
+inline constexpr std::uint64_t kMaxTapeGeneration = (std::uint64_t{1} << 40) - 1;
+
 template <class T>
 struct Var {
   Tape<T>* tape = nullptr;
-  std::uint32_t index = 0;
-  std::uint32_t generation = 0;
+  std::uint64_t index : 24 = 0;
+  std::uint64_t generation : 40 = 0;
 
   const TensorT<T>& value() const;  // the recorded value
   const TensorT<T>& grad() const;   // d loss / d value, after backward()
@@ -169,7 +177,7 @@ class Tape {
 
   // Forgets every node (Vars recorded so far become invalid); keeps all buffers.
   void reset();
-  std::size_t size() const { return used_; }
+  std::size_t size() const { return used_ - (pending_ ? 1 : 0); }  // committed nodes
 
   // With gradients disabled (evaluation) ops compute values but record no inputs, no backward
   // rules and no saved state, and backward() refuses to run.
@@ -184,9 +192,10 @@ class Tape {
   // ---- For op implementations (autograd/ops_*.cpp) and user-defined ops. ----
   // Validates the arguments of `op` (same tape, not stale) and returns their tape.
   static Tape& of(const char* op, std::initializer_list<NamedVar<T>> args);
-  // Appends a node for `op` whose output has `shape`. Validate everything before calling it: a
-  // failing op must leave the tape as it was. Nodes never move, so references to input values taken
-  // before recording stay valid.
+  // Appends a node for `op` whose output has `shape`. Validate everything before calling it. The node
+  // is pending until commit(): if the op throws in between, or commit() refuses its value (anomaly mode),
+  // the node is dropped, so a failing op leaves the tape as it was. Nodes never move, so references to
+  // input values taken before recording stay valid.
   Node<T>& record(const char* op, std::initializer_list<Var<T>> inputs, Shape shape, Where where);
   Node<T>& record(const char* op, std::span<const Var<T>> inputs, Shape shape, Where where);
   // Turns the newest node into a Var (and, in anomaly mode, checks its value).
@@ -201,13 +210,16 @@ class Tape {
 
  private:
   Node<T>& push(const char* op, Shape shape, Where where);
+  void drop_pending();  // forgets the newest node, which was recorded but not committed
   void check_backward_anomaly(const Node<T>& n);
 
   std::deque<Node<T>> nodes_;           // [0, used_) are live, the rest keep their buffers; a deque
                                         // never moves its elements when it grows
   std::vector<std::uint32_t> inputs_;   // input indices of every live node, back to back
   std::size_t used_ = 0;
-  std::uint32_t generation_ = 1;        // bumped by reset(), stamped into every Var
+  bool pending_ = false;                // nodes_[used_ - 1] is recorded but not committed
+  bool walked_ = false;                 // backward() ran since the last reset()
+  std::uint64_t generation_ = 1;        // bumped by reset(), stamped into every Var (40 bits of it)
   std::size_t grads_valid_until_ = 0;   // backward() filled gradients of nodes [0, this)
   TensorT<T> unit_seed_;                // d loss / d loss = 1
   bool grad_enabled_ = true;

@@ -263,3 +263,18 @@ TEST_CASE("toy trainer: a non-finite loss stops training with the step; anomaly 
   CHECK_THROWS_WITH_AS(anomalous.trainer().step(),
                        doctest::Contains("anomaly: parameter 'readout.bias' (read at layers/linear.cpp:"), ValueError);
 }
+
+TEST_CASE("toy trainer: NaN in attention over padded sequences reaches the loss, and the NaN stop fires") {
+  // Sequences of two lengths, so batches are padded and attention runs masked: a NaN weight must not pass
+  // for a fully blocked row (which gives zeros) and let training go on.
+  Dataset d;
+  d.name = "ragged";
+  d.tokens = Vocabulary({"<pad>", "a", "b", "c"});
+  d.labels = Vocabulary({"x", "y"});
+  for (int i = 0; i < 20; ++i)
+    d.examples.push_back(i % 2 ? Example{{1, 2, 3}, {0, kIgnoreLabel, 1}} : Example{{3, 1}, {1, 0}});
+  ToyRun run({.model = {.vocab = 4, .labels = 2, .max_len = 3}, .training = {.steps = 10, .batch = 4}}, d);
+  run.trainer().step();
+  run.model().parameter("attn.wq").value[0] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THROWS_WITH_AS(run.trainer().step(), doctest::Contains("train: the loss is NaN at step 2"), ValueError);
+}

@@ -120,6 +120,24 @@ TEST_CASE("ops: softmax_rows normalises rows, zeroes blocked entries and fully b
   CHECK(q.mat(0).row(2).sum() == doctest::Approx(1.0).epsilon(1e-14));
 }
 
+TEST_CASE("ops: softmax_rows never hides a NaN or Inf, masked or not") {
+  // A NaN row is not a fully blocked row: with or without a mask, its open outputs are NaN.
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (const TensorD& x : {TensorD(Shape::mat(1, 3), {nan, nan, nan}), TensorD(Shape::mat(1, 3), {1, nan, 2}),
+                           TensorD(Shape::mat(1, 3), {inf, 1, 2})}) {
+    CAPTURE(x[0]);
+    CAPTURE(x[1]);
+    Tape<double> t;
+    const Mask none(Shape::mat(1, 3)), last(Shape::mat(1, 3), {0, 0, 1}), all(Shape::mat(1, 3), {1, 1, 1});
+    CHECK_FALSE(all_finite(softmax_rows(t.constant(x)).value()));
+    CHECK_FALSE(all_finite(softmax_rows(t.constant(x), &none).value()));
+    const TensorD& masked = softmax_rows(t.constant(x), &last, 0.5).value();
+    CHECK(std::isnan(masked[0]));
+    CHECK(masked[2] == 0.0);  // blocked stays exactly 0
+    CHECK(softmax_rows(t.constant(x), &all).value().array().isZero(0.0));  // fully blocked: zeros, whatever it held
+  }
+}
+
 TEST_CASE("ops: softmax_rows with a fused scale equals scale then softmax, forward and backward") {
   Rng rng(33);
   const TensorD x = random_tensor(Shape::batched(2, 5, 5), rng, 2.0);
@@ -258,6 +276,12 @@ TEST_CASE("ops: softmax, loss and indexing errors name the shapes, ids and targe
                        ValueError);
   CHECK_THROWS_WITH_AS(slice_cols(v(Shape::batched(2, 4, 8)), 4, 8),
                        "slice_cols: columns [4, 12) are outside x, which is 2x4x8 (8 columns)", ShapeError);
+  // Sizes near the limits are refused before any arithmetic on them could overflow (UBSan checks it).
+  constexpr Index kMax = std::numeric_limits<Index>::max();
+  CHECK_THROWS_WITH_AS(slice_cols(v(Shape::batched(2, 4, 8)), 2, kMax),
+                       "slice_cols: columns [2, 2 + 9223372036854775807) are outside x, which is 2x4x8 (8 columns)",
+                       ShapeError);
+  CHECK_THROWS_AS(slice_cols(v(Shape::batched(2, 4, 8)), kMax, 1), ShapeError);
   CHECK_THROWS_WITH_AS(concat_cols<double>({}), "concat_cols: no parts to concatenate", ShapeError);
   const std::vector<Var<double>> parts = {v(Shape::batched(2, 5, 3)), v(Shape::batched(2, 4, 3))};
   CHECK_THROWS_WITH_AS(concat_cols<double>(parts),

@@ -9,15 +9,25 @@
 
 using namespace tapegrad;
 
-TEST_CASE("tape: backward accumulates into parameters, and again on a second backward") {
+TEST_CASE("tape: backward adds into parameters, across recordings; a second walk of one recording is refused") {
   Parameter<double> w("w", TensorD(Shape::mat(2, 2), {1, 2, 3, 4}));
   Tape<double> tape;
-  Var<double> x = tape.constant(TensorD(Shape::mat(1, 2), {5, 7}));
-  Var<double> y = sum(matmul(x, tape.param(w)));  // y = 5 (w00 + w01) + 7 (w10 + w11)
+  auto record = [&] {
+    Var<double> x = tape.constant(TensorD(Shape::mat(1, 2), {5, 7}));
+    return sum(matmul(x, tape.param(w)));  // y = 5 (w00 + w01) + 7 (w10 + w11)
+  };
+  Var<double> y = record();
   CHECK(y.value()[0] == 5 * 3 + 7 * 7);
   tape.backward(y);
   CHECK(w.grad == TensorD(Shape::mat(2, 2), {5, 5, 7, 7}));
-  tape.backward(y);  // gradients accumulate until zero_grad, as in PyTorch
+  // Walking the same recording back again would add every gradient twice: a UsageError, nothing added.
+  CHECK_THROWS_WITH_AS(tape.backward(y),
+                       "backward: this tape was already walked back since its last reset(); again would add every "
+                       "gradient a second time (add the losses before one backward, or reset() and record again)",
+                       UsageError);
+  CHECK(w.grad == TensorD(Shape::mat(2, 2), {5, 5, 7, 7}));
+  tape.reset();
+  tape.backward(record());  // a new recording: gradients accumulate until zero_grad, as in PyTorch
   CHECK(w.grad == TensorD(Shape::mat(2, 2), {10, 10, 14, 14}));
   w.zero_grad();
   CHECK(w.grad == TensorD(Shape::mat(2, 2)));
@@ -47,7 +57,7 @@ TEST_CASE("tape: reset keeps every buffer, so the next step reuses them") {
   const double* value_buffer = first.value().data();
   tape.reset();
   Var<double> second = step();
-  CHECK(second.index == first.index);
+  CHECK(std::size_t{second.index} == std::size_t{first.index});
   CHECK(second.value().data() == value_buffer);
 }
 
@@ -66,7 +76,7 @@ TEST_CASE("tape: misused Vars are clear errors, not undefined behaviour") {
                        UsageError);
   // A stale Var whose slot has been re-recorded is still caught (the generation differs).
   Var<double> c = tape.input(TensorD(Shape::mat(2, 2), 1.0));
-  CHECK(c.index == a.index);
+  CHECK(std::size_t{c.index} == std::size_t{a.index});
   CHECK_THROWS_AS(relu(a), UsageError);
   CHECK_NOTHROW(relu(c));
 }
@@ -101,6 +111,45 @@ TEST_CASE("tape: a failing op leaves the tape as it was") {
   CHECK_THROWS_AS(matmul(a, b), ShapeError);
   CHECK_THROWS_AS(cross_entropy(a, Ids(Shape::vec(4), {0, 1, 9, 2})), ValueError);
   CHECK(tape.size() == before);
+  // An op that fails after recording (anomaly mode refusing its output) is dropped too: the next op takes
+  // its place and backward sees only the committed graph.
+  tape.set_anomaly_detection(true);
+  CHECK_THROWS_AS(scale(a, std::numeric_limits<double>::infinity()), ValueError);
+  CHECK(tape.size() == before);
+  Var<double> c = scale(a, 2.0);
+  CHECK(std::size_t{c.index} == before);
+  tape.backward(sum(c));
+  CHECK(a.grad() == TensorD(Shape::mat(4, 8), 2.0));
+}
+
+TEST_CASE("tape: an op of the user's that throws between record and commit leaves nothing behind") {
+  Tape<double> tape;
+  Var<double> x = tape.input(TensorD(Shape::vec(2), {1.0, 2.0}));
+  auto broken = [&] {
+    Tape<double>::of("broken", {{"x", x}}).record("broken", {x}, Shape::vec(2), Where::current());
+    throw ValueError("broken: fails after recording");
+  };
+  CHECK_THROWS_AS(broken(), ValueError);
+  CHECK(tape.size() == 1);
+  Var<double> y = relu(x);
+  CHECK(std::size_t{y.index} == 1);  // the dropped node's place
+  tape.backward(sum(y));
+  CHECK(x.grad() == TensorD(Shape::vec(2), 1.0));
+}
+
+TEST_CASE("tape: a Var is 16 bytes with a 40-bit generation: 2^32 resets do not make a stale Var valid again") {
+  Tape<double> tape;
+  Var<double> old = tape.input(TensorD(Shape::vec(1)));
+  CHECK(sizeof(old) == 16);  // passed in registers: recording stays cheap
+  CHECK(kMaxTapeGeneration == (std::uint64_t{1} << 40) - 1);
+  for (int i = 0; i < 1000; ++i) tape.reset();
+  Var<double> fresh = tape.input(TensorD(Shape::vec(1)));
+  CHECK(std::size_t{fresh.index} == std::size_t{old.index});
+  CHECK(std::uint64_t{fresh.generation} == std::uint64_t{old.generation} + 1000);
+  CHECK_THROWS_AS(relu(old), UsageError);
+  // A 32-bit counter would have wrapped after 2^32 resets and matched `old` again.
+  old.generation += std::uint64_t{1} << 32;
+  CHECK_THROWS_AS(relu(old), UsageError);
 }
 
 TEST_CASE("tape: no-grad mode computes values, records no graph, and refuses backward") {
