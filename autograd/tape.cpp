@@ -101,8 +101,8 @@ Var<T> Tape<T>::commit(Node<T>& n) {
     const Shape shape = n.val().shape();
     const bool parameter = n.parameter_name != nullptr;
     drop_pending();  // the tape as it was before the op
-    if (parameter) fail<ValueError>("anomaly: {} holds a non-finite value (NaN or Inf)", what);
-    fail<ValueError>("anomaly: {} produced a non-finite value (NaN or Inf) in its {} output", what, shape);
+    if (parameter) fail<NonFiniteError>("anomaly: {} holds a non-finite value (NaN or Inf)", what);
+    fail<NonFiniteError>("anomaly: {} produced a non-finite value (NaN or Inf) in its {} output", what, shape);
   }
   pending_ = false;
   Var<T> v;  // the masks change nothing (push and reset keep within the limits); they state the widths
@@ -196,7 +196,7 @@ void Tape<T>::check_backward_anomaly(const Node<T>& n) {
     Node<T>& in = input(n, k);
     const TensorT<T>* g = in.grad_sink();
     if (g && !all_finite(*g))
-      fail<ValueError>("anomaly: the backward rule of {} produced a non-finite gradient (NaN or Inf) for its "
+      fail<NonFiniteError>("anomaly: the backward rule of {} produced a non-finite gradient (NaN or Inf) for its "
                        "input {}, {}",
                        describe(n), k, describe(in));
   }

@@ -23,10 +23,24 @@ class ShapeError : public Error {
   using Error::Error;
 };
 
-// A value the operation cannot accept: an index out of range, a non-finite loss, a bad option.
+// A value the operation cannot accept: an index out of range, a bad option.
 class ValueError : public Error {
  public:
   using Error::Error;
+};
+
+// A NaN or Inf where there must be a number: a training loss or gradient norm, an op's output in anomaly
+// mode. Training stops with it.
+class NonFiniteError : public ValueError {
+ public:
+  using ValueError::ValueError;
+};
+
+// A size beyond a limit that keeps a run from exhausting the machine: the memory a configuration implies,
+// a file's size. The message names the estimate, the limit and how to raise it.
+class LimitError : public ValueError {
+ public:
+  using ValueError::ValueError;
 };
 
 // A misuse of the API: a Var from another tape or from before reset(), backward twice, ...
@@ -43,6 +57,27 @@ class NameError : public Error {
 
 // A file that cannot be read as what it claims to be: wrong magic, truncated, corrupt, malformed.
 class FormatError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A path given to the program that cannot be used as asked: a file that is missing, unreadable or not a
+// regular file (a folder, a device, a pipe); an output folder that is a file, read-only or not ours to
+// write. The message names the path and the reason.
+class FileError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The system failed a file operation that should have worked: writing (a full disk), syncing, renaming,
+// reading part way. The message names the path and the system's reason.
+class IoError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Something another process holds: an output folder a running training owns.
+class BusyError : public Error {
  public:
   using Error::Error;
 };

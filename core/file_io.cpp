@@ -1,6 +1,8 @@
 #include "tapegrad/core/file_io.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,6 +12,17 @@
 #include "tapegrad/core/error.hpp"
 
 namespace tapegrad {
+namespace {
+
+// Closes a file descriptor when it goes out of scope.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
 
 void write_file(const std::filesystem::path& path, std::string_view content, Durability durability,
                 std::string_view op) {
@@ -18,12 +31,12 @@ void write_file(const std::filesystem::path& path, std::string_view content, Dur
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec)
-    fail<Error>("{}: cannot create the folder '{}' for '{}': {}", op, dir.string(), path.string(), ec.message());
+    fail<IoError>("{}: cannot create the folder '{}' for '{}': {}", op, dir.string(), path.string(), ec.message());
   const fs::path tmp = dir / fmt::format(".{}.tmp-{}", path.filename().string(), ::getpid());
   auto fail_io = [&](const char* what) {
     const std::string reason = std::strerror(errno);
     ::unlink(tmp.c_str());
-    fail<Error>("{}: {} failed for '{}': {}", op, what, path.string(), reason);
+    fail<IoError>("{}: {} failed for '{}': {}", op, what, path.string(), reason);
   };
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail_io("creating the temporary file");
@@ -32,13 +45,18 @@ void write_file(const std::filesystem::path& path, std::string_view content, Dur
     const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
+      if (n == 0) errno = ENOSPC;  // a write that makes no progress is a full device
+      const int saved = errno;
       ::close(fd);
+      errno = saved;
       fail_io("writing");
     }
     done += static_cast<std::size_t>(n);
   }
   if (durability == Durability::durable && ::fsync(fd) != 0) {
+    const int saved = errno;
     ::close(fd);
+    errno = saved;
     fail_io("fsync");
   }
   if (::close(fd) != 0) fail_io("closing");
@@ -50,6 +68,100 @@ void write_file(const std::filesystem::path& path, std::string_view content, Dur
       ::close(dfd);
     }
   }
+}
+
+std::string format_bytes(double bytes) {
+  if (bytes >= 1e9) return fmt::format("{:.1f} GB", bytes / 1e9);
+  if (bytes >= 1e6) return fmt::format("{:.1f} MB", bytes / 1e6);
+  if (bytes >= 1e3) return fmt::format("{:.0f} KB", bytes / 1e3);
+  return fmt::format("{:.0f} bytes", bytes);
+}
+
+std::string read_file(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op) {
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};  // O_NONBLOCK: a FIFO does not hang the open
+  if (f.fd < 0) fail<FileError>("{}: cannot open '{}': {}", op, path.string(), std::strerror(errno));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) fail<FileError>("{}: cannot read '{}': {}", op, path.string(), std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    fail<FileError>("{}: '{}' is not a regular file ({})", op, path.string(),
+                  S_ISDIR(st.st_mode)   ? "a folder"
+                  : S_ISCHR(st.st_mode) ? "a character device"
+                  : S_ISBLK(st.st_mode) ? "a block device"
+                  : S_ISFIFO(st.st_mode) ? "a pipe"
+                                         : "not a file");
+  const auto size = static_cast<std::size_t>(st.st_size);
+  if (size > max_bytes)
+    fail<LimitError>("{}: '{}' holds {}, more than the limit of {}", op, path.string(), format_bytes(static_cast<double>(size)),
+                     format_bytes(static_cast<double>(max_bytes)));
+  std::string out(size, '\0');
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::read(f.fd, out.data() + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail<IoError>("{}: reading '{}' failed: {}", op, path.string(), std::strerror(errno));
+    if (n == 0) break;  // shorter than it was a moment ago
+    done += static_cast<std::size_t>(n);
+  }
+  out.resize(done);
+  return out;
+}
+
+namespace {
+// The pid another run wrote into the lock file, if that is what it holds (the file is anyone's to edit).
+std::string owner_pid(const char* text, ssize_t n) {
+  const std::string s(text, n > 0 ? static_cast<std::size_t>(n) : 0);
+  if (s.empty() || s.size() > 10 || s.find_first_not_of("0123456789") != std::string::npos) return "unknown";
+  return s;
+}
+}  // namespace
+
+FolderLock::FolderLock(std::filesystem::path folder, std::string_view op) : folder_(std::move(folder)) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(folder_, ec) && !fs::is_directory(folder_, ec))
+    fail<FileError>("{}: '{}' is not a folder; give a folder for the run's files", op, folder_.string());
+  fs::create_directories(folder_, ec);
+  if (ec) fail<FileError>("{}: cannot create the folder '{}': {}", op, folder_.string(), ec.message());
+  const fs::path lock = folder_ / ".tapegrad.lock";
+  fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail<FileError>("{}: cannot write in the folder '{}': {}", op, folder_.string(), std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int saved = errno;
+    char pid[32] = {};
+    const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    if (saved == EWOULDBLOCK)
+      fail<BusyError>("{}: another run (pid {}) is using the folder '{}'; wait for it to finish or choose another", op,
+                      owner_pid(pid, n), folder_.string());
+    fail<FileError>("{}: cannot lock the folder '{}': {}", op, folder_.string(), std::strerror(saved));
+  }
+  const std::string pid = fmt::format("{}", ::getpid());
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    const int saved = errno;
+    ::close(fd_);
+    fd_ = -1;
+    fail<FileError>("{}: cannot write in the folder '{}': {}", op, folder_.string(), std::strerror(saved));
+  }
+}
+
+FolderLock::~FolderLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing drops the lock; the file stays, harmless
+}
+
+int remove_stale_temporaries(const std::filesystem::path& folder) {
+  std::error_code ec;
+  int removed = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, ec)) {
+    const std::string name = entry.path().filename().string();
+    // Exactly write_file's pattern, ".<name>.tmp-<pid>": a user's own dot-file is never touched.
+    const std::size_t at = name.rfind(".tmp-");
+    const bool ours = name.size() > 1 && name[0] == '.' && at != std::string::npos && at > 1 &&
+                      at + 5 < name.size() && name.find_first_not_of("0123456789", at + 5) == std::string::npos;
+    if (ours && entry.is_regular_file(ec))
+      removed += std::filesystem::remove(entry.path(), ec) ? 1 : 0;
+  }
+  return removed;
 }
 
 }  // namespace tapegrad

@@ -1,7 +1,10 @@
 #pragma once
-// Whole-file writes that a reader never sees half done.
+// Files: whole-file writes that a reader never sees half done, bounded whole-file reads, and the lock that
+// gives a run its output folder. Errors name the path and the system's reason.
 
+#include <cstddef>
 #include <filesystem>
+#include <string>
 #include <string_view>
 
 namespace tapegrad {
@@ -12,9 +15,40 @@ enum class Durability {
 };
 
 // Writes `content` to `path`, creating missing parent folders: a temporary file in the same folder
-// (".<name>.tmp-<pid>"), renamed over `path`. Throws Error starting "<op>: " and naming the path and
-// the reason; the temporary file is removed on failure.
+// (".<name>.tmp-<pid>"), renamed over `path`. Throws IoError starting "<op>: " and naming the path and
+// the reason (a full disk: "No space left on device"); the temporary file is removed on failure.
 void write_file(const std::filesystem::path& path, std::string_view content,
                 Durability durability = Durability::replace, std::string_view op = "write_file");
+
+// The whole of the regular file `path`, if it holds at most `max_bytes`. Throws FileError for a file that
+// cannot be opened or is not a regular file (a folder, a device such as /dev/zero, a pipe), LimitError for
+// a larger one (naming its size and the limit), both before reading it, and IoError if reading fails.
+std::string read_file(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op = "read_file");
+
+// "1.5 GB", "37 KB": a byte count as messages give it.
+std::string format_bytes(double bytes);
+
+// A folder this process owns while the lock lives: made (with its parents) if missing, and locked with
+// flock() on <folder>/.tapegrad.lock, which holds the owner's pid. The system drops the lock when the
+// process ends, however it ends, so a killed run never leaves the folder locked. Throws FileError when the
+// folder cannot be made or written (a file in its place, a read-only mount, no permission) and BusyError
+// naming the other process when one holds it.
+class FolderLock {
+ public:
+  FolderLock(std::filesystem::path folder, std::string_view op);
+  ~FolderLock();
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+  const std::filesystem::path& folder() const { return folder_; }
+
+ private:
+  std::filesystem::path folder_;
+  int fd_ = -1;
+};
+
+// Removes the temporary files write_file leaves when a process dies mid-write (".<name>.tmp-<pid>") from
+// `folder`. Only for a folder this process owns (a FolderLock): no other writer can be using them.
+// Returns how many it removed.
+int remove_stale_temporaries(const std::filesystem::path& folder);
 
 }  // namespace tapegrad

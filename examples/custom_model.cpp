@@ -162,6 +162,7 @@ bool gradcheck_model() {
 // [readme:gradcheck-end]
 
 int train(const fs::path& out) {
+  const FolderLock folder(out, "--out");  // the run's folder, checked and ours before any training
   Run run({.hidden = 16, .seed = 0});
   Progress progress(stderr, Progress::Style::automatic, kSteps, "two moons");
   TrainCallbacks callbacks = progress.callbacks();
@@ -193,6 +194,7 @@ int predict(const fs::path& file) {
 int resume(const fs::path& file, const fs::path& out) {
   const Checkpoint checkpoint = read_checkpoint(file);
   Run run(model_config_from<Mlp<float>>(checkpoint));  // FormatError for a file of another model
+  const FolderLock folder(out, "--out");
   load_training(checkpoint, run.trainer);  // strict: refuses another model, optimizer, schedule or data
   run.trainer.run();
   save_checkpoint(out / "model.tgck", snapshot(run.trainer));
@@ -214,13 +216,15 @@ int main(int argc, char** argv) {
   CLI::App* resume_cmd = app.add_subcommand("resume", "Resume a checkpoint's training to the end");
   resume_cmd->add_option("file", file, "A checkpoint with the state of training")->required()->check(CLI::ExistingFile);
   resume_cmd->add_option("--out", out, "Folder for the final model.tgck")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
   try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : static_cast<int>(ExitCode::bad_input);
+  }
+  // Any error becomes one line and an exit code (README: exit codes); nothing aborts.
+  return run_program("custom_model", [&] {
     if (*train_cmd) return train(out);
     if (*predict_cmd) return predict(file);
     return resume(file, out);
-  } catch (const Error& e) {
-    fmt::print(stderr, "custom_model: {}\n", e.what());
-    return 2;
-  }
+  });
 }

@@ -13,6 +13,7 @@
 #include "tapegrad/autograd/gradcheck.hpp"
 #include "catalogue/op_checks.hpp"
 #include "tapegrad/core/rng.hpp"
+#include "tapegrad/train/report.hpp"
 #include "catalogue/layer_checks.hpp"
 
 using namespace tapegrad;
@@ -60,15 +61,8 @@ double float_gap(const OpCheck& c, const std::vector<TensorD>& inputs) {
   return gap;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"Gradient check of every tapegrad op and layer in float64 (central differences)"};
-  std::uint64_t seed = 1;
-  GradcheckOptions options = kStrictGradcheck;
-  app.add_option("--seed", seed, "Seed of the random inputs and projections")->capture_default_str();
-  app.add_option("--eps", options.eps, "Central-difference step")->capture_default_str()->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+// Every case through gradcheck, a table of the results; 0 if all pass, 1 (check_failed) if not.
+int report(std::uint64_t seed, GradcheckOptions options) {
 
   const auto start = std::chrono::steady_clock::now();
   fmt::print("tapegrad gradcheck report: float64 central differences, eps {:g}; an entry passes when\n"
@@ -109,5 +103,21 @@ int main(int argc, char** argv) {
   fmt::print("\n{} op cases over {} ops and {} layer cases, {} derivatives checked: {} ({:.2f} s)\n", op_rows,
              op_names().size(), rows.size() - op_rows, total,
              failed == 0 ? "all passed" : fmt::format("{} cases FAILED", failed), seconds);
-  return failed == 0 ? 0 : 1;
+  return static_cast<int>(failed == 0 ? ExitCode::ok : ExitCode::check_failed);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Gradient check of every tapegrad op and layer in float64 (central differences)"};
+  std::uint64_t seed = 1;
+  GradcheckOptions options = kStrictGradcheck;
+  app.add_option("--seed", seed, "Seed of the random inputs and projections")->capture_default_str();
+  app.add_option("--eps", options.eps, "Central-difference step")->capture_default_str()->check(CLI::PositiveNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : static_cast<int>(ExitCode::bad_input);
+  }
+  return run_program("gradcheck_report", [&] { return report(seed, options); });
 }

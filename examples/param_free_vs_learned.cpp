@@ -19,7 +19,9 @@
 #include "lesson/tasks.hpp"
 #include "lesson/toy_model.hpp"
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/core/file_io.hpp"
 #include "tapegrad/train/checkpoint.hpp"
+#include "tapegrad/train/report.hpp"
 #include "tapegrad/train/plot.hpp"
 #include "tapegrad/train/trainer.hpp"
 
@@ -277,6 +279,9 @@ std::string timestamp() {
   return buf;
 }
 
+int run_demo(const DemoSettings& s, std::string out_dir, const std::string& features_choice,
+             const std::vector<std::string>& task_list);
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -291,9 +296,21 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"onehot", "learned", "both"}));
   app.add_option("--tasks", task_list, "Tasks to run")->check(CLI::IsMember(task_names()))->delimiter(',');
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : static_cast<int>(ExitCode::bad_input);
+  }
+  return run_program("param_free_vs_learned", [&] { return run_demo(s, out_dir, features_choice, task_list); });
+}
+
+namespace {
+
+int run_demo(const DemoSettings& s, std::string out_dir, const std::string& features_choice,
+             const std::vector<std::string>& task_list) {
   if (out_dir.empty()) out_dir = "runs/param_free_vs_learned-" + timestamp();
   const std::filesystem::path dir(out_dir);
+  const FolderLock folder(dir, "--out");  // before the minute of training: the folder must be usable and ours
 
   std::vector<FeatureKind> feature_kinds;
   if (features_choice != "learned") feature_kinds.push_back(FeatureKind::onehot);
@@ -346,5 +363,7 @@ int main(int argc, char** argv) {
              "bit as before\n",
              reloaded, dir.string());
   fmt::print("pictures and report.md written to {}/  ({:.0f} s in all)\n", dir.string(), seconds);
-  return 0;
+  return static_cast<int>(all_claims_hold ? ExitCode::ok : ExitCode::check_failed);
 }
+
+}  // namespace

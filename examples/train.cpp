@@ -15,10 +15,13 @@
 // last line on stdout is the result in a stable form for scripts:
 //   final steps=1000 train_loss=0.0021 train_accuracy=1.0000 eval_loss=0.0034 eval_accuracy=1.0000
 // With --out, the run writes curve.csv, checkpoints/ (with --checkpoint-every) and the final model.tgck.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 
 #include <CLI/CLI.hpp>
@@ -28,6 +31,7 @@
 #include "lesson/tasks.hpp"
 #include "lesson/toy_model.hpp"
 #include "lesson/toy_run.hpp"
+#include "tapegrad/core/file_io.hpp"
 #include "tapegrad/train/checkpoint.hpp"
 #include "tapegrad/train/dataset_file.hpp"
 #include "tapegrad/train/report.hpp"
@@ -47,12 +51,14 @@ struct Options {
   std::string task, data, eval_data, out, resume;
   Index checkpoint_every = 0;
   int keep = 3;
+  double max_memory_gb = 4;  // what a run may take, estimated before anything is built
+  bool overwrite = false;
   AttentionMode attention = AttentionMode::learnable;
   FeatureKind features = FeatureKind::onehot;
   PositionEncoding positions = PositionEncoding::onehot;
   OptimizerKind optimizer = OptimizerKind::adam;
   ScheduleKind schedule = ScheduleKind::constant;
-  Index heads = 1, d_model = 0;
+  Index heads = 1, d_model = 0, d_head = 0;
   bool residual = false;
   Index n_train = 4000, n_test = 1000;
 };
@@ -82,11 +88,24 @@ struct Data {
   std::string title;                          // for progress lines
 };
 
+// Refuses, before anything is allocated, a run whose estimated memory is over the limit.
+void check_memory(double bytes, double limit_gb, std::string_view what) {
+  if (bytes > limit_gb * 1e9)
+    fail<LimitError>("{} would take about {}, more than the limit of {}; --max-memory {:.0f} (GB) raises it", what,
+                     format_bytes(bytes), format_bytes(limit_gb * 1e9), std::ceil(bytes / 1e9));
+}
+
 Data load_data(const std::string& task_name, const std::string& data, const std::string& eval_data, std::uint64_t seed,
-               Index n_train, Index n_test) {
+               Index n_train, Index n_test, double max_memory_gb) {
   Data d;
   if (!task_name.empty()) {
     const auto task = make_task(task_name);
+    // A task's data is generated: bound it first (a forged checkpoint could ask for billions of sequences).
+    ToyRunConfig data_only;
+    data_only.training.batch = data_only.training.eval_batch = 1;
+    data_only.model = {.vocab = task->tokens().size(), .labels = task->labels().size(), .max_len = task->length()};
+    check_memory(estimated_bytes(data_only, task->length(), n_train + n_test), max_memory_gb,
+                 fmt::format("generating {} + {} sequences of {}", n_train, n_test, task_name));
     TaskSplit split = make_task_split(*task, n_train, 0, n_test, seed + 1000);
     d.train = std::move(split.train);
     d.eval = std::move(split.test);
@@ -96,28 +115,44 @@ Data load_data(const std::string& task_name, const std::string& data, const std:
   } else {
     d.train = read_dataset(data);
     if (!eval_data.empty()) d.eval = read_dataset(eval_data, d.train.tokens, d.train.labels);
-    d.source = {{"data", data}, {"eval_data", eval_data}};
+    // Absolute paths, so that a resume from another working folder finds the data.
+    const auto absolute = [](const std::string& path) {
+      return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
+    };
+    d.source = {{"data", absolute(data)}, {"eval_data", absolute(eval_data)}};
     d.title = "train";
   }
   return d;
 }
 
 // Data for resuming: what the checkpoint says it was trained on.
-Data resume_data(const Checkpoint& c) {
+Data resume_data(const Checkpoint& c, double max_memory_gb) {
   const auto get = [&](const char* key) {
     const auto it = c.metadata.find(key);
     return it == c.metadata.end() ? std::string() : it->second;
   };
-  auto number = [&](const char* key) {
-    std::int64_t v = 0;
-    if (!from_text(get(key), v) || v < 0)
-      fail<FormatError>("resume: the checkpoint's metadata {} is '{}', not a whole number >= 0", key, get(key));
+  auto number = [&]<class N>(const char* key, N v) {
+    if (!from_text(get(key), v))
+      fail<FormatError>("resume: the checkpoint's metadata {} is '{}', not {}", key, get(key), kind_of_value<N>());
     return v;
   };
-  if (!get("task").empty())
-    return load_data(get("task"), "", "", static_cast<std::uint64_t>(number("task.seed")), number("task.train"),
-                     number("task.test"));
-  if (!get("data").empty()) return load_data("", get("data"), get("eval_data"), 0, 0, 0);
+  if (!get("task").empty()) {
+    const auto& names = task_names();
+    if (std::find(names.begin(), names.end(), get("task")) == names.end())
+      fail<FormatError>("resume: the checkpoint's task '{}' is not one of the tasks", get("task"));
+    const auto train = number("task.train", std::uint32_t{}), test = number("task.test", std::uint32_t{});
+    return load_data(get("task"), "", "", number("task.seed", std::uint64_t{}), train, test, max_memory_gb);
+  }
+  if (!get("data").empty()) {
+    try {
+      return load_data("", get("data"), get("eval_data"), 0, 0, 0, max_memory_gb);
+    } catch (const FileError& e) {
+      fail<FileError>("resume: the checkpoint's data cannot be read: {}{}", e.what(),
+                      std::filesystem::path(get("data")).is_relative()
+                          ? " (this checkpoint names it relative to the folder its training ran in: run from there)"
+                          : "");
+    }
+  }
   fail<FormatError>("resume: the checkpoint does not say what data it was trained on");
 }
 
@@ -133,11 +168,11 @@ struct RunPlan {
   ToyRunConfig run;
 };
 
-RunPlan plan_from_checkpoint(const Checkpoint& c, const std::string& path) {
+RunPlan plan_from_checkpoint(const Checkpoint& c, const std::string& path, double max_memory_gb) {
   if (!c.training) fail<FormatError>("resume: '{}' holds weights only, not the state of training", path);
   RunPlan p;
-  p.run.model = model_config_from<ToyModel<float>>(c);  // FormatError for a file of another model
-  p.data = resume_data(c);
+  p.run.model = model_config_from<ToyModel<float>>(c);  // FormatError for a file of another model or a forged one
+  p.data = resume_data(c, max_memory_gb);
   p.run.optimizer = parse_enum<OptimizerKind>(c.training->optimizer.kind);
   p.run.hyperparameters = c.training->optimizer.hyperparameters;
   p.run.schedule = c.training->optimizer.schedule;
@@ -154,7 +189,7 @@ RunPlan plan_from_flags(const Options& o, const TableFlags& flags) {
                                                                                                   to_settings(defaults)),
                                                           "the trainer"),
                                            "train");
-  p.data = load_data(o.task, o.data, o.eval_data, training.seed, o.n_train, o.n_test);
+  p.data = load_data(o.task, o.data, o.eval_data, training.seed, o.n_train, o.n_test, o.max_memory_gb);
   ModelConfig& m = p.run.model;
   m.vocab = p.data.train.tokens.size();
   m.labels = p.data.train.labels.size();
@@ -163,6 +198,7 @@ RunPlan plan_from_flags(const Options& o, const TableFlags& flags) {
   m.positions = o.positions;
   m.attention = o.attention;
   m.heads = o.heads;
+  m.d_head = o.d_head;
   m.residual = o.residual;
   m.seed = training.seed;
   if (o.d_model > 0) {
@@ -191,21 +227,67 @@ RunPlan plan_from_flags(const Options& o, const TableFlags& flags) {
   return p;
 }
 
+// The files of a run in its --out folder.
+struct RunFolder {
+  std::filesystem::path dir;
+  std::filesystem::path model() const { return dir / "model.tgck"; }
+  std::filesystem::path curve() const { return dir / "curve.csv"; }
+  // The curve while the run goes on: renamed to curve.csv once model.tgck is saved, so that a run whose
+  // final save fails leaves the folder's curve.csv and model.tgck of one run, not of two.
+  std::filesystem::path partial_curve() const { return dir / "curve.csv.partial"; }
+  std::filesystem::path checkpoints() const { return dir / "checkpoints"; }
+};
+
+// Owns --out for the run (a second run on it is refused) and checks, before any training, that the run's
+// files can be written there. A new run does not mix its files with another run's: a folder that holds
+// one is refused unless --overwrite, which removes that run's files first. A resumed run continues in
+// any folder.
+std::unique_ptr<FolderLock> take_folder(const Options& o, const RunFolder& f) {
+  if (o.out.empty()) return nullptr;
+  auto lock = std::make_unique<FolderLock>(f.dir, "--out");
+  remove_stale_temporaries(f.dir);  // left by a killed run: no one else writes here while we hold the lock
+  remove_stale_temporaries(f.checkpoints());
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> previous;
+  for (const fs::path& p : {f.model(), f.curve(), f.partial_curve()})
+    if (fs::exists(p, ec)) previous.push_back(p);
+  for (const auto& p : CheckpointDir(f.checkpoints(), 1).list()) previous.push_back(p);
+  if (o.resume.empty() && !previous.empty()) {
+    if (!o.overwrite)
+      fail<FileError>("--out: '{}' holds another run's files ({}{}); choose a new folder, or --overwrite to replace them",
+                      f.dir.string(), previous.front().filename().string(), previous.size() > 1 ? ", ..." : "");
+    for (const auto& p : previous) fs::remove(p, ec);
+  }
+  return lock;
+}
+
 int run(const Options& o, const TableFlags& flags) {
   std::optional<Checkpoint> resumed;
   RunPlan plan;
   if (!o.resume.empty()) {
     resumed = read_checkpoint(o.resume);
-    plan = plan_from_checkpoint(*resumed, o.resume);
+    plan = plan_from_checkpoint(*resumed, o.resume, o.max_memory_gb);
     const Settings resumed_options = to_settings(plan.run.training);  // --steps is the one override allowed
     plan.run.training = from_settings<TrainOptions>(
         with_overrides(resumed_options, flags.given_in("Training", "the trainer", resumed_options), "the trainer"), "train");
+    const Index at = resumed->training->trainer.step;
+    if (plan.run.training.steps < at)
+      fail<ValueError>("--steps {} is behind the checkpoint, which is at step {}; give more steps to train on",
+                       plan.run.training.steps, at);
   } else {
     plan = plan_from_flags(o, flags);
   }
   const Dataset& train = plan.data.train;
   const Dataset& eval = plan.data.eval;
   const bool have_eval = eval.size() > 0;
+  const Index length = std::max(train.max_len(), eval.max_len());
+  ToyModel<float>::check_config(plan.run.model);  // a config that does not fit together: its own message
+  check_memory(estimated_bytes(plan.run, length, train.size() + eval.size()), o.max_memory_gb,
+               "the model, its optimizer, a batch and the data");
+  const RunFolder folder{o.out};
+  const std::unique_ptr<FolderLock> lock = take_folder(o, folder);
+
   ToyRun toy(plan.run, train, have_eval ? &eval : nullptr);
   ToyModel<float>& model = toy.model();
   Trainer<SequenceBatch>& trainer = toy.trainer();
@@ -215,22 +297,22 @@ int run(const Options& o, const TableFlags& flags) {
   }
 
   fmt::print(stderr, "data: {} ({} examples, {} tokens, {} labels){}\nmodel: {} (d_model {}, {} parameters)\n"
-             "optimizer: {}\ntraining: {}\n",
+             "optimizer: {}\ntraining: {}\n{}",
              train.name, train.size(), train.tokens.size(), train.labels.size(),
              have_eval ? fmt::format("; eval: {} ({} examples)", eval.name, eval.size()) : "", plan.run.model.describe(),
-             model.d_model(), model.parameter_count(), toy.optimizer().describe(), trainer.options().describe());
-  const std::filesystem::path out(o.out);
+             model.d_model(), model.parameter_count(), toy.optimizer().describe(), trainer.options().describe(),
+             o.out.empty() ? "no --out: nothing of this run is saved\n" : "");
   auto checkpoint = [&] {
     Checkpoint c = snapshot(trainer);
     for (const auto& [k, v] : plan.data.source) c.metadata[k] = v;
     return c;
   };
   std::optional<CheckpointDir> checkpoints;
-  if (o.checkpoint_every > 0) checkpoints.emplace(out / "checkpoints", o.keep);
+  if (o.checkpoint_every > 0) checkpoints.emplace(folder.checkpoints(), o.keep);
   Progress progress(stderr, Progress::Style::automatic, trainer.options().steps, plan.data.title);
   std::optional<CsvLog> csv;
   if (!o.out.empty()) {
-    csv.emplace(out / "curve.csv");
+    csv.emplace(folder.partial_curve());
     for (const auto& p : trainer.curve()) csv->write(p);  // the part before a resume
   }
   TrainCallbacks callbacks;
@@ -244,10 +326,14 @@ int run(const Options& o, const TableFlags& flags) {
   };
   trainer.run(callbacks);
   progress.finish();
-  if (!o.out.empty()) {
-    save_checkpoint(out / "model.tgck", checkpoint());
-    fmt::print(stderr, "wrote {}, {}{}\n", (out / "curve.csv").string(), (out / "model.tgck").string(),
-               checkpoints ? fmt::format(" and {}/", (out / "checkpoints").string()) : "");
+  if (csv) {
+    csv->close();
+    save_checkpoint(folder.model(), checkpoint());
+    std::error_code ec;
+    std::filesystem::rename(folder.partial_curve(), folder.curve(), ec);
+    if (ec) fail<IoError>("--out: renaming '{}' failed: {}", folder.partial_curve().string(), ec.message());
+    fmt::print(stderr, "wrote {}, {}{}\n", folder.curve().string(), folder.model().string(),
+               checkpoints ? fmt::format(" and {}/", folder.checkpoints().string()) : "");
   }
 
   const NamedValues final_train = trainer.evaluate(toy.train_source());
@@ -283,6 +369,9 @@ int main(int argc, char** argv) {
   app.add_option("--d-model", o.d_model, "Width of trainable embeddings (with --features learned; default 32)")
       ->check(CLI::PositiveNumber)
       ->group(model_group);
+  app.add_option("--d-head", o.d_head, "Width of each attention head (default: the model width / --heads)")
+      ->check(CLI::PositiveNumber)
+      ->group(model_group);
   add_enum(app, "--features", o.features, "Token features (onehot: fixed; learned: a trainable embedding)")->group(model_group);
   add_enum(app, "--positions", o.positions, "Positions (onehot: concatenated; learned, sinusoidal: added)")->group(model_group);
   app.add_flag("--residual", o.residual, "Add the attention's input to its output before the readout")->group(model_group);
@@ -296,7 +385,11 @@ int main(int argc, char** argv) {
   flags.add<CosineOptions>("Schedule");
   flags.add<TrainOptions>("Training");
 
-  app.add_option("--out", o.out, "Folder for the run's files: curve.csv, model.tgck, checkpoints/");
+  app.add_option("--out", o.out, "Folder for the run's files: curve.csv, model.tgck, checkpoints/ (the run locks it)");
+  app.add_flag("--overwrite", o.overwrite, "Replace the files of an earlier run in --out");
+  app.add_option("--max-memory", o.max_memory_gb, "GB a run may take, estimated before anything is built")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   auto* every = app.add_option("--checkpoint-every", o.checkpoint_every, "Save a checkpoint every N steps (into --out/checkpoints)")
                     ->check(CLI::PositiveNumber);
   app.add_option("--keep", o.keep, "Checkpoints to keep (the newest)")->capture_default_str()->check(CLI::PositiveNumber)->needs(every);
@@ -306,7 +399,8 @@ int main(int argc, char** argv) {
   // A resumed run takes everything from its checkpoint but these.
   for (CLI::Option* option : app.get_options())
     if (option != resume && !option->check_lname("steps") && !option->check_lname("out") &&
-        !option->check_lname("checkpoint-every") && !option->check_lname("keep") && !option->check_lname("help"))
+        !option->check_lname("checkpoint-every") && !option->check_lname("keep") && !option->check_lname("help") &&
+        !option->check_lname("max-memory") && !option->check_lname("overwrite"))
       resume->excludes(option);
 
   std::string inspect_path;
@@ -315,20 +409,17 @@ int main(int argc, char** argv) {
                                                         "the optimizer state, the step");
   inspect_cmd->add_option("file", inspect_path, "The checkpoint")->required()->check(CLI::ExistingFile);
   inspect_cmd->add_flag("--json", inspect_json, "Print the whole checkpoint as JSON instead");
-  CLI11_PARSE(app, argc, argv);
   try {
-    if (*inspect_cmd) return inspect(inspect_path, inspect_json);
-    if (o.task.empty() && o.data.empty() && o.resume.empty()) {
-      std::fputs("train: give --task NAME, --data FILE or --resume FILE (see --help)\n", stderr);
-      return 2;
-    }
-    if (o.checkpoint_every > 0 && o.out.empty()) {
-      std::fputs("train: --checkpoint-every needs --out DIR to put the checkpoints in (see --help)\n", stderr);
-      return 2;
-    }
-    return run(o, flags);
-  } catch (const Error& e) {
-    fmt::print(stderr, "train: {}\n", e.what());
-    return 2;
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : static_cast<int>(ExitCode::bad_input);  // --help is 0
   }
+  return run_program("train", [&] {
+    if (*inspect_cmd) return inspect(inspect_path, inspect_json);
+    if (o.task.empty() && o.data.empty() && o.resume.empty())
+      fail<ValueError>("give --task NAME, --data FILE or --resume FILE (see --help)");
+    if (o.checkpoint_every > 0 && o.out.empty())
+      fail<ValueError>("--checkpoint-every needs --out DIR to put the checkpoints in (see --help)");
+    return run(o, flags);
+  });
 }

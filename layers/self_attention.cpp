@@ -8,23 +8,31 @@
 namespace tapegrad {
 
 template <class T>
-SelfAttention<T>::SelfAttention(std::string name, const SelfAttentionOptions& options, Rng& rng)
-    : Module<T>(std::move(name)), options_(options) {
+void SelfAttention<T>::check(std::string_view name, const SelfAttentionOptions& options) {
   const Index D = options.d_model, H = options.n_heads;
   if (D <= 0 || H <= 0)
-    fail<ValueError>("self_attention '{}': d_model and n_heads must be positive, got {} and {}", this->name(), D, H);
+    fail<ValueError>("self_attention '{}': d_model and n_heads must be positive, got {} and {}", name, D, H);
+  if (options.d_head < 0) fail<ValueError>("self_attention '{}': d_head must be >= 0, got {}", name, options.d_head);
   const bool learnable = options.mode == AttentionMode::learnable;
-  if (!learnable && (D % H != 0 || (options.d_head != 0 && options.d_head * H != D)))
+  if (!learnable && (D % H != 0 || (options.d_head != 0 && options.d_head != D / H)))
     fail<ValueError>("self_attention '{}': the parameter-free mode splits X into heads, so d_model ({}) must be "
                      "n_heads ({}) times d_head ({})",
-                     this->name(), D, H, options.d_head == 0 ? D / std::max<Index>(H, 1) : options.d_head);
+                     name, D, H, options.d_head == 0 ? D / H : options.d_head);
   if (!learnable && (options.bias || options.output_projection))
     fail<ValueError>("self_attention '{}': the parameter-free mode has no parameters, so no bias and no output "
                      "projection",
-                     this->name());
+                     name);
   if (learnable && options.d_head == 0 && D % H != 0)
     fail<ValueError>("self_attention '{}': d_model {} is not divisible by n_heads {}; give d_head explicitly",
-                     this->name(), D, H);
+                     name, D, H);
+}
+
+template <class T>
+SelfAttention<T>::SelfAttention(std::string name, const SelfAttentionOptions& options, Rng& rng)
+    : Module<T>(std::move(name)), options_(options) {
+  check(this->name(), options);
+  const Index D = options.d_model, H = options.n_heads;
+  const bool learnable = options.mode == AttentionMode::learnable;
   d_head_ = options.d_head != 0 ? options.d_head : D / H;
 
   if (learnable) {

@@ -63,6 +63,8 @@ template <class T>
 class SelfAttention : public Module<T> {
  public:
   SelfAttention(std::string name, const SelfAttentionOptions& options, Rng& rng);
+  // The constructor's checks of the options, alone: ValueError naming the layer, nothing built.
+  static void check(std::string_view name, const SelfAttentionOptions& options);
 
   // x (B, T, d_model). key_padding (B, T), optional: nonzero marks a padding position, which no
   // query attends to. A query that can see no key at all (causal + padding) gets a zero output.

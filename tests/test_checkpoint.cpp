@@ -223,7 +223,15 @@ TEST_CASE("checkpoint: wrong magic, a newer format, a checksum mismatch and trun
                        FormatError);
   CHECK_THROWS_WITH_AS(decode_checkpoint(std::span<const std::byte>(good.data(), 5), "x.tgck"),
                        "load 'x.tgck': truncated: 5 bytes, not even the 28-byte header", FormatError);
-  CHECK_THROWS_WITH_AS(read_checkpoint("/nonexistent/x.tgck"), "load '/nonexistent/x.tgck': cannot open the file", Error);
+  CHECK_THROWS_WITH_AS(read_checkpoint("/nonexistent/x.tgck"), "load: cannot open '/nonexistent/x.tgck': No such file or directory",
+                       FileError);
+  // Not a regular file: refused before a byte is read (/dev/zero would never end), as is a file over the limit.
+  CHECK_THROWS_WITH_AS(read_checkpoint("/dev/zero"), "load: '/dev/zero' is not a regular file (a character device)", FileError);
+  CHECK_THROWS_WITH_AS(read_checkpoint("/tmp"), "load: '/tmp' is not a regular file (a folder)", FileError);
+  const fs::path big = scratch("limit") / "big.tgck";
+  save_checkpoint(big, snapshot<float>(model));
+  CHECK_THROWS_WITH_AS(read_checkpoint(big, 1000), doctest::Contains("more than the limit of 1 KB"),
+                       LimitError);
 }
 
 TEST_CASE("checkpoint: hundreds of truncated and corrupted files all fail cleanly and leave the model untouched") {
@@ -568,4 +576,74 @@ TEST_CASE("checkpoint: a checkpoint folder keeps the newest N") {
   CHECK(keep.latest()->filename() == "checkpoint-00000500.tgck");
   CHECK_THROWS_WITH_AS(CheckpointDir(dir, 0), "checkpoints: keep must be at least 1, got 0", ValueError);
   fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint: keeping N counts this run's files only, another run's, a user's or odd names are never touched") {
+  Fixture f;
+  ToyModel<float> model(f.config());
+  const Checkpoint c = snapshot<float>(model);
+  const fs::path dir = scratch("keep_by_run");
+  {  // an earlier run that went to step 20
+    CheckpointDir earlier(dir, 5);
+    for (std::int64_t step : {10, 20}) earlier.save(c, step);
+  }
+  // A user's file with a huge step, and names that are not a step a checkpoint can have.
+  for (const char* name : {"checkpoint-99999999.tgck", "checkpoint-99999999999999999999.tgck", "checkpoint-.tgck",
+                           "checkpoint--5.tgck", "checkpoint-1e3.tgck"})
+    std::ofstream(dir / name) << "mine";
+  // Resumed from step 10 with keep 1: its step 15 survives; the stale step 20 and the user's files stay.
+  CheckpointDir resumed(dir, 1);
+  resumed.save(c, 15);
+  CHECK(fs::exists(dir / "checkpoint-00000015.tgck"));
+  resumed.save(c, 16);
+  CHECK_FALSE(fs::exists(dir / "checkpoint-00000015.tgck"));
+  CHECK(resumed.saved() == std::vector<fs::path>{dir / "checkpoint-00000016.tgck"});
+  for (const char* kept : {"checkpoint-00000010.tgck", "checkpoint-00000020.tgck", "checkpoint-99999999.tgck",
+                           "checkpoint-99999999999999999999.tgck", "checkpoint--5.tgck"})
+    CHECK(fs::exists(dir / kept));
+  // list() sees every checkpoint-<step>.tgck whose step fits, in step order, and skips the rest.
+  std::vector<std::string> listed;
+  for (const auto& p : resumed.list()) listed.push_back(p.filename().string());
+  CHECK(listed == std::vector<std::string>{"checkpoint-00000010.tgck", "checkpoint-00000016.tgck",
+                                           "checkpoint-00000020.tgck", "checkpoint-99999999.tgck"});
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint: describe prints names from the file with control characters escaped") {
+  Fixture f;
+  ToyModel<float> model(f.config());
+  Checkpoint c = snapshot<float>(model);
+  c.metadata["note\x1b[2J"] = "bell\a and \\ backslash";
+  const std::string text = describe_checkpoint(c);
+  CHECK(text.find('\x1b') == std::string::npos);
+  CHECK(text.find('\a') == std::string::npos);
+  CHECK(text.find("note\\x1b[2J") != std::string::npos);
+  CHECK(text.find("bell\\x07 and \\\\ backslash") != std::string::npos);
+}
+
+TEST_CASE("checkpoint: resuming refuses other evaluation data, and training data whose label names differ") {
+  Fixture f;
+  ToyRun source(f.run(OptimizerKind::adam), f.split.train, &f.split.validation);
+  for (int i = 0; i < 10; ++i) source.trainer().step();  // evaluated at step 10: the curve has eval values
+  const Checkpoint c = snapshot(source.trainer());
+
+  ToyRun other_eval(f.run(OptimizerKind::adam), f.split.train, &f.split.test);
+  CHECK_THROWS_WITH_AS(load_training(c, other_eval.trainer()),
+                       doctest::Contains("resume: the evaluation data differs from the checkpoint's"), ValueError);
+  ToyRun no_eval(f.run(OptimizerKind::adam), f.split.train);
+  CHECK_THROWS_WITH_AS(load_training(c, no_eval.trainer()), doctest::Contains("now); one curve must not mix two evaluation sets"),
+                       ValueError);
+  ToyRun same(f.run(OptimizerKind::adam), f.split.train, &f.split.validation);
+  CHECK_NOTHROW(load_training(c, same.trainer()));
+
+  // The same ids under swapped label names are other data: the fingerprint covers the names.
+  Dataset swapped = f.split.train;
+  std::vector<std::string> names = swapped.labels.names();
+  REQUIRE(names.size() >= 2);
+  std::swap(names[0], names[1]);
+  swapped.labels = Vocabulary(names);
+  ToyRun relabelled(f.run(OptimizerKind::adam), swapped, &f.split.validation);
+  CHECK_THROWS_WITH_AS(load_training(c, relabelled.trainer()),
+                       doctest::Contains("resume: the training data differs from the data the checkpoint was trained on"),
+                       ValueError);
 }

@@ -137,7 +137,7 @@ TEST_CASE("tasks: a trained parameter-free model does not beat a separating task
   }
 }
 
-TEST_CASE("model: configurations that do not fit together are refused; the toy model passes gradcheck") {
+TEST_CASE("model: configurations that do not fit together are refused, the toy model passes gradcheck") {
   ModelConfig c{.vocab = 5, .labels = 3, .max_len = 4, .heads = 2, .residual = true};
   c.positions = PositionEncoding::onehot;  // width 5 + 4 = 9, not divisible by 2 heads
   CHECK_THROWS_WITH_AS(ToyModel<double>{c}, "self_attention 'attn': d_model 9 is not divisible by n_heads 2; give d_head explicitly",
@@ -242,7 +242,7 @@ TEST_CASE("toy trainer: learns a task, and the same seeds give the same curve bi
   }
 }
 
-TEST_CASE("toy trainer: a non-finite loss stops training with the step; anomaly mode names the op and its line") {
+TEST_CASE("toy trainer: a non-finite loss stops training with the step, anomaly mode names the op and its line") {
   const auto task = make_task("majority");
   const TaskSplit split = make_task_split(*task, 200, 10, 10, 2);
   ToyRun run(run_config(*task, AttentionMode::learnable, 0.01, {.steps = 10}), split.train);

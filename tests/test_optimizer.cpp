@@ -303,7 +303,7 @@ TEST_CASE("schedule: CosineWithWarmup by hand: warm-up, peak, cosine, floor") {
   CHECK(no_warmup.lr_at(0.4, 4) == 0.0);
 }
 
-TEST_CASE("schedule: ConstantLr, StepLr by hand; records describe them and rebuild them") {
+TEST_CASE("schedule: ConstantLr, StepLr by hand, records describe them and rebuild them") {
   const ConstantLr constant;
   CHECK(constant.lr_at(0.3, 0) == 0.3);
   CHECK(constant.lr_at(0.3, 123456) == 0.3);
@@ -528,7 +528,7 @@ TEST_CASE("optimizer: load_state refuses an Adam state with half a parameter's b
 // ---------------------------------------------------------------------------------------------
 // State and resume
 
-TEST_CASE("optimizer: the state names every parameter; buffers appear with the first step") {
+TEST_CASE("optimizer: the state names every parameter, buffers appear with the first step") {
   TwoParams m(6);
   Rng rng(66);
   SGD<double> plain(m.ptrs(), {.lr = 0.1});

@@ -129,7 +129,7 @@ TEST_CASE("data: the sampler visits every example once per epoch and resumes exa
                        "sampler: the saved data order covers 10 examples at position 10 but this dataset has 11", ValueError);
 }
 
-TEST_CASE("dataset file: tokens, a TAB, one label per token; vocabularies built from the data") {
+TEST_CASE("dataset file: tokens, a TAB, one label per token, vocabularies built from the data") {
   const Dataset d = parse_dataset("# a comment\nthe cat sat\tDET NOUN VERB\n\na b ?\t_ _ b\n", "mem.txt");
   CHECK(d.size() == 2);
   CHECK(d.tokens.names() == std::vector<std::string>{"<pad>", "the", "cat", "sat", "a", "b", "?"});
@@ -158,7 +158,16 @@ TEST_CASE("dataset file: a malformed line is an error naming the file and the li
   CHECK_THROWS_WITH_AS(parse_dataset("# nothing\n\n", "data.txt"), "data.txt: no examples (every line is blank or a comment)",
                        FormatError);
   CHECK_THROWS_WITH_AS(parse_dataset("a b\t_ _\n", "data.txt"), "data.txt: no labels at all: every label is '_'", FormatError);
-  CHECK_THROWS_WITH_AS(read_dataset("/nonexistent/data.txt"), "read_dataset: cannot open '/nonexistent/data.txt'", Error);
+  CHECK_THROWS_WITH_AS(read_dataset("/nonexistent/data.txt"),
+                       "read_dataset: cannot open '/nonexistent/data.txt': No such file or directory", FileError);
+  CHECK_THROWS_WITH_AS(read_dataset("/dev/zero"), "read_dataset: '/dev/zero' is not a regular file (a character device)",
+                       FileError);
+  // A file with tokens but not one label, for training or for evaluation, is refused.
+  CHECK_THROWS_WITH_AS(parse_dataset("a b\t_ _\n", "eval.txt", Vocabulary({"<pad>", "a", "b"}), Vocabulary({"X"})),
+                       "eval.txt: no labels at all: every label is '_'", FormatError);
+  // A UTF-8 byte-order mark is not part of the first token.
+  const Dataset bom = parse_dataset("\xEF\xBB\xBFthe cat\tX Y\n", "bom.txt");
+  CHECK(bom.tokens.names() == std::vector<std::string>{"<pad>", "the", "cat"});
 }
 
 TEST_CASE("trainer: trains a user's MLP on dense data, with an optimizer, a schedule and metrics of the user's choice") {
@@ -190,7 +199,7 @@ TEST_CASE("trainer: trains a user's MLP on dense data, with an optimizer, a sche
   CHECK(opt.lr() == 0.02);  // the schedule sets each step's rate from the optimizer's lr, never overwriting it
 }
 
-TEST_CASE("trainer: classification on dense data with accuracy; callbacks see every step, and stop() ends early") {
+TEST_CASE("trainer: classification on dense data with accuracy, callbacks see every step, and stop() ends early") {
   const TensorSource data = classification_data(400, 5);
   Mlp model(mlp(2, 8, 2, 1));
   SGD<float> opt(model.parameters(), {.lr = 0.2, .momentum = 0.9});
@@ -240,7 +249,7 @@ TEST_CASE("trainer: the same seeds give the same curve bit for bit, wherever the
   }
 }
 
-TEST_CASE("trainer: a non-finite loss stops before anything changes; evaluation runs in eval mode; bad options refused") {
+TEST_CASE("trainer: a non-finite loss stops before anything changes, evaluation runs in eval mode, bad options refused") {
   const TensorSource data = regression_data(64, 4, "linear");
   Mlp model(mlp(3, 4, 1, 2));
   SGD<float> opt(model.parameters(), {.lr = 0.1});
@@ -251,11 +260,12 @@ TEST_CASE("trainer: a non-finite loss stops before anything changes; evaluation 
     Var<float> y = model.forward(tape.constant(b.features));
     Var<float> loss = mse(y, tape.constant(b.targets));
     return poison ? scale(loss, std::nan("")) : loss;  // a bare Var: a loss without an output for metrics
-  }, {.steps = 10, .batch = 8});
+  }, {.steps = 10, .batch = 8, .eval_batch = 8});
   trainer.step();
   poison = true;
   const auto before = model.parameters().front()->value;
-  CHECK_THROWS_WITH_AS(trainer.step(), doctest::Contains("train: the loss is NaN at step 2 (lr 0.1)"), ValueError);
+  // NonFiniteError: the programs exit with "training stopped" (3), not "bad input".
+  CHECK_THROWS_WITH_AS(trainer.step(), doctest::Contains("train: the loss is NaN at step 2 (lr 0.1)"), NonFiniteError);
   CHECK(model.parameters().front()->value == before);
   CHECK(model.parameters().front()->grad == Tensor(before.shape()));  // no gradient left behind either
   CHECK(trainer.steps_done() == 1);
@@ -266,8 +276,13 @@ TEST_CASE("trainer: a non-finite loss stops before anything changes; evaluation 
   CHECK(model.training());                      // and back in training mode after
   CHECK_THROWS_WITH_AS(Trainer(model, opt, data, [](Tape<float>&, const TensorBatch&) { return Var<float>{}; },
                                {.batch = 0}),
-                       "train: batch must be finite and >= 1, got 0", ValueError);
-  CHECK_THROWS_WITH_AS(trainer.add_metric("loss", metrics::mean_squared_error), "add_metric: 'loss' is reserved for the loss",
+                       "train: batch must be in [1, 16777216], got 0", ValueError);
+  CHECK_THROWS_WITH_AS(trainer.add_metric("mse", metrics::mean_squared_error),
+                       "add_metric: 'mse' comes after training started; add metrics before the first step", UsageError);
+  Trainer fresh(model, opt, data, [&](Tape<float>& tape, const TensorBatch& b) -> Var<float> {
+    return mse(model.forward(tape.constant(b.features)), tape.constant(b.targets));
+  });
+  CHECK_THROWS_WITH_AS(fresh.add_metric("loss", metrics::mean_squared_error), "add_metric: 'loss' is reserved for the loss",
                        NameError);
 }
 
@@ -285,7 +300,7 @@ TEST_CASE("trainer: a run of zero steps records where it starts and changes noth
   CHECK(model.parameters().front()->value == before);
 }
 
-TEST_CASE("trainer: its state round-trips; a state of other data, options or metrics is refused and changes nothing") {
+TEST_CASE("trainer: its state round-trips, a state of other data, options or metrics is refused and changes nothing") {
   const TensorSource data = classification_data(100, 2), other = classification_data(100, 3);
   auto make = [&](Mlp& model, Optimizer<float>& opt, const TensorSource& source, TrainOptions options) {
     auto t = std::make_unique<Trainer<TensorBatch>>(model, opt, source, [&model](Tape<float>& tape, const TensorBatch& b) -> StepOutput<float> {
@@ -373,4 +388,18 @@ TEST_CASE("report: plain lines when not a terminal, and a CSV row per evaluation
   CHECK(std::count(rows.begin(), rows.end(), '\n') == 4);  // header + steps 0, 100, 200
   CHECK(rows.rfind("step,train_loss,train_accuracy,eval_loss,eval_accuracy,lr,seconds\n0,nan,nan,", 0) == 0);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("run_program: every exception becomes its documented exit code, nothing escapes") {
+  const auto code = [](auto thrower) { return run_program("prog", [&]() -> int { thrower(); return 0; }); };
+  CHECK(run_program("prog", [] { return 0; }) == 0);
+  CHECK(run_program("prog", [] { return static_cast<int>(ExitCode::check_failed); }) == 1);
+  CHECK(code([] { fail<ValueError>("--lr: must be finite"); }) == static_cast<int>(ExitCode::bad_input));
+  CHECK(code([] { fail<FormatError>("load: truncated"); }) == static_cast<int>(ExitCode::bad_input));
+  CHECK(code([] { fail<BusyError>("--out: another run"); }) == static_cast<int>(ExitCode::bad_input));
+  CHECK(code([] { fail<NonFiniteError>("train: loss is nan"); }) == static_cast<int>(ExitCode::training_stopped));
+  CHECK(code([] { fail<IoError>("save: No space left on device"); }) == static_cast<int>(ExitCode::system_failed));
+  CHECK(code([] { throw std::bad_alloc(); }) == static_cast<int>(ExitCode::system_failed));
+  CHECK(code([] { throw std::length_error("vector"); }) == static_cast<int>(ExitCode::system_failed));
+  CHECK(code([] { throw 42; }) == static_cast<int>(ExitCode::system_failed));
 }

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -236,12 +235,9 @@ void save_checkpoint(const std::filesystem::path& path, const Checkpoint& c) {
   write_file(path, {reinterpret_cast<const char*>(bytes.data()), bytes.size()}, Durability::durable, "save_checkpoint");
 }
 
-Checkpoint read_checkpoint(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail<Error>("load '{}': cannot open the file", path.string());
-  std::vector<char> buffer((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) fail<Error>("load '{}': reading failed", path.string());
-  return decode_checkpoint(std::as_bytes(std::span<const char>(buffer)), path.string());
+Checkpoint read_checkpoint(const std::filesystem::path& path, std::size_t max_bytes) {
+  const std::string bytes = read_file(path, max_bytes, "load");
+  return decode_checkpoint(std::as_bytes(std::span<const char>(bytes)), path.string());
 }
 
 template <class T>
@@ -344,30 +340,48 @@ std::string LoadReport::str() const {
   return s;
 }
 
+// Text from a file, safe to print: control characters (an escape sequence would drive the terminal) and
+// backslashes as C escapes.
+std::string printable(std::string_view text) {
+  std::string out;
+  for (char ch : text) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '\\')
+      out += "\\\\";
+    else if (u < 0x20 || u == 0x7f)
+      out += fmt::format("\\x{:02x}", u);
+    else
+      out += ch;
+  }
+  return out;
+}
+
 std::string describe_checkpoint(const Checkpoint& c) {
+  const auto& p = printable;
   std::string s = fmt::format("tapegrad checkpoint, format {}, written by tapegrad {}\nmodel: {}\n", c.format_version,
-                              c.tapegrad_version, c.model.describe());
+                              p(c.tapegrad_version), p(c.model.describe()));
   Index scalars = 0;
-  for (const auto& p : c.parameters) scalars += p.shape.numel();
+  for (const auto& r : c.parameters) scalars += r.shape.numel();
   s += fmt::format("parameters: {} tensors, {} values, crc32 {:08x}\n", c.parameters.size(), scalars, weights_crc32(c));
-  for (const auto& p : c.parameters)
-    s += fmt::format("  {:<20} {} {:>10}  norm {:.6g}\n", p.name, p.dtype, p.shape.str(), norm(p));
-  for (const auto& [k, v] : c.metadata) s += fmt::format("metadata: {} = {}\n", k, v);
+  for (const auto& r : c.parameters)
+    s += fmt::format("  {:<20} {} {:>10}  norm {:.6g}\n", p(r.name), p(r.dtype), r.shape.str(), norm(r));
+  for (const auto& [k, v] : c.metadata) s += fmt::format("metadata: {} = {}\n", p(k), p(v));
   if (!c.training) return s + "training state: none (weights only)\n";
   const OptimizerRecord& o = c.training->optimizer;
   const TrainerState& t = c.training->trainer;
-  s += fmt::format("training: step {} of {} ({}), data fingerprint {:08x}\n", t.step, t.options.steps,
-                   describe_settings(to_settings(t.options)), t.data_fingerprint);
-  s += fmt::format("optimizer: {} after {} steps ({}); schedule {}; {} buffers\n", o.kind, o.step,
-                   describe_settings(o.hyperparameters), o.schedule.describe(), o.buffers.size());
-  for (const auto& b : o.buffers) s += fmt::format("  {:<32} {:>10}  norm {:.6g}\n", b.name, b.shape.str(), norm(b));
+  s += fmt::format("training: step {} of {} ({}), data fingerprint {:08x}{}{}\n", t.step, t.options.steps,
+                   describe_settings(to_settings(t.options)), t.data_fingerprint, t.format1_fingerprint ? " (format 1)" : "",
+                   t.eval_fingerprint ? fmt::format(", evaluation data fingerprint {:08x}", *t.eval_fingerprint) : "");
+  s += fmt::format("optimizer: {} after {} steps ({}); schedule {}; {} buffers\n", p(o.kind), o.step,
+                   p(describe_settings(o.hyperparameters)), p(o.schedule.describe()), o.buffers.size());
+  for (const auto& b : o.buffers) s += fmt::format("  {:<32} {:>10}  norm {:.6g}\n", p(b.name), b.shape.str(), norm(b));
   s += fmt::format("data order: epoch {}, position {} of {}\n", t.data_order.epoch, t.data_order.cursor,
                    t.data_order.order.size());
   if (!t.curve.empty()) {
-    const CurvePoint& p = t.curve.back();
+    const CurvePoint& last = t.curve.back();
     std::string values;
-    for (const auto& v : p.values) values += fmt::format(", {} {:.4f}", v.name, v.value);
-    s += fmt::format("last evaluation: step {}{}\n", p.step, values);
+    for (const auto& v : last.values) values += fmt::format(", {} {:.4f}", p(v.name), v.value);
+    s += fmt::format("last evaluation: step {}{}\n", last.step, values);
   }
   return s;
 }
@@ -377,13 +391,16 @@ CheckpointDir::CheckpointDir(std::filesystem::path dir, int keep) : dir_(std::mo
 }
 
 std::vector<std::filesystem::path> CheckpointDir::list() const {
-  static const std::regex name(R"(checkpoint-(\d+)\.tgck)");
   std::vector<std::pair<std::int64_t, std::filesystem::path>> found;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
-    std::smatch m;
     const std::string file = entry.path().filename().string();
-    if (entry.is_regular_file() && std::regex_match(file, m, name)) found.emplace_back(std::stoll(m[1]), entry.path());
+    constexpr std::string_view head = "checkpoint-", tail = ".tgck";
+    if (!file.starts_with(head) || !file.ends_with(tail) || file.size() <= head.size() + tail.size()) continue;
+    const std::string_view digits = std::string_view(file).substr(head.size(), file.size() - head.size() - tail.size());
+    std::int64_t step = 0;
+    if (digits.find_first_not_of("0123456789") != std::string_view::npos || !from_text(digits, step)) continue;
+    if (entry.is_regular_file(ec)) found.emplace_back(step, entry.path());
   }
   std::sort(found.begin(), found.end());
   std::vector<std::filesystem::path> out;
@@ -400,8 +417,13 @@ std::optional<std::filesystem::path> CheckpointDir::latest() const {
 std::filesystem::path CheckpointDir::save(const Checkpoint& c, std::int64_t step) {
   const auto path = dir_ / fmt::format("checkpoint-{:08}.tgck", step);
   save_checkpoint(path, c);
-  auto all = list();
-  for (std::size_t i = 0; i + static_cast<std::size_t>(keep_) < all.size(); ++i) std::filesystem::remove(all[i]);
+  std::erase(saved_, path);  // saved again (the same step): it is the newest now
+  saved_.push_back(path);
+  while (saved_.size() > static_cast<std::size_t>(keep_)) {
+    std::error_code ec;
+    std::filesystem::remove(saved_.front(), ec);  // already gone is fine
+    saved_.erase(saved_.begin());
+  }
   return path;
 }
 

@@ -84,8 +84,13 @@ std::vector<std::byte> encode_checkpoint(const Checkpoint& c);
 // format 1 are read into the same structure.
 Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view source);
 
-void save_checkpoint(const std::filesystem::path& path, const Checkpoint& c);  // atomic
-Checkpoint read_checkpoint(const std::filesystem::path& path);
+// The largest checkpoint read_checkpoint takes by default (a larger one is a LimitError, before it is read).
+inline constexpr std::size_t kMaxCheckpointBytes = std::size_t{4} << 30;  // 4 GiB
+
+void save_checkpoint(const std::filesystem::path& path, const Checkpoint& c);  // atomic; IoError naming the reason
+// FileError for a file that cannot be opened or is not a regular file (a folder, a device, a pipe), LimitError
+// for one over max_bytes, FormatError for anything that is not a valid checkpoint.
+Checkpoint read_checkpoint(const std::filesystem::path& path, std::size_t max_bytes = kMaxCheckpointBytes);
 
 // The whole checkpoint as JSON (cereal's JSON archive), for people to read.
 std::string checkpoint_json(const Checkpoint& c);
@@ -123,7 +128,8 @@ LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions optio
 LoadReport load_training(const Checkpoint& c, TrainerBase& trainer);
 
 // The configuration of a model of type M from the checkpoint's record (M as for model_from_checkpoint):
-// FormatError if the record is of another kind, or a setting is missing, unknown or invalid.
+// FormatError if the record is of another kind, a setting is missing, unknown or invalid, or (when M
+// can say) the configuration implies other parameters than the file holds. Nothing is built.
 template <class M>
 typename M::Config model_config_from(const Checkpoint& c);
 
@@ -141,17 +147,23 @@ std::uint32_t checksum(const TensorT<T>& t);
 // The CRC-32 of every parameter value as float64 bytes, in the file's order: what `inspect` prints.
 std::uint32_t weights_crc32(const Checkpoint& c);
 
-// Checkpoints of one run in a folder: checkpoint-<step>.tgck, keeping the newest `keep`.
+// Checkpoints of one run in a folder: checkpoint-<step>.tgck. Keeping the newest `keep` counts only the
+// files this object saved, so another run's checkpoints, or a user's file of that name, are never deleted.
 class CheckpointDir {
  public:
   CheckpointDir(std::filesystem::path dir, int keep);
-  std::filesystem::path save(const Checkpoint& c, std::int64_t step);  // then deletes the oldest beyond keep
-  std::vector<std::filesystem::path> list() const;  // oldest first
+  // Saves (atomically), then deletes this run's oldest beyond `keep`. Returns the path.
+  std::filesystem::path save(const Checkpoint& c, std::int64_t step);
+  // Every checkpoint-<step>.tgck in the folder, whoever wrote it, oldest step first; names whose step is
+  // not a number that fits are left out.
+  std::vector<std::filesystem::path> list() const;
   std::optional<std::filesystem::path> latest() const;
+  const std::vector<std::filesystem::path>& saved() const { return saved_; }  // by this run, oldest first
 
  private:
   std::filesystem::path dir_;
   int keep_;
+  std::vector<std::filesystem::path> saved_;
 };
 
 // ---- model_from_checkpoint --------------------------------------------------------------------------
@@ -166,24 +178,24 @@ Index parameter_values_held(const Checkpoint& c);
 template <class M>
 typename M::Config model_config_from(const Checkpoint& c) {
   const Settings& settings = detail::model_config_of(c, M::kind);
+  typename M::Config config;
   try {
-    return from_settings<typename M::Config>(settings, fmt::format("load: the model's configuration ({})", M::kind));
+    config = from_settings<typename M::Config>(settings, fmt::format("load: the model's configuration ({})", M::kind));
   } catch (const Error& e) {
     throw FormatError(e.what());
   }
-}
-
-template <class M>
-std::unique_ptr<M> model_from_checkpoint(const Checkpoint& c) {
-  const typename M::Config config = model_config_from<M>(c);
-  // Build nothing the file cannot account for: a configuration must imply exactly the parameters the
-  // file holds (whose size the file's length bounds), so a forged configuration cannot make the model
-  // allocate without limit.
+  // A configuration must imply exactly the parameters the file holds (whose size the file's length
+  // bounds), so a forged configuration cannot make a model allocate without limit.
   if constexpr (requires { { M::implied_parameter_count(config) } -> std::convertible_to<Index>; }) {
     const Index implied = M::implied_parameter_count(config), held = detail::parameter_values_held(c);
     if (implied != held) detail::refuse_implied_count(c.model, implied, held);
   }
-  auto model = std::make_unique<M>(config);
+  return config;
+}
+
+template <class M>
+std::unique_ptr<M> model_from_checkpoint(const Checkpoint& c) {
+  auto model = std::make_unique<M>(model_config_from<M>(c));
   load_weights(c, *model);
   return model;
 }

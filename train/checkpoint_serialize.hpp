@@ -282,6 +282,7 @@ void save(A& ar, const TrainerState& s) {
   save_settings(ar, "options", to_settings(s.options));
   std::vector<std::int64_t> order(s.data_order.order.begin(), s.data_order.order.end());
   ar(make_nvp("step", static_cast<std::int64_t>(s.step)), make_nvp("data_fingerprint", s.data_fingerprint),
+     make_nvp("has_eval", s.eval_fingerprint.has_value()), make_nvp("eval_fingerprint", s.eval_fingerprint.value_or(0)),
      make_nvp("epoch", s.data_order.epoch), make_nvp("cursor", static_cast<std::int64_t>(s.data_order.cursor)),
      make_nvp("order", order), make_nvp("data_rng", rng_words(s.data_order.rng)), make_nvp("rng", rng_words(s.rng)));
   save_number(ar, "window_loss", s.window_loss);
@@ -310,6 +311,10 @@ inline void load(InArchive& ar, TrainerState& s) {
   }
   s.step = load_i64(ar);
   ar(s.data_fingerprint);
+  const bool has_eval = load_bool(ar, "the has-evaluation flag");
+  std::uint32_t eval = 0;
+  ar(eval);
+  if (has_eval) s.eval_fingerprint = eval;
   load_data_order(ar, s.data_order);
   s.rng = load_rng(ar, "the training RNG state");
   s.window_loss = load_double(ar);

@@ -71,15 +71,31 @@ void SequenceSource::fill(std::span<const Index> indices, SequenceBatch& out) co
   }
 }
 
-// The CRC-32 of every example's length, token ids and label ids (the fingerprint format 1 checkpoints
-// hold, so that they still resume).
-std::uint32_t SequenceSource::fingerprint() const {
-  Crc32 crc;
-  for (const auto& e : data_.examples) {
+namespace {
+void add_examples(Crc32& crc, const Dataset& data) {
+  for (const auto& e : data.examples) {
     crc.add_le(static_cast<std::uint32_t>(e.tokens.size()));
     for (auto t : e.tokens) crc.add_le(static_cast<std::uint32_t>(t));
     for (auto l : e.labels) crc.add_le(static_cast<std::uint32_t>(l));
   }
+}
+}  // namespace
+
+// Every example's length, token ids and label ids, then every name of both vocabularies, each with its
+// length: the same ids under swapped label names are other data.
+std::uint32_t SequenceSource::fingerprint() const {
+  Crc32 crc;
+  add_examples(crc, data_);
+  for (const Vocabulary* v : {&data_.tokens, &data_.labels}) {
+    crc.add_le(static_cast<std::uint64_t>(v->size()));
+    for (const auto& name : v->names()) crc.add_le(static_cast<std::uint64_t>(name.size())).add(name.data(), name.size());
+  }
+  return crc.value();
+}
+
+std::uint32_t SequenceSource::format1_fingerprint() const {
+  Crc32 crc;
+  add_examples(crc, data_);
   return crc.value();
 }
 

@@ -29,8 +29,12 @@ class DataSource {
   // Fills `out` with the examples at `indices` (each in [0, size())), reusing out's buffers: once they
   // have their size, filling allocates nothing.
   virtual void fill(std::span<const Index> indices, B& out) const = 0;
-  // A CRC-32 of the examples: a resumed run checks that it trains on the data it was trained on.
+  // A CRC-32 of the examples, and of whatever gives them their meaning (a vocabulary's names): a resumed
+  // run checks that it trains and evaluates on the data it was trained and evaluated on.
   virtual std::uint32_t fingerprint() const = 0;
+  // The fingerprint tapegrad 0.1 stored in format-1 checkpoints, which resuming them compares (for
+  // sequences, the ids without the names); the fingerprint itself for sources 0.1 did not have.
+  virtual std::uint32_t format1_fingerprint() const { return fingerprint(); }
 };
 
 // ---- token sequences --------------------------------------------------------------------------------
@@ -58,7 +62,8 @@ class SequenceSource final : public DataSource<SequenceBatch> {
   std::string_view name() const override { return data_.name; }
   Index size() const override { return data_.size(); }
   void fill(std::span<const Index> indices, SequenceBatch& out) const override;
-  std::uint32_t fingerprint() const override;
+  std::uint32_t fingerprint() const override;           // the examples' ids and the vocabularies' names
+  std::uint32_t format1_fingerprint() const override;   // the examples' ids
   Index length() const { return length_; }
   const Dataset& dataset() const { return data_; }
 

@@ -1,9 +1,8 @@
 #include "tapegrad/train/dataset_file.hpp"
 
-#include <fstream>
-#include <sstream>
 
 #include "tapegrad/autograd/ops.hpp"  // kIgnoreLabel
+#include "tapegrad/core/file_io.hpp"
 
 namespace tapegrad {
 namespace {
@@ -26,6 +25,7 @@ Dataset parse(std::string_view text, std::string_view name, Vocabulary tokens, V
   Dataset data;
   data.name = std::string(name);
   if (!fixed) tokens.add(kPadToken);
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // a UTF-8 byte-order mark is not a token
   std::size_t line_no = 0, start = 0;
   while (start <= text.size()) {
     const std::size_t end = std::min(text.find('\n', start), text.size());
@@ -65,19 +65,13 @@ Dataset parse(std::string_view text, std::string_view name, Vocabulary tokens, V
     if (end == text.size()) break;
   }
   if (data.examples.empty()) fail<FormatError>("{}: no examples (every line is blank or a comment)", name);
-  if (labels.size() == 0) fail<FormatError>("{}: no labels at all: every label is '{}'", name, kNoLabel);
+  if (data.labelled_positions() == 0) fail<FormatError>("{}: no labels at all: every label is '{}'", name, kNoLabel);
   data.tokens = std::move(tokens);
   data.labels = std::move(labels);
   return data;
 }
 
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail<Error>("read_dataset: cannot open '{}'", path.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+
 
 }  // namespace
 
@@ -87,10 +81,13 @@ Dataset parse_dataset(std::string_view text, std::string_view name, const Vocabu
   return parse(text, name, tokens, labels, true);
 }
 
-Dataset read_dataset(const std::filesystem::path& path) { return parse_dataset(read_text(path), path.string()); }
+Dataset read_dataset(const std::filesystem::path& path, std::size_t max_bytes) {
+  return parse_dataset(read_file(path, max_bytes, "read_dataset"), path.string());
+}
 
-Dataset read_dataset(const std::filesystem::path& path, const Vocabulary& tokens, const Vocabulary& labels) {
-  return parse_dataset(read_text(path), path.string(), tokens, labels);
+Dataset read_dataset(const std::filesystem::path& path, const Vocabulary& tokens, const Vocabulary& labels,
+                     std::size_t max_bytes) {
+  return parse_dataset(read_file(path, max_bytes, "read_dataset"), path.string(), tokens, labels);
 }
 
 }  // namespace tapegrad

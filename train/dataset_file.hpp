@@ -8,8 +8,10 @@
 // lines starting with '#' are skipped. Lines may differ in length: batches pad the shorter ones and
 // mask the padding. The vocabulary (token "<pad>" first, id 0) and the label set are built from the
 // file in order of appearance; an evaluation file is read against the training file's.
-// A malformed line is a FormatError naming the file and line: "data.txt:3: 4 tokens but 3 labels".
+// A malformed line is a FormatError naming the file and line: "data.txt:3: 4 tokens but 3 labels"; so is
+// a file without a single label.
 
+#include <cstddef>
 #include <filesystem>
 #include <string_view>
 
@@ -20,10 +22,15 @@ namespace tapegrad {
 inline constexpr std::string_view kPadToken = "<pad>";
 inline constexpr std::string_view kNoLabel = "_";
 
-// Builds the vocabularies from the data.
-Dataset read_dataset(const std::filesystem::path& path);
+// The largest data file read_dataset takes by default (a larger one is a LimitError, before it is read).
+inline constexpr std::size_t kMaxDataBytes = std::size_t{1} << 30;  // 1 GiB
+
+// Builds the vocabularies from the data. The file must be a regular file (not a folder, a device or a
+// pipe: FileError) of at most max_bytes (LimitError). A UTF-8 byte-order mark at its start is skipped.
+Dataset read_dataset(const std::filesystem::path& path, std::size_t max_bytes = kMaxDataBytes);
 // Uses the given vocabularies (a training set's): unknown tokens or labels are errors naming them.
-Dataset read_dataset(const std::filesystem::path& path, const Vocabulary& tokens, const Vocabulary& labels);
+Dataset read_dataset(const std::filesystem::path& path, const Vocabulary& tokens, const Vocabulary& labels,
+                     std::size_t max_bytes = kMaxDataBytes);
 
 // The same from text in memory; `name` stands for the file name in errors.
 Dataset parse_dataset(std::string_view text, std::string_view name);

@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 
 namespace tapegrad {
 namespace {
@@ -80,26 +82,65 @@ TrainCallbacks Progress::callbacks() {
 }
 
 CsvLog::CsvLog(const std::filesystem::path& path) : path_(path) {
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  out_.open(path);
-  if (!out_) fail<Error>("csv log: cannot write '{}'", path.string());
+  std::error_code ec;
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+  if (ec) fail<FileError>("csv log: cannot create the folder for '{}': {}", path.string(), ec.message());
+  out_ = std::fopen(path.c_str(), "w");
+  if (!out_) fail<FileError>("csv log: cannot write '{}': {}", path.string(), std::strerror(errno));
+}
+
+CsvLog::~CsvLog() {
+  if (out_) std::fclose(out_);
 }
 
 void CsvLog::write(const CurvePoint& p) {
+  if (!out_) fail<UsageError>("csv log: '{}' is closed", path_.string());
   std::vector<std::string> names;
   for (const auto& v : p.values) names.push_back(v.name);
+  std::string text;
   if (names_.empty()) {
     names_ = names;
-    out_ << fmt::format("step,{},lr,seconds\n", fmt::join(names_, ","));
+    text = fmt::format("step,{},lr,seconds\n", fmt::join(names_, ","));
   } else if (names != names_) {
     fail<ValueError>("csv log: '{}' has the columns {} but this point has {}", path_.string(), fmt::join(names_, ","),
                      fmt::join(names, ","));
   }
-  out_ << p.step;
-  for (const auto& v : p.values) out_ << fmt::format(",{:.6g}", v.value);
-  out_ << fmt::format(",{:.6g},{:.3f}\n", p.lr, p.seconds);
-  out_.flush();
-  if (!out_) fail<Error>("csv log: writing '{}' failed", path_.string());
+  text += fmt::format("{}", p.step);
+  for (const auto& v : p.values) text += fmt::format(",{:.6g}", v.value);
+  text += fmt::format(",{:.6g},{:.3f}\n", p.lr, p.seconds);
+  errno = 0;
+  if (std::fwrite(text.data(), 1, text.size(), out_) != text.size() || std::fflush(out_) != 0)
+    fail<IoError>("csv log: writing '{}' failed: {}", path_.string(), std::strerror(errno ? errno : EIO));
+}
+
+void CsvLog::close() {
+  if (!out_) return;
+  std::FILE* f = out_;
+  out_ = nullptr;
+  if (std::fclose(f) != 0) fail<IoError>("csv log: closing '{}' failed: {}", path_.string(), std::strerror(errno));
+}
+
+int run_program(std::string_view program, const std::function<int()>& body) {
+  auto report = [&](std::string_view message, ExitCode code) {
+    const std::string prefix = fmt::format("{}: ", program);
+    fmt::print(stderr, "{}{}\n", message.starts_with(prefix) ? "" : prefix, message);
+    return static_cast<int>(code);
+  };
+  try {
+    return body();
+  } catch (const NonFiniteError& e) {
+    return report(e.what(), ExitCode::training_stopped);
+  } catch (const IoError& e) {
+    return report(e.what(), ExitCode::system_failed);
+  } catch (const Error& e) {
+    return report(e.what(), ExitCode::bad_input);
+  } catch (const std::bad_alloc&) {
+    return report("out of memory: the system could not give the run the memory it asked for", ExitCode::system_failed);
+  } catch (const std::exception& e) {
+    return report(fmt::format("internal error: {}", e.what()), ExitCode::system_failed);
+  } catch (...) {
+    return report("internal error: an unknown exception", ExitCode::system_failed);
+  }
 }
 
 }  // namespace tapegrad

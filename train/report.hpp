@@ -5,7 +5,8 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <functional>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -38,16 +39,39 @@ class Progress {
 };
 
 // One row per evaluation: step, the point's named values (train_loss, train_accuracy, eval_loss, ...),
-// lr, seconds. The header is written with the first row; every row must have its names.
+// lr, seconds. The header is written with the first row; every row must have its names. Each row is
+// flushed to the file as it is written.
 class CsvLog {
  public:
-  explicit CsvLog(const std::filesystem::path& path);  // Error naming the path if it cannot be written
-  void write(const CurvePoint& p);  // ValueError if p's names differ from the first row's
+  explicit CsvLog(const std::filesystem::path& path);  // IoError naming the path and the reason
+  ~CsvLog();
+  CsvLog(const CsvLog&) = delete;
+  CsvLog& operator=(const CsvLog&) = delete;
+  // ValueError if p's names differ from the first row's; IoError naming the reason (a full disk) if the
+  // row cannot be written.
+  void write(const CurvePoint& p);
+  void close();  // IoError if the last bytes cannot be written
 
  private:
   std::filesystem::path path_;
-  std::ofstream out_;
+  std::FILE* out_ = nullptr;
   std::vector<std::string> names_;  // the columns, from the first row
 };
+
+// The exit codes of tapegrad's programs.
+enum class ExitCode : int {
+  ok = 0,
+  check_failed = 1,      // the program ran, and what it checks did not hold
+  bad_input = 2,         // a bad flag or value, a missing, unreadable, invalid or forged file, a size over a
+                         // limit, an output folder that cannot be used or that another run holds
+  training_stopped = 3,  // a non-finite loss or gradient (NonFiniteError)
+  system_failed = 4,     // the system failed: a full disk or another I/O error (IoError), memory exhausted
+};
+
+// Runs a program's body and turns whatever it throws into one line on stderr, "<program>: <message>" (a
+// message that already starts with "<program>: " is not prefixed again), and its exit code:
+// NonFiniteError -> training_stopped, IoError and std::bad_alloc -> system_failed, any other
+// tapegrad::Error -> bad_input, anything else -> system_failed ("internal error: ..."). Nothing escapes.
+int run_program(std::string_view program, const std::function<int()>& body);
 
 }  // namespace tapegrad

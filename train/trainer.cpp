@@ -40,18 +40,19 @@ Index first_step_reaching(const std::vector<CurvePoint>& curve, std::string_view
 namespace detail {
 void check_loss(double loss, Index step, double lr) {
   if (!std::isfinite(loss))
-    fail<ValueError>("train: the loss is {} at step {} (lr {:g}); lower the learning rate, clip gradients, or turn on "
+    fail<NonFiniteError>("train: the loss is {} at step {} (lr {:g}); lower the learning rate, clip gradients, or turn on "
                      "anomaly detection to name the first op that produced it",
                      non_finite(loss), step, lr);
 }
 }  // namespace detail
 
 TrainerBase::TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Index train_size, std::uint32_t fingerprint,
-                         TrainOptions options)
+                         std::uint32_t format1_fingerprint, TrainOptions options)
     : model_(model),
       optimizer_(optimizer),
       options_(checked(options)),
       data_fingerprint_(fingerprint),
+      format1_fingerprint_(format1_fingerprint),
       sampler_(train_size, options_.batch, options_.seed),
       rng_(options_.seed, kTrainingStream),
       start_seconds_(now_seconds()) {
@@ -86,7 +87,7 @@ double TrainerBase::finish_step(Var<float> loss) {
     const double norm = clip_grad_norm(optimizer_.params(), options_.clip);
     if (!std::isfinite(norm)) {
       optimizer_.zero_grad();  // nothing of this step stays behind
-      fail<ValueError>("train: the gradient norm is {} at step {} (lr {:g}); turn on anomaly detection to name the "
+      fail<NonFiniteError>("train: the gradient norm is {} at step {} (lr {:g}); turn on anomaly detection to name the "
                        "op whose backward produced it",
                        non_finite(norm), step_ + 1, lr);
     }
@@ -137,6 +138,7 @@ TrainerState TrainerBase::state() const {
   s.options = options_;
   s.step = step_;
   s.data_fingerprint = data_fingerprint_;
+  s.eval_fingerprint = eval_fingerprint_;
   s.data_order = sampler_.state();
   s.rng = rng_.state();
   s.window_loss = window_loss_;
@@ -147,10 +149,16 @@ TrainerState TrainerBase::state() const {
 }
 
 void TrainerBase::check_state(const TrainerState& s) const {
-  if (s.data_fingerprint != data_fingerprint_)
+  const std::uint32_t fingerprint = s.format1_fingerprint ? format1_fingerprint_ : data_fingerprint_;
+  if (s.data_fingerprint != fingerprint)
     fail<ValueError>("resume: the training data differs from the data the checkpoint was trained on (fingerprint "
                      "{:08x} in the file, {:08x} now)",
-                     s.data_fingerprint, data_fingerprint_);
+                     s.data_fingerprint, fingerprint);
+  const auto text = [](std::optional<std::uint32_t> f) { return f ? fmt::format("{:08x}", *f) : std::string("none"); };
+  if (s.eval_recorded && s.eval_fingerprint != eval_fingerprint_)
+    fail<ValueError>("resume: the evaluation data differs from the checkpoint's (fingerprint {} in the file, {} now); "
+                     "one curve must not mix two evaluation sets",
+                     text(s.eval_fingerprint), text(eval_fingerprint_));
   // Every option but steps (a run may be extended) and anomaly (a debugging aid) shapes the run.
   std::vector<std::string> differ;
   TrainOptions mine = options_, theirs = s.options;

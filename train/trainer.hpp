@@ -17,7 +17,7 @@
 //   trainer.add_metric("accuracy", metrics::accuracy);
 //   trainer.run();
 //
-// A non-finite loss or gradient norm stops training with a ValueError naming the step, before anything
+// A non-finite loss or gradient norm stops training with a NonFiniteError naming the step, before anything
 // is updated; with `anomaly` on, the tape names the first op that produced the NaN or Inf and its
 // source line. The loop prints nothing: callbacks see every step and every evaluation
 // (train/report.hpp turns them into a progress bar, plain lines or a CSV file).
@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@
 namespace tapegrad {
 
 struct TrainOptions {
+  static constexpr double kMaxBatch = 1 << 24;  // far beyond a CPU batch; keeps a forged size from allocating
   Index steps = 1000;
   Index batch = 32;
   Index eval_every = 100;   // evaluate (and record a curve point) every N steps
@@ -53,9 +55,9 @@ struct TrainOptions {
   template <class S, class F>
   static void fields(S& s, F&& field) {
     field("steps", s.steps, "training steps", at_least(0));
-    field("batch", s.batch, "examples per training batch", at_least(1));
+    field("batch", s.batch, "examples per training batch", in_range(1, kMaxBatch));
     field("eval_every", s.eval_every, "evaluate every N steps", at_least(1));
-    field("eval_batch", s.eval_batch, "examples per evaluation batch", at_least(1));
+    field("eval_batch", s.eval_batch, "examples per evaluation batch", in_range(1, kMaxBatch));
     field("seed", s.seed, "seed of the data order and the training random stream");
     field("clip", s.clip, "clip gradients to this global norm (0: no clipping)", at_least(0));
     field("anomaly", s.anomaly, "check every op's output for NaN and Inf");
@@ -103,6 +105,9 @@ struct TrainerState {
   TrainOptions options;
   Index step = 0;
   std::uint32_t data_fingerprint = 0;  // of the training data (DataSource::fingerprint)
+  bool format1_fingerprint = false;    // read from a format-1 file: data_fingerprint is format1_fingerprint()
+  std::optional<std::uint32_t> eval_fingerprint;  // of the evaluation data; none without (or format 1)
+  bool eval_recorded = true;           // false for format 1, which did not record the evaluation data
   Sampler::State data_order;
   Rng::State rng;                      // the training random stream
   double window_loss = 0;              // sum of losses since the last curve point
@@ -151,8 +156,10 @@ class TrainerBase {
   void check_state(const TrainerState& s) const;
 
  protected:
+  // `fingerprint` and `format1_fingerprint` are the training data's (DataSource).
   TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Index train_size, std::uint32_t fingerprint,
-              TrainOptions options);
+              std::uint32_t format1_fingerprint, TrainOptions options);
+  void set_eval_fingerprint(std::optional<std::uint32_t> f) { eval_fingerprint_ = f; }
 
   // For Trainer<B>::step(): the next batch's indices, then, once the loss is on tape(), the rest of the
   // step: the NaN stop, backward, clipping, the update and the window sums. Returns the loss.
@@ -171,7 +178,8 @@ class TrainerBase {
   Module<float>& model_;
   Optimizer<float>& optimizer_;
   TrainOptions options_;
-  std::uint32_t data_fingerprint_;
+  std::uint32_t data_fingerprint_, format1_fingerprint_;
+  std::optional<std::uint32_t> eval_fingerprint_;
   Sampler sampler_;
   Rng rng_;
   Tape<float> tape_;
@@ -196,8 +204,12 @@ class Trainer final : public TrainerBase {
   Trainer(Module<float>& model, Optimizer<float>& optimizer, const DataSource<B>& train, LossFn loss,
           TrainOptions options = {});
 
-  // Evaluation data for the curve (eval_loss, eval_<metric>); may be the training data itself.
-  void evaluate_on(const DataSource<B>& data) { eval_ = &data; }
+  // Evaluation data for the curve (eval_loss, eval_<metric>); may be the training data itself. Its
+  // fingerprint is saved and checked on resume as the training data's is.
+  void evaluate_on(const DataSource<B>& data) {
+    eval_ = &data;
+    set_eval_fingerprint(data.fingerprint());
+  }
   // A metric measured on training batches and evaluation data, named `name` ("train_<name>",
   // "eval_<name>" in the curve). Before the first step only; NameError for a repeated or reserved name.
   void add_metric(std::string name, MetricFn measure);
@@ -234,7 +246,9 @@ void check_loss(double loss, Index step, double lr);
 template <class B>
 Trainer<B>::Trainer(Module<float>& model, Optimizer<float>& optimizer, const DataSource<B>& train, LossFn loss,
                     TrainOptions options)
-    : TrainerBase(model, optimizer, train.size(), train.fingerprint(), options), train_(train), loss_(std::move(loss)) {
+    : TrainerBase(model, optimizer, train.size(), train.fingerprint(), train.format1_fingerprint(), options),
+      train_(train),
+      loss_(std::move(loss)) {
   static_assert(requires(const B& b) {
     { b.weight() } -> std::convertible_to<double>;
   }, "a batch type needs weight(): how many items its loss averages over");

@@ -13,61 +13,78 @@ std::string ModelConfig::describe() const {
                      output_projection ? ", Wo" : "", residual ? ", residual" : "", labels);
 }
 
+namespace {
+struct Widths {
+  Index input;     // of the token features
+  Index d_model;   // features and positions: what attention sees
+  Index d_head;
+  Index attention; // what attention outputs
+};
+
+Widths widths(const ModelConfig& c) {
+  Widths w;
+  w.input = c.features == FeatureKind::onehot ? c.vocab : c.d_embed;
+  w.d_model = c.positions == PositionEncoding::onehot ? w.input + c.max_len : w.input;
+  w.d_head = c.d_head != 0 ? c.d_head : w.d_model / c.heads;
+  w.attention = c.output_projection ? w.d_model : c.heads * w.d_head;
+  return w;
+}
+
+SelfAttentionOptions attention_options(const ModelConfig& c, Index d_model) {
+  return {.mode = c.attention, .d_model = d_model, .n_heads = c.heads, .d_head = c.d_head,
+          .output_projection = c.output_projection, .scale = c.scale};
+}
+}  // namespace
+
+template <class T>
+void ToyModel<T>::check_config(const ModelConfig& c) {
+  check_fields(c, "model");  // every size positive and below 2^24: the arithmetic below cannot overflow
+  const Widths w = widths(c);
+  SelfAttention<T>::check("attn", attention_options(c, w.d_model));
+  if (c.residual && w.attention != w.d_model)
+    fail<ValueError>("model: a residual connection adds the attention output ({} wide) to its input ({} wide); make "
+                     "heads x d_head equal {} or use the output projection",
+                     w.attention, w.d_model, w.d_model);
+}
+
 template <class T>
 ToyModel<T>::ToyModel(const ModelConfig& c) : Module<T>("model"), config_(c) {
-  check_fields(c, "model");
+  check_config(c);  // before anything is allocated
   Rng rng(c.seed, 0x6d6f64656c);
-  Index width = 0;
+  const Widths w = widths(c);
   if (c.features == FeatureKind::onehot) {
     onehot_ = std::make_unique<OneHotTokens<T>>("tokens", c.vocab);
-    width = c.vocab;
   } else {
     embedding_ = std::make_unique<Embedding<T>>("embed", EmbeddingOptions{.vocab = c.vocab, .dim = c.d_embed}, rng);
     this->register_child(*embedding_, "embed");
-    width = c.d_embed;
   }
   positions_ = std::make_unique<Positions<T>>(
-      "pos", PositionOptions{.kind = c.positions, .max_len = c.max_len, .d_model = width}, rng);
+      "pos", PositionOptions{.kind = c.positions, .max_len = c.max_len, .d_model = w.input}, rng);
   this->register_child(*positions_, "pos");
   d_model_ = positions_->output_width();
-
-  attention_ = std::make_unique<SelfAttention<T>>(
-      "attn",
-      SelfAttentionOptions{.mode = c.attention, .d_model = d_model_, .n_heads = c.heads, .d_head = c.d_head,
-                           .output_projection = c.output_projection, .scale = c.scale},
-      rng);
+  attention_ = std::make_unique<SelfAttention<T>>("attn", attention_options(c, d_model_), rng);
   this->register_child(*attention_, "attn");
-  if (c.residual && attention_->output_width() != d_model_)
-    fail<ValueError>("model: a residual connection adds the attention output ({} wide) to its input ({} wide); make "
-                     "heads x d_head equal {} or use the output projection",
-                     attention_->output_width(), d_model_, d_model_);
   readout_ = std::make_unique<Linear<T>>("readout", LinearOptions{.in = attention_->output_width(), .out = c.labels}, rng);
   this->register_child(*readout_, "readout");
 }
 
 template <class T>
 Index ToyModel<T>::implied_parameter_count(const ModelConfig& c) {
-  // Mirrors the constructor: embedding table, learned positions, attention projections, readout.
-  if (c.vocab <= 0 || c.labels <= 0 || c.max_len <= 0 || c.heads <= 0 || c.d_head < 0) return -1;
-  const Index width = c.features == FeatureKind::onehot ? c.vocab : c.d_embed;
-  if (width <= 0) return -1;
-  const Index d_model = c.positions == PositionEncoding::onehot ? width + c.max_len : width;
-  Index n = c.features == FeatureKind::learned ? c.vocab * c.d_embed : 0;
-  if (c.positions == PositionEncoding::learned) n += c.max_len * width;
-  if (c.d_head == 0 && d_model % c.heads != 0) return -1;
-  const Index dh = c.d_head != 0 ? c.d_head : d_model / c.heads;
-  Index out = c.heads * dh;
-  if (c.attention == AttentionMode::learnable) {
-    n += 3 * d_model * out;
-    if (c.output_projection) {
-      n += out * d_model;
-      out = d_model;
-    }
-  } else if (dh * c.heads != d_model || c.output_projection) {
+  try {
+    check_config(c);
+  } catch (const ValueError&) {
     return -1;
   }
-  if (c.residual && out != d_model) return -1;
-  return n + out * c.labels + c.labels;
+  // Mirrors the constructor: embedding table, learned positions, attention projections, readout.
+  const Widths w = widths(c);
+  Index n = c.features == FeatureKind::learned ? c.vocab * c.d_embed : 0;
+  if (c.positions == PositionEncoding::learned) n += c.max_len * w.input;
+  if (c.attention == AttentionMode::learnable) {
+    const Index heads_width = c.heads * w.d_head;
+    n += 3 * w.d_model * heads_width;
+    if (c.output_projection) n += heads_width * w.d_model;
+  }
+  return n + w.attention * c.labels + c.labels;
 }
 
 template <class T>

@@ -84,6 +84,9 @@ class ToyModel : public Module<T> {
   static constexpr std::string_view kind = "toy_model";
 
   explicit ToyModel(const ModelConfig& config);  // ValueError for a config that does not fit together
+  // The constructor's checks alone (the fields' bounds, and that the layers fit together): ValueError
+  // naming what does not fit, nothing allocated.
+  static void check_config(const ModelConfig& config);
 
   Var<T> logits(Tape<T>& tape, const SequenceBatch& batch);  // (B, T, labels)
   // Cross-entropy of the logits against batch.labels (the mean over labelled positions), with the

@@ -1,5 +1,7 @@
 #include "lesson/toy_run.hpp"
 
+#include <limits>
+
 namespace tapegrad::lesson {
 namespace {
 
@@ -16,6 +18,24 @@ Index padded_length(const Dataset& train, const Dataset* eval) {
 }
 
 }  // namespace
+
+double estimated_bytes(const ToyRunConfig& config, Index length, Index examples) {
+  const ModelConfig& m = config.model;
+  const Index parameters = ToyModel<float>::implied_parameter_count(m);
+  if (parameters < 0) return std::numeric_limits<double>::infinity();
+  const auto d = [](Index v) { return static_cast<double>(v); };
+  const double width_in = d(m.features == FeatureKind::onehot ? m.vocab : m.d_embed);
+  const double d_model = width_in + (m.positions == PositionEncoding::onehot ? d(m.max_len) : 0);
+  const double d_head = m.d_head != 0 ? d(m.d_head) : d_model / d(m.heads), heads = d(m.heads);
+  const double t = d(length);
+  // Floats per sequence on the tape: features, positions, Q, K, V and their head slices, head outputs,
+  // Wo, residual, logits and the softmax cross-entropy keeps per position; scores, weights and the copy
+  // the layer keeps per head and pair of positions.
+  const double per_sequence = t * (4 * width_in + 4 * d_model + 8 * heads * d_head + 2 * d(m.labels)) + 3 * heads * t * t;
+  const double batches = 3 * d(config.training.batch) + 1.5 * d(config.training.eval_batch);  // values, grads, saved
+  const double data = d(examples) * (16 * t + 64);  // ids and labels, and each example's vectors
+  return 4 * (4 * d(parameters) + per_sequence * batches) + data;  // value, grad, two optimizer buffers
+}
 
 ToyRun::ToyRun(const ToyRunConfig& config, const Dataset& train, const Dataset* eval)
     : model_(config.model),

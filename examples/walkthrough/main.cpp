@@ -4,39 +4,33 @@
 //   build/examples/walkthrough [--markdown FILE]
 //
 // Exits 0 when the walkthrough ran, however many numbers in the notes are wrong (finding them is its
-// job); 1 only if it could not run or could not write FILE.
-#include <cstdio>
-#include <exception>
-#include <fstream>
+// job); otherwise with the codes of the other programs (2: a bad flag, 4: FILE could not be written).
 #include <string>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "tapegrad/core/file_io.hpp"
+#include "tapegrad/train/report.hpp"
 #include "walkthrough/notes.hpp"
 
 int main(int argc, char** argv) {
+  using namespace tapegrad;
   CLI::App app{"Recomputes the worked examples of the self-attention notes with tapegrad and flags every wrong number"};
   std::string markdown;
   app.add_option("--markdown", markdown, "Also write the walkthrough as Markdown to this file");
-  CLI11_PARSE(app, argc, argv);
-
   try {
-    const auto sections = tapegrad::walkthrough::run_walkthrough();
-    fmt::print("{}", tapegrad::walkthrough::render_terminal(sections));
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : static_cast<int>(ExitCode::bad_input);
+  }
+  return run_program("walkthrough", [&] {
+    const auto sections = walkthrough::run_walkthrough();
+    fmt::print("{}", walkthrough::render_terminal(sections));
     if (!markdown.empty()) {
-      std::ofstream out(markdown, std::ios::binary);
-      out << tapegrad::walkthrough::render_markdown(sections);
-      out.close();
-      if (!out) {
-        fmt::print(stderr, "walkthrough: cannot write the Markdown file '{}'\n", markdown);
-        return 1;
-      }
+      write_file(markdown, walkthrough::render_markdown(sections), Durability::replace, "walkthrough --markdown");
       fmt::print("\nMarkdown written to {}\n", markdown);
     }
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "walkthrough: {}\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }
