@@ -1,6 +1,7 @@
 // Your own model with tapegrad: the classic first network, a two-layer MLP on the two moons, defined as a
 // Module of your own and trained, checkpointed, reloaded, resumed and gradient-checked by the library's
-// generic parts, exactly as the lesson's toy model is. It includes only the installed umbrella header,
+// generic parts, exactly as the lesson's toy model is. It includes only the installed umbrella header (and,
+// beside it, command_line.hpp: how every example reports a mistake in its flags),
 // and ctest builds this same file against the installed package (tests/downstream).
 //
 //   build/examples/custom_model train --out runs/moons        # model.tgck, checkpoint-00000500.tgck, boundary.svg
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <numbers>
+#include "command_line.hpp"
 
 using namespace tapegrad;
 namespace fs = std::filesystem;
@@ -216,11 +218,7 @@ int main(int argc, char** argv) {
   CLI::App* resume_cmd = app.add_subcommand("resume", "Resume a checkpoint's training to the end");
   resume_cmd->add_option("file", file, "A checkpoint with the state of training")->required()->check(CLI::ExistingFile);
   resume_cmd->add_option("--out", out, "Folder for the final model.tgck")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : static_cast<int>(ExitCode::bad_input);
-  }
+  if (const auto stop = examples::parse_command_line(app, "custom_model", argc, argv)) return *stop;
   // Any error becomes one line and an exit code (README: exit codes); nothing aborts.
   return run_program("custom_model", [&] {
     if (*train_cmd) return train(out);

@@ -15,6 +15,7 @@
 #include "tapegrad/core/rng.hpp"
 #include "tapegrad/train/report.hpp"
 #include "catalogue/layer_checks.hpp"
+#include "command_line.hpp"
 
 using namespace tapegrad;
 
@@ -113,11 +114,7 @@ int main(int argc, char** argv) {
   std::uint64_t seed = 1;
   GradcheckOptions options = kStrictGradcheck;
   app.add_option("--seed", seed, "Seed of the random inputs and projections")->capture_default_str();
-  app.add_option("--eps", options.eps, "Central-difference step")->capture_default_str()->check(CLI::PositiveNumber);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : static_cast<int>(ExitCode::bad_input);
-  }
+  app.add_option("--eps", options.eps, "Central-difference step")->capture_default_str()->check(examples::positive);
+  if (const auto stop = examples::parse_command_line(app, "gradcheck_report", argc, argv)) return *stop;
   return run_program("gradcheck_report", [&] { return report(seed, options); });
 }

@@ -24,6 +24,7 @@
 #include "tapegrad/train/report.hpp"
 #include "tapegrad/train/plot.hpp"
 #include "tapegrad/train/trainer.hpp"
+#include "command_line.hpp"
 
 using namespace tapegrad;
 using namespace tapegrad::lesson;
@@ -291,16 +292,12 @@ int main(int argc, char** argv) {
   std::vector<std::string> task_list = task_names();
   app.add_option("--out", out_dir, "Output folder (default: runs/param_free_vs_learned-<date>-<time>)");
   app.add_option("--seeds", s.seeds, "Seeds per configuration")->capture_default_str()->check(CLI::Range(1, 100));
-  app.add_option("--steps", s.steps, "Training steps per run")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--steps", s.steps, "Training steps per run")->capture_default_str()->check(examples::positive);
   app.add_option("--features", features_choice, "onehot (fixed one-hot token + position), learned (trainable embeddings), or both")
       ->capture_default_str()
       ->check(CLI::IsMember({"onehot", "learned", "both"}));
   app.add_option("--tasks", task_list, "Tasks to run")->check(CLI::IsMember(task_names()))->delimiter(',');
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : static_cast<int>(ExitCode::bad_input);
-  }
+  if (const auto stop = examples::parse_command_line(app, "param_free_vs_learned", argc, argv)) return *stop;
   return run_program("param_free_vs_learned", [&] { return run_demo(s, out_dir, features_choice, task_list); });
 }
 

@@ -36,6 +36,7 @@
 #include "tapegrad/train/dataset_file.hpp"
 #include "tapegrad/train/report.hpp"
 #include "tapegrad/train/trainer.hpp"
+#include "command_line.hpp"
 
 using namespace tapegrad;
 using namespace tapegrad::lesson;
@@ -62,9 +63,6 @@ struct Options {
   bool residual = false;
   Index n_train = 4000, n_test = 1000;
 };
-
-// One line, for a mistake on the command line (CLI11's default adds a second line).
-std::string one_line(const CLI::App*, const CLI::Error& e) { return fmt::format("train: {} (see --help)\n", e.what()); }
 
 // An option whose value is one of an enum's names (or an older alias), from the enum's one name table.
 template <NamedEnum E>
@@ -349,7 +347,6 @@ int run(const Options& o, const TableFlags& flags) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Train the lesson's toy model (features -> self-attention -> readout) on a toy task or your own data"};
-  app.failure_message(one_line);
   Options o;
   auto* task = app.add_option("--task", o.task, "A toy task: " + [] {
                                 std::string s;
@@ -365,12 +362,12 @@ int main(int argc, char** argv) {
   task->excludes(data);
   const std::string model_group = "Model";
   add_enum(app, "--attention", o.attention, "Attention (free and learned are accepted too)")->group(model_group);
-  app.add_option("--heads", o.heads, "Attention heads")->capture_default_str()->check(CLI::PositiveNumber)->group(model_group);
+  app.add_option("--heads", o.heads, "Attention heads")->capture_default_str()->check(examples::positive)->group(model_group);
   app.add_option("--d-model", o.d_model, "Width of trainable embeddings (with --features learned; default 32)")
-      ->check(CLI::PositiveNumber)
+      ->check(examples::positive)
       ->group(model_group);
   app.add_option("--d-head", o.d_head, "Width of each attention head (default: the model width / --heads)")
-      ->check(CLI::PositiveNumber)
+      ->check(examples::positive)
       ->group(model_group);
   add_enum(app, "--features", o.features, "Token features (onehot: fixed; learned: a trainable embedding)")->group(model_group);
   add_enum(app, "--positions", o.positions, "Positions (onehot: concatenated; learned, sinusoidal: added)")->group(model_group);
@@ -389,10 +386,10 @@ int main(int argc, char** argv) {
   app.add_flag("--overwrite", o.overwrite, "Replace the files of an earlier run in --out");
   app.add_option("--max-memory", o.max_memory_gb, "GB a run may take, estimated before anything is built")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(examples::positive);
   auto* every = app.add_option("--checkpoint-every", o.checkpoint_every, "Save a checkpoint every N steps (into --out/checkpoints)")
-                    ->check(CLI::PositiveNumber);
-  app.add_option("--keep", o.keep, "Checkpoints to keep (the newest)")->capture_default_str()->check(CLI::PositiveNumber)->needs(every);
+                    ->check(examples::positive);
+  app.add_option("--keep", o.keep, "Checkpoints to keep (the newest)")->capture_default_str()->check(examples::positive)->needs(every);
   auto* resume = app.add_option("--resume", o.resume, "Continue training from a checkpoint; it supplies the model, the "
                                                       "training settings and the data (--steps may extend the run)")
                      ->check(CLI::ExistingFile);
@@ -409,11 +406,7 @@ int main(int argc, char** argv) {
                                                         "the optimizer state, the step");
   inspect_cmd->add_option("file", inspect_path, "The checkpoint")->required()->check(CLI::ExistingFile);
   inspect_cmd->add_flag("--json", inspect_json, "Print the whole checkpoint as JSON instead");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : static_cast<int>(ExitCode::bad_input);  // --help is 0
-  }
+  if (const auto stop = examples::parse_command_line(app, "train", argc, argv)) return *stop;
   return run_program("train", [&] {
     if (*inspect_cmd) return inspect(inspect_path, inspect_json);
     if (o.task.empty() && o.data.empty() && o.resume.empty())

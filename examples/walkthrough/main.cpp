@@ -13,17 +13,14 @@
 #include "tapegrad/core/file_io.hpp"
 #include "tapegrad/train/report.hpp"
 #include "walkthrough/notes.hpp"
+#include "../command_line.hpp"
 
 int main(int argc, char** argv) {
   using namespace tapegrad;
   CLI::App app{"Recomputes the worked examples of the self-attention notes with tapegrad and flags every wrong number"};
   std::string markdown;
   app.add_option("--markdown", markdown, "Also write the walkthrough as Markdown to this file");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : static_cast<int>(ExitCode::bad_input);
-  }
+  if (const auto stop = examples::parse_command_line(app, "walkthrough", argc, argv)) return *stop;
   return run_program("walkthrough", [&] {
     const auto sections = walkthrough::run_walkthrough();
     fmt::print("{}", walkthrough::render_terminal(sections));

@@ -1,0 +1,40 @@
+#pragma once
+// The examples' command lines: one way to report a mistake in the flags, the same in every program.
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "tapegrad/train/report.hpp"
+
+namespace tapegrad::examples {
+
+// A check for a flag that must be positive; its message reads as the others do ("--keep: must be
+// positive, got '0'"), where CLI::PositiveNumber's prints the whole range of a double.
+inline const CLI::Validator positive(
+    [](std::string& text) -> std::string {
+      char* end = nullptr;
+      const double v = std::strtod(text.c_str(), &end);
+      if (end == text.c_str() || *end != '\0' || !(v > 0)) return fmt::format("must be positive, got '{}'", text);
+      return {};
+    },
+    "POSITIVE");
+
+// Parses argv into `app`. A mistake prints one line, "<program>: <what> (see --help)", and returns
+// ExitCode::bad_input; --help prints the help and returns 0. Returns nothing when the program should run.
+inline std::optional<int> parse_command_line(CLI::App& app, const std::string& program, int argc, char** argv) {
+  app.failure_message([program](const CLI::App*, const CLI::Error& e) {
+    return fmt::format("{}: {} (see --help)\n", program, e.what());
+  });
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : static_cast<int>(ExitCode::bad_input);
+  }
+  return std::nullopt;
+}
+
+}  // namespace tapegrad::examples
