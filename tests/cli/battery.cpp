@@ -6,7 +6,8 @@
 //
 // The programs' paths come from CMake (TAPEGRAD_TRAIN, ...). TAPEGRAD_MUTANTS=<n> sets how many
 // re-sealed mutants of a checkpoint the mutation case tries (default 24); it reports the worst peak
-// memory and time it saw.
+// memory and time it saw. (Loops over pairs name .first and .second: clang 14 cannot capture a
+// structured binding in doctest's INFO.)
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -263,7 +264,9 @@ TEST_CASE("cli: bad flags and values are refused in one line with exit 2, before
       {{"--task", "parity"}, "--task: parity not in"},
       {{"inspect"}, "file is required"},
   };
-  for (const auto& [args, says] : cases) {
+  for (const auto& entry : cases) {
+    const auto& args = entry.first;
+    const auto& says = entry.second;
     INFO(fmt::format("train {}", fmt::join(args, " ")));
     check_refused(run(train(args)), ExitCode::bad_input, says);
   }
@@ -278,7 +281,9 @@ TEST_CASE("cli: every program turns bad flags into exit 2 and one line") {
       {TAPEGRAD_WALKTHROUGH, {"--bogus"}}, {TAPEGRAD_GRADCHECK, {"--bogus"}},
       {TAPEGRAD_CUSTOM, {"train", "--bogus"}},
   };
-  for (const auto& [program, args] : cases) {
+  for (const auto& entry : cases) {
+    const auto& program = entry.first;
+    const auto& args = entry.second;
     const std::string name = fs::path(program).filename().string();
     INFO(name);
     check_refused(run(with(program, args)), ExitCode::bad_input, "The following argument was not expected: --bogus", true, name);
@@ -300,7 +305,9 @@ TEST_CASE("cli: an --out that cannot be a run's folder is refused before trainin
       {"/dev/null", "is not a folder"},
       {dir / "file" / "sub", "cannot create the folder"},
   };
-  for (const auto& [out, says] : cases) {
+  for (const auto& entry : cases) {
+    const auto& out = entry.first;
+    const auto& says = entry.second;
     INFO(out.string());
     const Outcome r = run(train({"--task", "cycle", "--steps", "5", "--out", out.string()}));
     check_refused(r, ExitCode::bad_input, says);
@@ -362,7 +369,9 @@ TEST_CASE("cli: data that is not a regular file, too large or too wide is refuse
       {(dir / "wide.txt").string(), "more than the limit of"},
       {(dir / "nolabels.txt").string(), "no labels at all"},
   };
-  for (const auto& [data, says] : cases) {
+  for (const auto& entry : cases) {
+    const auto& data = entry.first;
+    const auto& says = entry.second;
     INFO(data);
     check_refused(run(train({"--data", data, "--steps", "5"})), ExitCode::bad_input, says);
   }
@@ -425,7 +434,9 @@ TEST_CASE("cli: forged checkpoints (valid checksums, hostile values) are refused
       {no_task, "resume: the checkpoint does not say what data it was trained on"},
       {huge_batch, "more than the limit of"},
   };
-  for (const auto& [file, says] : cases) {
+  for (const auto& entry : cases) {
+    const auto& file = entry.first;
+    const auto& says = entry.second;
     INFO(file);
     const Outcome r = run(train({"--resume", file, "--steps", "30"}));
     check_refused(r, ExitCode::bad_input, says);
@@ -567,7 +578,9 @@ TEST_CASE("cli: a write that fails (file size limit) ends with exit 4 naming the
                         {.cwd = {}, .max_file_bytes = 20'000});
   check_refused(r, ExitCode::system_failed, "File too large", false);
   CHECK(snapshot_files(run_dir).size() >= before.size());
-  for (const auto& [name, bytes] : before) {
+  for (const auto& entry : before) {
+    const auto& name = entry.first;
+    const auto& bytes = entry.second;
     INFO(name);
     CHECK(slurp(run_dir / name) == bytes);  // the first run's files: every byte as it was
   }
