@@ -511,6 +511,24 @@ TEST_CASE("cli: two runs on one --out: the second is refused naming the first, w
   check_ok(run(train({"--resume", saved.back().string(), "--steps", std::to_string(step + 20), "--out", dir.string()})));
 }
 
+TEST_CASE("cli: two flagship demos on one --out: the second is refused at once, naming the first") {
+  const fs::path dir = scratch("concurrent_demo") / "out";
+  Process first = start(with(TAPEGRAD_DEMO, {"--out", dir.string(), "--tasks", "cycle"}));
+  const std::string pid = std::to_string(first.pid);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (slurp(dir / ".tapegrad.lock") != pid) {
+    REQUIRE(still_running(first));
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const Outcome second = run(with(TAPEGRAD_DEMO, {"--out", dir.string(), "--tasks", "cycle"}));
+  REQUIRE(still_running(first));
+  check_refused(second, ExitCode::bad_input, fmt::format("another run (pid {}) is using the folder", pid), true,
+                "param_free_vs_learned");
+  ::kill(first.pid, SIGKILL);
+  CHECK(finish(first).signal == SIGKILL);
+}
+
 TEST_CASE("cli: resuming keeps only this run's checkpoints and leaves odd names, and stale temporaries go") {
   const fs::path run_dir = trained_run("keep_by_run");
   const fs::path ckpt = run_dir / "checkpoints";
