@@ -370,7 +370,7 @@ std::string describe_checkpoint(const Checkpoint& c) {
   const OptimizerRecord& o = c.training->optimizer;
   const TrainerState& t = c.training->trainer;
   s += fmt::format("training: step {} of {} ({}), data fingerprint {:08x}{}{}\n", t.step, t.options.steps,
-                   describe_settings(to_settings(t.options)), t.data_fingerprint, t.format1_fingerprint ? " (format 1)" : "",
+                   describe_settings(to_settings(t.options)), t.data_fingerprint, t.from_format1 ? " (format 1)" : "",
                    t.eval_fingerprint ? fmt::format(", evaluation data fingerprint {:08x}", *t.eval_fingerprint) : "");
   s += fmt::format("optimizer: {} after {} steps ({}); schedule {}; {} buffers\n", p(o.kind), o.step,
                    p(describe_settings(o.hyperparameters)), p(o.schedule.describe()), o.buffers.size());

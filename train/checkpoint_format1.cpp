@@ -163,8 +163,7 @@ void load_format1(InArchive& ar, Checkpoint& c) {
     t.trainer.data_fingerprint = v;
     c.metadata.erase(fingerprint);
   }
-  t.trainer.format1_fingerprint = true;  // ids only, as 0.1 computed it
-  t.trainer.eval_recorded = false;       // 0.1 did not record the evaluation data
+  t.trainer.from_format1 = true;  // its fingerprint covers ids only; it did not record the evaluation data
   c.training = std::move(t);
 }
 

@@ -47,12 +47,11 @@ void check_loss(double loss, Index step, double lr) {
 }  // namespace detail
 
 TrainerBase::TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Index train_size, std::uint32_t fingerprint,
-                         std::uint32_t format1_fingerprint, TrainOptions options)
+                         TrainOptions options)
     : model_(model),
       optimizer_(optimizer),
       options_(checked(options)),
       data_fingerprint_(fingerprint),
-      format1_fingerprint_(format1_fingerprint),
       sampler_(train_size, options_.batch, options_.seed),
       rng_(options_.seed, kTrainingStream),
       start_seconds_(now_seconds()) {
@@ -149,13 +148,13 @@ TrainerState TrainerBase::state() const {
 }
 
 void TrainerBase::check_state(const TrainerState& s) const {
-  const std::uint32_t fingerprint = s.format1_fingerprint ? format1_fingerprint_ : data_fingerprint_;
+  const std::uint32_t fingerprint = s.from_format1 ? format1_fingerprint() : data_fingerprint_;
   if (s.data_fingerprint != fingerprint)
     fail<ValueError>("resume: the training data differs from the data the checkpoint was trained on (fingerprint "
                      "{:08x} in the file, {:08x} now)",
                      s.data_fingerprint, fingerprint);
   const auto text = [](std::optional<std::uint32_t> f) { return f ? fmt::format("{:08x}", *f) : std::string("none"); };
-  if (s.eval_recorded && s.eval_fingerprint != eval_fingerprint_)
+  if (!s.from_format1 && s.eval_fingerprint != eval_fingerprint_)
     fail<ValueError>("resume: the evaluation data differs from the checkpoint's (fingerprint {} in the file, {} now); "
                      "one curve must not mix two evaluation sets",
                      text(s.eval_fingerprint), text(eval_fingerprint_));

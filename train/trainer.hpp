@@ -105,9 +105,10 @@ struct TrainerState {
   TrainOptions options;
   Index step = 0;
   std::uint32_t data_fingerprint = 0;  // of the training data (DataSource::fingerprint)
-  bool format1_fingerprint = false;    // read from a format-1 file: data_fingerprint is format1_fingerprint()
-  std::optional<std::uint32_t> eval_fingerprint;  // of the evaluation data; none without (or format 1)
-  bool eval_recorded = true;           // false for format 1, which did not record the evaluation data
+  std::optional<std::uint32_t> eval_fingerprint;  // of the evaluation data; none without it
+  // Read from a format-1 file (tapegrad 0.1): data_fingerprint is DataSource::format1_fingerprint() (ids
+  // only), and the evaluation data was not recorded, so it is not checked.
+  bool from_format1 = false;
   Sampler::State data_order;
   Rng::State rng;                      // the training random stream
   double window_loss = 0;              // sum of losses since the last curve point
@@ -156,9 +157,9 @@ class TrainerBase {
   void check_state(const TrainerState& s) const;
 
  protected:
-  // `fingerprint` and `format1_fingerprint` are the training data's (DataSource).
+  // `fingerprint` is the training data's (DataSource::fingerprint).
   TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Index train_size, std::uint32_t fingerprint,
-              std::uint32_t format1_fingerprint, TrainOptions options);
+              TrainOptions options);
   void set_eval_fingerprint(std::optional<std::uint32_t> f) { eval_fingerprint_ = f; }
 
   // For Trainer<B>::step(): the next batch's indices, then, once the loss is on tape(), the rest of the
@@ -171,6 +172,9 @@ class TrainerBase {
   // Evaluation data's loss and metrics, or nothing without evaluation data.
   virtual NamedValues evaluate_for_curve() = 0;
   virtual bool has_eval() const = 0;
+  // The training data's fingerprint as format 1 computed it: only a format-1 resume asks, so it is not
+  // computed up front.
+  virtual std::uint32_t format1_fingerprint() const = 0;
 
  private:
   CurvePoint record_point();
@@ -178,7 +182,7 @@ class TrainerBase {
   Module<float>& model_;
   Optimizer<float>& optimizer_;
   TrainOptions options_;
-  std::uint32_t data_fingerprint_, format1_fingerprint_;
+  std::uint32_t data_fingerprint_;
   std::optional<std::uint32_t> eval_fingerprint_;
   Sampler sampler_;
   Rng rng_;
@@ -222,6 +226,7 @@ class Trainer final : public TrainerBase {
  private:
   NamedValues evaluate_for_curve() override { return evaluate(*eval_); }
   bool has_eval() const override { return eval_ != nullptr; }
+  std::uint32_t format1_fingerprint() const override { return train_.format1_fingerprint(); }
 
   const DataSource<B>& train_;
   const DataSource<B>* eval_ = nullptr;
@@ -246,7 +251,7 @@ void check_loss(double loss, Index step, double lr);
 template <class B>
 Trainer<B>::Trainer(Module<float>& model, Optimizer<float>& optimizer, const DataSource<B>& train, LossFn loss,
                     TrainOptions options)
-    : TrainerBase(model, optimizer, train.size(), train.fingerprint(), train.format1_fingerprint(), options),
+    : TrainerBase(model, optimizer, train.size(), train.fingerprint(), options),
       train_(train),
       loss_(std::move(loss)) {
   static_assert(requires(const B& b) {
