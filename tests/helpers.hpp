@@ -1,11 +1,14 @@
 #pragma once
 // Shared test helpers: random tensors from the seeded generator, tensor comparison that says where
-// two tensors differ, and a gradcheck assertion that prints the report when it fails.
+// two tensors differ, a gradcheck assertion that prints the report when it fails, and scratch folders.
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <bit>
 #include <cmath>
+#include <filesystem>
 #include <string>
 
 #include "tapegrad/autograd/gradcheck.hpp"
@@ -14,6 +17,15 @@
 #include "tapegrad/train/trainer.hpp"
 
 namespace tapegrad::test {
+
+// A fresh, empty folder for one test: <tmp>/tapegrad_test_<suite>_<name>_<pid> (the pid keeps parallel
+// ctest processes apart).
+inline std::filesystem::path scratch_dir(std::string_view suite, std::string_view name) {
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("tapegrad_test_{}_{}_{}", suite, name, ::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
 
 template <class T = double>
 TensorT<T> random_tensor(Shape s, Rng& rng, double scale = 1.0) {

@@ -63,12 +63,7 @@ struct MlpRun {
   }
 };
 
-fs::path scratch(const std::string& name) {
-  const auto dir = fs::temp_directory_path() / fmt::format("tapegrad_test_checkpoint_{}_{}", name, ::getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path scratch(const std::string& name) { return test::scratch_dir("checkpoint", name); }
 
 std::vector<TensorT<float>> values_of(Module<float>& m) {
   std::vector<TensorT<float>> out;

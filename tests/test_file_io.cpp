@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "helpers.hpp"
 #include "tapegrad/core/error.hpp"
 #include "tapegrad/core/file_io.hpp"
 
@@ -17,12 +18,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path scratch(const std::string& name) {
-  const auto dir = fs::temp_directory_path() / fmt::format("tapegrad_test_file_io_{}_{}", name, ::getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path scratch(const std::string& name) { return test::scratch_dir("file_io", name); }
 
 void write_text(const fs::path& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
