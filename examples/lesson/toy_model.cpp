@@ -13,22 +13,16 @@ std::string ModelConfig::describe() const {
                      output_projection ? ", Wo" : "", residual ? ", residual" : "", labels);
 }
 
-namespace {
-struct Widths {
-  Index input;     // of the token features
-  Index d_model;   // features and positions: what attention sees
-  Index d_head;
-  Index attention; // what attention outputs
-};
-
-Widths widths(const ModelConfig& c) {
-  Widths w;
+ModelWidths model_widths(const ModelConfig& c) {
+  ModelWidths w;
   w.input = c.features == FeatureKind::onehot ? c.vocab : c.d_embed;
   w.d_model = c.positions == PositionEncoding::onehot ? w.input + c.max_len : w.input;
   w.d_head = c.d_head != 0 ? c.d_head : w.d_model / c.heads;
   w.attention = c.output_projection ? w.d_model : c.heads * w.d_head;
   return w;
 }
+
+namespace {
 
 SelfAttentionOptions attention_options(const ModelConfig& c, Index d_model) {
   return {.mode = c.attention, .d_model = d_model, .n_heads = c.heads, .d_head = c.d_head,
@@ -39,7 +33,7 @@ SelfAttentionOptions attention_options(const ModelConfig& c, Index d_model) {
 template <class T>
 void ToyModel<T>::check_config(const ModelConfig& c) {
   check_fields(c, "model");  // every size positive and below 2^24: the arithmetic below cannot overflow
-  const Widths w = widths(c);
+  const ModelWidths w = model_widths(c);
   SelfAttention<T>::check("attn", attention_options(c, w.d_model));
   if (c.residual && w.attention != w.d_model)
     fail<ValueError>("model: a residual connection adds the attention output ({} wide) to its input ({} wide); make "
@@ -51,7 +45,7 @@ template <class T>
 ToyModel<T>::ToyModel(const ModelConfig& c) : Module<T>("model"), config_(c) {
   check_config(c);  // before anything is allocated
   Rng rng(c.seed, 0x6d6f64656c);
-  const Widths w = widths(c);
+  const ModelWidths w = model_widths(c);
   if (c.features == FeatureKind::onehot) {
     onehot_ = std::make_unique<OneHotTokens<T>>("tokens", c.vocab);
   } else {
@@ -76,7 +70,7 @@ Index ToyModel<T>::implied_parameter_count(const ModelConfig& c) {
     return -1;
   }
   // Mirrors the constructor: embedding table, learned positions, attention projections, readout.
-  const Widths w = widths(c);
+  const ModelWidths w = model_widths(c);
   Index n = c.features == FeatureKind::learned ? c.vocab * c.d_embed : 0;
   if (c.positions == PositionEncoding::learned) n += c.max_len * w.input;
   if (c.attention == AttentionMode::learnable) {

@@ -77,6 +77,15 @@ struct ModelConfig {
   std::string describe() const;  // one line
 };
 
+// The widths a configuration implies, from the configuration alone (for a valid one: check_config).
+struct ModelWidths {
+  Index input;      // of the token features
+  Index d_model;    // features and positions: what attention sees
+  Index d_head;
+  Index attention;  // what attention outputs
+};
+ModelWidths model_widths(const ModelConfig& config);
+
 template <class T>
 class ToyModel : public Module<T> {
  public:

@@ -24,9 +24,8 @@ double estimated_bytes(const ToyRunConfig& config, Index length, Index examples)
   const Index parameters = ToyModel<float>::implied_parameter_count(m);
   if (parameters < 0) return std::numeric_limits<double>::infinity();
   const auto d = [](Index v) { return static_cast<double>(v); };
-  const double width_in = d(m.features == FeatureKind::onehot ? m.vocab : m.d_embed);
-  const double d_model = width_in + (m.positions == PositionEncoding::onehot ? d(m.max_len) : 0);
-  const double d_head = m.d_head != 0 ? d(m.d_head) : d_model / d(m.heads), heads = d(m.heads);
+  const ModelWidths w = model_widths(m);  // a valid configuration: implied_parameter_count checked it
+  const double width_in = d(w.input), d_model = d(w.d_model), d_head = d(w.d_head), heads = d(m.heads);
   const double t = d(length);
   // Floats per sequence on the tape: features, positions, Q, K, V and their head slices, head outputs,
   // Wo, residual, logits and the softmax cross-entropy keeps per position; scores, weights and the copy
