@@ -10,6 +10,7 @@
 #include <span>
 
 #include "tapegrad/autograd/tape.hpp"
+#include "tapegrad/core/rng.hpp"
 
 namespace tapegrad {
 
@@ -23,7 +24,8 @@ template <class T> Var<T> matmul_at(Var<T> a, Var<T> b, Where where = Where::cur
 
 // ---- elementwise (ops_elementwise.cpp) ---------------------------------------------------------
 // b either has a's shape, or is a row of a's width (rank 1, or 1 x cols) added to every row (a bias),
-// or, when a is batched (B,T,D), a (T,D) matrix shared by every batch item (positions).
+// or, when a is batched (B,T,D), a (T,D) matrix shared by every batch item (positions), or a column
+// (.., 1) with a's leading dimensions, (N,1) for a (N,D) and (B,T,1) for a (B,T,D), one value per row.
 template <class T> Var<T> add(Var<T> a, Var<T> b, Where where = Where::current());
 template <class T> Var<T> sub(Var<T> a, Var<T> b, Where where = Where::current());
 template <class T> Var<T> mul(Var<T> a, Var<T> b, Where where = Where::current());
@@ -64,5 +66,44 @@ template <class T> Var<T> concat_cols(std::span<const Var<T>> parts, Where where
 // Rows of a 2-D table (V,D) picked by ids: ids (N) -> (N,D), ids (B,T) -> (B,T,D). The backward
 // rule scatter-adds into the picked rows (an embedding lookup).
 template <class T> Var<T> gather_rows(Var<T> table, const Ids& ids, Where where = Where::current());
+
+// ---- shapes (ops_shape.cpp) --------------------------------------------------------------------
+// The same elements in row-major order under another shape of equal size: (B, T, D) -> (B*T, D) and
+// back. The tensors are contiguous, so no element moves (the value is one copy into the node's buffer).
+template <class T> Var<T> reshape(Var<T> x, Shape shape, Where where = Where::current());
+// One position per sequence: x (B, T, D), positions (B) with 0 <= positions[b] < T -> (B, D), row b
+// being x[b, positions[b], :] (a sequence's last real token, a classification token).
+template <class T> Var<T> pick_positions(Var<T> x, const Ids& positions, Where where = Where::current());
+
+// ---- row-wise reductions (ops_rowwise.cpp) -------------------------------------------------------
+// Over the last axis, keeping it with width 1: (N, D) -> (N, 1), (B, T, D) -> (B, T, 1). A (.., 1)
+// result broadcasts back over the rows in add, sub, mul and div (b of shape (.., 1) with a's leading
+// dimensions: a column).
+template <class T> Var<T> row_sum(Var<T> x, Where where = Where::current());
+template <class T> Var<T> row_mean(Var<T> x, Where where = Where::current());
+// The gradient goes to the first maximal element of each row (as PyTorch's max(dim) picks one index).
+template <class T> Var<T> row_max(Var<T> x, Where where = Where::current());
+
+// ---- more elementwise (ops_elementwise.cpp) -----------------------------------------------------------
+template <class T> Var<T> exp(Var<T> a, Where where = Where::current());
+// log and sqrt are defined for a > 0 and a >= 0: outside, the value is NaN (or -Inf at log 0), which
+// anomaly detection reports, as in PyTorch.
+template <class T> Var<T> log(Var<T> a, Where where = Where::current());
+template <class T> Var<T> sqrt(Var<T> a, Where where = Where::current());
+template <class T> Var<T> sigmoid(Var<T> a, Where where = Where::current());
+// a / b with b broadcast as in add (same shape, a row, the batch-shared matrix, or a column).
+template <class T> Var<T> div(Var<T> a, Var<T> b, Where where = Where::current());
+
+// ---- dropout and layer norm (ops_norm.cpp) -------------------------------------------------------
+// Inverted dropout: each element is zeroed with probability p (rng.uniform() < p) and the others are
+// scaled by 1 / (1 - p), so the expected value is unchanged; 0 <= p < 1. The mask is drawn from `rng`,
+// one uniform per element in row-major order, so a seeded stream (the trainer's, saved in checkpoints)
+// gives the same mask again. p = 0 draws nothing and returns x unchanged. This op always drops:
+// evaluation mode is the caller's (layers/dropout.hpp) decision not to call it.
+template <class T> Var<T> dropout(Var<T> x, double p, Rng& rng, Where where = Where::current());
+// Layer normalisation over the last axis, fused: y = (x - mean) / sqrt(var + eps) * gamma + beta with
+// the biased variance (as PyTorch); gamma and beta are rows of x's width. One pass forward, one back.
+template <class T>
+Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps = 1e-5, Where where = Where::current());
 
 }  // namespace tapegrad

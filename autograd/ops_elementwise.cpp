@@ -1,4 +1,5 @@
-// Elementwise ops with broadcasting of b, unary activations, scale, full reductions, transpose.
+// Elementwise ops: add, sub, mul and div with b broadcast; scale, relu, tanh, gelu, exp, log, sqrt and
+// sigmoid; full reductions; transpose.
 #include <cmath>
 #include <numbers>
 
@@ -9,10 +10,10 @@ namespace {
 
 // ---- binary ops with b broadcast over a ------------------------------------------------------
 
-enum class Broadcast { same, row, batch };
-enum class Binary { add, sub, mul };
+enum class Broadcast { same, row, batch, col };
+enum class Binary { add, sub, mul, div };
 
-// What add, sub and mul keep for their backward rule.
+// What add, sub, mul and div keep for their backward rule.
 struct BinarySaved {
   Binary kind = Binary::add;
   Broadcast broadcast = Broadcast::same;
@@ -22,12 +23,18 @@ Broadcast broadcast_of(const char* op, const Shape& a, const Shape& b) {
   if (a == b) return Broadcast::same;
   if (b.rank <= 2 && b.batch == 1 && b.rows == 1 && b.cols == a.cols) return Broadcast::row;
   if (a.rank == 3 && b.rank == 2 && b.rows == a.rows && b.cols == a.cols) return Broadcast::batch;
+  if (b.rank == a.rank && b.batch == a.batch && b.rows == a.rows && b.cols == 1) return Broadcast::col;
+  Shape col = a;
+  col.cols = 1;
   if (a.rank == 3)
-    fail<ShapeError>("{}: shapes do not broadcast: a is {}, b is {} (b must be {}, a row of {} values, or a "
-                     "{}x{} matrix shared by the batch)",
-                     op, a, b, a, a.cols, a.rows, a.cols);
-  fail<ShapeError>("{}: shapes do not broadcast: a is {}, b is {} (b must be {} or a row of {} values)", op, a,
-                   b, a, a.cols);
+    fail<ShapeError>("{}: shapes do not broadcast: a is {}, b is {} (b must be {}, a row of {} values, a "
+                     "{}x{} matrix shared by the batch, or a {} column)",
+                     op, a, b, a, a.cols, a.rows, a.cols, col);
+  if (a.rank == 2)
+    fail<ShapeError>("{}: shapes do not broadcast: a is {}, b is {} (b must be {}, a row of {} values, or a {} column)",
+                     op, a, b, a, a.cols, col);
+  fail<ShapeError>("{}: shapes do not broadcast: a is {}, b is {} (b must be {}, a row of {} values, or a single value)",
+                   op, a, b, a, a.cols);
 }
 
 // out (+)= f(A, B) where B is broadcast to A's shape according to `bc`.
@@ -41,39 +48,55 @@ void broadcast_apply(Broadcast bc, const TensorT<T>& A, const TensorT<T>& B, Ten
     case Broadcast::batch:
       for (Index i = 0; i < A.batch(); ++i) f(out.mat(i), A.mat(i), B.mat());
       break;
+    case Broadcast::col: f(out.flat(), A.flat(), B.flat().col(0).replicate(1, A.cols())); break;
   }
 }
 
-// dB (+)= sign * (dC, or dC * A when A is given) summed over the dimensions along which B was
-// broadcast; `assign` (the gradient's first write) only for the same-shape case and a plain bias, which
-// write all of dB.
+// The gradient that reaches B before the broadcast is undone, as array expressions of one block:
+// add: dC, sub: -dC, mul: dC A, div: -dC A / B^2. `sink` receives it.
+template <class G, class X, class Y, class Sink>
+void b_term(Binary kind, const G& dC, const X& A, const Y& B, Sink sink) {
+  switch (kind) {
+    case Binary::add: sink(dC); break;
+    case Binary::sub: sink(-dC); break;
+    case Binary::mul: sink(dC * A); break;
+    case Binary::div: sink(-dC * A / B.square()); break;
+  }
+}
+
+// dB (+)= that gradient summed over the dimensions along which B was broadcast. Every broadcast writes
+// all of dB, so the first write of a backward pass may assign.
 template <class T>
-void reduce_into(Broadcast bc, const TensorT<T>& dC, const TensorT<T>* A, T sign, TensorT<T>& dB, bool assign) {
-  if (bc == Broadcast::same) {
-    if (A)
-      write_grad(dB.array(), sign * dC.array() * A->array(), assign);
-    else
-      write_grad(dB.array(), sign * dC.array(), assign);
-    return;
-  }
-  if (bc == Broadcast::row && !A) {  // a bias: the column sums of dC, vectorised
-    write_grad(dB.flat().row(0), sign * dC.flat().colwise().sum(), assign);
-    return;
-  }
-  // row: every row of dC lands on B's single row; batch: row r lands on row r mod T of B.
-  for (Index r = 0; r < dC.shape().flat_rows(); ++r) {
-    auto target = dB.flat().row(bc == Broadcast::row ? 0 : r % dB.rows());
-    if (A)
-      target.array() += sign * dC.flat().row(r).array() * A->flat().row(r).array();
-    else
-      target.array() += sign * dC.flat().row(r).array();
+void reduce_into(Binary kind, Broadcast bc, const TensorT<T>& dC, const TensorT<T>& A, const TensorT<T>& B,
+                 TensorT<T>& dB, bool assign) {
+  const auto dc = dC.flat().array();
+  const auto a = A.flat().array();
+  switch (bc) {
+    case Broadcast::same:
+      b_term(kind, dc, a, B.flat().array(), [&](const auto& g) { write_grad(dB.flat().array(), g, assign); });
+      break;
+    case Broadcast::row:  // every row of dC lands on B's single row: column sums
+      b_term(kind, dc, a, B.flat().row(0).array().replicate(dc.rows(), 1),
+             [&](const auto& g) { write_grad(dB.flat().row(0).array(), g.colwise().sum(), assign); });
+      break;
+    case Broadcast::batch:  // batch item i lands on all of B: a sum over the batch (zero if it is empty)
+      if (A.batch() == 0 && assign) dB.set_zero();
+      for (Index i = 0; i < A.batch(); ++i)
+        b_term(kind, dC.mat(i).array(), A.mat(i).array(), B.mat().array(),
+               [&](const auto& g) { write_grad(dB.mat().array(), g, assign && i == 0); });
+      break;
+    case Broadcast::col:  // every column of row r lands on B's row r: row sums
+      b_term(kind, dc, a, B.flat().col(0).array().replicate(1, dc.cols()),
+             [&](const auto& g) { write_grad(dB.flat().col(0).array(), g.rowwise().sum(), assign); });
+      break;
   }
 }
 
-// Forward was C = A + B, A - B or A * B (B broadcast). So now:
+// Forward was C = A + B, A - B, A * B or A / B (B broadcast). So now:
 //   add: dA += dC,      dB += reduce(dC)
 //   sub: dA += dC,      dB -= reduce(dC)
 //   mul: dA += dC * B,  dB += reduce(dC * A)
+//   div: dA += dC / B,  dB -= reduce(dC * A / B^2)
 template <class T>
 void binary_backward(Tape<T>& t, Node<T>& n) {
   const auto [kind, bc] = n.template saved<BinarySaved>();
@@ -84,16 +107,13 @@ void binary_backward(Tape<T>& t, Node<T>& n) {
     if (kind == Binary::mul)
       broadcast_apply(bc, dC, nb.val(), *dA.grad,
                       [assign = dA.assign](auto o, auto g, auto b) { write_grad(o.array(), g.array() * b.array(), assign); });
+    else if (kind == Binary::div)
+      broadcast_apply(bc, dC, nb.val(), *dA.grad,
+                      [assign = dA.assign](auto o, auto g, auto b) { write_grad(o.array(), g.array() / b.array(), assign); });
     else
       write_grad(dA.grad->array(), dC.array(), dA.assign);
   }
-  const T sign = kind == Binary::sub ? T(-1) : T(1);
-  const TensorT<T>* times = kind == Binary::mul ? &na.val() : nullptr;
-  if (bc == Broadcast::same || (bc == Broadcast::row && !times)) {  // written whole
-    if (const auto dB = nb.grad_whole()) reduce_into(bc, dC, times, sign, *dB.grad, dB.assign);
-  } else if (TensorT<T>* dB = nb.grad_sink()) {
-    reduce_into(bc, dC, times, sign, *dB, false);
-  }
+  if (const auto dB = nb.grad_whole()) reduce_into(kind, bc, dC, na.val(), nb.val(), *dB.grad, dB.assign);
 }
 
 template <class T>
@@ -110,6 +130,9 @@ Var<T> binary(const char* op, Binary kind, Var<T> a, Var<T> b, Where where) {
     case Binary::sub: broadcast_apply(bc, A, B, n.value, [](auto o, auto x, auto y) { o = x - y; }); break;
     case Binary::mul:
       broadcast_apply(bc, A, B, n.value, [](auto o, auto x, auto y) { o = x.cwiseProduct(y); });
+      break;
+    case Binary::div:
+      broadcast_apply(bc, A, B, n.value, [](auto o, auto x, auto y) { o = x.cwiseQuotient(y); });
       break;
   }
   n.backward = &binary_backward<T>;
@@ -152,6 +175,11 @@ Var<T> sub(Var<T> a, Var<T> b, Where where) {
 template <class T>
 Var<T> mul(Var<T> a, Var<T> b, Where where) {
   return binary("mul", Binary::mul, a, b, where);
+}
+// Declared with the ops of ops_math.cpp; defined here because it shares add's broadcasting.
+template <class T>
+Var<T> div(Var<T> a, Var<T> b, Where where) {
+  return binary("div", Binary::div, a, b, where);
 }
 
 namespace {
@@ -218,6 +246,58 @@ Var<T> gelu(Var<T> a, Where where) {
       });
 }
 
+// C = e^A;  dA += dC C
+template <class T>
+Var<T> exp(Var<T> a, Where where) {
+  return unary(
+      "exp", a, where,
+      [](Tape<T>& t, Node<T>& n) {
+        if (const auto dA = t.input(n, 0).grad_whole())
+          write_grad(dA.grad->array(), n.grad.array() * n.value.array(), dA.assign);
+      },
+      [](Node<T>& n, const TensorT<T>& A) { n.value.array() = A.array().exp(); });
+}
+
+// C = log A (NaN for A < 0, -Inf at 0, as std::log);  dA += dC / A
+template <class T>
+Var<T> log(Var<T> a, Where where) {
+  return unary(
+      "log", a, where,
+      [](Tape<T>& t, Node<T>& n) {
+        Node<T>& in = t.input(n, 0);
+        if (const auto dA = in.grad_whole()) write_grad(dA.grad->array(), n.grad.array() / in.val().array(), dA.assign);
+      },
+      [](Node<T>& n, const TensorT<T>& A) { n.value.array() = A.array().log(); });
+}
+
+// C = sqrt(A) (NaN for A < 0);  dA += dC / (2 C)  (Inf at A = 0, where the slope is unbounded)
+template <class T>
+Var<T> sqrt(Var<T> a, Where where) {
+  return unary(
+      "sqrt", a, where,
+      [](Tape<T>& t, Node<T>& n) {
+        if (const auto dA = t.input(n, 0).grad_whole())
+          write_grad(dA.grad->array(), n.grad.array() * T(0.5) / n.value.array(), dA.assign);
+      },
+      [](Node<T>& n, const TensorT<T>& A) { n.value.array() = A.array().sqrt(); });
+}
+
+// C = 1 / (1 + e^-A);  dA += dC C (1 - C)
+template <class T>
+Var<T> sigmoid(Var<T> a, Where where) {
+  return unary(
+      "sigmoid", a, where,
+      [](Tape<T>& t, Node<T>& n) {
+        if (const auto dA = t.input(n, 0).grad_whole()) {
+          const auto C = n.value.array();
+          write_grad(dA.grad->array(), n.grad.array() * C * (T(1) - C), dA.assign);
+        }
+      },
+      // e^-A overflows to Inf for very negative A, giving exactly 0, and underflows to 0 for large A,
+      // giving 1: no NaN either way.
+      [](Node<T>& n, const TensorT<T>& A) { n.value.array() = T(1) / (T(1) + (-A.array()).exp()); });
+}
+
 namespace {
 // sum: C = sum(A), dA += dC;  mean: C = sum(A) / N, dA += dC / N (every element). `Mean` says which.
 template <class T, bool Mean>
@@ -275,10 +355,15 @@ Var<T> transpose(Var<T> a, Where where) {
   template Var<T> add(Var<T>, Var<T>, Where);        \
   template Var<T> sub(Var<T>, Var<T>, Where);        \
   template Var<T> mul(Var<T>, Var<T>, Where);        \
+  template Var<T> div(Var<T>, Var<T>, Where);        \
   template Var<T> scale(Var<T>, double, Where);      \
   template Var<T> relu(Var<T>, Where);               \
   template Var<T> tanh(Var<T>, Where);               \
   template Var<T> gelu(Var<T>, Where);               \
+  template Var<T> exp(Var<T>, Where);                \
+  template Var<T> log(Var<T>, Where);                \
+  template Var<T> sqrt(Var<T>, Where);               \
+  template Var<T> sigmoid(Var<T>, Where);            \
   template Var<T> sum(Var<T>, Where);                \
   template Var<T> mean(Var<T>, Where);               \
   template Var<T> transpose(Var<T>, Where);

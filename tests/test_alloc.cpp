@@ -97,6 +97,38 @@ TEST_CASE("alloc: a training step in steady state makes no heap allocations") {
   CHECK(test::allocation_count() - eval_before == 0);
 }
 
+TEST_CASE("alloc: a step through layer_norm, dropout, row reductions, column broadcasts and the new elementwise ops "
+          "allocates nothing in steady state") {
+  constexpr Index B = 3, T = 5, D = 8;
+  Rng rng(32);
+  Parameter<float> x{"x", Tensor(Shape::batched(B, T, D))}, gamma{"gamma", Tensor(Shape::vec(D), 1.0f)},
+      beta{"beta", Tensor(Shape::mat(1, D))};
+  for (float& v : x.value.span()) v = static_cast<float>(rng.normal());
+  const Ids last(Shape::vec(B), {4, 2, 0});
+  Rng dropout_rng(33);  // advances every step: a new mask each time, in the same buffers
+  Tape<float> tape;
+  auto step = [&] {
+    tape.reset();
+    Var<float> h = dropout(layer_norm(tape.param(x), tape.param(gamma), tape.param(beta)), 0.25, dropout_rng);
+    Var<float> shifted = exp(sub(h, row_max(h)));                                     // (B, T, D)
+    Var<float> p = div(shifted, row_sum(shifted));                                    // softmax by hand
+    Var<float> s = add(sigmoid(h), sqrt(add(mul(h, h), row_mean(mul(h, h)))));      // column broadcasts
+    Var<float> flat = log(sigmoid(reshape(h, Shape::mat(B * T, D))));               // (B*T, D)
+    Var<float> y = add(mul(p, s), reshape(flat, Shape::batched(B, T, D)));
+    Var<float> loss = mean(pick_positions(y, last));
+    tape.backward(loss);
+    for (auto* q : {&x, &gamma, &beta}) q->zero_grad();
+    return loss.value()[0];
+  };
+  step();
+  step();
+  const long before = test::allocation_count();
+  float last_loss = 0;
+  for (int i = 0; i < 20; ++i) last_loss = step();
+  CHECK(test::allocation_count() - before == 0);
+  CHECK(std::isfinite(last_loss));
+}
+
 TEST_CASE("alloc: a Trainer step (batch, forward, backward, clipping, Adam or SGD) allocates nothing in steady state") {
   const auto task = make_task("cycle");
   const TaskSplit split = make_task_split(*task, 500, 10, 10, 1);

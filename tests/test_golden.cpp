@@ -18,6 +18,12 @@ namespace {
 using V = Var<double>;
 using Composition = std::function<V(std::span<const V> in, const GoldenCase& c)>;
 
+// dropout with the generator make_golden.py reproduced: rng holds (seed, stream, p in percent).
+V dropout_as_recorded(V x, const Ids& rng_spec) {
+  Rng rng(static_cast<std::uint64_t>(rng_spec[0]), static_cast<std::uint64_t>(rng_spec[1]));
+  return dropout(x, rng_spec[2] / 100.0, rng);
+}
+
 // The same compositions as make_golden.py, case by case.
 const std::map<std::string, Composition>& compositions() {
   static const std::map<std::string, Composition> table = {
@@ -52,6 +58,29 @@ const std::map<std::string, Composition>& compositions() {
          return tanh(concat_cols(std::span<const V>(parts)));
        }},
       {"gather_embedding", [](auto in, auto& c) { return scale(gather_rows(in[0], c.ids.at("ids")), 1.5); }},
+      {"reshape_3d_to_2d", [](auto in, auto&) { return matmul(reshape(in[0], Shape::mat(6, 4)), in[1]); }},
+      {"reshape_2d_to_3d", [](auto in, auto&) { return matmul(reshape(in[0], Shape::batched(2, 3, 4)), in[1]); }},
+      {"pick_positions", [](auto in, auto& c) { return tanh(pick_positions(in[0], c.ids.at("positions"))); }},
+      {"row_reductions",
+       [](auto in, auto&) { return sub(mul(row_sum(in[0]), row_max(in[0])), row_mean(mul(in[0], in[0]))); }},
+      {"row_max_shifted_exp", [](auto in, auto&) { return exp(sub(in[0], row_max(in[0]))); }},
+      {"layer_norm_composed",
+       [](auto in, auto&) {
+         V centred = sub(in[0], row_mean(in[0]));
+         V var = row_mean(mul(centred, centred));  // (2, 3, 1)
+         V eps = in[0].tape->constant(TensorD(var.shape(), 1e-5));
+         return div(centred, sqrt(add(var, eps)));
+       }},
+      {"layer_norm_3d", [](auto in, auto&) { return layer_norm(in[0], in[1], in[2], 1e-5); }},
+      {"layer_norm_2d_row_params", [](auto in, auto&) { return layer_norm(in[0], in[1], in[2], 0.01); }},
+      {"column_broadcast", [](auto in, auto&) { return sub(mul(add(in[0], in[1]), in[2]), in[1]); }},
+      {"column_broadcast_2d", [](auto in, auto&) { return add(mul(in[0], in[1]), in[1]); }},
+      {"div_column", [](auto in, auto&) { return div(in[0], exp(in[1])); }},
+      {"div_same_and_row", [](auto in, auto&) { return div(div(in[0], exp(in[1])), sigmoid(in[2])); }},
+      {"exp_log_sqrt_sigmoid", [](auto in, auto&) { return add(log(sigmoid(in[0])), sqrt(exp(in[0]))); }},
+      {"log_sqrt_of_squares", [](auto in, auto&) { return mul(log(mul(in[0], in[0])), sqrt(mul(in[1], in[1]))); }},
+      {"dropout", [](auto in, auto& c) { return dropout_as_recorded(in[0], c.ids.at("rng")); }},
+      {"dropout_3d_tanh", [](auto in, auto& c) { return tanh(dropout_as_recorded(in[0], c.ids.at("rng"))); }},
   };
   return table;
 }

@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
+#include <utility>
 #include <vector>
 
 #include "tapegrad/autograd/ops.hpp"
@@ -237,14 +239,25 @@ TEST_CASE("ops: shape errors of the elementwise ops say which shapes would broad
   Tape<double> t;
   auto v = [&](Shape s) { return t.constant(TensorD(s)); };
   CHECK_THROWS_WITH_AS(add(v(Shape::batched(2, 4, 8)), v(Shape::mat(3, 8))),
-                       "add: shapes do not broadcast: a is 2x4x8, b is 3x8 (b must be 2x4x8, a row of 8 values, or a "
-                       "4x8 matrix shared by the batch)",
+                       "add: shapes do not broadcast: a is 2x4x8, b is 3x8 (b must be 2x4x8, a row of 8 values, a "
+                       "4x8 matrix shared by the batch, or a 2x4x1 column)",
                        ShapeError);
   CHECK_THROWS_WITH_AS(sub(v(Shape::mat(4, 8)), v(Shape::mat(4, 7))),
-                       "sub: shapes do not broadcast: a is 4x8, b is 4x7 (b must be 4x8 or a row of 8 values)",
+                       "sub: shapes do not broadcast: a is 4x8, b is 4x7 (b must be 4x8, a row of 8 values, or a 4x1 column)",
                        ShapeError);
   CHECK_THROWS_WITH_AS(mul(v(Shape::mat(4, 8)), v(Shape::vec(4))),
-                       "mul: shapes do not broadcast: a is 4x8, b is 4 (b must be 4x8 or a row of 8 values)", ShapeError);
+                       "mul: shapes do not broadcast: a is 4x8, b is 4 (b must be 4x8, a row of 8 values, or a 4x1 column)",
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(div(v(Shape::batched(2, 4, 8)), v(Shape::batched(2, 1, 8))),
+                       "div: shapes do not broadcast: a is 2x4x8, b is 2x1x8 (b must be 2x4x8, a row of 8 values, a "
+                       "4x8 matrix shared by the batch, or a 2x4x1 column)",
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(add(v(Shape::vec(8)), v(Shape::vec(3))),
+                       "add: shapes do not broadcast: a is 8, b is 3 (b must be 8, a row of 8 values, or a single value)",
+                       ShapeError);
+  // A column needs a's leading dimensions, in a's rank.
+  CHECK_THROWS_AS(add(v(Shape::batched(2, 4, 8)), v(Shape::mat(8, 1))), ShapeError);
+  CHECK_THROWS_AS(mul(v(Shape::mat(4, 8)), v(Shape::mat(3, 1))), ShapeError);
   CHECK_THROWS_WITH_AS(transpose(v(Shape::vec(5))),
                        "transpose: x is a vector of 5; transpose needs a 2-D or batched 3-D x", ShapeError);
   CHECK_THROWS_WITH_AS(mean(v(Shape::mat(0, 3))), "mean: x is 0x3, which has no elements to average", ShapeError);
@@ -292,4 +305,239 @@ TEST_CASE("ops: softmax, loss and indexing errors name the shapes, ids and targe
                        "gather_rows: ids are 1x1x2; they must be (N) or (batch, rows)", ShapeError);
   CHECK_THROWS_WITH_AS(gather_rows(v(Shape::mat(10, 3)), Ids(Shape::vec(6), {0, 1, 2, 3, 4, 12})),
                        "gather_rows: id 12 at position 5 is outside the table's 10 rows", ValueError);
+}
+
+// ---- reshape, pick_positions, row reductions, exp/log/sqrt/sigmoid/div, dropout, layer_norm ---------------
+
+TEST_CASE("ops: a column (.., 1) broadcasts over the columns in add, sub, mul and div, forward and backward") {
+  Tape<double> t;
+  Var<double> a = t.input(TensorD(Shape::mat(2, 2), {1, 2, 3, 4}));
+  Var<double> col = t.input(TensorD(Shape::mat(2, 1), {10, 20}));
+  CHECK(add(a, col).value() == TensorD(Shape::mat(2, 2), {11, 12, 23, 24}));
+  CHECK(sub(a, col).value() == TensorD(Shape::mat(2, 2), {-9, -8, -17, -16}));
+  CHECK(mul(a, col).value() == TensorD(Shape::mat(2, 2), {10, 20, 60, 80}));
+  Var<double> q = div(a, col);
+  CHECK(q.value() == TensorD(Shape::mat(2, 2), {1.0 / 10, 2.0 / 10, 3.0 / 20, 4.0 / 20}));
+  // d/dA (A / b) = 1 / b;  d/db sum_j A_j / b = -sum_j A_j / b^2
+  t.backward(sum(q));
+  CHECK_TENSOR_NEAR(a.grad(), TensorD(Shape::mat(2, 2), {0.1, 0.1, 0.05, 0.05}), 1e-17, 1e-15);
+  CHECK_TENSOR_NEAR(col.grad(), TensorD(Shape::mat(2, 1), {-3.0 / 100, -7.0 / 400}), 1e-17, 1e-15);
+
+  Tape<double> tb;
+  Var<double> x = tb.constant(TensorD(Shape::batched(2, 1, 2), {1, 2, 3, 4}));
+  Var<double> c = tb.constant(TensorD(Shape::batched(2, 1, 1), {2, -1}));
+  CHECK(mul(x, c).value() == TensorD(Shape::batched(2, 1, 2), {2, 4, -3, -4}));
+  CHECK(div(x, c).value() == TensorD(Shape::batched(2, 1, 2), {0.5, 1, -3, -4}));
+  CHECK(div(x, x).value() == TensorD(Shape::batched(2, 1, 2), 1.0));
+}
+
+TEST_CASE("ops: reshape keeps the elements in order, pick_positions takes one row per batch item") {
+  Tape<double> t;
+  Var<double> x = t.input(TensorD(Shape::batched(2, 3, 2), {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}));
+  Var<double> flat = reshape(x, Shape::mat(6, 2));
+  CHECK(flat.value() == TensorD(Shape::mat(6, 2), {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}));
+  CHECK(reshape(flat, Shape::vec(12)).shape() == Shape::vec(12));
+  Var<double> picked = pick_positions(x, Ids(Shape::vec(2), {2, 0}));  // (2, 2)
+  CHECK(picked.value() == TensorD(Shape::mat(2, 2), {4, 5, 6, 7}));
+  // dX: the flat seed through reshape, plus the picked rows' seed at their positions
+  t.backward(add(sum(mul(flat, flat)), sum(scale(picked, 10))));
+  TensorD expected(Shape::batched(2, 3, 2));
+  for (Index i = 0; i < 12; ++i) expected[i] = 2.0 * static_cast<double>(i);
+  expected.at(0, 2, 0) += 10;
+  expected.at(0, 2, 1) += 10;
+  expected.at(1, 0, 0) += 10;
+  expected.at(1, 0, 1) += 10;
+  CHECK(x.grad() == expected);
+}
+
+TEST_CASE("ops: row_sum, row_mean and row_max reduce the last axis to width 1") {
+  Tape<double> t;
+  Var<double> x = t.constant(TensorD(Shape::batched(2, 2, 3), {1, 2, 3, -1, -5, -3, 0, 0, 6, 7, 7, 7}));
+  CHECK(row_sum(x).value() == TensorD(Shape::batched(2, 2, 1), {6, -9, 6, 21}));
+  CHECK(row_mean(x).value() == TensorD(Shape::batched(2, 2, 1), {2, -3, 2, 7}));
+  CHECK(row_max(x).value() == TensorD(Shape::batched(2, 2, 1), {3, -1, 6, 7}));
+  CHECK(row_sum(t.constant(TensorD(Shape::vec(3), {1, 2, 4}))).value() == TensorD(Shape::vec(1), {7}));
+}
+
+TEST_CASE("ops: row_max sends the gradient to the first of tied maxima, and does not hide a NaN") {
+  Tape<double> t;
+  Var<double> x = t.input(TensorD(Shape::mat(3, 4), {1, 3, 3, 2, 5, 5, 5, 5, -2, -1, -1, -7}));
+  Var<double> m = row_max(x);
+  CHECK(m.value() == TensorD(Shape::mat(3, 1), {3, 5, -1}));
+  t.backward(m, TensorD(Shape::mat(3, 1), {1, 2, 3}));
+  CHECK(x.grad() == TensorD(Shape::mat(3, 4), {0, 1, 0, 0, 2, 0, 0, 0, 0, 3, 0, 0}));
+
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tape<double> tn;
+  for (const TensorD& row : {TensorD(Shape::mat(1, 3), {1, nan, 5}), TensorD(Shape::mat(1, 3), {nan, 1, 5}),
+                             TensorD(Shape::mat(1, 3), {1, 5, nan})}) {
+    CHECK(std::isnan(row_max(tn.constant(row)).value()[0]));
+  }
+}
+
+TEST_CASE("ops: exp, log, sqrt and sigmoid give the textbook values and derivatives") {
+  Tape<double> t;
+  Var<double> x = t.input(TensorD(Shape::vec(3), {0.25, 1, 4}));
+  CHECK_TENSOR_NEAR(exp(x).value(), TensorD(Shape::vec(3), {std::exp(0.25), std::exp(1.0), std::exp(4.0)}), 0, 1e-15);
+  CHECK(log(x).value() == TensorD(Shape::vec(3), {std::log(0.25), 0, std::log(4.0)}));
+  CHECK(sqrt(x).value() == TensorD(Shape::vec(3), {0.5, 1, 2}));
+  CHECK(sigmoid(t.constant(TensorD(Shape::vec(1), {0}))).value()[0] == 0.5);
+  // Saturated sigmoid: exactly 0 and 1, never NaN.
+  CHECK(sigmoid(t.constant(TensorD(Shape::vec(2), {-1000, 1000}))).value() == TensorD(Shape::vec(2), {0, 1}));
+  // d/dx (log x + sqrt x + sigmoid x) = 1/x + 1/(2 sqrt x) + s (1 - s)
+  t.backward(sum(add(add(log(x), sqrt(x)), sigmoid(x))));
+  TensorD expected(Shape::vec(3));
+  for (Index i = 0; i < 3; ++i) {
+    const double v = x.value()[i], s = 1 / (1 + std::exp(-v));
+    expected[i] = 1 / v + 0.5 / std::sqrt(v) + s * (1 - s);
+  }
+  CHECK_TENSOR_NEAR(x.grad(), expected, 1e-15, 1e-14);
+}
+
+TEST_CASE("ops: log of 0 is -Inf and of a negative NaN, which anomaly detection reports") {
+  Tape<double> t;
+  Var<double> x = t.input(TensorD(Shape::vec(3), {0, -1, 1}));
+  const TensorD& y = log(x).value();
+  CHECK(y[0] == -std::numeric_limits<double>::infinity());
+  CHECK(std::isnan(y[1]));
+  CHECK(y[2] == 0);
+  CHECK(std::isnan(sqrt(x).value()[1]));
+  t.set_anomaly_detection(true);
+  const auto before = t.size();
+  const std::string expected = fmt::format(
+      "anomaly: log (recorded at tests/test_ops.cpp:{}) produced a non-finite value (NaN or Inf) in its 3 output",
+      __LINE__ + 1);
+  CHECK_THROWS_WITH_AS(log(x), expected.c_str(), NonFiniteError);
+  CHECK(t.size() == before);
+  CHECK_THROWS_AS(log(t.input(TensorD(Shape::vec(1), {0}))), NonFiniteError);
+  CHECK_NOTHROW(log(t.input(TensorD(Shape::vec(1), {1e-300}))));
+}
+
+TEST_CASE("ops: dropout draws one uniform per element in row-major order, dropped iff u < p") {
+  const double p = 0.3;
+  const Index n = 100000;
+  Tape<double> t;
+  Var<double> x = t.input(TensorD(Shape::mat(100, n / 100), 1.0));
+  Rng rng(21, 4);
+  Var<double> y = dropout(x, p, rng);
+  // The same generator, drawn by hand, predicts every element.
+  Rng replay(21, 4);
+  Index kept = 0, mismatched = 0;
+  for (Index i = 0; i < n; ++i) {
+    const bool dropped = replay.uniform() < p;
+    kept += dropped ? 0 : 1;
+    if (y.value()[i] != (dropped ? 0.0 : 1 / (1 - p))) ++mismatched;
+  }
+  CHECK(mismatched == 0);
+  CHECK(rng.state() == replay.state());  // exactly n draws
+  // Kept ~ Binomial(n, 0.7): mean 70000, standard deviation 145; 5 deviations is 725.
+  CHECK(std::abs(static_cast<double>(kept) - 0.7 * n) <= 725.0);
+  // dX = dC * mask / (1 - p): the gradient of sum(y) is y itself here (x = 1).
+  t.backward(sum(y));
+  CHECK(x.grad() == y.value());
+
+  // Same seed, same mask, in float too and with gradients off; another stream, another mask.
+  Tape<float> tf;
+  Rng again(21, 4);
+  {
+    NoGradGuard<float> no_grad(tf);
+    const Tensor& yf = dropout(tf.constant(Tensor(Shape::mat(100, n / 100), 1.0f)), p, again).value();
+    Index same = 0;
+    for (Index i = 0; i < n; ++i) same += (yf[i] == 0.0f) == (y.value()[i] == 0.0) ? 1 : 0;
+    CHECK(same == n);
+  }
+  Rng other(21, 5);
+  CHECK(dropout(x, p, other).value() != y.value());
+}
+
+TEST_CASE("ops: dropout with p = 0 returns x itself and draws nothing") {
+  Tape<double> t;
+  Var<double> x = t.input(TensorD(Shape::mat(2, 3), 2.0));
+  Rng rng(3);
+  const Rng::State state = rng.state();
+  const auto before = t.size();
+  Var<double> y = dropout(x, 0.0, rng);
+  CHECK(std::size_t{y.index} == std::size_t{x.index});
+  CHECK(t.size() == before);
+  CHECK(rng.state() == state);
+}
+
+TEST_CASE("ops: layer_norm rows have mean 0 and variance v / (v + eps) with gamma 1, beta 0") {
+  Rng rng(44);
+  TensorD x = random_tensor(Shape::batched(3, 4, 16), rng, 5.0);
+  for (Index i = 0; i < x.numel(); ++i) x[i] += 3.0 + static_cast<double>(i / 16);  // a different offset per row
+  const double eps = 1e-5;
+  Tape<double> t;
+  const TensorD& y = layer_norm(t.constant(x), t.constant(TensorD(Shape::vec(16), 1.0)),
+                                t.constant(TensorD(Shape::vec(16), 0.0)), eps)
+                         .value();
+  for (Index r = 0; r < x.shape().flat_rows(); ++r) {
+    CAPTURE(r);
+    const auto xr = std::as_const(x).flat().row(r).array();
+    const auto yr = y.flat().row(r).array();
+    const double v = (xr - xr.mean()).square().mean();
+    CHECK(std::abs(yr.mean()) <= 1e-15);
+    CHECK((yr - yr.mean()).square().mean() == doctest::Approx(v / (v + eps)).epsilon(1e-14));
+  }
+  // float rows far from 0: the statistics are computed in double, so the spread survives the offset.
+  Tape<float> tf;
+  Tensor xf(Shape::mat(4, 64));
+  for (Index i = 0; i < xf.numel(); ++i) xf[i] = static_cast<float>(1000.0 + rng.normal());
+  const Tensor& yf = layer_norm(tf.constant(xf), tf.constant(Tensor(Shape::mat(1, 64), 1.0f)),
+                                tf.constant(Tensor(Shape::mat(1, 64), 0.0f)))
+                         .value();
+  for (Index r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    const Eigen::ArrayXd yr = yf.flat().row(r).cast<double>().array().transpose();
+    CHECK(std::abs(yr.mean()) <= 1e-6);
+    CHECK(std::abs((yr - yr.mean()).square().mean() - 1) <= 1e-4);
+  }
+}
+
+TEST_CASE("ops: shape, position, p and eps errors of the new ops name what is wrong and leave the tape as it was") {
+  Tape<double> t;
+  auto v = [&](Shape s) { return t.input(TensorD(s, 1.0)); };
+  Var<double> x3 = v(Shape::batched(2, 4, 5)), x2 = v(Shape::mat(4, 5)), empty_rows = v(Shape::mat(4, 0));
+  Var<double> row5 = v(Shape::vec(5)), row6 = v(Shape::vec(6)), tall = v(Shape::mat(2, 5)), narrow = v(Shape::mat(4, 2));
+  Rng rng(9);
+  const Rng::State rng_state = rng.state();
+  const auto before = t.size();
+  CHECK_THROWS_WITH_AS(reshape(x3, Shape::mat(5, 5)), "reshape: x is 2x4x5 (40 elements) but the new shape 5x5 holds 25",
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(reshape(x3, Shape{2, 2, 4, 5}), "reshape: the new shape is invalid (rank 2, batch 2, rows 4, cols 5)",
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(pick_positions(x2, Ids(Shape::vec(4))),
+                       "pick_positions: x is 4x5; it must be batched (batch, positions, cols)", ShapeError);
+  CHECK_THROWS_WITH_AS(pick_positions(x3, Ids(Shape::vec(3))),
+                       "pick_positions: positions are 3 but x is 2x4x5; give one position per batch item: 2", ShapeError);
+  CHECK_THROWS_WITH_AS(pick_positions(x3, Ids(Shape::mat(2, 1))),
+                       "pick_positions: positions are 2x1 but x is 2x4x5; give one position per batch item: 2", ShapeError);
+  CHECK_THROWS_WITH_AS(pick_positions(x3, Ids(Shape::vec(2), {3, 4})),
+                       "pick_positions: position 4 of batch item 1 is outside [0, 4): x is 2x4x5", ValueError);
+  CHECK_THROWS_WITH_AS(pick_positions(x3, Ids(Shape::vec(2), {-1, 0})),
+                       "pick_positions: position -1 of batch item 0 is outside [0, 4): x is 2x4x5", ValueError);
+  CHECK_THROWS_WITH_AS(row_mean(empty_rows), "row_mean: x is 4x0; its rows have no entries to average", ShapeError);
+  CHECK_THROWS_WITH_AS(row_max(empty_rows), "row_max: x is 4x0; its rows have no entries to take a maximum of",
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(div(x2, narrow),
+                       "div: shapes do not broadcast: a is 4x5, b is 4x2 (b must be 4x5, a row of 5 values, or a 4x1 "
+                       "column)",
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(dropout(x2, 1.0, rng), "dropout: the drop probability p must be in [0, 1), got 1", ValueError);
+  CHECK_THROWS_WITH_AS(dropout(x2, -0.1, rng), "dropout: the drop probability p must be in [0, 1), got -0.1", ValueError);
+  CHECK_THROWS_AS(dropout(x2, std::numeric_limits<double>::quiet_NaN(), rng), ValueError);
+  CHECK(rng.state() == rng_state);  // a refused dropout draws nothing
+  CHECK_THROWS_WITH_AS(layer_norm(x3, row6, row5),
+                       "layer_norm: gamma is 6 and beta is 5 but x is 2x4x5; both must be rows of 5 values (5 or 1x5)",
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(layer_norm(x3, row5, tall),
+                       "layer_norm: gamma is 5 and beta is 2x5 but x is 2x4x5; both must be rows of 5 values (5 or 1x5)",
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(layer_norm(empty_rows, row5, row5), "layer_norm: x is 4x0; its rows have no entries to normalise",
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(layer_norm(x3, row5, row5, 0.0), "layer_norm: eps must be positive and finite, got 0", ValueError);
+  CHECK_THROWS_WITH_AS(layer_norm(x3, row5, row5, -1e-5), "layer_norm: eps must be positive and finite, got -1e-05",
+                       ValueError);
+  CHECK_THROWS_AS(layer_norm(x3, row5, row5, std::numeric_limits<double>::infinity()), ValueError);
+  CHECK(t.size() == before);
 }

@@ -3,6 +3,10 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
 
 #include "catalogue/op_checks.hpp"
 #include "tapegrad/autograd/ops.hpp"
@@ -20,6 +24,30 @@ TEST_CASE("gradcheck: the catalogue covers every op that autograd/ops.hpp declar
   for (const auto& c : op_checks()) {
     CAPTURE(c.name);
     CHECK(std::find(op_names().begin(), op_names().end(), c.op) != op_names().end());
+  }
+}
+
+TEST_CASE("gradcheck: op_names() is exactly the list of ops that autograd/ops.hpp declares") {
+  // Read from the header itself, so that a new op without a catalogue entry fails here.
+  std::ifstream in(std::string(TAPEGRAD_TEST_DATA) + "/../../autograd/ops.hpp");
+  REQUIRE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string header = text.str();
+  std::set<std::string> declared;
+  const std::regex declaration(R"(Var<T> (\w+)\()");
+  for (auto it = std::sregex_iterator(header.begin(), header.end(), declaration); it != std::sregex_iterator(); ++it)
+    declared.insert((*it)[1].str());
+  const std::set<std::string> listed(op_names().begin(), op_names().end());
+  CHECK(declared.size() >= 30);  // the pattern does find the declarations
+  CHECK(listed.size() == op_names().size());  // no name twice
+  for (const auto& name : declared) {
+    CAPTURE(name);
+    CHECK(listed.count(name) == 1);
+  }
+  for (const auto& name : listed) {
+    CAPTURE(name);
+    CHECK(declared.count(name) == 1);
   }
 }
 

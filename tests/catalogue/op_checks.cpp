@@ -1,6 +1,7 @@
 #include "catalogue/op_checks.hpp"
 
 #include <array>
+#include <type_traits>
 
 #include "tapegrad/autograd/ops.hpp"
 
@@ -35,6 +36,15 @@ const Ids kTargets2d(Shape::vec(5), {0, 3, 1, 1, 2});
 const Ids kTargets3d(Shape::mat(2, 3), {0, kIgnoreLabel, 3, 2, 1, kIgnoreLabel});
 const Ids kIds1d(Shape::vec(5), {4, 0, 4, 2, 4});
 const Ids kIds2d(Shape::mat(2, 3), {1, 1, 0, 3, 1, 4});
+const Ids kPositions2(Shape::vec(2), {2, 0});
+const Ids kPositions3(Shape::vec(3), {3, 0, 3});
+
+// x^2 + 1/2: an input at least 1/2 away from 0 for log, sqrt and div's divisor, whose rules (and finite
+// differences) need one. mul and add have their own cases, so a wrong rule of the op under test still shows.
+template <class T>
+Var<T> positive(Tape<T>& t, Var<T> x) {
+  return add(mul(x, x), t.constant(TensorT<T>(x.shape(), T(0.5))));
+}
 
 }  // namespace
 
@@ -102,6 +112,66 @@ const std::vector<OpCheck>& op_checks() {
       check("gather_rows", "gather_rows, ids (N) with repeats", {S::mat(5, 3)},
               [](auto&, auto in) { return gather_rows(in[0], kIds1d); }),
       check("gather_rows", "gather_rows, ids (B, T)", {S::mat(5, 3)}, [](auto&, auto in) { return gather_rows(in[0], kIds2d); }),
+      check("add", "add column (N,1) over the rows' columns", {S::mat(3, 4), S::mat(3, 1)},
+              [](auto&, auto in) { return add(in[0], in[1]); }),
+      check("add", "add column (B,T,1) batched", {S::batched(2, 3, 4), S::batched(2, 3, 1)},
+              [](auto&, auto in) { return add(in[0], in[1]); }),
+      check("sub", "sub column (B,T,1) batched", {S::batched(2, 3, 4), S::batched(2, 3, 1)},
+              [](auto&, auto in) { return sub(in[0], in[1]); }),
+      check("sub", "sub column (N,1)", {S::mat(4, 3), S::mat(4, 1)}, [](auto&, auto in) { return sub(in[0], in[1]); }),
+      check("mul", "mul column (N,1)", {S::mat(3, 4), S::mat(3, 1)}, [](auto&, auto in) { return mul(in[0], in[1]); }),
+      check("mul", "mul column (B,T,1) batched", {S::batched(2, 3, 4), S::batched(2, 3, 1)},
+              [](auto&, auto in) { return mul(in[0], in[1]); }),
+      check("div", "div same shape, divisor x^2 + 1/2", {S::mat(3, 4), S::mat(3, 4)},
+              [](auto& t, auto in) { return div(in[0], positive(t, in[1])); }),
+      check("div", "div row, divisor x^2 + 1/2", {S::batched(2, 3, 4), S::vec(4)},
+              [](auto& t, auto in) { return div(in[0], positive(t, in[1])); }),
+      check("div", "div shared by the batch, divisor x^2 + 1/2", {S::batched(2, 3, 4), S::mat(3, 4)},
+              [](auto& t, auto in) { return div(in[0], positive(t, in[1])); }),
+      check("div", "div column (N,1), divisor x^2 + 1/2", {S::mat(3, 4), S::mat(3, 1)},
+              [](auto& t, auto in) { return div(in[0], positive(t, in[1])); }),
+      check("div", "div column (B,T,1) batched, divisor e^x", {S::batched(2, 3, 4), S::batched(2, 3, 1)},
+              [](auto&, auto in) { return div(in[0], exp(in[1])); }),
+      check("reshape", "reshape 3-D -> 2-D, then a product", {S::batched(2, 3, 4), S::mat(4, 2)},
+              [](auto&, auto in) { return matmul(reshape(in[0], S::mat(6, 4)), in[1]); }),
+      check("reshape", "reshape 2-D -> 3-D, then a batched product", {S::mat(6, 4)},
+              [](auto&, auto in) {
+                const auto x = reshape(in[0], S::batched(2, 3, 4));
+                return matmul_bt(x, x);
+              }),
+      check("reshape", "reshape vector -> 2-D", {S::vec(12)}, [](auto&, auto in) { return reshape(in[0], S::mat(3, 4)); }),
+      check("pick_positions", "pick_positions, B = 2", {S::batched(2, 3, 4)},
+              [](auto&, auto in) { return pick_positions(in[0], kPositions2); }),
+      check("pick_positions", "pick_positions, B = 3, two items at the last position", {S::batched(3, 4, 2)},
+              [](auto&, auto in) { return pick_positions(in[0], kPositions3); }),
+      check("row_sum", "row_sum 2-D", {S::mat(3, 4)}, [](auto&, auto in) { return row_sum(in[0]); }),
+      check("row_sum", "row_sum 3-D", {S::batched(2, 3, 4)}, [](auto&, auto in) { return row_sum(in[0]); }),
+      check("row_mean", "row_mean 2-D", {S::mat(3, 4)}, [](auto&, auto in) { return row_mean(in[0]); }),
+      check("row_mean", "row_mean 3-D, subtracted as a column", {S::batched(2, 3, 4)},
+              [](auto&, auto in) { return sub(in[0], row_mean(in[0])); }),
+      check("row_max", "row_max 2-D (distinct values)", {S::mat(3, 5)}, [](auto&, auto in) { return row_max(in[0]); }),
+      check("row_max", "row_max 3-D (distinct values)", {S::batched(2, 3, 4)}, [](auto&, auto in) { return row_max(in[0]); }),
+      check("exp", "exp", {S::batched(2, 3, 4)}, [](auto&, auto in) { return exp(in[0]); }),
+      check("log", "log of x^2 + 1/2", {S::mat(3, 4)}, [](auto& t, auto in) { return log(positive(t, in[0])); }),
+      check("log", "log of sigmoid(x)", {S::batched(2, 3, 4)}, [](auto&, auto in) { return log(sigmoid(in[0])); }),
+      check("sqrt", "sqrt of x^2 + 1/2", {S::batched(2, 3, 4)}, [](auto& t, auto in) { return sqrt(positive(t, in[0])); }),
+      check("sqrt", "sqrt of e^x", {S::mat(3, 4)}, [](auto&, auto in) { return sqrt(exp(in[0])); }),
+      check("sigmoid", "sigmoid", {S::batched(2, 3, 4)}, [](auto&, auto in) { return sigmoid(in[0]); }),
+      // A generator made inside the function: every evaluation (each finite difference) draws the same mask.
+      check("dropout", "dropout p = 0.5, 2-D", {S::mat(4, 6)},
+              [](auto&, auto in) {
+                Rng rng(7, 3);
+                return dropout(in[0], 0.5, rng);
+              }),
+      check("dropout", "dropout p = 0.2, 3-D", {S::batched(2, 3, 4)},
+              [](auto&, auto in) {
+                Rng rng(8, 1);
+                return dropout(in[0], 0.2, rng);
+              }),
+      check("layer_norm", "layer_norm 3-D, gamma and beta (D)", {S::batched(2, 3, 5), S::vec(5), S::vec(5)},
+              [](auto&, auto in) { return layer_norm(in[0], in[1], in[2]); }),
+      check("layer_norm", "layer_norm 2-D, gamma and beta (1,D), eps 0.1", {S::mat(4, 6), S::mat(1, 6), S::mat(1, 6)},
+              [](auto&, auto in) { return layer_norm(in[0], in[1], in[2], 0.1); }),
   };
   return checks;
 }
@@ -110,7 +180,8 @@ const std::vector<std::string>& op_names() {
   static const std::vector<std::string> names = {
       "matmul", "matmul_bt", "matmul_at", "add", "sub", "mul", "scale", "relu", "tanh", "gelu", "sum", "mean",
       "transpose", "softmax_rows", "log_softmax_rows", "cross_entropy", "mse", "slice_cols", "concat_cols",
-      "gather_rows"};
+      "gather_rows", "reshape", "pick_positions", "row_sum", "row_mean", "row_max", "exp", "log", "sqrt", "sigmoid",
+      "div", "dropout", "layer_norm"};
   return names;
 }
 

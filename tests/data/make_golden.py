@@ -10,8 +10,12 @@ digits, so the C++ side reads the very same doubles.
 """
 import math
 import os
+import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_rng_golden import Rng  # tapegrad's generator, reimplemented independently (core/rng.hpp)
 
 torch.manual_seed(20261121)
 torch.set_default_dtype(torch.float64)
@@ -188,6 +192,129 @@ def gather_embedding():
     table = randn(6, 3)
     ids = torch.tensor([[0, 5, 5, 2], [1, 0, 3, 3]])
     return {"table": table}, {"ids": ids}, lambda table: table[ids] * 1.5
+
+
+# ---- cases added after the first release: appended, so that the draws of the cases above (one seeded
+# stream, drawn in case order) and so their stored values stay as they were.
+
+
+@case
+def reshape_3d_to_2d():
+    x, w = randn(2, 3, 4), randn(4, 2)
+    return {"x": x, "w": w}, {}, lambda x, w: x.reshape(6, 4) @ w
+
+
+@case
+def reshape_2d_to_3d():
+    x, w = randn(6, 4), randn(2, 4, 3)
+    return {"x": x, "w": w}, {}, lambda x, w: x.reshape(2, 3, 4) @ w
+
+
+@case
+def pick_positions():
+    x = randn(3, 4, 5)
+    positions = torch.tensor([3, 0, 2])
+    return {"x": x}, {"positions": positions}, lambda x: torch.tanh(x[torch.arange(3), positions])
+
+
+@case
+def row_reductions():
+    x = randn(2, 3, 4)
+    f = lambda x: x.sum(dim=-1, keepdim=True) * x.max(dim=-1, keepdim=True).values - (x * x).mean(dim=-1, keepdim=True)
+    return {"x": x}, {}, f
+
+
+@case
+def row_max_shifted_exp():
+    x = randn(4, 5)
+    return {"x": x}, {}, lambda x: torch.exp(x - x.max(dim=-1, keepdim=True).values)
+
+
+@case
+def layer_norm_composed():
+    # layer normalisation from the primitives, against the fused op's maths
+    x = randn(2, 3, 5)
+
+    def f(x):
+        centred = x - x.mean(dim=-1, keepdim=True)
+        return centred / torch.sqrt((centred * centred).mean(dim=-1, keepdim=True) + 1e-5)
+
+    return {"x": x}, {}, f
+
+
+@case
+def layer_norm_3d():
+    x, gamma, beta = randn(2, 3, 6), randn(6), randn(6)
+    f = lambda x, gamma, beta: torch.nn.functional.layer_norm(x, (6,), gamma, beta, eps=1e-5)
+    return {"x": x, "gamma": gamma, "beta": beta}, {}, f
+
+
+@case
+def layer_norm_2d_row_params():
+    x, gamma, beta = randn(4, 6) * 3 + 2, randn(1, 6), randn(1, 6)
+    f = lambda x, gamma, beta: torch.nn.functional.layer_norm(x, (6,), gamma.reshape(6), beta.reshape(6), eps=0.01)
+    return {"x": x, "gamma": gamma, "beta": beta}, {}, f
+
+
+@case
+def column_broadcast():
+    x, c, d = randn(2, 3, 4), randn(2, 3, 1), randn(2, 3, 1)
+    return {"x": x, "c": c, "d": d}, {}, lambda x, c, d: (x + c) * d - c
+
+
+@case
+def column_broadcast_2d():
+    x, c = randn(4, 3), randn(4, 1)
+    return {"x": x, "c": c}, {}, lambda x, c: x * c + c
+
+
+@case
+def div_column():
+    a, b = randn(2, 3, 4), randn(2, 3, 1)
+    return {"a": a, "b": b}, {}, lambda a, b: a / torch.exp(b)
+
+
+@case
+def div_same_and_row():
+    a, b, r = randn(3, 4), randn(3, 4), randn(4)
+    return {"a": a, "b": b, "r": r}, {}, lambda a, b, r: a / torch.exp(b) / torch.sigmoid(r)
+
+
+@case
+def exp_log_sqrt_sigmoid():
+    x = randn(3, 4)
+    return {"x": x}, {}, lambda x: torch.log(torch.sigmoid(x)) + torch.sqrt(torch.exp(x))
+
+
+@case
+def log_sqrt_of_squares():
+    x, y = randn(2, 3, 4), randn(2, 3, 4)
+    return {"x": x, "y": y}, {}, lambda x, y: torch.log(x * x) * torch.sqrt(y * y)
+
+
+def dropout_mask(shape, p, seed, stream):
+    # As autograd/ops_norm.cpp draws it: one uniform per element in row-major order, dropped when < p.
+    rng = Rng(seed, stream)
+    keep = [0.0 if rng.uniform() < p else 1.0 for _ in range(math.prod(shape))]
+    return torch.tensor(keep).reshape(shape)
+
+
+@case
+def dropout():
+    x = randn(3, 8)
+    seed, stream, percent = 1234, 5, 30  # p = 0.3
+    mask = dropout_mask(x.shape, percent / 100, seed, stream)
+    rng_spec = torch.tensor([seed, stream, percent])
+    return {"x": x}, {"rng": rng_spec}, lambda x: x * mask / (1 - percent / 100)
+
+
+@case
+def dropout_3d_tanh():
+    x = randn(2, 3, 4)
+    seed, stream, percent = 99, 0, 50  # p = 0.5
+    mask = dropout_mask(x.shape, percent / 100, seed, stream)
+    rng_spec = torch.tensor([seed, stream, percent])
+    return {"x": x}, {"rng": rng_spec}, lambda x: torch.tanh(x * mask / (1 - percent / 100))
 
 
 def write_tensor(out, kind, name, t):
