@@ -21,6 +21,16 @@ struct Parameter {
   Parameter(std::string name_, TensorT<T> value_)
       : name(std::move(name_)), value(std::move(value_)), grad(value.shape()) {}
 
+  // Sets the value, checking the shape first: a ShapeError naming the parameter, and nothing changed,
+  // if `v` has another shape. (value is a public field for the ops and optimizers that read it in place;
+  // code that loads or sets weights goes through here.)
+  void assign(const TensorT<T>& v) {
+    if (v.shape() != value.shape())
+      fail<ShapeError>("parameter '{}': cannot assign a {} value to a parameter of shape {}", name, v.shape(),
+                       value.shape());
+    value = v;
+  }
+
   void zero_grad() {
     grad.resize(value.shape());
     grad.set_zero();

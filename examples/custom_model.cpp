@@ -26,8 +26,8 @@ namespace {
 
 // [readme:model]
 // x (N, 2) -> tanh(x W1 + b1) -> x W2 + b2: logits (N, 2). A Module of its own, for float (training) and
-// double (gradient checks); its parameters are those of the layers it registers: "hidden.weight",
-// "hidden.bias", "out.weight", "out.bias".
+// double (gradient checks); its parameters are those of the layers it registers, named from this unnamed
+// root down: "hidden.weight", "hidden.bias", "out.weight", "out.bias".
 template <class T>
 class Mlp : public Module<T> {
  public:
@@ -43,10 +43,10 @@ class Mlp : public Module<T> {
   static constexpr std::string_view kind = "two_moons_mlp";
 
   explicit Mlp(const Config& config)
-      : Module<T>("mlp"), config_(config), rng_(config.seed), hidden_("hidden", {.in = 2, .out = config.hidden}, rng_),
+      : Module<T>(), config_(config), rng_(config.seed), hidden_("hidden", {.in = 2, .out = config.hidden}, rng_),
         out_("out", {.in = config.hidden, .out = 2}, rng_) {
-    this->register_child(hidden_, "hidden");
-    this->register_child(out_, "out");
+    this->register_child(hidden_);
+    this->register_child(out_);
   }
   Var<T> forward(Var<T> x) { return out_.forward(tanh(hidden_.forward(x))); }
   ModelRecord model_record() const override { return {std::string(kind), to_settings(config_)}; }

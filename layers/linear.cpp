@@ -7,7 +7,7 @@ namespace tapegrad {
 template <class T>
 Linear<T>::Linear(std::string name, const LinearOptions& options, Rng& rng) : Module<T>(std::move(name)), options_(options) {
   if (options.in <= 0 || options.out <= 0)
-    fail<ValueError>("linear '{}': in and out must be positive, got in {} and out {}", this->name(), options.in,
+    fail<ValueError>("linear '{}': in and out must be positive, got in {} and out {}", this->path(), options.in,
                      options.out);
   TensorT<T> w(Shape::mat(options.in, options.out));
   options.weight_init.apply(w, rng);
@@ -20,10 +20,16 @@ Var<T> Linear<T>::forward(Var<T> x) {
   Tape<T>& t = Tape<T>::of("linear", {{"x", x}});
   const Shape s = x.shape();
   if (s.rank == 1 || s.cols != options_.in)
-    fail<ShapeError>("linear '{}': x is {} but the layer maps rows of {} features to {}", this->name(), s,
+    fail<ShapeError>("linear '{}': x is {} but the layer maps rows of {} features to {}", this->path(), s,
                      options_.in, options_.out);
   Var<T> y = matmul(x, t.param(*weight_));
   return bias_ ? add(y, t.param(*bias_)) : y;
+}
+
+template <class T>
+Parameter<T>& Linear<T>::bias() {
+  if (!bias_) fail<NameError>("linear '{}': has no bias (it was built with bias = false)", this->path());
+  return *bias_;
 }
 
 template class Linear<float>;

@@ -21,8 +21,10 @@ class Linear : public Module<T> {
   Linear(std::string name, const LinearOptions& options, Rng& rng);
   Var<T> forward(Var<T> x);  // (..., in) -> (..., out)
 
+  // Accessors return references; a parameter the layer was built without is a NameError naming it.
   Parameter<T>& weight() { return *weight_; }
-  Parameter<T>* bias() { return bias_; }
+  Parameter<T>& bias();
+  bool has_bias() const { return bias_ != nullptr; }
   const LinearOptions& options() const { return options_; }
 
  private:

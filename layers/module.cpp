@@ -10,6 +10,22 @@ std::string ModelRecord::describe() const {
 }
 
 template <class T>
+Module<T>::Module(std::string name) : name_(std::move(name)), prefix_(name_.empty() ? "" : name_ + ".") {
+  if (name_.find('.') != std::string::npos)
+    fail<NameError>("module: '{}' is not a valid module name (it must not contain '.')", name_);
+}
+
+template <class T>
+std::string Module<T>::path() const {
+  return prefix_.empty() ? std::string() : prefix_.substr(0, prefix_.size() - 1);
+}
+
+template <class T>
+std::string Module<T>::label() const {
+  return prefix_.empty() ? std::string("the unnamed root module") : fmt::format("module '{}'", path());
+}
+
+template <class T>
 std::vector<Parameter<T>*> Module<T>::parameters() {
   std::vector<Parameter<T>*> out;
   for (auto& p : own_) out.push_back(&p);
@@ -34,7 +50,7 @@ Parameter<T>& Module<T>::parameter(std::string_view full_name) {
     if (p->name == full_name) return *p;
     known.push_back(p->name);
   }
-  fail<NameError>("parameter: '{}' is not a parameter of module '{}'; it has: {}", full_name, name_,
+  fail<NameError>("parameter: '{}' is not a parameter of {}; it has: {}", full_name, label(),
                   known.empty() ? std::string("no parameters") : fmt::format("{}", fmt::join(known, ", ")));
 }
 
@@ -57,13 +73,18 @@ void Module<T>::train(bool on) {
 }
 
 template <class T>
+void Module<T>::set_rng(Rng* rng) {
+  rng_ = rng;
+  for (auto* c : children_) c->set_rng(rng);
+}
+
+template <class T>
 void Module<T>::check_new_name(std::string_view local_name, const char* what) const {
   if (local_name.empty() || local_name.find('.') != std::string_view::npos)
-    fail<NameError>("{}: '{}' is not a valid local name in module '{}' (non-empty, without '.')", what, local_name,
-                    name_);
+    fail<NameError>("{}: '{}' is not a valid local name in {} (non-empty, without '.')", what, local_name, label());
   const bool taken = std::find(own_local_names_.begin(), own_local_names_.end(), local_name) != own_local_names_.end() ||
                      std::any_of(children_.begin(), children_.end(), [&](auto* c) { return c->name_ == local_name; });
-  if (taken) fail<NameError>("{}: module '{}' already has a parameter or child named '{}'", what, name_, local_name);
+  if (taken) fail<NameError>("{}: {} already has a parameter or child named '{}'", what, label(), local_name);
 }
 
 template <class T>
@@ -74,11 +95,14 @@ Parameter<T>& Module<T>::register_parameter(std::string_view local_name, TensorT
 }
 
 template <class T>
-void Module<T>::register_child(Module<T>& child, std::string_view local_name) {
-  check_new_name(local_name, "register_child");
-  child.name_ = std::string(local_name);
-  child.prefix_names(prefix_ + std::string(local_name) + ".");
+void Module<T>::register_child(Module<T>& child) {
+  if (&child == this) fail<UsageError>("register_child: {} cannot be its own child", label());
+  if (std::find(children_.begin(), children_.end(), &child) != children_.end())
+    fail<NameError>("register_child: {} already has the child '{}'", label(), child.name_);
+  check_new_name(child.name_, "register_child");
+  child.prefix_names(prefix_ + child.name_ + ".");
   child.train(training_);
+  child.set_rng(rng_);
   children_.push_back(&child);
 }
 

@@ -1,8 +1,11 @@
 #pragma once
 // Module: a layer's named parameters in a fixed order, its children, zero_grad and a train/eval flag.
 //
-// Names are dotted paths, as in PyTorch: a SelfAttention registered as child "attn" owns
-// "attn.wq", "attn.wk", ... parameters() lists a module's own parameters in registration order, then
+// Names are dotted paths from the root down, every module's name included: a SelfAttention named "attn"
+// owns "attn.wq", "attn.wk", ..., and inside a block named "block" they become "block.attn.wq". A module
+// named "" adds nothing to the path: a whole model is usually an unnamed root, so that its parameters
+// read as in a PyTorch state_dict ("attn.wq", not "model.attn.wq"). A child is named once, by its own
+// constructor; register_child takes that name. parameters() lists a module's own parameters in registration order, then
 // each child's, in registration order: the fixed, named order optimizers and checkpoints rely on.
 //
 // Modules own their parameters (in a deque, so their addresses never change: tapes and optimizers
@@ -10,11 +13,13 @@
 // neither copyable nor movable; build it in place, or hold it by unique_ptr.
 
 #include <deque>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tapegrad/autograd/parameter.hpp"
+#include "tapegrad/core/rng.hpp"
 #include "tapegrad/core/settings.hpp"
 
 namespace tapegrad {
@@ -33,13 +38,15 @@ struct ModelRecord {
 template <class T>
 class Module {
  public:
-  explicit Module(std::string name = "") : name_(std::move(name)) {}
+  explicit Module(std::string name = "");
   virtual ~Module() = default;
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
   // The module's own name ("attn"); parameters carry the full dotted path.
   const std::string& name() const { return name_; }
+  // The dotted path of this module from the root ("blocks.0.attn"), "" for an unnamed root.
+  std::string path() const;
 
   // Own parameters in registration order, then each child's (recursively).
   std::vector<Parameter<T>*> parameters();
@@ -54,20 +61,28 @@ class Module {
   // its file (model_from_checkpoint<M>). A model that can be rebuilt overrides it; by default a module
   // describes nothing.
   virtual ModelRecord model_record() const { return {}; }
-  // Training or evaluation mode, set on this module and every child (layers with dropout-like
-  // behaviour would read it; none does yet, but models and the training loop keep it honest).
+  // Training or evaluation mode, set on this module and every child: Dropout drops only in training.
+  // The training loop switches it (train for steps, eval for evaluation).
   void train(bool on = true);
   void eval() { train(false); }
   bool training() const { return training_; }
+  // The random stream layers draw from while training (dropout masks), set on this module and every
+  // child; nullptr (the default) until set. A Trainer sets its own stream, which checkpoints save, so a
+  // resumed run draws the same masks; outside a Trainer, set one (and keep it alive) before training.
+  void set_rng(Rng* rng);
+  Rng* rng() const { return rng_; }
 
  protected:
   // `local_name` must be unique within this module and contain no '.'.
   Parameter<T>& register_parameter(std::string_view local_name, TensorT<T> value);
-  // Registers a member module under `local_name`; its parameters are renamed "local_name.<their name>".
-  void register_child(Module<T>& child, std::string_view local_name);
+  // Registers a member module under its own name (non-empty, without '.', unique here); its parameters
+  // are renamed "<this module's path>.<child name>.<their name>". The child takes this module's
+  // training mode and random stream.
+  void register_child(Module<T>& child);
 
  private:
   void check_new_name(std::string_view local_name, const char* what) const;
+  std::string label() const;  // "module 'attn'", or "the unnamed root module"
   void prefix_names(const std::string& prefix);
 
   std::string name_;
@@ -76,6 +91,29 @@ class Module {
   std::vector<std::string> own_local_names_;
   std::vector<Module<T>*> children_;
   bool training_ = true;
+  Rng* rng_ = nullptr;
+};
+
+// A numbered list of child modules ("0", "1", ...), as PyTorch's nn.ModuleList: a stack of N blocks
+// whose parameters are "blocks.0.attn.wq", "blocks.1.attn.wq", ... It owns its children.
+template <class T>
+class ModuleList : public Module<T> {
+ public:
+  explicit ModuleList(std::string name) : Module<T>(std::move(name)) {}
+  // Builds an M named by its position (M's constructor takes the name first) and registers it.
+  template <class M, class... Args>
+  M& emplace(Args&&... args) {
+    auto child = std::make_unique<M>(std::to_string(items_.size()), std::forward<Args>(args)...);
+    M& ref = *child;
+    this->register_child(ref);
+    items_.push_back(std::move(child));
+    return ref;
+  }
+  std::size_t size() const { return items_.size(); }
+  Module<T>& operator[](std::size_t i) { return *items_.at(i); }
+
+ private:
+  std::vector<std::unique_ptr<Module<T>>> items_;
 };
 
 extern template class Module<float>;

@@ -60,6 +60,27 @@ SelfAttention<T>::SelfAttention(std::string name, const SelfAttentionOptions& op
 }
 
 template <class T>
+SelfAttention<T>::SelfAttention(std::string name, const SelfAttentionOptions& options)
+    : Module<T>(std::move(name)), options_(options) {
+  check(this->name(), options);
+  if (options.mode == AttentionMode::learnable)
+    fail<ValueError>("self_attention '{}': the learnable mode initialises Wq, Wk and Wv, so it needs an Rng", this->name());
+  d_head_ = options.d_head != 0 ? options.d_head : options.d_model / options.n_heads;
+  weights_.resize(static_cast<std::size_t>(options.n_heads));
+  heads_.resize(static_cast<std::size_t>(options.n_heads));
+}
+
+template <class T>
+Parameter<T>& SelfAttention<T>::need(Parameter<T>* p, const char* what) {
+  if (!p)
+    fail<NameError>("self_attention '{}': has no {} ({})", this->path(), what,
+                    options_.mode == AttentionMode::parameter_free ? "the parameter-free mode has no parameters"
+                    : what[0] == 'b'                                ? "it was built without bias"
+                                                                    : "it was built without the output projection");
+  return *p;
+}
+
+template <class T>
 Index SelfAttention<T>::output_width() const {
   return options_.output_projection ? options_.d_model : options_.n_heads * d_head_;
 }

@@ -63,6 +63,9 @@ template <class T>
 class SelfAttention : public Module<T> {
  public:
   SelfAttention(std::string name, const SelfAttentionOptions& options, Rng& rng);
+  // The parameter-free mode initialises nothing, so it needs no Rng; a learnable one given here is a
+  // ValueError.
+  SelfAttention(std::string name, const SelfAttentionOptions& options);
   // The constructor's checks of the options, alone: ValueError naming the layer, nothing built.
   static void check(std::string_view name, const SelfAttentionOptions& options);
 
@@ -78,14 +81,20 @@ class SelfAttention : public Module<T> {
   Index d_head() const { return d_head_; }
   Index output_width() const;
   double scale_factor() const;
-  // nullptr in the parameter-free mode (and for Wo without the output projection).
-  Parameter<T>* wq() { return wq_; }
-  Parameter<T>* wk() { return wk_; }
-  Parameter<T>* wv() { return wv_; }
-  Parameter<T>* wo() { return wo_; }
+  // The projections, by reference; one the layer does not have (every one in the parameter-free mode, Wo
+  // without the output projection, biases without bias) is a NameError naming the layer.
+  Parameter<T>& wq() { return need(wq_, "wq"); }
+  Parameter<T>& wk() { return need(wk_, "wk"); }
+  Parameter<T>& wv() { return need(wv_, "wv"); }
+  Parameter<T>& wo() { return need(wo_, "wo"); }
+  Parameter<T>& bq() { return need(bq_, "bq"); }
+  Parameter<T>& bk() { return need(bk_, "bk"); }
+  Parameter<T>& bv() { return need(bv_, "bv"); }
+  Parameter<T>& bo() { return need(bo_, "bo"); }
 
  private:
   Var<T> project(Tape<T>& t, Var<T> x, Parameter<T>* w, Parameter<T>* b);
+  Parameter<T>& need(Parameter<T>* p, const char* what);
   const Mask* build_mask(const Shape& x, const Mask* key_padding);
 
   SelfAttentionOptions options_;

@@ -28,10 +28,10 @@ class Mlp : public Module<float> {
   static constexpr std::string_view kind = "test_mlp";
 
   explicit Mlp(const Config& c)
-      : Module<float>("mlp"), config_(c), rng_(c.seed), hidden_("hidden", {.in = c.in, .out = c.hidden}, rng_),
+      : Module<float>(), config_(c), rng_(c.seed), hidden_("hidden", {.in = c.in, .out = c.hidden}, rng_),
         out_("out", {.in = c.hidden, .out = c.out}, rng_) {
-    register_child(hidden_, "hidden");
-    register_child(out_, "out");
+    register_child(hidden_);
+    register_child(out_);
   }
   Var<float> forward(Var<float> x) { return out_.forward(tanh(hidden_.forward(x))); }
   ModelRecord model_record() const override { return {std::string(kind), to_settings(config_)}; }

@@ -55,11 +55,14 @@ TrainerBase::TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Inde
       sampler_(train_size, options_.batch, options_.seed),
       rng_(options_.seed, kTrainingStream),
       start_seconds_(now_seconds()) {
+  model_.set_rng(&rng_);  // dropout draws from the stream checkpoints save
   tape_.set_anomaly_detection(options_.anomaly);
   optimizer_.zero_grad();
 }
 
-TrainerBase::~TrainerBase() = default;
+TrainerBase::~TrainerBase() {
+  if (model_.rng() == &rng_) model_.set_rng(nullptr);  // the stream dies with the trainer
+}
 
 Rng::State TrainerBase::initial_rng_state(std::uint64_t seed) { return Rng(seed, kTrainingStream).state(); }
 

@@ -142,6 +142,7 @@ class TrainerBase {
   // Extends (or shortens) the run: the one option a resumed run may change.
   void set_steps(Index steps);
   // The training random stream (dropout masks, ...): seeded from options().seed, saved in checkpoints.
+  // The trainer sets it as the model's (Module::set_rng) while the trainer lives.
   Rng& rng() { return rng_; }
   // That stream's state before anything drew from it, for a seed.
   static Rng::State initial_rng_state(std::uint64_t seed);

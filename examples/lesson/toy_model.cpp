@@ -42,7 +42,7 @@ void ToyModel<T>::check_config(const ModelConfig& c) {
 }
 
 template <class T>
-ToyModel<T>::ToyModel(const ModelConfig& c) : Module<T>("model"), config_(c) {
+ToyModel<T>::ToyModel(const ModelConfig& c) : Module<T>(), config_(c) {
   check_config(c);  // before anything is allocated
   Rng rng(c.seed, 0x6d6f64656c);
   const ModelWidths w = model_widths(c);
@@ -50,16 +50,16 @@ ToyModel<T>::ToyModel(const ModelConfig& c) : Module<T>("model"), config_(c) {
     onehot_ = std::make_unique<OneHotTokens<T>>("tokens", c.vocab);
   } else {
     embedding_ = std::make_unique<Embedding<T>>("embed", EmbeddingOptions{.vocab = c.vocab, .dim = c.d_embed}, rng);
-    this->register_child(*embedding_, "embed");
+    this->register_child(*embedding_);
   }
   positions_ = std::make_unique<Positions<T>>(
       "pos", PositionOptions{.kind = c.positions, .max_len = c.max_len, .d_model = w.input}, rng);
-  this->register_child(*positions_, "pos");
+  this->register_child(*positions_);
   d_model_ = positions_->output_width();
   attention_ = std::make_unique<SelfAttention<T>>("attn", attention_options(c, d_model_), rng);
-  this->register_child(*attention_, "attn");
+  this->register_child(*attention_);
   readout_ = std::make_unique<Linear<T>>("readout", LinearOptions{.in = attention_->output_width(), .out = c.labels}, rng);
-  this->register_child(*readout_, "readout");
+  this->register_child(*readout_);
 }
 
 template <class T>

@@ -446,7 +446,7 @@ Section note001_learnable() {
   set_weights001(attn);  // the note's matrices as the layer's parameters
   Tape<double> tape;
   Var<double> x = tape.constant(as_sequence(E3));
-  const std::array<Parameter<double>*, 3> params = {attn.wq(), attn.wk(), attn.wv()};
+  const std::array<Parameter<double>*, 3> params = {&attn.wq(), &attn.wk(), &attn.wv()};
   const std::array<std::array<double, 3>, 3> stated = {{{0.32, 0.59, 0.86}, {0.62, 0.71, 0.88}, {0.74, 0.67, 0.88}}};
   const char* vecs[3] = {"Q", "K", "V"};
   const char* lower[3] = {"q", "k", "v"};

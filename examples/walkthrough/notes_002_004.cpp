@@ -33,7 +33,7 @@ Section note002() {
   for (AttentionScale kind : {AttentionScale::inv_sqrt_d_head, AttentionScale::inv_d_head}) {
     SelfAttention<double> layer("attn", {.mode = AttentionMode::learnable, .d_model = 9, .d_head = 3, .scale = kind},
                                 rng);
-    Parameter<double>* picks[3] = {layer.wq(), layer.wk(), layer.wv()};
+    Parameter<double>* picks[3] = {&layer.wq(), &layer.wk(), &layer.wv()};
     for (Index m = 0; m < 3; ++m) {
       picks[m]->value.set_zero();
       for (Index c = 0; c < 3; ++c) picks[m]->value.at(3 * m + c, c) = 1;

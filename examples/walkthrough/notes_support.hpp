@@ -134,9 +134,9 @@ inline TensorD wv001() { return mat(3, 3, {0.6, 0.1, 0.4, 0.3, 0.5, 0.2, 0.8, 0.
 
 // Note 001's Wq, Wk, Wv as the parameters of a learnable layer (d_model 3).
 inline void set_weights001(SelfAttention<double>& layer) {
-  layer.wq()->value = wq001();
-  layer.wk()->value = wk001();
-  layer.wv()->value = wv001();
+  layer.wq().assign(wq001());
+  layer.wk().assign(wk001());
+  layer.wv().assign(wv001());
 }
 
 inline SelfAttentionOptions parameter_free(Index d, AttentionScale kind) {

@@ -3,7 +3,9 @@
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/layers/embedding.hpp"
 #include "tapegrad/layers/linear.hpp"
+#include "tapegrad/layers/normalization.hpp"
 #include "tapegrad/layers/self_attention.hpp"
+#include "tapegrad/layers/transformer.hpp"
 
 namespace tapegrad {
 namespace {
@@ -32,6 +34,31 @@ LayerCheck attention_case(std::string name, SelfAttentionOptions o, Shape x, boo
   GradcheckFn f = [layer, pad](Tape<double>&, std::span<const Var<double>> in) { return layer->forward(in[0], pad.get()); };
   return {"SelfAttention", std::move(name), {{"x", random(x, rng)}}, layer, f};
 }
+
+// A layer whose forward is x -> module.forward(x), with dropout masks drawn from a stream reset to the
+// same state before every call: each evaluation the gradient check makes sees the same mask.
+template <class M>
+LayerCheck x_case(std::string layer, std::string name, std::shared_ptr<M> m, Shape x, Rng& rng) {
+  auto stream = std::make_shared<Rng>(rng.next_u64());
+  m->set_rng(stream.get());
+  const Rng::State start = stream->state();
+  GradcheckFn f = [m, stream, start](Tape<double>&, std::span<const Var<double>> in) {
+    stream->set_state(start);
+    return m->forward(in[0]);
+  };
+  return {std::move(layer), std::move(name), {{"x", random(x, rng)}}, m, f};
+}
+
+// An embedding and a head tied to it: the table's gradient sums the lookup's and the head's.
+struct TiedLm : Module<double> {
+  Embedding<double> embed;
+  LmHead<double> head;
+  TiedLm(Index vocab, Index dim, Rng& rng)
+      : embed("embed", {.vocab = vocab, .dim = dim}, rng), head("head", {.d_model = dim, .vocab = vocab}, embed) {
+    register_child(embed);
+    register_child(head);
+  }
+};
 
 }  // namespace
 
@@ -79,7 +106,39 @@ std::vector<LayerCheck> layer_checks(std::uint64_t seed) {
                                   {.mode = M::learnable, .d_model = 4, .scale = AttentionScale::inv_d_head,
                                    .init = Initializer::identity_plus_noise(0.2)},
                                   Shape::batched(2, 4, 4), false, rng));
-  // Non-zero biases everywhere, so their gradients are checked at a generic point.
+  checks.push_back(x_case("LayerNorm", "rows of 6, x (2x3x6)", std::make_shared<LayerNorm<double>>("norm", 6), Shape::batched(2, 3, 6), rng));
+  auto drop = std::make_shared<Dropout<double>>("drop", 0.4);
+  checks.push_back(x_case("Dropout", "p 0.4, training mode, x (2x3x4)", drop, Shape::batched(2, 3, 4), rng));
+  checks.push_back(x_case("FeedForward", "d 4, hidden 6, x (2x3x4)",
+                          std::make_shared<FeedForward<double>>("ff", FeedForwardOptions{.d_model = 4, .d_hidden = 6}, rng),
+                          Shape::batched(2, 3, 4), rng));
+  using BlockO = TransformerBlockOptions;
+  const std::vector<std::pair<std::string, BlockO>> blocks = {
+      {"learnable, 2 heads, causal, LN + MLP", {.d_model = 4, .n_heads = 2, .d_ff = 6}},
+      {"parameter-free, 2 heads, causal, LN + MLP", {.mode = M::parameter_free, .d_model = 4, .n_heads = 2, .d_ff = 6}},
+      {"learnable, not causal, no LN, no MLP", {.d_model = 4, .causal = false, .layernorm = false, .mlp = false}},
+      {"learnable, dropout 0.3 in training mode", {.d_model = 4, .n_heads = 2, .d_ff = 6, .dropout = 0.3}},
+  };
+  for (const auto& [what, o] : blocks)
+    checks.push_back(x_case("TransformerBlock", what, std::make_shared<TransformerBlock<double>>("block", o, rng),
+                            Shape::batched(2, 3, 4), rng));
+  checks.push_back(x_case("TransformerStack", "2 blocks and the final norm",
+                          std::make_shared<TransformerStack<double>>(
+                              "stack", TransformerStackOptions{.n_layers = 2, .block = {.d_model = 4, .n_heads = 2, .d_ff = 5}}, rng),
+                          Shape::batched(2, 3, 4), rng));
+  checks.push_back(x_case("LmHead", "own weight, x (2x3x4) -> 5 tokens",
+                          std::make_shared<LmHead<double>>("head", LmHeadOptions{.d_model = 4, .vocab = 5}, rng),
+                          Shape::batched(2, 3, 4), rng));
+  auto tied = std::make_shared<TiedLm>(5, 4, rng);
+  auto tied_ids = std::make_shared<Ids>(Shape::mat(2, 3), std::initializer_list<std::int32_t>{4, 1, 4, 0, 2, 3});
+  checks.push_back({"LmHead", "tied to the embedding: ids (2x3) -> logits", {}, tied,
+                    [tied, tied_ids](Tape<double>& t, std::span<const Var<double>>) {
+                      return tied->head.forward(tied->embed.forward(t, *tied_ids));
+                    }});
+  // Non-zero biases and LayerNorm weights away from 1, so their gradients are checked at a generic point.
+  for (auto& c : checks)
+    for (auto* p : c.module->parameters())
+      if (p->name.find("norm") != std::string::npos) p->value = random(p->value.shape(), rng);
   for (auto& c : checks)
     for (auto* p : c.module->parameters())
       if (p->name.find(".b") != std::string::npos && p->value.rank() == 1) p->value = random(p->value.shape(), rng);

@@ -1,0 +1,182 @@
+#include "tapegrad/layers/transformer.hpp"
+
+#include <cmath>
+
+#include "tapegrad/autograd/ops.hpp"
+
+namespace tapegrad {
+
+namespace {
+Index hidden_width(Index d_model, Index d_hidden) { return d_hidden != 0 ? d_hidden : 4 * d_model; }
+}  // namespace
+
+// ---- FeedForward ----------------------------------------------------------------------------------
+
+template <class T>
+FeedForward<T>::FeedForward(std::string name, const FeedForwardOptions& o, Rng& rng)
+    : Module<T>(std::move(name)),
+      linear1_("linear1", {.in = o.d_model, .out = hidden_width(o.d_model, o.d_hidden), .weight_init = o.init}, rng),
+      linear2_("linear2", {.in = hidden_width(o.d_model, o.d_hidden), .out = o.d_model, .weight_init = o.init}, rng),
+      drop_("dropout", o.dropout) {
+  this->register_child(linear1_);
+  this->register_child(linear2_);
+  this->register_child(drop_);
+}
+
+template <class T>
+Var<T> FeedForward<T>::forward(Var<T> x) {
+  return linear2_.forward(drop_.forward(gelu(linear1_.forward(x))));
+}
+
+// ---- TransformerBlock -----------------------------------------------------------------------------
+
+template <class T>
+void TransformerBlock<T>::check(std::string_view name, const TransformerBlockOptions& o) {
+  if (o.d_model <= 0 || o.n_heads <= 0)
+    fail<ValueError>("transformer_block '{}': d_model and n_heads must be positive, got {} and {}", name, o.d_model,
+                     o.n_heads);
+  if (o.d_model % o.n_heads != 0)
+    fail<ValueError>("transformer_block '{}': d_model {} is not divisible by n_heads {}", name, o.d_model, o.n_heads);
+  if (o.d_ff < 0) fail<ValueError>("transformer_block '{}': d_ff must be >= 0, got {}", name, o.d_ff);
+  if (!(o.dropout >= 0 && o.dropout < 1))
+    fail<ValueError>("transformer_block '{}': dropout must be in [0, 1), got {}", name, o.dropout);
+  if (!(o.eps > 0) || !std::isfinite(o.eps))
+    fail<ValueError>("transformer_block '{}': eps must be a positive number, got {}", name, o.eps);
+}
+
+namespace {
+SelfAttentionOptions block_attention(const TransformerBlockOptions& o) {
+  const bool learnable = o.mode == AttentionMode::learnable;
+  return {.mode = o.mode,
+          .d_model = o.d_model,
+          .n_heads = o.n_heads,
+          .bias = learnable,
+          .output_projection = learnable,
+          .causal = o.causal,
+          .init = o.init};
+}
+}  // namespace
+
+template <class T>
+TransformerBlock<T>::TransformerBlock(std::string name, const TransformerBlockOptions& o, Rng& rng)
+    : Module<T>((check(name, o), std::move(name))), options_(o), drop1_("dropout1", o.dropout), drop2_("dropout2", o.dropout) {
+  // Registered in PyTorch's order of the encoder layer: attention, FFN, norms.
+  attn_ = o.mode == AttentionMode::learnable ? std::make_unique<SelfAttention<T>>("attn", block_attention(o), rng)
+                                             : std::make_unique<SelfAttention<T>>("attn", block_attention(o));
+  this->register_child(*attn_);
+  if (o.mlp) {
+    ff_ = std::make_unique<FeedForward<T>>(
+        "ff", FeedForwardOptions{.d_model = o.d_model, .d_hidden = o.d_ff, .dropout = o.dropout, .init = o.init}, rng);
+    this->register_child(*ff_);
+  }
+  if (o.layernorm) {
+    norm1_ = std::make_unique<LayerNorm<T>>("norm1", o.d_model, o.eps);
+    this->register_child(*norm1_);
+    if (o.mlp) {
+      norm2_ = std::make_unique<LayerNorm<T>>("norm2", o.d_model, o.eps);
+      this->register_child(*norm2_);
+    }
+  }
+  this->register_child(drop1_);
+  this->register_child(drop2_);
+}
+
+template <class T>
+Var<T> TransformerBlock<T>::forward(Var<T> x, const Mask* key_padding) {
+  Tape<T>::of("transformer_block", {{"x", x}});
+  if (x.shape().rank != 3 || x.shape().cols != options_.d_model)
+    fail<ShapeError>("transformer_block '{}': x is {} but the block takes (batch, tokens, {}) inputs", this->path(),
+                     x.shape(), options_.d_model);
+  Var<T> h = norm1_ ? norm1_->forward(x) : x;
+  x = add(x, drop1_.forward(attn_->forward(h, key_padding)));
+  if (ff_) {
+    Var<T> g = norm2_ ? norm2_->forward(x) : x;
+    x = add(x, drop2_.forward(ff_->forward(g)));
+  }
+  return x;
+}
+
+template <class T>
+LayerNorm<T>& TransformerBlock<T>::norm1() {
+  if (!norm1_) fail<NameError>("transformer_block '{}': has no norm1 (built without layernorm)", this->path());
+  return *norm1_;
+}
+template <class T>
+LayerNorm<T>& TransformerBlock<T>::norm2() {
+  if (!norm2_)
+    fail<NameError>("transformer_block '{}': has no norm2 (built without {})", this->path(),
+                    options_.mlp ? "layernorm" : "the MLP");
+  return *norm2_;
+}
+template <class T>
+FeedForward<T>& TransformerBlock<T>::feed_forward() {
+  if (!ff_) fail<NameError>("transformer_block '{}': has no feed-forward sub-layer (built without mlp)", this->path());
+  return *ff_;
+}
+
+// ---- TransformerStack -----------------------------------------------------------------------------
+
+template <class T>
+TransformerStack<T>::TransformerStack(std::string name, const TransformerStackOptions& o, Rng& rng)
+    : Module<T>(std::move(name)), options_(o), blocks_("blocks") {
+  if (o.n_layers < 1 || o.n_layers > 1024)
+    fail<ValueError>("transformer_stack '{}': n_layers must be in [1, 1024], got {}", this->path(), o.n_layers);
+  TransformerBlock<T>::check("blocks.0", o.block);
+  this->register_child(blocks_);
+  for (Index i = 0; i < o.n_layers; ++i) blocks_.template emplace<TransformerBlock<T>>(o.block, rng);
+  if (o.block.layernorm) {
+    norm_ = std::make_unique<LayerNorm<T>>("norm", o.block.d_model, o.block.eps);
+    this->register_child(*norm_);
+  }
+}
+
+template <class T>
+Var<T> TransformerStack<T>::forward(Var<T> x, const Mask* key_padding) {
+  for (std::size_t i = 0; i < blocks_.size(); ++i) x = block(i).forward(x, key_padding);
+  return norm_ ? norm_->forward(x) : x;
+}
+
+// ---- LmHead -----------------------------------------------------------------------------------------
+
+template <class T>
+LmHead<T>::LmHead(std::string name, const LmHeadOptions& o, Rng& rng) : Module<T>(std::move(name)), options_(o) {
+  if (o.d_model <= 0 || o.vocab <= 0)
+    fail<ValueError>("lm_head '{}': d_model and vocab must be positive, got {} and {}", this->path(), o.d_model,
+                     o.vocab);
+  TensorT<T> w(Shape::mat(o.d_model, o.vocab));
+  o.init.apply(w, rng);
+  weight_ = &this->register_parameter("weight", std::move(w));
+  if (o.bias) bias_ = &this->register_parameter("bias", TensorT<T>(Shape::vec(o.vocab)));
+}
+
+template <class T>
+LmHead<T>::LmHead(std::string name, const LmHeadOptions& o, Embedding<T>& tied)
+    : Module<T>(std::move(name)), options_(o), tied_(&tied) {
+  const Shape table = tied.table().value.shape();
+  if (table != Shape::mat(o.vocab, o.d_model))
+    fail<ShapeError>("lm_head '{}': tied to the embedding '{}' of shape {}, but the head maps {} features to {} "
+                     "tokens (it needs {}x{})",
+                     this->path(), tied.path(), table, o.d_model, o.vocab, o.vocab, o.d_model);
+  if (o.bias) bias_ = &this->register_parameter("bias", TensorT<T>(Shape::vec(o.vocab)));
+}
+
+template <class T>
+Var<T> LmHead<T>::forward(Var<T> h) {
+  Tape<T>& t = Tape<T>::of("lm_head", {{"h", h}});
+  if (h.shape().cols != options_.d_model)
+    fail<ShapeError>("lm_head '{}': h is {} but the head reads rows of {} features", this->path(), h.shape(),
+                     options_.d_model);
+  Var<T> logits = tied_ ? matmul_bt(h, t.param(tied_->table())) : matmul(h, t.param(*weight_));
+  return bias_ ? add(logits, t.param(*bias_)) : logits;
+}
+
+template class FeedForward<float>;
+template class FeedForward<double>;
+template class TransformerBlock<float>;
+template class TransformerBlock<double>;
+template class TransformerStack<float>;
+template class TransformerStack<double>;
+template class LmHead<float>;
+template class LmHead<double>;
+
+}  // namespace tapegrad

@@ -1,0 +1,159 @@
+#pragma once
+// The pieces of a decoder-style language model, on SelfAttention in either mode:
+//
+//   FeedForward        Linear(d, d_ff), GELU, [dropout], Linear(d_ff, d)
+//   TransformerBlock   pre-norm:  x = x + drop(attn(LN1 x));  x = x + drop(FFN(LN2 x))
+//   TransformerStack   N blocks ("blocks.0", "blocks.1", ...) and a final LayerNorm ("norm")
+//   LmHead             logits = h W + b, or tied to a token embedding: h E^T + b
+//
+// With the learnable mode a block is PyTorch's nn.TransformerEncoderLayer(norm_first=True,
+// activation="gelu", batch_first=True): attention with biases and the output projection (Wq, Wk, Wv are
+// the three blocks of in_proj_weight, transposed; Wo is out_proj.weight transposed), and the FFN's
+// linear1/linear2. tests/test_layers.cpp checks outputs and every gradient against it in float64. The
+// parameter-free mode is softmax(h h^T / sqrt(d_head)) h with h = LN1(x), heads splitting h's columns; it
+// has no attention parameters (the norms and the FFN still learn).
+//
+// Without `layernorm` the sub-layers see x itself (no LN1, LN2, final norm); without `mlp` a block is
+// attention and its residual only.
+
+#include <memory>
+#include <vector>
+
+#include "tapegrad/autograd/tape.hpp"
+#include "tapegrad/layers/embedding.hpp"
+#include "tapegrad/layers/linear.hpp"
+#include "tapegrad/layers/module.hpp"
+#include "tapegrad/layers/normalization.hpp"
+#include "tapegrad/layers/self_attention.hpp"
+
+namespace tapegrad {
+
+struct FeedForwardOptions {
+  Index d_model = 0;
+  Index d_hidden = 0;   // 0: 4 d_model
+  double dropout = 0;   // after the GELU
+  Initializer init = Initializer::xavier_uniform();
+};
+
+template <class T>
+class FeedForward : public Module<T> {
+ public:
+  FeedForward(std::string name, const FeedForwardOptions& options, Rng& rng);
+  Var<T> forward(Var<T> x);  // (..., d_model) -> (..., d_model)
+  Linear<T>& linear1() { return linear1_; }
+  Linear<T>& linear2() { return linear2_; }
+
+ private:
+  Linear<T> linear1_, linear2_;
+  Dropout<T> drop_;
+};
+
+struct TransformerBlockOptions {
+  AttentionMode mode = AttentionMode::learnable;
+  Index d_model = 0;
+  Index n_heads = 1;
+  Index d_ff = 0;          // the FFN's hidden width; 0: 4 d_model
+  bool causal = true;      // token t sees tokens <= t (a language model)
+  bool layernorm = true;   // pre-norm LN1, LN2; false: none
+  bool mlp = true;         // the FFN sub-layer
+  double dropout = 0;      // on both residual branches and after the FFN's GELU
+  double eps = 1e-5;       // the LayerNorms'
+  Initializer init = Initializer::xavier_uniform();  // attention and FFN weights
+
+  template <class S, class F>
+  static void fields(S& s, F&& field);
+};
+
+template <class T>
+class TransformerBlock : public Module<T> {
+ public:
+  TransformerBlock(std::string name, const TransformerBlockOptions& options, Rng& rng);
+  // The checks of the options alone: ValueError naming the block, nothing built.
+  static void check(std::string_view name, const TransformerBlockOptions& options);
+  // x (B, T, d_model) -> (B, T, d_model); key_padding (B, T) as SelfAttention's.
+  Var<T> forward(Var<T> x, const Mask* key_padding = nullptr);
+
+  const TransformerBlockOptions& options() const { return options_; }
+  SelfAttention<T>& attention() { return *attn_; }
+  // NameError naming the block when it was built without them.
+  LayerNorm<T>& norm1();
+  LayerNorm<T>& norm2();
+  FeedForward<T>& feed_forward();
+
+ private:
+  TransformerBlockOptions options_;
+  std::unique_ptr<LayerNorm<T>> norm1_, norm2_;
+  std::unique_ptr<SelfAttention<T>> attn_;
+  std::unique_ptr<FeedForward<T>> ff_;
+  Dropout<T> drop1_, drop2_;
+};
+
+struct TransformerStackOptions {
+  Index n_layers = 1;
+  TransformerBlockOptions block;  // the final norm follows block.layernorm
+};
+
+template <class T>
+class TransformerStack : public Module<T> {
+ public:
+  TransformerStack(std::string name, const TransformerStackOptions& options, Rng& rng);
+  Var<T> forward(Var<T> x, const Mask* key_padding = nullptr);
+  std::size_t size() const { return blocks_.size(); }
+  TransformerBlock<T>& block(std::size_t i) { return static_cast<TransformerBlock<T>&>(blocks_[i]); }
+  const TransformerStackOptions& options() const { return options_; }
+
+ private:
+  TransformerStackOptions options_;
+  ModuleList<T> blocks_;
+  std::unique_ptr<LayerNorm<T>> norm_;
+};
+
+struct LmHeadOptions {
+  Index d_model = 0;
+  Index vocab = 0;
+  bool bias = true;
+  Initializer init = Initializer::xavier_uniform();
+};
+
+template <class T>
+class LmHead : public Module<T> {
+ public:
+  // Its own (d_model, vocab) weight.
+  LmHead(std::string name, const LmHeadOptions& options, Rng& rng);
+  // Tied: the logits are h E^T with the embedding's (vocab, d_model) table, which stays the embedding's
+  // parameter (listed once, under the embedding's name); only the bias is the head's. The embedding must
+  // outlive the head.
+  LmHead(std::string name, const LmHeadOptions& options, Embedding<T>& tied);
+  Var<T> forward(Var<T> h);  // (..., d_model) -> (..., vocab)
+  bool tied() const { return tied_ != nullptr; }
+
+ private:
+  LmHeadOptions options_;
+  Parameter<T>* weight_ = nullptr;  // untied: (d_model, vocab)
+  Parameter<T>* bias_ = nullptr;
+  Embedding<T>* tied_ = nullptr;
+};
+
+template <class S, class F>
+void TransformerBlockOptions::fields(S& s, F&& field) {
+  field("mode", s.mode, "attention: learnable or parameter_free");
+  field("d_model", s.d_model, "width of the residual stream", in_range(1, 1 << 16));
+  field("n_heads", s.n_heads, "attention heads", in_range(1, 1 << 10));
+  field("d_ff", s.d_ff, "hidden width of the MLP (0: 4 d_model)", in_range(0, 1 << 18));
+  field("causal", s.causal, "each token sees only earlier tokens");
+  field("layernorm", s.layernorm, "pre-norm LayerNorms");
+  field("mlp", s.mlp, "the MLP sub-layer");
+  field("dropout", s.dropout, "dropout probability", in_range(0, 1, true));
+  field("eps", s.eps, "LayerNorm epsilon", in_range(1e-12, 1.0));
+}
+
+extern template class FeedForward<float>;
+extern template class FeedForward<double>;
+extern template class TransformerBlock<float>;
+extern template class TransformerBlock<double>;
+extern template class TransformerStack<float>;
+extern template class TransformerStack<double>;
+extern template class LmHead<float>;
+extern template class LmHead<double>;
+
+}  // namespace tapegrad
