@@ -61,6 +61,9 @@ struct Options {
   ScheduleKind schedule = ScheduleKind::constant;
   Index heads = 1, d_model = 0, d_head = 0;
   bool residual = false;
+  Index layers = 1;
+  bool mlp = false, layernorm = false;
+  double dropout = 0;
   Index n_train = 4000, n_test = 1000;
 };
 
@@ -198,6 +201,10 @@ RunPlan plan_from_flags(const Options& o, const TableFlags& flags) {
   m.heads = o.heads;
   m.d_head = o.d_head;
   m.residual = o.residual;
+  m.layers = o.layers;
+  m.mlp = o.mlp;
+  m.layernorm = o.layernorm;
+  m.dropout = o.dropout;
   m.seed = training.seed;
   if (o.d_model > 0) {
     if (m.features != FeatureKind::learned)
@@ -372,6 +379,17 @@ int main(int argc, char** argv) {
   add_enum(app, "--features", o.features, "Token features (onehot: fixed; learned: a trainable embedding)")->group(model_group);
   add_enum(app, "--positions", o.positions, "Positions (onehot: concatenated; learned, sinusoidal: added)")->group(model_group);
   app.add_flag("--residual", o.residual, "Add the attention's input to its output before the readout")->group(model_group);
+  app.add_option("--layers", o.layers, "Attention layers; more than 1 (or --mlp, --layernorm, --dropout) builds pre-norm "
+                                       "transformer blocks, residual, with d_head = width / --heads")
+      ->capture_default_str()
+      ->check(CLI::Range(Index{1}, Index{64}))
+      ->group(model_group);
+  app.add_flag("--mlp", o.mlp, "An MLP (width 4x, GELU) after each attention, in a transformer block")->group(model_group);
+  app.add_flag("--layernorm", o.layernorm, "Pre-norm LayerNorms in each block and after the last")->group(model_group);
+  app.add_option("--dropout", o.dropout, "Dropout probability in the blocks while training")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.99))
+      ->group(model_group);
   add_enum(app, "--optimizer", o.optimizer, "Optimizer")->group("Optimizer");
   add_enum(app, "--schedule", o.schedule, "Learning-rate schedule (cosine: 5% warm-up, then decay to 0)")->group("Schedule");
 

@@ -481,7 +481,7 @@ TEST_CASE("checkpoint: files of format 1 (tapegrad 0.1) load, and resume to the 
           (sgd ? "cosine (warmup_steps 1, total_steps 20, min_lr 0)" : "constant"));
     // The run 0.1's trainer made, rebuilt from the file alone, then resumed here to step 20.
     const TaskSplit data = make_task_split(*task, 4000, 0, 1000, 1000);
-    ToyRunConfig config{.model = from_settings<ModelConfig>(c.model.config, "model"),
+    ToyRunConfig config{.model = model_config_from<ToyModel<float>>(c),
                         .optimizer = parse_enum<OptimizerKind>(c.training->optimizer.kind),
                         .hyperparameters = c.training->optimizer.hyperparameters,
                         .schedule = c.training->optimizer.schedule,

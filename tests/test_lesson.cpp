@@ -204,8 +204,11 @@ TEST_CASE("toy model: its record rebuilds it, and a record of another kind or a 
   CHECK(record.describe() ==
         "toy_model (vocab 7, labels 4, max_len 5, features learned, d_embed 6, positions sinusoidal, attention "
         "parameter_free, heads 2, d_head 0, scale none, output_projection false, residual true, seed 9)");
-  CHECK(from_settings<ModelConfig>(record.config, "model") == c);
+  // The single attention layer's record has no block fields, as files written before them; loading adds
+  // them back with the values that mean "one attention layer".
+  CHECK_THROWS_AS(from_settings<ModelConfig>(record.config, "model"), NameError);
   Checkpoint file = snapshot<float>(model);
+  CHECK(model_config_from<ToyModel<float>>(file) == c);
   CHECK(model_from_checkpoint<ToyModel<float>>(file)->model_record() == record);
   file.model.kind = "mlp";
   CHECK_THROWS_WITH_AS(model_from_checkpoint<ToyModel<float>>(file), "load: the file holds a model of kind 'mlp', not 'toy_model'",
@@ -215,6 +218,40 @@ TEST_CASE("toy model: its record rebuilds it, and a record of another kind or a 
   CHECK_THROWS_WITH_AS(model_from_checkpoint<ToyModel<float>>(file),
                        "load: the model's configuration (toy_model): vocab is 'many', which is not a whole number",
                        FormatError);
+}
+
+TEST_CASE("toy model: transformer blocks (--layers, --mlp, --layernorm, --dropout) are recorded and rebuilt") {
+  const ModelConfig c{.vocab = 7, .labels = 4, .max_len = 5, .features = FeatureKind::learned, .d_embed = 6,
+                      .positions = PositionEncoding::learned, .heads = 2, .seed = 3, .layers = 2, .mlp = true,
+                      .layernorm = true, .dropout = 0.1};
+  ToyModel<float> model(c);
+  const ModelRecord record = model.model_record();
+  CHECK(from_settings<ModelConfig>(record.config, "model") == c);  // every field, the block ones included
+  CHECK(c.describe().ends_with(", as 2 transformer blocks with MLP, LayerNorm, dropout 0.1"));
+  // embed 7x6, positions 5x6, per block 4*36 + 4*6 (attention) + 8*36 + 5*6 (MLP) + 4*6 (norms), final norm 12,
+  // readout 6*4 + 4
+  const Index expected = 42 + 30 + 2 * (144 + 24 + 288 + 30 + 24) + 12 + 28;
+  CHECK(model.parameter_count() == expected);
+  CHECK(ToyModel<float>::implied_parameter_count(c) == expected);
+  const auto back = model_from_checkpoint<ToyModel<float>>(snapshot<float>(model));
+  CHECK(back->config() == c);
+  CHECK(back->model_record() == record);
+  for (AttentionMode mode : {AttentionMode::learnable, AttentionMode::parameter_free}) {
+    ModelConfig free = c;
+    free.attention = mode;
+    free.layers = 3;
+    free.dropout = 0;
+    CHECK(ToyModel<float>(free).parameter_count() == ToyModel<float>::implied_parameter_count(free));
+  }
+  ModelConfig bad = c;
+  bad.d_head = 4;
+  CHECK_THROWS_WITH_AS(ToyModel<float>::check_config(bad),
+                       "model: transformer blocks (layers 2, mlp, layernorm, dropout 0.1) fix d_head = d_model / heads, "
+                       "the 1/sqrt(d_head) scale and the output projection (learnable mode); leave d_head, scale and "
+                       "output_projection at their defaults",
+                       ValueError);
+  CHECK_THROWS_AS(model.attention(), UsageError);
+  CHECK_THROWS_AS(model.attention(2), UsageError);
 }
 
 TEST_CASE("toy trainer: learns a task, and the same seeds give the same curve bit for bit") {

@@ -177,7 +177,9 @@ Index parameter_values_held(const Checkpoint& c);
 
 template <class M>
 typename M::Config model_config_from(const Checkpoint& c) {
-  const Settings& settings = detail::model_config_of(c, M::kind);
+  Settings settings = detail::model_config_of(c, M::kind);
+  // A configuration that grew fields may fill in, for files written before, the values they implied.
+  if constexpr (requires(Settings& s) { M::Config::complete_settings(s); }) M::Config::complete_settings(settings);
   typename M::Config config;
   try {
     config = from_settings<typename M::Config>(settings, fmt::format("load: the model's configuration ({})", M::kind));

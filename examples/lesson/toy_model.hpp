@@ -8,6 +8,10 @@
 //   + positions  onehot: concatenated (+ max_len)      learned / sinusoidal: added    none
 //   attention    parameter-free or learnable, heads, scale, optional Wo
 //   readout      Linear(attention width -> labels), with bias
+//
+// With more than one layer, an MLP, LayerNorm or dropout, the attention is a stack of pre-norm
+// TransformerBlocks (layers/transformer.hpp; not causal, residual by construction, d_head = d_model /
+// heads, Wo in the learnable mode) and a final LayerNorm with `layernorm`, then the readout.
 
 #include <array>
 #include <memory>
@@ -18,6 +22,7 @@
 #include "tapegrad/layers/embedding.hpp"
 #include "tapegrad/layers/linear.hpp"
 #include "tapegrad/layers/self_attention.hpp"
+#include "tapegrad/layers/transformer.hpp"
 #include "tapegrad/train/data.hpp"
 #include "tapegrad/train/data_source.hpp"
 #include "tapegrad/train/trainer.hpp"
@@ -54,6 +59,11 @@ struct ModelConfig {
   bool output_projection = false;
   bool residual = false;   // readout sees x + attention(x)
   std::uint64_t seed = 0;  // initial weights
+  // Transformer blocks (all at their defaults: the single attention layer above).
+  Index layers = 1;
+  bool mlp = false;
+  bool layernorm = false;
+  double dropout = 0;
 
   // Sizes are bounded (2^24) so that no configuration read from a file can ask for absurd memory.
   template <class S, class F>
@@ -72,9 +82,19 @@ struct ModelConfig {
     field("output_projection", s.output_projection, "Wo after the heads");
     field("residual", s.residual, "readout sees x + attention(x)");
     field("seed", s.seed, "seed of the initial weights");
+    field("layers", s.layers, "attention layers (transformer blocks when > 1)", in_range(1, 64));
+    field("mlp", s.mlp, "an MLP after each attention (transformer blocks)");
+    field("layernorm", s.layernorm, "pre-norm LayerNorms (transformer blocks)");
+    field("dropout", s.dropout, "dropout in the blocks while training", in_range(0, 1, true));
   }
   bool operator==(const ModelConfig&) const = default;
   std::string describe() const;  // one line
+  // Whether the model is a stack of transformer blocks rather than the single attention layer.
+  bool blocks() const { return layers > 1 || mlp || layernorm || dropout > 0; }
+  // The single attention layer's record leaves the block fields out (ToyModel::model_record), as files
+  // written before they existed do: they are added back with the values that mean "the single
+  // attention layer". Called by model_config_from.
+  static void complete_settings(Settings& settings);
 };
 
 // The widths a configuration implies, from the configuration alone (for a valid one: check_config).
@@ -109,7 +129,10 @@ class ToyModel : public Module<T> {
   // allocation), or -1 for a configuration the constructor would refuse. Loaders compare it with
   // what a file holds before they build anything.
   static Index implied_parameter_count(const ModelConfig& c);
-  SelfAttention<T>& attention() { return *attention_; }
+  // The single attention layer; UsageError for a model of transformer blocks (see stack()).
+  SelfAttention<T>& attention();
+  // Attention layer k (0-based) of either kind of model.
+  SelfAttention<T>& attention(std::size_t k);
 
  private:
   Var<T> features(Tape<T>& tape, const Ids& tokens);
@@ -120,6 +143,7 @@ class ToyModel : public Module<T> {
   std::unique_ptr<Embedding<T>> embedding_;
   std::unique_ptr<Positions<T>> positions_;
   std::unique_ptr<SelfAttention<T>> attention_;
+  std::unique_ptr<TransformerStack<T>> stack_;
   std::unique_ptr<Linear<T>> readout_;
 };
 

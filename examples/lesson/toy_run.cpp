@@ -30,7 +30,11 @@ double estimated_bytes(const ToyRunConfig& config, Index length, Index examples)
   // Floats per sequence on the tape: features, positions, Q, K, V and their head slices, head outputs,
   // Wo, residual, logits and the softmax cross-entropy keeps per position; scores, weights and the copy
   // the layer keeps per head and pair of positions.
-  const double per_sequence = t * (4 * width_in + 4 * d_model + 8 * heads * d_head + 2 * d(m.labels)) + 3 * heads * t * t;
+  double per_sequence = t * (4 * width_in + 4 * d_model + 8 * heads * d_head + 2 * d(m.labels)) + 3 * heads * t * t;
+  if (m.blocks())  // per block: attention as above, the residual, the MLP's 4d hidden units, norms, masks
+    per_sequence += d(m.layers) * (t * (8 * d_model + 8 * heads * d_head + (m.mlp ? 14 * d_model : 0) +
+                                        (m.layernorm ? 6 * d_model : 0) + (m.dropout > 0 ? 4 * d_model : 0)) +
+                                   3 * heads * t * t);
   const double batches = 3 * d(config.training.batch) + 1.5 * d(config.training.eval_batch);  // values, grads, saved
   const double data = d(examples) * (16 * t + 64);  // ids and labels, and each example's vectors
   return 4 * (4 * d(parameters) + per_sequence * batches) + data;  // value, grad, two optimizer buffers
