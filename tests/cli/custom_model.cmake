@@ -2,13 +2,7 @@
 # model), reload the saved model and predict the test set bit for bit as the trained one did, resume the
 # half-way checkpoint and end with bit-identical weights. -DPROGRAM=path -DWORK=dir
 file(REMOVE_RECURSE ${WORK})
-function(run)
-  execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "'${ARGV}' failed (${rc}):\n${out}\n${err}")
-  endif()
-  set(output "${out}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/run_program.cmake)
 function(crc name text var)
   if(NOT text MATCHES "${name} crc32 ([0-9a-f]+)")
     message(FATAL_ERROR "no '${name} crc32' in:\n${text}")

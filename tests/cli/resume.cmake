@@ -2,13 +2,7 @@
 # a new process resuming to N, must end with bit-identical parameters (the checkpoint's CRC-32 of every
 # weight) and the same loss curve. -DTRAIN=path -DWORK=dir -DARGS="--optimizer;sgd;..."
 file(REMOVE_RECURSE ${WORK})
-function(run)
-  execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "'${ARGV}' failed (${rc}):\n${out}\n${err}")
-  endif()
-  set(output "${out}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/run_program.cmake)
 function(weights_and_curve dir var)
   run(${TRAIN} inspect ${dir}/model.tgck)
   string(REGEX MATCH "crc32 [0-9a-f]+" crc "${output}")

@@ -1,0 +1,355 @@
+#include "char_lm/compare.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "tapegrad/core/file_io.hpp"
+#include "tapegrad/train/checkpoint.hpp"
+#include "tapegrad/train/plot.hpp"
+#include "tapegrad/train/report.hpp"
+#include "tapegrad/train/schedule.hpp"
+
+namespace char_lm {
+
+using namespace tapegrad;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr AttentionMode kModes[] = {AttentionMode::parameter_free, AttentionMode::learnable};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+constexpr Index kEvalBatch = 256;        // words per evaluation batch
+constexpr double kMaxMemoryBytes = 8e9;  // what one run of this example may take
+
+// A rough bound on one run's memory: the parameters with their gradients and AdamW's two buffers, and a
+// batch's activations and their gradients on the tape (per position and block: about 12 D for the norms,
+// projections and residuals, 3 d_ff for the MLP, 3 H T for the attention weights). LimitError above the
+// limit, before anything is allocated.
+void check_memory(CharLm<float>::Config c, Index batch) {
+  c.attention = AttentionMode::learnable;
+  const double D = static_cast<double>(c.d_model), F = static_cast<double>(c.d_ff != 0 ? c.d_ff : 4 * c.d_model),
+               T = static_cast<double>(c.max_len), H = static_cast<double>(c.n_heads);
+  const double parameters = static_cast<double>(CharLm<float>::implied_parameter_count(c));
+  const double activations = static_cast<double>(batch) * T * static_cast<double>(c.n_layers) * (12 * D + 3 * F + 3 * H * T);
+  const double bytes = 4.0 * (4 * parameters + 2 * activations);
+  if (bytes > kMaxMemoryBytes)
+    fail<LimitError>("the model and a batch would take about {}, more than the {} this example allows; lower --d-model, "
+                     "--d-ff, --layers or --batch",
+                     format_bytes(bytes), format_bytes(kMaxMemoryBytes));
+}
+
+Index eval_every(const Options& o) { return o.eval_every > 0 ? o.eval_every : std::max<Index>(1, o.steps / 10); }
+Index warmup_steps(const Options& o) { return std::min<Index>(100, o.steps / 10); }
+
+// One model's training, as examples/custom_model.cpp's Run: AdamW with warm-up and cosine decay to a tenth
+// of the rate, the validation words evaluated every eval_every steps. The trainer keeps references, so the
+// run owns them all.
+struct LmRun {
+  CharLm<float> model;
+  AdamW<float> optimizer;
+  Trainer<SequenceBatch> trainer;
+
+  LmRun(const CharLm<float>::Config& config, const WordSource& train, const WordSource& validation, const Options& o)
+      : model(config), optimizer(model.parameters(), {.lr = o.lr, .weight_decay = o.weight_decay}),
+        trainer(model, optimizer, train, [this](Tape<float>& tape, const SequenceBatch& batch) { return model.loss(tape, batch); },
+                {.steps = o.steps, .batch = o.batch, .eval_every = eval_every(o), .eval_batch = kEvalBatch, .seed = config.seed}) {
+    optimizer.set_schedule(
+        CosineWithWarmup({.warmup_steps = warmup_steps(o), .total_steps = std::max<Index>(1, o.steps), .min_lr = o.lr / 10}));
+    trainer.evaluate_on(validation);
+  }
+};
+
+struct RunResult {
+  AttentionMode mode = AttentionMode::learnable;
+  int seed = 0;
+  Index parameters = 0;
+  double validation = 0;  // NLL per symbol on the validation words, at the end
+  double seconds = 0;     // training, with its evaluations
+  std::vector<CurvePoint> curve = {};
+  std::vector<std::string> samples = {};
+  std::vector<std::vector<std::vector<double>>> maps = {};  // [layer][head] on the validation word (seed 0)
+  bool reload_matches = false;  // the saved file, read back, samples the same words
+};
+
+struct MeanSd {
+  double mean = 0, sd = 0;
+};
+MeanSd mean_sd(const std::vector<double>& v) {
+  MeanSd m;
+  for (double x : v) m.mean += x / static_cast<double>(v.size());
+  for (double x : v) m.sd += (x - m.mean) * (x - m.mean);
+  m.sd = v.size() > 1 ? std::sqrt(m.sd / static_cast<double>(v.size() - 1)) : 0;
+  return m;
+}
+
+std::string checkpoint_name(AttentionMode mode, int seed) { return fmt::format("{}_seed{}.tgck", mode_file_name(mode), seed); }
+std::string samples_name(AttentionMode mode, int seed) { return fmt::format("samples_{}_seed{}.txt", mode_file_name(mode), seed); }
+std::string attention_name(AttentionMode mode, std::size_t layer) {
+  return fmt::format("attention_{}_layer{}.svg", mode_file_name(mode), layer);
+}
+
+// A new run does not mix its files with an earlier run's: a folder holding files of the kinds this program
+// writes is refused unless --overwrite, which removes them first. Called with the folder locked.
+void claim_outputs(const fs::path& dir, bool overwrite) {
+  std::vector<fs::path> previous;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    const bool ours = name == "report.md" || name == "curves.svg" || name.starts_with("attention_") ||
+                      name.starts_with("samples_") || entry.path().extension() == ".tgck";
+    if (ours && entry.is_regular_file()) previous.push_back(entry.path());
+  }
+  if (previous.empty()) return;
+  if (!overwrite)
+    fail<FileError>("--out: '{}' holds another run's files ({}{}); choose a new folder, or --overwrite to replace them",
+                    dir.string(), previous.front().filename().string(), previous.size() > 1 ? ", ..." : "");
+  for (const auto& p : previous) fs::remove(p);
+}
+
+std::string lines(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) out += w + "\n";
+  return out;
+}
+
+// The first validation word of 6 to 10 letters (else the first): the one whose attention is drawn.
+std::string attention_word(const std::vector<std::string>& validation) {
+  for (const auto& w : validation)
+    if (w.size() >= 6 && w.size() <= 10) return w;
+  return validation.front();
+}
+
+RunResult train_one(const Options& o, AttentionMode mode, int seed, Index max_len, const WordSource& train,
+                    const WordSource& validation, const std::string& shown_word, const fs::path& dir,
+                    const fs::path& data_file) {
+  CharLm<float>::Config config = o.model;
+  config.max_len = max_len;
+  config.attention = mode;
+  config.seed = static_cast<std::uint64_t>(seed);
+  LmRun run(config, train, validation, o);
+  const bool terminal = isatty(fileno(stderr)) != 0;
+  Progress progress(stderr, terminal ? Progress::Style::bar : Progress::Style::quiet, o.steps,
+                    fmt::format("{} seed {}", mode_title(mode), seed));
+  const auto start = std::chrono::steady_clock::now();
+  run.trainer.run(progress.callbacks());
+  progress.finish();
+  RunResult r{.mode = mode, .seed = seed, .parameters = run.model.parameter_count()};
+  r.seconds = seconds_since(start);
+  r.curve = run.trainer.curve();
+  r.validation = value_of(r.curve.back().values, "eval_loss");
+  r.samples = sample_words(next_symbol(run.model), max_len, o.count, o.sample_seed);
+  if (seed == 0) r.maps = attention_maps(run.model, shown_word);
+
+  Checkpoint checkpoint = snapshot(run.trainer);
+  checkpoint.metadata["program"] = "char_lm";
+  checkpoint.metadata["data"] = data_file.string();
+  checkpoint.metadata["data_seed"] = fmt::format("{}", o.data_seed);
+  checkpoint.metadata["validation_nll"] = fmt::format("{:.4f}", r.validation);
+  const fs::path file = dir / checkpoint_name(mode, seed);
+  save_checkpoint(file, checkpoint);
+  write_file(dir / samples_name(mode, seed), lines(r.samples));
+  // What --sample-from will do in a fresh process: the saved model must sample the same words.
+  const auto reloaded = model_from_checkpoint<CharLm<float>>(read_checkpoint(file));
+  r.reload_matches = sample_words(next_symbol(*reloaded), max_len, o.count, o.sample_seed) == r.samples;
+  fmt::print("  {:<14} seed {}: validation {:.4f} nats/char after {} steps ({:.1f} s); saved {}{}\n", mode_title(mode), seed,
+             r.validation, o.steps, r.seconds, file.filename().string(),
+             r.reload_matches ? "" : " -- RELOADED, IT SAMPLES OTHER WORDS");
+  std::fflush(stdout);
+  return r;
+}
+
+struct Row {
+  std::string model;
+  Index parameters = 0;
+  std::string nll;
+  double seconds = 0;
+};
+
+std::string table(const std::vector<Row>& rows, bool markdown) {
+  std::string out;
+  if (markdown) {
+    out += "| model | parameters | validation NLL (nats/char) | training time |\n|---|---:|---|---:|\n";
+    for (const auto& r : rows) out += fmt::format("| {} | {} | {} | {:.1f} s |\n", r.model, r.parameters, r.nll, r.seconds);
+    return out;
+  }
+  out += fmt::format("  {:<16} {:>10}  {:<26} {:>13}\n", "model", "parameters", "validation NLL (nats/char)", "training time");
+  for (const auto& r : rows) out += fmt::format("  {:<16} {:>10}  {:<26} {:>11.1f} s\n", r.model, r.parameters, r.nll, r.seconds);
+  return out;
+}
+
+std::string nll_cell(const std::vector<RunResult>& runs) {
+  std::vector<double> v;
+  for (const auto& r : runs) v.push_back(r.validation);
+  const MeanSd m = mean_sd(v);
+  return v.size() > 1 ? fmt::format("{:.3f} ± {:.3f}", m.mean, m.sd) : fmt::format("{:.3f} (1 seed)", m.mean);
+}
+
+// Train and validation NLL against the step, both attention models (seed 0), the bigram as a floor.
+std::string curves_svg(const std::vector<RunResult>& seed0, double bigram, Index steps) {
+  LineChart chart{.title = "next-character NLL (seed 0)", .x_label = "step", .y_label = "nats per character"};
+  for (const RunResult& r : seed0)
+    for (const char* which : {"train_loss", "eval_loss"}) {
+      Series s{.name = fmt::format("{} {}", mode_title(r.mode), which[0] == 't' ? "train" : "validation")};
+      for (const CurvePoint& p : r.curve) {
+        s.x.push_back(static_cast<double>(p.step));
+        s.y.push_back(value_of(p.values, which));
+      }
+      chart.series.push_back(std::move(s));
+    }
+  chart.series.push_back({.name = "bigram validation", .x = {0, static_cast<double>(steps)}, .y = {bigram, bigram}});
+  return line_chart_svg(chart);
+}
+
+// One layer's heads side by side: rows are queries, columns keys, on ". w o r d".
+std::string attention_svg(const RunResult& r, std::size_t layer, const std::string& word) {
+  std::vector<std::string> labels = {"."};
+  for (char c : word) labels.emplace_back(1, c);
+  std::vector<std::string> heads;
+  for (std::size_t h = 0; h < r.maps[layer].size(); ++h)
+    heads.push_back(heatmap_svg({.title = fmt::format("{} attention, layer {}, head {}: '{}'", mode_title(r.mode), layer, h, word),
+                                 .row_labels = labels,
+                                 .col_labels = labels,
+                                 .values = r.maps[layer][h],
+                                 .show_values = labels.size() <= 12}));
+  return svg_row(heads);
+}
+
+std::string samples_block(const std::vector<std::pair<std::string, std::vector<std::string>>>& samples, bool markdown) {
+  std::string out;
+  for (const auto& [name, sampled] : samples) {
+    std::vector<std::string> words = sampled;
+    for (auto& w : words)
+      if (w.empty()) w = "(empty)";  // the model ended the word at once
+    if (markdown) {
+      out += fmt::format("- **{}**: {}\n", name, fmt::join(words, ", "));
+      continue;
+    }
+    for (std::size_t i = 0; i < words.size(); i += 10) {
+      const auto end = words.begin() + static_cast<std::ptrdiff_t>(std::min(words.size(), i + 10));
+      out += fmt::format("  {:<16} {}\n", i == 0 ? name + ":" : "", fmt::join(words.begin() + static_cast<std::ptrdiff_t>(i), end, " "));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_comparison(const Options& o) {
+  const auto start = std::chrono::steady_clock::now();
+  if (o.model.d_model % o.model.n_heads != 0)
+    fail<ValueError>("--d-model {} is not divisible by --heads {}", o.model.d_model, o.model.n_heads);
+  const fs::path data_file(o.data);
+  const WordList list = read_words(data_file, "--data");
+  const Split split = split_words(list.words, o.data_seed);
+  const Index max_len = std::max(longest_sequence(split.train), longest_sequence(split.validation));
+  CharLm<float>::Config shape = o.model;
+  shape.max_len = max_len;
+  CharLm<float>::check_config(shape);  // before the folder is taken
+  check_memory(shape, std::max<Index>(o.batch, kEvalBatch));
+
+  const fs::path dir(o.out);
+  const FolderLock folder(dir, "--out");  // the run's folder, checked and ours before any training
+  remove_stale_temporaries(dir);
+  claim_outputs(dir, o.overwrite);
+
+  const WordSource train("words (train)", split.train), validation("words (validation)", split.validation);
+  const std::string shown_word = attention_word(split.validation);
+  fmt::print("char_lm: next-character models of English words\n"
+             "data: {}: {} lines, {} distinct words of a-z kept ({} lines not a-z, {} longer than {} letters, {} "
+             "duplicates dropped)\n"
+             "split (seed {}): {} training words, {} validation words ({} symbols to predict: letters and ends)\n"
+             "model: embedding {} x {} + learned positions ({}) -> {} causal pre-norm block{} (width {}, {} heads, MLP {}, "
+             "GELU, LayerNorm) -> LayerNorm -> {} head\n"
+             "training: AdamW lr {:g} (warm-up {} steps, cosine to {:g}), weight decay {:g}, {} steps of {} words, "
+             "dropout {:g}; seeds 0..{}; validation every {} steps\n\n",
+             data_file.string(), list.lines, list.words.size(), list.dropped, list.too_long, kMaxWordLetters, list.duplicates,
+             o.data_seed, split.train.size(), split.validation.size(), validation.positions(), kVocab, o.model.d_model,
+             max_len, o.model.n_layers, o.model.n_layers == 1 ? "" : "s", o.model.d_model, o.model.n_heads,
+             o.model.d_ff != 0 ? o.model.d_ff : 4 * o.model.d_model, o.model.tie ? "tied (h E^T)" : "untied", o.lr,
+             warmup_steps(o), o.lr / 10, o.weight_decay, o.steps, o.batch, o.model.dropout, o.seeds - 1, eval_every(o));
+  std::fflush(stdout);
+
+  const auto bigram_start = std::chrono::steady_clock::now();
+  const Bigram bigram(split.train);
+  const double bigram_nll = bigram.nll(split.validation);
+  const double bigram_seconds = seconds_since(bigram_start);
+  const std::vector<std::string> bigram_samples = sample_words(next_symbol(bigram), max_len, o.count, o.sample_seed);
+  write_file(dir / "samples_bigram.txt", lines(bigram_samples));
+
+  std::vector<std::vector<RunResult>> results(std::size(kModes));
+  for (std::size_t m = 0; m < std::size(kModes); ++m)
+    for (int seed = 0; seed < o.seeds; ++seed)
+      results[m].push_back(train_one(o, kModes[m], seed, max_len, train, validation, shown_word, dir, data_file));
+
+  std::vector<Row> rows = {{"bigram (add-one)", Bigram::parameter_count(), fmt::format("{:.3f}", bigram_nll), bigram_seconds}};
+  for (const auto& runs : results) {
+    double seconds = 0;
+    for (const auto& r : runs) seconds += r.seconds;
+    rows.push_back({std::string(mode_title(runs[0].mode)), runs[0].parameters, nll_cell(runs), seconds});
+  }
+  std::vector<std::pair<std::string, std::vector<std::string>>> samples = {{"bigram", bigram_samples}};
+  for (const auto& runs : results) samples.emplace_back(std::string(mode_title(runs[0].mode)), runs[0].samples);
+
+  // Pictures: the curves, and each attention model's maps on the validation word, one file per layer.
+  std::vector<std::string> pictures = {"curves.svg"};
+  write_file(dir / "curves.svg", curves_svg({results[0][0], results[1][0]}, bigram_nll, o.steps));
+  for (const auto& runs : results)
+    for (std::size_t layer = 0; layer < runs[0].maps.size(); ++layer) {
+      pictures.push_back(attention_name(runs[0].mode, layer));
+      write_file(dir / pictures.back(), attention_svg(runs[0], layer, shown_word));
+    }
+
+  const std::string seeds_note =
+      fmt::format("mean ± sd over {} seed{} (initial weights, data order); one split; time: all seeds, with evaluations",
+                  o.seeds, o.seeds == 1 ? "" : "s");
+  fmt::print("\n{}  ({})\n\nsamples (seed {}, {} words each, word i of every model drawn with the same random numbers; '~' marks a word cut at {} letters):\n{}\n", table(rows, false),
+             seeds_note, o.sample_seed, o.count, max_len, samples_block(samples, false));
+
+  std::string report = fmt::format(
+      "# Next-character models of English words\n\n"
+      "Data: `{}`, {} distinct lower-case words, split {} / {} (seed {}). Models: bigram counts with add-one "
+      "smoothing; embedding {} x {} + learned positions -> {} causal pre-norm transformer blocks (width {}, {} "
+      "heads, MLP {}) -> LayerNorm -> {} head, with parameter-free or learnable attention. AdamW lr {:g} (warm-up "
+      "{}, cosine to {:g}), weight decay {:g}, {} steps of {} words.\n\n"
+      "## Validation NLL\n\n{}\n{}.\n\n## Pictures\n\n",
+      data_file.string(), list.words.size(), split.train.size(), split.validation.size(), o.data_seed, kVocab,
+      o.model.d_model, o.model.n_layers, o.model.d_model, o.model.n_heads,
+      o.model.d_ff != 0 ? o.model.d_ff : 4 * o.model.d_model, o.model.tie ? "tied" : "untied", o.lr, warmup_steps(o),
+      o.lr / 10, o.weight_decay, o.steps, o.batch, table(rows, true), seeds_note);
+  report += "- `curves.svg`: train and validation NLL against the step, both attention models (seed 0)\n";
+  for (std::size_t i = 1; i < pictures.size(); ++i)
+    report += fmt::format("- `{}`: attention on the validation word '{}', each head (seed 0)\n", pictures[i], shown_word);
+  report += fmt::format("\n![curves](curves.svg)\n\n## Samples (seed {})\n\nAncestral sampling from each model's softmax, from '.' to the next '.'; word i of every model is drawn with the same random numbers (stream i of the seed), so the lists align.\n\n{}\nModels: ", o.sample_seed,
+                        samples_block(samples, true));
+  for (const auto& runs : results)
+    for (const auto& r : runs) report += fmt::format("`{}` ", checkpoint_name(r.mode, r.seed));
+  report += fmt::format("(sample again with `char_lm --sample-from FILE --seed {} --count {}`).\n\nTotal time {:.0f} s.\n",
+                        o.sample_seed, o.count, seconds_since(start));
+  write_file(dir / "report.md", report);
+  bool reloads_match = true;
+  for (const auto& runs : results)
+    for (const auto& r : runs) reloads_match = reloads_match && r.reload_matches;
+  fmt::print("wrote {}/: report.md, {}, {} checkpoints, samples_*.txt  ({:.0f} s in all)\n", dir.string(),
+             fmt::join(pictures, ", "), o.seeds * 2, seconds_since(start));
+  fmt::print("each saved model, read back into a fresh model, samples {}\n",
+             reloads_match ? "the same words" : "OTHER WORDS than the trained one (see above)");
+  return static_cast<int>(reloads_match ? ExitCode::ok : ExitCode::check_failed);
+}
+
+int sample_from(const fs::path& file, Index count, std::uint64_t seed) {
+  const auto model = model_from_checkpoint<CharLm<float>>(read_checkpoint(file));
+  const std::vector<std::string> words = sample_words(next_symbol(*model), model->config().max_len, count, seed);
+  fmt::print("{}", lines(words));
+  fmt::print(stderr, "char_lm: {} words from {} ({}; seed {})\n", count, file.string(), describe(model->config()), seed);
+  return 0;
+}
+
+}  // namespace char_lm

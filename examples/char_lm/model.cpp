@@ -1,0 +1,171 @@
+#include "char_lm/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tapegrad/autograd/ops.hpp"
+
+namespace char_lm {
+
+using namespace tapegrad;
+
+template <class T>
+TransformerBlockOptions CharLm<T>::block_options(const Config& c) {
+  return {.mode = c.attention, .d_model = c.d_model, .n_heads = c.n_heads, .d_ff = c.d_ff, .causal = true,
+          .layernorm = true, .mlp = true, .dropout = c.dropout};
+}
+
+template <class T>
+void CharLm<T>::check_config(const Config& c) {
+  check_fields(c, "char_lm");  // every size within its bounds: the arithmetic below cannot overflow
+  TransformerBlock<T>::check("stack.blocks.0", block_options(c));
+}
+
+template <class T>
+Index CharLm<T>::implied_parameter_count(const Config& c) {
+  try {
+    check_config(c);
+  } catch (const ValueError&) {
+    return -1;
+  }
+  // Mirrors the constructor (the constructor checks that it does): embedding, positions, per block the
+  // attention (Wq Wk Wv Wo and their biases, learnable only), the MLP (D -> d_ff -> D with biases) and two
+  // LayerNorms, then the final LayerNorm and the head (its weight unless tied, and its bias).
+  const Index D = c.d_model, F = c.d_ff != 0 ? c.d_ff : 4 * D;
+  const Index attention = c.attention == AttentionMode::learnable ? 4 * D * D + 4 * D : 0;
+  const Index block = attention + (2 * D * F + F + D) + 4 * D;
+  return kVocab * D + c.max_len * D + c.n_layers * block + 2 * D + (c.tie ? 0 : D * kVocab) + kVocab;
+}
+
+// [readme:char_lm]
+template <class T>
+CharLm<T>::CharLm(const Config& c) : Module<T>(), config_(c), rng_(c.seed, 0x636861726c6d) {  // stream "charlm"
+  check_config(c);
+  embed_ = std::make_unique<Embedding<T>>("embed", EmbeddingOptions{.vocab = kVocab, .dim = c.d_model}, rng_);
+  this->register_child(*embed_);
+  pos_ = std::make_unique<Positions<T>>(
+      "pos", PositionOptions{.kind = PositionEncoding::learned, .max_len = c.max_len, .d_model = c.d_model}, rng_);
+  this->register_child(*pos_);
+  stack_ = std::make_unique<TransformerStack<T>>(
+      "stack", TransformerStackOptions{.n_layers = c.n_layers, .block = block_options(c)}, rng_);
+  this->register_child(*stack_);
+  const LmHeadOptions head{.d_model = c.d_model, .vocab = kVocab};
+  head_ = c.tie ? std::make_unique<LmHead<T>>("head", head, *embed_) : std::make_unique<LmHead<T>>("head", head, rng_);
+  this->register_child(*head_);
+  if (this->parameter_count() != implied_parameter_count(c))
+    fail<Error>("char_lm: the model has {} parameters but implied_parameter_count says {}; the two must be kept in step",
+                this->parameter_count(), implied_parameter_count(c));
+}
+
+template <class T>
+Var<T> CharLm<T>::logits(Tape<T>& tape, const Ids& tokens) {
+  Var<T> x = pos_->forward(embed_->forward(tape, tokens));  // (B, T, D)
+  // No key-padding mask: padding only follows a word's end, and a causal query never sees later keys.
+  return head_->forward(stack_->forward(x));  // (B, T, V)
+}
+// [readme:char_lm-end]
+
+template <class T>
+StepOutput<T> CharLm<T>::loss(Tape<T>& tape, const SequenceBatch& batch) {
+  Var<T> out = logits(tape, batch.tokens);
+  return {cross_entropy(out, batch.labels), out};
+}
+
+template class CharLm<float>;
+
+std::string_view mode_title(AttentionMode mode) {
+  return mode == AttentionMode::learnable ? "learnable" : "parameter-free";
+}
+std::string_view mode_file_name(AttentionMode mode) { return mode == AttentionMode::learnable ? "learnable" : "free"; }
+
+std::string describe(const CharLm<float>::Config& c) {
+  return fmt::format("{} attention, {} block{} of width {}, {} heads, MLP {}, max_len {}, {} head{}", mode_title(c.attention),
+                     c.n_layers, c.n_layers == 1 ? "" : "s", c.d_model, c.n_heads, c.d_ff != 0 ? c.d_ff : 4 * c.d_model,
+                     c.max_len, c.tie ? "tied" : "untied", c.dropout > 0 ? fmt::format(", dropout {}", c.dropout) : "");
+}
+
+// ---- sampling ---------------------------------------------------------------------------------------
+
+std::vector<std::string> sample_words(const NextSymbol& next, Index max_letters, Index count, std::uint64_t seed) {
+  std::vector<std::string> words;
+  for (Index i = 0; i < count; ++i) {
+    Rng rng(seed, static_cast<std::uint64_t>(i));
+    std::vector<std::int32_t> prefix = {kEnd};
+    std::string word;
+    for (;;) {
+      if (static_cast<Index>(word.size()) >= max_letters) {
+        word += '~';  // cut: the model had not ended the word
+        break;
+      }
+      const std::vector<double> p = next(prefix);
+      // Inverse CDF: the first symbol whose cumulative probability exceeds u (the last one if rounding
+      // leaves the sum just below u).
+      const double u = rng.uniform();
+      double cumulative = 0;
+      std::int32_t symbol = kVocab - 1;
+      for (std::int32_t s = 0; s < kVocab; ++s) {
+        cumulative += p[static_cast<std::size_t>(s)];
+        if (u < cumulative) {
+          symbol = s;
+          break;
+        }
+      }
+      if (symbol == kEnd) break;
+      word += symbol_of(symbol);
+      prefix.push_back(symbol);
+    }
+    words.push_back(std::move(word));
+  }
+  return words;
+}
+
+namespace {
+// Runs the model on one sequence in evaluation mode, restoring its mode afterwards.
+Tensor logits_of(CharLm<float>& model, const std::vector<std::int32_t>& tokens) {
+  const bool was_training = model.training();
+  model.eval();
+  Ids ids(Shape::mat(1, static_cast<Index>(tokens.size())));
+  std::copy(tokens.begin(), tokens.end(), ids.data());
+  Tape<float> tape;
+  NoGradGuard<float> guard(tape);
+  Tensor out = model.logits(tape, ids).value();  // (1, T, V)
+  model.train(was_training);
+  return out;
+}
+}  // namespace
+
+NextSymbol next_symbol(CharLm<float>& model) {
+  return [&model](const std::vector<std::int32_t>& prefix) {
+    const Tensor logits = logits_of(model, prefix);  // (1, T, V): the last row predicts the next symbol
+    const float* row = logits.data() + (logits.numel() - kVocab);
+    const double top = *std::max_element(row, row + kVocab);
+    std::vector<double> p(static_cast<std::size_t>(kVocab));
+    double sum = 0;
+    for (std::size_t s = 0; s < p.size(); ++s) sum += p[s] = std::exp(static_cast<double>(row[s]) - top);
+    for (double& v : p) v /= sum;
+    return p;
+  };
+}
+
+NextSymbol next_symbol(const Bigram& bigram) {
+  return [&bigram](const std::vector<std::int32_t>& prefix) {
+    std::vector<double> p(static_cast<std::size_t>(kVocab));
+    for (std::int32_t s = 0; s < kVocab; ++s) p[static_cast<std::size_t>(s)] = bigram.probability(prefix.back(), s);
+    return p;
+  };
+}
+
+std::vector<std::vector<std::vector<double>>> attention_maps(CharLm<float>& model, const std::string& word) {
+  std::vector<std::int32_t> tokens = {kEnd};
+  for (char c : word) tokens.push_back(token_of(c));
+  logits_of(model, tokens);
+  std::vector<std::vector<std::vector<double>>> maps;
+  for (std::size_t layer = 0; layer < model.stack().size(); ++layer) {
+    maps.emplace_back();
+    for (const Tensor& head : model.stack().block(layer).attention().attention_weights())  // (1, T, T)
+      maps.back().emplace_back(head.data(), head.data() + head.numel());
+  }
+  return maps;
+}
+
+}  // namespace char_lm
