@@ -45,6 +45,13 @@ Var<T> OneHotTokens<T>::forward(Tape<T>& tape, const Ids& ids) {
 
 template <class T>
 Positions<T>::Positions(std::string name, const PositionOptions& options, Rng& rng)
+    : Positions(std::move(name), options, &rng) {}
+
+template <class T>
+Positions<T>::Positions(std::string name, const PositionOptions& options) : Positions(std::move(name), options, nullptr) {}
+
+template <class T>
+Positions<T>::Positions(std::string name, const PositionOptions& options, Rng* rng)
     : Module<T>(std::move(name)), options_(options) {
   if (options.max_len <= 0) fail<ValueError>("positions '{}': max_len must be positive, got {}", this->name(), options.max_len);
   if (options.kind != PositionEncoding::none && options.d_model <= 0)
@@ -55,8 +62,10 @@ Positions<T>::Positions(std::string name, const PositionOptions& options, Rng& r
     case PositionEncoding::none: break;
     case PositionEncoding::onehot: break;  // built per batch: (B, T, max_len), no (max_len, max_len) table
     case PositionEncoding::learned: {
+      if (!rng)
+        fail<ValueError>("positions '{}': learned positions initialise a table, so they need an Rng", this->name());
       TensorT<T> p(Shape::mat(L, D));
-      options.init.apply(p, rng);
+      options.init.apply(p, *rng);
       learned_ = &this->register_parameter("table", std::move(p));
       break;
     }

@@ -64,6 +64,9 @@ template <class T>
 class Positions : public Module<T> {
  public:
   Positions(std::string name, const PositionOptions& options, Rng& rng);
+  // none, one-hot and sinusoidal positions initialise nothing, so they need no Rng; learned ones given
+  // here are a ValueError.
+  Positions(std::string name, const PositionOptions& options);
   // x (B, T, d_model) with T <= max_len. one-hot concatenates e_t (width d_model + max_len); learned
   // and sinusoidal add row t of their (max_len, d_model) table; none returns x.
   Var<T> forward(Var<T> x);
@@ -71,6 +74,8 @@ class Positions : public Module<T> {
   const PositionOptions& options() const { return options_; }
 
  private:
+  Positions(std::string name, const PositionOptions& options, Rng* rng);
+
   PositionOptions options_;
   Parameter<T>* learned_ = nullptr;
   TensorT<T> table_;     // sinusoidal: (max_len, d_model)

@@ -469,6 +469,10 @@ TEST_CASE("module: a child is named once, roots prefix their names, assignment c
   CHECK_THROWS_WITH_AS(SelfAttention<double>("attn", {.mode = AttentionMode::learnable, .d_model = 4}),
                        "self_attention 'attn': the learnable mode initialises Wq, Wk and Wv, so it needs an Rng",
                        ValueError);
+  Positions<double> sinusoidal("pos", {.kind = PositionEncoding::sinusoidal, .max_len = 4, .d_model = 2});
+  CHECK(sinusoidal.output_width() == 2);
+  CHECK_THROWS_WITH_AS(Positions<double>("pos", {.kind = PositionEncoding::learned, .max_len = 4, .d_model = 2}),
+                       "positions 'pos': learned positions initialise a table, so they need an Rng", ValueError);
   LayerNorm<double> norm("norm", 4);
   Dropout<double> drop("drop", 0.1);
   CHECK(norm.parameters().size() == 2);
