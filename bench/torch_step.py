@@ -7,8 +7,9 @@ float32; one step = zero_grad, forward, loss, backward, SGD update. Prints one J
 The workloads (B, T, d, H, V) are step_bench's: it asks the built build/bench/step_bench (or --tapegrad)
 for them, through compare.workloads().
 
-Threads: set OMP_NUM_THREADS and OPENBLAS_NUM_THREADS in the environment before starting it (compare.py
-does), and it also calls torch.set_num_threads with the same number.
+Threads: PyTorch's own (intra-op) threads are --torch-threads (torch.set_num_threads; default
+OMP_NUM_THREADS); the BLAS's are its environment's, OPENBLAS_NUM_THREADS, which compare.py sets per
+arrangement before starting this.
 """
 import argparse
 import json
@@ -70,13 +71,15 @@ def main():
     p.add_argument("--workloads", default=None, help="comma-separated names (default: all of step_bench's)")
     p.add_argument("--seconds", type=float, default=2.0)
     p.add_argument("--tapegrad", default=compare.STEP_BENCH, help="the step_bench whose workloads to run")
+    p.add_argument("--torch-threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")),
+                   help="torch.set_num_threads (default: OMP_NUM_THREADS)")
     args = p.parse_args()
     table = compare.workloads(args.tapegrad)
     names = args.workloads.split(",") if args.workloads else list(table)
     unknown = [name for name in names if name not in table]
     if unknown:
         p.error(f"unknown workload(s) {','.join(unknown)}; step_bench has {','.join(table)}")
-    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
+    threads = args.torch_threads
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     for name in names:
@@ -100,7 +103,8 @@ def main():
             t0 = time.perf_counter()
             step()
             times.append((time.perf_counter() - t0) * 1e3)
-        print(json.dumps({"kind": "step", "workload": name, "threads": threads, "median_ms": median(times),
+        print(json.dumps({"kind": "step", "workload": name, "threads": threads,
+                          "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "?"), "median_ms": median(times),
                           "steps": len(times), "torch": torch.__version__, "blas": blas_library()}), flush=True)
 
 
