@@ -1,5 +1,8 @@
 // Matrix products: a b, a b^T, a^T b; 2-D, batched, and batched times a shared 2-D weight.
 #include "tapegrad/autograd/ops.hpp"
+#include <type_traits>
+#include <vector>
+
 #include "tapegrad/autograd/small_gemm.hpp"
 #include "tapegrad/core/parallel.hpp"
 
@@ -11,6 +14,62 @@ using Form = detail::ProductForm;  // a b, a^T b or a b^T
 struct ProductSaved {
   Form form = Form::ab;
 };
+
+// Eigen's GEMM packing buffers, kept from product to product (per thread). Eigen's own product makes a
+// blocking object per call and takes these from malloc, about 1 MB at d = 256: glibc then maps and
+// unmaps them with every product, and the step spends its time page-faulting them in again (W4 at one
+// thread: 44 ms against 28 ms with the buffers kept). The blocking sizes are Eigen's own for the shape
+// (computeProductBlockingSizes, one thread, as Eigen's product computes them), so the arithmetic, and
+// every result, is exactly that of `C.noalias() += A * B`.
+template <class T>
+class KeptBlocking : public Eigen::internal::level3_blocking<T, T> {
+ public:
+  // For a column-major product of (rows x depth) by (depth x cols).
+  KeptBlocking(Index rows, Index cols, Index depth) {
+    this->m_mc = rows;
+    this->m_nc = cols;
+    this->m_kc = depth;
+    Eigen::internal::computeProductBlockingSizes<T, T, 1>(this->m_kc, this->m_mc, this->m_nc, Index{1});
+    auto& space = workspace();
+    const auto need_a = static_cast<std::size_t>(this->m_mc * this->m_kc);
+    const auto need_b = static_cast<std::size_t>(this->m_kc * this->m_nc);
+    if (space.a.size() < need_a) space.a.resize(need_a);  // grows to the largest shape, then stays
+    if (space.b.size() < need_b) space.b.resize(need_b);
+    this->m_blockA = space.a.data();
+    this->m_blockB = space.b.data();
+  }
+
+ private:
+  struct Space {
+    std::vector<T, AlignedAllocator<T>> a, b;
+  };
+  static Space& workspace() {
+    thread_local Space space;
+    return space;
+  }
+};
+
+// C (m x n) += op(A) op(B) through Eigen's sequential GEMM with kept buffers. C is row-major, so the
+// product is computed as the column-major C^T = op(B)^T op(A)^T, as Eigen does for a row-major result.
+template <class T>
+void eigen_gemm_kept(Form form, const T* a, Index a_cols, const T* b, Index b_cols, T* c, Index m, Index n, Index k) {
+  using Eigen::ColMajor;
+  using Eigen::RowMajor;
+  KeptBlocking<T> blocking(n, m, k);  // C^T is n x m, depth k
+  // C^T (n x m) = op(B)^T (n x k) op(A)^T (k x m). A row-major X read as column-major is X^T.
+  auto run = [&](auto lhs_order, auto rhs_order) {
+    constexpr int L = decltype(lhs_order)::value, R = decltype(rhs_order)::value;
+    Eigen::internal::general_matrix_matrix_product<Index, T, L, false, T, R, false, ColMajor, 1>::run(
+        n, m, k, b, b_cols, a, a_cols, c, 1, n, T(1), blocking, nullptr);
+  };
+  using Col = std::integral_constant<int, ColMajor>;
+  using Row = std::integral_constant<int, RowMajor>;
+  switch (form) {
+    case Form::ab: run(Col{}, Col{}); break;   // B^T: b (k x n) read column-major; A^T likewise
+    case Form::atb: run(Col{}, Row{}); break;  // (A^T)^T = A: a (k x m) stored row-major, read as is
+    case Form::abt: run(Row{}, Col{}); break;  // (B^T)^T = B: b (n x k) row-major, read as is
+  }
+}
 
 // C (m x n) = op(A) op(B), or C += when not `assign` (a gradient already written this pass). A is
 // stored (a_rows x a_cols) and B (b_rows x b_cols), row-major; `form` says which one is read
@@ -27,6 +86,13 @@ void gemm(Form form, const T* a, Index a_rows, Index a_cols, const T* b, Index b
                                   kMinParallelProduct);
   const ConstMatrixMap<T> A(a, a_rows, a_cols), B(b, b_rows, b_cols);
   MatrixMap<T> C(c, m, n);
+  // Where Eigen's product would run its sequential GEMM (not a vector product, not the coefficient-wise
+  // path of tiny products, one thread), run that GEMM with kept buffers.
+  if (m > 1 && n > 1 && k > 0 && k + m + n >= EIGEN_GEMM_TO_COEFFBASED_THRESHOLD && Eigen::nbThreads() == 1) {
+    if (assign) C.setZero();
+    eigen_gemm_kept(form, a, a_cols, b, b_cols, c, m, n, k);
+    return;
+  }
   auto into = [&](const auto& product) {
     if (assign)
       C.noalias() = product;

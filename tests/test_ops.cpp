@@ -4,10 +4,12 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/core/parallel.hpp"
 #include "helpers.hpp"
 
 using namespace tapegrad;
@@ -540,4 +542,27 @@ TEST_CASE("ops: shape, position, p and eps errors of the new ops name what is wr
                        ValueError);
   CHECK_THROWS_AS(layer_norm(x3, row5, row5, std::numeric_limits<double>::infinity()), ValueError);
   CHECK(t.size() == before);
+}
+
+TEST_CASE("matmul: large products on one thread are bit for bit Eigen's own product, in every form") {
+  // Products past libxsmm's size run Eigen's GEMM with buffers kept from call to call; the blocking is
+  // Eigen's, so every bit must be the one `C.noalias() = A * B` gives.
+  const SingleThreaded one_thread;
+  Rng rng(77);
+  for (const auto& [m, k, n] : {std::tuple<Index, Index, Index>{100, 80, 90}, {257, 129, 65}, {64, 300, 70}}) {
+    CAPTURE(m);
+    CAPTURE(k);
+    const Tensor a = random_tensor<float>(Shape::mat(m, k), rng), b = random_tensor<float>(Shape::mat(k, n), rng);
+    const Tensor at = random_tensor<float>(Shape::mat(k, m), rng), bt = random_tensor<float>(Shape::mat(n, k), rng);
+    Tape<float> t;
+    RowMatrix<float> expected(m, n);  // row-major, as a tensor: evaluated straight into it, as ops do
+    expected.noalias() = a.flat() * b.flat();
+    CHECK(matmul(t.constant(a), t.constant(b)).value().flat() == expected);
+    expected.noalias() = at.flat().transpose() * b.flat();
+    CHECK(matmul_at(t.constant(at), t.constant(b)).value().flat() == expected);
+    expected.noalias() = a.flat() * bt.flat().transpose();
+    CHECK(matmul_bt(t.constant(a), t.constant(bt)).value().flat() == expected);
+    // and twice in a row (the kept buffers hold the previous product's panels)
+    CHECK(matmul_bt(t.constant(a), t.constant(bt)).value().flat() == expected);
+  }
 }
