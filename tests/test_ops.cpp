@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <limits>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -549,7 +548,11 @@ TEST_CASE("matmul: large products on one thread are bit for bit Eigen's own prod
   // Eigen's, so every bit must be the one `C.noalias() = A * B` gives.
   const SingleThreaded one_thread;
   Rng rng(77);
-  for (const auto& [m, k, n] : {std::tuple<Index, Index, Index>{100, 80, 90}, {257, 129, 65}, {64, 300, 70}}) {
+  struct Sizes {
+    Index m, k, n;
+  };
+  for (const Sizes sizes : {Sizes{100, 80, 90}, Sizes{257, 129, 65}, Sizes{64, 300, 70}}) {
+    const Index m = sizes.m, k = sizes.k, n = sizes.n;  // not a structured binding: clang 14 cannot capture those
     CAPTURE(m);
     CAPTURE(k);
     const Tensor a = random_tensor<float>(Shape::mat(m, k), rng), b = random_tensor<float>(Shape::mat(k, n), rng);
