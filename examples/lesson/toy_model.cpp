@@ -61,16 +61,14 @@ void ToyModel<T>::check_config(const ModelConfig& c) {
                        "at their defaults",
                        c.layers, c.mlp ? ", mlp" : "", c.layernorm ? ", layernorm" : "",
                        c.dropout > 0 ? fmt::format(", dropout {}", c.dropout) : "");
-    if (w.d_model % c.heads != 0)
-      fail<ValueError>("model: transformer blocks split the model width {} ({}) into {} heads, which do not divide it; "
-                       "choose other heads{}",
-                       w.d_model,
-                       c.features == FeatureKind::onehot
-                           ? fmt::format("one-hot vocabulary {}{}", c.vocab,
-                                         c.positions == PositionEncoding::onehot ? fmt::format(" + {} one-hot positions", c.max_len) : "")
-                           : fmt::format("embeddings {}{}", c.d_embed,
-                                         c.positions == PositionEncoding::onehot ? fmt::format(" + {} one-hot positions", c.max_len) : ""),
-                       c.heads, c.features == FeatureKind::onehot ? " or --features learned --d-model N" : " or another width");
+    if (w.d_model % c.heads != 0) {
+      const bool onehot = c.features == FeatureKind::onehot;
+      fail<ValueError>("model: transformer blocks split the model width {} ({} {}{}) into {} heads, which do not "
+                       "divide it; choose other heads{}",
+                       w.d_model, onehot ? "one-hot vocabulary" : "embeddings", w.input,
+                       c.positions == PositionEncoding::onehot ? fmt::format(" + {} one-hot positions", c.max_len) : "",
+                       c.heads, onehot ? " or --features learned --d-model N" : " or another width");
+    }
     TransformerBlock<T>::check("blocks", block_options(c, w.d_model));
     return;
   }
