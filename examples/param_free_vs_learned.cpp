@@ -5,7 +5,10 @@
 // both beside the task's chance level and no-routing ceiling, checks the claims the README makes, and
 // writes attention heatmaps and training curves into an output folder named after the run.
 //
-//   build/examples/param_free_vs_learned [--out DIR] [--seeds N] [--steps N] [--features onehot|learned|both]
+// Every run (task, model kind, learning rate, seed) is independent: they run --jobs at a time, one per
+// core, each on one thread, and the tables are the same for any --jobs.
+//
+//   build/examples/param_free_vs_learned [--out DIR] [--seeds N] [--steps N] [--features onehot|learned|both] [--jobs N]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,6 +23,7 @@
 #include "lesson/toy_model.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/file_io.hpp"
+#include "tapegrad/core/job_pool.hpp"
 #include "tapegrad/train/checkpoint.hpp"
 #include "tapegrad/train/report.hpp"
 #include "tapegrad/train/plot.hpp"
@@ -132,17 +136,35 @@ Run train_one(const Task& task, const TaskSplit& split, AttentionMode mode, Feat
   return r;
 }
 
-Outcome compare(const Task& task, const std::vector<TaskSplit>& splits, AttentionMode mode, FeatureKind features,
-                const DemoSettings& s) {
+// One model kind on one task while it trains: a run per (learning rate, seed), each a job of its own.
+struct PendingOutcome {
+  std::vector<std::vector<std::future<Run>>> runs;  // [learning rate][seed]
+};
+
+PendingOutcome submit_runs(JobPool& pool, const Task& task, const std::vector<TaskSplit>& splits, AttentionMode mode,
+                           FeatureKind features, const DemoSettings& s) {
+  PendingOutcome p;
+  for (double lr : s.lrs) {
+    auto& by_seed = p.runs.emplace_back();
+    for (int seed = 0; seed < s.seeds; ++seed)
+      by_seed.push_back(pool.submit([&task, &split = splits[static_cast<std::size_t>(seed)], mode, features, lr, seed, &s] {
+        return train_one(task, split, mode, features, lr, static_cast<std::uint64_t>(seed), s);
+      }));
+  }
+  return p;
+}
+
+// Waits for the runs, and keeps the learning rate with the best validation accuracy summed over seeds
+// (the first of equals, in the grid's order).
+Outcome best_of(PendingOutcome& pending, const DemoSettings& s) {
   Outcome best;
   double best_validation = -1;
-  for (double lr : s.lrs) {
+  for (std::size_t i = 0; i < s.lrs.size(); ++i) {
     Outcome o;
-    o.lr = lr;
+    o.lr = s.lrs[i];
     double validation = 0;
-    for (int seed = 0; seed < s.seeds; ++seed) {
-      o.runs.push_back(train_one(task, splits[static_cast<std::size_t>(seed)], mode, features, lr,
-                                 static_cast<std::uint64_t>(seed), s));
+    for (auto& run : pending.runs[i]) {
+      o.runs.push_back(run.get());
       validation += o.runs.back().validation;
     }
     if (validation > best_validation) {
@@ -281,7 +303,7 @@ std::string timestamp() {
 }
 
 int run_demo(const DemoSettings& s, std::string out_dir, const std::string& features_choice,
-             const std::vector<std::string>& task_list);
+             const std::vector<std::string>& task_list, int jobs);
 
 }  // namespace
 
@@ -296,15 +318,20 @@ int main(int argc, char** argv) {
   app.add_option("--features", features_choice, "onehot (fixed one-hot token + position), learned (trainable embeddings), or both")
       ->capture_default_str()
       ->check(CLI::IsMember({"onehot", "learned", "both"}));
+  int jobs = available_cores();
+  app.add_option("--jobs", jobs, "Training runs at once, each on one thread (default: the CPUs this process may use); "
+                 "the results do not depend on it")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   app.add_option("--tasks", task_list, "Tasks to run")->check(CLI::IsMember(task_names()))->delimiter(',');
   if (const auto stop = examples::parse_command_line(app, "param_free_vs_learned", argc, argv)) return *stop;
-  return run_program("param_free_vs_learned", [&] { return run_demo(s, out_dir, features_choice, task_list); });
+  return run_program("param_free_vs_learned", [&] { return run_demo(s, out_dir, features_choice, task_list, jobs); });
 }
 
 namespace {
 
 int run_demo(const DemoSettings& s, std::string out_dir, const std::string& features_choice,
-             const std::vector<std::string>& task_list) {
+             const std::vector<std::string>& task_list, int jobs) {
   if (out_dir.empty()) out_dir = "runs/param_free_vs_learned-" + timestamp();
   const std::filesystem::path dir(out_dir);
   const FolderLock folder(dir, "--out");  // before the minute of training: the folder must be usable and ours
@@ -319,9 +346,31 @@ int run_demo(const DemoSettings& s, std::string out_dir, const std::string& feat
              "each cell: test accuracy, mean ± sd over {} seeds; Adam, {} steps of batch {}; learning rate per model\n"
              "chosen from {{{}}} on a validation split; tasks have sequences of 8 tokens, 16 content tokens\n\n",
              s.seeds, s.steps, s.batch, fmt::join(s.lrs, ", "));
+  // Every run is submitted before the first result is awaited, so the workers never idle between tasks;
+  // the results are then taken in the sequential order. `tasks` outlives the pool (declared first), so
+  // no running job is left holding a dangling task or split, even when an exception unwinds.
+  struct TaskRuns {
+    FeatureKind features;
+    std::string name;
+    std::unique_ptr<Task> task;
+    std::vector<TaskSplit> splits;
+    PendingOutcome free, learned;
+  };
+  std::vector<std::unique_ptr<TaskRuns>> tasks;
+  JobPool pool(jobs);
+  for (FeatureKind features : feature_kinds)
+    for (const auto& name : task_list) {
+      auto& t = *tasks.emplace_back(std::make_unique<TaskRuns>(TaskRuns{features, name, make_task(name), {}, {}, {}}));
+      for (int seed = 0; seed < s.seeds; ++seed)
+        t.splits.push_back(make_task_split(*t.task, s.n_train, s.n_validation, s.n_test, static_cast<std::uint64_t>(1000 + seed)));
+      t.free = submit_runs(pool, *t.task, t.splits, AttentionMode::parameter_free, features, s);
+      t.learned = submit_runs(pool, *t.task, t.splits, AttentionMode::learnable, features, s);
+    }
+
   std::string report = "# Parameter-free vs learnable self-attention\n\n";
   bool all_claims_hold = true;
   int reloaded = 0;
+  auto next = tasks.begin();
   for (FeatureKind features : feature_kinds) {
     const bool onehot = features == FeatureKind::onehot;
     const std::string heading = onehot ? "fixed one-hot features (token one-hot ++ position one-hot)"
@@ -329,18 +378,15 @@ int run_demo(const DemoSettings& s, std::string out_dir, const std::string& feat
     fmt::print("== {} ==\n", heading);
     std::vector<Row> rows;
     for (const auto& name : task_list) {
-      const auto task = make_task(name);
-      std::vector<TaskSplit> splits;
-      for (int seed = 0; seed < s.seeds; ++seed)
-        splits.push_back(make_task_split(*task, s.n_train, s.n_validation, s.n_test, static_cast<std::uint64_t>(1000 + seed)));
-      Row row{name, task->spec().control, chance(splits[0]), task->spec().ceiling,
-              compare(*task, splits, AttentionMode::parameter_free, features, s),
-              compare(*task, splits, AttentionMode::learnable, features, s)};
-      write_pictures(dir, *task, splits[0], row, onehot ? "" : "_embeddings");
-      reloaded += save_and_reload(dir, row, splits[0].test, onehot ? "" : "_embeddings");
+      TaskRuns& t = **next++;
+      Row row{name, t.task->spec().control, chance(t.splits[0]), t.task->spec().ceiling, best_of(t.free, s),
+              best_of(t.learned, s)};
+      write_pictures(dir, *t.task, t.splits[0], row, onehot ? "" : "_embeddings");
+      reloaded += save_and_reload(dir, row, t.splits[0].test, onehot ? "" : "_embeddings");
       rows.push_back(std::move(row));
       fmt::print("  {:<17} done: free {:.3f} (lr {:g}), learned {:.3f} (lr {:g})\n", name, rows.back().free.mean_test(),
                  rows.back().free.lr, rows.back().learned.mean_test(), rows.back().learned.lr);
+      std::fflush(stdout);
     }
     fmt::print("\n{}\n", table(rows, onehot, false));
     report += fmt::format("## {}\n\n{}\n", heading, table(rows, onehot, true));

@@ -21,6 +21,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -291,6 +293,7 @@ TEST_CASE("cli: every program turns bad flags into exit 2 and one line") {
   check_refused(run(with(TAPEGRAD_CUSTOM, {})), ExitCode::bad_input, "A subcommand is required", true, "custom_model");
   check_refused(run(with(TAPEGRAD_DEMO, {"--steps", "0"})), ExitCode::bad_input, "--steps: must be positive, got '0'", true,
                 "param_free_vs_learned");
+  check_refused(run(with(TAPEGRAD_DEMO, {"--jobs", "0"})), ExitCode::bad_input, "--jobs", true, "param_free_vs_learned");
   const Outcome predict = run(with(TAPEGRAD_CUSTOM, {"predict", "/dev/zero"}));
   check_refused(predict, ExitCode::bad_input, "not a regular file", true, "custom_model");
 }
@@ -527,6 +530,41 @@ TEST_CASE("cli: two flagship demos on one --out: the second is refused at once, 
                 "param_free_vs_learned");
   ::kill(first.pid, SIGKILL);
   CHECK(finish(first).signal == SIGKILL);
+}
+
+// The demo's output with its timings (the table's time column, the total) replaced by "<t>": what must
+// not depend on how many runs train at once.
+std::string without_timings(const std::string& text) {
+  static const std::regex seconds(R"(\d+(\.\d+)?\s?s\b)");
+  return std::regex_replace(text, seconds, "<t>");
+}
+
+TEST_CASE("cli: the demo prints the same tables, report and models for --jobs 1 and --jobs 2") {
+  std::map<std::string, std::string> out, report;
+  std::map<std::string, std::map<std::string, std::string>> models;
+  std::map<std::string, int> codes;
+  for (const std::string jobs : {"1", "2"}) {
+    const fs::path dir = scratch("demo_jobs_" + jobs);
+    const Outcome r = run(with(TAPEGRAD_DEMO, {"--out", dir.string(), "--tasks", "first_token,cycle", "--seeds", "2",
+                                               "--steps", "100", "--jobs", jobs}));
+    check_bounded(r);
+    // Whether 100 steps make the claims hold (exit 0) or not (exit 1) must not depend on --jobs either.
+    codes[jobs] = r.code;
+    std::string printed = r.out;
+    for (auto at = printed.find(dir.string()); at != std::string::npos; at = printed.find(dir.string()))
+      printed.replace(at, dir.string().size(), "<dir>");
+    out[jobs] = without_timings(printed);
+    report[jobs] = without_timings(slurp(dir / "report.md"));
+    models[jobs] = snapshot_files(dir / "models");
+  }
+  CHECK(out["1"].find("first_token") != std::string::npos);
+  CHECK(out["1"].find("trainable token embeddings") != std::string::npos);
+  CHECK((codes["1"] == 0 || codes["1"] == static_cast<int>(ExitCode::check_failed)));
+  CHECK(codes["1"] == codes["2"]);
+  CHECK(out["1"] == out["2"]);
+  CHECK(report["1"] == report["2"]);
+  CHECK(models["1"].size() == 8);
+  CHECK(models["1"] == models["2"]);
 }
 
 TEST_CASE("cli: resuming keeps only this run's checkpoints and leaves odd names, and stale temporaries go") {
