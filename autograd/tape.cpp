@@ -24,92 +24,49 @@ std::string Tape<T>::describe(const Node<T>& n) {
 }
 
 template <class T>
-void Tape<T>::check(Var<T> v, const char* op, const char* arg, Index position) const {
-  if (v.tape == this && v.generation == generation_ && v.index < used_) return;
+void Tape<T>::refuse(Var<T> v, const char* op, const char* arg, Index position) const {
   const std::string name = position < 0 ? std::string(arg) : fmt::format("{} {}", arg, position);
   if (v.tape == nullptr) fail<UsageError>("{}: {} is an empty Var (default-constructed)", op, name);
   if (v.tape != this) fail<UsageError>("{}: {} belongs to a different tape than the op's other arguments", op, name);
   fail<UsageError>("{}: {} was recorded before the last reset() of its tape; record it again", op, name);
 }
 
+// The slow part of push(): a node dropped, a limit reached, a chunk to make.
 template <class T>
-Tape<T>& Tape<T>::of(const char* op, std::initializer_list<NamedVar<T>> args) {
-  const NamedVar<T>& first = *args.begin();
-  if (first.var.tape == nullptr) fail<UsageError>("{}: {} is an empty Var (default-constructed)", op, first.name);
-  Tape<T>& tape = *first.var.tape;
-  for (const auto& a : args) tape.check(a.var, op, a.name);
-  return tape;
-}
-
-template <class T>
-Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
+void Tape<T>::make_room(const char* op) {
   if (pending_) drop_pending();  // the op that recorded it threw before committing
   if (used_ == kMaxTapeNodes)
     fail<UsageError>("{}: the tape already holds {} nodes, as many as a Var can address; reset() it between steps",
                      op, kMaxTapeNodes);
-  if (used_ == nodes_.size()) nodes_.emplace_back();
-  Node<T>& n = nodes_[used_];
-  n.value.resize(shape);  // may throw (a huge shape): before the node counts
-  ++used_;
-  pending_ = true;
-  n.op = op;
-  n.where = where;
-  n.backward = nullptr;
-  n.requires_grad = false;
-  n.first_input = static_cast<std::uint32_t>(inputs_.size());
-  n.input_count = 0;
-  n.external_value = nullptr;
-  n.external_grad = nullptr;
-  n.parameter_name = nullptr;
-  n.grad_fresh = false;
-  return n;
+  if (used_ == capacity_) {
+    chunks_.push_back(std::make_unique<Node<T>[]>(kChunk));
+    capacity_ += kChunk;
+  }
 }
 
 template <class T>
 void Tape<T>::drop_pending() {
   --used_;
-  inputs_.resize(nodes_[used_].first_input);
+  inputs_.resize(at(used_).first_input);
   pending_ = false;
 }
 
 template <class T>
-Node<T>& Tape<T>::record(const char* op, std::span<const Var<T>> inputs, Shape shape, Where where) {
-  for (const auto& v : inputs) check(v, op, "an input");
-  bool any = false;
-  for (const auto& v : inputs) any = any || nodes_[v.index].requires_grad;
-  Node<T>& n = push(op, shape, where);
-  if (grad_enabled_ && any) {
-    n.requires_grad = true;
-    for (const auto& v : inputs) inputs_.push_back(v.index);
-    n.input_count = static_cast<std::uint32_t>(inputs.size());
-  }
-  return n;
+void Tape<T>::refuse_commit(Node<T>& n) {
+  fail<UsageError>("commit: {} is not the newest node on its tape, recorded and not yet committed", describe(n));
 }
 
+// Anomaly mode: a node whose value is not finite is dropped (the tape as it was before the op), and
+// the op refused.
 template <class T>
-Node<T>& Tape<T>::record(const char* op, std::initializer_list<Var<T>> inputs, Shape shape, Where where) {
-  return record(op, std::span<const Var<T>>(inputs.begin(), inputs.size()), shape, where);
-}
-
-template <class T>
-Var<T> Tape<T>::commit(Node<T>& n) {
-  const auto index = static_cast<std::uint32_t>(used_ - 1);
-  if (!pending_ || &n != &nodes_[index])
-    fail<UsageError>("commit: {} is not the newest node on its tape, recorded and not yet committed", describe(n));
-  if (anomaly_detection_ && !all_finite(n.val())) {
-    const std::string what = describe(n);
-    const Shape shape = n.val().shape();
-    const bool parameter = n.parameter_name != nullptr;
-    drop_pending();  // the tape as it was before the op
-    if (parameter) fail<NonFiniteError>("anomaly: {} holds a non-finite value (NaN or Inf)", what);
-    fail<NonFiniteError>("anomaly: {} produced a non-finite value (NaN or Inf) in its {} output", what, shape);
-  }
-  pending_ = false;
-  Var<T> v;  // the masks change nothing (push and reset keep within the limits); they state the widths
-  v.tape = this;
-  v.index = index & (kMaxTapeNodes - 1);
-  v.generation = generation_ & kMaxTapeGeneration;
-  return v;
+void Tape<T>::refuse_non_finite(Node<T>& n) {
+  if (all_finite(n.val())) return;
+  const std::string what = describe(n);
+  const Shape shape = n.val().shape();
+  const bool parameter = n.parameter_name != nullptr;
+  drop_pending();
+  if (parameter) fail<NonFiniteError>("anomaly: {} holds a non-finite value (NaN or Inf)", what);
+  fail<NonFiniteError>("anomaly: {} produced a non-finite value (NaN or Inf) in its {} output", what, shape);
 }
 
 template <class T>
@@ -143,7 +100,7 @@ Var<T> Tape<T>::param(Parameter<T>& p, Where where) {
 template <class T>
 void Tape<T>::backward(Var<T> loss) {
   check(loss, "backward", "the loss");
-  const Shape& s = nodes_[loss.index].val().shape();
+  const Shape& s = at(loss.index).val().shape();
   if (s.numel() != 1)
     fail<ShapeError>("backward: the loss must hold one element, but it is {}; give a seed gradient to start "
                      "from a larger output",
@@ -159,7 +116,7 @@ void Tape<T>::backward(Var<T> output, const TensorT<T>& seed) {
   if (walked_)
     fail<UsageError>("backward: this tape was already walked back since its last reset(); again would add every "
                      "gradient a second time (add the losses before one backward, or reset() and record again)");
-  Node<T>& out = nodes_[output.index];
+  Node<T>& out = at(output.index);
   if (seed.shape() != out.val().shape())
     fail<ShapeError>("backward: the seed gradient is {} but the output {} is {}", seed.shape(), describe(out),
                      out.val().shape());
@@ -171,7 +128,7 @@ void Tape<T>::backward(Var<T> output, const TensorT<T>& seed) {
   const std::size_t last = output.index + 1;
   // Gradients start as zero without being filled: the first rule to write one assigns (grad_whole).
   for (std::size_t i = 0; i < last; ++i) {
-    Node<T>& n = nodes_[i];
+    Node<T>& n = at(i);
     if (n.requires_grad && !n.external_grad) {
       n.grad.resize(n.val().shape());
       n.grad_fresh = true;
@@ -179,14 +136,14 @@ void Tape<T>::backward(Var<T> output, const TensorT<T>& seed) {
   }
   out.grad_sink()->array() += seed.array();
   for (std::size_t i = last; i-- > 0;) {
-    Node<T>& n = nodes_[i];
+    Node<T>& n = at(i);
     if (!n.requires_grad || n.backward == nullptr) continue;
     if (n.grad_fresh) continue;  // nothing reached it: its gradient is zero, it passes nothing on
     n.backward(*this, n);
     if (anomaly_detection_) check_backward_anomaly(n);
   }
   for (std::size_t i = 0; i < last; ++i)  // the unreached ones read as zeros
-    if (nodes_[i].grad_fresh) nodes_[i].grad_sink();
+    if (at(i).grad_fresh) at(i).grad_sink();
   grads_valid_until_ = last;
 }
 
@@ -205,13 +162,13 @@ void Tape<T>::check_backward_anomaly(const Node<T>& n) {
 template <class T>
 const TensorT<T>& Tape<T>::value(Var<T> v) const {
   check(v, "value", "the Var");
-  return nodes_[v.index].val();
+  return at(v.index).val();
 }
 
 template <class T>
 const TensorT<T>& Tape<T>::grad(Var<T> v) const {
   check(v, "grad", "the Var");
-  const Node<T>& n = nodes_[v.index];
+  const Node<T>& n = at(v.index);
   if (!n.requires_grad)
     fail<UsageError>("grad: {} takes no gradient (a constant, or recorded with gradients disabled)", describe(n));
   if (v.index >= grads_valid_until_)

@@ -105,6 +105,7 @@ class TensorT {
   // Changes the shape; keeps the buffer's capacity, so a tensor that is resized to the same shape
   // every training step allocates only the first time. New elements are set to `fill`.
   void resize(Shape shape, T fill = T(0)) {
+    if (shape == shape_ && data_.size() == static_cast<std::size_t>(shape.numel())) return;  // the steady state
     check_shape(shape, "tensor");
     shape_ = shape;
     const auto n = static_cast<std::size_t>(shape.numel());
