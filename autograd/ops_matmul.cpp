@@ -74,25 +74,31 @@ void eigen_gemm_kept(Form form, const T* a, Index a_cols, const T* b, Index b_co
 // C (m x n) = op(A) op(B), or C += when not `assign` (a gradient already written this pass). A is
 // stored (a_rows x a_cols) and B (b_rows x b_cols), row-major; `form` says which one is read
 // transposed. Small products go to libxsmm's kernels when tapegrad has them (autograd/small_gemm.hpp),
-// the rest to Eigen's GEMM, on one thread unless the product is large enough to gain from more.
+// the rest to Eigen's sequential GEMM with kept buffers. When it pays (core/parallel.hpp) and `may_split`,
+// C's rows are split over the threads: each thread runs that same GEMM on its rows, with the depth
+// blocking of the whole product (Eigen derives it from the depth alone), so every element is summed in
+// the same order as on one thread and the result is bit-identical at any thread count.
 template <class T>
 void gemm(Form form, const T* a, Index a_rows, Index a_cols, const T* b, Index b_rows, Index b_cols, T* c,
-          bool assign) {
+          bool assign, bool may_split = true) {
   const Index m = form == Form::atb ? a_cols : a_rows;
   const Index k = form == Form::atb ? a_rows : a_cols;
   const Index n = form == Form::abt ? b_rows : b_cols;
   if (detail::small_gemm(form, m, n, k, a, b, c, !assign)) return;
-  const SingleThreaded one_thread(static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) <
-                                  kMinParallelProduct);
-  const ConstMatrixMap<T> A(a, a_rows, a_cols), B(b, b_rows, b_cols);
-  MatrixMap<T> C(c, m, n);
-  // Where Eigen's product would run its sequential GEMM (not a vector product, not the coefficient-wise
-  // path of tiny products, one thread), run that GEMM with kept buffers.
-  if (m > 1 && n > 1 && k > 0 && k + m + n >= EIGEN_GEMM_TO_COEFFBASED_THRESHOLD && Eigen::nbThreads() == 1) {
-    if (assign) C.setZero();
-    eigen_gemm_kept(form, a, a_cols, b, b_cols, c, m, n, k);
+  // Where Eigen's product would run its GEMM (not a vector product, not the coefficient-wise path of tiny
+  // products), run that GEMM with kept buffers.
+  if (m > 1 && n > 1 && k > 0 && k + m + n >= EIGEN_GEMM_TO_COEFFBASED_THRESHOLD) {
+    const double macs = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+    parallel_for(m, may_split && split_product(macs), [&](Index r0, Index r1) {
+      T* rows = c + r0 * n;  // C's rows r0..r1; op(A)'s rows are A's rows, or A's columns for a^T b
+      if (assign) MatrixMap<T>(rows, r1 - r0, n).setZero();
+      eigen_gemm_kept(form, form == Form::atb ? a + r0 : a + r0 * a_cols, a_cols, b, b_cols, rows, r1 - r0, n, k);
+    });
     return;
   }
+  const SingleThreaded one_thread;  // Eigen's other paths, on this thread
+  const ConstMatrixMap<T> A(a, a_rows, a_cols), B(b, b_rows, b_cols);
+  MatrixMap<T> C(c, m, n);
   auto into = [&](const auto& product) {
     if (assign)
       C.noalias() = product;
@@ -104,6 +110,11 @@ void gemm(Form form, const T* a, Index a_rows, Index a_cols, const T* b, Index b
     case Form::atb: into(A.transpose() * B); break;
     case Form::abt: into(A * B.transpose()); break;
   }
+}
+
+// The multiply-adds of `items` products of m x k by k x n.
+double product_macs(Index items, Index m, Index n, Index k) {
+  return static_cast<double>(items) * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
 }
 
 // The product's shape, or a ShapeError naming both operands.
@@ -151,25 +162,32 @@ void product_backward(Tape<T>& t, Node<T>& n) {
   const Index items = shared ? 1 : A.batch();
   const Index ar = shared ? A.shape().flat_rows() : A.rows(), ac = A.cols(), br = B.rows(), bc = B.cols();
   const Index cr = shared ? dC.shape().flat_rows() : dC.rows(), cc = dC.cols();
-  for (Index i = 0; i < items; ++i) {
-    const T* a = A.mat(i).data();
-    const T* b = B.mat(i).data();
-    const T* dc = dC.mat(i).data();
-    switch (form) {
-      case Form::ab:
-        if (dA) gemm(Form::abt, dc, cr, cc, b, br, bc, dA.grad->mat(i).data(), dA.assign);
-        if (dB) gemm(Form::atb, a, ar, ac, dc, cr, cc, dB.grad->mat(i).data(), dB.assign);
-        break;
-      case Form::abt:
-        if (dA) gemm(Form::ab, dc, cr, cc, b, br, bc, dA.grad->mat(i).data(), dA.assign);
-        if (dB) gemm(Form::atb, dc, cr, cc, a, ar, ac, dB.grad->mat(i).data(), dB.assign);
-        break;
-      case Form::atb:
-        if (dA) gemm(Form::abt, b, br, bc, dc, cr, cc, dA.grad->mat(i).data(), dA.assign);
-        if (dB) gemm(Form::ab, a, ar, ac, dc, cr, cc, dB.grad->mat(i).data(), dB.assign);
-        break;
+  // Batch items in parallel when it pays, each item's products on one thread (bit-identical to one
+  // thread: no two items write the same gradient block). A single item's products may split their rows.
+  const Index m = form == Form::atb ? ac : ar, k = form == Form::atb ? ar : ac;
+  const bool split = items > 1 && split_product(2 * product_macs(items, m, cc, k));
+  parallel_for(items, split, [&](Index first, Index last) {
+    const bool may_split = items == 1;
+    for (Index i = first; i < last; ++i) {
+      const T* a = A.mat(i).data();
+      const T* b = B.mat(i).data();
+      const T* dc = dC.mat(i).data();
+      switch (form) {
+        case Form::ab:
+          if (dA) gemm(Form::abt, dc, cr, cc, b, br, bc, dA.grad->mat(i).data(), dA.assign, may_split);
+          if (dB) gemm(Form::atb, a, ar, ac, dc, cr, cc, dB.grad->mat(i).data(), dB.assign, may_split);
+          break;
+        case Form::abt:
+          if (dA) gemm(Form::ab, dc, cr, cc, b, br, bc, dA.grad->mat(i).data(), dA.assign, may_split);
+          if (dB) gemm(Form::atb, dc, cr, cc, a, ar, ac, dB.grad->mat(i).data(), dB.assign, may_split);
+          break;
+        case Form::atb:
+          if (dA) gemm(Form::abt, b, br, bc, dc, cr, cc, dA.grad->mat(i).data(), dA.assign, may_split);
+          if (dB) gemm(Form::ab, a, ar, ac, dc, cr, cc, dB.grad->mat(i).data(), dB.assign, may_split);
+          break;
+      }
     }
-  }
+  });
 }
 
 template <class T>
@@ -187,8 +205,11 @@ Var<T> product(const char* op, Form form, Var<T> a, Var<T> b, Where where) {
   const bool shared = sa.rank == 3 && sb.rank == 2;  // one (B*M, K) x (K, N) product
   const Index items = shared ? 1 : C.batch();
   const Index ar = shared ? sa.flat_rows() : sa.rows;
-  for (Index i = 0; i < items; ++i)
-    gemm(form, A.mat(i).data(), ar, sa.cols, B.mat(i).data(), sb.rows, sb.cols, C.mat(i).data(), true);
+  const Index k = form == Form::atb ? sa.rows : sa.cols;
+  parallel_for(items, items > 1 && split_product(product_macs(items, C.rows(), C.cols(), k)), [&](Index first, Index last) {
+    for (Index i = first; i < last; ++i)
+      gemm(form, A.mat(i).data(), ar, sa.cols, B.mat(i).data(), sb.rows, sb.cols, C.mat(i).data(), true, items == 1);
+  });
   n.backward = &product_backward<T>;
   return t.commit(n);
 }

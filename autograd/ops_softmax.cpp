@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 namespace {
@@ -11,6 +12,10 @@ namespace {
 // (a row of 8 floats fills no AVX-512 register, so row by row it would run scalar); longer rows one
 // at a time, each vectorised. (Measured with build/bench/step_bench: W1 has rows of 8, W3 of 128.)
 constexpr Index kShortRow = 32;
+
+// A softmax element (an exp, a max, a sum, a division) costs several elementwise passes' worth of one
+// element: the weight of its work against the measured crossover (core/parallel.hpp).
+constexpr double kExpCost = 4;
 
 // What softmax_rows keeps: its scale, and scratch for the backward rule's per-row dot products.
 template <class T>
@@ -56,10 +61,12 @@ void softmax_backward(Tape<T>& t, Node<T>& n) {
     write_grad(dx.array(), s * Y.array() * (dY.colwise() - dot).array(), dX.assign);
     return;
   }
-  for (Index r = 0; r < Y.rows(); ++r) {
-    const T dot = Y.row(r).dot(dY.row(r));
-    write_grad(dx.row(r).array(), s * Y.row(r).array() * (dY.row(r).array() - dot), dX.assign);
-  }
+  parallel_for(Y.rows(), split_elements(3.0 * static_cast<double>(Y.size())), [&](Index first, Index last) {
+    for (Index r = first; r < last; ++r) {
+      const T dot = Y.row(r).dot(dY.row(r));
+      write_grad(dx.row(r).array(), s * Y.row(r).array() * (dY.row(r).array() - dot), dX.assign);
+    }
+  });
 }
 
 // Forward was y = x - log(sum(exp(x))) along each row. So now dx = dy - exp(y) sum(dy).
@@ -98,12 +105,15 @@ Var<T> softmax_rows(Var<T> x, const Mask* mask, double scale, Where where) {
     Y.array() = Y.array().exp();  // one contiguous array: vectorised across rows
     for (Index r = 0; r < X.rows(); ++r) Y.row(r) /= Y.row(r).sum();
   } else if (!mask) {
-    for (Index r = 0; r < X.rows(); ++r) {
-      Y.row(r).array() = (k * X.row(r).array() - k * X.row(r).maxCoeff()).exp();
-      Y.row(r) /= Y.row(r).sum();
-    }
+    parallel_for(X.rows(), split_elements(kExpCost * static_cast<double>(s.numel())), [&](Index first, Index last) {
+      for (Index r = first; r < last; ++r) {
+        Y.row(r).array() = (k * X.row(r).array() - k * X.row(r).maxCoeff()).exp();
+        Y.row(r) /= Y.row(r).sum();
+      }
+    });
   } else {
-    for (Index r = 0; r < X.rows(); ++r) {
+    parallel_for(X.rows(), split_elements(kExpCost * static_cast<double>(s.numel())), [&](Index first, Index last) {
+    for (Index r = first; r < last; ++r) {
       const std::uint8_t* blocked = masks.row(r, s.rows, s.cols);
       // The largest open score, NaN if any open score is NaN (std::max would skip it), so that NaN
       // reaches the output instead of passing for a fully blocked row.
@@ -130,6 +140,7 @@ Var<T> softmax_rows(Var<T> x, const Mask* mask, double scale, Where where) {
         for (Index c = 0; c < s.cols; ++c)
           if (blocked[c]) Y(r, c) = T(0);
     }
+    });
   }
   n.backward = &softmax_backward<T>;
   return t.commit(n);

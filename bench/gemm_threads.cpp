@@ -1,8 +1,8 @@
-// Where does a second thread start to pay for a matrix product? Times Eigen's single-precision GEMM
-// (row-major, as tapegrad stores matrices) at one thread and at num_threads() threads, over products
-// from 2^18 to 2^26 multiply-adds in the shapes the toy model and the benchmark workloads use, and
-// prints the ratio. tapegrad runs products below kMinParallelProduct (core/parallel.hpp) on one thread;
-// this is the measurement behind that constant.
+// Where does a second thread start to pay for a matrix product? Times tapegrad's matmul (recorded on a
+// tape, gradients off) at one thread and at num_threads() threads, over products from 2^18 to 2^28
+// multiply-adds in the shapes the toy model and the benchmark workloads use, and prints the ratio beside
+// the crossover tapegrad measured on this machine at start-up (core/parallel.hpp) and whether it splits
+// the product. Splitting changes speed only: the products are bit-identical at any thread count.
 //
 //   OMP_NUM_THREADS=2 build/bench/gemm_threads
 #include <algorithm>
@@ -11,23 +11,11 @@
 
 #include <fmt/format.h>
 
+#include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/parallel.hpp"
-#include "tapegrad/core/tensor.hpp"
 #include "timing.hpp"
 
 using namespace tapegrad;
-
-namespace {
-
-// Median time of one c = a b over 15 samples, in microseconds, with Eigen free to use every thread it
-// is given; each sample times enough products for about 2e7 multiply-adds.
-double product_us(const RowMatrix<float>& a, const RowMatrix<float>& b, RowMatrix<float>& c) {
-  const double flop = static_cast<double>(a.rows() * a.cols() * b.cols());
-  const int rounds = std::max(1, static_cast<int>(2e7 / flop));
-  return bench::gemm_seconds(a, b, c, 15, rounds) * 1e6;
-}
-
-}  // namespace
 
 int main() {
   const int threads = num_threads();
@@ -36,23 +24,35 @@ int main() {
                have_openmp() ? "OMP_NUM_THREADS or the CPU count" : "built without OpenMP");
     return 0;
   }
+  const ParallelCrossover& c = parallel_crossover();
+  fmt::print("crossover measured at start-up: a parallel region costs {:.2f} us; one thread does {:.0f} multiply-adds/us "
+             "and {:.0f} elementwise elements/us; so products split from {:.0f} multiply-adds, elementwise passes "
+             "from {:.0f} elements\n",
+             c.region_us, c.macs_per_us, c.elements_per_us, c.min_macs, c.min_elements);
   // m x k times k x n
   const std::vector<std::array<Index, 3>> shapes = {
-      {64, 64, 64},   {256, 33, 33},   {128, 128, 128},  {512, 64, 64},   {256, 256, 32},  {256, 32, 256},
-      {256, 128, 128}, {512, 128, 128}, {2048, 64, 64},  {1024, 128, 128}, {1024, 256, 256}};
-  fmt::print("Eigen sgemm, median of 15, {} threads against 1 (below 1: the threads win)\n", threads);
-  fmt::print("{:>6} {:>6} {:>6} {:>12} {:>10} {:>10} {:>7}  tapegrad uses\n", "m", "k", "n", "m*n*k", "1 thr us",
+      {64, 64, 64},    {256, 33, 33},   {128, 128, 128}, {512, 64, 64},     {256, 256, 32},    {256, 32, 256},
+      {256, 128, 128}, {512, 128, 128}, {2048, 64, 64},  {1024, 128, 128}, {1024, 256, 256}, {1024, 256, 1024}};
+  fmt::print("tapegrad matmul (float), median of 15, {} threads against 1 (below 1: the threads win)\n", threads);
+  fmt::print("{:>6} {:>6} {:>6} {:>12} {:>10} {:>10} {:>7}  tapegrad splits\n", "m", "k", "n", "m*n*k", "1 thr us",
              fmt::format("{} thr us", threads), "ratio");
-  for (const auto& [m, k, n] : shapes) {
-    const RowMatrix<float> a = RowMatrix<float>::Random(m, k), b = RowMatrix<float>::Random(k, n);
-    RowMatrix<float> c(m, n);
-    set_num_threads(1);
-    const double one = product_us(a, b, c);
-    set_num_threads(threads);
-    const double many = product_us(a, b, c);
+  Tape<float> tape;
+  NoGradGuard<float> no_grad(tape);
+  for (const auto& shape : shapes) {
+    const Index m = shape[0], k = shape[1], n = shape[2];
+    Parameter<float> a("a", Tensor(Shape::mat(m, k), 0.5f)), b("b", Tensor(Shape::mat(k, n), 0.25f));
     const double work = static_cast<double>(m * n * k);
-    fmt::print("{:>6} {:>6} {:>6} {:>12} {:>10.2f} {:>10.2f} {:>7.2f}  {}\n", m, k, n, m * n * k, one, many,
-               many / one, work < kMinParallelProduct ? "1 thread" : fmt::format("{} threads", threads));
+    const int rounds = std::max(1, static_cast<int>(2e7 / work));
+    auto product = [&] {
+      tape.reset();
+      matmul(tape.param(a), tape.param(b));
+    };
+    set_num_threads(1);
+    const double one = bench::median_seconds(15, rounds, product, 1) * 1e6;
+    set_num_threads(threads);
+    const double many = bench::median_seconds(15, rounds, product, 1) * 1e6;
+    fmt::print("{:>6} {:>6} {:>6} {:>12} {:>10.2f} {:>10.2f} {:>7.2f}  {}\n", m, k, n, m * n * k, one, many, many / one,
+               split_product(work) ? "yes" : "no");
   }
   return 0;
 }

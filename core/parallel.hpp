@@ -1,9 +1,11 @@
 #pragma once
-// Threads. Built with OpenMP (the TAPEGRAD_OPENMP option, on when the compiler has it), tapegrad runs
-// Eigen's larger matrix products on several threads; the count comes from OMP_NUM_THREADS, as
-// PyTorch's does, or from set_num_threads(). Each output element is computed by one thread, so results
-// do not depend on thread timing (they may differ in the last bits between thread counts, because
-// Eigen blocks a product differently for a different count).
+// Threads. Built with OpenMP (the TAPEGRAD_OPENMP option, on when the compiler has it), tapegrad splits
+// large products, softmaxes, elementwise ops and optimizer updates over threads; the count comes from
+// OMP_NUM_THREADS, as PyTorch's does, or from set_num_threads().
+
+#include <type_traits>
+
+#include "tapegrad/core/shape.hpp"
 
 namespace tapegrad {
 
@@ -11,10 +13,52 @@ int num_threads();            // 1 without OpenMP
 void set_num_threads(int n);  // ValueError unless n >= 1; no effect without OpenMP
 bool have_openmp();
 
-// Eigen splits a matrix product over every thread once it holds about 50,000 multiply-adds per thread,
-// but on the development machine two threads only beat one from about 4 million multiply-adds
-// (m * n * k; `build/bench/gemm_threads` measures it). Smaller products run on the calling thread.
-inline constexpr double kMinParallelProduct = 4194304;  // 2^22
+// ---- Splitting work over threads ----------------------------------------------------------------
+// Work is split only where every output element is computed by exactly one thread with exactly the code
+// one thread would run: rows of a product (with the depth blocking of the whole product), items of a
+// batched product, rows of a softmax, chunks of an elementwise op or of an optimizer update. Results are
+// therefore bit-identical at every thread count, and whether a piece of work is split (the crossover
+// below) changes only its speed.
+//
+// The crossover is measured on the machine that runs it, once per process, the first time it is asked
+// for (about a millisecond): the cost of starting and joining a parallel region against this thread's
+// speed on a matrix product and on an elementwise pass. Work is split when each thread's share saves at
+// least twice what the region costs. `TAPEGRAD_PARALLEL_MIN_MACS` / `TAPEGRAD_PARALLEL_MIN_ELEMENTS`
+// in the environment override the measurement (0: split whenever there are threads).
+struct ParallelCrossover {
+  double min_macs = 0;      // multiply-adds of one product
+  double min_elements = 0;  // elements of one elementwise pass (a row-wise pass counts its elements)
+  double region_us = 0;     // what was measured: a parallel region's start and join, microseconds
+  double macs_per_us = 0;   // ... one thread's product speed
+  double elements_per_us = 0;  // ... one thread's elementwise speed (y = a x + b over floats)
+};
+const ParallelCrossover& parallel_crossover();
+// Replaces the measured crossover (tests force splitting with minimums of 0; a user may pin one machine's
+// figures). Not synchronised with work in flight: call it before, not during, a computation.
+void set_parallel_crossover(const ParallelCrossover& c);  // ValueError on a negative minimum
+
+namespace detail {
+void parallel_chunks(Index n, void (*body)(void*, Index, Index), void* context);
+}
+
+// Runs body(begin, end) over [0, n) in one contiguous chunk per thread when `split`, else body(0, n).
+// Never splits inside a parallel region (the caller is already one of several threads). The body
+// must not throw (an exception cannot leave an OpenMP region): validate before.
+template <class F>
+void parallel_for(Index n, bool split, F&& body) {
+  if (!split || n < 2 || num_threads() < 2) {
+    body(Index{0}, n);
+    return;
+  }
+  detail::parallel_chunks(n, [](void* f, Index b, Index e) { (*static_cast<std::remove_reference_t<F>*>(f))(b, e); },
+                          static_cast<void*>(&body));
+}
+
+// Whether work of this size is worth splitting (and there is more than one thread to split it over).
+inline bool split_product(double macs) { return num_threads() > 1 && macs >= parallel_crossover().min_macs; }
+inline bool split_elements(double elements) {
+  return num_threads() > 1 && elements >= parallel_crossover().min_elements;
+}
 
 // While alive, and if `when`, OpenMP regions started by the calling thread (Eigen's products among
 // them) run on that thread alone. The setting is the thread's own (OpenMP's nthreads-var), so other

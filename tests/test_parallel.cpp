@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <vector>
 
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/parallel.hpp"
@@ -77,4 +78,85 @@ TEST_CASE("parallel: products small and large give the same values and gradients
       }
     CHECK(worst < 1e-11);
   }
+}
+
+namespace {
+
+// Pins the crossover for a test and restores the measured one after.
+struct PinCrossover {
+  ParallelCrossover saved = parallel_crossover();
+  explicit PinCrossover(double min_macs, double min_elements) {
+    ParallelCrossover c = saved;
+    c.min_macs = min_macs;
+    c.min_elements = min_elements;
+    set_parallel_crossover(c);
+  }
+  ~PinCrossover() { set_parallel_crossover(saved); }
+};
+
+// Values and input gradients of a small attention-like graph in float: a 2-D product, a shared-weight
+// product, batched a b^T and a b, a^T b, and softmax with and without a mask, reduced by random
+// projections so every gradient element matters.
+std::vector<Tensor> attention_like(int threads) {
+  set_num_threads(threads);
+  Rng rng(5);
+  const Index B = 4, T = 96, D = 64;
+  Parameter<float> x("x", test::random_tensor<float>(Shape::batched(B, T, D), rng));
+  Parameter<float> w("w", test::random_tensor<float>(Shape::mat(D, D), rng));
+  Parameter<float> m("m", test::random_tensor<float>(Shape::mat(T * B, D), rng));
+  Mask causal(Shape::mat(T, T));
+  for (Index i = 0; i < T; ++i)
+    for (Index j = 0; j < T; ++j) causal.at(i, j) = j > i;
+  Tape<float> tape;
+  Var<float> xv = tape.param(x);
+  Var<float> q = matmul(xv, tape.param(w));                       // (B, T, D) x (D, D): shared weight
+  Var<float> s = matmul_bt(q, xv);                                // (B, T, T)
+  Var<float> a1 = softmax_rows(s, &causal, 0.125);                // masked rows
+  Var<float> a2 = softmax_rows(s, nullptr, 0.125);                // open rows
+  Var<float> o = matmul(add(a1, a2), xv);                         // (B, T, D)
+  Var<float> g = matmul_at(tape.param(m), tape.param(m));         // (D, D): a^T b over B*T rows
+  Var<float> big = matmul(reshape(o, Shape::mat(B * T, D)), g);   // (B*T, D) x (D, D)
+  const Tensor proj = test::random_tensor<float>(big.shape(), rng);
+  tape.backward(sum(mul(big, tape.constant(proj))));
+  return {big.value(), x.grad, w.grad, m.grad};
+}
+
+}  // namespace
+
+TEST_CASE("parallel: split products and softmax are bit-identical to one thread, at any crossover") {
+  RestoreThreads restore;
+  const auto one = attention_like(1);
+  for (const double min : {0.0, 1e5, 1e300}) {  // split everything; the measured kind of value; nothing
+    const PinCrossover pin(min, min);
+    CAPTURE(min);
+    if (have_openmp()) {
+      set_num_threads(2);
+      CHECK(split_product(1e6) == (min <= 1e6));
+      CHECK(split_elements(1e6) == (min <= 1e6));
+    }
+    const auto two = attention_like(2);
+    REQUIRE(two.size() == one.size());
+    for (std::size_t i = 0; i < one.size(); ++i) {
+      CAPTURE(i);
+      CHECK(two[i] == one[i]);
+    }
+  }
+}
+
+TEST_CASE("parallel: parallel_for covers every index once, in contiguous chunks, and a negative crossover is refused") {
+  RestoreThreads restore;
+  set_num_threads(2);
+  for (const Index n : {Index{0}, Index{1}, Index{2}, Index{7}, Index{1000}}) {
+    std::vector<int> seen(static_cast<std::size_t>(n), 0);
+    parallel_for(n, true, [&](Index first, Index last) {
+      for (Index i = first; i < last; ++i) ++seen[static_cast<std::size_t>(i)];
+    });
+    CAPTURE(n);
+    CHECK(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }));
+  }
+  ParallelCrossover bad = parallel_crossover();
+  bad.min_macs = -1;
+  const std::string expected = fmt::format(
+      "set_parallel_crossover: the minimums must be >= 0, got -1 multiply-adds and {} elements", bad.min_elements);
+  CHECK_THROWS_WITH_AS(set_parallel_crossover(bad), expected.c_str(), ValueError);
 }
