@@ -6,6 +6,7 @@
 #include <unsupported/Eigen/SpecialFunctions>
 
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 namespace {
@@ -39,18 +40,32 @@ Broadcast broadcast_of(const char* op, const Shape& a, const Shape& b) {
                    op, a, b, a, a.cols);
 }
 
-// out (+)= f(A, B) where B is broadcast to A's shape according to `bc`.
+// out (+)= f(A, B) where B is broadcast to A's shape according to `bc`; split over threads by rows (or
+// batch items) when large (elementwise: the same values however it is split).
 template <class T, class F>
 void broadcast_apply(Broadcast bc, const TensorT<T>& A, const TensorT<T>& B, TensorT<T>& out, F f) {
+  const Index rows = A.shape().flat_rows(), cols = A.cols();
   switch (bc) {
-    case Broadcast::same: f(out.flat(), A.flat(), B.flat()); break;
+    case Broadcast::same:
+      parallel_rows(rows, cols, [&](Index r, Index k) {
+        f(out.flat().middleRows(r, k), A.flat().middleRows(r, k), B.flat().middleRows(r, k));
+      });
+      break;
     case Broadcast::row:
-      for (Index r = 0; r < A.shape().flat_rows(); ++r) f(out.flat().row(r), A.flat().row(r), B.flat().row(0));
+      parallel_rows(rows, cols, [&](Index r, Index k) {
+        for (Index i = r; i < r + k; ++i) f(out.flat().row(i), A.flat().row(i), B.flat().row(0));
+      });
       break;
     case Broadcast::batch:
-      for (Index i = 0; i < A.batch(); ++i) f(out.mat(i), A.mat(i), B.mat());
+      parallel_for(A.batch(), split_elements(static_cast<double>(A.numel())), [&](Index first, Index last) {
+        for (Index i = first; i < last; ++i) f(out.mat(i), A.mat(i), B.mat());
+      });
       break;
-    case Broadcast::col: f(out.flat(), A.flat(), B.flat().col(0).replicate(1, A.cols())); break;
+    case Broadcast::col:
+      parallel_rows(rows, cols, [&](Index r, Index k) {
+        f(out.flat().middleRows(r, k), A.flat().middleRows(r, k), B.flat().col(0).segment(r, k).replicate(1, cols));
+      });
+      break;
   }
 }
 
@@ -75,7 +90,11 @@ void reduce_into(Binary kind, Broadcast bc, const TensorT<T>& dC, const TensorT<
   const auto a = A.flat().array();
   switch (bc) {
     case Broadcast::same:
-      b_term(kind, dc, a, B.flat().array(), [&](const auto& g) { write_grad(dB.flat().array(), g, assign); });
+      parallel_rows(dC.shape().flat_rows(), dC.cols(), [&](Index r, Index k) {
+        b_term(kind, dC.flat().middleRows(r, k).array(), A.flat().middleRows(r, k).array(),
+               B.flat().middleRows(r, k).array(),
+               [&](const auto& g) { write_grad(dB.flat().middleRows(r, k).array(), g, assign); });
+      });
       break;
     case Broadcast::row:  // every row of dC lands on B's single row: column sums
       b_term(kind, dc, a, B.flat().row(0).array().replicate(dc.rows(), 1),
@@ -113,7 +132,9 @@ void binary_backward(Tape<T>& t, Node<T>& n) {
       broadcast_apply(bc, dC, nb.val(), *dA.grad,
                       [assign = dA.assign](auto o, auto g, auto b) { write_grad(o.array(), g.array() / b.array(), assign); });
     else
-      write_grad(dA.grad->array(), dC.array(), dA.assign);
+      parallel_rows(dC.shape().flat_rows(), dC.cols(), [&](Index r, Index k) {
+        write_grad(dA.grad->flat().middleRows(r, k).array(), dC.flat().middleRows(r, k).array(), dA.assign);
+      });
   }
   if (const auto dB = nb.grad_whole()) reduce_into(kind, bc, dC, na.val(), nb.val(), *dB.grad, dB.assign);
 }

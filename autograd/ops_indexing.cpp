@@ -2,6 +2,7 @@
 #include <vector>
 
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 namespace {
@@ -31,10 +32,17 @@ Var<T> slice_cols(Var<T> x, Index begin, Index count, Where where) {
   out.cols = count;
   Node<T>& n = t.record("slice_cols", {x}, out, where);
   n.template saved<SliceSaved>().begin = begin;
-  n.value.flat() = t.node(x).val().flat().middleCols(begin, count);
+  const TensorT<T>& X = t.node(x).val();
+  parallel_rows(out.flat_rows(), count, [&](Index r, Index k) {
+    n.value.flat().middleRows(r, k) = X.flat().middleRows(r, k).middleCols(begin, count);
+  });
   n.backward = [](Tape<T>& tp, Node<T>& node) {
     const Index from = node.template saved<SliceSaved>().begin;
-    if (auto* dX = tp.input(node, 0).grad_sink()) dX->flat().middleCols(from, node.grad.cols()) += node.grad.flat();
+    const TensorT<T>& dC = node.grad;
+    if (auto* dX = tp.input(node, 0).grad_sink())
+      parallel_rows(dC.shape().flat_rows(), dC.cols(), [&](Index r, Index k) {
+        dX->flat().middleRows(r, k).middleCols(from, dC.cols()) += dC.flat().middleRows(r, k);
+      });
   };
   return t.commit(n);
 }
@@ -55,18 +63,24 @@ Var<T> concat_cols(std::span<const Var<T>> parts, Where where) {
     out.cols += s.cols;
   }
   Node<T>& n = t.record("concat_cols", parts, out, where);
-  Index offset = 0;
-  for (const Var<T>& p : parts) {
-    const TensorT<T>& P = t.node(p).val();
-    n.value.flat().middleCols(offset, P.cols()) = P.flat();
-    offset += P.cols();
-  }
+  parallel_rows(out.flat_rows(), out.cols, [&](Index r, Index k) {
+    Index offset = 0;
+    for (const Var<T>& p : parts) {
+      const TensorT<T>& P = t.node(p).val();
+      n.value.flat().middleRows(r, k).middleCols(offset, P.cols()) = P.flat().middleRows(r, k);
+      offset += P.cols();
+    }
+  });
   n.backward = [](Tape<T>& tp, Node<T>& node) {
     Index at = 0;
+    const TensorT<T>& dC = node.grad;
     for (std::uint32_t k = 0; k < node.input_count; ++k) {
       Node<T>& in = tp.input(node, k);
       const Index width = in.val().cols();
-      if (const auto dP = in.grad_whole()) write_grad(dP.grad->flat(), node.grad.flat().middleCols(at, width), dP.assign);
+      if (const auto dP = in.grad_whole())
+        parallel_rows(dC.shape().flat_rows(), width, [&](Index r, Index rows) {
+          write_grad(dP.grad->flat().middleRows(r, rows), dC.flat().middleRows(r, rows).middleCols(at, width), dP.assign);
+        });
       at += width;
     }
   };

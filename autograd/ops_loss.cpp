@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 namespace {
@@ -28,15 +29,17 @@ void cross_entropy_backward(Tape<T>& t, Node<T>& n) {
   const T g = n.grad[0] / static_cast<T>(saved.labelled);
   const auto P = saved.probabilities.flat();
   auto dx = dX.grad->flat();
-  for (Index r = 0; r < P.rows(); ++r) {
-    const std::int32_t target = saved.targets[static_cast<std::size_t>(r)];
-    if (target == saved.ignore_label) {
-      if (dX.assign) dx.row(r).setZero();
-      continue;
+  parallel_rows(P.rows(), P.cols(), [&](Index first, Index count) {
+    for (Index r = first; r < first + count; ++r) {
+      const std::int32_t target = saved.targets[static_cast<std::size_t>(r)];
+      if (target == saved.ignore_label) {
+        if (dX.assign) dx.row(r).setZero();
+        continue;
+      }
+      write_grad(dx.row(r), g * P.row(r), dX.assign);
+      dx(r, target) -= g;
     }
-    write_grad(dx.row(r), g * P.row(r), dX.assign);
-    dx(r, target) -= g;
-  }
+  });
 }
 
 // Forward was L = mean((a - b)^2) over N elements. So now da += 2 (a - b) dL / N, db -= the same.
@@ -91,15 +94,18 @@ Var<T> cross_entropy(Var<T> logits, const Ids& targets, std::int32_t ignore_labe
   auto P = saved.probabilities.flat();
   auto top = saved.row_stats.flat().col(0);
   auto sums = saved.row_stats.flat().col(1);
-  for (Index r = 0; r < X.rows(); ++r) {  // row by row: a row is one aligned packet
-    top(r) = X.row(r).maxCoeff();
-    P.row(r).array() = X.row(r).array() - top(r);
-  }
-  P.array() = P.array().exp();  // all rows at once: contiguous, vectorised
-  for (Index r = 0; r < X.rows(); ++r) {
-    sums(r) = P.row(r).sum();
-    P.row(r) /= sums(r);
-  }
+  // In row ranges over the threads when large (core/parallel.hpp: the ranges keep the packets in place).
+  parallel_rows(X.rows(), X.cols(), [&](Index first, Index rows) {
+    for (Index r = first; r < first + rows; ++r) {  // row by row: a row is one aligned packet
+      top(r) = X.row(r).maxCoeff();
+      P.row(r).array() = X.row(r).array() - top(r);
+    }
+    P.middleRows(first, rows).array() = P.middleRows(first, rows).array().exp();  // contiguous, vectorised
+    for (Index r = first; r < first + rows; ++r) {
+      sums(r) = P.row(r).sum();
+      P.row(r) /= sums(r);
+    }
+  }, 4);
   double total = 0;  // summed in double: a float sum over many rows would lose digits
   for (Index r = 0; r < X.rows(); ++r) {
     const std::int32_t target = targets[r];

@@ -51,11 +51,14 @@ class KeptBlocking : public Eigen::internal::level3_blocking<T, T> {
 
 // C (m x n) += op(A) op(B) through Eigen's sequential GEMM with kept buffers. C is row-major, so the
 // product is computed as the column-major C^T = op(B)^T op(A)^T, as Eigen does for a row-major result.
+// The blocking is that of a product of `blocking_m` rows (the whole product, when this is a range of its
+// rows: see gemm).
 template <class T>
-void eigen_gemm_kept(Form form, const T* a, Index a_cols, const T* b, Index b_cols, T* c, Index m, Index n, Index k) {
+void eigen_gemm_kept(Form form, const T* a, Index a_cols, const T* b, Index b_cols, T* c, Index m, Index n, Index k,
+                     Index blocking_m) {
   using Eigen::ColMajor;
   using Eigen::RowMajor;
-  KeptBlocking<T> blocking(n, m, k);  // C^T is n x m, depth k
+  KeptBlocking<T> blocking(n, blocking_m, k);  // C^T is n x m, depth k
   // C^T (n x m) = op(B)^T (n x k) op(A)^T (k x m). A row-major X read as column-major is X^T.
   auto run = [&](auto lhs_order, auto rhs_order) {
     constexpr int L = decltype(lhs_order)::value, R = decltype(rhs_order)::value;
@@ -75,9 +78,12 @@ void eigen_gemm_kept(Form form, const T* a, Index a_cols, const T* b, Index b_co
 // stored (a_rows x a_cols) and B (b_rows x b_cols), row-major; `form` says which one is read
 // transposed. Small products go to libxsmm's kernels when tapegrad has them (autograd/small_gemm.hpp),
 // the rest to Eigen's sequential GEMM with kept buffers. When it pays (core/parallel.hpp) and `may_split`,
-// C's rows are split over the threads: each thread runs that same GEMM on its rows, with the depth
-// blocking of the whole product (Eigen derives it from the depth alone), so every element is summed in
-// the same order as on one thread and the result is bit-identical at any thread count.
+// C's rows are split over the threads: each thread runs that same GEMM on its rows, with the blocking of
+// the whole product, from a row that is a multiple of 16. Eigen's kernel sums every element over the
+// depth in an order that depends only on the blocking and on the kind of panel the element falls in
+// (full panels of 4 rows of C, or the remainder, handled with other accumulators); with the same blocking
+// and ranges that start on panel boundaries, each element is summed exactly as on one thread, and the
+// result is bit-identical at any thread count (tests/test_parallel.cpp checks it).
 template <class T>
 void gemm(Form form, const T* a, Index a_rows, Index a_cols, const T* b, Index b_rows, Index b_cols, T* c,
           bool assign, bool may_split = true) {
@@ -89,11 +95,14 @@ void gemm(Form form, const T* a, Index a_rows, Index a_cols, const T* b, Index b
   // products), run that GEMM with kept buffers.
   if (m > 1 && n > 1 && k > 0 && k + m + n >= EIGEN_GEMM_TO_COEFFBASED_THRESHOLD) {
     const double macs = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-    parallel_for(m, may_split && split_product(macs), [&](Index r0, Index r1) {
-      T* rows = c + r0 * n;  // C's rows r0..r1; op(A)'s rows are A's rows, or A's columns for a^T b
-      if (assign) MatrixMap<T>(rows, r1 - r0, n).setZero();
-      eigen_gemm_kept(form, form == Form::atb ? a + r0 : a + r0 * a_cols, a_cols, b, b_cols, rows, r1 - r0, n, k);
-    });
+    parallel_for(
+        m, may_split && split_product(macs),
+        [&](Index r0, Index r1) {
+          T* rows = c + r0 * n;  // C's rows r0..r1; op(A)'s rows are A's rows, or A's columns for a^T b
+          if (assign) MatrixMap<T>(rows, r1 - r0, n).setZero();
+          eigen_gemm_kept(form, form == Form::atb ? a + r0 : a + r0 * a_cols, a_cols, b, b_cols, rows, r1 - r0, n, k, m);
+        },
+        16);
     return;
   }
   const SingleThreaded one_thread;  // Eigen's other paths, on this thread

@@ -127,17 +127,21 @@ void set_parallel_crossover(const ParallelCrossover& c) {
   crossover = c;
 }
 
-void detail::parallel_chunks(Index n, void (*body)(void*, Index, Index), void* context) {
+void detail::parallel_chunks(Index n, Index grain, void (*body)(void*, Index, Index), void* context) {
 #ifdef _OPENMP
   if (!omp_in_parallel()) {
-    const int threads = static_cast<int>(std::min<Index>(omp_get_max_threads(), n));
+    grain = std::max<Index>(grain, 1);
+    const Index grains = (n + grain - 1) / grain;
+    const int threads = static_cast<int>(std::min<Index>(omp_get_max_threads(), grains));
+    if (threads > 1) {
 #pragma omp parallel num_threads(threads)
-    {
-      const Index t = omp_get_thread_num(), p = omp_get_num_threads();
-      const Index begin = n * t / p, end = n * (t + 1) / p;
-      if (begin < end) body(context, begin, end);
+      {
+        const Index t = omp_get_thread_num(), p = omp_get_num_threads();
+        const Index begin = std::min(n, grains * t / p * grain), end = std::min(n, grains * (t + 1) / p * grain);
+        if (begin < end) body(context, begin, end);
+      }
+      return;
     }
-    return;
   }
 #endif
   body(context, 0, n);

@@ -38,26 +38,48 @@ const ParallelCrossover& parallel_crossover();
 void set_parallel_crossover(const ParallelCrossover& c);  // ValueError on a negative minimum
 
 namespace detail {
-void parallel_chunks(Index n, void (*body)(void*, Index, Index), void* context);
+void parallel_chunks(Index n, Index grain, void (*body)(void*, Index, Index), void* context);
 }
 
 // Runs body(begin, end) over [0, n) in one contiguous chunk per thread when `split`, else body(0, n).
-// Never splits inside a parallel region (the caller is already one of several threads). The body
-// must not throw (an exception cannot leave an OpenMP region): validate before.
+// Chunk boundaries fall on multiples of `grain` (see parallel_rows). Never splits inside a parallel
+// region (the caller is already one of several threads). The body must not throw (an exception cannot
+// leave an OpenMP region): validate before.
 template <class F>
-void parallel_for(Index n, bool split, F&& body) {
+void parallel_for(Index n, bool split, F&& body, Index grain = 1) {
   if (!split || n < 2 || num_threads() < 2) {
     body(Index{0}, n);
     return;
   }
-  detail::parallel_chunks(n, [](void* f, Index b, Index e) { (*static_cast<std::remove_reference_t<F>*>(f))(b, e); },
+  detail::parallel_chunks(n, grain,
+                          [](void* f, Index b, Index e) { (*static_cast<std::remove_reference_t<F>*>(f))(b, e); },
                           static_cast<void*>(&body));
 }
+
+// f(first, count) over the rows of a (rows x cols) pass whose elements cost `cost` elementwise
+// operations each, split in row ranges when that is worth it.
+template <class F>
+void parallel_rows(Index rows, Index cols, F&& f, double cost = 1);
 
 // Whether work of this size is worth splitting (and there is more than one thread to split it over).
 inline bool split_product(double macs) { return num_threads() > 1 && macs >= parallel_crossover().min_macs; }
 inline bool split_elements(double elements) {
   return num_threads() > 1 && elements >= parallel_crossover().min_elements;
+}
+
+// Row ranges start on multiples of 16 elements (a 64-byte boundary of a tensor's aligned buffer, for
+// float and double alike), so a vectorised pass over a range runs whole packets exactly where a pass
+// over the whole tensor would, and leaves its scalar tail at the same elements: Eigen's vectorised
+// exp or erf and its scalar fallback differ in the last bits, so this is what makes split elementwise
+// work bit-identical to unsplit.
+template <class F>
+void parallel_rows(Index rows, Index cols, F&& f, double cost) {
+  Index grain = 16;
+  for (Index c = cols; grain > 1 && c % 2 == 0; c /= 2) grain /= 2;  // 16 / gcd(cols, 16): rows per 16 elements
+  if (cols == 0) grain = 1;
+  parallel_for(
+      rows, split_elements(cost * static_cast<double>(rows) * static_cast<double>(cols)),
+      [&](Index first, Index last) { f(first, last - first); }, grain);
 }
 
 // While alive, and if `when`, OpenMP regions started by the calling thread (Eigen's products among

@@ -8,6 +8,7 @@
 
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/parallel.hpp"
+#include "tapegrad/train/optimizer.hpp"
 #include "helpers.hpp"
 
 using namespace tapegrad;
@@ -100,30 +101,55 @@ struct PinCrossover {
 std::vector<Tensor> attention_like(int threads) {
   set_num_threads(threads);
   Rng rng(5);
-  const Index B = 4, T = 96, D = 64;
+  const Index B = 4, T = 95, D = 64, V = 27;  // 27 classes, 95 rows: halves that are no whole number of packets
   Parameter<float> x("x", test::random_tensor<float>(Shape::batched(B, T, D), rng));
   Parameter<float> w("w", test::random_tensor<float>(Shape::mat(D, D), rng));
   Parameter<float> m("m", test::random_tensor<float>(Shape::mat(T * B, D), rng));
+  Parameter<float> pos("pos", test::random_tensor<float>(Shape::mat(T, D), rng));
+  Parameter<float> head("head", test::random_tensor<float>(Shape::mat(D + 1, V), rng, 0.1));
+  Parameter<float> bias("bias", test::random_tensor<float>(Shape::vec(V), rng));
   Mask causal(Shape::mat(T, T));
   for (Index i = 0; i < T; ++i)
     for (Index j = 0; j < T; ++j) causal.at(i, j) = j > i;
-  Tape<float> tape;
-  Var<float> xv = tape.param(x);
-  Var<float> q = matmul(xv, tape.param(w));                       // (B, T, D) x (D, D): shared weight
-  Var<float> s = matmul_bt(q, xv);                                // (B, T, T)
-  Var<float> a1 = softmax_rows(s, &causal, 0.125);                // masked rows
-  Var<float> a2 = softmax_rows(s, nullptr, 0.125);                // open rows
-  Var<float> o = matmul(add(a1, a2), xv);                         // (B, T, D)
-  Var<float> g = matmul_at(tape.param(m), tape.param(m));         // (D, D): a^T b over B*T rows
-  Var<float> big = matmul(reshape(o, Shape::mat(B * T, D)), g);   // (B*T, D) x (D, D)
-  const Tensor proj = test::random_tensor<float>(big.shape(), rng);
-  tape.backward(sum(mul(big, tape.constant(proj))));
-  return {big.value(), x.grad, w.grad, m.grad};
+  Ids targets(Shape::vec(B * T));
+  for (Index i = 0; i < targets.numel(); ++i) targets[i] = static_cast<std::int32_t>(rng.below(V));
+  std::vector<Parameter<float>*> params = {&x, &w, &m, &pos, &head, &bias};
+  AdamW<float> adamw({&x, &w, &m}, {.lr = 0.01, .weight_decay = 0.1});
+  SGD<float> sgd({&pos, &head, &bias}, {.lr = 0.1, .momentum = 0.9});
+  Tensor last;
+  for (int step = 0; step < 3; ++step) {
+    adamw.zero_grad();
+    sgd.zero_grad();
+    Tape<float> tape;
+    Var<float> xv = add(tape.param(x), tape.param(pos));               // (B, T, D) + (T, D): batch broadcast
+    Var<float> q = matmul(xv, tape.param(w));                          // (B, T, D) x (D, D): shared weight
+    Var<float> s = matmul_bt(q, xv);                                   // (B, T, T)
+    Var<float> a1 = softmax_rows(s, &causal, 0.125);                   // masked rows
+    Var<float> a2 = softmax_rows(s, nullptr, 0.125);                   // open rows
+    Var<float> o = matmul(add(a1, a2), xv);                            // (B, T, D)
+    Var<float> g = matmul_at(tape.param(m), tape.param(m));            // (D, D): a^T b over B*T rows
+    Var<float> h = matmul(reshape(o, Shape::mat(B * T, D)), g);        // (B*T, D) x (D, D)
+    Var<float> parts[] = {slice_cols(h, 0, 21), slice_cols(h, 21, D - 21), row_mean(h)};
+    Var<float> c = concat_cols(std::span<const Var<float>>(parts));    // (B*T, D + 1)
+    Var<float> r = div(mul(c, row_max(c)), add(row_sum(c), tape.constant(Tensor(Shape::mat(B * T, 1), 1000.0f))));
+    Var<float> logits = add(matmul(sub(r, c), tape.param(head)), tape.param(bias));  // row broadcast
+    Var<float> loss = cross_entropy(logits, targets);
+    tape.backward(loss);
+    adamw.step();
+    sgd.step();
+    last = loss.value();
+  }
+  std::vector<Tensor> out = {last};
+  for (auto* p : params) {
+    out.push_back(p->value);
+    out.push_back(p->grad);
+  }
+  return out;
 }
 
 }  // namespace
 
-TEST_CASE("parallel: split products and softmax are bit-identical to one thread, at any crossover") {
+TEST_CASE("parallel: split products, softmax, elementwise ops, losses and updates are bit-identical to one thread") {
   RestoreThreads restore;
   const auto one = attention_like(1);
   for (const double min : {0.0, 1e5, 1e300}) {  // split everything; the measured kind of value; nothing
@@ -159,4 +185,32 @@ TEST_CASE("parallel: parallel_for covers every index once, in contiguous chunks,
   const std::string expected = fmt::format(
       "set_parallel_crossover: the minimums must be >= 0, got -1 multiply-adds and {} elements", bad.min_elements);
   CHECK_THROWS_WITH_AS(set_parallel_crossover(bad), expected.c_str(), ValueError);
+}
+
+TEST_CASE("parallel: split products of many shapes and all three forms are bit-identical to one thread") {
+  RestoreThreads restore;
+  const PinCrossover pin(0, 0);  // split every product there are threads for
+  Rng rng(11);
+  for (int trial = 0; trial < 60; ++trial) {
+    const Index m = 2 + static_cast<Index>(rng.below(300)), n = 2 + static_cast<Index>(rng.below(300)),
+                k = 1 + static_cast<Index>(rng.below(600));
+    CAPTURE(m);
+    CAPTURE(n);
+    CAPTURE(k);
+    const Tensor a = test::random_tensor<float>(Shape::mat(m, k), rng), at = test::random_tensor<float>(Shape::mat(k, m), rng);
+    const Tensor b = test::random_tensor<float>(Shape::mat(k, n), rng), bt = test::random_tensor<float>(Shape::mat(n, k), rng);
+    auto products = [&](int threads) {
+      set_num_threads(threads);
+      Tape<float> tape;
+      NoGradGuard<float> no_grad(tape);
+      return std::vector<Tensor>{matmul(tape.constant(a), tape.constant(b)).value(),
+                                 matmul_at(tape.constant(at), tape.constant(b)).value(),
+                                 matmul_bt(tape.constant(a), tape.constant(bt)).value()};
+    };
+    const auto one = products(1), two = products(2);
+    for (std::size_t i = 0; i < one.size(); ++i) {
+      CAPTURE(i);
+      CHECK(two[i] == one[i]);
+    }
+  }
 }
