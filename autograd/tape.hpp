@@ -19,18 +19,20 @@
 // not outlive its tape. A tape is walked back once per recording:
 // backward() again before reset() is a UsageError, as it would add every parameter's gradient twice.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <new>
-#include <type_traits>
 #include <initializer_list>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "tapegrad/autograd/parameter.hpp"
+#include "tapegrad/core/parallel.hpp"
 #include "tapegrad/core/tensor.hpp"
 
 namespace tapegrad {
@@ -108,7 +110,9 @@ struct Node {
     if (!requires_grad) return nullptr;
     if (external_grad) return external_grad;
     if (grad_fresh) {
-      grad.set_zero();
+      parallel_rows(grad.numel(), 1, [this](Index from, Index count) {  // split when large
+        std::fill_n(grad.data() + from, count, T(0));
+      });
       grad_fresh = false;
     }
     return &grad;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 
@@ -146,7 +147,8 @@ Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding) {
     Var<T> weights = softmax_rows(scores, mask, factor);  // the scale fused into the softmax
     TensorT<T>& kept = weights_[static_cast<std::size_t>(h)];
     kept.resize(weights.shape());
-    std::copy(weights.value().data(), weights.value().data() + kept.numel(), kept.data());
+    const T* from = weights.value().data();
+    parallel_rows(kept.numel(), 1, [&](Index first, Index count) { std::copy_n(from + first, count, kept.data() + first); });
     heads_[static_cast<std::size_t>(h)] = matmul(weights, vh);  // (B, T, dh)
   }
   Var<T> out = H == 1 ? heads_[0] : concat_cols(std::span<const Var<T>>(heads_));  // (B, T, H dh)
