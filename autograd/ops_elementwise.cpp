@@ -175,6 +175,9 @@ Var<T> unary(const char* op, Var<T> x, Where where, typename Node<T>::BackwardFn
   return t.commit(n);
 }
 
+// gelu's erf and exp per element, in elementwise passes' worth (for the split, core/parallel.hpp).
+constexpr double kErfCost = 8;
+
 // Standard normal cdf and density, for gelu, over whole arrays: Eigen's erf and exp are vectorised for
 // float (a scalar std::erf per element was a third of a small transformer's training step, and slower
 // still once activations grow into its slow paths); for double Eigen's erf is std::erf.
@@ -262,13 +265,18 @@ Var<T> gelu(Var<T> a, Where where) {
       "gelu", a, where,
       [](Tape<T>& t, Node<T>& n) {
         Node<T>& in = t.input(n, 0);
-        if (const auto dA = in.grad_whole()) {
-          const auto x = in.val().array();
-          write_grad(dA.grad->array(), n.grad.array() * (normal_cdf(x) + x * normal_pdf(x)), dA.assign);
-        }
+        if (const auto dA = in.grad_whole())
+          parallel_rows(n.grad.numel(), 1, [&](Index from, Index count) {  // element ranges when large
+            const auto x = in.val().array().segment(from, count);
+            write_grad(dA.grad->array().segment(from, count),
+                       n.grad.array().segment(from, count) * (normal_cdf(x) + x * normal_pdf(x)), dA.assign);
+          }, kErfCost);
       },
       [](Node<T>& n, const TensorT<T>& A) {
-        n.value.array() = A.array() * normal_cdf(A.array());
+        parallel_rows(A.numel(), 1, [&](Index from, Index count) {
+          const auto x = A.array().segment(from, count);
+          n.value.array().segment(from, count) = x * normal_cdf(x);
+        }, kErfCost);
       });
 }
 

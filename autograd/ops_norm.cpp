@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 namespace {
@@ -79,14 +80,16 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) 
   const auto Bt = t.node(beta).val().flat().row(0).array();  // (D)
   auto XH = saved.xhat.flat();
   auto Y = n.value.flat();
-  for (Index r = 0; r < X.rows(); ++r) {
-    const auto xr = X.row(r).array().template cast<double>();
-    const double mean = xr.mean();
-    const double rstd = 1 / std::sqrt((xr - mean).square().mean() + eps);
-    XH.row(r).array() = ((xr - mean) * rstd).template cast<T>();
-    saved.rstd[r] = static_cast<T>(rstd);
-    Y.row(r).array() = XH.row(r).array() * G + Bt;
-  }
+  parallel_rows(X.rows(), X.cols(), [&](Index first, Index rows) {  // row by row: split in row ranges when large
+    for (Index r = first; r < first + rows; ++r) {
+      const auto xr = X.row(r).array().template cast<double>();
+      const double mean = xr.mean();
+      const double rstd = 1 / std::sqrt((xr - mean).square().mean() + eps);
+      XH.row(r).array() = ((xr - mean) * rstd).template cast<T>();
+      saved.rstd[r] = static_cast<T>(rstd);
+      Y.row(r).array() = XH.row(r).array() * G + Bt;
+    }
+  }, 4);
   n.backward = [](Tape<T>& tp, Node<T>& node) {
     const auto& st = node.template saved<LayerNormSaved<T>>();
     const auto dY = node.grad.flat();  // (rows, D)
@@ -94,13 +97,15 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) 
     if (const auto dX = tp.input(node, 0).grad_whole()) {
       const auto Gam = tp.input(node, 1).val().flat().row(0).array();
       auto dx = dX.grad->flat();
-      for (Index r = 0; r < dY.rows(); ++r) {
-        const auto dxhat = dY.row(r).array() * Gam;
-        const T mean_dxhat = dxhat.mean();
-        const T mean_dxhat_xhat = (dxhat * XHat.row(r).array()).mean();
-        write_grad(dx.row(r).array(), st.rstd[r] * (dxhat - mean_dxhat - XHat.row(r).array() * mean_dxhat_xhat),
-                   dX.assign);
-      }
+      parallel_rows(dY.rows(), dY.cols(), [&](Index first, Index rows) {
+        for (Index r = first; r < first + rows; ++r) {
+          const auto dxhat = dY.row(r).array() * Gam;
+          const T mean_dxhat = dxhat.mean();
+          const T mean_dxhat_xhat = (dxhat * XHat.row(r).array()).mean();
+          write_grad(dx.row(r).array(), st.rstd[r] * (dxhat - mean_dxhat - XHat.row(r).array() * mean_dxhat_xhat),
+                     dX.assign);
+        }
+      }, 3);
     }
     if (const auto dGamma = tp.input(node, 1).grad_whole())
       write_grad(dGamma.grad->flat().row(0).array(), (dY.array() * XHat.array()).colwise().sum(), dGamma.assign);

@@ -108,14 +108,16 @@ std::vector<Tensor> attention_like(int threads) {
   Parameter<float> pos("pos", test::random_tensor<float>(Shape::mat(T, D), rng));
   Parameter<float> head("head", test::random_tensor<float>(Shape::mat(D + 1, V), rng, 0.1));
   Parameter<float> bias("bias", test::random_tensor<float>(Shape::vec(V), rng));
+  Parameter<float> gain("gain", test::random_tensor<float>(Shape::vec(D), rng));
+  Parameter<float> shift("shift", test::random_tensor<float>(Shape::vec(D), rng));
   Mask causal(Shape::mat(T, T));
   for (Index i = 0; i < T; ++i)
     for (Index j = 0; j < T; ++j) causal.at(i, j) = j > i;
   Ids targets(Shape::vec(B * T));
   for (Index i = 0; i < targets.numel(); ++i) targets[i] = static_cast<std::int32_t>(rng.below(V));
-  std::vector<Parameter<float>*> params = {&x, &w, &m, &pos, &head, &bias};
+  std::vector<Parameter<float>*> params = {&x, &w, &m, &pos, &head, &bias, &gain, &shift};
   AdamW<float> adamw({&x, &w, &m}, {.lr = 0.01, .weight_decay = 0.1});
-  SGD<float> sgd({&pos, &head, &bias}, {.lr = 0.1, .momentum = 0.9});
+  SGD<float> sgd({&pos, &head, &bias, &gain, &shift}, {.lr = 0.1, .momentum = 0.9});
   Tensor last;
   for (int step = 0; step < 3; ++step) {
     adamw.zero_grad();
@@ -128,7 +130,8 @@ std::vector<Tensor> attention_like(int threads) {
     Var<float> a2 = softmax_rows(s, nullptr, 0.125);                   // open rows
     Var<float> o = matmul(add(a1, a2), xv);                            // (B, T, D)
     Var<float> g = matmul_at(tape.param(m), tape.param(m));            // (D, D): a^T b over B*T rows
-    Var<float> h = matmul(reshape(o, Shape::mat(B * T, D)), g);        // (B*T, D) x (D, D)
+    Var<float> h0 = matmul(reshape(o, Shape::mat(B * T, D)), g);       // (B*T, D) x (D, D)
+    Var<float> h = layer_norm(gelu(h0), tape.param(gain), tape.param(shift));
     Var<float> parts[] = {slice_cols(h, 0, 21), slice_cols(h, 21, D - 21), row_mean(h)};
     Var<float> c = concat_cols(std::span<const Var<float>>(parts));    // (B*T, D + 1)
     Var<float> r = div(mul(c, row_max(c)), add(row_sum(c), tape.constant(Tensor(Shape::mat(B * T, 1), 1000.0f))));
@@ -149,7 +152,7 @@ std::vector<Tensor> attention_like(int threads) {
 
 }  // namespace
 
-TEST_CASE("parallel: split products, softmax, elementwise ops, losses and updates are bit-identical to one thread") {
+TEST_CASE("parallel: split products, softmax, elementwise ops, layer norm, losses and updates are bit-identical to one thread") {
   RestoreThreads restore;
   const auto one = attention_like(1);
   for (const double min : {0.0, 1e5, 1e300}) {  // split everything; the measured kind of value; nothing
