@@ -1,12 +1,16 @@
-// One full training step of the benchmark model, timed: zero the gradients, forward, cross-entropy on
-// every position, backward, SGD update. The model is the toy model with trainable token embeddings and
-// learned positions -> self-attention (Wq, Wk, Wv, Wo, no bias, H heads, no mask) + residual -> linear
-// readout with bias over V classes, in float32: the same step as bench/torch_step.py.
+// One full training step of a benchmark model, timed: zero the gradients, forward, cross-entropy on every
+// position, backward, SGD update, in float32: the same step as bench/torch_step.py.
+// W1-W4 ("attention"): the toy model with trainable token embeddings and learned positions ->
+// self-attention (Wq, Wk, Wv, Wo, no bias, H heads, no mask) + residual -> linear readout with bias
+// over V classes.
+// W5 ("stack"): token embedding + learned positions -> L pre-norm transformer blocks (causal
+// learnable attention with biases, LayerNorm, FFN d -> F -> d with GELU, dropout 0) -> final LayerNorm
+// -> linear head over V: PyTorch's nn.TransformerEncoderLayer(norm_first=True, activation="gelu").
 //
 // Prints one JSON line per workload (median ms per step, achieved GFLOP/s, heap allocations per
-// steady-state step) and one with this machine's Eigen GEMM peak at the same thread count.
-// kWorkloads below is the one table of the workloads: --list-workloads prints it, and bench/compare.py
-// and bench/torch_step.py read it from there.
+// steady-state step, parameter count) and one with this machine's Eigen GEMM peak at the same thread
+// count. kWorkloads below is the one table of the workloads: --list-workloads prints it, and
+// bench/compare.py and bench/torch_step.py read it from there.
 // bench/compare.py runs it beside PyTorch; run it alone as
 //   OMP_NUM_THREADS=1 build/bench/step_bench [--workloads W1,W3] [--seconds 2]
 #include <algorithm>
@@ -22,6 +26,8 @@
 #include "tapegrad/core/parallel.hpp"
 #include "timing.hpp"
 #include "lesson/toy_model.hpp"
+#include "tapegrad/layers/embedding.hpp"
+#include "tapegrad/layers/transformer.hpp"
 #include "tapegrad/train/optimizer.hpp"
 
 using namespace tapegrad;
@@ -32,16 +38,73 @@ namespace {
 struct Workload {
   std::string name;
   Index B, T, d, H, V;
+  std::string model = "attention";  // or "stack"
+  Index layers = 0, ffn = 0;         // the stack's blocks and FFN width
   // Matmul FLOPs of one step: 3x the forward GEMMs (backward is two GEMMs per forward one).
   double flops() const {
     const double b = static_cast<double>(B), t = static_cast<double>(T), dd = static_cast<double>(d),
-                 v = static_cast<double>(V);
-    return 3 * (8 * b * t * dd * dd + 4 * b * t * t * dd + 2 * b * t * dd * v);
+                 v = static_cast<double>(V), f = static_cast<double>(ffn), l = static_cast<double>(layers);
+    const double attention = 8 * b * t * dd * dd + 4 * b * t * t * dd;  // Q K V O projections; scores, A V
+    if (model == "stack") return 3 * (l * (attention + 4 * b * t * dd * f) + 2 * b * t * dd * v);
+    return 3 * (attention + 2 * b * t * dd * v);
   }
 };
 
-const std::vector<Workload> kWorkloads = {
-    {"W1", 32, 8, 16, 1, 16}, {"W2", 16, 32, 64, 4, 32}, {"W3", 8, 128, 128, 4, 64}, {"W4", 4, 256, 256, 8, 256}};
+const std::vector<Workload> kWorkloads = {{"W1", 32, 8, 16, 1, 16},
+                                          {"W2", 16, 32, 64, 4, 32},
+                                          {"W3", 8, 128, 128, 4, 64},
+                                          {"W4", 4, 256, 256, 8, 256},
+                                          {"W5", 8, 128, 256, 8, 64, "stack", 4, 1024}};
+
+// W5's model: embedding + learned positions -> TransformerStack (causal, pre-norm) -> LmHead.
+class StackModel : public Module<float> {
+ public:
+  explicit StackModel(const Workload& w) : rng_(1) {
+    embed_ = std::make_unique<Embedding<float>>("embed", EmbeddingOptions{.vocab = w.V, .dim = w.d}, rng_);
+    this->register_child(*embed_);
+    pos_ = std::make_unique<Positions<float>>(
+        "pos", PositionOptions{.kind = PositionEncoding::learned, .max_len = w.T, .d_model = w.d}, rng_);
+    this->register_child(*pos_);
+    const TransformerBlockOptions block{.mode = AttentionMode::learnable, .d_model = w.d, .n_heads = w.H, .d_ff = w.ffn,
+                                        .causal = true, .layernorm = true, .mlp = true, .dropout = 0};
+    stack_ = std::make_unique<TransformerStack<float>>("stack", TransformerStackOptions{.n_layers = w.layers, .block = block},
+                                                       rng_);
+    this->register_child(*stack_);
+    head_ = std::make_unique<LmHead<float>>("head", LmHeadOptions{.d_model = w.d, .vocab = w.V}, rng_);
+    this->register_child(*head_);
+  }
+  Var<float> loss(Tape<float>& tape, const SequenceBatch& batch) {
+    Var<float> x = pos_->forward(embed_->forward(tape, batch.tokens));         // (B, T, d)
+    return cross_entropy(head_->forward(stack_->forward(x)), batch.labels);  // (B, T, V) -> scalar
+  }
+
+ private:
+  Rng rng_;
+  std::unique_ptr<Embedding<float>> embed_;
+  std::unique_ptr<Positions<float>> pos_;
+  std::unique_ptr<TransformerStack<float>> stack_;
+  std::unique_ptr<LmHead<float>> head_;
+};
+
+// Times `step` (after 5 untimed steps that size every buffer) and prints its JSON line.
+template <class Step>
+void time_steps(const Workload& w, Step step, Index params, double seconds, std::size_t max_steps) {
+  for (int i = 0; i < 5; ++i) step();
+  std::vector<double> times;
+  times.reserve(max_steps + 1);  // the timing must not allocate while allocations are counted
+  const long before = test::allocation_count();
+  const auto start = Clock::now();
+  while (times.size() < 10 || (bench::seconds_since(start) < seconds && times.size() < max_steps)) {
+    const auto t0 = Clock::now();
+    step();
+    times.push_back(bench::seconds_since(t0) * 1e3);  // ms
+  }
+  const double allocations = static_cast<double>(test::allocation_count() - before) / static_cast<double>(times.size());
+  const double ms = bench::median(times);
+  fmt::print("{{\"kind\": \"step\", \"workload\": \"{}\", \"threads\": {}, \"median_ms\": {:.5f}, \"steps\": {}, "
+             "\"gflops\": {:.2f}, \"allocations_per_step\": {}, \"params\": {}}}\n",
+             w.name, num_threads(), ms, times.size(), w.flops() / (ms * 1e-3) / 1e9, allocations, params);
+}
 
 // Eigen's single-precision GEMM on 1024 x 1024 matrices: the best this machine does with these
 // threads, the yardstick for the step's GFLOP/s. Median of 10 products after 2 for warm-up.
@@ -70,8 +133,9 @@ int main(int argc, char** argv) {
 
   if (list) {
     for (const auto& w : kWorkloads)
-      fmt::print("{{\"kind\": \"workload\", \"workload\": \"{}\", \"B\": {}, \"T\": {}, \"d\": {}, \"H\": {}, \"V\": {}}}\n",
-                 w.name, w.B, w.T, w.d, w.H, w.V);
+      fmt::print("{{\"kind\": \"workload\", \"workload\": \"{}\", \"B\": {}, \"T\": {}, \"d\": {}, \"H\": {}, \"V\": {}, "
+                 "\"model\": \"{}\", \"layers\": {}, \"ffn\": {}}}\n",
+                 w.name, w.B, w.T, w.d, w.H, w.V, w.model, w.layers, w.ffn);
     return 0;
   }
 
@@ -81,11 +145,6 @@ int main(int argc, char** argv) {
                gemm_peak_gflops(), detail::have_small_gemm() ? "libxsmm" : "eigen");
   for (const auto& w : kWorkloads) {
     if (std::find(names.begin(), names.end(), w.name) == names.end()) continue;
-    lesson::ModelConfig config{.vocab = w.V, .labels = w.V, .max_len = w.T, .features = lesson::FeatureKind::learned, .d_embed = w.d,
-                       .positions = PositionEncoding::learned, .attention = AttentionMode::learnable, .heads = w.H,
-                       .output_projection = true, .residual = true, .seed = 1};
-    lesson::ToyModel<float> model(config);
-    SGD<float> sgd(model.parameters(), {.lr = 0.01});
     SequenceBatch batch;
     Rng rng(2);
     batch.tokens.resize(Shape::mat(w.B, w.T));
@@ -96,29 +155,30 @@ int main(int argc, char** argv) {
       batch.labels[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(w.V)));
     }
     Tape<float> tape;
-    auto step = [&] {
-      sgd.zero_grad();
-      tape.reset();
-      Var<float> loss = model.loss(tape, batch).loss;
-      tape.backward(loss);
-      sgd.step();
-      return loss.value()[0];
+    auto train = [&](auto& model, auto loss) {
+      SGD<float> sgd(model.parameters(), {.lr = 0.01});
+      time_steps(
+          w,
+          [&] {
+            sgd.zero_grad();
+            tape.reset();
+            Var<float> l = loss(model);
+            tape.backward(l);
+            sgd.step();
+          },
+          model.parameter_count(), seconds, max_steps);
     };
-    for (int i = 0; i < 5; ++i) step();  // sizes every buffer
-    std::vector<double> times;
-    times.reserve(max_steps + 1);  // the timing must not allocate while allocations are counted
-    const long before = test::allocation_count();
-    const auto start = Clock::now();
-    while (times.size() < 10 || (bench::seconds_since(start) < seconds && times.size() < max_steps)) {
-      const auto t0 = Clock::now();
-      step();
-      times.push_back(bench::seconds_since(t0) * 1e3);  // ms
+    if (w.model == "stack") {
+      StackModel model(w);
+      train(model, [&](StackModel& m) { return m.loss(tape, batch); });
+    } else {
+      lesson::ModelConfig config{.vocab = w.V, .labels = w.V, .max_len = w.T, .features = lesson::FeatureKind::learned,
+                                 .d_embed = w.d, .positions = PositionEncoding::learned,
+                                 .attention = AttentionMode::learnable, .heads = w.H, .output_projection = true,
+                                 .residual = true, .seed = 1};
+      lesson::ToyModel<float> model(config);
+      train(model, [&](lesson::ToyModel<float>& m) { return m.loss(tape, batch).loss; });
     }
-    const double allocations = static_cast<double>(test::allocation_count() - before) / static_cast<double>(times.size());
-    const double ms = bench::median(times);
-    fmt::print("{{\"kind\": \"step\", \"workload\": \"{}\", \"threads\": {}, \"median_ms\": {:.5f}, \"steps\": {}, "
-               "\"gflops\": {:.2f}, \"allocations_per_step\": {}}}\n",
-               w.name, threads, ms, times.size(), w.flops() / (ms * 1e-3) / 1e9, allocations);
   }
   return 0;
 }

@@ -1,8 +1,11 @@
 #!/usr/bin/python3
-"""The benchmark step in PyTorch (Debian's python3-torch), for bench/compare.py: the same model and the
-same step as bench/step_bench.cpp. Token embedding + learned positions -> self-attention (Wq, Wk, Wv, Wo,
-no bias, H heads, no mask) + residual -> linear readout with bias -> cross-entropy on every position;
-float32; one step = zero_grad, forward, loss, backward, SGD update. Prints one JSON line per workload.
+"""The benchmark step in PyTorch (Debian's python3-torch), for bench/compare.py: the same models and the
+same step as bench/step_bench.cpp. W1-W4: token embedding + learned positions -> self-attention (Wq, Wk,
+Wv, Wo, no bias, H heads, no mask) + residual -> linear readout with bias. W5: token embedding + learned
+positions -> L x nn.TransformerEncoderLayer(norm_first=True, activation="gelu", dropout 0, causal mask)
+-> LayerNorm -> linear head. Then cross-entropy on every position; float32; one step = zero_grad,
+forward, loss, backward, SGD update. Prints one JSON line per workload, with the parameter count (which
+must equal step_bench's).
 
 The workloads (B, T, d, H, V) are step_bench's: it asks the built build/bench/step_bench (or --tapegrad)
 for them, through compare.workloads().
@@ -48,6 +51,23 @@ class Model(torch.nn.Module):
         return self.readout(x + self.wo(o))  # (B, T, V)
 
 
+class Stack(torch.nn.Module):
+    def __init__(self, V, T, d, H, layers, ffn):
+        super().__init__()
+        self.embed = torch.nn.Embedding(V, d)
+        self.pos = torch.nn.Parameter(0.02 * torch.randn(T, d))
+        layer = torch.nn.TransformerEncoderLayer(d, H, dim_feedforward=ffn, dropout=0.0, activation="gelu",
+                                                 batch_first=True, norm_first=True)
+        self.blocks = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = torch.nn.LayerNorm(d)
+        self.head = torch.nn.Linear(d, V)
+        self.register_buffer("causal", torch.nn.Transformer.generate_square_subsequent_mask(T))
+
+    def forward(self, tokens):  # (B, T)
+        x = self.embed(tokens) + self.pos  # (B, T, d)
+        return self.head(self.norm(self.blocks(x, mask=self.causal)))  # (B, T, V)
+
+
 def blas_library():
     """The BLAS this process loaded, from its memory map (Debian picks it through update-alternatives)."""
     try:
@@ -83,8 +103,9 @@ def main():
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     for name in names:
-        B, T, d, H, V = table[name]
-        model = Model(V, T, d, H)
+        w = table[name]
+        B, T, d, H, V = w["B"], w["T"], w["d"], w["H"], w["V"]
+        model = Stack(V, T, d, H, w["layers"], w["ffn"]) if w["model"] == "stack" else Model(V, T, d, H)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         tokens = torch.randint(0, V, (B, T))
         targets = torch.randint(0, V, (B, T))
@@ -105,7 +126,8 @@ def main():
             times.append((time.perf_counter() - t0) * 1e3)
         print(json.dumps({"kind": "step", "workload": name, "threads": threads,
                           "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "?"), "median_ms": median(times),
-                          "steps": len(times), "torch": torch.__version__, "blas": blas_library()}), flush=True)
+                          "steps": len(times), "torch": torch.__version__, "blas": blas_library(),
+                          "params": sum(p.numel() for p in model.parameters())}), flush=True)
 
 
 if __name__ == "__main__":
