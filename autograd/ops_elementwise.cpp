@@ -168,9 +168,9 @@ Var<T> binary(const char* op, Binary kind, Var<T> a, Var<T> b, Where where) {
 template <class T, class F>
 Var<T> unary(const char* op, Var<T> x, Where where, typename Node<T>::BackwardFn backward, F forward) {
   Tape<T>& t = Tape<T>::of(op, {{"x", x}});
-  const Shape s = t.node(x).val().shape();
-  Node<T>& n = t.record(op, {x}, s, where);
-  forward(n, t.node(x).val());
+  const TensorT<T>& X = t.node(x).val();  // nodes never move: the reference outlives the record below
+  Node<T>& n = t.record(op, {x}, X.shape(), where);
+  forward(n, X);
   n.backward = backward;
   return t.commit(n);
 }

@@ -49,6 +49,7 @@ void Tape<T>::drop_pending() {
   --used_;
   inputs_.resize(at(used_).first_input);
   pending_ = false;
+  pending_node_ = nullptr;
 }
 
 template <class T>
@@ -182,6 +183,7 @@ template <class T>
 void Tape<T>::reset() {
   used_ = 0;
   pending_ = false;
+  pending_node_ = nullptr;
   walked_ = false;
   inputs_.clear();  // keeps its capacity
   grads_valid_until_ = 0;

@@ -252,7 +252,8 @@ class Tape {
   std::size_t capacity_ = 0;            // chunks_.size() * kChunk
   std::vector<std::uint32_t> inputs_;   // input indices of every live node, back to back
   std::size_t used_ = 0;
-  bool pending_ = false;                // node used_ - 1 is recorded but not committed
+  bool pending_ = false;                // node used_ - 1 is recorded but not committed ...
+  Node<T>* pending_node_ = nullptr;     // ... and this is it (nullptr when none is pending)
   bool walked_ = false;                 // backward() ran since the last reset()
   std::uint64_t generation_ = 1;        // bumped by reset(), stamped into every Var (40 bits of it)
   std::size_t grads_valid_until_ = 0;   // backward() filled gradients of nodes [0, this)
@@ -278,6 +279,7 @@ inline Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
   n.value.resize(shape);  // may throw (a huge shape): before the node counts
   ++used_;
   pending_ = true;
+  pending_node_ = &n;
   n.op = op;
   n.where = where;
   n.backward = nullptr;
@@ -315,9 +317,10 @@ inline Node<T>& Tape<T>::record(const char* op, std::initializer_list<Var<T>> in
 template <class T>
 inline Var<T> Tape<T>::commit(Node<T>& n) {
   const auto index = static_cast<std::uint32_t>(used_ - 1);
-  if (!pending_ || &n != &at(index)) refuse_commit(n);
+  if (&n != pending_node_) refuse_commit(n);
   if (anomaly_detection_) refuse_non_finite(n);
   pending_ = false;
+  pending_node_ = nullptr;
   Var<T> v;  // the masks change nothing (push and reset keep within the limits); they state the widths
   v.tape = this;
   v.index = index & (kMaxTapeNodes - 1);

@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <new>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include <Eigen/Core>
@@ -62,6 +63,18 @@ class TensorT {
 
   TensorT() : shape_(Shape::mat(0, 0)) {}
   explicit TensorT(Shape shape, T fill = T(0)) { resize(shape, fill); }
+  TensorT(const TensorT&) = default;
+  TensorT& operator=(const TensorT&) = default;
+  // A moved-from tensor is empty (0x0): the shape always describes the buffer (resize relies on it).
+  TensorT(TensorT&& o) noexcept : shape_(std::exchange(o.shape_, Shape::mat(0, 0))), data_(std::move(o.data_)) {}
+  TensorT& operator=(TensorT&& o) noexcept {
+    if (this != &o) {
+      shape_ = std::exchange(o.shape_, Shape::mat(0, 0));
+      data_ = std::move(o.data_);
+      o.data_.clear();
+    }
+    return *this;
+  }
   // Values in row-major order; their count must match the shape.
   TensorT(Shape shape, std::initializer_list<T> values) : TensorT(shape, std::span<const T>(values)) {}
   TensorT(Shape shape, std::span<const T> values) {
@@ -105,7 +118,7 @@ class TensorT {
   // Changes the shape; keeps the buffer's capacity, so a tensor that is resized to the same shape
   // every training step allocates only the first time. New elements are set to `fill`.
   void resize(Shape shape, T fill = T(0)) {
-    if (shape == shape_ && data_.size() == static_cast<std::size_t>(shape.numel())) return;  // the steady state
+    if (shape == shape_) return;  // the steady state: the buffer already holds shape.numel() elements
     check_shape(shape, "tensor");
     shape_ = shape;
     const auto n = static_cast<std::size_t>(shape.numel());

@@ -60,3 +60,22 @@ TEST_CASE("tensor: cast between element types and finiteness") {
   f[2] = std::numeric_limits<float>::infinity();
   CHECK_FALSE(all_finite(f));
 }
+
+TEST_CASE("tensor: a moved-from tensor is empty, so resizing it to its old shape gives it a buffer again") {
+  Tensor a(Shape::mat(2, 3), 1.5f);
+  Tensor b(std::move(a));
+  CHECK(b.shape() == Shape::mat(2, 3));
+  CHECK(a.shape() == Shape::mat(0, 0));  // NOLINT(bugprone-use-after-move): what is tested
+  CHECK(a.numel() == 0);
+  a.resize(Shape::mat(2, 3));  // the old shape: must not be taken for "already this shape"
+  REQUIRE(a.span().size() == 6);
+  a[5] = 2;
+  Tensor c;
+  c = std::move(b);
+  CHECK(c == Tensor(Shape::mat(2, 3), 1.5f));
+  CHECK(b.shape() == Shape::mat(0, 0));  // NOLINT(bugprone-use-after-move)
+  CHECK(b.span().empty());
+  Tensor& same = c;
+  c = std::move(same);  // self-move keeps the tensor whole
+  CHECK(c == Tensor(Shape::mat(2, 3), 1.5f));
+}
