@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "tapegrad/core/parallel.hpp"
+
 namespace tapegrad {
 namespace {
 
@@ -127,6 +129,9 @@ int run_program(std::string_view program, const std::function<int()>& body) {
     return static_cast<int>(code);
   };
   try {
+    // Reads TAPEGRAD_PARALLEL_MIN_* (and measures the crossover) now, so a malformed value is refused
+    // before the program has done or printed anything.
+    parallel_crossover();
     return body();
   } catch (const NonFiniteError& e) {
     return report(e.what(), ExitCode::training_stopped);

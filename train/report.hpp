@@ -72,6 +72,8 @@ enum class ExitCode : int {
 // message that already starts with "<program>: " is not prefixed again), and its exit code:
 // NonFiniteError -> training_stopped, IoError and std::bad_alloc -> system_failed, any other
 // tapegrad::Error -> bad_input, anything else -> system_failed ("internal error: ..."). Nothing escapes.
+// It first reads the parallel crossover (core/parallel.hpp), so a malformed TAPEGRAD_PARALLEL_* in the
+// environment is refused before the body runs.
 int run_program(std::string_view program, const std::function<int()>& body);
 
 }  // namespace tapegrad

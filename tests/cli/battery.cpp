@@ -30,6 +30,7 @@
 
 #include "reseal.hpp"
 #include "tapegrad/core/crc32.hpp"
+#include "tapegrad/core/parallel.hpp"
 #include "tapegrad/core/rng.hpp"
 #include "tapegrad/train/checkpoint.hpp"
 #include "tapegrad/train/report.hpp"
@@ -58,6 +59,7 @@ struct Outcome {
 struct RunOptions {
   fs::path cwd;              // empty: this process's
   rlim_t max_file_bytes = 0; // nonzero: RLIMIT_FSIZE, with SIGXFSZ ignored (writes fail with EFBIG)
+  std::vector<std::pair<std::string, std::string>> env = {};  // set in the child before it starts the program
 };
 
 std::string slurp(const fs::path& p) {
@@ -102,6 +104,8 @@ Process start(const std::vector<std::string>& argv, const RunOptions& o = {}) {
     const int err = ::open(p.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (out < 0 || err < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0) ::_exit(120);
     if (!o.cwd.empty() && ::chdir(o.cwd.c_str()) != 0) ::_exit(121);
+    for (const auto& [name, value] : o.env)
+      if (::setenv(name.c_str(), value.c_str(), 1) != 0) ::_exit(124);
     if (o.max_file_bytes) {
       ::signal(SIGXFSZ, SIG_IGN);  // stays ignored across exec: writes past the limit fail with EFBIG
       const rlimit limit{o.max_file_bytes, o.max_file_bytes};
@@ -296,6 +300,19 @@ TEST_CASE("cli: every program turns bad flags into exit 2 and one line") {
   check_refused(run(with(TAPEGRAD_DEMO, {"--jobs", "0"})), ExitCode::bad_input, "--jobs", true, "param_free_vs_learned");
   const Outcome predict = run(with(TAPEGRAD_CUSTOM, {"predict", "/dev/zero"}));
   check_refused(predict, ExitCode::bad_input, "not a regular file", true, "custom_model");
+}
+
+TEST_CASE("cli: a malformed parallel crossover in the environment is refused in one line, naming the variable") {
+  for (const char* name : {"TAPEGRAD_PARALLEL_MIN_MACS", "TAPEGRAD_PARALLEL_MIN_ELEMENTS"}) {
+    INFO(name);
+    RunOptions o;
+    o.env = {{"OMP_NUM_THREADS", "2"}, {name, "lots"}};
+    const fs::path dir = scratch(std::string("bad_crossover_") + name);
+    check_refused(run(train({"--task", "cycle", "--steps", "2", "--out", (dir / "run").string()}), o), ExitCode::bad_input,
+                  fmt::format("{}: expected a number >= 0, got 'lots'", name));
+    o.env = {{"OMP_NUM_THREADS", "2"}, {name, "0"}};  // split everything: trains as usual
+    check_ok(run(train({"--task", "cycle", "--steps", "2", "--out", (dir / "ok").string()}), o));
+  }
 }
 
 // ---- output folders ---------------------------------------------------------------------------------
