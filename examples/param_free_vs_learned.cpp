@@ -47,9 +47,11 @@ struct Run {
   double lr = 0, validation = 0, test = 0, seconds = 0;
   Index steps_to_99 = -1;  // first evaluation (on the validation split) at >= 99%
   std::vector<CurvePoint> curve;
-  TensorT<float> weights;  // attention of head 0 on the sample sequence, (1, T, T)
-  std::shared_ptr<const Checkpoint> model;  // the trained weights
-  std::uint32_t predictions = 0;            // checksum of the logits on the whole test set
+  TensorT<float> weights;  // attention of head 0 on test sequence 0, (T, T)
+  std::vector<std::int32_t> sample_predictions;  // the predicted label at each position of test sequence 0
+  AttentionUse use;                              // over the whole test set
+  std::shared_ptr<const Checkpoint> model;       // the trained weights
+  std::uint32_t predictions = 0;                 // checksum of the logits on the whole test set
 };
 
 // The result of one model kind on one task: the runs (one per seed) at the learning rate chosen on the
@@ -72,6 +74,25 @@ struct Outcome {
     double s = 0;
     for (const auto& r : runs) s += r.seconds;
     return s;
+  }
+  double on_answer() const {  // the mean over the seeds
+    double s = 0;
+    for (const auto& r : runs) s += r.use.on_answer;
+    return s / static_cast<double>(runs.size());
+  }
+  // attention_kind of each seed's run, counted: "routes 3", "away 2, routes 1".
+  std::string attention_kinds() const {
+    std::vector<std::pair<std::string, int>> counts;  // in the order first seen
+    for (const auto& r : runs) {
+      const std::string kind = attention_kind(r.use);
+      auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == kind; });
+      if (it == counts.end()) counts.emplace_back(kind, 1);
+      else ++it->second;
+    }
+    std::stable_sort(counts.begin(), counts.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::string out;
+    for (const auto& [kind, n] : counts) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", kind, n);
+    return out;
   }
 };
 
@@ -123,16 +144,20 @@ Run train_one(const Task& task, const TaskSplit& split, AttentionMode mode, Feat
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.steps_to_99 = first_step_reaching(trainer.curve(), "eval_accuracy", 0.99);
   r.curve = trainer.curve();
-  // Attention on the first test sequence, for the heatmap.
-  SequenceBatch sample;
-  const Index first = 0;
-  test.fill(std::span<const Index>(&first, 1), sample);
-  Tape<float> tape;
-  NoGradGuard<float> guard(tape);
-  model.logits(tape, sample);
-  r.weights = model.attention().attention_weights()[0];
+  // The whole test set at once: the predictions' checksum, where attention goes, and test sequence 0
+  // for the heatmap (its weights and predicted labels).
+  const Tensor logits = dataset_logits(model, split.test);  // (N, T, labels)
+  const TensorT<float>& weights = model.attention().attention_weights()[0];  // (N, T, T) of that forward
+  r.predictions = checksum(logits);
+  r.use = attention_use(task, split.test, weights);
+  const Index t = task.length(), labels = logits.shape().cols;
+  r.weights = TensorT<float>(Shape::mat(t, t));
+  std::copy_n(weights.data(), t * t, r.weights.data());
+  for (Index q = 0; q < t; ++q) {
+    const float* row = logits.data() + q * labels;
+    r.sample_predictions.push_back(static_cast<std::int32_t>(std::max_element(row, row + labels) - row));
+  }
   r.model = std::make_shared<const Checkpoint>(snapshot<float>(model));
-  r.predictions = checksum(dataset_logits(model, split.test));
   return r;
 }
 
@@ -243,26 +268,99 @@ std::string table(const std::vector<Row>& rows, bool onehot, bool markdown) {
   return out;
 }
 
-std::vector<std::string> token_names(const Task& task, const Example& e) {
-  std::vector<std::string> out;
-  for (auto t : e.tokens) out.push_back(task.tokens().name(t));
+// Where each model's attention goes at the labelled test queries: the mean weight on the answer's key
+// over the seeds, and what each seed's attention does there (attention_kind).
+std::string attention_table(const std::vector<Row>& rows, bool markdown) {
+  std::string out;
+  const auto line = [&](const std::vector<std::string>& c) {
+    if (markdown) {
+      out += "|";
+      for (const auto& x : c) out += " " + x + " |";
+      out += "\n";
+    } else {
+      out += fmt::format("{:<20} {:>9}  {:<22} {:>9}  {}\n", c[0], c[1], c[2], c[3], c[4]);
+    }
+  };
+  line({"task", "free: on", "free: seeds", "learned: on", "learned: seeds"});
+  if (markdown) out += "|---|---|---|---|---|\n";
+  for (const auto& r : rows)
+    line({r.task + (r.control ? " (control)" : ""), fmt::format("{:.2f}", r.free.on_answer()), r.free.attention_kinds(),
+          fmt::format("{:.2f}", r.learned.on_answer()), r.learned.attention_kinds()});
   return out;
 }
 
-void write_pictures(const std::filesystem::path& dir, const Task& task, const TaskSplit& split, const Row& row,
-                    const std::string& suffix) {
-  const auto tokens = token_names(task, split.test.examples[0]);
-  auto heatmap = [&](const Outcome& o, const std::string& name) {
-    Heatmap h;
-    h.title = fmt::format("{} attention, {} (test sequence 0)", name, task.spec().name);
-    h.row_labels = tokens;
-    h.col_labels = tokens;
-    const TensorT<float>& w = o.runs[0].weights;
-    for (Index i = 0; i < w.numel(); ++i) h.values.push_back(w[i]);
-    return heatmap_svg(h);
-  };
+std::string percent(double fraction) { return fmt::format("{:.0f}%", 100 * fraction); }
+
+const char* const kAttentionLegend =
+    "where attention goes at the labelled test queries: 'on', the mean weight on the key that holds the answer (summed\n"
+    "over majority's three copies, mean over seeds); 'seeds', what each seed's attention does there, counted";
+
+const char* const kAttentionKinds =
+    "routes: the answer's key gets the most weight (in >= 90% of the queries); away: it gets the least, so every other\n"
+    "position is in the mix and the readout names the one missing from it (this works when the answer is a position);\n"
+    "self: the query's own key gets the most; spreads: no key gets half the weight on average; mixed: none of these";
+
+// "0 c", "1 ?": position indices tell repeated tokens apart.
+std::vector<std::string> position_labels(const Task& task, const Example& e) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < e.tokens.size(); ++i) out.push_back(fmt::format("{} {}", i, task.tokens().name(e.tokens[i])));
+  return out;
+}
+
+// The heatmap of one model's attention on test sequence 0 of a seed: the labelled queries marked, the
+// answer's keys outlined, and under it what the model does there and over that seed's whole test set.
+std::string attention_heatmap(const Task& task, const std::vector<TaskSplit>& splits, const Outcome& o,
+                              std::size_t seed, const std::string& model, const std::string& features) {
+  const Run& run = o.runs[seed];
+  const Example& e = splits[seed].test.examples[0];
+  const auto t = static_cast<std::size_t>(task.length());
+  Heatmap h{.title = fmt::format("{}: {} ({}, seed {})", model, task.spec().name, features, seed),
+            .row_labels = position_labels(task, e), .col_labels = position_labels(task, e),
+            .values = std::vector<double>(run.weights.data(), run.weights.data() + t * t),
+            .value_title = "attention weight"};
+  h.notes.push_back("test sequence 0; arrow: a labelled query, orange box: the key that holds its answer");
+  for (std::size_t q = 0; q < t; ++q) {
+    const std::int32_t label = e.labels[q];
+    if (label == kIgnoreLabel) continue;
+    h.marked_rows.push_back(q);
+    const auto keys = task.answer_keys(e, static_cast<Index>(q));
+    double on = 0;
+    for (Index k : keys) {
+      h.marked_cells.emplace_back(q, static_cast<std::size_t>(k));
+      on += h.values[q * t + static_cast<std::size_t>(k)];
+    }
+    const auto row = std::span<const double>(h.values).subspan(q * t, t);
+    // How many keys get more weight than the answer's (its first key): 0 is the most attended.
+    const auto above = std::count_if(row.begin(), row.end(), [&](double w) { return w > row[static_cast<std::size_t>(keys[0])]; });
+    const auto below = std::count_if(row.begin(), row.end(), [&](double w) { return w < row[static_cast<std::size_t>(keys[0])]; });
+    const std::string rank = above == 0 && below == static_cast<std::ptrdiff_t>(t - keys.size()) ? "the most of any key"
+                             : below == 0 && above == static_cast<std::ptrdiff_t>(t - keys.size()) ? "the least of any key"
+                             : fmt::format("{} {} more", above, above == 1 ? "key gets" : "keys get");
+    const std::int32_t predicted = run.sample_predictions[q];
+    h.notes.push_back(fmt::format("query {} '{}': {:.2f} on the answer ({}); predicts {} ({})", q,
+                                  task.tokens().name(e.tokens[q]), on, rank, task.labels().name(predicted),
+                                  predicted == label ? "right" : fmt::format("the answer is {}", task.labels().name(label))));
+  }
+  const AttentionUse u = run.use;
+  h.notes.push_back(fmt::format("all test queries of the seed: {:.2f} on the answer on average,", u.on_answer));
+  h.notes.push_back(fmt::format("its key the most attended in {}, the least in {}: {}", percent(u.most), percent(u.least),
+                                attention_kind(u)));
+  return heatmap_svg(h);
+}
+
+// attention_<task>.svg: both models on seed 0; attention_<task>_learnable.svg: the learnable model on
+// every seed (seeds may solve a task differently: routing to the answer or away from it).
+void write_pictures(const std::filesystem::path& dir, const Task& task, const std::vector<TaskSplit>& splits,
+                    const Row& row, bool onehot) {
+  const std::string suffix = onehot ? "" : "_embeddings";
+  const std::string features = onehot ? "one-hot features" : "trainable embeddings";
   write_file(dir / fmt::format("attention_{}{}.svg", task.spec().name, suffix),
-             svg_row({heatmap(row.free, "parameter-free"), heatmap(row.learned, "learnable")}));
+             svg_row({attention_heatmap(task, splits, row.free, 0, "parameter-free", features),
+                      attention_heatmap(task, splits, row.learned, 0, "learnable", features)}));
+  std::vector<std::string> seeds;
+  for (std::size_t seed = 0; seed < row.learned.runs.size(); ++seed)
+    seeds.push_back(attention_heatmap(task, splits, row.learned, seed, "learnable", features));
+  write_file(dir / fmt::format("attention_{}_learnable{}.svg", task.spec().name, suffix), svg_row(seeds));
 
   auto series = [](const Outcome& o, const std::string& name, bool loss) {
     Series s{.name = name};
@@ -272,15 +370,19 @@ void write_pictures(const std::filesystem::path& dir, const Task& task, const Ta
     }
     return s;
   };
-  LineChart loss{.title = fmt::format("{}: training loss (seed 0)", task.spec().name), .x_label = "step",
+  LineChart loss{.title = fmt::format("{}, {}: training loss (seed 0)", task.spec().name, features), .x_label = "step",
                  .y_label = "cross-entropy", .series = {series(row.free, "parameter-free", true), series(row.learned, "learnable", true)},
                  .log_y = true};
-  Series ceiling{.name = "no-routing ceiling", .x = {0, static_cast<double>(row.free.runs[0].curve.back().step)},
-                 .y = {row.ceiling, row.ceiling}};
-  LineChart accuracy{.title = fmt::format("{}: validation accuracy (seed 0)", task.spec().name), .x_label = "step",
-                     .y_label = "accuracy",
-                     .series = {series(row.free, "parameter-free", false), series(row.learned, "learnable", false), ceiling},
+  LineChart accuracy{.title = fmt::format("{}, {}: validation accuracy (seed 0)", task.spec().name, features),
+                     .x_label = "step", .y_label = "accuracy",
+                     .series = {series(row.free, "parameter-free", false), series(row.learned, "learnable", false)},
                      .y_min = 0.0, .y_max = 1.0};
+  // The no-routing ceiling bounds parameter-free attention over fixed one-hot features on a separating
+  // task only: trainable embeddings choose their own similarity, and a control's ceiling is 1.
+  if (onehot && !row.control)
+    accuracy.series.push_back({.name = "no-routing ceiling",
+                               .x = {0, static_cast<double>(row.free.runs[0].curve.back().step)},
+                               .y = {row.ceiling, row.ceiling}});
   write_file(dir / fmt::format("curves_{}{}.svg", task.spec().name, suffix),
              svg_row({line_chart_svg(loss), line_chart_svg(accuracy)}));
 }
@@ -392,23 +494,32 @@ int run_demo(const DemoSettings& s, std::string out_dir, const std::string& feat
       TaskRuns& t = **next++;
       Row row{name, t.task->spec().control, chance(t.splits[0]), t.task->spec().ceiling, best_of(t.free, s),
               best_of(t.learned, s)};
-      write_pictures(dir, *t.task, t.splits[0], row, onehot ? "" : "_embeddings");
+      write_pictures(dir, *t.task, t.splits, row, onehot);
       reloaded += save_and_reload(dir, row, t.splits[0].test, onehot ? "" : "_embeddings");
       rows.push_back(std::move(row));
       fmt::print("  {:<17} done: free {:.3f} (lr {:g}), learned {:.3f} (lr {:g})\n", name, rows.back().free.mean_test(),
                  rows.back().free.lr, rows.back().learned.mean_test(), rows.back().learned.lr);
       std::fflush(stdout);
     }
-    fmt::print("\n{}\n", table(rows, onehot, false));
-    report += fmt::format("## {}\n\n{}\n", heading, table(rows, onehot, true));
+    const std::string suffix = onehot ? "" : "_embeddings";
+    fmt::print("\n{}\n{}\n{}{}\n\n", table(rows, onehot, false), kAttentionLegend, attention_table(rows, false),
+               kAttentionKinds);
+    report += fmt::format("## {}\n\n{}\n{}:\n\n{}\n{}.\n\n", heading, table(rows, onehot, true), kAttentionLegend,
+                          attention_table(rows, true), kAttentionKinds);
+    report += fmt::format("Pictures: `attention_<task>{0}.svg`, both models' attention on test sequence 0 of seed 0, the "
+                          "labelled queries and the answer's keys marked; `attention_<task>_learnable{0}.svg`, the "
+                          "learnable model on every seed; `curves_<task>{0}.svg`, training loss and validation "
+                          "accuracy{1}.\n\n", suffix, onehot ? " against the no-routing ceiling" : "");
+    for (const auto& r : rows)
+      report += fmt::format("- {0}: [attention](attention_{0}{1}.svg), [learnable, every seed](attention_{0}_learnable{1}.svg), "
+                            "[curves](curves_{0}{1}.svg)\n", r.task, suffix);
+    report += "\n";
     if (onehot)
       for (const auto& r : rows)
         all_claims_hold = all_claims_hold && claims_hold(r);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  report += fmt::format("Pictures: attention_<task>.svg (both models on test sequence 0), curves_<task>.svg.\n\n"
-                        "Total time {:.0f} s.\n",
-                        seconds);
+  report += fmt::format("Total time {:.0f} s.\n", seconds);
   write_file(dir / "report.md", report);
   fmt::print("with fixed one-hot features the claims {}: learnable >= 0.97 and parameter-free within 0.05 of the "
              "ceiling on every separating task, both >= 0.97 on the controls\n",

@@ -107,6 +107,91 @@ TEST_CASE("tasks: every label follows the task's rule, read independently from t
   }
 }
 
+TEST_CASE("tasks: answer_keys are the positions that hold each labelled query's answer, by the task's rule") {
+  const auto& V = make_task("majority")->tokens();
+  using Keys = std::vector<Index>;
+  for (const auto& name : task_names()) {
+    CAPTURE(name);
+    const auto task = make_task(name);
+    Rng rng(9);
+    for (int n = 0; n < 200; ++n) {
+      const Example e = task->generate(rng);
+      const auto& seq = e.tokens;
+      for (std::size_t i = 0; i < e.labels.size(); ++i) {
+        const auto at = static_cast<Index>(i);
+        if (e.labels[i] == kIgnoreLabel) {
+          CHECK_THROWS_AS(task->answer_keys(e, at), ValueError);
+          continue;
+        }
+        const Keys keys = task->answer_keys(e, at);
+        const std::int32_t label = e.labels[i];
+        if (name == "majority") {
+          Keys copies;
+          for (std::size_t j = 0; j < seq.size(); ++j)
+            if (seq[j] == label) copies.push_back(static_cast<Index>(j));
+          CHECK(copies.size() == 3);
+          CHECK(keys == copies);
+        } else if (name == "first_token") {
+          CHECK(keys == Keys{0});
+        } else if (name == "index_lookup") {
+          CHECK(keys == Keys{V.name(seq.back()).at(1) - '0'});
+        } else if (name == "after_marker") {
+          CHECK(keys == Keys{at + 1});
+        } else {  // the label is a position: find_same, marker_position, partner_position, cycle
+          CHECK(keys == Keys{label});
+        }
+      }
+    }
+  }
+  const auto task = make_task("first_token");
+  Rng rng(1);
+  CHECK_THROWS_WITH_AS(task->answer_keys(task->generate(rng), 3),
+                       "task 'first_token': position 3 of the sequence (8 tokens) has no label", ValueError);
+}
+
+TEST_CASE("tasks: attention_use measures the weight on the answer's key and whether it is the most or least attended") {
+  const auto task = make_task("first_token");  // one labelled query per sequence, at position 7; its answer is key 0
+  Rng rng(3);
+  Dataset data;
+  data.tokens = task->tokens();
+  data.labels = task->labels();
+  for (int n = 0; n < 4; ++n) data.examples.push_back(task->generate(rng));
+  TensorT<float> w(Shape::batched(4, 8, 8));
+  const auto set_row = [&](Index n, std::vector<float> row) {
+    std::copy(row.begin(), row.end(), w.data() + (n * 8 + 7) * 8);
+  };
+  set_row(0, {0.65f, 0.05f, 0.05f, 0.05f, 0.05f, 0.05f, 0.05f, 0.05f});  // routes to the answer
+  set_row(1, {0.00f, 0.10f, 0.15f, 0.15f, 0.15f, 0.15f, 0.15f, 0.15f});  // away from it
+  set_row(2, {0.10f, 0.10f, 0.10f, 0.10f, 0.10f, 0.10f, 0.10f, 0.30f});  // itself; the answer ties: neither
+  set_row(3, {0.20f, 0.20f, 0.10f, 0.10f, 0.10f, 0.10f, 0.10f, 0.10f});  // a tie for the most: neither
+  const AttentionUse u = attention_use(*task, data, w);
+  CHECK(u.on_answer == doctest::Approx((0.65 + 0.0 + 0.1 + 0.2) / 4));
+  CHECK(u.most == 0.25);
+  CHECK(u.least == 0.25);
+  CHECK(u.self == 0.25);
+  CHECK(u.peak == doctest::Approx((0.65 + 0.15 + 0.3 + 0.2) / 4));
+  CHECK(attention_kind(u) == "spreads");  // no 90% of anything, and the largest weight is 0.325 on average
+  CHECK(attention_kind({.on_answer = 0.9, .most = 0.95, .peak = 0.9}) == "routes");
+  CHECK(attention_kind({.on_answer = 0.0, .least = 0.9, .peak = 0.2}) == "away");
+  CHECK(attention_kind({.on_answer = 0.1, .self = 0.92, .peak = 0.8}) == "self");
+  CHECK(attention_kind({.on_answer = 0.3, .most = 0.5, .peak = 0.4}) == "spreads");
+  CHECK(attention_kind({.on_answer = 0.6, .most = 0.6, .least = 0.3, .peak = 0.7}) == "mixed");
+  // majority: the answer is held by three keys, all of which must outweigh every other key.
+  const auto majority = make_task("majority");
+  Dataset one;
+  one.tokens = majority->tokens();
+  one.labels = majority->labels();
+  one.examples.push_back(majority->generate(rng));
+  const auto keys = majority->answer_keys(one.examples[0], 7);
+  TensorT<float> even(Shape::batched(1, 8, 8));
+  for (Index j = 0; j < 8; ++j) even[7 * 8 + j] = std::find(keys.begin(), keys.end(), j) != keys.end() ? 0.3f : 0.02f;
+  CHECK(attention_use(*majority, one, even).most == 1);
+  CHECK(attention_use(*majority, one, even).on_answer == doctest::Approx(0.9));
+
+  CHECK_THROWS_WITH_AS(attention_use(*task, data, TensorT<float>(Shape::batched(3, 8, 8))),
+                       "attention_use: weights of shape 3x8x8 for 4 sequences of 8 tokens (expected 4x8x8)", ShapeError);
+}
+
 TEST_CASE("tasks: train, validation and test share no sequence, and the same seed gives the same split") {
   const auto task = make_task("partner_position");
   const TaskSplit a = make_task_split(*task, 300, 100, 200, 3), b = make_task_split(*task, 300, 100, 200, 3);

@@ -186,6 +186,37 @@ TEST_CASE("plot: heatmap size mismatches and a bad scale are errors naming the c
   CHECK_THROWS_WITH_AS(heatmap_svg(map), "heatmap_svg: vmin 1 must be below vmax 1, both finite", ValueError);
 }
 
+TEST_CASE("plot: heatmap marks rows and cells, titles its colour bar and writes notes under the grid") {
+  Heatmap map = small_heatmap();
+  CHECK(tags(checked(heatmap_svg(map)), "class=\"marked").empty());  // nothing marked by default
+  map.value_title = "attention weight";
+  map.marked_rows = {2};
+  map.marked_cells = {{2, 0}, {1, 3}};
+  map.notes = {"orange: the key that holds the answer", "query 2 puts 0.33 on it"};
+  const std::string svg = checked(heatmap_svg(map));
+  CHECK(tags(svg, "<path class=\"marked-row\"").size() == 1);
+  CHECK(attribute(text_tag(svg, "sat"), "font-weight") == "bold");  // the marked row's label
+  CHECK(attribute(text_tag(svg, "cat"), "font-weight").empty());
+  const auto cells = tags(svg, "<rect class=\"marked-cell\"");
+  REQUIRE(cells.size() == 2);
+  const auto grid = tags(svg, "<rect class=\"cell\"");  // the outline sits inside its cell: row 2, column 0
+  CHECK(std::stod(attribute(cells[0], "x")) == doctest::Approx(std::stod(attribute(grid[8], "x")) + 1.5));
+  CHECK(std::stod(attribute(cells[0], "y")) == doctest::Approx(std::stod(attribute(grid[8], "y")) + 1.5));
+  CHECK(std::stod(attribute(cells[1], "x")) == doctest::Approx(std::stod(attribute(grid[7], "x")) + 1.5));
+  CHECK(contains(text_tag(svg, "attention weight"), "rotate(-90"));
+  // The notes sit below the grid, one line each, inside the document.
+  const double note_y = std::stod(attribute(text_tag(svg, "query 2 puts 0.33 on it"), "y"));
+  CHECK(note_y > std::stod(attribute(grid[11], "y")) + std::stod(attribute(grid[11], "height")));
+  CHECK(note_y < std::stod(attribute(root_tag(svg), "height")));
+  CHECK(note_y > std::stod(attribute(text_tag(svg, "orange: the key that holds the answer"), "y")));
+
+  map.marked_rows = {3};
+  CHECK_THROWS_WITH_AS(heatmap_svg(map), "heatmap_svg: marked row 3 is outside the 3 rows", ShapeError);
+  map.marked_rows = {};
+  map.marked_cells = {{0, 4}};
+  CHECK_THROWS_WITH_AS(heatmap_svg(map), "heatmap_svg: marked cell (0, 4) is outside the 3 x 4 grid", ShapeError);
+}
+
 TEST_CASE("plot: nice_ticks are 1, 2 or 5 times a power of ten apart and cover the range") {
   using V = std::vector<double>;
   CHECK(nice_ticks(0.03, 0.97) == V{0, 0.2, 0.4, 0.6, 0.8, 1.0});
@@ -242,6 +273,13 @@ TEST_CASE("plot: log axis and non-finite values leave gaps instead of garbage") 
   const std::string small = checked(line_chart_svg(LineChart{.series = {s}, .log_y = true}));
   for (const char* tick : {"0.1", "0.2", "0.5", "1", "2", "5", "10"})
     CHECK_MESSAGE(!text_tag(small, tick).empty(), tick);
+
+  // One notation per axis: a loss falling to 1e-5 is labelled 1e-5 ... 1e0, never 0.001 beside 1e-05.
+  s = Series{.name = "loss", .x = {0, 1, 2}, .y = {0.5, 0.01, 2e-5}};
+  const std::string wide = checked(line_chart_svg(LineChart{.series = {s}, .log_y = true}));
+  for (const char* tick : {"1e-5", "1e-4", "1e-3", "1e-2", "1e-1", "1e0"})
+    CHECK_MESSAGE(!text_tag(wide, tick).empty(), tick);
+  for (const char* plain : {"0.001", "1e-05", "1", "10"}) CHECK_MESSAGE(text_tag(wide, plain).empty(), plain);
 }
 
 TEST_CASE("plot: line chart with no data is an empty chart with axes, bad input an error") {

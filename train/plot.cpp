@@ -126,6 +126,8 @@ std::string hex(Rgb c) {
 // Luma below one half: white text reads better than black on it.
 bool is_dark(Rgb c) { return 0.299 * c.r + 0.587 * c.g + 0.114 * c.b < 0.5 * 255; }
 
+constexpr const char* kMarkColour = "#e8590c";  // orange: marked rows and cells on the blue scale
+
 // Tableau 10: distinct hues for the first ten series; later ones repeat them dashed.
 constexpr std::array<const char*, 10> kPalette = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
                                                   "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
@@ -145,8 +147,12 @@ struct HeatmapLayout {
   bool rotate_cols = false;             // column labels at 45 degrees when wider than a cell
   double left = 0, top = 0;             // the grid's top-left corner
   double bar_x = 0, bar_h = 0;          // colour bar
+  double notes_y = 0;                   // baseline of the first note
   double width = 0, height = 0;
 };
+
+constexpr double kMarkerWidth = 12;  // the arrow before a marked row's label
+constexpr double kNoteLine = kFont + 5;
 
 std::string scale_label(double v) { return fmt::format("{:.3g}", v); }
 
@@ -167,7 +173,8 @@ HeatmapLayout heatmap_layout(const Heatmap& map) {
   const double col_h = l.rotate_cols ? col_w * diag + kFont : kFont + 4;
   const double col_overhang = l.rotate_cols ? col_w * diag - l.cell / 2 : 0;  // past the last column
 
-  l.left = kPad + (map.row_title.empty() ? 0 : kFont + 8) + row_w + 8;
+  const double marker_w = map.marked_rows.empty() ? 0 : kMarkerWidth;
+  l.left = kPad + (map.row_title.empty() ? 0 : kFont + 8) + marker_w + row_w + 8;
   l.top = kPad + (map.title.empty() ? 0 : kTitleFont + 10) + (map.col_title.empty() ? 0 : kFont + 8) + col_h + 6;
   const double grid_w = l.cell * static_cast<double>(l.cols.size());
   const double grid_h = l.cell * static_cast<double>(l.rows.size());
@@ -175,9 +182,13 @@ HeatmapLayout heatmap_layout(const Heatmap& map) {
   l.bar_h = std::max(grid_h, 100.0);
   const double bar_label_w =
       std::max(text_width(scale_label(map.vmin), kFont), text_width(scale_label(map.vmax), kFont));
-  const double right = std::max(l.bar_x + 14 + 6 + bar_label_w, l.left + grid_w + col_overhang);
-  l.width = std::max(right + kPad, text_width(map.title, kTitleFont) + 2 * kPad);
-  l.height = l.top + l.bar_h + kPad;
+  const double bar_title_w = map.value_title.empty() ? 0 : kFont + 10;
+  const double right = std::max(l.bar_x + 14 + 6 + bar_label_w + bar_title_w, l.left + grid_w + col_overhang);
+  double notes_w = 0;
+  for (const auto& note : map.notes) notes_w = std::max(notes_w, text_width(note, kFont));
+  l.width = std::max({right + kPad, text_width(map.title, kTitleFont) + 2 * kPad, notes_w + 2 * kPad});
+  l.notes_y = l.top + l.bar_h + 10 + kFont;
+  l.height = l.top + l.bar_h + kPad + kNoteLine * static_cast<double>(map.notes.size()) + (map.notes.empty() ? 0 : 6);
   return l;
 }
 
@@ -235,7 +246,12 @@ void heatmap_labels(std::string& out, const Heatmap& map, const HeatmapLayout& l
          "text-anchor=\"middle\" font-style=\"italic\" fill=\"#555555\"");
   for (std::size_t r = 0; r < l.rows.size(); ++r) {
     const double yc = l.top + l.cell * (static_cast<double>(r) + 0.5);
-    text(out, l.left - 6, yc + 0.35 * kFont, l.rows[r], "text-anchor=\"end\"");
+    const bool marked = std::find(map.marked_rows.begin(), map.marked_rows.end(), r) != map.marked_rows.end();
+    text(out, l.left - 6, yc + 0.35 * kFont, l.rows[r], marked ? "text-anchor=\"end\" font-weight=\"bold\"" : "text-anchor=\"end\"");
+    if (!marked) continue;
+    const double tip = l.left - 6 - text_width(l.rows[r], kFont) - 3;  // a triangle pointing at the label
+    put(out, "<path class=\"marked-row\" d=\"M{} {}L{} {}L{} {}Z\" fill=\"{}\"/>\n", px(tip), px(yc), px(tip - 8),
+        px(yc - 5), px(tip - 8), px(yc + 5), kMarkColour);
   }
   for (std::size_t c = 0; c < l.cols.size(); ++c) {
     const double x = l.left + l.cell * (static_cast<double>(c) + 0.5);
@@ -252,6 +268,12 @@ void heatmap_labels(std::string& out, const Heatmap& map, const HeatmapLayout& l
          fmt::format("text-anchor=\"middle\" font-style=\"italic\" fill=\"#555555\" transform=\"rotate(-90 {} {})\"",
                      px(x), px(yc)));
   }
+  for (const auto& [r, c] : map.marked_cells)  // drawn over the cells, inside their edges
+    put(out, "<rect class=\"marked-cell\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"{}\" "
+        "stroke-width=\"3\"/>\n", px(l.left + l.cell * static_cast<double>(c) + 1.5),
+        px(l.top + l.cell * static_cast<double>(r) + 1.5), px(l.cell - 3), px(l.cell - 3), kMarkColour);
+  for (std::size_t i = 0; i < map.notes.size(); ++i)
+    text(out, kPad, l.notes_y + kNoteLine * static_cast<double>(i), map.notes[i]);
 }
 
 // A vertical bar from vmin (bottom) to vmax (top), drawn as thin bands: a <linearGradient> would
@@ -269,6 +291,13 @@ void colour_bar(std::string& out, const Heatmap& map, const HeatmapLayout& l) {
       px(l.top), px(l.bar_h));
   text(out, l.bar_x + 20, l.top + kFont * 0.8, scale_label(map.vmax));
   text(out, l.bar_x + 20, l.top + l.bar_h, scale_label(map.vmin));
+  if (map.value_title.empty()) return;
+  const double bar_label_w =
+      std::max(text_width(scale_label(map.vmin), kFont), text_width(scale_label(map.vmax), kFont));
+  const double x = l.bar_x + 20 + bar_label_w + 6 + kFont, yc = l.top + l.bar_h / 2;
+  text(out, x, yc, map.value_title,
+       fmt::format("class=\"value-title\" text-anchor=\"middle\" fill=\"#555555\" transform=\"rotate(-90 {} {})\"",
+                   px(x), px(yc)));
 }
 
 // ---- line chart ----
@@ -336,9 +365,17 @@ Axis make_axis(double lo, double hi, std::optional<double> fixed_lo, std::option
 }
 
 // As many decimals as the tick step needs: step 0.2 -> "0.4", step 5 -> "10", step 0.05 -> "0.15".
+// On a log axis one notation for every tick: decimals (0.001 ... 1000) when they all have a short
+// one, else mantissa and exponent ("1e-05" beside "0.001" reads as two scales).
 std::string tick_label(const Axis& axis, double v) {
   const double largest = std::max(std::abs(axis.ticks.front()), std::abs(axis.ticks.back()));
-  if (axis.log || largest >= 1e6) return fmt::format("{:g}", v);
+  if (axis.log) {
+    const bool decimals = axis.ticks.front() >= 1e-4 && axis.ticks.back() < 1e5;
+    if (decimals) return fmt::format("{:g}", v);
+    const int k = static_cast<int>(std::floor(std::log10(v) + 1e-9));
+    return fmt::format("{:g}e{}", std::round(v / pow10(k)), k);
+  }
+  if (largest >= 1e6) return fmt::format("{:g}", v);
   const double step = axis.ticks.size() > 1 ? axis.ticks[1] - axis.ticks[0] : 1;
   const int decimals = step >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(step) - 1e-6));
   auto s = fmt::format("{:.{}f}", v, decimals);
@@ -584,6 +621,11 @@ std::string heatmap_svg(const Heatmap& map) {
                      cols, rows * cols);
   if (!std::isfinite(map.vmin) || !std::isfinite(map.vmax) || !(map.vmin < map.vmax))
     fail<ValueError>("heatmap_svg: vmin {} must be below vmax {}, both finite", map.vmin, map.vmax);
+  for (std::size_t r : map.marked_rows)
+    if (r >= rows) fail<ShapeError>("heatmap_svg: marked row {} is outside the {} rows", r, rows);
+  for (const auto& [r, c] : map.marked_cells)
+    if (r >= rows || c >= cols)
+      fail<ShapeError>("heatmap_svg: marked cell ({}, {}) is outside the {} x {} grid", r, c, rows, cols);
   const HeatmapLayout layout = heatmap_layout(map);
   std::string out;
   open_svg(out, layout.width, layout.height, map.title);

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tapegrad/core/file_io.hpp"  // write_file: a report open in a browser never sees half a file
@@ -36,10 +37,16 @@ struct Heatmap {
   // The colour scale runs from white at vmin to dark blue at vmax (ColorBrewer "Blues"); values
   // outside clamp to the ends. NaN cells are grey, hatched and labelled "nan".
   double vmin = 0, vmax = 1;
+  std::string value_title = {};  // what the colours are ("attention weight"), written along the colour bar
+  // Rows to point out (an arrow before the label, the label in bold: the queries that are labelled,
+  // say) and cells to outline in orange (row, col: the keys that hold the answer).
+  std::vector<std::size_t> marked_rows = {};
+  std::vector<std::pair<std::size_t, std::size_t>> marked_cells = {};
+  std::vector<std::string> notes = {};  // lines of text under the grid: what the marks mean, a reading
 };
 
-// Throws ShapeError when values.size() != rows * cols or the grid is empty, ValueError unless
-// vmin < vmax (both finite).
+// Throws ShapeError when values.size() != rows * cols or the grid is empty, or a marked row or cell lies
+// outside the grid (naming it), ValueError unless vmin < vmax (both finite).
 std::string heatmap_svg(const Heatmap& map);
 
 // One line of a chart: y[i] at x[i]. Points that are not finite (or not positive on a log axis) are

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <set>
+#include <span>
 
 #include "tapegrad/autograd/ops.hpp"  // kIgnoreLabel
 
@@ -72,7 +74,7 @@ class Majority final : public Task {
   Majority()
       : Task({"majority", "at '?': the token that occurs three times", "pool the whole sequence evenly (a bag of tokens)",
               true, 1.0, "the bag of tokens alone gives the answer"},
-             content_labels()) {}
+             content_labels(), Answer::token) {}
   Example generate(Rng& rng) const override {
     auto picks = distinct(rng, kM, 5);
     std::vector<std::int32_t> seq = {picks[0], picks[0], picks[0], picks[1], picks[2], picks[3], picks[4]};
@@ -89,7 +91,7 @@ class FindSame final : public Task {
   FindSame()
       : Task({"find_same", "at the last token: the position of its earlier copy", "attend to the same token",
               true, 1.0, "the position holding the query's own token is part of what similarity delivers"},
-             position_labels(kT - 1)) {}
+             position_labels(kT - 1), Answer::position) {}
   Example generate(Rng& rng) const override {
     auto seq = distinct(rng, kM, kT - 1);
     const auto k = static_cast<std::int32_t>(rng.below(kT - 1));
@@ -107,7 +109,7 @@ class FirstToken final : public Task {
   FirstToken()
       : Task({"first_token", "at '?': the token at position 0", "position 7 attends to position 0", false,
               kOneOfSeven, "the answer is one of the 7 tokens in the bag, each equally likely"},
-             content_labels()) {}
+             content_labels(), Answer::token) {}
   Example generate(Rng& rng) const override {
     auto seq = distinct(rng, kM, kT - 1);
     const auto answer = seq[0];
@@ -124,7 +126,7 @@ class IndexLookup final : public Task {
   IndexLookup()
       : Task({"index_lookup", "at '?k': the token at position k", "token ?k attends to position k", false, kOneOfSeven,
               "knowing k does not say which of the 7 tokens in the bag sits at k"},
-             content_labels()) {}
+             content_labels(), Answer::token) {}
   Example generate(Rng& rng) const override {
     auto seq = distinct(rng, kM, kT - 1);
     const auto k = static_cast<std::int32_t>(rng.below(kT - 1));
@@ -141,7 +143,7 @@ class AfterMarker final : public Task {
   AfterMarker()
       : Task({"after_marker", "at '>': the next token", "each position attends to the next one", false, kOneOfSeven,
               "the marker knows its position, not which of the 7 tokens follows it"},
-             content_labels()) {}
+             content_labels(), Answer::token) {}
   Example generate(Rng& rng) const override {
     auto seq = distinct(rng, kM, kT - 1);
     const auto p = static_cast<std::ptrdiff_t>(rng.below(kT - 1));
@@ -158,7 +160,7 @@ class MarkerPosition final : public Task {
   MarkerPosition()
       : Task({"marker_position", "at '?': the position of '>'", "token ? attends to token >", false, kOneOfSeven,
               "even attention reveals that '>' is present, not where: 7 positions are equally likely"},
-             position_labels(kT - 1)) {}
+             position_labels(kT - 1), Answer::position) {}
   Example generate(Rng& rng) const override {
     auto seq = distinct(rng, kM, kT - 2);
     const auto p = static_cast<std::int32_t>(rng.below(kT - 1));
@@ -178,7 +180,7 @@ class PartnerPosition final : public Task {
       : Task({"partner_position", "at the first of a pair (a-b, c-d, ...): where its partner is",
               "token u attends to its partner w", false, kOneOfSeven,
               "the partner is at one of the 7 other positions, and nothing similar marks which"},
-             position_labels(kT)) {}
+             position_labels(kT), Answer::position) {}
   Example generate(Rng& rng) const override {
     const auto pairs = distinct(rng, kM / 2, kT - 1);  // pairs[0] is complete, the rest give one member
     std::vector<std::int32_t> seq = {2 * pairs[0], 2 * pairs[0] + 1};
@@ -203,7 +205,7 @@ class Cycle final : public Task {
       : Task({"cycle", "at each member of a triad (a b c, d e f, ...): the position of the next (a->b->c->a)",
               "a attends to b, b to c, c to a", false, kOneOfSeven,
               "the next member is at one of the 7 other positions, and nothing similar marks which"},
-             position_labels(kT)) {}
+             position_labels(kT), Answer::position) {}
   Example generate(Rng& rng) const override {
     constexpr std::int32_t triads = 5;
     const auto k = static_cast<std::int32_t>(rng.below(triads));
@@ -244,6 +246,18 @@ constexpr std::array kTasks = {&create<Majority>,    &create<FindSame>,       &c
 const Vocabulary& Task::tokens() const { return shared_tokens(); }
 Index Task::length() const { return kT; }
 
+std::vector<Index> Task::answer_keys(const Example& e, Index query) const {
+  const auto q = static_cast<std::size_t>(query);
+  if (query < 0 || q >= e.labels.size() || e.labels[q] == kIgnoreLabel)
+    fail<ValueError>("task '{}': position {} of the sequence ({} tokens) has no label", spec_.name, query, e.tokens.size());
+  const std::int32_t label = e.labels[q];
+  if (answer_ == Answer::position) return {label};
+  std::vector<Index> keys;
+  for (std::size_t j = 0; j < e.tokens.size(); ++j)
+    if (j != q && e.tokens[j] == label) keys.push_back(static_cast<Index>(j));
+  return keys;
+}
+
 const std::vector<std::string>& task_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> out;
@@ -257,6 +271,63 @@ std::unique_ptr<Task> make_task(std::string_view name) {
   for (auto create_task : kTasks)
     if (auto task = create_task(); task->spec().name == name) return task;
   fail<NameError>("task: unknown task '{}'; the tasks are {}", name, fmt::join(task_names(), ", "));
+}
+
+namespace {
+
+// Attention row `q` of example `n` in weights (N, T, T): the T weights query q gives the keys.
+std::span<const float> attention_row(const TensorT<float>& weights, Index n, Index q) {
+  const Index t = weights.shape().cols;
+  return {weights.data() + (n * t + q) * t, static_cast<std::size_t>(t)};
+}
+
+}  // namespace
+
+AttentionUse attention_use(const Task& task, const Dataset& data, const TensorT<float>& weights) {
+  const Index t = task.length();
+  if (weights.shape() != Shape::batched(data.size(), t, t))
+    fail<ShapeError>("attention_use: weights of shape {} for {} sequences of {} tokens (expected {})", weights.shape(),
+                     data.size(), t, Shape::batched(data.size(), t, t));
+  AttentionUse u;
+  Index queries = 0;
+  for (Index n = 0; n < data.size(); ++n) {
+    const Example& e = data.examples[static_cast<std::size_t>(n)];
+    for (Index q = 0; q < static_cast<Index>(e.labels.size()); ++q) {
+      if (e.labels[static_cast<std::size_t>(q)] == kIgnoreLabel) continue;
+      const auto keys = task.answer_keys(e, q);
+      const auto row = attention_row(weights, n, q);
+      float on = 0, key_lo = INFINITY, key_hi = -INFINITY, other_lo = INFINITY, other_hi = -INFINITY;
+      for (Index j = 0; j < static_cast<Index>(row.size()); ++j) {
+        const float w = row[static_cast<std::size_t>(j)];
+        if (std::find(keys.begin(), keys.end(), j) != keys.end()) {
+          on += w;
+          key_lo = std::min(key_lo, w);
+          key_hi = std::max(key_hi, w);
+        } else {
+          other_lo = std::min(other_lo, w);
+          other_hi = std::max(other_hi, w);
+        }
+      }
+      const auto top = std::max_element(row.begin(), row.end());
+      u.on_answer += on;
+      u.most += key_lo > other_hi;
+      u.least += key_hi < other_lo;
+      u.self += top - row.begin() == q && std::find(keys.begin(), keys.end(), q) == keys.end() &&
+                std::count(row.begin(), row.end(), *top) == 1;
+      u.peak += *top;
+      ++queries;
+    }
+  }
+  const auto n = static_cast<double>(std::max<Index>(queries, 1));
+  return {u.on_answer / n, u.most / n, u.least / n, u.self / n, u.peak / n};
+}
+
+std::string attention_kind(const AttentionUse& u) {
+  if (u.most >= 0.9) return "routes";
+  if (u.least >= 0.9) return "away";
+  if (u.self >= 0.9) return "self";
+  if (u.peak < 0.5) return "spreads";
+  return "mixed";
 }
 
 TaskSplit make_task_split(const Task& task, Index n_train, Index n_validation, Index n_test, std::uint64_t seed) {

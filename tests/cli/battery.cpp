@@ -558,7 +558,7 @@ std::string without_timings(const std::string& text) {
 
 TEST_CASE("cli: the demo prints the same tables, report and models for --jobs 1 and --jobs 2") {
   std::map<std::string, std::string> out, report;
-  std::map<std::string, std::map<std::string, std::string>> models;
+  std::map<std::string, std::map<std::string, std::string>> models, pictures;
   std::map<std::string, int> codes;
   for (const std::string jobs : {"1", "2"}) {
     const fs::path dir = scratch("demo_jobs_" + jobs);
@@ -573,7 +573,23 @@ TEST_CASE("cli: the demo prints the same tables, report and models for --jobs 1 
     out[jobs] = without_timings(printed);
     report[jobs] = without_timings(slurp(dir / "report.md"));
     models[jobs] = snapshot_files(dir / "models");
+    for (const auto& entry : fs::directory_iterator(dir))
+      if (entry.path().extension() == ".svg") pictures[jobs][entry.path().filename().string()] = slurp(entry.path());
   }
+  // report.md links every picture the run wrote, and every link it has is a picture that is there.
+  REQUIRE(pictures["1"].size() == 2 * 2 * 3);  // 2 tasks x 2 feature kinds x (attention, every seed, curves)
+  for (const auto& [name, svg] : pictures["1"]) {
+    CHECK_MESSAGE(report["1"].find("(" + name + ")") != std::string::npos, name);
+    if (name.starts_with("attention_")) CHECK_MESSAGE(svg.find("class=\"marked-cell\"") != std::string::npos, name);
+  }
+  static const std::regex link(R"(\]\(([^)]+)\))");
+  for (auto it = std::sregex_iterator(report["1"].begin(), report["1"].end(), link); it != std::sregex_iterator(); ++it)
+    CHECK_MESSAGE(pictures["1"].contains((*it)[1].str()), (*it)[1].str());
+  // The no-routing ceiling is drawn only where it bounds parameter-free attention: fixed one-hot features.
+  CHECK(pictures["1"]["curves_cycle.svg"].find("no-routing ceiling") != std::string::npos);
+  CHECK(pictures["1"]["curves_cycle_embeddings.svg"].find("no-routing ceiling") == std::string::npos);
+  CHECK(pictures["1"]["curves_cycle_embeddings.svg"].find("trainable embeddings") != std::string::npos);
+  CHECK(pictures["1"] == pictures["2"]);
   CHECK(out["1"].find("first_token") != std::string::npos);
   CHECK(out["1"].find("trainable token embeddings") != std::string::npos);
   CHECK((codes["1"] == 0 || codes["1"] == static_cast<int>(ExitCode::check_failed)));
