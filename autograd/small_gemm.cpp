@@ -78,9 +78,11 @@ T* scratch(std::size_t n, int which) {
 
 bool have_small_gemm() { return true; }
 
+bool small_gemm_takes(Index m, Index n, Index k) { return m > 0 && n > 0 && k > 0 && m * n * k <= kMaxWork; }
+
 template <class T>
 bool small_gemm(ProductForm form, Index m, Index n, Index k, const T* a, const T* b, T* c, bool accumulate) {
-  if (m <= 0 || n <= 0 || k <= 0 || m * n * k > kMaxWork) return false;
+  if (!small_gemm_takes(m, n, k)) return false;
   const Kernel<T> fn = kernel<T>({m, n, k, form == ProductForm::atb});
   if (!fn) return false;
   if (form == ProductForm::abt) {  // b is stored (n x k): lay it out as (k x n) for the kernel
@@ -102,6 +104,8 @@ bool small_gemm(ProductForm form, Index m, Index n, Index k, const T* a, const T
 #else  // without libxsmm: always Eigen
 
 bool have_small_gemm() { return false; }
+
+bool small_gemm_takes(Index, Index, Index) { return false; }
 
 template <class T>
 bool small_gemm(ProductForm, Index, Index, Index, const T*, const T*, T*, bool) {

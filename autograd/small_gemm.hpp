@@ -25,4 +25,7 @@ bool small_gemm(ProductForm form, Index m, Index n, Index k, const T* a, const T
 // Whether tapegrad was built with libxsmm.
 bool have_small_gemm();
 
+// Whether small_gemm takes a product of this size (it runs on one thread; bench/gemm_threads says so).
+bool small_gemm_takes(Index m, Index n, Index k);
+
 }  // namespace tapegrad::detail

@@ -13,6 +13,7 @@
 
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/parallel.hpp"
+#include "../autograd/small_gemm.hpp"  // internal: which products libxsmm takes
 #include "timing.hpp"
 
 using namespace tapegrad;
@@ -51,8 +52,11 @@ int main() {
     const double one = bench::median_seconds(15, rounds, product, 1) * 1e6;
     set_num_threads(threads);
     const double many = bench::median_seconds(15, rounds, product, 1) * 1e6;
+    const char* splits = detail::small_gemm_takes(m, n, k) ? "no (libxsmm kernel, one thread)"
+                         : split_product(work)                ? "yes"
+                                                              : "no";
     fmt::print("{:>6} {:>6} {:>6} {:>12} {:>10.2f} {:>10.2f} {:>7.2f}  {}\n", m, k, n, m * n * k, one, many, many / one,
-               split_product(work) ? "yes" : "no");
+               splits);
   }
   return 0;
 }
