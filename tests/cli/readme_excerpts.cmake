@@ -1,4 +1,4 @@
-# The README's code is the tested code: every block the README introduces with
+# The README's code is the tested code: every C++ block is an excerpt, and every block the README introduces with
 #   <!-- excerpt: <file> <name> -->
 # must be, line for line, the region of <file> between "// [readme:<name>]" and "// [readme:<name>-end]".
 # -DROOT=<source root>; with -DUPDATE=ON it rewrites the README's blocks from the files instead of checking:
@@ -8,6 +8,16 @@ string(REGEX MATCHALL "<!-- excerpt: [^ ]+ [^ ]+ -->\n```[a-z]*\n" starts "${rea
 list(LENGTH starts count)
 if(count EQUAL 0)
   message(FATAL_ERROR "README.md has no excerpts")
+endif()
+# Every C++ block of the README is an excerpt: no fragment that no compiler has seen.
+string(REGEX MATCHALL "\n```cpp\n" cpp_blocks "${readme}")
+string(REGEX MATCHALL "<!-- excerpt: [^ ]+ [^ ]+ -->\n```cpp\n" cpp_excerpts "${readme}")
+list(LENGTH cpp_blocks n_cpp)
+list(LENGTH cpp_excerpts n_cpp_excerpts)
+if(NOT n_cpp EQUAL n_cpp_excerpts)
+  message(FATAL_ERROR "README.md has ${n_cpp} C++ blocks but only ${n_cpp_excerpts} are excerpts of tested code: put "
+                      "the code in a file ctest compiles and runs, between // [readme:<name>] markers, and write "
+                      "<!-- excerpt: <file> <name> --> before its block")
 endif()
 foreach(start IN LISTS starts)
   string(REGEX MATCH "<!-- excerpt: ([^ ]+) ([^ ]+) -->" _ "${start}")
