@@ -264,3 +264,29 @@ TEST_CASE("walkthrough: both renderings show every key with its stated and compu
   CHECK(terminal.find("76 numbers checked, 24 wrong") != std::string::npos);
   CHECK(markdown.find("76 numbers checked, 24 wrong") != std::string::npos);
 }
+
+TEST_CASE("walkthrough: every example prints the inputs it starts from, so no note is needed to follow it") {
+  // The notes are not in the repository: each worked example's matrices and vectors must be in the output.
+  const std::map<std::string, std::vector<std::string>> inputs = {
+      {"001", {"001.E", "001.Wq", "001.Wk", "001.Wv"}}, {"002", {"002.inputs"}}, {"004", {"004.abc", "004.inputs"}}};
+  const std::string terminal = render_terminal(sections());
+  const std::string markdown = render_markdown(sections());
+  for (const auto& entry : inputs)  // no structured binding: clang 14 cannot capture one in CHECK_MESSAGE
+    for (const auto& key : entry.second) {
+      const std::string& note = entry.first;
+      bool found = false;
+      for (const auto& s : sections())
+        for (const auto& t : s.tables)
+          if (t.key == key) {
+            found = true;
+            CHECK_MESSAGE(s.note == note, key, " is in section ", s.note);
+          }
+      CHECK_MESSAGE(found, "no input table ", key);
+      CHECK_MESSAGE(terminal.find("[" + key + "]") != std::string::npos, key);
+      CHECK_MESSAGE(markdown.find("(`" + key + "`)") != std::string::npos, key);
+    }
+  // Note 004's vectors, as its text implies them: Apple [5, 2, 0], phone [0, 5, 0].
+  for (const auto& s : sections())
+    for (const auto& t : s.tables)
+      if (t.key == "004.inputs") CHECK(t.values == std::vector<double>{5, 2, 0, 0, 5, 0});
+}

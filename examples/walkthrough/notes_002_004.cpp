@@ -331,6 +331,11 @@ Section note004() {
             "5 (0.99997 - 0.000005) + 2 (0.00002 - 0.000005)");
   reference(s, "004.dot_fruit.hi", "highest dot, rounded weights", hi, 6,
             "5 (0.99997 + 0.000005) + 2 (0.00002 + 0.000005)");
+  // The inputs first, so that the output alone is enough to follow the example.
+  s.tables.push_back(table("004.abc", "the note's vectors for its dot-product warm-up", {"a", "b", "c"},
+                           {"x1", "x2", "x3"}, abc, 0));
+  s.tables.push_back(table("004.inputs", "X: Apple and phone as the note's text implies (the rest is in images)",
+                           {"apple", "phone"}, {"fruits", "computers", "language"}, ap, 0));
   s.tables.push_back(table("004.sim", "scaled scores (X X^T) / sqrt(3) of apple, phone", {"apple", "phone"},
                            {"apple", "phone"}, sim, 4));
   s.tables.push_back(table("004.weights", "softmax_rows of them (SelfAttention parameter_free)", {"apple", "phone"},
