@@ -8,6 +8,9 @@
 set -eu
 cd "$(dirname "$0")/.."
 jobs=${1:-2}
+case "$jobs" in
+  '' | *[!0-9]* | 0) echo "build_time.sh: JOBS must be a positive number of parallel compile jobs, got '$jobs'" >&2; exit 2 ;;
+esac
 seconds() {  # runs "$@" quietly, prints its wall time
   local start end
   start=$(date +%s.%N)
