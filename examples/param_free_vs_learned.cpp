@@ -2,13 +2,16 @@
 // once with parameter-free attention (softmax(X X^T / sqrt(d)) X) and once with learnable Wq, Wk, Wv,
 // everything else equal: same features, same readout, same optimizer (Adam) and step budget, and each
 // model's learning rate picked from the same grid on a validation split. Prints the test accuracy of
-// both beside the task's chance level and no-routing ceiling, checks the claims the README makes, and
-// writes attention heatmaps and training curves into an output folder named after the run.
+// both beside the task's chance level and no-routing ceiling, checks the claims the README makes, measures
+// where each model's attention goes at the labelled queries (to the answer's key, away from it, to
+// itself: lesson/tasks.hpp, attention_use), and writes attention heatmaps, training curves and report.md
+// into an output folder named after the run.
 //
 // Every run (task, model kind, learning rate, seed) is independent: they run --jobs at a time, one per
 // core, each on one thread, and the tables are the same for any --jobs.
 //
-//   build/examples/param_free_vs_learned [--out DIR] [--seeds N] [--steps N] [--features onehot|learned|both] [--jobs N]
+//   build/examples/param_free_vs_learned [--out DIR] [--seeds N] [--steps N] [--features onehot|learned|both]
+//                                        [--jobs N] [--tasks NAME,...]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
