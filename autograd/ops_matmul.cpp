@@ -1,9 +1,6 @@
 // Matrix products: a b, a b^T, a^T b; 2-D, batched, and batched times a shared 2-D weight.
 #include "tapegrad/autograd/ops.hpp"
-#include <type_traits>
-#include <vector>
-
-#include "tapegrad/autograd/small_gemm.hpp"
+#include "tapegrad/autograd/gemm.hpp"
 #include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
@@ -15,110 +12,17 @@ struct ProductSaved {
   Form form = Form::ab;
 };
 
-// Eigen's GEMM packing buffers, kept from product to product (per thread). Eigen's own product makes a
-// blocking object per call and takes these from malloc, about 1 MB at d = 256: glibc then maps and
-// unmaps them with every product, and the step spends its time page-faulting them in again (W4 at one
-// thread: 44 ms against 28 ms with the buffers kept). The blocking sizes are Eigen's own for the shape
-// (computeProductBlockingSizes, one thread, as Eigen's product computes them), so the arithmetic, and
-// every result, is exactly that of `C.noalias() += A * B`.
-template <class T>
-class KeptBlocking : public Eigen::internal::level3_blocking<T, T> {
- public:
-  // For a column-major product of (rows x depth) by (depth x cols).
-  KeptBlocking(Index rows, Index cols, Index depth) {
-    this->m_mc = rows;
-    this->m_nc = cols;
-    this->m_kc = depth;
-    Eigen::internal::computeProductBlockingSizes<T, T, 1>(this->m_kc, this->m_mc, this->m_nc, Index{1});
-    auto& space = workspace();
-    const auto need_a = static_cast<std::size_t>(this->m_mc * this->m_kc);
-    const auto need_b = static_cast<std::size_t>(this->m_kc * this->m_nc);
-    if (space.a.size() < need_a) space.a.resize(need_a);  // grows to the largest shape, then stays
-    if (space.b.size() < need_b) space.b.resize(need_b);
-    this->m_blockA = space.a.data();
-    this->m_blockB = space.b.data();
-  }
-
- private:
-  struct Space {
-    std::vector<T, AlignedAllocator<T>> a, b;
-  };
-  static Space& workspace() {
-    thread_local Space space;
-    return space;
-  }
-};
-
-// C (m x n) += op(A) op(B) through Eigen's sequential GEMM with kept buffers. C is row-major, so the
-// product is computed as the column-major C^T = op(B)^T op(A)^T, as Eigen does for a row-major result.
-// The blocking is that of a product of `blocking_m` rows (the whole product, when this is a range of its
-// rows: see gemm).
-template <class T>
-void eigen_gemm_kept(Form form, const T* a, Index a_cols, const T* b, Index b_cols, T* c, Index m, Index n, Index k,
-                     Index blocking_m) {
-  using Eigen::ColMajor;
-  using Eigen::RowMajor;
-  KeptBlocking<T> blocking(n, blocking_m, k);  // C^T is n x m, depth k
-  // C^T (n x m) = op(B)^T (n x k) op(A)^T (k x m). A row-major X read as column-major is X^T.
-  auto run = [&](auto lhs_order, auto rhs_order) {
-    constexpr int L = decltype(lhs_order)::value, R = decltype(rhs_order)::value;
-    Eigen::internal::general_matrix_matrix_product<Index, T, L, false, T, R, false, ColMajor, 1>::run(
-        n, m, k, b, b_cols, a, a_cols, c, 1, n, T(1), blocking, nullptr);
-  };
-  using Col = std::integral_constant<int, ColMajor>;
-  using Row = std::integral_constant<int, RowMajor>;
-  switch (form) {
-    case Form::ab: run(Col{}, Col{}); break;   // B^T: b (k x n) read column-major; A^T likewise
-    case Form::atb: run(Col{}, Row{}); break;  // (A^T)^T = A: a (k x m) stored row-major, read as is
-    case Form::abt: run(Row{}, Col{}); break;  // (B^T)^T = B: b (n x k) row-major, read as is
-  }
-}
-
-// C (m x n) = op(A) op(B), or C += when not `assign` (a gradient already written this pass). A is
-// stored (a_rows x a_cols) and B (b_rows x b_cols), row-major; `form` says which one is read
-// transposed. Small products go to libxsmm's kernels when tapegrad has them (autograd/small_gemm.hpp),
-// the rest to Eigen's sequential GEMM with kept buffers. When it pays (core/parallel.hpp) and `may_split`,
-// C's rows are split over the threads: each thread runs that same GEMM on its rows, with the blocking of
-// the whole product, from a row that is a multiple of 16. Eigen's kernel sums every element over the
-// depth in an order that depends only on the blocking and on the kind of panel the element falls in
-// (full panels of 4 rows of C, or the remainder, handled with other accumulators); with the same blocking
-// and ranges that start on panel boundaries, each element is summed exactly as on one thread, and the
-// result is bit-identical at any thread count (tests/test_parallel.cpp checks it).
+// C (m x n) = op(A) op(B), or C += when not `assign` (a gradient already written this pass), for
+// contiguous operands: A stored (a_rows x a_cols), B (b_rows x b_cols), row-major; `form` says which one
+// is read transposed. autograd/gemm.hpp does the arithmetic and splits C's rows over threads when it
+// pays and `may_split`.
 template <class T>
 void gemm(Form form, const T* a, Index a_rows, Index a_cols, const T* b, Index b_rows, Index b_cols, T* c,
           bool assign, bool may_split = true) {
   const Index m = form == Form::atb ? a_cols : a_rows;
   const Index k = form == Form::atb ? a_rows : a_cols;
   const Index n = form == Form::abt ? b_rows : b_cols;
-  if (detail::small_gemm(form, m, n, k, a, b, c, !assign)) return;
-  // Where Eigen's product would run its GEMM (not a vector product, not the coefficient-wise path of tiny
-  // products), run that GEMM with kept buffers.
-  if (m > 1 && n > 1 && k > 0 && k + m + n >= EIGEN_GEMM_TO_COEFFBASED_THRESHOLD) {
-    const double macs = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-    parallel_for(
-        m, may_split && split_product(macs),
-        [&](Index r0, Index r1) {
-          T* rows = c + r0 * n;  // C's rows r0..r1; op(A)'s rows are A's rows, or A's columns for a^T b
-          if (assign) MatrixMap<T>(rows, r1 - r0, n).setZero();
-          eigen_gemm_kept(form, form == Form::atb ? a + r0 : a + r0 * a_cols, a_cols, b, b_cols, rows, r1 - r0, n, k, m);
-        },
-        16);
-    return;
-  }
-  const SingleThreaded one_thread;  // Eigen's other paths, on this thread
-  const ConstMatrixMap<T> A(a, a_rows, a_cols), B(b, b_rows, b_cols);
-  MatrixMap<T> C(c, m, n);
-  auto into = [&](const auto& product) {
-    if (assign)
-      C.noalias() = product;
-    else
-      C.noalias() += product;
-  };
-  switch (form) {
-    case Form::ab: into(A * B); break;
-    case Form::atb: into(A.transpose() * B); break;
-    case Form::abt: into(A * B.transpose()); break;
-  }
+  detail::gemm<T>(form, m, n, k, {a, a_cols}, {b, b_cols}, c, n, !assign, may_split);
 }
 
 // The multiply-adds of `items` products of m x k by k x n.

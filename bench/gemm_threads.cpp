@@ -13,7 +13,7 @@
 
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/parallel.hpp"
-#include "../autograd/small_gemm.hpp"  // internal: which products libxsmm takes
+#include "tapegrad/autograd/gemm.hpp"  // internal: which kernels, and where a split may start
 #include "timing.hpp"
 
 using namespace tapegrad;
@@ -52,9 +52,10 @@ int main() {
     const double one = bench::median_seconds(15, rounds, product, 1) * 1e6;
     set_num_threads(threads);
     const double many = bench::median_seconds(15, rounds, product, 1) * 1e6;
-    const char* splits = detail::small_gemm_takes(m, n, k) ? "no (libxsmm kernel, one thread)"
-                         : split_product(work)                ? "yes"
-                                                              : "no";
+    // A split starts on a multiple of the grain: a product of fewer rows stays on one thread.
+    const char* splits = !split_product(work)                  ? "no"
+                         : m <= detail::product_split_grain()  ? "no (fewer rows than one block)"
+                                                               : "yes";
     fmt::print("{:>6} {:>6} {:>6} {:>12} {:>10.2f} {:>10.2f} {:>7.2f}  {}\n", m, k, n, m * n * k, one, many, many / one,
                splits);
   }

@@ -22,7 +22,7 @@
 
 #include "alloc_counter.hpp"
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/autograd/small_gemm.hpp"
+#include "tapegrad/autograd/gemm.hpp"
 #include "tapegrad/core/parallel.hpp"
 #include "timing.hpp"
 #include "lesson/toy_model.hpp"
@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
   const int threads = num_threads();
   if (!skip_peak)
     fmt::print("{{\"kind\": \"peak\", \"threads\": {}, \"gemm_gflops\": {:.1f}, \"small_products\": \"{}\"}}\n", threads,
-               gemm_peak_gflops(), detail::have_small_gemm() ? "libxsmm" : "eigen");
+               gemm_peak_gflops(), detail::name(detail::gemm_kernels()));
   for (const auto& w : kWorkloads) {
     if (std::find(names.begin(), names.end(), w.name) == names.end()) continue;
     SequenceBatch batch;

@@ -12,7 +12,7 @@ set(tapegrad_library_folders core autograd layers train)
 # Headers that only the library's own sources include: not installed, not in the umbrella. Every other
 # header in the library's folders is public.
 set(TAPEGRAD_INTERNAL_HEADERS
-  autograd/small_gemm.hpp            # libxsmm kernels behind matmul
+  autograd/gemm.hpp                  # the matrix products behind matmul and attention
   train/checkpoint_serialize.hpp     # the cereal layout of checkpoint files
 )
 

@@ -49,7 +49,7 @@ TEST_CASE("ops: matmul, matmul_bt and matmul_at match a naive triple loop in eve
       {Shape::mat(4, 3), Shape::mat(4, 5), true, false},           {Shape::batched(2, 3, 4), Shape::batched(2, 4, 5), false, false},
       {Shape::batched(2, 3, 4), Shape::batched(2, 5, 4), false, true}, {Shape::batched(2, 4, 3), Shape::batched(2, 4, 5), true, false},
       {Shape::batched(2, 3, 4), Shape::mat(4, 5), false, false},    {Shape::batched(2, 3, 4), Shape::mat(5, 4), false, true},
-      // Above the small-product limit (64^3 multiply-adds): Eigen's GEMM even where libxsmm is built in.
+      // Several blocks of libxsmm's grid (autograd/gemm.cpp), several panels of Eigen's GEMM.
       {Shape::mat(70, 80), Shape::mat(80, 60), false, false},       {Shape::batched(2, 70, 80), Shape::batched(2, 60, 80), false, true},
       {Shape::batched(2, 80, 70), Shape::batched(2, 80, 60), true, false},
   };
@@ -541,31 +541,4 @@ TEST_CASE("ops: shape, position, p and eps errors of the new ops name what is wr
                        ValueError);
   CHECK_THROWS_AS(layer_norm(x3, row5, row5, std::numeric_limits<double>::infinity()), ValueError);
   CHECK(t.size() == before);
-}
-
-TEST_CASE("matmul: large products on one thread are bit for bit Eigen's own product, in every form") {
-  // Products past libxsmm's size run Eigen's GEMM with buffers kept from call to call; the blocking is
-  // Eigen's, so every bit must be the one `C.noalias() = A * B` gives.
-  const SingleThreaded one_thread;
-  Rng rng(77);
-  struct Sizes {
-    Index m, k, n;
-  };
-  for (const Sizes sizes : {Sizes{100, 80, 90}, Sizes{257, 129, 65}, Sizes{64, 300, 70}}) {
-    const Index m = sizes.m, k = sizes.k, n = sizes.n;  // not a structured binding: clang 14 cannot capture those
-    CAPTURE(m);
-    CAPTURE(k);
-    const Tensor a = random_tensor<float>(Shape::mat(m, k), rng), b = random_tensor<float>(Shape::mat(k, n), rng);
-    const Tensor at = random_tensor<float>(Shape::mat(k, m), rng), bt = random_tensor<float>(Shape::mat(n, k), rng);
-    Tape<float> t;
-    RowMatrix<float> expected(m, n);  // row-major, as a tensor: evaluated straight into it, as ops do
-    expected.noalias() = a.flat() * b.flat();
-    CHECK(matmul(t.constant(a), t.constant(b)).value().flat() == expected);
-    expected.noalias() = at.flat().transpose() * b.flat();
-    CHECK(matmul_at(t.constant(at), t.constant(b)).value().flat() == expected);
-    expected.noalias() = a.flat() * bt.flat().transpose();
-    CHECK(matmul_bt(t.constant(a), t.constant(bt)).value().flat() == expected);
-    // and twice in a row (the kept buffers hold the previous product's panels)
-    CHECK(matmul_bt(t.constant(a), t.constant(bt)).value().flat() == expected);
-  }
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "tapegrad/autograd/gemm.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/parallel.hpp"
 #include "tapegrad/train/optimizer.hpp"
@@ -191,29 +192,38 @@ TEST_CASE("parallel: parallel_for covers every index once, in contiguous chunks,
 }
 
 TEST_CASE("parallel: split products of many shapes and all three forms are bit-identical to one thread") {
+  // With either kind of kernel (autograd/gemm.hpp): a split starts on one of its block or panel boundaries.
   RestoreThreads restore;
   const PinCrossover pin(0, 0);  // split every product there are threads for
-  Rng rng(11);
-  for (int trial = 0; trial < 60; ++trial) {
-    const Index m = 2 + static_cast<Index>(rng.below(300)), n = 2 + static_cast<Index>(rng.below(300)),
-                k = 1 + static_cast<Index>(rng.below(600));
-    CAPTURE(m);
-    CAPTURE(n);
-    CAPTURE(k);
-    const Tensor a = test::random_tensor<float>(Shape::mat(m, k), rng), at = test::random_tensor<float>(Shape::mat(k, m), rng);
-    const Tensor b = test::random_tensor<float>(Shape::mat(k, n), rng), bt = test::random_tensor<float>(Shape::mat(n, k), rng);
-    auto products = [&](int threads) {
-      set_num_threads(threads);
-      Tape<float> tape;
-      NoGradGuard<float> no_grad(tape);
-      return std::vector<Tensor>{matmul(tape.constant(a), tape.constant(b)).value(),
-                                 matmul_at(tape.constant(at), tape.constant(b)).value(),
-                                 matmul_bt(tape.constant(a), tape.constant(bt)).value()};
-    };
-    const auto one = products(1), two = products(2);
-    for (std::size_t i = 0; i < one.size(); ++i) {
-      CAPTURE(i);
-      CHECK(two[i] == one[i]);
+  const detail::GemmKernels before = detail::gemm_kernels();
+  std::vector<detail::GemmKernels> kinds{detail::GemmKernels::eigen};
+  if (detail::have_libxsmm()) kinds.push_back(detail::GemmKernels::libxsmm);
+  for (const detail::GemmKernels kind : kinds) {
+    detail::set_gemm_kernels(kind);
+    CAPTURE(detail::name(kind));
+    Rng rng(11);
+    for (int trial = 0; trial < 60; ++trial) {
+      const Index m = 2 + static_cast<Index>(rng.below(300)), n = 2 + static_cast<Index>(rng.below(300)),
+                  k = 1 + static_cast<Index>(rng.below(600));
+      CAPTURE(m);
+      CAPTURE(n);
+      CAPTURE(k);
+      const Tensor a = test::random_tensor<float>(Shape::mat(m, k), rng), at = test::random_tensor<float>(Shape::mat(k, m), rng);
+      const Tensor b = test::random_tensor<float>(Shape::mat(k, n), rng), bt = test::random_tensor<float>(Shape::mat(n, k), rng);
+      auto products = [&](int threads) {
+        set_num_threads(threads);
+        Tape<float> tape;
+        NoGradGuard<float> no_grad(tape);
+        return std::vector<Tensor>{matmul(tape.constant(a), tape.constant(b)).value(),
+                                   matmul_at(tape.constant(at), tape.constant(b)).value(),
+                                   matmul_bt(tape.constant(a), tape.constant(bt)).value()};
+      };
+      const auto one = products(1), two = products(2);
+      for (std::size_t i = 0; i < one.size(); ++i) {
+        CAPTURE(i);
+        CHECK(two[i] == one[i]);
+      }
     }
   }
+  detail::set_gemm_kernels(before);
 }

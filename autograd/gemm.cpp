@@ -1,0 +1,369 @@
+#include "tapegrad/autograd/gemm.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "tapegrad/core/error.hpp"
+#include "tapegrad/core/parallel.hpp"
+#include "tapegrad/core/tensor.hpp"
+
+#ifdef TAPEGRAD_HAVE_LIBXSMM
+#include <libxsmm.h>
+#endif
+
+namespace tapegrad::detail {
+namespace {
+
+using Form = ProductForm;
+
+#ifdef TAPEGRAD_HAVE_LIBXSMM
+constexpr bool kBuiltWithLibxsmm = true;
+#else
+constexpr bool kBuiltWithLibxsmm = false;
+#endif
+
+template <class T>
+using StridedMap = Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>>;
+template <class T>
+using ConstStridedMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
+
+// Grow-only scratch of the calling thread: once a step has run, nothing is allocated. `which` keeps
+// apart the buffers one product uses at once.
+template <class T>
+T* scratch(std::size_t size, int which) {
+  thread_local std::vector<T, AlignedAllocator<T>> buffers[3];
+  auto& b = buffers[which];
+  if (b.size() < size) b.resize(size);
+  return b.data();
+}
+
+// The product's shape from its operands': op(A) is m x k, op(B) is k x n.
+struct Dims {
+  Index m, n, k;
+};
+
+// ---- Eigen's sequential GEMM with kept buffers ------------------------------------------------------
+
+// Eigen's GEMM packing buffers, kept from product to product (per thread). Eigen's own product makes a
+// blocking object per call and takes these from malloc, about 1 MB at d = 256: glibc then maps and
+// unmaps them with every product, and the step spends its time page-faulting them in again (W4 at one
+// thread: 44 ms against 28 ms with the buffers kept). The blocking sizes are Eigen's own for the shape
+// (computeProductBlockingSizes, one thread, as Eigen's product computes them), so the arithmetic, and
+// every result, is exactly that of `C.noalias() += A * B`.
+template <class T>
+class KeptBlocking : public Eigen::internal::level3_blocking<T, T> {
+ public:
+  // For a column-major product of (rows x depth) by (depth x cols).
+  KeptBlocking(Index rows, Index cols, Index depth) {
+    this->m_mc = rows;
+    this->m_nc = cols;
+    this->m_kc = depth;
+    Eigen::internal::computeProductBlockingSizes<T, T, 1>(this->m_kc, this->m_mc, this->m_nc, Index{1});
+    auto& space = workspace();
+    const auto need_a = static_cast<std::size_t>(this->m_mc * this->m_kc);
+    const auto need_b = static_cast<std::size_t>(this->m_kc * this->m_nc);
+    if (space.a.size() < need_a) space.a.resize(need_a);  // grows to the largest shape, then stays
+    if (space.b.size() < need_b) space.b.resize(need_b);
+    this->m_blockA = space.a.data();
+    this->m_blockB = space.b.data();
+  }
+
+ private:
+  struct Space {
+    std::vector<T, AlignedAllocator<T>> a, b;
+  };
+  static Space& workspace() {
+    thread_local Space space;
+    return space;
+  }
+};
+
+// C (m x n) += op(A) op(B) through Eigen's sequential GEMM with kept buffers. C is row-major, so the
+// product is computed as the column-major C^T = op(B)^T op(A)^T, as Eigen does for a row-major result.
+// The blocking is that of a product of `blocking_m` rows (the whole product, when this is a range of its
+// rows: see eigen_gemm).
+template <class T>
+void eigen_gemm_kept(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_stride, Index blocking_m) {
+  using Eigen::ColMajor;
+  using Eigen::RowMajor;
+  KeptBlocking<T> blocking(d.n, blocking_m, d.k);  // C^T is n x m, depth k
+  // C^T (n x m) = op(B)^T (n x k) op(A)^T (k x m). A row-major X read as column-major is X^T.
+  auto run = [&](auto lhs_order, auto rhs_order) {
+    constexpr int L = decltype(lhs_order)::value, R = decltype(rhs_order)::value;
+    Eigen::internal::general_matrix_matrix_product<Index, T, L, false, T, R, false, ColMajor, 1>::run(
+        d.n, d.m, d.k, b.data, b.stride, a.data, a.stride, c, 1, c_stride, T(1), blocking, nullptr);
+  };
+  using Col = std::integral_constant<int, ColMajor>;
+  using Row = std::integral_constant<int, RowMajor>;
+  switch (form) {
+    case Form::ab: run(Col{}, Col{}); break;   // B^T: b (k x n) read column-major; A^T likewise
+    case Form::atb: run(Col{}, Row{}); break;  // (A^T)^T = A: a (k x m) stored row-major, read as is
+    case Form::abt: run(Row{}, Col{}); break;  // (B^T)^T = B: b (n x k) row-major, read as is
+  }
+}
+
+// Eigen's kernels. Where Eigen's product would run its GEMM (not a vector product, not the
+// coefficient-wise path of tiny products), that GEMM with kept buffers; when split, each thread runs it
+// on its rows with the blocking of the whole product, from a row that is a multiple of 16. Eigen's kernel
+// sums every element over the depth in an order that depends only on the blocking and on the kind of
+// panel the element falls in (full panels of 4 rows of C, or the remainder, handled with other
+// accumulators); with the same blocking and ranges that start on panel boundaries, each element is
+// summed exactly as on one thread.
+constexpr Index kEigenSplitGrain = 16;
+
+template <class T>
+void eigen_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_stride, bool accumulate,
+                bool may_split) {
+  if (d.m > 1 && d.n > 1 && d.k > 0 && d.k + d.m + d.n >= EIGEN_GEMM_TO_COEFFBASED_THRESHOLD) {
+    const double macs = static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
+    parallel_for(
+        d.m, may_split && split_product(macs),
+        [&](Index r0, Index r1) {
+          T* rows = c + r0 * c_stride;  // C's rows r0..r1; op(A)'s rows are A's rows, or A's columns for a^T b
+          if (!accumulate) StridedMap<T>(rows, r1 - r0, d.n, Eigen::OuterStride<>(c_stride)).setZero();
+          const MatrixRef<T> a_rows{form == Form::atb ? a.data + r0 : a.data + r0 * a.stride, a.stride};
+          eigen_gemm_kept(form, {r1 - r0, d.n, d.k}, a_rows, b, rows, c_stride, d.m);
+        },
+        kEigenSplitGrain);
+    return;
+  }
+  const SingleThreaded one_thread;  // Eigen's other paths, on this thread
+  const Index a_rows = form == Form::atb ? d.k : d.m, a_cols = form == Form::atb ? d.m : d.k;
+  const Index b_rows = form == Form::abt ? d.n : d.k, b_cols = form == Form::abt ? d.k : d.n;
+  const ConstStridedMap<T> A(a.data, a_rows, a_cols, Eigen::OuterStride<>(a.stride));
+  const ConstStridedMap<T> B(b.data, b_rows, b_cols, Eigen::OuterStride<>(b.stride));
+  StridedMap<T> C(c, d.m, d.n, Eigen::OuterStride<>(c_stride));
+  auto into = [&](const auto& product) {
+    if (accumulate)
+      C.noalias() += product;
+    else
+      C.noalias() = product;
+  };
+  switch (form) {
+    case Form::ab: into(A * B); break;
+    case Form::atb: into(A.transpose() * B); break;
+    case Form::abt: into(A * B.transpose()); break;
+  }
+}
+
+#ifdef TAPEGRAD_HAVE_LIBXSMM
+
+// ---- libxsmm's kernels over a grid of blocks --------------------------------------------------------
+// libxsmm is column-major: a row-major matrix is its transpose in column-major terms, so the row-major
+// C (m x n) = op(A) op(B) is the column-major C^T (n x m) = op(B)^T op(A)^T. A kernel call computes a
+// block of C^T of M = at most kBlockCols columns of C by N = at most kBlockRows rows of C, over K = at
+// most kBlockDepth of the depth: the first depth block writes C (beta 0: no zero fill first), later
+// ones add to it (beta 1: the kernel starts its sums from C and goes on down the depth). Operands are
+// read in place through their strides, A transposed by the kernel itself for a^T b (its B operand is
+// read transposed); only b of a b^T is transposed into scratch first (n x k values, against m n k
+// multiply-adds), because libxsmm 1.17 does not read its A operand transposed.
+//
+// The grid depends on the product's shape alone, and a split over threads starts on a multiple of
+// kBlockRows, so every block is computed by the same kernel whether or not the product is split: that
+// is what makes split products bit-identical (libxsmm's kernels are not independent of N: the same
+// element of a 64-row and of a 16-row call can differ in the last bit, which a first version that split
+// on 16-row boundaries showed). The block sizes are measured (bench/gemm_threads on an AVX-512 EPYC:
+// 64 x 64 x 256 ran W4's products at 230-260 GFLOP/s, against 140-180 for Eigen's GEMM).
+constexpr Index kBlockRows = 64, kBlockCols = 64, kBlockDepth = 256;
+
+template <class T>
+using Kernel = std::conditional_t<std::is_same_v<T, float>, libxsmm_smmfunction, libxsmm_dmmfunction>;
+
+// What a kernel is generated for: its block shape, the operands' leading dimensions, beta and whether
+// its B operand is read transposed.
+struct KernelKey {
+  Index m = -1, n = -1, k = -1, lda = 0, ldb = 0, ldc = 0;
+  bool add = false, transpose_b = false;
+  bool operator==(const KernelKey&) const = default;
+};
+
+template <class T>
+Kernel<T> dispatch(const KernelKey& key) {
+  static const bool initialised = [] {
+    libxsmm_init();
+    return true;
+  }();
+  (void)initialised;
+  const auto M = static_cast<libxsmm_blasint>(key.m), N = static_cast<libxsmm_blasint>(key.n),
+             K = static_cast<libxsmm_blasint>(key.k), lda = static_cast<libxsmm_blasint>(key.lda),
+             ldb = static_cast<libxsmm_blasint>(key.ldb), ldc = static_cast<libxsmm_blasint>(key.ldc);
+  const int flags = key.transpose_b ? LIBXSMM_GEMM_FLAG_TRANS_B : LIBXSMM_GEMM_FLAG_NONE;
+  const T alpha = 1, beta = key.add ? 1 : 0;
+  if constexpr (std::is_same_v<T, float>)
+    return libxsmm_smmdispatch(M, N, K, &lda, &ldb, &ldc, &alpha, &beta, &flags, nullptr);
+  else
+    return libxsmm_dmmdispatch(M, N, K, &lda, &ldb, &ldc, &alpha, &beta, &flags, nullptr);
+}
+
+// libxsmm's dispatch (a lookup in its registry, or the JIT the first time) costs more than a small
+// kernel runs, so each thread keeps the kernels it has used in a fixed hash table: nothing is allocated
+// after the first step. When the table is full, kernels are dispatched every time (slower, same kernel).
+template <class T>
+Kernel<T> kernel(const KernelKey& key) {
+  struct Entry {
+    KernelKey key;
+    Kernel<T> fn = nullptr;
+  };
+  constexpr std::size_t kSlots = 512, kProbes = 8;
+  thread_local Entry table[kSlots];
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
+  for (const Index v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc, Index{key.add}, Index{key.transpose_b}})
+    h = (h ^ static_cast<std::uint64_t>(v)) * 1099511628211ull;
+  for (std::size_t probe = 0; probe < kProbes; ++probe) {
+    Entry& e = table[(h + probe) % kSlots];
+    if (e.fn && e.key == key) return e.fn;
+    if (!e.fn) {
+      e.fn = dispatch<T>(key);
+      e.key = key;
+      return e.fn;
+    }
+  }
+  return dispatch<T>(key);
+}
+
+// The kernels of one product's grid, resolved on the calling thread before any block runs (the threads
+// share the pointers): [row block: full, last][column block: full, last][depth block: first, middle,
+// last]. `complete` is false if libxsmm could not make one of them; the product then goes to Eigen, as
+// the same shape always does.
+template <class T>
+struct Grid {
+  Dims d;
+  Kernel<T> fn[2][2][3] = {};
+  bool complete = true;
+
+  static int depth_kind(Index p, Index k) { return p == 0 ? 0 : k - p < kBlockDepth ? 2 : 1; }
+  Kernel<T> at(Index row, Index col, Index p) const {
+    return fn[d.m - row < kBlockRows][d.n - col < kBlockCols][depth_kind(p, d.k)];
+  }
+};
+
+template <class T>
+Grid<T> make_grid(Dims d, Index lda, Index ldb, Index ldc, bool transpose_b) {
+  Grid<T> g{d};
+  for (const Index row : {Index{0}, (d.m - 1) / kBlockRows * kBlockRows})
+    for (const Index col : {Index{0}, (d.n - 1) / kBlockCols * kBlockCols})
+      for (const Index p : {Index{0}, std::min(kBlockDepth, (d.k - 1) / kBlockDepth * kBlockDepth),
+                            (d.k - 1) / kBlockDepth * kBlockDepth}) {
+        const KernelKey key{std::min(kBlockCols, d.n - col), std::min(kBlockRows, d.m - row),
+                            std::min(kBlockDepth, d.k - p), lda, ldb, ldc, p > 0, transpose_b};
+        Kernel<T>& slot = g.fn[d.m - row < kBlockRows][d.n - col < kBlockCols][Grid<T>::depth_kind(p, d.k)];
+        if (slot) continue;
+        slot = kernel<T>(key);
+        g.complete = g.complete && slot;
+      }
+  return g;
+}
+
+// Rows [r0, r1) of C: r0 a multiple of kBlockRows, and r1 one too or the last row (a block is one
+// kernel call of the grid's shape: a range ending inside a block would write past it).
+template <class T>
+void run_blocks(const Grid<T>& g, Form form, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_stride, Index r0,
+                Index r1) {
+  const Dims d = g.d;
+  assert(r0 % kBlockRows == 0 && (r1 == d.m || r1 % kBlockRows == 0));
+  for (Index row = r0; row < r1; row += kBlockRows)
+    for (Index col = 0; col < d.n; col += kBlockCols)
+      for (Index p = 0; p < d.k; p += kBlockDepth) {
+        // The kernel's A operand: op(B)^T, column-major (n x k): b (k x n) row-major as stored.
+        const T* ka = b.data + col + p * b.stride;
+        // Its B operand: op(A)^T, column-major (k x m): a (m x k) row-major as stored, or for a^T b, a
+        // (k x m) read transposed by the kernel.
+        const T* kb = form == Form::atb ? a.data + row + p * a.stride : a.data + p + row * a.stride;
+        g.at(row, col, p)(ka, kb, c + col + row * c_stride);
+      }
+}
+
+// Returns false, having done nothing, if libxsmm has no kernel for one of the product's blocks.
+template <class T>
+bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_stride, bool accumulate,
+               bool may_split) {
+  const bool transposed_b = form == Form::abt;
+  const Index lda = transposed_b ? d.n : b.stride;  // the kernel's A operand is b, or b^T laid out (k x n)
+  T* out = accumulate ? scratch<T>(static_cast<std::size_t>(d.m * d.n), 1) : c;
+  const Index out_stride = accumulate ? d.n : c_stride;
+  const Grid<T> grid = make_grid<T>(d, lda, a.stride, out_stride, form == Form::atb);
+  if (!grid.complete) return false;
+  if (transposed_b) {  // b (n x k) -> b^T (k x n), so that the kernel reads it as it does for a b
+    T* bt = scratch<T>(static_cast<std::size_t>(d.k * d.n), 0);
+    StridedMap<T>(bt, d.k, d.n, Eigen::OuterStride<>(d.n)) =
+        ConstStridedMap<T>(b.data, d.n, d.k, Eigen::OuterStride<>(b.stride)).transpose();
+    b = {bt, d.n};
+  }
+  // C += op(A) op(B) is formed in scratch (out), then added: one rounding per element, as in C = P1
+  // then C += P2 for any order of products.
+  const double macs = static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
+  parallel_for(
+      d.m, may_split && split_product(macs),
+      [&](Index r0, Index r1) {
+        run_blocks(grid, form, a, b, out, out_stride, r0, r1);
+        if (accumulate)
+          StridedMap<T>(c + r0 * c_stride, r1 - r0, d.n, Eigen::OuterStride<>(c_stride)) +=
+              MatrixMap<T>(out + r0 * d.n, r1 - r0, d.n);
+      },
+      kBlockRows);
+  return true;
+}
+
+// Whether libxsmm can make kernels on this machine at all (its JIT needs an x86-64 with SSE3 or
+// better): asked once, so a process uses one kind of kernel unless told otherwise.
+bool xsmm_works() {
+  static const bool works = [] {
+    const KernelKey probe{kBlockCols, kBlockRows, kBlockDepth, kBlockCols, kBlockDepth, kBlockCols, false, false};
+    return dispatch<float>(probe) != nullptr && dispatch<double>(probe) != nullptr;
+  }();
+  return works;
+}
+
+#else
+
+bool xsmm_works() { return false; }
+
+#endif
+
+// The kernels in use; libxsmm's unless they are missing or a test or benchmark chose Eigen's.
+bool eigen_chosen = false;
+
+}  // namespace
+
+bool have_libxsmm() { return xsmm_works(); }
+
+GemmKernels gemm_kernels() { return have_libxsmm() && !eigen_chosen ? GemmKernels::libxsmm : GemmKernels::eigen; }
+
+void set_gemm_kernels(GemmKernels kernels) {
+  if (kernels == GemmKernels::libxsmm && !have_libxsmm())
+    fail<ValueError>("set_gemm_kernels: libxsmm's kernels are not available ({})",
+                     kBuiltWithLibxsmm ? "its JIT made no kernel on this machine" : "tapegrad was built without libxsmm");
+  eigen_chosen = kernels == GemmKernels::eigen;
+}
+
+std::string_view name(GemmKernels kernels) { return kernels == GemmKernels::libxsmm ? "libxsmm" : "eigen"; }
+
+template <class T>
+void gemm(ProductForm form, Index m, Index n, Index k, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_stride,
+          bool accumulate, bool may_split) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // an empty sum
+    if (!accumulate) StridedMap<T>(c, m, n, Eigen::OuterStride<>(c_stride)).setZero();
+    return;
+  }
+#ifdef TAPEGRAD_HAVE_LIBXSMM
+  if (gemm_kernels() == GemmKernels::libxsmm && xsmm_gemm(form, {m, n, k}, a, b, c, c_stride, accumulate, may_split))
+    return;
+#endif
+  eigen_gemm(form, {m, n, k}, a, b, c, c_stride, accumulate, may_split);
+}
+
+Index product_split_grain() {
+#ifdef TAPEGRAD_HAVE_LIBXSMM
+  if (gemm_kernels() == GemmKernels::libxsmm) return kBlockRows;
+#endif
+  return kEigenSplitGrain;
+}
+
+template void gemm(ProductForm, Index, Index, Index, MatrixRef<float>, MatrixRef<float>, float*, Index, bool, bool);
+template void gemm(ProductForm, Index, Index, Index, MatrixRef<double>, MatrixRef<double>, double*, Index, bool, bool);
+
+}  // namespace tapegrad::detail

@@ -1,0 +1,56 @@
+#pragma once
+// Matrix products of row-major matrices with row strides: C (+)= op(A) op(B), the one routine behind
+// tapegrad's matmul ops and the attention op (which reads a head's columns of Q, K and V in place,
+// through the strides). Two kernels do the arithmetic:
+//  - libxsmm's JIT-generated kernels (Debian's libxsmm-dev), when tapegrad is built with it: every
+//    product is a grid of blocks of at most kBlockRows x kBlockCols of C and kBlockDepth of the depth,
+//    each one kernel call reading its operands in place, with no packing and writing C instead of adding
+//    into zeroed memory. On this project's AVX-512 machines these run at 1.3-1.6x Eigen's GEMM
+//    (bench/gemm_threads prints both).
+//  - Eigen's sequential GEMM with its packing buffers kept from product to product, without libxsmm.
+//
+// When a product is large enough (core/parallel.hpp), C's rows are split over the threads, each range
+// starting on a multiple of product_split_grain(): each thread runs exactly the blocks, the kernels and
+// the depth order one thread would, so results are bit-identical at any thread count.
+//
+// Internal to autograd/ (ops_matmul.cpp, ops_attention.cpp) and the benchmarks.
+
+#include <string_view>
+
+#include "tapegrad/core/shape.hpp"
+
+namespace tapegrad::detail {
+
+// The layout of a product a (m x k) times b (k x n): ab: a stored (m x k), b (k x n); atb: a stored
+// (k x m) and read transposed; abt: b stored (n x k) and read transposed.
+enum class ProductForm { ab, atb, abt };
+
+// A row-major matrix operand: its first element and the distance between its rows, in elements (its
+// width, or more for a block of columns of a wider matrix).
+template <class T>
+struct MatrixRef {
+  const T* data;
+  Index stride;
+};
+
+// C (m x n, rows `c_stride` apart) = op(A) op(B), or C += op(A) op(B) when `accumulate` (the product is
+// formed first and then added, so a sum of products comes out the same whichever product is written
+// first). `may_split`: C's rows may be split over the threads when that pays (false inside a region
+// that is already one of several threads' work).
+template <class T>
+void gemm(ProductForm form, Index m, Index n, Index k, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_stride,
+          bool accumulate, bool may_split = true);
+
+// Which kernels gemm runs: libxsmm's where tapegrad is built with it and its JIT works on this machine,
+// else Eigen's. Tests and benchmarks may switch to Eigen's (and back) between computations, not during
+// one; switching to libxsmm's where there are none is a ValueError.
+enum class GemmKernels { libxsmm, eigen };
+GemmKernels gemm_kernels();
+bool have_libxsmm();
+void set_gemm_kernels(GemmKernels kernels);
+std::string_view name(GemmKernels kernels);  // "libxsmm", "eigen"
+
+// A product split over threads splits C's rows at multiples of this.
+Index product_split_grain();
+
+}  // namespace tapegrad::detail

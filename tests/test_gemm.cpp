@@ -1,0 +1,208 @@
+// autograd/gemm: the matrix products behind matmul and attention, with both kinds of kernels (libxsmm's,
+// where tapegrad is built with it, and Eigen's): accuracy against a rounding-error bound, strided operands,
+// how a product is added into a gradient, and Eigen's kernels against Eigen's own product.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "tapegrad/autograd/gemm.hpp"
+#include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/core/parallel.hpp"
+#include "helpers.hpp"
+
+using namespace tapegrad;
+using detail::GemmKernels;
+using detail::ProductForm;
+using test::random_tensor;
+
+namespace {
+
+// Runs every kind of kernel this build has, each in turn, and restores the kernels in use.
+template <class F>
+void with_each_kernel(F&& body) {
+  const GemmKernels before = detail::gemm_kernels();
+  std::vector<GemmKernels> kinds{GemmKernels::eigen};
+  if (detail::have_libxsmm()) kinds.push_back(GemmKernels::libxsmm);
+  for (const GemmKernels kind : kinds) {
+    detail::set_gemm_kernels(kind);
+    CAPTURE(detail::name(kind));
+    body();
+  }
+  detail::set_gemm_kernels(before);
+}
+
+struct Operands {
+  Index m, n, k;
+  ProductForm form;
+};
+
+// A (stored as the form reads it: m x k, or k x m for a^T b) and B (k x n, or n x k for a b^T).
+Shape a_shape(const Operands& o) { return o.form == ProductForm::atb ? Shape::mat(o.k, o.m) : Shape::mat(o.m, o.k); }
+Shape b_shape(const Operands& o) { return o.form == ProductForm::abt ? Shape::mat(o.n, o.k) : Shape::mat(o.k, o.n); }
+
+template <class T>
+T read_a(const TensorT<T>& a, ProductForm form, Index i, Index p) {
+  return form == ProductForm::atb ? a.at(p, i) : a.at(i, p);
+}
+template <class T>
+T read_b(const TensorT<T>& b, ProductForm form, Index p, Index j) {
+  return form == ProductForm::abt ? b.at(j, p) : b.at(p, j);
+}
+
+template <class T>
+TensorT<T> product(const Operands& o, const TensorT<T>& a, const TensorT<T>& b) {
+  TensorT<T> c(Shape::mat(o.m, o.n));
+  detail::gemm<T>(o.form, o.m, o.n, o.k, {a.data(), a.cols()}, {b.data(), b.cols()}, c.data(), o.n, false);
+  return c;
+}
+
+const char* form_name(ProductForm f) { return f == ProductForm::ab ? "a b" : f == ProductForm::atb ? "a^T b" : "a b^T"; }
+
+}  // namespace
+
+TEST_CASE("gemm: every product in every form is within the rounding-error bound of the exact one") {
+  // Shapes on and across the blocks of libxsmm's grid (64 rows, 64 columns, 256 of depth) and Eigen's
+  // panels. Any summation order of k products in precision u is within gamma_k (|A||B|)_ij of the exact
+  // sum, gamma_k = k u / (1 - k u): a wrong element, a missed block or a block summed twice is far outside.
+  const SingleThreaded one_thread;
+  Rng rng(31);
+  const std::vector<Index> sizes = {1, 7, 63, 64, 65, 130, 257};
+  const std::vector<Index> depths = {1, 33, 256, 257, 600};
+  auto check = [&]<class T>(T) {
+    for (const ProductForm form : {ProductForm::ab, ProductForm::atb, ProductForm::abt})
+      for (const Index m : sizes)
+        for (const Index k : depths) {
+          const Index n = sizes[static_cast<std::size_t>(m + k) % sizes.size()];
+          const Operands o{m, n, k, form};
+          const TensorT<T> a = random_tensor<T>(a_shape(o), rng), b = random_tensor<T>(b_shape(o), rng);
+          const TensorT<T> c = product(o, a, b);
+          const long double u = std::numeric_limits<T>::epsilon() / 2;
+          const long double gamma = static_cast<long double>(k) * u / (1 - static_cast<long double>(k) * u);
+          Index bad = 0;
+          for (Index i = 0; i < m; ++i)
+            for (Index j = 0; j < n; ++j) {
+              long double exact = 0, magnitude = 0;
+              for (Index p = 0; p < k; ++p) {
+                const long double x = read_a(a, form, i, p), y = read_b(b, form, p, j);
+                exact += x * y;
+                magnitude += std::fabs(x * y);
+              }
+              bad += std::fabs(static_cast<long double>(c.at(i, j)) - exact) > gamma * magnitude;
+            }
+          CAPTURE(form_name(form));
+          CAPTURE(m);
+          CAPTURE(n);
+          CAPTURE(k);
+          CHECK(bad == 0);
+        }
+  };
+  with_each_kernel([&] {
+    check(float{});
+    check(double{});
+  });
+}
+
+TEST_CASE("gemm: operands and results inside wider matrices give the bits of their contiguous copies") {
+  // Attention reads one head's columns of Q, K and V in place: a strided operand must be read as if it
+  // were copied out, and a strided result must leave the columns beside it alone.
+  const SingleThreaded one_thread;
+  Rng rng(32);
+  with_each_kernel([&] {
+    for (const ProductForm form : {ProductForm::ab, ProductForm::atb, ProductForm::abt})
+      for (const bool accumulate : {false, true}) {
+        const Operands o{70, 40, 300, form};
+        const Index pad = 24;  // extra columns on every side of every matrix
+        const Tensor a = random_tensor<float>(a_shape(o), rng), b = random_tensor<float>(b_shape(o), rng);
+        const Tensor c0 = random_tensor<float>(Shape::mat(o.m, o.n), rng);
+        Tensor wide_a(Shape::mat(a.rows(), a.cols() + 2 * pad), 9.f), wide_b(Shape::mat(b.rows(), b.cols() + 2 * pad), 9.f);
+        Tensor wide_c(Shape::mat(o.m, o.n + 2 * pad), 7.f);
+        wide_a.flat().middleCols(pad, a.cols()) = a.flat();
+        wide_b.flat().middleCols(pad, b.cols()) = b.flat();
+        wide_c.flat().middleCols(pad, o.n) = c0.flat();
+        Tensor c = c0;
+        detail::gemm<float>(form, o.m, o.n, o.k, {a.data(), a.cols()}, {b.data(), b.cols()}, c.data(), o.n, accumulate);
+        detail::gemm<float>(form, o.m, o.n, o.k, {wide_a.data() + pad, wide_a.cols()}, {wide_b.data() + pad, wide_b.cols()},
+                            wide_c.data() + pad, wide_c.cols(), accumulate);
+        CAPTURE(form_name(form));
+        CAPTURE(accumulate);
+        CHECK(wide_c.flat().middleCols(pad, o.n) == c.flat());
+        CHECK((wide_c.flat().leftCols(pad).array() == 7.f).all());
+        CHECK((wide_c.flat().rightCols(pad).array() == 7.f).all());
+      }
+  });
+}
+
+TEST_CASE("gemm: a product is added into a gradient whole, so two products sum the same in either order") {
+  // C = P1, then C += P2, must equal C = P2, then C += P1, bit for bit: a gradient reached by two backward
+  // rules (x used twice) must not depend on which rule ran first. libxsmm's kernels form the product and
+  // then add it, at any depth; Eigen's GEMM adds each depth panel's sum, so it holds there for products
+  // of one panel (depth <= 256 for these shapes).
+  const SingleThreaded one_thread;
+  Rng rng(33);
+  with_each_kernel([&] {
+    for (const Index k : {48, 200, 600}) {
+      if (k > 256 && detail::gemm_kernels() == GemmKernels::eigen) continue;
+      const Operands o{90, 70, k, ProductForm::ab};
+      const Tensor a1 = random_tensor<float>(a_shape(o), rng), b1 = random_tensor<float>(b_shape(o), rng);
+      const Tensor a2 = random_tensor<float>(a_shape(o), rng), b2 = random_tensor<float>(b_shape(o), rng);
+      auto sum = [&](const Tensor& a, const Tensor& b, const Tensor& x, const Tensor& y) {
+        Tensor c(Shape::mat(o.m, o.n));
+        detail::gemm<float>(o.form, o.m, o.n, o.k, {a.data(), o.k}, {b.data(), o.n}, c.data(), o.n, false);
+        detail::gemm<float>(o.form, o.m, o.n, o.k, {x.data(), o.k}, {y.data(), o.n}, c.data(), o.n, true);
+        return c;
+      };
+      CAPTURE(k);
+      const Tensor first = sum(a1, b1, a2, b2), second = sum(a2, b2, a1, b1);
+      CHECK(first.flat() == second.flat());
+      // and it is the sum of the two products, each rounded once
+      const Tensor p1 = product(o, a1, b1), p2 = product(o, a2, b2);
+      CHECK(first.flat() == (p1.flat() + p2.flat()));
+    }
+  });
+}
+
+TEST_CASE("gemm: Eigen's kernels on one thread are bit for bit Eigen's own product, in every form") {
+  // Without libxsmm, products run Eigen's GEMM with buffers kept from call to call; the blocking is
+  // Eigen's, so every bit must be the one `C.noalias() = A * B` gives.
+  const SingleThreaded one_thread;
+  const GemmKernels before = detail::gemm_kernels();
+  detail::set_gemm_kernels(GemmKernels::eigen);
+  Rng rng(77);
+  struct Sizes {
+    Index m, k, n;
+  };
+  for (const Sizes sizes : {Sizes{100, 80, 90}, Sizes{257, 129, 65}, Sizes{64, 300, 70}}) {
+    const Index m = sizes.m, k = sizes.k, n = sizes.n;  // not a structured binding: clang 14 cannot capture those
+    CAPTURE(m);
+    CAPTURE(k);
+    const Tensor a = random_tensor<float>(Shape::mat(m, k), rng), b = random_tensor<float>(Shape::mat(k, n), rng);
+    const Tensor at = random_tensor<float>(Shape::mat(k, m), rng), bt = random_tensor<float>(Shape::mat(n, k), rng);
+    Tape<float> t;
+    RowMatrix<float> expected(m, n);  // row-major, as a tensor: evaluated straight into it, as ops do
+    expected.noalias() = a.flat() * b.flat();
+    CHECK(matmul(t.constant(a), t.constant(b)).value().flat() == expected);
+    expected.noalias() = at.flat().transpose() * b.flat();
+    CHECK(matmul_at(t.constant(at), t.constant(b)).value().flat() == expected);
+    expected.noalias() = a.flat() * bt.flat().transpose();
+    CHECK(matmul_bt(t.constant(a), t.constant(bt)).value().flat() == expected);
+    // and twice in a row (the kept buffers hold the previous product's panels)
+    CHECK(matmul_bt(t.constant(a), t.constant(bt)).value().flat() == expected);
+  }
+  detail::set_gemm_kernels(before);
+}
+
+TEST_CASE("gemm: choosing libxsmm's kernels where there are none is refused") {
+  const GemmKernels before = detail::gemm_kernels();
+  if (detail::have_libxsmm()) {
+    detail::set_gemm_kernels(GemmKernels::eigen);
+    CHECK(detail::gemm_kernels() == GemmKernels::eigen);
+    detail::set_gemm_kernels(GemmKernels::libxsmm);
+    CHECK(detail::gemm_kernels() == GemmKernels::libxsmm);
+  } else {
+    CHECK_THROWS_AS(detail::set_gemm_kernels(GemmKernels::libxsmm), ValueError);
+    CHECK(detail::gemm_kernels() == GemmKernels::eigen);
+  }
+  detail::set_gemm_kernels(before);
+}
