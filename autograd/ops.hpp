@@ -47,6 +47,21 @@ template <class T>
 Var<T> softmax_rows(Var<T> x, const Mask* mask = nullptr, double scale = 1.0, Where where = Where::current());
 template <class T> Var<T> log_softmax_rows(Var<T> x, Where where = Where::current());
 
+// ---- attention (ops_attention.cpp) -------------------------------------------------------------
+// Scaled dot-product attention over `heads` heads, fused: for every batch item and head h,
+//   out_h = softmax(scale Q_h K_h^T, mask) V_h
+// where Q_h is columns [h dk, (h+1) dk) of q, K_h those of k, V_h columns [h dv, (h+1) dv) of v.
+// q (B, Tq, H dk), k (B, Tk, H dk), v (B, Tk, H dv) -> out (B, Tq, H dv), heads side by side; 2-D
+// inputs are one sequence. The mask (nonzero = blocked) is (Tq, Tk), shared by the batch and the heads,
+// or (B, Tq, Tk), one per batch item; blocked weights are exactly 0, and a query with every key blocked
+// gets a zero output. The same as slicing out each head, matmul_bt, softmax_rows, matmul and
+// concat_cols (tests compare the two), without the copies: each head's (Tq, Tk) weights are computed,
+// normalised and used while they are in cache, its operands read in place. `weights`, when not empty,
+// holds one tensor per head and receives that head's weights, (B, Tq, Tk) (for inspection).
+template <class T>
+Var<T> attention(Var<T> q, Var<T> k, Var<T> v, Index heads, const Mask* mask = nullptr, double scale = 1.0,
+                 std::span<TensorT<T>> weights = {}, Where where = Where::current());
+
 // ---- losses (ops_loss.cpp) ---------------------------------------------------------------------
 // Cross-entropy of logits (N,V) or (B,T,V) against one integer target per row (targets of shape
 // (N) or (B,T)), fused with log-softmax; the mean over rows whose target is not `ignore_label`

@@ -1,44 +1,34 @@
 // Row-wise softmax (with an optional mask) and log-softmax.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/autograd/softmax_kernels.hpp"
 #include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 namespace {
 
-// Rows shorter than this are processed as whole-matrix expressions, vectorised across row boundaries
-// (a row of 8 floats fills no AVX-512 register, so row by row it would run scalar); longer rows one
-// at a time, each vectorised. (Measured with build/bench/step_bench: W1 has rows of 8, W3 of 128.)
-constexpr Index kShortRow = 32;
-
-// A softmax element (an exp, a max, a sum, a division) costs several elementwise passes' worth of one
-// element: the weight of its work against the measured crossover (core/parallel.hpp).
-constexpr double kExpCost = 4;
-
-// What softmax_rows keeps: its scale, and scratch for the backward rule's per-row dot products.
-template <class T>
+// What softmax_rows keeps: its scale.
 struct SoftmaxSaved {
   double scale = 1;
-  TensorT<T> row_dots;
 };
 
-// Which mask row applies to flat row r of x, or a ShapeError if the mask fits x in neither way.
+// Which mask row applies to flat row r of x: the mask's first row and the rows after which it repeats
+// (x's rows for a mask shared over the batch, all of x's rows for a mask of x's full shape), or a
+// ShapeError if the mask fits x in neither way.
 struct MaskRows {
-  const Mask* mask = nullptr;
-  bool shared = false;  // (rows, cols) shared over the batch, rather than x's full shape
-  const std::uint8_t* row(Index r, Index rows, Index cols) const {
-    if (!mask) return nullptr;
-    return mask->data() + (shared ? r % rows : r) * cols;
-  }
+  const std::uint8_t* first = nullptr;
+  Index period = 1;
 };
 
 MaskRows mask_rows(const Mask* mask, const Shape& x) {
   if (!mask) return {};
   const Shape& m = mask->shape();
-  if (m == x) return {mask, false};
-  if (m.rank == 2 && m.rows == x.rows && m.cols == x.cols) return {mask, true};
+  if (m == x) return {mask->data(), std::max<Index>(x.flat_rows(), 1)};
+  if (m.rank == 2 && m.rows == x.rows && m.cols == x.cols) return {mask->data(), std::max<Index>(x.rows, 1)};
   fail<ShapeError>("softmax_rows: the mask is {} but x is {}; the mask must be {}x{} (shared by the batch) or {}",
                    m, x, x.rows, x.cols, x);
 }
@@ -46,27 +36,12 @@ MaskRows mask_rows(const Mask* mask, const Shape& x) {
 // Forward was y = softmax(s x) along each row. So now dx = s y * (dy - sum(dy * y)), row by row.
 // Blocked entries have y = 0 and so get no gradient; a fully blocked row (y = 0) gets none at all.
 template <class T>
-void softmax_backward(Tape<T>& t, Node<T>& n) {
+void softmax_rows_backward(Tape<T>& t, Node<T>& n) {
   const auto dX = t.input(n, 0).grad_whole();
   if (!dX) return;
-  const auto Y = n.value.flat();
-  const auto dY = n.grad.flat();
-  auto dx = dX.grad->flat();
-  auto& saved = n.template saved<SoftmaxSaved<T>>();
-  const T s = static_cast<T>(saved.scale);
-  if (Y.cols() < kShortRow) {  // short rows: whole-matrix expressions (see softmax_rows)
-    saved.row_dots.resize(Shape::mat(Y.rows(), 1));
-    auto dot = saved.row_dots.flat().col(0);
-    dot = (Y.array() * dY.array()).rowwise().sum().matrix();
-    write_grad(dx.array(), s * Y.array() * (dY.colwise() - dot).array(), dX.assign);
-    return;
-  }
-  parallel_for(Y.rows(), split_elements(3.0 * static_cast<double>(Y.size())), [&](Index first, Index last) {
-    for (Index r = first; r < last; ++r) {
-      const T dot = Y.row(r).dot(dY.row(r));
-      write_grad(dx.row(r).array(), s * Y.row(r).array() * (dY.row(r).array() - dot), dX.assign);
-    }
-  });
+  const Shape& s = n.value.shape();
+  detail::softmax_backward(n.value.data(), n.grad.data(), dX.grad->data(), s.flat_rows(), s.cols,
+                           static_cast<T>(n.template saved<SoftmaxSaved>().scale), dX.assign, true);
 }
 
 // Forward was y = x - log(sum(exp(x))) along each row. So now dx = dy - exp(y) sum(dy).
@@ -85,6 +60,106 @@ void log_softmax_backward(Tape<T>& t, Node<T>& n) {
 
 }  // namespace
 
+namespace detail {
+namespace {
+
+// Rows shorter than this are processed as whole-matrix expressions, vectorised across row boundaries
+// (a row of 8 floats fills no AVX-512 register, so row by row it would run scalar); longer rows one
+// at a time, each vectorised. (Measured with build/bench/step_bench: W1 has rows of 8, W3 of 128.)
+constexpr Index kShortRow = 32;
+
+// A softmax element (an exp, a max, a sum, a division) costs several elementwise passes' worth of one
+// element: the weight of its work against the measured crossover (core/parallel.hpp).
+constexpr double kExpCost = 4;
+
+// One row with a mask. The exponentials are taken over the whole row at once, where Eigen vectorises
+// them, and the blocked entries set to 0 after (their exponentials, of any value, are discarded).
+template <class T>
+void masked_row(const T* x, T* y, Index cols, T k, const std::uint8_t* blocked) {
+  // The largest open score, NaN if any open score is NaN (std::max would skip it), so that NaN reaches
+  // the output instead of passing for a fully blocked row.
+  T top = -std::numeric_limits<T>::infinity();
+  bool open = false;
+  for (Index c = 0; c < cols; ++c)
+    if (!blocked[c]) {
+      open = true;
+      const T v = k * x[c];
+      if (std::isnan(v) || v > top) top = v;  // once NaN, it stays: nothing compares greater than NaN
+    }
+  ArrayMap<T> Y(y, cols);
+  if (!open) {  // every entry blocked
+    Y.setZero();
+    return;
+  }
+  Y = (k * ConstArrayMap<T>(x, cols) - top).exp();
+  for (Index c = 0; c < cols; ++c)
+    if (blocked[c]) y[c] = T(0);
+  const T total = Y.sum();
+  Y /= total;
+  if (!std::isfinite(total))  // a NaN or Inf score: the open entries are NaN, the blocked ones stay 0
+    for (Index c = 0; c < cols; ++c)
+      if (blocked[c]) y[c] = T(0);
+}
+
+}  // namespace
+
+template <class T>
+void softmax_forward(const T* x, T* y, Index rows, Index cols, T k, const std::uint8_t* mask, Index mask_period,
+                     bool may_split) {
+  if (rows == 0 || cols == 0) return;
+  const ConstMatrixMap<T> X(x, rows, cols);
+  MatrixMap<T> Y(y, rows, cols);
+  const bool split = may_split && split_elements(kExpCost * static_cast<double>(rows * cols));
+  if (!mask && cols < kShortRow) {
+    // Short rows: subtract each row's maximum (so exp never overflows) row by row, take exp of the whole
+    // matrix at once, then divide each row by its sum.
+    // The row maximum of s x is s times the row maximum of x: scale > 0.
+    for (Index r = 0; r < rows; ++r) Y.row(r).array() = k * X.row(r).array() - k * X.row(r).maxCoeff();
+    Y.array() = Y.array().exp();  // one contiguous array: vectorised across rows
+    for (Index r = 0; r < rows; ++r) Y.row(r) /= Y.row(r).sum();
+  } else if (!mask) {
+    parallel_for(rows, split, [&](Index first, Index last) {
+      for (Index r = first; r < last; ++r) {
+        Y.row(r).array() = (k * X.row(r).array() - k * X.row(r).maxCoeff()).exp();
+        Y.row(r) /= Y.row(r).sum();
+      }
+    });
+  } else {
+    parallel_for(rows, split, [&](Index first, Index last) {
+      for (Index r = first; r < last; ++r)
+        masked_row(x + r * cols, y + r * cols, cols, k, mask + (r % mask_period) * cols);
+    });
+  }
+}
+
+template <class T>
+void softmax_backward(const T* y, const T* dy, T* dx, Index rows, Index cols, T s, bool assign, bool may_split) {
+  if (rows == 0 || cols == 0) return;
+  const ConstMatrixMap<T> Y(y, rows, cols), dY(dy, rows, cols);
+  MatrixMap<T> dX(dx, rows, cols);
+  if (cols < kShortRow) {  // short rows: whole-matrix expressions (see softmax_forward)
+    thread_local std::vector<T, AlignedAllocator<T>> row_dots;  // grows to the largest block, then stays
+    if (static_cast<Index>(row_dots.size()) < rows) row_dots.resize(static_cast<std::size_t>(rows));
+    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> dot(row_dots.data(), rows);
+    dot = (Y.array() * dY.array()).rowwise().sum().matrix();
+    write_grad(dX.array(), s * Y.array() * (dY.colwise() - dot).array(), assign);
+    return;
+  }
+  parallel_for(rows, may_split && split_elements(3.0 * static_cast<double>(rows * cols)), [&](Index first, Index last) {
+    for (Index r = first; r < last; ++r) {
+      const T dot = Y.row(r).dot(dY.row(r));
+      write_grad(dX.row(r).array(), s * Y.row(r).array() * (dY.row(r).array() - dot), assign);
+    }
+  });
+}
+
+template void softmax_forward(const float*, float*, Index, Index, float, const std::uint8_t*, Index, bool);
+template void softmax_forward(const double*, double*, Index, Index, double, const std::uint8_t*, Index, bool);
+template void softmax_backward(const float*, const float*, float*, Index, Index, float, bool, bool);
+template void softmax_backward(const double*, const double*, double*, Index, Index, double, bool, bool);
+
+}  // namespace detail
+
 template <class T>
 Var<T> softmax_rows(Var<T> x, const Mask* mask, double scale, Where where) {
   Tape<T>& t = Tape<T>::of("softmax_rows", {{"x", x}});
@@ -93,56 +168,10 @@ Var<T> softmax_rows(Var<T> x, const Mask* mask, double scale, Where where) {
   if (!(scale > 0) || !std::isfinite(scale))
     fail<ValueError>("softmax_rows: the scale must be positive and finite, got {}", scale);
   Node<T>& n = t.record("softmax_rows", {x}, s, where);
-  n.template saved<SoftmaxSaved<T>>().scale = scale;
-  const T k = static_cast<T>(scale);
-  const auto X = t.node(x).val().flat();
-  auto Y = n.value.flat();
-  if (!mask && s.cols < kShortRow) {
-    // Short rows: subtract each row's maximum (so exp never overflows) row by row, take exp of the whole
-    // matrix at once, then divide each row by its sum.
-    // The row maximum of s x is s times the row maximum of x: scale > 0.
-    for (Index r = 0; r < X.rows(); ++r) Y.row(r).array() = k * X.row(r).array() - k * X.row(r).maxCoeff();
-    Y.array() = Y.array().exp();  // one contiguous array: vectorised across rows
-    for (Index r = 0; r < X.rows(); ++r) Y.row(r) /= Y.row(r).sum();
-  } else if (!mask) {
-    parallel_for(X.rows(), split_elements(kExpCost * static_cast<double>(s.numel())), [&](Index first, Index last) {
-      for (Index r = first; r < last; ++r) {
-        Y.row(r).array() = (k * X.row(r).array() - k * X.row(r).maxCoeff()).exp();
-        Y.row(r) /= Y.row(r).sum();
-      }
-    });
-  } else {
-    parallel_for(X.rows(), split_elements(kExpCost * static_cast<double>(s.numel())), [&](Index first, Index last) {
-    for (Index r = first; r < last; ++r) {
-      const std::uint8_t* blocked = masks.row(r, s.rows, s.cols);
-      // The largest open score, NaN if any open score is NaN (std::max would skip it), so that NaN
-      // reaches the output instead of passing for a fully blocked row.
-      T top = -std::numeric_limits<T>::infinity();
-      bool open = false;
-      for (Index c = 0; c < s.cols; ++c)
-        if (!blocked[c]) {
-          open = true;
-          const T v = k * X(r, c);
-          if (std::isnan(v) || v > top) top = v;  // once NaN, it stays: nothing compares greater than NaN
-        }
-      if (!open) {  // every entry blocked
-        Y.row(r).setZero();
-        continue;
-      }
-      T total = 0;
-      for (Index c = 0; c < s.cols; ++c) {
-        const T e = blocked[c] ? T(0) : std::exp(k * X(r, c) - top);
-        Y(r, c) = e;
-        total += e;
-      }
-      Y.row(r) /= total;
-      if (!std::isfinite(total))  // a NaN or Inf score: the open entries are NaN, the blocked ones stay 0
-        for (Index c = 0; c < s.cols; ++c)
-          if (blocked[c]) Y(r, c) = T(0);
-    }
-    });
-  }
-  n.backward = &softmax_backward<T>;
+  n.template saved<SoftmaxSaved>().scale = scale;
+  detail::softmax_forward(t.node(x).val().data(), n.value.data(), s.flat_rows(), s.cols, static_cast<T>(scale),
+                          masks.first, masks.period, true);
+  n.backward = &softmax_rows_backward<T>;
   return t.commit(n);
 }
 

@@ -13,6 +13,7 @@ set(tapegrad_library_folders core autograd layers train)
 # header in the library's folders is public.
 set(TAPEGRAD_INTERNAL_HEADERS
   autograd/gemm.hpp                  # the matrix products behind matmul and attention
+  autograd/softmax_kernels.hpp       # the row softmax behind softmax_rows and attention
   train/checkpoint_serialize.hpp     # the cereal layout of checkpoint files
 )
 

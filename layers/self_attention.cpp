@@ -1,10 +1,9 @@
 #include "tapegrad/layers/self_attention.hpp"
 
-#include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 
@@ -57,7 +56,6 @@ SelfAttention<T>::SelfAttention(std::string name, const SelfAttentionOptions& op
     }
   }
   weights_.resize(static_cast<std::size_t>(H));
-  heads_.resize(static_cast<std::size_t>(H));
 }
 
 template <class T>
@@ -68,7 +66,6 @@ SelfAttention<T>::SelfAttention(std::string name, const SelfAttentionOptions& op
     fail<ValueError>("self_attention '{}': the learnable mode initialises Wq, Wk and Wv, so it needs an Rng", this->name());
   d_head_ = options.d_head != 0 ? options.d_head : options.d_model / options.n_heads;
   weights_.resize(static_cast<std::size_t>(options.n_heads));
-  heads_.resize(static_cast<std::size_t>(options.n_heads));
 }
 
 template <class T>
@@ -136,23 +133,9 @@ Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding) {
     q = project(t, x, wq_, bq_);
     v = project(t, x, wv_, bv_);
   }
-  const Index H = options_.n_heads, dh = d_head_;
-  const double factor = scale_factor();
-  for (Index h = 0; h < H; ++h) {
-    const bool whole = H == 1;  // one head: no slicing, no copies
-    Var<T> qh = whole ? q : slice_cols(q, h * dh, dh);
-    Var<T> kh = whole ? k : slice_cols(k, h * dh, dh);
-    Var<T> vh = whole ? v : slice_cols(v, h * dh, dh);
-    Var<T> scores = matmul_bt(qh, kh);                  // (B, T, T)
-    Var<T> weights = softmax_rows(scores, mask, factor);  // the scale fused into the softmax
-    TensorT<T>& kept = weights_[static_cast<std::size_t>(h)];
-    kept.resize(weights.shape());
-    const T* from = weights.value().data();
-    parallel_rows(kept.numel(), 1, [&](Index first, Index count) { std::copy_n(from + first, count, kept.data() + first); });
-    heads_[static_cast<std::size_t>(h)] = matmul(weights, vh);  // (B, T, dh)
-  }
-  Var<T> out = H == 1 ? heads_[0] : concat_cols(std::span<const Var<T>>(heads_));  // (B, T, H dh)
-  if (wo_) out = project(t, out, wo_, bo_);                                          // (B, T, D)
+  // Every head at once, each reading its columns of Q, K and V in place (autograd/ops_attention.cpp).
+  Var<T> out = attention(q, k, v, options_.n_heads, mask, scale_factor(), std::span<TensorT<T>>(weights_));
+  if (wo_) out = project(t, out, wo_, bo_);  // (B, T, H dh) -> (B, T, D)
   return out;
 }
 

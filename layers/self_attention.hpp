@@ -1,6 +1,6 @@
 #pragma once
 // Self-attention, in the two modes the notes contrast, built from the autograd ops (so its backward
-// comes from theirs).
+// comes from theirs): the projections from matmul and add, the heads from the fused attention op.
 //
 //   parameter-free:  softmax(X X^T * s) X                      no parameters at all
 //   learnable:       Q = X Wq, K = X Wk, V = X Wv;  softmax(Q K^T * s) V   (+ biases, + X Wo)
@@ -109,7 +109,6 @@ class SelfAttention : public Module<T> {
   Parameter<T>* bo_ = nullptr;
   Mask mask_;                       // causal and/or padding, rebuilt per forward without allocating
   std::vector<TensorT<T>> weights_;  // per head, (B, T, T)
-  std::vector<Var<T>> heads_;        // scratch: per-head outputs before concatenation
 };
 
 extern template class SelfAttention<float>;

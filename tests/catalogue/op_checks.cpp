@@ -95,6 +95,16 @@ const std::vector<OpCheck>& op_checks() {
               [](auto&, auto in) { return softmax_rows(in[0], &kRagged); }),
       check("softmax_rows", "softmax_rows, scale 0.35 fused, per-item mask", {S::batched(2, 4, 4)},
               [](auto&, auto in) { return softmax_rows(in[0], &kRagged, 0.35); }),
+      check("attention", "attention, 2 heads, 4 queries over 5 keys, dk 3, dv 2", {S::batched(2, 4, 6), S::batched(2, 5, 6), S::batched(2, 5, 4)},
+              [](auto&, auto in) { return attention(in[0], in[1], in[2], 2, nullptr, 0.6); }),
+      check("attention", "attention, 1 head, causal mask shared by the batch", {S::batched(2, 4, 3), S::batched(2, 4, 3), S::batched(2, 4, 3)},
+              [](auto&, auto in) { return attention(in[0], in[1], in[2], 1, &kCausal); }),
+      check("attention", "attention, 2 heads, per-item mask with a fully blocked row", {S::batched(2, 4, 4), S::batched(2, 4, 4), S::batched(2, 4, 6)},
+              [](auto&, auto in) { return attention(in[0], in[1], in[2], 2, &kRagged, 0.35); }),
+      check("attention", "attention, q = k = v (parameter-free), 3 heads, causal", {S::batched(2, 4, 6)},
+              [](auto&, auto in) { return attention(in[0], in[0], in[0], 3, &kCausal, 0.8); }),
+      check("attention", "attention, q = k, v apart, 2-D (one sequence)", {S::mat(4, 4), S::mat(4, 2)},
+              [](auto&, auto in) { return attention(in[0], in[0], in[1], 2, &kCausal); }),
       check("log_softmax_rows", "log_softmax_rows", {S::batched(2, 3, 5)}, [](auto&, auto in) { return log_softmax_rows(in[0]); }),
       check("cross_entropy", "cross_entropy 2-D", {S::mat(5, 4)}, [](auto&, auto in) { return cross_entropy(in[0], kTargets2d); }),
       check("cross_entropy", "cross_entropy batched with ignored rows", {S::batched(2, 3, 4)},
@@ -179,7 +189,7 @@ const std::vector<OpCheck>& op_checks() {
 const std::vector<std::string>& op_names() {
   static const std::vector<std::string> names = {
       "matmul", "matmul_bt", "matmul_at", "add", "sub", "mul", "scale", "relu", "tanh", "gelu", "sum", "mean",
-      "transpose", "softmax_rows", "log_softmax_rows", "cross_entropy", "mse", "slice_cols", "concat_cols",
+      "transpose", "softmax_rows", "log_softmax_rows", "attention", "cross_entropy", "mse", "slice_cols", "concat_cols",
       "gather_rows", "reshape", "pick_positions", "row_sum", "row_mean", "row_max", "exp", "log", "sqrt", "sigmoid",
       "div", "dropout", "layer_norm"};
   return names;

@@ -1,0 +1,180 @@
+// Multi-head scaled dot-product attention, fused (see autograd/ops.hpp). Legend: B batch, Tq queries,
+// Tk keys, H heads, dk = width of a head of q and k, dv = width of a head of v; item i = b H + h is batch
+// item b's head h.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "tapegrad/autograd/gemm.hpp"
+#include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/autograd/softmax_kernels.hpp"
+#include "tapegrad/core/parallel.hpp"
+
+namespace tapegrad {
+namespace {
+
+using detail::ProductForm;
+
+// Where one item's operands live: row-major blocks inside q, k, v and out, read in place.
+struct Layout {
+  Index batch, tq, tk, heads, dk, dv;
+  Index q_width() const { return heads * dk; }
+  Index v_width() const { return heads * dv; }
+  // The first element of item i's head in a (B, T, width) tensor whose heads are `head` wide.
+  Index offset(Index item, Index rows, Index head) const {
+    return (item / heads) * rows * heads * head + (item % heads) * head;
+  }
+  Index items() const { return batch * heads; }
+  double macs_per_item() const {
+    return static_cast<double>(tq) * static_cast<double>(tk) * static_cast<double>(dk + dv);
+  }
+};
+
+// Item i's (Tq, Tk) block of weights starts at i * block_stride(l), a multiple of 16 elements (64 bytes,
+// the alignment of a fresh buffer): Eigen's vectorised exp peels scalar elements off the front of an
+// unaligned row, and scalar and vectorised exp differ in the last bit, so a block must sit at the same
+// alignment wherever it is computed (kept for backward, or in scratch when nothing is recorded).
+Index block_stride(const Layout& l) { return (l.tq * l.tk + 15) / 16 * 16; }
+
+// What the backward rule needs: the layout, the scale and every item's weights (the softmax output).
+template <class T>
+struct AttentionSaved {
+  Layout layout{};
+  double scale = 1;
+  std::vector<T, AlignedAllocator<T>> weights;  // item i's (Tq, Tk) at i * block_stride
+};
+
+// Grow-only scratch of the calling thread, for one item's (Tq, Tk) block (64-byte aligned).
+template <class T>
+T* block_scratch(Index size) {
+  thread_local std::vector<T, AlignedAllocator<T>> buffer;
+  if (static_cast<Index>(buffer.size()) < size) buffer.resize(static_cast<std::size_t>(size));
+  return buffer.data();
+}
+
+// Runs body(item, may_split) for every item: items over the threads when there are several and it pays,
+// else one item's products and softmax may split their rows. Each item writes its own blocks only, so
+// the result is the same at any thread count.
+template <class F>
+void for_each_item(const Layout& l, double macs, F&& body) {
+  const Index items = l.items();
+  parallel_for(items, items > 1 && split_product(macs), [&](Index first, Index last) {
+    for (Index i = first; i < last; ++i) body(i, items == 1);
+  });
+}
+
+// Forward was, per item, S = Q_h K_h^T, P = softmax(s S), O_h = P V_h. So now:
+//   dV_h += P^T dO_h;  dP = dO_h V_h^T;  dS = s P (dP - rowsum(dP P));  dQ_h += dS K_h;  dK_h += dS^T Q_h.
+// When q, k and v are one node (parameter-free attention), its gradient is written in that order, the
+// first write of each block assigning when nothing has been written this pass.
+template <class T>
+void attention_backward(Tape<T>& t, Node<T>& n) {
+  const auto& saved = n.template saved<AttentionSaved<T>>();
+  const Layout l = saved.layout;
+  // v, q, k: the order of the writes below. A node that is more than one of them (parameter-free attention:
+  // q, k and v are all x) is written by its first role and added to by the others.
+  Node<T>* nodes[3] = {&t.input(n, 2), &t.input(n, 0), &t.input(n, 1)};
+  typename Node<T>::GradWrite writes[3];
+  for (int i = 0; i < 3; ++i) {
+    int first = i;
+    for (int j = i - 1; j >= 0; --j)
+      if (nodes[j] == nodes[i]) first = j;
+    writes[i] = first == i ? nodes[i]->grad_whole() : typename Node<T>::GradWrite{writes[first].grad, false};
+  }
+  const auto &dv = writes[0], &dq = writes[1], &dk = writes[2];
+  if (!dv && !dq && !dk) return;
+  const T* q = nodes[1]->val().data();
+  const T* k = nodes[2]->val().data();
+  const T* v = nodes[0]->val().data();
+  const T* dout = n.grad.data();
+  const Index wq = l.q_width(), wv = l.v_width();
+  for_each_item(l, 2 * static_cast<double>(l.items()) * l.macs_per_item(), [&](Index i, bool may_split) {
+    const T* p = saved.weights.data() + i * block_stride(l);  // (Tq, Tk)
+    const Index oq = l.offset(i, l.tq, l.dk), ok = l.offset(i, l.tk, l.dk);
+    const Index ov = l.offset(i, l.tk, l.dv), oo = l.offset(i, l.tq, l.dv);
+    if (dv)  // dV_h (Tk, dv) = P^T (Tk, Tq) dO_h (Tq, dv)
+      detail::gemm<T>(ProductForm::atb, l.tk, l.dv, l.tq, {p, l.tk}, {dout + oo, wv}, dv.grad->data() + ov, wv,
+                      !dv.assign, may_split);
+    if (!dq && !dk) return;
+    T* ds = block_scratch<T>(l.tq * l.tk);  // dP (Tq, Tk) = dO_h V_h^T, then dS in place
+    detail::gemm<T>(ProductForm::abt, l.tq, l.tk, l.dv, {dout + oo, wv}, {v + ov, wv}, ds, l.tk, false, may_split);
+    detail::softmax_backward(p, ds, ds, l.tq, l.tk, static_cast<T>(saved.scale), true, may_split);
+    if (dq)  // dQ_h (Tq, dk) = dS (Tq, Tk) K_h (Tk, dk)
+      detail::gemm<T>(ProductForm::ab, l.tq, l.dk, l.tk, {ds, l.tk}, {k + ok, wq}, dq.grad->data() + oq, wq,
+                      !dq.assign, may_split);
+    if (dk)  // dK_h (Tk, dk) = dS^T (Tk, Tq) Q_h (Tq, dk)
+      detail::gemm<T>(ProductForm::atb, l.tk, l.dk, l.tq, {ds, l.tk}, {q + oq, wq}, dk.grad->data() + ok, wq,
+                      !dk.assign, may_split);
+  });
+}
+
+// The layout of attention(q, k, v), or a ShapeError naming the shapes.
+Layout attention_layout(const Shape& q, const Shape& k, const Shape& v, Index heads) {
+  if (q.rank == 1 || q.rank != k.rank || q.rank != v.rank || q.batch != k.batch || q.batch != v.batch)
+    fail<ShapeError>("attention: q is {}, k is {} and v is {}; they must all be (batch, tokens, width) or all "
+                     "(tokens, width), with one batch size",
+                     q, k, v);
+  if (k.rows != v.rows)
+    fail<ShapeError>("attention: k is {} but v is {}; keys and values must have the same tokens", k, v);
+  if (heads < 1) fail<ValueError>("attention: heads must be >= 1, got {}", heads);
+  if (q.cols != k.cols || q.cols % heads != 0 || v.cols % heads != 0)
+    fail<ShapeError>("attention: q is {}, k is {} and v is {} for {} heads; q and k must have the same width, and "
+                     "q's and v's widths must be multiples of the heads",
+                     q, k, v, heads);
+  return {q.rank == 3 ? q.batch : 1, q.rows, k.rows, heads, q.cols / heads, v.cols / heads};
+}
+
+}  // namespace
+
+template <class T>
+Var<T> attention(Var<T> q, Var<T> k, Var<T> v, Index heads, const Mask* mask, double scale,
+                 std::span<TensorT<T>> weights, Where where) {
+  Tape<T>& t = Tape<T>::of("attention", {{"q", q}, {"k", k}, {"v", v}});
+  const Shape sq = t.node(q).val().shape(), sk = t.node(k).val().shape(), sv = t.node(v).val().shape();
+  const Layout l = attention_layout(sq, sk, sv, heads);
+  if (mask && mask->shape() != Shape::mat(l.tq, l.tk) && mask->shape() != Shape::batched(l.batch, l.tq, l.tk))
+    fail<ShapeError>("attention: the mask is {} but q is {} and k is {}; it must be {}x{} (shared by the batch) or "
+                     "{}x{}x{}",
+                     mask->shape(), sq, sk, l.tq, l.tk, l.batch, l.tq, l.tk);
+  if (!(scale > 0) || !std::isfinite(scale))
+    fail<ValueError>("attention: the scale must be positive and finite, got {}", scale);
+  if (!weights.empty() && static_cast<Index>(weights.size()) != heads)
+    fail<ValueError>("attention: {} tensors given for the weights of {} heads", weights.size(), heads);
+  const Shape out = sq.rank == 3 ? Shape::batched(l.batch, l.tq, l.v_width()) : Shape::mat(l.tq, l.v_width());
+  for (auto& w : weights) w.resize(sq.rank == 3 ? Shape::batched(l.batch, l.tq, l.tk) : Shape::mat(l.tq, l.tk));
+
+  Node<T>& n = t.record("attention", {q, k, v}, out, where);
+  AttentionSaved<T>* saved = nullptr;
+  if (n.requires_grad) {  // keep every item's weights for the backward rule
+    saved = &n.template saved<AttentionSaved<T>>();
+    saved->layout = l;
+    saved->scale = scale;
+    saved->weights.resize(static_cast<std::size_t>(l.items() * block_stride(l)));  // grows once, then stays
+  }
+  const T* qd = t.node(q).val().data();
+  const T* kd = t.node(k).val().data();
+  const T* vd = t.node(v).val().data();
+  T* od = n.value.data();
+  const Index wq = l.q_width(), wv = l.v_width();
+  const bool per_item_mask = mask && mask->rank() == 3;
+  for_each_item(l, static_cast<double>(l.items()) * l.macs_per_item(), [&](Index i, bool may_split) {
+    T* p = saved ? saved->weights.data() + i * block_stride(l) : block_scratch<T>(l.tq * l.tk);  // S, then P (Tq, Tk)
+    const Index oq = l.offset(i, l.tq, l.dk), ok = l.offset(i, l.tk, l.dk);
+    const Index ov = l.offset(i, l.tk, l.dv), oo = l.offset(i, l.tq, l.dv);
+    detail::gemm<T>(ProductForm::abt, l.tq, l.tk, l.dk, {qd + oq, wq}, {kd + ok, wq}, p, l.tk, false, may_split);
+    const std::uint8_t* m = mask ? mask->data() + (per_item_mask ? (i / heads) * l.tq * l.tk : 0) : nullptr;
+    detail::softmax_forward(p, p, l.tq, l.tk, static_cast<T>(scale), m, l.tq, may_split);
+    detail::gemm<T>(ProductForm::ab, l.tq, l.dv, l.tk, {p, l.tk}, {vd + ov, wv}, od + oo, wv, false, may_split);
+    if (!weights.empty())
+      std::copy_n(p, l.tq * l.tk, weights[static_cast<std::size_t>(i % heads)].data() + (i / heads) * l.tq * l.tk);
+  });
+  if (saved) n.backward = &attention_backward<T>;
+  return t.commit(n);
+}
+
+#define TAPEGRAD_INSTANTIATE(T) \
+  template Var<T> attention(Var<T>, Var<T>, Var<T>, Index, const Mask*, double, std::span<TensorT<T>>, Where);
+TAPEGRAD_INSTANTIATE(float)
+TAPEGRAD_INSTANTIATE(double)
+
+}  // namespace tapegrad
