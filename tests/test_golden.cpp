@@ -48,6 +48,11 @@ const std::map<std::string, Composition>& compositions() {
          return matmul(weights, v);
        }},
       {"log_softmax", [](auto in, auto&) { return log_softmax_rows(in[0]); }},
+      {"attention_heads_causal",
+       [](auto in, auto& c) { return attention(in[0], in[1], in[2], 2, &c.masks.at("mask"), 0.6); }},
+      {"attention_cross_padding",
+       [](auto in, auto& c) { return attention(in[0], in[1], in[2], 2, &c.masks.at("mask"), 0.5); }},
+      {"attention_shared_qkv", [](auto in, auto&) { return attention(in[0], in[0], in[0], 3, nullptr, 1 / std::sqrt(2.0)); }},
       {"cross_entropy_ignore", [](auto in, auto& c) { return cross_entropy(in[0], c.ids.at("targets")); }},
       {"cross_entropy_2d", [](auto in, auto& c) { return cross_entropy(in[0], c.ids.at("targets")); }},
       {"mse", [](auto in, auto&) { return mse(in[0], in[1]); }},

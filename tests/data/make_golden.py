@@ -317,6 +317,43 @@ def dropout_3d_tanh():
     return {"x": x}, {"rng": rng_spec}, lambda x: torch.tanh(x * mask / (1 - percent / 100))
 
 
+def multi_head_attention(q, k, v, heads, mask, scale):
+    # Per head h: softmax(scale Q_h K_h^T, mask) V_h, heads side by side (tapegrad's attention op).
+    b, tq, width = q.shape
+    tk, dv = k.shape[1], v.shape[2] // heads
+    qh = q.reshape(b, tq, heads, width // heads).transpose(1, 2)  # (B, H, Tq, dk)
+    kh = k.reshape(b, tk, heads, width // heads).transpose(1, 2)
+    vh = v.reshape(b, tk, heads, dv).transpose(1, 2)
+    scores = scale * (qh @ kh.transpose(-1, -2))  # (B, H, Tq, Tk)
+    m = mask if mask.dim() == 2 else mask.unsqueeze(1)  # (Tq, Tk) or (B, 1, Tq, Tk)
+    weights = masked_softmax(scores, m)
+    return (weights @ vh).transpose(1, 2).reshape(b, tq, heads * dv)
+
+
+@case
+def attention_heads_causal():
+    q, k, v = randn(2, 4, 6), randn(2, 4, 6), randn(2, 4, 4)
+    mask = causal(4)
+    return {"q": q, "k": k, "v": v}, {"mask": mask}, lambda q, k, v: multi_head_attention(q, k, v, 2, mask, 0.6)
+
+
+@case
+def attention_cross_padding():
+    q, k, v = randn(2, 3, 4), randn(2, 5, 4), randn(2, 5, 6)
+    mask = torch.zeros(2, 3, 5, dtype=torch.bool)
+    mask[0, :, 4] = True  # item 0: key 4 is padding
+    mask[1, 1, :] = True  # item 1: query 1 sees no key
+    mask[1, 2, 0] = True
+    return {"q": q, "k": k, "v": v}, {"mask": mask}, lambda q, k, v: multi_head_attention(q, k, v, 2, mask, 0.5)
+
+
+@case
+def attention_shared_qkv():
+    x = randn(2, 5, 6)
+    none = torch.zeros(5, 5, dtype=torch.bool)
+    return {"x": x}, {}, lambda x: multi_head_attention(x, x, x, 3, none, 1 / math.sqrt(2))
+
+
 def write_tensor(out, kind, name, t):
     t = t.detach()
     dims = list(t.shape) if t.dim() > 0 else [1]
