@@ -2,11 +2,14 @@
 // tape, gradients off) at one thread and at num_threads() threads, over products from 2^18 to 2^28
 // multiply-adds in the shapes the toy model and the benchmark workloads use, and prints the ratio beside
 // the crossover tapegrad measured on this machine at start-up (core/parallel.hpp) and whether it splits
-// the product. Splitting changes speed only: the products are bit-identical at any thread count.
+// the product. Splitting changes speed only: the products are bit-identical at any thread count. Where
+// tapegrad runs libxsmm's kernels, it also times Eigen's (autograd/gemm.hpp) at one thread, and prints
+// the two kernels' ratio.
 //
 //   OMP_NUM_THREADS=2 build/bench/gemm_threads
 #include <algorithm>
 #include <array>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -34,9 +37,12 @@ int main() {
   const std::vector<std::array<Index, 3>> shapes = {
       {64, 64, 64},    {256, 33, 33},   {128, 128, 128}, {512, 64, 64},     {256, 256, 32},    {256, 32, 256},
       {256, 128, 128}, {512, 128, 128}, {2048, 64, 64},  {1024, 128, 128}, {1024, 256, 256}, {1024, 256, 1024}};
-  fmt::print("tapegrad matmul (float), median of 15, {} threads against 1 (below 1: the threads win)\n", threads);
-  fmt::print("{:>6} {:>6} {:>6} {:>12} {:>10} {:>10} {:>7}  tapegrad splits\n", "m", "k", "n", "m*n*k", "1 thr us",
-             fmt::format("{} thr us", threads), "ratio");
+  const bool compare_kernels = detail::gemm_kernels() == detail::GemmKernels::libxsmm;
+  fmt::print("tapegrad matmul (float) with {}'s kernels, median of 15, {} threads against 1 (below 1: the threads win){}\n",
+             detail::name(detail::gemm_kernels()), threads,
+             compare_kernels ? "; Eigen's kernels at 1 thread, and libxsmm's time over theirs" : "");
+  fmt::print("{:>6} {:>6} {:>6} {:>12} {:>10} {:>10} {:>7}{}  tapegrad splits\n", "m", "k", "n", "m*n*k", "1 thr us",
+             fmt::format("{} thr us", threads), "ratio", compare_kernels ? fmt::format(" {:>10} {:>7}", "Eigen us", "ratio") : "");
   Tape<float> tape;
   NoGradGuard<float> no_grad(tape);
   for (const auto& shape : shapes) {
@@ -50,14 +56,21 @@ int main() {
     };
     set_num_threads(1);
     const double one = bench::median_seconds(15, rounds, product, 1) * 1e6;
+    std::string kernels;
+    if (compare_kernels) {
+      detail::set_gemm_kernels(detail::GemmKernels::eigen);
+      const double eigen = bench::median_seconds(15, rounds, product, 1) * 1e6;
+      detail::set_gemm_kernels(detail::GemmKernels::libxsmm);
+      kernels = fmt::format(" {:>10.2f} {:>7.2f}", eigen, one / eigen);
+    }
     set_num_threads(threads);
     const double many = bench::median_seconds(15, rounds, product, 1) * 1e6;
     // A split starts on a multiple of the grain: a product of fewer rows stays on one thread.
     const char* splits = !split_product(work)                  ? "no"
                          : m <= detail::product_split_grain()  ? "no (fewer rows than one block)"
                                                                : "yes";
-    fmt::print("{:>6} {:>6} {:>6} {:>12} {:>10.2f} {:>10.2f} {:>7.2f}  {}\n", m, k, n, m * n * k, one, many, many / one,
-               splits);
+    fmt::print("{:>6} {:>6} {:>6} {:>12} {:>10.2f} {:>10.2f} {:>7.2f}{}  {}\n", m, k, n, m * n * k, one, many, many / one,
+               kernels, splits);
   }
   return 0;
 }
