@@ -290,6 +290,35 @@ TEST_CASE("data-parallel: a group of one rank trains exactly as no group (the sa
   CHECK(alone.calls > 0);  // the group did start: the ranks' configuration was compared (with itself)
 }
 
+TEST_CASE("data-parallel: the model draws dropout from the rank's stream of the step, and not after the trainer goes") {
+  struct TwoRanks final : Collective {  // rank 0 of 2; nothing is exchanged in this test
+    int rank() const override { return 0; }
+    int size() const override { return 2; }
+    void all_reduce_sum(std::span<float>) override {}
+    void all_reduce_sum(std::span<double>) override {}
+    void broadcast(std::span<std::byte>, int) override {}
+    void all_gather(std::span<const std::uint32_t>, std::span<std::uint32_t>) override {}
+    void barrier() override {}
+  } two;
+  const TensorSource data = classification_data(20, 8);
+  Mlp model(mlp(2, 4, 2, 3));
+  {
+    SGD<float> opt(model.parameters(), {.lr = 0.1});
+    Trainer trainer(model, opt, data, [&](Tape<float>& tape, const TensorBatch& b) -> StepOutput<float> {
+      return cross_entropy(model.forward(tape.constant(b.features)), b.labels);
+    });
+    CHECK(model.rng() == &trainer.rng());
+    trainer.set_collective(&two);
+    CHECK(trainer.data_parallel());
+    CHECK(model.rng() != nullptr);
+    CHECK(model.rng() != &trainer.rng());  // the step's own stream, seeded from the trainer's
+    trainer.set_collective(nullptr);
+    CHECK(model.rng() == &trainer.rng());
+    trainer.set_collective(&two);
+  }
+  CHECK(model.rng() == nullptr);
+}
+
 TEST_CASE("trainer: a non-finite loss stops before anything changes, evaluation runs in eval mode, bad options refused") {
   const TensorSource data = regression_data(64, 4, "linear");
   Mlp model(mlp(3, 4, 1, 2));

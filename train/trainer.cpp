@@ -75,7 +75,7 @@ TrainerBase::TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Inde
 }
 
 TrainerBase::~TrainerBase() {
-  if (model_.rng() == &rng_) model_.set_rng(nullptr);  // the stream dies with the trainer
+  if (model_.rng() == &rng_ || model_.rng() == &shard_rng_) model_.set_rng(nullptr);  // the streams die with the trainer
 }
 
 Rng::State TrainerBase::initial_rng_state(std::uint64_t seed) { return Rng(seed, kTrainingStream).state(); }
