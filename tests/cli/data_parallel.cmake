@@ -5,7 +5,8 @@
 #     reach the end with the uninterrupted run's data order (the global batch order does not depend on the
 #     number of ranks; their numbers agree to float rounding, which tests/mpi/test_data_parallel.cpp measures);
 #   - ranks started with another --seed (an MPMD command line) are refused at the start, naming the rank;
-#   - a rank that throws (its --max-memory refuses the run) ends the whole job with its message and code.
+#   - a rank that throws (its --max-memory refuses the run) ends the whole job with its message and code;
+#     so does a rank whose flags are wrong, before it joins the job.
 # -DTRAIN=path -DMPIRUN="mpirun;--oversubscribe;..." -DWORK=dir
 file(REMOVE_RECURSE ${WORK})
 include(${CMAKE_CURRENT_LIST_DIR}/run_program.cmake)
@@ -75,6 +76,10 @@ refused(2 "train: rank [01]: data-parallel: the ranks were started with differen
         ${MPIRUN} -np 1 ${TRAIN} --data-parallel ${task} --seed 0 : -np 1 ${TRAIN} --data-parallel ${task} --seed 1)
 refused(2 "train: rank 1: generating 4000 \\+ 1000 sequences of cycle would take about .*, more than the limit"
         ${MPIRUN} -np 1 ${TRAIN} --data-parallel ${task} : -np 1 ${TRAIN} --data-parallel ${task} --max-memory 1e-6)
+# A flag only rank 1 has wrong: it ends before it joins the job, and mpirun ends the job (it names the
+# process, [[job,1],1]).
+refused(2 "train: The following argument was not expected: --bogus \\(see --help\\).*Process name: \\[\\[[0-9]+,1\\],1\\]"
+        ${MPIRUN} -np 1 ${TRAIN} --data-parallel ${task} : -np 1 ${TRAIN} --data-parallel ${task} --bogus)
 refused(2 "^train: --data-parallel: this process was not started by mpirun; run it as 'mpirun -np 2 train --data-parallel \\.\\.\\.'\n$"
         ${TRAIN} --data-parallel ${task})
 message(STATUS "data-parallel: 2 ranks resumed on 2 ranks: ${straight_crc}; 1 <-> 2 ranks: ${straight_order}")
