@@ -176,7 +176,10 @@ class TrainerBase {
   // Dropout: at each step every rank draws one number from the training stream and seeds its own stream
   // (that number, its rank) for the step's masks, so the saved stream is the same on every rank and a
   // resume on as many ranks is exact; with dropout the masks, and so the results, depend on the number
-  // of ranks.
+  // of ranks. What throws on every rank alike (a mismatch, a non-finite reduced loss or norm, a divergence)
+  // leaves the group consistent; what throws on one rank only (anomaly detection, a user's loss function,
+  // a full disk on rank 0) leaves the others waiting in the next collective, so a program must then end
+  // the job (MpiCollective::abort), as examples/data_parallel.hpp does for any failure.
   void set_collective(Collective* collective, DataParallelOptions options = {});
   Collective* collective() const { return collective_; }
   bool data_parallel() const { return collective_ != nullptr && collective_->size() > 1; }
