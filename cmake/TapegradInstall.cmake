@@ -14,6 +14,15 @@ endforeach()
 install(FILES ${TAPEGRAD_UMBRELLA} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad)
 
 set(config_dir ${CMAKE_INSTALL_LIBDIR}/cmake/tapegrad)
+# tapegrad::mpi in an export set of its own, which the package loads only for find_package(tapegrad
+# COMPONENTS mpi): a project that does not ask for it needs no MPI.
+if(TAPEGRAD_HAVE_MPI)
+  install(TARGETS tapegrad_mpi EXPORT tapegradMpiTargets
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(FILES ${PROJECT_SOURCE_DIR}/mpi/mpi_collective.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad/mpi)
+  install(EXPORT tapegradMpiTargets NAMESPACE tapegrad:: DESTINATION ${config_dir})
+endif()
 install(EXPORT tapegradTargets NAMESPACE tapegrad:: DESTINATION ${config_dir})
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/tapegradConfig.cmake.in
   ${PROJECT_BINARY_DIR}/tapegradConfig.cmake INSTALL_DESTINATION ${config_dir})

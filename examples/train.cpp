@@ -15,6 +15,8 @@
 // last line on stdout is the result in a stable form for scripts:
 //   final steps=1000 train_loss=0.0021 train_accuracy=1.0000 eval_loss=0.0034 eval_accuracy=1.0000
 // With --out, the run writes curve.csv, checkpoints/ (with --checkpoint-every) and the final model.tgck.
+//
+//   mpirun -np 2 build/examples/train --data-parallel --task cycle --out runs/c   # 2 ranks, one global batch
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -37,6 +39,7 @@
 #include "tapegrad/train/report.hpp"
 #include "tapegrad/train/trainer.hpp"
 #include "command_line.hpp"
+#include "data_parallel.hpp"
 
 using namespace tapegrad;
 using namespace tapegrad::lesson;
@@ -54,6 +57,7 @@ struct Options {
   int keep = 3;
   double max_memory_gb = 4;  // what a run may take, estimated before anything is built
   bool overwrite = false;
+  bool data_parallel = false;
   AttentionMode attention = AttentionMode::learnable;
   FeatureKind features = FeatureKind::onehot;
   PositionEncoding positions = PositionEncoding::onehot;
@@ -267,7 +271,7 @@ std::unique_ptr<FolderLock> take_folder(const Options& o, const RunFolder& f) {
   return lock;
 }
 
-int run(const Options& o, const TableFlags& flags) {
+int run(const Options& o, const TableFlags& flags, const examples::Job& job) {
   std::optional<Checkpoint> resumed;
   RunPlan plan;
   if (!o.resume.empty()) {
@@ -291,32 +295,47 @@ int run(const Options& o, const TableFlags& flags) {
   check_memory(estimated_bytes(plan.run, length, train.size() + eval.size()), o.max_memory_gb,
                "the model, its optimizer, a batch and the data");
   const RunFolder folder{o.out};
-  const std::unique_ptr<FolderLock> lock = take_folder(o, folder);
+  // Rank 0 alone owns --out and writes to it; the other ranks of a data-parallel run write nothing.
+  const bool leader = job.leader();
+  const std::unique_ptr<FolderLock> lock = leader ? take_folder(o, folder) : nullptr;
+  // Output on rank 0 only: the others' progress and lines go nowhere.
+  std::FILE* const out = leader ? stdout : nullptr;
+  std::FILE* const err = leader ? stderr : nullptr;
+  const auto say = [](std::FILE* f, const std::string& text) {
+    if (f) fmt::print(f, "{}", text);
+  };
 
   ToyRun toy(plan.run, train, have_eval ? &eval : nullptr);
   ToyModel<float>& model = toy.model();
   Trainer<SequenceBatch>& trainer = toy.trainer();
   if (resumed) {
     const LoadReport report = load_training(*resumed, trainer);
-    fmt::print(stderr, "resumed from {} at step {}: {}\n", o.resume, trainer.steps_done(), report.str());
+    say(err, fmt::format("resumed from {} at step {}: {}\n", o.resume, trainer.steps_done(), report.str()));
   }
+  // Every rank resumed from the same file (or built the same model): the group checks that and starts
+  // at the first step.
+  trainer.set_collective(job.collective());
+  if (job.size() > 1)
+    say(err, fmt::format("data-parallel: {} ranks, each a replica training on its shard of every batch of {}\n", job.size(),
+                         plan.run.training.batch));
 
-  fmt::print(stderr, "data: {} ({} examples, {} tokens, {} labels){}\nmodel: {} (d_model {}, {} parameters)\n"
+  say(err, fmt::format( "data: {} ({} examples, {} tokens, {} labels){}\nmodel: {} (d_model {}, {} parameters)\n"
              "optimizer: {}\ntraining: {}\n{}",
              train.name, train.size(), train.tokens.size(), train.labels.size(),
              have_eval ? fmt::format("; eval: {} ({} examples)", eval.name, eval.size()) : "", plan.run.model.describe(),
              model.d_model(), model.parameter_count(), toy.optimizer().describe(), trainer.options().describe(),
-             o.out.empty() ? "no --out: nothing of this run is saved\n" : "");
+             o.out.empty() ? "no --out: nothing of this run is saved\n" : ""));
   auto checkpoint = [&] {
     Checkpoint c = snapshot(trainer);
     for (const auto& [k, v] : plan.data.source) c.metadata[k] = v;
     return c;
   };
   std::optional<CheckpointDir> checkpoints;
-  if (o.checkpoint_every > 0) checkpoints.emplace(folder.checkpoints(), o.keep);
-  Progress progress(stderr, Progress::Style::automatic, trainer.options().steps, plan.data.title);
+  if (o.checkpoint_every > 0 && leader) checkpoints.emplace(folder.checkpoints(), o.keep);
+  Progress progress(stderr, leader ? Progress::Style::automatic : Progress::Style::quiet, trainer.options().steps,
+                    plan.data.title);
   std::optional<CsvLog> csv;
-  if (!o.out.empty()) {
+  if (!o.out.empty() && leader) {
     csv.emplace(folder.partial_curve());
     for (const auto& p : trainer.curve()) csv->write(p);  // the part before a resume
   }
@@ -337,16 +356,16 @@ int run(const Options& o, const TableFlags& flags) {
     std::error_code ec;
     std::filesystem::rename(folder.partial_curve(), folder.curve(), ec);
     if (ec) fail<IoError>("--out: renaming '{}' failed: {}", folder.partial_curve().string(), ec.message());
-    fmt::print(stderr, "wrote {}, {}{}\n", folder.curve().string(), folder.model().string(),
-               checkpoints ? fmt::format(" and {}/", folder.checkpoints().string()) : "");
+    say(err, fmt::format("wrote {}, {}{}\n", folder.curve().string(), folder.model().string(),
+                         checkpoints ? fmt::format(" and {}/", folder.checkpoints().string()) : ""));
   }
 
   const NamedValues final_train = trainer.evaluate(toy.train_source());
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const NamedValues final_eval = have_eval ? trainer.evaluate(*toy.eval_source()) : NamedValues{{"loss", nan}, {"accuracy", nan}};
-  fmt::print("final steps={} train_loss={:.4f} train_accuracy={:.4f} eval_loss={:.4f} eval_accuracy={:.4f}\n",
-             trainer.steps_done(), value_of(final_train, "loss"), value_of(final_train, "accuracy"),
-             value_of(final_eval, "loss"), value_of(final_eval, "accuracy"));
+  say(out, fmt::format("final steps={} train_loss={:.4f} train_accuracy={:.4f} eval_loss={:.4f} eval_accuracy={:.4f}\n",
+                       trainer.steps_done(), value_of(final_train, "loss"), value_of(final_train, "accuracy"),
+                       value_of(final_eval, "loss"), value_of(final_eval, "accuracy")));
   return 0;
 }
 
@@ -408,6 +427,7 @@ int main(int argc, char** argv) {
   auto* every = app.add_option("--checkpoint-every", o.checkpoint_every, "Save a checkpoint every N steps (into --out/checkpoints)")
                     ->check(examples::positive);
   app.add_option("--keep", o.keep, "Checkpoints to keep (the newest)")->capture_default_str()->check(examples::positive)->needs(every);
+  app.add_flag("--data-parallel", o.data_parallel, examples::kDataParallelHelp);
   auto* resume = app.add_option("--resume", o.resume, "Continue training from a checkpoint; it supplies the model, the "
                                                       "training settings and the data (--steps may extend the run)")
                      ->check(CLI::ExistingFile);
@@ -415,7 +435,7 @@ int main(int argc, char** argv) {
   for (CLI::Option* option : app.get_options())
     if (option != resume && !option->check_lname("steps") && !option->check_lname("out") &&
         !option->check_lname("checkpoint-every") && !option->check_lname("keep") && !option->check_lname("help") &&
-        !option->check_lname("max-memory") && !option->check_lname("overwrite"))
+        !option->check_lname("max-memory") && !option->check_lname("overwrite") && !option->check_lname("data-parallel"))
       resume->excludes(option);
 
   std::string inspect_path;
@@ -425,12 +445,13 @@ int main(int argc, char** argv) {
   inspect_cmd->add_option("file", inspect_path, "The checkpoint")->required()->check(CLI::ExistingFile);
   inspect_cmd->add_flag("--json", inspect_json, "Print the whole checkpoint as JSON instead");
   if (const auto stop = examples::parse_command_line(app, "train", argc, argv)) return *stop;
-  return run_program("train", [&] {
+  examples::Job job;
+  return job.run("train", o.data_parallel && !*inspect_cmd, &argc, &argv, [&] {
     if (*inspect_cmd) return inspect(inspect_path, inspect_json);
     if (o.task.empty() && o.data.empty() && o.resume.empty())
       fail<ValueError>("give --task NAME, --data FILE or --resume FILE (see --help)");
     if (o.checkpoint_every > 0 && o.out.empty())
       fail<ValueError>("--checkpoint-every needs --out DIR to put the checkpoints in (see --help)");
-    return run(o, flags);
+    return run(o, flags, job);
   });
 }

@@ -27,6 +27,23 @@ using test::regression_data;
 namespace {
 // An MLP of the test's shape: in -> hidden -> out.
 Mlp::Config mlp(Index in, Index hidden, Index out, std::uint64_t seed) { return {in, hidden, out, seed}; }
+
+// The curve of 60 steps of Adam on an MLP, evaluated with accuracy on `data` (its training data), as one
+// rank of `group` (none: one process).
+std::vector<CurvePoint> mlp_curve(const TensorSource& data, Collective* group = nullptr) {
+  Mlp model(mlp(2, 8, 2, 3));
+  Adam<float> opt(model.parameters(), {.lr = 0.05});
+  Trainer trainer(model, opt, data, [&](Tape<float>& tape, const TensorBatch& b) -> StepOutput<float> {
+    Var<float> logits = model.forward(tape.constant(b.features));
+    return {cross_entropy(logits, b.labels), logits};
+  }, {.steps = 60, .batch = 16, .eval_every = 20, .seed = 11});
+  trainer.evaluate_on(data);
+  trainer.add_metric("accuracy", metrics::accuracy);
+  trainer.set_collective(group);
+  CHECK(!trainer.data_parallel());
+  trainer.run();
+  return trainer.curve();
+}
 }  // namespace
 
 TEST_CASE("data: vocabularies assign dense ids in order and refuse unknown names") {
@@ -228,18 +245,7 @@ TEST_CASE("trainer: classification on dense data with accuracy, callbacks see ev
 
 TEST_CASE("trainer: the same seeds give the same curve bit for bit, wherever the heap puts the buffers") {
   const TensorSource data = classification_data(200, 8);
-  auto train = [&] {
-    Mlp model(mlp(2, 8, 2, 3));
-    Adam<float> opt(model.parameters(), {.lr = 0.05});
-    Trainer trainer(model, opt, data, [&](Tape<float>& tape, const TensorBatch& b) -> StepOutput<float> {
-      Var<float> logits = model.forward(tape.constant(b.features));
-      return {cross_entropy(logits, b.labels), logits};
-    }, {.steps = 60, .batch = 16, .eval_every = 20, .seed = 11});
-    trainer.evaluate_on(data);
-    trainer.add_metric("accuracy", metrics::accuracy);
-    trainer.run();
-    return trainer.curve();
-  };
+  auto train = [&] { return mlp_curve(data); };
   const auto curve = train();
   std::vector<std::vector<char>> shift;
   for (std::size_t k = 1; k <= 3; ++k) {
@@ -247,6 +253,70 @@ TEST_CASE("trainer: the same seeds give the same curve bit for bit, wherever the
     const auto again = train();
     CHECK(test::same_curve(again, curve));
   }
+}
+
+TEST_CASE("data-parallel: shard_of splits a batch into contiguous parts, the first n % ranks one longer, some maybe empty") {
+  const auto parts = [](Index n, int size) {
+    std::vector<std::pair<Index, Index>> v;
+    for (int r = 0; r < size; ++r) v.emplace_back(shard_of(n, r, size).begin, shard_of(n, r, size).end);
+    return v;
+  };
+  CHECK(parts(32, 2) == std::vector<std::pair<Index, Index>>{{0, 16}, {16, 32}});
+  CHECK(parts(33, 2) == std::vector<std::pair<Index, Index>>{{0, 17}, {17, 33}});
+  CHECK(parts(7, 3) == std::vector<std::pair<Index, Index>>{{0, 3}, {3, 5}, {5, 7}});
+  CHECK(parts(1, 3) == std::vector<std::pair<Index, Index>>{{0, 1}, {1, 1}, {1, 1}});
+  CHECK_THROWS_WITH_AS(shard_of(4, 2, 2), "shard_of: rank 2 of 2 ranks, 4 items: needs 0 <= rank < ranks and items >= 0",
+                       ValueError);
+}
+
+TEST_CASE("data-parallel: a group of one rank trains exactly as no group (the same curve, bit for bit)") {
+  // The one-rank collective a process that is not part of a job would be.
+  struct Alone final : Collective {
+    int calls = 0;
+    int rank() const override { return 0; }
+    int size() const override { return 1; }
+    void all_reduce_sum(std::span<float>) override { ++calls; }
+    void all_reduce_sum(std::span<double>) override { ++calls; }
+    void broadcast(std::span<std::byte>, int) override { ++calls; }
+    void all_gather(std::span<const std::uint32_t> mine, std::span<std::uint32_t> all) override {
+      std::copy(mine.begin(), mine.end(), all.begin());
+      ++calls;
+    }
+    void barrier() override { ++calls; }
+  };
+  const TensorSource data = classification_data(200, 8);
+  Alone alone;
+  CHECK(test::same_curve(mlp_curve(data, &alone), mlp_curve(data)));
+  CHECK(alone.calls > 0);  // the group did start: the ranks' configuration was compared (with itself)
+}
+
+TEST_CASE("data-parallel: the model draws dropout from the rank's stream of the step, and not after the trainer goes") {
+  struct TwoRanks final : Collective {  // rank 0 of 2; nothing is exchanged in this test
+    int rank() const override { return 0; }
+    int size() const override { return 2; }
+    void all_reduce_sum(std::span<float>) override {}
+    void all_reduce_sum(std::span<double>) override {}
+    void broadcast(std::span<std::byte>, int) override {}
+    void all_gather(std::span<const std::uint32_t>, std::span<std::uint32_t>) override {}
+    void barrier() override {}
+  } two;
+  const TensorSource data = classification_data(20, 8);
+  Mlp model(mlp(2, 4, 2, 3));
+  {
+    SGD<float> opt(model.parameters(), {.lr = 0.1});
+    Trainer trainer(model, opt, data, [&](Tape<float>& tape, const TensorBatch& b) -> StepOutput<float> {
+      return cross_entropy(model.forward(tape.constant(b.features)), b.labels);
+    });
+    CHECK(model.rng() == &trainer.rng());
+    trainer.set_collective(&two);
+    CHECK(trainer.data_parallel());
+    CHECK(model.rng() != nullptr);
+    CHECK(model.rng() != &trainer.rng());  // the step's own stream, seeded from the trainer's
+    trainer.set_collective(nullptr);
+    CHECK(model.rng() == &trainer.rng());
+    trainer.set_collective(&two);
+  }
+  CHECK(model.rng() == nullptr);
 }
 
 TEST_CASE("trainer: a non-finite loss stops before anything changes, evaluation runs in eval mode, bad options refused") {

@@ -122,10 +122,12 @@ void CsvLog::close() {
   if (std::fclose(f) != 0) fail<IoError>("csv log: closing '{}' failed: {}", path_.string(), std::strerror(errno));
 }
 
-int run_program(std::string_view program, const std::function<int()>& body) {
+int run_program(std::string_view program, const std::function<int()>& body, const std::function<std::string()>& where) {
   auto report = [&](std::string_view message, ExitCode code) {
     const std::string prefix = fmt::format("{}: ", program);
-    fmt::print(stderr, "{}{}\n", message.starts_with(prefix) ? "" : prefix, message);
+    if (message.starts_with(prefix)) message.remove_prefix(prefix.size());
+    const std::string place = where ? where() : std::string();
+    fmt::print(stderr, "{}{}{}\n", prefix, place.empty() ? "" : place + ": ", message);
     return static_cast<int>(code);
   };
   try {
@@ -137,6 +139,8 @@ int run_program(std::string_view program, const std::function<int()>& body) {
     return report(e.what(), ExitCode::training_stopped);
   } catch (const IoError& e) {
     return report(e.what(), ExitCode::system_failed);
+  } catch (const DivergenceError& e) {
+    return report(e.what(), ExitCode::check_failed);
   } catch (const Error& e) {
     return report(e.what(), ExitCode::bad_input);
   } catch (const std::bad_alloc&) {

@@ -73,7 +73,10 @@ enum class ExitCode : int {
 // NonFiniteError -> training_stopped, IoError and std::bad_alloc -> system_failed, any other
 // tapegrad::Error -> bad_input, anything else -> system_failed ("internal error: ..."). Nothing escapes.
 // It first reads the parallel crossover (core/parallel.hpp), so a malformed TAPEGRAD_PARALLEL_* in the
-// environment is refused before the body runs.
-int run_program(std::string_view program, const std::function<int()>& body);
+// environment is refused before the body runs. `where`, when it says something ("rank 1" in a
+// data-parallel run), is asked at the failure and follows the program's name: "<program>: rank 1: <message>".
+// A DivergenceError (the ranks of a data-parallel run no longer agree) -> check_failed.
+int run_program(std::string_view program, const std::function<int()>& body,
+                const std::function<std::string()>& where = {});
 
 }  // namespace tapegrad

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/core/crc32.hpp"
 
 namespace tapegrad {
 namespace {
@@ -23,6 +24,19 @@ const TrainOptions& checked(const TrainOptions& o) {
 }
 
 constexpr std::uint64_t kTrainingStream = 0x747261696e;  // "train": the Rng stream of rng()
+constexpr std::uint64_t kShardStream = 0x7368617264;     // "shard": + rank, a rank's stream of one step
+
+// A CRC-32 of every parameter's values, in the model's order.
+std::uint32_t parameters_crc32(const std::vector<Parameter<float>*>& params) {
+  Crc32 crc;
+  for (const Parameter<float>* p : params) crc.add(p->value.data(), static_cast<std::size_t>(p->value.numel()) * sizeof(float));
+  return crc.value();
+}
+
+// "1, 3" for a list of ranks.
+std::string rank_list(const std::vector<int>& ranks) { return fmt::format("{}", fmt::join(ranks, ", ")); }
+
+std::string shortened(const std::string& text) { return text.size() <= 300 ? text : text.substr(0, 300) + " ..."; }
 
 }  // namespace
 
@@ -61,7 +75,7 @@ TrainerBase::TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Inde
 }
 
 TrainerBase::~TrainerBase() {
-  if (model_.rng() == &rng_) model_.set_rng(nullptr);  // the stream dies with the trainer
+  if (model_.rng() == &rng_ || model_.rng() == &shard_rng_) model_.set_rng(nullptr);  // the streams die with the trainer
 }
 
 Rng::State TrainerBase::initial_rng_state(std::uint64_t seed) { return Rng(seed, kTrainingStream).state(); }
@@ -85,6 +99,11 @@ double TrainerBase::finish_step(Var<float> loss) {
   const double lr = optimizer_.current_lr();
   detail::check_loss(value, step_ + 1, lr);
   tape_.backward(loss);
+  update(value, lr);
+  return value;
+}
+
+void TrainerBase::update(double loss, double lr) {
   if (options_.clip > 0) {
     const double norm = clip_grad_norm(optimizer_.params(), options_.clip);
     if (!std::isfinite(norm)) {
@@ -97,9 +116,155 @@ double TrainerBase::finish_step(Var<float> loss) {
   optimizer_.step();
   optimizer_.zero_grad();
   ++step_;
-  window_loss_ += value;
+  window_loss_ += loss;
   ++window_steps_;
+}
+
+// ---- data-parallel ---------------------------------------------------------------------------------
+
+Shard shard_of(Index n, int rank, int size) {
+  if (size < 1 || rank < 0 || rank >= size || n < 0)
+    fail<ValueError>("shard_of: rank {} of {} ranks, {} items: needs 0 <= rank < ranks and items >= 0", rank, size, n);
+  const Index r = rank, s = size, base = n / s, extra = n % s;
+  const Index begin = r * base + std::min(r, extra);
+  return {begin, begin + base + (r < extra ? 1 : 0)};
+}
+
+void TrainerBase::set_collective(Collective* collective, DataParallelOptions options) {
+  if (options.check_every < 1) fail<ValueError>("set_collective: check_every must be >= 1, got {}", options.check_every);
+  collective_ = collective;
+  parallel_options_ = options;
+  parallel_started_ = false;
+  model_.set_rng(data_parallel() ? &shard_rng_ : &rng_);
+}
+
+std::span<const Index> TrainerBase::next_shard() {
+  const std::span<const Index> batch = sampler_.next();
+  // Every rank draws the step's seed from the training stream, whatever its shard, so the stream (which a
+  // checkpoint saves) stays the same on every rank.
+  shard_rng_ = Rng(rng_.next_u64(), kShardStream + static_cast<std::uint64_t>(collective_->rank()));
+  const Shard part = shard_of(static_cast<Index>(batch.size()), collective_->rank(), collective_->size());
+  return batch.subspan(static_cast<std::size_t>(part.begin), static_cast<std::size_t>(part.size()));
+}
+
+// Forward was a mean over this rank's shard (weight w_r): loss_r, g_r. The global batch's mean is
+// sum_r w_r loss_r / sum_r w_r, and its gradient sum_r w_r g_r / sum_r w_r, so every rank sends w_r g_r,
+// w_r loss_r, w_r and its metric tallies in one buffer, summed in one all-reduce.
+double TrainerBase::finish_parallel_step(Var<float> loss, double weight) {
+  const std::vector<Parameter<float>*>& params = optimizer_.params();
+  if (loss.tape) tape_.backward(loss);
+  const auto w = static_cast<float>(weight);
+  float* at = fused_.data();
+  for (const Parameter<float>* p : params) {
+    auto slot = Eigen::Map<Eigen::ArrayXf>(at, p->grad.numel());
+    if (loss.tape)
+      slot = p->grad.array() * w;
+    else
+      slot.setZero();
+    at += p->grad.numel();
+  }
+  at[0] = loss.tape ? loss.value()[0] * w : 0.0f;
+  at[1] = w;
+  for (std::size_t k = 0; k < step_tallies_.size(); ++k) {
+    at[2 + 2 * k] = static_cast<float>(step_tallies_[k].sum);
+    at[3 + 2 * k] = static_cast<float>(step_tallies_[k].count);
+  }
+  collective_->all_reduce_sum(std::span<float>(fused_));
+
+  const double total_weight = at[1];
+  const double value = static_cast<double>(at[0]) / total_weight;  // NaN if no rank had anything to weigh
+  const double lr = optimizer_.current_lr();
+  if (!std::isfinite(value)) {
+    optimizer_.zero_grad();  // every rank stops here, with the same value
+    detail::check_loss(value, step_ + 1, lr);
+  }
+  const auto inverse = static_cast<float>(1.0 / total_weight);
+  at = fused_.data();
+  for (Parameter<float>* p : params) {
+    p->grad.array() = Eigen::Map<const Eigen::ArrayXf>(at, p->grad.numel()) * inverse;
+    at += p->grad.numel();
+  }
+  update(value, lr);  // clipping reads the reduced gradient: every rank clips, or stops, alike
+  for (std::size_t k = 0; k < window_metrics_.size(); ++k)
+    window_metrics_[k].tally += Tally{at[2 + 2 * k], at[3 + 2 * k]};
+  if (step_ % parallel_options_.check_every == 0) check_replicas();
   return value;
+}
+
+Shard TrainerBase::eval_shard(Index n) const {
+  return data_parallel() ? shard_of(n, collective_->rank(), collective_->size()) : Shard{0, n};
+}
+
+void TrainerBase::reduce_eval_sums(std::vector<double>& sums) { collective_->all_reduce_sum(std::span<double>(sums)); }
+
+void TrainerBase::check_replicas() {
+  const std::uint32_t mine = parameters_crc32(optimizer_.params());
+  collective_->all_gather(std::span<const std::uint32_t>(&mine, 1), std::span<std::uint32_t>(replica_crcs_));
+  std::vector<int> differ;
+  for (std::size_t r = 1; r < replica_crcs_.size(); ++r)
+    if (replica_crcs_[r] != replica_crcs_[0]) differ.push_back(static_cast<int>(r));
+  if (!differ.empty())
+    fail<DivergenceError>("data-parallel: after step {} the parameters of rank{} {} differ from rank 0's (crc32 {:08x} on "
+                          "rank 0, {:08x} on rank {}); the replicas diverged",
+                          step_, differ.size() > 1 ? "s" : "", rank_list(differ), replica_crcs_[0],
+                          replica_crcs_[static_cast<std::size_t>(differ[0])], differ[0]);
+}
+
+// What must be the same on every rank for the replicas to stay the same, each as a text (shown when it
+// differs) whose CRC-32 the ranks compare.
+std::vector<std::pair<std::string, std::string>> TrainerBase::parallel_configuration() const {
+  std::vector<std::string> options, shapes;
+  for (const auto& s : to_settings(options_)) options.push_back(fmt::format("{} {}", s.name, s.value));
+  for (const Parameter<float>* p : optimizer_.params()) shapes.push_back(fmt::format("{} {}", p->name, p->value.shape().str()));
+  const Sampler::State order = sampler_.state();
+  Crc32 order_crc, rng_crc;
+  for (Index i : order.order) order_crc.add_le(static_cast<std::uint64_t>(i));
+  for (std::uint64_t word : order.rng.words) order_crc.add_le(word);
+  for (std::uint64_t word : rng_.state().words) rng_crc.add_le(word);
+  return {
+      {"training options", fmt::format("{}", fmt::join(options, ", "))},
+      {"model", model_.model_record().describe()},
+      {"parameters", fmt::format("{} tensors ({})", shapes.size(), fmt::join(shapes, ", "))},
+      {"optimizer", fmt::format("{} after {} steps", optimizer_.describe(), optimizer_.steps_taken())},
+      {"training data", fmt::format("{} examples, fingerprint {:08x}", sampler_.state().order.size(), data_fingerprint_)},
+      {"evaluation data", eval_fingerprint_ ? fmt::format("fingerprint {:08x}", *eval_fingerprint_) : std::string("none")},
+      {"metrics", metric_names_.empty() ? std::string("none") : fmt::format("{}", fmt::join(metric_names_, ", "))},
+      {"training state", fmt::format("step {}, data order at epoch {} position {} (crc32 {:08x}), random stream crc32 {:08x}",
+                                     step_, order.epoch, order.cursor, order_crc.value(), rng_crc.value())},
+  };
+}
+
+void TrainerBase::start_group() {
+  const int rank = collective_->rank(), size = collective_->size();
+  const auto config = parallel_configuration();
+  std::vector<std::uint32_t> mine, all(config.size() * static_cast<std::size_t>(size));
+  for (const auto& [what, text] : config) mine.push_back(Crc32().add(text.data(), text.size()).value());
+  collective_->all_gather(mine, all);
+  // The first part that differs anywhere: every rank finds the same one, takes rank 0's text of it and
+  // refuses to start, naming the ranks that differ.
+  for (std::size_t k = 0; k < config.size(); ++k) {
+    std::vector<int> differ;
+    for (int r = 1; r < size; ++r)
+      if (all[static_cast<std::size_t>(r) * config.size() + k] != all[k]) differ.push_back(r);
+    if (differ.empty()) continue;
+    std::string first = config[k].second;
+    std::uint64_t length = first.size();
+    collective_->broadcast(std::as_writable_bytes(std::span(&length, 1)), 0);
+    first.resize(length);
+    collective_->broadcast(std::as_writable_bytes(std::span(first.data(), first.size())), 0);
+    const bool odd = mine[k] != all[k];
+    fail<ValueError>("data-parallel: the ranks were started with different {}: rank{} {} differ{} from rank 0{}; rank 0 has: {}",
+                     config[k].first, differ.size() > 1 ? "s" : "", rank_list(differ), differ.size() > 1 ? "" : "s",
+                     odd ? fmt::format(" (rank {} has: {})", rank, shortened(config[k].second)) : "", shortened(first));
+  }
+  // The same configuration: rank 0's weights everywhere (a fresh model's initialisation may depend on
+  // more than its configuration: a user's seedless init).
+  for (Parameter<float>* p : optimizer_.params()) collective_->broadcast(std::as_writable_bytes(p->value.span()), 0);
+  const std::size_t values = static_cast<std::size_t>(model_.parameter_count());
+  fused_.assign(values + 2 + 2 * metric_names_.size(), 0.0f);
+  step_tallies_.assign(metric_names_.size(), Tally{});
+  replica_crcs_.assign(static_cast<std::size_t>(size), 0);
+  parallel_started_ = true;
 }
 
 CurvePoint TrainerBase::record_point() {
@@ -120,6 +285,7 @@ CurvePoint TrainerBase::record_point() {
 
 void TrainerBase::run(const TrainCallbacks& callbacks) {
   stop_requested_ = false;
+  start_parallel();
   if (curve_.empty() && step_ == 0) {  // where training starts from (no training loss yet)
     const CurvePoint p = record_point();
     if (callbacks.on_evaluation) callbacks.on_evaluation(p);
@@ -133,6 +299,7 @@ void TrainerBase::run(const TrainCallbacks& callbacks) {
     // After the evaluation: a checkpoint taken here holds that step's curve point and the fresh window.
     if (callbacks.on_step) callbacks.on_step(step_);
   }
+  if (data_parallel()) check_replicas();
 }
 
 TrainerState TrainerBase::state() const {
@@ -196,6 +363,7 @@ void TrainerBase::set_state(const TrainerState& s) {
   window_steps_ = s.window_steps;
   window_metrics_ = s.window_metrics;
   curve_ = s.curve;
+  parallel_started_ = false;  // the ranks compare the new state before they go on
 }
 
 template class Trainer<SequenceBatch>;

@@ -21,6 +21,11 @@
 // is updated; with `anomaly` on, the tape names the first op that produced the NaN or Inf and its
 // source line. The loop prints nothing: callbacks see every step and every evaluation
 // (train/report.hpp turns them into a progress bar, plain lines or a CSV file).
+//
+// Data-parallel: set_collective() makes the trainer one replica of a group of processes (one per rank,
+// each with the same model, data and options): it takes its shard of every global batch and the ranks
+// average their gradients (train/collective.hpp says how, and why the result does not depend on the
+// number of ranks but for float rounding).
 
 #include <algorithm>
 #include <concepts>
@@ -28,13 +33,16 @@
 #include <functional>
 #include <numeric>
 #include <optional>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tapegrad/autograd/tape.hpp"
 #include "tapegrad/core/rng.hpp"
 #include "tapegrad/core/settings.hpp"
 #include "tapegrad/layers/module.hpp"
+#include "tapegrad/train/collective.hpp"
 #include "tapegrad/train/data.hpp"
 #include "tapegrad/train/data_source.hpp"
 #include "tapegrad/train/metrics.hpp"
@@ -126,7 +134,8 @@ class TrainerBase {
   TrainerBase& operator=(const TrainerBase&) = delete;
 
   // Trains from the current step to options().steps: evaluates before the first step (if no curve
-  // point exists yet), every eval_every steps and at the end. stop() from a callback ends it early.
+  // point exists yet), every eval_every steps and at the end. stop() from a callback ends it early (in a
+  // data-parallel run, on every rank at the same step).
   void run(const TrainCallbacks& callbacks = {});
   // One step: batch, forward, loss, backward, clip, update. Returns the batch loss.
   virtual double step() = 0;
@@ -157,6 +166,24 @@ class TrainerBase {
   void set_state(const TrainerState& s);
   void check_state(const TrainerState& s) const;
 
+  // Data-parallel training (train/collective.hpp) with this rank of `collective`, which must outlive the
+  // trainer (nullptr: back to one process). Give it once the trainer is complete (evaluation data,
+  // metrics, a resumed state): the next step, run() or evaluate() starts the group, which every rank then
+  // does together: the ranks compare their configuration (options, model, parameters' names and shapes,
+  // optimizer, data, metrics, step, data order and random stream) and refuse a mismatch naming the rank
+  // and what differs (ValueError), then take rank 0's parameters. Every options.check_every steps and at
+  // the end of run() they compare their parameters (DivergenceError naming the step and the ranks).
+  // Dropout: at each step every rank draws one number from the training stream and seeds its own stream
+  // (that number, its rank) for the step's masks, so the saved stream is the same on every rank and a
+  // resume on as many ranks is exact; with dropout the masks, and so the results, depend on the number
+  // of ranks. What throws on every rank alike (a mismatch, a non-finite reduced loss or norm, a divergence)
+  // leaves the group consistent; what throws on one rank only (anomaly detection, a user's loss function,
+  // a full disk on rank 0) leaves the others waiting in the next collective, so a program must then end
+  // the job (MpiCollective::abort), as examples/data_parallel.hpp does for any failure.
+  void set_collective(Collective* collective, DataParallelOptions options = {});
+  Collective* collective() const { return collective_; }
+  bool data_parallel() const { return collective_ != nullptr && collective_->size() > 1; }
+
  protected:
   // `fingerprint` is the training data's (DataSource::fingerprint).
   TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Index train_size, std::uint32_t fingerprint,
@@ -167,6 +194,20 @@ class TrainerBase {
   // step: the NaN stop, backward, clipping, the update and the window sums. Returns the loss.
   std::span<const Index> next_indices() { return sampler_.next(); }
   double finish_step(Var<float> loss);
+  // The same for a data-parallel step: this rank's indices of the next global batch (maybe none); then,
+  // with the shard's loss (empty when the shard is empty or weighs nothing), its weight and its metric
+  // tallies, the reduction and the rest of the step, every rank together. Returns the global batch's loss.
+  std::span<const Index> next_shard();
+  double finish_parallel_step(Var<float> loss, double weight);
+  std::vector<Tally>& step_tallies() { return step_tallies_; }
+  // Starts the group if it has not started (see set_collective); every rank calls it at the same point.
+  void start_parallel() {
+    if (collective_ && !parallel_started_) start_group();
+  }
+  // The range of n evaluation examples this rank evaluates ([0, n) in one process), and the sums
+  // {loss * weight, weight, then each metric's sum and count} over the ranks, in place.
+  Shard eval_shard(Index n) const;
+  void reduce_eval_sums(std::vector<double>& sums);
   Tape<float>& tape() { return tape_; }
   std::vector<MetricWindow>& window_metrics() { return window_metrics_; }
   void add_metric_name(std::string name);
@@ -179,6 +220,12 @@ class TrainerBase {
 
  private:
   CurvePoint record_point();
+  // With the step's gradient in the parameters: clipping (and the NaN stop on its norm), the update, the
+  // step count and the window's loss.
+  void update(double loss, double lr);
+  void start_group();
+  std::vector<std::pair<std::string, std::string>> parallel_configuration() const;  // (what, its text)
+  void check_replicas();  // DivergenceError unless every rank holds rank 0's parameters
 
   Module<float>& model_;
   Optimizer<float>& optimizer_;
@@ -196,6 +243,14 @@ class TrainerBase {
   std::vector<CurvePoint> curve_;
   double start_seconds_;
   bool stop_requested_ = false;
+  // Data-parallel state: all sized when the group starts, so a step allocates nothing.
+  Collective* collective_ = nullptr;
+  DataParallelOptions parallel_options_;
+  bool parallel_started_ = false;
+  Rng shard_rng_;                      // this rank's stream for one step's dropout masks
+  std::vector<Tally> step_tallies_;    // this rank's metric tallies of one step
+  std::vector<float> fused_;           // w g of every parameter, then w loss, w, the tallies
+  std::vector<std::uint32_t> replica_crcs_;  // every rank's parameter checksum
 };
 
 // The loop over batches of type B (SequenceBatch, TensorBatch, or a user's own with weight()).
@@ -270,6 +325,24 @@ void Trainer<B>::add_metric(std::string name, MetricFn measure) {
 
 template <class B>
 double Trainer<B>::step() {
+  start_parallel();
+  if (data_parallel()) {
+    const std::span<const Index> shard = next_shard();
+    std::optional<StepOutput<float>> out;
+    double weight = 0;
+    if (!shard.empty()) {
+      train_.fill(shard, batch_);
+      weight = batch_.weight();
+    }
+    if (weight > 0) {  // a shard that weighs nothing adds nothing (its mean would be 0 / 0)
+      if (!model().training()) model().train();
+      tape().reset();
+      out.emplace(loss_(tape(), batch_));
+    }
+    for (std::size_t k = 0; k < metrics_.size(); ++k)
+      step_tallies()[k] = out && out->output.tape ? metrics_[k](out->output.value(), batch_) : Tally{};
+    return finish_parallel_step(out ? out->loss : Var<float>{}, weight);
+  }
   train_.fill(next_indices(), batch_);
   if (!model().training()) model().train();
   tape().reset();
@@ -288,11 +361,13 @@ NamedValues Trainer<B>::evaluate(const DataSource<B>& data) {
     explicit EvalMode(Module<float>& model) : m(model), was_training(model.training()) { m.eval(); }
     ~EvalMode() { m.train(was_training); }
   } mode(model());
+  start_parallel();
   NoGradGuard<float> guard(eval_tape_);
   double loss_sum = 0, weight_sum = 0;
   std::vector<Tally> tallies(metrics_.size());
-  for (Index start = 0; start < data.size(); start += options().eval_batch) {
-    eval_indices_.resize(static_cast<std::size_t>(std::min(options().eval_batch, data.size() - start)));
+  const Shard part = eval_shard(data.size());  // all of it in one process
+  for (Index start = part.begin; start < part.end; start += options().eval_batch) {
+    eval_indices_.resize(static_cast<std::size_t>(std::min(options().eval_batch, part.end - start)));
     std::iota(eval_indices_.begin(), eval_indices_.end(), start);
     data.fill(eval_indices_, eval_batch_);
     eval_tape_.reset();
@@ -302,6 +377,14 @@ NamedValues Trainer<B>::evaluate(const DataSource<B>& data) {
     weight_sum += weight;
     if (out.output.tape)
       for (std::size_t k = 0; k < metrics_.size(); ++k) tallies[k] += metrics_[k](out.output.value(), eval_batch_);
+  }
+  if (data_parallel()) {
+    std::vector<double> sums = {loss_sum, weight_sum};
+    for (const Tally& t : tallies) sums.insert(sums.end(), {t.sum, t.count});
+    reduce_eval_sums(sums);
+    loss_sum = sums[0];
+    weight_sum = sums[1];
+    for (std::size_t k = 0; k < tallies.size(); ++k) tallies[k] = {sums[2 + 2 * k], sums[3 + 2 * k]};
   }
   NamedValues values{{"loss", Tally{loss_sum, weight_sum}.mean()}};
   for (std::size_t k = 0; k < metrics_.size(); ++k) values.push_back({metric_names()[k], tallies[k].mean()});

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -127,16 +128,20 @@ std::string attention_word(const std::vector<std::string>& validation) {
   return validation.front();
 }
 
+// Rank 0 of a data-parallel run, or the one process: what prints and writes files.
+bool is_leader(const Collective* collective) { return collective == nullptr || collective->rank() == 0; }
+
 RunResult train_one(const Options& o, AttentionMode mode, int seed, Index max_len, const WordSource& train,
                     const WordSource& validation, const std::string& shown_word, const fs::path& dir,
-                    const fs::path& data_file) {
+                    const fs::path& data_file, Collective* collective) {
   CharLm<float>::Config config = o.model;
   config.max_len = max_len;
   config.attention = mode;
   config.seed = static_cast<std::uint64_t>(seed);
   LmRun run(config, train, validation, o);
+  run.trainer.set_collective(collective);  // every rank trains this model together
   const bool terminal = isatty(fileno(stderr)) != 0;
-  Progress progress(stderr, terminal ? Progress::Style::bar : Progress::Style::quiet, o.steps,
+  Progress progress(stderr, terminal && is_leader(collective) ? Progress::Style::bar : Progress::Style::quiet, o.steps,
                     fmt::format("{} seed {}", mode_title(mode), seed));
   const auto start = std::chrono::steady_clock::now();
   run.trainer.run(progress.callbacks());
@@ -145,6 +150,7 @@ RunResult train_one(const Options& o, AttentionMode mode, int seed, Index max_le
   r.seconds = seconds_since(start);
   r.curve = run.trainer.curve();
   r.validation = value_of(r.curve.back().values, "eval_loss");
+  if (!is_leader(collective)) return r;  // the others' replicas are rank 0's: it samples, saves and reports
   r.samples = sample_words(next_symbol(run.model), max_len, o.count, o.sample_seed);
   if (seed == 0) r.maps = attention_maps(run.model, shown_word);
 
@@ -242,7 +248,8 @@ std::string samples_block(const std::vector<std::pair<std::string, std::vector<s
 
 }  // namespace
 
-int run_comparison(const Options& o) {
+int run_comparison(const Options& o, Collective* collective) {
+  const bool leader = is_leader(collective);
   const auto start = std::chrono::steady_clock::now();
   if (o.model.d_model % o.model.n_heads != 0)
     fail<ValueError>("--d-model {} is not divisible by --heads {}", o.model.d_model, o.model.n_heads);
@@ -256,13 +263,16 @@ int run_comparison(const Options& o) {
   check_memory(shape, std::max<Index>(o.batch, kEvalBatch));
 
   const fs::path dir(o.out);
-  const FolderLock folder(dir, "--out");  // the run's folder, checked and ours before any training
-  remove_stale_temporaries(dir);
-  claim_outputs(dir, o.overwrite);
+  std::optional<FolderLock> folder;  // the run's folder, checked and rank 0's before any training
+  if (leader) {
+    folder.emplace(dir, "--out");
+    remove_stale_temporaries(dir);
+    claim_outputs(dir, o.overwrite);
+  }
 
   const WordSource train("words (train)", split.train), validation("words (validation)", split.validation);
   const std::string shown_word = attention_word(split.validation);
-  fmt::print("char_lm: next-character models of English words\n"
+  if (leader) fmt::print("char_lm: next-character models of English words\n"
              "data: {}: {} lines, {} distinct words of a-z kept ({} lines not a-z, {} longer than {} letters, {} "
              "duplicates dropped)\n"
              "split (seed {}): {} training words, {} validation words ({} symbols to predict: letters and ends)\n"
@@ -282,12 +292,13 @@ int run_comparison(const Options& o) {
   const double bigram_nll = bigram.nll(split.validation);
   const double bigram_seconds = seconds_since(bigram_start);
   const std::vector<std::string> bigram_samples = sample_words(next_symbol(bigram), max_len, o.count, o.sample_seed);
-  write_file(dir / "samples_bigram.txt", lines(bigram_samples));
+  if (leader) write_file(dir / "samples_bigram.txt", lines(bigram_samples));
 
   std::vector<std::vector<RunResult>> results(std::size(kModes));
   for (std::size_t m = 0; m < std::size(kModes); ++m)
     for (int seed = 0; seed < o.seeds; ++seed)
-      results[m].push_back(train_one(o, kModes[m], seed, max_len, train, validation, shown_word, dir, data_file));
+      results[m].push_back(train_one(o, kModes[m], seed, max_len, train, validation, shown_word, dir, data_file, collective));
+  if (!leader) return static_cast<int>(ExitCode::ok);  // rank 0 writes the tables, pictures and report
 
   std::vector<Row> rows = {{"bigram (add-one)", Bigram::parameter_count(), fmt::format("{:.3f}", bigram_nll), bigram_seconds}};
   for (const auto& runs : results) {

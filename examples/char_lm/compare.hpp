@@ -8,6 +8,7 @@
 #include <string>
 
 #include "char_lm/model.hpp"
+#include "tapegrad/train/collective.hpp"
 
 namespace char_lm {
 
@@ -31,7 +32,9 @@ struct Options {
   std::uint64_t sample_seed = 0;
 };
 
-int run_comparison(const Options& o);
+// With a collective (--data-parallel), every model is trained by all its ranks together; rank 0 alone
+// prints, takes --out and writes the files.
+int run_comparison(const Options& o, tapegrad::Collective* collective = nullptr);
 
 // Rebuilds the model saved in `file` and prints `count` sampled words, one per line, exactly as the
 // training run sampled them with the same seed.

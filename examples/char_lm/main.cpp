@@ -7,12 +7,14 @@
 //   build/examples/char_lm                                   # /usr/share/dict/american-english -> char_lm_out/
 //   build/examples/char_lm --data names.txt --out runs/names --steps 3000
 //   build/examples/char_lm --sample-from char_lm_out/learnable_seed0.tgck   # the same 20 words, in a new process
+//   mpirun -np 2 build/examples/char_lm --data-parallel    # each model trained by 2 ranks (README: "Across processes")
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <fmt/format.h>
 
 #include "char_lm/compare.hpp"
 #include "command_line.hpp"
+#include "data_parallel.hpp"
 #include "tapegrad/core/parallel.hpp"
 #include "tapegrad/train/report.hpp"
 
@@ -42,6 +44,7 @@ int main(int argc, char** argv) {
                "targets 'word.'); other lines are dropped."};
   std::string sample_file;
   int threads = 0;
+  bool data_parallel = false;
   auto* data = app.add_option("--data", o.data, "Word list, one word per line")->capture_default_str();
   auto* out = app.add_option("--out", o.out, "Folder for checkpoints, samples, pictures and report.md")->capture_default_str();
   auto* overwrite = app.add_flag("--overwrite", o.overwrite, "Replace the files of an earlier run in --out");
@@ -68,6 +71,7 @@ int main(int argc, char** argv) {
                       ->capture_default_str()->check(within(0, 0.9));
   app.add_option("--count", o.count, "Words sampled from each model")->capture_default_str()->check(CLI::Range(1, 100000));
   app.add_option("--seed", o.sample_seed, "Seed of the sampled words")->capture_default_str();
+  auto* parallel = app.add_flag("--data-parallel", data_parallel, examples::kDataParallelHelp);
   app.add_option("--threads", threads, "Threads for matrix products (default: OMP_NUM_THREADS)")->check(CLI::Range(1, 256));
   auto* sample = app.add_option("--sample-from", sample_file,
                                 "Rebuild the model saved in this checkpoint and print --count words sampled with --seed "
@@ -75,15 +79,17 @@ int main(int argc, char** argv) {
   app.footer("Examples:\n"
              "  char_lm                                  # the default comparison, into char_lm_out/\n"
              "  char_lm --data names.txt --out runs/names --steps 3000 --tie\n"
-             "  char_lm --sample-from char_lm_out/learnable_seed0.tgck --count 20 --seed 0\n");
+             "  char_lm --sample-from char_lm_out/learnable_seed0.tgck --count 20 --seed 0\n"
+             "  mpirun -np 2 char_lm --data-parallel     # 2 ranks share every batch; rank 0 writes --out\n");
   if (const auto stop = examples::parse_command_line(app, "char_lm", argc, argv)) return *stop;
-  return run_program("char_lm", [&] {
+  examples::Job job;
+  return job.run("char_lm", data_parallel && sample->count() == 0, &argc, &argv, [&] {
     for (const CLI::Option* training : {data, out, overwrite, seeds, data_seed, steps, batch, eval, layers, width, heads, d_ff,
-                                        tie, lr, decay, dropout})
+                                        tie, lr, decay, dropout, parallel})
       if (sample->count() > 0 && training->count() > 0)
         fail<ValueError>("{} is a training flag; --sample-from takes only --count, --seed and --threads", training->get_name());
     if (threads > 0) set_num_threads(threads);
     if (sample->count() > 0) return char_lm::sample_from(sample_file, o.count, o.sample_seed);
-    return char_lm::run_comparison(o);
+    return char_lm::run_comparison(o, job.collective());
   });
 }

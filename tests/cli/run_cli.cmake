@@ -1,5 +1,6 @@
 # Runs a command-line program and checks what it did: -DCOMMAND="prog;arg;..." -DEXPECT=success|failure
-# -DOUTPUT_REGEX=... (matched against stdout + stderr) [-DONE_LINE=ON: stderr must be a single line].
+# -DOUTPUT_REGEX=... (matched against stdout + stderr) [-DONE_LINE=ON: stderr must be a single line]
+# [-DONCE_REGEX=...: matched exactly once in stdout + stderr].
 execute_process(COMMAND ${COMMAND} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 set(all "${out}${err}")
 if(EXPECT STREQUAL "success" AND NOT rc EQUAL 0)
@@ -10,6 +11,13 @@ if(EXPECT STREQUAL "failure" AND rc EQUAL 0)
 endif()
 if(DEFINED OUTPUT_REGEX AND NOT all MATCHES "${OUTPUT_REGEX}")
   message(FATAL_ERROR "output does not match '${OUTPUT_REGEX}':\n${all}")
+endif()
+if(DEFINED ONCE_REGEX)
+  string(REGEX MATCHALL "${ONCE_REGEX}" matches "${all}")
+  list(LENGTH matches n)
+  if(NOT n EQUAL 1)
+    message(FATAL_ERROR "'${ONCE_REGEX}' appears ${n} times, not once:\n${all}")
+  endif()
 endif()
 if(ONE_LINE)
   string(REGEX MATCHALL "\n" newlines "${err}")

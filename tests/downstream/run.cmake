@@ -1,6 +1,7 @@
 # Installs the freshly built tapegrad into a scratch prefix, then configures, builds and runs a tiny
-# separate project that uses find_package(tapegrad) and links tapegrad::tapegrad. CXX_FLAGS carries
-# the sanitizer flags when the library under test was built with them.
+# separate project that uses find_package(tapegrad) and links tapegrad::tapegrad (and, with -DWITH_MPI=ON,
+# one that asks for the mpi component). CXX_FLAGS carries the sanitizer flags when the library under test
+# was built with them.
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 
@@ -33,5 +34,12 @@ execute_process(COMMAND ${CMAKE_COMMAND} -DPROGRAM=${WORK_DIR}/build/custom_mode
                         -P ${CUSTOM_MODEL_SCRIPT} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "downstream: examples/custom_model.cpp built against the install failed its run:\n${out}\n${err}")
+endif()
+# Data-parallel training from the install, when tapegrad was built with it: the mpi component.
+if(WITH_MPI)
+  run(${CMAKE_COMMAND} -S ${DOWNSTREAM_SOURCE_DIR}/mpi -B ${WORK_DIR}/build_mpi -DCMAKE_PREFIX_PATH=${prefix}
+      -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
+  run(${CMAKE_COMMAND} --build ${WORK_DIR}/build_mpi)
+  run(${WORK_DIR}/build_mpi/downstream_mpi)
 endif()
 message(STATUS "downstream: find_package(tapegrad) project configured, built and ran, custom_model included\n${out}")

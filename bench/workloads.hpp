@@ -1,0 +1,78 @@
+#pragma once
+// The benchmark workloads, one table for every benchmark that times a training step (step_bench, dp_step;
+// bench/compare.py and bench/torch_step.py read it through step_bench --list-workloads).
+// W1-W4 ("attention"): the lesson's toy model with trainable token embeddings and learned positions ->
+// self-attention (Wq, Wk, Wv, Wo, no bias, H heads) + residual -> linear readout over V classes.
+// W5 ("stack"): embedding + learned positions -> L pre-norm transformer blocks -> LayerNorm -> head.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lesson/toy_model.hpp"
+#include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/layers/embedding.hpp"
+#include "tapegrad/layers/transformer.hpp"
+#include "tapegrad/train/data_source.hpp"
+
+namespace tapegrad {
+
+struct Workload {
+  std::string name;
+  Index B, T, d, H, V;
+  std::string model = "attention";  // or "stack"
+  Index layers = 0, ffn = 0;         // the stack's blocks and FFN width
+  // Matmul FLOPs of one step: 3x the forward GEMMs (backward is two GEMMs per forward one).
+  double flops() const {
+    const double b = static_cast<double>(B), t = static_cast<double>(T), dd = static_cast<double>(d),
+                 v = static_cast<double>(V), f = static_cast<double>(ffn), l = static_cast<double>(layers);
+    const double attention = 8 * b * t * dd * dd + 4 * b * t * t * dd;  // Q K V O projections; scores, A V
+    if (model == "stack") return 3 * (l * (attention + 4 * b * t * dd * f) + 2 * b * t * dd * v);
+    return 3 * (attention + 2 * b * t * dd * v);
+  }
+};
+
+inline const std::vector<Workload> kWorkloads = {{"W1", 32, 8, 16, 1, 16},
+                                          {"W2", 16, 32, 64, 4, 32},
+                                          {"W3", 8, 128, 128, 4, 64},
+                                          {"W4", 4, 256, 256, 8, 256},
+                                          {"W5", 8, 128, 256, 8, 64, "stack", 4, 1024}};
+
+// W5's model: embedding + learned positions -> TransformerStack (causal, pre-norm) -> LmHead.
+class StackModel : public Module<float> {
+ public:
+  explicit StackModel(const Workload& w) : rng_(1) {
+    embed_ = std::make_unique<Embedding<float>>("embed", EmbeddingOptions{.vocab = w.V, .dim = w.d}, rng_);
+    this->register_child(*embed_);
+    pos_ = std::make_unique<Positions<float>>(
+        "pos", PositionOptions{.kind = PositionEncoding::learned, .max_len = w.T, .d_model = w.d}, rng_);
+    this->register_child(*pos_);
+    const TransformerBlockOptions block{.mode = AttentionMode::learnable, .d_model = w.d, .n_heads = w.H, .d_ff = w.ffn,
+                                        .causal = true, .layernorm = true, .mlp = true, .dropout = 0};
+    stack_ = std::make_unique<TransformerStack<float>>("stack", TransformerStackOptions{.n_layers = w.layers, .block = block},
+                                                       rng_);
+    this->register_child(*stack_);
+    head_ = std::make_unique<LmHead<float>>("head", LmHeadOptions{.d_model = w.d, .vocab = w.V}, rng_);
+    this->register_child(*head_);
+  }
+  Var<float> loss(Tape<float>& tape, const SequenceBatch& batch) {
+    Var<float> x = pos_->forward(embed_->forward(tape, batch.tokens));         // (B, T, d)
+    return cross_entropy(head_->forward(stack_->forward(x)), batch.labels);  // (B, T, V) -> scalar
+  }
+
+ private:
+  Rng rng_;
+  std::unique_ptr<Embedding<float>> embed_;
+  std::unique_ptr<Positions<float>> pos_;
+  std::unique_ptr<TransformerStack<float>> stack_;
+  std::unique_ptr<LmHead<float>> head_;
+};
+
+// W1-W4's model: the lesson's toy model in the shape of the workload.
+inline lesson::ModelConfig attention_config(const Workload& w) {
+  return {.vocab = w.V, .labels = w.V, .max_len = w.T, .features = lesson::FeatureKind::learned, .d_embed = w.d,
+          .positions = PositionEncoding::learned, .attention = AttentionMode::learnable, .heads = w.H,
+          .output_projection = true, .residual = true, .seed = 1};
+}
+
+}  // namespace tapegrad

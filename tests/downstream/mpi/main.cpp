@@ -1,0 +1,17 @@
+// Built against the installed tapegrad::mpi: its header, its library and MPI's come with the component.
+// Not started by mpirun, so it starts no MPI; it checks what it can without one.
+#include <tapegrad/mpi/mpi_collective.hpp>
+#include <tapegrad/tapegrad.hpp>
+
+#include <cstdio>
+
+int main() {
+  using namespace tapegrad;
+  const Shard second = shard_of(33, 1, 2);
+  if (started_by_mpi_launcher() || second.begin != 17 || second.end != 33) {
+    std::puts("downstream_mpi: wrong answer");
+    return 1;
+  }
+  std::puts("downstream_mpi: ok");
+  return 0;
+}
