@@ -8,8 +8,8 @@
 // -> linear head over V: PyTorch's nn.TransformerEncoderLayer(norm_first=True, activation="gelu").
 //
 // Prints one JSON line per workload (median ms per step, achieved GFLOP/s, heap allocations per
-// steady-state step, parameter count) and one with this machine's Eigen GEMM peak at the same thread
-// count. kWorkloads (bench/workloads.hpp) is the one table of the workloads: --list-workloads prints it, and
+// steady-state step, parameter count) and one with this machine's GEMM peak at the same thread count
+// (gemm_peak below). kWorkloads (bench/workloads.hpp) is the one table of the workloads: --list-workloads prints it, and
 // bench/compare.py and bench/torch_step.py read it from there.
 // bench/compare.py runs it beside PyTorch; run it alone as
 //   OMP_NUM_THREADS=1 build/bench/step_bench [--workloads W1,W3] [--seconds 2]
@@ -154,11 +154,7 @@ int main(int argc, char** argv) {
       StackModel model(w);
       train(model, [&](StackModel& m) { return m.loss(tape, batch); });
     } else {
-      lesson::ModelConfig config{.vocab = w.V, .labels = w.V, .max_len = w.T, .features = lesson::FeatureKind::learned,
-                                 .d_embed = w.d, .positions = PositionEncoding::learned,
-                                 .attention = AttentionMode::learnable, .heads = w.H, .output_projection = true,
-                                 .residual = true, .seed = 1};
-      lesson::ToyModel<float> model(config);
+      lesson::ToyModel<float> model(attention_config(w));
       train(model, [&](lesson::ToyModel<float>& m) { return m.loss(tape, batch).loss; });
     }
   }

@@ -20,7 +20,7 @@ if(TAPEGRAD_HAVE_MPI)
   install(TARGETS tapegrad_mpi EXPORT tapegradMpiTargets
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-  install(FILES ${PROJECT_SOURCE_DIR}/mpi/mpi_collective.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad/mpi)
+  install(FILES ${PROJECT_SOURCE_DIR}/${TAPEGRAD_MPI_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad/train)
   install(EXPORT tapegradMpiTargets NAMESPACE tapegrad:: DESTINATION ${config_dir})
 endif()
 install(EXPORT tapegradTargets NAMESPACE tapegrad:: DESTINATION ${config_dir})

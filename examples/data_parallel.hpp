@@ -16,7 +16,7 @@
 #include "tapegrad/train/collective.hpp"
 #include "tapegrad/train/report.hpp"
 #ifdef TAPEGRAD_HAVE_MPI
-#include "tapegrad/mpi/mpi_collective.hpp"
+#include "tapegrad/train/mpi_collective.hpp"
 #endif
 
 namespace tapegrad::examples {
