@@ -236,18 +236,22 @@ Kernel<T> dispatch(const KernelKey& key) {
 // kernel runs, so each thread keeps the kernels it has used in a fixed hash table: nothing is allocated
 // after the first step. When the table is full, kernels are dispatched every time (slower, same kernel).
 template <class T>
-Kernel<T> kernel(const KernelKey& key) {
-  struct Entry {
-    KernelKey key;
-    Kernel<T> fn = nullptr;
-  };
+struct KernelEntry {
+  KernelKey key;
+  Kernel<T> fn = nullptr;
+};
+
+template <class T>
+Kernel<T> lookup(const KernelKey& key) {
   constexpr std::size_t kSlots = 512, kProbes = 8;
-  thread_local Entry table[kSlots];
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
-  for (const Index v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc, Index{key.add}, Index{key.transpose_b}})
-    h = (h ^ static_cast<std::uint64_t>(v)) * 1099511628211ull;
+  thread_local KernelEntry<T> table[kSlots];
+  const auto u = [](Index v) { return static_cast<std::uint64_t>(v); };
+  std::uint64_t h = u(key.m) ^ u(key.n) << 9 ^ u(key.k) << 18 ^ u(key.lda) << 27 ^ u(key.ldb) << 36 ^ u(key.ldc) << 45 ^
+                    u(key.add) << 62 ^ u(key.transpose_b) << 63;
+  h = (h ^ h >> 31) * 0x9e3779b97f4a7c15ull;
+  h ^= h >> 29;
   for (std::size_t probe = 0; probe < kProbes; ++probe) {
-    Entry& e = table[(h + probe) % kSlots];
+    KernelEntry<T>& e = table[(h + probe) % kSlots];
     if (e.fn && e.key == key) return e.fn;
     if (!e.fn) {
       e = {key, dispatch<T>(key)};
@@ -255,6 +259,21 @@ Kernel<T> kernel(const KernelKey& key) {
     }
   }
   return dispatch<T>(key);
+}
+
+// The table, behind the last few kernels asked for: a step asks for the same few, item after item (the
+// toy model's 32 sequences, each a product of the same shape), and comparing a few keys is cheaper than
+// hashing one (a quarter of a small product's time went to hashing, measured on W1's shapes).
+template <class T>
+Kernel<T> kernel(const KernelKey& key) {
+  constexpr std::size_t kRecent = 4;
+  thread_local KernelEntry<T> recent[kRecent];
+  thread_local std::size_t next_recent = 0;
+  for (const KernelEntry<T>& e : recent)
+    if (e.key == key && e.fn) return e.fn;
+  KernelEntry<T>& slot = recent[next_recent++ % kRecent];
+  slot = {key, lookup<T>(key)};
+  return slot.fn;
 }
 
 // The kernels of one product's grid, resolved on the calling thread before any block runs (the threads
@@ -276,12 +295,6 @@ struct Grid {
 template <class T>
 Grid<T> make_grid(Dims d, Index lda, Index ldb, Index ldc, bool transpose_b) {
   Grid<T> g{d};
-  if (d.m <= kBlockRows && d.n <= kBlockCols && d.k <= kBlockDepth) {  // one block (the toy model's products)
-    Kernel<T>& slot = g.fn[d.m < kBlockRows][d.n < kBlockCols][0];
-    slot = kernel<T>({d.n, d.m, d.k, lda, ldb, ldc, false, transpose_b});
-    g.complete = slot != nullptr;
-    return g;
-  }
   for (const Index row : {Index{0}, (d.m - 1) / kBlockRows * kBlockRows})
     for (const Index col : {Index{0}, (d.n - 1) / kBlockCols * kBlockCols})
       for (const Index p : {Index{0}, std::min(kBlockDepth, (d.k - 1) / kBlockDepth * kBlockDepth),
@@ -315,31 +328,51 @@ void run_blocks(const Grid<T>& g, Form form, MatrixRef<T> a, MatrixRef<T> b, T* 
       }
 }
 
+// C (rows x n, rows c_stride apart) += `out` (rows x n, contiguous).
+template <class T>
+void add_rows(T* c, Index c_stride, const T* out, Index rows, Index n) {
+  if (c_stride == n)  // one contiguous pass: a small product's rows are too short to vectorise well
+    ArrayMap<T>(c, rows * n) += ConstArrayMap<T>(out, rows * n);
+  else
+    StridedMap<T>(c, rows, n, Eigen::OuterStride<>(c_stride)) += ConstMatrixMap<T>(out, rows, n);
+}
+
 // Returns false, having done nothing, if libxsmm has no kernel for one of the product's blocks.
 template <class T>
 bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_stride, bool accumulate,
                bool may_split) {
   const bool transposed_b = form == Form::abt;
   const Index lda = transposed_b ? d.n : b.stride;  // the kernel's A operand is b, or b^T laid out (k x n)
+  // C += op(A) op(B) is formed in scratch (out), then added: one rounding per element, as in C = P1
+  // then C += P2 for any order of products.
   T* out = accumulate ? scratch<T>(static_cast<std::size_t>(d.m * d.n), 1) : c;
   const Index out_stride = accumulate ? d.n : c_stride;
-  const Grid<T> grid = make_grid<T>(d, lda, a.stride, out_stride, form == Form::atb);
-  if (!grid.complete) return false;
+  // A product of one block (the toy model's, W1's) is one kernel call: none of the grid's bookkeeping,
+  // which cost as much as such a kernel runs.
+  const bool one_block = d.m <= kBlockRows && d.n <= kBlockCols && d.k <= kBlockDepth;
+  Kernel<T> single = nullptr;
+  Grid<T> grid{d};
+  if (one_block)
+    single = kernel<T>({d.n, d.m, d.k, lda, a.stride, out_stride, false, form == Form::atb});
+  else
+    grid = make_grid<T>(d, lda, a.stride, out_stride, form == Form::atb);
+  if (one_block ? !single : !grid.complete) return false;
   if (transposed_b) {  // b (n x k) -> b^T (k x n), so that the kernel reads it as it does for a b
     T* bt = scratch<T>(static_cast<std::size_t>(d.k * d.n), 0);
     transpose_into(bt, d.n, b.data, b.stride, d.n, d.k);
     b = {bt, d.n};
   }
-  // C += op(A) op(B) is formed in scratch (out), then added: one rounding per element, as in C = P1
-  // then C += P2 for any order of products.
+  if (one_block) {
+    single(b.data, a.data, out);  // the block at row 0, column 0, depth 0 (see run_blocks)
+    if (accumulate) add_rows(c, c_stride, out, d.m, d.n);
+    return true;
+  }
   const double macs = static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
   parallel_for(
       d.m, may_split && split_product(macs),
       [&](Index r0, Index r1) {
         run_blocks(grid, form, a, b, out, out_stride, r0, r1);
-        if (accumulate)
-          StridedMap<T>(c + r0 * c_stride, r1 - r0, d.n, Eigen::OuterStride<>(c_stride)) +=
-              MatrixMap<T>(out + r0 * d.n, r1 - r0, d.n);
+        if (accumulate) add_rows(c + r0 * c_stride, c_stride, out + r0 * d.n, r1 - r0, d.n);
       },
       kBlockRows);
   return true;
