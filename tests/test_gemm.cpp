@@ -111,26 +111,27 @@ TEST_CASE("gemm: operands and results inside wider matrices give the bits of the
   Rng rng(32);
   with_each_kernel([&] {
     for (const ProductForm form : {ProductForm::ab, ProductForm::atb, ProductForm::abt})
-      for (const bool accumulate : {false, true}) {
-        const Operands o{70, 40, 300, form};
-        const Index pad = 24;  // extra columns on every side of every matrix
-        const Tensor a = random_tensor<float>(a_shape(o), rng), b = random_tensor<float>(b_shape(o), rng);
-        const Tensor c0 = random_tensor<float>(Shape::mat(o.m, o.n), rng);
-        Tensor wide_a(Shape::mat(a.rows(), a.cols() + 2 * pad), 9.f), wide_b(Shape::mat(b.rows(), b.cols() + 2 * pad), 9.f);
-        Tensor wide_c(Shape::mat(o.m, o.n + 2 * pad), 7.f);
-        wide_a.flat().middleCols(pad, a.cols()) = a.flat();
-        wide_b.flat().middleCols(pad, b.cols()) = b.flat();
-        wide_c.flat().middleCols(pad, o.n) = c0.flat();
-        Tensor c = c0;
-        detail::gemm<float>(form, o.m, o.n, o.k, {a.data(), a.cols()}, {b.data(), b.cols()}, c.data(), o.n, accumulate);
-        detail::gemm<float>(form, o.m, o.n, o.k, {wide_a.data() + pad, wide_a.cols()}, {wide_b.data() + pad, wide_b.cols()},
-                            wide_c.data() + pad, wide_c.cols(), accumulate);
-        CAPTURE(form_name(form));
-        CAPTURE(accumulate);
-        CHECK(wide_c.flat().middleCols(pad, o.n) == c.flat());
-        CHECK((wide_c.flat().leftCols(pad).array() == 7.f).all());
-        CHECK((wide_c.flat().rightCols(pad).array() == 7.f).all());
-      }
+      for (const bool accumulate : {false, true})
+        for (const Operands o : {Operands{70, 40, 300, form}, Operands{20, 12, 48, form}}) {  // a grid, one block
+          CAPTURE(o.m);
+          const Index pad = 24;  // extra columns on every side of every matrix
+          const Tensor a = random_tensor<float>(a_shape(o), rng), b = random_tensor<float>(b_shape(o), rng);
+          const Tensor c0 = random_tensor<float>(Shape::mat(o.m, o.n), rng);
+          Tensor wide_a(Shape::mat(a.rows(), a.cols() + 2 * pad), 9.f), wide_b(Shape::mat(b.rows(), b.cols() + 2 * pad), 9.f);
+          Tensor wide_c(Shape::mat(o.m, o.n + 2 * pad), 7.f);
+          wide_a.flat().middleCols(pad, a.cols()) = a.flat();
+          wide_b.flat().middleCols(pad, b.cols()) = b.flat();
+          wide_c.flat().middleCols(pad, o.n) = c0.flat();
+          Tensor c = c0;
+          detail::gemm<float>(form, o.m, o.n, o.k, {a.data(), a.cols()}, {b.data(), b.cols()}, c.data(), o.n, accumulate);
+          detail::gemm<float>(form, o.m, o.n, o.k, {wide_a.data() + pad, wide_a.cols()}, {wide_b.data() + pad, wide_b.cols()},
+                              wide_c.data() + pad, wide_c.cols(), accumulate);
+          CAPTURE(form_name(form));
+          CAPTURE(accumulate);
+          CHECK(wide_c.flat().middleCols(pad, o.n) == c.flat());
+          CHECK((wide_c.flat().leftCols(pad).array() == 7.f).all());
+          CHECK((wide_c.flat().rightCols(pad).array() == 7.f).all());
+        }
   });
 }
 
@@ -144,7 +145,7 @@ TEST_CASE("gemm: a product is added into a gradient whole, so two products sum t
   with_each_kernel([&] {
     for (const Index k : {48, 200, 600}) {
       if (k > 256 && detail::gemm_kernels() == GemmKernels::eigen) continue;
-      const Operands o{90, 70, k, ProductForm::ab};
+      const Operands o{k == 48 ? 30 : 90, k == 48 ? 20 : 70, k, ProductForm::ab};  // k 48: one block of libxsmm's grid
       const Tensor a1 = random_tensor<float>(a_shape(o), rng), b1 = random_tensor<float>(b_shape(o), rng);
       const Tensor a2 = random_tensor<float>(a_shape(o), rng), b2 = random_tensor<float>(b_shape(o), rng);
       auto sum = [&](const Tensor& a, const Tensor& b, const Tensor& x, const Tensor& y) {
