@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -347,6 +348,9 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
   // then C += P2 for any order of products.
   T* out = accumulate ? scratch<T>(static_cast<std::size_t>(d.m * d.n), 1) : c;
   const Index out_stride = accumulate ? d.n : c_stride;
+  // libxsmm takes its leading dimensions as libxsmm_blasint: rows wider than that go to Eigen.
+  constexpr Index kMaxStride = std::numeric_limits<libxsmm_blasint>::max();
+  if (lda > kMaxStride || a.stride > kMaxStride || out_stride > kMaxStride) return false;
   // A product of one block (the toy model's, W1's) is one kernel call: none of the grid's bookkeeping,
   // which cost as much as such a kernel runs.
   const bool one_block = d.m <= kBlockRows && d.n <= kBlockCols && d.k <= kBlockDepth;

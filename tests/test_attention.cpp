@@ -171,6 +171,21 @@ TEST_CASE("attention: a query that sees no key gets a zero output and no gradien
   CHECK(y.mat(0).bottomRows(2).array().isNaN().all());  // queries 2 and 3 see key 2
 }
 
+TEST_CASE("attention: no keys gives zero outputs and no queries an empty one, forward and backward") {
+  Rng rng(46);
+  Tape<double> t;
+  Var<double> q = t.input(random_tensor(Shape::batched(2, 3, 4), rng)), none_k = t.input(TensorD(Shape::batched(2, 0, 4)));
+  Var<double> none_v = t.input(TensorD(Shape::batched(2, 0, 6)));
+  Var<double> out = attention(q, none_k, none_v, 2);
+  CHECK(out.shape() == Shape::batched(2, 3, 6));
+  CHECK(out.value().array().isZero(0.0));
+  t.backward(sum(out));
+  CHECK(q.grad().array().isZero(0.0));
+  Var<double> no_q = t.input(TensorD(Shape::batched(2, 0, 4)));
+  Var<double> k = t.input(random_tensor(Shape::batched(2, 5, 4), rng)), v = t.input(random_tensor(Shape::batched(2, 5, 6), rng));
+  CHECK(attention(no_q, k, v, 2).shape() == Shape::batched(2, 0, 6));
+}
+
 TEST_CASE("attention: errors name the shapes and leave the tape as it was") {
   Tape<double> t;
   Var<double> q = t.constant(TensorD(Shape::batched(2, 4, 6))), k = t.constant(TensorD(Shape::batched(2, 5, 6)));

@@ -207,3 +207,22 @@ TEST_CASE("gemm: choosing libxsmm's kernels where there are none is refused") {
   }
   detail::set_gemm_kernels(before);
 }
+
+TEST_CASE("gemm: an empty depth writes zeros (or adds nothing), an empty result writes nothing") {
+  with_each_kernel([&] {
+    for (const ProductForm form : {ProductForm::ab, ProductForm::atb, ProductForm::abt}) {
+      CAPTURE(form_name(form));
+      const Operands o{5, 3, 0, form};
+      const Tensor a(a_shape(o)), b(b_shape(o));
+      Tensor c(Shape::mat(5, 3), 7.f);
+      detail::gemm<float>(form, 5, 3, 0, {a.data(), a.cols()}, {b.data(), b.cols()}, c.data(), 3, true);
+      CHECK((c.array() == 7.f).all());  // += an empty sum
+      detail::gemm<float>(form, 5, 3, 0, {a.data(), a.cols()}, {b.data(), b.cols()}, c.data(), 3, false);
+      CHECK((c.array() == 0.f).all());  // = an empty sum
+      Tensor untouched(Shape::mat(2, 2), 7.f);
+      detail::gemm<float>(form, 0, 2, 4, {a.data(), 4}, {b.data(), 2}, untouched.data(), 2, false);
+      detail::gemm<float>(form, 2, 0, 4, {a.data(), 4}, {b.data(), 2}, untouched.data(), 2, false);
+      CHECK((untouched.array() == 7.f).all());
+    }
+  });
+}
