@@ -149,6 +149,7 @@ Run train_one(const Task& task, const TaskSplit& split, AttentionMode mode, Feat
   r.curve = trainer.curve();
   // The whole test set at once: the predictions' checksum, where attention goes, and test sequence 0
   // for the heatmap (its weights and predicted labels).
+  model.attention().keep_weights(true);  // for this forward only: training had no use for them
   const Tensor logits = dataset_logits(model, split.test);  // (N, T, labels)
   const TensorT<float>& weights = model.attention().attention_weights()[0];  // (N, T, T) of that forward
   r.predictions = checksum(logits);

@@ -79,6 +79,15 @@ Parameter<T>& SelfAttention<T>::need(Parameter<T>* p, const char* what) {
 }
 
 template <class T>
+const std::vector<TensorT<T>>& SelfAttention<T>::attention_weights() const {
+  if (!kept_)
+    fail<UsageError>("self_attention '{}': {}; call keep_weights(true) before the forward whose weights you want",
+                     this->path(), keep_weights_ ? "no forward has kept its weights since keep_weights(true)"
+                                                 : "the layer keeps no attention weights");
+  return weights_;
+}
+
+template <class T>
 Index SelfAttention<T>::output_width() const {
   return options_.output_projection ? options_.d_model : options_.n_heads * d_head_;
 }
@@ -134,7 +143,10 @@ Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding) {
     v = project(t, x, wv_, bv_);
   }
   // Every head at once, each reading its columns of Q, K and V in place (autograd/ops_attention.cpp).
-  Var<T> out = attention(q, k, v, options_.n_heads, mask, scale_factor(), std::span<TensorT<T>>(weights_));
+  kept_ = false;
+  Var<T> out = attention(q, k, v, options_.n_heads, mask, scale_factor(),
+                         keep_weights_ ? std::span<TensorT<T>>(weights_) : std::span<TensorT<T>>());
+  kept_ = keep_weights_;
   if (wo_) out = project(t, out, wo_, bo_);  // (B, T, H dh) -> (B, T, D)
   return out;
 }

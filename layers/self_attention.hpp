@@ -74,8 +74,12 @@ class SelfAttention : public Module<T> {
   Var<T> forward(Var<T> x, const Mask* key_padding = nullptr);
 
   // The attention weights of the last forward, one (B, T, T) tensor per head (row = query, column =
-  // key); always kept, at the cost of one copy of the weights per forward.
-  const std::vector<TensorT<T>>& attention_weights() const { return weights_; }
+  // key), when that forward kept them: keep_weights(true) before it. Keeping costs one copy of every
+  // head's weights per forward, which training does not need, so a layer keeps none unless asked.
+  // UsageError naming the layer if the last forward kept none.
+  const std::vector<TensorT<T>>& attention_weights() const;
+  void keep_weights(bool on) { keep_weights_ = on; }
+  bool keeps_weights() const { return keep_weights_; }
 
   const SelfAttentionOptions& options() const { return options_; }
   Index d_head() const { return d_head_; }
@@ -108,7 +112,9 @@ class SelfAttention : public Module<T> {
   Parameter<T>* bv_ = nullptr;
   Parameter<T>* bo_ = nullptr;
   Mask mask_;                       // causal and/or padding, rebuilt per forward without allocating
-  std::vector<TensorT<T>> weights_;  // per head, (B, T, T)
+  std::vector<TensorT<T>> weights_;  // per head, (B, T, T), of the last forward that kept them
+  bool keep_weights_ = false;
+  bool kept_ = false;  // whether the last forward kept its weights
 };
 
 extern template class SelfAttention<float>;

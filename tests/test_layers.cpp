@@ -161,6 +161,8 @@ TEST_CASE("self_attention: learnable with Wq = Wk = Wv = I equals parameter-free
       SelfAttention<double> learned("attn", {.mode = AttentionMode::learnable, .d_model = 3, .causal = causal, .scale = scale,
                                              .init = Initializer::identity_plus_noise(0)}, rng);
       CHECK(free.parameters().empty());
+      free.keep_weights(true);
+      learned.keep_weights(true);
       const TensorD x = random_tensor(Shape::batched(2, 4, 3), rng);
       const TensorD seed = random_tensor(Shape::batched(2, 4, 3), rng);
       Tape<double> t1, t2;
@@ -210,9 +212,34 @@ TEST_CASE("self_attention: permuting the input rows permutes the output rows (no
   }
 }
 
+TEST_CASE("self_attention: weights are kept only when asked, and never served from an older forward") {
+  Rng rng(9);
+  SelfAttention<double> attn("attn", {.mode = AttentionMode::learnable, .d_model = 4, .n_heads = 2}, rng);
+  Tape<double> t;
+  const TensorD x = random_tensor(Shape::batched(2, 3, 4), rng);
+  CHECK_FALSE(attn.keeps_weights());  // training does not pay for a copy it does not use
+  attn.forward(t.constant(x));
+  CHECK_THROWS_WITH_AS(attn.attention_weights(),
+                       "self_attention 'attn': the layer keeps no attention weights; call keep_weights(true) before the "
+                       "forward whose weights you want",
+                       UsageError);
+  attn.keep_weights(true);
+  CHECK_THROWS_WITH_AS(attn.attention_weights(),
+                       "self_attention 'attn': no forward has kept its weights since keep_weights(true); call "
+                       "keep_weights(true) before the forward whose weights you want",
+                       UsageError);
+  attn.forward(t.constant(x));
+  REQUIRE(attn.attention_weights().size() == 2);
+  CHECK(attn.attention_weights()[1].shape() == Shape::batched(2, 3, 3));
+  attn.keep_weights(false);
+  attn.forward(t.constant(x));  // this forward kept nothing: the older weights are not its
+  CHECK_THROWS_AS(attn.attention_weights(), UsageError);
+}
+
 TEST_CASE("self_attention: every row of the weights sums to 1, blocked entries are 0, fully blocked rows give zeros") {
   Rng rng(8);
   SelfAttention<double> attn("attn", {.mode = AttentionMode::learnable, .d_model = 4, .n_heads = 2, .causal = true}, rng);
+  attn.keep_weights(true);
   Mask padding(Shape::mat(2, 4));
   padding.at(1, 0) = 1;  // item 1: key 0 is padding, so its query 0 (causal) sees nothing
   padding.at(1, 3) = 1;
@@ -287,6 +314,7 @@ TEST_CASE("golden: multi-head causal attention with padding matches PyTorch's nn
   SelfAttention<double> attn("attn", {.mode = AttentionMode::learnable, .d_model = 6, .n_heads = 3, .bias = true,
                                       .output_projection = true, .causal = true}, rng);
   REQUIRE(attn.parameters().size() == 8);
+  attn.keep_weights(true);
   // The file names them as PyTorch would inside a model ("attn.wq"); a root named "attn" has those names.
   for (const auto& [name, value] : c.inputs)
     if (name != "x") attn.parameter(name).assign(value);

@@ -158,12 +158,15 @@ NextSymbol next_symbol(const Bigram& bigram) {
 std::vector<std::vector<std::vector<double>>> attention_maps(CharLm<float>& model, const std::string& word) {
   std::vector<std::int32_t> tokens = {kEnd};
   for (char c : word) tokens.push_back(token_of(c));
+  for (std::size_t layer = 0; layer < model.stack().size(); ++layer) model.stack().block(layer).attention().keep_weights(true);
   logits_of(model, tokens);
   std::vector<std::vector<std::vector<double>>> maps;
   for (std::size_t layer = 0; layer < model.stack().size(); ++layer) {
     maps.emplace_back();
-    for (const Tensor& head : model.stack().block(layer).attention().attention_weights())  // (1, T, T)
+    SelfAttention<float>& attention = model.stack().block(layer).attention();
+    for (const Tensor& head : attention.attention_weights())  // (1, T, T)
       maps.back().emplace_back(head.data(), head.data() + head.numel());
+    attention.keep_weights(false);  // training and sampling have no use for them
   }
   return maps;
 }

@@ -264,6 +264,7 @@ Section note001_two_sentences() {
                                {"sqrt", "scaled 1/sqrt(3)", AttentionScale::inv_sqrt_d_head}};
   for (const Variant& v : variants) {
     SelfAttention<double> layer("attn", parameter_free(3, v.scale), rng);
+    layer.keep_weights(true);
     Tape<double> tape;
     const TensorD out = layer.forward(tape.constant(x)).value();  // (2, 3, 3)
     const TensorD& w = layer.attention_weights()[0];               // (2, 3, 3)

@@ -146,6 +146,7 @@ inline SelfAttentionOptions parameter_free(Index d, AttentionScale kind) {
 // Runs `layer` on one sentence x (T, D); returns the output (1, T, D') and copies the weights (1, T, T).
 inline TensorD attend(SelfAttention<double>& layer, const TensorD& x, TensorD* weights = nullptr) {
   Tape<double> tape;
+  layer.keep_weights(weights != nullptr);
   TensorD out = layer.forward(tape.constant(as_sequence(x))).value();
   if (weights) *weights = layer.attention_weights()[0];
   return out;
