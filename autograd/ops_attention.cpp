@@ -83,6 +83,11 @@ void attention_backward(Tape<T>& t, Node<T>& n) {
   }
   const auto &dv = writes[0], &dq = writes[1], &dk = writes[2];
   if (!dv && !dq && !dk) return;
+  if (l.tq == 0 || l.tk == 0) {  // no query or no key: nothing flows back, but a first write must write
+    for (const auto& w : writes)
+      if (w.assign) w.grad->set_zero();
+    return;
+  }
   const T* q = nodes[1]->val().data();
   const T* k = nodes[2]->val().data();
   const T* v = nodes[0]->val().data();
@@ -157,6 +162,11 @@ Var<T> attention(Var<T> q, Var<T> k, Var<T> v, Index heads, const Mask* mask, do
   T* od = n.value.data();
   const Index wq = l.q_width(), wv = l.v_width();
   const bool per_item_mask = mask && mask->rank() == 3;
+  if (l.tq == 0 || l.tk == 0) {  // no query, or no key to attend to: zero outputs (and no block to compute)
+    n.value.set_zero();
+    if (saved) n.backward = &attention_backward<T>;
+    return t.commit(n);
+  }
   for_each_item(l, static_cast<double>(l.items()) * l.macs_per_item(), [&](Index i, bool may_split) {
     T* p = saved ? saved->weights.data() + i * block_stride(l) : block_scratch<T>(l.tq * l.tk);  // S, then P (Tq, Tk)
     const Index oq = l.offset(i, l.tq, l.dk), ok = l.offset(i, l.tk, l.dk);
