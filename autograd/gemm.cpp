@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
-#include <vector>
 
+#include "tapegrad/autograd/scratch.hpp"
 #include "tapegrad/core/error.hpp"
 #include "tapegrad/core/parallel.hpp"
 #include "tapegrad/core/tensor.hpp"
@@ -30,16 +30,6 @@ template <class T>
 using StridedMap = Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>>;
 template <class T>
 using ConstStridedMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
-
-// Grow-only scratch of the calling thread: once a step has run, nothing is allocated. `which` keeps
-// apart the buffers one product uses at once.
-template <class T>
-T* scratch(std::size_t size, int which) {
-  thread_local std::vector<T, AlignedAllocator<T>> buffers[3];
-  auto& b = buffers[which];
-  if (b.size() < size) b.resize(size);
-  return b.data();
-}
 
 // out (cols x rows, rows `out_stride` apart) = in (rows x cols, rows `in_stride` apart)^T, in square
 // tiles of one SIMD packet's width transposed in registers (Eigen's ptranspose), then what is left in
@@ -97,22 +87,8 @@ class KeptBlocking : public Eigen::internal::level3_blocking<T, T> {
     this->m_nc = cols;
     this->m_kc = depth;
     Eigen::internal::computeProductBlockingSizes<T, T, 1>(this->m_kc, this->m_mc, this->m_nc, Index{1});
-    auto& space = workspace();
-    const auto need_a = static_cast<std::size_t>(this->m_mc * this->m_kc);
-    const auto need_b = static_cast<std::size_t>(this->m_kc * this->m_nc);
-    if (space.a.size() < need_a) space.a.resize(need_a);  // grows to the largest shape, then stays
-    if (space.b.size() < need_b) space.b.resize(need_b);
-    this->m_blockA = space.a.data();
-    this->m_blockB = space.b.data();
-  }
-
- private:
-  struct Space {
-    std::vector<T, AlignedAllocator<T>> a, b;
-  };
-  static Space& workspace() {
-    thread_local Space space;
-    return space;
+    this->m_blockA = thread_scratch<T>(Scratch::eigen_packed_lhs, static_cast<std::size_t>(this->m_mc * this->m_kc));
+    this->m_blockB = thread_scratch<T>(Scratch::eigen_packed_rhs, static_cast<std::size_t>(this->m_kc * this->m_nc));
   }
 };
 
@@ -346,7 +322,7 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
   const Index lda = transposed_b ? d.n : b.stride;  // the kernel's A operand is b, or b^T laid out (k x n)
   // C += op(A) op(B) is formed in scratch (out), then added: one rounding per element, as in C = P1
   // then C += P2 for any order of products.
-  T* out = accumulate ? scratch<T>(static_cast<std::size_t>(d.m * d.n), 1) : c;
+  T* out = accumulate ? thread_scratch<T>(Scratch::product, static_cast<std::size_t>(d.m * d.n)) : c;
   const Index out_stride = accumulate ? d.n : c_stride;
   // libxsmm takes its leading dimensions as libxsmm_blasint: rows wider than that go to Eigen.
   constexpr Index kMaxStride = std::numeric_limits<libxsmm_blasint>::max();
@@ -362,7 +338,7 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
     grid = make_grid<T>(d, lda, a.stride, out_stride, form == Form::atb);
   if (one_block ? !single : !grid.complete) return false;
   if (transposed_b) {  // b (n x k) -> b^T (k x n), so that the kernel reads it as it does for a b
-    T* bt = scratch<T>(static_cast<std::size_t>(d.k * d.n), 0);
+    T* bt = thread_scratch<T>(Scratch::transposed_operand, static_cast<std::size_t>(d.k * d.n));
     transpose_into(bt, d.n, b.data, b.stride, d.n, d.k);
     b = {bt, d.n};
   }

@@ -7,6 +7,7 @@
 
 #include "tapegrad/autograd/gemm.hpp"
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/autograd/scratch.hpp"
 #include "tapegrad/autograd/softmax_kernels.hpp"
 #include "tapegrad/core/parallel.hpp"
 
@@ -44,12 +45,10 @@ struct AttentionSaved {
   std::vector<T, AlignedAllocator<T>> weights;  // item i's (Tq, Tk) at i * block_stride
 };
 
-// Grow-only scratch of the calling thread, for one item's (Tq, Tk) block (64-byte aligned).
+// The calling thread's buffer for one item's (Tq, Tk) block (autograd/scratch.hpp).
 template <class T>
-T* block_scratch(Index size) {
-  thread_local std::vector<T, AlignedAllocator<T>> buffer;
-  if (static_cast<Index>(buffer.size()) < size) buffer.resize(static_cast<std::size_t>(size));
-  return buffer.data();
+T* block_scratch(const Layout& l) {
+  return detail::thread_scratch<T>(detail::Scratch::attention_block, static_cast<std::size_t>(l.tq * l.tk));
 }
 
 // Runs body(item, may_split) for every item: items over the threads when there are several and it pays,
@@ -101,7 +100,7 @@ void attention_backward(Tape<T>& t, Node<T>& n) {
       detail::gemm<T>(ProductForm::atb, l.tk, l.dv, l.tq, {p, l.tk}, {dout + oo, wv}, dv.grad->data() + ov, wv,
                       !dv.assign, may_split);
     if (!dq && !dk) return;
-    T* ds = block_scratch<T>(l.tq * l.tk);  // dP (Tq, Tk) = dO_h V_h^T, then dS in place
+    T* ds = block_scratch<T>(l);  // dP (Tq, Tk) = dO_h V_h^T, then dS in place
     detail::gemm<T>(ProductForm::abt, l.tq, l.tk, l.dv, {dout + oo, wv}, {v + ov, wv}, ds, l.tk, false, may_split);
     detail::softmax_backward(p, ds, ds, l.tq, l.tk, static_cast<T>(saved.scale), true, may_split);
     if (dq)  // dQ_h (Tq, dk) = dS (Tq, Tk) K_h (Tk, dk)
@@ -162,13 +161,8 @@ Var<T> attention(Var<T> q, Var<T> k, Var<T> v, Index heads, const Mask* mask, do
   T* od = n.value.data();
   const Index wq = l.q_width(), wv = l.v_width();
   const bool per_item_mask = mask && mask->rank() == 3;
-  if (l.tq == 0 || l.tk == 0) {  // no query, or no key to attend to: zero outputs (and no block to compute)
-    n.value.set_zero();
-    if (saved) n.backward = &attention_backward<T>;
-    return t.commit(n);
-  }
-  for_each_item(l, static_cast<double>(l.items()) * l.macs_per_item(), [&](Index i, bool may_split) {
-    T* p = saved ? saved->weights.data() + i * block_stride(l) : block_scratch<T>(l.tq * l.tk);  // S, then P (Tq, Tk)
+  const auto attend = [&](Index i, bool may_split) {
+    T* p = saved ? saved->weights.data() + i * block_stride(l) : block_scratch<T>(l);  // S, then P (Tq, Tk)
     const Index oq = l.offset(i, l.tq, l.dk), ok = l.offset(i, l.tk, l.dk);
     const Index ov = l.offset(i, l.tk, l.dv), oo = l.offset(i, l.tq, l.dv);
     detail::gemm<T>(ProductForm::abt, l.tq, l.tk, l.dk, {qd + oq, wq}, {kd + ok, wq}, p, l.tk, false, may_split);
@@ -177,7 +171,11 @@ Var<T> attention(Var<T> q, Var<T> k, Var<T> v, Index heads, const Mask* mask, do
     detail::gemm<T>(ProductForm::ab, l.tq, l.dv, l.tk, {p, l.tk}, {vd + ov, wv}, od + oo, wv, false, may_split);
     if (!weights.empty())
       std::copy_n(p, l.tq * l.tk, weights[static_cast<std::size_t>(i % heads)].data() + (i / heads) * l.tq * l.tk);
-  });
+  };
+  if (l.tq == 0 || l.tk == 0)  // no query, or no key to attend to: zero outputs, and no block to compute
+    n.value.set_zero();
+  else
+    for_each_item(l, static_cast<double>(l.items()) * l.macs_per_item(), attend);
   if (saved) n.backward = &attention_backward<T>;
   return t.commit(n);
 }

@@ -2,9 +2,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <vector>
 
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/autograd/scratch.hpp"
 #include "tapegrad/autograd/softmax_kernels.hpp"
 #include "tapegrad/core/parallel.hpp"
 
@@ -138,9 +138,8 @@ void softmax_backward(const T* y, const T* dy, T* dx, Index rows, Index cols, T 
   const ConstMatrixMap<T> Y(y, rows, cols), dY(dy, rows, cols);
   MatrixMap<T> dX(dx, rows, cols);
   if (cols < kShortRow) {  // short rows: whole-matrix expressions (see softmax_forward)
-    thread_local std::vector<T, AlignedAllocator<T>> row_dots;  // grows to the largest block, then stays
-    if (static_cast<Index>(row_dots.size()) < rows) row_dots.resize(static_cast<std::size_t>(rows));
-    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> dot(row_dots.data(), rows);
+    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> dot(thread_scratch<T>(Scratch::softmax_row_dots, static_cast<std::size_t>(rows)),
+                                                        rows);
     dot = (Y.array() * dY.array()).rowwise().sum().matrix();
     write_grad(dX.array(), s * Y.array() * (dY.colwise() - dot).array(), assign);
     return;

@@ -14,6 +14,7 @@ set(tapegrad_library_folders core autograd layers train)
 set(TAPEGRAD_INTERNAL_HEADERS
   autograd/gemm.hpp                  # the matrix products behind matmul and attention
   autograd/softmax_kernels.hpp       # the row softmax behind softmax_rows and attention
+  autograd/scratch.hpp               # per-thread buffers of the products, attention and softmax
   train/checkpoint_serialize.hpp     # the cereal layout of checkpoint files
 )
 

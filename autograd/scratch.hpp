@@ -1,0 +1,36 @@
+#pragma once
+// Grow-only buffers of the calling thread for the arithmetic behind the ops (matrix products, the
+// attention op's blocks, softmax rows): each grows to the largest size asked of it and then stays, so
+// once a training step has run, a step allocates nothing. One buffer per use: uses that are live at the
+// same time (a product's transposed operand while the attention op holds its block) take different ones.
+// Each starts on a 64-byte boundary (AlignedAllocator), as a fresh tensor does: the attention op's
+// blocks of weights depend on that (autograd/ops_attention.cpp). Internal to autograd/.
+
+#include <cstddef>
+#include <vector>
+
+#include "tapegrad/core/tensor.hpp"
+
+namespace tapegrad::detail {
+
+enum class Scratch : std::size_t {
+  transposed_operand,  // gemm: b of a b^T, transposed for libxsmm's kernels
+  product,             // gemm: a product formed before it is added into C
+  eigen_packed_lhs,    // gemm: Eigen's packing buffers, kept from product to product
+  eigen_packed_rhs,
+  attention_block,     // attention: one item's (Tq, Tk) scores or their gradient
+  softmax_row_dots,    // softmax backward: each short row's sum(dy y)
+  count
+};
+
+// At least `size` elements of the calling thread's buffer for `use`; its contents are whatever the last
+// user left there.
+template <class T>
+T* thread_scratch(Scratch use, std::size_t size) {
+  thread_local std::vector<T, AlignedAllocator<T>> buffers[static_cast<std::size_t>(Scratch::count)];
+  auto& buffer = buffers[static_cast<std::size_t>(use)];
+  if (buffer.size() < size) buffer.resize(size);
+  return buffer.data();
+}
+
+}  // namespace tapegrad::detail
