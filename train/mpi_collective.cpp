@@ -4,6 +4,7 @@
 
 #include <climits>
 #include <cstdlib>
+#include <string_view>
 
 namespace tapegrad {
 namespace {
@@ -73,13 +74,6 @@ void MpiCollective::barrier() { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"
 void MpiCollective::abort(int code) const {
   MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);  // MPI_Abort does not return; if an implementation's did, this process still ends
-}
-
-std::string MpiCollective::describe() const {
-  char host[MPI_MAX_PROCESSOR_NAME] = {};
-  int length = 0;
-  MPI_Get_processor_name(host, &length);
-  return fmt::format("rank {} of {} on {}", rank_, size_, std::string_view(host, static_cast<std::size_t>(length)));
 }
 
 }  // namespace tapegrad

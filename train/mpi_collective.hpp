@@ -12,7 +12,6 @@
 // abort(), or the others wait for it for ever.
 
 #include <span>
-#include <string>
 
 #include "tapegrad/train/collective.hpp"
 
@@ -39,7 +38,6 @@ class MpiCollective final : public Collective {
   void barrier() override;
   // Ends every rank of the job now (MPI_Abort); mpirun exits with `code`.
   [[noreturn]] void abort(int code) const;
-  std::string describe() const;  // "rank 1 of 2 on host-a"
 
  private:
   int rank_ = 0, size_ = 1;
