@@ -283,6 +283,8 @@ class Trainer final : public TrainerBase {
   NamedValues evaluate_for_curve() override { return evaluate(*eval_); }
   bool has_eval() const override { return eval_ != nullptr; }
   std::uint32_t format1_fingerprint() const override { return train_.format1_fingerprint(); }
+  // A training step's forward on batch_: the model in training mode, a fresh tape, the loss function.
+  StepOutput<float> forward_batch();
 
   const DataSource<B>& train_;
   const DataSource<B>* eval_ = nullptr;
@@ -324,29 +326,27 @@ void Trainer<B>::add_metric(std::string name, MetricFn measure) {
 }
 
 template <class B>
+StepOutput<float> Trainer<B>::forward_batch() {
+  if (!model().training()) model().train();
+  tape().reset();
+  return loss_(tape(), batch_);
+}
+
+template <class B>
 double Trainer<B>::step() {
   start_parallel();
   if (data_parallel()) {
     const std::span<const Index> shard = next_shard();
+    if (!shard.empty()) train_.fill(shard, batch_);
+    const double weight = shard.empty() ? 0 : batch_.weight();
     std::optional<StepOutput<float>> out;
-    double weight = 0;
-    if (!shard.empty()) {
-      train_.fill(shard, batch_);
-      weight = batch_.weight();
-    }
-    if (weight > 0) {  // a shard that weighs nothing adds nothing (its mean would be 0 / 0)
-      if (!model().training()) model().train();
-      tape().reset();
-      out.emplace(loss_(tape(), batch_));
-    }
+    if (weight > 0) out.emplace(forward_batch());  // a shard that weighs nothing adds nothing (0 / 0)
     for (std::size_t k = 0; k < metrics_.size(); ++k)
       step_tallies()[k] = out && out->output.tape ? metrics_[k](out->output.value(), batch_) : Tally{};
     return finish_parallel_step(out ? out->loss : Var<float>{}, weight);
   }
   train_.fill(next_indices(), batch_);
-  if (!model().training()) model().train();
-  tape().reset();
-  const StepOutput<float> out = loss_(tape(), batch_);
+  const StepOutput<float> out = forward_batch();
   const double loss = finish_step(out.loss);  // throws, having changed nothing, on a non-finite loss
   if (out.output.tape)  // the output the forward recorded (the update changed the weights, not it)
     for (std::size_t k = 0; k < metrics_.size(); ++k) window_metrics()[k].tally += metrics_[k](out.output.value(), batch_);
