@@ -3,6 +3,7 @@
 # must be, line for line, the region of <file> between "// [readme:<name>]" and "// [readme:<name>-end]".
 # -DROOT=<source root>; with -DUPDATE=ON it rewrites the README's blocks from the files instead of checking:
 #   cmake -DROOT=. -DUPDATE=ON -P tests/cli/readme_excerpts.cmake
+include(${CMAKE_CURRENT_LIST_DIR}/run_program.cmake)
 file(READ ${ROOT}/README.md readme)
 string(REGEX MATCHALL "<!-- excerpt: [^ ]+ [^ ]+ -->\n```[a-z]*\n" starts "${readme}")
 list(LENGTH starts count)
@@ -10,10 +11,8 @@ if(count EQUAL 0)
   message(FATAL_ERROR "README.md has no excerpts")
 endif()
 # Every C++ block of the README is an excerpt: no fragment that no compiler has seen.
-string(REGEX MATCHALL "\n```cpp\n" cpp_blocks "${readme}")
-string(REGEX MATCHALL "<!-- excerpt: [^ ]+ [^ ]+ -->\n```cpp\n" cpp_excerpts "${readme}")
-list(LENGTH cpp_blocks n_cpp)
-list(LENGTH cpp_excerpts n_cpp_excerpts)
+count_matches(n_cpp "\n```cpp\n" "${readme}")
+count_matches(n_cpp_excerpts "<!-- excerpt: [^ ]+ [^ ]+ -->\n```cpp\n" "${readme}")
 if(NOT n_cpp EQUAL n_cpp_excerpts)
   message(FATAL_ERROR "README.md has ${n_cpp} C++ blocks but only ${n_cpp_excerpts} are excerpts of tested code: put "
                       "the code in a file ctest compiles and runs, between // [readme:<name>] markers, and write "
