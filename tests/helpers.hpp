@@ -10,7 +10,9 @@
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <vector>
 
+#include "tapegrad/autograd/gemm.hpp"  // internal: which kernels the products run
 #include "tapegrad/autograd/gradcheck.hpp"
 #include "tapegrad/core/rng.hpp"
 #include "tapegrad/core/tensor.hpp"
@@ -25,6 +27,21 @@ inline std::filesystem::path scratch_dir(std::string_view suite, std::string_vie
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+// Runs body() with every kind of matrix-product kernel this build has (autograd/gemm.hpp), each in
+// turn, and restores the kernels in use.
+template <class F>
+void with_each_kernel(F&& body) {
+  const detail::GemmKernels before = detail::gemm_kernels();
+  std::vector<detail::GemmKernels> kinds{detail::GemmKernels::eigen};
+  if (detail::have_libxsmm()) kinds.push_back(detail::GemmKernels::libxsmm);
+  for (const detail::GemmKernels kind : kinds) {
+    detail::set_gemm_kernels(kind);
+    CAPTURE(detail::name(kind));
+    body();
+  }
+  detail::set_gemm_kernels(before);
 }
 
 template <class T = double>

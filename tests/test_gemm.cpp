@@ -19,20 +19,6 @@ using test::random_tensor;
 
 namespace {
 
-// Runs every kind of kernel this build has, each in turn, and restores the kernels in use.
-template <class F>
-void with_each_kernel(F&& body) {
-  const GemmKernels before = detail::gemm_kernels();
-  std::vector<GemmKernels> kinds{GemmKernels::eigen};
-  if (detail::have_libxsmm()) kinds.push_back(GemmKernels::libxsmm);
-  for (const GemmKernels kind : kinds) {
-    detail::set_gemm_kernels(kind);
-    CAPTURE(detail::name(kind));
-    body();
-  }
-  detail::set_gemm_kernels(before);
-}
-
 struct Operands {
   Index m, n, k;
   ProductForm form;
@@ -98,7 +84,7 @@ TEST_CASE("gemm: every product in every form is within the rounding-error bound 
           CHECK(bad == 0);
         }
   };
-  with_each_kernel([&] {
+  test::with_each_kernel([&] {
     check(float{});
     check(double{});
   });
@@ -109,7 +95,7 @@ TEST_CASE("gemm: operands and results inside wider matrices give the bits of the
   // were copied out, and a strided result must leave the columns beside it alone.
   const SingleThreaded one_thread;
   Rng rng(32);
-  with_each_kernel([&] {
+  test::with_each_kernel([&] {
     for (const ProductForm form : {ProductForm::ab, ProductForm::atb, ProductForm::abt})
       for (const bool accumulate : {false, true})
         for (const Operands o : {Operands{70, 40, 300, form}, Operands{20, 12, 48, form}}) {  // a grid, one block
@@ -142,7 +128,7 @@ TEST_CASE("gemm: a product is added into a gradient whole, so two products sum t
   // of one panel (depth <= 256 for these shapes).
   const SingleThreaded one_thread;
   Rng rng(33);
-  with_each_kernel([&] {
+  test::with_each_kernel([&] {
     for (const Index k : {48, 200, 600}) {
       if (k > 256 && detail::gemm_kernels() == GemmKernels::eigen) continue;
       const Operands o{k == 48 ? 30 : 90, k == 48 ? 20 : 70, k, ProductForm::ab};  // k 48: one block of libxsmm's grid
@@ -209,7 +195,7 @@ TEST_CASE("gemm: choosing libxsmm's kernels where there are none is refused") {
 }
 
 TEST_CASE("gemm: an empty depth writes zeros (or adds nothing), an empty result writes nothing") {
-  with_each_kernel([&] {
+  test::with_each_kernel([&] {
     for (const ProductForm form : {ProductForm::ab, ProductForm::atb, ProductForm::abt}) {
       CAPTURE(form_name(form));
       const Operands o{5, 3, 0, form};

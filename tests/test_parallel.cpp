@@ -195,12 +195,7 @@ TEST_CASE("parallel: split products of many shapes and all three forms are bit-i
   // With either kind of kernel (autograd/gemm.hpp): a split starts on one of its block or panel boundaries.
   RestoreThreads restore;
   const PinCrossover pin(0, 0);  // split every product there are threads for
-  const detail::GemmKernels before = detail::gemm_kernels();
-  std::vector<detail::GemmKernels> kinds{detail::GemmKernels::eigen};
-  if (detail::have_libxsmm()) kinds.push_back(detail::GemmKernels::libxsmm);
-  for (const detail::GemmKernels kind : kinds) {
-    detail::set_gemm_kernels(kind);
-    CAPTURE(detail::name(kind));
+  test::with_each_kernel([] {
     Rng rng(11);
     for (int trial = 0; trial < 60; ++trial) {
       const Index m = 2 + static_cast<Index>(rng.below(300)), n = 2 + static_cast<Index>(rng.below(300)),
@@ -224,6 +219,5 @@ TEST_CASE("parallel: split products of many shapes and all three forms are bit-i
         CHECK(two[i] == one[i]);
       }
     }
-  }
-  detail::set_gemm_kernels(before);
+  });
 }
