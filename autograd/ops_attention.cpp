@@ -160,14 +160,20 @@ Var<T> attention(Var<T> q, Var<T> k, Var<T> v, Index heads, const Mask* mask, do
   const T* vd = t.node(v).val().data();
   T* od = n.value.data();
   const Index wq = l.q_width(), wv = l.v_width();
+  // What each row of the mask leaves open (the softmax skips what it blocks), read once for every item.
   const bool per_item_mask = mask && mask->rank() == 3;
+  const Index mask_rows = mask && l.tk > 0 ? mask->shape().flat_rows() : 0;
+  detail::MaskRow* open = detail::thread_scratch<detail::MaskRow>(detail::Scratch::mask_rows, static_cast<std::size_t>(mask_rows));
+  if (mask_rows > 0) detail::read_mask_rows(mask->data(), mask_rows, l.tk, open);
   const auto attend = [&](Index i, bool may_split) {
     T* p = saved ? saved->weights.data() + i * block_stride(l) : block_scratch<T>(l);  // S, then P (Tq, Tk)
     const Index oq = l.offset(i, l.tq, l.dk), ok = l.offset(i, l.tk, l.dk);
     const Index ov = l.offset(i, l.tk, l.dv), oo = l.offset(i, l.tq, l.dv);
     detail::gemm<T>(ProductForm::abt, l.tq, l.tk, l.dk, {qd + oq, wq}, {kd + ok, wq}, p, l.tk, false, may_split);
-    const std::uint8_t* m = mask ? mask->data() + (per_item_mask ? (i / heads) * l.tq * l.tk : 0) : nullptr;
-    detail::softmax_forward(p, p, l.tq, l.tk, static_cast<T>(scale), m, l.tq, may_split);
+    const Index first_mask_row = per_item_mask ? (i / heads) * l.tq : 0;
+    const detail::RowMask m = mask ? detail::RowMask{mask->data() + first_mask_row * l.tk, open + first_mask_row, l.tq}
+                                   : detail::RowMask{};
+    detail::softmax_forward(p, p, l.tq, l.tk, static_cast<T>(scale), m, may_split);
     detail::gemm<T>(ProductForm::ab, l.tq, l.dv, l.tk, {p, l.tk}, {vd + ov, wv}, od + oo, wv, false, may_split);
     if (!weights.empty())
       std::copy_n(p, l.tq * l.tk, weights[static_cast<std::size_t>(i % heads)].data() + (i / heads) * l.tq * l.tk);

@@ -1,6 +1,7 @@
 // Row-wise softmax (with an optional mask) and log-softmax.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "tapegrad/autograd/ops.hpp"
@@ -16,21 +17,24 @@ struct SoftmaxSaved {
   double scale = 1;
 };
 
-// Which mask row applies to flat row r of x: the mask's first row and the rows after which it repeats
-// (x's rows for a mask shared over the batch, all of x's rows for a mask of x's full shape), or a
-// ShapeError if the mask fits x in neither way.
-struct MaskRows {
-  const std::uint8_t* first = nullptr;
-  Index period = 1;
-};
-
-MaskRows mask_rows(const Mask* mask, const Shape& x) {
+// The mask as the softmax reads it (see detail::RowMask): its first row, the rows after which it repeats
+// (x's rows for a mask shared over the batch, all of x's rows for a mask of x's full shape) and what each
+// row leaves open, read into the calling thread's scratch; or a ShapeError if the mask fits x in
+// neither way.
+detail::RowMask row_mask(const Mask* mask, const Shape& x) {
   if (!mask) return {};
   const Shape& m = mask->shape();
-  if (m == x) return {mask->data(), std::max<Index>(x.flat_rows(), 1)};
-  if (m.rank == 2 && m.rows == x.rows && m.cols == x.cols) return {mask->data(), std::max<Index>(x.rows, 1)};
-  fail<ShapeError>("softmax_rows: the mask is {} but x is {}; the mask must be {}x{} (shared by the batch) or {}",
-                   m, x, x.rows, x.cols, x);
+  Index period = 0;
+  if (m == x)
+    period = std::max<Index>(x.flat_rows(), 1);
+  else if (m.rank == 2 && m.rows == x.rows && m.cols == x.cols)
+    period = std::max<Index>(x.rows, 1);
+  else
+    fail<ShapeError>("softmax_rows: the mask is {} but x is {}; the mask must be {}x{} (shared by the batch) or {}",
+                     m, x, x.rows, x.cols, x);
+  auto* rows = detail::thread_scratch<detail::MaskRow>(detail::Scratch::mask_rows, static_cast<std::size_t>(period));
+  detail::read_mask_rows(mask->data(), m.numel() == 0 ? 0 : period, x.cols, rows);
+  return {mask->data(), rows, period};
 }
 
 // Forward was y = softmax(s x) along each row. So now dx = s y * (dy - sum(dy * y)), row by row.
@@ -72,52 +76,81 @@ constexpr Index kShortRow = 32;
 // element: the weight of its work against the measured crossover (core/parallel.hpp).
 constexpr double kExpCost = 4;
 
-// One row with a mask. The exponentials are taken over the whole row at once, where Eigen vectorises
-// them, and the blocked entries set to 0 after (their exponentials, of any value, are discarded).
+// Where a masked row's exponentials end: at `reach`, rounded up to a whole 64-byte line when the row
+// starts on one. Eigen's vectorised exp and its scalar exp differ in the last bit, and Eigen takes the
+// elements from the first line boundary on in whole packets, the rest one by one: ending on a line
+// boundary, every exponential taken is the one a pass over the whole row takes, packets on the same
+// elements, so skipping the blocked tail changes no bit.
 template <class T>
-void masked_row(const T* x, T* y, Index cols, T k, const std::uint8_t* blocked) {
-  // The largest open score, NaN if any open score is NaN (std::max would skip it), so that NaN reaches
-  // the output instead of passing for a fully blocked row.
-  T top = -std::numeric_limits<T>::infinity();
-  bool open = false;
-  for (Index c = 0; c < cols; ++c)
-    if (!blocked[c]) {
-      open = true;
-      const T v = k * x[c];
-      if (std::isnan(v) || v > top) top = v;  // once NaN, it stays: nothing compares greater than NaN
-    }
+Index exp_end(const T* y, Index cols, Index reach) {
+  constexpr Index line = 64 / sizeof(T);
+  if (reinterpret_cast<std::uintptr_t>(y) % 64 != 0) return cols;
+  return std::min(cols, (reach + line - 1) / line * line);
+}
+
+// One row with a mask. The exponentials are taken over the open part of the row at once, where Eigen
+// vectorises them, and the blocked entries among them set to 0 after (their exponentials, of any value,
+// are discarded); past the last open entry none is taken.
+template <class T>
+void masked_row(const T* x, T* y, Index cols, T k, const std::uint8_t* blocked, MaskRow open) {
   ArrayMap<T> Y(y, cols);
-  if (!open) {  // every entry blocked
+  if (open.reach == 0) {  // every entry blocked
     Y.setZero();
     return;
   }
-  Y = (k * ConstArrayMap<T>(x, cols) - top).exp();
-  for (Index c = 0; c < cols; ++c)
-    if (blocked[c]) y[c] = T(0);
-  const T total = Y.sum();
-  Y /= total;
+  // The largest open score, NaN if any open score is NaN (std::max would skip it), so that NaN reaches
+  // the output instead of passing for a fully blocked row.
+  T top = -std::numeric_limits<T>::infinity();
+  if (open.prefix) {
+    top = (k * ConstArrayMap<T>(x, open.reach)).template maxCoeff<Eigen::PropagateNaN>();
+  } else {
+    for (Index c = 0; c < open.reach; ++c)
+      if (!blocked[c]) {
+        const T v = k * x[c];
+        if (std::isnan(v) || v > top) top = v;  // once NaN, it stays: nothing compares greater than NaN
+      }
+  }
+  const Index end = exp_end(y, cols, open.reach);
+  Y.head(end) = (k * ConstArrayMap<T>(x, end) - top).exp();
+  Y.tail(cols - end).setZero();
+  if (open.prefix)
+    Y.segment(open.reach, end - open.reach).setZero();
+  else
+    for (Index c = 0; c < end; ++c)
+      if (blocked[c]) y[c] = T(0);
+  const T total = Y.sum();  // over the whole row, zeros included: the same sum whatever `end` was
+  Y.head(open.reach) /= total;
   if (!std::isfinite(total))  // a NaN or Inf score: the open entries are NaN, the blocked ones stay 0
-    for (Index c = 0; c < cols; ++c)
+    for (Index c = 0; c < open.reach; ++c)
       if (blocked[c]) y[c] = T(0);
 }
 
 }  // namespace
 
+void read_mask_rows(const std::uint8_t* blocked, Index rows, Index cols, MaskRow* out) {
+  for (Index r = 0; r < rows; ++r) {
+    const std::uint8_t* row = blocked + r * cols;
+    Index reach = cols;
+    while (reach > 0 && row[reach - 1]) --reach;
+    const Index open = static_cast<Index>(std::count(row, row + reach, std::uint8_t{0}));
+    out[r] = {reach, open == reach};
+  }
+}
+
 template <class T>
-void softmax_forward(const T* x, T* y, Index rows, Index cols, T k, const std::uint8_t* mask, Index mask_period,
-                     bool may_split) {
+void softmax_forward(const T* x, T* y, Index rows, Index cols, T k, RowMask mask, bool may_split) {
   if (rows == 0 || cols == 0) return;
   const ConstMatrixMap<T> X(x, rows, cols);
   MatrixMap<T> Y(y, rows, cols);
   const bool split = may_split && split_elements(kExpCost * static_cast<double>(rows * cols));
-  if (!mask && cols < kShortRow) {
+  if (!mask.blocked && cols < kShortRow) {
     // Short rows: subtract each row's maximum (so exp never overflows) row by row, take exp of the whole
     // matrix at once, then divide each row by its sum.
     // The row maximum of s x is s times the row maximum of x: scale > 0.
     for (Index r = 0; r < rows; ++r) Y.row(r).array() = k * X.row(r).array() - k * X.row(r).maxCoeff();
     Y.array() = Y.array().exp();  // one contiguous array: vectorised across rows
     for (Index r = 0; r < rows; ++r) Y.row(r) /= Y.row(r).sum();
-  } else if (!mask) {
+  } else if (!mask.blocked) {
     parallel_for(rows, split, [&](Index first, Index last) {
       for (Index r = first; r < last; ++r) {
         Y.row(r).array() = (k * X.row(r).array() - k * X.row(r).maxCoeff()).exp();
@@ -126,8 +159,10 @@ void softmax_forward(const T* x, T* y, Index rows, Index cols, T k, const std::u
     });
   } else {
     parallel_for(rows, split, [&](Index first, Index last) {
-      for (Index r = first; r < last; ++r)
-        masked_row(x + r * cols, y + r * cols, cols, k, mask + (r % mask_period) * cols);
+      for (Index r = first; r < last; ++r) {
+        const Index m = r % mask.period;
+        masked_row(x + r * cols, y + r * cols, cols, k, mask.blocked + m * cols, mask.rows[m]);
+      }
     });
   }
 }
@@ -152,8 +187,8 @@ void softmax_backward(const T* y, const T* dy, T* dx, Index rows, Index cols, T 
   });
 }
 
-template void softmax_forward(const float*, float*, Index, Index, float, const std::uint8_t*, Index, bool);
-template void softmax_forward(const double*, double*, Index, Index, double, const std::uint8_t*, Index, bool);
+template void softmax_forward(const float*, float*, Index, Index, float, RowMask, bool);
+template void softmax_forward(const double*, double*, Index, Index, double, RowMask, bool);
 template void softmax_backward(const float*, const float*, float*, Index, Index, float, bool, bool);
 template void softmax_backward(const double*, const double*, double*, Index, Index, double, bool, bool);
 
@@ -163,13 +198,13 @@ template <class T>
 Var<T> softmax_rows(Var<T> x, const Mask* mask, double scale, Where where) {
   Tape<T>& t = Tape<T>::of("softmax_rows", {{"x", x}});
   const Shape s = t.node(x).val().shape();
-  const MaskRows masks = mask_rows(mask, s);
+  const detail::RowMask masks = row_mask(mask, s);
   if (!(scale > 0) || !std::isfinite(scale))
     fail<ValueError>("softmax_rows: the scale must be positive and finite, got {}", scale);
   Node<T>& n = t.record("softmax_rows", {x}, s, where);
   n.template saved<SoftmaxSaved>().scale = scale;
-  detail::softmax_forward(t.node(x).val().data(), n.value.data(), s.flat_rows(), s.cols, static_cast<T>(scale),
-                          masks.first, masks.period, true);
+  detail::softmax_forward(t.node(x).val().data(), n.value.data(), s.flat_rows(), s.cols, static_cast<T>(scale), masks,
+                          true);
   n.backward = &softmax_rows_backward<T>;
   return t.commit(n);
 }

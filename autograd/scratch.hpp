@@ -20,6 +20,7 @@ enum class Scratch : std::size_t {
   eigen_packed_rhs,
   attention_block,     // attention: one item's (Tq, Tk) scores or their gradient
   softmax_row_dots,    // softmax backward: each short row's sum(dy y)
+  mask_rows,           // softmax_rows, attention: what each row of a mask leaves open (MaskRow)
   count
 };
 

@@ -9,13 +9,31 @@
 
 namespace tapegrad::detail {
 
-// y = softmax(scale x) along each row of x (rows x cols, contiguous; y may be x). With a mask (nonzero =
-// blocked), row r's entries are at mask + (r % mask_period) * cols: blocked entries get exactly 0, a fully
-// blocked row all zeros, and a NaN or Inf among a row's open entries makes that row's open outputs NaN.
-// Rows may be split over threads when it pays and `may_split`.
+// What one row of a mask (nonzero = blocked) leaves open, read once per mask so that the softmax and
+// the attention op's products can skip what it blocks. `reach`: the entries up to and including the
+// last open one (0 when every entry is blocked); every entry from `reach` on is blocked. `prefix`:
+// every entry before `reach` is open, as in the rows of causal masks, key padding, or both.
+struct MaskRow {
+  Index reach = 0;
+  bool prefix = false;
+};
+
+// rows[r] for each row r of a (rows x cols) mask.
+void read_mask_rows(const std::uint8_t* blocked, Index rows, Index cols, MaskRow* out);
+
+// A mask as the softmax reads it: for row r of x, its entries at blocked + (r % period) * cols and
+// what they leave open at rows[r % period]. No mask when `blocked` is null.
+struct RowMask {
+  const std::uint8_t* blocked = nullptr;
+  const MaskRow* rows = nullptr;
+  Index period = 1;
+};
+
+// y = softmax(scale x) along each row of x (rows x cols, contiguous; y may be x). With a mask, blocked
+// entries get exactly 0, a fully blocked row all zeros, and a NaN or Inf among a row's open entries makes
+// that row's open outputs NaN. Rows may be split over threads when it pays and `may_split`.
 template <class T>
-void softmax_forward(const T* x, T* y, Index rows, Index cols, T scale, const std::uint8_t* mask, Index mask_period,
-                     bool may_split);
+void softmax_forward(const T* x, T* y, Index rows, Index cols, T scale, RowMask mask, bool may_split);
 
 // dx = scale y (dy - sum(dy y)) along each row (assign), or dx += that; dx may be dy.
 template <class T>
