@@ -9,10 +9,10 @@
 
 namespace tapegrad::detail {
 
-// What one row of a mask (nonzero = blocked) leaves open, read once per mask so that the softmax and
-// the attention op's products can skip what it blocks. `reach`: the entries up to and including the
-// last open one (0 when every entry is blocked); every entry from `reach` on is blocked. `prefix`:
-// every entry before `reach` is open, as in the rows of causal masks, key padding, or both.
+// What one row of a mask (nonzero = blocked) leaves open, read once per mask (not once per head) so that
+// the softmax takes no exponential it would discard. `reach`: the entries up to and including the last
+// open one (0 when every entry is blocked); every entry from `reach` on is blocked. `prefix`: every
+// entry before `reach` is open, as in the rows of causal masks, key padding, or both.
 struct MaskRow {
   Index reach = 0;
   bool prefix = false;
