@@ -169,14 +169,19 @@ TEST_CASE_TEMPLATE("ops: softmax_rows skips a row's blocked tail and changes no 
   // Past a row's last open key no exponential is taken; those taken fall in the same vector packets as
   // a pass over the whole row (Eigen's vector and scalar exp differ in the last bit), so every value is
   // the whole row's. Rows of 150 (not whole packets), causal with key padding, one fully blocked row.
+  // A NaN or Inf where the mask blocks (a padded key's garbage) reaches no output.
   Rng rng(47);
   const Index tq = 150;
-  const TensorT<T> x = random_tensor<T>(Shape::batched(2, tq, tq), rng, 3.0);
+  TensorT<T> x = random_tensor<T>(Shape::batched(2, tq, tq), rng, 3.0);
+  x.at(0, 10, 11) = std::numeric_limits<T>::quiet_NaN();
+  x.at(1, 20, 149) = std::numeric_limits<T>::infinity();
   Mask mask(Shape::mat(tq, tq));
   for (Index r = 0; r < tq; ++r)
     for (Index c = 0; c < tq; ++c) mask.at(r, c) = c > r || c >= tq - 7 || r == 3;
   Tape<T> t;
-  CHECK(softmax_rows(t.constant(x), &mask, 0.4).value() == whole_row_softmax<T>(x, mask, T(0.4)));
+  const TensorT<T>& y = softmax_rows(t.constant(x), &mask, 0.4).value();
+  CHECK(all_finite(y));
+  CHECK(y == whole_row_softmax<T>(x, mask, T(0.4)));
 }
 
 TEST_CASE("ops: softmax_rows with a fused scale equals scale then softmax, forward and backward") {
