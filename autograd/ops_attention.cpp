@@ -163,8 +163,11 @@ Var<T> attention(Var<T> q, Var<T> k, Var<T> v, Index heads, const Mask* mask, do
   // What each row of the mask leaves open (the softmax skips what it blocks), read once for every item.
   const bool per_item_mask = mask && mask->rank() == 3;
   const Index mask_rows = mask && l.tk > 0 ? mask->shape().flat_rows() : 0;
-  detail::MaskRow* open = detail::thread_scratch<detail::MaskRow>(detail::Scratch::mask_rows, static_cast<std::size_t>(mask_rows));
-  if (mask_rows > 0) detail::read_mask_rows(mask->data(), mask_rows, l.tk, open);
+  detail::MaskRow* open = nullptr;
+  if (mask_rows > 0) {
+    open = detail::thread_scratch<detail::MaskRow>(detail::Scratch::mask_rows, static_cast<std::size_t>(mask_rows));
+    detail::read_mask_rows(mask->data(), mask_rows, l.tk, open);
+  }
   const auto attend = [&](Index i, bool may_split) {
     T* p = saved ? saved->weights.data() + i * block_stride(l) : block_scratch<T>(l);  // S, then P (Tq, Tk)
     const Index oq = l.offset(i, l.tq, l.dk), ok = l.offset(i, l.tk, l.dk);

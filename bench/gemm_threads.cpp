@@ -49,30 +49,28 @@ int main() {
   NoGradGuard<float> no_grad(tape);
   for (const auto& shape : shapes) {
     const Index m = shape[0], k = shape[1], n = shape[2];
-    Parameter<float> a("a", Tensor(Shape::mat(m, k), 0.5f)), b("b", Tensor(Shape::mat(k, n), 0.25f));
     const double work = static_cast<double>(m * n * k);
     const int rounds = std::max(1, static_cast<int>(2e7 / work));
-    auto product = [&] {
-      tape.reset();
-      matmul(tape.param(a), tape.param(b));
-    };
+    // The product of operand set `next`, then the next of the first `sets` sets: set 0 again and again
+    // (operands in cache), or each of kSets in turn (operands from L3 or memory: "cold").
     constexpr int kSets = 16;
     std::vector<Parameter<float>> as, bs;
-    as.reserve(kSets);
-    bs.reserve(kSets);
     for (int i = 0; i < kSets; ++i) {
       as.emplace_back("a", Tensor(Shape::mat(m, k), 0.5f));
       bs.emplace_back("b", Tensor(Shape::mat(k, n), 0.25f));
     }
-    int next = 0;
-    auto cold_product = [&] {
+    int sets = 1, next = 0;
+    auto product = [&] {
       tape.reset();
       matmul(tape.param(as[next]), tape.param(bs[next]));
-      next = (next + 1) % kSets;
+      next = (next + 1) % sets;
     };
     set_num_threads(1);
     const double one = bench::median_seconds(15, rounds, product, 1) * 1e6;
-    const double cold = bench::median_seconds(15, std::max(rounds, kSets), cold_product, kSets) * 1e6;
+    sets = kSets;
+    const double cold = bench::median_seconds(15, std::max(rounds, kSets), product, kSets) * 1e6;
+    sets = 1;
+    next = 0;
     std::string kernels;
     if (compare_kernels) {
       detail::set_gemm_kernels(detail::GemmKernels::eigen);
