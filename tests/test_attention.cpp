@@ -196,6 +196,30 @@ TEST_CASE("attention: no keys gives zero outputs and no queries an empty one, fo
   CHECK(attention(no_q, k, v, 2).shape() == Shape::batched(2, 0, 6));
 }
 
+TEST_CASE("attention and softmax_rows with a mask over empty shapes: no batch item, no query, no key") {
+  // The mask's rows are read before any block is computed: with nothing to read they must read nothing.
+  Rng rng(48);
+  Tape<double> t;
+  for (const Index batch : {0, 2})
+    for (const Index tq : {0, 3})
+      for (const Index tk : {0, 4}) {
+        CAPTURE(batch);
+        CAPTURE(tq);
+        CAPTURE(tk);
+        const Mask shared(Shape::mat(tq, tk), 1), per_item(Shape::batched(batch, tq, tk), 1);  // all blocked
+        Var<double> q = t.input(random_tensor(Shape::batched(batch, tq, 4), rng));
+        Var<double> k = t.input(random_tensor(Shape::batched(batch, tk, 4), rng));
+        Var<double> v = t.input(random_tensor(Shape::batched(batch, tk, 2), rng));
+        for (const Mask* mask : {&shared, &per_item}) {
+          Var<double> out = attention(q, k, v, 2, mask);
+          CHECK(out.shape() == Shape::batched(batch, tq, 2));
+          CHECK(out.value().array().isZero(0.0));  // every key blocked, or none to attend to
+          const Var<double> scores = t.input(random_tensor(Shape::batched(batch, tq, tk), rng));
+          CHECK(softmax_rows(scores, mask).shape() == Shape::batched(batch, tq, tk));
+        }
+      }
+}
+
 TEST_CASE("attention: errors name the shapes and leave the tape as it was") {
   Tape<double> t;
   Var<double> q = t.constant(TensorD(Shape::batched(2, 4, 6))), k = t.constant(TensorD(Shape::batched(2, 5, 6)));
