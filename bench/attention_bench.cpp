@@ -89,7 +89,7 @@ void time_softmax(bool causal, int repeats) {
 int main(int argc, char** argv) {
   CLI::App app{"The attention op and the masked softmax, timed alone"};
   int repeats = 30;
-  app.add_option("--repeats", repeats, "Timed repeats (the median is reported)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--repeats", repeats, "Timed repeats (the median is reported)")->capture_default_str()->check(CLI::Range(1, 1000000));
   CLI11_PARSE(app, argc, argv);
   fmt::print("attention(q, k, v) alone, float, {} thread(s), median of {}\n", num_threads(), repeats);
   for (const Workload& w : kWorkloads) {

@@ -26,8 +26,8 @@ double median_ns_per_op(int repeats, int rounds, int ops, F f) {
 int main(int argc, char** argv) {
   CLI::App app{"Per-op cost of recording on the tapegrad tape"};
   int ops = 1000, repeats = 15, rounds = 200;
-  app.add_option("--ops", ops, "Ops per recorded chain")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--repeats", repeats, "Timed repeats (the median is reported)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--ops", ops, "Ops per recorded chain")->capture_default_str()->check(CLI::Range(1, 1000000));
+  app.add_option("--repeats", repeats, "Timed repeats (the median is reported)")->capture_default_str()->check(CLI::Range(1, 1000000));
   CLI11_PARSE(app, argc, argv);
 
   Parameter<float> x("x", Tensor(Shape::scalar(), 1.0f));
