@@ -563,9 +563,9 @@ TEST_CASE("cli: the demo prints the same tables, report and models for --jobs 1 
   for (const std::string jobs : {"1", "2"}) {
     const fs::path dir = scratch("demo_jobs_" + jobs);
     const Outcome r = run(with(TAPEGRAD_DEMO, {"--out", dir.string(), "--tasks", "first_token,cycle", "--seeds", "2",
-                                               "--steps", "100", "--jobs", jobs}));
+                                               "--steps", "50", "--jobs", jobs}));
     check_bounded(r);
-    // Whether 100 steps make the claims hold (exit 0) or not (exit 1) must not depend on --jobs either.
+    // Whether 50 steps make the claims hold (exit 0) or not (exit 1) must not depend on --jobs either.
     codes[jobs] = r.code;
     std::string printed = r.out;
     for (auto at = printed.find(dir.string()); at != std::string::npos; at = printed.find(dir.string()))
