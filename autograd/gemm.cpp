@@ -180,6 +180,14 @@ void eigen_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c
 // 64 x 64 x 256 ran W4's products at 230-260 GFLOP/s, against 140-180 for Eigen's GEMM).
 constexpr Index kBlockRows = 64, kBlockCols = 64, kBlockDepth = 256;
 
+// A product of at least kPackMinRows rows reads op(B) from column panels packed ahead of its blocks
+// (pack_panels): every block of a column re-reads the same kBlockCols x k panel, and in place that
+// panel's rows lie b.stride apart, which at a stride of 1024 floats (4 KB) puts 16 of its rows on each
+// set of a 512 KB 8-way L2, so it cannot stay there: on a Zen 3 (AVX2) 1024 x 256 x 1024 ran at 32
+// GFLOP/s in place against 75 for 256^3. Packed, a panel is contiguous. Only the addresses the kernels
+// read change, not what they compute: results are bit for bit those of the unpacked grid.
+constexpr Index kPackMinRows = 4 * kBlockRows;
+
 template <class T>
 using Kernel = std::conditional_t<std::is_same_v<T, float>, libxsmm_smmfunction, libxsmm_dmmfunction>;
 
@@ -271,6 +279,7 @@ struct Grid {
 
 template <class T>
 Grid<T> make_grid(Dims d, Index lda, Index ldb, Index ldc, bool transpose_b) {
+  // lda: the kernel's A operand, op(B) as read (b.stride in place, kBlockCols packed).
   Grid<T> g{d};
   for (const Index row : {Index{0}, (d.m - 1) / kBlockRows * kBlockRows})
     for (const Index col : {Index{0}, (d.n - 1) / kBlockCols * kBlockCols})
@@ -286,18 +295,35 @@ Grid<T> make_grid(Dims d, Index lda, Index ldb, Index ldc, bool transpose_b) {
   return g;
 }
 
-// Rows [r0, r1) of C: r0 a multiple of kBlockRows, and r1 one too or the last row (a block is one
-// kernel call of the grid's shape: a range ending inside a block would write past it).
+// op(B) (k x n) as column panels: panel j holds columns [j kBlockCols, (j + 1) kBlockCols) as a k x
+// kBlockCols row-major block (the last panel's rows as wide, its unused columns never read), so column
+// `col` of row q is at packed[col k + q kBlockCols] for col a multiple of kBlockCols. b is op(B) as
+// stored: k x n for a b and a^T b, n x k for a b^T (transposed as it is packed).
 template <class T>
-void run_blocks(const Grid<T>& g, Form form, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_stride, Index r0,
-                Index r1) {
+void pack_panels(T* packed, Form form, Dims d, MatrixRef<T> b) {
+  for (Index col = 0; col < d.n; col += kBlockCols) {
+    const Index width = std::min(kBlockCols, d.n - col);
+    T* panel = packed + col * d.k;
+    if (form == Form::abt)
+      transpose_into(panel, kBlockCols, b.data + col * b.stride, b.stride, width, d.k);
+    else
+      for (Index q = 0; q < d.k; ++q) std::copy_n(b.data + q * b.stride + col, width, panel + q * kBlockCols);
+  }
+}
+
+// Rows [r0, r1) of C: r0 a multiple of kBlockRows, and r1 one too or the last row (a block is one
+// kernel call of the grid's shape: a range ending inside a block would write past it). op(B)'s column
+// `col`, row q is at b.data[col col_step + q b.stride]: col_step 1 in place, k packed (pack_panels).
+template <class T>
+void run_blocks(const Grid<T>& g, Form form, MatrixRef<T> a, MatrixRef<T> b, Index col_step, T* c, Index c_stride,
+                Index r0, Index r1) {
   const Dims d = g.d;
   assert(r0 % kBlockRows == 0 && (r1 == d.m || r1 % kBlockRows == 0));
   for (Index row = r0; row < r1; row += kBlockRows)
     for (Index col = 0; col < d.n; col += kBlockCols)
       for (Index p = 0; p < d.k; p += kBlockDepth) {
-        // The kernel's A operand: op(B)^T, column-major (n x k): b (k x n) row-major as stored.
-        const T* ka = b.data + col + p * b.stride;
+        // The kernel's A operand: op(B)^T, column-major (n x k): b (k x n) row-major as stored or packed.
+        const T* ka = b.data + col * col_step + p * b.stride;
         // Its B operand: op(A)^T, column-major (k x m): a (m x k) row-major as stored, or for a^T b, a
         // (k x m) read transposed by the kernel.
         const T* kb = form == Form::atb ? a.data + row + p * a.stride : a.data + p + row * a.stride;
@@ -319,7 +345,12 @@ template <class T>
 bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_stride, bool accumulate,
                bool may_split) {
   const bool transposed_b = form == Form::abt;
-  const Index lda = transposed_b ? d.n : b.stride;  // the kernel's A operand is b, or b^T laid out (k x n)
+  // A product of one block (the toy model's, W1's) is one kernel call: none of the grid's bookkeeping,
+  // which cost as much as such a kernel runs.
+  const bool one_block = d.m <= kBlockRows && d.n <= kBlockCols && d.k <= kBlockDepth;
+  const bool packed = !one_block && d.m >= kPackMinRows;
+  // The kernel's A operand: b in place, b^T laid out (k x n), or either packed into column panels.
+  const Index lda = packed ? kBlockCols : transposed_b ? d.n : b.stride;
   // C += op(A) op(B) is formed in scratch (out), then added: one rounding per element, as in C = P1
   // then C += P2 for any order of products.
   T* out = accumulate ? thread_scratch<T>(Scratch::product, static_cast<std::size_t>(d.m * d.n)) : c;
@@ -327,9 +358,6 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
   // libxsmm takes its leading dimensions as libxsmm_blasint: rows wider than that go to Eigen.
   constexpr Index kMaxStride = std::numeric_limits<libxsmm_blasint>::max();
   if (lda > kMaxStride || a.stride > kMaxStride || out_stride > kMaxStride) return false;
-  // A product of one block (the toy model's, W1's) is one kernel call: none of the grid's bookkeeping,
-  // which cost as much as such a kernel runs.
-  const bool one_block = d.m <= kBlockRows && d.n <= kBlockCols && d.k <= kBlockDepth;
   Kernel<T> single = nullptr;
   Grid<T> grid{d};
   if (one_block)
@@ -337,7 +365,14 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
   else
     grid = make_grid<T>(d, lda, a.stride, out_stride, form == Form::atb);
   if (one_block ? !single : !grid.complete) return false;
-  if (transposed_b) {  // b (n x k) -> b^T (k x n), so that the kernel reads it as it does for a b
+  Index col_step = 1;
+  if (packed) {
+    const Index panels_width = (d.n + kBlockCols - 1) / kBlockCols * kBlockCols;
+    T* panels = thread_scratch<T>(Scratch::packed_operand, static_cast<std::size_t>(panels_width * d.k));
+    pack_panels(panels, form, d, b);
+    b = {panels, kBlockCols};
+    col_step = d.k;
+  } else if (transposed_b) {  // b (n x k) -> b^T (k x n), so that the kernel reads it as it does for a b
     T* bt = thread_scratch<T>(Scratch::transposed_operand, static_cast<std::size_t>(d.k * d.n));
     transpose_into(bt, d.n, b.data, b.stride, d.n, d.k);
     b = {bt, d.n};
@@ -351,7 +386,7 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
   parallel_for(
       d.m, may_split && split_product(macs),
       [&](Index r0, Index r1) {
-        run_blocks(grid, form, a, b, out, out_stride, r0, r1);
+        run_blocks(grid, form, a, b, col_step, out, out_stride, r0, r1);
         if (accumulate) add_rows(c + r0 * c_stride, c_stride, out + r0 * d.n, r1 - r0, d.n);
       },
       kBlockRows);

@@ -98,7 +98,8 @@ TEST_CASE("gemm: operands and results inside wider matrices give the bits of the
   test::with_each_kernel([&] {
     for (const ProductForm form : {ProductForm::ab, ProductForm::atb, ProductForm::abt})
       for (const bool accumulate : {false, true})
-        for (const Operands o : {Operands{70, 40, 300, form}, Operands{20, 12, 48, form}}) {  // a grid, one block
+        // a grid, op(B) packed (256 rows or more), a grid read in place, one block
+        for (const Operands o : {Operands{300, 70, 40, form}, Operands{70, 40, 300, form}, Operands{20, 12, 48, form}}) {
           CAPTURE(o.m);
           const Index pad = 24;  // extra columns on every side of every matrix
           const Tensor a = random_tensor<float>(a_shape(o), rng), b = random_tensor<float>(b_shape(o), rng);
@@ -119,6 +120,38 @@ TEST_CASE("gemm: operands and results inside wider matrices give the bits of the
           CHECK((wide_c.flat().rightCols(pad).array() == 7.f).all());
         }
   });
+}
+
+TEST_CASE("gemm: libxsmm's kernels give a product of many rows, op(B) packed, the bits of its 64-row slices") {
+  // From 256 rows, op(B) is packed into column panels before the kernels run; a slice of fewer rows
+  // reads it in place. The same kernels do the same arithmetic on both: only the addresses differ.
+  if (!detail::have_libxsmm()) return;
+  const GemmKernels before = detail::gemm_kernels();
+  detail::set_gemm_kernels(GemmKernels::libxsmm);
+  Rng rng(33);
+  const auto check = [&]<class T>(T) {
+    for (const ProductForm form : {ProductForm::ab, ProductForm::atb, ProductForm::abt})
+      for (const Operands o : {Operands{320, 200, 300, form}, Operands{256, 64, 33, form}, Operands{300, 130, 600, form}}) {
+        CAPTURE(form_name(form));
+        CAPTURE(o.m);
+        CAPTURE(o.n);
+        CAPTURE(o.k);
+        CAPTURE(sizeof(T));
+        const TensorT<T> a = random_tensor<T>(a_shape(o), rng), b = random_tensor<T>(b_shape(o), rng);
+        const TensorT<T> whole = product(o, a, b);
+        TensorT<T> sliced(Shape::mat(o.m, o.n));
+        for (Index r0 = 0; r0 < o.m; r0 += 64) {
+          const Index rows = std::min<Index>(64, o.m - r0);
+          const T* a_rows = form == ProductForm::atb ? a.data() + r0 : a.data() + r0 * a.cols();
+          detail::gemm<T>(form, rows, o.n, o.k, {a_rows, a.cols()}, {b.data(), b.cols()}, sliced.data() + r0 * o.n, o.n,
+                          false);
+        }
+        CHECK(whole.flat() == sliced.flat());
+      }
+  };
+  check(0.f);
+  check(0.0);
+  detail::set_gemm_kernels(before);
 }
 
 TEST_CASE("gemm: a product is added into a gradient whole, so two products sum the same in either order") {
