@@ -60,13 +60,15 @@ void SequenceSource::fill(std::span<const Index> indices, SequenceBatch& out) co
   // at once, first, the misses of a batch overlap; taken in the copy loop, one example's copy fills the
   // CPU's window and they come one after another (this function was 8% of the demo's time, nearly all
   // of it waiting on those loads).
+  const auto example = [&](Index b) -> const Example& {
+    return data_.examples[static_cast<std::size_t>(indices[static_cast<std::size_t>(b)])];
+  };
   for (Index b = 0; b < B; ++b) {
-    const Example& e = data_.examples[static_cast<std::size_t>(indices[static_cast<std::size_t>(b)])];
-    __builtin_prefetch(e.tokens.data());
-    __builtin_prefetch(e.labels.data());
+    __builtin_prefetch(example(b).tokens.data());
+    __builtin_prefetch(example(b).labels.data());
   }
   for (Index b = 0; b < B; ++b) {
-    const Example& e = data_.examples[static_cast<std::size_t>(indices[static_cast<std::size_t>(b)])];
+    const Example& e = example(b);
     const auto n = static_cast<Index>(e.tokens.size());
     for (Index t = 0; t < length_; ++t) {
       const bool real = t < n;
