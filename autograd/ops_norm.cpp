@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/autograd/scratch.hpp"
 #include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
@@ -81,11 +82,16 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) 
   auto XH = saved.xhat.flat();
   auto Y = n.value.flat();
   parallel_rows(X.rows(), X.cols(), [&](Index first, Index rows) {  // row by row: split in row ranges when large
+    // The row in double, converted once: read through a lazy cast, each of the three passes converted it
+    // again, element by element (3.5x slower on a 1024 x 256 float x, the same values).
+    Eigen::Map<Eigen::ArrayXd> xr(detail::thread_scratch<double>(detail::Scratch::norm_row, static_cast<std::size_t>(X.cols())),
+                                  X.cols());
     for (Index r = first; r < first + rows; ++r) {
-      const auto xr = X.row(r).array().template cast<double>();
+      xr = X.row(r).transpose().array().template cast<double>();
       const double mean = xr.mean();
-      const double rstd = 1 / std::sqrt((xr - mean).square().mean() + eps);
-      XH.row(r).array() = ((xr - mean) * rstd).template cast<T>();
+      xr -= mean;
+      const double rstd = 1 / std::sqrt(xr.square().mean() + eps);
+      XH.row(r).array() = (xr * rstd).transpose().template cast<T>();
       saved.rstd[r] = static_cast<T>(rstd);
       Y.row(r).array() = XH.row(r).array() * G + Bt;
     }
