@@ -70,6 +70,15 @@ struct Dims {
   Index m, n, k;
 };
 
+// Rows [r0, r1) of C (n wide, rows c_stride apart) += bias, a row of n values: one rounding per element,
+// the one a separate add(C, bias) makes. Nothing without a bias.
+template <class T>
+void add_bias_rows(T* c, Index c_stride, const T* bias, Index r0, Index r1, Index n) {
+  if (!bias || r1 <= r0) return;
+  StridedMap<T>(c + r0 * c_stride, r1 - r0, n, Eigen::OuterStride<>(c_stride)).rowwise() +=
+      Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias, n);
+}
+
 // ---- Eigen's sequential GEMM with kept buffers ------------------------------------------------------
 
 // Eigen's GEMM packing buffers, kept from product to product (per thread). Eigen's own product makes a
@@ -127,7 +136,7 @@ constexpr Index kEigenSplitGrain = 16;
 
 template <class T>
 void eigen_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_stride, bool accumulate,
-                bool may_split) {
+                bool may_split, const T* bias) {
   if (d.m > 1 && d.n > 1 && d.k > 0 && d.k + d.m + d.n >= EIGEN_GEMM_TO_COEFFBASED_THRESHOLD) {
     const double macs = static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
     parallel_for(
@@ -137,6 +146,7 @@ void eigen_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c
           if (!accumulate) StridedMap<T>(rows, r1 - r0, d.n, Eigen::OuterStride<>(c_stride)).setZero();
           const MatrixRef<T> a_rows{form == Form::atb ? a.data + r0 : a.data + r0 * a.stride, a.stride};
           eigen_gemm_kept(form, {r1 - r0, d.n, d.k}, a_rows, b, rows, c_stride, d.m);
+          add_bias_rows(c, c_stride, bias, r0, r1, d.n);
         },
         kEigenSplitGrain);
     return;
@@ -158,6 +168,7 @@ void eigen_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c
     case Form::atb: into(A.transpose() * B); break;
     case Form::abt: into(A * B.transpose()); break;
   }
+  add_bias_rows(c, c_stride, bias, 0, d.m, d.n);
 }
 
 #ifdef TAPEGRAD_HAVE_LIBXSMM
@@ -314,12 +325,13 @@ void pack_panels(T* packed, Form form, Dims d, MatrixRef<T> b) {
 // Rows [r0, r1) of C: r0 a multiple of kBlockRows, and r1 one too or the last row (a block is one
 // kernel call of the grid's shape: a range ending inside a block would write past it). op(B)'s column
 // `col`, row q is at b.data[col col_step + q b.stride]: col_step 1 in place, k packed (pack_panels).
+// With a bias, each block of rows gets it added once its last product is written, while it is in cache.
 template <class T>
 void run_blocks(const Grid<T>& g, Form form, MatrixRef<T> a, MatrixRef<T> b, Index col_step, T* c, Index c_stride,
-                Index r0, Index r1) {
+                Index r0, Index r1, const T* bias) {
   const Dims d = g.d;
   assert(r0 % kBlockRows == 0 && (r1 == d.m || r1 % kBlockRows == 0));
-  for (Index row = r0; row < r1; row += kBlockRows)
+  for (Index row = r0; row < r1; row += kBlockRows) {
     for (Index col = 0; col < d.n; col += kBlockCols)
       for (Index p = 0; p < d.k; p += kBlockDepth) {
         // The kernel's A operand: op(B)^T, column-major (n x k): b (k x n) row-major as stored or packed.
@@ -329,6 +341,8 @@ void run_blocks(const Grid<T>& g, Form form, MatrixRef<T> a, MatrixRef<T> b, Ind
         const T* kb = form == Form::atb ? a.data + row + p * a.stride : a.data + p + row * a.stride;
         g.at(row, col, p)(ka, kb, c + col + row * c_stride);
       }
+    add_bias_rows(c, c_stride, bias, row, std::min(row + kBlockRows, r1), d.n);
+  }
 }
 
 // C (rows x n, rows c_stride apart) += `out` (rows x n, contiguous).
@@ -343,7 +357,7 @@ void add_rows(T* c, Index c_stride, const T* out, Index rows, Index n) {
 // Returns false, having done nothing, if libxsmm has no kernel for one of the product's blocks.
 template <class T>
 bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_stride, bool accumulate,
-               bool may_split) {
+               bool may_split, const T* bias) {
   const bool transposed_b = form == Form::abt;
   // A product of one block (the toy model's, W1's) is one kernel call: none of the grid's bookkeeping,
   // which cost as much as such a kernel runs.
@@ -379,6 +393,7 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
   }
   if (one_block) {
     single(b.data, a.data, out);  // the block at row 0, column 0, depth 0 (see run_blocks)
+    add_bias_rows(out, out_stride, bias, 0, d.m, d.n);
     if (accumulate) add_rows(c, c_stride, out, d.m, d.n);
     return true;
   }
@@ -386,7 +401,7 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
   parallel_for(
       d.m, may_split && split_product(macs),
       [&](Index r0, Index r1) {
-        run_blocks(grid, form, a, b, col_step, out, out_stride, r0, r1);
+        run_blocks(grid, form, a, b, col_step, out, out_stride, r0, r1, bias);
         if (accumulate) add_rows(c + r0 * c_stride, c_stride, out + r0 * d.n, r1 - r0, d.n);
       },
       kBlockRows);
@@ -429,17 +444,20 @@ std::string_view name(GemmKernels kernels) { return kernels == GemmKernels::libx
 
 template <class T>
 void gemm(ProductForm form, Index m, Index n, Index k, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_stride,
-          bool accumulate, bool may_split) {
+          bool accumulate, bool may_split, const T* bias) {
+  assert(!(accumulate && bias));
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {  // an empty sum
     if (!accumulate) StridedMap<T>(c, m, n, Eigen::OuterStride<>(c_stride)).setZero();
+    add_bias_rows(c, c_stride, bias, 0, m, n);
     return;
   }
 #ifdef TAPEGRAD_HAVE_LIBXSMM
-  if (gemm_kernels() == GemmKernels::libxsmm && xsmm_gemm(form, {m, n, k}, a, b, c, c_stride, accumulate, may_split))
+  if (gemm_kernels() == GemmKernels::libxsmm &&
+      xsmm_gemm(form, {m, n, k}, a, b, c, c_stride, accumulate, may_split, bias))
     return;
 #endif
-  eigen_gemm(form, {m, n, k}, a, b, c, c_stride, accumulate, may_split);
+  eigen_gemm(form, {m, n, k}, a, b, c, c_stride, accumulate, may_split, bias);
 }
 
 Index product_split_grain() {
@@ -449,7 +467,9 @@ Index product_split_grain() {
   return kEigenSplitGrain;
 }
 
-template void gemm(ProductForm, Index, Index, Index, MatrixRef<float>, MatrixRef<float>, float*, Index, bool, bool);
-template void gemm(ProductForm, Index, Index, Index, MatrixRef<double>, MatrixRef<double>, double*, Index, bool, bool);
+template void gemm(ProductForm, Index, Index, Index, MatrixRef<float>, MatrixRef<float>, float*, Index, bool, bool,
+                   const float*);
+template void gemm(ProductForm, Index, Index, Index, MatrixRef<double>, MatrixRef<double>, double*, Index, bool, bool,
+                   const double*);
 
 }  // namespace tapegrad::detail

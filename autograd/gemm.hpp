@@ -36,10 +36,12 @@ struct MatrixRef {
 // C (m x n, rows `c_stride` apart) = op(A) op(B), or C += op(A) op(B) when `accumulate` (the product is
 // formed first and then added, so a sum of products comes out the same whichever product is written
 // first). `may_split`: C's rows may be split over the threads when that pays (false inside a region
-// that is already one of several threads' work).
+// that is already one of several threads' work). `bias`, a row of n values (not with `accumulate`): C =
+// op(A) op(B) + bias on every row, each element rounded once more after its product is complete, as
+// by a separate add, but while the block of rows is still in cache.
 template <class T>
 void gemm(ProductForm form, Index m, Index n, Index k, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_stride,
-          bool accumulate, bool may_split = true);
+          bool accumulate, bool may_split = true, const T* bias = nullptr);
 
 // Which kernels gemm runs: libxsmm's where tapegrad is built with it and its JIT works on this machine,
 // else Eigen's. Tests and benchmarks may switch to Eigen's (and back) between computations, not during

@@ -21,6 +21,11 @@ namespace tapegrad {
 template <class T> Var<T> matmul(Var<T> a, Var<T> b, Where where = Where::current());     // a b
 template <class T> Var<T> matmul_bt(Var<T> a, Var<T> b, Where where = Where::current());  // a b^T
 template <class T> Var<T> matmul_at(Var<T> a, Var<T> b, Where where = Where::current());  // a^T b
+// x w + b: x (M,K) or (B,M,K) times a 2-D weight w (K,N), plus b, a row of N values ((N) or (1,N)) added
+// to every row: a linear layer in one node. The values and gradients are add(matmul(x, w), b)'s, bit
+// for bit, without add's pass over the product forward and its copy of the gradient backward (the
+// bias is added to each block of rows as its product completes).
+template <class T> Var<T> affine(Var<T> x, Var<T> w, Var<T> b, Where where = Where::current());
 
 // ---- elementwise (ops_elementwise.cpp) ---------------------------------------------------------
 // b either has a's shape, or is a row of a's width (rank 1, or 1 x cols) added to every row (a bias),

@@ -1,4 +1,4 @@
-// Matrix products: a b, a b^T, a^T b; 2-D, batched, and batched times a shared 2-D weight.
+// Matrix products: a b, a b^T, a^T b; 2-D, batched, and batched times a shared 2-D weight; and x w + b.
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/autograd/gemm.hpp"
 #include "tapegrad/core/parallel.hpp"
@@ -127,7 +127,47 @@ Var<T> product(const char* op, Form form, Var<T> a, Var<T> b, Where where) {
   return t.commit(n);
 }
 
+// Forward was Y = X W + 1 b^T (X viewed flat, (rows, K)). So now
+//   dX += dY W^T,  dW += X^T dY,  db += the column sums of dY,
+// each computed as matmul's and add's backward rules compute it, from dY in place.
+template <class T>
+void affine_backward(Tape<T>& t, Node<T>& n) {
+  Node<T>& nx = t.input(n, 0);
+  Node<T>& nw = t.input(n, 1);
+  Node<T>& nb = t.input(n, 2);
+  const TensorT<T>& X = nx.val();
+  const TensorT<T>& W = nw.val();
+  const TensorT<T>& dY = n.grad;
+  const Index rows = X.shape().flat_rows(), k = W.rows(), cols = W.cols();
+  // In the order of the writes (the first write to a gradient assigns, when one node has two roles).
+  if (const auto db = nb.grad_whole())
+    write_grad(db.grad->flat().row(0).array(), dY.flat().array().colwise().sum(), db.assign);
+  if (const auto dX = nx.grad_whole()) gemm(Form::abt, dY.data(), rows, cols, W.data(), k, cols, dX.grad->data(), dX.assign);
+  if (const auto dW = nw.grad_whole()) gemm(Form::atb, X.data(), rows, k, dY.data(), rows, cols, dW.grad->data(), dW.assign);
+}
+
 }  // namespace
+
+template <class T>
+Var<T> affine(Var<T> x, Var<T> w, Var<T> b, Where where) {
+  Tape<T>& t = Tape<T>::of("affine", {{"x", x}, {"w", w}, {"b", b}});
+  const Shape sx = t.node(x).val().shape(), sw = t.node(w).val().shape(), sb = t.node(b).val().shape();
+  if (sx.rank == 1 || sw.rank != 2)
+    fail<ShapeError>("affine: x is {} and w is {}; x must be a matrix or a batch of matrices and w a matrix", sx, sw);
+  if (sx.cols != sw.rows) fail<ShapeError>("affine: inner dimensions differ: x is {}, w is {}", sx, sw);
+  if (sb.rank > 2 || sb.rows != 1 || sb.cols != sw.cols)
+    fail<ShapeError>("affine: b is {} but x w has {} columns; b must be a row of {} values ({} or 1x{})", sb, sw.cols,
+                     sw.cols, sw.cols, sw.cols);
+  Shape out = sx;
+  out.cols = sw.cols;
+  Node<T>& n = t.record("affine", {x, w, b}, out, where);
+  const TensorT<T>& X = t.node(x).val();
+  const TensorT<T>& W = t.node(w).val();
+  detail::gemm<T>(Form::ab, sx.flat_rows(), sw.cols, sx.cols, {X.data(), sx.cols}, {W.data(), sw.cols},
+                  n.value.data(), sw.cols, false, true, t.node(b).val().data());
+  n.backward = &affine_backward<T>;
+  return t.commit(n);
+}
 
 template <class T>
 Var<T> matmul(Var<T> a, Var<T> b, Where where) {
@@ -147,7 +187,8 @@ Var<T> matmul_at(Var<T> a, Var<T> b, Where where) {
 #define TAPEGRAD_INSTANTIATE(T)                     \
   template Var<T> matmul(Var<T>, Var<T>, Where);    \
   template Var<T> matmul_bt(Var<T>, Var<T>, Where); \
-  template Var<T> matmul_at(Var<T>, Var<T>, Where);
+  template Var<T> matmul_at(Var<T>, Var<T>, Where); \
+  template Var<T> affine(Var<T>, Var<T>, Var<T>, Where);
 TAPEGRAD_INSTANTIATE(float)
 TAPEGRAD_INSTANTIATE(double)
 

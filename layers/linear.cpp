@@ -22,8 +22,7 @@ Var<T> Linear<T>::forward(Var<T> x) {
   if (s.rank == 1 || s.cols != options_.in)
     fail<ShapeError>("linear '{}': x is {} but the layer maps rows of {} features to {}", this->path(), s,
                      options_.in, options_.out);
-  Var<T> y = matmul(x, t.param(*weight_));
-  return bias_ ? add(y, t.param(*bias_)) : y;
+  return bias_ ? affine(x, t.param(*weight_), t.param(*bias_)) : matmul(x, t.param(*weight_));
 }
 
 template <class T>

@@ -104,8 +104,8 @@ double SelfAttention<T>::scale_factor() const {
 
 template <class T>
 Var<T> SelfAttention<T>::project(Tape<T>& t, Var<T> x, Parameter<T>* w, Parameter<T>* b) {
-  Var<T> y = matmul(x, t.param(*w));  // (B, T, D) x (D, H dh): one product over all tokens
-  return b ? add(y, t.param(*b)) : y;
+  // (B, T, D) x (D, H dh): one product over all tokens
+  return b ? affine(x, t.param(*w), t.param(*b)) : matmul(x, t.param(*w));
 }
 
 // The combined mask (nonzero = blocked), or nullptr when nothing is blocked: causal alone is one (T, T)

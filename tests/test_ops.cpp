@@ -277,6 +277,21 @@ TEST_CASE("ops: shape errors of the products name both operands") {
   CHECK_THROWS_WITH_AS(matmul_at(v(Shape::batched(2, 4, 8)), v(Shape::mat(4, 3))),
                        "matmul_at: a is 2x4x8 (a batch) and b is 4x3 (one matrix); a^T b needs both batched or both 2-D",
                        ShapeError);
+  CHECK_THROWS_WITH_AS(affine(v(Shape::batched(2, 4, 8)), v(Shape::mat(6, 3)), v(Shape::vec(3))),
+                       "affine: inner dimensions differ: x is 2x4x8, w is 6x3", ShapeError);
+  CHECK_THROWS_WITH_AS(affine(v(Shape::mat(4, 8)), v(Shape::batched(2, 8, 3)), v(Shape::vec(3))),
+                       "affine: x is 4x8 and w is 2x8x3; x must be a matrix or a batch of matrices and w a matrix",
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(affine(v(Shape::vec(8)), v(Shape::mat(8, 3)), v(Shape::vec(3))),
+                       "affine: x is 8 and w is 8x3; x must be a matrix or a batch of matrices and w a matrix", ShapeError);
+  CHECK_THROWS_WITH_AS(affine(v(Shape::mat(4, 8)), v(Shape::mat(8, 3)), v(Shape::vec(4))),
+                       "affine: b is 4 but x w has 3 columns; b must be a row of 3 values (3 or 1x3)", ShapeError);
+  CHECK_THROWS_WITH_AS(affine(v(Shape::mat(4, 8)), v(Shape::mat(8, 3)), v(Shape::mat(4, 3))),
+                       "affine: b is 4x3 but x w has 3 columns; b must be a row of 3 values (3 or 1x3)", ShapeError);
+  const Var<double> x = v(Shape::mat(4, 8)), w = v(Shape::mat(8, 3)), bad_b = v(Shape::vec(4));
+  const std::size_t before = t.size();
+  CHECK_THROWS_AS(affine(x, w, bad_b), ShapeError);
+  CHECK(t.size() == before);  // a refused op records nothing
 }
 
 TEST_CASE("ops: shape errors of the elementwise ops say which shapes would broadcast") {

@@ -221,3 +221,50 @@ TEST_CASE("parallel: split products of many shapes and all three forms are bit-i
     }
   });
 }
+
+TEST_CASE("parallel: affine is add(matmul(x, w), b) bit for bit, values and gradients, with either kernel, on 1 and 2 threads") {
+  // The bias is added inside the product, to each block of rows as it completes (autograd/gemm.hpp):
+  // shapes below, on and across libxsmm's 64-row blocks and its packing at 256 rows, with an empty depth.
+  RestoreThreads restore;
+  const PinCrossover pin(0, 0);  // split every product there are threads for
+  struct Case {
+    Shape x, w, b;
+  };
+  const std::vector<Case> cases = {
+      {Shape::mat(5, 3), Shape::mat(3, 4), Shape::vec(4)},
+      {Shape::batched(2, 150, 70), Shape::mat(70, 130), Shape::mat(1, 130)},
+      {Shape::mat(300, 257), Shape::mat(257, 65), Shape::vec(65)},
+      {Shape::batched(4, 64, 33), Shape::mat(33, 64), Shape::vec(64)},
+      {Shape::mat(7, 0), Shape::mat(0, 5), Shape::vec(5)},
+  };
+  test::with_each_kernel([&] {
+    Rng rng(5);
+    for (const auto& c : cases) {
+      CAPTURE(c.x);
+      CAPTURE(c.w);
+      const Tensor x0 = test::random_tensor<float>(c.x, rng), w0 = test::random_tensor<float>(c.w, rng),
+                   b0 = test::random_tensor<float>(c.b, rng);
+      Shape ys = c.x;
+      ys.cols = c.w.cols;
+      const Tensor r = test::random_tensor<float>(ys, rng);  // a random projection to a scalar loss
+      auto run = [&](bool fused, int threads) {
+        set_num_threads(threads);
+        Tape<float> tape;
+        Parameter<float> x("x", x0), w("w", w0), b("b", b0);
+        Var<float> y = fused ? affine(tape.param(x), tape.param(w), tape.param(b))
+                             : add(matmul(tape.param(x), tape.param(w)), tape.param(b));
+        tape.backward(sum(mul(y, tape.constant(r))));
+        return std::vector<Tensor>{y.value(), x.grad, w.grad, b.grad};
+      };
+      const auto reference = run(false, 1);
+      for (const int threads : {1, 2}) {
+        CAPTURE(threads);
+        const auto fused = run(true, threads);
+        for (std::size_t i = 0; i < reference.size(); ++i) {
+          CAPTURE(i);
+          CHECK(fused[i] == reference[i]);
+        }
+      }
+    }
+  });
+}

@@ -66,6 +66,12 @@ const std::vector<OpCheck>& op_checks() {
       check("matmul_at", "matmul_at 2-D", {S::mat(4, 3), S::mat(4, 5)}, [](auto&, auto in) { return matmul_at(in[0], in[1]); }),
       check("matmul_at", "matmul_at batched", {S::batched(2, 4, 3), S::batched(2, 4, 5)},
               [](auto&, auto in) { return matmul_at(in[0], in[1]); }),
+      check("affine", "affine 2-D, b (N)", {S::mat(3, 4), S::mat(4, 5), S::vec(5)},
+              [](auto&, auto in) { return affine(in[0], in[1], in[2]); }),
+      check("affine", "affine batched x shared weight, b (1,N)", {S::batched(2, 3, 4), S::mat(4, 5), S::mat(1, 5)},
+              [](auto&, auto in) { return affine(in[0], in[1], in[2]); }),
+      check("affine", "affine x x + b (one input as x and w)", {S::mat(4, 4), S::vec(4)},
+              [](auto&, auto in) { return affine(in[0], in[0], in[1]); }),
       check("add", "add same shape", {S::mat(3, 4), S::mat(3, 4)}, [](auto&, auto in) { return add(in[0], in[1]); }),
       check("add", "add row bias (rank 1)", {S::batched(2, 3, 4), S::vec(4)}, [](auto&, auto in) { return add(in[0], in[1]); }),
       check("add", "add positions shared by the batch", {S::batched(2, 3, 4), S::mat(3, 4)},
@@ -188,7 +194,7 @@ const std::vector<OpCheck>& op_checks() {
 
 const std::vector<std::string>& op_names() {
   static const std::vector<std::string> names = {
-      "matmul", "matmul_bt", "matmul_at", "add", "sub", "mul", "scale", "relu", "tanh", "gelu", "sum", "mean",
+      "matmul", "matmul_bt", "matmul_at", "affine", "add", "sub", "mul", "scale", "relu", "tanh", "gelu", "sum", "mean",
       "transpose", "softmax_rows", "log_softmax_rows", "attention", "cross_entropy", "mse", "slice_cols", "concat_cols",
       "gather_rows", "reshape", "pick_positions", "row_sum", "row_mean", "row_max", "exp", "log", "sqrt", "sigmoid",
       "div", "dropout", "layer_norm"};
