@@ -72,6 +72,8 @@ const std::vector<OpCheck>& op_checks() {
               [](auto&, auto in) { return affine(in[0], in[1], in[2]); }),
       check("affine", "affine x x + b (one input as x and w)", {S::mat(4, 4), S::vec(4)},
               [](auto&, auto in) { return affine(in[0], in[0], in[1]); }),
+      check("affine", "affine x w + x (one input as x and b)", {S::mat(1, 4), S::mat(4, 4)},
+              [](auto&, auto in) { return affine(in[0], in[1], in[0]); }),
       check("add", "add same shape", {S::mat(3, 4), S::mat(3, 4)}, [](auto&, auto in) { return add(in[0], in[1]); }),
       check("add", "add row bias (rank 1)", {S::batched(2, 3, 4), S::vec(4)}, [](auto&, auto in) { return add(in[0], in[1]); }),
       check("add", "add positions shared by the batch", {S::batched(2, 3, 4), S::mat(3, 4)},

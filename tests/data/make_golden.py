@@ -356,12 +356,6 @@ def attention_shared_qkv():
 
 # Appended after the others, so that every earlier case draws the same numbers as before.
 @case
-def affine_shared_weight_gelu():
-    x, w, bias = randn(2, 3, 4), randn(4, 5), randn(5)
-    return {"x": x, "w": w, "bias": bias}, {}, lambda x, w, bias: torch.nn.functional.gelu(x @ w + bias)
-
-
-@case
 def affine_2d_row_bias():
     x, w, bias = randn(4, 3), randn(3, 6), randn(1, 6)
     return {"x": x, "w": w, "bias": bias}, {}, lambda x, w, bias: x @ w + bias
