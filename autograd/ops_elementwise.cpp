@@ -98,7 +98,7 @@ void reduce_into(Binary kind, Broadcast bc, const TensorT<T>& dC, const TensorT<
       break;
     case Broadcast::row:  // every row of dC lands on B's single row: column sums
       b_term(kind, dc, a, B.flat().row(0).array().replicate(dc.rows(), 1),
-             [&](const auto& g) { write_grad(dB.flat().row(0).array(), g.colwise().sum(), assign); });
+             [&](const auto& g) { write_column_sums(dB, g, assign); });
       break;
     case Broadcast::batch:  // batch item i lands on all of B: a sum over the batch (zero if it is empty)
       if (A.batch() == 0 && assign) dB.set_zero();

@@ -55,6 +55,15 @@ Shape product_shape(const char* op, Form form, const Shape& sa, const Shape& sb)
   return sa.rank == 3 ? Shape::batched(sa.batch, m, n) : Shape::mat(m, n);
 }
 
+// C = A B with A (rows x k), B (k x cols), all contiguous: dA (+)= dC B^T and dB (+)= A^T dC, for the
+// gradients that are wanted (non-null); `assign` as in write_grad. matmul's rule and affine's.
+template <class T>
+void ab_grads(const T* a, const T* b, const T* dc, Index rows, Index k, Index cols, T* da, bool da_assign, T* db,
+              bool db_assign, bool may_split) {
+  if (da) gemm(Form::abt, dc, rows, cols, b, k, cols, da, da_assign, may_split);
+  if (db) gemm(Form::atb, a, rows, k, dc, rows, cols, db, db_assign, may_split);
+}
+
 // Forward was C = op(A) op(B). So now, per batch item:
 //   C = A B:    dA += dC B^T,  dB += A^T dC
 //   C = A B^T:  dA += dC B,    dB += dC^T A
@@ -87,8 +96,8 @@ void product_backward(Tape<T>& t, Node<T>& n) {
       const T* dc = dC.mat(i).data();
       switch (form) {
         case Form::ab:
-          if (dA) gemm(Form::abt, dc, cr, cc, b, br, bc, dA.grad->mat(i).data(), dA.assign, may_split);
-          if (dB) gemm(Form::atb, a, ar, ac, dc, cr, cc, dB.grad->mat(i).data(), dB.assign, may_split);
+          ab_grads(a, b, dc, ar, ac, bc, dA ? dA.grad->mat(i).data() : nullptr, dA.assign,
+                   dB ? dB.grad->mat(i).data() : nullptr, dB.assign, may_split);
           break;
         case Form::abt:
           if (dA) gemm(Form::ab, dc, cr, cc, b, br, bc, dA.grad->mat(i).data(), dA.assign, may_split);
@@ -129,7 +138,7 @@ Var<T> product(const char* op, Form form, Var<T> a, Var<T> b, Where where) {
 
 // Forward was Y = X W + 1 b^T (X viewed flat, (rows, K)). So now
 //   dX += dY W^T,  dW += X^T dY,  db += the column sums of dY,
-// each computed as matmul's and add's backward rules compute it, from dY in place.
+// by matmul's rule (ab_grads) and add's (write_column_sums), from dY in place.
 template <class T>
 void affine_backward(Tape<T>& t, Node<T>& n) {
   Node<T>& nx = t.input(n, 0);
@@ -140,10 +149,11 @@ void affine_backward(Tape<T>& t, Node<T>& n) {
   const TensorT<T>& dY = n.grad;
   const Index rows = X.shape().flat_rows(), k = W.rows(), cols = W.cols();
   // In the order of the writes (the first write to a gradient assigns, when one node has two roles).
-  if (const auto db = nb.grad_whole())
-    write_grad(db.grad->flat().row(0).array(), dY.flat().array().colwise().sum(), db.assign);
-  if (const auto dX = nx.grad_whole()) gemm(Form::abt, dY.data(), rows, cols, W.data(), k, cols, dX.grad->data(), dX.assign);
-  if (const auto dW = nw.grad_whole()) gemm(Form::atb, X.data(), rows, k, dY.data(), rows, cols, dW.grad->data(), dW.assign);
+  if (const auto db = nb.grad_whole()) write_column_sums(*db.grad, dY.flat().array(), db.assign);
+  const auto dX = nx.grad_whole();
+  const auto dW = nw.grad_whole();
+  ab_grads(X.data(), W.data(), dY.data(), rows, k, cols, dX ? dX.grad->data() : nullptr, dX.assign,
+           dW ? dW.grad->data() : nullptr, dW.assign, true);
 }
 
 }  // namespace

@@ -115,9 +115,9 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) 
       }, 3);
     }
     if (const auto dGamma = tp.input(node, 1).grad_whole())
-      write_grad(dGamma.grad->flat().row(0).array(), (dY.array() * XHat.array()).colwise().sum(), dGamma.assign);
+      write_column_sums(*dGamma.grad, dY.array() * XHat.array(), dGamma.assign);
     if (const auto dBeta = tp.input(node, 2).grad_whole())
-      write_grad(dBeta.grad->flat().row(0).array(), dY.array().colwise().sum(), dBeta.assign);
+      write_column_sums(*dBeta.grad, dY.array(), dBeta.assign);
   };
   return t.commit(n);
 }

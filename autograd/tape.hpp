@@ -170,6 +170,15 @@ void write_grad(Dst&& dst, const Src& src, bool assign) {
     dst += src;
 }
 
+// The gradient of a row broadcast over every row of an output (a bias, layer norm's gamma and beta):
+// grad, one row of values, (+)= the column sums of `rows` (an array expression, one row per output row).
+// One place for the summation, so that ops that broadcast a row the same way (add, affine) give the
+// same bits.
+template <class T, class Rows>
+void write_column_sums(TensorT<T>& grad, const Rows& rows, bool assign) {
+  write_grad(grad.flat().row(0).array(), rows.colwise().sum(), assign);
+}
+
 // One argument of an op, named for error messages: {"a", a}.
 template <class T>
 struct NamedVar {
