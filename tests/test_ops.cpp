@@ -292,6 +292,14 @@ TEST_CASE("ops: shape errors of the products name both operands") {
   const std::size_t before = t.size();
   CHECK_THROWS_AS(affine(x, w, bad_b), ShapeError);
   CHECK(t.size() == before);  // a refused op records nothing
+  Tape<double> other;  // a weight from another tape is refused by name, before any shape is read
+  const Var<double> foreign_w = other.constant(TensorD(Shape::mat(8, 3)));
+  CHECK_THROWS_AS(affine(x, foreign_w, v(Shape::vec(3))), UsageError);
+  try {
+    affine(x, foreign_w, v(Shape::vec(3)));
+  } catch (const UsageError& e) {
+    CHECK(std::string(e.what()).starts_with("affine: w "));
+  }
 }
 
 TEST_CASE("ops: shape errors of the elementwise ops say which shapes would broadcast") {
