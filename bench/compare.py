@@ -26,6 +26,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEP_BENCH = os.path.join(HERE, "..", "build", "bench", "step_bench")
+STEP_PRODUCTS = os.path.join(HERE, "..", "build", "bench", "step_products")
 TARGETS = {"W1": 0.10, "W2": 0.40, "W3": 0.70, "W4": 0.70, "W5": 0.80}  # tapegrad / PyTorch, both at 1 thread
 TWO_THREAD_TARGETS = ("W3", "W4")  # tapegrad's 2-thread speed-up >= 1.7x
 BEATS_BEST = ("W4", "W5")          # tapegrad at 2 threads faster than PyTorch's fastest arrangement
@@ -60,6 +61,8 @@ def main():
     p.add_argument("--threads", default="1,2", help="thread counts (tapegrad) and per-knob counts (PyTorch)")
     p.add_argument("--workloads", default=None, help="comma-separated names (default: all of step_bench's)")
     p.add_argument("--seconds", default="3")
+    p.add_argument("--products", default=STEP_PRODUCTS,
+                   help="bench/step_products, which times the bound workloads' products alone (skipped if absent)")
     args = p.parse_args()
     if args.workloads is None:
         args.workloads = ",".join(workloads(args.tapegrad))
@@ -140,6 +143,20 @@ def main():
           "counts; PyTorch: its fastest arrangement, interpreter and libraries included)")
     for text, ok in verdicts:
         print(f"  {'met ' if ok else 'MISSED'}  {text}")
+    # What the bound asks of the products: each of the step's products timed alone, on operands in cache
+    # and on operands from L3 or memory, as the step's are (a step's products do not run faster than that).
+    bound_names = [n for n in names if n in BOUND]
+    if bound_names and one == 1 and os.path.exists(args.products):
+        print("step_products at 1 thread ...", file=sys.stderr, flush=True)
+        lines, _ = run([args.products], {"OMP_NUM_THREADS": "1"})
+        print("the bound workloads' matrix products timed alone (bench/step_products, 1 thread, against its own GEMM "
+              "peak measurement):")
+        for r in lines:
+            if r["workload"] in bound_names:
+                print(f"  {r['workload']}: {r['warm_ms']:.2f} ms on operands in cache, {r['cold_ms']:.2f} ms on operands "
+                      f"from L3 or memory; bound {r['bound_ms']:.2f} ms at {r['peak_gflops']:.0f} GFLOP/s: the products "
+                      f"alone take {r['warm_ms'] / r['bound_ms']:.2f}x / {r['cold_ms'] / r['bound_ms']:.2f}x of it "
+                      f"(target for the whole step: 1.25x)")
     return 0
 
 

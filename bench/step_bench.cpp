@@ -9,7 +9,7 @@
 //
 // Prints one JSON line per workload (median ms per step, achieved GFLOP/s, heap allocations per
 // steady-state step, parameter count) and one with this machine's GEMM peak at the same thread count
-// (gemm_peak below). kWorkloads (bench/workloads.hpp) is the one table of the workloads: --list-workloads prints it, and
+// (bench/gemm_peak.hpp). kWorkloads (bench/workloads.hpp) is the one table of the workloads: --list-workloads prints it, and
 // bench/compare.py and bench/torch_step.py read it from there.
 // bench/compare.py runs it beside PyTorch; run it alone as
 //   OMP_NUM_THREADS=1 build/bench/step_bench [--workloads W1,W3] [--seconds 2]
@@ -25,6 +25,7 @@
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/autograd/gemm.hpp"
 #include "tapegrad/core/parallel.hpp"
+#include "gemm_peak.hpp"
 #include "timing.hpp"
 #include "lesson/toy_model.hpp"
 #include "tapegrad/layers/embedding.hpp"
@@ -56,42 +57,6 @@ void time_steps(const Workload& w, Step step, Index params, double seconds, std:
              w.name, num_threads(), ms, times.size(), w.flops() / (ms * 1e-3) / 1e9, allocations, params);
 }
 
-// The GEMM peak, the yardstick for the step's GFLOP/s: the fastest of Eigen's single-precision GEMM on
-// 1024 x 1024 matrices and tapegrad's own matmul (its kernels, autograd/gemm.hpp) on square matrices
-// of 256, 512 and 1024, with the threads this process has. Each is the median of 10 products after 2
-// for warm-up. Eigen's alone was the yardstick until tapegrad's products ran faster than it: a bound
-// that the step can beat is no bound.
-struct GemmPeak {
-  double eigen_1024 = 0;
-  std::vector<std::pair<Index, double>> tapegrad;  // (n, GFLOP/s) of an n x n x n matmul
-  double best() const {
-    double b = eigen_1024;
-    for (const auto& [n, g] : tapegrad) b = std::max(b, g);
-    return b;
-  }
-};
-
-GemmPeak gemm_peak() {
-  GemmPeak peak;
-  auto gflops = [](Index n, double seconds) { return 2.0 * static_cast<double>(n * n * n) / seconds / 1e9; };
-  {
-    const Index n = 1024;
-    RowMatrix<float> a = RowMatrix<float>::Random(n, n), b = RowMatrix<float>::Random(n, n), c(n, n);
-    peak.eigen_1024 = gflops(n, bench::gemm_seconds(a, b, c, 10, 1, 2));
-  }
-  Tape<float> tape;
-  NoGradGuard<float> no_grad(tape);
-  for (const Index n : {256, 512, 1024}) {
-    Parameter<float> a("a", Tensor(Shape::mat(n, n), 0.5f)), b("b", Tensor(Shape::mat(n, n), 0.25f));
-    const double seconds = bench::median_seconds(10, 1, [&] {
-      tape.reset();
-      matmul(tape.param(a), tape.param(b));
-    }, 2);
-    peak.tapegrad.emplace_back(n, gflops(n, seconds));
-  }
-  return peak;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -119,7 +84,7 @@ int main(int argc, char** argv) {
 
   const int threads = num_threads();
   if (!skip_peak) {
-    const GemmPeak peak = gemm_peak();
+    const bench::GemmPeak peak = bench::gemm_peak();
     std::string tapegrad;
     for (const auto& [n, g] : peak.tapegrad) tapegrad += fmt::format(", \"tapegrad_{}\": {:.1f}", n, g);
     fmt::print("{{\"kind\": \"peak\", \"threads\": {}, \"gemm_gflops\": {:.1f}, \"eigen_1024\": {:.1f}{}, \"kernels\": \"{}\"}}\n",

@@ -1,0 +1,138 @@
+// The matrix products of one training step of W3 and W4 (bench/workloads.hpp), each timed alone in the
+// form, shape and strides the step runs it in, twice: on operands in cache ("warm": the same operands
+// again and again) and on operands that come from L3 or memory ("cold": each call reads the next of
+// enough sets to fill 32 MB, as a step's products read tensors that earlier ops pushed out of L2). Their sums per step,
+// against the bound compare.py holds the step to (3F / the GEMM peak of bench/gemm_peak.hpp; target:
+// the step within 1.25x of it), say how much of the step's time the products alone need at each rate,
+// so what is left for everything else.
+//
+//   OMP_NUM_THREADS=1 taskset -c 1 build/bench/step_products
+//
+// Ends with one JSON line per workload (its sums and bound), which bench/compare.py prints under its
+// verdicts. One thread: the bound is a one-thread target. The products are detail::gemm calls, the routine
+// behind matmul, affine and the attention op; each writes its C (no accumulation), as a first gradient
+// write does.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "gemm_peak.hpp"
+#include "timing.hpp"
+#include "workloads.hpp"
+#include "tapegrad/autograd/gemm.hpp"  // internal: the products as the ops call them
+#include "tapegrad/core/error.hpp"
+#include "tapegrad/core/parallel.hpp"
+
+using namespace tapegrad;
+using detail::ProductForm;
+
+namespace {
+
+// One product of the step: C (m x n) = op(A) op(B), A's, B's and C's rows `lda`, `ldb`, `ldc` apart,
+// run `count` times per step.
+struct Product {
+  std::string what;
+  ProductForm form;
+  Index m, n, k, lda, ldb, ldc, count;
+  double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
+};
+
+const char* form_name(ProductForm f) { return f == ProductForm::ab ? "a b" : f == ProductForm::atb ? "a^T b" : "a b^T"; }
+
+// W1-W4's step (lesson/toy_model, attention_config): Q, K, V and O projections of (B T, d) rows by
+// (d, d), attention over B H items of T x T with heads of d / H columns read in place (rows d apart),
+// the readout (B T, d) by (d, V); backward, for Y = X W: dX = dY W^T and dW = X^T dY; for the
+// attention (ops_attention.cpp): dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q.
+std::vector<Product> step_products(const Workload& w) {
+  const Index bt = w.B * w.T, d = w.d, v = w.V, t = w.T, h = w.d / w.H, items = w.B * w.H;
+  return {
+      {"Q K V O projections", ProductForm::ab, bt, d, d, d, d, d, 4},
+      {"readout", ProductForm::ab, bt, v, d, d, v, v, 1},
+      {"scores Q K^T", ProductForm::abt, t, t, h, d, d, t, items},
+      {"P V", ProductForm::ab, t, h, t, t, d, d, items},
+      {"projections dX = dY W^T", ProductForm::abt, bt, d, d, d, d, d, 4},
+      {"projections dW = X^T dY", ProductForm::atb, d, d, bt, d, d, d, 4},
+      {"readout dX", ProductForm::abt, bt, d, v, v, v, d, 1},
+      {"readout dW", ProductForm::atb, d, v, bt, d, v, v, 1},
+      {"dP = dO V^T", ProductForm::abt, t, t, h, d, d, t, items},
+      {"dV = P^T dO", ProductForm::atb, t, h, t, t, d, d, items},
+      {"dQ = dS K", ProductForm::ab, t, h, t, t, d, d, items},
+      {"dK = dS^T Q", ProductForm::atb, t, h, t, t, d, d, items},
+  };
+}
+
+// Median microseconds per call of `p`, warm (one operand set) and cold (sets filling 32 MB, in turn).
+std::pair<double, double> time_product(const Product& p) {
+  const Index a_rows = p.form == ProductForm::atb ? p.k : p.m, b_rows = p.form == ProductForm::abt ? p.n : p.k;
+  const Index set_bytes = static_cast<Index>(sizeof(float)) * (a_rows * p.lda + b_rows * p.ldb + p.m * p.ldc);
+  const int kSets = static_cast<int>(std::clamp<Index>((Index{32} << 20) / set_bytes, 16, 1024));
+  std::vector<std::vector<float>> as, bs, cs;
+  Rng rng(3);
+  for (int i = 0; i < kSets; ++i) {
+    as.emplace_back(static_cast<std::size_t>(a_rows * p.lda));
+    bs.emplace_back(static_cast<std::size_t>(b_rows * p.ldb));
+    cs.emplace_back(static_cast<std::size_t>(p.m * p.ldc));
+    for (float& x : as.back()) x = static_cast<float>(rng.uniform()) - 0.5f;
+    for (float& x : bs.back()) x = static_cast<float>(rng.uniform()) - 0.5f;
+  }
+  int sets = 1, next = 0;
+  auto product = [&] {
+    detail::gemm<float>(p.form, p.m, p.n, p.k, {as[next].data(), p.lda}, {bs[next].data(), p.ldb}, cs[next].data(),
+                        p.ldc, false);
+    next = (next + 1) % sets;
+  };
+  const int rounds = std::max(kSets, static_cast<int>(4e7 / p.flops()));
+  const double warm = bench::median_seconds(15, rounds, product, 2) * 1e6;
+  sets = kSets;
+  const double cold = bench::median_seconds(15, rounds, product, kSets) * 1e6;
+  return {warm, cold};
+}
+
+}  // namespace
+
+int main() {
+  if (num_threads() != 1)
+    fmt::print("step_products: {} threads; the bound is a one-thread target, so run it with OMP_NUM_THREADS=1\n",
+               num_threads());
+  const bench::GemmPeak peak = bench::gemm_peak();
+  fmt::print("GEMM peak at {} thread(s): {:.1f} GFLOP/s ({}'s kernels; the fastest of Eigen's 1024^3 {:.1f}", num_threads(),
+             peak.best(), detail::name(detail::gemm_kernels()), peak.eigen_1024);
+  for (const auto& [n, g] : peak.tapegrad) fmt::print(", tapegrad's {}^3 {:.1f}", n, g);
+  fmt::print(")\n");
+  std::string json;
+  for (const Workload& w : kWorkloads) {
+    if (w.name != "W3" && w.name != "W4") continue;
+    const std::vector<Product> products = step_products(w);
+    double flops = 0, warm_us = 0, cold_us = 0;
+    fmt::print("\n{}: B {}, T {}, d {}, H {}, V {}; per step:\n", w.name, w.B, w.T, w.d, w.H, w.V);
+    fmt::print("{:<26} {:>5} {:>5} {:>5} {:>5} {:>6} {:>10} {:>7} {:>10} {:>7} {:>9}\n", "product", "form", "m", "n", "k",
+               "count", "warm us", "GFLOP/s", "cold us", "GFLOP/s", "cold ms");
+    for (const Product& p : products) {
+      const auto [warm, cold] = time_product(p);
+      const double n = static_cast<double>(p.count);
+      flops += n * p.flops();
+      warm_us += n * warm;
+      cold_us += n * cold;
+      fmt::print("{:<26} {:>5} {:>5} {:>5} {:>5} {:>6} {:>10.2f} {:>7.1f} {:>10.2f} {:>7.1f} {:>9.3f}\n", p.what,
+                 form_name(p.form), p.m, p.n, p.k, p.count, warm, p.flops() / warm / 1e3, cold, p.flops() / cold / 1e3,
+                 n * cold / 1e3);
+    }
+    // The list is the step's products exactly when their FLOPs are the ones step_bench counts.
+    if (std::abs(flops - w.flops()) > 1e-9 * w.flops())
+      fail<Error>("step_products: {}'s products add up to {} FLOPs, but the workload counts {}", w.name, flops,
+                       w.flops());
+    const double bound_ms = w.flops() / (peak.best() * 1e9) * 1e3;
+    fmt::print("products alone: {:.2f} ms warm ({:.1f} GFLOP/s), {:.2f} ms cold ({:.1f} GFLOP/s); bound 3F / peak "
+               "{:.2f} ms, 1.25x bound {:.2f} ms: cold products are {:.2f}x the bound\n",
+               warm_us / 1e3, flops / warm_us / 1e3, cold_us / 1e3, flops / cold_us / 1e3, bound_ms, 1.25 * bound_ms,
+               cold_us / 1e3 / bound_ms);
+    json += fmt::format("{{\"kind\": \"products\", \"workload\": \"{}\", \"threads\": {}, \"peak_gflops\": {:.1f}, "
+                        "\"warm_ms\": {:.3f}, \"cold_ms\": {:.3f}, \"bound_ms\": {:.3f}}}\n",
+                        w.name, num_threads(), peak.best(), warm_us / 1e3, cold_us / 1e3, bound_ms);
+  }
+  fmt::print("\n{}", json);  // for bench/compare.py
+  return 0;
+}
