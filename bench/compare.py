@@ -62,7 +62,8 @@ def main():
     p.add_argument("--workloads", default=None, help="comma-separated names (default: all of step_bench's)")
     p.add_argument("--seconds", default="3")
     p.add_argument("--products", default=STEP_PRODUCTS,
-                   help="bench/step_products, which times the bound workloads' products alone (skipped if absent)")
+                   help="bench/step_products, which times the bound workloads' products alone (left out, with a "
+                        "sentence, if it is not an executable file)")
     args = p.parse_args()
     if args.workloads is None:
         args.workloads = ",".join(workloads(args.tapegrad))
@@ -144,7 +145,7 @@ def main():
     for text, ok in verdicts:
         print(f"  {'met ' if ok else 'MISSED'}  {text}")
     # What the bound asks of the products: each of the step's products timed alone, on operands in cache
-    # and on operands from L3 or memory, as the step's are (a step's products do not run faster than that).
+    # and on operands from L3 or memory (where a step whose tensors outgrow L2 finds most of them).
     bound_names = [n for n in names if n in BOUND]
     if bound_names and one == 1 and not (os.path.isfile(args.products) and os.access(args.products, os.X_OK)):
         print(f"{args.products} is not an executable file: the products timed alone are left out "
