@@ -1,10 +1,11 @@
 // The matrix products of one training step of W3 and W4 (bench/workloads.hpp), each timed alone in the
 // form, shape and strides the step runs it in, twice: on operands in cache ("warm": the same operands
 // again and again) and on operands that come from L3 or memory ("cold": each call reads the next of
-// enough sets to fill 32 MB, as a step's products read tensors that earlier ops pushed out of L2). Their sums per step,
-// against the bound compare.py holds the step to (3F / the GEMM peak of bench/gemm_peak.hpp; target:
-// the step within 1.25x of it), say how much of the step's time the products alone need at each rate,
-// so what is left for everything else.
+// enough sets to fill 32 MB, as a step's products read tensors that earlier ops pushed out of L2).
+// Their sums per step, against the bound compare.py holds the step to (3F / the GEMM peak of
+// bench/gemm_peak.hpp; target: the step within 1.25x of it), say how much of the step's time the
+// products alone need at each rate, so what is left for everything else. It also prints how fast one
+// core reads memory from L2 and from L3: the rates the warm and cold operands come in at.
 //
 //   OMP_NUM_THREADS=1 taskset -c 1 build/bench/step_products
 //
@@ -91,6 +92,15 @@ std::pair<double, double> time_product(const Product& p) {
   return {warm, cold};
 }
 
+// GB/s of a plain read of `megabytes` of floats (their sum), the median of 15 after 2 for warm-up: at
+// 1 MB from L2, at 32 MB from L3, the rates a product's operands come in at warm and cold.
+double read_gbps(Index megabytes) {
+  const Eigen::ArrayXf data = Eigen::ArrayXf::Constant(megabytes * (Index{1} << 20) / 4, 1.0f);
+  volatile float sink = 0;
+  const double seconds = bench::median_seconds(15, 1, [&] { sink = sink + data.sum(); }, 2);
+  return static_cast<double>(megabytes) * (1 << 20) / seconds / 1e9;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -105,7 +115,8 @@ int main(int argc, char** argv) {
   fmt::print("GEMM peak at {} thread(s): {:.1f} GFLOP/s ({}'s kernels; the fastest of Eigen's 1024^3 {:.1f}", num_threads(),
              peak.best(), detail::name(detail::gemm_kernels()), peak.eigen_1024);
   for (const auto& [n, g] : peak.tapegrad) fmt::print(", tapegrad's {}^3 {:.1f}", n, g);
-  fmt::print(")\n");
+  fmt::print(")\nreading memory: {:.1f} GB/s from 1 MB (L2), {:.1f} GB/s from 32 MB (L3 or memory)\n", read_gbps(1),
+             read_gbps(32));
   std::string json;
   for (const Workload& w : kWorkloads) {
     if (w.name != "W3" && w.name != "W4") continue;
