@@ -15,6 +15,12 @@ struct LinearOptions {
   Initializer weight_init = Initializer::xavier_uniform();
 };
 
+// x w, plus b when there is one (b may be null): the product of a linear map, for a layer that keeps its
+// own weights (Linear, SelfAttention's projections, an untied LmHead, or a user's). With a bias it is one
+// affine node (autograd/ops.hpp), else one matmul. x is (N, K) or (B, T, K), w (K, N_out).
+template <class T>
+Var<T> linear_map(Tape<T>& t, Var<T> x, Parameter<T>& w, Parameter<T>* b);
+
 template <class T>
 class Linear : public Module<T> {
  public:
@@ -33,6 +39,8 @@ class Linear : public Module<T> {
   Parameter<T>* bias_ = nullptr;
 };
 
+extern template Var<float> linear_map(Tape<float>&, Var<float>, Parameter<float>&, Parameter<float>*);
+extern template Var<double> linear_map(Tape<double>&, Var<double>, Parameter<double>&, Parameter<double>*);
 extern template class Linear<float>;
 extern template class Linear<double>;
 

@@ -4,6 +4,7 @@
 #include <span>
 
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/layers/linear.hpp"
 
 namespace tapegrad {
 
@@ -102,12 +103,6 @@ double SelfAttention<T>::scale_factor() const {
   return 1.0;
 }
 
-template <class T>
-Var<T> SelfAttention<T>::project(Tape<T>& t, Var<T> x, Parameter<T>* w, Parameter<T>* b) {
-  // (B, T, D) x (D, H dh): one product over all tokens
-  return b ? affine(x, t.param(*w), t.param(*b)) : matmul(x, t.param(*w));
-}
-
 // The combined mask (nonzero = blocked), or nullptr when nothing is blocked: causal alone is one (T, T)
 // mask shared by the batch; padding makes it (B, T, T), blocking padded key columns.
 template <class T>
@@ -138,16 +133,16 @@ Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding) {
   if (options_.mode == AttentionMode::learnable) {
     // K, then Q, then V: backward then adds dV, dQ, dK into dX in the order the parameter-free graph
     // does (softmax(X X^T) X), so with identity weights the two give bit-identical input gradients.
-    k = project(t, x, wk_, bk_);
-    q = project(t, x, wq_, bq_);
-    v = project(t, x, wv_, bv_);
+    k = linear_map(t, x, *wk_, bk_);  // (B, T, D) x (D, H dh): one product over all tokens
+    q = linear_map(t, x, *wq_, bq_);
+    v = linear_map(t, x, *wv_, bv_);
   }
   // Every head at once, each reading its columns of Q, K and V in place (autograd/ops_attention.cpp).
   kept_ = false;
   Var<T> out = attention(q, k, v, options_.n_heads, mask, scale_factor(),
                          keep_weights_ ? std::span<TensorT<T>>(weights_) : std::span<TensorT<T>>());
   kept_ = keep_weights_;
-  if (wo_) out = project(t, out, wo_, bo_);  // (B, T, H dh) -> (B, T, D)
+  if (wo_) out = linear_map(t, out, *wo_, bo_);  // (B, T, H dh) -> (B, T, D)
   return out;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // Self-attention, in the two modes the notes contrast, built from the autograd ops (so its backward
-// comes from theirs): the projections from matmul and add, the heads from the fused attention op.
+// comes from theirs): the projections from linear_map (affine with a bias, else matmul), the heads from
+// the fused attention op.
 //
 //   parameter-free:  softmax(X X^T * s) X                      no parameters at all
 //   learnable:       Q = X Wq, K = X Wk, V = X Wv;  softmax(Q K^T * s) V   (+ biases, + X Wo)
@@ -97,7 +98,6 @@ class SelfAttention : public Module<T> {
   Parameter<T>& bo() { return need(bo_, "bo"); }
 
  private:
-  Var<T> project(Tape<T>& t, Var<T> x, Parameter<T>* w, Parameter<T>* b);
   Parameter<T>& need(Parameter<T>* p, const char* what);
   const Mask* build_mask(const Shape& x, const Mask* key_padding);
 

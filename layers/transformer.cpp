@@ -166,7 +166,7 @@ Var<T> LmHead<T>::forward(Var<T> h) {
   if (h.shape().cols != options_.d_model)
     fail<ShapeError>("lm_head '{}': h is {} but the head reads rows of {} features", this->path(), h.shape(),
                      options_.d_model);
-  if (!tied_) return bias_ ? affine(h, t.param(*weight_), t.param(*bias_)) : matmul(h, t.param(*weight_));
+  if (!tied_) return linear_map(t, h, *weight_, bias_);
   Var<T> logits = matmul_bt(h, t.param(tied_->table()));
   return bias_ ? add(logits, t.param(*bias_)) : logits;
 }
