@@ -146,11 +146,11 @@ def main():
         print(f"  {'met ' if ok else 'MISSED'}  {text}")
     # What the bound asks of the products: each of the step's products timed alone, on operands in cache
     # and on operands from L3 or memory (where a step whose tensors outgrow L2 finds most of them).
-    bound_names = [n for n in names if n in BOUND]
-    if bound_names and one == 1 and not (os.path.isfile(args.products) and os.access(args.products, os.X_OK)):
+    bound_names = [n for n in names if n in BOUND] if one == 1 else []
+    if bound_names and not (os.path.isfile(args.products) and os.access(args.products, os.X_OK)):
         print(f"{args.products} is not an executable file: the products timed alone are left out "
               "(build it: cmake --build build --target step_products)")
-    elif bound_names and one == 1:
+    elif bound_names:
         print("step_products at 1 thread ...", file=sys.stderr, flush=True)
         lines, _ = run([args.products], {"OMP_NUM_THREADS": "1"})
         print("the bound workloads' matrix products timed alone (bench/step_products, 1 thread, against its own GEMM "
