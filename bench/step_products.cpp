@@ -69,10 +69,10 @@ std::vector<Product> step_products(const Workload& w) {
 std::pair<double, double> time_product(const Product& p) {
   const Index a_rows = p.form == ProductForm::atb ? p.k : p.m, b_rows = p.form == ProductForm::abt ? p.n : p.k;
   const Index set_bytes = static_cast<Index>(sizeof(float)) * (a_rows * p.lda + b_rows * p.ldb + p.m * p.ldc);
-  const int kSets = static_cast<int>(std::clamp<Index>((Index{32} << 20) / set_bytes, 16, 1024));
+  const int cold_sets = static_cast<int>(std::clamp<Index>((Index{32} << 20) / set_bytes, 16, 1024));
   std::vector<std::vector<float>> as, bs, cs;
   Rng rng(3);
-  for (int i = 0; i < kSets; ++i) {
+  for (int i = 0; i < cold_sets; ++i) {
     as.emplace_back(static_cast<std::size_t>(a_rows * p.lda));
     bs.emplace_back(static_cast<std::size_t>(b_rows * p.ldb));
     cs.emplace_back(static_cast<std::size_t>(p.m * p.ldc));
@@ -85,10 +85,10 @@ std::pair<double, double> time_product(const Product& p) {
                         p.ldc, false);
     next = (next + 1) % sets;
   };
-  const int rounds = std::max(kSets, static_cast<int>(4e7 / p.flops()));
+  const int rounds = std::max(cold_sets, static_cast<int>(4e7 / p.flops()));
   const double warm = bench::median_seconds(15, rounds, product, 2) * 1e6;
-  sets = kSets;
-  const double cold = bench::median_seconds(15, rounds, product, kSets) * 1e6;
+  sets = cold_sets;
+  const double cold = bench::median_seconds(15, rounds, product, cold_sets) * 1e6;
   return {warm, cold};
 }
 
