@@ -5,7 +5,7 @@
 namespace tapegrad {
 
 template <class T>
-Var<T> linear_map(Tape<T>& t, Var<T> x, Parameter<T>& w, Parameter<T>* b) {
+Var<T> linear_map(Tape<T>& t, Var<T> x, Parameter<T>& w, std::type_identity_t<Parameter<T>>* b) {
   return b ? affine(x, t.param(w), t.param(*b)) : matmul(x, t.param(w));
 }
 

@@ -2,6 +2,8 @@
 // Linear: y = x W + b, with W (in, out) since rows are tokens (PyTorch stores W transposed).
 // x is (N, in) or (B, T, in); a batched x times the shared W is one (B*T, in) x (in, out) product.
 
+#include <type_traits>
+
 #include "tapegrad/autograd/tape.hpp"
 #include "tapegrad/layers/init.hpp"
 #include "tapegrad/layers/module.hpp"
@@ -17,9 +19,10 @@ struct LinearOptions {
 
 // x w, plus b when there is one (b may be null): the product of a linear map, for a layer that keeps its
 // own weights (Linear, SelfAttention's projections, an untied LmHead, or a user's). With a bias it is one
-// affine node (autograd/ops.hpp), else one matmul. x is (N, K) or (B, T, K), w (K, N_out).
+// affine node (autograd/ops.hpp), else one matmul. x is (N, K) or (B, T, K), w (K, N_out). b's type is
+// taken from w's, so that a literal nullptr is accepted.
 template <class T>
-Var<T> linear_map(Tape<T>& t, Var<T> x, Parameter<T>& w, Parameter<T>* b);
+Var<T> linear_map(Tape<T>& t, Var<T> x, Parameter<T>& w, std::type_identity_t<Parameter<T>>* b);
 
 template <class T>
 class Linear : public Module<T> {
