@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "tapegrad/core/text.hpp"  // escaped(), quoted_list(): text from outside, as messages quote it
+
 namespace tapegrad {
 
 class Error : public std::runtime_error {
@@ -86,11 +88,6 @@ class BusyError : public Error {
 template <class E, class... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
   throw E(fmt::format(format, std::forward<Args>(args)...));
-}
-
-// "'a', 'b'": names as error messages list them.
-inline std::string quoted_list(const std::vector<std::string>& names) {
-  return names.empty() ? std::string() : fmt::format("'{}'", fmt::join(names, "', '"));
 }
 
 // Throws ValueError ("<op>: <name> must be finite and >= 0, got <x>") unless x is.

@@ -340,24 +340,8 @@ std::string LoadReport::str() const {
   return s;
 }
 
-// Text from a file, safe to print: control characters (an escape sequence would drive the terminal) and
-// backslashes as C escapes.
-std::string printable(std::string_view text) {
-  std::string out;
-  for (char ch : text) {
-    const auto u = static_cast<unsigned char>(ch);
-    if (ch == '\\')
-      out += "\\\\";
-    else if (u < 0x20 || u == 0x7f)
-      out += fmt::format("\\x{:02x}", u);
-    else
-      out += ch;
-  }
-  return out;
-}
-
 std::string describe_checkpoint(const Checkpoint& c) {
-  const auto& p = printable;
+  const auto p = [](std::string_view text) { return escaped(text); };
   std::string s = fmt::format("tapegrad checkpoint, format {}, written by tapegrad {}\nmodel: {}\n", c.format_version,
                               p(c.tapegrad_version), p(c.model.describe()));
   Index scalars = 0;

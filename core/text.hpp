@@ -1,0 +1,36 @@
+#pragma once
+// Text that came from outside (a file, a path, a flag) as a message quotes it: one helper, so that every
+// error and `inspect` show such text alike. A name read from a file may hold an escape sequence (which
+// would drive the terminal), a newline (which would split a one-line message), a NUL (which would cut
+// it short) or a megabyte: escaped() shows control characters, DEL, backslashes and bytes that are not
+// UTF-8 as C escapes, and cuts long text with a count of what it left out.
+//
+//   escaped("attn\x1b[2J")              attn\x1b[2J                    (the bytes, made visible)
+//   escaped(std::string(5000, 'a'))     aaaa...a... (4880 more bytes)  (at most kMaxQuoted bytes kept)
+//   quoted_list({"a", "b", ...})        'a', 'b', ... and 97 more      (at most kMaxListed names)
+
+#include <concepts>
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tapegrad {
+
+inline constexpr std::size_t kMaxQuoted = 120;  // bytes of one quoted text that a message keeps
+inline constexpr std::size_t kMaxListed = 10;   // names of a list that a message keeps
+
+// `text` safe to print in a one-line message: \\ for a backslash, \xNN for a control character, DEL or
+// a byte that is not part of valid UTF-8; printable ASCII and valid UTF-8 as they are. Past `max_bytes`
+// of input it stops and says how many bytes it left out.
+std::string escaped(std::string_view text, std::size_t max_bytes = kMaxQuoted);
+template <std::same_as<std::filesystem::path> Path>  // a template, so a std::string never converts to a path
+std::string escaped(const Path& path, std::size_t max_bytes = kMaxQuoted) {
+  return escaped(std::string_view(path.native()), max_bytes);
+}
+
+// "'a', 'b', 'c'": names as messages list them, each escaped; past `max_items` names, "... and N more".
+std::string quoted_list(const std::vector<std::string>& names, std::size_t max_items = kMaxListed);
+
+}  // namespace tapegrad
