@@ -78,6 +78,13 @@ class IoError : public Error {
   using Error::Error;
 };
 
+// The system refused a resource the run asked for: a thread, memory beyond what it may take. Programs end
+// with exit 4 (system_failed), as for std::bad_alloc.
+class ResourceError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Something another process holds: an output folder a running training owns.
 class BusyError : public Error {
  public:

@@ -1,6 +1,7 @@
 #include "tapegrad/core/file_io.hpp"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -22,7 +23,34 @@ struct Fd {
   }
 };
 
+// "a folder", "a character device", ...: what a path that is not a regular file is, for messages.
+const char* kind_of(mode_t mode) {
+  return S_ISDIR(mode)    ? "a folder"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+         : S_ISFIFO(mode) ? "a pipe"
+         : S_ISLNK(mode)  ? "a symbolic link"
+         : S_ISSOCK(mode) ? "a socket"
+                          : "not a regular file";
+}
+
+// FileError unless `path` is missing or a regular file: an atomic write renames over its target, which
+// would replace a device node (as root, /dev/null), a pipe or a symbolic link (leaving its target stale)
+// with a plain file.
+void refuse_non_regular_target(const std::filesystem::path& path, std::string_view op) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return;  // missing: it will be created
+  if (S_ISREG(st.st_mode)) return;
+  fail<FileError>("{}: '{}' is {}, not a regular file; it is not replaced (write to a regular file's own path)", op,
+                  escaped(path), kind_of(st.st_mode));
+}
+
 }  // namespace
+
+std::filesystem::path temporary_path(const std::filesystem::path& path) {
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  return dir / fmt::format(".{}.tmp-{}", path.filename().string(), ::getpid());
+}
 
 void write_file(const std::filesystem::path& path, std::string_view content, Durability durability,
                 std::string_view op) {
@@ -31,12 +59,13 @@ void write_file(const std::filesystem::path& path, std::string_view content, Dur
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec)
-    fail<IoError>("{}: cannot create the folder '{}' for '{}': {}", op, dir.string(), path.string(), ec.message());
-  const fs::path tmp = dir / fmt::format(".{}.tmp-{}", path.filename().string(), ::getpid());
+    fail<IoError>("{}: cannot create the folder '{}' for '{}': {}", op, escaped(dir), escaped(path), ec.message());
+  refuse_non_regular_target(path, op);
+  const fs::path tmp = temporary_path(path);
   auto fail_io = [&](const char* what) {
     const std::string reason = std::strerror(errno);
     ::unlink(tmp.c_str());
-    fail<IoError>("{}: {} failed for '{}': {}", op, what, path.string(), reason);
+    fail<IoError>("{}: {} failed for '{}': {}", op, what, escaped(path), reason);
   };
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail_io("creating the temporary file");
@@ -60,6 +89,12 @@ void write_file(const std::filesystem::path& path, std::string_view content, Dur
     fail_io("fsync");
   }
   if (::close(fd) != 0) fail_io("closing");
+  try {
+    refuse_non_regular_target(path, op);  // again: something may have taken its place while it was written
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
   if (::rename(tmp.c_str(), path.c_str()) != 0) fail_io("renaming into place");
   if (durability == Durability::durable) {  // the rename is durable once the folder's entry is on disk
     const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -70,35 +105,58 @@ void write_file(const std::filesystem::path& path, std::string_view content, Dur
   }
 }
 
-std::string format_bytes(double bytes) {
-  if (bytes >= 1e9) return fmt::format("{:.1f} GB", bytes / 1e9);
-  if (bytes >= 1e6) return fmt::format("{:.1f} MB", bytes / 1e6);
-  if (bytes >= 1e3) return fmt::format("{:.0f} KB", bytes / 1e3);
-  return fmt::format("{:.0f} bytes", bytes);
+namespace {
+long path_limit(const std::filesystem::path& dir, int which, long fallback) {
+  errno = 0;
+  const long v = ::pathconf(dir.c_str(), which);
+  return v > 0 ? v : fallback;
+}
+}  // namespace
+
+void check_writable(const std::filesystem::path& path, std::string_view op) {
+  namespace fs = std::filesystem;
+  refuse_non_regular_target(path, op);
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail<FileError>("{}: cannot create the folder '{}' for '{}': {}", op, escaped(dir), escaped(path), ec.message());
+  // The longest name the write gives the file system is its temporary file's.
+  const fs::path tmp = temporary_path(path);
+  const long name_max = path_limit(dir, _PC_NAME_MAX, NAME_MAX), path_max = path_limit(dir, _PC_PATH_MAX, PATH_MAX);
+  if (static_cast<long>(tmp.filename().native().size()) > name_max)
+    fail<FileError>("{}: '{}' could not be written: its temporary file's name would be longer than the {} bytes the file "
+                    "system allows",
+                    op, escaped(path), name_max);
+  if (static_cast<long>(tmp.native().size()) >= path_max)
+    fail<FileError>("{}: '{}' could not be written: the path would be {} bytes, and the system takes paths shorter than "
+                    "{}; choose a shorter folder",
+                    op, escaped(path), tmp.native().size(), path_max);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0 && errno != EEXIST)
+    fail<FileError>("{}: '{}' could not be written: {}", op, escaped(path), std::strerror(errno));
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+  }
 }
 
 std::string read_file(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op) {
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};  // O_NONBLOCK: a FIFO does not hang the open
-  if (f.fd < 0) fail<FileError>("{}: cannot open '{}': {}", op, path.string(), std::strerror(errno));
+  if (f.fd < 0) fail<FileError>("{}: cannot open '{}': {}", op, escaped(path), std::strerror(errno));
   struct stat st {};
-  if (::fstat(f.fd, &st) != 0) fail<FileError>("{}: cannot read '{}': {}", op, path.string(), std::strerror(errno));
+  if (::fstat(f.fd, &st) != 0) fail<FileError>("{}: cannot read '{}': {}", op, escaped(path), std::strerror(errno));
   if (!S_ISREG(st.st_mode))
-    fail<FileError>("{}: '{}' is not a regular file ({})", op, path.string(),
-                  S_ISDIR(st.st_mode)   ? "a folder"
-                  : S_ISCHR(st.st_mode) ? "a character device"
-                  : S_ISBLK(st.st_mode) ? "a block device"
-                  : S_ISFIFO(st.st_mode) ? "a pipe"
-                                         : "not a file");
+    fail<FileError>("{}: '{}' is not a regular file ({})", op, escaped(path), kind_of(st.st_mode));
   const auto size = static_cast<std::size_t>(st.st_size);
   if (size > max_bytes)
-    fail<LimitError>("{}: '{}' holds {}, more than the limit of {}", op, path.string(), format_bytes(static_cast<double>(size)),
+    fail<LimitError>("{}: '{}' holds {}, more than the limit of {}", op, escaped(path), format_bytes(static_cast<double>(size)),
                      format_bytes(static_cast<double>(max_bytes)));
   std::string out(size, '\0');
   std::size_t done = 0;
   while (done < size) {
     const ssize_t n = ::read(f.fd, out.data() + done, size - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail<IoError>("{}: reading '{}' failed: {}", op, path.string(), std::strerror(errno));
+    if (n < 0) fail<IoError>("{}: reading '{}' failed: {}", op, escaped(path), std::strerror(errno));
     if (n == 0) break;  // shorter than it was a moment ago
     done += static_cast<std::size_t>(n);
   }
@@ -119,12 +177,12 @@ FolderLock::FolderLock(std::filesystem::path folder, std::string_view op) : fold
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::exists(folder_, ec) && !fs::is_directory(folder_, ec))
-    fail<FileError>("{}: '{}' is not a folder; give a folder for the run's files", op, folder_.string());
+    fail<FileError>("{}: '{}' is not a folder; give a folder for the run's files", op, escaped(folder_));
   fs::create_directories(folder_, ec);
-  if (ec) fail<FileError>("{}: cannot create the folder '{}': {}", op, folder_.string(), ec.message());
+  if (ec) fail<FileError>("{}: cannot create the folder '{}': {}", op, escaped(folder_), ec.message());
   const fs::path lock = folder_ / ".tapegrad.lock";
   fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail<FileError>("{}: cannot write in the folder '{}': {}", op, folder_.string(), std::strerror(errno));
+  if (fd_ < 0) fail<FileError>("{}: cannot write in the folder '{}': {}", op, escaped(folder_), std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int saved = errno;
     char pid[32] = {};
@@ -133,15 +191,15 @@ FolderLock::FolderLock(std::filesystem::path folder, std::string_view op) : fold
     fd_ = -1;
     if (saved == EWOULDBLOCK)
       fail<BusyError>("{}: another run (pid {}) is using the folder '{}'; wait for it to finish or choose another", op,
-                      owner_pid(pid, n), folder_.string());
-    fail<FileError>("{}: cannot lock the folder '{}': {}", op, folder_.string(), std::strerror(saved));
+                      owner_pid(pid, n), escaped(folder_));
+    fail<FileError>("{}: cannot lock the folder '{}': {}", op, escaped(folder_), std::strerror(saved));
   }
   const std::string pid = fmt::format("{}", ::getpid());
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
     const int saved = errno;
     ::close(fd_);
     fd_ = -1;
-    fail<FileError>("{}: cannot write in the folder '{}': {}", op, folder_.string(), std::strerror(saved));
+    fail<FileError>("{}: cannot write in the folder '{}': {}", op, escaped(folder_), std::strerror(saved));
   }
 }
 

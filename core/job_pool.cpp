@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <system_error>
 
 #include "tapegrad/core/error.hpp"
 #include "tapegrad/core/parallel.hpp"
@@ -18,8 +19,29 @@ int available_cores() {
 
 JobPool::JobPool(int workers) {
   if (workers < 1) fail<ValueError>("JobPool: needs at least 1 worker, got {}", workers);
-  threads_.reserve(static_cast<std::size_t>(workers));
-  for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
+  try {
+    threads_.reserve(static_cast<std::size_t>(workers));
+    for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
+  } catch (const std::system_error& e) {
+    // No destructor runs for a constructor that throws: the workers already started must be told to
+    // stop here, or joining them (in threads_' destructor) would wait for ever.
+    const std::size_t started = threads_.size();
+    stop_workers();
+    fail<ResourceError>("JobPool: the system refused worker thread {} of {} ({}); ask for fewer workers", started + 1,
+                        workers, e.what());
+  } catch (const std::bad_alloc&) {
+    stop_workers();
+    throw;
+  }
+}
+
+void JobPool::stop_workers() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  ready_.notify_all();
+  threads_.clear();  // joins
 }
 
 JobPool::~JobPool() {

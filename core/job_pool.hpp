@@ -21,7 +21,9 @@ int available_cores();
 
 class JobPool {
  public:
-  explicit JobPool(int workers);  // ValueError unless workers >= 1
+  // ValueError unless workers >= 1; ResourceError (every worker started so far stopped and joined) when the
+  // system refuses a thread.
+  explicit JobPool(int workers);
   // Runs no job not yet started (their futures report std::future_error, broken_promise), waits for
   // the running ones.
   ~JobPool();
@@ -43,6 +45,7 @@ class JobPool {
  private:
   void push(std::function<void()> job);
   void work();
+  void stop_workers();
 
   std::mutex mutex_;
   std::condition_variable ready_;

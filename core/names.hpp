@@ -78,7 +78,7 @@ template <NamedEnum E>
 E parse_enum(std::string_view name) {
   E value{};
   if (!parse_enum(name, value))
-    fail<NameError>("{}: unknown name '{}'; choose {}", EnumNames<E>::what, name, enum_choices<E>());
+    fail<NameError>("{}: unknown name '{}'; choose {}", EnumNames<E>::what, escaped(name), enum_choices<E>());
   return value;
 }
 

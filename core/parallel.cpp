@@ -60,7 +60,7 @@ double from_environment(const char* name, double measured) {
   if (!v || !*v) return measured;
   char* end = nullptr;
   const double x = std::strtod(v, &end);
-  if (*end != '\0' || !(x >= 0)) fail<ValueError>("{}: expected a number >= 0, got '{}'", name, v);
+  if (*end != '\0' || !(x >= 0)) fail<ValueError>("{}: expected a number >= 0, got '{}'", name, escaped(std::string_view(v)));
   return x;
 }
 

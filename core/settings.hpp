@@ -168,7 +168,7 @@ S from_settings(const Settings& settings, std::string_view what) {
     using V = std::remove_cvref_t<decltype(value)>;
     const std::string& text = *find_setting(settings, name);
     if (!from_text(text, value))
-      fail<ValueError>("{}: {} is '{}', which is not {}", what, name, text, kind_of_value<V>());
+      fail<ValueError>("{}: {} is '{}', which is not {}", what, name, escaped(text), kind_of_value<V>());
   });
   check_fields(out, what);
   return out;

@@ -59,4 +59,11 @@ std::string quoted_list(const std::vector<std::string>& names, std::size_t max_i
   return out;
 }
 
+std::string format_bytes(double bytes) {
+  if (bytes >= 1e9) return fmt::format("{:.1f} GB", bytes / 1e9);
+  if (bytes >= 1e6) return fmt::format("{:.1f} MB", bytes / 1e6);
+  if (bytes >= 1e3) return fmt::format("{:.0f} KB", bytes / 1e3);
+  return fmt::format("{:.0f} bytes", bytes);
+}
+
 }  // namespace tapegrad

@@ -33,4 +33,7 @@ std::string escaped(const Path& path, std::size_t max_bytes = kMaxQuoted) {
 // "'a', 'b', 'c'": names as messages list them, each escaped; past `max_items` names, "... and N more".
 std::string quoted_list(const std::vector<std::string>& names, std::size_t max_items = kMaxListed);
 
+// "1.5 GB", "37 KB": a byte count as messages give it.
+std::string format_bytes(double bytes);
+
 }  // namespace tapegrad
