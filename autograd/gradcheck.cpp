@@ -119,8 +119,10 @@ class Checker {
     const double closeness = std::isnan(e.abs_error) ? INFINITY : e.abs_error / allowed;
     ++summary.checked;
     ++report_.checked;
-    summary.max_abs_error = std::max(summary.max_abs_error, e.abs_error);
-    summary.max_rel_error = std::max(summary.max_rel_error, e.rel_error);
+    // std::max would drop a NaN (NaN < x is false): a NaN error stays the maximum, as it is the worst.
+    const auto worse = [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); };
+    summary.max_abs_error = worse(summary.max_abs_error, e.abs_error);
+    summary.max_rel_error = worse(summary.max_rel_error, e.rel_error);
     if (report_.checked == 1 || closeness > worst_closeness_) {
       worst_closeness_ = closeness;
       report_.worst = e;
@@ -156,6 +158,8 @@ GradcheckReport gradcheck(const GradcheckFn& f, const std::vector<GradcheckInput
 }
 
 std::string GradcheckReport::str() const {
+  if (checked == 0)
+    return "gradcheck FAILED: there was nothing to check: the inputs and parameters hold no elements\n";
   std::string s = fmt::format("gradcheck {}: {} derivatives checked, {} failed ({} mode, eps {:g}, atol {:g}, rtol {:g})\n",
                               ok() ? "passed" : "FAILED", checked, failed, options.fast ? "fast" : "full",
                               options.eps, options.atol, options.rtol);

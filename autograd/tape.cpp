@@ -18,9 +18,16 @@ std::string_view short_path(std::string_view path) {
 
 template <class T>
 std::string Tape<T>::describe(const Node<T>& n) {
-  if (n.parameter_name)
-    return fmt::format("parameter '{}' (read at {}:{})", *n.parameter_name, short_path(n.where.file), n.where.line);
+  if (n.parameter)
+    return fmt::format("parameter '{}' (read at {}:{})", escaped(n.parameter->name), short_path(n.where.file), n.where.line);
   return fmt::format("{} (recorded at {}:{})", n.op, short_path(n.where.file), n.where.line);
+}
+
+template <class T>
+void Tape<T>::refuse_thread(const char* op) const {
+  fail<UsageError>("{}: tape {} holds {} nodes that another thread is recording; a tape belongs to the thread that "
+                   "records on it until reset(): give each thread its own tape",
+                   op, static_cast<const void*>(this), used_);
 }
 
 template <class T>
@@ -64,7 +71,7 @@ void Tape<T>::refuse_non_finite(Node<T>& n) {
   if (all_finite(n.val())) return;
   const std::string what = describe(n);
   const Shape shape = n.val().shape();
-  const bool parameter = n.parameter_name != nullptr;
+  const bool parameter = n.parameter != nullptr;
   drop_pending();
   if (parameter) fail<NonFiniteError>("anomaly: {} holds a non-finite value (NaN or Inf)", what);
   fail<NonFiniteError>("anomaly: {} produced a non-finite value (NaN or Inf) in its {} output", what, shape);
@@ -89,7 +96,8 @@ template <class T>
 Var<T> Tape<T>::param(Parameter<T>& p, Where where) {
   Node<T>& n = push("param", Shape::vec(0), where);  // the value lives in the parameter
   n.external_value = &p.value;
-  n.parameter_name = &p.name;
+  n.parameter = &p;
+  params_read_.push_back(&p);  // keeps its capacity across reset(): no allocation in steady state
   if (grad_enabled_) {
     if (p.grad.shape() != p.value.shape()) p.zero_grad();
     n.requires_grad = true;
@@ -113,6 +121,7 @@ void Tape<T>::backward(Var<T> loss) {
 
 template <class T>
 void Tape<T>::backward(Var<T> output, const TensorT<T>& seed) {
+  check_thread("backward", false);
   check(output, "backward", "the output");
   if (walked_)
     fail<UsageError>("backward: this tape was already walked back since its last reset(); again would add every "
@@ -186,6 +195,7 @@ void Tape<T>::reset() {
   pending_node_ = nullptr;
   walked_ = false;
   inputs_.clear();  // keeps its capacity
+  params_read_.clear();
   grads_valid_until_ = 0;
   if (generation_ == kMaxTapeGeneration)
     fail<UsageError>("reset: this tape has been reset {} times, as many as a Var can tell apart; make a new tape",

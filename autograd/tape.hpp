@@ -18,8 +18,14 @@
 // limit it refuses with a UsageError rather than wrap and take a stale Var for a live one. A Var must
 // not outlive its tape. A tape is walked back once per recording:
 // backward() again before reset() is a UsageError, as it would add every parameter's gradient twice.
+//
+// A tape belongs to one thread at a time: the thread that records its first node after a reset() owns
+// it until the next reset(). Another thread that records on it or walks it back meanwhile gets a
+// UsageError naming the tape (two threads at once would corrupt it); one tape per thread is the rule
+// (a Trainer's tapes are its own). Handing a tape to another thread between steps, after reset(), is fine.
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -50,6 +56,13 @@ struct Where {
 
 template <class T>
 class Tape;
+
+// Which thread this is, as cheaply as the tape can ask on every op it records: the address of a
+// thread-local byte (initial-exec: an offset from the thread pointer, no call).
+inline const void* this_thread_token() {
+  static thread_local char marker __attribute__((tls_model("initial-exec")));
+  return &marker;
+}
 
 // The limits of Var's fields (see above).
 inline constexpr std::size_t kMaxTapeNodes = std::size_t{1} << 24;
@@ -82,7 +95,7 @@ struct Node {
   TensorT<T> grad;                             // d loss / d value, filled by backward()
   const TensorT<T>* external_value = nullptr;  // a parameter leaf reads Parameter::value in place
   TensorT<T>* external_grad = nullptr;         // ... and backward adds into Parameter::grad
-  const std::string* parameter_name = nullptr;  // ... and is named in errors by it
+  const Parameter<T>* parameter = nullptr;     // ... and is named in errors by it
 
   // What the op keeps for its backward rule, as a struct of the op's own (S: named, typed fields).
   // Made the first time this node holds an S, then kept with its buffers and reused by the op recorded
@@ -210,6 +223,10 @@ class Tape {
   void reset();
   std::size_t size() const { return used_ - (pending_ ? 1 : 0); }  // committed nodes
 
+  // The parameters read (param()) since the last reset(), in order, a parameter once per read: what a
+  // training loop checks against its model's list (check_registered in layers/module.hpp).
+  std::span<const Parameter<T>* const> parameters_read() const { return params_read_; }
+
   // With gradients disabled (evaluation) ops compute values but record no inputs, no backward
   // rules and no saved state, and backward() refuses to run.
   bool grad_enabled() const { return grad_enabled_; }
@@ -244,6 +261,16 @@ class Tape {
 
  private:
   [[noreturn]] void refuse(Var<T> v, const char* op, const char* arg, Index position) const;
+  [[noreturn]] void refuse_thread(const char* op) const;
+  // UsageError unless the calling thread owns the tape (or nothing is recorded); `claim` makes it the
+  // owner when the tape is empty.
+  void check_thread(const char* op, bool claim) {
+    const void* me = this_thread_token();
+    if (used_ == 0 && claim)
+      owner_.store(me, std::memory_order_relaxed);
+    else if (used_ != 0 && owner_.load(std::memory_order_relaxed) != me)
+      refuse_thread(op);
+  }
   [[noreturn]] void refuse_commit(Node<T>& n);
   void refuse_non_finite(Node<T>& n);
   Node<T>& push(const char* op, Shape shape, Where where);
@@ -267,6 +294,8 @@ class Tape {
   std::uint64_t generation_ = 1;        // bumped by reset(), stamped into every Var (40 bits of it)
   std::size_t grads_valid_until_ = 0;   // backward() filled gradients of nodes [0, this)
   TensorT<T> unit_seed_;                // d loss / d loss = 1
+  std::vector<const Parameter<T>*> params_read_;  // by param(), since the last reset()
+  std::atomic<const void*> owner_{nullptr};       // this_thread_token() of the thread recording since reset()
   bool grad_enabled_ = true;
   bool anomaly_detection_ = false;
 };
@@ -283,6 +312,7 @@ inline Tape<T>& Tape<T>::of(const char* op, std::initializer_list<NamedVar<T>> a
 
 template <class T>
 inline Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
+  check_thread(op, true);  // first: another thread's op must not touch anything
   if (pending_ || used_ == capacity_ || used_ == kMaxTapeNodes) make_room(op);
   Node<T>& n = at(used_);
   n.value.resize(shape);  // may throw (a huge shape): before the node counts
@@ -297,7 +327,7 @@ inline Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
   n.input_count = 0;
   n.external_value = nullptr;
   n.external_grad = nullptr;
-  n.parameter_name = nullptr;
+  n.parameter = nullptr;
   n.grad_fresh = false;
   return n;
 }
