@@ -6,7 +6,10 @@ namespace tapegrad {
 
 std::string ModelRecord::describe() const {
   if (empty()) return "not described (weights only)";
-  return config.empty() ? kind : fmt::format("{} ({})", kind, describe_settings(config));
+  // A record read from a file: its text is escaped, and a forged one's thousands of settings cut short.
+  constexpr std::size_t kMaxBytes = 400;
+  const std::string settings = describe_settings(config);
+  return config.empty() ? escaped(kind) : fmt::format("{} ({})", escaped(kind), escaped(settings, kMaxBytes));
 }
 
 template <class T>
@@ -45,13 +48,13 @@ std::vector<const Parameter<T>*> Module<T>::parameters() const {
 
 template <class T>
 Parameter<T>& Module<T>::parameter(std::string_view full_name) {
-  std::vector<std::string_view> known;
+  std::vector<std::string> known;
   for (auto* p : parameters()) {
     if (p->name == full_name) return *p;
     known.push_back(p->name);
   }
-  fail<NameError>("parameter: '{}' is not a parameter of {}; it has: {}", full_name, label(),
-                  known.empty() ? std::string("no parameters") : fmt::format("{}", fmt::join(known, ", ")));
+  fail<NameError>("parameter: '{}' is not a parameter of {}; it has: {}", escaped(full_name), label(),
+                  known.empty() ? std::string("no parameters") : quoted_list(known));
 }
 
 template <class T>
@@ -112,6 +115,35 @@ void Module<T>::prefix_names(const std::string& prefix) {
   for (std::size_t k = 0; k < own_.size(); ++k) own_[k].name = prefix_ + own_local_names_[k];
   for (auto* c : children_) c->prefix_names(prefix_ + c->name_ + ".");
 }
+
+template <class T>
+std::vector<const Parameter<T>*> registered_sorted(const Module<T>& model) {
+  std::vector<const Parameter<T>*> out = model.parameters();
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+template <class T>
+void check_registered(const Tape<T>& tape, std::span<const Parameter<T>* const> registered) {
+  for (const Parameter<T>* p : tape.parameters_read())
+    if (!std::binary_search(registered.begin(), registered.end(), p))
+      fail<UsageError>("check_registered: the tape read parameter '{}', which the model does not list: a layer used in "
+                       "forward() but not registered (register_child) is never trained, saved or zeroed",
+                       escaped(p->name));
+}
+
+template <class T>
+void check_registered(const Tape<T>& tape, const Module<T>& model) {
+  const auto registered = registered_sorted(model);
+  check_registered(tape, std::span<const Parameter<T>* const>(registered));
+}
+
+template std::vector<const Parameter<float>*> registered_sorted(const Module<float>&);
+template std::vector<const Parameter<double>*> registered_sorted(const Module<double>&);
+template void check_registered(const Tape<float>&, std::span<const Parameter<float>* const>);
+template void check_registered(const Tape<double>&, std::span<const Parameter<double>* const>);
+template void check_registered(const Tape<float>&, const Module<float>&);
+template void check_registered(const Tape<double>&, const Module<double>&);
 
 template class Module<float>;
 template class Module<double>;

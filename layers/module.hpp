@@ -14,11 +14,13 @@
 
 #include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tapegrad/autograd/parameter.hpp"
+#include "tapegrad/autograd/tape.hpp"
 #include "tapegrad/core/rng.hpp"
 #include "tapegrad/core/settings.hpp"
 
@@ -115,6 +117,18 @@ class ModuleList : public Module<T> {
  private:
   std::vector<std::unique_ptr<Module<T>>> items_;
 };
+
+// UsageError naming the first parameter `tape` read (since its last reset()) that `model` does not list:
+// a layer used in forward() but never passed to register_child() trains nothing, is never saved, and its
+// gradient is never zeroed. The Trainer calls it every step before backward(); a hand-written loop should
+// too. `registered`: model.parameters(), sorted (registered_sorted()), to check many steps without
+// allocating.
+template <class T>
+void check_registered(const Tape<T>& tape, const Module<T>& model);
+template <class T>
+std::vector<const Parameter<T>*> registered_sorted(const Module<T>& model);
+template <class T>
+void check_registered(const Tape<T>& tape, std::span<const Parameter<T>* const> registered);
 
 extern template class Module<float>;
 extern template class Module<double>;
