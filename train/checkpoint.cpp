@@ -58,9 +58,101 @@ TensorRecord record(const std::string& name, const TensorT<T>& t) {
   return {name, dtype_of<T>(), t.shape(), std::vector<double>(t.data(), t.data() + t.numel())};
 }
 
+// The record's values into a tensor of its shape (check_checkpoint has made sure they fit).
 template <class T>
 void copy_values(const TensorRecord& r, TensorT<T>& t) {
+  if (r.shape != t.shape() || static_cast<Index>(r.values.size()) != t.numel())
+    fail<FormatError>("load: tensor '{}' holds {} values for {}, not {}", escaped(r.name), r.values.size(), r.shape, t.shape());
   for (Index i = 0; i < t.numel(); ++i) t[i] = static_cast<T>(r.values[static_cast<std::size_t>(i)]);
+}
+
+std::size_t count_non_finite(const TensorRecord& r) {
+  return static_cast<std::size_t>(std::count_if(r.values.begin(), r.values.end(), [](double v) { return !std::isfinite(v); }));
+}
+
+// FormatError naming the first of `records` (those whose names are in `names`, or all when it is null) that
+// holds a NaN or Inf, unless the caller allows it.
+void refuse_non_finite(const std::vector<TensorRecord>& records, const std::set<std::string>* names, const char* what,
+                       const LoadOptions& options) {
+  if (options.allow_non_finite) return;
+  for (const auto& r : records)
+    if (!names || names->count(r.name))
+      if (const std::size_t bad = count_non_finite(r); bad > 0)
+        fail<FormatError>("load: {} '{}' holds {} non-finite values (NaN or Inf) of {}; nothing was loaded "
+                          "(LoadOptions::allow_non_finite loads it anyway)",
+                          what, escaped(r.name), bad, r.values.size());
+}
+
+// Names of `items` that occur more than once, in order, each once: a sort, not a quadratic scan (a forged
+// file may hold a hundred thousand).
+template <class Items, class NameOf>
+std::vector<std::string> repeated_names(const Items& items, NameOf name_of) {
+  std::vector<std::string_view> names;
+  names.reserve(items.size());
+  for (const auto& item : items) names.push_back(name_of(item));
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> repeated;
+  for (std::size_t i = 1; i < names.size(); ++i)
+    if (names[i] == names[i - 1] && (repeated.empty() || repeated.back() != names[i])) repeated.emplace_back(names[i]);
+  return repeated;
+}
+
+void check_unique(const std::vector<TensorRecord>& records, const char* what) {
+  const auto repeated = repeated_names(records, [](const TensorRecord& r) -> std::string_view { return r.name; });
+  if (!repeated.empty()) fail<FormatError>("checkpoint: {} {} more than once", what, quoted_list(repeated));
+}
+
+void check_unique(const Settings& settings, const char* what) {
+  const auto repeated = repeated_names(settings, [](const Setting& s) -> std::string_view { return s.name; });
+  if (!repeated.empty()) fail<FormatError>("checkpoint: {} {} more than once", what, quoted_list(repeated));
+}
+
+void check_record(const TensorRecord& r, const char* what) {
+  if (r.dtype != "f32" && r.dtype != "f64")
+    fail<FormatError>("checkpoint: {} '{}' has the element type '{}'; f32 and f64 are known", what, escaped(r.name),
+                      escaped(r.dtype));
+  if (!r.shape.valid())
+    fail<FormatError>("checkpoint: {} '{}' has an invalid shape (rank {}, {} x {} x {})", what, escaped(r.name),
+                      r.shape.rank, r.shape.batch, r.shape.rows, r.shape.cols);
+  if (static_cast<Index>(r.values.size()) != r.shape.numel())
+    fail<FormatError>("checkpoint: {} '{}' is {} ({} values) but holds {} values", what, escaped(r.name), r.shape,
+                      r.shape.numel(), r.values.size());
+}
+
+void check_training(const TrainingRecord& t) {
+  const OptimizerRecord& o = t.optimizer;
+  check_unique(o.hyperparameters, "the optimizer's hyperparameters name");
+  check_unique(o.schedule.settings, "the schedule's settings name");
+  for (const auto& b : o.buffers) {
+    check_record(b, "optimizer buffer");
+    const auto slash = b.name.rfind('/');
+    if (slash == std::string::npos || slash == 0 || slash + 1 == b.name.size())
+      fail<FormatError>("checkpoint: optimizer buffer '{}' is not named '<parameter>/<buffer>'", escaped(b.name));
+  }
+  check_unique(o.buffers, "the optimizer buffers name");
+  const double max_steps = TrainOptions::kMaxSteps;
+  if (o.step < 0 || static_cast<double>(o.step) > max_steps)
+    fail<FormatError>("checkpoint: the optimizer's step is {}, outside [0, {}]", o.step, to_text(max_steps));
+  const TrainerState& s = t.trainer;
+  try {
+    check_fields(s.options, "checkpoint: the trainer's options");
+  } catch (const ValueError& e) {
+    throw FormatError(e.what());
+  }
+  if (s.step < 0 || s.step > s.options.steps)
+    fail<FormatError>("checkpoint: the trainer is at step {}, outside its run of {} steps", s.step, s.options.steps);
+  if (s.window_steps < 0 || s.window_steps > s.step)
+    fail<FormatError>("checkpoint: the trainer's window holds {} steps, outside [0, {}]", s.window_steps, s.step);
+  const auto& order = s.data_order;
+  if (order.epoch < 0 || order.cursor < 0 || order.cursor > static_cast<Index>(order.order.size()))
+    fail<FormatError>("checkpoint: the data order is at epoch {}, position {} of {}", order.epoch, order.cursor,
+                      order.order.size());
+  Index previous = 0;
+  for (const CurvePoint& p : s.curve) {
+    if (p.step < previous || p.step > s.step)
+      fail<FormatError>("checkpoint: a curve point is at step {}, out of order or past the trainer's step {}", p.step, s.step);
+    previous = p.step;
+  }
 }
 
 // Matches the file's parameters against the model's, without changing anything.
@@ -79,10 +171,11 @@ LoadReport match(const Checkpoint& c, const std::vector<Parameter<T>*>& params) 
     seen.insert(p->name);
     const TensorRecord& r = *it->second;
     if (r.dtype != dtype_of<T>())
-      report.mismatched.push_back(fmt::format("'{}' is {} {} in the file but {} {} in the model", p->name, r.dtype, r.shape,
-                                              dtype_of<T>(), p->value.shape()));
+      report.mismatched.push_back(fmt::format("'{}' is {} {} in the file but {} {} in the model", escaped(p->name), r.dtype,
+                                              r.shape, dtype_of<T>(), p->value.shape()));
     else if (r.shape != p->value.shape())
-      report.mismatched.push_back(fmt::format("'{}' is {} in the file but {} in the model", p->name, r.shape, p->value.shape()));
+      report.mismatched.push_back(
+          fmt::format("'{}' is {} in the file but {} in the model", escaped(p->name), r.shape, p->value.shape()));
     else
       report.loaded.push_back(p->name);
   }
@@ -95,17 +188,19 @@ std::string problems(const LoadReport& r) {
   std::vector<std::string> parts;
   if (!r.missing.empty()) parts.push_back("the file lacks the model's " + quoted_list(r.missing));
   if (!r.unexpected.empty()) parts.push_back("the model has no " + quoted_list(r.unexpected));
-  for (const auto& m : r.mismatched) parts.push_back(m);
+  constexpr std::size_t kShown = 10;  // a message stays a line, however many shapes differ
+  for (std::size_t i = 0; i < r.mismatched.size() && i < kShown; ++i) parts.push_back(r.mismatched[i]);
+  if (r.mismatched.size() > kShown) parts.push_back(fmt::format("{} more mismatched", r.mismatched.size() - kShown));
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
 template <class T>
 void apply_weights(const Checkpoint& c, const std::vector<Parameter<T>*>& params, const LoadReport& report) {
-  std::set<std::string> load(report.loaded.begin(), report.loaded.end());
+  const std::set<std::string> load(report.loaded.begin(), report.loaded.end());
+  std::map<std::string_view, Parameter<T>*> by_name;
+  for (auto* p : params) by_name.emplace(p->name, p);
   for (const auto& r : c.parameters)
-    if (load.count(r.name))
-      for (auto* p : params)
-        if (p->name == r.name) copy_values(r, p->value);
+    if (load.count(r.name)) copy_values(r, by_name.at(r.name)->value);
 }
 
 OptimizerState<float> optimizer_state(const OptimizerRecord& o) {
@@ -117,7 +212,7 @@ OptimizerState<float> optimizer_state(const OptimizerRecord& o) {
   for (const auto& b : o.buffers) {
     const auto slash = b.name.rfind('/');
     if (slash == std::string::npos)
-      fail<FormatError>("optimizer buffer '{}' is not named '<parameter>/<buffer>'", b.name);
+      fail<FormatError>("optimizer buffer '{}' is not named '<parameter>/<buffer>'", escaped(b.name));
     TensorT<float> tensor(b.shape);
     copy_values(b, tensor);
     s.per_param[b.name.substr(0, slash)][b.name.substr(slash + 1)] = std::move(tensor);
@@ -129,17 +224,20 @@ OptimizerState<float> optimizer_state(const OptimizerRecord& o) {
 std::string record_differences(const ModelRecord& file, const ModelRecord& model) {
   if (file.kind != model.kind)
     return fmt::format("the file holds a model of kind '{}' but the trainer's is of kind '{}'",
-                       file.kind.empty() ? "(not described)" : file.kind, model.kind.empty() ? "(not described)" : model.kind);
+                       file.kind.empty() ? "(not described)" : escaped(file.kind),
+                       model.kind.empty() ? "(not described)" : escaped(model.kind));
   std::vector<std::string> out;
   for (const auto& s : model.config) {
     const std::string* theirs = find_setting(file.config, s.name);
     if (!theirs)
       out.push_back(fmt::format("setting '{}' is missing from the file", s.name));
     else if (*theirs != s.value)
-      out.push_back(fmt::format("setting '{}' is {} in the file but {} in the model", s.name, *theirs, s.value));
+      out.push_back(fmt::format("setting '{}' is {} in the file but {} in the model", s.name, escaped(*theirs), s.value));
   }
+  std::vector<std::string> unknown;
   for (const auto& s : file.config)
-    if (!find_setting(model.config, s.name)) out.push_back(fmt::format("the model has no setting '{}'", s.name));
+    if (!find_setting(model.config, s.name)) unknown.push_back(s.name);
+  if (!unknown.empty()) out.push_back("the model has no setting " + quoted_list(unknown));
   return fmt::format("{}", fmt::join(out, "; "));
 }
 
@@ -154,6 +252,13 @@ double norm(const TensorRecord& r) {
 // ---- public API ----------------------------------------------------------------------------------------
 
 std::string_view tapegrad_version() { return TAPEGRAD_VERSION; }  // defined by CMakeLists.txt
+
+void check_checkpoint(const Checkpoint& c) {
+  check_unique(c.model.config, "the model's configuration names");
+  for (const auto& r : c.parameters) check_record(r, "parameter");
+  check_unique(c.parameters, "the parameter list names");
+  if (c.training) check_training(*c.training);
+}
 
 std::vector<std::byte> encode_checkpoint(const Checkpoint& c) {
   std::ostringstream payload_stream(std::ios::binary);
@@ -177,7 +282,8 @@ std::vector<std::byte> encode_checkpoint(const Checkpoint& c) {
   return out;
 }
 
-Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view source) {
+Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view source_name) {
+  const std::string source = escaped(source_name);  // a file name: the user's, and any bytes may be in it
   if (bytes.empty()) fail<FormatError>("load '{}': the file is empty", source);
   if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
     if (bytes.size() < sizeof kMagic && std::memcmp(bytes.data(), kMagic, bytes.size()) == 0)
@@ -227,12 +333,24 @@ Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view 
   } catch (const std::bad_alloc&) {
     fail<FormatError>("load '{}': corrupt payload: it asks for more memory than there is", source);
   }
+  try {
+    check_checkpoint(c);
+  } catch (const FormatError& e) {  // well-formed, but not a checkpoint any run could have written
+    std::string_view why = e.what();
+    if (why.starts_with("checkpoint: ")) why.remove_prefix(12);
+    fail<FormatError>("load '{}': {}", source, why);
+  }
   return c;
 }
 
 void save_checkpoint(const std::filesystem::path& path, const Checkpoint& c) {
   const std::vector<std::byte> bytes = encode_checkpoint(c);
   write_file(path, {reinterpret_cast<const char*>(bytes.data()), bytes.size()}, Durability::durable, "save_checkpoint");
+}
+
+void save_checkpoint(OutputFolder& out, std::string_view relative, const Checkpoint& c) {
+  const std::vector<std::byte> bytes = encode_checkpoint(c);
+  out.write(relative, {reinterpret_cast<const char*>(bytes.data()), bytes.size()}, Durability::durable);
 }
 
 Checkpoint read_checkpoint(const std::filesystem::path& path, std::size_t max_bytes) {
@@ -265,15 +383,19 @@ Checkpoint snapshot(const TrainerBase& trainer) {
 
 template <class T>
 LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions options) {
+  check_checkpoint(c);  // a Checkpoint built in memory is checked as a file's is
   const auto params = model.parameters();
   LoadReport report = match(c, params);
   const bool clean = report.missing.empty() && report.unexpected.empty() && report.mismatched.empty();
   if (options.strict && !clean) fail<FormatError>("load: {}; nothing was loaded", problems(report));
+  const std::set<std::string> loading(report.loaded.begin(), report.loaded.end());
+  refuse_non_finite(c.parameters, &loading, "parameter", options);
   apply_weights(c, params, report);
   return report;
 }
 
-LoadReport load_training(const Checkpoint& c, TrainerBase& trainer) {
+LoadReport load_training(const Checkpoint& c, TrainerBase& trainer, LoadOptions options) {
+  check_checkpoint(c);
   if (!c.training) fail<FormatError>("resume: the checkpoint holds weights only, not the state of training");
   const TrainingRecord& t = *c.training;
   Module<float>& model = trainer.model();
@@ -284,6 +406,8 @@ LoadReport load_training(const Checkpoint& c, TrainerBase& trainer) {
   LoadReport report = match(c, params);
   if (!report.missing.empty() || !report.unexpected.empty() || !report.mismatched.empty())
     fail<FormatError>("resume: {}; nothing was loaded", problems(report));
+  refuse_non_finite(c.parameters, nullptr, "parameter", options);
+  refuse_non_finite(t.optimizer.buffers, nullptr, "optimizer buffer", options);
   const OptimizerState<float> state = optimizer_state(t.optimizer);
   trainer.optimizer().check_state(state);
   trainer.check_state(t.trainer);
@@ -300,7 +424,7 @@ namespace detail {
 const Settings& model_config_of(const Checkpoint& c, std::string_view kind) {
   if (c.model.kind != kind)
     fail<FormatError>("load: the file holds a model of kind '{}', not '{}'",
-                      c.model.kind.empty() ? "(not described)" : c.model.kind, kind);
+                      c.model.kind.empty() ? "(not described)" : escaped(c.model.kind), kind);
   return c.model.config;
 }
 
@@ -313,6 +437,19 @@ Index parameter_values_held(const Checkpoint& c) {
 void refuse_implied_count(const ModelRecord& record, Index implied, Index held) {
   fail<FormatError>("load: the configuration {} implies {} parameter values but the file holds {}", record.describe(),
                     implied, held);
+}
+
+std::size_t build_budget_bytes(const Checkpoint& c) {
+  return 3 * sizeof(double) * static_cast<std::size_t>(parameter_values_held(c)) + kBuildSlackBytes;
+}
+
+void refuse_build(const Checkpoint& c) {
+  fail<LimitError>("{}: one of its tensors would be larger than memory can address", build_description(c));
+}
+
+std::string build_description(const Checkpoint& c) {
+  return fmt::format("load: building the model {} from a file of {} parameter values", c.model.describe(),
+                     parameter_values_held(c));
 }
 
 }  // namespace detail
@@ -347,8 +484,15 @@ std::string describe_checkpoint(const Checkpoint& c) {
   Index scalars = 0;
   for (const auto& r : c.parameters) scalars += r.shape.numel();
   s += fmt::format("parameters: {} tensors, {} values, crc32 {:08x}\n", c.parameters.size(), scalars, weights_crc32(c));
-  for (const auto& r : c.parameters)
-    s += fmt::format("  {:<20} {} {:>10}  norm {:.6g}\n", p(r.name), p(r.dtype), r.shape.str(), norm(r));
+  std::size_t non_finite = 0;
+  for (const auto& r : c.parameters) {
+    const std::size_t bad = count_non_finite(r);
+    non_finite += bad;
+    s += fmt::format("  {:<20} {} {:>10}  norm {:.6g}{}\n", p(r.name), p(r.dtype), r.shape.str(), norm(r),
+                     bad ? fmt::format("  ({} non-finite values: NaN or Inf)", bad) : "");
+  }
+  if (non_finite)
+    s += fmt::format("warning: {} parameter values are not finite; loading refuses them unless asked\n", non_finite);
   for (const auto& [k, v] : c.metadata) s += fmt::format("metadata: {} = {}\n", p(k), p(v));
   if (!c.training) return s + "training state: none (weights only)\n";
   const OptimizerRecord& o = c.training->optimizer;
@@ -358,7 +502,11 @@ std::string describe_checkpoint(const Checkpoint& c) {
                    t.eval_fingerprint ? fmt::format(", evaluation data fingerprint {:08x}", *t.eval_fingerprint) : "");
   s += fmt::format("optimizer: {} after {} steps ({}); schedule {}; {} buffers\n", p(o.kind), o.step,
                    p(describe_settings(o.hyperparameters)), p(o.schedule.describe()), o.buffers.size());
-  for (const auto& b : o.buffers) s += fmt::format("  {:<32} {:>10}  norm {:.6g}\n", p(b.name), b.shape.str(), norm(b));
+  for (const auto& b : o.buffers) {
+    const std::size_t bad = count_non_finite(b);
+    s += fmt::format("  {:<32} {:>10}  norm {:.6g}{}\n", p(b.name), b.shape.str(), norm(b),
+                     bad ? fmt::format("  ({} non-finite values: NaN or Inf)", bad) : "");
+  }
   s += fmt::format("data order: epoch {}, position {} of {}\n", t.data_order.epoch, t.data_order.cursor,
                    t.data_order.order.size());
   if (!t.curve.empty()) {
@@ -398,14 +546,36 @@ std::optional<std::filesystem::path> CheckpointDir::latest() const {
   return all.back();
 }
 
+CheckpointDir::CheckpointDir(OutputFolder& out, std::string relative, int keep)
+    : CheckpointDir(out.path(relative), keep) {
+  out_ = &out;
+  relative_ = std::move(relative);
+}
+
+std::string CheckpointDir::name(std::int64_t step) const {
+  const std::string file = fmt::format("checkpoint-{:08}.tgck", step);
+  return out_ ? relative_ + "/" + file : (dir_ / file).string();
+}
+
 std::filesystem::path CheckpointDir::save(const Checkpoint& c, std::int64_t step) {
-  const auto path = dir_ / fmt::format("checkpoint-{:08}.tgck", step);
-  save_checkpoint(path, c);
+  const std::string name = this->name(step);
+  std::filesystem::path path;
+  if (out_) {
+    save_checkpoint(*out_, name, c);
+    path = out_->path(name);
+  } else {
+    path = name;
+    save_checkpoint(path, c);
+  }
   std::erase(saved_, path);  // saved again (the same step): it is the newest now
   saved_.push_back(path);
   while (saved_.size() > static_cast<std::size_t>(keep_)) {
-    std::error_code ec;
-    std::filesystem::remove(saved_.front(), ec);  // already gone is fine
+    if (out_) {
+      out_->remove(relative_ + "/" + saved_.front().filename().string());
+    } else {
+      std::error_code ec;
+      std::filesystem::remove(saved_.front(), ec);  // already gone is fine
+    }
     saved_.erase(saved_.begin());
   }
   return path;

@@ -32,10 +32,13 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "tapegrad/core/output_folder.hpp"
 #include "tapegrad/layers/module.hpp"
 #include "tapegrad/train/optimizer.hpp"
 #include "tapegrad/train/trainer.hpp"
@@ -77,6 +80,17 @@ struct Checkpoint {
   std::optional<TrainingRecord> training;       // empty in a weights-only file
 };
 
+// The invariants every checkpoint holds, whoever made it: the decoder of a file, or a program that filled
+// a Checkpoint's public fields. Unique names (parameters, optimizer buffers, the settings of the model, the
+// optimizer and the schedule), known element types, valid shapes, each record's value count equal to its
+// shape's size, buffers named "<parameter>/<buffer>", counters in range (0 <= step <= the run's steps <=
+// TrainOptions::kMaxSteps, windows and curve within the steps taken, the data order's position within it).
+// FormatError starting "checkpoint: " and naming the first record that breaks one. The decoder and every
+// load (load_weights, load_training, model_config_from, model_from_checkpoint) check them first, so no
+// caller can reach a copy past a buffer's end or a name that means two things. Non-finite values are not
+// refused here (inspect shows such a file); loading refuses them (LoadOptions::allow_non_finite).
+void check_checkpoint(const Checkpoint& c);
+
 // ---- bytes and files --------------------------------------------------------------------------------
 
 std::vector<std::byte> encode_checkpoint(const Checkpoint& c);
@@ -88,6 +102,8 @@ Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view 
 inline constexpr std::size_t kMaxCheckpointBytes = std::size_t{4} << 30;  // 4 GiB
 
 void save_checkpoint(const std::filesystem::path& path, const Checkpoint& c);  // atomic; IoError naming the reason
+// Into a run's folder (durable, atomic, listed as the run's: core/output_folder.hpp).
+void save_checkpoint(OutputFolder& out, std::string_view relative, const Checkpoint& c);
 // FileError for a file that cannot be opened or is not a regular file (a folder, a device, a pipe), LimitError
 // for one over max_bytes, FormatError for anything that is not a valid checkpoint.
 Checkpoint read_checkpoint(const std::filesystem::path& path, std::size_t max_bytes = kMaxCheckpointBytes);
@@ -106,6 +122,9 @@ Checkpoint snapshot(const TrainerBase& trainer);   // and the state of training
 
 struct LoadOptions {
   bool strict = true;  // false: load the parameters whose name and shape match, report the rest
+  // A weight (or optimizer buffer) that holds NaN or Inf is refused, naming it, unless this is set: a model
+  // that diverged is rarely what a program means to load.
+  bool allow_non_finite = false;
 };
 
 struct LoadReport {
@@ -125,20 +144,28 @@ LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions optio
 // weights, optimizer state (its kind and schedule must be the trainer's optimizer's), step, data order
 // (the trainer's data must be the data the checkpoint was trained on: its fingerprint is checked),
 // random stream, windows and curve. Nothing changes unless everything fits.
-LoadReport load_training(const Checkpoint& c, TrainerBase& trainer);
+LoadReport load_training(const Checkpoint& c, TrainerBase& trainer, LoadOptions options = {});
 
 // The configuration of a model of type M from the checkpoint's record (M as for model_from_checkpoint):
-// FormatError if the record is of another kind, a setting is missing, unknown or invalid, or (when M
-// can say) the configuration implies other parameters than the file holds. Nothing is built.
+// FormatError if the record is of another kind, a setting is missing, unknown or invalid, the
+// configuration does not fit together (M::check_config, when M has it), or it implies other parameters
+// than the file holds. To know the last for any M, it builds the model once, within the budget below,
+// and drops it (a model that declares implied_parameter_count is not built).
 template <class M>
 typename M::Config model_config_from(const Checkpoint& c);
 
 // A model rebuilt from the checkpoint's record and loaded with its weights, for inference or to go on.
 // M needs `static constexpr std::string_view kind`, a `Config` with fields() (core/settings.hpp), and a
-// constructor from it; if it has `static Index implied_parameter_count(const Config&)`, a configuration
-// that implies other parameters than the file holds is refused before anything is built.
+// constructor from it. It is built within a TensorBudget of what the file's parameters take (three times,
+// for values, gradients and a model's own buffers, plus kBuildSlackBytes), so a configuration forged to
+// ask for more than the file holds is a LimitError before the memory is taken, whatever M is; then its
+// parameter count must equal the file's. `static Index implied_parameter_count(const Config&)` (optional)
+// lets the count be compared before anything is built; `static void check_config(const Config&)`
+// (optional) names what does not fit together.
 template <class M>
 std::unique_ptr<M> model_from_checkpoint(const Checkpoint& c);
+
+inline constexpr std::size_t kBuildSlackBytes = std::size_t{64} << 20;
 
 // A CRC-32 of a tensor's shape and raw bytes: two tensors with equal checksums are, with near
 // certainty, bit-identical (to compare predictions without keeping them).
@@ -149,9 +176,15 @@ std::uint32_t weights_crc32(const Checkpoint& c);
 
 // Checkpoints of one run in a folder: checkpoint-<step>.tgck. Keeping the newest `keep` counts only the
 // files this object saved, so another run's checkpoints, or a user's file of that name, are never deleted.
+// Given the run's OutputFolder, it saves into its subfolder `relative` through it (each file listed as the
+// run's, a user's file of that name refused); given a path, it only lists what is there (and saves
+// without a manifest, for a program that keeps none).
 class CheckpointDir {
  public:
   CheckpointDir(std::filesystem::path dir, int keep);
+  CheckpointDir(OutputFolder& out, std::string relative, int keep);
+  // The name of the checkpoint of `step`, relative to the run's folder when there is one.
+  std::string name(std::int64_t step) const;
   // Saves (atomically), then deletes this run's oldest beyond `keep`. Returns the path.
   std::filesystem::path save(const Checkpoint& c, std::int64_t step);
   // Every checkpoint-<step>.tgck in the folder, whoever wrote it, oldest step first; names whose step is
@@ -164,6 +197,8 @@ class CheckpointDir {
   std::filesystem::path dir_;
   int keep_;
   std::vector<std::filesystem::path> saved_;
+  OutputFolder* out_ = nullptr;
+  std::string relative_;
 };
 
 // ---- model_from_checkpoint --------------------------------------------------------------------------
@@ -173,31 +208,59 @@ namespace detail {
 const Settings& model_config_of(const Checkpoint& c, std::string_view kind);
 Index parameter_values_held(const Checkpoint& c);
 [[noreturn]] void refuse_implied_count(const ModelRecord& record, Index implied, Index held);
-}  // namespace detail
+// The budget of building the model a checkpoint describes (see model_from_checkpoint).
+std::size_t build_budget_bytes(const Checkpoint& c);
+std::string build_description(const Checkpoint& c);  // "load: building <kind> (<settings>) from the file"
+[[noreturn]] void refuse_build(const Checkpoint& c);   // LimitError: a tensor larger than memory can address
 
+// The configuration alone: settings parsed strictly, check_config, the implied count.
 template <class M>
-typename M::Config model_config_from(const Checkpoint& c) {
-  Settings settings = detail::model_config_of(c, M::kind);
+typename M::Config config_of(const Checkpoint& c) {
+  check_checkpoint(c);
+  Settings settings = model_config_of(c, M::kind);
   // A configuration that grew fields may fill in, for files written before, the values they implied.
   if constexpr (requires(Settings& s) { M::Config::complete_settings(s); }) M::Config::complete_settings(settings);
   typename M::Config config;
   try {
     config = from_settings<typename M::Config>(settings, fmt::format("load: the model's configuration ({})", M::kind));
+    if constexpr (requires { M::check_config(config); }) M::check_config(config);
   } catch (const Error& e) {
     throw FormatError(e.what());
   }
-  // A configuration must imply exactly the parameters the file holds (whose size the file's length
-  // bounds), so a forged configuration cannot make a model allocate without limit.
   if constexpr (requires { { M::implied_parameter_count(config) } -> std::convertible_to<Index>; }) {
-    const Index implied = M::implied_parameter_count(config), held = detail::parameter_values_held(c);
-    if (implied != held) detail::refuse_implied_count(c.model, implied, held);
+    const Index implied = M::implied_parameter_count(config), held = parameter_values_held(c);
+    if (implied != held) refuse_implied_count(c.model, implied, held);
   }
+  return config;
+}
+
+// The model built within the checkpoint's budget, its parameter count checked against the file's.
+template <class M>
+std::unique_ptr<M> build_within(const Checkpoint& c, const typename M::Config& config) {
+  std::unique_ptr<M> model;
+  try {
+    const TensorBudget budget(build_budget_bytes(c), build_description(c));
+    model = std::make_unique<M>(config);
+  } catch (const std::length_error&) {  // a size no vector can hold: refused before any budget is asked
+    refuse_build(c);
+  }
+  const Index built = model->parameter_count(), held = parameter_values_held(c);
+  if (built != held) refuse_implied_count(c.model, built, held);
+  return model;
+}
+}  // namespace detail
+
+template <class M>
+typename M::Config model_config_from(const Checkpoint& c) {
+  typename M::Config config = detail::config_of<M>(c);
+  if constexpr (!requires { M::implied_parameter_count(std::declval<const typename M::Config&>()); })
+    (void)detail::build_within<M>(c, config);
   return config;
 }
 
 template <class M>
 std::unique_ptr<M> model_from_checkpoint(const Checkpoint& c) {
-  auto model = std::make_unique<M>(model_config_from<M>(c));
+  auto model = detail::build_within<M>(c, detail::config_of<M>(c));
   load_weights(c, *model);
   return model;
 }

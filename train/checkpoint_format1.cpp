@@ -103,6 +103,15 @@ struct CurvePoint1 {
   double train_loss = 0, train_accuracy = 0, eval_loss = 0, eval_accuracy = 0, lr = 0, seconds = 0;
 };
 
+}  // namespace
+
+template <>
+constexpr std::size_t min_record_bytes<CurvePoint1>() {
+  return 7 * 8;
+}
+
+namespace {
+
 void load(InArchive& ar, CurvePoint1& p) {
   p.step = load_i64(ar);
   ar(p.train_loss, p.train_accuracy, p.eval_loss, p.eval_accuracy, p.lr, p.seconds);

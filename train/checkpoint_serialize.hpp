@@ -27,10 +27,15 @@ namespace tapegrad::checkpoint_detail {
 class InArchive : public cereal::PortableBinaryInputArchive {
  public:
   InArchive(std::istream& in, std::size_t payload_bytes)
-      : cereal::PortableBinaryInputArchive(in), payload_bytes_(payload_bytes) {}
-  std::size_t payload_bytes() const { return payload_bytes_; }
+      : cereal::PortableBinaryInputArchive(in), in_(in), payload_bytes_(payload_bytes) {}
+  // The payload's bytes not read yet: what every count decoded from here on must fit in.
+  std::size_t bytes_left() const {
+    const auto at = in_.tellg();
+    return at < 0 ? 0 : payload_bytes_ - std::min(payload_bytes_, static_cast<std::size_t>(at));
+  }
 
  private:
+  std::istream& in_;
   std::size_t payload_bytes_;
 };
 using cereal::make_nvp;
@@ -40,12 +45,25 @@ constexpr bool is_json = std::is_same_v<A, cereal::JSONOutputArchive>;
 
 // ---- bounded reads of sizes and basic values -----------------------------------------------------------
 
-inline std::size_t read_size(InArchive& ar, std::size_t element_bytes, std::string_view what) {
+// The fewest bytes a record takes in the portable binary form (cereal's size tags are 8 bytes): a count
+// read from a file is refused when that many of its records could not fit in the bytes left, before
+// anything is reserved for them, so a 1 KB file never makes the reader allocate gigabytes.
+inline constexpr std::size_t kSizeTagBytes = 8;
+inline constexpr std::size_t kMinStringBytes = kSizeTagBytes;
+inline constexpr std::size_t kMinShapeBytes = 4 + 3 * 8;
+inline constexpr std::size_t kMinTensorBytes = 2 * kMinStringBytes + kMinShapeBytes + kSizeTagBytes;
+inline constexpr std::size_t kMinSettingBytes = 2 * kMinStringBytes;
+inline constexpr std::size_t kMinNamedValueBytes = kMinStringBytes + 8;
+inline constexpr std::size_t kMinMetricWindowBytes = kMinStringBytes + 2 * 8;
+inline constexpr std::size_t kMinCurvePointBytes = 3 * 8 + kSizeTagBytes;
+
+inline std::size_t read_size(InArchive& ar, std::size_t min_element_bytes, std::string_view what) {
   cereal::size_type n = 0;
   ar(cereal::make_size_tag(n));
-  const std::size_t limit = ar.payload_bytes();
-  if (n > limit / std::max<std::size_t>(element_bytes, 1))
-    fail<FormatError>("{} claims {} elements, more than the {}-byte payload can hold", what, n, limit);
+  const std::size_t left = ar.bytes_left();
+  if (n > left / std::max<std::size_t>(min_element_bytes, 1))
+    fail<FormatError>("{} claims {} elements of at least {} bytes, more than the {} bytes left can hold", what, n,
+                      min_element_bytes, left);
   return static_cast<std::size_t>(n);
 }
 
@@ -81,17 +99,25 @@ inline double load_double(InArchive& ar) {
   return v;
 }
 
+// The fewest bytes each record type takes (see kMinTensorBytes).
+template <class Record>
+constexpr std::size_t min_record_bytes();
+template <> constexpr std::size_t min_record_bytes<TensorRecord>() { return kMinTensorBytes; }
+template <> constexpr std::size_t min_record_bytes<NamedValue>() { return kMinNamedValueBytes; }
+template <> constexpr std::size_t min_record_bytes<MetricWindow>() { return kMinMetricWindowBytes; }
+template <> constexpr std::size_t min_record_bytes<CurvePoint>() { return kMinCurvePointBytes; }
+
 // Containers of records, the same way cereal's vector and map save them.
 template <class Record>
 void load_records(InArchive& ar, std::vector<Record>& out, std::string_view what) {
-  out.resize(read_size(ar, 1, what));
+  out.resize(read_size(ar, min_record_bytes<Record>(), what));
   for (auto& r : out) load(ar, r);
 }
 
 template <class Value>
 void load_map(InArchive& ar, std::map<std::string, Value>& out, std::string_view what) {
   out.clear();
-  const std::size_t n = read_size(ar, 1, what);
+  const std::size_t n = read_size(ar, kMinStringBytes + (std::is_same_v<Value, std::string> ? kMinStringBytes : sizeof(Value)), what);
   for (std::size_t i = 0; i < n; ++i) {
     std::string key;
     Value value{};
@@ -100,7 +126,8 @@ void load_map(InArchive& ar, std::map<std::string, Value>& out, std::string_view
       load(ar, value);
     else
       ar(value);
-    if (!out.emplace(std::move(key), std::move(value)).second) fail<FormatError>("{} has a key twice", what);
+    if (out.contains(key)) fail<FormatError>("{} has the key '{}' twice", what, escaped(key));
+    out.emplace(std::move(key), std::move(value));
   }
 }
 
@@ -154,14 +181,11 @@ void save_settings(A& ar, const char* name, const Settings& settings) {
 }
 
 inline void load_settings(InArchive& ar, Settings& out, std::string_view what) {
-  out.resize(read_size(ar, 2, what));  // two strings of at least a size tag each
+  out.resize(read_size(ar, kMinSettingBytes, what));
   for (auto& s : out) {
     load(ar, s.name);
     load(ar, s.value);
   }
-  for (std::size_t i = 0; i < out.size(); ++i)
-    for (std::size_t j = i + 1; j < out.size(); ++j)
-      if (out[i].name == out[j].name) fail<FormatError>("{} has '{}' twice", what, out[i].name);
 }
 
 // A double that JSON can hold: NaN and Inf as strings (JSON has no literal for them).
@@ -216,15 +240,16 @@ inline void load(InArchive& ar, TensorRecord& t) {
   load(ar, t.shape);
   if (t.dtype == "f32") {
     std::vector<float> v;
-    load_numbers(ar, v, fmt::format("tensor '{}'", t.name));
+    load_numbers(ar, v, fmt::format("tensor '{}'", escaped(t.name)));
     t.values.assign(v.begin(), v.end());
   } else if (t.dtype == "f64") {
-    load_numbers(ar, t.values, fmt::format("tensor '{}'", t.name));
+    load_numbers(ar, t.values, fmt::format("tensor '{}'", escaped(t.name)));
   } else {
-    fail<FormatError>("tensor '{}' has the element type '{}'; f32 and f64 are known", t.name, t.dtype);
+    fail<FormatError>("tensor '{}' has the element type '{}'; f32 and f64 are known", escaped(t.name), escaped(t.dtype));
   }
   if (static_cast<Index>(t.values.size()) != t.shape.numel())
-    fail<FormatError>("tensor '{}' is {} ({} elements) but holds {} values", t.name, t.shape, t.shape.numel(), t.values.size());
+    fail<FormatError>("tensor '{}' is {} ({} elements) but holds {} values", escaped(t.name), t.shape, t.shape.numel(),
+                      t.values.size());
 }
 
 template <class A>

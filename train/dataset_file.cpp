@@ -51,13 +51,13 @@ Dataset parse(std::string_view text, std::string_view name, Vocabulary tokens, V
     for (std::size_t k = 0; k < words.size(); ++k) {
       if (words[k] == kPadToken) fail<FormatError>("{}:{}: '{}' is reserved for padding", name, line_no, kPadToken);
       if (fixed && !tokens.contains(words[k]))
-        fail<FormatError>("{}:{}: token '{}' does not occur in the training data", name, line_no, words[k]);
+        fail<FormatError>("{}:{}: token '{}' does not occur in the training data", name, line_no, escaped(words[k]));
       e.tokens.push_back(fixed ? tokens.id(words[k]) : tokens.add(words[k]));
       if (tags[k] == kNoLabel) {
         e.labels.push_back(kIgnoreLabel);
       } else {
         if (fixed && !labels.contains(tags[k]))
-          fail<FormatError>("{}:{}: label '{}' does not occur in the training data", name, line_no, tags[k]);
+          fail<FormatError>("{}:{}: label '{}' does not occur in the training data", name, line_no, escaped(tags[k]));
         e.labels.push_back(fixed ? labels.id(tags[k]) : labels.add(tags[k]));
       }
     }
@@ -81,13 +81,40 @@ Dataset parse_dataset(std::string_view text, std::string_view name, const Vocabu
   return parse(text, name, tokens, labels, true);
 }
 
+DatasetExtent measure_dataset(std::string_view text) {
+  DatasetExtent e{.bytes = text.size()};
+  bool in_token = false;
+  for (char c : text) {
+    const bool blank = c == ' ' || c == '\t' || c == '\r' || c == '\n';
+    if (!blank && !in_token) ++e.tokens;
+    in_token = !blank;
+    if (c == '\n') ++e.lines;
+  }
+  return e;
+}
+
+std::string read_dataset_text(const std::filesystem::path& path, double max_memory_bytes, std::size_t max_bytes) {
+  // The text itself first: a file larger than the limit is refused before it is read.
+  if (std::error_code ec; static_cast<double>(std::filesystem::file_size(path, ec)) > max_memory_bytes && !ec)
+    fail<LimitError>("read_dataset: '{}' holds {}, more than the {} the run may take", escaped(path),
+                     format_bytes(static_cast<double>(std::filesystem::file_size(path))), format_bytes(max_memory_bytes));
+  std::string text = read_file(path, max_bytes, "read_dataset");
+  const DatasetExtent extent = measure_dataset(text);
+  if (extent.memory_bytes() > max_memory_bytes)
+    fail<LimitError>("read_dataset: '{}' ({}, {} lines, {} tokens and labels) could take {} to parse, more than the {} "
+                     "the run may take",
+                     escaped(path), format_bytes(static_cast<double>(extent.bytes)), extent.lines, extent.tokens,
+                     format_bytes(extent.memory_bytes()), format_bytes(max_memory_bytes));
+  return text;
+}
+
 Dataset read_dataset(const std::filesystem::path& path, std::size_t max_bytes) {
-  return parse_dataset(read_file(path, max_bytes, "read_dataset"), path.string());
+  return parse_dataset(read_file(path, max_bytes, "read_dataset"), escaped(path));
 }
 
 Dataset read_dataset(const std::filesystem::path& path, const Vocabulary& tokens, const Vocabulary& labels,
                      std::size_t max_bytes) {
-  return parse_dataset(read_file(path, max_bytes, "read_dataset"), path.string(), tokens, labels);
+  return parse_dataset(read_file(path, max_bytes, "read_dataset"), escaped(path), tokens, labels);
 }
 
 }  // namespace tapegrad

@@ -1,5 +1,6 @@
 #include "tapegrad/train/report.hpp"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -62,8 +63,10 @@ void Progress::on_evaluation(const CurvePoint& p) {
   have_point_ = true;
   if (style_ == Style::lines) {
     std::string values;
+    // "-": nothing measured yet (the training values before the first step); a NaN measured is "nan".
     for (const auto& v : p.values)
-      values += std::isnan(v.value) ? fmt::format("  {} -", v.name) : fmt::format("  {} {:.4f}", v.name, v.value);
+      values += std::isnan(v.value) && p.step == 0 && v.name.starts_with("train_") ? fmt::format("  {} -", v.name)
+                                                                                  : fmt::format("  {} {:.4f}", v.name, v.value);
     fmt::print(out_, "{} step {:>6}/{}{}  lr {:.3g}  {:.1f}s\n", title_, p.step, total_, values, p.lr, p.seconds);
     std::fflush(out_);
   } else if (style_ == Style::bar) {
@@ -86,9 +89,9 @@ TrainCallbacks Progress::callbacks() {
 CsvLog::CsvLog(const std::filesystem::path& path) : path_(path) {
   std::error_code ec;
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
-  if (ec) fail<FileError>("csv log: cannot create the folder for '{}': {}", path.string(), ec.message());
+  if (ec) fail<FileError>("csv log: cannot create the folder for '{}': {}", escaped(path), ec.message());
   out_ = std::fopen(path.c_str(), "w");
-  if (!out_) fail<FileError>("csv log: cannot write '{}': {}", path.string(), std::strerror(errno));
+  if (!out_) fail<FileError>("csv log: cannot write '{}': {}", escaped(path), std::strerror(errno));
 }
 
 CsvLog::~CsvLog() {
@@ -96,7 +99,7 @@ CsvLog::~CsvLog() {
 }
 
 void CsvLog::write(const CurvePoint& p) {
-  if (!out_) fail<UsageError>("csv log: '{}' is closed", path_.string());
+  if (!out_) fail<UsageError>("csv log: '{}' is closed", escaped(path_));
   std::vector<std::string> names;
   for (const auto& v : p.values) names.push_back(v.name);
   std::string text;
@@ -104,7 +107,7 @@ void CsvLog::write(const CurvePoint& p) {
     names_ = names;
     text = fmt::format("step,{},lr,seconds\n", fmt::join(names_, ","));
   } else if (names != names_) {
-    fail<ValueError>("csv log: '{}' has the columns {} but this point has {}", path_.string(), fmt::join(names_, ","),
+    fail<ValueError>("csv log: '{}' has the columns {} but this point has {}", escaped(path_), fmt::join(names_, ","),
                      fmt::join(names, ","));
   }
   text += fmt::format("{}", p.step);
@@ -112,14 +115,14 @@ void CsvLog::write(const CurvePoint& p) {
   text += fmt::format(",{:.6g},{:.3f}\n", p.lr, p.seconds);
   errno = 0;
   if (std::fwrite(text.data(), 1, text.size(), out_) != text.size() || std::fflush(out_) != 0)
-    fail<IoError>("csv log: writing '{}' failed: {}", path_.string(), std::strerror(errno ? errno : EIO));
+    fail<IoError>("csv log: writing '{}' failed: {}", escaped(path_), std::strerror(errno ? errno : EIO));
 }
 
 void CsvLog::close() {
   if (!out_) return;
   std::FILE* f = out_;
   out_ = nullptr;
-  if (std::fclose(f) != 0) fail<IoError>("csv log: closing '{}' failed: {}", path_.string(), std::strerror(errno));
+  if (std::fclose(f) != 0) fail<IoError>("csv log: closing '{}' failed: {}", escaped(path_), std::strerror(errno));
 }
 
 int run_program(std::string_view program, const std::function<int()>& body, const std::function<std::string()>& where) {
@@ -130,6 +133,10 @@ int run_program(std::string_view program, const std::function<int()>& body, cons
     fmt::print(stderr, "{}{}{}\n", prefix, place.empty() ? "" : place + ": ", message);
     return static_cast<int>(code);
   };
+  // A file-size limit (ulimit -f) would otherwise kill the process with SIGXFSZ mid-write, leaving a
+  // temporary file and no message: ignored, the write fails with EFBIG, which write_file reports as an
+  // IoError naming the file (exit 4) after removing its temporary file.
+  ::signal(SIGXFSZ, SIG_IGN);
   try {
     // Reads TAPEGRAD_PARALLEL_MIN_* (and measures the crossover) now, so a malformed value is refused
     // before the program has done or printed anything.
@@ -138,6 +145,8 @@ int run_program(std::string_view program, const std::function<int()>& body, cons
   } catch (const NonFiniteError& e) {
     return report(e.what(), ExitCode::training_stopped);
   } catch (const IoError& e) {
+    return report(e.what(), ExitCode::system_failed);
+  } catch (const ResourceError& e) {
     return report(e.what(), ExitCode::system_failed);
   } catch (const DivergenceError& e) {
     return report(e.what(), ExitCode::check_failed);

@@ -54,15 +54,14 @@ Index first_step_reaching(const std::vector<CurvePoint>& curve, std::string_view
 namespace detail {
 void check_loss(double loss, Index step, double lr) {
   if (!std::isfinite(loss))
-    fail<NonFiniteError>("train: the loss is {} at step {} (lr {:g}); lower the learning rate, clip gradients, or turn on "
-                     "anomaly detection to name the first op that produced it",
-                     non_finite(loss), step, lr);
+    fail<NonFiniteError>("train: the loss is {} at step {} (lr {:g}); the step was not taken", non_finite(loss), step, lr);
 }
 }  // namespace detail
 
 TrainerBase::TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Index train_size, std::uint32_t fingerprint,
                          TrainOptions options)
     : model_(model),
+      registered_(registered_sorted(std::as_const(model))),
       optimizer_(optimizer),
       options_(checked(options)),
       data_fingerprint_(fingerprint),
@@ -81,7 +80,8 @@ TrainerBase::~TrainerBase() {
 Rng::State TrainerBase::initial_rng_state(std::uint64_t seed) { return Rng(seed, kTrainingStream).state(); }
 
 void TrainerBase::set_steps(Index steps) {
-  if (steps < 0) fail<ValueError>("train: steps must be >= 0, got {}", steps);
+  if (steps < 0 || static_cast<double>(steps) > TrainOptions::kMaxSteps)
+    fail<ValueError>("train: steps must be in [0, {}], got {}", to_text(TrainOptions::kMaxSteps), steps);
   options_.steps = steps;
 }
 
@@ -98,6 +98,7 @@ double TrainerBase::finish_step(Var<float> loss) {
   const double value = loss.value()[0];
   const double lr = optimizer_.current_lr();
   detail::check_loss(value, step_ + 1, lr);
+  check_registered(tape_, std::span<const Parameter<float>* const>(registered_));  // before any gradient is added
   tape_.backward(loss);
   update(value, lr);
   return value;
@@ -108,9 +109,8 @@ void TrainerBase::update(double loss, double lr) {
     const double norm = clip_grad_norm(optimizer_.params(), options_.clip);
     if (!std::isfinite(norm)) {
       optimizer_.zero_grad();  // nothing of this step stays behind
-      fail<NonFiniteError>("train: the gradient norm is {} at step {} (lr {:g}); turn on anomaly detection to name the "
-                       "op whose backward produced it",
-                       non_finite(norm), step_ + 1, lr);
+      fail<NonFiniteError>("train: the gradient norm is {} at step {} (lr {:g}); the step was not taken", non_finite(norm),
+                           step_ + 1, lr);
     }
   }
   optimizer_.step();
@@ -152,7 +152,10 @@ std::span<const Index> TrainerBase::next_shard() {
 // w_r loss_r, w_r and its metric tallies in one buffer, summed in one all-reduce.
 double TrainerBase::finish_parallel_step(Var<float> loss, double weight) {
   const std::vector<Parameter<float>*>& params = optimizer_.params();
-  if (loss.tape) tape_.backward(loss);
+  if (loss.tape) {
+    check_registered(tape_, std::span<const Parameter<float>* const>(registered_));
+    tape_.backward(loss);
+  }
   const auto w = static_cast<float>(weight);
   float* at = fused_.data();
   for (const Parameter<float>* p : params) {

@@ -18,8 +18,9 @@
 //   trainer.run();
 //
 // A non-finite loss or gradient norm stops training with a NonFiniteError naming the step, before anything
-// is updated; with `anomaly` on, the tape names the first op that produced the NaN or Inf and its
-// source line. The loop prints nothing: callbacks see every step and every evaluation
+// is updated ("train: the loss is NaN at step 2 (lr 0.01); the step was not taken": a program adds what its
+// own flags can do about it); with `anomaly` on, the tape names the first op that produced the NaN or Inf
+// and its source line. The loop prints nothing: callbacks see every step and every evaluation
 // (train/report.hpp turns them into a progress bar, plain lines or a CSV file).
 //
 // Data-parallel: set_collective() makes the trainer one replica of a group of processes (one per rank,
@@ -52,6 +53,7 @@ namespace tapegrad {
 
 struct TrainOptions {
   static constexpr double kMaxBatch = 1 << 24;  // far beyond a CPU batch; keeps a forged size from allocating
+  static constexpr double kMaxSteps = 1e12;      // years of the fastest step; a forged count reads as forged
   Index steps = 1000;
   Index batch = 32;
   Index eval_every = 100;   // evaluate (and record a curve point) every N steps
@@ -62,7 +64,7 @@ struct TrainOptions {
 
   template <class S, class F>
   static void fields(S& s, F&& field) {
-    field("steps", s.steps, "training steps", at_least(0));
+    field("steps", s.steps, "training steps", in_range(0, kMaxSteps));
     field("batch", s.batch, "examples per training batch", in_range(1, kMaxBatch));
     field("eval_every", s.eval_every, "evaluate every N steps", at_least(1));
     field("eval_batch", s.eval_batch, "examples per evaluation batch", in_range(1, kMaxBatch));
@@ -228,6 +230,7 @@ class TrainerBase {
   void check_replicas();  // DivergenceError unless every rank holds rank 0's parameters
 
   Module<float>& model_;
+  std::vector<const Parameter<float>*> registered_;  // model_.parameters(), sorted: check_registered each step
   Optimizer<float>& optimizer_;
   TrainOptions options_;
   std::uint32_t data_fingerprint_;
