@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -35,6 +36,19 @@ inline std::optional<int> parse_command_line(CLI::App& app, const std::string& p
     return app.exit(e) == 0 ? 0 : static_cast<int>(ExitCode::bad_input);
   }
   return std::nullopt;
+}
+
+// Runs `body`; a run stopped by a NaN or Inf loss or gradient norm (the library says which, at which step)
+// is re-thrown with `hint`: what this program's own flags can do about it. The anomaly report, which
+// already names the op, passes as it is.
+template <class F>
+auto with_nan_hint(std::string_view hint, F&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const NonFiniteError& e) {
+    if (std::string_view(e.what()).starts_with("anomaly:")) throw;
+    throw NonFiniteError(fmt::format("{}; {}", e.what(), hint));
+  }
 }
 
 }  // namespace tapegrad::examples

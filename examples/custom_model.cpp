@@ -120,8 +120,8 @@ void print_result(Run& run) {
   fmt::print("weights crc32 {:08x}\n", weights_crc32(snapshot<float>(run.model)));
 }
 
-// P(class 1) over a grid, with the test points on top: the decision boundary.
-void draw_boundary(Mlp<float>& model, const fs::path& path) {
+// P(class 1) over a grid, with the test points on top: the decision boundary (SVG text).
+std::string draw_boundary(Mlp<float>& model) {
   ScatterPlot plot{.title = "two moons: the MLP's decision boundary (test points)", .x_label = "x0", .y_label = "x1",
                    .x_min = -1.5, .x_max = 2.5, .y_min = -1.0, .y_max = 1.5};
   constexpr std::size_t rows = 50, cols = 80;
@@ -145,8 +145,10 @@ void draw_boundary(Mlp<float>& model, const fs::path& path) {
     s.x.push_back(test.features().at(i, 0));
     s.y.push_back(test.features().at(i, 1));
   }
-  write_file(path, scatter_svg(plot));
+  return scatter_svg(plot);
 }
+
+
 
 // [readme:gradcheck]
 // Every derivative of the model, in float64: the loss on a few points, with respect to the input and
@@ -163,22 +165,26 @@ bool gradcheck_model() {
 }
 // [readme:gradcheck-end]
 
-int train(const fs::path& out) {
-  const FolderLock folder(out, "--out");  // the run's folder, checked and ours before any training
+const std::string kHalfWay = fmt::format("checkpoint-{:08}.tgck", kCheckpointAt);
+
+int train(const fs::path& dir, bool overwrite) {
+  // The run's folder, ours and proven writable before any training; only its own files are replaced.
+  OutputFolder out(dir, {.program = "custom_model", .overwrite = overwrite});
+  out.plan({"model.tgck", kHalfWay, "boundary.svg"});
   Run run({.hidden = 16, .seed = 0});
   Progress progress(stderr, Progress::Style::automatic, kSteps, "two moons");
   TrainCallbacks callbacks = progress.callbacks();
   callbacks.on_step = [&](Index step) {
     progress.on_step(step);
-    if (step == kCheckpointAt) save_checkpoint(out / fmt::format("checkpoint-{:08}.tgck", step), snapshot(run.trainer));
+    if (step == kCheckpointAt) save_checkpoint(out, kHalfWay, snapshot(run.trainer));
   };
   run.trainer.run(callbacks);
   progress.finish();
-  save_checkpoint(out / "model.tgck", snapshot(run.trainer));
-  draw_boundary(run.model, out / "boundary.svg");
+  save_checkpoint(out, "model.tgck", snapshot(run.trainer));
+  out.write("boundary.svg", draw_boundary(run.model));
   print_result(run);
   fmt::print("predictions crc32 {:08x}\n", checksum(test_logits(run.model)));
-  fmt::print("wrote {}: model.tgck, checkpoint-{:08}.tgck, boundary.svg\n", out.string(), kCheckpointAt);
+  fmt::print("wrote {}: model.tgck, {}, boundary.svg\n", escaped(dir), kHalfWay);
   return gradcheck_model() ? 0 : 1;
 }
 
@@ -193,13 +199,14 @@ int predict(const fs::path& file) {
 }
 
 // The same run rebuilt from the checkpoint's model settings, then its whole training state loaded.
-int resume(const fs::path& file, const fs::path& out) {
+int resume(const fs::path& file, const fs::path& dir) {
   const Checkpoint checkpoint = read_checkpoint(file);
   Run run(model_config_from<Mlp<float>>(checkpoint));  // FormatError for a file of another model
-  const FolderLock folder(out, "--out");
+  OutputFolder out(dir, {.program = "custom_model", .resume = true});
+  out.plan({"model.tgck"});
   load_training(checkpoint, run.trainer);  // strict: refuses another model, optimizer, schedule or data
   run.trainer.run();
-  save_checkpoint(out / "model.tgck", snapshot(run.trainer));
+  save_checkpoint(out, "model.tgck", snapshot(run.trainer));
   print_result(run);
   return 0;
 }
@@ -211,8 +218,10 @@ int main(int argc, char** argv) {
   CLI::App app{"A user's own model with tapegrad: a two-layer MLP on the two moons"};
   app.require_subcommand(1);
   std::string out = "runs/two_moons", file;
+  bool overwrite = false;
   CLI::App* train_cmd = app.add_subcommand("train", "Train, checkpoint half way, save, draw the decision boundary, gradcheck");
   train_cmd->add_option("--out", out, "Folder for model.tgck, the checkpoint and boundary.svg")->capture_default_str();
+  train_cmd->add_flag("--overwrite", overwrite, "Replace the files of an earlier custom_model run in --out");
   CLI::App* predict_cmd = app.add_subcommand("predict", "Rebuild the model from a checkpoint and predict the test set");
   predict_cmd->add_option("file", file, "A checkpoint")->required()->check(CLI::ExistingFile);
   CLI::App* resume_cmd = app.add_subcommand("resume", "Resume a checkpoint's training to the end");
@@ -221,7 +230,7 @@ int main(int argc, char** argv) {
   if (const auto stop = examples::parse_command_line(app, "custom_model", argc, argv)) return *stop;
   // Any error becomes one line and an exit code (README: exit codes); nothing aborts.
   return run_program("custom_model", [&] {
-    if (*train_cmd) return train(out);
+    if (*train_cmd) return train(out, overwrite);
     if (*predict_cmd) return predict(file);
     return resume(file, out);
   });

@@ -26,6 +26,7 @@
 #include "lesson/toy_model.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/file_io.hpp"
+#include "tapegrad/core/output_folder.hpp"
 #include "tapegrad/core/job_pool.hpp"
 #include "tapegrad/train/checkpoint.hpp"
 #include "tapegrad/train/report.hpp"
@@ -354,17 +355,23 @@ std::string attention_heatmap(const Task& task, const std::vector<TaskSplit>& sp
 
 // attention_<task>.svg: both models on seed 0; attention_<task>_learnable.svg: the learnable model on
 // every seed (seeds may solve a task differently: routing to the answer or away from it).
-void write_pictures(const std::filesystem::path& dir, const Task& task, const std::vector<TaskSplit>& splits,
-                    const Row& row, bool onehot) {
+// The files of one task in the run's folder (suffix: "" for one-hot features, "_embeddings" for learned).
+std::vector<std::string> task_files(const std::string& task, const std::string& suffix) {
+  return {fmt::format("attention_{}{}.svg", task, suffix), fmt::format("attention_{}_learnable{}.svg", task, suffix),
+          fmt::format("curves_{}{}.svg", task, suffix), fmt::format("models/{}_free{}.tgck", task, suffix),
+          fmt::format("models/{}_learned{}.tgck", task, suffix)};
+}
+
+void write_pictures(OutputFolder& out, const Task& task, const std::vector<TaskSplit>& splits, const Row& row, bool onehot) {
   const std::string suffix = onehot ? "" : "_embeddings";
   const std::string features = onehot ? "one-hot features" : "trainable embeddings";
-  write_file(dir / fmt::format("attention_{}{}.svg", task.spec().name, suffix),
-             svg_row({attention_heatmap(task, splits, row.free, 0, "parameter-free", features),
+  const std::vector<std::string> files = task_files(task.spec().name, suffix);
+  out.write(files[0], svg_row({attention_heatmap(task, splits, row.free, 0, "parameter-free", features),
                       attention_heatmap(task, splits, row.learned, 0, "learnable", features)}));
   std::vector<std::string> seeds;
   for (std::size_t seed = 0; seed < row.learned.runs.size(); ++seed)
     seeds.push_back(attention_heatmap(task, splits, row.learned, seed, "learnable", features));
-  write_file(dir / fmt::format("attention_{}_learnable{}.svg", task.spec().name, suffix), svg_row(seeds));
+  out.write(files[1], svg_row(seeds));
 
   auto series = [](const Outcome& o, const std::string& name, bool loss) {
     Series s{.name = name};
@@ -387,21 +394,22 @@ void write_pictures(const std::filesystem::path& dir, const Task& task, const st
     accuracy.series.push_back({.name = "no-routing ceiling",
                                .x = {0, static_cast<double>(row.free.runs[0].curve.back().step)},
                                .y = {row.ceiling, row.ceiling}});
-  write_file(dir / fmt::format("curves_{}{}.svg", task.spec().name, suffix),
-             svg_row({line_chart_svg(loss), line_chart_svg(accuracy)}));
+  out.write(files[2], svg_row({line_chart_svg(loss), line_chart_svg(accuracy)}));
 }
 
-// Saves the seed-0 models of a row into dir/models, reads each back into a fresh model, and checks that
-// it predicts the test set exactly as the trained one did. Returns how many it checked.
-int save_and_reload(const std::filesystem::path& dir, const Row& row, const Dataset& test, const std::string& suffix) {
+// Saves the seed-0 models of a row into models/, reads each back into a fresh model, and checks that it
+// predicts the test set exactly as the trained one did. Returns how many it checked.
+int save_and_reload(OutputFolder& out, const Row& row, const Dataset& test, const std::string& suffix) {
   int checked = 0;
+  const std::vector<std::string> files = task_files(row.task, suffix);
   for (const auto* o : {&row.free, &row.learned}) {
     const Run& r = o->runs[0];
-    const auto path = dir / "models" / fmt::format("{}_{}{}.tgck", row.task, o == &row.free ? "free" : "learned", suffix);
-    save_checkpoint(path, *r.model);
-    const auto reloaded = model_from_checkpoint<ToyModel<float>>(read_checkpoint(path));
+    const std::string& name = files[o == &row.free ? 3 : 4];
+    save_checkpoint(out, name, *r.model);
+    const auto reloaded = model_from_checkpoint<ToyModel<float>>(read_checkpoint(out.path(name)));
     if (checksum(dataset_logits(*reloaded, test)) != r.predictions)
-      fail<Error>("{}: the model reloaded from {} predicts differently from the one that was saved", row.task, path.string());
+      fail<Error>("{}: the model reloaded from {} predicts differently from the one that was saved", row.task,
+                  escaped(out.path(name)));
     ++checked;
   }
   return checked;
@@ -416,7 +424,7 @@ std::string timestamp() {
   return buf;
 }
 
-int run_demo(const DemoSettings& s, std::string out_dir, const std::string& features_choice,
+int run_demo(const DemoSettings& s, std::string out_dir, bool overwrite, const std::string& features_choice,
              const std::vector<std::string>& task_list, int jobs);
 
 }  // namespace
@@ -426,7 +434,9 @@ int main(int argc, char** argv) {
   DemoSettings s;
   std::string out_dir, features_choice = "both";
   std::vector<std::string> task_list = task_names();
+  bool overwrite = false;
   app.add_option("--out", out_dir, "Output folder (default: runs/param_free_vs_learned-<date>-<time>)");
+  app.add_flag("--overwrite", overwrite, "Replace the files of an earlier param_free_vs_learned run in --out");
   app.add_option("--seeds", s.seeds, "Seeds per configuration")->capture_default_str()->check(CLI::Range(1, 100));
   app.add_option("--steps", s.steps, "Training steps per run")->capture_default_str()->check(examples::positive);
   app.add_option("--features", features_choice, "onehot (fixed one-hot token + position), learned (trainable embeddings), or both")
@@ -439,20 +449,24 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 256));
   app.add_option("--tasks", task_list, "Tasks to run")->check(CLI::IsMember(task_names()))->delimiter(',');
   if (const auto stop = examples::parse_command_line(app, "param_free_vs_learned", argc, argv)) return *stop;
-  return run_program("param_free_vs_learned", [&] { return run_demo(s, out_dir, features_choice, task_list, jobs); });
+  return run_program("param_free_vs_learned", [&] { return run_demo(s, out_dir, overwrite, features_choice, task_list, jobs); });
 }
 
 namespace {
 
-int run_demo(const DemoSettings& s, std::string out_dir, const std::string& features_choice,
+int run_demo(const DemoSettings& s, std::string out_dir, bool overwrite, const std::string& features_choice,
              const std::vector<std::string>& task_list, int jobs) {
   if (out_dir.empty()) out_dir = "runs/param_free_vs_learned-" + timestamp();
-  const std::filesystem::path dir(out_dir);
-  const FolderLock folder(dir, "--out");  // before the minute of training: the folder must be usable and ours
-
   std::vector<FeatureKind> feature_kinds;
   if (features_choice != "learned") feature_kinds.push_back(FeatureKind::onehot);
   if (features_choice != "onehot") feature_kinds.push_back(FeatureKind::learned);
+  // Before the minute of training: the folder must be usable and ours, and every file writable.
+  OutputFolder out(out_dir, {.program = "param_free_vs_learned", .overwrite = overwrite});
+  std::vector<std::string> planned = {"report.md"};
+  for (FeatureKind features : feature_kinds)
+    for (const auto& name : task_list)
+      for (auto& f : task_files(name, features == FeatureKind::onehot ? "" : "_embeddings")) planned.push_back(std::move(f));
+  out.plan(planned);
 
   const auto start = std::chrono::steady_clock::now();
   fmt::print("tapegrad: parameter-free vs learnable self-attention\n"
@@ -498,8 +512,8 @@ int run_demo(const DemoSettings& s, std::string out_dir, const std::string& feat
       TaskRuns& t = **next++;
       Row row{name, t.task->spec().control, chance(t.splits[0]), t.task->spec().ceiling, best_of(t.free, s),
               best_of(t.learned, s)};
-      write_pictures(dir, *t.task, t.splits, row, onehot);
-      reloaded += save_and_reload(dir, row, t.splits[0].test, onehot ? "" : "_embeddings");
+      write_pictures(out, *t.task, t.splits, row, onehot);
+      reloaded += save_and_reload(out, row, t.splits[0].test, onehot ? "" : "_embeddings");
       rows.push_back(std::move(row));
       fmt::print("  {:<17} done: free {:.3f} (lr {:g}), learned {:.3f} (lr {:g})\n", name, rows.back().free.mean_test(),
                  rows.back().free.lr, rows.back().learned.mean_test(), rows.back().learned.lr);
@@ -524,14 +538,14 @@ int run_demo(const DemoSettings& s, std::string out_dir, const std::string& feat
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   report += fmt::format("Total time {:.0f} s.\n", seconds);
-  write_file(dir / "report.md", report);
+  out.write("report.md", report);
   fmt::print("with fixed one-hot features the claims {}: learnable >= 0.97 and parameter-free within 0.05 of the "
              "ceiling on every separating task, both >= 0.97 on the controls\n",
              all_claims_hold ? "HOLD" : "DO NOT HOLD");
   fmt::print("saved {} trained models to {}/models/; each, read back into a fresh model, predicts its test set bit for "
              "bit as before\n",
-             reloaded, dir.string());
-  fmt::print("pictures and report.md written to {}/  ({:.0f} s in all)\n", dir.string(), seconds);
+             reloaded, escaped(out.folder()));
+  fmt::print("pictures and report.md written to {}/  ({:.0f} s in all)\n", escaped(out.folder()), seconds);
   return static_cast<int>(all_claims_hold ? ExitCode::ok : ExitCode::check_failed);
 }
 

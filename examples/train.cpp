@@ -34,6 +34,7 @@
 #include "lesson/toy_model.hpp"
 #include "lesson/toy_run.hpp"
 #include "tapegrad/core/file_io.hpp"
+#include "tapegrad/core/output_folder.hpp"
 #include "tapegrad/train/checkpoint.hpp"
 #include "tapegrad/train/dataset_file.hpp"
 #include "tapegrad/train/report.hpp"
@@ -118,8 +119,16 @@ Data load_data(const std::string& task_name, const std::string& data, const std:
                 {"task.test", to_text(n_test)}};
     d.title = task_name;
   } else {
-    d.train = read_dataset(data);
-    if (!eval_data.empty()) d.eval = read_dataset(eval_data, d.train.tokens, d.train.labels);
+    // Each file's parse bounded before it is parsed (the text alone can be the whole limit).
+    const double limit = max_memory_gb * 1e9;
+    try {
+      d.train = parse_dataset(read_dataset_text(data, limit), escaped(std::string_view(data)));
+      if (!eval_data.empty())
+        d.eval = parse_dataset(read_dataset_text(eval_data, limit), escaped(std::string_view(eval_data)), d.train.tokens,
+                               d.train.labels);
+    } catch (const LimitError& e) {
+      fail<LimitError>("{}; --max-memory (GB) raises the limit", e.what());
+    }
     // Absolute paths, so that a resume from another working folder finds the data.
     const auto absolute = [](const std::string& path) {
       return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
@@ -236,39 +245,31 @@ RunPlan plan_from_flags(const Options& o, const TableFlags& flags) {
   return p;
 }
 
-// The files of a run in its --out folder.
-struct RunFolder {
-  std::filesystem::path dir;
-  std::filesystem::path model() const { return dir / "model.tgck"; }
-  std::filesystem::path curve() const { return dir / "curve.csv"; }
-  // The curve while the run goes on: renamed to curve.csv once model.tgck is saved, so that a run whose
-  // final save fails leaves the folder's curve.csv and model.tgck of one run, not of two.
-  std::filesystem::path partial_curve() const { return dir / "curve.csv.partial"; }
-  std::filesystem::path checkpoints() const { return dir / "checkpoints"; }
-};
+// The files of a run in its --out folder, relative to it.
+namespace files {
+constexpr const char* model = "model.tgck";
+constexpr const char* curve = "curve.csv";
+// The curve while the run goes on: renamed to curve.csv once model.tgck is saved, so that a run whose
+// final save fails leaves the folder's curve.csv and model.tgck of one run, not of two.
+constexpr const char* partial_curve = "curve.csv.partial";
+constexpr const char* checkpoints = "checkpoints";
+}  // namespace files
 
-// Owns --out for the run (a second run on it is refused) and checks, before any training, that the run's
-// files can be written there. A new run does not mix its files with another run's: a folder that holds
-// one is refused unless --overwrite, which removes that run's files first. A resumed run continues in
-// any folder.
-std::unique_ptr<FolderLock> take_folder(const Options& o, const RunFolder& f) {
+// Owns --out for the run (library: OutputFolder): a second run on it is refused, another program's folder
+// is refused, an earlier run's files are replaced only with --overwrite (a resumed run may replace its
+// own), and every file the run will write is proven writable before any training.
+std::unique_ptr<OutputFolder> take_folder(const Options& o, const RunPlan& plan) {
   if (o.out.empty()) return nullptr;
-  auto lock = std::make_unique<FolderLock>(f.dir, "--out");
-  remove_stale_temporaries(f.dir);  // left by a killed run: no one else writes here while we hold the lock
-  remove_stale_temporaries(f.checkpoints());
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  std::vector<fs::path> previous;
-  for (const fs::path& p : {f.model(), f.curve(), f.partial_curve()})
-    if (fs::exists(p, ec)) previous.push_back(p);
-  for (const auto& p : CheckpointDir(f.checkpoints(), 1).list()) previous.push_back(p);
-  if (o.resume.empty() && !previous.empty()) {
-    if (!o.overwrite)
-      fail<FileError>("--out: '{}' holds another run's files ({}{}); choose a new folder, or --overwrite to replace them",
-                      f.dir.string(), previous.front().filename().string(), previous.size() > 1 ? ", ..." : "");
-    for (const auto& p : previous) fs::remove(p, ec);
-  }
-  return lock;
+  std::vector<std::filesystem::path> inputs;
+  for (const char* key : {"data", "eval_data"})
+    if (const auto it = plan.data.source.find(key); it != plan.data.source.end() && !it->second.empty()) inputs.emplace_back(it->second);
+  auto out = std::make_unique<OutputFolder>(
+      o.out, OutputFolderOptions{.program = "train", .overwrite = o.overwrite, .resume = !o.resume.empty(), .inputs = inputs});
+  std::vector<std::string> names = {files::model, files::curve, files::partial_curve};
+  if (o.checkpoint_every > 0)  // the longest name it will write: the last step's
+    names.push_back(CheckpointDir(*out, files::checkpoints, 1).name(plan.run.training.steps));
+  out->plan(names);
+  return out;
 }
 
 int run(const Options& o, const TableFlags& flags, const examples::Job& job) {
@@ -294,10 +295,9 @@ int run(const Options& o, const TableFlags& flags, const examples::Job& job) {
   ToyModel<float>::check_config(plan.run.model);  // a config that does not fit together: its own message
   check_memory(estimated_bytes(plan.run, length, train.size() + eval.size()), o.max_memory_gb,
                "the model, its optimizer, a batch and the data");
-  const RunFolder folder{o.out};
   // Rank 0 alone owns --out and writes to it; the other ranks of a data-parallel run write nothing.
   const bool leader = job.leader();
-  const std::unique_ptr<FolderLock> lock = leader ? take_folder(o, folder) : nullptr;
+  const std::unique_ptr<OutputFolder> folder = leader ? take_folder(o, plan) : nullptr;
   // Output on rank 0 only: the others' progress and lines go nowhere.
   std::FILE* const out = leader ? stdout : nullptr;
   std::FILE* const err = leader ? stderr : nullptr;
@@ -331,14 +331,18 @@ int run(const Options& o, const TableFlags& flags, const examples::Job& job) {
     return c;
   };
   std::optional<CheckpointDir> checkpoints;
-  if (o.checkpoint_every > 0 && leader) checkpoints.emplace(folder.checkpoints(), o.keep);
+  if (o.checkpoint_every > 0 && folder) checkpoints.emplace(*folder, files::checkpoints, o.keep);
   Progress progress(stderr, leader ? Progress::Style::automatic : Progress::Style::quiet, trainer.options().steps,
                     plan.data.title);
+  // The curve, opened at its first point (after the data-parallel group has started, so a refused start
+  // leaves no file behind), with the points from before a resume first.
   std::optional<CsvLog> csv;
-  if (!o.out.empty() && leader) {
-    csv.emplace(folder.partial_curve());
-    for (const auto& p : trainer.curve()) csv->write(p);  // the part before a resume
-  }
+  std::size_t curve_written = 0;
+  const auto write_curve = [&] {
+    if (!folder) return;
+    if (!csv) csv.emplace(folder->claim(files::partial_curve));
+    for (; curve_written < trainer.curve().size(); ++curve_written) csv->write(trainer.curve()[curve_written]);
+  };
   TrainCallbacks callbacks;
   callbacks.on_step = [&](Index step) {
     progress.on_step(step);
@@ -346,18 +350,18 @@ int run(const Options& o, const TableFlags& flags, const examples::Job& job) {
   };
   callbacks.on_evaluation = [&](const CurvePoint& p) {
     progress.on_evaluation(p);
-    if (csv) csv->write(p);
+    write_curve();
   };
-  trainer.run(callbacks);
+  examples::with_nan_hint("lower --lr, clip gradients with --clip N, or add --anomaly to name the op that produced it",
+                          [&] { trainer.run(callbacks); });
   progress.finish();
-  if (csv) {
+  if (folder) {
+    write_curve();
     csv->close();
-    save_checkpoint(folder.model(), checkpoint());
-    std::error_code ec;
-    std::filesystem::rename(folder.partial_curve(), folder.curve(), ec);
-    if (ec) fail<IoError>("--out: renaming '{}' failed: {}", folder.partial_curve().string(), ec.message());
-    say(err, fmt::format("wrote {}, {}{}\n", folder.curve().string(), folder.model().string(),
-                         checkpoints ? fmt::format(" and {}/", folder.checkpoints().string()) : ""));
+    save_checkpoint(*folder, files::model, checkpoint());
+    folder->rename(files::partial_curve, files::curve);
+    say(err, fmt::format("wrote {}, {}{}\n", escaped(folder->path(files::curve)), escaped(folder->path(files::model)),
+                         checkpoints ? fmt::format(" and {}/", escaped(folder->path(files::checkpoints))) : ""));
   }
 
   const NamedValues final_train = trainer.evaluate(toy.train_source());

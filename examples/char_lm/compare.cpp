@@ -9,7 +9,9 @@
 
 #include <fmt/format.h>
 
+#include "command_line.hpp"
 #include "tapegrad/core/file_io.hpp"
+#include "tapegrad/core/output_folder.hpp"
 #include "tapegrad/train/checkpoint.hpp"
 #include "tapegrad/train/plot.hpp"
 #include "tapegrad/train/report.hpp"
@@ -98,23 +100,6 @@ std::string attention_name(AttentionMode mode, std::size_t layer) {
   return fmt::format("attention_{}_layer{}.svg", mode_file_name(mode), layer);
 }
 
-// A new run does not mix its files with an earlier run's: a folder holding files of the kinds this program
-// writes is refused unless --overwrite, which removes them first. Called with the folder locked.
-void claim_outputs(const fs::path& dir, bool overwrite) {
-  std::vector<fs::path> previous;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    const bool ours = name == "report.md" || name == "curves.svg" || name.starts_with("attention_") ||
-                      name.starts_with("samples_") || entry.path().extension() == ".tgck";
-    if (ours && entry.is_regular_file()) previous.push_back(entry.path());
-  }
-  if (previous.empty()) return;
-  if (!overwrite)
-    fail<FileError>("--out: '{}' holds another run's files ({}{}); choose a new folder, or --overwrite to replace them",
-                    dir.string(), previous.front().filename().string(), previous.size() > 1 ? ", ..." : "");
-  for (const auto& p : previous) fs::remove(p);
-}
-
 std::string lines(const std::vector<std::string>& words) {
   std::string out;
   for (const auto& w : words) out += w + "\n";
@@ -132,7 +117,7 @@ std::string attention_word(const std::vector<std::string>& validation) {
 bool is_leader(const Collective* collective) { return collective == nullptr || collective->rank() == 0; }
 
 RunResult train_one(const Options& o, AttentionMode mode, int seed, Index max_len, const WordSource& train,
-                    const WordSource& validation, const std::string& shown_word, const fs::path& dir,
+                    const WordSource& validation, const std::string& shown_word, OutputFolder* out,
                     const fs::path& data_file, Collective* collective) {
   CharLm<float>::Config config = o.model;
   config.max_len = max_len;
@@ -144,7 +129,7 @@ RunResult train_one(const Options& o, AttentionMode mode, int seed, Index max_le
   Progress progress(stderr, terminal && is_leader(collective) ? Progress::Style::bar : Progress::Style::quiet, o.steps,
                     fmt::format("{} seed {}", mode_title(mode), seed));
   const auto start = std::chrono::steady_clock::now();
-  run.trainer.run(progress.callbacks());
+  examples::with_nan_hint("lower --lr", [&] { run.trainer.run(progress.callbacks()); });
   progress.finish();
   RunResult r{.mode = mode, .seed = seed, .parameters = run.model.parameter_count()};
   r.seconds = seconds_since(start);
@@ -159,14 +144,14 @@ RunResult train_one(const Options& o, AttentionMode mode, int seed, Index max_le
   checkpoint.metadata["data"] = data_file.string();
   checkpoint.metadata["data_seed"] = fmt::format("{}", o.data_seed);
   checkpoint.metadata["validation_nll"] = fmt::format("{:.4f}", r.validation);
-  const fs::path file = dir / checkpoint_name(mode, seed);
-  save_checkpoint(file, checkpoint);
-  write_file(dir / samples_name(mode, seed), lines(r.samples));
+  const std::string file = checkpoint_name(mode, seed);
+  save_checkpoint(*out, file, checkpoint);
+  out->write(samples_name(mode, seed), lines(r.samples));
   // What --sample-from will do in a fresh process: the saved model must sample the same words.
-  const auto reloaded = model_from_checkpoint<CharLm<float>>(read_checkpoint(file));
+  const auto reloaded = model_from_checkpoint<CharLm<float>>(read_checkpoint(out->path(file)));
   r.reload_matches = sample_words(next_symbol(*reloaded), max_len, o.count, o.sample_seed) == r.samples;
   fmt::print("  {:<14} seed {}: validation {:.4f} nats/char after {} steps ({:.1f} s); saved {}{}\n", mode_title(mode), seed,
-             r.validation, o.steps, r.seconds, file.filename().string(),
+             r.validation, o.steps, r.seconds, file,
              r.reload_matches ? "" : " -- RELOADED, IT SAMPLES OTHER WORDS");
   std::fflush(stdout);
   return r;
@@ -262,12 +247,20 @@ int run_comparison(const Options& o, Collective* collective) {
   CharLm<float>::check_config(shape);  // before the folder is taken
   check_memory(shape, std::max<Index>(o.batch, kEvalBatch));
 
-  const fs::path dir(o.out);
-  std::optional<FolderLock> folder;  // the run's folder, checked and rank 0's before any training
+  // The run's folder, rank 0's, proven writable before any training; only an earlier char_lm run's files
+  // are replaced (with --overwrite), never the data or anyone else's.
+  std::optional<OutputFolder> out;
   if (leader) {
-    folder.emplace(dir, "--out");
-    remove_stale_temporaries(dir);
-    claim_outputs(dir, o.overwrite);
+    out.emplace(o.out, OutputFolderOptions{.program = "char_lm", .overwrite = o.overwrite, .inputs = {data_file}});
+    std::vector<std::string> names = {"report.md", "curves.svg", "samples_bigram.txt"};
+    for (AttentionMode mode : kModes) {
+      for (int seed = 0; seed < o.seeds; ++seed) {
+        names.push_back(checkpoint_name(mode, seed));
+        names.push_back(samples_name(mode, seed));
+      }
+      for (Index layer = 0; layer < o.model.n_layers; ++layer) names.push_back(attention_name(mode, static_cast<std::size_t>(layer)));
+    }
+    out->plan(names);
   }
 
   const WordSource train("words (train)", split.train), validation("words (validation)", split.validation);
@@ -280,7 +273,7 @@ int run_comparison(const Options& o, Collective* collective) {
              "GELU, LayerNorm) -> LayerNorm -> {} head\n"
              "training: AdamW lr {:g} (warm-up {} steps, cosine to {:g}), weight decay {:g}, {} steps of {} words, "
              "dropout {:g}; seeds 0..{}; validation every {} steps\n\n",
-             data_file.string(), list.lines, list.words.size(), list.dropped, list.too_long, kMaxWordLetters, list.duplicates,
+             escaped(data_file), list.lines, list.words.size(), list.dropped, list.too_long, kMaxWordLetters, list.duplicates,
              o.data_seed, split.train.size(), split.validation.size(), validation.positions(), kVocab, o.model.d_model,
              max_len, o.model.n_layers, o.model.n_layers == 1 ? "" : "s", o.model.d_model, o.model.n_heads,
              o.model.d_ff != 0 ? o.model.d_ff : 4 * o.model.d_model, o.model.tie ? "tied (h E^T)" : "untied", o.lr,
@@ -292,12 +285,13 @@ int run_comparison(const Options& o, Collective* collective) {
   const double bigram_nll = bigram.nll(split.validation);
   const double bigram_seconds = seconds_since(bigram_start);
   const std::vector<std::string> bigram_samples = sample_words(next_symbol(bigram), max_len, o.count, o.sample_seed);
-  if (leader) write_file(dir / "samples_bigram.txt", lines(bigram_samples));
+  if (leader) out->write("samples_bigram.txt", lines(bigram_samples));
 
   std::vector<std::vector<RunResult>> results(std::size(kModes));
   for (std::size_t m = 0; m < std::size(kModes); ++m)
     for (int seed = 0; seed < o.seeds; ++seed)
-      results[m].push_back(train_one(o, kModes[m], seed, max_len, train, validation, shown_word, dir, data_file, collective));
+      results[m].push_back(
+          train_one(o, kModes[m], seed, max_len, train, validation, shown_word, out ? &*out : nullptr, data_file, collective));
   if (!leader) return static_cast<int>(ExitCode::ok);  // rank 0 writes the tables, pictures and report
 
   std::vector<Row> rows = {{"bigram (add-one)", Bigram::parameter_count(), fmt::format("{:.3f}", bigram_nll), bigram_seconds}};
@@ -311,11 +305,11 @@ int run_comparison(const Options& o, Collective* collective) {
 
   // Pictures: the curves, and each attention model's maps on the validation word, one file per layer.
   std::vector<std::string> pictures = {"curves.svg"};
-  write_file(dir / "curves.svg", curves_svg({results[0][0], results[1][0]}, bigram_nll, o.steps));
+  out->write("curves.svg", curves_svg({results[0][0], results[1][0]}, bigram_nll, o.steps));
   for (const auto& runs : results)
     for (std::size_t layer = 0; layer < runs[0].maps.size(); ++layer) {
       pictures.push_back(attention_name(runs[0].mode, layer));
-      write_file(dir / pictures.back(), attention_svg(runs[0], layer, shown_word));
+      out->write(pictures.back(), attention_svg(runs[0], layer, shown_word));
     }
 
   const std::string seeds_note =
@@ -344,22 +338,39 @@ int run_comparison(const Options& o, Collective* collective) {
     for (const auto& r : runs) report += fmt::format("`{}` ", checkpoint_name(r.mode, r.seed));
   report += fmt::format("(sample again with `char_lm --sample-from FILE --seed {} --count {}`).\n\nTotal time {:.0f} s.\n",
                         o.sample_seed, o.count, seconds_since(start));
-  write_file(dir / "report.md", report);
+  out->write("report.md", report);
   bool reloads_match = true;
   for (const auto& runs : results)
     for (const auto& r : runs) reloads_match = reloads_match && r.reload_matches;
-  fmt::print("wrote {}/: report.md, {}, {} checkpoints, samples_*.txt  ({:.0f} s in all)\n", dir.string(),
+  fmt::print("wrote {}/: report.md, {}, {} checkpoints, samples_*.txt  ({:.0f} s in all)\n", escaped(out->folder()),
              fmt::join(pictures, ", "), o.seeds * 2, seconds_since(start));
   fmt::print("each saved model, read back into a fresh model, samples {}\n",
              reloads_match ? "the same words" : "OTHER WORDS than the trained one (see above)");
   return static_cast<int>(reloads_match ? ExitCode::ok : ExitCode::check_failed);
 }
 
+// What --sample-from may ask of the machine: each symbol of a word recomputes the model on the whole prefix,
+// so a word cut at L letters costs about L^2 / 2 positions; count x (L + 1)(L + 2) / 2 positions in all
+// (a model that never ends a word reaches that). The limit lets the default model (words up to 23 letters)
+// sample the largest --count, and stops a 1024-letter model at about a hundred words (16 took 34 s);
+// more is refused before it starts, naming --count, and long sampling shows its progress.
+constexpr double kMaxSamplePositions = 4e7;
+
 int sample_from(const fs::path& file, Index count, std::uint64_t seed) {
   const auto model = model_from_checkpoint<CharLm<float>>(read_checkpoint(file));
-  const std::vector<std::string> words = sample_words(next_symbol(*model), model->config().max_len, count, seed);
+  const Index max_len = model->config().max_len;
+  const double positions = static_cast<double>(count) * static_cast<double>((max_len + 1) * (max_len + 2)) / 2;
+  if (positions > kMaxSamplePositions)
+    fail<LimitError>("--sample-from: {} words of up to {} letters could take {:.3g} positions of the model, more than the "
+                     "limit of {:.3g}; ask for at most {} words with --count",
+                     count, max_len, positions, kMaxSamplePositions,
+                     static_cast<Index>(kMaxSamplePositions / (static_cast<double>((max_len + 1) * (max_len + 2)) / 2)));
+  Progress progress(stderr, Progress::Style::automatic, count, "sampling");
+  const std::vector<std::string> words =
+      sample_words(next_symbol(*model), max_len, count, seed, [&](Index done) { progress.on_step(done); });
+  progress.finish();
   fmt::print("{}", lines(words));
-  fmt::print(stderr, "char_lm: {} words from {} ({}; seed {})\n", count, file.string(), describe(model->config()), seed);
+  fmt::print(stderr, "char_lm: {} words from {} ({}; seed {})\n", count, escaped(file), describe(model->config()), seed);
   return 0;
 }
 

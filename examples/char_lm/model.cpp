@@ -86,7 +86,8 @@ std::string describe(const CharLm<float>::Config& c) {
 
 // ---- sampling ---------------------------------------------------------------------------------------
 
-std::vector<std::string> sample_words(const NextSymbol& next, Index max_letters, Index count, std::uint64_t seed) {
+std::vector<std::string> sample_words(const NextSymbol& next, Index max_letters, Index count, std::uint64_t seed,
+                                      const std::function<void(Index)>& on_word) {
   std::vector<std::string> words;
   for (Index i = 0; i < count; ++i) {
     Rng rng(seed, static_cast<std::uint64_t>(i));
@@ -115,6 +116,7 @@ std::vector<std::string> sample_words(const NextSymbol& next, Index max_letters,
       prefix.push_back(symbol);
     }
     words.push_back(std::move(word));
+    if (on_word) on_word(i + 1);
   }
   return words;
 }

@@ -98,7 +98,9 @@ using NextSymbol = std::function<std::vector<double>(const std::vector<std::int3
 // `count` words by ancestral sampling: from '.', draw each next symbol from its distribution until '.',
 // or until `max_letters` letters (such a word is cut, and marked with a trailing '~'). Word i draws from
 // its own stream Rng(seed, i), so asking for fewer words gives a prefix of the same list.
-std::vector<std::string> sample_words(const NextSymbol& next, Index max_letters, Index count, std::uint64_t seed);
+// `on_word(i)`, when given, is called after word i (progress on long sampling).
+std::vector<std::string> sample_words(const NextSymbol& next, Index max_letters, Index count, std::uint64_t seed,
+                                      const std::function<void(Index)>& on_word = {});
 
 // The model's distribution of the next symbol, in evaluation mode, without recording gradients.
 NextSymbol next_symbol(CharLm<float>& model);

@@ -29,7 +29,7 @@ WordList read_words(const std::filesystem::path& path, std::string_view flag) {
   const std::string text = read_file(path, kMaxDataBytes, flag);
   if (text.find('\0') != std::string::npos)
     fail<FormatError>("{}: '{}' is not a text file (it holds NUL bytes); give a word list, one word per line", flag,
-                      path.string());
+                      escaped(path));
   WordList list;
   std::size_t start = 0;
   while (start < text.size()) {
@@ -49,10 +49,15 @@ WordList read_words(const std::filesystem::path& path, std::string_view flag) {
   const auto kept = std::unique(list.words.begin(), list.words.end());
   list.duplicates = static_cast<Index>(list.words.end() - kept);
   list.words.erase(kept, list.words.end());
-  if (list.words.size() < kMinWords)
-    fail<FormatError>("{}: '{}' holds {} distinct words of lower-case letters a-z (of {} non-empty lines); at least {} "
-                      "are needed, one word per line",
-                      flag, path.string(), list.words.size(), list.lines, kMinWords);
+  if (list.words.size() < kMinWords) {
+    // Say what the other lines were: a list of long words is not "no words".
+    std::string dropped;
+    if (list.too_long > 0) dropped += fmt::format("; {} words are longer than {} letters", list.too_long, kMaxWordLetters);
+    if (list.dropped > 0) dropped += fmt::format("; {} lines are not lower-case a-z", list.dropped);
+    fail<FormatError>("{}: '{}' holds {} distinct words of lower-case letters a-z of at most {} letters (of {} non-empty "
+                      "lines{}); at least {} are needed, one word per line",
+                      flag, escaped(path), list.words.size(), kMaxWordLetters, list.lines, dropped, kMinWords);
+  }
   return list;
 }
 

@@ -22,11 +22,12 @@ int main(int argc, char** argv) {
   app.add_option("--markdown", markdown, "Also write the walkthrough as Markdown to this file");
   if (const auto stop = examples::parse_command_line(app, "walkthrough", argc, argv)) return *stop;
   return run_program("walkthrough", [&] {
+    if (!markdown.empty()) check_writable(markdown, "walkthrough --markdown");  // before the work: a device, a link, no room
     const auto sections = walkthrough::run_walkthrough();
     fmt::print("{}", walkthrough::render_terminal(sections));
     if (!markdown.empty()) {
       write_file(markdown, walkthrough::render_markdown(sections), Durability::replace, "walkthrough --markdown");
-      fmt::print("\nMarkdown written to {}\n", markdown);
+      fmt::print("\nMarkdown written to {}\n", escaped(std::string_view(markdown)));
     }
     return 0;
   });
