@@ -642,3 +642,188 @@ TEST_CASE("checkpoint: resuming refuses other evaluation data, and training data
                        doctest::Contains("resume: the training data differs from the data the checkpoint was trained on"),
                        ValueError);
 }
+
+// ---- the decoder's and the loaders' invariants (hardening round two) ---------------------------------
+
+namespace {
+// A user's model whose configuration implies nothing (no implied_parameter_count): the build budget is
+// what bounds it.
+test::Mlp::Config mlp_config() { return {.in = 2, .hidden = 8, .out = 2, .seed = 1}; }
+
+Checkpoint with_setting(Checkpoint c, const std::string& name, const std::string& value) {
+  for (auto& s : c.model.config)
+    if (s.name == name) s.value = value;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("checkpoint: a parameter named twice is refused by the decoder and by every load, whatever its size") {
+  test::Mlp model(mlp_config());
+  const Checkpoint good = snapshot<float>(model);
+  for (const Index copy_size : {Index{0}, Index{1}, Index{-1}}) {  // -1: the same size as the original
+    Checkpoint forged = good;
+    TensorRecord twin = forged.parameters[1];  // hidden.bias
+    if (copy_size >= 0) twin.shape = Shape::vec(copy_size), twin.values.assign(static_cast<std::size_t>(copy_size), 7.0);
+    else std::fill(twin.values.begin(), twin.values.end(), 7.0);
+    forged.parameters.push_back(twin);
+    INFO("copy of " << copy_size << " elements");
+    CHECK_THROWS_WITH_AS(decode_checkpoint(encode_checkpoint(forged), "twice.tgck"),
+                         "load 'twice.tgck': the parameter list names 'hidden.bias' more than once", FormatError);
+    const auto before = values_of(model);
+    CHECK_THROWS_WITH_AS(load_weights(forged, model), doctest::Contains("'hidden.bias' more than once"), FormatError);
+    CHECK_THROWS_AS(load_weights(forged, model, {.strict = false}), FormatError);
+    CHECK(values_of(model) == before);
+    CHECK_THROWS_AS(model_from_checkpoint<test::Mlp>(forged), FormatError);
+  }
+}
+
+TEST_CASE("checkpoint: an in-memory checkpoint is checked as a file is: value counts, element types, shapes") {
+  test::Mlp model(mlp_config());
+  const auto before = values_of(model);
+  Checkpoint c = snapshot<float>(model);
+  c.parameters[0].values.resize(3);  // hidden.weight is 2x8: 16 values, not 3
+  CHECK_THROWS_WITH_AS(load_weights(c, model),
+                       "checkpoint: parameter 'hidden.weight' is 2x8 (16 values) but holds 3 values", FormatError);
+  c = snapshot<float>(model);
+  c.parameters[0].dtype = "f16";
+  CHECK_THROWS_WITH_AS(load_weights(c, model),
+                       "checkpoint: parameter 'hidden.weight' has the element type 'f16'; f32 and f64 are known",
+                       FormatError);
+  c = snapshot<float>(model);
+  c.parameters[0].shape = {2, 3, 4, 5};  // batch 3 in a rank-2 shape
+  CHECK_THROWS_WITH_AS(load_weights(c, model), doctest::Contains("has an invalid shape"), FormatError);
+  CHECK(values_of(model) == before);
+}
+
+TEST_CASE("checkpoint: optimizer buffers and settings named twice, and counters out of range, are refused") {
+  Fixture f;
+  ToyRun run(f.run(OptimizerKind::adam), f.split.train);
+  run.trainer().step();
+  const Checkpoint good = snapshot(run.trainer());
+  auto refused = [](Checkpoint c, const std::string& says) {
+    INFO(says);
+    CHECK_THROWS_WITH_AS(decode_checkpoint(encode_checkpoint(c), "x.tgck"), doctest::Contains(says.c_str()), FormatError);
+    CHECK_THROWS_WITH_AS(check_checkpoint(c), doctest::Contains(says.c_str()), FormatError);
+  };
+  Checkpoint c = good;
+  c.training->optimizer.buffers.push_back(c.training->optimizer.buffers[2]);
+  refused(c, fmt::format("the optimizer buffers name '{}' more than once", c.training->optimizer.buffers[2].name));
+  c = good;
+  c.training->optimizer.buffers[0].name = "no_slash";
+  refused(c, "optimizer buffer 'no_slash' is not named '<parameter>/<buffer>'");
+  c = good;
+  c.model.config.push_back(c.model.config[0]);
+  refused(c, fmt::format("the model's configuration names '{}' more than once", c.model.config[0].name));
+  c = good;
+  c.training->optimizer.hyperparameters.push_back({"lr", "1"});
+  refused(c, "the optimizer's hyperparameters name 'lr' more than once");
+  c = good;
+  c.training->trainer.step = std::int64_t{1} << 62;
+  refused(c, "the trainer is at step 4611686018427387904, outside its run of 40 steps");
+  c = good;
+  c.training->trainer.step = c.training->trainer.options.steps = std::int64_t{1} << 62;
+  refused(c, "steps must be in [0, 1000000000000], got 4611686018427387904");
+  c = good;
+  c.training->trainer.step = -1;
+  refused(c, "the trainer is at step -1");
+  c = good;
+  c.training->optimizer.step = -5;
+  refused(c, "the optimizer's step is -5");
+  c = good;
+  c.training->trainer.data_order.cursor = 1 << 30;
+  refused(c, "the data order is at epoch");
+  c = good;
+  c.training->trainer.window_steps = 99;
+  refused(c, "the trainer's window holds 99 steps, outside [0, 1]");
+}
+
+TEST_CASE("checkpoint: settings by the hundred thousand are checked for repeats in one pass, and messages stay a line") {
+  test::Mlp model(mlp_config());
+  Checkpoint c = snapshot<float>(model);
+  for (int i = 0; i < 200000; ++i) c.model.config.push_back({fmt::format("k{}", i), "1"});
+  const Checkpoint back = decode_checkpoint(encode_checkpoint(c), "many.tgck");  // well-formed: it decodes
+  CHECK(back.model.config.size() == c.model.config.size());
+  // Rebuilding names the unknown settings, a few of them and how many more: one short line.
+  try {
+    model_from_checkpoint<test::Mlp>(back);
+    FAIL("a configuration with unknown settings was accepted");
+  } catch (const FormatError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("'k0', 'k1'") != std::string::npos);
+    CHECK(what.find("... and 199990 more") != std::string::npos);
+    CHECK(what.size() < 2000);
+    CHECK(what.find('\n') == std::string::npos);
+  }
+}
+
+TEST_CASE("checkpoint: a count the bytes left cannot hold is refused before anything is reserved") {
+  test::Mlp model(mlp_config());
+  Checkpoint c = snapshot<float>(model);
+  std::vector<std::byte> bytes = encode_checkpoint(c);
+  // The payload (cereal's portable binary: an endianness byte, then little-endian values): format u32, then
+  // strings as a u64 size and the bytes: the version, the model's kind, its settings (a u64 count, then
+  // name and value), then the parameter list's u64 count, forged here to 2^40 records.
+  std::size_t at = 28 + 1 + 4 + 8 + c.tapegrad_version.size() + 8 + c.model.kind.size() + 8;
+  for (const auto& s : c.model.config) at += 16 + s.name.size() + s.value.size();
+  REQUIRE(std::to_integer<int>(bytes[at]) == 4);  // the Mlp's 4 parameters: this is the count
+  const std::uint64_t huge = std::uint64_t{1} << 40;
+  for (std::size_t i = 0; i < 8; ++i) bytes[at + i] = static_cast<std::byte>((huge >> (8 * i)) & 0xff);
+  reseal(bytes);
+  CHECK_THROWS_WITH_AS(decode_checkpoint(bytes, "count.tgck"), doctest::Contains("claims 1099511627776 elements of at least 52 bytes"),
+                       FormatError);
+}
+
+TEST_CASE("checkpoint: NaN or Inf weights are refused on load, naming the parameter, unless asked, and describe says so") {
+  test::Mlp trained(mlp_config());
+  Checkpoint c = snapshot<float>(trained);
+  c.parameters[2].values[5] = std::numeric_limits<double>::quiet_NaN();  // out.weight
+  c.parameters[3].values[0] = std::numeric_limits<double>::infinity();   // out.bias
+  const Checkpoint back = decode_checkpoint(encode_checkpoint(c), "nan.tgck");  // the decoder keeps it: inspect shows it
+  test::Mlp model(mlp_config());
+  const auto before = values_of(model);
+  CHECK_THROWS_WITH_AS(load_weights(back, model),
+                       "load: parameter 'out.weight' holds 1 non-finite values (NaN or Inf) of 16; nothing was loaded "
+                       "(LoadOptions::allow_non_finite loads it anyway)",
+                       FormatError);
+  CHECK(values_of(model) == before);
+  CHECK_THROWS_AS(model_from_checkpoint<test::Mlp>(back), FormatError);
+  load_weights(back, model, {.allow_non_finite = true});
+  CHECK(std::isnan(model.parameter("out.weight").value[5]));
+  const std::string described = describe_checkpoint(back);
+  CHECK(described.find("(1 non-finite values: NaN or Inf)") != std::string::npos);
+  CHECK(described.find("warning: 2 parameter values are not finite") != std::string::npos);
+}
+
+TEST_CASE("checkpoint: rebuilding a user's model is bounded by what the file holds, before the memory is taken") {
+  test::Mlp model(mlp_config());
+  const Checkpoint good = snapshot<float>(model);
+  // 5e7 hidden units: 400 MB of one weight, from a file of 42 values. The Mlp declares no implied count.
+  CHECK_THROWS_WITH_AS(model_from_checkpoint<test::Mlp>(with_setting(good, "hidden", "50000000")),
+                       doctest::Contains("load: building the model test_mlp (in 2, hidden 50000000, out 2, seed 1) from "
+                                         "a file of 42 parameter values: its tensors would take more than"),
+                       LimitError);
+  CHECK_THROWS_AS(model_config_from<test::Mlp>(with_setting(good, "hidden", "2000000000000000000")), LimitError);
+  // A configuration that fits the budget but not the file: its count is compared after the build.
+  CHECK_THROWS_WITH_AS(model_from_checkpoint<test::Mlp>(with_setting(good, "hidden", "9")),
+                       "load: the configuration test_mlp (in 2, hidden 9, out 2, seed 1) implies 47 parameter values "
+                       "but the file holds 42",
+                       FormatError);
+  CHECK(model_config_from<test::Mlp>(good).hidden == 8);
+}
+
+TEST_CASE("checkpoint: TensorBudget charges growing tensors on its thread, nests, and refuses before allocating") {
+  const TensorBudget outer(1000, "outer");
+  Tensor a(Shape::vec(100));  // 400 bytes
+  CHECK(outer.used() == 400);
+  {
+    const TensorBudget inner(10000, "inner");
+    CHECK_THROWS_WITH_AS(Tensor(Shape::vec(200)), doctest::Contains("outer: its tensors would take more than 1 KB"),
+                         LimitError);  // 800 more passes the outer one
+    Tensor b(Shape::vec(100));
+    CHECK(inner.used() == 400);
+  }
+  CHECK(outer.used() == 800);
+  a.resize(Shape::vec(50));  // within its capacity: nothing charged
+  CHECK(outer.used() == 800);
+  CHECK(TensorBudget::current() == &outer);
+}

@@ -99,4 +99,22 @@ TEST_CASE("gradcheck: nothing to check is not a pass") {
       [](Tape<double>& t, std::span<const Var<double>>) { return sum(t.input(TensorD(Shape::vec(2), 1.0))); }, {});
   CHECK(report.checked == 0);
   CHECK_FALSE(report.ok());
+  CHECK(report.str() == "gradcheck FAILED: there was nothing to check: the inputs and parameters hold no elements\n");
+  // A 0x0 input says the same, not "0 checked, 0 failed".
+  const auto empty = gradcheck([](Tape<double>&, std::span<const Var<double>> in) { return sum(in[0]); },
+                               {{"x", TensorD(Shape::mat(0, 0))}});
+  CHECK(empty.str().find("nothing to check") != std::string::npos);
+}
+
+TEST_CASE("gradcheck: a NaN derivative is the worst error of its tensor, not 0") {
+  // y = sum(x * log(x)) at x = -1: the forward is NaN, so both derivatives are.
+  const auto report = gradcheck(
+      [](Tape<double>&, std::span<const Var<double>> in) { return sum(mul(in[0], log(in[0]))); },
+      {{"x", TensorD(Shape::vec(2), {-1.0, -2.0})}});
+  CHECK_FALSE(report.ok());
+  CHECK(report.failed == 2);
+  REQUIRE(report.tensors.size() == 1);
+  CHECK(std::isnan(report.tensors[0].max_abs_error));
+  CHECK(report.str().find("max abs error nan") != std::string::npos);
+  CHECK(report.str().find("max abs error 0.00e+00") == std::string::npos);
 }

@@ -58,9 +58,9 @@ TEST_CASE("module: dotted names in a fixed order: own parameters first, then chi
   CHECK(model.block.inner.path() == "model.block.inner");
   CHECK(model.parameter_count() == 1 + 3 + 6 + 3 + 3 * 16);
   CHECK_THROWS_WITH_AS(model.parameter("model.attn.wo"),
-                       "parameter: 'model.attn.wo' is not a parameter of module 'model'; it has: model.scale, "
-                       "model.block.gate, model.block.inner.weight, model.block.inner.bias, model.attn.wq, "
-                       "model.attn.wk, model.attn.wv",
+                       "parameter: 'model.attn.wo' is not a parameter of module 'model'; it has: 'model.scale', "
+                       "'model.block.gate', 'model.block.inner.weight', 'model.block.inner.bias', 'model.attn.wq', "
+                       "'model.attn.wk', 'model.attn.wv'",
                        NameError);
   CHECK_THROWS_WITH_AS(model.attn.wo(),
                        "self_attention 'model.attn': has no wo (it was built without the output projection)",

@@ -373,8 +373,7 @@ TEST_CASE("toy trainer: a non-finite loss stops training with the step, anomaly 
   model.parameter("readout.bias").value[0] = std::numeric_limits<float>::infinity();
   const auto before = model.parameter("attn.wq").value;
   CHECK_THROWS_WITH_AS(run.trainer().step(),
-                       doctest::Contains("train: the loss is NaN at step 2 (lr 0.01); lower the learning rate, clip "
-                                         "gradients, or turn on anomaly detection"),
+                       doctest::Contains("train: the loss is NaN at step 2 (lr 0.01); the step was not taken"),
                        ValueError);
   CHECK(model.parameter("attn.wq").value == before);  // nothing was applied
   CHECK(run.trainer().steps_done() == 1);

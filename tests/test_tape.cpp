@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <thread>
 
 #include "tapegrad/autograd/ops.hpp"
 #include "helpers.hpp"
@@ -234,4 +235,41 @@ TEST_CASE("tape: anomaly mode names the backward rule that produced a non-finite
   CHECK_THROWS_WITH_AS(tape.backward(y),
                        doctest::Contains("anomaly: the backward rule of square_nan (recorded at tests/test_tape.cpp:"),
                        NonFiniteError);
+}
+
+TEST_CASE("tape: a second thread that records on a tape another thread is recording on gets a UsageError naming it") {
+  Tape<float> tape;
+  Var<float> x = tape.input(Tensor(Shape::mat(2, 2), 1.0f));  // this thread owns the tape now
+  std::string refused;
+  std::thread other([&] {
+    try {
+      (void)relu(x);
+    } catch (const UsageError& e) {
+      refused = e.what();
+    }
+  });
+  other.join();
+  CHECK(refused.find("relu: tape 0x") == 0);
+  CHECK(refused.find("holds 1 nodes that another thread is recording; a tape belongs to the thread") != std::string::npos);
+  CHECK(tape.size() == 1);  // the refused op left nothing
+  (void)relu(x);            // the owner goes on
+  // After reset() the tape may change hands.
+  tape.reset();
+  std::thread next([&] { CHECK_NOTHROW(tape.input(Tensor(Shape::vec(1), 2.0f))); });
+  next.join();
+  CHECK_THROWS_AS(tape.input(Tensor(Shape::vec(1))), UsageError);  // now it is the other thread's
+}
+
+TEST_CASE("tape: parameters_read lists every parameter read since the last reset") {
+  Parameter<float> a("a", Tensor(Shape::vec(2), 1.0f)), b("b", Tensor(Shape::vec(2), 2.0f));
+  Tape<float> tape;
+  const Var<float> va = tape.param(a), vb = tape.param(b);
+  (void)add(va, vb);
+  (void)tape.param(a);
+  REQUIRE(tape.parameters_read().size() == 3);
+  CHECK(tape.parameters_read()[0] == &a);
+  CHECK(tape.parameters_read()[1] == &b);
+  CHECK(tape.parameters_read()[2] == &a);
+  tape.reset();
+  CHECK(tape.parameters_read().empty());
 }

@@ -473,3 +473,64 @@ TEST_CASE("run_program: every exception becomes its documented exit code, nothin
   CHECK(code([] { throw std::length_error("vector"); }) == static_cast<int>(ExitCode::system_failed));
   CHECK(code([] { throw 42; }) == static_cast<int>(ExitCode::system_failed));
 }
+
+namespace {
+// A user's model with one missing line: `extra_` is used in forward() but never passed to register_child.
+class ForgetfulMlp : public Module<float> {
+ public:
+  ForgetfulMlp() : rng_(1), hidden_("hidden", {.in = 2, .out = 4}, rng_), extra_("extra", {.in = 4, .out = 2}, rng_) {
+    register_child(hidden_);  // register_child(extra_) is missing
+  }
+  Var<float> forward(Var<float> x) { return extra_.forward(tanh(hidden_.forward(x))); }
+
+ private:
+  Rng rng_;
+  Linear<float> hidden_, extra_;
+};
+}  // namespace
+
+TEST_CASE("trainer: a parameter the loss read but the model does not list is an error naming it, before any update") {
+  const TensorSource data = classification_data(64, 3);
+  ForgetfulMlp model;
+  SGD<float> opt(model.parameters(), {.lr = 0.1});
+  Trainer trainer(model, opt, data, [&](Tape<float>& t, const TensorBatch& b) -> StepOutput<float> {
+    return cross_entropy(model.forward(t.constant(b.features)), b.labels);
+  }, {.steps = 5, .batch = 8});
+  const Tensor before = model.parameter("hidden.weight").value;
+  CHECK_THROWS_WITH_AS(trainer.step(),
+                       doctest::Contains("check_registered: the tape read parameter 'extra."), UsageError);
+  CHECK_THROWS_WITH_AS(trainer.step(),
+                       doctest::Contains("which the model does not list: a layer used in forward() but not registered "
+                                         "(register_child) is never trained, saved or zeroed"),
+                       UsageError);
+  CHECK(model.parameter("hidden.weight").value == before);
+  CHECK(trainer.steps_done() == 0);
+  // The same check, for a loop written by hand.
+  Tape<float> tape;
+  (void)model.forward(tape.constant(data.features()));
+  CHECK_THROWS_AS(check_registered(tape, model), UsageError);
+  Mlp good({});
+  Tape<float> fine;
+  (void)good.forward(fine.constant(data.features()));
+  CHECK_NOTHROW(check_registered(fine, good));
+}
+
+TEST_CASE("report: a value measured as NaN prints as nan, and '-' is only the training values before the first step") {
+  const auto dir = test::scratch_dir("report", "nan");
+  const auto log_path = dir / "out.txt";
+  std::FILE* out = std::fopen(log_path.c_str(), "w");
+  REQUIRE(out != nullptr);
+  {
+    Progress progress(out, Progress::Style::lines, 10, "run");
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    progress.on_evaluation({.step = 0, .lr = 0.1, .seconds = 0, .values = {{"train_loss", nan}, {"eval_loss", nan}}});
+    progress.on_evaluation({.step = 5, .lr = 0.1, .seconds = 1, .values = {{"train_loss", nan}, {"eval_loss", 2.0}}});
+  }
+  std::fclose(out);
+  std::ifstream in(log_path);
+  std::string first, second;
+  std::getline(in, first);
+  std::getline(in, second);
+  CHECK(first.find("train_loss -  eval_loss nan") != std::string::npos);
+  CHECK(second.find("train_loss nan  eval_loss 2.0000") != std::string::npos);
+}

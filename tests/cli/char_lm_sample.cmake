@@ -37,7 +37,7 @@ foreach(model free learnable)
 endforeach()
 
 execute_process(COMMAND ${PROGRAM} ${tiny} --out ${WORK}/run RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 2 OR NOT err MATCHES "^char_lm: --out: '.*' holds another run's files \\(.*\\); choose a new folder, or --overwrite")
+if(NOT rc EQUAL 2 OR NOT err MATCHES "^char_lm: --out: '.*' holds the files of an earlier char_lm run \\(.*\\); choose a new folder, or --overwrite")
   message(FATAL_ERROR "a second run into the same folder: expected exit 2 and a refusal, got ${rc}:\n${out}${err}")
 endif()
 message(STATUS "char_lm: --sample-from reproduced the training run's samples of both models")

@@ -71,7 +71,15 @@ endforeach()
 
 # Hostile starts: ranks given other seeds (MPMD), a rank that refuses its run, no mpirun at all.
 refused(2 "train: rank [01]: data-parallel: the ranks were started with different training options: rank 1 differs from rank 0"
-        ${MPIRUN} -np 1 ${TRAIN} --data-parallel ${task} --seed 0 : -np 1 ${TRAIN} --data-parallel ${task} --seed 1)
+        ${MPIRUN} -np 1 ${TRAIN} --data-parallel ${task} --seed 0 --out ${WORK}/refused
+        : -np 1 ${TRAIN} --data-parallel ${task} --seed 1 --out ${WORK}/refused)
+# The refused start wrote nothing into --out (an empty curve.csv.partial used to block the next run there).
+file(GLOB left RELATIVE ${WORK}/refused ${WORK}/refused/*)
+list(REMOVE_ITEM left .tapegrad.lock)
+if(left)
+  message(FATAL_ERROR "a refused start left files in --out: ${left}")
+endif()
+run(${ranks2} ${task} --out ${WORK}/refused)
 refused(2 "train: rank 1: generating 4000 \\+ 1000 sequences of cycle would take about .*, more than the limit"
         ${MPIRUN} -np 1 ${TRAIN} --data-parallel ${task} : -np 1 ${TRAIN} --data-parallel ${task} --max-memory 1e-6)
 # A flag only rank 1 has wrong: it ends before it joins the job, and mpirun ends the job. How mpirun says
