@@ -44,7 +44,7 @@ function(tapegrad_target_flags target)
 endfunction()
 
 # Precompiled headers: Eigen, fmt and the standard library headers nearly every file includes, parsed
-# once per target instead of once per file (about 2 s of every file's compile time; see the README's
+# once per target instead of once per file (about 2 s of every file's compile time; docs/internals.md,
 # "Build time"). PRIVATE, so a project linking tapegrad::tapegrad is not affected; extra headers
 # (doctest, CLI11) as further arguments. -DTAPEGRAD_PCH=OFF compiles every file from its own includes,
 # which is how to check that a file includes what it uses.
