@@ -3,9 +3,9 @@
 
 # clang runs its OpenMP optimisation pass over every file compiled with -fopenmp (every file that links
 # tapegrad, through OpenMP::OpenMP_CXX), though only core/parallel.cpp has an OpenMP region, and a host-only
-# program gains nothing from it. With clang 14 that pass was 36% of autograd/ops_elementwise.cpp's
-# compile time under the sanitizers (100 -> 52 s on a Zen 3) and 22% of the demo's; -mllvm
-# -openmp-opt-disable skips it. Used only where the compiler accepts the option.
+# program gains nothing from it. With clang 14 that pass was a third of autograd/ops_elementwise.cpp's
+# compile time under the sanitizers and a fifth of the demo's; -mllvm -openmp-opt-disable skips it. Used
+# only where the compiler accepts the option.
 set(TAPEGRAD_SKIP_OPENMP_OPT OFF)
 if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang" AND TAPEGRAD_OPENMP AND OpenMP_CXX_FOUND)
   include(CheckCXXCompilerFlag)
