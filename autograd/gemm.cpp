@@ -33,9 +33,9 @@ using ConstStridedMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
 
 // out (cols x rows, rows `out_stride` apart) = in (rows x cols, rows `in_stride` apart)^T, in square
 // tiles of one SIMD packet's width transposed in registers (Eigen's ptranspose), then what is left in
-// tiles of half a packet, and so on down to single elements: 10x faster than an element-by-element
-// transpose on a 256 x 32 head (0.6 against 7.5 us, AVX-512), and an 8 x 16 head (the toy model's) still
-// goes by 8 x 8 tiles.
+// tiles of half a packet, and so on down to single elements; an 8 x 16 head (the toy model's) still goes
+// by 8 x 8 tiles. About 10x faster than element by element on a 256 x 32 head (the attention op
+// transposes K_h for Q K^T: OMP_NUM_THREADS=1 build/bench/attention_bench; docs/performance.md).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wignored-attributes"  // the packet type's alignment attribute, as in Eigen
 template <class T, class Packet = typename Eigen::internal::packet_traits<T>::type>
@@ -83,10 +83,11 @@ void add_bias_rows(T* c, Index c_stride, const T* bias, Index r0, Index r1, Inde
 
 // Eigen's GEMM packing buffers, kept from product to product (per thread). Eigen's own product makes a
 // blocking object per call and takes these from malloc, about 1 MB at d = 256: glibc then maps and
-// unmaps them with every product, and the step spends its time page-faulting them in again (W4 at one
-// thread: 44 ms against 28 ms with the buffers kept). The blocking sizes are Eigen's own for the shape
-// (computeProductBlockingSizes, one thread, as Eigen's product computes them), so the arithmetic, and
-// every result, is exactly that of `C.noalias() += A * B`.
+// unmaps them with every product, and the step spends its time page-faulting them in again (W4's step
+// took about 1.5x as long; OMP_NUM_THREADS=1 build/bench/step_bench --workloads W4 in a build with
+// -DTAPEGRAD_LIBXSMM=OFF). The blocking sizes are Eigen's own for the shape (computeProductBlockingSizes,
+// one thread, as Eigen's product computes them), so the arithmetic, and every result, is exactly that of
+// `C.noalias() += A * B`.
 template <class T>
 class KeptBlocking : public Eigen::internal::level3_blocking<T, T> {
  public:
@@ -187,16 +188,17 @@ void eigen_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c
 // kBlockRows, so every block is computed by the same kernel whether or not the product is split: that
 // is what makes split products bit-identical (libxsmm's kernels are not independent of N: the same
 // element of a 64-row and of a 16-row call can differ in the last bit, which a first version that split
-// on 16-row boundaries showed). The block sizes are measured (bench/gemm_threads on an AVX-512 EPYC:
-// 64 x 64 x 256 ran W4's products at 230-260 GFLOP/s, against 140-180 for Eigen's GEMM).
+// on 16-row boundaries showed). The block sizes are measured: 64 x 64 x 256 runs W4's products at about
+// 1.5x Eigen's GEMM (OMP_NUM_THREADS=2 build/bench/gemm_threads prints both; docs/performance.md).
 constexpr Index kBlockRows = 64, kBlockCols = 64, kBlockDepth = 256;
 
 // A product of at least kPackMinRows rows reads op(B) from column panels packed ahead of its blocks
 // (pack_panels): every block of a column re-reads the same kBlockCols x k panel, and in place that
 // panel's rows lie b.stride apart, which at a stride of 1024 floats (4 KB) puts 16 of its rows on each
-// set of a 512 KB 8-way L2, so it cannot stay there: on a Zen 3 (AVX2) 1024 x 256 x 1024 ran at 32
-// GFLOP/s in place against 75 for 256^3. Packed, a panel is contiguous. Only the addresses the kernels
-// read change, not what they compute: results are bit for bit those of the unpacked grid.
+// set of a 512 KB 8-way L2, so it cannot stay there: with such an L2, 1024 x 256 x 1024 ran at less than
+// half the rate of 256^3 in place, and twice as fast packed (OMP_NUM_THREADS=2 build/bench/gemm_threads).
+// Packed, a panel is contiguous. Only the addresses the kernels read change, not what they compute:
+// results are bit for bit those of the unpacked grid.
 constexpr Index kPackMinRows = 4 * kBlockRows;
 
 template <class T>
@@ -259,7 +261,7 @@ Kernel<T> lookup(const KernelKey& key) {
 
 // The table, behind the last few kernels asked for: a step asks for the same few, item after item (the
 // toy model's 32 sequences, each a product of the same shape), and comparing a few keys is cheaper than
-// hashing one (a quarter of a small product's time went to hashing, measured on W1's shapes).
+// hashing one (hashing was a quarter of a small product's time: build/bench/step_bench --workloads W1).
 template <class T>
 Kernel<T> kernel(const KernelKey& key) {
   constexpr std::size_t kRecent = 4;

@@ -5,8 +5,8 @@
 //  - libxsmm's JIT-generated kernels (Debian's libxsmm-dev), when tapegrad is built with it: every
 //    product is a grid of blocks of at most kBlockRows x kBlockCols of C and kBlockDepth of the depth,
 //    each one kernel call reading its operands in place (op(B) of a product of 256 rows or more packed
-//    into column panels first) and writing C instead of adding into zeroed memory. On this project's
-//    AVX-512 machines these run at 1.3-1.6x Eigen's GEMM (bench/gemm_threads prints both).
+//    into column panels first) and writing C instead of adding into zeroed memory. They run the
+//    workloads' products faster than Eigen's GEMM (OMP_NUM_THREADS=2 build/bench/gemm_threads prints both).
 //  - Eigen's sequential GEMM with its packing buffers kept from product to product, without libxsmm.
 //
 // When a product is large enough (core/parallel.hpp), C's rows are split over the threads, each range

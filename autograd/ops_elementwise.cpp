@@ -206,7 +206,7 @@ template <class T>
 Var<T> mul(Var<T> a, Var<T> b, Where where) {
   return binary("mul", Binary::mul, a, b, where);
 }
-// Declared with the ops of ops_math.cpp; defined here because it shares add's broadcasting.
+// Declared with exp, log, sqrt and sigmoid in ops.hpp; a binary op beside add, whose broadcasting it shares.
 template <class T>
 Var<T> div(Var<T> a, Var<T> b, Where where) {
   return binary("div", Binary::div, a, b, where);

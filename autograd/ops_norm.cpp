@@ -83,8 +83,8 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) 
   auto Y = n.value.flat();
   parallel_rows(X.rows(), X.cols(), [&](Index first, Index rows) {  // row by row: split in row ranges when large
     // The row in double, converted once: read through a lazy cast, each of the three passes converted it
-    // again, element by element (a 1024 x 256 float x: 614 against 177 us alone, AVX-512 Xeon; the same
-    // values).
+    // again, element by element, and a 1024 x 256 norm took 3.5x as long for the same values (W5 runs nine
+    // a step: OMP_NUM_THREADS=1 build/bench/step_bench --workloads W5).
     Eigen::Map<Eigen::ArrayXd> xr(detail::thread_scratch<double>(detail::Scratch::norm_row, static_cast<std::size_t>(X.cols())),
                                   X.cols());
     for (Index r = first; r < first + rows; ++r) {

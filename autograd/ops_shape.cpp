@@ -8,9 +8,11 @@
 namespace tapegrad {
 namespace {
 
+// [readme:op-state]
 struct PickSaved {
   std::vector<std::int32_t> positions;  // the row each batch item picked, as the forward read them
 };
+// [readme:op-state-end]
 
 }  // namespace
 
@@ -35,6 +37,7 @@ Var<T> reshape(Var<T> x, Shape shape, Where where) {
   return t.commit(n);
 }
 
+// [readme:op]
 // C[b] = X[b, p_b] (x (B, T, D), positions (B) -> (B, D));  dX[b, p_b] += dC[b], the other rows get nothing
 template <class T>
 Var<T> pick_positions(Var<T> x, const Ids& positions, Where where) {
@@ -63,6 +66,7 @@ Var<T> pick_positions(Var<T> x, const Ids& positions, Where where) {
   };
   return t.commit(n);
 }
+// [readme:op-end]
 
 #define TAPEGRAD_INSTANTIATE(T)                                      \
   template Var<T> reshape(Var<T>, Shape, Where);                    \

@@ -3,9 +3,9 @@
 
 # clang runs its OpenMP optimisation pass over every file compiled with -fopenmp (every file that links
 # tapegrad, through OpenMP::OpenMP_CXX), though only core/parallel.cpp has an OpenMP region, and a host-only
-# program gains nothing from it. With clang 14 that pass was 36% of autograd/ops_elementwise.cpp's
-# compile time under the sanitizers (100 -> 52 s on a Zen 3) and 22% of the demo's; -mllvm
-# -openmp-opt-disable skips it. Used only where the compiler accepts the option.
+# program gains nothing from it. With clang 14 that pass was a third of autograd/ops_elementwise.cpp's
+# compile time under the sanitizers and a fifth of the demo's; -mllvm -openmp-opt-disable skips it. Used
+# only where the compiler accepts the option.
 set(TAPEGRAD_SKIP_OPENMP_OPT OFF)
 if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang" AND TAPEGRAD_OPENMP AND OpenMP_CXX_FOUND)
   include(CheckCXXCompilerFlag)
@@ -44,7 +44,7 @@ function(tapegrad_target_flags target)
 endfunction()
 
 # Precompiled headers: Eigen, fmt and the standard library headers nearly every file includes, parsed
-# once per target instead of once per file (about 2 s of every file's compile time; see the README's
+# once per target instead of once per file (about 2 s of every file's compile time; docs/internals.md,
 # "Build time"). PRIVATE, so a project linking tapegrad::tapegrad is not affected; extra headers
 # (doctest, CLI11) as further arguments. -DTAPEGRAD_PCH=OFF compiles every file from its own includes,
 # which is how to check that a file includes what it uses.

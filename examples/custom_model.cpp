@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
   resume_cmd->add_option("file", file, "A checkpoint with the state of training")->required()->check(CLI::ExistingFile);
   resume_cmd->add_option("--out", out, "Folder for the final model.tgck")->capture_default_str();
   if (const auto stop = examples::parse_command_line(app, "custom_model", argc, argv)) return *stop;
-  // Any error becomes one line and an exit code (README: exit codes); nothing aborts.
+  // Any error becomes one line and an exit code (docs/programs.md, "Exit codes"); nothing aborts.
   return run_program("custom_model", [&] {
     if (*train_cmd) return train(out, overwrite);
     if (*predict_cmd) return predict(file);

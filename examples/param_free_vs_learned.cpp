@@ -2,7 +2,7 @@
 // once with parameter-free attention (softmax(X X^T / sqrt(d)) X) and once with learnable Wq, Wk, Wv,
 // everything else equal: same features, same readout, same optimizer (Adam) and step budget, and each
 // model's learning rate picked from the same grid on a validation split. Prints the test accuracy of
-// both beside the task's chance level and no-routing ceiling, checks the claims the README makes, measures
+// both beside the task's chance level and no-routing ceiling, checks the claims docs/lesson.md makes, measures
 // where each model's attention goes at the labelled queries (to the answer's key, away from it, to
 // itself: lesson/tasks.hpp, attention_use), and writes attention heatmaps, training curves and report.md
 // into an output folder named after the run.

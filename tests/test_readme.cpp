@@ -1,6 +1,7 @@
-// The README's short C++ fragments, compiled and run: each block between "// [readme:<name>]" markers
-// (at the left margin, as the README shows them) is what the README shows (tests/cli/readme_excerpts.cmake checks it line for line, and that the README has
-// no C++ block that is not such an excerpt); the checks around it prove it does what the README says.
+// The documentation's short C++ fragments, compiled and run: each block between "// [readme:<name>]"
+// markers (at the left margin, as the page shows it) is what README.md or a page of docs/ shows
+// (tests/cli/readme_excerpts.cmake checks it line for line, and that no page has a C++ block that is not
+// such an excerpt); the checks around it prove it does what the page says.
 #include <doctest/doctest.h>
 
 #include <cstdio>

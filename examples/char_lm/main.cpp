@@ -7,7 +7,7 @@
 //   build/examples/char_lm                                   # /usr/share/dict/american-english -> char_lm_out/
 //   build/examples/char_lm --data names.txt --out runs/names --steps 3000
 //   build/examples/char_lm --sample-from char_lm_out/learnable_seed0.tgck   # the same 20 words, in a new process
-//   mpirun -np 2 build/examples/char_lm --data-parallel    # each model trained by 2 ranks (README: "Across processes")
+//   mpirun -np 2 build/examples/char_lm --data-parallel    # each model trained by 2 ranks (docs/data_parallel.md)
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <fmt/format.h>
