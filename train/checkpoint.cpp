@@ -91,14 +91,6 @@ LoadReport match(const Checkpoint& c, const std::vector<Parameter<T>*>& params) 
   return report;
 }
 
-std::string problems(const LoadReport& r) {
-  std::vector<std::string> parts;
-  if (!r.missing.empty()) parts.push_back("the file lacks the model's " + quoted_list(r.missing));
-  if (!r.unexpected.empty()) parts.push_back("the model has no " + quoted_list(r.unexpected));
-  for (const auto& m : r.mismatched) parts.push_back(m);
-  return fmt::format("{}", fmt::join(parts, "; "));
-}
-
 template <class T>
 void apply_weights(const Checkpoint& c, const std::vector<Parameter<T>*>& params, const LoadReport& report) {
   std::set<std::string> load(report.loaded.begin(), report.loaded.end());
@@ -267,8 +259,7 @@ template <class T>
 LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions options) {
   const auto params = model.parameters();
   LoadReport report = match(c, params);
-  const bool clean = report.missing.empty() && report.unexpected.empty() && report.mismatched.empty();
-  if (options.strict && !clean) fail<FormatError>("load: {}; nothing was loaded", problems(report));
+  if (options.strict && !report.clean()) fail<FormatError>("load: {}; nothing was loaded", report.problems());
   apply_weights(c, params, report);
   return report;
 }
@@ -282,8 +273,7 @@ LoadReport load_training(const Checkpoint& c, TrainerBase& trainer) {
   // Check every part before changing any: weights, optimizer state, trainer state.
   const auto params = model.parameters();
   LoadReport report = match(c, params);
-  if (!report.missing.empty() || !report.unexpected.empty() || !report.mismatched.empty())
-    fail<FormatError>("resume: {}; nothing was loaded", problems(report));
+  if (!report.clean()) fail<FormatError>("resume: {}; nothing was loaded", report.problems());
   const OptimizerState<float> state = optimizer_state(t.optimizer);
   trainer.optimizer().check_state(state);
   trainer.check_state(t.trainer);
@@ -331,11 +321,20 @@ std::uint32_t weights_crc32(const Checkpoint& c) {
   return crc.value();
 }
 
+std::string LoadReport::problems() const {
+  std::vector<std::string> parts;
+  if (!missing.empty()) parts.push_back("the file lacks the model's " + quoted_list(missing));
+  if (!unexpected.empty()) parts.push_back("the model has no " + quoted_list(unexpected));
+  for (const auto& m : mismatched) parts.push_back(m);
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
 std::string LoadReport::str() const {
   std::string s = fmt::format("loaded {} parameters", loaded.size());
   if (!missing.empty()) s += "; not in the file: " + quoted_list(missing);
   if (!unexpected.empty()) s += "; not in the model: " + quoted_list(unexpected);
   for (const auto& m : mismatched) s += "; skipped " + m;
+  for (const auto& c : converted) s += "; converted " + c;
   if (training_state) s += "; optimizer state, data order, step and curve restored";
   return s;
 }
