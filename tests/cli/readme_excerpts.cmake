@@ -3,19 +3,27 @@
 # must be, line for line, the region of <file> between "// [readme:<name>]" and "// [readme:<name>-end]".
 # -DROOT=<source root>; with -DUPDATE=ON it rewrites the README's blocks from the files instead of checking:
 #   cmake -DROOT=. -DUPDATE=ON -P tests/cli/readme_excerpts.cmake
+# A page of docs/ is checked the same way with -DPAGE=docs/<page>.md -DTAG=docs: its markers are
+# "// [docs:<name>]" and "// [docs:<name>-end]".
 include(${CMAKE_CURRENT_LIST_DIR}/run_program.cmake)
-file(READ ${ROOT}/README.md readme)
+if(NOT PAGE)
+  set(PAGE README.md)
+endif()
+if(NOT TAG)
+  set(TAG readme)
+endif()
+file(READ ${ROOT}/${PAGE} readme)
 string(REGEX MATCHALL "<!-- excerpt: [^ ]+ [^ ]+ -->\n```[a-z]*\n" starts "${readme}")
 list(LENGTH starts count)
 if(count EQUAL 0)
-  message(FATAL_ERROR "README.md has no excerpts")
+  message(FATAL_ERROR "${PAGE} has no excerpts")
 endif()
 # Every C++ block of the README is an excerpt: no fragment that no compiler has seen.
 count_matches(n_cpp "\n```cpp\n" "${readme}")
 count_matches(n_cpp_excerpts "<!-- excerpt: [^ ]+ [^ ]+ -->\n```cpp\n" "${readme}")
 if(NOT n_cpp EQUAL n_cpp_excerpts)
-  message(FATAL_ERROR "README.md has ${n_cpp} C++ blocks but only ${n_cpp_excerpts} are excerpts of tested code: put "
-                      "the code in a file ctest compiles and runs, between // [readme:<name>] markers, and write "
+  message(FATAL_ERROR "${PAGE} has ${n_cpp} C++ blocks but only ${n_cpp_excerpts} are excerpts of tested code: put "
+                      "the code in a file ctest compiles and runs, between // [${TAG}:<name>] markers, and write "
                       "<!-- excerpt: <file> <name> --> before its block")
 endif()
 foreach(start IN LISTS starts)
@@ -31,12 +39,12 @@ foreach(start IN LISTS starts)
   string(SUBSTRING "${rest}" 0 ${close} shown)
   # The file's region between its markers.
   file(READ ${ROOT}/${path} source)
-  set(open_marker "// [readme:${name}]\n")
-  set(close_marker "// [readme:${name}-end]")
+  set(open_marker "// [${TAG}:${name}]\n")
+  set(close_marker "// [${TAG}:${name}-end]")
   string(FIND "${source}" "${open_marker}" a)
   string(FIND "${source}" "${close_marker}" b)
   if(a EQUAL -1 OR b EQUAL -1)
-    message(FATAL_ERROR "README.md quotes ${path} '${name}', but ${path} has no [readme:${name}] markers")
+    message(FATAL_ERROR "${PAGE} quotes ${path} '${name}', but ${path} has no [${TAG}:${name}] markers")
   endif()
   string(LENGTH "${open_marker}" m)
   math(EXPR a "${a} + ${m}")
@@ -48,14 +56,14 @@ foreach(start IN LISTS starts)
       math(EXPR after "${from} + ${close}")
       string(SUBSTRING "${readme}" ${after} -1 tail)
       set(readme "${before}${region}${tail}")
-      message(STATUS "README excerpt ${path} '${name}' updated")
+      message(STATUS "${PAGE} excerpt ${path} '${name}' updated")
       continue()
     endif()
-    message(FATAL_ERROR "README.md's excerpt '${name}' differs from ${path}:\n--- README\n${shown}--- ${path}\n${region}"
+    message(FATAL_ERROR "${PAGE}'s excerpt '${name}' differs from ${path}:\n--- ${PAGE}\n${shown}--- ${path}\n${region}"
                         "(cmake -DROOT=. -DUPDATE=ON -P tests/cli/readme_excerpts.cmake rewrites it)")
   endif()
-  message(STATUS "README excerpt ${path} '${name}' is the file's code")
+  message(STATUS "${PAGE} excerpt ${path} '${name}' is the file's code")
 endforeach()
 if(UPDATE)
-  file(WRITE ${ROOT}/README.md "${readme}")
+  file(WRITE ${ROOT}/${PAGE} "${readme}")
 endif()
