@@ -221,6 +221,20 @@ TEST_CASE("safetensors pytorch layout: two parameters under one name that are no
   CHECK_THROWS_WITH_AS(encode_safetensors(clash, {.layout = WeightLayout::pytorch}),
                        "save_safetensors: 'a' and 'b' are both stored as 'weight', not as distinct, equal parts of it",
                        ValueError);
+  struct Odd : Module<float> {
+    Odd() { register_parameter("v", Tensor(Shape::vec(2))); }
+    TorchName torch_name(std::string_view) const override { return {"v", true}; }
+  };
+  Odd odd;
+  CHECK_THROWS_WITH_AS(encode_safetensors(odd, {.layout = WeightLayout::pytorch}),
+                       "save_safetensors: 'v' is to be stored transposed as 'v', but it is 2, not a matrix", ValueError);
+  struct Half : Module<float> {  // part 0 of 2, and no part 1
+    Half() { register_parameter("v", Tensor(Shape::vec(2))); }
+    TorchName torch_name(std::string_view) const override { return {"packed", false, 0, 2}; }
+  };
+  Half half;
+  CHECK_THROWS_WITH_AS(load_safetensors(SafetensorsView{}, half, {.layout = WeightLayout::pytorch}),
+                       "load_safetensors: 'packed' is packed from 2 parts but part 1 is no parameter's", ValueError);
 }
 
 TEST_CASE("safetensors docs: save in PyTorch's layout, load strictly, load the part that fits into another model") {

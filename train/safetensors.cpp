@@ -164,6 +164,36 @@ Entry read_entry(const std::string& name, const Json& value, const Refusal& refu
   return e;
 }
 
+// Sorts the entries by their bytes and sets their views of `data`, which they must tile: from byte 0, each
+// starting where the one before ends, the last ending at the end of the file. Bytes that no tensor covers
+// are where a polyglot file hides another format.
+void tile(std::vector<Entry>& entries, std::span<const std::byte> data, const Refusal& refuse) {
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.begin, a.end, a.tensor.name) < std::tie(b.begin, b.end, b.tensor.name);
+  });
+  std::uint64_t covered = 0;
+  const Entry* last = nullptr;
+  for (Entry& e : entries) {
+    const std::string name = escaped(e.tensor.name);
+    if (e.end > data.size())
+      refuse("tensor '{}' has data_offsets [{}, {}], past the end of the {}-byte data buffer (the file is truncated)",
+             name, e.begin, e.end, data.size());
+    if (e.begin > covered)
+      refuse("the bytes [{}, {}) of the data buffer belong to no tensor: a hole before tensor '{}'", covered, e.begin, name);
+    if (e.begin < covered)
+      refuse("tensor '{}' has data_offsets [{}, {}], which overlap tensor '{}' (it ends at {})", name, e.begin, e.end,
+             escaped(last->tensor.name), covered);
+    e.tensor.data = data.subspan(static_cast<std::size_t>(e.begin), static_cast<std::size_t>(e.end - e.begin));
+    covered = e.end;
+    last = &e;
+  }
+  if (covered < data.size()) {
+    if (!last) refuse("the file has {} bytes after the header but no tensor", data.size() - covered);
+    refuse("the file has {} bytes after the last tensor '{}' (which ends at {} of the {}-byte data buffer)",
+           data.size() - covered, escaped(last->tensor.name), covered, data.size());
+  }
+}
+
 }  // namespace
 
 std::size_t element_bytes(SafetensorsDtype dtype) {
@@ -205,7 +235,8 @@ SafetensorsView decode_safetensors(std::span<const std::byte> bytes, std::string
   const std::string_view text(reinterpret_cast<const char*>(bytes.data()) + 8, static_cast<std::size_t>(n));
   if (text.empty() || text.front() != '{')
     refuse("the header does not start with '{{' (it starts with {})",
-           text.empty() ? std::string("nothing: its length is 0") : fmt::format("the byte {:#04x}", static_cast<unsigned char>(text.front())));
+           text.empty() ? std::string("nothing: its length is 0")
+                        : fmt::format("the byte {:#04x}", static_cast<unsigned char>(text.front())));
   if (const std::size_t bad = invalid_utf8_at(text); bad != std::string_view::npos)
     refuse("the header is not valid UTF-8 (byte {} of the header, {:#04x})", bad, static_cast<unsigned char>(text[bad]));
   const Json header = parse_header(text, refuse);
@@ -218,33 +249,8 @@ SafetensorsView decode_safetensors(std::span<const std::byte> bytes, std::string
     else
       entries.push_back(read_entry(name, value, refuse));
   }
-  // The tensors must tile the data buffer: from byte 0, each starting where the one before ends, the last
-  // ending at the end of the file. Bytes no tensor covers are where a polyglot file hides another format.
-  const std::span<const std::byte> data = bytes.subspan(8 + static_cast<std::size_t>(n));
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return std::tie(a.begin, a.end, a.tensor.name) < std::tie(b.begin, b.end, b.tensor.name);
-  });
-  std::uint64_t covered = 0;
-  const Entry* last = nullptr;
-  for (Entry& e : entries) {
-    const std::string name = escaped(e.tensor.name);
-    if (e.end > data.size())
-      refuse("tensor '{}' has data_offsets [{}, {}], past the end of the {}-byte data buffer (the file is truncated)",
-             name, e.begin, e.end, data.size());
-    if (e.begin > covered)
-      refuse("the bytes [{}, {}) of the data buffer belong to no tensor: a hole before tensor '{}'", covered, e.begin, name);
-    if (e.begin < covered)
-      refuse("tensor '{}' has data_offsets [{}, {}], which overlap tensor '{}' (it ends at {})", name, e.begin, e.end,
-             escaped(last->tensor.name), covered);
-    e.tensor.data = data.subspan(static_cast<std::size_t>(e.begin), static_cast<std::size_t>(e.end - e.begin));
-    covered = e.end;
-    last = &e;
-  }
-  if (covered < data.size()) {
-    if (!last) refuse("the file has {} bytes after the header but no tensor", data.size() - covered);
-    refuse("the file has {} bytes after the last tensor '{}' (which ends at {} of the {}-byte data buffer)",
-           data.size() - covered, escaped(last->tensor.name), covered, data.size());
-  }
+  // The tensors must tile the data buffer, which is the rest of the file.
+  tile(entries, bytes.subspan(8 + static_cast<std::size_t>(n)), refuse);
   out.tensors.reserve(entries.size());
   for (Entry& e : entries) out.tensors.push_back(std::move(e.tensor));
   return out;
@@ -435,19 +441,41 @@ void write_slot(const Slot<T>& slot, SafetensorsDtype dtype, std::byte* block) {
 
 constexpr std::string_view kLoadable = "F16, BF16, F32 and F64";
 
+// The values of the parameters `e` holds, read from the file's tensor `t` and converted to T; or, as a
+// sentence for the report's `mismatched`, why they cannot be loaded.
+template <class T>
+std::string convert(const SafetensorsTensor& t, const Expected<T>& e, std::vector<TensorT<T>>& values) {
+  const std::string name = escaped(e.name);
+  const std::string params = e.slots.size() > 1 || e.slots[0].param->name != e.name
+                                 ? fmt::format(" (the model's {})", e.parameters())
+                                 : std::string();
+  const ReadElement read = reader_of(t.dtype);
+  if (!read) return fmt::format("'{}'{} is {} in the file; tapegrad loads {}", name, params, to_string(t.dtype), kLoadable);
+  if (t.shape != e.shape)
+    return fmt::format("'{}'{} is {} in the file but {} in the model", name, params, dims_str(t.shape), dims_str(e.shape));
+  for (const Slot<T>& slot : e.slots) {
+    TensorT<T> v = slot_value(t, slot, read);
+    for (Index i = 0; i < v.numel(); ++i)
+      if (!std::isfinite(v[i]))
+        return fmt::format("'{}'{} holds {} as {} at element {} of '{}'; a weight must be finite", name, params, v[i],
+                           to_string(native_dtype<T>()), i, slot.param->name);
+    values.push_back(std::move(v));
+  }
+  return {};
+}
+
 template <class T>
 LoadReport load_into(const SafetensorsView& file, Module<T>& model, const SafetensorsLoadOptions& options,
                      std::string_view source) {
-  const std::string op = source.empty() ? std::string("load_safetensors") : fmt::format("load_safetensors '{}'", escaped(source));
+  const std::string op =
+      source.empty() ? std::string("load_safetensors") : fmt::format("load_safetensors '{}'", escaped(source));
   const std::vector<Expected<T>> expected = expected_tensors(std::as_const(model), options.layout, op);
   std::map<std::string_view, const SafetensorsTensor*> by_name;
   for (const auto& t : file.tensors) by_name.emplace(t.name, &t);
-  std::map<const Parameter<T>*, Parameter<T>*> writable;  // the layout walks the module as const
-  for (auto* p : model.parameters()) writable.emplace(p, p);
 
   // Everything is checked and converted before the module changes: all or nothing.
   LoadReport report;
-  std::vector<std::pair<Parameter<T>*, TensorT<T>>> staged;
+  std::map<const Parameter<T>*, TensorT<T>> staged;
   std::set<std::string_view> wanted;
   for (const Expected<T>& e : expected) {
     wanted.insert(e.name);
@@ -457,37 +485,14 @@ LoadReport load_into(const SafetensorsView& file, Module<T>& model, const Safete
       continue;
     }
     const SafetensorsTensor& t = *it->second;
-    const std::string for_params = e.slots.size() > 1 || e.slots[0].param->name != e.name
-                                       ? fmt::format(" (the model's {})", e.parameters())
-                                       : std::string();
-    const ReadElement read = reader_of(t.dtype);
-    if (!read) {
-      report.mismatched.push_back(fmt::format("'{}'{} is {} in the file; tapegrad loads {}", escaped(e.name), for_params,
-                                              to_string(t.dtype), kLoadable));
+    std::vector<TensorT<T>> values;
+    if (std::string problem = convert(t, e, values); !problem.empty()) {
+      report.mismatched.push_back(std::move(problem));
       continue;
     }
-    if (t.shape != e.shape) {
-      report.mismatched.push_back(fmt::format("'{}'{} is {} in the file but {} in the model", escaped(e.name), for_params,
-                                              dims_str(t.shape), dims_str(e.shape)));
-      continue;
-    }
-    std::vector<std::pair<Parameter<T>*, TensorT<T>>> values;
-    std::string non_finite;
-    for (const Slot<T>& slot : e.slots) {
-      TensorT<T> v = slot_value(t, slot, read);
-      for (Index i = 0; i < v.numel() && non_finite.empty(); ++i)
-        if (!std::isfinite(v[i]))
-          non_finite = fmt::format("'{}'{} holds {} as {} at element {} of '{}'; a weight must be finite", escaped(e.name),
-                                   for_params, v[i], to_string(native_dtype<T>()), i, slot.param->name);
-      values.emplace_back(writable.at(slot.param), std::move(v));
-    }
-    if (!non_finite.empty()) {
-      report.mismatched.push_back(non_finite);
-      continue;
-    }
-    for (auto& v : values) {
-      report.loaded.push_back(v.first->name);
-      staged.push_back(std::move(v));
+    for (std::size_t k = 0; k < e.slots.size(); ++k) {
+      report.loaded.push_back(e.slots[k].param->name);
+      staged.emplace(e.slots[k].param, std::move(values[k]));
     }
     if (t.dtype != native_dtype<T>())
       report.converted.push_back(
@@ -500,11 +505,12 @@ LoadReport load_into(const SafetensorsView& file, Module<T>& model, const Safete
     std::string hint;
     const auto written = file.metadata.find("tapegrad.layout");
     if (written != file.metadata.end() && written->second != to_string(options.layout))
-      hint = fmt::format(" (the file was written in the '{}' layout, and this load asked for '{}')", escaped(written->second),
-                         to_string(options.layout));
+      hint = fmt::format(" (the file was written in the '{}' layout, and this load asked for '{}')",
+                         escaped(written->second), to_string(options.layout));
     fail<FormatError>("{}: {}; nothing was loaded{}", op, report.problems(), hint);
   }
-  for (auto& [param, value] : staged) param->value = std::move(value);
+  for (auto* p : model.parameters())  // the layout walked the module as const: its parameters, writable
+    if (const auto it = staged.find(p); it != staged.end()) p->value = std::move(it->second);
   return report;
 }
 
