@@ -4,6 +4,7 @@
 // is ctest's safetensors_to_torch (examples/safetensors_to_torch.py). A user's module maps its own names.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <string>
@@ -11,6 +12,7 @@
 #include "golden_file.hpp"
 #include "helpers.hpp"
 #include "safetensors_twins.hpp"
+#include "tapegrad/core/file_io.hpp"
 #include "tapegrad/layers/linear.hpp"
 #include "tapegrad/train/safetensors.hpp"
 #include "user_models.hpp"
