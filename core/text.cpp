@@ -29,6 +29,15 @@ std::size_t utf8_length(std::string_view text, std::size_t i) {
 
 }  // namespace
 
+std::size_t invalid_utf8_at(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t n = static_cast<unsigned char>(text[i]) < 0x80 ? 1 : utf8_length(text, i);
+    if (n == 0) return i;
+    i += n;
+  }
+  return std::string_view::npos;
+}
+
 std::string escaped(std::string_view text, std::size_t max_bytes) {
   std::string out;
   std::size_t i = 0;

@@ -30,6 +30,10 @@ std::string escaped(const Path& path, std::size_t max_bytes = kMaxQuoted) {
   return escaped(std::string_view(path.native()), max_bytes);
 }
 
+// The offset of the first byte of `text` that is not part of valid UTF-8 (a stray continuation byte, an
+// overlong form, a surrogate, past U+10FFFF, a sequence cut short), or npos when all of it is valid.
+std::size_t invalid_utf8_at(std::string_view text);
+
 // "'a', 'b', 'c'": names as messages list them, each escaped; past `max_items` names, "... and N more".
 std::string quoted_list(const std::vector<std::string>& names, std::size_t max_items = kMaxListed);
 

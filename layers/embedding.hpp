@@ -25,6 +25,8 @@ class Embedding : public Module<T> {
   Embedding(std::string name, const EmbeddingOptions& options, Rng& rng);
   Var<T> forward(Tape<T>& tape, const Ids& ids);  // ids (N) or (B, T) -> (N, dim) or (B, T, dim)
   Parameter<T>& table() { return *table_; }
+  // nn.Embedding: the table is its "weight".
+  TorchName torch_name(std::string_view) const override { return {"weight"}; }
 
  private:
   Parameter<T>* table_;
@@ -72,6 +74,8 @@ class Positions : public Module<T> {
   Var<T> forward(Var<T> x);
   Index output_width() const;
   const PositionOptions& options() const { return options_; }
+  // Learned positions are an nn.Embedding(max_len, d_model) (GPT-2's wpe): the table is its "weight".
+  TorchName torch_name(std::string_view) const override { return {"weight"}; }
 
  private:
   Positions(std::string name, const PositionOptions& options, Rng* rng);

@@ -36,6 +36,11 @@ Parameter<T>& Linear<T>::bias() {
   return *bias_;
 }
 
+template <class T>
+TorchName Linear<T>::torch_name(std::string_view local_name) const {
+  return {std::string(local_name), local_name == "weight"};
+}
+
 template Var<float> linear_map(Tape<float>&, Var<float>, Parameter<float>&, Parameter<float>*);
 template Var<double> linear_map(Tape<double>&, Var<double>, Parameter<double>&, Parameter<double>*);
 template class Linear<float>;

@@ -35,6 +35,8 @@ class Linear : public Module<T> {
   Parameter<T>& bias();
   bool has_bias() const { return bias_ != nullptr; }
   const LinearOptions& options() const { return options_; }
+  // nn.Linear: "weight" (out, in), W transposed; "bias".
+  TorchName torch_name(std::string_view local_name) const override;
 
  private:
   LinearOptions options_;

@@ -65,6 +65,27 @@ Index Module<T>::parameter_count() const {
 }
 
 template <class T>
+std::vector<std::pair<const Parameter<T>*, TorchName>> Module<T>::torch_names() const {
+  std::vector<std::pair<const Parameter<T>*, TorchName>> out;
+  collect_torch_names(prefix_, out);
+  return out;
+}
+
+template <class T>
+void Module<T>::collect_torch_names(const std::string& prefix,
+                                    std::vector<std::pair<const Parameter<T>*, TorchName>>& out) const {
+  for (std::size_t k = 0; k < own_.size(); ++k) {
+    TorchName n = torch_name(own_local_names_[k]);
+    n.name = prefix + n.name;
+    out.emplace_back(&own_[k], std::move(n));
+  }
+  for (const auto* c : children_) {
+    const std::string name = torch_child_name(c->name_);
+    c->collect_torch_names(name.empty() ? prefix : prefix + name + ".", out);
+  }
+}
+
+template <class T>
 void Module<T>::zero_grad() {
   for (auto* p : parameters()) p->zero_grad();
 }

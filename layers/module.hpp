@@ -37,6 +37,16 @@ struct ModelRecord {
   std::string describe() const;  // "mlp (hidden 16, seed 0)", or "not described (weights only)"
 };
 
+// Where a parameter lives in PyTorch's state_dict, relative to its module (safetensors' pytorch
+// layout, train/safetensors.hpp): its name there, and how tapegrad's value sits in PyTorch's tensor.
+struct TorchName {
+  std::string name;         // "weight", "in_proj_weight", "out_proj.weight"
+  bool transposed = false;  // PyTorch holds the transpose: nn.Linear's weight is (out, in)
+  int part = 0;             // the value is row block `part` of `parts` equal blocks of the tensor:
+  int parts = 1;            //   nn.MultiheadAttention's in_proj_weight stacks Wq^T, Wk^T, Wv^T
+  bool operator==(const TorchName&) const = default;
+};
+
 template <class T>
 class Module {
  public:
@@ -63,6 +73,19 @@ class Module {
   // its file (model_from_checkpoint<M>). A model that can be rebuilt overrides it; by default a module
   // describes nothing.
   virtual ModelRecord model_record() const { return {}; }
+  // PyTorch's names and layouts, which safetensors files in the pytorch layout use. A layer that has a
+  // PyTorch twin overrides these (Linear: "weight", transposed, as nn.Linear's); so may a user's module.
+  // torch_name: for one of this module's own parameters, by its local name; by default the same name
+  // and layout. torch_child_name: for a child, by its name; by default the same name; "" puts the
+  // child's parameters directly in this module (nn.TransformerEncoderLayer holds linear1 and linear2,
+  // which tapegrad's block keeps in its FeedForward "ff"). Either may throw ValueError for a layer
+  // that has no PyTorch twin.
+  virtual TorchName torch_name(std::string_view local_name) const { return {std::string(local_name)}; }
+  virtual std::string torch_child_name(std::string_view child_name) const { return std::string(child_name); }
+  // Every parameter, in parameters() order, with its full name in PyTorch's state_dict: this module's
+  // path as it is ("" for an unnamed root), then each level's torch_child_name and the torch_name.
+  std::vector<std::pair<const Parameter<T>*, TorchName>> torch_names() const;
+
   // Training or evaluation mode, set on this module and every child: Dropout drops only in training.
   // The training loop switches it (train for steps, eval for evaluation).
   void train(bool on = true);
@@ -86,6 +109,7 @@ class Module {
   void check_new_name(std::string_view local_name, const char* what) const;
   std::string label() const;  // "module 'attn'", or "the unnamed root module"
   void prefix_names(const std::string& prefix);
+  void collect_torch_names(const std::string& prefix, std::vector<std::pair<const Parameter<T>*, TorchName>>& out) const;
 
   std::string name_;
   std::string prefix_;  // "outer.inner." for a nested child, "" at the root

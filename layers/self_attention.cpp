@@ -1,5 +1,6 @@
 #include "tapegrad/layers/self_attention.hpp"
 
+#include <array>
 #include <cmath>
 #include <span>
 
@@ -144,6 +145,31 @@ Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding) {
   kept_ = keep_weights_;
   if (wo_) out = linear_map(t, out, *wo_, bo_);  // (B, T, H dh) -> (B, T, D)
   return out;
+}
+
+template <class T>
+TorchName SelfAttention<T>::torch_name(std::string_view local_name) const {
+  const Index width = options_.n_heads * d_head_;
+  std::string differs;
+  if (!options_.output_projection)
+    differs = "always has an output projection (out_proj) and this layer has none";
+  else if (width != options_.d_model)
+    differs = fmt::format("projects to d_model columns and this layer to n_heads x d_head = {} (d_model {})", width,
+                          options_.d_model);
+  else if (options_.scale != AttentionScale::inv_sqrt_d_head)
+    differs = fmt::format("scales scores by 1/sqrt(d_head) and this layer by '{}'", to_string(options_.scale));
+  if (!differs.empty())
+    fail<ValueError>("self_attention '{}': has no twin in PyTorch: nn.MultiheadAttention {}; save it in the tapegrad "
+                     "layout",
+                     this->path(), differs);
+  static constexpr std::array<std::string_view, 3> weights = {"wq", "wk", "wv"}, biases = {"bq", "bk", "bv"};
+  for (int k = 0; k < 3; ++k) {
+    if (local_name == weights[static_cast<std::size_t>(k)]) return {"in_proj_weight", true, k, 3};
+    if (local_name == biases[static_cast<std::size_t>(k)]) return {"in_proj_bias", false, k, 3};
+  }
+  if (local_name == "wo") return {"out_proj.weight", true};
+  if (local_name == "bo") return {"out_proj.bias"};
+  return Module<T>::torch_name(local_name);
 }
 
 template class SelfAttention<float>;

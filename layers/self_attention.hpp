@@ -97,6 +97,12 @@ class SelfAttention : public Module<T> {
   Parameter<T>& bv() { return need(bv_, "bv"); }
   Parameter<T>& bo() { return need(bo_, "bo"); }
 
+  // nn.MultiheadAttention: "in_proj_weight" (3 D, D) stacks Wq^T, Wk^T, Wv^T; "in_proj_bias" bq, bk, bv;
+  // "out_proj.weight" Wo^T, "out_proj.bias" bo. ValueError naming the layer and the reason for a learnable
+  // layer that has no such twin: without the output projection (MultiheadAttention always has one),
+  // with n_heads x d_head other than d_model, or with another scale than 1/sqrt(d_head).
+  TorchName torch_name(std::string_view local_name) const override;
+
  private:
   Parameter<T>& need(Parameter<T>* p, const char* what);
   const Mask* build_mask(const Shape& x, const Mask* key_padding);

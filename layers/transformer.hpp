@@ -79,6 +79,8 @@ class TransformerBlock : public Module<T> {
   LayerNorm<T>& norm1();
   LayerNorm<T>& norm2();
   FeedForward<T>& feed_forward();
+  // nn.TransformerEncoderLayer: "self_attn", and the FFN's linear1 and linear2 directly in the block.
+  std::string torch_child_name(std::string_view child_name) const override;
 
  private:
   TransformerBlockOptions options_;
@@ -101,6 +103,10 @@ class TransformerStack : public Module<T> {
   std::size_t size() const { return blocks_.size(); }
   TransformerBlock<T>& block(std::size_t i) { return static_cast<TransformerBlock<T>&>(blocks_[i]); }
   const TransformerStackOptions& options() const { return options_; }
+  // nn.TransformerEncoder: "layers.0", "layers.1", ..., and the final "norm".
+  std::string torch_child_name(std::string_view child_name) const override {
+    return child_name == "blocks" ? "layers" : std::string(child_name);
+  }
 
  private:
   TransformerStackOptions options_;
@@ -126,6 +132,11 @@ class LmHead : public Module<T> {
   LmHead(std::string name, const LmHeadOptions& options, Embedding<T>& tied);
   Var<T> forward(Var<T> h);  // (..., d_model) -> (..., vocab)
   bool tied() const { return tied_ != nullptr; }
+  // nn.Linear(d_model, vocab): "weight" (vocab, d_model), transposed; "bias". A tied head has only its
+  // bias: the table is the embedding's, written once under the embedding's name.
+  TorchName torch_name(std::string_view local_name) const override {
+    return {std::string(local_name), local_name == "weight"};
+  }
 
  private:
   LmHeadOptions options_;

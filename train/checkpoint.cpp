@@ -184,16 +184,6 @@ LoadReport match(const Checkpoint& c, const std::vector<Parameter<T>*>& params) 
   return report;
 }
 
-std::string problems(const LoadReport& r) {
-  std::vector<std::string> parts;
-  if (!r.missing.empty()) parts.push_back("the file lacks the model's " + quoted_list(r.missing));
-  if (!r.unexpected.empty()) parts.push_back("the model has no " + quoted_list(r.unexpected));
-  constexpr std::size_t kShown = 10;  // a message stays a line, however many shapes differ
-  for (std::size_t i = 0; i < r.mismatched.size() && i < kShown; ++i) parts.push_back(r.mismatched[i]);
-  if (r.mismatched.size() > kShown) parts.push_back(fmt::format("{} more mismatched", r.mismatched.size() - kShown));
-  return fmt::format("{}", fmt::join(parts, "; "));
-}
-
 template <class T>
 void apply_weights(const Checkpoint& c, const std::vector<Parameter<T>*>& params, const LoadReport& report) {
   const std::set<std::string> load(report.loaded.begin(), report.loaded.end());
@@ -386,8 +376,7 @@ LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions optio
   check_checkpoint(c);  // a Checkpoint built in memory is checked as a file's is
   const auto params = model.parameters();
   LoadReport report = match(c, params);
-  const bool clean = report.missing.empty() && report.unexpected.empty() && report.mismatched.empty();
-  if (options.strict && !clean) fail<FormatError>("load: {}; nothing was loaded", problems(report));
+  if (options.strict && !report.clean()) fail<FormatError>("load: {}; nothing was loaded", report.problems());
   const std::set<std::string> loading(report.loaded.begin(), report.loaded.end());
   refuse_non_finite(c.parameters, &loading, "parameter", options);
   apply_weights(c, params, report);
@@ -404,8 +393,7 @@ LoadReport load_training(const Checkpoint& c, TrainerBase& trainer, LoadOptions 
   // Check every part before changing any: weights, optimizer state, trainer state.
   const auto params = model.parameters();
   LoadReport report = match(c, params);
-  if (!report.missing.empty() || !report.unexpected.empty() || !report.mismatched.empty())
-    fail<FormatError>("resume: {}; nothing was loaded", problems(report));
+  if (!report.clean()) fail<FormatError>("resume: {}; nothing was loaded", report.problems());
   refuse_non_finite(c.parameters, nullptr, "parameter", options);
   refuse_non_finite(t.optimizer.buffers, nullptr, "optimizer buffer", options);
   const OptimizerState<float> state = optimizer_state(t.optimizer);
@@ -468,11 +456,24 @@ std::uint32_t weights_crc32(const Checkpoint& c) {
   return crc.value();
 }
 
+std::string LoadReport::problems() const {
+  std::vector<std::string> parts;
+  if (!missing.empty()) parts.push_back("the file lacks the model's " + quoted_list(missing));
+  if (!unexpected.empty()) parts.push_back("the model has no " + quoted_list(unexpected));
+  constexpr std::size_t kShown = 10;  // a message stays a line, however many shapes differ
+  for (std::size_t i = 0; i < mismatched.size() && i < kShown; ++i) parts.push_back(mismatched[i]);
+  if (mismatched.size() > kShown) parts.push_back(fmt::format("{} more mismatched", mismatched.size() - kShown));
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
 std::string LoadReport::str() const {
   std::string s = fmt::format("loaded {} parameters", loaded.size());
   if (!missing.empty()) s += "; not in the file: " + quoted_list(missing);
   if (!unexpected.empty()) s += "; not in the model: " + quoted_list(unexpected);
-  for (const auto& m : mismatched) s += "; skipped " + m;
+  constexpr std::size_t kShown = 10;
+  for (std::size_t i = 0; i < mismatched.size() && i < kShown; ++i) s += "; skipped " + mismatched[i];
+  if (mismatched.size() > kShown) s += fmt::format("; {} more skipped", mismatched.size() - kShown);
+  for (const auto& c : converted) s += "; converted " + c;
   if (training_state) s += "; optimizer state, data order, step and curve restored";
   return s;
 }

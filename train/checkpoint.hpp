@@ -132,8 +132,12 @@ struct LoadReport {
   std::vector<std::string> missing;     // in the model, not in the file
   std::vector<std::string> unexpected;  // in the file, not in the model
   std::vector<std::string> mismatched;  // in both, with another shape or element type ("... in the file but ...")
+  std::vector<std::string> converted;   // loaded from another element type ("'w' from F16 to F32")
   bool training_state = false;          // optimizer, data order, step and curve restored
   std::string str() const;
+  bool clean() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
+  // What keeps a strict load from loading: "the file lacks the model's 'a'; the model has no 'b'; ...".
+  std::string problems() const;
 };
 
 // Weights into an existing model. Strict: every name must be there with its shape and element type,
