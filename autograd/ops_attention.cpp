@@ -156,7 +156,7 @@ Var<T> attention(Var<T> q, Var<T> k, Var<T> v, Index heads, const Mask* mask, do
   Node<T>& n = t.record("attention", {q, k, v}, out, where);
   AttentionSaved<T>* saved = nullptr;
   if (n.requires_grad) {  // keep every item's weights for the backward rule
-    saved = &n.template saved<AttentionSaved<T>>();
+    saved = &n.template save<AttentionSaved<T>>();
     saved->layout = l;
     saved->scale = scale;
     saved->weights.resize(static_cast<std::size_t>(l.items() * block_stride(l)));  // grows once, then stays

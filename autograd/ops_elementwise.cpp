@@ -1,10 +1,14 @@
 // Elementwise ops: add, sub, mul and div with b broadcast; scale, relu, tanh, gelu, exp, log, sqrt and
-// sigmoid; full reductions; transpose.
+// sigmoid; full reductions; transpose. The unary ops and the reductions are Functions (autograd/function.hpp),
+// written as a user's op would be. add, sub, mul and div are not: their backward rules write a gradient
+// block by block in four broadcast layouts, across threads, and reduce B's over the broadcast dimensions
+// (column sums, a sum over the batch, row sums), which needs the assign-or-add flag the accessor hides.
 #include <cmath>
 #include <numbers>
 
 #include <unsupported/Eigen/SpecialFunctions>
 
+#include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/parallel.hpp"
 
@@ -145,7 +149,7 @@ Var<T> binary(const char* op, Binary kind, Var<T> a, Var<T> b, Where where) {
   const Shape sa = t.node(a).val().shape();
   const Broadcast bc = broadcast_of(op, sa, t.node(b).val().shape());
   Node<T>& n = t.record(op, {a, b}, sa, where);
-  n.template saved<BinarySaved>() = {kind, bc};
+  n.template save<BinarySaved>() = {kind, bc};
   const TensorT<T>& A = t.node(a).val();
   const TensorT<T>& B = t.node(b).val();
   switch (kind) {
@@ -162,18 +166,7 @@ Var<T> binary(const char* op, Binary kind, Var<T> a, Var<T> b, Where where) {
   return t.commit(n);
 }
 
-// ---- unary ops ---------------------------------------------------------------------------------
-
-// Records `op` with an output of x's shape; `forward` fills it, `backward` is the rule.
-template <class T, class F>
-Var<T> unary(const char* op, Var<T> x, Where where, typename Node<T>::BackwardFn backward, F forward) {
-  Tape<T>& t = Tape<T>::of(op, {{"x", x}});
-  const TensorT<T>& X = t.node(x).val();  // nodes never move: the reference outlives the record below
-  Node<T>& n = t.record(op, {x}, X.shape(), where);
-  forward(n, X);
-  n.backward = backward;
-  return t.commit(n);
-}
+// ---- unary ops and full reductions, written as Functions (autograd/function.hpp) ---------------
 
 // gelu's erf and exp per element, in elementwise passes' worth (for the split, core/parallel.hpp).
 constexpr double kErfCost = 8;
@@ -191,6 +184,133 @@ auto normal_pdf(const A& x) {
   using T = typename A::Scalar;
   return (T(-0.5) * x.square()).exp() * T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
 }
+
+// C = s A;  dA += s dC
+template <class T>
+struct Scale {
+  static constexpr const char* name = "scale";
+  static constexpr const char* inputs[] = {"x"};
+  struct Saved {
+    double factor = 1;
+  };
+  double factor = 1;
+
+  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& a) const {
+    ctx.output(a.shape()).array() = static_cast<T>(factor) * a.array();
+    ctx.saved().factor = factor;
+  }
+  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& a) {
+    a.grad.add(static_cast<T>(ctx.saved().factor) * ctx.grad_output().array());
+  }
+};
+
+// C = max(A, 0);  dA += dC [A > 0]
+template <class T>
+struct Relu {
+  static constexpr const char* name = "relu";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) {
+    ctx.output(a.shape()).array() = a.array().max(T(0));
+  }
+  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
+    a.grad.add((a.value.array() > T(0)).select(ctx.grad_output().array(), T(0)));
+  }
+};
+
+// C = tanh(A);  dA += dC (1 - C^2)
+template <class T>
+struct Tanh {
+  static constexpr const char* name = "tanh";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) { ctx.output(a.shape()).array() = a.array().tanh(); }
+  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
+    a.grad.add(ctx.grad_output().array() * (T(1) - ctx.output().array().square()));
+  }
+};
+
+// C = A Phi(A) (Phi: standard normal cdf, PyTorch's exact gelu);  dA += dC (Phi(A) + A phi(A))
+template <class T>
+struct Gelu {
+  static constexpr const char* name = "gelu";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) {
+    TensorT<T>& c = ctx.output(a.shape());
+    parallel_rows(a.numel(), 1, [&](Index from, Index count) {  // element ranges when large
+      const auto x = a.array().segment(from, count);
+      c.array().segment(from, count) = x * normal_cdf(x);
+    }, kErfCost);
+  }
+  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
+    a.grad.add_parallel([&](Index from, Index count) {
+      const auto x = a.value.array().segment(from, count);
+      return ctx.grad_output().array().segment(from, count) * (normal_cdf(x) + x * normal_pdf(x));
+    }, kErfCost);
+  }
+};
+
+// C = e^A;  dA += dC C
+template <class T>
+struct Exp {
+  static constexpr const char* name = "exp";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) { ctx.output(a.shape()).array() = a.array().exp(); }
+  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
+    a.grad.add(ctx.grad_output().array() * ctx.output().array());
+  }
+};
+
+// C = log A (NaN for A < 0, -Inf at 0, as std::log);  dA += dC / A
+template <class T>
+struct Log {
+  static constexpr const char* name = "log";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) { ctx.output(a.shape()).array() = a.array().log(); }
+  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
+    a.grad.add(ctx.grad_output().array() / a.value.array());
+  }
+};
+
+// C = sqrt(A) (NaN for A < 0);  dA += dC / (2 C)  (Inf at A = 0, where the slope is unbounded)
+template <class T>
+struct Sqrt {
+  static constexpr const char* name = "sqrt";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) { ctx.output(a.shape()).array() = a.array().sqrt(); }
+  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
+    a.grad.add(ctx.grad_output().array() * T(0.5) / ctx.output().array());
+  }
+};
+
+// C = 1 / (1 + e^-A);  dA += dC C (1 - C)
+template <class T>
+struct Sigmoid {
+  static constexpr const char* name = "sigmoid";
+  static constexpr const char* inputs[] = {"x"};
+  // e^-A overflows to Inf for very negative A, giving exactly 0, and underflows to 0 for large A, giving
+  // 1: no NaN either way.
+  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) {
+    ctx.output(a.shape()).array() = T(1) / (T(1) + (-a.array()).exp());
+  }
+  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
+    const auto C = ctx.output().array();
+    a.grad.add(ctx.grad_output().array() * C * (T(1) - C));
+  }
+};
+
+// sum: C = sum(A), dA += dC;  mean: C = sum(A) / N, dA += dC / N (every element). `Mean` says which.
+template <class T, bool Mean>
+struct ReduceAll {
+  static constexpr const char* name = Mean ? "mean" : "sum";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) {
+    if (Mean && a.numel() == 0) fail<ShapeError>("{}: x is {}, which has no elements to average", name, a.shape());
+    ctx.output(Shape::scalar())[0] = Mean ? a.array().mean() : a.array().sum();
+  }
+  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
+    const T g = Mean ? ctx.grad_output()[0] / static_cast<T>(a.value.numel()) : ctx.grad_output()[0];
+    a.grad.add(Eigen::Array<T, Eigen::Dynamic, 1>::Constant(a.value.numel(), g));
+  }
+};
 
 }  // namespace
 
@@ -212,160 +332,45 @@ Var<T> div(Var<T> a, Var<T> b, Where where) {
   return binary("div", Binary::div, a, b, where);
 }
 
-namespace {
-struct ScaleSaved {
-  double factor = 1;
-};
-}  // namespace
-
-// C = s A;  dA += s dC
 template <class T>
 Var<T> scale(Var<T> a, double factor, Where where) {
-  return unary(
-      "scale", a, where,
-      [](Tape<T>& t, Node<T>& n) {
-        const T s = static_cast<T>(n.template saved<ScaleSaved>().factor);
-        if (const auto dA = t.input(n, 0).grad_whole()) write_grad(dA.grad->array(), s * n.grad.array(), dA.assign);
-      },
-      [factor](Node<T>& n, const TensorT<T>& A) {
-        n.template saved<ScaleSaved>().factor = factor;
-        n.value.array() = static_cast<T>(factor) * A.array();
-      });
+  return apply(Scale<T>{.factor = factor}, {a}, where);
 }
-
-// C = max(A, 0);  dA += dC [A > 0]
 template <class T>
 Var<T> relu(Var<T> a, Where where) {
-  return unary(
-      "relu", a, where,
-      [](Tape<T>& t, Node<T>& n) {
-        Node<T>& in = t.input(n, 0);
-        if (const auto dA = in.grad_whole())
-          write_grad(dA.grad->array(), (in.val().array() > T(0)).select(n.grad.array(), T(0)), dA.assign);
-      },
-      [](Node<T>& n, const TensorT<T>& A) { n.value.array() = A.array().max(T(0)); });
+  return apply(Relu<T>{}, {a}, where);
 }
-
-// C = tanh(A);  dA += dC (1 - C^2)
 template <class T>
 Var<T> tanh(Var<T> a, Where where) {
-  return unary(
-      "tanh", a, where,
-      [](Tape<T>& t, Node<T>& n) {
-        if (const auto dA = t.input(n, 0).grad_whole())
-          write_grad(dA.grad->array(), n.grad.array() * (T(1) - n.value.array().square()), dA.assign);
-      },
-      [](Node<T>& n, const TensorT<T>& A) { n.value.array() = A.array().tanh(); });
+  return apply(Tanh<T>{}, {a}, where);
 }
-
-// C = A Phi(A) (Phi: standard normal cdf, PyTorch's exact gelu);  dA += dC (Phi(A) + A phi(A))
 template <class T>
 Var<T> gelu(Var<T> a, Where where) {
-  return unary(
-      "gelu", a, where,
-      [](Tape<T>& t, Node<T>& n) {
-        Node<T>& in = t.input(n, 0);
-        if (const auto dA = in.grad_whole())
-          parallel_rows(n.grad.numel(), 1, [&](Index from, Index count) {  // element ranges when large
-            const auto x = in.val().array().segment(from, count);
-            write_grad(dA.grad->array().segment(from, count),
-                       n.grad.array().segment(from, count) * (normal_cdf(x) + x * normal_pdf(x)), dA.assign);
-          }, kErfCost);
-      },
-      [](Node<T>& n, const TensorT<T>& A) {
-        parallel_rows(A.numel(), 1, [&](Index from, Index count) {
-          const auto x = A.array().segment(from, count);
-          n.value.array().segment(from, count) = x * normal_cdf(x);
-        }, kErfCost);
-      });
+  return apply(Gelu<T>{}, {a}, where);
 }
-
-// C = e^A;  dA += dC C
 template <class T>
 Var<T> exp(Var<T> a, Where where) {
-  return unary(
-      "exp", a, where,
-      [](Tape<T>& t, Node<T>& n) {
-        if (const auto dA = t.input(n, 0).grad_whole())
-          write_grad(dA.grad->array(), n.grad.array() * n.value.array(), dA.assign);
-      },
-      [](Node<T>& n, const TensorT<T>& A) { n.value.array() = A.array().exp(); });
+  return apply(Exp<T>{}, {a}, where);
 }
-
-// C = log A (NaN for A < 0, -Inf at 0, as std::log);  dA += dC / A
 template <class T>
 Var<T> log(Var<T> a, Where where) {
-  return unary(
-      "log", a, where,
-      [](Tape<T>& t, Node<T>& n) {
-        Node<T>& in = t.input(n, 0);
-        if (const auto dA = in.grad_whole()) write_grad(dA.grad->array(), n.grad.array() / in.val().array(), dA.assign);
-      },
-      [](Node<T>& n, const TensorT<T>& A) { n.value.array() = A.array().log(); });
+  return apply(Log<T>{}, {a}, where);
 }
-
-// C = sqrt(A) (NaN for A < 0);  dA += dC / (2 C)  (Inf at A = 0, where the slope is unbounded)
 template <class T>
 Var<T> sqrt(Var<T> a, Where where) {
-  return unary(
-      "sqrt", a, where,
-      [](Tape<T>& t, Node<T>& n) {
-        if (const auto dA = t.input(n, 0).grad_whole())
-          write_grad(dA.grad->array(), n.grad.array() * T(0.5) / n.value.array(), dA.assign);
-      },
-      [](Node<T>& n, const TensorT<T>& A) { n.value.array() = A.array().sqrt(); });
+  return apply(Sqrt<T>{}, {a}, where);
 }
-
-// C = 1 / (1 + e^-A);  dA += dC C (1 - C)
 template <class T>
 Var<T> sigmoid(Var<T> a, Where where) {
-  return unary(
-      "sigmoid", a, where,
-      [](Tape<T>& t, Node<T>& n) {
-        if (const auto dA = t.input(n, 0).grad_whole()) {
-          const auto C = n.value.array();
-          write_grad(dA.grad->array(), n.grad.array() * C * (T(1) - C), dA.assign);
-        }
-      },
-      // e^-A overflows to Inf for very negative A, giving exactly 0, and underflows to 0 for large A,
-      // giving 1: no NaN either way.
-      [](Node<T>& n, const TensorT<T>& A) { n.value.array() = T(1) / (T(1) + (-A.array()).exp()); });
+  return apply(Sigmoid<T>{}, {a}, where);
 }
-
-namespace {
-// sum: C = sum(A), dA += dC;  mean: C = sum(A) / N, dA += dC / N (every element). `Mean` says which.
-template <class T, bool Mean>
-void reduce_all_backward(Tape<T>& t, Node<T>& n) {
-  Node<T>& in = t.input(n, 0);
-  if (const auto dA = in.grad_whole()) {
-    const T g = Mean ? n.grad[0] / static_cast<T>(in.val().numel()) : n.grad[0];
-    if (dA.assign)
-      dA.grad->fill(g);
-    else
-      dA.grad->array() += g;
-  }
-}
-
-template <class T, bool Mean>
-Var<T> reduce_all(const char* op, Var<T> a, Where where) {
-  Tape<T>& t = Tape<T>::of(op, {{"x", a}});
-  const Shape s = t.node(a).val().shape();
-  if (Mean && s.numel() == 0) fail<ShapeError>("{}: x is {}, which has no elements to average", op, s);
-  Node<T>& n = t.record(op, {a}, Shape::scalar(), where);
-  const auto A = t.node(a).val().array();
-  n.value[0] = Mean ? A.mean() : A.sum();
-  n.backward = &reduce_all_backward<T, Mean>;
-  return t.commit(n);
-}
-}  // namespace
-
 template <class T>
 Var<T> sum(Var<T> a, Where where) {
-  return reduce_all<T, false>("sum", a, where);
+  return apply(ReduceAll<T, false>{}, {a}, where);
 }
 template <class T>
 Var<T> mean(Var<T> a, Where where) {
-  return reduce_all<T, true>("mean", a, where);
+  return apply(ReduceAll<T, true>{}, {a}, where);
 }
 
 // C_i = A_i^T per batch item;  dA_i += dC_i^T

@@ -31,7 +31,7 @@ Var<T> slice_cols(Var<T> x, Index begin, Index count, Where where) {
   Shape out = s;
   out.cols = count;
   Node<T>& n = t.record("slice_cols", {x}, out, where);
-  n.template saved<SliceSaved>().begin = begin;
+  n.template save<SliceSaved>().begin = begin;
   const TensorT<T>& X = t.node(x).val();
   parallel_rows(out.flat_rows(), count, [&](Index r, Index k) {
     n.value.flat().middleRows(r, k) = X.flat().middleRows(r, k).middleCols(begin, count);
@@ -102,7 +102,7 @@ Var<T> gather_rows(Var<T> table, const Ids& ids, Where where) {
   const auto Tab = t.node(table).val().mat();
   auto C = n.value.flat();
   for (Index i = 0; i < ids.numel(); ++i) C.row(i) = Tab.row(ids[i]);
-  if (n.requires_grad) n.template saved<GatherSaved>().ids.assign(ids.data(), ids.data() + ids.numel());
+  if (n.requires_grad) n.template save<GatherSaved>().ids.assign(ids.data(), ids.data() + ids.numel());
   n.backward = [](Tape<T>& tp, Node<T>& node) {
     TensorT<T>* dTab = tp.input(node, 0).grad_sink();
     if (!dTab) return;

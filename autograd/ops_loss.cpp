@@ -79,7 +79,7 @@ Var<T> cross_entropy(Var<T> logits, const Ids& targets, std::int32_t ignore_labe
 
   Node<T>& n = t.record("cross_entropy", {logits}, Shape::scalar(), where);
   const auto X = t.node(logits).val().flat();
-  auto& saved = n.template saved<CrossEntropySaved<T>>();
+  auto& saved = n.template save<CrossEntropySaved<T>>();
   if (n.requires_grad) {
     saved.targets.assign(targets.data(), targets.data() + targets.numel());
     saved.ignore_label = ignore_label;

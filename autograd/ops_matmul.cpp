@@ -120,7 +120,7 @@ Var<T> product(const char* op, Form form, Var<T> a, Var<T> b, Where where) {
   const Shape out = product_shape(op, form, sa, sb);
 
   Node<T>& n = t.record(op, {a, b}, out, where);
-  n.template saved<ProductSaved>().form = form;
+  n.template save<ProductSaved>().form = form;
   const TensorT<T>& A = t.node(a).val();
   const TensorT<T>& B = t.node(b).val();
   TensorT<T>& C = n.value;

@@ -38,7 +38,7 @@ Var<T> dropout(Var<T> x, double p, Rng& rng, Where where) {
   const T keep_scale = static_cast<T>(1 / (1 - p));
   TensorT<T>* factor = nullptr;
   if (n.requires_grad) {
-    factor = &n.template saved<DropoutSaved<T>>().factor;
+    factor = &n.template save<DropoutSaved<T>>().factor;
     factor->resize(s);
   }
   const TensorT<T>& X = t.node(x).val();
@@ -73,7 +73,7 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) 
                      sg, sb, s, s.cols, s.cols, s.cols);
   if (!(eps > 0) || !std::isfinite(eps)) fail<ValueError>("layer_norm: eps must be positive and finite, got {}", eps);
   Node<T>& n = t.record("layer_norm", {x, gamma, beta}, s, where);
-  auto& saved = n.template saved<LayerNormSaved<T>>();
+  auto& saved = n.template save<LayerNormSaved<T>>();
   saved.xhat.resize(s);
   saved.rstd.resize(Shape::mat(s.flat_rows(), 1));
   const auto X = t.node(x).val().flat();               // (rows, D)

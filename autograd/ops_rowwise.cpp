@@ -74,7 +74,7 @@ Var<T> row_max(Var<T> x, Where where) {
   auto C = n.value.flat();
   std::vector<Index>* argmax = nullptr;
   if (n.requires_grad) {
-    argmax = &n.template saved<RowMaxSaved>().argmax;
+    argmax = &n.template save<RowMaxSaved>().argmax;
     argmax->resize(static_cast<std::size_t>(X.rows()));
   }
   for (Index r = 0; r < X.rows(); ++r) {

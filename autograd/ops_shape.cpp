@@ -56,7 +56,7 @@ Var<T> pick_positions(Var<T> x, const Ids& positions, Where where) {
   auto C = n.value.mat();  // (B, D)
   for (Index b = 0; b < s.batch; ++b) C.row(b) = X.mat(b).row(positions[b]);
   if (n.requires_grad)
-    n.template saved<PickSaved>().positions.assign(positions.data(), positions.data() + positions.numel());
+    n.template save<PickSaved>().positions.assign(positions.data(), positions.data() + positions.numel());
   n.backward = [](Tape<T>& tp, Node<T>& node) {
     TensorT<T>* dX = tp.input(node, 0).grad_sink();  // only the picked rows: the rest stay zero
     if (!dX) return;

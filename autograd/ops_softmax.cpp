@@ -202,7 +202,7 @@ Var<T> softmax_rows(Var<T> x, const Mask* mask, double scale, Where where) {
   if (!(scale > 0) || !std::isfinite(scale))
     fail<ValueError>("softmax_rows: the scale must be positive and finite, got {}", scale);
   Node<T>& n = t.record("softmax_rows", {x}, s, where);
-  n.template saved<SoftmaxSaved>().scale = scale;
+  n.template save<SoftmaxSaved>().scale = scale;
   detail::softmax_forward(t.node(x).val().data(), n.value.data(), s.flat_rows(), s.cols, static_cast<T>(scale), masks,
                           true);
   n.backward = &softmax_rows_backward<T>;

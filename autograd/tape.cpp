@@ -24,6 +24,17 @@ std::string Tape<T>::describe(const Node<T>& n) {
 }
 
 template <class T>
+void Node<T>::refuse_saved(bool other_type) const {
+  if (other_type)
+    fail<UsageError>("saved: the backward rule of {} asked for its saved state as another type than its forward "
+                     "saved; ask for the type the forward saved",
+                     Tape<T>::describe(*this));
+  fail<UsageError>("saved: the backward rule of {} asked for saved state that its forward did not save in this "
+                   "recording; save it in the forward (save<S>(), or ctx.saved() in a Function)",
+                   Tape<T>::describe(*this));
+}
+
+template <class T>
 void Tape<T>::refuse_thread(const char* op) const {
   fail<UsageError>("{}: tape {} holds {} nodes that another thread is recording; a tape belongs to the thread that "
                    "records on it until reset(): give each thread its own tape",
@@ -205,5 +216,7 @@ void Tape<T>::reset() {
 
 template class Tape<float>;
 template class Tape<double>;
+template void Node<float>::refuse_saved(bool) const;
+template void Node<double>::refuse_saved(bool) const;
 
 }  // namespace tapegrad

@@ -98,18 +98,23 @@ struct Node {
   const Parameter<T>* parameter = nullptr;     // ... and is named in errors by it
 
   // What the op keeps for its backward rule, as a struct of the op's own (S: named, typed fields).
-  // Made the first time this node holds an S, then kept with its buffers and reused by the op recorded
-  // here next step, as `value` is: in steady state saving state allocates nothing. A node that holds
-  // another type (the graph changed) drops it and makes an S. A small S that needs no destructor (a
-  // factor, a few flags and sizes: most ops') lives inside the node, so reading it costs no pointer
-  // chase; a larger one (with buffers of its own) lives on the heap.
+  // The forward calls save<S>(): the S is made the first time this node holds one, then kept with its
+  // buffers and reused by the op recorded here next step, as `value` is, so in steady state saving state
+  // allocates nothing. A node that holds another type (the graph changed) drops it and makes an S. A
+  // small S that needs no destructor (a factor, a few flags and sizes: most ops') lives inside the
+  // node, so reading it costs no pointer chase; a larger one (with buffers of its own) lives on the heap.
+  template <class S>
+  S& save() {
+    if (saved_type_ != &saved_tag<S>) make_saved<S>();
+    saved_now_ = &saved_tag<S>;
+    return held<S>();
+  }
+  // The backward rule reads it back with saved<S>(): a UsageError naming the op unless this recording's
+  // forward saved an S (another type, or none, would be another op's state or a stale one).
   template <class S>
   S& saved() {
-    if (saved_type_ != &saved_tag<S>) make_saved<S>();
-    if constexpr (kSavedInline<S>)
-      return *std::launder(reinterpret_cast<S*>(saved_inline_));
-    else
-      return static_cast<Saved<S>&>(*saved_).state;
+    if (saved_now_ != &saved_tag<S>) refuse_saved(saved_now_ != nullptr);
+    return held<S>();
   }
 
   // True from the start of a backward pass until the first backward rule writes into `grad`: the
@@ -169,9 +174,20 @@ struct Node {
     saved_type_ = &saved_tag<S>;
   }
 
+  template <class S>
+  S& held() {
+    if constexpr (kSavedInline<S>)
+      return *std::launder(reinterpret_cast<S*>(saved_inline_));
+    else
+      return static_cast<Saved<S>&>(*saved_).state;
+  }
+  [[noreturn, gnu::cold, gnu::noinline]] void refuse_saved(bool other_type) const;
+
+  friend class Tape<T>;  // push() clears saved_now_
   alignas(std::max_align_t) std::byte saved_inline_[kSavedInlineBytes];
   std::unique_ptr<SavedBase> saved_;
   const char* saved_type_ = nullptr;
+  const char* saved_now_ = nullptr;  // the type this recording's forward saved (saved_type_), or nullptr
 };
 
 // dst = src on a gradient's first write of a backward pass, dst += src after (see grad_whole).
@@ -329,6 +345,7 @@ inline Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
   n.external_grad = nullptr;
   n.parameter = nullptr;
   n.grad_fresh = false;
+  n.saved_now_ = nullptr;
   return n;
 }
 

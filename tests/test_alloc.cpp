@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "alloc_counter.hpp"
+#include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/rng.hpp"
 #include "lesson/tasks.hpp"
@@ -57,7 +58,57 @@ struct TinyModel {
   }
 };
 
+// Every row scaled to a root mean square of 1, as a Function whose saved state holds buffers of its own:
+//   y = x r,  r = 1 / sqrt(mean(x^2) + eps) per row;  dx += r dy - x r^3 mean(dy x)
+struct UnitRows {
+  static constexpr const char* name = "unit_rows";
+  static constexpr const char* inputs[] = {"x"};
+  struct Saved {
+    Tensor inv_rms, coefficient;  // (rows, 1)
+  };
+  void forward(ForwardContext<float, Saved>& ctx, const Tensor& x) const {
+    Tensor& y = ctx.output(x.shape());
+    Tensor& r = ctx.saved().inv_rms;
+    r.resize(Shape::mat(x.shape().flat_rows(), 1));
+    r.array() = (x.flat().array().square().rowwise().mean() + 1e-6f).rsqrt();
+    y.flat().array() = x.flat().array().colwise() * r.array();
+  }
+  static void backward(BackwardContext<float, Saved>& ctx, const OpInput<float>& x) {
+    Saved& s = ctx.saved();
+    const auto X = x.value.flat().array();
+    const auto dY = ctx.grad_output().flat().array();
+    s.coefficient.resize(s.inv_rms.shape());
+    s.coefficient.array() = s.inv_rms.array().cube() * (dY * X).rowwise().mean();
+    x.grad.add(dY.colwise() * s.inv_rms.array() - X.colwise() * s.coefficient.array());
+  }
+};
+
 }  // namespace
+
+TEST_CASE("alloc: an op written as a Function, with buffers in its saved state, allocates nothing in steady state") {
+  Rng rng(34);
+  Parameter<float> x{"x", Tensor(Shape::batched(3, 5, 8))};
+  Tensor projection(x.value.shape());
+  for (float& v : x.value.span()) v = static_cast<float>(rng.normal());
+  for (float& v : projection.span()) v = static_cast<float>(rng.normal());
+  Tape<float> tape;
+  auto step = [&] {
+    tape.reset();
+    Var<float> y = apply(UnitRows{}, {relu(tape.param(x))});  // relu: a library op written the same way
+    Var<float> loss = sum(mul(y, tape.constant(projection)));
+    tape.backward(loss);
+    const bool moved = (x.grad.array() != 0).any();
+    x.zero_grad();
+    return moved && std::isfinite(loss.value()[0]);
+  };
+  step();
+  step();
+  const long before = test::allocation_count();
+  bool ok = true;
+  for (int i = 0; i < 20; ++i) ok = step() && ok;
+  CHECK(test::allocation_count() - before == 0);
+  CHECK(ok);
+}
 
 TEST_CASE("alloc: a training step in steady state makes no heap allocations") {
   Rng rng(31);

@@ -1,4 +1,4 @@
-// autograd/tape: recording, backward, reset, misuse of Vars, no-grad mode, anomaly detection.
+// autograd/tape: recording, backward, reset, misuse of Vars, saved state, no-grad mode, anomaly detection.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -272,4 +272,53 @@ TEST_CASE("tape: parameters_read lists every parameter read since the last reset
   CHECK(tape.parameters_read()[2] == &a);
   tape.reset();
   CHECK(tape.parameters_read().empty());
+}
+
+namespace {
+
+struct Halved {
+  double factor = 0.5;
+};
+struct Tripled {
+  double factor = 3;
+};
+
+// y = s x with s in a saved struct: the forward saves `Saved` (if `save`), the backward rule reads `Read`.
+template <class Saved, class Read>
+Var<double> scaled(Var<double> x, bool save, Where where = Where::current()) {
+  Tape<double>& t = Tape<double>::of("scaled", {{"x", x}});
+  Node<double>& n = t.record("scaled", {x}, x.shape(), where);
+  const double s = Saved{}.factor;
+  if (save) n.save<Saved>().factor = s;
+  n.value.array() = s * t.node(x).val().array();
+  n.backward = [](Tape<double>& tp, Node<double>& node) {
+    if (auto* dx = tp.input(node, 0).grad_sink()) dx->array() += node.saved<Read>().factor * node.grad.array();
+  };
+  return t.commit(n);
+}
+
+}  // namespace
+
+TEST_CASE("tape: a backward rule that reads its saved state as another type, or state not saved in this recording, "
+          "gets a UsageError naming the op") {
+  Tape<double> tape;
+  auto walk = [&](auto record) {
+    tape.reset();
+    Var<double> x = tape.input(TensorD(Shape::vec(2), 1.0));
+    tape.backward(sum(record(x)));
+    return x.grad()[0];
+  };
+  CHECK(walk([](Var<double> x) { return scaled<Halved, Halved>(x, true); }) == 0.5);
+  // The same node slot next recording, another op's type: made afresh, not an error.
+  CHECK(walk([](Var<double> x) { return scaled<Tripled, Tripled>(x, true); }) == 3);
+  // The slot still holds that Tripled, but this recording's forward saved nothing: stale, so refused, not read.
+  CHECK_THROWS_WITH_AS(walk([](Var<double> x) { return scaled<Tripled, Tripled>(x, false); }),
+                       doctest::Contains("asked for saved state that its forward did not save in this recording"),
+                       UsageError);
+  const std::string other_type = fmt::format(
+      "saved: the backward rule of scaled (recorded at tests/test_tape.cpp:{}) asked for its saved state as another "
+      "type than its forward saved; ask for the type the forward saved",
+      __LINE__ + 1);
+  CHECK_THROWS_WITH_AS(walk([](Var<double> x) { return scaled<Halved, Tripled>(x, true); }), other_type.c_str(),
+                       UsageError);
 }

@@ -1,0 +1,281 @@
+#pragma once
+// Ops of your own, in the style of torch.autograd.Function. An op is a small struct: its name, the names
+// of its inputs, the state its backward rule needs (a struct of its own, `Saved`), a forward and, below it,
+// the backward. apply() does the rest: it checks the arguments (live Vars of one tape, errors naming the op
+// and the argument), records the node with the caller's source line, runs the forward, keeps the saved
+// state with the node's buffers (so a steady-state step allocates nothing), commits the node (in anomaly
+// mode checking its value, and later its gradients, naming the op and the line), and in backward hands the
+// rule one gradient accessor per input.
+//
+//   // y = x^2;  dx += 2 x dy
+//   template <class T>
+//   struct Square {
+//     static constexpr const char* name = "square";
+//     static constexpr const char* inputs[] = {"x"};
+//     void forward(ForwardContext<T>& ctx, const TensorT<T>& x) const {
+//       ctx.output(x.shape()).array() = x.array().square();
+//     }
+//     static void backward(BackwardContext<T>& ctx, const OpInput<T>& x) {
+//       x.grad.add(T(2) * x.value.array() * ctx.grad_output().array());
+//     }
+//   };
+//   Var<T> y = apply(Square<T>{}, {x});   // records this line
+//
+// The accessor hides "assign or accumulate": gradients start each backward pass as zero without being
+// filled, and x.grad.add(g) assigns on the first write of the pass and adds after, so an input used twice
+// (by this op or by others) sums its gradients and no un-zeroed buffer reaches the op. A gradient that is
+// not needed (a constant, or an input recorded without gradients) says so (`if (x.grad)`), and add() then
+// does nothing.
+//
+// The op's fields are its settings (a scale factor, an epsilon), read by the forward; the backward is a
+// static function, so whatever it needs the forward saves: ctx.saved() is a `Saved`, made once per tape
+// node and reused with its buffers step after step. The backward reads it back as the same type; asking
+// for state the forward did not save this recording is a UsageError naming the op.
+//
+// Ops that write part of a gradient or a gradient laid out across threads in their own way (attention,
+// the products, broadcasting add) use the recording interface of autograd/tape.hpp directly.
+
+#include <atomic>
+#include <concepts>
+#include <cstddef>
+#include <iterator>
+#include <span>
+#include <type_traits>
+#include <utility>
+
+#include "tapegrad/autograd/tape.hpp"
+#include "tapegrad/core/parallel.hpp"
+
+namespace tapegrad {
+
+// The Saved of an op that keeps nothing for its backward rule.
+struct NoSavedState {};
+
+namespace detail {
+struct FunctionEngine;
+
+template <class Op>
+struct SavedOf {
+  using type = NoSavedState;
+};
+template <class Op>
+  requires requires { typename Op::Saved; }
+struct SavedOf<Op> {
+  using type = typename Op::Saved;
+};
+
+// Whether G is an Eigen matrix or array expression (a block of one derives from the block's base, not G's).
+template <class D>
+std::true_type matrix_expression(const Eigen::MatrixBase<D>*);
+std::false_type matrix_expression(...);
+template <class D>
+std::true_type array_expression(const Eigen::ArrayBase<D>*);
+std::false_type array_expression(...);
+template <class G>
+inline constexpr bool kMatrixExpression = decltype(matrix_expression(static_cast<const G*>(nullptr)))::value;
+template <class G>
+inline constexpr bool kArrayExpression = decltype(array_expression(static_cast<const G*>(nullptr)))::value;
+
+[[noreturn]] void refuse_function(const char* op, const char* what);
+[[noreturn]] void refuse_gradient_shape(const char* op, const char* input, Index rows, Index cols, const Shape& shape);
+[[noreturn]] void refuse_gradient_part(const char* op, const char* input, Index values, const Shape& shape);
+}  // namespace detail
+
+// What the forward of an op sees besides its inputs' values.
+template <class T, class Saved = NoSavedState>
+class ForwardContext {
+ public:
+  // Records the op's node with an output of `shape` and returns that output, for the forward to fill
+  // (every element). Once per forward, after checking the arguments (a forward that throws later still
+  // leaves the tape as it was).
+  TensorT<T>& output(const Shape& shape) {
+    if (node_) detail::refuse_function(op_, "its forward asked for output() twice");
+    node_ = &tape_.record(op_, inputs_, shape, where_);
+    return node_->value;
+  }
+  // Whether the backward rule will run for this node (an input takes a gradient and gradients are
+  // enabled): saving state can be skipped when it will not.
+  bool needs_grad() const {
+    if (node_) return node_->requires_grad;
+    if (!tape_.grad_enabled()) return false;
+    for (const Var<T>& v : inputs_)
+      if (tape_.node(v).requires_grad) return true;
+    return false;
+  }
+  // The state the backward rule reads with ctx.saved(), after output(): kept with the node, with its
+  // buffers, and reused by the op recorded in this place next step (assign into its buffers, do not
+  // replace them, and steady-state steps allocate nothing).
+  Saved& saved()
+    requires(!std::is_same_v<Saved, NoSavedState>)
+  {
+    if (!node_) detail::refuse_function(op_, "its forward asked for saved() before output(shape)");
+    return node_->template save<Saved>();
+  }
+
+ private:
+  friend struct detail::FunctionEngine;
+  ForwardContext(Tape<T>& tape, std::span<const Var<T>> inputs, const char* op, Where where)
+      : tape_(tape), inputs_(inputs), op_(op), where_(where) {}
+  Tape<T>& tape_;
+  std::span<const Var<T>> inputs_;
+  const char* op_;
+  Where where_;
+  Node<T>* node_ = nullptr;
+};
+
+// What the backward rule of an op sees besides its inputs.
+template <class T, class Saved = NoSavedState>
+class BackwardContext {
+ public:
+  const TensorT<T>& grad_output() const { return node_.grad; }  // d loss / d output, the output's shape
+  const TensorT<T>& output() const { return node_.value; }      // the forward's value
+  // What the forward saved (a UsageError naming the op if it saved nothing in this recording).
+  Saved& saved()
+    requires(!std::is_same_v<Saved, NoSavedState>)
+  {
+    return node_.template saved<Saved>();
+  }
+
+ private:
+  friend struct detail::FunctionEngine;
+  explicit BackwardContext(Node<T>& node) : node_(node) {}
+  Node<T>& node_;
+};
+
+// The gradient of one input, for a backward rule: d loss / d input, added to (+=) by add(). The first
+// write of a backward pass assigns instead (the gradient starts the pass as zero without having been
+// filled), so nothing an op writes depends on what the buffer held before.
+template <class T>
+class InputGrad {
+ public:
+  // Whether this input takes a gradient: when not, add() does nothing, and the rule may skip the work.
+  bool needed() const { return node_->requires_grad; }
+  explicit operator bool() const { return needed(); }
+
+  // gradient += g. g is an Eigen expression of the whole gradient: a column array of every element in
+  // order (as TensorT::array() gives), or a (rows, cols) array or matrix of the input's flat() view (a
+  // product is evaluated straight into the gradient, without a temporary). Its size is checked
+  // (ShapeError naming the op and the input).
+  template <class G>
+  void add(const G& g) const {
+    static_assert(detail::kMatrixExpression<G> || detail::kArrayExpression<G>,
+                  "InputGrad::add takes an Eigen array or matrix expression");
+    if (!node_->requires_grad) return;
+    // The buffer first, as the size check reads its shape (a refused size ends the backward pass anyway).
+    const auto w = node_->grad_whole();
+    TensorT<T>& d = *w.grad;
+    if constexpr (detail::kMatrixExpression<G>) {
+      if (g.rows() != d.shape().flat_rows() || g.cols() != d.cols())
+        detail::refuse_gradient_shape(op_, input_, g.rows(), g.cols(), d.shape());
+      write_grad(d.flat().noalias(), g, w.assign);
+    } else if constexpr (G::ColsAtCompileTime == 1) {  // a column: every element in order
+      if (g.rows() != d.numel()) detail::refuse_gradient_shape(op_, input_, g.rows(), 1, d.shape());
+      write_grad(d.array(), g, w.assign);
+    } else {
+      if (g.rows() != d.shape().flat_rows() || g.cols() != d.cols())
+        detail::refuse_gradient_shape(op_, input_, g.rows(), g.cols(), d.shape());
+      write_grad(d.flat().array(), g, w.assign);
+    }
+  }
+
+  // The same over element ranges, split over threads when the gradient is large (`cost`: elementwise
+  // operations per element, as core/parallel.hpp counts them): part(from, count) is an array expression
+  // of the gradient's elements [from, from + count). Ranges start where a pass over the whole tensor
+  // would start its vector packets, so the result is the same bits at any thread count.
+  template <class F>
+  void add_parallel(F&& part, double cost = 1) const {
+    if (!node_->requires_grad) return;
+    const auto w = node_->grad_whole();
+    std::atomic<bool> wrong_size{false};
+    Index wrong_rows = 0;
+    parallel_rows(w.grad->numel(), 1, [&](Index from, Index count) {
+      const auto g = part(from, count);
+      if (g.rows() != count || g.cols() != 1) {  // an exception cannot leave the threads: refused after
+        if (!wrong_size.exchange(true)) wrong_rows = g.rows() * g.cols();
+        return;
+      }
+      write_grad(w.grad->array().segment(from, count), g, w.assign);
+    }, cost);
+    if (wrong_size) detail::refuse_gradient_part(op_, input_, wrong_rows, node_->val().shape());
+  }
+
+ private:
+  friend struct detail::FunctionEngine;
+  InputGrad(Node<T>& node, const char* op, const char* input) : node_(&node), op_(op), input_(input) {}
+  // (The refusals are given the names, not `this`: an accessor whose address is never taken lives in
+  // registers.)
+  Node<T>* node_;
+  const char* op_;
+  const char* input_;
+};
+
+// One input of an op, as its backward rule sees it: the forward's value and the gradient accessor.
+template <class T>
+struct OpInput {
+  const TensorT<T>& value;
+  InputGrad<T> grad;
+};
+
+namespace detail {
+
+// The pieces of apply() that need the contexts' private parts.
+struct FunctionEngine {
+  template <class Op, class T, std::size_t N>
+  static void backward(Tape<T>& tape, Node<T>& node) {
+    BackwardContext<T, typename SavedOf<Op>::type> ctx(node);
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      Node<T>* in[N] = {&tape.input(node, I)...};
+      Op::backward(ctx, OpInput<T>{in[I]->val(), InputGrad<T>(*in[I], Op::name, Op::inputs[I])}...);
+    }(std::make_index_sequence<N>{});
+  }
+
+  template <class Op, class T, std::size_t N>
+  static Var<T> apply(const Op& op, const Var<T> (&inputs)[N], Where where) {
+    if (inputs[0].tape == nullptr)
+      fail<UsageError>("{}: {} is an empty Var (default-constructed)", Op::name, Op::inputs[0]);
+    Tape<T>& tape = *inputs[0].tape;
+    for (std::size_t k = 0; k < N; ++k) tape.check(inputs[k], Op::name, Op::inputs[k]);
+    ForwardContext<T, typename SavedOf<Op>::type> ctx(tape, std::span<const Var<T>>(inputs, N), Op::name, where);
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      op.forward(ctx, tape.node(inputs[I]).val()...);  // nodes never move: the values outlive the record
+    }(std::make_index_sequence<N>{});
+    if (!ctx.node_) refuse_function(Op::name, "its forward returned without calling output(shape)");
+    ctx.node_->backward = &backward<Op, T, N>;
+    return tape.commit(*ctx.node_);
+  }
+};
+
+// The forward's and the backward's signatures for N inputs, for the messages of apply()'s checks.
+template <class Op, class T, class Saved, class... Inputs>
+concept HasForward = requires(const Op& op, ForwardContext<T, Saved>& ctx, const Inputs&... x) {
+  op.forward(ctx, x...);
+};
+template <class Op, class T, class Saved, class... Inputs>
+concept HasBackward = requires(BackwardContext<T, Saved>& ctx, const Inputs&... x) {
+  Op::backward(ctx, x...);
+};
+template <class T, std::size_t>
+using Same = T;
+
+}  // namespace detail
+
+// Records `op` on the inputs' tape: forward now, backward in tape.backward(). `where` is the caller's
+// line (an op's own wrapper takes it as a defaulted last argument and passes it on, as the library's do).
+template <class Op, class T, std::size_t N>
+Var<T> apply(const Op& op, const Var<T> (&inputs)[N], Where where = Where::current()) {
+  using Saved = typename detail::SavedOf<Op>::type;
+  static_assert(requires { { Op::name } -> std::convertible_to<const char*>; },
+                "an op needs its name: static constexpr const char* name = \"...\";");
+  static_assert(requires { std::size(Op::inputs); },
+                "an op needs its inputs' names: static constexpr const char* inputs[] = {\"x\", ...};");
+  static_assert(std::size(Op::inputs) == N, "apply: give the op as many inputs as Op::inputs names");
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    static_assert(detail::HasForward<Op, T, Saved, detail::Same<TensorT<T>, I>...>,
+                  "an op needs void forward(ForwardContext<T, Saved>&, const TensorT<T>&... one per input) const");
+    static_assert(detail::HasBackward<Op, T, Saved, detail::Same<OpInput<T>, I>...>,
+                  "an op needs static void backward(BackwardContext<T, Saved>&, const OpInput<T>&... one per input)");
+    return detail::FunctionEngine::apply(op, inputs, where);
+  }(std::make_index_sequence<N>{});
+}
+
+}  // namespace tapegrad

@@ -1,0 +1,13 @@
+# examples/custom_op as a user runs it: both gradient checks of the user's op (alone, and in the model)
+# pass, and the model with the op between its layers learns the spirals. -DPROGRAM=path
+include(${CMAKE_CURRENT_LIST_DIR}/run_program.cmake)
+run(${PROGRAM})
+foreach(check "rms_norm gradcheck passed" "model gradcheck passed")
+  if(NOT output MATCHES "${check}: [0-9]+ derivatives checked, 0 failed")
+    message(FATAL_ERROR "no '${check}' in:\n${output}")
+  endif()
+endforeach()
+if(NOT output MATCHES "trained 600 steps: test loss [0-9.]+, test accuracy (0\\.9[0-9]+|1\\.000)")
+  message(FATAL_ERROR "the model should learn the spirals (test accuracy >= 0.9):\n${output}")
+endif()
+message(STATUS "custom_op:\n${output}")

@@ -1,0 +1,264 @@
+// autograd/function: ops written as Functions. The gradient accessor's assign-or-add, inputs and outputs
+// used twice, gradients not needed, errors naming the op and the argument, saved state the forward did not
+// save, anomaly mode naming the op and the line. (Saved state read as another type: tests/test_tape.cpp;
+// steady-state allocations: tests/test_alloc.cpp.)
+#include <doctest/doctest.h>
+
+#include <limits>
+
+#include "tapegrad/autograd/function.hpp"
+#include "tapegrad/autograd/ops.hpp"
+#include "helpers.hpp"
+
+using namespace tapegrad;
+using test::random_tensor;
+
+namespace {
+
+// y = a b (same shapes);  da += dy b,  db += dy a. b's gradient is written first, so that with both
+// inputs the same Var the second write must add to the first.
+template <class T>
+struct Product {
+  static constexpr const char* name = "product";
+  static constexpr const char* inputs[] = {"a", "b"};
+  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a, const TensorT<T>& b) {
+    if (a.shape() != b.shape()) fail<ShapeError>("product: a is {} but b is {}", a.shape(), b.shape());
+    ctx.output(a.shape()).array() = a.array() * b.array();
+  }
+  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a, const OpInput<T>& b) {
+    b.grad.add(ctx.grad_output().array() * a.value.array());
+    a.grad.add(ctx.grad_output().array() * b.value.array());
+  }
+};
+Var<double> product(Var<double> a, Var<double> b, Where where = Where::current()) {
+  return apply(Product<double>{}, {a, b}, where);
+}
+
+// y = 2 x, its gradient written in two halves of dy each: the second add adds to the first.
+struct Doubled {
+  static constexpr const char* name = "doubled";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<double>& ctx, const TensorD& x) { ctx.output(x.shape()).array() = 2 * x.array(); }
+  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
+    x.grad.add(ctx.grad_output().array());
+    x.grad.add(ctx.grad_output().flat());  // a matrix of the flat() view, evaluated into the gradient
+  }
+};
+
+// y = x w (w broadcast over x's rows as a row of its width), counting the backward passes that found
+// x's gradient needed and what forward and backward were told.
+struct RowScale {
+  static constexpr const char* name = "row_scale";
+  static constexpr const char* inputs[] = {"x", "w"};
+  struct Saved {
+    bool needs_grad = false;
+  };
+  inline static int x_work = 0, w_work = 0;
+  inline static bool forward_needs_grad = false;
+  void forward(ForwardContext<double, Saved>& ctx, const TensorD& x, const TensorD& w) const {
+    forward_needs_grad = ctx.needs_grad();
+    ctx.output(x.shape()).flat().array() = x.flat().array().rowwise() * w.array().transpose();
+    ctx.saved().needs_grad = ctx.needs_grad();
+  }
+  static void backward(BackwardContext<double, Saved>& ctx, const OpInput<double>& x, const OpInput<double>& w) {
+    CHECK(ctx.saved().needs_grad);
+    const auto dY = ctx.grad_output().flat().array();
+    if (x.grad) {
+      ++x_work;
+      x.grad.add(dY.rowwise() * w.value.array().transpose());
+    }
+    if (w.grad) {
+      ++w_work;
+      w.grad.add((dY * x.value.flat().array()).colwise().sum());  // (1, D): the row's
+    }
+    if (!x.grad) x.grad.add(dY);  // not needed: does nothing
+  }
+};
+
+// Ops that misuse the context, each in one way.
+struct NoOutput {
+  static constexpr const char* name = "no_output";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<double>&, const TensorD&) {}
+  static void backward(BackwardContext<double>&, const OpInput<double>&) {}
+};
+struct OutputTwice {
+  static constexpr const char* name = "output_twice";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<double>& ctx, const TensorD& x) {
+    ctx.output(x.shape());
+    ctx.output(x.shape());
+  }
+  static void backward(BackwardContext<double>&, const OpInput<double>&) {}
+};
+struct WrongGradientSize {
+  static constexpr const char* name = "wrong_size";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<double>& ctx, const TensorD& x) { ctx.output(x.shape()).array() = x.array(); }
+  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
+    x.grad.add(ctx.grad_output().array().head(3));
+  }
+};
+// Saves its state on the first recording only (a bug: the backward reads it every time).
+struct SavesOnce {
+  static constexpr const char* name = "saves_once";
+  static constexpr const char* inputs[] = {"x"};
+  struct Saved {
+    double factor = 0;
+  };
+  inline static bool saved_before = false;
+  void forward(ForwardContext<double, Saved>& ctx, const TensorD& x) const {
+    ctx.output(x.shape()).array() = 3 * x.array();
+    if (!saved_before) ctx.saved().factor = 3;
+    saved_before = true;
+  }
+  static void backward(BackwardContext<double, Saved>& ctx, const OpInput<double>& x) {
+    x.grad.add(ctx.saved().factor * ctx.grad_output().array());
+  }
+};
+
+// y = 1 / x, and an op whose backward writes NaN, for anomaly mode.
+struct Reciprocal {
+  static constexpr const char* name = "reciprocal";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<double>& ctx, const TensorD& x) { ctx.output(x.shape()).array() = 1 / x.array(); }
+  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
+    x.grad.add(-ctx.grad_output().array() * ctx.output().array().square());
+  }
+};
+struct NanBackward {
+  static constexpr const char* name = "nan_backward";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<double>& ctx, const TensorD& x) { ctx.output(x.shape()).array() = x.array(); }
+  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
+    x.grad.add(ctx.grad_output().array() * std::numeric_limits<double>::quiet_NaN());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("function: an input used twice by an op gets both gradients, the first write assigning, in every pass") {
+  Rng rng(61);
+  const TensorD value = random_tensor(Shape::mat(2, 3), rng), seed = random_tensor(Shape::mat(2, 3), rng);
+  Tape<double> tape;
+  for (int pass = 0; pass < 3; ++pass) {  // the same buffers each time: what they held must not leak in
+    tape.reset();
+    Var<double> x = tape.input(value);
+    tape.backward(product(x, x), seed);
+    CHECK(x.grad().array().isApprox(2 * value.array() * seed.array()));
+    for (Index i = 0; i < value.numel(); ++i) CHECK(x.grad()[i] == seed[i] * value[i] + seed[i] * value[i]);
+  }
+  // Two adds to one input in one rule: the second adds.
+  tape.reset();
+  Var<double> x = tape.input(value);
+  tape.backward(apply(Doubled{}, {x}), seed);
+  CHECK(x.grad().array().isApprox(2 * seed.array()));
+  const auto report = gradcheck([](Tape<double>&, std::span<const Var<double>> in) { return product(in[0], in[0]); },
+                                {{"x", value}}, {}, kStrictGradcheck);
+  CHECK_MESSAGE(report.ok(), report.str());
+}
+
+TEST_CASE("function: an op whose output is used twice receives the sum of both gradients") {
+  Tape<double> tape;
+  const TensorD value(Shape::vec(3), {1.0, -2.0, 0.5});
+  Var<double> x = tape.input(value);
+  Var<double> y = product(x, x);                // y = x^2
+  tape.backward(sum(add(y, scale(y, 3.0))));   // d/dy = 1 + 3
+  CHECK(x.grad() == TensorD(Shape::vec(3), {8.0, -16.0, 4.0}));
+}
+
+TEST_CASE("function: a gradient that is not needed says so, the op skips its work, and adding to it does nothing") {
+  Rng rng(62);
+  const TensorD xv = random_tensor(Shape::batched(2, 3, 4), rng), wv = random_tensor(Shape::vec(4), rng);
+  RowScale::x_work = RowScale::w_work = 0;
+  Tape<double> tape;
+  Var<double> x = tape.constant(xv), w = tape.input(wv);
+  Var<double> y = apply(RowScale{}, {x, w});
+  CHECK(RowScale::forward_needs_grad);
+  tape.backward(sum(y));
+  CHECK(RowScale::x_work == 0);  // x is a constant
+  CHECK(RowScale::w_work == 1);
+  for (Index c = 0; c < 4; ++c) {
+    double expected = 0;
+    for (Index r = 0; r < xv.shape().flat_rows(); ++r) expected += xv.flat()(r, c);
+    CHECK(w.grad()[c] == doctest::Approx(expected).epsilon(1e-14));
+  }
+  // Without gradients the forward is told so and no backward rule runs.
+  tape.reset();
+  NoGradGuard<double> guard(tape);
+  apply(RowScale{}, {tape.input(xv), tape.input(wv)});
+  CHECK_FALSE(RowScale::forward_needs_grad);
+  const auto report = gradcheck(
+      [](Tape<double>&, std::span<const Var<double>> in) { return apply(RowScale{}, {in[0], in[1]}); },
+      {{"x", xv}, {"w", wv}}, {}, kStrictGradcheck);
+  CHECK_MESSAGE(report.ok(), report.str());
+}
+
+TEST_CASE("function: misused arguments and contexts are errors naming the op and the argument, and record nothing") {
+  Tape<double> tape, other;
+  Var<double> x = tape.input(TensorD(Shape::mat(2, 2), 1.0));
+  Var<double> elsewhere = other.input(TensorD(Shape::mat(2, 2), 1.0));
+  const auto before = tape.size();
+  CHECK_THROWS_WITH_AS(product(Var<double>{}, x), "product: a is an empty Var (default-constructed)", UsageError);
+  CHECK_THROWS_WITH_AS(product(x, elsewhere), "product: b belongs to a different tape than the op's other arguments",
+                       UsageError);
+  CHECK_THROWS_WITH_AS(product(x, tape.input(TensorD(Shape::vec(3)))), "product: a is 2x2 but b is 3", ShapeError);
+  CHECK(tape.size() == before + 1);  // the input made for the call, not the refused op
+  CHECK_THROWS_WITH_AS(apply(NoOutput{}, {x}), "no_output: its forward returned without calling output(shape)",
+                       UsageError);
+  CHECK_THROWS_WITH_AS(apply(OutputTwice{}, {x}), "output_twice: its forward asked for output() twice", UsageError);
+  CHECK(tape.size() == before + 1);
+  Var<double> y = apply(WrongGradientSize{}, {x});
+  CHECK_THROWS_WITH_AS(tape.backward(sum(y)),
+                       "wrong_size: backward gave a 3x1 gradient for x, which is 2x2 (4 elements in order, or 2x2 "
+                       "rows)",
+                       ShapeError);
+  Var<double> stale = x;
+  tape.reset();
+  CHECK_THROWS_WITH_AS(product(tape.input(TensorD(Shape::mat(2, 2))), stale),
+                       "product: b was recorded before the last reset() of its tape; record it again", UsageError);
+}
+
+TEST_CASE("function: saved state the forward did not save in this recording is a UsageError naming the op") {
+  Tape<double> tape;
+  // A Function whose forward saved its state in an earlier recording but not in this one: the node still
+  // holds that state, which is stale, so reading it is refused rather than silently used.
+  SavesOnce::saved_before = false;
+  for (int pass = 0; pass < 2; ++pass) {
+    tape.reset();
+    Var<double> in = tape.input(TensorD(Shape::vec(2), 1.0));
+    Var<double> out = sum(apply(SavesOnce{}, {in}));
+    if (pass == 0) {
+      tape.backward(out);
+      CHECK(in.grad() == TensorD(Shape::vec(2), 3.0));
+    } else {
+      CHECK_THROWS_WITH_AS(tape.backward(out), doctest::Contains("saved: the backward rule of saves_once (recorded at "
+                                                                 "tests/test_function.cpp:"),
+                           UsageError);
+      CHECK_THROWS_WITH_AS(tape.backward(out), doctest::Contains("already walked back"), UsageError);
+    }
+  }
+}
+
+TEST_CASE("function: anomaly mode names the op and the line that recorded it, forward and backward") {
+  Tape<double> tape;
+  tape.set_anomaly_detection(true);
+  Var<double> x = tape.input(TensorD(Shape::vec(2), {0.0, 1.0}));
+  const int x_line = __LINE__ - 1;
+  const auto before = tape.size();
+  const std::string forward = fmt::format(
+      "anomaly: reciprocal (recorded at tests/test_function.cpp:{}) produced a non-finite value (NaN or Inf) in its 2 "
+      "output",
+      __LINE__ + 1);
+  CHECK_THROWS_WITH_AS(apply(Reciprocal{}, {x}), forward.c_str(), NonFiniteError);
+  CHECK(tape.size() == before);  // refused and dropped
+  Var<double> y = apply(NanBackward{}, {x});
+  const int line = __LINE__ - 1;
+  CHECK_THROWS_WITH_AS(tape.backward(sum(y)),
+                       fmt::format("anomaly: the backward rule of nan_backward (recorded at "
+                                   "tests/test_function.cpp:{}) produced a non-finite gradient (NaN or Inf) for its "
+                                   "input 0, input (recorded at tests/test_function.cpp:{})",
+                                   line, x_line)
+                           .c_str(),
+                       NonFiniteError);
+}
