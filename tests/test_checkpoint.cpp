@@ -63,6 +63,48 @@ struct MlpRun {
   }
 };
 
+// A user's own optimizer, written as examples/user_optimizer.cpp writes Lion: Signum (signSGD with
+// momentum, Bernstein et al. 2018), m = beta m + (1 - beta) g, p -= lr sign(m).
+struct SignumOptions {
+  double lr = 0.01;
+  double beta = 0.9;
+  template <class S, class F>
+  static void fields(S& s, F&& field) {
+    field("lr", s.lr, "learning rate", at_least(0));
+    field("beta", s.beta, "decay of the momentum", in_range(0, 1, true));
+  }
+  void check(std::string_view op) const { check_fields(*this, op); }
+};
+
+class Signum final : public OptimizerWith<float, SignumOptions> {
+ public:
+  explicit Signum(std::vector<Parameter<float>*> params, SignumOptions options = {})
+      : OptimizerWith(std::move(params), options, "Signum", {"momentum"}) {}
+  std::string_view kind() const override { return "signum"; }
+
+ private:
+  void update(double lr, std::int64_t) override {
+    const auto beta = static_cast<float>(options_.beta), rate = static_cast<float>(lr);
+    for (std::size_t i = 0; i < params().size(); ++i) {
+      if (buffers(i).empty()) create_buffers(i);
+      auto m = buffers(i)[0].array();
+      m = beta * m + (1 - beta) * std::as_const(params()[i]->grad).array();
+      params()[i]->value.array() -= rate * m.sign();
+    }
+  }
+};
+
+struct SignumRun {
+  Mlp model;
+  Signum opt;
+  Trainer<TensorBatch> trainer;
+  SignumRun(const TensorSource& data, const Mlp::Config& c)
+      : model(c), opt(model.parameters(), {.lr = 0.02}),
+        trainer(model, opt, data, [this](Tape<float>& t, const TensorBatch& b) {
+          return cross_entropy(model.forward(t.constant(b.features)), b.labels);
+        }, {.steps = 40, .batch = 16, .eval_every = 10, .seed = 3}) {}
+};
+
 fs::path scratch(const std::string& name) { return test::scratch_dir("checkpoint", name); }
 
 std::vector<TensorT<float>> values_of(Module<float>& m) {
@@ -383,6 +425,38 @@ TEST_CASE("checkpoint: a user's own model: rebuilt from its file, and its traini
   MlpRun wider(data, {.in = 2, .hidden = 7, .out = 2, .seed = 9});
   CHECK_THROWS_WITH_AS(load_training(decode_checkpoint(mid, "mid.tgck"), wider.trainer),
                        "resume: setting 'hidden' is 6 in the file but 7 in the model", FormatError);
+}
+
+TEST_CASE("checkpoint: a user's own optimizer is saved under its name, resumed bit for bit, and described") {
+  const TensorSource data = test::classification_data(200, 4, true);
+  const Mlp::Config config{.in = 2, .hidden = 6, .out = 2, .seed = 9};
+  SignumRun straight(data, config);
+  straight.trainer.run();
+  std::vector<std::byte> mid;
+  {
+    SignumRun first(data, config);
+    for (int i = 0; i < 15; ++i) first.trainer.step();
+    mid = bytes_of(snapshot(first.trainer));
+  }
+  const Checkpoint c = decode_checkpoint(mid, "mid.tgck");
+  REQUIRE(c.training);
+  CHECK(c.training->optimizer.kind == "signum");
+  CHECK(describe_checkpoint(c).find("optimizer: signum after 15 steps (lr 0.02, beta 0.9); schedule constant") !=
+        std::string::npos);
+  SignumRun resumed(data, config);
+  CHECK(load_training(c, resumed.trainer).training_state);
+  resumed.trainer.run();
+  CHECK(values_of(resumed.model) == values_of(straight.model));
+  CHECK(resumed.opt.state().per_param == straight.opt.state().per_param);
+  CHECK(resumed.opt.describe() == "signum (lr 0.02, beta 0.9), schedule constant");
+  // Under its name: AdamW does not take Signum's state, nor Signum AdamW's.
+  MlpRun adamw(data, config);
+  CHECK_THROWS_WITH_AS(load_training(c, adamw.trainer), "load_state: the state is from 'signum' but this optimizer is 'adamw'",
+                       ValueError);
+  Checkpoint other = c;
+  other.training->optimizer.kind = "adamw";
+  CHECK_THROWS_WITH_AS(load_training(other, resumed.trainer),
+                       "load_state: the state is from 'adamw' but this optimizer is 'signum'", ValueError);
 }
 
 TEST_CASE("checkpoint: resuming refuses weights-only files, other data, another optimizer or model, and changes nothing") {

@@ -71,7 +71,7 @@ void Optimizer<T>::set_schedule(const LrSchedule& schedule) {
 
 template <class T>
 std::string Optimizer<T>::describe() const {
-  return fmt::format("{} ({}), schedule {}", to_string(kind()), describe_settings(hyperparameters()),
+  return fmt::format("{} ({}), schedule {}", kind(), describe_settings(hyperparameters()),
                      schedule_->describe());
 }
 
@@ -96,7 +96,7 @@ void Optimizer<T>::create_buffers(std::size_t i) {
 template <class T>
 OptimizerState<T> Optimizer<T>::state() const {
   OptimizerState<T> s;
-  s.kind = std::string(to_string(kind()));
+  s.kind = std::string(kind());
   s.hyperparameters = hyperparameters();
   s.schedule = schedule_->record();
   s.step = step_;
@@ -109,8 +109,9 @@ OptimizerState<T> Optimizer<T>::state() const {
 
 template <class T>
 void Optimizer<T>::check_state(const OptimizerState<T>& s) const {
-  const std::string mine(to_string(kind()));
-  if (s.kind != mine) fail<ValueError>("load_state: the state is from '{}' but this optimizer is '{}'", s.kind, mine);
+  const std::string_view mine = kind();
+  if (s.kind != mine)
+    fail<ValueError>("load_state: the state is from '{}' but this optimizer is '{}'", escaped(s.kind), mine);
   const ScheduleRecord schedule = schedule_->record();
   if (!(s.schedule == schedule))
     fail<ValueError>("load_state: the state's schedule is {} but this optimizer's is {}", s.schedule.describe(),
@@ -188,38 +189,6 @@ void Optimizer<T>::load_state(const OptimizerState<T>& s) {
     buffers_[i].resize(buffer_names_.size());
     for (std::size_t k = 0; k < buffer_names_.size(); ++k) buffers_[i][k] = entry.at(buffer_names_[k]);
   }
-}
-
-// ---------------------------------------------------------------------------------------------
-// OptimizerWith: the options struct as the hyperparameters
-
-namespace {
-template <class O>
-const O& checked(const O& options, std::string_view op) {
-  options.check(op);
-  return options;
-}
-}  // namespace
-
-template <class T, class O>
-OptimizerWith<T, O>::OptimizerWith(std::vector<Parameter<T>*> params, O options, std::string_view op,
-                                   std::vector<std::string> buffer_names)
-    : Optimizer<T>(std::move(params), op, std::move(buffer_names)), options_(checked(options, op)) {}
-
-template <class T, class O>
-void OptimizerWith<T, O>::set_lr(double lr) {
-  O changed = options_;
-  changed.lr = lr;
-  changed.check("set_lr");
-  (void)this->schedule().lr_at(lr, this->steps_taken());  // and the schedule must still fit it
-  options_ = changed;
-}
-
-template <class T, class O>
-O OptimizerWith<T, O>::read(const Settings& h) const {
-  O o = from_settings<O>(h, "load_state");
-  o.check("load_state");
-  return o;
 }
 
 // ---------------------------------------------------------------------------------------------
