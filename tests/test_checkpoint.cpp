@@ -228,6 +228,52 @@ TEST_CASE("checkpoint: a strict load names every missing, unexpected and mis-sha
                        FormatError);
 }
 
+TEST_CASE("checkpoint: a float model's file loads into its double twin, and back, only when asked, each conversion named") {
+  Fixture f;
+  ToyModel<float> trained(f.config());
+  const Checkpoint c = snapshot<float>(trained);
+  ModelConfig reseeded = f.config();
+  reseeded.seed = 1;  // other weights until loaded
+  ToyModel<double> twin(reseeded);
+  const auto params = twin.parameters();
+  const TensorD wq_before = params[0]->value;
+  // Strict about the element type by default, naming the option; nothing changes.
+  CHECK_THROWS_WITH_AS(load_weights(c, twin),
+                       doctest::Contains("'attn.wq' is f32 33x33 in the file but f64 33x33 in the model; 'attn.wk' is "
+                                         "f32 33x33"),
+                       FormatError);
+  CHECK_THROWS_WITH_AS(load_weights(c, twin),
+                       doctest::Contains("; nothing was loaded (LoadOptions::convert_dtype converts the element type)"),
+                       FormatError);
+  CHECK(params[0]->value == wq_before);
+
+  const LoadReport report = load_weights(c, twin, {.convert_dtype = true});
+  CHECK(report.clean());
+  CHECK(report.loaded.size() == params.size());
+  REQUIRE(report.converted.size() == params.size());
+  CHECK(report.converted[0] == "'attn.wq' from f32 to f64");
+  CHECK(report.str().find("; converted 'attn.wq' from f32 to f64; converted 'attn.wk' from f32 to f64") != std::string::npos);
+  const auto floats = trained.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) CHECK(params[i]->value == floats[i]->value.cast<double>());  // exact
+  // Rebuilt from its record as the double twin, with the same option; without it, refused.
+  CHECK(model_from_checkpoint<ToyModel<double>>(c, {.convert_dtype = true})->parameters()[0]->value == params[0]->value);
+  CHECK_THROWS_AS(model_from_checkpoint<ToyModel<double>>(c), FormatError);
+
+  // Back: the double twin's weights, nudged off float's grid, round to the nearest float.
+  for (auto* p : params) p->value.array() += 1e-12;
+  ToyModel<float> back(reseeded);
+  const LoadReport rounded = load_weights(snapshot<double>(twin), back, {.convert_dtype = true});
+  CHECK(rounded.converted[0] == "'attn.wq' from f64 to f32");
+  const auto backs = back.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) CHECK(backs[i]->value == params[i]->value.cast<float>());
+  // The conversion changes element types only: another shape is still a mismatch.
+  ModelConfig narrower = f.config();
+  narrower.output_projection = false;
+  ToyModel<double> other(narrower);
+  CHECK_THROWS_WITH_AS(load_weights(c, other, {.convert_dtype = true}), "load: the model has no 'attn.wo'; nothing was loaded",
+                       FormatError);
+}
+
 TEST_CASE("checkpoint: wrong magic, a newer format, a checksum mismatch and truncation are named") {
   Fixture f;
   ToyModel<float> model(f.config());

@@ -155,9 +155,10 @@ void check_training(const TrainingRecord& t) {
   }
 }
 
-// Matches the file's parameters against the model's, without changing anything.
+// Matches the file's parameters against the model's, without changing anything. Another element type is
+// a mismatch unless the options convert it.
 template <class T>
-LoadReport match(const Checkpoint& c, const std::vector<Parameter<T>*>& params) {
+LoadReport match(const Checkpoint& c, const std::vector<Parameter<T>*>& params, const LoadOptions& options) {
   LoadReport report;
   std::map<std::string, const TensorRecord*> by_name;
   for (const auto& r : c.parameters) by_name.emplace(r.name, &r);
@@ -170,14 +171,18 @@ LoadReport match(const Checkpoint& c, const std::vector<Parameter<T>*>& params) 
     }
     seen.insert(p->name);
     const TensorRecord& r = *it->second;
-    if (r.dtype != dtype_of<T>())
+    const bool same_dtype = r.dtype == dtype_of<T>();
+    if (!same_dtype && !options.convert_dtype)
       report.mismatched.push_back(fmt::format("'{}' is {} {} in the file but {} {} in the model", escaped(p->name), r.dtype,
                                               r.shape, dtype_of<T>(), p->value.shape()));
     else if (r.shape != p->value.shape())
       report.mismatched.push_back(
           fmt::format("'{}' is {} in the file but {} in the model", escaped(p->name), r.shape, p->value.shape()));
-    else
+    else {
       report.loaded.push_back(p->name);
+      if (!same_dtype)
+        report.converted.push_back(fmt::format("'{}' from {} to {}", escaped(p->name), r.dtype, dtype_of<T>()));
+    }
   }
   for (const auto& r : c.parameters)
     if (!seen.count(r.name)) report.unexpected.push_back(r.name);
@@ -375,8 +380,13 @@ template <class T>
 LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions options) {
   check_checkpoint(c);  // a Checkpoint built in memory is checked as a file's is
   const auto params = model.parameters();
-  LoadReport report = match(c, params);
-  if (options.strict && !report.clean()) fail<FormatError>("load: {}; nothing was loaded", report.problems());
+  LoadReport report = match(c, params, options);
+  if (options.strict && !report.clean()) {
+    const bool other_dtype = std::any_of(c.parameters.begin(), c.parameters.end(),
+                                         [](const TensorRecord& r) { return r.dtype != dtype_of<T>(); });
+    fail<FormatError>("load: {}; nothing was loaded{}", report.problems(),
+                      other_dtype && !options.convert_dtype ? " (LoadOptions::convert_dtype converts the element type)" : "");
+  }
   const std::set<std::string> loading(report.loaded.begin(), report.loaded.end());
   refuse_non_finite(c.parameters, &loading, "parameter", options);
   apply_weights(c, params, report);
@@ -392,7 +402,7 @@ LoadReport load_training(const Checkpoint& c, TrainerBase& trainer, LoadOptions 
   if (!(c.model == mine)) fail<FormatError>("resume: {}", record_differences(c.model, mine));
   // Check every part before changing any: weights, optimizer state, trainer state.
   const auto params = model.parameters();
-  LoadReport report = match(c, params);
+  LoadReport report = match(c, params, options);
   if (!report.clean()) fail<FormatError>("resume: {}; nothing was loaded", report.problems());
   refuse_non_finite(c.parameters, nullptr, "parameter", options);
   refuse_non_finite(t.optimizer.buffers, nullptr, "optimizer buffer", options);

@@ -125,6 +125,10 @@ struct LoadOptions {
   // A weight (or optimizer buffer) that holds NaN or Inf is refused, naming it, unless this is set: a model
   // that diverged is rarely what a program means to load.
   bool allow_non_finite = false;
+  // A weight stored with another element type than the model's (a float model's file into its double
+  // twin, to gradcheck what training made) is a mismatch unless this is set; then it is converted, f32 to
+  // f64 exactly and f64 to f32 rounded to nearest, and LoadReport::converted names it.
+  bool convert_dtype = false;
 };
 
 struct LoadReport {
@@ -132,7 +136,8 @@ struct LoadReport {
   std::vector<std::string> missing;     // in the model, not in the file
   std::vector<std::string> unexpected;  // in the file, not in the model
   std::vector<std::string> mismatched;  // in both, with another shape or element type ("... in the file but ...")
-  std::vector<std::string> converted;   // loaded from another element type ("'w' from F16 to F32")
+  std::vector<std::string> converted;   // loaded from another element type ("'w' from f32 to f64"; safetensors:
+                                        // "'w' from F16 to F32")
   bool training_state = false;          // optimizer, data order, step and curve restored
   std::string str() const;
   bool clean() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
@@ -140,8 +145,9 @@ struct LoadReport {
   std::string problems() const;
 };
 
-// Weights into an existing model. Strict: every name must be there with its shape and element type,
-// or a FormatError lists every problem and nothing is loaded.
+// Weights into an existing model. Strict: every name must be there with its shape and element type
+// (or, with convert_dtype, another element type), or a FormatError lists every problem and nothing is loaded.
+//   load_weights(read_checkpoint("model.tgck"), double_twin, {.convert_dtype = true});  // f32 -> f64
 template <class T>
 LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions options = {});
 // Everything into a trainer (always strict): the model's record must be the trainer's model's, then
@@ -158,7 +164,9 @@ LoadReport load_training(const Checkpoint& c, TrainerBase& trainer, LoadOptions 
 template <class M>
 typename M::Config model_config_from(const Checkpoint& c);
 
-// A model rebuilt from the checkpoint's record and loaded with its weights, for inference or to go on.
+// A model rebuilt from the checkpoint's record and loaded with its weights (load_weights with `options`),
+// for inference or to go on; model_from_checkpoint<Mlp<double>>(c, {.convert_dtype = true}) rebuilds a
+// float model's file as its double twin.
 // M needs `static constexpr std::string_view kind`, a `Config` with fields() (core/settings.hpp), and a
 // constructor from it. It is built within a TensorBudget of what the file's parameters take (three times,
 // for values, gradients and a model's own buffers, plus kBuildSlackBytes), so a configuration forged to
@@ -167,7 +175,7 @@ typename M::Config model_config_from(const Checkpoint& c);
 // lets the count be compared before anything is built; `static void check_config(const Config&)`
 // (optional) names what does not fit together.
 template <class M>
-std::unique_ptr<M> model_from_checkpoint(const Checkpoint& c);
+std::unique_ptr<M> model_from_checkpoint(const Checkpoint& c, LoadOptions options = {});
 
 inline constexpr std::size_t kBuildSlackBytes = std::size_t{64} << 20;
 
@@ -263,9 +271,9 @@ typename M::Config model_config_from(const Checkpoint& c) {
 }
 
 template <class M>
-std::unique_ptr<M> model_from_checkpoint(const Checkpoint& c) {
+std::unique_ptr<M> model_from_checkpoint(const Checkpoint& c, LoadOptions options) {
   auto model = detail::build_within<M>(c, detail::config_of<M>(c));
-  load_weights(c, *model);
+  load_weights(c, *model, options);
   return model;
 }
 
