@@ -24,24 +24,7 @@ Var<T> LayerNorm<T>::forward(Var<T> x) {
   return layer_norm(x, t.param(*weight_), t.param(*bias_), eps_);
 }
 
-template <class T>
-Dropout<T>::Dropout(std::string name, double p) : Module<T>(std::move(name)), p_(p) {
-  if (!(p >= 0 && p < 1)) fail<ValueError>("dropout '{}': p must be in [0, 1), got {}", this->path(), p);
-}
-
-template <class T>
-Var<T> Dropout<T>::forward(Var<T> x) {
-  if (!this->training() || p_ == 0) return x;
-  if (!this->rng())
-    fail<UsageError>("dropout '{}': training mode with p {} needs a random stream; call set_rng on the model (a "
-                     "Trainer sets its own) or eval() to switch dropout off",
-                     this->path(), p_);
-  return dropout(x, p_, *this->rng());
-}
-
 template class LayerNorm<float>;
 template class LayerNorm<double>;
-template class Dropout<float>;
-template class Dropout<double>;
 
 }  // namespace tapegrad

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tapegrad/autograd/tape.hpp"
+#include "tapegrad/layers/dropout.hpp"
 #include "tapegrad/layers/embedding.hpp"
 #include "tapegrad/layers/linear.hpp"
 #include "tapegrad/layers/module.hpp"

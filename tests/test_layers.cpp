@@ -11,6 +11,7 @@
 #include "tapegrad/layers/embedding.hpp"
 #include "catalogue/layer_checks.hpp"
 #include "tapegrad/layers/linear.hpp"
+#include "tapegrad/layers/dropout.hpp"
 #include "tapegrad/layers/normalization.hpp"
 #include "tapegrad/layers/self_attention.hpp"
 #include "tapegrad/layers/transformer.hpp"
