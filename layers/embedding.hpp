@@ -8,14 +8,15 @@
 
 #include "tapegrad/autograd/tape.hpp"
 #include "tapegrad/core/names.hpp"
+#include "tapegrad/core/required.hpp"
 #include "tapegrad/layers/init.hpp"
 #include "tapegrad/layers/module.hpp"
 
 namespace tapegrad {
 
 struct EmbeddingOptions {
-  Index vocab = 0;
-  Index dim = 0;
+  Required<Index, "EmbeddingOptions::vocab"> vocab;
+  Required<Index, "EmbeddingOptions::dim"> dim;
   Initializer init = Initializer::normal(1.0);  // PyTorch's nn.Embedding default
 };
 

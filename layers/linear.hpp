@@ -5,14 +5,15 @@
 #include <type_traits>
 
 #include "tapegrad/autograd/tape.hpp"
+#include "tapegrad/core/required.hpp"
 #include "tapegrad/layers/init.hpp"
 #include "tapegrad/layers/module.hpp"
 
 namespace tapegrad {
 
 struct LinearOptions {
-  Index in = 0;
-  Index out = 0;
+  Required<Index, "LinearOptions::in"> in;  // features of x's rows
+  Required<Index, "LinearOptions::out"> out;
   bool bias = true;
   Initializer weight_init = Initializer::xavier_uniform();
 };

@@ -91,7 +91,7 @@ const std::vector<TensorT<T>>& SelfAttention<T>::attention_weights() const {
 
 template <class T>
 Index SelfAttention<T>::output_width() const {
-  return options_.output_projection ? options_.d_model : options_.n_heads * d_head_;
+  return options_.output_projection ? Index{options_.d_model} : options_.n_heads * d_head_;
 }
 
 template <class T>

@@ -19,6 +19,7 @@
 
 #include "tapegrad/autograd/tape.hpp"
 #include "tapegrad/core/names.hpp"
+#include "tapegrad/core/required.hpp"
 #include "tapegrad/layers/init.hpp"
 #include "tapegrad/layers/module.hpp"
 
@@ -50,7 +51,7 @@ struct EnumNames<AttentionScale> {
 
 struct SelfAttentionOptions {
   AttentionMode mode = AttentionMode::learnable;
-  Index d_model = 0;
+  Required<Index, "SelfAttentionOptions::d_model"> d_model;
   Index n_heads = 1;
   Index d_head = 0;                // 0: d_model / n_heads
   bool bias = false;               // bq, bk, bv (and bo with the output projection)

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tapegrad/autograd/tape.hpp"
+#include "tapegrad/core/required.hpp"
 #include "tapegrad/layers/dropout.hpp"
 #include "tapegrad/layers/embedding.hpp"
 #include "tapegrad/layers/linear.hpp"
@@ -30,7 +31,7 @@
 namespace tapegrad {
 
 struct FeedForwardOptions {
-  Index d_model = 0;
+  Required<Index, "FeedForwardOptions::d_model"> d_model;
   Index d_hidden = 0;   // 0: 4 d_model
   double dropout = 0;   // after the GELU
   Initializer init = Initializer::xavier_uniform();
@@ -51,7 +52,7 @@ class FeedForward : public Module<T> {
 
 struct TransformerBlockOptions {
   AttentionMode mode = AttentionMode::learnable;
-  Index d_model = 0;
+  Required<Index, "TransformerBlockOptions::d_model"> d_model;
   Index n_heads = 1;
   Index d_ff = 0;          // the FFN's hidden width; 0: 4 d_model
   bool causal = true;      // token t sees tokens <= t (a language model)
@@ -116,8 +117,8 @@ class TransformerStack : public Module<T> {
 };
 
 struct LmHeadOptions {
-  Index d_model = 0;
-  Index vocab = 0;
+  Required<Index, "LmHeadOptions::d_model"> d_model;
+  Required<Index, "LmHeadOptions::vocab"> vocab;
   bool bias = true;
   Initializer init = Initializer::xavier_uniform();
 };
