@@ -42,16 +42,20 @@ void TransformerBlock<T>::check(std::string_view name, const TransformerBlockOpt
     fail<ValueError>("transformer_block '{}': dropout must be in [0, 1), got {}", name, o.dropout);
   if (!(o.eps > 0) || !std::isfinite(o.eps))
     fail<ValueError>("transformer_block '{}': eps must be a positive number, got {}", name, o.eps);
+  if (o.mode == AttentionMode::parameter_free && (o.bias.value_or(false) || o.output_projection.value_or(false)))
+    fail<ValueError>("transformer_block '{}': parameter-free attention has no parameters, so no bias and no output "
+                     "projection",
+                     name);
 }
 
 namespace {
 SelfAttentionOptions block_attention(const TransformerBlockOptions& o) {
-  const bool learnable = o.mode == AttentionMode::learnable;
+  const bool learnable = o.mode == AttentionMode::learnable;  // unset: both, as nn.TransformerEncoderLayer
   return {.mode = o.mode,
           .d_model = o.d_model,
           .n_heads = o.n_heads,
-          .bias = learnable,
-          .output_projection = learnable,
+          .bias = o.bias.value_or(learnable),
+          .output_projection = o.output_projection.value_or(learnable),
           .causal = o.causal,
           .init = o.init};
 }

@@ -17,6 +17,7 @@
 // attention and its residual only.
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "tapegrad/autograd/tape.hpp"
@@ -55,15 +56,16 @@ struct TransformerBlockOptions {
   Required<Index, "TransformerBlockOptions::d_model"> d_model;
   Index n_heads = 1;
   Index d_ff = 0;          // the FFN's hidden width; 0: 4 d_model
+  // Attention's biases (bq, bk, bv, bo) and output projection (Wo). Unset: as nn.TransformerEncoderLayer,
+  // both in the learnable mode; the parameter-free mode has neither (setting either there is a ValueError).
+  std::optional<bool> bias = std::nullopt;
+  std::optional<bool> output_projection = std::nullopt;
   bool causal = true;      // token t sees tokens <= t (a language model)
   bool layernorm = true;   // pre-norm LN1, LN2; false: none
   bool mlp = true;         // the FFN sub-layer
   double dropout = 0;      // on both residual branches and after the FFN's GELU
   double eps = 1e-5;       // the LayerNorms'
   Initializer init = Initializer::xavier_uniform();  // attention and FFN weights
-
-  template <class S, class F>
-  static void fields(S& s, F&& field);
 };
 
 template <class T>
@@ -146,19 +148,6 @@ class LmHead : public Module<T> {
   Parameter<T>* bias_ = nullptr;
   Embedding<T>* tied_ = nullptr;
 };
-
-template <class S, class F>
-void TransformerBlockOptions::fields(S& s, F&& field) {
-  field("mode", s.mode, "attention: learnable or parameter_free");
-  field("d_model", s.d_model, "width of the residual stream", in_range(1, 1 << 16));
-  field("n_heads", s.n_heads, "attention heads", in_range(1, 1 << 10));
-  field("d_ff", s.d_ff, "hidden width of the MLP (0: 4 d_model)", in_range(0, 1 << 18));
-  field("causal", s.causal, "each token sees only earlier tokens");
-  field("layernorm", s.layernorm, "pre-norm LayerNorms");
-  field("mlp", s.mlp, "the MLP sub-layer");
-  field("dropout", s.dropout, "dropout probability", in_range(0, 1, true));
-  field("eps", s.eps, "LayerNorm epsilon", in_range(1e-12, 1.0));
-}
 
 extern template class FeedForward<float>;
 extern template class FeedForward<double>;

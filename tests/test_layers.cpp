@@ -528,3 +528,48 @@ TEST_CASE("module: a child is named once, roots prefix their names, assignment c
   CHECK(norm.parameters().size() == 2);
   CHECK(drop.parameters().empty());
 }
+
+TEST_CASE("transformer block: bias and output_projection reach its attention, and unset they are nn.TransformerEncoderLayer's") {
+  using O = TransformerBlockOptions;
+  auto attention_names = [](TransformerBlock<double>& block) {
+    std::vector<std::string> out;
+    for (auto* p : block.attention().parameters()) out.push_back(p->name.substr(p->name.rfind('.') + 1));
+    return out;
+  };
+  Rng a(16), b(16);
+  TransformerBlock<double> standard("block", O{.d_model = 4, .n_heads = 2}, a);
+  CHECK(attention_names(standard) == std::vector<std::string>{"wq", "wk", "wv", "bq", "bk", "bv", "wo", "bo"});
+  // Unset is both, drawn alike: the blocks (and checkpoints) of before are the same, bit for bit.
+  TransformerBlock<double> spelled("block", O{.d_model = 4, .n_heads = 2, .bias = true, .output_projection = true}, b);
+  const auto mine = standard.parameters(), theirs = spelled.parameters();
+  REQUIRE(mine.size() == theirs.size());
+  for (std::size_t i = 0; i < mine.size(); ++i) CHECK((mine[i]->name == theirs[i]->name && mine[i]->value == theirs[i]->value));
+
+  TransformerBlock<double> lean("block", O{.d_model = 4, .n_heads = 2, .bias = false, .output_projection = false}, a);
+  CHECK(attention_names(lean) == std::vector<std::string>{"wq", "wk", "wv"});
+  TransformerBlock<double> projected("block", O{.d_model = 4, .n_heads = 2, .bias = false}, a);
+  CHECK(attention_names(projected) == std::vector<std::string>{"wq", "wk", "wv", "wo"});
+  CHECK_FALSE(projected.attention().options().bias);
+  TransformerBlock<double> biased("block", O{.d_model = 4, .n_heads = 2, .bias = true, .output_projection = false}, a);
+  CHECK(attention_names(biased) == std::vector<std::string>{"wq", "wk", "wv", "bq", "bk", "bv"});
+  Tape<double> t;
+  lean.eval();
+  CHECK(lean.forward(t.constant(random_tensor(Shape::batched(2, 3, 4), a))).shape() == Shape::batched(2, 3, 4));
+
+  // Parameter-free attention has neither: unset or false is fine, true is refused naming the block.
+  const O free{.mode = AttentionMode::parameter_free, .d_model = 4, .n_heads = 2};
+  CHECK(TransformerBlock<double>("block", free, a).attention().parameters().empty());
+  O explicit_false = free;
+  explicit_false.bias = false;
+  explicit_false.output_projection = false;
+  CHECK(TransformerBlock<double>("block", explicit_false, a).attention().parameters().empty());
+  O with_bias = free;
+  with_bias.bias = true;
+  CHECK_THROWS_WITH_AS(TransformerBlock<double>("block", with_bias, a),
+                       "transformer_block 'block': parameter-free attention has no parameters, so no bias and no "
+                       "output projection",
+                       ValueError);
+  O with_projection = free;
+  with_projection.output_projection = true;
+  CHECK_THROWS_AS(TransformerStack<double>("stack", {.n_layers = 2, .block = with_projection}, a), ValueError);
+}
