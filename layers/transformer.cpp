@@ -154,10 +154,9 @@ LmHead<T>::LmHead(std::string name, const LmHeadOptions& o, Rng& rng) : Module<T
   if (o.d_model <= 0 || o.vocab <= 0)
     fail<ValueError>("lm_head '{}': d_model and vocab must be positive, got {} and {}", this->path(), o.d_model,
                      o.vocab);
-  TensorT<T> w(Shape::mat(o.d_model, o.vocab));
-  o.init.apply(w, rng);
-  weight_ = &this->register_parameter("weight", std::move(w));
-  if (o.bias) bias_ = &this->register_parameter("bias", TensorT<T>(Shape::vec(o.vocab)));
+  const LinearOptions linear{.in = o.d_model, .out = o.vocab, .bias = o.bias, .weight_init = o.init};
+  linear_ = std::make_unique<Linear<T>>("", linear, rng);
+  this->register_child(*linear_);
 }
 
 template <class T>
@@ -177,7 +176,7 @@ Var<T> LmHead<T>::forward(Var<T> h) {
   if (h.shape().cols != options_.d_model)
     fail<ShapeError>("lm_head '{}': h is {} but the head reads rows of {} features", this->path(), h.shape(),
                      options_.d_model);
-  if (!tied_) return linear_map(t, h, *weight_, bias_);
+  if (!tied_) return linear_->forward(h);
   Var<T> logits = matmul_bt(h, t.param(tied_->table()));
   return bias_ ? add(logits, t.param(*bias_)) : logits;
 }

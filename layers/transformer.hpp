@@ -128,7 +128,8 @@ struct LmHeadOptions {
 template <class T>
 class LmHead : public Module<T> {
  public:
-  // Its own (d_model, vocab) weight.
+  // Its own (d_model, vocab) weight: a Linear(d_model, vocab), unnamed, so that its parameters are the
+  // head's own ("head.weight", "head.bias").
   LmHead(std::string name, const LmHeadOptions& options, Rng& rng);
   // Tied: the logits are h E^T with the embedding's (vocab, d_model) table, which stays the embedding's
   // parameter (listed once, under the embedding's name); only the bias is the head's. The embedding must
@@ -136,16 +137,13 @@ class LmHead : public Module<T> {
   LmHead(std::string name, const LmHeadOptions& options, Embedding<T>& tied);
   Var<T> forward(Var<T> h);  // (..., d_model) -> (..., vocab)
   bool tied() const { return tied_ != nullptr; }
-  // nn.Linear(d_model, vocab): "weight" (vocab, d_model), transposed; "bias". A tied head has only its
-  // bias: the table is the embedding's, written once under the embedding's name.
-  TorchName torch_name(std::string_view local_name) const override {
-    return {std::string(local_name), local_name == "weight"};
-  }
+  // PyTorch's names are the Linear's, nn.Linear(d_model, vocab): "weight" (vocab, d_model), transposed;
+  // "bias". A tied head has only its bias: the table is the embedding's, written once under its name.
 
  private:
   LmHeadOptions options_;
-  Parameter<T>* weight_ = nullptr;  // untied: (d_model, vocab)
-  Parameter<T>* bias_ = nullptr;
+  std::unique_ptr<Linear<T>> linear_;  // untied
+  Parameter<T>* bias_ = nullptr;       // tied
   Embedding<T>* tied_ = nullptr;
 };
 

@@ -573,3 +573,47 @@ TEST_CASE("transformer block: bias and output_projection reach its attention, an
   with_projection.output_projection = true;
   CHECK_THROWS_AS(TransformerStack<double>("stack", {.n_layers = 2, .block = with_projection}, a), ValueError);
 }
+
+TEST_CASE("module: summary() names a user's class, an unnamed root and an unnamed child by their types") {
+  Rng rng(17);
+  // An unnamed root, a user's class, and an unnamed child (the untied LmHead's Linear: its names are the head's).
+  struct Tiny : Module<float> {
+    LmHead<float> head;
+    explicit Tiny(Rng& r) : head("head", {.d_model = 3, .vocab = 2}, r) { register_child(head); }
+  } tiny(rng);
+  CHECK(tiny.summary() == "Tiny (8 values)\n  head: LmHead (8 values)\n    Linear (8 values)\n      weight  3x2\n      bias  2\n");
+}
+
+TEST_CASE("module: an unnamed child's parameters are its parent's own, so LmHead is a Linear with its names unchanged") {
+  Rng rng(18);
+  LmHead<double> head("head", {.d_model = 3, .vocab = 4}, rng);
+  CHECK(names(head) == std::vector<std::string>{"head.weight", "head.bias"});
+  CHECK(head.parameter("head.weight").value.shape() == Shape::mat(3, 4));
+  Rng again(18);
+  Linear<double> same("head", {.in = 3, .out = 4}, again);  // what the head was before: its own weight and bias
+  CHECK(head.parameter("head.weight").value == same.weight().value);
+  std::vector<std::string> torch;
+  for (const auto& [p, n] : head.torch_names()) torch.push_back(fmt::format("{}{}", n.name, n.transposed ? " (T)" : ""));
+  CHECK(torch == std::vector<std::string>{"head.weight (T)", "head.bias"});
+  LmHead<double> no_bias("head", {.d_model = 3, .vocab = 4, .bias = false}, rng);
+  CHECK(names(no_bias) == std::vector<std::string>{"head.weight"});
+
+  // The unnamed child's names must be free in its parent, and later names must not take them.
+  struct Wrapper : Module<double> {
+    Linear<double> inner;
+    Parameter<double>* extra = nullptr;
+    explicit Wrapper(Rng& r) : Module<double>("wrap"), inner("", {.in = 2, .out = 2}, r) {}
+    void adopt() { register_child(inner); }
+    void add(std::string_view name) { extra = &register_parameter(name, TensorD(Shape::vec(1))); }
+  };
+  Wrapper first(rng);
+  first.add("bias");
+  CHECK_THROWS_WITH_AS(first.adopt(), "register_child: module 'wrap' already has a parameter or child named 'bias'", NameError);
+  Wrapper second(rng);
+  second.adopt();
+  CHECK(names(second) == std::vector<std::string>{"wrap.weight", "wrap.bias"});
+  CHECK_THROWS_WITH_AS(second.add("weight"), "register_parameter: module 'wrap' already has a parameter or child named 'weight'",
+                       NameError);
+  second.add("gate");
+  CHECK(names(second) == std::vector<std::string>{"wrap.gate", "wrap.weight", "wrap.bias"});
+}
