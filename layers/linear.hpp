@@ -1,8 +1,8 @@
 #pragma once
-// Linear: y = x W + b, with W (in, out) since rows are tokens (PyTorch stores W transposed).
-// x is (N, in) or (B, T, in); a batched x times the shared W is one (B*T, in) x (in, out) product.
-
-#include <type_traits>
+// Linear: y = x W + b, with W (in, out) since rows are tokens (PyTorch stores W transposed): the layer
+// that owns W and b. The function is the op affine(x, w, b) (autograd/ops.hpp), which it records (matmul
+// without a bias); x is (N, in) or (B, T, in), and a batched x times the shared W is one
+// (B*T, in) x (in, out) product.
 
 #include "tapegrad/autograd/tape.hpp"
 #include "tapegrad/core/required.hpp"
@@ -17,13 +17,6 @@ struct LinearOptions {
   bool bias = true;
   Initializer weight_init = Initializer::xavier_uniform();
 };
-
-// x w, plus b when there is one (b may be null): the product of a linear map, for a layer that keeps its
-// own weights (Linear, SelfAttention's projections, an untied LmHead, or a user's). With a bias it is one
-// affine node (autograd/ops.hpp), else one matmul. x is (N, K) or (B, T, K), w (K, N_out). b's type is
-// taken from w's, so that a literal nullptr is accepted.
-template <class T>
-Var<T> linear_map(Tape<T>& t, Var<T> x, Parameter<T>& w, std::type_identity_t<Parameter<T>>* b);
 
 template <class T>
 class Linear : public Module<T> {
@@ -45,8 +38,6 @@ class Linear : public Module<T> {
   Parameter<T>* bias_ = nullptr;
 };
 
-extern template Var<float> linear_map(Tape<float>&, Var<float>, Parameter<float>&, Parameter<float>*);
-extern template Var<double> linear_map(Tape<double>&, Var<double>, Parameter<double>&, Parameter<double>*);
 extern template class Linear<float>;
 extern template class Linear<double>;
 

@@ -5,7 +5,6 @@
 #include <span>
 
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/layers/linear.hpp"
 
 namespace tapegrad {
 
@@ -130,20 +129,24 @@ Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding) {
                      this->name(), key_padding->shape(), s, s.batch, s.rows);
   const Mask* mask = build_mask(s, key_padding);
 
+  // in w + b in one affine node (as Linear computes it), or in w without biases.
+  const auto project = [&](Var<T> in, Parameter<T>& w, Parameter<T>* b) {
+    return b ? affine(in, t.param(w), t.param(*b)) : matmul(in, t.param(w));
+  };
   Var<T> q = x, k = x, v = x;
   if (options_.mode == AttentionMode::learnable) {
     // K, then Q, then V: backward then adds dV, dQ, dK into dX in the order the parameter-free graph
     // does (softmax(X X^T) X), so with identity weights the two give bit-identical input gradients.
-    k = linear_map(t, x, *wk_, bk_);  // (B, T, D) x (D, H dh): one product over all tokens
-    q = linear_map(t, x, *wq_, bq_);
-    v = linear_map(t, x, *wv_, bv_);
+    k = project(x, *wk_, bk_);  // (B, T, D) x (D, H dh): one product over all tokens
+    q = project(x, *wq_, bq_);
+    v = project(x, *wv_, bv_);
   }
   // Every head at once, each reading its columns of Q, K and V in place (autograd/ops_attention.cpp).
   kept_ = false;
   Var<T> out = attention(q, k, v, options_.n_heads, mask, scale_factor(),
                          keep_weights_ ? std::span<TensorT<T>>(weights_) : std::span<TensorT<T>>());
   kept_ = keep_weights_;
-  if (wo_) out = linear_map(t, out, *wo_, bo_);  // (B, T, H dh) -> (B, T, D)
+  if (wo_) out = project(out, *wo_, bo_);  // (B, T, H dh) -> (B, T, D)
   return out;
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // Self-attention, in the two modes the notes contrast, built from the autograd ops (so its backward
-// comes from theirs): the projections from linear_map (affine with a bias, else matmul), the heads from
-// the fused attention op.
+// comes from theirs): the projections by affine (x W + b, as Linear computes it; matmul without biases),
+// the heads by the fused attention op.
 //
 //   parameter-free:  softmax(X X^T * s) X                      no parameters at all
 //   learnable:       Q = X Wq, K = X Wk, V = X Wv;  softmax(Q K^T * s) V   (+ biases, + X Wo)

@@ -121,25 +121,20 @@ TEST_CASE("linear: y = x W + b over rows, and a clear error for the wrong width"
                        "linear 'readout': x is 4x5 but the layer maps rows of 2 features to 3", ShapeError);
 }
 
-TEST_CASE("linear_map: x w + b in one affine node, x w in one matmul without a bias, and errors that name the op") {
-  Parameter<double> w("w", TensorD(Shape::mat(2, 3), {1, 2, 3, 4, 5, 6}));
-  Parameter<double> b("b", TensorD(Shape::vec(3), {10, 20, 30}));
+TEST_CASE("linear: x W + b is the affine op in one node, and one matmul without a bias") {
+  Rng rng(3);
+  Linear<double> lin("proj", {.in = 2, .out = 3}, rng), no_bias("plain", {.in = 2, .out = 3, .bias = false}, rng);
+  lin.weight().assign(TensorD(Shape::mat(2, 3), {1, 2, 3, 4, 5, 6}));
+  lin.bias().assign(TensorD(Shape::vec(3), {10, 20, 30}));
+  no_bias.weight().assign(lin.weight().value);
   Tape<double> t;
   const TensorD x(Shape::batched(1, 2, 2), {1, 0, 1, 1});
-  Var<double> with_bias = linear_map(t, t.constant(x), w, &b);
-  CHECK(with_bias.value() == TensorD(Shape::batched(1, 2, 3), {11, 22, 33, 15, 27, 39}));
-  CHECK(with_bias.value() == affine(t.constant(x), t.param(w), t.param(b)).value());
+  Var<double> with_bias = lin.forward(t.constant(x));
+  CHECK(with_bias.value() == affine(t.constant(x), t.param(lin.weight()), t.param(lin.bias())).value());
   CHECK(std::string_view(t.node(with_bias).op) == "affine");
-  Var<double> without = linear_map(t, t.constant(x), w, nullptr);
+  Var<double> without = no_bias.forward(t.constant(x));
   CHECK(without.value() == TensorD(Shape::batched(1, 2, 3), {1, 2, 3, 5, 7, 9}));
   CHECK(std::string_view(t.node(without).op) == "matmul");
-  CHECK_THROWS_WITH_AS(linear_map(t, t.constant(TensorD(Shape::mat(4, 5))), w, &b),
-                       "affine: inner dimensions differ: x is 4x5, w is 2x3", ShapeError);
-  CHECK_THROWS_WITH_AS(linear_map(t, t.constant(TensorD(Shape::mat(4, 5))), w, nullptr),
-                       doctest::Contains("matmul"), ShapeError);
-  Tape<double> other;  // x on one tape, the weights recorded on another
-  CHECK_THROWS_WITH_AS(linear_map(t, other.constant(x), w, &b),
-                       "affine: w belongs to a different tape than the op's other arguments", UsageError);
 }
 
 TEST_CASE("embeddings: a trainable table, fixed one-hot tokens, and positions") {
