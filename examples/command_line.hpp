@@ -9,7 +9,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "tapegrad/train/report.hpp"
+#include "tapegrad/program/progress.hpp"
+#include "tapegrad/program/run_program.hpp"
 
 namespace tapegrad::examples {
 

@@ -11,7 +11,7 @@
 #include "helpers.hpp"
 #include "tapegrad/autograd/gradcheck.hpp"
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/train/checkpoint.hpp"
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
 #include "tapegrad/train/optimizer.hpp"
 #include "tapegrad/train/trainer.hpp"
 #include "user_models.hpp"

@@ -15,7 +15,8 @@
 #include "user_models.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/train/dataset_file.hpp"
-#include "tapegrad/train/report.hpp"
+#include "tapegrad/program/progress.hpp"
+#include "tapegrad/program/run_program.hpp"
 #include "tapegrad/train/trainer.hpp"
 
 using namespace tapegrad;
@@ -209,8 +210,8 @@ TEST_CASE("trainer: trains a user's MLP on dense data, with an optimizer, a sche
   CHECK(names == std::vector<std::string>{"train_loss", "train_mse", "train_mean_abs_error", "eval_loss", "eval_mse",
                                           "eval_mean_abs_error"});
   const NamedValues final_test = trainer.evaluate(test);
-  CHECK(value_of(final_test, "loss") < 0.01 * value_of(curve.front().values, "eval_loss"));  // it learned
-  CHECK(value_of(final_test, "mse") == doctest::Approx(value_of(final_test, "loss")).epsilon(1e-5));  // the same mean
+  CHECK(value_of(final_test, "eval_loss") < 0.01 * value_of(curve.front().values, "eval_loss"));  // it learned
+  CHECK(value_of(final_test, "eval_mse") == doctest::Approx(value_of(final_test, "eval_loss")).epsilon(1e-5));  // the same mean
   CHECK(value_of(curve.back().values, "eval_mean_abs_error") < 0.1);
   CHECK(curve.back().lr == doctest::Approx(opt.schedule().lr_at(0.02, 599)));
   CHECK(opt.lr() == 0.02);  // the schedule sets each step's rate from the optimizer's lr, never overwriting it

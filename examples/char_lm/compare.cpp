@@ -11,11 +11,13 @@
 
 #include "command_line.hpp"
 #include "tapegrad/core/file_io.hpp"
-#include "tapegrad/core/output_folder.hpp"
-#include "tapegrad/train/checkpoint.hpp"
-#include "tapegrad/train/plot.hpp"
-#include "tapegrad/train/report.hpp"
+#include "tapegrad/program/output_folder.hpp"
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
+#include "tapegrad/plot/plot.hpp"
+#include "tapegrad/program/progress.hpp"
+#include "tapegrad/program/run_program.hpp"
 #include "tapegrad/train/schedule.hpp"
+#include "tapegrad/program/checkpoint_dir.hpp"
 
 namespace char_lm {
 

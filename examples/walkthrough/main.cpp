@@ -11,7 +11,8 @@
 #include <fmt/format.h>
 
 #include "tapegrad/core/file_io.hpp"
-#include "tapegrad/train/report.hpp"
+#include "tapegrad/program/progress.hpp"
+#include "tapegrad/program/run_program.hpp"
 #include "walkthrough/notes.hpp"
 #include "../command_line.hpp"
 

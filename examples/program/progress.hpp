@@ -1,7 +1,7 @@
 #pragma once
 // Reporting a training run: a progress bar with rate and ETA on a terminal, plain lines when the
-// output is not a terminal (a log file, CI), and a CSV file of the curve. This is the one place in
-// the library that writes to the terminal.
+// output is not a terminal (a log file, CI), and a CSV file of the curve. Program support
+// (tapegrad::program): the library itself never writes to the terminal.
 
 #include <cstdio>
 #include <filesystem>
@@ -57,28 +57,5 @@ class CsvLog {
   std::FILE* out_ = nullptr;
   std::vector<std::string> names_;  // the columns, from the first row
 };
-
-// The exit codes of tapegrad's programs.
-enum class ExitCode : int {
-  ok = 0,
-  check_failed = 1,      // the program ran, and what it checks did not hold
-  bad_input = 2,         // a bad flag or value, a missing, unreadable, invalid or forged file, a size over a
-                         // limit, an output folder that cannot be used or that another run holds
-  training_stopped = 3,  // a non-finite loss or gradient (NonFiniteError)
-  system_failed = 4,     // the system failed: a full disk, a file-size limit or another I/O error (IoError),
-                         // memory exhausted, a thread refused (ResourceError)
-};
-
-// Runs a program's body and turns whatever it throws into one line on stderr, "<program>: <message>" (a
-// message that already starts with "<program>: " is not prefixed again), and its exit code:
-// NonFiniteError -> training_stopped, IoError, ResourceError and std::bad_alloc -> system_failed, any other
-// tapegrad::Error -> bad_input, anything else -> system_failed ("internal error: ..."). Nothing escapes.
-// It ignores SIGXFSZ, so that a file-size limit is a write error (exit 4), not a kill.
-// It first reads the parallel crossover (core/parallel.hpp), so a malformed TAPEGRAD_PARALLEL_* in the
-// environment is refused before the body runs. `where`, when it says something ("rank 1" in a
-// data-parallel run), is asked at the failure and follows the program's name: "<program>: rank 1: <message>".
-// A DivergenceError (the ranks of a data-parallel run no longer agree) -> check_failed.
-int run_program(std::string_view program, const std::function<int()>& body,
-                const std::function<std::string()>& where = {});
 
 }  // namespace tapegrad
