@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tapegrad/autograd/gemm.hpp"
+#include "tapegrad/autograd/inference.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/autograd/scratch.hpp"
 #include "tapegrad/autograd/softmax_kernels.hpp"
@@ -194,6 +195,44 @@ Var<T> attention(Var<T> q, Var<T> k, Var<T> v, Index heads, const Mask* mask, do
   if (saved) n.backward = &attention_backward<T>;
   return t.commit(n);
 }
+
+// ---- without a tape (autograd/inference.hpp) ------------------------------------------------------
+
+// Per head, as the op's `attend` above for one query row: S = q_h K_h^T over the open keys, P = softmax(s S),
+// out_h = P V_h, each head's operands read in place through their strides.
+template <class T>
+TensorT<T> inference::attend(const TensorT<T>& q, const TensorT<T>& keys, const TensorT<T>& values, Index length,
+                             Index heads, double scale, TensorT<T>* weights) {
+  if (heads < 1) fail<ValueError>("inference attend: heads must be >= 1, got {}", heads);
+  if (q.rank() != 2 || q.rows() != 1 || keys.rank() != 2 || values.rank() != 2 || q.cols() != keys.cols() ||
+      q.cols() % heads != 0 || values.cols() % heads != 0)
+    fail<ShapeError>("inference attend: q is {}, keys {} and values {} for {} heads; q must be one row as wide as "
+                     "the keys, and q's and the values' widths multiples of the heads",
+                     q.shape(), keys.shape(), values.shape(), heads);
+  if (length < 1 || length > keys.rows() || length > values.rows())
+    fail<ShapeError>("inference attend: {} positions asked of keys {} and values {}", length, keys.shape(),
+                     values.shape());
+  if (!(scale > 0) || !std::isfinite(scale))
+    fail<ValueError>("inference attend: the scale must be positive and finite, got {}", scale);
+  const Index dk = q.cols() / heads, dv = values.cols() / heads;
+  TensorT<T> out(Shape::mat(1, values.cols()));
+  if (weights) weights->resize(Shape::mat(heads, length));
+  T* p = detail::thread_scratch<T>(detail::Scratch::attention_block, static_cast<std::size_t>(length));  // (1, L)
+  for (Index h = 0; h < heads; ++h) {
+    detail::gemm<T>(ProductForm::abt, 1, length, dk, {q.data() + h * dk, q.cols()}, {keys.data() + h * dk, keys.cols()},
+                    p, length, false, false);
+    detail::softmax_forward(p, p, 1, length, static_cast<T>(scale), {}, false);
+    detail::gemm<T>(ProductForm::ab, 1, dv, length, {p, length}, {values.data() + h * dv, values.cols()},
+                    out.data() + h * dv, values.cols(), false, false);
+    if (weights) std::copy_n(p, length, weights->data() + h * length);
+  }
+  return out;
+}
+
+template TensorT<float> inference::attend(const TensorT<float>&, const TensorT<float>&, const TensorT<float>&, Index,
+                                          Index, double, TensorT<float>*);
+template TensorT<double> inference::attend(const TensorT<double>&, const TensorT<double>&, const TensorT<double>&,
+                                           Index, Index, double, TensorT<double>*);
 
 #define TAPEGRAD_INSTANTIATE(T) \
   template Var<T> attention(Var<T>, Var<T>, Var<T>, Index, const Mask*, double, std::span<TensorT<T>>, Where);

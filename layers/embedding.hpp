@@ -24,6 +24,8 @@ class Embedding : public Module<T> {
  public:
   Embedding(std::string name, const EmbeddingOptions& options, Rng& rng);
   Var<T> forward(Tape<T>& tape, const Ids& ids);  // ids (N) or (B, T) -> (N, dim) or (B, T, dim)
+  // One token's row, (1, dim), without a tape (generation); ValueError for an id outside the table.
+  TensorT<T> infer(std::int32_t token) const;
   Parameter<T>& table() { return *table_; }
 
  private:
@@ -70,6 +72,9 @@ class Positions : public Module<T> {
   // x (B, T, d_model) with T <= max_len. one-hot concatenates e_t (width d_model + max_len); learned
   // and sinusoidal add row t of their (max_len, d_model) table; none returns x.
   Var<T> forward(Var<T> x);
+  // The same without a tape, for rows of one sequence at positions first, first + 1, ...: x (N, d_model)
+  // -> (N, output_width()). A position past max_len is a ValueError naming it.
+  TensorT<T> infer(const TensorT<T>& x, Index first) const;
   Index output_width() const;
   const PositionOptions& options() const { return options_; }
 
