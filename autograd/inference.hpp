@@ -29,13 +29,12 @@ TensorT<T> gelu(TensorT<T> x);
 template <class T>
 TensorT<T> add(TensorT<T> a, const TensorT<T>& b);
 
-// One query against the first `length` rows of keys and values, every head: as the attention op does
-// for a query row whose mask leaves keys 0 .. length-1 open (a causal model's newest token),
-//   out_h = softmax(scale q_h K_h^T) V_h,
-// q (1, H dk), keys (>= length, H dk), values (>= length, H dv) -> out (1, H dv). `weights`, when not
-// null, receives each head's weights: (H, length).
+// Causal attention of the N newest tokens of a sequence, every head: query row r is the token at position
+// first + r and attends to keys 0 .. first + r, as the attention op does under a causal mask,
+//   out_h = softmax(scale q_h K_h^T) V_h   over the open keys,
+// q (N, H dk), keys (>= first + N, H dk), values (>= first + N, H dv) -> out (N, H dv).
 template <class T>
-TensorT<T> attend(const TensorT<T>& q, const TensorT<T>& keys, const TensorT<T>& values, Index length, Index heads,
-                  double scale, TensorT<T>* weights = nullptr);
+TensorT<T> attend(const TensorT<T>& q, const TensorT<T>& keys, const TensorT<T>& values, Index first, Index heads,
+                  double scale);
 
 }  // namespace tapegrad::inference

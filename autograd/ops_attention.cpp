@@ -198,41 +198,43 @@ Var<T> attention(Var<T> q, Var<T> k, Var<T> v, Index heads, const Mask* mask, do
 
 // ---- without a tape (autograd/inference.hpp) ------------------------------------------------------
 
-// Per head, as the op's `attend` above for one query row: S = q_h K_h^T over the open keys, P = softmax(s S),
-// out_h = P V_h, each head's operands read in place through their strides.
+// Per query row and head, as the op's `attend` above computes that row: S = q_h K_h^T over the row's open
+// keys, P = softmax(s S), out_h = P V_h, each head's operands read in place through their strides.
 template <class T>
-TensorT<T> inference::attend(const TensorT<T>& q, const TensorT<T>& keys, const TensorT<T>& values, Index length,
-                             Index heads, double scale, TensorT<T>* weights) {
+TensorT<T> inference::attend(const TensorT<T>& q, const TensorT<T>& keys, const TensorT<T>& values, Index first,
+                             Index heads, double scale) {
   if (heads < 1) fail<ValueError>("inference attend: heads must be >= 1, got {}", heads);
-  if (q.rank() != 2 || q.rows() != 1 || keys.rank() != 2 || values.rank() != 2 || q.cols() != keys.cols() ||
-      q.cols() % heads != 0 || values.cols() % heads != 0)
-    fail<ShapeError>("inference attend: q is {}, keys {} and values {} for {} heads; q must be one row as wide as "
-                     "the keys, and q's and the values' widths multiples of the heads",
+  if (q.rank() != 2 || keys.rank() != 2 || values.rank() != 2 || q.cols() != keys.cols() || q.cols() % heads != 0 ||
+      values.cols() % heads != 0)
+    fail<ShapeError>("inference attend: q is {}, keys {} and values {} for {} heads; q's rows must be as wide as the "
+                     "keys, and q's and the values' widths multiples of the heads",
                      q.shape(), keys.shape(), values.shape(), heads);
-  if (length < 1 || length > keys.rows() || length > values.rows())
-    fail<ShapeError>("inference attend: {} positions asked of keys {} and values {}", length, keys.shape(),
-                     values.shape());
+  const Index N = q.rows();
+  if (first < 0 || first + N > keys.rows() || first + N > values.rows())
+    fail<ShapeError>("inference attend: {} queries from position {} asked of keys {} and values {}", N, first,
+                     keys.shape(), values.shape());
   if (!(scale > 0) || !std::isfinite(scale))
     fail<ValueError>("inference attend: the scale must be positive and finite, got {}", scale);
   const Index dk = q.cols() / heads, dv = values.cols() / heads;
-  TensorT<T> out(Shape::mat(1, values.cols()));
-  if (weights) weights->resize(Shape::mat(heads, length));
-  T* p = detail::thread_scratch<T>(detail::Scratch::attention_block, static_cast<std::size_t>(length));  // (1, L)
-  for (Index h = 0; h < heads; ++h) {
-    detail::gemm<T>(ProductForm::abt, 1, length, dk, {q.data() + h * dk, q.cols()}, {keys.data() + h * dk, keys.cols()},
-                    p, length, false, false);
-    detail::softmax_forward(p, p, 1, length, static_cast<T>(scale), {}, false);
-    detail::gemm<T>(ProductForm::ab, 1, dv, length, {p, length}, {values.data() + h * dv, values.cols()},
-                    out.data() + h * dv, values.cols(), false, false);
-    if (weights) std::copy_n(p, length, weights->data() + h * length);
+  TensorT<T> out(Shape::mat(N, values.cols()));
+  T* p = detail::thread_scratch<T>(detail::Scratch::attention_block, static_cast<std::size_t>(first + N));  // (1, L)
+  for (Index r = 0; r < N; ++r) {
+    const Index open = first + r + 1;  // keys 0 .. first + r
+    for (Index h = 0; h < heads; ++h) {
+      detail::gemm<T>(ProductForm::abt, 1, open, dk, {q.data() + r * q.cols() + h * dk, q.cols()},
+                      {keys.data() + h * dk, keys.cols()}, p, open, false, false);
+      detail::softmax_forward(p, p, 1, open, static_cast<T>(scale), {}, false);
+      detail::gemm<T>(ProductForm::ab, 1, dv, open, {p, open}, {values.data() + h * dv, values.cols()},
+                      out.data() + r * out.cols() + h * dv, out.cols(), false, false);
+    }
   }
   return out;
 }
 
 template TensorT<float> inference::attend(const TensorT<float>&, const TensorT<float>&, const TensorT<float>&, Index,
-                                          Index, double, TensorT<float>*);
+                                          Index, double);
 template TensorT<double> inference::attend(const TensorT<double>&, const TensorT<double>&, const TensorT<double>&,
-                                           Index, Index, double, TensorT<double>*);
+                                           Index, Index, double);
 
 #define TAPEGRAD_INSTANTIATE(T) \
   template Var<T> attention(Var<T>, Var<T>, Var<T>, Index, const Mask*, double, std::span<TensorT<T>>, Where);

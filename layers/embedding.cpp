@@ -24,12 +24,16 @@ Var<T> Embedding<T>::forward(Tape<T>& tape, const Ids& ids) {
 }
 
 template <class T>
-TensorT<T> Embedding<T>::infer(std::int32_t token) const {
+TensorT<T> Embedding<T>::infer(std::span<const std::int32_t> tokens) const {
   const TensorT<T>& table = table_->value;
-  if (token < 0 || token >= table.rows())
-    fail<ValueError>("embedding '{}': token {} is outside the vocabulary of {}", this->path(), token, table.rows());
-  return TensorT<T>(Shape::mat(1, table.cols()), std::span<const T>(table.data() + token * table.cols(),
-                                                                    static_cast<std::size_t>(table.cols())));
+  const Index D = table.cols();
+  TensorT<T> out(Shape::mat(static_cast<Index>(tokens.size()), D));
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= table.rows())
+      fail<ValueError>("embedding '{}': token {} is outside the vocabulary of {}", this->path(), tokens[i], table.rows());
+    std::copy_n(table.data() + tokens[i] * D, D, out.data() + static_cast<Index>(i) * D);
+  }
+  return out;
 }
 
 template <class T>

@@ -4,6 +4,8 @@
 //   OneHotTokens   fixed one-hot features: ids (B, T) -> (B, T, vocab), no parameters
 //   Positions      none | one-hot (concatenated: width + max_len) | learned (added) | sinusoidal (added)
 
+#include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "tapegrad/autograd/tape.hpp"
@@ -24,8 +26,8 @@ class Embedding : public Module<T> {
  public:
   Embedding(std::string name, const EmbeddingOptions& options, Rng& rng);
   Var<T> forward(Tape<T>& tape, const Ids& ids);  // ids (N) or (B, T) -> (N, dim) or (B, T, dim)
-  // One token's row, (1, dim), without a tape (generation); ValueError for an id outside the table.
-  TensorT<T> infer(std::int32_t token) const;
+  // Tokens' rows, (N, dim), without a tape (generation); ValueError for an id outside the table.
+  TensorT<T> infer(std::span<const std::int32_t> tokens) const;
   Parameter<T>& table() { return *table_; }
 
  private:

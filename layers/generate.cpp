@@ -60,7 +60,9 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
         cache->clear();
         cached_from = start;
       }
-      for (Index t = cached_from + cache->length(); t < n; ++t) logits = model.step(tokens[static_cast<std::size_t>(t)], *cache);
+      // The window's tokens not fed yet: the last drawn one, or the whole window after a jump (the prompt first).
+      const auto fed = static_cast<std::size_t>(cached_from + cache->length());
+      logits = model.step(std::span<const std::int32_t>(tokens).subspan(fed), *cache);
     } else {
       logits = model.next_logits(std::span<const std::int32_t>(tokens).subspan(static_cast<std::size_t>(start)));
     }

@@ -11,8 +11,9 @@
 // time: the prediction of token n reads tokens [window_start(n), n), and window_start jumps by
 // jump = max(1, context / 2) whenever the window would be longer than the context. So the window holds
 // between context - jump + 1 and context tokens, and at each jump the cached path clears its cache and
-// feeds the kept tokens again (at their new positions, which an absolute position encoding needs): a
-// token costs two steps on average, where a window that slid by one token at every step (nanoGPT's
+// feeds the kept tokens again in one step (at their new positions, which an absolute position encoding
+// needs), as it feeds the prompt: a token costs one step of one token and, on average, a share of one
+// batched step over half a context, where a window that slid by one token at every draw (nanoGPT's
 // generate) would need a whole new forward for every token, cache or not.
 
 #include <cstdint>
@@ -37,9 +38,9 @@ class LanguageModel {
   virtual Index context() const = 0;  // the longest window: the positions the model has
   // The logits (1, vocab) of the token after `window` (1 to context tokens), by a forward of the window.
   virtual TensorT<T> next_logits(std::span<const std::int32_t> window) = 0;
-  // The same through the cache: feeds `token` at position cache.length() and returns the logits (1, vocab)
-  // of the token after it.
-  virtual TensorT<T> step(std::int32_t token, KvCache<T>& cache) = 0;
+  // The same through the cache: feeds `tokens` (one or more) at positions cache.length() on and returns
+  // the logits (1, vocab) of the token after the last of them.
+  virtual TensorT<T> step(std::span<const std::int32_t> tokens, KvCache<T>& cache) = 0;
   virtual KvCache<T> make_cache() = 0;  // for windows of up to context() tokens
 };
 

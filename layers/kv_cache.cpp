@@ -10,21 +10,23 @@ AttentionCache<T>::AttentionCache(Index capacity) : capacity_(capacity) {
 }
 
 template <class T>
-void AttentionCache<T>::append(const TensorT<T>& key, const TensorT<T>& value) {
-  if (full())
-    fail<UsageError>("attention_cache: full at {} positions (the longest sequence it was made for); clear it and feed "
-                     "a shorter window",
-                     capacity_);
-  if (key.rank() != 2 || key.rows() != 1 || value.rank() != 2 || value.rows() != 1)
-    fail<ShapeError>("attention_cache: the key is {} and the value {}; each must be one row", key.shape(), value.shape());
-  if (length_ > 0 && (key.cols() != keys_.cols() || value.cols() != values_.cols()))
-    fail<ShapeError>("attention_cache: the key is {} and the value {} but the cache holds rows of {} and {}", key.shape(),
-                     value.shape(), keys_.cols(), values_.cols());
-  keys_.resize(Shape::mat(capacity_, key.cols()));  // allocates once: the same shape ever after
-  values_.resize(Shape::mat(capacity_, value.cols()));
-  std::copy_n(key.data(), key.cols(), keys_.data() + length_ * key.cols());
-  std::copy_n(value.data(), value.cols(), values_.data() + length_ * value.cols());
-  ++length_;
+void AttentionCache<T>::append(const TensorT<T>& keys, const TensorT<T>& values) {
+  if (keys.rank() != 2 || values.rank() != 2 || keys.rows() != values.rows())
+    fail<ShapeError>("attention_cache: the keys are {} and the values {}; they must be rows of as many positions",
+                     keys.shape(), values.shape());
+  if (length_ > 0 && (keys.cols() != keys_.cols() || values.cols() != values_.cols()))
+    fail<ShapeError>("attention_cache: the keys are {} and the values {} but the cache holds rows of {} and {}",
+                     keys.shape(), values.shape(), keys_.cols(), values_.cols());
+  const Index n = keys.rows();
+  if (n > capacity_ - length_)
+    fail<UsageError>("attention_cache: {} more {} not fit: it holds {} of {} (the longest sequence it was made for); "
+                     "clear it and feed a shorter window",
+                     n, n == 1 ? "position does" : "positions do", length_, capacity_);
+  keys_.resize(Shape::mat(capacity_, keys.cols()));  // allocates once: the same shape ever after
+  values_.resize(Shape::mat(capacity_, values.cols()));
+  std::copy_n(keys.data(), keys.numel(), keys_.data() + length_ * keys.cols());
+  std::copy_n(values.data(), values.numel(), values_.data() + length_ * values.cols());
+  length_ += n;
 }
 
 template <class T>

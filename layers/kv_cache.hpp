@@ -1,12 +1,13 @@
 #pragma once
 // The keys and values of every position a causal model has read, kept per attention layer, so that
-// generation feeds one new token at a time: its query attends to the kept keys, and a step costs O(t)
-// at position t instead of a forward of the whole prefix, O(t^2) (autograd/inference.hpp computes the
-// values without a tape). Any model built from the library's layers steps the same way:
+// generation feeds only the new tokens: their queries attend to the kept keys, and a token costs O(t) at
+// position t instead of a forward of the whole prefix, O(t^2) (autograd/inference.hpp computes the
+// values without a tape). A step feeds one token, or several at once (a prompt: their products are
+// then one matrix product each). Any model built from the library's layers steps the same way:
 //
 //   KvCache<float> cache(stack.size(), max_len);          // one AttentionCache per block
-//   Tensor x = positions.infer(embed.infer(token), cache.length());  // (1, D): the token at its position
-//   Tensor logits = head.infer(stack.step(x, cache));    // (1, V); every block appended its key and value
+//   Tensor x = positions.infer(embed.infer(tokens), cache.length());  // (N, D): the tokens at their positions
+//   Tensor logits = head.infer(stack.step(x, cache));    // (N, V); every block appended N keys and values
 //
 // A cache holds at most `capacity` positions (the positions a model was trained on): a step past it is a
 // UsageError, and what to do then (slide a window and feed it again) is the sampler's choice
@@ -31,9 +32,9 @@ class AttentionCache {
   bool full() const { return length_ == capacity_; }
   void clear() { length_ = 0; }  // forgets every position, keeps the buffers
 
-  // Appends one position's key and value, rows (1, H dk) and (1, H dv). UsageError when the cache is full,
-  // ShapeError when a row is not one row or its width is not the earlier rows'.
-  void append(const TensorT<T>& key, const TensorT<T>& value);
+  // Appends the keys and values of N positions, (N, H dk) and (N, H dv). UsageError when they do not fit,
+  // ShapeError when the two have other row counts or other widths than the rows held.
+  void append(const TensorT<T>& keys, const TensorT<T>& values);
   // (capacity, H dk) and (capacity, H dv): rows 0 .. length-1 are the positions held.
   const TensorT<T>& keys() const { return keys_; }
   const TensorT<T>& values() const { return values_; }

@@ -104,8 +104,8 @@ Var<T> TransformerBlock<T>::forward(Var<T> x, const Mask* key_padding) {
 
 template <class T>
 TensorT<T> TransformerBlock<T>::step(const TensorT<T>& x_in, AttentionCache<T>& cache) const {
-  if (x_in.rank() != 2 || x_in.rows() != 1 || x_in.cols() != options_.d_model)
-    fail<ShapeError>("transformer_block '{}': x is {} but a step takes one token's row, 1x{}", this->path(),
+  if (x_in.rank() != 2 || x_in.cols() != options_.d_model)
+    fail<ShapeError>("transformer_block '{}': x is {} but a step takes the new tokens' rows, (tokens, {})", this->path(),
                      x_in.shape(), options_.d_model);
   drop1_.check_inference();  // before the attention appends to the cache
   TensorT<T> x = inference::add(x_in, drop1_.infer(attn_->step(norm1_ ? norm1_->infer(x_in) : x_in, cache)));

@@ -16,8 +16,8 @@
 // Without `layernorm` the sub-layers see x itself (no LN1, LN2, final norm); without `mlp` a block is
 // attention and its residual only.
 //
-// Each layer also computes its values without a tape, one token at a time (step, infer: generation with
-// a cache of keys and values, layers/kv_cache.hpp), mirroring its forward line by line.
+// Each layer also computes its values without a tape, for the newest tokens only (step, infer: generation
+// with a cache of keys and values, layers/kv_cache.hpp), mirroring its forward line by line.
 
 #include <memory>
 #include <vector>
@@ -77,8 +77,9 @@ class TransformerBlock : public Module<T> {
   static void check(std::string_view name, const TransformerBlockOptions& options);
   // x (B, T, d_model) -> (B, T, d_model); key_padding (B, T) as SelfAttention's.
   Var<T> forward(Var<T> x, const Mask* key_padding = nullptr);
-  // One token through the block without a tape (layers/kv_cache.hpp): x (1, d_model) -> (1, d_model),
-  // its attention appending to `cache`. Evaluation mode's values: with dropout, call eval() first.
+  // The N newest tokens through the block without a tape (layers/kv_cache.hpp): x (N, d_model) ->
+  // (N, d_model), its attention appending to `cache`. Evaluation mode's values: with dropout, call eval()
+  // first.
   TensorT<T> step(const TensorT<T>& x, AttentionCache<T>& cache) const;
 
   const TransformerBlockOptions& options() const { return options_; }
@@ -106,7 +107,8 @@ class TransformerStack : public Module<T> {
  public:
   TransformerStack(std::string name, const TransformerStackOptions& options, Rng& rng);
   Var<T> forward(Var<T> x, const Mask* key_padding = nullptr);
-  // One token through every block and the final norm, without a tape: block i steps with cache.layer(i).
+  // The newest tokens through every block and the final norm, without a tape: block i steps with
+  // cache.layer(i).
   TensorT<T> step(const TensorT<T>& x, KvCache<T>& cache);
   std::size_t size() const { return blocks_.size(); }
   TransformerBlock<T>& block(std::size_t i) { return static_cast<TransformerBlock<T>&>(blocks_[i]); }

@@ -66,14 +66,16 @@ class TinyLm : public Module<T>, public LanguageModel<T> {
     const TensorT<T> all = forward_all(window);
     return TensorT<T>(Shape::mat(1, o_.vocab), std::span<const T>(all.data() + all.numel() - o_.vocab, static_cast<std::size_t>(o_.vocab)));
   }
-  TensorT<T> step(std::int32_t token, KvCache<T>& cache) override {
+  TensorT<T> step(std::span<const std::int32_t> tokens, KvCache<T>& cache) override {
     ++steps;
-    return head_->infer(stack_.step(pos_->infer(embed_.infer(token), cache.length()), cache));
+    fed += static_cast<Index>(tokens.size());
+    const TensorT<T> all = head_->infer(stack_.step(pos_->infer(embed_.infer(tokens), cache.length()), cache));  // (N, V)
+    return TensorT<T>(Shape::mat(1, o_.vocab), std::span<const T>(all.data() + all.numel() - o_.vocab, static_cast<std::size_t>(o_.vocab)));
   }
   KvCache<T> make_cache() override { return KvCache<T>(o_.n_layers, o_.context); }
 
   TransformerStack<T>& stack() { return stack_; }
-  Index steps = 0;  // step() calls
+  Index steps = 0, fed = 0;  // step() calls, and the tokens they fed
 
  private:
   static std::unique_ptr<Positions<T>> make_positions(const TinyOptions& o, Rng& rng) {
@@ -98,21 +100,32 @@ std::vector<std::int32_t> random_tokens(Index n, Index vocab, std::uint64_t seed
 }
 
 // The largest |cached - recomputed| over every logit of every position of a sequence of `context` tokens:
-// row t of one forward of the whole sequence against the step that feeds token t.
+// row t of one forward of the whole sequence against the step that feeds token t, the first three tokens
+// fed in one step (a prompt), the rest one at a time.
 template <class T>
 double cached_against_recomputed(TinyLm<T>& model, const TinyOptions& o) {
   const std::vector<std::int32_t> tokens = random_tokens(o.context, o.vocab, 7);
   const TensorT<T> all = model.forward_all(tokens);  // (1, L, V)
   KvCache<T> cache = model.make_cache();
   double worst = 0;
-  for (Index t = 0; t < o.context; ++t) {
-    const TensorT<T> row = model.step(tokens[static_cast<std::size_t>(t)], cache);  // (1, V)
+  for (Index t = 2; t < o.context; ++t) {
+    const auto fed = std::span<const std::int32_t>(tokens).subspan(t == 2 ? 0 : static_cast<std::size_t>(t), t == 2 ? 3 : 1);
+    const TensorT<T> row = model.step(fed, cache);  // (1, V): after token t
     REQUIRE(row.shape() == Shape::mat(1, o.vocab));
     for (Index v = 0; v < o.vocab; ++v)
       worst = std::max(worst, std::abs(static_cast<double>(row[v]) - static_cast<double>(all[t * o.vocab + v])));
   }
   CHECK(cache.length() == o.context);
   CHECK(cache.full());
+  // The whole sequence in one step: its last row, and the same keys and values in every layer.
+  KvCache<T> at_once = model.make_cache();
+  const TensorT<T> last = model.step(tokens, at_once);
+  for (Index v = 0; v < o.vocab; ++v)
+    worst = std::max(worst, std::abs(static_cast<double>(last[v]) - static_cast<double>(all[(o.context - 1) * o.vocab + v])));
+  for (Index layer = 0; layer < o.n_layers; ++layer)
+    for (Index i = 0; i < at_once.layer(layer).keys().numel(); ++i)
+      worst = std::max(worst, std::abs(static_cast<double>(at_once.layer(layer).keys()[i]) -
+                                       static_cast<double>(cache.layer(layer).keys()[i])));
   return worst;
 }
 
@@ -148,7 +161,11 @@ TEST_CASE("inference: each layer's infer is its forward's value, without a tape"
   FeedForward<double> ff("ff", {.d_model = 6, .d_hidden = 7}, rng);
   CHECK_TENSOR_NEAR(ff.infer(x), TensorD(Shape::mat(5, 6), ff.forward(vx).value().span()), 1e-14, 1e-14);
   Embedding<double> embed("embed", {.vocab = 9, .dim = 6}, rng);
-  CHECK(embed.infer(4) == TensorD(Shape::mat(1, 6), std::span<const double>(embed.table().value.data() + 24, 6)));
+  CHECK(embed.infer(std::vector<std::int32_t>{4, 1}) ==
+        TensorD(Shape::mat(2, 6), {embed.table().value.at(4, 0), embed.table().value.at(4, 1), embed.table().value.at(4, 2),
+                                   embed.table().value.at(4, 3), embed.table().value.at(4, 4), embed.table().value.at(4, 5),
+                                   embed.table().value.at(1, 0), embed.table().value.at(1, 1), embed.table().value.at(1, 2),
+                                   embed.table().value.at(1, 3), embed.table().value.at(1, 4), embed.table().value.at(1, 5)}));
   for (PositionEncoding kind : {PositionEncoding::none, PositionEncoding::onehot, PositionEncoding::learned,
                                 PositionEncoding::sinusoidal}) {
     CAPTURE(to_string(kind));
@@ -206,15 +223,21 @@ TEST_CASE("kv cache: what it holds, and what it refuses") {
   CHECK(layer.values().at(0, 1) == 6);
   CHECK(cache.length() == 0);  // layer 0's count: the position of the next token
   CHECK_THROWS_WITH_AS(layer.append(TensorD(Shape::mat(1, 5)), v),
-                       "attention_cache: the key is 1x5 and the value 1x2 but the cache holds rows of 4 and 2", ShapeError);
+                       "attention_cache: the keys are 1x5 and the values 1x2 but the cache holds rows of 4 and 2", ShapeError);
   CHECK_THROWS_WITH_AS(layer.append(TensorD(Shape::mat(2, 4)), v),
-                       "attention_cache: the key is 2x4 and the value 1x2; each must be one row", ShapeError);
-  layer.append(k, v);
-  layer.append(k, v);
+                       "attention_cache: the keys are 2x4 and the values 1x2; they must be rows of as many positions",
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(layer.append(TensorD(Shape::mat(3, 4)), TensorD(Shape::mat(3, 2))),
+                       "attention_cache: 3 more positions do not fit: it holds 1 of 3 (the longest sequence it was made "
+                       "for); clear it and feed a shorter window",
+                       UsageError);
+  layer.append(TensorD(Shape::mat(2, 4), {1, 2, 3, 4, 5, 6, 7, 8}), TensorD(Shape::mat(2, 2), {9, 10, 11, 12}));
   CHECK(layer.full());
+  CHECK(layer.keys().at(2, 3) == 8);
+  CHECK(layer.values().at(1, 0) == 9);
   CHECK_THROWS_WITH_AS(layer.append(k, v),
-                       "attention_cache: full at 3 positions (the longest sequence it was made for); clear it and feed a "
-                       "shorter window",
+                       "attention_cache: 1 more position does not fit: it holds 3 of 3 (the longest sequence it was made "
+                       "for); clear it and feed a shorter window",
                        UsageError);
   cache.clear();
   CHECK(layer.length() == 0);
@@ -225,15 +248,20 @@ TEST_CASE("kv cache: what it holds, and what it refuses") {
   TinyLm<double> model(o);
   model.eval();
   KvCache<double> wrong(1, o.context);
-  CHECK_THROWS_WITH_AS(model.step(3, wrong), "transformer_stack 'stack': the cache has 1 layers for 2 blocks", ValueError);
+  const std::vector<std::int32_t> one = {3}, six = random_tokens(6, o.vocab, 1);
+  CHECK_THROWS_WITH_AS(model.step(one, wrong), "transformer_stack 'stack': the cache has 1 layers for 2 blocks", ValueError);
   KvCache<double> full = model.make_cache();
-  for (Index t = 0; t < o.context; ++t) model.step(1, full);
+  model.step(six, full);
   // The positions run out first: a learned table has max_len rows.
-  CHECK_THROWS_WITH_AS(model.step(1, full), "positions 'pos': position 8 is past the longest sequence, max_len 8",
+  CHECK_THROWS_WITH_AS(model.step(six, full), "positions 'pos': positions 6 to 11 go past the longest sequence, max_len 8",
+                       ValueError);
+  model.step(std::span<const std::int32_t>(six).first(2), full);
+  CHECK(full.full());
+  CHECK_THROWS_WITH_AS(model.step(one, full), "positions 'pos': position 8 is past the longest sequence, max_len 8",
                        ValueError);
   CHECK_THROWS_WITH_AS(model.stack().block(0).step(TensorD(Shape::mat(1, o.d_model)), full.layer(0)),
-                       "attention_cache: full at 8 positions (the longest sequence it was made for); clear it and feed a "
-                       "shorter window",
+                       "attention_cache: 1 more position does not fit: it holds 8 of 8 (the longest sequence it was made "
+                       "for); clear it and feed a shorter window",
                        UsageError);
 }
 
@@ -241,7 +269,7 @@ TEST_CASE("kv cache: refusals name the layer: training mode with dropout, a non-
   TinyOptions o{.dropout = 0.3};
   TinyLm<double> model(o);  // in training mode, as a module starts
   KvCache<double> cache = model.make_cache();
-  CHECK_THROWS_WITH_AS(model.step(1, cache),
+  CHECK_THROWS_WITH_AS(model.step(std::vector<std::int32_t>{1}, cache),
                        "dropout 'stack.blocks.0.dropout1': the inference path computes evaluation mode's values, but the "
                        "model is in training mode with p 0.3; call eval() first",
                        UsageError);
@@ -249,14 +277,15 @@ TEST_CASE("kv cache: refusals name the layer: training mode with dropout, a non-
   SelfAttention<double> open("attn", {.d_model = 4, .causal = false}, rng);
   AttentionCache<double> layer(4);
   CHECK_THROWS_WITH_AS(open.step(TensorD(Shape::mat(1, 4)), layer),
-                       "self_attention 'attn': step() feeds one token at a time, which needs a causal layer (here every "
-                       "token attends to later ones too)",
+                       "self_attention 'attn': step() feeds the newest tokens only, which needs a causal layer (here "
+                       "every token attends to later ones too)",
                        UsageError);
   SelfAttention<double> causal("attn", {.d_model = 4, .causal = true}, rng);
-  CHECK_THROWS_WITH_AS(causal.step(TensorD(Shape::mat(2, 4)), layer),
-                       "self_attention 'attn': x is 2x4 but a step takes one token's row, 1x4", ShapeError);
+  CHECK_THROWS_WITH_AS(causal.step(TensorD(Shape::mat(2, 5)), layer),
+                       "self_attention 'attn': x is 2x5 but a step takes the new tokens' rows, (tokens, 4)", ShapeError);
   Embedding<double> embed("embed", {.vocab = 3, .dim = 2}, rng);
-  CHECK_THROWS_WITH_AS(embed.infer(3), "embedding 'embed': token 3 is outside the vocabulary of 3", ValueError);
+  CHECK_THROWS_WITH_AS(embed.infer(std::vector<std::int32_t>{0, 3}), "embedding 'embed': token 3 is outside the vocabulary of 3",
+                       ValueError);
 }
 
 TEST_CASE("generate: the window slides by half a context once the text is longer than the context") {
@@ -286,8 +315,10 @@ TEST_CASE("generate: the same text with and without the cache, past the context,
     const auto recomputed = sample(d, prompt, {.count = 5 * o.context, .seed = 11, .cache = false});
     CHECK(cached.size() == static_cast<std::size_t>(5 * o.context));
     CHECK(cached == recomputed);
-    // The cost of the cache past the context: at most two steps a token (a window fed again at each jump).
-    CHECK(d.steps <= static_cast<Index>(prompt.size()) + 2 * 5 * o.context);
+    // The cost of the cache past the context: one step a drawn token, feeding at most two tokens a token on
+    // average (a window fed again at each jump).
+    CHECK(d.steps == 5 * o.context);
+    CHECK(d.fed <= static_cast<Index>(prompt.size()) + 2 * 5 * o.context);
     TinyLm<float> f(o);
     f.eval();
     CHECK(sample(f, prompt, {.count = 5 * o.context, .seed = 11, .cache = true}) ==
