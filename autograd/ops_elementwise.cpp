@@ -398,7 +398,8 @@ TensorT<T> inference::gelu(TensorT<T> x) {
 
 template <class T>
 TensorT<T> inference::add(TensorT<T> a, const TensorT<T>& b) {
-  if (a.shape() != b.shape()) fail<ShapeError>("inference add: a is {} but b is {}; they must have one shape", a.shape(), b.shape());
+  if (a.shape() != b.shape())
+    fail<ShapeError>("inference add: a is {} but b is {}; they must have one shape", a.shape(), b.shape());
   a.array() += b.array();  // as add's same-shape case: one rounding per element
   return a;
 }

@@ -23,7 +23,8 @@ std::int32_t draw_token(const TensorT<T>& logits, double temperature, double u) 
   const double top = static_cast<double>(logits.array().maxCoeff());
   std::vector<double> p(static_cast<std::size_t>(V));
   double sum = 0;
-  for (Index v = 0; v < V; ++v) sum += p[static_cast<std::size_t>(v)] = std::exp((static_cast<double>(logits[v]) - top) / temperature);
+  for (Index v = 0; v < V; ++v)
+    sum += p[static_cast<std::size_t>(v)] = std::exp((static_cast<double>(logits[v]) - top) / temperature);
   // Inverse CDF: the first token whose cumulative probability exceeds u sum (the last one if rounding
   // leaves the total just below it).
   const double target = u * sum;

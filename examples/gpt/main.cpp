@@ -66,8 +66,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(examples::within(0, 1));
   training(app.add_option("--warmup", o.warmup, "Steps of linear warm-up"), training_group)
       ->capture_default_str()->check(CLI::Range(0, 10000000));
-  training(app.add_option("--beta1", o.beta1, "AdamW beta1"), training_group)->capture_default_str()->check(examples::within(0, 0.9999));
-  training(app.add_option("--beta2", o.beta2, "AdamW beta2"), training_group)->capture_default_str()->check(examples::within(0, 0.9999));
+  training(app.add_option("--beta1", o.beta1, "AdamW beta1"), training_group)
+      ->capture_default_str()->check(examples::within(0, 0.9999));
+  training(app.add_option("--beta2", o.beta2, "AdamW beta2"), training_group)
+      ->capture_default_str()->check(examples::within(0, 0.9999));
   training(app.add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay"), training_group)
       ->capture_default_str()->check(examples::within(0, 1));
   training(app.add_option("--decay-on", decay_on, "Which parameters decay: matrices (not biases, not LayerNorms) or all"),

@@ -139,7 +139,8 @@ std::vector<std::vector<std::vector<double>>> attention_maps(Gpt<float>& model, 
 TensorD BigramModel::next_logits(std::span<const std::int32_t> window) {
   if (window.empty()) fail<ValueError>("bigram: the window is empty");
   TensorD logits(Shape::mat(1, bigram_.vocab()));
-  for (Index v = 0; v < bigram_.vocab(); ++v) logits[v] = std::log(bigram_.probability(window.back(), static_cast<std::int32_t>(v)));
+  for (Index v = 0; v < bigram_.vocab(); ++v)
+    logits[v] = std::log(bigram_.probability(window.back(), static_cast<std::int32_t>(v)));
   return logits;
 }
 

@@ -90,8 +90,8 @@ struct LmRun {
   LmRun(const Gpt<float>::Config& config, const OptimizerFactory& make_optimizer, const TrainOptions& options,
         const Data& data)
       : model(config), optimizer(make_optimizer(model)),
-        trainer(model, *optimizer, data.train, [this](Tape<float>& tape, const SequenceBatch& batch) { return model.loss(tape, batch); },
-                options) {
+        trainer(model, *optimizer, data.train,
+                [this](Tape<float>& tape, const SequenceBatch& batch) { return model.loss(tape, batch); }, options) {
     trainer.evaluate_on(data.curve);
   }
 };
@@ -280,7 +280,8 @@ std::string describe_training(const Options& o, const Data& d) {
   return fmt::format("AdamW lr {:g}, betas ({:g}, {:g}), weight decay {:g} on {}, warm-up {} steps then cosine to {:g}, "
                      "gradient norm clipped at {:g}; {} steps of {} windows of {} characters (seed {}); curve: {} "
                      "validation windows every {} steps",
-                     o.lr, o.beta1, o.beta2, o.weight_decay, o.decay_on == DecayOn::matrices ? "matrices only" : "all parameters",
+                     o.lr, o.beta1, o.beta2, o.weight_decay,
+                     o.decay_on == DecayOn::matrices ? "matrices only" : "all parameters",
                      warmup_steps(o), o.min_lr, o.clip, o.steps, o.batch, d.train.context(), o.train_seed, d.curve.size(),
                      o.eval_every);
 }
@@ -398,7 +399,8 @@ int run_comparison(const Options& o, Collective* collective) {
   for (const auto& r : trained) reloads_match = reloads_match && r.reload_matches;
   fmt::print("wrote {}/: {} ({:.0f} s in all)\n", folder->dir().string(), fmt::join(folder->written(), ", "),
              seconds_since(start));
-  if (!reloads_match) fmt::print("a saved model, read back into a fresh model, samples OTHER TEXT than the trained one (see above)\n");
+  if (!reloads_match)
+    fmt::print("a saved model, read back into a fresh model, samples OTHER TEXT than the trained one (see above)\n");
   return static_cast<int>(reloads_match ? ExitCode::ok : ExitCode::check_failed);
 }
 

@@ -218,7 +218,8 @@ std::uint32_t Windows::fingerprint() const {
 
 // ---- Bigram ---------------------------------------------------------------------------------------------
 
-Bigram::Bigram(std::span<const std::int32_t> train, Index vocab) : vocab_(vocab), p_(static_cast<std::size_t>(vocab * vocab), 1.0) {
+Bigram::Bigram(std::span<const std::int32_t> train, Index vocab)
+    : vocab_(vocab), p_(static_cast<std::size_t>(vocab * vocab), 1.0) {  // every count starts at one: add-one
   for (std::size_t i = 0; i + 1 < train.size(); ++i) p_[idx(train[i], train[i + 1])] += 1;
   for (Index a = 0; a < vocab; ++a) {
     double row = 0;
