@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "tapegrad/autograd/inference.hpp"
 #include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
@@ -25,6 +26,14 @@ Var<T> LayerNorm<T>::forward(Var<T> x) {
 }
 
 template <class T>
+TensorT<T> LayerNorm<T>::infer(const TensorT<T>& x) const {
+  if (x.cols() != dim_)
+    fail<ShapeError>("layer_norm '{}': x is {} but the layer normalises rows of {} values", this->path(), x.shape(),
+                     dim_);
+  return inference::layer_norm(x, weight_->value, bias_->value, eps_);
+}
+
+template <class T>
 Dropout<T>::Dropout(std::string name, double p) : Module<T>(std::move(name)), p_(p) {
   if (!(p >= 0 && p < 1)) fail<ValueError>("dropout '{}': p must be in [0, 1), got {}", this->path(), p);
 }
@@ -37,6 +46,20 @@ Var<T> Dropout<T>::forward(Var<T> x) {
                      "Trainer sets its own) or eval() to switch dropout off",
                      this->path(), p_);
   return dropout(x, p_, *this->rng());
+}
+
+template <class T>
+void Dropout<T>::check_inference() const {
+  if (this->training() && p_ > 0)
+    fail<UsageError>("dropout '{}': the inference path computes evaluation mode's values, but the model is in training "
+                     "mode with p {}; call eval() first",
+                     this->path(), p_);
+}
+
+template <class T>
+TensorT<T> Dropout<T>::infer(TensorT<T> x) const {
+  check_inference();
+  return x;
 }
 
 template class LayerNorm<float>;

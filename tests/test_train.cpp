@@ -461,6 +461,40 @@ TEST_CASE("report: plain lines when not a terminal, and a CSV row per evaluation
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("report: curve_series draws one named value of a curve against the step") {
+  const std::vector<CurvePoint> curve = {{.step = 0, .values = {{"train_loss", 2.0}, {"eval_loss", 3.0}}},
+                                         {.step = 50, .values = {{"train_loss", 1.0}, {"eval_loss", 1.5}}}};
+  const Series s = curve_series("validation", curve, "eval_loss");
+  CHECK(s.name == "validation");
+  CHECK(s.x == std::vector<double>{0, 50});
+  CHECK(s.y == std::vector<double>{3.0, 1.5});
+  CHECK_THROWS_AS(curve_series("x", curve, "eval_accuracy"), NameError);
+}
+
+TEST_CASE("report: the bar's rate counts steps, or the items a step trains on, from the first step it sees") {
+  const auto dir = test::scratch_dir("train", "bar");
+  const auto path = dir / "bar.txt";
+  for (bool chars : {false, true}) {
+    std::FILE* out = std::fopen(path.c_str(), "w");
+    REQUIRE(out != nullptr);
+    {
+      Progress progress(out, Progress::Style::bar, 1000, "gpt");
+      if (chars) progress.show_rate_of(768, "chars");
+      progress.on_step(501);  // a run resumed at step 500: its first step here
+      progress.on_step(1000);
+    }
+    std::fclose(out);
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    CHECK(text.str().find(chars ? " chars/s" : " steps/s") != std::string::npos);
+    CHECK(text.str().find(chars ? " steps/s" : " chars/s") == std::string::npos);
+  }
+  CHECK_THROWS_WITH_AS(Progress(stderr, Progress::Style::quiet, 1, "x").show_rate_of(0, "chars"),
+                       "progress: items per step must be positive, got 0", ValueError);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("run_program: every exception becomes its documented exit code, nothing escapes") {
   const auto code = [](auto thrower) { return run_program("prog", [&]() -> int { thrower(); return 0; }); };
   CHECK(run_program("prog", [] { return 0; }) == 0);

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "command_line.hpp"
+#include "memory_limit.hpp"
 #include "tapegrad/core/file_io.hpp"
 #include "tapegrad/program/output_folder.hpp"
 #include "tapegrad/train/checkpoint/checkpoint.hpp"
@@ -33,23 +34,13 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 constexpr Index kEvalBatch = 256;        // words per evaluation batch
-constexpr double kMaxMemoryBytes = 8e9;  // what one run of this example may take
-
-// A rough bound on one run's memory: the parameters with their gradients and AdamW's two buffers, and a
-// batch's activations and their gradients on the tape (per position and block: about 12 D for the norms,
-// projections and residuals, 3 d_ff for the MLP, 3 H T for the attention weights). LimitError above the
-// limit, before anything is allocated.
+// The learnable model's memory (the larger of the two) within the examples' limit.
 void check_memory(CharLm<float>::Config c, Index batch) {
   c.attention = AttentionMode::learnable;
-  const double D = static_cast<double>(c.d_model), F = static_cast<double>(c.d_ff != 0 ? c.d_ff : 4 * c.d_model),
-               T = static_cast<double>(c.max_len), H = static_cast<double>(c.n_heads);
-  const double parameters = static_cast<double>(CharLm<float>::implied_parameter_count(c));
-  const double activations = static_cast<double>(batch) * T * static_cast<double>(c.n_layers) * (12 * D + 3 * F + 3 * H * T);
-  const double bytes = 4.0 * (4 * parameters + 2 * activations);
-  if (bytes > kMaxMemoryBytes)
-    fail<LimitError>("the model and a batch would take about {}, more than the {} this example allows; lower --d-model, "
-                     "--d-ff, --layers or --batch",
-                     format_bytes(bytes), format_bytes(kMaxMemoryBytes));
+  examples::check_lm_memory({.parameters = static_cast<double>(CharLm<float>::implied_parameter_count(c)), .batch = batch,
+                             .positions = c.max_len, .layers = c.n_layers, .d_model = c.d_model,
+                             .d_ff = c.d_ff != 0 ? c.d_ff : 4 * c.d_model, .heads = c.n_heads},
+                            "--d-model, --d-ff, --layers or --batch");
 }
 
 Index eval_every(const Options& o) { return o.eval_every > 0 ? o.eval_every : std::max<Index>(1, o.steps / 10); }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cerrno>
 #include <cmath>
@@ -28,9 +29,16 @@ Progress::Progress(std::FILE* out, Style style, Index total_steps, std::string t
 
 Progress::~Progress() { finish(); }
 
+void Progress::show_rate_of(double per_step, std::string unit) {
+  if (!(per_step > 0) || !std::isfinite(per_step)) fail<ValueError>("progress: items per step must be positive, got {}", per_step);
+  per_step_ = per_step;
+  unit_ = std::move(unit);
+}
+
 void Progress::draw(Index step) {
+  if (first_step_ < 0) first_step_ = std::max<Index>(0, step - 1);
   const double elapsed = now() - start_;
-  const double rate = elapsed > 0 ? static_cast<double>(step) / elapsed : 0;
+  const double rate = elapsed > 0 ? static_cast<double>(step - first_step_) / elapsed : 0;  // steps a second
   const double eta = rate > 0 ? static_cast<double>(total_ - step) / rate : NAN;
   constexpr int width = 24;
   const int filled = total_ > 0 ? static_cast<int>(width * step / total_) : width;
@@ -42,7 +50,7 @@ void Progress::draw(Index step) {
     metrics = fmt::format("  {} {:.4f}", last_.values.front().name, last_.values.front().value);
     if (last_.values.size() > 1) metrics += fmt::format("  {} {:.4f}", last_.values.back().name, last_.values.back().value);
   }
-  fmt::print(out_, "\r{} [{}] {}/{}  {:.0f} steps/s  ETA {}{}\x1b[K", title_, bar, step, total_, rate,
+  fmt::print(out_, "\r{} [{}] {}/{}  {:.0f} {}/s  ETA {}{}\x1b[K", title_, bar, step, total_, rate * per_step_, unit_,
              format_duration(eta), metrics);
   std::fflush(out_);
   open_line_ = true;
@@ -78,6 +86,15 @@ void Progress::finish() {
     std::fflush(out_);
     open_line_ = false;
   }
+}
+
+Series curve_series(std::string name, const std::vector<CurvePoint>& curve, std::string_view value) {
+  Series s{.name = std::move(name)};
+  for (const CurvePoint& p : curve) {
+    s.x.push_back(static_cast<double>(p.step));
+    s.y.push_back(value_of(p.values, value));
+  }
+  return s;
 }
 
 TrainCallbacks Progress::callbacks() {

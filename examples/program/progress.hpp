@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tapegrad/plot/plot.hpp"
 #include "tapegrad/train/trainer.hpp"
 
 namespace tapegrad {
@@ -20,6 +21,8 @@ class Progress {
   Progress(std::FILE* out, Style style, Index total_steps, std::string title);
   ~Progress();
 
+  // The bar's rate in items a second ("chars/s") instead of steps a second, for `per_step` items a step.
+  void show_rate_of(double per_step, std::string unit);
   void on_step(Index step);                // the bar redraws at most 10 times a second
   void on_evaluation(const CurvePoint& p);  // lines: one per evaluation
   void finish();                           // ends the bar's line
@@ -35,6 +38,9 @@ class Progress {
   CurvePoint last_{};
   bool have_point_ = false;
   double start_, last_draw_ = -1;
+  Index first_step_ = -1;  // the steps done before the first on_step (a resumed run's), which the rate leaves out
+  double per_step_ = 1;
+  std::string unit_ = "steps";
   bool open_line_ = false;
 };
 
@@ -57,5 +63,9 @@ class CsvLog {
   std::FILE* out_ = nullptr;
   std::vector<std::string> names_;  // the columns, from the first row
 };
+
+// One named value of a training curve against the step, as a line of a chart (examples/plot/plot.hpp):
+// "eval_loss" at every point, say. NameError (value_of's) when the points do not have it.
+Series curve_series(std::string name, const std::vector<CurvePoint>& curve, std::string_view value);
 
 }  // namespace tapegrad
