@@ -14,6 +14,7 @@
 #include "tapegrad/core/file_io.hpp"
 #include "tapegrad/program/output_folder.hpp"
 #include "tapegrad/train/checkpoint/checkpoint.hpp"
+#include "tapegrad/train/checkpoint/safetensors.hpp"
 #include "tapegrad/plot/plot.hpp"
 #include "tapegrad/program/progress.hpp"
 #include "tapegrad/program/run_program.hpp"
@@ -88,6 +89,9 @@ MeanSd mean_sd(const std::vector<double>& v) {
 }
 
 std::string checkpoint_name(AttentionMode mode, int seed) { return fmt::format("{}_seed{}.tgck", mode_file_name(mode), seed); }
+std::string safetensors_name(AttentionMode mode, int seed) {
+  return fmt::format("{}_seed{}.safetensors", mode_file_name(mode), seed);
+}
 std::string samples_name(AttentionMode mode, int seed) { return fmt::format("samples_{}_seed{}.txt", mode_file_name(mode), seed); }
 std::string attention_name(AttentionMode mode, std::size_t layer) {
   return fmt::format("attention_{}_layer{}.svg", mode_file_name(mode), layer);
@@ -139,6 +143,12 @@ RunResult train_one(const Options& o, AttentionMode mode, int seed, Index max_le
   checkpoint.metadata["validation_nll"] = fmt::format("{:.4f}", r.validation);
   const std::string file = checkpoint_name(mode, seed);
   save_checkpoint(*out, file, checkpoint);
+  // Its weights for PyTorch (docs/safetensors.md): the learnable model in its twin's names and layouts; the
+  // parameter-free one, which no PyTorch module computes, in tapegrad's.
+  const std::vector<std::byte> exported = encode_safetensors(
+      run.model, {.layout = mode == AttentionMode::learnable ? WeightLayout::pytorch : WeightLayout::tapegrad});
+  out->write(safetensors_name(mode, seed), {reinterpret_cast<const char*>(exported.data()), exported.size()},
+             Durability::durable);
   out->write(samples_name(mode, seed), lines(r.samples));
   // What --sample-from will do in a fresh process: the saved model must sample the same words.
   const auto reloaded = model_from_checkpoint<CharLm<float>>(read_checkpoint(out->path(file)));
@@ -249,6 +259,7 @@ int run_comparison(const Options& o, Collective* collective) {
     for (AttentionMode mode : kModes) {
       for (int seed = 0; seed < o.seeds; ++seed) {
         names.push_back(checkpoint_name(mode, seed));
+        names.push_back(safetensors_name(mode, seed));
         names.push_back(samples_name(mode, seed));
       }
       for (Index layer = 0; layer < o.model.n_layers; ++layer) names.push_back(attention_name(mode, static_cast<std::size_t>(layer)));

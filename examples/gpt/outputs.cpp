@@ -28,10 +28,11 @@ void RunFolder::write(std::string_view name, std::string_view content) {
   written_.emplace_back(name);
 }
 
-fs::path RunFolder::save_model(std::string_view model, const Checkpoint& checkpoint, const Module<float>& weights) {
+fs::path RunFolder::save_model(std::string_view model, const Checkpoint& checkpoint, const Module<float>& weights,
+                               WeightLayout layout) {
   const std::string name = fmt::format("{}.tgck", model), exported = fmt::format("{}.safetensors", model);
   tapegrad::save_checkpoint(out_, name, checkpoint);
-  const std::vector<std::byte> bytes = encode_safetensors(weights, {.layout = WeightLayout::pytorch});
+  const std::vector<std::byte> bytes = encode_safetensors(weights, {.layout = layout});
   out_.write(exported, {reinterpret_cast<const char*>(bytes.data()), bytes.size()}, Durability::durable);
   written_.push_back(name);
   written_.push_back(exported);

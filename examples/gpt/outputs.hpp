@@ -8,7 +8,9 @@
 //   curves.svg, attention_<model>_layer<i>.svg
 //   samples_<model>.txt                    what each model sampled (the same text --sample-from prints)
 //   <model>.tgck                           each model at the end, with its state of training
-//   <model>.safetensors                    its weights in PyTorch's names and layouts (docs/safetensors.md)
+//   <model>.safetensors                    its weights: the learnable model in PyTorch's names and layouts
+//                                          (docs/safetensors.md); the parameter-free one, which no PyTorch
+//                                          module computes, in tapegrad's
 //   checkpoints/<model>/checkpoint-<step>.tgck   with --checkpoint-every
 //
 // <model> is parameter_free or learnable (and bigram, for its samples).
@@ -22,6 +24,7 @@
 #include "tapegrad/layers/module.hpp"
 #include "tapegrad/program/checkpoint_dir.hpp"
 #include "tapegrad/program/output_folder.hpp"
+#include "tapegrad/train/checkpoint/safetensors.hpp"
 
 namespace gpt {
 
@@ -43,7 +46,7 @@ class RunFolder {
   void write(std::string_view name, std::string_view content);  // a report, a picture, samples
   // <model>.tgck, the model at the end of its training, and <model>.safetensors, its weights for PyTorch.
   std::filesystem::path save_model(std::string_view model, const tapegrad::Checkpoint& checkpoint,
-                                   const tapegrad::Module<float>& weights);
+                                   const tapegrad::Module<float>& weights, tapegrad::WeightLayout layout);
   // checkpoint-<step>.tgck in checkpoints/<model>/, keeping this run's newest `keep`.
   std::filesystem::path save_checkpoint(std::string_view model, const tapegrad::Checkpoint& checkpoint, std::int64_t step,
                                         int keep);

@@ -184,7 +184,9 @@ ModelResult train_to_end(LmRun& run, const Data& data, const Options& o, Index c
   r.samples = sample_text(model, data.vocabulary, o, o.cache);
   if (!sentence.empty()) r.maps = attention_maps(model, sentence);
 
-  const fs::path file = folder->save_model(name, checkpoint_of(run, data, curve_windows), model);
+  const fs::path file = folder->save_model(name, checkpoint_of(run, data, curve_windows), model,
+                                           model.config().attention == AttentionMode::learnable ? WeightLayout::pytorch
+                                                                                                : WeightLayout::tapegrad);
   folder->write(fmt::format("samples_{}.txt", name), r.samples);
   // What --sample-from will do in a fresh process: the saved model must sample the same text.
   const auto reloaded = model_from_checkpoint<Gpt<float>>(read_checkpoint(file));
