@@ -1,7 +1,7 @@
 // autograd/tape_graph: a recorded tape as Graphviz DOT and SVG, and the Tape's read-only walk it uses
 // (node_at, inputs_of, grad_at). The DOT text of a small tape in full, the norms, a hostile parameter
 // name, a tape of 10^5 nodes and the size limit, SVG through Graphviz's dot and the errors when dot is
-// missing or fails.
+// missing or fails; the walkthrough's two attention graphs.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -13,6 +13,7 @@
 #include "tapegrad/core/file_io.hpp"
 #include "tapegrad/core/process.hpp"
 #include "helpers.hpp"
+#include "walkthrough/graphs.hpp"
 
 using namespace tapegrad;
 namespace fs = std::filesystem;
@@ -282,4 +283,39 @@ TEST_CASE("dot_to_svg: dot failing on bad input, or killed, is an error naming i
                        fmt::format("dot_to_svg: '{}' was killed by signal 9 (Killed)", killed.string()).c_str(), ProcessError);
   CHECK_THROWS_WITH_AS(dot_to_svg("digraph {}", {.program = "true"}),
                        "dot_to_svg: 'true' exited with status 0 but wrote no SVG (0 bytes, no <svg> element)", ProcessError);
+}
+
+TEST_CASE("walkthrough graphs: Wq, Wk and Wv enter the learnable tape, no parameter the parameter-free one") {
+  const auto graphs = walkthrough::attention_graphs();
+  REQUIRE(graphs.size() == 2);
+  CHECK(graphs[0].name == "attention_parameter_free");
+  CHECK(graphs[1].name == "attention_learnable");
+  const std::string& free = graphs[0].dot;
+  const std::string& learned = graphs[1].dot;
+  CAPTURE(learned);
+  CHECK(count(free, "shape=cylinder") == 0);
+  CHECK(count(learned, "shape=cylinder") == 3);
+  for (const char* p : {"attn.wq", "attn.wk", "attn.wv"})
+    CHECK(learned.find(fmt::format("<B>{}</B><BR/>parameter 3x3", p)) != std::string::npos);
+  // Both: x, the fused attention, the sum; the learnable tape adds three parameters and three products.
+  CHECK(count(free, "[label=<") == 3);
+  CHECK(count(learned, "[label=<") == 9);
+  CHECK(count(learned, "<B>matmul</B>") == 3);
+  CHECK(count(free, "<B>attention</B>") == 1);
+  CHECK(count(free, " -> ") == 2);  // x -> attention, filling q, k and v; attention -> sum
+  CHECK(free.find("  n0 -> n1 [label=\"0,1,2\"];\n") != std::string::npos);
+  CHECK(count(learned, " -> ") == 10);  // x and a weight into each product, the products into attention, -> sum
+  CHECK(count(learned, "|grad|") == 9);  // forward and backward: every node has its gradient's norm
+}
+
+TEST_CASE("walkthrough graphs: written as .dot, and as .svg when asked") {
+  const fs::path dir = test::scratch_dir("graph", "walkthrough");
+  const auto dots = walkthrough::write_attention_graphs(dir, false);
+  CHECK(dots == std::vector<fs::path>{dir / "attention_parameter_free.dot", dir / "attention_learnable.dot"});
+  CHECK(read_file(dots[1], 1 << 20) == walkthrough::attention_graphs()[1].dot);
+  REQUIRE_MESSAGE(dot_available(), "Graphviz's dot is not installed: ", kGraphvizHint);
+  const auto all = walkthrough::write_attention_graphs(dir, true);
+  REQUIRE(all.size() == 4);
+  CHECK(all[3] == dir / "attention_learnable.svg");
+  CHECK(read_file(all[3], 1 << 20).find("attn.wq") != std::string::npos);
 }
