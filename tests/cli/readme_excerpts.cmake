@@ -1,20 +1,24 @@
 # The README's code is the tested code: every C++ block is an excerpt, and every block the README introduces with
 #   <!-- excerpt: <file> <name> -->
 # must be, line for line, the region of <file> between "// [readme:<name>]" and "// [readme:<name>-end]".
-# -DROOT=<source root>; with -DUPDATE=ON it rewrites the README's blocks from the files instead of checking:
+# -DROOT=<source root>; -DDOCUMENT=<a page under it> checks that page instead (docs/tape_graph.md); with
+# -DUPDATE=ON it rewrites the page's blocks from the files instead of checking:
 #   cmake -DROOT=. -DUPDATE=ON -P tests/cli/readme_excerpts.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/run_program.cmake)
-file(READ ${ROOT}/README.md readme)
+if(NOT DOCUMENT)
+  set(DOCUMENT README.md)
+endif()
+file(READ ${ROOT}/${DOCUMENT} readme)
 string(REGEX MATCHALL "<!-- excerpt: [^ ]+ [^ ]+ -->\n```[a-z]*\n" starts "${readme}")
 list(LENGTH starts count)
 if(count EQUAL 0)
-  message(FATAL_ERROR "README.md has no excerpts")
+  message(FATAL_ERROR "${DOCUMENT} has no excerpts")
 endif()
 # Every C++ block of the README is an excerpt: no fragment that no compiler has seen.
 count_matches(n_cpp "\n```cpp\n" "${readme}")
 count_matches(n_cpp_excerpts "<!-- excerpt: [^ ]+ [^ ]+ -->\n```cpp\n" "${readme}")
 if(NOT n_cpp EQUAL n_cpp_excerpts)
-  message(FATAL_ERROR "README.md has ${n_cpp} C++ blocks but only ${n_cpp_excerpts} are excerpts of tested code: put "
+  message(FATAL_ERROR "${DOCUMENT} has ${n_cpp} C++ blocks but only ${n_cpp_excerpts} are excerpts of tested code: put "
                       "the code in a file ctest compiles and runs, between // [readme:<name>] markers, and write "
                       "<!-- excerpt: <file> <name> --> before its block")
 endif()
@@ -36,7 +40,7 @@ foreach(start IN LISTS starts)
   string(FIND "${source}" "${open_marker}" a)
   string(FIND "${source}" "${close_marker}" b)
   if(a EQUAL -1 OR b EQUAL -1)
-    message(FATAL_ERROR "README.md quotes ${path} '${name}', but ${path} has no [readme:${name}] markers")
+    message(FATAL_ERROR "${DOCUMENT} quotes ${path} '${name}', but ${path} has no [readme:${name}] markers")
   endif()
   string(LENGTH "${open_marker}" m)
   math(EXPR a "${a} + ${m}")
@@ -48,14 +52,14 @@ foreach(start IN LISTS starts)
       math(EXPR after "${from} + ${close}")
       string(SUBSTRING "${readme}" ${after} -1 tail)
       set(readme "${before}${region}${tail}")
-      message(STATUS "README excerpt ${path} '${name}' updated")
+      message(STATUS "${DOCUMENT} excerpt ${path} '${name}' updated")
       continue()
     endif()
-    message(FATAL_ERROR "README.md's excerpt '${name}' differs from ${path}:\n--- README\n${shown}--- ${path}\n${region}"
-                        "(cmake -DROOT=. -DUPDATE=ON -P tests/cli/readme_excerpts.cmake rewrites it)")
+    message(FATAL_ERROR "${DOCUMENT}'s excerpt '${name}' differs from ${path}:\n--- ${DOCUMENT}\n${shown}--- ${path}\n${region}"
+                        "(cmake -DROOT=. -DDOCUMENT=${DOCUMENT} -DUPDATE=ON -P tests/cli/readme_excerpts.cmake rewrites it)")
   endif()
-  message(STATUS "README excerpt ${path} '${name}' is the file's code")
+  message(STATUS "${DOCUMENT} excerpt ${path} '${name}' is the file's code")
 endforeach()
 if(UPDATE)
-  file(WRITE ${ROOT}/README.md "${readme}")
+  file(WRITE ${ROOT}/${DOCUMENT} "${readme}")
 endif()
