@@ -59,7 +59,7 @@ TEST_CASE("tape: node_at, inputs_of and grad_at walk a recording, read-only (doc
   Var<double> loss = sum(y);
   REQUIRE(tape.size() == 6);  // x, c, w, matmul, add, sum
   CHECK(std::string(tape.node_at(3).op) == "matmul");
-  CHECK(tape.node_at(2).parameter_name == &w.name);
+  CHECK(tape.node_at(2).parameter == &w);
   CHECK(tape.node_at(5).val()[0] == 5 * 3 + 7 * 7 + 2);
   // Inputs by index, in argument order; leaves have none.
   CHECK(std::vector<std::uint32_t>(tape.inputs_of(3).begin(), tape.inputs_of(3).end()) == std::vector<std::uint32_t>{0, 2});

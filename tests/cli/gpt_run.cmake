@@ -53,7 +53,7 @@ if(NOT rc EQUAL 2 OR NOT err MATCHES "^gpt: --prompt: byte 0x7e \\('~'\\) at pos
   message(FATAL_ERROR "a prompt byte outside the vocabulary: expected exit 2 and one line, got ${rc}:\n${out}${err}")
 endif()
 execute_process(COMMAND ${PROGRAM} ${tiny} --out ${WORK}/run RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 2 OR NOT err MATCHES "^gpt: --out: '.*' holds another run's files \\(.*\\); choose a new folder, or --overwrite")
+if(NOT rc EQUAL 2 OR NOT err MATCHES "^gpt: --out: '.*' holds the files of an earlier gpt run \\(.*\\); choose a new folder, or --overwrite")
   message(FATAL_ERROR "a second run into the same folder: expected exit 2 and a refusal, got ${rc}:\n${out}${err}")
 endif()
 message(STATUS "gpt: resumed bit for bit (${straight}); --sample-from reproduced the samples with and without the cache")
