@@ -383,8 +383,8 @@ LoadReport load_training(const Checkpoint& c, TrainerBase& trainer, LoadOptions 
   if (!c.training) fail<FormatError>("resume: the checkpoint holds weights only, not the state of training");
   const TrainingRecord& t = *c.training;
   Module<float>& model = trainer.model();
-  const ModelRecord mine = model.model_record();
-  if (!(c.model == mine)) fail<FormatError>("resume: {}", record_differences(c.model, mine));
+  const ModelRecord model_record = model.model_record();
+  if (!(c.model == model_record)) fail<FormatError>("resume: {}", record_differences(c.model, model_record));
   // Check every part before changing any: weights, optimizer state, trainer state.
   const auto params = model.parameters();
   LoadReport report = match(c, params);
