@@ -5,6 +5,7 @@
 
 #include <unsupported/Eigen/SpecialFunctions>
 
+#include "tapegrad/autograd/inference.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/parallel.hpp"
 
@@ -192,6 +193,15 @@ auto normal_pdf(const A& x) {
   return (T(-0.5) * x.square()).exp() * T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
 }
 
+// y = x Phi(x), elementwise: gelu's forward and inference::gelu (y may be x).
+template <class T>
+void gelu_values(const TensorT<T>& x, TensorT<T>& y) {
+  parallel_rows(x.numel(), 1, [&](Index from, Index count) {
+    const auto v = x.array().segment(from, count);
+    y.array().segment(from, count) = v * normal_cdf(v);
+  }, kErfCost);
+}
+
 }  // namespace
 
 template <class T>
@@ -272,12 +282,7 @@ Var<T> gelu(Var<T> a, Where where) {
                        n.grad.array().segment(from, count) * (normal_cdf(x) + x * normal_pdf(x)), dA.assign);
           }, kErfCost);
       },
-      [](Node<T>& n, const TensorT<T>& A) {
-        parallel_rows(A.numel(), 1, [&](Index from, Index count) {
-          const auto x = A.array().segment(from, count);
-          n.value.array().segment(from, count) = x * normal_cdf(x);
-        }, kErfCost);
-      });
+      [](Node<T>& n, const TensorT<T>& A) { gelu_values(A, n.value); });
 }
 
 // C = e^A;  dA += dC C
@@ -384,6 +389,25 @@ Var<T> transpose(Var<T> a, Where where) {
   };
   return t.commit(n);
 }
+
+template <class T>
+TensorT<T> inference::gelu(TensorT<T> x) {
+  gelu_values(x, x);
+  return x;
+}
+
+template <class T>
+TensorT<T> inference::add(TensorT<T> a, const TensorT<T>& b) {
+  if (a.shape() != b.shape())
+    fail<ShapeError>("inference add: a is {} but b is {}; they must have one shape", a.shape(), b.shape());
+  a.array() += b.array();  // as add's same-shape case: one rounding per element
+  return a;
+}
+
+template TensorT<float> inference::gelu(TensorT<float>);
+template TensorT<double> inference::gelu(TensorT<double>);
+template TensorT<float> inference::add(TensorT<float>, const TensorT<float>&);
+template TensorT<double> inference::add(TensorT<double>, const TensorT<double>&);
 
 #define TAPEGRAD_INSTANTIATE(T)                      \
   template Var<T> add(Var<T>, Var<T>, Where);        \

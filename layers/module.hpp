@@ -40,7 +40,7 @@ struct ModelRecord {
 };
 
 // Where a parameter lives in PyTorch's state_dict, relative to its module (safetensors' pytorch
-// layout, train/safetensors.hpp): its name there, and how tapegrad's value sits in PyTorch's tensor.
+// layout, train/checkpoint/safetensors.hpp): its name there, and how tapegrad's value sits in PyTorch's tensor.
 struct TorchName {
   std::string name;         // "weight", "in_proj_weight", "out_proj.weight"
   bool transposed = false;  // PyTorch holds the transpose: nn.Linear's weight is (out, in)

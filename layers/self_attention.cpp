@@ -4,6 +4,7 @@
 #include <cmath>
 #include <span>
 
+#include "tapegrad/autograd/inference.hpp"
 #include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
@@ -173,6 +174,32 @@ TorchName SelfAttention<T>::torch_name(std::string_view local_name) const {
   if (local_name == "wo") return {"out_proj.weight", true};
   if (local_name == "bo") return {"out_proj.bias"};
   return Module<T>::torch_name(local_name);
+}
+
+template <class T>
+TensorT<T> SelfAttention<T>::step(const TensorT<T>& x, AttentionCache<T>& cache) const {
+  if (!options_.causal)
+    fail<UsageError>("self_attention '{}': step() feeds the newest tokens only, which needs a causal layer (here "
+                     "every token attends to later ones too)",
+                     this->path());
+  if (x.rank() != 2 || x.cols() != options_.d_model)
+    fail<ShapeError>("self_attention '{}': x is {} but a step takes the new tokens' rows, (tokens, {})", this->path(),
+                     x.shape(), options_.d_model);
+  auto project = [](const TensorT<T>& in, Parameter<T>* w, Parameter<T>* b) {  // as forward() projects
+    return inference::affine(in, w->value, b ? &b->value : nullptr);
+  };
+  TensorT<T> q, k, v;  // (N, H dh) each; the parameter-free mode reads x itself
+  if (options_.mode == AttentionMode::learnable) {
+    k = project(x, wk_, bk_);
+    q = project(x, wq_, bq_);
+    v = project(x, wv_, bv_);
+  }
+  const bool free = options_.mode == AttentionMode::parameter_free;
+  const Index first = cache.length();  // the position of x's first row
+  cache.append(free ? x : k, free ? x : v);
+  TensorT<T> out = inference::attend(free ? x : q, cache.keys(), cache.values(), first, options_.n_heads,
+                                     scale_factor());  // (N, H dh)
+  return wo_ ? project(out, wo_, bo_) : out;
 }
 
 template class SelfAttention<float>;

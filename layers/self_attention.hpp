@@ -21,6 +21,7 @@
 #include "tapegrad/core/names.hpp"
 #include "tapegrad/core/required.hpp"
 #include "tapegrad/layers/init.hpp"
+#include "tapegrad/layers/kv_cache.hpp"
 #include "tapegrad/layers/module.hpp"
 
 namespace tapegrad {
@@ -74,6 +75,11 @@ class SelfAttention : public Module<T> {
   // x (B, T, d_model). key_padding (B, T), optional: nonzero marks a padding position, which no
   // query attends to. A query that can see no key at all (causal + padding) gets a zero output.
   Var<T> forward(Var<T> x, const Mask* key_padding = nullptr);
+  // Generation without a tape (layers/kv_cache.hpp): x (N, d_model) are the N newest tokens of a sequence
+  // whose earlier tokens' keys and values `cache` holds; appends theirs and returns their output rows
+  // (N, output_width()), the rows forward() gives them. Only a causal layer steps (a UsageError otherwise:
+  // its outputs would depend on tokens not yet fed); tokens past the cache's capacity are a UsageError.
+  TensorT<T> step(const TensorT<T>& x, AttentionCache<T>& cache) const;
 
   // The attention weights of the last forward, one (B, T, T) tensor per head (row = query, column =
   // key), when that forward kept them: keep_weights(true) before it. Keeping costs one copy of every

@@ -19,7 +19,8 @@
 #include "reseal.hpp"
 #include "user_models.hpp"
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/train/checkpoint.hpp"
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
+#include "tapegrad/program/checkpoint_dir.hpp"
 
 using namespace tapegrad;
 using namespace tapegrad::lesson;

@@ -12,7 +12,7 @@
 #include "tapegrad/autograd/gradcheck.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/layers/transformer.hpp"
-#include "tapegrad/train/checkpoint.hpp"
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
 #include "tapegrad/train/optimizer.hpp"
 #include "tapegrad/train/trainer.hpp"
 #include "user_models.hpp"

@@ -67,6 +67,20 @@ struct SgdOptions {
   void check(std::string_view op) const;
 };
 
+// Which parameters Adam's and AdamW's weight decay applies to: every one (torch.optim's single group), or
+// the matrices only, parameters of rank 2 or more (weights and embedding tables, not biases or LayerNorms'
+// gains and shifts), as nanoGPT and most transformer recipes decay (there, with two parameter groups).
+enum class DecayOn { all, matrices };
+
+template <>
+struct EnumNames<DecayOn> {
+  static constexpr std::string_view what = "weight decay on";
+  static constexpr std::array<EnumName<DecayOn>, 2> names = {{
+      {DecayOn::all, "all"},
+      {DecayOn::matrices, "matrices"},
+  }};
+};
+
 // Adam's and AdamW's options. weight_decay defaults to 0 for both (torch.optim.AdamW's default is 0.01:
 // give it explicitly when porting).
 struct AdamOptions {
@@ -218,21 +232,35 @@ class SGD final : public OptimizerWith<T, SgdOptions> {
 };
 
 // Adam and AdamW share everything but where weight decay enters. Buffers: "exp_avg", "exp_avg_sq".
+// Decay on the matrices only is saved among the hyperparameters as "decay_on = matrices", and only then,
+// so an optimizer that decays every parameter saves, prints and loads exactly what it did before the
+// choice existed; a state and an optimizer that differ in it are refused by load_state (the name is
+// missing on one side).
 template <class T>
 class AdamFamily : public OptimizerWith<T, AdamOptions> {
+ public:
+  DecayOn decay_on() const { return decay_on_; }
+  Settings hyperparameters() const override;
+
  protected:
-  AdamFamily(std::vector<Parameter<T>*> params, AdamOptions options, bool decoupled_decay, std::string_view op);
+  AdamFamily(std::vector<Parameter<T>*> params, AdamOptions options, bool decoupled_decay, std::string_view op,
+             DecayOn decay_on);
 
  private:
   void update(double lr, std::int64_t t) override;
+  void check_hyperparameters(const Settings& h) const override;
+  void apply_hyperparameters(const Settings& h) override;
+  bool decays(std::size_t i) const;  // whether parameter i's weight decay applies
+
   bool decoupled_decay_;  // AdamW: p *= 1 - lr wd, apart from the gradient
+  DecayOn decay_on_;
 };
 
 // torch.optim.Adam: weight decay is added to the gradient (L2 regularisation).
 template <class T>
 class Adam final : public AdamFamily<T> {
  public:
-  explicit Adam(std::vector<Parameter<T>*> params, AdamOptions options = {});
+  explicit Adam(std::vector<Parameter<T>*> params, AdamOptions options = {}, DecayOn decay_on = DecayOn::all);
   std::string_view kind() const override { return to_string(OptimizerKind::adam); }
 };
 
@@ -240,12 +268,13 @@ class Adam final : public AdamFamily<T> {
 template <class T>
 class AdamW final : public AdamFamily<T> {
  public:
-  explicit AdamW(std::vector<Parameter<T>*> params, AdamOptions options = {});
+  explicit AdamW(std::vector<Parameter<T>*> params, AdamOptions options = {}, DecayOn decay_on = DecayOn::all);
   std::string_view kind() const override { return to_string(OptimizerKind::adamw); }
 };
 
 // An optimizer of a named kind from its hyperparameters (as a checkpoint or a command line holds them):
-// strict, every field of the kind's options once (NameError, ValueError otherwise).
+// strict, every field of the kind's options once, and for adam and adamw "decay_on" if it is not "all"
+// (NameError, ValueError otherwise).
 template <class T>
 std::unique_ptr<Optimizer<T>> make_optimizer(OptimizerKind kind, std::vector<Parameter<T>*> params,
                                              const Settings& hyperparameters);

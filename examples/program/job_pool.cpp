@@ -1,4 +1,4 @@
-#include "tapegrad/core/job_pool.hpp"
+#include "tapegrad/program/job_pool.hpp"
 
 #include <sched.h>
 

@@ -39,7 +39,7 @@
 
 #include "tapegrad/core/names.hpp"
 #include "tapegrad/layers/module.hpp"
-#include "tapegrad/train/checkpoint.hpp"  // LoadReport, tapegrad_version
+#include "tapegrad/train/checkpoint/checkpoint.hpp"  // LoadReport, tapegrad_version
 
 namespace tapegrad {
 

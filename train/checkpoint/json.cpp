@@ -4,7 +4,7 @@
 // UBSan's pointer-overflow check (see CMakeLists.txt).
 #include <sstream>
 
-#include "tapegrad/train/checkpoint_serialize.hpp"
+#include "tapegrad/train/checkpoint/serialize.hpp"
 
 namespace tapegrad {
 

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <string_view>
 
-#include "tapegrad/train/checkpoint_serialize.hpp"
+#include "tapegrad/train/checkpoint/serialize.hpp"
 
 namespace tapegrad::checkpoint_detail {
 namespace {
@@ -162,17 +162,16 @@ void load_format1(InArchive& ar, Checkpoint& c) {
   t.optimizer.step = load_i64(ar);
   load_records(ar, t.optimizer.buffers, "the optimizer buffers");
   load_trainer(ar, t.trainer, config.options);
-  // The data's fingerprint was metadata in format 1.
-  const auto fingerprint = c.metadata.find("data.fingerprint");
-  if (fingerprint != c.metadata.end()) {
+  // Format 1 recorded its data as metadata ("data.fingerprint": the examples' ids, examples_crc32 in
+  // hexadecimal), not as this release's fingerprint, and not its evaluation data at all: the metadata
+  // stays for the program that knows the data to compare (the trainer CLI does), and load_training does
+  // not compare the trainer's fingerprints with a format-1 file's.
+  if (const auto fingerprint = c.metadata.find("data.fingerprint"); fingerprint != c.metadata.end()) {
     std::uint32_t v = 0;
     const auto [end, ec] = std::from_chars(fingerprint->second.data(), fingerprint->second.data() + fingerprint->second.size(), v, 16);
     if (ec != std::errc() || end != fingerprint->second.data() + fingerprint->second.size())
-      fail<FormatError>("the data fingerprint '{}' is not a hexadecimal number", fingerprint->second);
-    t.trainer.data_fingerprint = v;
-    c.metadata.erase(fingerprint);
+      fail<FormatError>("the data fingerprint '{}' is not a hexadecimal number", escaped(fingerprint->second));
   }
-  t.trainer.from_format1 = true;  // its fingerprint covers ids only; it did not record the evaluation data
   c.training = std::move(t);
 }
 

@@ -1,7 +1,7 @@
 // Checkpoints: the file format (header + CRC-32), atomic writes, and strict all-or-nothing loading of
-// any model and any training run. The payload's layout is in checkpoint_serialize.hpp (format 2) and
-// checkpoint_format1.cpp (format 1). See checkpoint.hpp.
-#include "tapegrad/train/checkpoint.hpp"
+// any model and any training run. The payload's layout is in serialize.hpp (format 2) and
+// format1.cpp (format 1). See checkpoint.hpp.
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -13,7 +13,7 @@
 
 #include "tapegrad/core/crc32.hpp"
 #include "tapegrad/core/file_io.hpp"
-#include "tapegrad/train/checkpoint_serialize.hpp"
+#include "tapegrad/train/checkpoint/serialize.hpp"
 
 namespace tapegrad {
 namespace {
@@ -343,11 +343,6 @@ void save_checkpoint(const std::filesystem::path& path, const Checkpoint& c) {
   write_file(path, {reinterpret_cast<const char*>(bytes.data()), bytes.size()}, Durability::durable, "save_checkpoint");
 }
 
-void save_checkpoint(OutputFolder& out, std::string_view relative, const Checkpoint& c) {
-  const std::vector<std::byte> bytes = encode_checkpoint(c);
-  out.write(relative, {reinterpret_cast<const char*>(bytes.data()), bytes.size()}, Durability::durable);
-}
-
 Checkpoint read_checkpoint(const std::filesystem::path& path, std::size_t max_bytes) {
   const std::string bytes = read_file(path, max_bytes, "load");
   return decode_checkpoint(std::as_bytes(std::span<const char>(bytes)), path.string());
@@ -398,8 +393,8 @@ LoadReport load_training(const Checkpoint& c, TrainerBase& trainer, LoadOptions 
   if (!c.training) fail<FormatError>("resume: the checkpoint holds weights only, not the state of training");
   const TrainingRecord& t = *c.training;
   Module<float>& model = trainer.model();
-  const ModelRecord mine = model.model_record();
-  if (!(c.model == mine)) fail<FormatError>("resume: {}", record_differences(c.model, mine));
+  const ModelRecord model_record = model.model_record();
+  if (!(c.model == model_record)) fail<FormatError>("resume: {}", record_differences(c.model, model_record));
   // Check every part before changing any: weights, optimizer state, trainer state.
   const auto params = model.parameters();
   LoadReport report = match(c, params, options);
@@ -408,11 +403,17 @@ LoadReport load_training(const Checkpoint& c, TrainerBase& trainer, LoadOptions 
   refuse_non_finite(t.optimizer.buffers, nullptr, "optimizer buffer", options);
   const OptimizerState<float> state = optimizer_state(t.optimizer);
   trainer.optimizer().check_state(state);
-  trainer.check_state(t.trainer);
+  TrainerState saved = t.trainer;
+  if (c.format_version == 1) {  // its data was recorded otherwise: the program compares it (format1.cpp)
+    const TrainerState mine = trainer.state();
+    saved.data_fingerprint = mine.data_fingerprint;
+    saved.eval_fingerprint = mine.eval_fingerprint;
+  }
+  trainer.check_state(saved);
 
   apply_weights(c, params, report);
   trainer.optimizer().load_state(state);
-  trainer.set_state(t.trainer);
+  trainer.set_state(saved);
   report.training_state = true;
   return report;
 }
@@ -509,7 +510,7 @@ std::string describe_checkpoint(const Checkpoint& c) {
   const OptimizerRecord& o = c.training->optimizer;
   const TrainerState& t = c.training->trainer;
   s += fmt::format("training: step {} of {} ({}), data fingerprint {:08x}{}{}\n", t.step, t.options.steps,
-                   describe_settings(to_settings(t.options)), t.data_fingerprint, t.from_format1 ? " (format 1)" : "",
+                   describe_settings(to_settings(t.options)), t.data_fingerprint, c.format_version == 1 ? " (format 1: see the metadata)" : "",
                    t.eval_fingerprint ? fmt::format(", evaluation data fingerprint {:08x}", *t.eval_fingerprint) : "");
   s += fmt::format("optimizer: {} after {} steps ({}); schedule {}; {} buffers\n", p(o.kind), o.step,
                    p(describe_settings(o.hyperparameters)), p(o.schedule.describe()), o.buffers.size());
@@ -527,69 +528,6 @@ std::string describe_checkpoint(const Checkpoint& c) {
     s += fmt::format("last evaluation: step {}{}\n", last.step, values);
   }
   return s;
-}
-
-CheckpointDir::CheckpointDir(std::filesystem::path dir, int keep) : dir_(std::move(dir)), keep_(keep) {
-  if (keep < 1) fail<ValueError>("checkpoints: keep must be at least 1, got {}", keep);
-}
-
-std::vector<std::filesystem::path> CheckpointDir::list() const {
-  std::vector<std::pair<std::int64_t, std::filesystem::path>> found;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
-    const std::string file = entry.path().filename().string();
-    constexpr std::string_view head = "checkpoint-", tail = ".tgck";
-    if (!file.starts_with(head) || !file.ends_with(tail) || file.size() <= head.size() + tail.size()) continue;
-    const std::string_view digits = std::string_view(file).substr(head.size(), file.size() - head.size() - tail.size());
-    std::int64_t step = 0;
-    if (digits.find_first_not_of("0123456789") != std::string_view::npos || !from_text(digits, step)) continue;
-    if (entry.is_regular_file(ec)) found.emplace_back(step, entry.path());
-  }
-  std::sort(found.begin(), found.end());
-  std::vector<std::filesystem::path> out;
-  for (auto& f : found) out.push_back(std::move(f.second));
-  return out;
-}
-
-std::optional<std::filesystem::path> CheckpointDir::latest() const {
-  auto all = list();
-  if (all.empty()) return std::nullopt;
-  return all.back();
-}
-
-CheckpointDir::CheckpointDir(OutputFolder& out, std::string relative, int keep)
-    : CheckpointDir(out.path(relative), keep) {
-  out_ = &out;
-  relative_ = std::move(relative);
-}
-
-std::string CheckpointDir::name(std::int64_t step) const {
-  const std::string file = fmt::format("checkpoint-{:08}.tgck", step);
-  return out_ ? relative_ + "/" + file : (dir_ / file).string();
-}
-
-std::filesystem::path CheckpointDir::save(const Checkpoint& c, std::int64_t step) {
-  const std::string name = this->name(step);
-  std::filesystem::path path;
-  if (out_) {
-    save_checkpoint(*out_, name, c);
-    path = out_->path(name);
-  } else {
-    path = name;
-    save_checkpoint(path, c);
-  }
-  std::erase(saved_, path);  // saved again (the same step): it is the newest now
-  saved_.push_back(path);
-  while (saved_.size() > static_cast<std::size_t>(keep_)) {
-    if (out_) {
-      out_->remove(relative_ + "/" + saved_.front().filename().string());
-    } else {
-      std::error_code ec;
-      std::filesystem::remove(saved_.front(), ec);  // already gone is fine
-    }
-    saved_.erase(saved_.begin());
-  }
-  return path;
 }
 
 template Checkpoint snapshot(const Module<float>&);

@@ -1,4 +1,4 @@
-#include "tapegrad/train/plot.hpp"
+#include "tapegrad/plot/plot.hpp"
 
 #include <algorithm>
 #include <array>

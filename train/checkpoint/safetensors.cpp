@@ -1,6 +1,6 @@
 // safetensors: the decoder that checks every rule before it allocates what a file asks for, the encoder,
 // and loading any module, strictly or partially, in tapegrad's layout or PyTorch's. See safetensors.hpp.
-#include "tapegrad/train/safetensors.hpp"
+#include "tapegrad/train/checkpoint/safetensors.hpp"
 
 #include <algorithm>
 #include <bit>

@@ -38,7 +38,6 @@
 #include <string>
 #include <vector>
 
-#include "tapegrad/core/output_folder.hpp"
 #include "tapegrad/layers/module.hpp"
 #include "tapegrad/train/optimizer.hpp"
 #include "tapegrad/train/trainer.hpp"
@@ -102,8 +101,6 @@ Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view 
 inline constexpr std::size_t kMaxCheckpointBytes = std::size_t{4} << 30;  // 4 GiB
 
 void save_checkpoint(const std::filesystem::path& path, const Checkpoint& c);  // atomic; IoError naming the reason
-// Into a run's folder (durable, atomic, listed as the run's: core/output_folder.hpp).
-void save_checkpoint(OutputFolder& out, std::string_view relative, const Checkpoint& c);
 // FileError for a file that cannot be opened or is not a regular file (a folder, a device, a pipe), LimitError
 // for one over max_bytes, FormatError for anything that is not a valid checkpoint.
 Checkpoint read_checkpoint(const std::filesystem::path& path, std::size_t max_bytes = kMaxCheckpointBytes);
@@ -185,33 +182,6 @@ template <class T>
 std::uint32_t checksum(const TensorT<T>& t);
 // The CRC-32 of every parameter value as float64 bytes, in the file's order: what `inspect` prints.
 std::uint32_t weights_crc32(const Checkpoint& c);
-
-// Checkpoints of one run in a folder: checkpoint-<step>.tgck. Keeping the newest `keep` counts only the
-// files this object saved, so another run's checkpoints, or a user's file of that name, are never deleted.
-// Given the run's OutputFolder, it saves into its subfolder `relative` through it (each file listed as the
-// run's, a user's file of that name refused); given a path, it only lists what is there (and saves
-// without a manifest, for a program that keeps none).
-class CheckpointDir {
- public:
-  CheckpointDir(std::filesystem::path dir, int keep);
-  CheckpointDir(OutputFolder& out, std::string relative, int keep);
-  // The name of the checkpoint of `step`, relative to the run's folder when there is one.
-  std::string name(std::int64_t step) const;
-  // Saves (atomically), then deletes this run's oldest beyond `keep`. Returns the path.
-  std::filesystem::path save(const Checkpoint& c, std::int64_t step);
-  // Every checkpoint-<step>.tgck in the folder, whoever wrote it, oldest step first; names whose step is
-  // not a number that fits are left out.
-  std::vector<std::filesystem::path> list() const;
-  std::optional<std::filesystem::path> latest() const;
-  const std::vector<std::filesystem::path>& saved() const { return saved_; }  // by this run, oldest first
-
- private:
-  std::filesystem::path dir_;
-  int keep_;
-  std::vector<std::filesystem::path> saved_;
-  OutputFolder* out_ = nullptr;
-  std::string relative_;
-};
 
 // ---- model_from_checkpoint --------------------------------------------------------------------------
 

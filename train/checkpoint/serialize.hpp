@@ -1,12 +1,12 @@
 #pragma once
 // The cereal serialization of checkpoints, shared by checkpoint.cpp (portable binary files) and
-// checkpoint_json.cpp (JSON for people). Internal to train/.
+// json.cpp (JSON for people). Internal to train/.
 //
 // save() works with any cereal output archive. load() reads the portable binary form through
 // InArchive, which knows the payload's length and bounds every size it decodes by it: a corrupt size
 // is a FormatError before anything is allocated. (cereal's own UserDataAdapter would carry the bound
 // too, but it is marked experimental.) Format 1 (tapegrad 0.1) has its own reader in
-// checkpoint_format1.cpp, which maps it onto the same structures.
+// format1.cpp, which maps it onto the same structures.
 
 #include <algorithm>
 #include <cmath>
@@ -20,7 +20,7 @@
 #include <cereal/types/string.hpp>
 #include <cereal/types/vector.hpp>
 
-#include "tapegrad/train/checkpoint.hpp"
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
 
 namespace tapegrad::checkpoint_detail {
 
@@ -404,7 +404,7 @@ inline void load_format2(InArchive& ar, Checkpoint& c) {
 }
 
 // The payload of a format-1 file (tapegrad 0.1), mapped onto today's structures
-// (checkpoint_format1.cpp).
+// (format1.cpp).
 void load_format1(InArchive& ar, Checkpoint& c);
 
 // cereal's binary archives have no nodes; these make the save() functions above archive-neutral.

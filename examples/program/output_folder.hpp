@@ -35,6 +35,29 @@
 
 namespace tapegrad {
 
+// A folder this process owns while the lock lives: made (with its parents) if missing, and locked with
+// flock() on <folder>/.tapegrad.lock, which holds the owner's pid. The system drops the lock when the
+// process ends, however it ends, so a killed run never leaves the folder locked. Throws FileError when the
+// folder cannot be made or written (a file in its place, a read-only mount, no permission) and BusyError
+// naming the other process when one holds it.
+class FolderLock {
+ public:
+  FolderLock(std::filesystem::path folder, std::string_view op);
+  ~FolderLock();
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+  const std::filesystem::path& folder() const { return folder_; }
+
+ private:
+  std::filesystem::path folder_;
+  int fd_ = -1;
+};
+
+// Removes the temporary files write_file leaves when a process dies mid-write (".<name>.tmp-<pid>") from
+// `folder`. Only for a folder this process owns (a FolderLock): no other writer can be using them.
+// Returns how many it removed.
+int remove_stale_temporaries(const std::filesystem::path& folder);
+
 struct OutputFolderOptions {
   std::string program;                       // the manifest's owner: "train", "char_lm", a user's program
   bool overwrite = false;                    // replace (remove first) an earlier run's files

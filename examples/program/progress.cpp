@@ -1,14 +1,13 @@
-#include "tapegrad/train/report.hpp"
+#include "tapegrad/program/progress.hpp"
 
-#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 
-#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 namespace {
@@ -30,9 +29,16 @@ Progress::Progress(std::FILE* out, Style style, Index total_steps, std::string t
 
 Progress::~Progress() { finish(); }
 
+void Progress::show_rate_of(double per_step, std::string unit) {
+  if (!(per_step > 0) || !std::isfinite(per_step)) fail<ValueError>("progress: items per step must be positive, got {}", per_step);
+  per_step_ = per_step;
+  unit_ = std::move(unit);
+}
+
 void Progress::draw(Index step) {
+  if (first_step_ < 0) first_step_ = std::max<Index>(0, step - 1);
   const double elapsed = now() - start_;
-  const double rate = elapsed > 0 ? static_cast<double>(step) / elapsed : 0;
+  const double rate = elapsed > 0 ? static_cast<double>(step - first_step_) / elapsed : 0;  // steps a second
   const double eta = rate > 0 ? static_cast<double>(total_ - step) / rate : NAN;
   constexpr int width = 24;
   const int filled = total_ > 0 ? static_cast<int>(width * step / total_) : width;
@@ -44,7 +50,7 @@ void Progress::draw(Index step) {
     metrics = fmt::format("  {} {:.4f}", last_.values.front().name, last_.values.front().value);
     if (last_.values.size() > 1) metrics += fmt::format("  {} {:.4f}", last_.values.back().name, last_.values.back().value);
   }
-  fmt::print(out_, "\r{} [{}] {}/{}  {:.0f} steps/s  ETA {}{}\x1b[K", title_, bar, step, total_, rate,
+  fmt::print(out_, "\r{} [{}] {}/{}  {:.0f} {}/s  ETA {}{}\x1b[K", title_, bar, step, total_, rate * per_step_, unit_,
              format_duration(eta), metrics);
   std::fflush(out_);
   open_line_ = true;
@@ -80,6 +86,15 @@ void Progress::finish() {
     std::fflush(out_);
     open_line_ = false;
   }
+}
+
+Series curve_series(std::string name, const std::vector<CurvePoint>& curve, std::string_view value) {
+  Series s{.name = std::move(name)};
+  for (const CurvePoint& p : curve) {
+    s.x.push_back(static_cast<double>(p.step));
+    s.y.push_back(value_of(p.values, value));
+  }
+  return s;
 }
 
 TrainCallbacks Progress::callbacks() {
@@ -123,42 +138,6 @@ void CsvLog::close() {
   std::FILE* f = out_;
   out_ = nullptr;
   if (std::fclose(f) != 0) fail<IoError>("csv log: closing '{}' failed: {}", escaped(path_), std::strerror(errno));
-}
-
-int run_program(std::string_view program, const std::function<int()>& body, const std::function<std::string()>& where) {
-  auto report = [&](std::string_view message, ExitCode code) {
-    const std::string prefix = fmt::format("{}: ", program);
-    if (message.starts_with(prefix)) message.remove_prefix(prefix.size());
-    const std::string place = where ? where() : std::string();
-    fmt::print(stderr, "{}{}{}\n", prefix, place.empty() ? "" : place + ": ", message);
-    return static_cast<int>(code);
-  };
-  // A file-size limit (ulimit -f) would otherwise kill the process with SIGXFSZ mid-write, leaving a
-  // temporary file and no message: ignored, the write fails with EFBIG, which write_file reports as an
-  // IoError naming the file (exit 4) after removing its temporary file.
-  ::signal(SIGXFSZ, SIG_IGN);
-  try {
-    // Reads TAPEGRAD_PARALLEL_MIN_* (and measures the crossover) now, so a malformed value is refused
-    // before the program has done or printed anything.
-    parallel_crossover();
-    return body();
-  } catch (const NonFiniteError& e) {
-    return report(e.what(), ExitCode::training_stopped);
-  } catch (const IoError& e) {
-    return report(e.what(), ExitCode::system_failed);
-  } catch (const ResourceError& e) {
-    return report(e.what(), ExitCode::system_failed);
-  } catch (const DivergenceError& e) {
-    return report(e.what(), ExitCode::check_failed);
-  } catch (const Error& e) {
-    return report(e.what(), ExitCode::bad_input);
-  } catch (const std::bad_alloc&) {
-    return report("out of memory: the system could not give the run the memory it asked for", ExitCode::system_failed);
-  } catch (const std::exception& e) {
-    return report(fmt::format("internal error: {}", e.what()), ExitCode::system_failed);
-  } catch (...) {
-    return report("internal error: an unknown exception", ExitCode::system_failed);
-  }
 }
 
 }  // namespace tapegrad

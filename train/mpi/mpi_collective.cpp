@@ -1,4 +1,4 @@
-#include "tapegrad/train/mpi_collective.hpp"
+#include "tapegrad/train/mpi/mpi_collective.hpp"
 
 #include <mpi.h>
 
