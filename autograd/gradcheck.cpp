@@ -110,23 +110,23 @@ class Checker {
 
   void compare(GradcheckTensorSummary& summary, const std::string& name, Index index, std::string position,
                double analytic, double numeric) {
-    GradcheckEntry e{name, index, std::move(position), analytic, numeric, std::abs(analytic - numeric), 0};
+    GradcheckEntry e{.tensor = name, .index = index, .position = std::move(position), .analytic = analytic,
+                     .numeric = numeric, .abs_error = std::abs(analytic - numeric)};
     // Below atol, magnitudes are finite-difference noise: dividing by them would report noise as 100%.
     const double scale = std::max({std::abs(analytic), std::abs(numeric), opts_.atol});
     e.rel_error = scale > 0 ? e.abs_error / scale : 0;
-    const double allowed = opts_.atol + opts_.rtol * std::abs(numeric);
-    const bool failed = !(e.abs_error <= allowed);  // NaN fails
-    const double closeness = std::isnan(e.abs_error) ? INFINITY : e.abs_error / allowed;
+    e.tolerance = opts_.atol + opts_.rtol * std::abs(numeric);
+    const bool failed = !(e.abs_error <= e.tolerance);  // NaN fails
+    e.tolerance_used = std::isnan(e.abs_error) ? INFINITY : e.abs_error / e.tolerance;
     ++summary.checked;
     ++report_.checked;
     // std::max would drop a NaN (NaN < x is false): a NaN error stays the maximum, as it is the worst.
     const auto worse = [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); };
     summary.max_abs_error = worse(summary.max_abs_error, e.abs_error);
     summary.max_rel_error = worse(summary.max_rel_error, e.rel_error);
-    if (report_.checked == 1 || closeness > worst_closeness_) {
-      worst_closeness_ = closeness;
-      report_.worst = e;
-    }
+    summary.max_tolerance_used = worse(summary.max_tolerance_used, e.tolerance_used);
+    if (report_.checked == 1 || e.tolerance_used > report_.closest_to_tolerance.tolerance_used)
+      report_.closest_to_tolerance = e;
     if (failed) {
       ++summary.failed;
       ++report_.failed;
@@ -144,7 +144,6 @@ class Checker {
   TensorD projection_;
   std::vector<TensorD> analytic_;  // inputs, then parameters
   GradcheckReport report_;
-  double worst_closeness_ = 0;
 };
 
 }  // namespace
@@ -164,13 +163,16 @@ std::string GradcheckReport::str() const {
                               ok() ? "passed" : "FAILED", checked, failed, options.fast ? "fast" : "full",
                               options.eps, options.atol, options.rtol);
   for (const auto& t : tensors)
-    s += fmt::format("  {:<16} {:>10}  {:>6} checked  {:>4} failed  max abs error {:.2e}  max rel error {:.2e}\n",
-                     t.name, t.shape, t.checked, t.failed, t.max_abs_error, t.max_rel_error);
+    s += fmt::format("  {:<16} {:>10}  {:>6} checked  {:>4} failed  max abs error {:.2e}  max rel error {:.2e}  "
+                     "up to {:.0f}% of the tolerance\n",
+                     t.name, t.shape, t.checked, t.failed, t.max_abs_error, t.max_rel_error,
+                     100 * t.max_tolerance_used);
   auto line = [](const GradcheckEntry& e) {
-    return fmt::format("{}{}: analytic {:.10g}, numeric {:.10g}, abs error {:.2e}, rel error {:.2e}", e.tensor,
-                       e.position, e.analytic, e.numeric, e.abs_error, e.rel_error);
+    return fmt::format("{}{}: analytic {:.10g}, numeric {:.10g}, abs error {:.2e}, rel error {:.2e}, "
+                       "{:.0f}% of its tolerance",
+                       e.tensor, e.position, e.analytic, e.numeric, e.abs_error, e.rel_error, 100 * e.tolerance_used);
   };
-  if (checked > 0) s += fmt::format("  worst: {}\n", line(worst));
+  if (checked > 0) s += fmt::format("  closest to its tolerance: {}\n", line(closest_to_tolerance));
   for (const auto& e : failures) s += fmt::format("  MISMATCH {}\n", line(e));
   if (static_cast<std::size_t>(failed) > failures.size())
     s += fmt::format("  ... and {} more mismatches\n", static_cast<std::size_t>(failed) - failures.size());

@@ -44,15 +44,17 @@ struct GradcheckOptions {
 // about 100x and still catch any wrong rule.
 inline constexpr GradcheckOptions kStrictGradcheck{.eps = 1e-6, .atol = 1e-7, .rtol = 1e-6};
 
-// One compared derivative.
+// One compared derivative. It passes when abs_error <= tolerance; tolerance_used says how close it came.
 struct GradcheckEntry {
   std::string tensor;    // input or parameter name
   Index index = -1;      // flat element index, or the direction number in fast mode
   std::string position;  // "[1, 2]" in the tensor's shape, or "direction 3"
   double analytic = 0;
   double numeric = 0;
-  double abs_error = 0;
-  double rel_error = 0;  // |analytic - numeric| / max(|analytic|, |numeric|, atol)
+  double abs_error = 0;       // |analytic - numeric|
+  double rel_error = 0;       // |analytic - numeric| / max(|analytic|, |numeric|, atol): for reading, not the rule
+  double tolerance = 0;       // atol + rtol |numeric|: the most abs_error may be
+  double tolerance_used = 0;  // abs_error / tolerance: up to 1 passes (NaN: infinite)
 };
 
 struct GradcheckTensorSummary {
@@ -60,8 +62,9 @@ struct GradcheckTensorSummary {
   Shape shape;
   Index checked = 0;
   Index failed = 0;
-  double max_abs_error = 0;
-  double max_rel_error = 0;
+  double max_abs_error = 0;       // the largest abs_error of its entries
+  double max_rel_error = 0;       // the largest rel_error (not always the same entry's)
+  double max_tolerance_used = 0;  // the largest tolerance_used: above 1, some entry failed
 };
 
 struct GradcheckReport {
@@ -70,7 +73,9 @@ struct GradcheckReport {
   Index failed = 0;
   std::vector<GradcheckTensorSummary> tensors;  // inputs, then parameters, in the order given
   std::vector<GradcheckEntry> failures;         // the first options.max_failures_listed mismatches
-  GradcheckEntry worst;                         // the entry closest to (or furthest past) its tolerance
+  // The entry with the largest tolerance_used, over every input and parameter: the one closest to its
+  // tolerance, or furthest past it. Its abs_error and rel_error need not be the largest ones.
+  GradcheckEntry closest_to_tolerance;
 
   bool ok() const { return failed == 0 && checked > 0; }
   std::string str() const;  // a readable multi-line report

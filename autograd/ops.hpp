@@ -119,7 +119,7 @@ template <class T> Var<T> div(Var<T> a, Var<T> b, Where where = Where::current()
 // scaled by 1 / (1 - p), so the expected value is unchanged; 0 <= p < 1. The mask is drawn from `rng`,
 // one uniform per element in row-major order, so a seeded stream (the trainer's, saved in checkpoints)
 // gives the same mask again. p = 0 draws nothing and returns x unchanged. This op always drops:
-// evaluation mode is the caller's (Dropout, layers/normalization.hpp) decision not to call it.
+// evaluation mode is the caller's (Dropout, layers/dropout.hpp) decision not to call it.
 template <class T> Var<T> dropout(Var<T> x, double p, Rng& rng, Where where = Where::current());
 // Layer normalisation over the last axis, fused: y = (x - mean) / sqrt(var + eps) * gamma + beta with
 // the biased variance (as PyTorch); gamma and beta are rows of x's width. One pass forward, one back.

@@ -9,6 +9,7 @@
 #include <unsupported/Eigen/SpecialFunctions>
 
 #include "tapegrad/autograd/function.hpp"
+#include "tapegrad/autograd/inference.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/parallel.hpp"
 
@@ -229,16 +230,21 @@ struct Tanh {
 };
 
 // C = A Phi(A) (Phi: standard normal cdf, PyTorch's exact gelu);  dA += dC (Phi(A) + A phi(A))
+// y = x Phi(x), elementwise: gelu's forward and inference::gelu (y may be x).
+template <class T>
+void gelu_values(const TensorT<T>& x, TensorT<T>& y) {
+  parallel_rows(x.numel(), 1, [&](Index from, Index count) {
+    const auto v = x.array().segment(from, count);
+    y.array().segment(from, count) = v * normal_cdf(v);
+  }, kErfCost);
+}
+
 template <class T>
 struct Gelu {
   static constexpr const char* name = "gelu";
   static constexpr const char* inputs[] = {"x"};
   static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) {
-    TensorT<T>& c = ctx.output(a.shape());
-    parallel_rows(a.numel(), 1, [&](Index from, Index count) {  // element ranges when large
-      const auto x = a.array().segment(from, count);
-      c.array().segment(from, count) = x * normal_cdf(x);
-    }, kErfCost);
+    gelu_values(a, ctx.output(a.shape()));
   }
   static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
     a.grad.add_parallel([&](Index from, Index count) {
@@ -389,6 +395,25 @@ Var<T> transpose(Var<T> a, Where where) {
   };
   return t.commit(n);
 }
+
+template <class T>
+TensorT<T> inference::gelu(TensorT<T> x) {
+  gelu_values(x, x);
+  return x;
+}
+
+template <class T>
+TensorT<T> inference::add(TensorT<T> a, const TensorT<T>& b) {
+  if (a.shape() != b.shape())
+    fail<ShapeError>("inference add: a is {} but b is {}; they must have one shape", a.shape(), b.shape());
+  a.array() += b.array();  // as add's same-shape case: one rounding per element
+  return a;
+}
+
+template TensorT<float> inference::gelu(TensorT<float>);
+template TensorT<double> inference::gelu(TensorT<double>);
+template TensorT<float> inference::add(TensorT<float>, const TensorT<float>&);
+template TensorT<double> inference::add(TensorT<double>, const TensorT<double>&);
 
 #define TAPEGRAD_INSTANTIATE(T)                      \
   template Var<T> add(Var<T>, Var<T>, Where);        \

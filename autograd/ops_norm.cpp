@@ -1,6 +1,7 @@
 // Inverted dropout and fused layer normalisation over the last axis.
 #include <cmath>
 
+#include "tapegrad/autograd/inference.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/autograd/scratch.hpp"
 #include "tapegrad/core/parallel.hpp"
@@ -24,6 +25,35 @@ struct LayerNormSaved {
 
 // gamma and beta are rows of x's width: (D) or (1, D).
 bool is_row_of(const Shape& p, Index width) { return p.rank <= 2 && p.batch == 1 && p.rows == 1 && p.cols == width; }
+
+// Per row of x: xhat = (x - mean) rstd with the statistics in double, y = xhat * gamma + beta; rstd (one
+// per row) when asked. xhat, y (x's shape) and rstd are sized by the caller. layer_norm's forward and
+// inference::layer_norm, so both compute every value alike.
+template <class T>
+void normalize_rows(const TensorT<T>& x, const TensorT<T>& gamma, const TensorT<T>& beta, double eps, TensorT<T>& xhat,
+                    TensorT<T>* rstd_out, TensorT<T>& y) {
+  const auto X = x.flat();                       // (rows, D)
+  const auto G = gamma.flat().row(0).array();    // (D)
+  const auto Bt = beta.flat().row(0).array();    // (D)
+  auto XH = xhat.flat();
+  auto Y = y.flat();
+  parallel_rows(X.rows(), X.cols(), [&](Index first, Index rows) {  // row by row: split in row ranges when large
+    // The row in double, converted once: read through a lazy cast, each of the three passes converted it
+    // again, element by element (a 1024 x 256 float x: 614 against 177 us alone, AVX-512 Xeon; the same
+    // values).
+    Eigen::Map<Eigen::ArrayXd> xr(detail::thread_scratch<double>(detail::Scratch::norm_row, static_cast<std::size_t>(X.cols())),
+                                  X.cols());
+    for (Index r = first; r < first + rows; ++r) {
+      xr = X.row(r).transpose().array().template cast<double>();
+      const double mean = xr.mean();
+      xr -= mean;
+      const double rstd = 1 / std::sqrt(xr.square().mean() + eps);
+      XH.row(r).array() = (xr * rstd).transpose().template cast<T>();
+      if (rstd_out) (*rstd_out)[r] = static_cast<T>(rstd);
+      Y.row(r).array() = XH.row(r).array() * G + Bt;
+    }
+  }, 4);
+}
 
 }  // namespace
 
@@ -76,27 +106,7 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) 
   auto& saved = n.template save<LayerNormSaved<T>>();
   saved.xhat.resize(s);
   saved.rstd.resize(Shape::mat(s.flat_rows(), 1));
-  const auto X = t.node(x).val().flat();               // (rows, D)
-  const auto G = t.node(gamma).val().flat().row(0).array();  // (D)
-  const auto Bt = t.node(beta).val().flat().row(0).array();  // (D)
-  auto XH = saved.xhat.flat();
-  auto Y = n.value.flat();
-  parallel_rows(X.rows(), X.cols(), [&](Index first, Index rows) {  // row by row: split in row ranges when large
-    // The row in double, converted once: read through a lazy cast, each of the three passes converted it
-    // again, element by element, and a 1024 x 256 norm took 3.5x as long for the same values (W5 runs nine
-    // a step: OMP_NUM_THREADS=1 build/bench/step_bench --workloads W5).
-    Eigen::Map<Eigen::ArrayXd> xr(detail::thread_scratch<double>(detail::Scratch::norm_row, static_cast<std::size_t>(X.cols())),
-                                  X.cols());
-    for (Index r = first; r < first + rows; ++r) {
-      xr = X.row(r).transpose().array().template cast<double>();
-      const double mean = xr.mean();
-      xr -= mean;
-      const double rstd = 1 / std::sqrt(xr.square().mean() + eps);
-      XH.row(r).array() = (xr * rstd).transpose().template cast<T>();
-      saved.rstd[r] = static_cast<T>(rstd);
-      Y.row(r).array() = XH.row(r).array() * G + Bt;
-    }
-  }, 4);
+  normalize_rows(t.node(x).val(), t.node(gamma).val(), t.node(beta).val(), eps, saved.xhat, &saved.rstd, n.value);
   n.backward = [](Tape<T>& tp, Node<T>& node) {
     const auto& st = node.template saved<LayerNormSaved<T>>();
     const auto dY = node.grad.flat();  // (rows, D)
@@ -121,6 +131,22 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) 
   };
   return t.commit(n);
 }
+
+template <class T>
+TensorT<T> inference::layer_norm(const TensorT<T>& x, const TensorT<T>& gamma, const TensorT<T>& beta, double eps) {
+  if (x.cols() == 0 || !is_row_of(gamma.shape(), x.cols()) || !is_row_of(beta.shape(), x.cols()))
+    fail<ShapeError>("inference layer_norm: x is {}, gamma {} and beta {}; both must be rows of x's width, which must "
+                     "not be 0",
+                     x.shape(), gamma.shape(), beta.shape());
+  if (!(eps > 0) || !std::isfinite(eps)) fail<ValueError>("inference layer_norm: eps must be positive and finite, got {}", eps);
+  TensorT<T> xhat(x.shape()), y(x.shape());
+  normalize_rows<T>(x, gamma, beta, eps, xhat, nullptr, y);
+  return y;
+}
+
+template TensorT<float> inference::layer_norm(const TensorT<float>&, const TensorT<float>&, const TensorT<float>&, double);
+template TensorT<double> inference::layer_norm(const TensorT<double>&, const TensorT<double>&, const TensorT<double>&,
+                                               double);
 
 #define TAPEGRAD_INSTANTIATE(T)                                           \
   template Var<T> dropout(Var<T>, double, Rng&, Where);                  \

@@ -1,26 +1,12 @@
 #include "tapegrad/autograd/tape.hpp"
 
-#include <string_view>
-
 namespace tapegrad {
-namespace {
-
-// The last two components of a source path: "autograd/ops_matmul.cpp", not the build machine's
-// absolute path.
-std::string_view short_path(std::string_view path) {
-  auto slash = path.rfind('/');
-  if (slash == std::string_view::npos || slash == 0) return path;
-  auto before = path.rfind('/', slash - 1);
-  return before == std::string_view::npos ? path : path.substr(before + 1);
-}
-
-}  // namespace
 
 template <class T>
 std::string Tape<T>::describe(const Node<T>& n) {
   if (n.parameter)
-    return fmt::format("parameter '{}' (read at {}:{})", escaped(n.parameter->name), short_path(n.where.file), n.where.line);
-  return fmt::format("{} (recorded at {}:{})", n.op, short_path(n.where.file), n.where.line);
+    return fmt::format("parameter '{}' (read at {}:{})", escaped(n.parameter->name), n.where.short_file(), n.where.line);
+  return fmt::format("{} (recorded at {}:{})", n.op, n.where.short_file(), n.where.line);
 }
 
 template <class T>
@@ -197,6 +183,25 @@ const TensorT<T>& Tape<T>::grad(Var<T> v) const {
                      "depends on it",
                      describe(n));
   return n.external_grad ? *n.external_grad : n.grad;
+}
+
+template <class T>
+const Node<T>& Tape<T>::node_at(std::size_t i) const {
+  if (i >= size()) fail<UsageError>("node_at: node {} is past the end of the tape, which holds {} nodes", i, size());
+  return at(i);
+}
+
+template <class T>
+std::span<const std::uint32_t> Tape<T>::inputs_of(std::size_t i) const {
+  const Node<T>& n = node_at(i);
+  return std::span<const std::uint32_t>(inputs_).subspan(n.first_input, n.input_count);
+}
+
+template <class T>
+const TensorT<T>* Tape<T>::grad_at(std::size_t i) const {
+  const Node<T>& n = node_at(i);
+  if (!n.requires_grad || i >= grads_valid_until_) return nullptr;
+  return n.external_grad ? n.external_grad : &n.grad;
 }
 
 template <class T>

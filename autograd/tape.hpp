@@ -33,6 +33,7 @@
 #include <new>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -51,6 +52,14 @@ struct Where {
   unsigned line = 0;
   static constexpr Where current(const char* file_ = __builtin_FILE(), unsigned line_ = __builtin_LINE()) noexcept {
     return {file_, line_};
+  }
+  // The file's last two path components, "autograd/ops_matmul.cpp", not the build machine's absolute path.
+  std::string_view short_file() const noexcept {
+    const std::string_view path(file);
+    const auto slash = path.rfind('/');
+    if (slash == std::string_view::npos || slash == 0) return path;
+    const auto before = path.rfind('/', slash - 1);
+    return before == std::string_view::npos ? path : path.substr(before + 1);
   }
 };
 
@@ -242,6 +251,19 @@ class Tape {
   // The parameters read (param()) since the last reset(), in order, a parameter once per read: what a
   // training loop checks against its model's list (check_registered in layers/module.hpp).
   std::span<const Parameter<T>* const> parameters_read() const { return params_read_; }
+
+  // ---- Reading a recording: a picture of the tape (autograd/tape_graph.hpp), or a user's own tool. ----
+  // Committed node i, 0 <= i < size(), in creation order, which is a topological order: every input of
+  // node i has a smaller index. UsageError past size().
+  const Node<T>& node_at(std::size_t i) const;
+  // The indices of node i's inputs, in the op's argument order. A node keeps its inputs only when it
+  // takes a gradient, so a leaf, an op on constants alone and an op recorded with gradients disabled
+  // have none.
+  std::span<const std::uint32_t> inputs_of(std::size_t i) const;
+  // d loss / d value of node i from the last backward(), or nullptr if it has none: it takes no
+  // gradient, or no backward() since the last reset() started at or after it. A parameter's is
+  // Parameter::grad, which adds up over backward passes until zero_grad().
+  const TensorT<T>* grad_at(std::size_t i) const;
 
   // With gradients disabled (evaluation) ops compute values but record no inputs, no backward
   // rules and no saved state, and backward() refuses to run.

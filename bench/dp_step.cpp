@@ -22,7 +22,7 @@
 #include "timing.hpp"
 #include "workloads.hpp"
 #ifdef TAPEGRAD_HAVE_MPI
-#include "tapegrad/train/mpi_collective.hpp"
+#include "tapegrad/train/mpi/mpi_collective.hpp"
 #endif
 
 using namespace tapegrad;

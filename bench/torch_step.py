@@ -81,6 +81,28 @@ def blas_library():
     return "unknown"
 
 
+def openblas_core():
+    """OpenBLAS's own account of the kernels it runs ("Cooperlake", "Haswell", ...) and its build, when the
+    BLAS this process loaded is OpenBLAS: what OPENBLAS_CORETYPE would have forced."""
+    import ctypes
+    path = blas_library()
+    try:
+        lib = ctypes.CDLL(path)
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        lib.openblas_get_config.restype = ctypes.c_char_p
+        return f"{lib.openblas_get_corename().decode()} ({lib.openblas_get_config().decode().strip()})"
+    except (OSError, AttributeError):
+        return "not OpenBLAS"
+
+
+def torch_build():
+    """PyTorch's version and the first lines of its build configuration (compiler, CPU capability)."""
+    lines = [line.strip() for line in torch.__config__.show().splitlines() if line.strip()]
+    keep = [line for line in lines if line.startswith(("- GCC", "- C++ Version", "- CPU capability", "- OpenMP",
+                                                          "- LAPACK", "- MKL", "- Intel"))]
+    return f"torch {torch.__version__}: " + "; ".join(line.lstrip("- ") for line in keep[:6])
+
+
 def median(xs):
     xs = sorted(xs)
     return xs[len(xs) // 2]
@@ -127,6 +149,7 @@ def main():
         print(json.dumps({"kind": "step", "workload": name, "threads": threads,
                           "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "?"), "median_ms": median(times),
                           "steps": len(times), "torch": torch.__version__, "blas": blas_library(),
+                          "openblas_core": openblas_core(), "torch_build": torch_build(),
                           "params": sum(p.numel() for p in model.parameters())}), flush=True)
 
 

@@ -3,7 +3,9 @@
 // bench/compare.py and bench/torch_step.py read it through step_bench --list-workloads).
 // W1-W4 ("attention"): the lesson's toy model with trainable token embeddings and learned positions ->
 // self-attention (Wq, Wk, Wv, Wo, no bias, H heads) + residual -> linear readout over V classes.
-// W5 ("stack"): embedding + learned positions -> L pre-norm transformer blocks -> LayerNorm -> head.
+// W5-W7 ("stack"): embedding + learned positions -> L pre-norm transformer blocks -> LayerNorm -> head. W6 and
+// W7 are the sizes of a many-core machine's table (bench/many_cores.sh); W7 (a GPT-2-small-sized stack of
+// 32 x 256 tokens, some 4 TFLOP a step) runs only when named, not by default on a 2-core machine.
 
 #include <memory>
 #include <string>
@@ -22,6 +24,7 @@ struct Workload {
   Index B, T, d, H, V;
   std::string model = "attention";  // or "stack"
   Index layers = 0, ffn = 0;         // the stack's blocks and FFN width
+  bool by_default = true;            // run when no workloads are named
   // Matmul FLOPs of one step: 3x the forward GEMMs (backward is two GEMMs per forward one).
   double flops() const {
     const double b = static_cast<double>(B), t = static_cast<double>(T), dd = static_cast<double>(d),
@@ -36,7 +39,9 @@ inline const std::vector<Workload> kWorkloads = {{"W1", 32, 8, 16, 1, 16},
                                           {"W2", 16, 32, 64, 4, 32},
                                           {"W3", 8, 128, 128, 4, 64},
                                           {"W4", 4, 256, 256, 8, 256},
-                                          {"W5", 8, 128, 256, 8, 64, "stack", 4, 1024}};
+                                          {"W5", 8, 128, 256, 8, 64, "stack", 4, 1024},
+                                          {"W6", 16, 256, 512, 8, 256, "stack", 6, 2048},
+                                          {"W7", 32, 256, 768, 12, 256, "stack", 12, 3072, false}};
 
 // W5's model: embedding + learned positions -> TransformerStack (causal, pre-norm) -> LmHead.
 class StackModel : public Module<float> {

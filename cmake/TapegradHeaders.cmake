@@ -1,40 +1,56 @@
 # The include root. Headers include each other as "tapegrad/core/tensor.hpp", and a consumer sees one
 # include root holding tapegrad/ and nothing else. In the build tree that root is <build>/include, where
-# tapegrad/core, tapegrad/autograd, ... link to the source folders (edits need no reconfigure); an install
-# copies the public headers to <prefix>/include/tapegrad/.
+# tapegrad/<room> links to the room's source folder (edits need no reconfigure); an install copies the
+# public headers to <prefix>/include/tapegrad/<room>/.
 #
-# Sets TAPEGRAD_INCLUDE_ROOT and TAPEGRAD_PUBLIC_HEADERS (paths relative to the source root) and writes
-# the umbrella header <tapegrad/tapegrad.hpp>, which includes every public header.
+# The rooms, by include path and source folder: the library proper (core <- autograd <- layers <- train,
+# with train/checkpoint and train/mpi inside train), and the support every program uses, above it:
+# program (exit codes, run_program, progress, CSV log, output folders, job pool) and plot (SVG charts),
+# whose sources live with the programs, in examples/.
+#
+# Sets TAPEGRAD_INCLUDE_ROOT, TAPEGRAD_PUBLIC_HEADERS (include paths under tapegrad/, e.g.
+# train/checkpoint/checkpoint.hpp) with TAPEGRAD_HEADER_SOURCE_<n> (its source path) for each, and
+# writes the umbrella header <tapegrad/tapegrad.hpp>, which includes every public header.
 
 set(TAPEGRAD_INCLUDE_ROOT ${PROJECT_BINARY_DIR}/include)
-set(tapegrad_library_folders core autograd layers train)
+set(TAPEGRAD_ROOMS core autograd layers train program plot)
+set(TAPEGRAD_ROOM_SOURCE_core core)
+set(TAPEGRAD_ROOM_SOURCE_autograd autograd)
+set(TAPEGRAD_ROOM_SOURCE_layers layers)
+set(TAPEGRAD_ROOM_SOURCE_train train)
+set(TAPEGRAD_ROOM_SOURCE_program examples/program)
+set(TAPEGRAD_ROOM_SOURCE_plot examples/plot)
 
 # Headers that only the library's own sources include: not installed, not in the umbrella. Every other
-# header in the library's folders is public.
+# header in the rooms is public.
 set(TAPEGRAD_INTERNAL_HEADERS
   autograd/gemm.hpp                  # the matrix products behind matmul and attention
   autograd/softmax_kernels.hpp       # the row softmax behind softmax_rows and attention
   autograd/scratch.hpp               # per-thread buffers of the products, attention and softmax
-  train/checkpoint_serialize.hpp     # the cereal layout of checkpoint files
+  train/checkpoint/serialize.hpp     # the cereal layout of checkpoint files
 )
 
-# The header of tapegrad::mpi (data-parallel training over MPI): public, but a component's of its own,
+# The headers of tapegrad::mpi (data-parallel training over MPI): public, but a component's of its own,
 # installed only when that library is built, and not in the umbrella, which must not need MPI.
-set(TAPEGRAD_MPI_HEADERS train/mpi_collective.hpp)
+set(TAPEGRAD_MPI_HEADERS train/mpi/mpi_collective.hpp)
 
 file(MAKE_DIRECTORY ${TAPEGRAD_INCLUDE_ROOT}/tapegrad)
 set(TAPEGRAD_PUBLIC_HEADERS "")
-foreach(dir IN LISTS tapegrad_library_folders)
-  set(link ${TAPEGRAD_INCLUDE_ROOT}/tapegrad/${dir})
+foreach(room IN LISTS TAPEGRAD_ROOMS)
+  set(source ${TAPEGRAD_ROOM_SOURCE_${room}})
+  set(link ${TAPEGRAD_INCLUDE_ROOT}/tapegrad/${room})
   if(NOT IS_SYMLINK ${link})
-    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${dir} ${link} SYMBOLIC)
+    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${source} ${link} SYMBOLIC)
   endif()
-  file(GLOB headers CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/${dir}/*.hpp)
-  list(APPEND TAPEGRAD_PUBLIC_HEADERS ${headers})
+  file(GLOB_RECURSE headers CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR}/${source} ${PROJECT_SOURCE_DIR}/${source}/*.hpp)
+  foreach(h IN LISTS headers)
+    list(APPEND TAPEGRAD_PUBLIC_HEADERS ${room}/${h})
+    set(TAPEGRAD_HEADER_SOURCE_${room}/${h} ${source}/${h})
+  endforeach()
 endforeach()
-foreach(h IN LISTS TAPEGRAD_INTERNAL_HEADERS)
-  if(NOT EXISTS ${PROJECT_SOURCE_DIR}/${h})
-    message(FATAL_ERROR "TapegradHeaders.cmake lists ${h} as internal, but there is no such header")
+foreach(h IN LISTS TAPEGRAD_INTERNAL_HEADERS TAPEGRAD_MPI_HEADERS)
+  if(NOT DEFINED TAPEGRAD_HEADER_SOURCE_${h})
+    message(FATAL_ERROR "TapegradHeaders.cmake lists ${h}, but no room holds such a header")
   endif()
 endforeach()
 list(REMOVE_ITEM TAPEGRAD_PUBLIC_HEADERS ${TAPEGRAD_INTERNAL_HEADERS} ${TAPEGRAD_MPI_HEADERS})

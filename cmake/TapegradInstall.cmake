@@ -9,7 +9,7 @@ install(TARGETS tapegrad EXPORT tapegradTargets
 # The public headers (cmake/TapegradHeaders.cmake) under include/tapegrad/, and the umbrella header.
 foreach(h IN LISTS TAPEGRAD_PUBLIC_HEADERS)
   get_filename_component(dir ${h} DIRECTORY)
-  install(FILES ${PROJECT_SOURCE_DIR}/${h} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad/${dir})
+  install(FILES ${PROJECT_SOURCE_DIR}/${TAPEGRAD_HEADER_SOURCE_${h}} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad/${dir})
 endforeach()
 install(FILES ${TAPEGRAD_UMBRELLA} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad)
 
@@ -20,7 +20,10 @@ if(TAPEGRAD_HAVE_MPI)
   install(TARGETS tapegrad_mpi EXPORT tapegradMpiTargets
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-  install(FILES ${PROJECT_SOURCE_DIR}/${TAPEGRAD_MPI_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad/train)
+  foreach(h IN LISTS TAPEGRAD_MPI_HEADERS)
+    get_filename_component(dir ${h} DIRECTORY)
+    install(FILES ${PROJECT_SOURCE_DIR}/${TAPEGRAD_HEADER_SOURCE_${h}} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad/${dir})
+  endforeach()
   install(EXPORT tapegradMpiTargets NAMESPACE tapegrad:: DESTINATION ${config_dir})
 endif()
 install(EXPORT tapegradTargets NAMESPACE tapegrad:: DESTINATION ${config_dir})

@@ -85,6 +85,13 @@ class ResourceError : public Error {
   using Error::Error;
 };
 
+// Another program the library runs (Graphviz's dot, core/process.hpp) could not be started, failed (an exit
+// status other than 0, a signal) or ran past its time. An IoError: the system failed the run, not its input.
+class ProcessError : public IoError {
+ public:
+  using IoError::IoError;
+};
+
 // Something another process holds: an output folder a running training owns.
 class BusyError : public Error {
  public:

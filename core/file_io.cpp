@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <limits.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -162,64 +161,6 @@ std::string read_file(const std::filesystem::path& path, std::size_t max_bytes, 
   }
   out.resize(done);
   return out;
-}
-
-namespace {
-// The pid another run wrote into the lock file, if that is what it holds (the file is anyone's to edit).
-std::string owner_pid(const char* text, ssize_t n) {
-  const std::string s(text, n > 0 ? static_cast<std::size_t>(n) : 0);
-  if (s.empty() || s.size() > 10 || s.find_first_not_of("0123456789") != std::string::npos) return "unknown";
-  return s;
-}
-}  // namespace
-
-FolderLock::FolderLock(std::filesystem::path folder, std::string_view op) : folder_(std::move(folder)) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::exists(folder_, ec) && !fs::is_directory(folder_, ec))
-    fail<FileError>("{}: '{}' is not a folder; give a folder for the run's files", op, escaped(folder_));
-  fs::create_directories(folder_, ec);
-  if (ec) fail<FileError>("{}: cannot create the folder '{}': {}", op, escaped(folder_), ec.message());
-  const fs::path lock = folder_ / ".tapegrad.lock";
-  fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail<FileError>("{}: cannot write in the folder '{}': {}", op, escaped(folder_), std::strerror(errno));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int saved = errno;
-    char pid[32] = {};
-    const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
-    ::close(fd_);
-    fd_ = -1;
-    if (saved == EWOULDBLOCK)
-      fail<BusyError>("{}: another run (pid {}) is using the folder '{}'; wait for it to finish or choose another", op,
-                      owner_pid(pid, n), escaped(folder_));
-    fail<FileError>("{}: cannot lock the folder '{}': {}", op, escaped(folder_), std::strerror(saved));
-  }
-  const std::string pid = fmt::format("{}", ::getpid());
-  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-    const int saved = errno;
-    ::close(fd_);
-    fd_ = -1;
-    fail<FileError>("{}: cannot write in the folder '{}': {}", op, escaped(folder_), std::strerror(saved));
-  }
-}
-
-FolderLock::~FolderLock() {
-  if (fd_ >= 0) ::close(fd_);  // closing drops the lock; the file stays, harmless
-}
-
-int remove_stale_temporaries(const std::filesystem::path& folder) {
-  std::error_code ec;
-  int removed = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(folder, ec)) {
-    const std::string name = entry.path().filename().string();
-    // Exactly write_file's pattern, ".<name>.tmp-<pid>": a user's own dot-file is never touched.
-    const std::size_t at = name.rfind(".tmp-");
-    const bool ours = name.size() > 1 && name[0] == '.' && at != std::string::npos && at > 1 &&
-                      at + 5 < name.size() && name.find_first_not_of("0123456789", at + 5) == std::string::npos;
-    if (ours && entry.is_regular_file(ec))
-      removed += std::filesystem::remove(entry.path(), ec) ? 1 : 0;
-  }
-  return removed;
 }
 
 }  // namespace tapegrad

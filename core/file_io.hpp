@@ -1,6 +1,7 @@
 #pragma once
-// Files: whole-file writes that a reader never sees half done, bounded whole-file reads, and the lock that
-// gives a run its output folder. Errors name the path and the system's reason.
+// Files: whole-file writes that a reader never sees half done, bounded whole-file reads, and the check
+// that a write will get past names and places. Errors name the path and the system's reason. (A run's
+// output folder, its lock and manifest: program support, examples/program/output_folder.hpp.)
 
 #include <cstddef>
 #include <filesystem>
@@ -35,28 +36,5 @@ void check_writable(const std::filesystem::path& path, std::string_view op);
 // cannot be opened or is not a regular file (a folder, a device such as /dev/zero, a pipe), LimitError for
 // a larger one (naming its size and the limit), both before reading it, and IoError if reading fails.
 std::string read_file(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op = "read_file");
-
-// A folder this process owns while the lock lives: made (with its parents) if missing, and locked with
-// flock() on <folder>/.tapegrad.lock, which holds the owner's pid. The system drops the lock when the
-// process ends, however it ends, so a killed run never leaves the folder locked. Throws FileError when the
-// folder cannot be made or written (a file in its place, a read-only mount, no permission) and BusyError
-// naming the other process when one holds it.
-class FolderLock {
- public:
-  FolderLock(std::filesystem::path folder, std::string_view op);
-  ~FolderLock();
-  FolderLock(const FolderLock&) = delete;
-  FolderLock& operator=(const FolderLock&) = delete;
-  const std::filesystem::path& folder() const { return folder_; }
-
- private:
-  std::filesystem::path folder_;
-  int fd_ = -1;
-};
-
-// Removes the temporary files write_file leaves when a process dies mid-write (".<name>.tmp-<pid>") from
-// `folder`. Only for a folder this process owns (a FolderLock): no other writer can be using them.
-// Returns how many it removed.
-int remove_stale_temporaries(const std::filesystem::path& folder);
 
 }  // namespace tapegrad

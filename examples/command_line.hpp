@@ -9,7 +9,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "tapegrad/train/report.hpp"
+#include "tapegrad/program/progress.hpp"
+#include "tapegrad/program/run_program.hpp"
 
 namespace tapegrad::examples {
 
@@ -23,6 +24,20 @@ inline const CLI::Validator positive(
       return {};
     },
     "POSITIVE");
+
+// A check for a number in [lo, hi] whose message reads as `positive`'s ("--dropout: must be in [0, 0.9], got
+// '1'"), where CLI::Range prints six decimals.
+inline CLI::Validator within(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0' || !(v >= lo && v <= hi))
+          return fmt::format("must be in [{:g}, {:g}], got '{}'", lo, hi, text);
+        return {};
+      },
+      fmt::format("[{:g}, {:g}]", lo, hi));
+}
 
 // Parses argv into `app`. A mistake prints one line, "<program>: <what> (see --help)", and returns
 // ExitCode::bad_input; --help prints the help and returns 0. Returns nothing when the program should run.

@@ -116,7 +116,7 @@ Tensor test_logits(Mlp<float>& model) {
 }
 
 void print_result(Run& run) {
-  fmt::print("step {}: test accuracy {:.3f}\n", run.trainer.steps_done(), value_of(run.trainer.evaluate(test_data()), "accuracy"));
+  fmt::print("step {}: test accuracy {:.3f}\n", run.trainer.steps_done(), value_of(run.trainer.evaluate(test_data()), "eval_accuracy"));
   fmt::print("weights crc32 {:08x}\n", weights_crc32(snapshot<float>(run.model)));
 }
 

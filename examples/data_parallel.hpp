@@ -14,9 +14,10 @@
 #include <fmt/format.h>
 
 #include "tapegrad/train/collective.hpp"
-#include "tapegrad/train/report.hpp"
+#include "tapegrad/program/progress.hpp"
+#include "tapegrad/program/run_program.hpp"
 #ifdef TAPEGRAD_HAVE_MPI
-#include "tapegrad/train/mpi_collective.hpp"
+#include "tapegrad/train/mpi/mpi_collective.hpp"
 #endif
 
 namespace tapegrad::examples {

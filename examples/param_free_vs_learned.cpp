@@ -26,12 +26,14 @@
 #include "lesson/toy_model.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/file_io.hpp"
-#include "tapegrad/core/output_folder.hpp"
-#include "tapegrad/core/job_pool.hpp"
-#include "tapegrad/train/checkpoint.hpp"
-#include "tapegrad/train/report.hpp"
-#include "tapegrad/train/plot.hpp"
+#include "tapegrad/program/output_folder.hpp"
+#include "tapegrad/program/job_pool.hpp"
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
+#include "tapegrad/program/progress.hpp"
+#include "tapegrad/program/run_program.hpp"
+#include "tapegrad/plot/plot.hpp"
 #include "tapegrad/train/trainer.hpp"
+#include "tapegrad/program/checkpoint_dir.hpp"
 #include "command_line.hpp"
 
 using namespace tapegrad;
@@ -144,7 +146,7 @@ Run train_one(const Task& task, const TaskSplit& split, AttentionMode mode, Feat
   Run r;
   r.lr = lr;
   r.validation = value_of(trainer.curve().back().values, "eval_accuracy");
-  r.test = value_of(trainer.evaluate(test), "accuracy");
+  r.test = value_of(trainer.evaluate(test), "eval_accuracy");
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.steps_to_99 = first_step_reaching(trainer.curve(), "eval_accuracy", 0.99);
   r.curve = trainer.curve();

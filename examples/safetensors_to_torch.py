@@ -58,21 +58,22 @@ class TiedHead(torch.nn.Module):
     """logits = h E^T + b with the embedding's table E, which stays the embedding's parameter: the head's
     only parameter is its bias, so the table is in the state_dict once, as tapegrad writes it."""
 
-    def __init__(self, embed, vocab):
+    def __init__(self, embed, vocab, bias=True):
         super().__init__()
-        self.bias = torch.nn.Parameter(torch.zeros(vocab))
+        self.bias = torch.nn.Parameter(torch.zeros(vocab)) if bias else None
         self._embed = [embed]  # a plain list: not registered, so not in the state_dict twice
 
     def forward(self, h):
-        return h @ self._embed[0].weight.T + self.bias
+        logits = h @ self._embed[0].weight.T
+        return logits + self.bias if self.bias is not None else logits
 
 
 class CharLm(torch.nn.Module):
-    """examples/char_lm's model: token embedding, learned positions (an nn.Embedding), a causal
+    """examples/char_lm's model (and examples/gpt's, whose tied head has no bias): token embedding, learned positions (an nn.Embedding), a causal
     nn.TransformerEncoder of pre-norm GELU layers with a final LayerNorm, and a head: tied to the
     embedding, or an nn.Linear of its own."""
 
-    def __init__(self, vocab, max_len, d_model, n_heads, n_layers, d_ff, tie):
+    def __init__(self, vocab, max_len, d_model, n_heads, n_layers, d_ff, tie, head_bias=True):
         super().__init__()
         self.embed = torch.nn.Embedding(vocab, d_model)
         self.pos = torch.nn.Embedding(max_len, d_model)
@@ -80,7 +81,7 @@ class CharLm(torch.nn.Module):
                                                  batch_first=True, norm_first=True)
         self.stack = torch.nn.TransformerEncoder(layer, n_layers, norm=torch.nn.LayerNorm(d_model),
                                                  enable_nested_tensor=False)
-        self.head = TiedHead(self.embed, vocab) if tie else torch.nn.Linear(d_model, vocab)
+        self.head = TiedHead(self.embed, vocab, head_bias) if tie else torch.nn.Linear(d_model, vocab, bias=head_bias)
 
     def forward(self, ids):
         t = ids.shape[1]
@@ -134,6 +135,12 @@ def twin_of(state, metadata):
         vocab, d_model = state["embed.weight"].shape
         return CharLm(vocab, state["pos.weight"].shape[0], d_model, int(config["n_heads"]), int(config["n_layers"]),
                       state["stack.layers.0.linear1.weight"].shape[0], flag("tie"))
+    if kind == "gpt":  # examples/gpt: the same stack, nanoGPT's tied head without a bias
+        if config.get("attention", "learnable") != "learnable":
+            raise SystemExit("a gpt with parameter-free attention has no PyTorch twin")
+        vocab, d_model = state["embed.weight"].shape
+        return CharLm(vocab, state["pos.weight"].shape[0], d_model, int(config["n_heads"]), int(config["n_layers"]),
+                      state["stack.layers.0.linear1.weight"].shape[0], True, head_bias=False)
     if kind == "linear":
         out_features, in_features = state["weight"].shape
         return torch.nn.Linear(in_features, out_features, bias="bias" in state)
@@ -144,6 +151,15 @@ def twin_of(state, metadata):
         return EncoderLayer(state["linear1.weight"].shape[1], int(config["n_heads"]), state["linear1.weight"].shape[0],
                             flag("causal"))
     raise SystemExit(f"no PyTorch twin for the model kind '{kind}' (metadata: {metadata})")
+
+
+def load(path):
+    """The PyTorch twin of the model in a tapegrad-written file, its weights loaded with strict=True."""
+    state, metadata = read_safetensors(path)
+    torch.set_default_dtype(next(iter(state.values())).dtype)
+    twin = twin_of(state, metadata)
+    twin.load_state_dict(state, strict=True)  # every name and shape, or a RuntimeError naming them
+    return twin
 
 
 def read_case(path):
@@ -189,11 +205,7 @@ def main():
         if args.check:
             ok = check(path) and ok
         else:
-            state, metadata = read_safetensors(path)
-            torch.set_default_dtype(next(iter(state.values())).dtype)
-            twin = twin_of(state, metadata)
-            twin.load_state_dict(state, strict=True)
-            print(f"{path}: loaded into\n{twin}")
+            print(f"{path}: loaded into\n{load(path)}")
     sys.exit(0 if ok else 1)
 
 

@@ -34,11 +34,13 @@
 #include "lesson/toy_model.hpp"
 #include "lesson/toy_run.hpp"
 #include "tapegrad/core/file_io.hpp"
-#include "tapegrad/core/output_folder.hpp"
-#include "tapegrad/train/checkpoint.hpp"
+#include "tapegrad/program/output_folder.hpp"
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
 #include "tapegrad/train/dataset_file.hpp"
-#include "tapegrad/train/report.hpp"
+#include "tapegrad/program/progress.hpp"
+#include "tapegrad/program/run_program.hpp"
 #include "tapegrad/train/trainer.hpp"
+#include "tapegrad/program/checkpoint_dir.hpp"
 #include "command_line.hpp"
 #include "data_parallel.hpp"
 
@@ -281,6 +283,13 @@ int run(const Options& o, const TableFlags& flags, const examples::Job& job) {
     const Settings resumed_options = to_settings(plan.run.training);  // --steps is the one override allowed
     plan.run.training = from_settings<TrainOptions>(
         with_overrides(resumed_options, flags.given_in("Training", "the trainer", resumed_options), "the trainer"), "train");
+    // tapegrad 0.1's files recorded their data as the CRC-32 of its examples (the library leaves that
+    // comparison to the program, which knows the data): the same refusal as for today's files.
+    if (const auto it = resumed->metadata.find("data.fingerprint"); resumed->format_version == 1 && it != resumed->metadata.end())
+      if (const std::uint32_t now = examples_crc32(plan.data.train); std::stoul(it->second, nullptr, 16) != now)
+        fail<ValueError>("resume: the training data differs from the data the checkpoint was trained on (fingerprint {} "
+                         "in the file, {:08x} now)",
+                         escaped(it->second), now);
     const Index at = resumed->training->trainer.step;
     if (plan.run.training.steps < at)
       fail<ValueError>("--steps {} is behind the checkpoint, which is at step {}; give more steps to train on",
@@ -366,10 +375,11 @@ int run(const Options& o, const TableFlags& flags, const examples::Job& job) {
 
   const NamedValues final_train = trainer.evaluate(toy.train_source());
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  const NamedValues final_eval = have_eval ? trainer.evaluate(*toy.eval_source()) : NamedValues{{"loss", nan}, {"accuracy", nan}};
+  const NamedValues final_eval =
+      have_eval ? trainer.evaluate(*toy.eval_source()) : NamedValues{{"eval_loss", nan}, {"eval_accuracy", nan}};
   say(out, fmt::format("final steps={} train_loss={:.4f} train_accuracy={:.4f} eval_loss={:.4f} eval_accuracy={:.4f}\n",
-                       trainer.steps_done(), value_of(final_train, "loss"), value_of(final_train, "accuracy"),
-                       value_of(final_eval, "loss"), value_of(final_eval, "accuracy")));
+                       trainer.steps_done(), value_of(final_train, "eval_loss"), value_of(final_train, "eval_accuracy"),
+                       value_of(final_eval, "eval_loss"), value_of(final_eval, "eval_accuracy")));
   return 0;
 }
 

@@ -24,6 +24,19 @@ Var<T> Embedding<T>::forward(Tape<T>& tape, const Ids& ids) {
 }
 
 template <class T>
+TensorT<T> Embedding<T>::infer(std::span<const std::int32_t> tokens) const {
+  const TensorT<T>& table = table_->value;
+  const Index D = table.cols();
+  TensorT<T> out(Shape::mat(static_cast<Index>(tokens.size()), D));
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= table.rows())
+      fail<ValueError>("embedding '{}': token {} is outside the vocabulary of {}", this->path(), tokens[i], table.rows());
+    std::copy_n(table.data() + tokens[i] * D, D, out.data() + static_cast<Index>(i) * D);
+  }
+  return out;
+}
+
+template <class T>
 OneHotTokens<T>::OneHotTokens(std::string name, Index vocab) : Module<T>(std::move(name)), vocab_(vocab) {
   if (vocab <= 0) fail<ValueError>("one_hot_tokens '{}': vocab must be positive, got {}", this->name(), vocab);
 }
@@ -112,6 +125,40 @@ Var<T> Positions<T>::forward(Var<T> x) {
   positions_.resize(Shape::vec(s.rows));
   for (Index t = 0; t < s.rows; ++t) positions_[t] = static_cast<std::int32_t>(t);
   return add(x, gather_rows(tape.param(*learned_), positions_));  // rows 0 .. T-1, shared by the batch
+}
+
+template <class T>
+TensorT<T> Positions<T>::infer(const TensorT<T>& x, Index first) const {
+  if (x.rank() != 2 || x.cols() != options_.d_model)
+    fail<ShapeError>("positions '{}': x is {} but the layer takes rows of {} values", this->path(), x.shape(),
+                     options_.d_model);
+  if (first < 0 || first > options_.max_len - x.rows()) {
+    if (x.rows() == 1)
+      fail<ValueError>("positions '{}': position {} is past the longest sequence, max_len {}", this->path(), first,
+                       options_.max_len);
+    fail<ValueError>("positions '{}': positions {} to {} go past the longest sequence, max_len {}", this->path(), first,
+                     first + x.rows() - 1, options_.max_len);
+  }
+  const Index N = x.rows(), D = options_.d_model;
+  switch (options_.kind) {
+    case PositionEncoding::none: return x;
+    case PositionEncoding::onehot: {  // [x, e_t]: as forward's concat_cols
+      TensorT<T> out(Shape::mat(N, D + options_.max_len));
+      for (Index r = 0; r < N; ++r) {
+        std::copy_n(x.data() + r * D, D, out.data() + r * out.cols());
+        out.at(r, D + first + r) = T(1);
+      }
+      return out;
+    }
+    case PositionEncoding::learned:
+    case PositionEncoding::sinusoidal: {  // x + rows first .. first + N - 1 of the table: as forward's add
+      const TensorT<T>& table = options_.kind == PositionEncoding::learned ? learned_->value : table_;
+      TensorT<T> out = x;
+      out.array() += ConstArrayMap<T>(table.data() + first * D, N * D);
+      return out;
+    }
+  }
+  return x;
 }
 
 template class Embedding<float>;

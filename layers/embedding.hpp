@@ -4,18 +4,21 @@
 //   OneHotTokens   fixed one-hot features: ids (B, T) -> (B, T, vocab), no parameters
 //   Positions      none | one-hot (concatenated: width + max_len) | learned (added) | sinusoidal (added)
 
+#include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "tapegrad/autograd/tape.hpp"
 #include "tapegrad/core/names.hpp"
+#include "tapegrad/core/required.hpp"
 #include "tapegrad/layers/init.hpp"
 #include "tapegrad/layers/module.hpp"
 
 namespace tapegrad {
 
 struct EmbeddingOptions {
-  Index vocab = 0;
-  Index dim = 0;
+  Required<Index, "EmbeddingOptions::vocab"> vocab;
+  Required<Index, "EmbeddingOptions::dim"> dim;
   Initializer init = Initializer::normal(1.0);  // PyTorch's nn.Embedding default
 };
 
@@ -24,6 +27,8 @@ class Embedding : public Module<T> {
  public:
   Embedding(std::string name, const EmbeddingOptions& options, Rng& rng);
   Var<T> forward(Tape<T>& tape, const Ids& ids);  // ids (N) or (B, T) -> (N, dim) or (B, T, dim)
+  // Tokens' rows, (N, dim), without a tape (generation); ValueError for an id outside the table.
+  TensorT<T> infer(std::span<const std::int32_t> tokens) const;
   Parameter<T>& table() { return *table_; }
   // nn.Embedding: the table is its "weight".
   TorchName torch_name(std::string_view) const override { return {"weight"}; }
@@ -72,6 +77,9 @@ class Positions : public Module<T> {
   // x (B, T, d_model) with T <= max_len. one-hot concatenates e_t (width d_model + max_len); learned
   // and sinusoidal add row t of their (max_len, d_model) table; none returns x.
   Var<T> forward(Var<T> x);
+  // The same without a tape, for rows of one sequence at positions first, first + 1, ...: x (N, d_model)
+  // -> (N, output_width()). A position past max_len is a ValueError naming it.
+  TensorT<T> infer(const TensorT<T>& x, Index first) const;
   Index output_width() const;
   const PositionOptions& options() const { return options_; }
   // Learned positions are an nn.Embedding(max_len, d_model) (GPT-2's wpe): the table is its "weight".

@@ -1,13 +1,9 @@
 #include "tapegrad/layers/linear.hpp"
 
+#include "tapegrad/autograd/inference.hpp"
 #include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
-
-template <class T>
-Var<T> linear_map(Tape<T>& t, Var<T> x, Parameter<T>& w, std::type_identity_t<Parameter<T>>* b) {
-  return b ? affine(x, t.param(w), t.param(*b)) : matmul(x, t.param(w));
-}
 
 template <class T>
 Linear<T>::Linear(std::string name, const LinearOptions& options, Rng& rng) : Module<T>(std::move(name)), options_(options) {
@@ -27,7 +23,15 @@ Var<T> Linear<T>::forward(Var<T> x) {
   if (s.rank == 1 || s.cols != options_.in)
     fail<ShapeError>("linear '{}': x is {} but the layer maps rows of {} features to {}", this->path(), s,
                      options_.in, options_.out);
-  return linear_map(t, x, *weight_, bias_);
+  return bias_ ? affine(x, t.param(*weight_), t.param(*bias_)) : matmul(x, t.param(*weight_));
+}
+
+template <class T>
+TensorT<T> Linear<T>::infer(const TensorT<T>& x) const {
+  if (x.rank() == 1 || x.cols() != options_.in)
+    fail<ShapeError>("linear '{}': x is {} but the layer maps rows of {} features to {}", this->path(), x.shape(),
+                     options_.in, options_.out);
+  return inference::affine(x, weight_->value, bias_ ? &bias_->value : nullptr);
 }
 
 template <class T>
@@ -41,8 +45,6 @@ TorchName Linear<T>::torch_name(std::string_view local_name) const {
   return {std::string(local_name), local_name == "weight"};
 }
 
-template Var<float> linear_map(Tape<float>&, Var<float>, Parameter<float>&, Parameter<float>*);
-template Var<double> linear_map(Tape<double>&, Var<double>, Parameter<double>&, Parameter<double>*);
 template class Linear<float>;
 template class Linear<double>;
 

@@ -1,6 +1,11 @@
 #include "tapegrad/layers/module.hpp"
 
+#include <cxxabi.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <typeinfo>
 
 namespace tapegrad {
 
@@ -85,6 +90,43 @@ void Module<T>::collect_torch_names(const std::string& prefix,
   }
 }
 
+namespace {
+// "TransformerBlock" for tapegrad::TransformerBlock<float>, "Mlp" for (anonymous namespace)::Mlp: the
+// class's own name, without its namespaces and template arguments.
+std::string type_name(const std::type_info& type) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(type.name(), nullptr, nullptr, &status), std::free);
+  const std::string full = status == 0 && demangled ? demangled.get() : type.name();
+  std::string name;  // without template arguments, at any depth ("Outer<int>::Inner" -> "Outer::Inner")
+  int depth = 0;
+  for (char c : full) {
+    depth += c == '<' ? 1 : 0;
+    if (depth == 0) name += c;
+    depth -= c == '>' && depth > 0 ? 1 : 0;
+  }
+  const std::size_t colons = name.rfind("::");
+  return colons == std::string::npos ? name : name.substr(colons + 2);
+}
+}  // namespace
+
+template <class T>
+std::string Module<T>::summary() const {
+  std::string out;
+  write_summary(out, 0);
+  return out;
+}
+
+template <class T>
+void Module<T>::write_summary(std::string& out, int depth) const {
+  const std::string indent(static_cast<std::size_t>(2 * depth), ' ');
+  const Index values = parameter_count();
+  out += fmt::format("{}{}{}{}\n", indent, name_.empty() ? "" : name_ + ": ", type_name(typeid(*this)),
+                     values > 0 ? fmt::format(" ({} values)", values) : "");
+  for (std::size_t k = 0; k < own_.size(); ++k)
+    out += fmt::format("{}  {}  {}\n", indent, own_local_names_[k], own_[k].value.shape());
+  for (const auto* c : children_) c->write_summary(out, depth + 1);
+}
+
 template <class T>
 void Module<T>::zero_grad() {
   for (auto* p : parameters()) p->zero_grad();
@@ -103,12 +145,32 @@ void Module<T>::set_rng(Rng* rng) {
 }
 
 template <class T>
+bool Module<T>::has_local_name(std::string_view local_name) const {
+  return std::find(own_local_names_.begin(), own_local_names_.end(), local_name) != own_local_names_.end() ||
+         std::any_of(children_.begin(), children_.end(), [&](auto* c) {
+           return c->name_.empty() ? c->has_local_name(local_name) : c->name_ == local_name;
+         });
+}
+
+template <class T>
+std::vector<std::string> Module<T>::local_names() const {
+  std::vector<std::string> out = own_local_names_;
+  for (const auto* c : children_) {
+    if (!c->name_.empty()) {
+      out.push_back(c->name_);
+      continue;
+    }
+    for (auto& name : c->local_names()) out.push_back(std::move(name));
+  }
+  return out;
+}
+
+template <class T>
 void Module<T>::check_new_name(std::string_view local_name, const char* what) const {
   if (local_name.empty() || local_name.find('.') != std::string_view::npos)
     fail<NameError>("{}: '{}' is not a valid local name in {} (non-empty, without '.')", what, local_name, label());
-  const bool taken = std::find(own_local_names_.begin(), own_local_names_.end(), local_name) != own_local_names_.end() ||
-                     std::any_of(children_.begin(), children_.end(), [&](auto* c) { return c->name_ == local_name; });
-  if (taken) fail<NameError>("{}: {} already has a parameter or child named '{}'", what, label(), local_name);
+  if (has_local_name(local_name))
+    fail<NameError>("{}: {} already has a parameter or child named '{}'", what, label(), local_name);
 }
 
 template <class T>
@@ -123,8 +185,11 @@ void Module<T>::register_child(Module<T>& child) {
   if (&child == this) fail<UsageError>("register_child: {} cannot be its own child", label());
   if (std::find(children_.begin(), children_.end(), &child) != children_.end())
     fail<NameError>("register_child: {} already has the child '{}'", label(), child.name_);
-  check_new_name(child.name_, "register_child");
-  child.prefix_names(prefix_ + child.name_ + ".");
+  if (child.name_.empty())  // its names become this module's own
+    for (const auto& name : child.local_names()) check_new_name(name, "register_child");
+  else
+    check_new_name(child.name_, "register_child");
+  child.prefix_names(child_prefix(child));
   child.train(training_);
   child.set_rng(rng_);
   children_.push_back(&child);
@@ -134,7 +199,7 @@ template <class T>
 void Module<T>::prefix_names(const std::string& prefix) {
   prefix_ = prefix;
   for (std::size_t k = 0; k < own_.size(); ++k) own_[k].name = prefix_ + own_local_names_[k];
-  for (auto* c : children_) c->prefix_names(prefix_ + c->name_ + ".");
+  for (auto* c : children_) c->prefix_names(child_prefix(*c));
 }
 
 template <class T>

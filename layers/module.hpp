@@ -6,7 +6,9 @@
 // named "" adds nothing to the path: a whole model is usually an unnamed root, so that its parameters
 // read as in a PyTorch state_dict ("attn.wq", not "model.attn.wq"). A child is named once, by its own
 // constructor; register_child takes that name. parameters() lists a module's own parameters in registration order, then
-// each child's, in registration order: the fixed, named order optimizers and checkpoints rely on.
+// each child's, in registration order: the fixed, named order optimizers and checkpoints rely on. An unnamed
+// child adds nothing to the path either: its parameters read as its parent's own, for a layer built on
+// another (an untied LmHead is a Linear: "head.weight", not "head.linear.weight").
 //
 // Modules own their parameters (in a deque, so their addresses never change: tapes and optimizers
 // hold pointers) and refer to their children, which are members of the parent. So a module is
@@ -38,7 +40,7 @@ struct ModelRecord {
 };
 
 // Where a parameter lives in PyTorch's state_dict, relative to its module (safetensors' pytorch
-// layout, train/safetensors.hpp): its name there, and how tapegrad's value sits in PyTorch's tensor.
+// layout, train/checkpoint/safetensors.hpp): its name there, and how tapegrad's value sits in PyTorch's tensor.
 struct TorchName {
   std::string name;         // "weight", "in_proj_weight", "out_proj.weight"
   bool transposed = false;  // PyTorch holds the transpose: nn.Linear's weight is (out, in)
@@ -66,6 +68,13 @@ class Module {
   // The parameter with this full dotted name; NameError listing the known names if there is none.
   Parameter<T>& parameter(std::string_view full_name);
   Index parameter_count() const;  // total number of scalars
+
+  // The tree of modules with their parameters' shapes, one line each, children indented under their
+  // parent in registration order; a module's line gives its name, its type and how many values it holds:
+  //   block: TransformerBlock (600 values)
+  //     attn: SelfAttention (288 values)
+  //       wq  8x8
+  std::string summary() const;
 
   void zero_grad();
 
@@ -100,13 +109,21 @@ class Module {
  protected:
   // `local_name` must be unique within this module and contain no '.'.
   Parameter<T>& register_parameter(std::string_view local_name, TensorT<T> value);
-  // Registers a member module under its own name (non-empty, without '.', unique here); its parameters
-  // are renamed "<this module's path>.<child name>.<their name>". The child takes this module's
-  // training mode and random stream.
+  // Registers a member module under its own name (without '.', unique here); its parameters are renamed
+  // "<this module's path>.<child name>.<their name>". An unnamed child's are "<this module's path>.<their
+  // name>", so its names must be unique among this module's own. The child takes this module's training
+  // mode and random stream.
   void register_child(Module<T>& child);
 
  private:
   void check_new_name(std::string_view local_name, const char* what) const;
+  // Whether a parameter or named child of this module, or of an unnamed child, has this local name.
+  bool has_local_name(std::string_view local_name) const;
+  std::vector<std::string> local_names() const;  // those names, in registration order
+  std::string child_prefix(const Module<T>& child) const {
+    return child.name_.empty() ? prefix_ : prefix_ + child.name_ + ".";
+  }
+  void write_summary(std::string& out, int depth) const;
   std::string label() const;  // "module 'attn'", or "the unnamed root module"
   void prefix_names(const std::string& prefix);
   void collect_torch_names(const std::string& prefix, std::vector<std::pair<const Parameter<T>*, TorchName>>& out) const;

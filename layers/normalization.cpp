@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "tapegrad/autograd/inference.hpp"
 #include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
@@ -25,23 +26,14 @@ Var<T> LayerNorm<T>::forward(Var<T> x) {
 }
 
 template <class T>
-Dropout<T>::Dropout(std::string name, double p) : Module<T>(std::move(name)), p_(p) {
-  if (!(p >= 0 && p < 1)) fail<ValueError>("dropout '{}': p must be in [0, 1), got {}", this->path(), p);
-}
-
-template <class T>
-Var<T> Dropout<T>::forward(Var<T> x) {
-  if (!this->training() || p_ == 0) return x;
-  if (!this->rng())
-    fail<UsageError>("dropout '{}': training mode with p {} needs a random stream; call set_rng on the model (a "
-                     "Trainer sets its own) or eval() to switch dropout off",
-                     this->path(), p_);
-  return dropout(x, p_, *this->rng());
+TensorT<T> LayerNorm<T>::infer(const TensorT<T>& x) const {
+  if (x.cols() != dim_)
+    fail<ShapeError>("layer_norm '{}': x is {} but the layer normalises rows of {} values", this->path(), x.shape(),
+                     dim_);
+  return inference::layer_norm(x, weight_->value, bias_->value, eps_);
 }
 
 template class LayerNorm<float>;
 template class LayerNorm<double>;
-template class Dropout<float>;
-template class Dropout<double>;
 
 }  // namespace tapegrad

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <span>
 
+#include "tapegrad/autograd/inference.hpp"
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/layers/linear.hpp"
 
 namespace tapegrad {
 
@@ -91,7 +91,7 @@ const std::vector<TensorT<T>>& SelfAttention<T>::attention_weights() const {
 
 template <class T>
 Index SelfAttention<T>::output_width() const {
-  return options_.output_projection ? options_.d_model : options_.n_heads * d_head_;
+  return options_.output_projection ? Index{options_.d_model} : options_.n_heads * d_head_;
 }
 
 template <class T>
@@ -130,20 +130,24 @@ Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding) {
                      this->name(), key_padding->shape(), s, s.batch, s.rows);
   const Mask* mask = build_mask(s, key_padding);
 
+  // in w + b in one affine node (as Linear computes it), or in w without biases.
+  const auto project = [&](Var<T> in, Parameter<T>& w, Parameter<T>* b) {
+    return b ? affine(in, t.param(w), t.param(*b)) : matmul(in, t.param(w));
+  };
   Var<T> q = x, k = x, v = x;
   if (options_.mode == AttentionMode::learnable) {
     // K, then Q, then V: backward then adds dV, dQ, dK into dX in the order the parameter-free graph
     // does (softmax(X X^T) X), so with identity weights the two give bit-identical input gradients.
-    k = linear_map(t, x, *wk_, bk_);  // (B, T, D) x (D, H dh): one product over all tokens
-    q = linear_map(t, x, *wq_, bq_);
-    v = linear_map(t, x, *wv_, bv_);
+    k = project(x, *wk_, bk_);  // (B, T, D) x (D, H dh): one product over all tokens
+    q = project(x, *wq_, bq_);
+    v = project(x, *wv_, bv_);
   }
   // Every head at once, each reading its columns of Q, K and V in place (autograd/ops_attention.cpp).
   kept_ = false;
   Var<T> out = attention(q, k, v, options_.n_heads, mask, scale_factor(),
                          keep_weights_ ? std::span<TensorT<T>>(weights_) : std::span<TensorT<T>>());
   kept_ = keep_weights_;
-  if (wo_) out = linear_map(t, out, *wo_, bo_);  // (B, T, H dh) -> (B, T, D)
+  if (wo_) out = project(out, *wo_, bo_);  // (B, T, H dh) -> (B, T, D)
   return out;
 }
 
@@ -170,6 +174,32 @@ TorchName SelfAttention<T>::torch_name(std::string_view local_name) const {
   if (local_name == "wo") return {"out_proj.weight", true};
   if (local_name == "bo") return {"out_proj.bias"};
   return Module<T>::torch_name(local_name);
+}
+
+template <class T>
+TensorT<T> SelfAttention<T>::step(const TensorT<T>& x, AttentionCache<T>& cache) const {
+  if (!options_.causal)
+    fail<UsageError>("self_attention '{}': step() feeds the newest tokens only, which needs a causal layer (here "
+                     "every token attends to later ones too)",
+                     this->path());
+  if (x.rank() != 2 || x.cols() != options_.d_model)
+    fail<ShapeError>("self_attention '{}': x is {} but a step takes the new tokens' rows, (tokens, {})", this->path(),
+                     x.shape(), options_.d_model);
+  auto project = [](const TensorT<T>& in, Parameter<T>* w, Parameter<T>* b) {  // as forward() projects
+    return inference::affine(in, w->value, b ? &b->value : nullptr);
+  };
+  TensorT<T> q, k, v;  // (N, H dh) each; the parameter-free mode reads x itself
+  if (options_.mode == AttentionMode::learnable) {
+    k = project(x, wk_, bk_);
+    q = project(x, wq_, bq_);
+    v = project(x, wv_, bv_);
+  }
+  const bool free = options_.mode == AttentionMode::parameter_free;
+  const Index first = cache.length();  // the position of x's first row
+  cache.append(free ? x : k, free ? x : v);
+  TensorT<T> out = inference::attend(free ? x : q, cache.keys(), cache.values(), first, options_.n_heads,
+                                     scale_factor());  // (N, H dh)
+  return wo_ ? project(out, wo_, bo_) : out;
 }
 
 template class SelfAttention<float>;

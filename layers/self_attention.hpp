@@ -1,7 +1,7 @@
 #pragma once
 // Self-attention, in the two modes the notes contrast, built from the autograd ops (so its backward
-// comes from theirs): the projections from linear_map (affine with a bias, else matmul), the heads from
-// the fused attention op.
+// comes from theirs): the projections by affine (x W + b, as Linear computes it; matmul without biases),
+// the heads by the fused attention op.
 //
 //   parameter-free:  softmax(X X^T * s) X                      no parameters at all
 //   learnable:       Q = X Wq, K = X Wk, V = X Wv;  softmax(Q K^T * s) V   (+ biases, + X Wo)
@@ -19,7 +19,9 @@
 
 #include "tapegrad/autograd/tape.hpp"
 #include "tapegrad/core/names.hpp"
+#include "tapegrad/core/required.hpp"
 #include "tapegrad/layers/init.hpp"
+#include "tapegrad/layers/kv_cache.hpp"
 #include "tapegrad/layers/module.hpp"
 
 namespace tapegrad {
@@ -50,7 +52,7 @@ struct EnumNames<AttentionScale> {
 
 struct SelfAttentionOptions {
   AttentionMode mode = AttentionMode::learnable;
-  Index d_model = 0;
+  Required<Index, "SelfAttentionOptions::d_model"> d_model;
   Index n_heads = 1;
   Index d_head = 0;                // 0: d_model / n_heads
   bool bias = false;               // bq, bk, bv (and bo with the output projection)
@@ -73,6 +75,11 @@ class SelfAttention : public Module<T> {
   // x (B, T, d_model). key_padding (B, T), optional: nonzero marks a padding position, which no
   // query attends to. A query that can see no key at all (causal + padding) gets a zero output.
   Var<T> forward(Var<T> x, const Mask* key_padding = nullptr);
+  // Generation without a tape (layers/kv_cache.hpp): x (N, d_model) are the N newest tokens of a sequence
+  // whose earlier tokens' keys and values `cache` holds; appends theirs and returns their output rows
+  // (N, output_width()), the rows forward() gives them. Only a causal layer steps (a UsageError otherwise:
+  // its outputs would depend on tokens not yet fed); tokens past the cache's capacity are a UsageError.
+  TensorT<T> step(const TensorT<T>& x, AttentionCache<T>& cache) const;
 
   // The attention weights of the last forward, one (B, T, T) tensor per head (row = query, column =
   // key), when that forward kept them: keep_weights(true) before it. Keeping costs one copy of every

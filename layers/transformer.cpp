@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "tapegrad/autograd/inference.hpp"
 #include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
@@ -28,6 +29,11 @@ Var<T> FeedForward<T>::forward(Var<T> x) {
   return linear2_.forward(drop_.forward(gelu(linear1_.forward(x))));
 }
 
+template <class T>
+TensorT<T> FeedForward<T>::infer(const TensorT<T>& x) const {
+  return linear2_.infer(drop_.infer(inference::gelu(linear1_.infer(x))));
+}
+
 // ---- TransformerBlock -----------------------------------------------------------------------------
 
 template <class T>
@@ -42,16 +48,20 @@ void TransformerBlock<T>::check(std::string_view name, const TransformerBlockOpt
     fail<ValueError>("transformer_block '{}': dropout must be in [0, 1), got {}", name, o.dropout);
   if (!(o.eps > 0) || !std::isfinite(o.eps))
     fail<ValueError>("transformer_block '{}': eps must be a positive number, got {}", name, o.eps);
+  if (o.mode == AttentionMode::parameter_free && (o.bias.value_or(false) || o.output_projection.value_or(false)))
+    fail<ValueError>("transformer_block '{}': parameter-free attention has no parameters, so no bias and no output "
+                     "projection",
+                     name);
 }
 
 namespace {
 SelfAttentionOptions block_attention(const TransformerBlockOptions& o) {
-  const bool learnable = o.mode == AttentionMode::learnable;
+  const bool learnable = o.mode == AttentionMode::learnable;  // unset: both, as nn.TransformerEncoderLayer
   return {.mode = o.mode,
           .d_model = o.d_model,
           .n_heads = o.n_heads,
-          .bias = learnable,
-          .output_projection = learnable,
+          .bias = o.bias.value_or(learnable),
+          .output_projection = o.output_projection.value_or(learnable),
           .causal = o.causal,
           .init = o.init};
 }
@@ -93,6 +103,17 @@ Var<T> TransformerBlock<T>::forward(Var<T> x, const Mask* key_padding) {
     Var<T> g = norm2_ ? norm2_->forward(x) : x;
     x = add(x, drop2_.forward(ff_->forward(g)));
   }
+  return x;
+}
+
+template <class T>
+TensorT<T> TransformerBlock<T>::step(const TensorT<T>& x_in, AttentionCache<T>& cache) const {
+  if (x_in.rank() != 2 || x_in.cols() != options_.d_model)
+    fail<ShapeError>("transformer_block '{}': x is {} but a step takes the new tokens' rows, (tokens, {})", this->path(),
+                     x_in.shape(), options_.d_model);
+  drop1_.check_inference();  // before the attention appends to the cache
+  TensorT<T> x = inference::add(x_in, drop1_.infer(attn_->step(norm1_ ? norm1_->infer(x_in) : x_in, cache)));
+  if (ff_) x = inference::add(x, drop2_.infer(ff_->infer(norm2_ ? norm2_->infer(x) : x)));
   return x;
 }
 
@@ -143,6 +164,16 @@ Var<T> TransformerStack<T>::forward(Var<T> x, const Mask* key_padding) {
   return norm_ ? norm_->forward(x) : x;
 }
 
+template <class T>
+TensorT<T> TransformerStack<T>::step(const TensorT<T>& x, KvCache<T>& cache) {
+  if (cache.layers() != static_cast<Index>(blocks_.size()))
+    fail<ValueError>("transformer_stack '{}': the cache has {} layers for {} blocks", this->path(), cache.layers(),
+                     blocks_.size());
+  TensorT<T> h = x;
+  for (std::size_t i = 0; i < blocks_.size(); ++i) h = block(i).step(h, cache.layer(static_cast<Index>(i)));
+  return norm_ ? norm_->infer(h) : h;
+}
+
 // ---- LmHead -----------------------------------------------------------------------------------------
 
 template <class T>
@@ -150,10 +181,9 @@ LmHead<T>::LmHead(std::string name, const LmHeadOptions& o, Rng& rng) : Module<T
   if (o.d_model <= 0 || o.vocab <= 0)
     fail<ValueError>("lm_head '{}': d_model and vocab must be positive, got {} and {}", this->path(), o.d_model,
                      o.vocab);
-  TensorT<T> w(Shape::mat(o.d_model, o.vocab));
-  o.init.apply(w, rng);
-  weight_ = &this->register_parameter("weight", std::move(w));
-  if (o.bias) bias_ = &this->register_parameter("bias", TensorT<T>(Shape::vec(o.vocab)));
+  const LinearOptions linear{.in = o.d_model, .out = o.vocab, .bias = o.bias, .weight_init = o.init};
+  linear_ = std::make_unique<Linear<T>>("", linear, rng);
+  this->register_child(*linear_);
 }
 
 template <class T>
@@ -173,9 +203,18 @@ Var<T> LmHead<T>::forward(Var<T> h) {
   if (h.shape().cols != options_.d_model)
     fail<ShapeError>("lm_head '{}': h is {} but the head reads rows of {} features", this->path(), h.shape(),
                      options_.d_model);
-  if (!tied_) return linear_map(t, h, *weight_, bias_);
+  if (!tied_) return linear_->forward(h);
   Var<T> logits = matmul_bt(h, t.param(tied_->table()));
   return bias_ ? add(logits, t.param(*bias_)) : logits;
+}
+
+template <class T>
+TensorT<T> LmHead<T>::infer(const TensorT<T>& h) const {
+  if (h.cols() != options_.d_model)
+    fail<ShapeError>("lm_head '{}': h is {} but the head reads rows of {} features", this->path(), h.shape(),
+                     options_.d_model);
+  const TensorT<T>* b = bias_ ? &bias_->value : nullptr;
+  return tied_ ? inference::affine_bt(h, tied_->table().value, b) : inference::affine(h, weight_->value, b);
 }
 
 template class FeedForward<float>;

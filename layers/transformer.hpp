@@ -15,12 +15,19 @@
 //
 // Without `layernorm` the sub-layers see x itself (no LN1, LN2, final norm); without `mlp` a block is
 // attention and its residual only.
+//
+// Each layer also computes its values without a tape, for the newest tokens only (step, infer: generation
+// with a cache of keys and values, layers/kv_cache.hpp), mirroring its forward line by line.
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "tapegrad/autograd/tape.hpp"
+#include "tapegrad/core/required.hpp"
+#include "tapegrad/layers/dropout.hpp"
 #include "tapegrad/layers/embedding.hpp"
+#include "tapegrad/layers/kv_cache.hpp"
 #include "tapegrad/layers/linear.hpp"
 #include "tapegrad/layers/module.hpp"
 #include "tapegrad/layers/normalization.hpp"
@@ -29,7 +36,7 @@
 namespace tapegrad {
 
 struct FeedForwardOptions {
-  Index d_model = 0;
+  Required<Index, "FeedForwardOptions::d_model"> d_model;
   Index d_hidden = 0;   // 0: 4 d_model
   double dropout = 0;   // after the GELU
   Initializer init = Initializer::xavier_uniform();
@@ -40,6 +47,7 @@ class FeedForward : public Module<T> {
  public:
   FeedForward(std::string name, const FeedForwardOptions& options, Rng& rng);
   Var<T> forward(Var<T> x);  // (..., d_model) -> (..., d_model)
+  TensorT<T> infer(const TensorT<T>& x) const;  // the same without a tape (evaluation mode's values)
   Linear<T>& linear1() { return linear1_; }
   Linear<T>& linear2() { return linear2_; }
 
@@ -50,18 +58,19 @@ class FeedForward : public Module<T> {
 
 struct TransformerBlockOptions {
   AttentionMode mode = AttentionMode::learnable;
-  Index d_model = 0;
+  Required<Index, "TransformerBlockOptions::d_model"> d_model;
   Index n_heads = 1;
   Index d_ff = 0;          // the FFN's hidden width; 0: 4 d_model
+  // Attention's biases (bq, bk, bv, bo) and output projection (Wo). Unset: as nn.TransformerEncoderLayer,
+  // both in the learnable mode; the parameter-free mode has neither (setting either there is a ValueError).
+  std::optional<bool> bias = std::nullopt;
+  std::optional<bool> output_projection = std::nullopt;
   bool causal = true;      // token t sees tokens <= t (a language model)
   bool layernorm = true;   // pre-norm LN1, LN2; false: none
   bool mlp = true;         // the FFN sub-layer
   double dropout = 0;      // on both residual branches and after the FFN's GELU
   double eps = 1e-5;       // the LayerNorms'
   Initializer init = Initializer::xavier_uniform();  // attention and FFN weights
-
-  template <class S, class F>
-  static void fields(S& s, F&& field);
 };
 
 template <class T>
@@ -72,6 +81,10 @@ class TransformerBlock : public Module<T> {
   static void check(std::string_view name, const TransformerBlockOptions& options);
   // x (B, T, d_model) -> (B, T, d_model); key_padding (B, T) as SelfAttention's.
   Var<T> forward(Var<T> x, const Mask* key_padding = nullptr);
+  // The N newest tokens through the block without a tape (layers/kv_cache.hpp): x (N, d_model) ->
+  // (N, d_model), its attention appending to `cache`. Evaluation mode's values: with dropout, call eval()
+  // first.
+  TensorT<T> step(const TensorT<T>& x, AttentionCache<T>& cache) const;
 
   const TransformerBlockOptions& options() const { return options_; }
   SelfAttention<T>& attention() { return *attn_; }
@@ -100,6 +113,9 @@ class TransformerStack : public Module<T> {
  public:
   TransformerStack(std::string name, const TransformerStackOptions& options, Rng& rng);
   Var<T> forward(Var<T> x, const Mask* key_padding = nullptr);
+  // The newest tokens through every block and the final norm, without a tape: block i steps with
+  // cache.layer(i).
+  TensorT<T> step(const TensorT<T>& x, KvCache<T>& cache);
   std::size_t size() const { return blocks_.size(); }
   TransformerBlock<T>& block(std::size_t i) { return static_cast<TransformerBlock<T>&>(blocks_[i]); }
   const TransformerStackOptions& options() const { return options_; }
@@ -115,8 +131,8 @@ class TransformerStack : public Module<T> {
 };
 
 struct LmHeadOptions {
-  Index d_model = 0;
-  Index vocab = 0;
+  Required<Index, "LmHeadOptions::d_model"> d_model;
+  Required<Index, "LmHeadOptions::vocab"> vocab;
   bool bias = true;
   Initializer init = Initializer::xavier_uniform();
 };
@@ -124,39 +140,25 @@ struct LmHeadOptions {
 template <class T>
 class LmHead : public Module<T> {
  public:
-  // Its own (d_model, vocab) weight.
+  // Its own (d_model, vocab) weight: a Linear(d_model, vocab), unnamed, so that its parameters are the
+  // head's own ("head.weight", "head.bias").
   LmHead(std::string name, const LmHeadOptions& options, Rng& rng);
   // Tied: the logits are h E^T with the embedding's (vocab, d_model) table, which stays the embedding's
   // parameter (listed once, under the embedding's name); only the bias is the head's. The embedding must
   // outlive the head.
   LmHead(std::string name, const LmHeadOptions& options, Embedding<T>& tied);
   Var<T> forward(Var<T> h);  // (..., d_model) -> (..., vocab)
+  TensorT<T> infer(const TensorT<T>& h) const;  // the same without a tape
   bool tied() const { return tied_ != nullptr; }
-  // nn.Linear(d_model, vocab): "weight" (vocab, d_model), transposed; "bias". A tied head has only its
-  // bias: the table is the embedding's, written once under the embedding's name.
-  TorchName torch_name(std::string_view local_name) const override {
-    return {std::string(local_name), local_name == "weight"};
-  }
+  // PyTorch's names are the Linear's, nn.Linear(d_model, vocab): "weight" (vocab, d_model), transposed;
+  // "bias". A tied head has only its bias: the table is the embedding's, written once under its name.
 
  private:
   LmHeadOptions options_;
-  Parameter<T>* weight_ = nullptr;  // untied: (d_model, vocab)
-  Parameter<T>* bias_ = nullptr;
+  std::unique_ptr<Linear<T>> linear_;  // untied
+  Parameter<T>* bias_ = nullptr;       // tied
   Embedding<T>* tied_ = nullptr;
 };
-
-template <class S, class F>
-void TransformerBlockOptions::fields(S& s, F&& field) {
-  field("mode", s.mode, "attention: learnable or parameter_free");
-  field("d_model", s.d_model, "width of the residual stream", in_range(1, 1 << 16));
-  field("n_heads", s.n_heads, "attention heads", in_range(1, 1 << 10));
-  field("d_ff", s.d_ff, "hidden width of the MLP (0: 4 d_model)", in_range(0, 1 << 18));
-  field("causal", s.causal, "each token sees only earlier tokens");
-  field("layernorm", s.layernorm, "pre-norm LayerNorms");
-  field("mlp", s.mlp, "the MLP sub-layer");
-  field("dropout", s.dropout, "dropout probability", in_range(0, 1, true));
-  field("eps", s.eps, "LayerNorm epsilon", in_range(1e-12, 1.0));
-}
 
 extern template class FeedForward<float>;
 extern template class FeedForward<double>;

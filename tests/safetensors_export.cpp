@@ -12,7 +12,7 @@
 
 #include "safetensors_twins.hpp"
 #include "tapegrad/core/file_io.hpp"
-#include "tapegrad/train/safetensors.hpp"
+#include "tapegrad/train/checkpoint/safetensors.hpp"
 
 using namespace tapegrad;
 

@@ -19,7 +19,8 @@
 #include "reseal.hpp"
 #include "user_models.hpp"
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/train/checkpoint.hpp"
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
+#include "tapegrad/program/checkpoint_dir.hpp"
 
 using namespace tapegrad;
 using namespace tapegrad::lesson;
@@ -61,6 +62,48 @@ struct MlpRun {
     opt.set_schedule(CosineWithWarmup({.warmup_steps = 5, .total_steps = 60}));
     trainer.add_metric("accuracy", metrics::accuracy);
   }
+};
+
+// A user's own optimizer, written as examples/user_optimizer.cpp writes Lion: Signum (signSGD with
+// momentum, Bernstein et al. 2018), m = beta m + (1 - beta) g, p -= lr sign(m).
+struct SignumOptions {
+  double lr = 0.01;
+  double beta = 0.9;
+  template <class S, class F>
+  static void fields(S& s, F&& field) {
+    field("lr", s.lr, "learning rate", at_least(0));
+    field("beta", s.beta, "decay of the momentum", in_range(0, 1, true));
+  }
+  void check(std::string_view op) const { check_fields(*this, op); }
+};
+
+class Signum final : public OptimizerWith<float, SignumOptions> {
+ public:
+  explicit Signum(std::vector<Parameter<float>*> params, SignumOptions options = {})
+      : OptimizerWith(std::move(params), options, "Signum", {"momentum"}) {}
+  std::string_view kind() const override { return "signum"; }
+
+ private:
+  void update(double lr, std::int64_t) override {
+    const auto beta = static_cast<float>(options_.beta), rate = static_cast<float>(lr);
+    for (std::size_t i = 0; i < params().size(); ++i) {
+      if (buffers(i).empty()) create_buffers(i);
+      auto m = buffers(i)[0].array();
+      m = beta * m + (1 - beta) * std::as_const(params()[i]->grad).array();
+      params()[i]->value.array() -= rate * m.sign();
+    }
+  }
+};
+
+struct SignumRun {
+  Mlp model;
+  Signum opt;
+  Trainer<TensorBatch> trainer;
+  SignumRun(const TensorSource& data, const Mlp::Config& c)
+      : model(c), opt(model.parameters(), {.lr = 0.02}),
+        trainer(model, opt, data, [this](Tape<float>& t, const TensorBatch& b) {
+          return cross_entropy(model.forward(t.constant(b.features)), b.labels);
+        }, {.steps = 40, .batch = 16, .eval_every = 10, .seed = 3}) {}
 };
 
 fs::path scratch(const std::string& name) { return test::scratch_dir("checkpoint", name); }
@@ -183,6 +226,52 @@ TEST_CASE("checkpoint: a strict load names every missing, unexpected and mis-sha
   // A double model refuses float weights by element type.
   ToyModel<double> doubles(f.config());
   CHECK_THROWS_WITH_AS(load_weights(c, doubles), doctest::Contains("'attn.wq' is f32 33x33 in the file but f64 33x33 in the model"),
+                       FormatError);
+}
+
+TEST_CASE("checkpoint: a float model's file loads into its double twin, and back, only when asked, each conversion named") {
+  Fixture f;
+  ToyModel<float> trained(f.config());
+  const Checkpoint c = snapshot<float>(trained);
+  ModelConfig reseeded = f.config();
+  reseeded.seed = 1;  // other weights until loaded
+  ToyModel<double> twin(reseeded);
+  const auto params = twin.parameters();
+  const TensorD wq_before = params[0]->value;
+  // Strict about the element type by default, naming the option; nothing changes.
+  CHECK_THROWS_WITH_AS(load_weights(c, twin),
+                       doctest::Contains("'attn.wq' is f32 33x33 in the file but f64 33x33 in the model; 'attn.wk' is "
+                                         "f32 33x33"),
+                       FormatError);
+  CHECK_THROWS_WITH_AS(load_weights(c, twin),
+                       doctest::Contains("; nothing was loaded (LoadOptions::convert_dtype converts the element type)"),
+                       FormatError);
+  CHECK(params[0]->value == wq_before);
+
+  const LoadReport report = load_weights(c, twin, {.convert_dtype = true});
+  CHECK(report.clean());
+  CHECK(report.loaded.size() == params.size());
+  REQUIRE(report.converted.size() == params.size());
+  CHECK(report.converted[0] == "'attn.wq' from f32 to f64");
+  CHECK(report.str().find("; converted 'attn.wq' from f32 to f64; converted 'attn.wk' from f32 to f64") != std::string::npos);
+  const auto floats = trained.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) CHECK(params[i]->value == floats[i]->value.cast<double>());  // exact
+  // Rebuilt from its record as the double twin, with the same option; without it, refused.
+  CHECK(model_from_checkpoint<ToyModel<double>>(c, {.convert_dtype = true})->parameters()[0]->value == params[0]->value);
+  CHECK_THROWS_AS(model_from_checkpoint<ToyModel<double>>(c), FormatError);
+
+  // Back: the double twin's weights, nudged off float's grid, round to the nearest float.
+  for (auto* p : params) p->value.array() += 1e-12;
+  ToyModel<float> back(reseeded);
+  const LoadReport rounded = load_weights(snapshot<double>(twin), back, {.convert_dtype = true});
+  CHECK(rounded.converted[0] == "'attn.wq' from f64 to f32");
+  const auto backs = back.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) CHECK(backs[i]->value == params[i]->value.cast<float>());
+  // The conversion changes element types only: another shape is still a mismatch.
+  ModelConfig narrower = f.config();
+  narrower.output_projection = false;
+  ToyModel<double> other(narrower);
+  CHECK_THROWS_WITH_AS(load_weights(c, other, {.convert_dtype = true}), "load: the model has no 'attn.wo'; nothing was loaded",
                        FormatError);
 }
 
@@ -383,6 +472,38 @@ TEST_CASE("checkpoint: a user's own model: rebuilt from its file, and its traini
   MlpRun wider(data, {.in = 2, .hidden = 7, .out = 2, .seed = 9});
   CHECK_THROWS_WITH_AS(load_training(decode_checkpoint(mid, "mid.tgck"), wider.trainer),
                        "resume: setting 'hidden' is 6 in the file but 7 in the model", FormatError);
+}
+
+TEST_CASE("checkpoint: a user's own optimizer is saved under its name, resumed bit for bit, and described") {
+  const TensorSource data = test::classification_data(200, 4, true);
+  const Mlp::Config config{.in = 2, .hidden = 6, .out = 2, .seed = 9};
+  SignumRun straight(data, config);
+  straight.trainer.run();
+  std::vector<std::byte> mid;
+  {
+    SignumRun first(data, config);
+    for (int i = 0; i < 15; ++i) first.trainer.step();
+    mid = bytes_of(snapshot(first.trainer));
+  }
+  const Checkpoint c = decode_checkpoint(mid, "mid.tgck");
+  REQUIRE(c.training);
+  CHECK(c.training->optimizer.kind == "signum");
+  CHECK(describe_checkpoint(c).find("optimizer: signum after 15 steps (lr 0.02, beta 0.9); schedule constant") !=
+        std::string::npos);
+  SignumRun resumed(data, config);
+  CHECK(load_training(c, resumed.trainer).training_state);
+  resumed.trainer.run();
+  CHECK(values_of(resumed.model) == values_of(straight.model));
+  CHECK(resumed.opt.state().per_param == straight.opt.state().per_param);
+  CHECK(resumed.opt.describe() == "signum (lr 0.02, beta 0.9), schedule constant");
+  // Under its name: AdamW does not take Signum's state, nor Signum AdamW's.
+  MlpRun adamw(data, config);
+  CHECK_THROWS_WITH_AS(load_training(c, adamw.trainer), "load_state: the state is from 'signum' but this optimizer is 'adamw'",
+                       ValueError);
+  Checkpoint other = c;
+  other.training->optimizer.kind = "adamw";
+  CHECK_THROWS_WITH_AS(load_training(other, resumed.trainer),
+                       "load_state: the state is from 'adamw' but this optimizer is 'signum'", ValueError);
 }
 
 TEST_CASE("checkpoint: resuming refuses weights-only files, other data, another optimizer or model, and changes nothing") {

@@ -1,6 +1,6 @@
 // train/checkpoint: the JSON export and the summary. In its own file because parsing the JSON back goes
 // through rapidjson 1.1.0, which offsets a null pointer (Tencent/rapidjson#1724): sanitizer builds
-// compile this file, like train/checkpoint_json.cpp, without UBSan's pointer-overflow check.
+// compile this file, like train/checkpoint/json.cpp, without UBSan's pointer-overflow check.
 #include <doctest/doctest.h>
 
 #include <cereal/archives/json.hpp>
@@ -8,7 +8,7 @@
 
 #include "lesson/tasks.hpp"
 #include "lesson/toy_run.hpp"
-#include "tapegrad/train/checkpoint.hpp"
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
 
 using namespace tapegrad;
 using namespace tapegrad::lesson;

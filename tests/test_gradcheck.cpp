@@ -77,6 +77,32 @@ TEST_CASE("gradcheck: the report names the parameter, the element and both value
   CHECK(w.grad == TensorD(Shape::mat(2, 3), 7.0));
 }
 
+TEST_CASE("gradcheck: the report says which entry came closest to its tolerance, and by how much") {
+  Rng rng(23);
+  // One input's rule is right, the other's wrong: the entry closest to its tolerance (past it) is the
+  // wrong rule's, and each tensor's largest share of its tolerance says which one failed.
+  const auto report = gradcheck(
+      [](Tape<double>&, std::span<const Var<double>> in) { return add(scale(in[0], 1e-9), wrong_square(in[1])); },
+      {{"tiny", random_tensor(Shape::mat(2, 2), rng)}, {"wrong", random_tensor(Shape::mat(2, 2), rng)}});
+  REQUIRE(report.tensors.size() == 2);
+  const GradcheckEntry& closest = report.closest_to_tolerance;
+  CHECK(closest.tensor == "wrong");
+  CHECK(closest.tolerance == doctest::Approx(report.options.atol + report.options.rtol * std::abs(closest.numeric)));
+  CHECK(closest.tolerance_used == doctest::Approx(closest.abs_error / closest.tolerance));
+  CHECK(closest.tolerance_used > 1);  // past it: a failure
+  CHECK(closest.tolerance_used == report.tensors[1].max_tolerance_used);
+  CHECK(report.tensors[0].max_tolerance_used < 1);
+  CHECK(report.str().find("closest to its tolerance: wrong[") != std::string::npos);
+
+  // All within: the closest is below 1, and is the largest share over every tensor.
+  const auto fine = gradcheck([](Tape<double>&, std::span<const Var<double>> in) { return tanh(mul(in[0], in[1])); },
+                              {{"a", random_tensor(Shape::mat(2, 3), rng)}, {"b", random_tensor(Shape::mat(2, 3), rng)}});
+  CHECK(fine.ok());
+  CHECK(fine.closest_to_tolerance.tolerance_used < 1);
+  CHECK(fine.closest_to_tolerance.tolerance_used ==
+        std::max(fine.tensors[0].max_tolerance_used, fine.tensors[1].max_tolerance_used));
+}
+
 TEST_CASE("gradcheck: fast mode checks random directions and catches the same errors") {
   Rng rng(23);
   GradcheckOptions fast;

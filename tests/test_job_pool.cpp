@@ -1,4 +1,4 @@
-// core/job_pool: independent jobs on worker threads.
+// examples/program/job_pool: independent jobs on worker threads.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/core/job_pool.hpp"
+#include "tapegrad/program/job_pool.hpp"
 #include "tapegrad/core/parallel.hpp"
 #include "helpers.hpp"
 

@@ -11,6 +11,7 @@
 #include "tapegrad/layers/embedding.hpp"
 #include "catalogue/layer_checks.hpp"
 #include "tapegrad/layers/linear.hpp"
+#include "tapegrad/layers/dropout.hpp"
 #include "tapegrad/layers/normalization.hpp"
 #include "tapegrad/layers/self_attention.hpp"
 #include "tapegrad/layers/transformer.hpp"
@@ -120,25 +121,20 @@ TEST_CASE("linear: y = x W + b over rows, and a clear error for the wrong width"
                        "linear 'readout': x is 4x5 but the layer maps rows of 2 features to 3", ShapeError);
 }
 
-TEST_CASE("linear_map: x w + b in one affine node, x w in one matmul without a bias, and errors that name the op") {
-  Parameter<double> w("w", TensorD(Shape::mat(2, 3), {1, 2, 3, 4, 5, 6}));
-  Parameter<double> b("b", TensorD(Shape::vec(3), {10, 20, 30}));
+TEST_CASE("linear: x W + b is the affine op in one node, and one matmul without a bias") {
+  Rng rng(3);
+  Linear<double> lin("proj", {.in = 2, .out = 3}, rng), no_bias("plain", {.in = 2, .out = 3, .bias = false}, rng);
+  lin.weight().assign(TensorD(Shape::mat(2, 3), {1, 2, 3, 4, 5, 6}));
+  lin.bias().assign(TensorD(Shape::vec(3), {10, 20, 30}));
+  no_bias.weight().assign(lin.weight().value);
   Tape<double> t;
   const TensorD x(Shape::batched(1, 2, 2), {1, 0, 1, 1});
-  Var<double> with_bias = linear_map(t, t.constant(x), w, &b);
-  CHECK(with_bias.value() == TensorD(Shape::batched(1, 2, 3), {11, 22, 33, 15, 27, 39}));
-  CHECK(with_bias.value() == affine(t.constant(x), t.param(w), t.param(b)).value());
+  Var<double> with_bias = lin.forward(t.constant(x));
+  CHECK(with_bias.value() == affine(t.constant(x), t.param(lin.weight()), t.param(lin.bias())).value());
   CHECK(std::string_view(t.node(with_bias).op) == "affine");
-  Var<double> without = linear_map(t, t.constant(x), w, nullptr);
+  Var<double> without = no_bias.forward(t.constant(x));
   CHECK(without.value() == TensorD(Shape::batched(1, 2, 3), {1, 2, 3, 5, 7, 9}));
   CHECK(std::string_view(t.node(without).op) == "matmul");
-  CHECK_THROWS_WITH_AS(linear_map(t, t.constant(TensorD(Shape::mat(4, 5))), w, &b),
-                       "affine: inner dimensions differ: x is 4x5, w is 2x3", ShapeError);
-  CHECK_THROWS_WITH_AS(linear_map(t, t.constant(TensorD(Shape::mat(4, 5))), w, nullptr),
-                       doctest::Contains("matmul"), ShapeError);
-  Tape<double> other;  // x on one tape, the weights recorded on another
-  CHECK_THROWS_WITH_AS(linear_map(t, other.constant(x), w, &b),
-                       "affine: w belongs to a different tape than the op's other arguments", UsageError);
 }
 
 TEST_CASE("embeddings: a trainable table, fixed one-hot tokens, and positions") {
@@ -526,4 +522,93 @@ TEST_CASE("module: a child is named once, roots prefix their names, assignment c
   Dropout<double> drop("drop", 0.1);
   CHECK(norm.parameters().size() == 2);
   CHECK(drop.parameters().empty());
+}
+
+TEST_CASE("transformer block: bias and output_projection reach its attention, and unset they are nn.TransformerEncoderLayer's") {
+  using O = TransformerBlockOptions;
+  auto attention_names = [](TransformerBlock<double>& block) {
+    std::vector<std::string> out;
+    for (auto* p : block.attention().parameters()) out.push_back(p->name.substr(p->name.rfind('.') + 1));
+    return out;
+  };
+  Rng a(16), b(16);
+  TransformerBlock<double> standard("block", O{.d_model = 4, .n_heads = 2}, a);
+  CHECK(attention_names(standard) == std::vector<std::string>{"wq", "wk", "wv", "bq", "bk", "bv", "wo", "bo"});
+  // Unset is both, drawn alike: the blocks (and checkpoints) of before are the same, bit for bit.
+  TransformerBlock<double> spelled("block", O{.d_model = 4, .n_heads = 2, .bias = true, .output_projection = true}, b);
+  const auto mine = standard.parameters(), theirs = spelled.parameters();
+  REQUIRE(mine.size() == theirs.size());
+  for (std::size_t i = 0; i < mine.size(); ++i) CHECK((mine[i]->name == theirs[i]->name && mine[i]->value == theirs[i]->value));
+
+  TransformerBlock<double> lean("block", O{.d_model = 4, .n_heads = 2, .bias = false, .output_projection = false}, a);
+  CHECK(attention_names(lean) == std::vector<std::string>{"wq", "wk", "wv"});
+  TransformerBlock<double> projected("block", O{.d_model = 4, .n_heads = 2, .bias = false}, a);
+  CHECK(attention_names(projected) == std::vector<std::string>{"wq", "wk", "wv", "wo"});
+  CHECK_FALSE(projected.attention().options().bias);
+  TransformerBlock<double> biased("block", O{.d_model = 4, .n_heads = 2, .bias = true, .output_projection = false}, a);
+  CHECK(attention_names(biased) == std::vector<std::string>{"wq", "wk", "wv", "bq", "bk", "bv"});
+  Tape<double> t;
+  lean.eval();
+  CHECK(lean.forward(t.constant(random_tensor(Shape::batched(2, 3, 4), a))).shape() == Shape::batched(2, 3, 4));
+
+  // Parameter-free attention has neither: unset or false is fine, true is refused naming the block.
+  const O free{.mode = AttentionMode::parameter_free, .d_model = 4, .n_heads = 2};
+  CHECK(TransformerBlock<double>("block", free, a).attention().parameters().empty());
+  O explicit_false = free;
+  explicit_false.bias = false;
+  explicit_false.output_projection = false;
+  CHECK(TransformerBlock<double>("block", explicit_false, a).attention().parameters().empty());
+  O with_bias = free;
+  with_bias.bias = true;
+  CHECK_THROWS_WITH_AS(TransformerBlock<double>("block", with_bias, a),
+                       "transformer_block 'block': parameter-free attention has no parameters, so no bias and no "
+                       "output projection",
+                       ValueError);
+  O with_projection = free;
+  with_projection.output_projection = true;
+  CHECK_THROWS_AS(TransformerStack<double>("stack", {.n_layers = 2, .block = with_projection}, a), ValueError);
+}
+
+TEST_CASE("module: summary() names a user's class, an unnamed root and an unnamed child by their types") {
+  Rng rng(17);
+  // An unnamed root, a user's class, and an unnamed child (the untied LmHead's Linear: its names are the head's).
+  struct Tiny : Module<float> {
+    LmHead<float> head;
+    explicit Tiny(Rng& r) : head("head", {.d_model = 3, .vocab = 2}, r) { register_child(head); }
+  } tiny(rng);
+  CHECK(tiny.summary() == "Tiny (8 values)\n  head: LmHead (8 values)\n    Linear (8 values)\n      weight  3x2\n      bias  2\n");
+}
+
+TEST_CASE("module: an unnamed child's parameters are its parent's own, so LmHead is a Linear with its names unchanged") {
+  Rng rng(18);
+  LmHead<double> head("head", {.d_model = 3, .vocab = 4}, rng);
+  CHECK(names(head) == std::vector<std::string>{"head.weight", "head.bias"});
+  CHECK(head.parameter("head.weight").value.shape() == Shape::mat(3, 4));
+  Rng again(18);
+  Linear<double> same("head", {.in = 3, .out = 4}, again);  // what the head was before: its own weight and bias
+  CHECK(head.parameter("head.weight").value == same.weight().value);
+  std::vector<std::string> torch;
+  for (const auto& [p, n] : head.torch_names()) torch.push_back(fmt::format("{}{}", n.name, n.transposed ? " (T)" : ""));
+  CHECK(torch == std::vector<std::string>{"head.weight (T)", "head.bias"});
+  LmHead<double> no_bias("head", {.d_model = 3, .vocab = 4, .bias = false}, rng);
+  CHECK(names(no_bias) == std::vector<std::string>{"head.weight"});
+
+  // The unnamed child's names must be free in its parent, and later names must not take them.
+  struct Wrapper : Module<double> {
+    Linear<double> inner;
+    Parameter<double>* extra = nullptr;
+    explicit Wrapper(Rng& r) : Module<double>("wrap"), inner("", {.in = 2, .out = 2}, r) {}
+    void adopt() { register_child(inner); }
+    void add(std::string_view name) { extra = &register_parameter(name, TensorD(Shape::vec(1))); }
+  };
+  Wrapper first(rng);
+  first.add("bias");
+  CHECK_THROWS_WITH_AS(first.adopt(), "register_child: module 'wrap' already has a parameter or child named 'bias'", NameError);
+  Wrapper second(rng);
+  second.adopt();
+  CHECK(names(second) == std::vector<std::string>{"wrap.weight", "wrap.bias"});
+  CHECK_THROWS_WITH_AS(second.add("weight"), "register_parameter: module 'wrap' already has a parameter or child named 'weight'",
+                       NameError);
+  second.add("gate");
+  CHECK(names(second) == std::vector<std::string>{"wrap.gate", "wrap.weight", "wrap.bias"});
 }

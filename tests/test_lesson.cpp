@@ -12,7 +12,7 @@
 #include "lesson/toy_model.hpp"
 #include "lesson/toy_run.hpp"
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/train/checkpoint.hpp"
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
 
 using namespace tapegrad;
 using namespace tapegrad::lesson;
@@ -215,7 +215,7 @@ TEST_CASE("tasks: a trained parameter-free model does not beat a separating task
     const TaskSplit split = make_task_split(*task, 2000, 10, 2000, 11);
     ToyRun run(run_config(*task, AttentionMode::parameter_free, 0.1, {.steps = 600, .eval_every = 600}), split.train);
     run.trainer().run();
-    const double accuracy = value_of(run.trainer().evaluate(SequenceSource(split.test)), "accuracy");
+    const double accuracy = value_of(run.trainer().evaluate(SequenceSource(split.test)), "eval_accuracy");
     const double se = std::sqrt(task->spec().ceiling * (1 - task->spec().ceiling) / 2000.0);
     CHECK(accuracy <= task->spec().ceiling + 4 * se);
     CHECK(accuracy >= task->spec().ceiling - 0.05);  // and it does get there
@@ -346,7 +346,7 @@ TEST_CASE("toy trainer: learns a task, and the same seeds give the same curve bi
     ToyRun run(run_config(*task, AttentionMode::learnable, 0.03, {.steps = 300, .eval_every = 100, .seed = 4}), split.train,
                &split.validation);
     run.trainer().run();
-    return std::make_pair(run.trainer().curve(), value_of(run.trainer().evaluate(SequenceSource(split.test)), "accuracy"));
+    return std::make_pair(run.trainer().curve(), value_of(run.trainer().evaluate(SequenceSource(split.test)), "eval_accuracy"));
   };
   const auto [curve, accuracy] = train();
   REQUIRE(curve.size() == 4);  // steps 0, 100, 200, 300

@@ -585,6 +585,75 @@ TEST_CASE("optimizer: state() then load_state() into a fresh optimizer resumes b
          [](Ptrs p) { return std::make_unique<AdamW<double>>(p); });
 }
 
+TEST_CASE("optimizer: Adam and AdamW decay the matrices only when asked, save that choice, and resume it exactly") {
+  // With zero gradients an AdamW step is its decay alone (m = v = 0 add nothing): p *= 1 - lr wd.
+  TwoParams m(9);
+  const TensorD wq = m.wq.value, bias = m.bias.value;
+  AdamW<double> matrices(m.ptrs(), {.lr = 0.1, .weight_decay = 0.5}, DecayOn::matrices);
+  m.wq.zero_grad();
+  m.bias.zero_grad();
+  matrices.step();
+  CHECK_TENSOR_NEAR(m.wq.value, TensorD(wq.shape(), std::span<const double>((wq.array() * 0.95).eval().data(), 6)), 0, 1e-15);
+  CHECK(m.bias.value == bias);  // a vector: not decayed
+  CHECK(matrices.decay_on() == DecayOn::matrices);
+  const Settings h = matrices.state().hyperparameters;
+  CHECK(h.back() == Setting{"decay_on", "matrices"});
+  CHECK(matrices.describe().find("decay_on matrices") != std::string::npos);
+  // Decaying every parameter saves what it saved before the choice existed: no decay_on at all.
+  AdamW<double> all(m.ptrs(), {.lr = 0.1, .weight_decay = 0.5});
+  CHECK_FALSE(find_setting(all.state().hyperparameters, "decay_on"));
+  // Adam's L2 penalty follows the same choice: with zero gradients and decay on the matrices only, the bias
+  // sees no gradient at all and does not move.
+  TwoParams n(10);
+  const TensorD n_bias = n.bias.value;
+  Adam<double> adam(n.ptrs(), {.lr = 0.1, .weight_decay = 0.5}, DecayOn::matrices);
+  n.wq.zero_grad();
+  n.bias.zero_grad();
+  adam.step();
+  CHECK(n.bias.value == n_bias);
+  CHECK(n.wq.value != TwoParams(10).wq.value);
+
+  // A resume is exact, through load_state and through make_optimizer (a checkpoint's hyperparameters).
+  TwoParams a(11), b(11), c(11);
+  Rng rng(111);
+  AdamW<double> original(a.ptrs(), {.lr = 0.03, .weight_decay = 0.2}, DecayOn::matrices);
+  take_steps(original, a, rng, 3);
+  for (TwoParams* copy : {&b, &c}) {
+    copy->wq.value = a.wq.value;
+    copy->bias.value = a.bias.value;
+  }
+  AdamW<double> resumed(b.ptrs(), {}, DecayOn::matrices);
+  resumed.load_state(original.state());
+  auto rebuilt = make_optimizer<double>(OptimizerKind::adamw, c.ptrs(), original.state().hyperparameters);
+  rebuilt->load_state(original.state());
+  for (int s = 0; s < 3; ++s) {
+    a.random_grads(rng);
+    for (TwoParams* copy : {&b, &c}) {
+      copy->wq.grad = a.wq.grad;
+      copy->bias.grad = a.bias.grad;
+    }
+    original.step();
+    resumed.step();
+    rebuilt->step();
+  }
+  for (TwoParams* copy : {&b, &c}) {
+    CHECK(copy->wq.value == a.wq.value);  // bit-identical
+    CHECK(copy->bias.value == a.bias.value);
+  }
+  // An optimizer and a state that differ in the choice are refused, as a different schedule is.
+  AdamW<double> decays_all(c.ptrs());
+  CHECK_THROWS_WITH_AS(decays_all.load_state(original.state()),
+                       "load_state: hyperparameters unknown to adamw: 'decay_on'", NameError);
+  CHECK_THROWS_WITH_AS(resumed.load_state(decays_all.state()),
+                       "load_state: hyperparameters missing from the state: 'decay_on'", NameError);
+  Settings forged = original.state().hyperparameters;
+  forged.back().value = "vectors";
+  CHECK_THROWS_WITH_AS(make_optimizer<double>(OptimizerKind::adamw, c.ptrs(), forged),
+                       "optimizer 'adamw': decay_on is 'vectors', which is not matrices (decay on all parameters is "
+                       "saved as no setting)",
+                       ValueError);
+}
+
 TEST_CASE("optimizer: zero_grad zeroes every gradient") {
   TwoParams m(8);
   Rng rng(88);
@@ -662,7 +731,7 @@ TEST_CASE("optimizer: make_optimizer rebuilds each kind from its hyperparameters
     CAPTURE(to_string(kind));
     Settings h = with_overrides(default_hyperparameters(kind), {{"lr", "0.25"}, {"weight_decay", "0.5"}}, "test");
     const auto opt = make_optimizer<double>(kind, m.ptrs(), h);
-    CHECK(opt->kind() == kind);
+    CHECK(opt->kind() == to_string(kind));  // the library's names, the enum's spellings
     CHECK(opt->lr() == 0.25);
     CHECK(opt->hyperparameters() == h);
   }

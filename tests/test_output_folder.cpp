@@ -1,4 +1,4 @@
-// core/output_folder and write_file's targets: a run's folder holds its files and nothing else of it is
+// examples/program/output_folder and write_file's targets: a run's folder holds its files and nothing else of it is
 // touched. The manifest names the program and its files; another program's folder, a user's file at a
 // name the run writes, an earlier run without --overwrite, an input among the files --overwrite would
 // remove, a device node, a pipe or a symbolic link in a target's place are all refused, naming the path,
@@ -15,7 +15,7 @@
 #include "helpers.hpp"
 #include "tapegrad/core/error.hpp"
 #include "tapegrad/core/file_io.hpp"
-#include "tapegrad/core/output_folder.hpp"
+#include "tapegrad/program/output_folder.hpp"
 
 using namespace tapegrad;
 namespace fs = std::filesystem;

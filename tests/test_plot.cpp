@@ -1,4 +1,4 @@
-// train/plot: SVG heatmaps, line charts, svg_row and write_file.
+// examples/plot: SVG heatmaps, line charts, svg_row and write_file.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -15,7 +15,7 @@
 #include <fmt/format.h>
 
 #include "tapegrad/core/error.hpp"
-#include "tapegrad/train/plot.hpp"
+#include "tapegrad/plot/plot.hpp"
 
 using namespace tapegrad;
 

@@ -11,7 +11,8 @@
 #include "helpers.hpp"
 #include "tapegrad/autograd/gradcheck.hpp"
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/train/checkpoint.hpp"
+#include "tapegrad/layers/transformer.hpp"
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
 #include "tapegrad/train/optimizer.hpp"
 #include "tapegrad/train/trainer.hpp"
 #include "user_models.hpp"
@@ -93,4 +94,39 @@ if (!report.ok()) std::puts(report.str().c_str());   // "MISMATCH k[1, 2]: analy
 
   CHECK(report.ok());
   CHECK(report.checked == q.numel() + k.numel());
+}
+
+TEST_CASE("readme: summary() prints the tree of modules, their types and their parameters' shapes") {
+  Rng rng(17);
+// [readme:summary]
+TransformerBlock<float> block("block", {.d_model = 8, .n_heads = 2, .d_ff = 16}, rng);
+CHECK(block.summary() == R"(block: TransformerBlock (600 values)
+  attn: SelfAttention (288 values)
+    wq  8x8
+    wk  8x8
+    wv  8x8
+    bq  8
+    bk  8
+    bv  8
+    wo  8x8
+    bo  8
+  ff: FeedForward (280 values)
+    linear1: Linear (144 values)
+      weight  8x16
+      bias  16
+    linear2: Linear (136 values)
+      weight  16x8
+      bias  8
+    dropout: Dropout
+  norm1: LayerNorm (16 values)
+    weight  8
+    bias  8
+  norm2: LayerNorm (16 values)
+    weight  8
+    bias  8
+  dropout1: Dropout
+  dropout2: Dropout
+)");
+// [readme:summary-end]
+  CHECK(block.parameter_count() == 600);
 }

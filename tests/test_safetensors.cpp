@@ -16,7 +16,7 @@
 #include "helpers.hpp"
 #include "tapegrad/core/file_io.hpp"
 #include "tapegrad/layers/linear.hpp"
-#include "tapegrad/train/safetensors.hpp"
+#include "tapegrad/train/checkpoint/safetensors.hpp"
 #include "user_models.hpp"
 
 using namespace tapegrad;

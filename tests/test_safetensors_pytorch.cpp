@@ -14,7 +14,7 @@
 #include "safetensors_twins.hpp"
 #include "tapegrad/core/file_io.hpp"
 #include "tapegrad/layers/linear.hpp"
-#include "tapegrad/train/safetensors.hpp"
+#include "tapegrad/train/checkpoint/safetensors.hpp"
 #include "user_models.hpp"
 
 using namespace tapegrad;

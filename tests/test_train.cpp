@@ -15,7 +15,8 @@
 #include "user_models.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/train/dataset_file.hpp"
-#include "tapegrad/train/report.hpp"
+#include "tapegrad/program/progress.hpp"
+#include "tapegrad/program/run_program.hpp"
 #include "tapegrad/train/trainer.hpp"
 
 using namespace tapegrad;
@@ -209,8 +210,8 @@ TEST_CASE("trainer: trains a user's MLP on dense data, with an optimizer, a sche
   CHECK(names == std::vector<std::string>{"train_loss", "train_mse", "train_mean_abs_error", "eval_loss", "eval_mse",
                                           "eval_mean_abs_error"});
   const NamedValues final_test = trainer.evaluate(test);
-  CHECK(value_of(final_test, "loss") < 0.01 * value_of(curve.front().values, "eval_loss"));  // it learned
-  CHECK(value_of(final_test, "mse") == doctest::Approx(value_of(final_test, "loss")).epsilon(1e-5));  // the same mean
+  CHECK(value_of(final_test, "eval_loss") < 0.01 * value_of(curve.front().values, "eval_loss"));  // it learned
+  CHECK(value_of(final_test, "eval_mse") == doctest::Approx(value_of(final_test, "eval_loss")).epsilon(1e-5));  // the same mean
   CHECK(value_of(curve.back().values, "eval_mean_abs_error") < 0.1);
   CHECK(curve.back().lr == doctest::Approx(opt.schedule().lr_at(0.02, 599)));
   CHECK(opt.lr() == 0.02);  // the schedule sets each step's rate from the optimizer's lr, never overwriting it
@@ -457,6 +458,40 @@ TEST_CASE("report: plain lines when not a terminal, and a CSV row per evaluation
   CHECK(lines.find('\r') == std::string::npos);  // a file gets lines, not a redrawn bar
   CHECK(std::count(rows.begin(), rows.end(), '\n') == 4);  // header + steps 0, 100, 200
   CHECK(rows.rfind("step,train_loss,train_accuracy,eval_loss,eval_accuracy,lr,seconds\n0,nan,nan,", 0) == 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("report: curve_series draws one named value of a curve against the step") {
+  const std::vector<CurvePoint> curve = {{.step = 0, .values = {{"train_loss", 2.0}, {"eval_loss", 3.0}}},
+                                         {.step = 50, .values = {{"train_loss", 1.0}, {"eval_loss", 1.5}}}};
+  const Series s = curve_series("validation", curve, "eval_loss");
+  CHECK(s.name == "validation");
+  CHECK(s.x == std::vector<double>{0, 50});
+  CHECK(s.y == std::vector<double>{3.0, 1.5});
+  CHECK_THROWS_AS(curve_series("x", curve, "eval_accuracy"), NameError);
+}
+
+TEST_CASE("report: the bar's rate counts steps, or the items a step trains on, from the first step it sees") {
+  const auto dir = test::scratch_dir("train", "bar");
+  const auto path = dir / "bar.txt";
+  for (bool chars : {false, true}) {
+    std::FILE* out = std::fopen(path.c_str(), "w");
+    REQUIRE(out != nullptr);
+    {
+      Progress progress(out, Progress::Style::bar, 1000, "gpt");
+      if (chars) progress.show_rate_of(768, "chars");
+      progress.on_step(501);  // a run resumed at step 500: its first step here
+      progress.on_step(1000);
+    }
+    std::fclose(out);
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    CHECK(text.str().find(chars ? " chars/s" : " steps/s") != std::string::npos);
+    CHECK(text.str().find(chars ? " steps/s" : " chars/s") == std::string::npos);
+  }
+  CHECK_THROWS_WITH_AS(Progress(stderr, Progress::Style::quiet, 1, "x").show_rate_of(0, "chars"),
+                       "progress: items per step must be positive, got 0", ValueError);
   std::filesystem::remove_all(dir);
 }
 

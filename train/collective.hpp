@@ -2,7 +2,7 @@
 // Data-parallel training's hook: what the training loop needs from a group of processes ("ranks") that
 // each hold a full replica of the model. The library itself knows nothing of MPI: a Trainer given a
 // Collective (Trainer::set_collective) shards every global batch over the ranks and sums what they
-// computed with all_reduce_sum; tapegrad::mpi (train/mpi_collective.hpp, built when TAPEGRAD_MPI is on)
+// computed with all_reduce_sum; tapegrad::mpi (train/mpi/mpi_collective.hpp, built when TAPEGRAD_MPI is on)
 // implements it over MPI. Without one, a trainer is the single-process loop it always was.
 //
 // How the loop uses it (train/trainer.hpp):

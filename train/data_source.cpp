@@ -92,6 +92,12 @@ void add_examples(Crc32& crc, const Dataset& data) {
 }
 }  // namespace
 
+std::uint32_t examples_crc32(const Dataset& data) {
+  Crc32 crc;
+  add_examples(crc, data);
+  return crc.value();
+}
+
 // Every example's length, token ids and label ids, then every name of both vocabularies, each with its
 // length: the same ids under swapped label names are other data.
 std::uint32_t SequenceSource::fingerprint() const {
@@ -101,12 +107,6 @@ std::uint32_t SequenceSource::fingerprint() const {
     crc.add_le(static_cast<std::uint64_t>(v->size()));
     for (const auto& name : v->names()) crc.add_le(static_cast<std::uint64_t>(name.size())).add(name.data(), name.size());
   }
-  return crc.value();
-}
-
-std::uint32_t SequenceSource::format1_fingerprint() const {
-  Crc32 crc;
-  add_examples(crc, data_);
   return crc.value();
 }
 

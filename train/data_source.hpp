@@ -32,9 +32,6 @@ class DataSource {
   // A CRC-32 of the examples, and of whatever gives them their meaning (a vocabulary's names): a resumed
   // run checks that it trains and evaluates on the data it was trained and evaluated on.
   virtual std::uint32_t fingerprint() const = 0;
-  // The fingerprint tapegrad 0.1 stored in format-1 checkpoints, which resuming them compares (for
-  // sequences, the ids without the names); the fingerprint itself for sources 0.1 did not have.
-  virtual std::uint32_t format1_fingerprint() const { return fingerprint(); }
 };
 
 // ---- token sequences --------------------------------------------------------------------------------
@@ -56,6 +53,10 @@ struct SequenceBatch {
 // The examples of a Dataset, each batch padded to `length` (default: the dataset's longest example;
 // give a longer one to pad training and evaluation batches alike). Keeps a reference: the dataset must
 // outlive the source.
+// A CRC-32 of a dataset's examples alone (each one's length, token ids and label ids), without the
+// vocabularies' names that SequenceSource::fingerprint() adds: what tapegrad 0.1's checkpoints recorded.
+std::uint32_t examples_crc32(const Dataset& data);
+
 class SequenceSource final : public DataSource<SequenceBatch> {
  public:
   explicit SequenceSource(const Dataset& data, Index length = 0);
@@ -63,7 +64,6 @@ class SequenceSource final : public DataSource<SequenceBatch> {
   Index size() const override { return data_.size(); }
   void fill(std::span<const Index> indices, SequenceBatch& out) const override;
   std::uint32_t fingerprint() const override;           // the examples' ids and the vocabularies' names
-  std::uint32_t format1_fingerprint() const override;   // the examples' ids
   Index length() const { return length_; }
   const Dataset& dataset() const { return data_; }
 

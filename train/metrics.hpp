@@ -56,4 +56,11 @@ using NamedValues = std::vector<NamedValue>;
 // The value named `name`; NameError listing the names there are if none is.
 double value_of(const NamedValues& values, std::string_view name);
 
+// A metric's sums since the last curve point (the trainer's window of a metric).
+struct MetricWindow {
+  std::string name;
+  Tally tally;
+  bool operator==(const MetricWindow&) const = default;
+};
+
 }  // namespace tapegrad

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "tapegrad/core/parallel.hpp"
+#include "tapegrad/core/text.hpp"
 
 namespace tapegrad {
 
@@ -71,7 +72,7 @@ void Optimizer<T>::set_schedule(const LrSchedule& schedule) {
 
 template <class T>
 std::string Optimizer<T>::describe() const {
-  return fmt::format("{} ({}), schedule {}", to_string(kind()), describe_settings(hyperparameters()),
+  return fmt::format("{} ({}), schedule {}", kind(), describe_settings(hyperparameters()),
                      schedule_->describe());
 }
 
@@ -96,7 +97,7 @@ void Optimizer<T>::create_buffers(std::size_t i) {
 template <class T>
 OptimizerState<T> Optimizer<T>::state() const {
   OptimizerState<T> s;
-  s.kind = std::string(to_string(kind()));
+  s.kind = std::string(kind());
   s.hyperparameters = hyperparameters();
   s.schedule = schedule_->record();
   s.step = step_;
@@ -109,8 +110,9 @@ OptimizerState<T> Optimizer<T>::state() const {
 
 template <class T>
 void Optimizer<T>::check_state(const OptimizerState<T>& s) const {
-  const std::string mine(to_string(kind()));
-  if (s.kind != mine) fail<ValueError>("load_state: the state is from '{}' but this optimizer is '{}'", s.kind, mine);
+  const std::string_view mine = kind();
+  if (s.kind != mine)
+    fail<ValueError>("load_state: the state is from '{}' but this optimizer is '{}'", escaped(s.kind), mine);
   const ScheduleRecord schedule = schedule_->record();
   if (!(s.schedule == schedule))
     fail<ValueError>("load_state: the state's schedule is {} but this optimizer's is {}", s.schedule.describe(),
@@ -191,38 +193,6 @@ void Optimizer<T>::load_state(const OptimizerState<T>& s) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// OptimizerWith: the options struct as the hyperparameters
-
-namespace {
-template <class O>
-const O& checked(const O& options, std::string_view op) {
-  options.check(op);
-  return options;
-}
-}  // namespace
-
-template <class T, class O>
-OptimizerWith<T, O>::OptimizerWith(std::vector<Parameter<T>*> params, O options, std::string_view op,
-                                   std::vector<std::string> buffer_names)
-    : Optimizer<T>(std::move(params), op, std::move(buffer_names)), options_(checked(options, op)) {}
-
-template <class T, class O>
-void OptimizerWith<T, O>::set_lr(double lr) {
-  O changed = options_;
-  changed.lr = lr;
-  changed.check("set_lr");
-  (void)this->schedule().lr_at(lr, this->steps_taken());  // and the schedule must still fit it
-  options_ = changed;
-}
-
-template <class T, class O>
-O OptimizerWith<T, O>::read(const Settings& h) const {
-  O o = from_settings<O>(h, "load_state");
-  o.check("load_state");
-  return o;
-}
-
-// ---------------------------------------------------------------------------------------------
 // SGD
 
 template <class T>
@@ -270,11 +240,59 @@ void SGD<T>::update(double lr_now, std::int64_t) {
 // ---------------------------------------------------------------------------------------------
 // Adam, AdamW
 
+namespace {
+constexpr std::string_view kDecayOn = "decay_on";
+
+// Settings with "decay_on" taken out: the options' own fields, and which parameters decay (all when the
+// setting is absent, as in every state saved before it existed).
+std::pair<Settings, DecayOn> split_decay_on(const Settings& h, std::string_view op) {
+  Settings rest;
+  DecayOn on = DecayOn::all;
+  int seen = 0;
+  for (const Setting& s : h) {
+    if (s.name != kDecayOn) {
+      rest.push_back(s);
+      continue;
+    }
+    if (++seen > 1) fail<NameError>("{}: decay_on is given twice", op);
+    if (!parse_enum(s.value, on) || on == DecayOn::all)
+      fail<ValueError>("{}: decay_on is '{}', which is not matrices (decay on all parameters is saved as no setting)",
+                       op, escaped(s.value));
+  }
+  return {std::move(rest), on};
+}
+}  // namespace
+
 template <class T>
 AdamFamily<T>::AdamFamily(std::vector<Parameter<T>*> params, AdamOptions options, bool decoupled_decay,
-                          std::string_view op)
+                          std::string_view op, DecayOn decay_on)
     : OptimizerWith<T, AdamOptions>(std::move(params), options, op, {"exp_avg", "exp_avg_sq"}),
-      decoupled_decay_(decoupled_decay) {}
+      decoupled_decay_(decoupled_decay),
+      decay_on_(decay_on) {}
+
+template <class T>
+Settings AdamFamily<T>::hyperparameters() const {
+  Settings h = OptimizerWith<T, AdamOptions>::hyperparameters();
+  if (decay_on_ != DecayOn::all) h.push_back({std::string(kDecayOn), to_text(decay_on_)});
+  return h;
+}
+
+template <class T>
+void AdamFamily<T>::check_hyperparameters(const Settings& h) const {
+  OptimizerWith<T, AdamOptions>::check_hyperparameters(split_decay_on(h, "load_state").first);
+}
+
+template <class T>
+void AdamFamily<T>::apply_hyperparameters(const Settings& h) {
+  auto [rest, on] = split_decay_on(h, "load_state");
+  OptimizerWith<T, AdamOptions>::apply_hyperparameters(rest);
+  decay_on_ = on;
+}
+
+template <class T>
+bool AdamFamily<T>::decays(std::size_t i) const {
+  return decay_on_ == DecayOn::all || this->params()[i]->value.rank() >= 2;
+}
 
 template <class T>
 void AdamFamily<T>::update(double lr, std::int64_t step) {
@@ -297,14 +315,15 @@ void AdamFamily<T>::update(double lr, std::int64_t step) {
       auto p = params[i]->value.array().segment(from, count);
       const auto grad = std::as_const(params[i]->grad).array().segment(from, count);
       auto m = buffers[0].array().segment(from, count), v = buffers[1].array().segment(from, count);
-      if (decoupled_decay_) p *= decay;  // AdamW: p *= 1 - lr wd (torch does it even for wd = 0: a no-op)
+      // AdamW: p *= 1 - lr wd (torch does it even for wd = 0: a no-op, so skipping it changes no bit)
+      if (decoupled_decay_ && decays(i)) p *= decay;
       auto update = [&](const auto& g) {
         m = beta1 * m + one_minus_beta1 * g;        // m = beta1 m + (1 - beta1) g
         v = beta2 * v + (one_minus_beta2 * g) * g;  // v = beta2 v + (1 - beta2) g^2
         // p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
         p += (neg_step_size * m) / (v.sqrt() / bias_correction2_sqrt + eps);
       };
-      if (!decoupled_decay_ && o.weight_decay != 0)
+      if (!decoupled_decay_ && o.weight_decay != 0 && decays(i))
         update(grad + weight_decay * p);  // Adam: g = grad + wd p
       else
         update(grad);
@@ -313,12 +332,12 @@ void AdamFamily<T>::update(double lr, std::int64_t step) {
 }
 
 template <class T>
-Adam<T>::Adam(std::vector<Parameter<T>*> params, AdamOptions options)
-    : AdamFamily<T>(std::move(params), options, false, "Adam") {}
+Adam<T>::Adam(std::vector<Parameter<T>*> params, AdamOptions options, DecayOn decay_on)
+    : AdamFamily<T>(std::move(params), options, false, "Adam", decay_on) {}
 
 template <class T>
-AdamW<T>::AdamW(std::vector<Parameter<T>*> params, AdamOptions options)
-    : AdamFamily<T>(std::move(params), options, true, "AdamW") {}
+AdamW<T>::AdamW(std::vector<Parameter<T>*> params, AdamOptions options, DecayOn decay_on)
+    : AdamFamily<T>(std::move(params), options, true, "AdamW", decay_on) {}
 
 // ---------------------------------------------------------------------------------------------
 // By name
@@ -330,10 +349,14 @@ std::unique_ptr<Optimizer<T>> make_optimizer(OptimizerKind kind, std::vector<Par
   switch (kind) {
     case OptimizerKind::sgd:
       return std::make_unique<SGD<T>>(std::move(params), from_settings<SgdOptions>(hyperparameters, what));
-    case OptimizerKind::adam:
-      return std::make_unique<Adam<T>>(std::move(params), from_settings<AdamOptions>(hyperparameters, what));
-    case OptimizerKind::adamw:
-      return std::make_unique<AdamW<T>>(std::move(params), from_settings<AdamOptions>(hyperparameters, what));
+    case OptimizerKind::adam: {
+      const auto [options, on] = split_decay_on(hyperparameters, what);
+      return std::make_unique<Adam<T>>(std::move(params), from_settings<AdamOptions>(options, what), on);
+    }
+    case OptimizerKind::adamw: {
+      const auto [options, on] = split_decay_on(hyperparameters, what);
+      return std::make_unique<AdamW<T>>(std::move(params), from_settings<AdamOptions>(options, what), on);
+    }
   }
   fail<NameError>("{}: no such optimizer", what);
 }

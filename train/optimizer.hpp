@@ -3,6 +3,10 @@
 // decay), Adam and AdamW, with the arithmetic of torch.optim 1.13 (single-tensor path, no amsgrad),
 // checked against it step by step in tests/test_optimizer.cpp; and clip_grad_norm.
 //
+// A user's optimizer is written with the same public pieces: derive from OptimizerWith<T, YourOptions>,
+// give it a name (kind()), its buffers' names and update(); a checkpoint saves and resumes it under that
+// name, and `inspect` shows its hyperparameters (examples/user_optimizer.cpp writes Lion that way).
+//
 // An optimizer reads Parameter::grad and updates Parameter::value. Its hyperparameters are one options
 // struct whose fields() list is their one table (core/settings.hpp): the constructor checks it, state()
 // saves it, load_state() reads it back strictly, `inspect` prints it, the trainer CLI makes its flags
@@ -30,6 +34,8 @@
 
 namespace tapegrad {
 
+// The library's own optimizers, by name (make_optimizer, the trainer CLI's --optimizer). An optimizer's
+// kind() is a name, not this enum, so that a user's optimizer has one of its own.
 enum class OptimizerKind { sgd, adam, adamw };
 
 template <>
@@ -61,6 +67,20 @@ struct SgdOptions {
   void check(std::string_view op) const;
 };
 
+// Which parameters Adam's and AdamW's weight decay applies to: every one (torch.optim's single group), or
+// the matrices only, parameters of rank 2 or more (weights and embedding tables, not biases or LayerNorms'
+// gains and shifts), as nanoGPT and most transformer recipes decay (there, with two parameter groups).
+enum class DecayOn { all, matrices };
+
+template <>
+struct EnumNames<DecayOn> {
+  static constexpr std::string_view what = "weight decay on";
+  static constexpr std::array<EnumName<DecayOn>, 2> names = {{
+      {DecayOn::all, "all"},
+      {DecayOn::matrices, "matrices"},
+  }};
+};
+
 // Adam's and AdamW's options. weight_decay defaults to 0 for both (torch.optim.AdamW's default is 0.01:
 // give it explicitly when porting).
 struct AdamOptions {
@@ -85,7 +105,7 @@ struct AdamOptions {
 // What a checkpoint saves of an optimizer.
 template <class T>
 struct OptimizerState {
-  std::string kind;          // "sgd", "adam", "adamw"
+  std::string kind;          // the optimizer's kind(): "sgd", "adam", "adamw", or a user's optimizer's name
   Settings hyperparameters;  // the options' fields, lr included
   ScheduleRecord schedule;   // the schedule that turns lr into each step's rate
   std::int64_t step = 0;     // steps taken
@@ -107,7 +127,9 @@ class Optimizer {
   void step();
   void zero_grad();
 
-  virtual OptimizerKind kind() const = 0;
+  // The optimizer's name, which its state and checkpoints carry and a load must match: "sgd", "adam",
+  // "adamw", or a user's optimizer's own ("lion"). Not empty.
+  virtual std::string_view kind() const = 0;
   // The learning rate: the hyperparameter, which the schedule turns into each step's rate.
   virtual double lr() const = 0;
   virtual void set_lr(double lr) = 0;  // ValueError unless finite and >= 0 and the schedule fits it
@@ -162,23 +184,40 @@ class Optimizer {
 };
 
 // The part every optimizer with an options struct O shares: O is the one home of the hyperparameters.
+// O has a `double lr`, a fields() table (core/settings.hpp) and `void check(std::string_view op) const`
+// (check_fields(*this, op) and any condition between fields); a user's options struct is the same.
 template <class T, class O>
 class OptimizerWith : public Optimizer<T> {
  public:
   const O& options() const { return options_; }
   double lr() const override { return options_.lr; }
-  void set_lr(double lr) override;
+  void set_lr(double lr) override {
+    O changed = options_;
+    changed.lr = lr;
+    changed.check("set_lr");
+    (void)this->schedule().lr_at(lr, this->steps_taken());  // and the schedule must still fit it
+    options_ = changed;
+  }
   Settings hyperparameters() const override { return to_settings(options_); }
 
  protected:
-  OptimizerWith(std::vector<Parameter<T>*> params, O options, std::string_view op, std::vector<std::string> buffer_names);
+  OptimizerWith(std::vector<Parameter<T>*> params, O options, std::string_view op, std::vector<std::string> buffer_names)
+      : Optimizer<T>(std::move(params), op, std::move(buffer_names)), options_(checked(std::move(options), op)) {}
   void check_hyperparameters(const Settings& h) const override { (void)read(h); }
   void apply_hyperparameters(const Settings& h) override { options_ = read(h); }
 
   O options_;
 
  private:
-  O read(const Settings& h) const;
+  static O checked(O options, std::string_view op) {
+    options.check(op);
+    return options;
+  }
+  static O read(const Settings& h) {
+    O o = from_settings<O>(h, "load_state");
+    o.check("load_state");
+    return o;
+  }
 };
 
 // torch.optim.SGD. Buffer: "momentum_buffer" (only with momentum != 0).
@@ -186,41 +225,56 @@ template <class T>
 class SGD final : public OptimizerWith<T, SgdOptions> {
  public:
   explicit SGD(std::vector<Parameter<T>*> params, SgdOptions options = {});
-  OptimizerKind kind() const override { return OptimizerKind::sgd; }
+  std::string_view kind() const override { return to_string(OptimizerKind::sgd); }
 
  private:
   void update(double lr, std::int64_t t) override;
 };
 
 // Adam and AdamW share everything but where weight decay enters. Buffers: "exp_avg", "exp_avg_sq".
+// Decay on the matrices only is saved among the hyperparameters as "decay_on = matrices", and only then,
+// so an optimizer that decays every parameter saves, prints and loads exactly what it did before the
+// choice existed; a state and an optimizer that differ in it are refused by load_state (the name is
+// missing on one side).
 template <class T>
 class AdamFamily : public OptimizerWith<T, AdamOptions> {
+ public:
+  DecayOn decay_on() const { return decay_on_; }
+  Settings hyperparameters() const override;
+
  protected:
-  AdamFamily(std::vector<Parameter<T>*> params, AdamOptions options, bool decoupled_decay, std::string_view op);
+  AdamFamily(std::vector<Parameter<T>*> params, AdamOptions options, bool decoupled_decay, std::string_view op,
+             DecayOn decay_on);
 
  private:
   void update(double lr, std::int64_t t) override;
+  void check_hyperparameters(const Settings& h) const override;
+  void apply_hyperparameters(const Settings& h) override;
+  bool decays(std::size_t i) const;  // whether parameter i's weight decay applies
+
   bool decoupled_decay_;  // AdamW: p *= 1 - lr wd, apart from the gradient
+  DecayOn decay_on_;
 };
 
 // torch.optim.Adam: weight decay is added to the gradient (L2 regularisation).
 template <class T>
 class Adam final : public AdamFamily<T> {
  public:
-  explicit Adam(std::vector<Parameter<T>*> params, AdamOptions options = {});
-  OptimizerKind kind() const override { return OptimizerKind::adam; }
+  explicit Adam(std::vector<Parameter<T>*> params, AdamOptions options = {}, DecayOn decay_on = DecayOn::all);
+  std::string_view kind() const override { return to_string(OptimizerKind::adam); }
 };
 
 // torch.optim.AdamW: decoupled weight decay (Loshchilov & Hutter).
 template <class T>
 class AdamW final : public AdamFamily<T> {
  public:
-  explicit AdamW(std::vector<Parameter<T>*> params, AdamOptions options = {});
-  OptimizerKind kind() const override { return OptimizerKind::adamw; }
+  explicit AdamW(std::vector<Parameter<T>*> params, AdamOptions options = {}, DecayOn decay_on = DecayOn::all);
+  std::string_view kind() const override { return to_string(OptimizerKind::adamw); }
 };
 
 // An optimizer of a named kind from its hyperparameters (as a checkpoint or a command line holds them):
-// strict, every field of the kind's options once (NameError, ValueError otherwise).
+// strict, every field of the kind's options once, and for adam and adamw "decay_on" if it is not "all"
+// (NameError, ValueError otherwise).
 template <class T>
 std::unique_ptr<Optimizer<T>> make_optimizer(OptimizerKind kind, std::vector<Parameter<T>*> params,
                                              const Settings& hyperparameters);

@@ -24,19 +24,7 @@ const TrainOptions& checked(const TrainOptions& o) {
 }
 
 constexpr std::uint64_t kTrainingStream = 0x747261696e;  // "train": the Rng stream of rng()
-constexpr std::uint64_t kShardStream = 0x7368617264;     // "shard": + rank, a rank's stream of one step
 
-// A CRC-32 of every parameter's values, in the model's order.
-std::uint32_t parameters_crc32(const std::vector<Parameter<float>*>& params) {
-  Crc32 crc;
-  for (const Parameter<float>* p : params) crc.add(p->value.data(), static_cast<std::size_t>(p->value.numel()) * sizeof(float));
-  return crc.value();
-}
-
-// "1, 3" for a list of ranks.
-std::string rank_list(const std::vector<int>& ranks) { return fmt::format("{}", fmt::join(ranks, ", ")); }
-
-std::string shortened(const std::string& text) { return text.size() <= 300 ? text : text.substr(0, 300) + " ..."; }
 
 }  // namespace
 
@@ -74,7 +62,8 @@ TrainerBase::TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Inde
 }
 
 TrainerBase::~TrainerBase() {
-  if (model_.rng() == &rng_ || model_.rng() == &shard_rng_) model_.set_rng(nullptr);  // the streams die with the trainer
+  if (model_.rng() == &rng_ || (parallel_ && model_.rng() == &parallel_->step_stream()))
+    model_.set_rng(nullptr);  // the streams die with the trainer
 }
 
 Rng::State TrainerBase::initial_rng_state(std::uint64_t seed) { return Rng(seed, kTrainingStream).state(); }
@@ -122,96 +111,47 @@ void TrainerBase::update(double loss, double lr) {
 
 // ---- data-parallel ---------------------------------------------------------------------------------
 
-Shard shard_of(Index n, int rank, int size) {
-  if (size < 1 || rank < 0 || rank >= size || n < 0)
-    fail<ValueError>("shard_of: rank {} of {} ranks, {} items: needs 0 <= rank < ranks and items >= 0", rank, size, n);
-  const Index r = rank, s = size, base = n / s, extra = n % s;
-  const Index begin = r * base + std::min(r, extra);
-  return {begin, begin + base + (r < extra ? 1 : 0)};
-}
-
 void TrainerBase::set_collective(Collective* collective, DataParallelOptions options) {
-  if (options.check_every < 1) fail<ValueError>("set_collective: check_every must be >= 1, got {}", options.check_every);
-  collective_ = collective;
-  parallel_options_ = options;
-  parallel_started_ = false;
-  model_.set_rng(data_parallel() ? &shard_rng_ : &rng_);
+  parallel_ = collective ? std::make_unique<DataParallel>(*collective, options) : nullptr;
+  model_.set_rng(data_parallel() ? &parallel_->step_stream() : &rng_);
 }
 
-std::span<const Index> TrainerBase::next_shard() {
-  const std::span<const Index> batch = sampler_.next();
-  // Every rank draws the step's seed from the training stream, whatever its shard, so the stream (which a
-  // checkpoint saves) stays the same on every rank.
-  shard_rng_ = Rng(rng_.next_u64(), kShardStream + static_cast<std::uint64_t>(collective_->rank()));
-  const Shard part = shard_of(static_cast<Index>(batch.size()), collective_->rank(), collective_->size());
-  return batch.subspan(static_cast<std::size_t>(part.begin), static_cast<std::size_t>(part.size()));
+Collective* TrainerBase::collective() const { return parallel_ ? &parallel_->collective() : nullptr; }
+
+bool TrainerBase::data_parallel() const { return parallel_ && parallel_->size() > 1; }
+
+void TrainerBase::start_parallel() {
+  if (parallel_ && !parallel_->started())
+    parallel_->start(parallel_configuration(), optimizer_.params(), metric_names_.size());
 }
 
-// Forward was a mean over this rank's shard (weight w_r): loss_r, g_r. The global batch's mean is
-// sum_r w_r loss_r / sum_r w_r, and its gradient sum_r w_r g_r / sum_r w_r, so every rank sends w_r g_r,
-// w_r loss_r, w_r and its metric tallies in one buffer, summed in one all-reduce.
+std::span<const Index> TrainerBase::next_shard() { return parallel_->shard(sampler_.next(), rng_); }
+
+std::vector<Tally>& TrainerBase::step_tallies() { return parallel_->step_tallies(); }
+
 double TrainerBase::finish_parallel_step(Var<float> loss, double weight) {
   const std::vector<Parameter<float>*>& params = optimizer_.params();
   if (loss.tape) {
     check_registered(tape_, std::span<const Parameter<float>* const>(registered_));
     tape_.backward(loss);
   }
-  const auto w = static_cast<float>(weight);
-  float* at = fused_.data();
-  for (const Parameter<float>* p : params) {
-    auto slot = Eigen::Map<Eigen::ArrayXf>(at, p->grad.numel());
-    if (loss.tape)
-      slot = p->grad.array() * w;
-    else
-      slot.setZero();
-    at += p->grad.numel();
-  }
-  at[0] = loss.tape ? loss.value()[0] * w : 0.0f;
-  at[1] = w;
-  for (std::size_t k = 0; k < step_tallies_.size(); ++k) {
-    at[2 + 2 * k] = static_cast<float>(step_tallies_[k].sum);
-    at[3 + 2 * k] = static_cast<float>(step_tallies_[k].count);
-  }
-  collective_->all_reduce_sum(std::span<float>(fused_));
-
-  const double total_weight = at[1];
-  const double value = static_cast<double>(at[0]) / total_weight;  // NaN if no rank had anything to weigh
+  const double value = parallel_->reduce(params, loss.tape != nullptr, loss.tape ? loss.value()[0] : 0.0, weight);
   const double lr = optimizer_.current_lr();
   if (!std::isfinite(value)) {
     optimizer_.zero_grad();  // every rank stops here, with the same value
     detail::check_loss(value, step_ + 1, lr);
   }
-  const auto inverse = static_cast<float>(1.0 / total_weight);
-  at = fused_.data();
-  for (Parameter<float>* p : params) {
-    p->grad.array() = Eigen::Map<const Eigen::ArrayXf>(at, p->grad.numel()) * inverse;
-    at += p->grad.numel();
-  }
+  parallel_->take_mean(params, window_metrics_);
   update(value, lr);  // clipping reads the reduced gradient: every rank clips, or stops, alike
-  for (std::size_t k = 0; k < window_metrics_.size(); ++k)
-    window_metrics_[k].tally += Tally{at[2 + 2 * k], at[3 + 2 * k]};
-  if (step_ % parallel_options_.check_every == 0) check_replicas();
+  if (step_ % parallel_->options().check_every == 0) check_replicas();
   return value;
 }
 
-Shard TrainerBase::eval_shard(Index n) const {
-  return data_parallel() ? shard_of(n, collective_->rank(), collective_->size()) : Shard{0, n};
-}
+Shard TrainerBase::eval_shard(Index n) const { return data_parallel() ? parallel_->eval_shard(n) : Shard{0, n}; }
 
-void TrainerBase::reduce_eval_sums(std::vector<double>& sums) { collective_->all_reduce_sum(std::span<double>(sums)); }
+void TrainerBase::reduce_eval_sums(std::vector<double>& sums) { parallel_->reduce_sums(sums); }
 
-void TrainerBase::check_replicas() {
-  const std::uint32_t mine = parameters_crc32(optimizer_.params());
-  collective_->all_gather(std::span<const std::uint32_t>(&mine, 1), std::span<std::uint32_t>(replica_crcs_));
-  std::vector<int> differ;
-  for (std::size_t r = 1; r < replica_crcs_.size(); ++r)
-    if (replica_crcs_[r] != replica_crcs_[0]) differ.push_back(static_cast<int>(r));
-  if (!differ.empty())
-    fail<DivergenceError>("data-parallel: after step {} the parameters of rank{} {} differ from rank 0's (crc32 {:08x} on "
-                          "rank 0, {:08x} on rank {}); the replicas diverged",
-                          step_, differ.size() > 1 ? "s" : "", rank_list(differ), replica_crcs_[0],
-                          replica_crcs_[static_cast<std::size_t>(differ[0])], differ[0]);
-}
+void TrainerBase::check_replicas() { parallel_->check_replicas(optimizer_.params(), step_); }
 
 // What must be the same on every rank for the replicas to stay the same, each as a text (shown when it
 // differs) whose CRC-32 the ranks compare.
@@ -237,46 +177,13 @@ std::vector<std::pair<std::string, std::string>> TrainerBase::parallel_configura
   };
 }
 
-void TrainerBase::start_group() {
-  const int rank = collective_->rank(), size = collective_->size();
-  const auto config = parallel_configuration();
-  std::vector<std::uint32_t> mine, all(config.size() * static_cast<std::size_t>(size));
-  for (const auto& [what, text] : config) mine.push_back(Crc32().add(text.data(), text.size()).value());
-  collective_->all_gather(mine, all);
-  // The first part that differs anywhere: every rank finds the same one, takes rank 0's text of it and
-  // refuses to start, naming the ranks that differ.
-  for (std::size_t k = 0; k < config.size(); ++k) {
-    std::vector<int> differ;
-    for (int r = 1; r < size; ++r)
-      if (all[static_cast<std::size_t>(r) * config.size() + k] != all[k]) differ.push_back(r);
-    if (differ.empty()) continue;
-    std::string first = config[k].second;
-    std::uint64_t length = first.size();
-    collective_->broadcast(std::as_writable_bytes(std::span(&length, 1)), 0);
-    first.resize(length);
-    collective_->broadcast(std::as_writable_bytes(std::span(first.data(), first.size())), 0);
-    const bool odd = mine[k] != all[k];
-    fail<ValueError>("data-parallel: the ranks were started with different {}: rank{} {} differ{} from rank 0{}; rank 0 has: {}",
-                     config[k].first, differ.size() > 1 ? "s" : "", rank_list(differ), differ.size() > 1 ? "" : "s",
-                     odd ? fmt::format(" (rank {} has: {})", rank, shortened(config[k].second)) : "", shortened(first));
-  }
-  // The same configuration: rank 0's weights everywhere (a fresh model's initialisation may depend on
-  // more than its configuration: a user's seedless init).
-  for (Parameter<float>* p : optimizer_.params()) collective_->broadcast(std::as_writable_bytes(p->value.span()), 0);
-  const std::size_t values = static_cast<std::size_t>(model_.parameter_count());
-  fused_.assign(values + 2 + 2 * metric_names_.size(), 0.0f);
-  step_tallies_.assign(metric_names_.size(), Tally{});
-  replica_crcs_.assign(static_cast<std::size_t>(size), 0);
-  parallel_started_ = true;
-}
-
 CurvePoint TrainerBase::record_point() {
   CurvePoint p;
   p.step = step_;
   p.values.push_back({"train_loss", Tally{window_loss_, static_cast<double>(window_steps_)}.mean()});
   for (const auto& w : window_metrics_) p.values.push_back({"train_" + w.name, w.tally.mean()});
   if (has_eval())
-    for (const auto& v : evaluate_for_curve()) p.values.push_back({"eval_" + v.name, v.value});
+    for (auto& v : evaluate_for_curve()) p.values.push_back(std::move(v));  // "eval_loss", "eval_<metric>"
   p.lr = step_ > 0 ? optimizer_.schedule().lr_at(optimizer_.lr(), step_ - 1) : optimizer_.current_lr();
   p.seconds = now_seconds() - start_seconds_;
   window_loss_ = 0;
@@ -321,13 +228,13 @@ TrainerState TrainerBase::state() const {
 }
 
 void TrainerBase::check_state(const TrainerState& s) const {
-  const std::uint32_t fingerprint = s.from_format1 ? format1_fingerprint() : data_fingerprint_;
+  const std::uint32_t fingerprint = data_fingerprint_;
   if (s.data_fingerprint != fingerprint)
     fail<ValueError>("resume: the training data differs from the data the checkpoint was trained on (fingerprint "
                      "{:08x} in the file, {:08x} now)",
                      s.data_fingerprint, fingerprint);
   const auto text = [](std::optional<std::uint32_t> f) { return f ? fmt::format("{:08x}", *f) : std::string("none"); };
-  if (!s.from_format1 && s.eval_fingerprint != eval_fingerprint_)
+  if (s.eval_fingerprint != eval_fingerprint_)
     fail<ValueError>("resume: the evaluation data differs from the checkpoint's (fingerprint {} in the file, {} now); "
                      "one curve must not mix two evaluation sets",
                      text(s.eval_fingerprint), text(eval_fingerprint_));
@@ -366,7 +273,7 @@ void TrainerBase::set_state(const TrainerState& s) {
   window_steps_ = s.window_steps;
   window_metrics_ = s.window_metrics;
   curve_ = s.curve;
-  parallel_started_ = false;  // the ranks compare the new state before they go on
+  if (parallel_) parallel_->restart();  // the ranks compare the new state before they go on
 }
 
 template class Trainer<SequenceBatch>;

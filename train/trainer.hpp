@@ -21,7 +21,7 @@
 // is updated ("train: the loss is NaN at step 2 (lr 0.01); the step was not taken": a program adds what its
 // own flags can do about it); with `anomaly` on, the tape names the first op that produced the NaN or Inf
 // and its source line. The loop prints nothing: callbacks see every step and every evaluation
-// (train/report.hpp turns them into a progress bar, plain lines or a CSV file).
+// (examples/program/progress.hpp turns them into a progress bar, plain lines or a CSV file).
 //
 // Data-parallel: set_collective() makes the trainer one replica of a group of processes (one per rank,
 // each with the same model, data and options): it takes its shard of every global batch and the ranks
@@ -32,6 +32,7 @@
 #include <concepts>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <span>
@@ -44,6 +45,7 @@
 #include "tapegrad/core/settings.hpp"
 #include "tapegrad/layers/module.hpp"
 #include "tapegrad/train/collective.hpp"
+#include "tapegrad/train/data_parallel.hpp"
 #include "tapegrad/train/data.hpp"
 #include "tapegrad/train/data_source.hpp"
 #include "tapegrad/train/metrics.hpp"
@@ -102,13 +104,6 @@ struct TrainCallbacks {
   std::function<void(const CurvePoint&)> on_evaluation;  // after every evaluation
 };
 
-// A metric's sums since the last curve point.
-struct MetricWindow {
-  std::string name;
-  Tally tally;
-  bool operator==(const MetricWindow&) const = default;
-};
-
 // What a trainer holds besides the model's weights and the optimizer: enough, with those, to resume
 // exactly (checkpoints save it).
 struct TrainerState {
@@ -116,9 +111,6 @@ struct TrainerState {
   Index step = 0;
   std::uint32_t data_fingerprint = 0;  // of the training data (DataSource::fingerprint)
   std::optional<std::uint32_t> eval_fingerprint;  // of the evaluation data; none without it
-  // Read from a format-1 file (tapegrad 0.1): data_fingerprint is DataSource::format1_fingerprint() (ids
-  // only), and the evaluation data was not recorded, so it is not checked.
-  bool from_format1 = false;
   Sampler::State data_order;
   Rng::State rng;                      // the training random stream
   double window_loss = 0;              // sum of losses since the last curve point
@@ -183,8 +175,8 @@ class TrainerBase {
   // a full disk on rank 0) leaves the others waiting in the next collective, so a program must then end
   // the job (MpiCollective::abort), as examples/data_parallel.hpp does for any failure.
   void set_collective(Collective* collective, DataParallelOptions options = {});
-  Collective* collective() const { return collective_; }
-  bool data_parallel() const { return collective_ != nullptr && collective_->size() > 1; }
+  Collective* collective() const;
+  bool data_parallel() const;
 
  protected:
   // `fingerprint` is the training data's (DataSource::fingerprint).
@@ -201,11 +193,9 @@ class TrainerBase {
   // tallies, the reduction and the rest of the step, every rank together. Returns the global batch's loss.
   std::span<const Index> next_shard();
   double finish_parallel_step(Var<float> loss, double weight);
-  std::vector<Tally>& step_tallies() { return step_tallies_; }
+  std::vector<Tally>& step_tallies();
   // Starts the group if it has not started (see set_collective); every rank calls it at the same point.
-  void start_parallel() {
-    if (collective_ && !parallel_started_) start_group();
-  }
+  void start_parallel();
   // The range of n evaluation examples this rank evaluates ([0, n) in one process), and the sums
   // {loss * weight, weight, then each metric's sum and count} over the ranks, in place.
   Shard eval_shard(Index n) const;
@@ -216,16 +206,12 @@ class TrainerBase {
   // Evaluation data's loss and metrics, or nothing without evaluation data.
   virtual NamedValues evaluate_for_curve() = 0;
   virtual bool has_eval() const = 0;
-  // The training data's fingerprint as format 1 computed it: only a format-1 resume asks, so it is not
-  // computed up front.
-  virtual std::uint32_t format1_fingerprint() const = 0;
 
  private:
   CurvePoint record_point();
   // With the step's gradient in the parameters: clipping (and the NaN stop on its norm), the update, the
   // step count and the window's loss.
   void update(double loss, double lr);
-  void start_group();
   std::vector<std::pair<std::string, std::string>> parallel_configuration() const;  // (what, its text)
   void check_replicas();  // DivergenceError unless every rank holds rank 0's parameters
 
@@ -246,14 +232,7 @@ class TrainerBase {
   std::vector<CurvePoint> curve_;
   double start_seconds_;
   bool stop_requested_ = false;
-  // Data-parallel state: all sized when the group starts, so a step allocates nothing.
-  Collective* collective_ = nullptr;
-  DataParallelOptions parallel_options_;
-  bool parallel_started_ = false;
-  Rng shard_rng_;                      // this rank's stream for one step's dropout masks
-  std::vector<Tally> step_tallies_;    // this rank's metric tallies of one step
-  std::vector<float> fused_;           // w g of every parameter, then w loss, w, the tallies
-  std::vector<std::uint32_t> replica_crcs_;  // every rank's parameter checksum
+  std::unique_ptr<DataParallel> parallel_;  // with a Collective: this replica's part (train/data_parallel.hpp)
 };
 
 // The loop over batches of type B (SequenceBatch, TensorBatch, or a user's own with weight()).
@@ -279,13 +258,13 @@ class Trainer final : public TrainerBase {
 
   double step() override;
   // The loss and every metric over a whole data source, without recording gradients and with the model
-  // in evaluation mode: {"loss", ...}, then one value per metric.
+  // in evaluation mode: {"eval_loss", then "eval_<metric>" for each metric}, the names the curve's
+  // evaluation columns have (one vocabulary: what evaluate() returns is what the curve shows).
   NamedValues evaluate(const DataSource<B>& data);
 
  private:
   NamedValues evaluate_for_curve() override { return evaluate(*eval_); }
   bool has_eval() const override { return eval_ != nullptr; }
-  std::uint32_t format1_fingerprint() const override { return train_.format1_fingerprint(); }
   // A training step's forward on batch_: the model in training mode, a fresh tape, the loss function.
   StepOutput<float> forward_batch();
 
@@ -389,8 +368,8 @@ NamedValues Trainer<B>::evaluate(const DataSource<B>& data) {
     weight_sum = sums[1];
     for (std::size_t k = 0; k < tallies.size(); ++k) tallies[k] = {sums[2 + 2 * k], sums[3 + 2 * k]};
   }
-  NamedValues values{{"loss", Tally{loss_sum, weight_sum}.mean()}};
-  for (std::size_t k = 0; k < metrics_.size(); ++k) values.push_back({metric_names()[k], tallies[k].mean()});
+  NamedValues values{{"eval_loss", Tally{loss_sum, weight_sum}.mean()}};
+  for (std::size_t k = 0; k < metrics_.size(); ++k) values.push_back({"eval_" + metric_names()[k], tallies[k].mean()});
   return values;
 }
 

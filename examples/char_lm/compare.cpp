@@ -10,12 +10,16 @@
 #include <fmt/format.h>
 
 #include "command_line.hpp"
+#include "memory_limit.hpp"
 #include "tapegrad/core/file_io.hpp"
-#include "tapegrad/core/output_folder.hpp"
-#include "tapegrad/train/checkpoint.hpp"
-#include "tapegrad/train/plot.hpp"
-#include "tapegrad/train/report.hpp"
+#include "tapegrad/program/output_folder.hpp"
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
+#include "tapegrad/train/checkpoint/safetensors.hpp"
+#include "tapegrad/plot/plot.hpp"
+#include "tapegrad/program/progress.hpp"
+#include "tapegrad/program/run_program.hpp"
 #include "tapegrad/train/schedule.hpp"
+#include "tapegrad/program/checkpoint_dir.hpp"
 
 namespace char_lm {
 
@@ -31,23 +35,13 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 constexpr Index kEvalBatch = 256;        // words per evaluation batch
-constexpr double kMaxMemoryBytes = 8e9;  // what one run of this example may take
-
-// A rough bound on one run's memory: the parameters with their gradients and AdamW's two buffers, and a
-// batch's activations and their gradients on the tape (per position and block: about 12 D for the norms,
-// projections and residuals, 3 d_ff for the MLP, 3 H T for the attention weights). LimitError above the
-// limit, before anything is allocated.
+// The learnable model's memory (the larger of the two) within the examples' limit.
 void check_memory(CharLm<float>::Config c, Index batch) {
   c.attention = AttentionMode::learnable;
-  const double D = static_cast<double>(c.d_model), F = static_cast<double>(c.d_ff != 0 ? c.d_ff : 4 * c.d_model),
-               T = static_cast<double>(c.max_len), H = static_cast<double>(c.n_heads);
-  const double parameters = static_cast<double>(CharLm<float>::implied_parameter_count(c));
-  const double activations = static_cast<double>(batch) * T * static_cast<double>(c.n_layers) * (12 * D + 3 * F + 3 * H * T);
-  const double bytes = 4.0 * (4 * parameters + 2 * activations);
-  if (bytes > kMaxMemoryBytes)
-    fail<LimitError>("the model and a batch would take about {}, more than the {} this example allows; lower --d-model, "
-                     "--d-ff, --layers or --batch",
-                     format_bytes(bytes), format_bytes(kMaxMemoryBytes));
+  examples::check_lm_memory({.parameters = static_cast<double>(CharLm<float>::implied_parameter_count(c)), .batch = batch,
+                             .positions = c.max_len, .layers = c.n_layers, .d_model = c.d_model,
+                             .d_ff = c.d_ff != 0 ? c.d_ff : 4 * c.d_model, .heads = c.n_heads},
+                            "--d-model, --d-ff, --layers or --batch");
 }
 
 Index eval_every(const Options& o) { return o.eval_every > 0 ? o.eval_every : std::max<Index>(1, o.steps / 10); }
@@ -95,6 +89,9 @@ MeanSd mean_sd(const std::vector<double>& v) {
 }
 
 std::string checkpoint_name(AttentionMode mode, int seed) { return fmt::format("{}_seed{}.tgck", mode_file_name(mode), seed); }
+std::string safetensors_name(AttentionMode mode, int seed) {
+  return fmt::format("{}_seed{}.safetensors", mode_file_name(mode), seed);
+}
 std::string samples_name(AttentionMode mode, int seed) { return fmt::format("samples_{}_seed{}.txt", mode_file_name(mode), seed); }
 std::string attention_name(AttentionMode mode, std::size_t layer) {
   return fmt::format("attention_{}_layer{}.svg", mode_file_name(mode), layer);
@@ -146,6 +143,12 @@ RunResult train_one(const Options& o, AttentionMode mode, int seed, Index max_le
   checkpoint.metadata["validation_nll"] = fmt::format("{:.4f}", r.validation);
   const std::string file = checkpoint_name(mode, seed);
   save_checkpoint(*out, file, checkpoint);
+  // Its weights for PyTorch (docs/safetensors.md): the learnable model in its twin's names and layouts; the
+  // parameter-free one, which no PyTorch module computes, in tapegrad's.
+  const std::vector<std::byte> exported = encode_safetensors(
+      run.model, {.layout = mode == AttentionMode::learnable ? WeightLayout::pytorch : WeightLayout::tapegrad});
+  out->write(safetensors_name(mode, seed), {reinterpret_cast<const char*>(exported.data()), exported.size()},
+             Durability::durable);
   out->write(samples_name(mode, seed), lines(r.samples));
   // What --sample-from will do in a fresh process: the saved model must sample the same words.
   const auto reloaded = model_from_checkpoint<CharLm<float>>(read_checkpoint(out->path(file)));
@@ -256,6 +259,7 @@ int run_comparison(const Options& o, Collective* collective) {
     for (AttentionMode mode : kModes) {
       for (int seed = 0; seed < o.seeds; ++seed) {
         names.push_back(checkpoint_name(mode, seed));
+        names.push_back(safetensors_name(mode, seed));
         names.push_back(samples_name(mode, seed));
       }
       for (Index layer = 0; layer < o.model.n_layers; ++layer) names.push_back(attention_name(mode, static_cast<std::size_t>(layer)));

@@ -16,25 +16,10 @@
 #include "command_line.hpp"
 #include "data_parallel.hpp"
 #include "tapegrad/core/parallel.hpp"
-#include "tapegrad/train/report.hpp"
+#include "tapegrad/program/progress.hpp"
+#include "tapegrad/program/run_program.hpp"
 
 using namespace tapegrad;
-
-namespace {
-// A check for a number in [lo, hi] whose message reads as examples::positive's ("--dropout: must be in
-// [0, 0.9], got '1'"), where CLI::Range prints six decimals.
-CLI::Validator within(double lo, double hi) {
-  return CLI::Validator(
-      [lo, hi](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (end == text.c_str() || *end != '\0' || !(v >= lo && v <= hi))
-          return fmt::format("must be in [{:g}, {:g}], got '{}'", lo, hi, text);
-        return {};
-      },
-      fmt::format("[{:g}, {:g}]", lo, hi));
-}
-}  // namespace
 
 int main(int argc, char** argv) {
   char_lm::Options o;
@@ -66,9 +51,9 @@ int main(int argc, char** argv) {
   auto* lr = app.add_option("--lr", o.lr, "AdamW learning rate (warm-up, then cosine to a tenth)")
                  ->capture_default_str()->check(examples::positive);
   auto* decay = app.add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay")
-                    ->capture_default_str()->check(within(0, 1));
+                    ->capture_default_str()->check(examples::within(0, 1));
   auto* dropout = app.add_option("--dropout", o.model.dropout, "Dropout in the blocks, in [0, 0.9]")
-                      ->capture_default_str()->check(within(0, 0.9));
+                      ->capture_default_str()->check(examples::within(0, 0.9));
   app.add_option("--count", o.count, "Words sampled from each model")->capture_default_str()->check(CLI::Range(1, 100000));
   app.add_option("--seed", o.sample_seed, "Seed of the sampled words")->capture_default_str();
   auto* parallel = app.add_flag("--data-parallel", data_parallel, examples::kDataParallelHelp);

@@ -3,6 +3,7 @@
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/layers/embedding.hpp"
 #include "tapegrad/layers/linear.hpp"
+#include "tapegrad/layers/dropout.hpp"
 #include "tapegrad/layers/normalization.hpp"
 #include "tapegrad/layers/self_attention.hpp"
 #include "tapegrad/layers/transformer.hpp"

@@ -28,8 +28,9 @@
 #include "tapegrad/core/crc32.hpp"
 #include "tapegrad/core/parallel.hpp"
 #include "tapegrad/core/rng.hpp"
-#include "tapegrad/train/checkpoint.hpp"
-#include "tapegrad/train/report.hpp"
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
+#include "tapegrad/program/progress.hpp"
+#include "tapegrad/program/run_program.hpp"
 
 namespace tapegrad::cli {
 

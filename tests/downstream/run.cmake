@@ -35,12 +35,14 @@ execute_process(COMMAND ${CMAKE_COMMAND} -DPROGRAM=${WORK_DIR}/build/custom_mode
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "downstream: examples/custom_model.cpp built against the install failed its run:\n${out}\n${err}")
 endif()
-# The user's op program, built against the install, as the in-tree ctest runs it.
-execute_process(COMMAND ${CMAKE_COMMAND} -DPROGRAM=${WORK_DIR}/build/custom_op -P ${CUSTOM_OP_SCRIPT}
-                RESULT_VARIABLE rc OUTPUT_VARIABLE op_out ERROR_VARIABLE op_err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "downstream: examples/custom_op.cpp built against the install failed its run:\n${op_out}\n${op_err}")
-endif()
+# The user's op, the user's optimizer and the loop by hand, built against the install, as their in-tree ctests run them.
+foreach(program custom_op user_optimizer minimal_loop)
+  execute_process(COMMAND ${CMAKE_COMMAND} -DPROGRAM=${WORK_DIR}/build/${program} -DWORK=${WORK_DIR}/${program}
+                          -P ${CLI_SCRIPTS_DIR}/${program}.cmake RESULT_VARIABLE rc OUTPUT_VARIABLE program_out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "downstream: examples/${program}.cpp built against the install failed its run:\n${program_out}\n${err}")
+  endif()
+endforeach()
 # Data-parallel training from the install, when tapegrad was built with it: the mpi component.
 if(WITH_MPI)
   run(${CMAKE_COMMAND} -S ${DOWNSTREAM_SOURCE_DIR}/mpi -B ${WORK_DIR}/build_mpi -DCMAKE_PREFIX_PATH=${prefix}
@@ -48,4 +50,5 @@ if(WITH_MPI)
   run(${CMAKE_COMMAND} --build ${WORK_DIR}/build_mpi)
   run(${WORK_DIR}/build_mpi/downstream_mpi)
 endif()
-message(STATUS "downstream: find_package(tapegrad) project configured, built and ran, custom_model and custom_op included\n${out}\n${op_out}")
+message(STATUS "downstream: find_package(tapegrad) project configured, built and ran, custom_model, custom_op, user_optimizer and "
+               "minimal_loop included\n${out}")

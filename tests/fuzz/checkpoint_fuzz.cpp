@@ -22,7 +22,7 @@
 #include "lesson/toy_model.hpp"
 #include "reseal.hpp"
 #include "user_models.hpp"
-#include "tapegrad/train/checkpoint.hpp"
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
 
 using namespace tapegrad;
 using lesson::ModelConfig;

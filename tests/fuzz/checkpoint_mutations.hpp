@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "tapegrad/core/rng.hpp"
-#include "tapegrad/train/checkpoint.hpp"
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
 
 namespace tapegrad::test {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "user_models.hpp"
-#include "tapegrad/train/checkpoint.hpp"
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
 #include "tapegrad/train/trainer.hpp"
 
 using namespace tapegrad;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "safetensors_twins.hpp"
-#include "tapegrad/train/safetensors.hpp"
+#include "tapegrad/train/checkpoint/safetensors.hpp"
 
 using namespace tapegrad;
 

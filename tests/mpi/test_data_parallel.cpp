@@ -1,4 +1,4 @@
-// Data-parallel training over MPI (train/collective.hpp, train/mpi_collective.hpp). ctest runs each
+// Data-parallel training over MPI (train/collective.hpp, train/mpi/mpi_collective.hpp). ctest runs each
 // TEST_CASE as its own test under mpirun with 2 ranks (tests/CMakeLists.txt): every case runs on every
 // rank, in the same order, and checks what its rank sees. The one-process reference runs on each rank
 // too, without the collective: the single-process loop, exactly as a program without --data-parallel.
@@ -27,8 +27,8 @@
 #include "lesson/toy_run.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/crc32.hpp"
-#include "tapegrad/train/mpi_collective.hpp"
-#include "tapegrad/train/checkpoint.hpp"
+#include "tapegrad/train/mpi/mpi_collective.hpp"
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
 #include "user_models.hpp"
 
 using namespace tapegrad;

@@ -1,6 +1,6 @@
 // Built against the installed tapegrad::mpi: its header, its library and MPI's come with the component.
 // Not started by mpirun, so it starts no MPI; it checks what it can without one.
-#include <tapegrad/train/mpi_collective.hpp>
+#include <tapegrad/train/mpi/mpi_collective.hpp>
 #include <tapegrad/tapegrad.hpp>
 
 #include <cstdio>

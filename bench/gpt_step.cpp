@@ -1,0 +1,61 @@
+// The character GPT's training step (examples/gpt at its default setting: nanoGPT's CPU setting) timed
+// alone, without the evaluations a training run interleaves, for the comparison with the same step in
+// PyTorch (bench/gpt_step.py): a batch of 12 random windows of 65 bytes of the fortunes, the forward, the
+// loss, the backward, clipping at norm 1 and AdamW. Prints one JSON line; characters a second are the
+// batch's 12 x 64 predicted bytes over the median step time. The last loss is a sanity check (it falls),
+// not a comparison: the two programs' initial weights, data order and schedules differ.
+//
+//   build/bench/gpt_step --threads 2
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "gpt/model.hpp"
+#include "gpt/text.hpp"
+#include "tapegrad/core/parallel.hpp"
+#include "tapegrad/program/progress.hpp"
+#include "tapegrad/program/run_program.hpp"
+#include "tapegrad/train/schedule.hpp"
+#include "timing.hpp"
+
+using namespace tapegrad;
+
+int main(int argc, char** argv) {
+  CLI::App app{"Time the character GPT's training step (examples/gpt's default model and batch) on the fortunes"};
+  std::string data(gpt::kFortunes), attention = "learnable";
+  int steps = 200, warmup = 20, repeats = 5, threads = 0;
+  app.add_option("--data", data, "Fortune folder or text file")->capture_default_str();
+  app.add_option("--attention", attention, "learnable or parameter_free")->capture_default_str();
+  app.add_option("--steps", steps, "Timed steps per repeat")->capture_default_str()->check(CLI::Range(1, 100000));
+  app.add_option("--repeats", repeats, "Repeats (the median is reported)")->capture_default_str()->check(CLI::Range(1, 100));
+  app.add_option("--warmup", warmup, "Untimed steps first")->capture_default_str()->check(CLI::Range(0, 100000));
+  app.add_option("--threads", threads, "Threads (default: OMP_NUM_THREADS)")->check(CLI::Range(1, 256));
+  CLI11_PARSE(app, argc, argv);
+  return run_program("gpt_step", [&] {
+    if (threads > 0) set_num_threads(threads);
+    constexpr Index kBatch = 12, kContext = 64;
+    const gpt::Corpus corpus = gpt::read_corpus(data, "--data");
+    const gpt::ByteVocabulary vocabulary = gpt::ByteVocabulary::of(corpus.train, corpus.validation);
+    const gpt::Windows train = gpt::Windows::training("train", vocabulary.encode(corpus.train, "--data"), kContext);
+    gpt::Gpt<float> model({.vocabulary = vocabulary.hex(), .context = kContext,
+                           .attention = parse_enum<AttentionMode>(attention)});
+    AdamW<float> adamw(model.parameters(), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1}, DecayOn::matrices);
+    const Index total = warmup + static_cast<Index>(steps) * repeats;
+    adamw.set_schedule(CosineWithWarmup({.warmup_steps = 100, .total_steps = std::max<Index>(total, 100), .min_lr = 1e-4}));
+    Trainer trainer(model, adamw, train, [&](Tape<float>& tape, const SequenceBatch& b) { return model.loss(tape, b); },
+                    {.steps = total, .batch = kBatch, .eval_every = total, .clip = 1.0});
+    for (int i = 0; i < warmup; ++i) trainer.step();
+    std::vector<double> per_step;
+    double loss = 0;
+    for (int r = 0; r < repeats; ++r) {
+      const auto start = bench::Clock::now();
+      for (int i = 0; i < steps; ++i) loss = trainer.step();
+      per_step.push_back(bench::seconds_since(start) / steps);
+    }
+    const double seconds = bench::median(per_step);
+    fmt::print("{{\"program\": \"tapegrad\", \"attention\": \"{}\", \"parameters\": {}, \"batch\": {}, \"context\": {}, "
+               "\"threads\": {}, \"step_ms\": {:.3f}, \"chars_per_second\": {:.0f}, \"loss\": {:.4f}}}\n",
+               attention, model.parameter_count(), kBatch, kContext, num_threads(), 1e3 * seconds,
+               static_cast<double>(kBatch * kContext) / seconds, loss);
+    return 0;
+  });
+}

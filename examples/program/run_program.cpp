@@ -1,0 +1,49 @@
+#include "tapegrad/program/run_program.hpp"
+
+#include <signal.h>
+
+#include <fmt/format.h>
+
+#include "tapegrad/core/error.hpp"
+#include "tapegrad/core/parallel.hpp"
+#include "tapegrad/train/collective.hpp"  // DivergenceError
+
+namespace tapegrad {
+
+int run_program(std::string_view program, const std::function<int()>& body, const std::function<std::string()>& where) {
+  auto report = [&](std::string_view message, ExitCode code) {
+    const std::string prefix = fmt::format("{}: ", program);
+    if (message.starts_with(prefix)) message.remove_prefix(prefix.size());
+    const std::string place = where ? where() : std::string();
+    fmt::print(stderr, "{}{}{}\n", prefix, place.empty() ? "" : place + ": ", message);
+    return static_cast<int>(code);
+  };
+  // A file-size limit (ulimit -f) would otherwise kill the process with SIGXFSZ mid-write, leaving a
+  // temporary file and no message: ignored, the write fails with EFBIG, which write_file reports as an
+  // IoError naming the file (exit 4) after removing its temporary file.
+  ::signal(SIGXFSZ, SIG_IGN);
+  try {
+    // Reads TAPEGRAD_PARALLEL_MIN_* (and measures the crossover) now, so a malformed value is refused
+    // before the program has done or printed anything.
+    parallel_crossover();
+    return body();
+  } catch (const NonFiniteError& e) {
+    return report(e.what(), ExitCode::training_stopped);
+  } catch (const IoError& e) {
+    return report(e.what(), ExitCode::system_failed);
+  } catch (const ResourceError& e) {
+    return report(e.what(), ExitCode::system_failed);
+  } catch (const DivergenceError& e) {
+    return report(e.what(), ExitCode::check_failed);
+  } catch (const Error& e) {
+    return report(e.what(), ExitCode::bad_input);
+  } catch (const std::bad_alloc&) {
+    return report("out of memory: the system could not give the run the memory it asked for", ExitCode::system_failed);
+  } catch (const std::exception& e) {
+    return report(fmt::format("internal error: {}", e.what()), ExitCode::system_failed);
+  } catch (...) {
+    return report("internal error: an unknown exception", ExitCode::system_failed);
+  }
+}
+
+}  // namespace tapegrad

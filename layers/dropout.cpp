@@ -1,0 +1,39 @@
+#include "tapegrad/layers/dropout.hpp"
+
+#include "tapegrad/autograd/ops.hpp"
+
+namespace tapegrad {
+
+template <class T>
+Dropout<T>::Dropout(std::string name, double p) : Module<T>(std::move(name)), p_(p) {
+  if (!(p >= 0 && p < 1)) fail<ValueError>("dropout '{}': p must be in [0, 1), got {}", this->path(), p);
+}
+
+template <class T>
+Var<T> Dropout<T>::forward(Var<T> x) {
+  if (!this->training() || p_ == 0) return x;
+  if (!this->rng())
+    fail<UsageError>("dropout '{}': training mode with p {} needs a random stream; call set_rng on the model (a "
+                     "Trainer sets its own) or eval() to switch dropout off",
+                     this->path(), p_);
+  return dropout(x, p_, *this->rng());
+}
+
+template <class T>
+void Dropout<T>::check_inference() const {
+  if (this->training() && p_ > 0)
+    fail<UsageError>("dropout '{}': the inference path computes evaluation mode's values, but the model is in training "
+                     "mode with p {}; call eval() first",
+                     this->path(), p_);
+}
+
+template <class T>
+TensorT<T> Dropout<T>::infer(TensorT<T> x) const {
+  check_inference();
+  return x;
+}
+
+template class Dropout<float>;
+template class Dropout<double>;
+
+}  // namespace tapegrad

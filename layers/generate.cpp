@@ -1,0 +1,82 @@
+#include "tapegrad/layers/generate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "tapegrad/core/rng.hpp"
+
+namespace tapegrad {
+
+Index window_start(Index n, Index context) {
+  if (n < 0 || context < 1) fail<ValueError>("window_start: needs n >= 0 and context >= 1, got {} and {}", n, context);
+  if (n <= context) return 0;
+  const Index jump = std::max<Index>(1, context / 2);
+  return (n - context + jump - 1) / jump * jump;  // the first multiple of the jump that leaves <= context tokens
+}
+
+template <class T>
+std::int32_t draw_token(const TensorT<T>& logits, double temperature, double u) {
+  const Index V = logits.numel();
+  if (V == 0) fail<ShapeError>("draw_token: the logits are empty");
+  // softmax(logits / temperature), less the largest logit (so no exp overflows), in double
+  const double top = static_cast<double>(logits.array().maxCoeff());
+  std::vector<double> p(static_cast<std::size_t>(V));
+  double sum = 0;
+  for (Index v = 0; v < V; ++v)
+    sum += p[static_cast<std::size_t>(v)] = std::exp((static_cast<double>(logits[v]) - top) / temperature);
+  // Inverse CDF: the first token whose cumulative probability exceeds u sum (the last one if rounding
+  // leaves the total just below it).
+  const double target = u * sum;
+  double cumulative = 0;
+  for (Index v = 0; v < V; ++v) {
+    cumulative += p[static_cast<std::size_t>(v)];
+    if (target < cumulative) return static_cast<std::int32_t>(v);
+  }
+  return static_cast<std::int32_t>(V - 1);
+}
+
+template <class T>
+std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::int32_t> prompt, const SampleOptions& o) {
+  const Index V = model.vocab(), context = model.context();
+  if (prompt.empty()) fail<ValueError>("sample: the prompt is empty; give at least one token to start from");
+  for (std::size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || prompt[i] >= V)
+      fail<ValueError>("sample: prompt token {} at position {} is outside the vocabulary of {}", prompt[i], i, V);
+  if (o.count < 0) fail<ValueError>("sample: count must be >= 0, got {}", o.count);
+  if (!(o.temperature > 0) || !std::isfinite(o.temperature))
+    fail<ValueError>("sample: the temperature must be positive and finite, got {}", o.temperature);
+
+  std::vector<std::int32_t> tokens(prompt.begin(), prompt.end());
+  Rng rng(o.seed);
+  std::optional<KvCache<T>> cache;
+  if (o.cache) cache.emplace(model.make_cache());
+  Index cached_from = -1;  // the cache holds tokens [cached_from, cached_from + cache->length())
+  for (Index i = 0; i < o.count; ++i) {
+    const Index n = static_cast<Index>(tokens.size());
+    const Index start = window_start(n, context);
+    TensorT<T> logits;
+    if (cache) {
+      if (start != cached_from) {  // a new window: its tokens at positions from 0 again
+        cache->clear();
+        cached_from = start;
+      }
+      // The window's tokens not fed yet: the last drawn one, or the whole window after a jump (the prompt first).
+      const auto fed = static_cast<std::size_t>(cached_from + cache->length());
+      logits = model.step(std::span<const std::int32_t>(tokens).subspan(fed), *cache);
+    } else {
+      logits = model.next_logits(std::span<const std::int32_t>(tokens).subspan(static_cast<std::size_t>(start)));
+    }
+    if (logits.numel() != V)
+      fail<ShapeError>("sample: the model gave {} logits for a vocabulary of {}", logits.shape(), V);
+    tokens.push_back(draw_token(logits, o.temperature, rng.uniform()));
+  }
+  return {tokens.begin() + static_cast<std::ptrdiff_t>(prompt.size()), tokens.end()};
+}
+
+template std::vector<std::int32_t> sample(LanguageModel<float>&, std::span<const std::int32_t>, const SampleOptions&);
+template std::vector<std::int32_t> sample(LanguageModel<double>&, std::span<const std::int32_t>, const SampleOptions&);
+template std::int32_t draw_token(const TensorT<float>&, double, double);
+template std::int32_t draw_token(const TensorT<double>&, double, double);
+
+}  // namespace tapegrad

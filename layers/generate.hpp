@@ -1,0 +1,69 @@
+#pragma once
+// Sampling text from a causal language model: ancestral sampling, each next token drawn from
+// softmax(logits / temperature), with the model's logits computed either by a forward of the whole window
+// (what a training step computes, recomputed for every token) or one token at a time through a KvCache
+// (layers/kv_cache.hpp). Both read the same window of context, so for a seed they draw the same tokens
+// (the two differ by float rounding only: a draw that lands within that rounding of a boundary between
+// two tokens could go either way; tests/test_generate.cpp checks the texts agree).
+//
+// The window. A model trained on sequences of `context` tokens has positions 0 .. context-1 only. While
+// the text is that long or shorter, the window is all of it. Past that it slides, by half a context at a
+// time: the prediction of token n reads tokens [window_start(n), n), and window_start jumps by
+// jump = max(1, context / 2) whenever the window would be longer than the context. So the window holds
+// between context - jump + 1 and context tokens, and at each jump the cached path clears its cache and
+// feeds the kept tokens again in one step (at their new positions, which an absolute position encoding
+// needs), as it feeds the prompt: a token costs one step of one token and, on average, a share of one
+// batched step over half a context, where a window that slid by one token at every draw (nanoGPT's
+// generate) would need a whole new forward for every token, cache or not.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "tapegrad/core/tensor.hpp"
+#include "tapegrad/layers/kv_cache.hpp"
+
+namespace tapegrad {
+
+// The first token the prediction of token n reads (n tokens so far), for a model of `context` positions.
+Index window_start(Index n, Index context);
+
+// What the sampler needs of a model: a causal language model over `vocab()` tokens, built from the
+// library's layers or a user's, in evaluation mode.
+template <class T>
+class LanguageModel {
+ public:
+  virtual ~LanguageModel() = default;
+  virtual Index vocab() const = 0;
+  virtual Index context() const = 0;  // the longest window: the positions the model has
+  // The logits (1, vocab) of the token after `window` (1 to context tokens), by a forward of the window.
+  virtual TensorT<T> next_logits(std::span<const std::int32_t> window) = 0;
+  // The same through the cache: feeds `tokens` (one or more) at positions cache.length() on and returns
+  // the logits (1, vocab) of the token after the last of them.
+  virtual TensorT<T> step(std::span<const std::int32_t> tokens, KvCache<T>& cache) = 0;
+  virtual KvCache<T> make_cache() = 0;  // for windows of up to context() tokens
+};
+
+struct SampleOptions {
+  Index count = 0;           // tokens to draw
+  std::uint64_t seed = 0;    // the draws' random stream, Rng(seed)
+  double temperature = 1.0;  // logits are divided by it: below 1 sharper, above 1 flatter
+  bool cache = true;         // false: a forward of the whole window for every token
+};
+
+// `count` tokens drawn after `prompt`, the new ones only. ValueError for an empty prompt, a prompt token
+// outside the vocabulary, a negative count or a temperature that is not positive and finite.
+template <class T>
+std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::int32_t> prompt, const SampleOptions& options);
+
+// The token whose cumulative probability first exceeds u, for probabilities from softmax(logits /
+// temperature) computed in double: the draw itself, shared by every sampler.
+template <class T>
+std::int32_t draw_token(const TensorT<T>& logits, double temperature, double u);
+
+extern template std::vector<std::int32_t> sample(LanguageModel<float>&, std::span<const std::int32_t>, const SampleOptions&);
+extern template std::vector<std::int32_t> sample(LanguageModel<double>&, std::span<const std::int32_t>, const SampleOptions&);
+extern template std::int32_t draw_token(const TensorT<float>&, double, double);
+extern template std::int32_t draw_token(const TensorT<double>&, double, double);
+
+}  // namespace tapegrad

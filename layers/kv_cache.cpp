@@ -1,0 +1,56 @@
+#include "tapegrad/layers/kv_cache.hpp"
+
+#include <algorithm>
+
+namespace tapegrad {
+
+template <class T>
+AttentionCache<T>::AttentionCache(Index capacity) : capacity_(capacity) {
+  if (capacity < 0) fail<ValueError>("attention_cache: capacity must be >= 0, got {}", capacity);
+}
+
+template <class T>
+void AttentionCache<T>::append(const TensorT<T>& keys, const TensorT<T>& values) {
+  if (keys.rank() != 2 || values.rank() != 2 || keys.rows() != values.rows())
+    fail<ShapeError>("attention_cache: the keys are {} and the values {}; they must be rows of as many positions",
+                     keys.shape(), values.shape());
+  if (length_ > 0 && (keys.cols() != keys_.cols() || values.cols() != values_.cols()))
+    fail<ShapeError>("attention_cache: the keys are {} and the values {} but the cache holds rows of {} and {}",
+                     keys.shape(), values.shape(), keys_.cols(), values_.cols());
+  const Index n = keys.rows();
+  if (n > capacity_ - length_)
+    fail<UsageError>("attention_cache: {} more {} not fit: it holds {} of {} (the longest sequence it was made for); "
+                     "clear it and feed a shorter window",
+                     n, n == 1 ? "position does" : "positions do", length_, capacity_);
+  keys_.resize(Shape::mat(capacity_, keys.cols()));  // allocates once: the same shape ever after
+  values_.resize(Shape::mat(capacity_, values.cols()));
+  std::copy_n(keys.data(), keys.numel(), keys_.data() + length_ * keys.cols());
+  std::copy_n(values.data(), values.numel(), values_.data() + length_ * values.cols());
+  length_ += n;
+}
+
+template <class T>
+KvCache<T>::KvCache(Index layers, Index capacity) {
+  if (layers < 1 || capacity < 1)
+    fail<ValueError>("kv_cache: layers and capacity must be positive, got {} and {}", layers, capacity);
+  layers_.assign(static_cast<std::size_t>(layers), AttentionCache<T>(capacity));
+}
+
+template <class T>
+void KvCache<T>::clear() {
+  for (auto& l : layers_) l.clear();
+}
+
+template <class T>
+AttentionCache<T>& KvCache<T>::layer(Index i) {
+  if (i < 0 || i >= layers())
+    fail<ValueError>("kv_cache: layer {} asked of a cache of {} layer{}", i, layers(), layers() == 1 ? "" : "s");
+  return layers_[static_cast<std::size_t>(i)];
+}
+
+template class AttentionCache<float>;
+template class AttentionCache<double>;
+template class KvCache<float>;
+template class KvCache<double>;
+
+}  // namespace tapegrad

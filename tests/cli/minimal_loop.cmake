@@ -1,0 +1,27 @@
+# examples/minimal_loop: the loop by hand prints its loss every 100 steps; each must be below the one
+# before, and the last below a tenth of the first. -DPROGRAM=path
+include(${CMAKE_CURRENT_LIST_DIR}/run_program.cmake)
+run(${PROGRAM})
+string(REGEX MATCHALL "loss [0-9.]+" losses "${output}")
+string(REPLACE "loss " "" losses "${losses}")
+list(LENGTH losses n)
+if(n LESS 3)
+  message(FATAL_ERROR "minimal_loop printed fewer than 3 losses:\n${output}")
+endif()
+list(GET losses 0 first)
+set(previous "")
+foreach(loss IN LISTS losses)  # if(LESS) compares decimals as numbers
+  if(NOT previous STREQUAL "" AND NOT loss LESS previous)
+    message(FATAL_ERROR "the loss should fall at every line, but ${loss} follows ${previous}:\n${output}")
+  endif()
+  set(previous ${loss})
+endforeach()
+if(NOT first MATCHES "^0\\.")
+  message(FATAL_ERROR "the first loss should be below 1 (the targets are products of two numbers in [-1, 1]):\n${output}")
+endif()
+# A tenth of the first loss, as text: the decimal point moved one place ("0.081234" -> "0.0081234").
+string(REGEX REPLACE "^0\\." "0.0" tenth "${first}")
+if(NOT previous LESS tenth)
+  message(FATAL_ERROR "the loss should fall below a tenth of its first value (${tenth}), but ended at ${previous}:\n${output}")
+endif()
+message(STATUS "minimal_loop: the loss fell from ${first} to ${previous}")
