@@ -213,8 +213,8 @@ TensorT<T> LmHead<T>::infer(const TensorT<T>& h) const {
   if (h.cols() != options_.d_model)
     fail<ShapeError>("lm_head '{}': h is {} but the head reads rows of {} features", this->path(), h.shape(),
                      options_.d_model);
-  const TensorT<T>* b = bias_ ? &bias_->value : nullptr;
-  return tied_ ? inference::affine_bt(h, tied_->table().value, b) : inference::affine(h, weight_->value, b);
+  if (!tied_) return linear_->infer(h);
+  return inference::affine_bt(h, tied_->table().value, bias_ ? &bias_->value : nullptr);
 }
 
 template class FeedForward<float>;
