@@ -157,7 +157,7 @@ int train() {
   trainer.run();
   const NamedValues result = trainer.evaluate(test_data);
   fmt::print("trained {} steps: test loss {:.4f}, test accuracy {:.3f}\n", trainer.steps_done(),
-             value_of(result, "loss"), value_of(result, "accuracy"));
+             value_of(result, "eval_loss"), value_of(result, "eval_accuracy"));
   return 0;
 }
 // [readme:train-end]
