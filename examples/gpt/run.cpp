@@ -347,8 +347,12 @@ std::vector<AttentionMode> modes_of(const std::string& which) {
 
 // What a run will write, for the folder to prove writable before any training.
 FolderPlan plan_of(const Options& o, const Data& data, const std::vector<AttentionMode>& modes, bool resume, Index steps) {
-  FolderPlan plan{.overwrite = o.overwrite, .resume = resume, .inputs = {data.path}, .last_step = steps,
-                  .checkpoints = o.checkpoint_every > 0};
+  FolderPlan plan;
+  plan.overwrite = o.overwrite;
+  plan.resume = resume;
+  plan.inputs = {data.path};
+  plan.last_step = steps;
+  plan.checkpoints = o.checkpoint_every > 0;
   for (const AttentionMode mode : modes) {
     plan.models.emplace_back(mode_file_name(mode));
     for (Index layer = 0; layer < o.model.n_layers; ++layer)
