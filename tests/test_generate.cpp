@@ -185,7 +185,8 @@ TEST_CASE("inference: each layer's infer is its forward's value, without a tape"
 }
 
 TEST_CASE("kv cache: the cached logits equal a full recompute, float64 within 1e-12, every variant") {
-  for (const auto& [name, o] : variants()) {
+  for (const auto& [variant, o] : variants()) {
+    const std::string& name = variant;  // clang 14 cannot capture a structured binding in CAPTURE's lambda
     CAPTURE(name);
     TinyLm<double> model(o);
     model.eval();
@@ -199,7 +200,8 @@ TEST_CASE("kv cache: the cached logits equal a full recompute, float64 within 1e
 // at the wrong position, a missing bias).
 TEST_CASE("kv cache: in float32 the cached logits agree with a full recompute within 2e-5") {
   test::with_each_kernel([] {
-    for (const auto& [name, o] : variants()) {
+    for (const auto& [variant, o] : variants()) {
+      const std::string& name = variant;  // clang 14 cannot capture a structured binding in CAPTURE's lambda
       CAPTURE(name);
       TinyLm<float> model(o);
       model.eval();
@@ -307,7 +309,8 @@ TEST_CASE("generate: the window slides by half a context once the text is longer
 
 TEST_CASE("generate: the same text with and without the cache, past the context, both modes, float and double") {
   const std::vector<std::int32_t> prompt = {3, 1, 4};
-  for (const auto& [name, o] : variants()) {
+  for (const auto& [variant, o] : variants()) {
+    const std::string& name = variant;  // clang 14 cannot capture a structured binding in CAPTURE's lambda
     CAPTURE(name);
     TinyLm<double> d(o);
     d.eval();
