@@ -31,6 +31,8 @@ function(tapegrad_target_flags target)
   endif()
   if(TAPEGRAD_NATIVE)
     target_compile_options(${target} PRIVATE -march=native)
+  elseif(TAPEGRAD_ARCH)
+    target_compile_options(${target} PRIVATE -march=${TAPEGRAD_ARCH})
   endif()
   if(TAPEGRAD_FUZZ)
     # Coverage for libFuzzer in every target; only the fuzz executables link the fuzzer's main.

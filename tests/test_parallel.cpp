@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <string_view>
 #include <vector>
 
 #include "tapegrad/autograd/gemm.hpp"
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/core/cpu.hpp"
 #include "tapegrad/core/parallel.hpp"
 #include "tapegrad/train/optimizer.hpp"
 #include "helpers.hpp"
@@ -267,4 +269,30 @@ TEST_CASE("parallel: affine is add(matmul(x, w), b) bit for bit, values and grad
       }
     }
   });
+}
+
+// ---- the CPU a build is for (core/cpu.hpp) ----------------------------------------------------------
+
+namespace {
+const char* g_cpu_lacks = nullptr;  // the one feature the fake CPU below lacks
+bool cpu_lacking_one(const char* feature) { return g_cpu_lacks == nullptr || std::string_view(feature) != g_cpu_lacks; }
+bool cpu_of_sse2_only(const char*) { return false; }
+}  // namespace
+
+TEST_CASE("cpu: each level's features are checked, and only its own") {
+  g_cpu_lacks = nullptr;
+  CHECK(missing_cpu_features("x86-64-v3", cpu_lacking_one).empty());
+  g_cpu_lacks = "fma";
+  CHECK(missing_cpu_features("x86-64-v3", cpu_lacking_one) == "fma");
+  CHECK(missing_cpu_features("x86-64-v4", cpu_lacking_one) == "fma");
+  CHECK(missing_cpu_features("x86-64-v2", cpu_lacking_one).empty());  // v2 needs no FMA
+  g_cpu_lacks = "avx512f";
+  CHECK(missing_cpu_features("x86-64-v3", cpu_lacking_one).empty());
+  CHECK(missing_cpu_features("x86-64-v4", cpu_lacking_one) == "avx512f");
+  // A bare SSE2 CPU: everything above x86-64, named in order; the baseline and native have nothing to check.
+  CHECK(missing_cpu_features("x86-64-v3", cpu_of_sse2_only) == "sse3, ssse3, sse4.1, sse4.2, popcnt, avx, avx2, fma, bmi, bmi2");
+  CHECK(missing_cpu_features("x86-64", cpu_of_sse2_only).empty());
+  CHECK(missing_cpu_features("native", cpu_of_sse2_only).empty());
+  // The suite runs, so the CPU under it has what this build needs.
+  CHECK(missing_cpu_features().empty());
 }

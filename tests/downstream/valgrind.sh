@@ -1,7 +1,7 @@
 #!/bin/sh
-# A program built against the installed package runs under valgrind: the library is built for a portable
-# x86-64 baseline by default (TAPEGRAD_NATIVE=OFF), so no instruction valgrind cannot decode (AVX-512 in
-# Rng::Rng stopped it when -march=native was the default). Memcheck's errors fail the test. Needs
+# A program built against the installed package runs under valgrind: the library is built for the
+# x86-64-v3 level by default (TAPEGRAD_NATIVE=OFF, TAPEGRAD_ARCH), AVX2 and FMA without AVX-512, so no
+# instruction valgrind cannot decode (AVX-512 in Rng::Rng stopped it when -march=native was the default). Memcheck's errors fail the test. Needs
 # valgrind; without it, exit 77 (ctest: skipped). CI installs it.
 # Usage: valgrind.sh WORK (downstream_find_package's work folder, which built the programs)
 set -eu
