@@ -84,7 +84,8 @@ CLI::Option* add_enum(CLI::App& app, const std::string& flag, E& value, const st
       ->check(CLI::Validator(
           [](std::string& name) -> std::string {
             E e{};
-            return parse_enum(name, e) ? std::string() : fmt::format("must be {}, got '{}'", enum_choices<E>(), name);
+            return parse_enum(name, e) ? std::string()
+                                       : fmt::format("must be {}, got '{}'", enum_choices<E>(), escaped(name));
           },
           ""));
 }
@@ -149,13 +150,14 @@ Data resume_data(const Checkpoint& c, double max_memory_gb) {
   };
   auto number = [&]<class N>(const char* key, N v) {
     if (!from_text(get(key), v))
-      fail<FormatError>("resume: the checkpoint's metadata {} is '{}', not {}", key, get(key), kind_of_value<N>());
+      fail<FormatError>("resume: the checkpoint's metadata {} is '{}', not {}", key, escaped(get(key)),
+                        kind_of_value<N>());
     return v;
   };
   if (!get("task").empty()) {
     const auto& names = task_names();
     if (std::find(names.begin(), names.end(), get("task")) == names.end())
-      fail<FormatError>("resume: the checkpoint's task '{}' is not one of the tasks", get("task"));
+      fail<FormatError>("resume: the checkpoint's task '{}' is not one of the tasks", escaped(get("task")));
     const auto train = number("task.train", std::uint32_t{}), test = number("task.test", std::uint32_t{});
     return load_data(get("task"), "", "", number("task.seed", std::uint64_t{}), train, test, max_memory_gb);
   }
@@ -185,7 +187,8 @@ struct RunPlan {
 };
 
 RunPlan plan_from_checkpoint(const Checkpoint& c, const std::string& path, double max_memory_gb) {
-  if (!c.training) fail<FormatError>("resume: '{}' holds weights only, not the state of training", path);
+  if (!c.training)
+    fail<FormatError>("resume: '{}' holds weights only, not the state of training", escaped(std::string_view(path)));
   RunPlan p;
   p.run.model = model_config_from<ToyModel<float>>(c);  // FormatError for a file of another model or a forged one
   p.data = resume_data(c, max_memory_gb);
