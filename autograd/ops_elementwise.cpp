@@ -229,7 +229,6 @@ struct Tanh {
   }
 };
 
-// C = A Phi(A) (Phi: standard normal cdf, PyTorch's exact gelu);  dA += dC (Phi(A) + A phi(A))
 // y = x Phi(x), elementwise: gelu's forward and inference::gelu (y may be x).
 template <class T>
 void gelu_values(const TensorT<T>& x, TensorT<T>& y) {
@@ -239,6 +238,7 @@ void gelu_values(const TensorT<T>& x, TensorT<T>& y) {
   }, kErfCost);
 }
 
+// C = A Phi(A) (Phi: standard normal cdf, PyTorch's exact gelu);  dA += dC (Phi(A) + A phi(A))
 template <class T>
 struct Gelu {
   static constexpr const char* name = "gelu";

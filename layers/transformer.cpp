@@ -7,17 +7,13 @@
 
 namespace tapegrad {
 
-namespace {
-Index hidden_width(Index d_model, Index d_hidden) { return d_hidden != 0 ? d_hidden : 4 * d_model; }
-}  // namespace
-
 // ---- FeedForward ----------------------------------------------------------------------------------
 
 template <class T>
 FeedForward<T>::FeedForward(std::string name, const FeedForwardOptions& o, Rng& rng)
     : Module<T>(std::move(name)),
-      linear1_("linear1", {.in = o.d_model, .out = hidden_width(o.d_model, o.d_hidden), .weight_init = o.init}, rng),
-      linear2_("linear2", {.in = hidden_width(o.d_model, o.d_hidden), .out = o.d_model, .weight_init = o.init}, rng),
+      linear1_("linear1", {.in = o.d_model, .out = feed_forward_width(o.d_model, o.d_hidden), .weight_init = o.init}, rng),
+      linear2_("linear2", {.in = feed_forward_width(o.d_model, o.d_hidden), .out = o.d_model, .weight_init = o.init}, rng),
       drop_("dropout", o.dropout) {
   this->register_child(linear1_);
   this->register_child(linear2_);

@@ -35,6 +35,10 @@
 
 namespace tapegrad {
 
+// The hidden width of a FeedForward: d_hidden, or 4 d_model when d_hidden is 0 (as FeedForwardOptions and
+// the blocks' d_ff say), for code that sizes a model before building it.
+inline Index feed_forward_width(Index d_model, Index d_hidden) { return d_hidden != 0 ? d_hidden : 4 * d_model; }
+
 struct FeedForwardOptions {
   Required<Index, "FeedForwardOptions::d_model"> d_model;
   Index d_hidden = 0;   // 0: 4 d_model

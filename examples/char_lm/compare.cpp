@@ -40,7 +40,7 @@ void check_memory(CharLm<float>::Config c, Index batch) {
   c.attention = AttentionMode::learnable;
   examples::check_lm_memory({.parameters = static_cast<double>(CharLm<float>::implied_parameter_count(c)), .batch = batch,
                              .positions = c.max_len, .layers = c.n_layers, .d_model = c.d_model,
-                             .d_ff = c.d_ff != 0 ? c.d_ff : 4 * c.d_model, .heads = c.n_heads},
+                             .d_ff = feed_forward_width(c.d_model, c.d_ff), .heads = c.n_heads},
                             "--d-model, --d-ff, --layers or --batch");
 }
 
@@ -280,7 +280,7 @@ int run_comparison(const Options& o, Collective* collective) {
              escaped(data_file), list.lines, list.words.size(), list.dropped, list.too_long, kMaxWordLetters, list.duplicates,
              o.data_seed, split.train.size(), split.validation.size(), validation.positions(), kVocab, o.model.d_model,
              max_len, o.model.n_layers, o.model.n_layers == 1 ? "" : "s", o.model.d_model, o.model.n_heads,
-             o.model.d_ff != 0 ? o.model.d_ff : 4 * o.model.d_model, o.model.tie ? "tied (h E^T)" : "untied", o.lr,
+             feed_forward_width(o.model.d_model, o.model.d_ff), o.model.tie ? "tied (h E^T)" : "untied", o.lr,
              warmup_steps(o), o.lr / 10, o.weight_decay, o.steps, o.batch, o.model.dropout, o.seeds - 1, eval_every(o));
   std::fflush(stdout);
 
@@ -331,7 +331,7 @@ int run_comparison(const Options& o, Collective* collective) {
       "## Validation NLL\n\n{}\n{}.\n\n## Pictures\n\n",
       data_file.string(), list.words.size(), split.train.size(), split.validation.size(), o.data_seed, kVocab,
       o.model.d_model, o.model.n_layers, o.model.d_model, o.model.n_heads,
-      o.model.d_ff != 0 ? o.model.d_ff : 4 * o.model.d_model, o.model.tie ? "tied" : "untied", o.lr, warmup_steps(o),
+      feed_forward_width(o.model.d_model, o.model.d_ff), o.model.tie ? "tied" : "untied", o.lr, warmup_steps(o),
       o.lr / 10, o.weight_decay, o.steps, o.batch, table(rows, true), seeds_note);
   report += "- `curves.svg`: train and validation NLL against the step, both attention models (seed 0)\n";
   for (std::size_t i = 1; i < pictures.size(); ++i)

@@ -31,7 +31,7 @@ Index CharLm<T>::implied_parameter_count(const Config& c) {
   // Mirrors the constructor (the constructor checks that it does): embedding, positions, per block the
   // attention (Wq Wk Wv Wo and their biases, learnable only), the MLP (D -> d_ff -> D with biases) and two
   // LayerNorms, then the final LayerNorm and the head (its weight unless tied, and its bias).
-  const Index D = c.d_model, F = c.d_ff != 0 ? c.d_ff : 4 * D;
+  const Index D = c.d_model, F = feed_forward_width(D, c.d_ff);
   const Index attention = c.attention == AttentionMode::learnable ? 4 * D * D + 4 * D : 0;
   const Index block = attention + (2 * D * F + F + D) + 4 * D;
   return kVocab * D + c.max_len * D + c.n_layers * block + 2 * D + (c.tie ? 0 : D * kVocab) + kVocab;
@@ -80,7 +80,7 @@ std::string_view mode_file_name(AttentionMode mode) { return mode == AttentionMo
 
 std::string describe(const CharLm<float>::Config& c) {
   return fmt::format("{} attention, {} block{} of width {}, {} heads, MLP {}, max_len {}, {} head{}", mode_title(c.attention),
-                     c.n_layers, c.n_layers == 1 ? "" : "s", c.d_model, c.n_heads, c.d_ff != 0 ? c.d_ff : 4 * c.d_model,
+                     c.n_layers, c.n_layers == 1 ? "" : "s", c.d_model, c.n_heads, feed_forward_width(c.d_model, c.d_ff),
                      c.max_len, c.tie ? "tied" : "untied", c.dropout > 0 ? fmt::format(", dropout {}", c.dropout) : "");
 }
 

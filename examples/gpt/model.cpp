@@ -32,7 +32,7 @@ Index Gpt<T>::implied_parameter_count(const Config& c) {
   // Mirrors the constructor (the constructor checks that it does): the embedding (shared with the head),
   // positions, per block the attention (Wq Wk Wv Wo and their biases, learnable only), the MLP (D -> d_ff ->
   // D with biases) and two LayerNorms, then the final LayerNorm.
-  const Index V = static_cast<Index>(c.vocabulary.size() / 2), D = c.d_model, F = c.d_ff != 0 ? c.d_ff : 4 * D;
+  const Index V = static_cast<Index>(c.vocabulary.size() / 2), D = c.d_model, F = feed_forward_width(D, c.d_ff);
   const Index attention = c.attention == AttentionMode::learnable ? 4 * D * D + 4 * D : 0;
   const Index block = attention + (2 * D * F + F + D) + 4 * D;
   return V * D + c.context * D + c.n_layers * block + 2 * D;
@@ -114,7 +114,7 @@ std::string_view mode_file_name(AttentionMode mode) {
 
 std::string describe(const Gpt<float>::Config& c) {
   return fmt::format("{} attention, {} block{} of width {}, {} heads, MLP {}, context {}, {} bytes{}", mode_title(c.attention),
-                     c.n_layers, c.n_layers == 1 ? "" : "s", c.d_model, c.n_heads, c.d_ff != 0 ? c.d_ff : 4 * c.d_model,
+                     c.n_layers, c.n_layers == 1 ? "" : "s", c.d_model, c.n_heads, feed_forward_width(c.d_model, c.d_ff),
                      c.context, c.vocabulary.size() / 2, c.dropout > 0 ? fmt::format(", dropout {}", c.dropout) : "");
 }
 

@@ -73,7 +73,7 @@ void check_memory(Gpt<float>::Config c, Index batch) {
   c.attention = AttentionMode::learnable;
   examples::check_lm_memory({.parameters = static_cast<double>(Gpt<float>::implied_parameter_count(c)), .batch = batch,
                              .positions = c.context, .layers = c.n_layers, .d_model = c.d_model,
-                             .d_ff = c.d_ff != 0 ? c.d_ff : 4 * c.d_model, .heads = c.n_heads},
+                             .d_ff = feed_forward_width(c.d_model, c.d_ff), .heads = c.n_heads},
                             "--d-model, --d-ff, --layers, --context or --batch");
 }
 
@@ -293,7 +293,7 @@ std::string describe_model(const Gpt<float>::Config& c) {
   return fmt::format("embedding {} x {} + learned positions ({}) -> {} causal pre-norm block{} (width {}, {} heads, MLP {}, "
                      "GELU, biases) -> LayerNorm -> head tied to the embedding; dropout {:g}",
                      c.vocabulary.size() / 2, c.d_model, c.context, c.n_layers, c.n_layers == 1 ? "" : "s", c.d_model,
-                     c.n_heads, c.d_ff != 0 ? c.d_ff : 4 * c.d_model, c.dropout);
+                     c.n_heads, feed_forward_width(c.d_model, c.d_ff), c.dropout);
 }
 
 // Text from outside (a prompt, a sentence of the data) as the program prints it: newlines and tabs as \n and
