@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +22,32 @@ struct Fd {
   ~Fd() {
     if (fd >= 0) ::close(fd);
   }
+};
+
+// While alive, a file-size limit (ulimit -f) makes this thread's writes fail with EFBIG, which the writer
+// reports, instead of ending the process with SIGXFSZ, whatever the program does with that signal: it is
+// blocked in this thread, and any the writes raised is taken off before the thread's mask is restored. So
+// every program, a user's own main() too, gets the one-line IoError and no temporary file left behind.
+class FileSizeSignalHeld {
+ public:
+  FileSizeSignalHeld() {
+    sigemptyset(&xfsz_);
+    sigaddset(&xfsz_, SIGXFSZ);
+    ::pthread_sigmask(SIG_BLOCK, &xfsz_, &before_);
+  }
+  ~FileSizeSignalHeld() {
+    if (sigismember(&before_, SIGXFSZ)) return;  // blocked already: the caller's to handle
+    const timespec now{};
+    while (::sigtimedwait(&xfsz_, nullptr, &now) == SIGXFSZ) {
+    }
+    ::pthread_sigmask(SIG_SETMASK, &before_, nullptr);
+  }
+  FileSizeSignalHeld(const FileSizeSignalHeld&) = delete;
+  FileSizeSignalHeld& operator=(const FileSizeSignalHeld&) = delete;
+
+ private:
+  sigset_t xfsz_{};
+  sigset_t before_{};
 };
 
 // "a folder", "a character device", ...: what a path that is not a regular file is, for messages.
@@ -66,6 +94,7 @@ void write_file(const std::filesystem::path& path, std::string_view content, Dur
     ::unlink(tmp.c_str());
     fail<IoError>("{}: {} failed for '{}': {}", op, what, escaped(path), reason);
   };
+  const FileSizeSignalHeld held;  // a file-size limit is an error here, not the end of the process
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail_io("creating the temporary file");
   std::size_t done = 0;

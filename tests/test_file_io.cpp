@@ -2,9 +2,12 @@
 // lock that gives a run its output folder (a second holder is refused, naming the first; a dead holder
 // leaves no lock behind), and the cleanup of a killed writer's temporary files.
 #include <doctest/doctest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <filesystem>
 #include <fstream>
@@ -63,6 +66,29 @@ TEST_CASE("format_bytes: sizes as the messages give them, in decimal units") {
   CHECK(format_bytes(37e3) == "37 KB");
   CHECK(format_bytes(9.4e9) == "9.4 GB");
   CHECK(format_bytes(4.0 * (1ull << 30)) == "4.3 GB");
+}
+
+TEST_CASE("write_file: past a file-size limit, an IoError naming the file in any program, not death by SIGXFSZ") {
+  const fs::path dir = scratch("file_size_limit");
+  // A child with the signal's default action, as a user's own main() has it: the library's writer, not
+  // run_program, must turn the limit into an error (run_program ignores SIGXFSZ for the programs).
+  const int status = in_child([&] {
+    ::signal(SIGXFSZ, SIG_DFL);
+    const rlimit limit{4096, 4096};
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return 9;
+    try {
+      write_file(dir / "big.bin", std::string(1 << 16, 'x'));
+    } catch (const IoError& e) {
+      const std::string expected =
+          fmt::format("write_file: writing failed for '{}': File too large", (dir / "big.bin").string());
+      return std::string(e.what()) == expected ? 0 : 1;
+    } catch (...) {
+      return 2;
+    }
+    return 3;
+  });
+  CHECK(status == 0);  // 128 + 25 if SIGXFSZ ended it
+  CHECK(fs::is_empty(dir));  // no temporary file left
 }
 
 TEST_CASE("FolderLock: a second holder is refused, naming the first, the lock dies with its process") {

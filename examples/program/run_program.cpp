@@ -18,9 +18,9 @@ int run_program(std::string_view program, const std::function<int()>& body, cons
     fmt::print(stderr, "{}{}{}\n", prefix, place.empty() ? "" : place + ": ", message);
     return static_cast<int>(code);
   };
-  // A file-size limit (ulimit -f) would otherwise kill the process with SIGXFSZ mid-write, leaving a
-  // temporary file and no message: ignored, the write fails with EFBIG, which write_file reports as an
-  // IoError naming the file (exit 4) after removing its temporary file.
+  // write_file turns a file-size limit (ulimit -f) into an IoError itself (core/file_io.cpp); the
+  // program's other output (the CSV log through stdio, stdout redirected to a file) would still end
+  // it with SIGXFSZ: ignored, those writes fail with EFBIG and the program reports it (exit 4).
   ::signal(SIGXFSZ, SIG_IGN);
   try {
     // Reads TAPEGRAD_PARALLEL_MIN_* (and measures the crossover) now, so a malformed value is refused
