@@ -141,6 +141,12 @@ long path_limit(const std::filesystem::path& dir, int which, long fallback) {
 }
 }  // namespace
 
+bool is_temporary_name(std::string_view name) {
+  const std::size_t at = name.rfind(".tmp-");
+  return name.size() > 1 && name[0] == '.' && at != std::string_view::npos && at > 1 && at + 5 < name.size() &&
+         name.find_first_not_of("0123456789", at + 5) == std::string_view::npos;
+}
+
 void check_writable(const std::filesystem::path& path, std::string_view op) {
   namespace fs = std::filesystem;
   refuse_non_regular_target(path, op);

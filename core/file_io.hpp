@@ -26,6 +26,9 @@ void write_file(const std::filesystem::path& path, std::string_view content,
                 Durability durability = Durability::replace, std::string_view op = "write_file");
 // The temporary file write_file writes `path` through: ".<name>.tmp-<pid>" beside it.
 std::filesystem::path temporary_path(const std::filesystem::path& path);
+// Whether `name` (a file name, no folder) is such a temporary file's: ".<name>.tmp-<digits>". A user's
+// own dot-file is not.
+bool is_temporary_name(std::string_view name);
 // Proves, before a run does its work, that write_file(path) can get past names and places: the target
 // missing or a regular file, its folder made (with its parents) and writable, its temporary file's name and
 // path within the file system's limits (a probe file is created there and removed). FileError naming the

@@ -137,6 +137,16 @@ TEST_CASE("FolderLock: a second holder is refused, naming the first, the lock di
   fs::remove_all(dir);
 }
 
+TEST_CASE("is_temporary_name: write_file's temporary names, and no user's dot-file") {
+  CHECK(is_temporary_name(temporary_path("out/model.tgck").filename().native()));
+  CHECK(is_temporary_name(".curve.csv.tmp-12"));
+  CHECK_FALSE(is_temporary_name(".curve.csv.tmp-"));     // no pid
+  CHECK_FALSE(is_temporary_name(".curve.csv.tmp-12a"));  // not a pid
+  CHECK_FALSE(is_temporary_name("curve.csv.tmp-12"));    // not a dot-file
+  CHECK_FALSE(is_temporary_name("..tmp-12"));            // no name before it
+  CHECK_FALSE(is_temporary_name(".bashrc"));
+}
+
 TEST_CASE("remove_stale_temporaries: a killed writer's .<name>.tmp-<pid> files go, nothing else does") {
   const fs::path dir = scratch("stale");
   for (const char* name : {".model.tgck.tmp-123", ".curve.csv.tmp-99999", ".notes.tmp-draft", ".tmp-12", "model.tgck",

@@ -138,12 +138,8 @@ int remove_stale_temporaries(const std::filesystem::path& folder) {
   std::error_code ec;
   int removed = 0;
   for (const auto& entry : std::filesystem::directory_iterator(folder, ec)) {
-    const std::string name = entry.path().filename().string();
-    // Exactly write_file's pattern, ".<name>.tmp-<pid>": a user's own dot-file is never touched.
-    const std::size_t at = name.rfind(".tmp-");
-    const bool ours = name.size() > 1 && name[0] == '.' && at != std::string::npos && at > 1 &&
-                      at + 5 < name.size() && name.find_first_not_of("0123456789", at + 5) == std::string::npos;
-    if (ours && entry.is_regular_file(ec))
+    // Exactly write_file's temporary files: a user's own dot-file is never touched.
+    if (is_temporary_name(entry.path().filename().native()) && entry.is_regular_file(ec))
       removed += std::filesystem::remove(entry.path(), ec) ? 1 : 0;
   }
   return removed;
