@@ -141,7 +141,7 @@ void eigen_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c
   if (d.m > 1 && d.n > 1 && d.k > 0 && d.k + d.m + d.n >= EIGEN_GEMM_TO_COEFFBASED_THRESHOLD) {
     const double macs = static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
     parallel_for(
-        d.m, may_split && split_product(macs),
+        d.m, may_split ? threads_for_product(macs) : 1,
         [&](Index r0, Index r1) {
           T* rows = c + r0 * c_stride;  // C's rows r0..r1; op(A)'s rows are A's rows, or A's columns for a^T b
           if (!accumulate) StridedMap<T>(rows, r1 - r0, d.n, Eigen::OuterStride<>(c_stride)).setZero();
@@ -401,7 +401,7 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
   }
   const double macs = static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
   parallel_for(
-      d.m, may_split && split_product(macs),
+      d.m, may_split ? threads_for_product(macs) : 1,
       [&](Index r0, Index r1) {
         run_blocks(grid, form, a, b, col_step, out, out_stride, r0, r1, bias);
         if (accumulate) add_rows(c + r0 * c_stride, c_stride, out + r0 * d.n, r1 - r0, d.n);

@@ -58,7 +58,7 @@ T* block_scratch(const Layout& l) {
 template <class F>
 void for_each_item(const Layout& l, double macs, F&& body) {
   const Index items = l.items();
-  parallel_for(items, items > 1 && split_product(macs), [&](Index first, Index last) {
+  parallel_for(items, items > 1 ? threads_for_product(macs) : 1, [&](Index first, Index last) {
     for (Index i = first; i < last; ++i) body(i, items == 1);
   });
 }

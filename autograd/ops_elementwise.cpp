@@ -62,7 +62,7 @@ void broadcast_apply(Broadcast bc, const TensorT<T>& A, const TensorT<T>& B, Ten
       });
       break;
     case Broadcast::batch:
-      parallel_for(A.batch(), split_elements(static_cast<double>(A.numel())), [&](Index first, Index last) {
+      parallel_for(A.batch(), threads_for_elements(static_cast<double>(A.numel())), [&](Index first, Index last) {
         for (Index i = first; i < last; ++i) f(out.mat(i), A.mat(i), B.mat());
       });
       break;

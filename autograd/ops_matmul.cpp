@@ -88,8 +88,8 @@ void product_backward(Tape<T>& t, Node<T>& n) {
   // Batch items in parallel when it pays, each item's products on one thread (bit-identical to one
   // thread: no two items write the same gradient block). A single item's products may split their rows.
   const Index m = form == Form::atb ? ac : ar, k = form == Form::atb ? ar : ac;
-  const bool split = items > 1 && split_product(2 * product_macs(items, m, cc, k));
-  parallel_for(items, split, [&](Index first, Index last) {
+  const int threads = items > 1 ? threads_for_product(2 * product_macs(items, m, cc, k)) : 1;
+  parallel_for(items, threads, [&](Index first, Index last) {
     const bool may_split = items == 1;
     for (Index i = first; i < last; ++i) {
       const T* a = A.mat(i).data();
@@ -129,7 +129,7 @@ Var<T> product(const char* op, Form form, Var<T> a, Var<T> b, Where where) {
   const Index items = shared ? 1 : C.batch();
   const Index ar = shared ? sa.flat_rows() : sa.rows;
   const Index k = form == Form::atb ? sa.rows : sa.cols;
-  parallel_for(items, items > 1 && split_product(product_macs(items, C.rows(), C.cols(), k)), [&](Index first, Index last) {
+  parallel_for(items, items > 1 ? threads_for_product(product_macs(items, C.rows(), C.cols(), k)) : 1, [&](Index first, Index last) {
     for (Index i = first; i < last; ++i)
       gemm(form, A.mat(i).data(), ar, sa.cols, B.mat(i).data(), sb.rows, sb.cols, C.mat(i).data(), true, items == 1);
   });

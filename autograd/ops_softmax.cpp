@@ -142,7 +142,7 @@ void softmax_forward(const T* x, T* y, Index rows, Index cols, T k, RowMask mask
   if (rows == 0 || cols == 0) return;
   const ConstMatrixMap<T> X(x, rows, cols);
   MatrixMap<T> Y(y, rows, cols);
-  const bool split = may_split && split_elements(kExpCost * static_cast<double>(rows * cols));
+  const int threads = may_split ? threads_for_elements(kExpCost * static_cast<double>(rows * cols)) : 1;
   if (!mask.blocked && cols < kShortRow) {
     // Short rows: subtract each row's maximum (so exp never overflows) row by row, take exp of the whole
     // matrix at once, then divide each row by its sum.
@@ -151,14 +151,14 @@ void softmax_forward(const T* x, T* y, Index rows, Index cols, T k, RowMask mask
     Y.array() = Y.array().exp();  // one contiguous array: vectorised across rows
     for (Index r = 0; r < rows; ++r) Y.row(r) /= Y.row(r).sum();
   } else if (!mask.blocked) {
-    parallel_for(rows, split, [&](Index first, Index last) {
+    parallel_for(rows, threads, [&](Index first, Index last) {
       for (Index r = first; r < last; ++r) {
         Y.row(r).array() = (k * X.row(r).array() - k * X.row(r).maxCoeff()).exp();
         Y.row(r) /= Y.row(r).sum();
       }
     });
   } else {
-    parallel_for(rows, split, [&](Index first, Index last) {
+    parallel_for(rows, threads, [&](Index first, Index last) {
       for (Index r = first; r < last; ++r) {
         const Index m = r % mask.period;
         masked_row(x + r * cols, y + r * cols, cols, k, mask.blocked + m * cols, mask.rows[m]);
@@ -179,7 +179,7 @@ void softmax_backward(const T* y, const T* dy, T* dx, Index rows, Index cols, T 
     write_grad(dX.array(), s * Y.array() * (dY.colwise() - dot).array(), assign);
     return;
   }
-  parallel_for(rows, may_split && split_elements(3.0 * static_cast<double>(rows * cols)), [&](Index first, Index last) {
+  parallel_for(rows, may_split ? threads_for_elements(3.0 * static_cast<double>(rows * cols)) : 1, [&](Index first, Index last) {
     for (Index r = first; r < last; ++r) {
       const T dot = Y.row(r).dot(dY.row(r));
       write_grad(dX.row(r).array(), s * Y.row(r).array() * (dY.row(r).array() - dot), assign);

@@ -211,10 +211,20 @@ void write_grad(Dst&& dst, const Src& src, bool assign) {
 // The gradient of a row broadcast over every row of an output (a bias, layer norm's gamma and beta):
 // grad, one row of values, (+)= the column sums of `rows` (an array expression, one row per output row).
 // One place for the summation, so that ops that broadcast a row the same way (add, affine) give the
-// same bits.
+// same bits. A large pass is split in ranges of 16 columns over the threads (it would otherwise be a
+// serial part of every step): each column is summed by one thread over the rows in the order one thread
+// takes, and Eigen's packets start on the same columns (a multiple of 16 from the row's 64-byte aligned
+// start), so the sums have the same bits at any thread count.
 template <class T, class Rows>
 void write_column_sums(TensorT<T>& grad, const Rows& rows, bool assign) {
-  write_grad(grad.flat().row(0).array(), rows.colwise().sum(), assign);
+  const Index cols = rows.cols();
+  parallel_for(
+      cols, threads_for_elements(static_cast<double>(rows.rows()) * static_cast<double>(cols)),
+      [&](Index first, Index last) {
+        write_grad(grad.flat().row(0).array().segment(first, last - first),
+                   rows.middleCols(first, last - first).colwise().sum(), assign);
+      },
+      16);
 }
 
 // One argument of an op, named for error messages: {"a", a}.

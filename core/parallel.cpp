@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <mutex>
 #include <vector>
@@ -127,12 +128,28 @@ void set_parallel_crossover(const ParallelCrossover& c) {
   crossover = c;
 }
 
-void detail::parallel_chunks(Index n, Index grain, void (*body)(void*, Index, Index), void* context) {
+namespace {
+// Work w on floor(2 w / two_threads) threads, at least 1 and at most num_threads(): two threads at
+// `two_threads`, each one more at another half of it (every thread's share is worth its region).
+int threads_for(double work, double two_threads) {
+  const int most = num_threads();
+  if (most < 2 || !(work >= two_threads)) return 1;
+  if (two_threads <= 0) return most;
+  const double worth = std::floor(2 * work / two_threads);
+  return worth >= most ? most : std::max(2, static_cast<int>(worth));
+}
+}  // namespace
+
+int threads_for_product(double macs) { return threads_for(macs, parallel_crossover().min_macs); }
+int threads_for_elements(double elements) { return threads_for(elements, parallel_crossover().min_elements); }
+
+void detail::parallel_chunks(Index n, Index grain, [[maybe_unused]] int most, void (*body)(void*, Index, Index),
+                             void* context) {
 #ifdef _OPENMP
   if (!omp_in_parallel()) {
     grain = std::max<Index>(grain, 1);
     const Index grains = (n + grain - 1) / grain;
-    const int threads = static_cast<int>(std::min<Index>(omp_get_max_threads(), grains));
+    const int threads = static_cast<int>(std::min<Index>({omp_get_max_threads(), most, grains}));
     if (threads > 1) {
 #pragma omp parallel num_threads(threads)
       {

@@ -20,11 +20,17 @@ bool have_openmp();
 // therefore bit-identical at every thread count, and whether a piece of work is split (the crossover
 // below) changes only its speed.
 //
-// The crossover is measured on the machine that runs it, once per process, the first time it is asked
-// for (about a millisecond): the cost of starting and joining a parallel region against this thread's
-// speed on a matrix product and on an elementwise pass. Work is split when each thread's share saves at
-// least twice what the region costs. `TAPEGRAD_PARALLEL_MIN_MACS` / `TAPEGRAD_PARALLEL_MIN_ELEMENTS`
-// in the environment override the measurement (0: split whenever there are threads).
+// How many threads a piece of work uses is decided from its size, op by op: as many as give each thread
+// a share that saves at least twice what starting and joining a parallel region costs, and never more
+// than num_threads(). So a small product runs on one thread, a larger one on two, and only work worth it
+// spreads over all of a big machine's cores, which would otherwise spend more on the region than they
+// save. The grain comes from a measurement on the machine that runs it, once per process, the first time
+// it is asked for (about a millisecond): the cost of a region over all the threads against this thread's
+// speed on a matrix product and on an elementwise pass. `TAPEGRAD_PARALLEL_MIN_MACS` /
+// `TAPEGRAD_PARALLEL_MIN_ELEMENTS` in the environment override the measurement (0: every thread for any
+// work).
+// min_macs and min_elements are the work at which two threads pay; each further thread needs another
+// half of it (work w runs on floor(2 w / min) threads, at most num_threads()).
 struct ParallelCrossover {
   double min_macs = 0;      // multiply-adds of one product
   double min_elements = 0;  // elements of one elementwise pass (a row-wise pass counts its elements)
@@ -38,34 +44,39 @@ const ParallelCrossover& parallel_crossover();
 void set_parallel_crossover(const ParallelCrossover& c);  // ValueError on a negative minimum
 
 namespace detail {
-void parallel_chunks(Index n, Index grain, void (*body)(void*, Index, Index), void* context);
+void parallel_chunks(Index n, Index grain, int threads, void (*body)(void*, Index, Index), void* context);
 }
 
-// Runs body(begin, end) over [0, n) in one contiguous chunk per thread when `split`, else body(0, n).
-// Chunk boundaries fall on multiples of `grain` (see parallel_rows). Never splits inside a parallel
-// region (the caller is already one of several threads). The body must not throw (an exception cannot
-// leave an OpenMP region): validate before.
+// How many threads work of this size is worth (1 when there is one thread): see ParallelCrossover.
+int threads_for_product(double macs);
+int threads_for_elements(double elements);
+
+// Runs body(begin, end) over [0, n) in one contiguous chunk per thread on up to `threads` threads (fewer
+// when n has fewer grains), else body(0, n). Chunk boundaries fall on multiples of `grain` (see
+// parallel_rows). Never splits inside a parallel region (the caller is already one of several threads).
+// The body must not throw (an exception cannot leave an OpenMP region): validate before.
 template <class F>
-void parallel_for(Index n, bool split, F&& body, Index grain = 1) {
-  if (!split || n < 2 || num_threads() < 2) {
+void parallel_for(Index n, int threads, F&& body, Index grain = 1) {
+  if (threads < 2 || n < 2) {
     body(Index{0}, n);
     return;
   }
-  detail::parallel_chunks(n, grain,
+  detail::parallel_chunks(n, grain, threads,
                           [](void* f, Index b, Index e) { (*static_cast<std::remove_reference_t<F>*>(f))(b, e); },
                           static_cast<void*>(&body));
 }
+// A yes/no split is gone: a bool would convert to 1 or 0 threads. Ask threads_for_* instead.
+template <class F>
+void parallel_for(Index n, bool split, F&& body, Index grain = 1) = delete;
 
 // f(first, count) over the rows of a (rows x cols) pass whose elements cost `cost` elementwise
 // operations each, split in row ranges when that is worth it.
 template <class F>
 void parallel_rows(Index rows, Index cols, F&& f, double cost = 1);
 
-// Whether work of this size is worth splitting (and there is more than one thread to split it over).
-inline bool split_product(double macs) { return num_threads() > 1 && macs >= parallel_crossover().min_macs; }
-inline bool split_elements(double elements) {
-  return num_threads() > 1 && elements >= parallel_crossover().min_elements;
-}
+// Whether work of this size is worth splitting at all.
+inline bool split_product(double macs) { return threads_for_product(macs) > 1; }
+inline bool split_elements(double elements) { return threads_for_elements(elements) > 1; }
 
 // Row ranges start on multiples of 16 elements (a 64-byte boundary of a tensor's aligned buffer, for
 // float and double alike), so a vectorised pass over a range runs whole packets exactly where a pass
@@ -78,7 +89,7 @@ void parallel_rows(Index rows, Index cols, F&& f, double cost) {
   for (Index c = cols; grain > 1 && c % 2 == 0; c /= 2) grain /= 2;  // 16 / gcd(cols, 16): rows per 16 elements
   if (cols == 0) grain = 1;
   parallel_for(
-      rows, split_elements(cost * static_cast<double>(rows) * static_cast<double>(cols)),
+      rows, threads_for_elements(cost * static_cast<double>(rows) * static_cast<double>(cols)),
       [&](Index first, Index last) { f(first, last - first); }, grain);
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <mutex>
 #include <string_view>
 #include <vector>
 
@@ -180,7 +181,7 @@ TEST_CASE("parallel: parallel_for covers every index once, in contiguous chunks,
   set_num_threads(2);
   for (const Index n : {Index{0}, Index{1}, Index{2}, Index{7}, Index{1000}}) {
     std::vector<int> seen(static_cast<std::size_t>(n), 0);
-    parallel_for(n, true, [&](Index first, Index last) {
+    parallel_for(n, 2, [&](Index first, Index last) {
       for (Index i = first; i < last; ++i) ++seen[static_cast<std::size_t>(i)];
     });
     CAPTURE(n);
@@ -295,4 +296,92 @@ TEST_CASE("cpu: each level's features are checked, and only its own") {
   CHECK(missing_cpu_features("native", cpu_of_sse2_only).empty());
   // The suite runs, so the CPU under it has what this build needs.
   CHECK(missing_cpu_features().empty());
+}
+
+TEST_CASE("parallel: each piece of work gets the threads its size is worth, and parallel_for runs on that many") {
+  // Two threads at the crossover, one more for each further half of it, never more than there are.
+  RestoreThreads restore;
+  const PinCrossover pin(1000, 400);
+  set_num_threads(8);  // a count, not cores: OpenMP starts 8 threads on any machine
+  if (!have_openmp()) {
+    CHECK(threads_for_product(1e9) == 1);
+    return;
+  }
+  CHECK(threads_for_product(0) == 1);
+  CHECK(threads_for_product(999) == 1);
+  CHECK(threads_for_product(1000) == 2);
+  CHECK(threads_for_product(1499) == 2);
+  CHECK(threads_for_product(1500) == 3);
+  CHECK(threads_for_product(3999) == 7);
+  CHECK(threads_for_product(4000) == 8);
+  CHECK(threads_for_product(1e12) == 8);
+  CHECK(threads_for_elements(399) == 1);
+  CHECK(threads_for_elements(600) == 3);
+  CHECK(threads_for_elements(1e9) == 8);
+  CHECK(split_product(1000));
+  CHECK_FALSE(split_product(999));
+  set_num_threads(3);
+  CHECK(threads_for_product(1e12) == 3);
+  set_num_threads(1);
+  CHECK(threads_for_product(1e12) == 1);
+  {
+    const PinCrossover every(0, 0);  // 0: every thread for any work
+    set_num_threads(5);
+    CHECK(threads_for_product(1) == 5);
+    CHECK(threads_for_elements(0) == 5);
+  }
+
+  // parallel_for runs one chunk per thread it was given, fewer when there are fewer grains.
+  set_num_threads(8);
+  auto chunks = [](Index n, int threads, Index grain) {
+    std::vector<std::pair<Index, Index>> seen(8, {-1, -1});
+    int calls = 0;
+    std::mutex m;
+    parallel_for(
+        n, threads,
+        [&](Index first, Index last) {
+          const std::lock_guard<std::mutex> hold(m);
+          seen[static_cast<std::size_t>(calls++)] = {first, last};
+        },
+        grain);
+    seen.resize(static_cast<std::size_t>(calls));
+    std::sort(seen.begin(), seen.end());
+    return seen;
+  };
+  using Chunks = std::vector<std::pair<Index, Index>>;
+  CHECK(chunks(100, 1, 1) == Chunks{{0, 100}});
+  CHECK(chunks(100, 3, 1) == Chunks{{0, 33}, {33, 66}, {66, 100}});
+  CHECK(chunks(100, 8, 1).size() == 8);
+  CHECK(chunks(100, 3, 40) == Chunks{{0, 40}, {40, 80}, {80, 100}});  // 3 grains of 40 (the last one short)
+  CHECK(chunks(100, 8, 40).size() == 3);
+  CHECK(chunks(1, 8, 1) == Chunks{{0, 1}});
+}
+
+TEST_CASE("parallel: column sums (a bias's, layer norm's gamma and beta gradients) split over threads keep their bits") {
+  RestoreThreads restore;
+  const PinCrossover pin(0, 0);
+  Rng rng(3);
+  for (int trial = 0; trial < 40; ++trial) {
+    const Index rows = 1 + static_cast<Index>(rng.below(300)), cols = 1 + static_cast<Index>(rng.below(300));
+    CAPTURE(rows);
+    CAPTURE(cols);
+    const Tensor x = test::random_tensor<float>(Shape::mat(rows, cols), rng);
+    const Tensor y = test::random_tensor<float>(Shape::mat(rows, cols), rng);
+    const Tensor start = test::random_tensor<float>(Shape::mat(1, cols), rng);
+    auto sums = [&](int threads) {
+      set_num_threads(threads);
+      Tensor assigned(Shape::mat(1, cols)), added = start;
+      write_column_sums(assigned, x.flat().array(), true);
+      write_column_sums(added, x.flat().array() * y.flat().array(), false);  // an expression, added
+      return std::pair{assigned, added};
+    };
+    const auto one = sums(1);
+    const auto two = sums(2);
+    if (have_openmp()) REQUIRE(threads_for_elements(1) == 2);  // the pass was split
+    CHECK(two.first == one.first);
+    CHECK(two.second == one.second);
+    Tensor serial(Shape::mat(1, cols));  // and Eigen's own column sums, the bits before the split
+    serial.flat() = x.flat().colwise().sum();
+    CHECK(one.first == serial);
+  }
 }
