@@ -199,6 +199,13 @@ constexpr Index kBlockRows = 64, kBlockCols = 64, kBlockDepth = 256;
 // half the rate of 256^3 in place, and twice as fast packed (OMP_NUM_THREADS=2 build/bench/gemm_threads).
 // Packed, a panel is contiguous. Only the addresses the kernels read change, not what they compute:
 // results are bit for bit those of the unpacked grid.
+//
+// The same holds for op(A) of a^T b (a weight's gradient, X^T dY), which the kernel reads transposed: a
+// block of 64 of C's rows is 64 columns of a, a strip k rows deep and a.stride apart; at a feed-forward's
+// width of 1024 floats the strip's rows alias in L1 and L2 as the panels did, and W5's 1024 x 256 x 1024
+// gradient ran at 164 GFLOP/s against 206 for its a b forward (OMP_NUM_THREADS=1 build/bench/step_products).
+// So a product of kPackMinRows rows or more, with a's rows 4 KB apart or more, copies each block's strip
+// into contiguous scratch (k x 64) before its kernels run, on the thread that runs the block.
 constexpr Index kPackMinRows = 4 * kBlockRows;
 
 template <class T>
@@ -328,19 +335,30 @@ void pack_panels(T* packed, Form form, Dims d, MatrixRef<T> b) {
 // kernel call of the grid's shape: a range ending inside a block would write past it). op(B)'s column
 // `col`, row q is at b.data[col col_step + q b.stride]: col_step 1 in place, k packed (pack_panels).
 // With a bias, each block of rows gets it added once its last product is written, while it is in cache.
+// `pack_a`: for a^T b, each block's strip of a is first copied into the thread's scratch, its rows
+// kBlockRows apart (the grid's kernels were made for that stride).
 template <class T>
 void run_blocks(const Grid<T>& g, Form form, MatrixRef<T> a, MatrixRef<T> b, Index col_step, T* c, Index c_stride,
-                Index r0, Index r1, const T* bias) {
+                Index r0, Index r1, const T* bias, bool pack_a) {
   const Dims d = g.d;
   assert(r0 % kBlockRows == 0 && (r1 == d.m || r1 % kBlockRows == 0));
+  assert(!pack_a || form == Form::atb);
+  T* strip = pack_a ? thread_scratch<T>(Scratch::packed_rows, static_cast<std::size_t>(d.k * kBlockRows)) : nullptr;
   for (Index row = r0; row < r1; row += kBlockRows) {
+    // a's columns [row, row + rows) down the whole depth: for a^T b, where this block's B operand lies.
+    MatrixRef<T> rows_of_a{a.data + row, a.stride};
+    if (pack_a) {
+      const Index width = std::min(kBlockRows, d.m - row);
+      for (Index q = 0; q < d.k; ++q) std::copy_n(a.data + q * a.stride + row, width, strip + q * kBlockRows);
+      rows_of_a = {strip, kBlockRows};
+    }
     for (Index col = 0; col < d.n; col += kBlockCols)
       for (Index p = 0; p < d.k; p += kBlockDepth) {
         // The kernel's A operand: op(B)^T, column-major (n x k): b (k x n) row-major as stored or packed.
         const T* ka = b.data + col * col_step + p * b.stride;
         // Its B operand: op(A)^T, column-major (k x m): a (m x k) row-major as stored, or for a^T b, a
         // (k x m) read transposed by the kernel.
-        const T* kb = form == Form::atb ? a.data + row + p * a.stride : a.data + p + row * a.stride;
+        const T* kb = form == Form::atb ? rows_of_a.data + p * rows_of_a.stride : a.data + p + row * a.stride;
         g.at(row, col, p)(ka, kb, c + col + row * c_stride);
       }
     add_bias_rows(c, c_stride, bias, row, std::min(row + kBlockRows, r1), d.n);
@@ -365,6 +383,10 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
   // which cost as much as such a kernel runs.
   const bool one_block = d.m <= kBlockRows && d.n <= kBlockCols && d.k <= kBlockDepth;
   const bool packed = !one_block && d.m >= kPackMinRows;
+  // op(A)'s strips too, where a's rows are 4 KB apart or more (see kPackMinRows): at 1 KB (W4's and W5's
+  // 256-wide projections) the copy cost more than it saved (W5's 256 x 256 x 1024 gradients 686 -> 705 us).
+  const bool pack_a = packed && form == Form::atb && a.stride * static_cast<Index>(sizeof(T)) >= 4096;
+  const Index ldb = pack_a ? kBlockRows : a.stride;  // the kernel's B operand: a's strip, as read
   // The kernel's A operand: b in place, b^T laid out (k x n), or either packed into column panels.
   const Index lda = packed ? kBlockCols : transposed_b ? d.n : b.stride;
   // C += op(A) op(B) is formed in scratch (out), then added: one rounding per element, as in C = P1
@@ -379,7 +401,7 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
   if (one_block)
     single = kernel<T>({d.n, d.m, d.k, lda, a.stride, out_stride, false, form == Form::atb});
   else
-    grid = make_grid<T>(d, lda, a.stride, out_stride, form == Form::atb);
+    grid = make_grid<T>(d, lda, ldb, out_stride, form == Form::atb);
   if (one_block ? !single : !grid.complete) return false;
   Index col_step = 1;
   if (packed) {
@@ -403,7 +425,7 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
   parallel_for(
       d.m, may_split ? threads_for_product(macs) : 1,
       [&](Index r0, Index r1) {
-        run_blocks(grid, form, a, b, col_step, out, out_stride, r0, r1, bias);
+        run_blocks(grid, form, a, b, col_step, out, out_stride, r0, r1, bias, pack_a);
         if (accumulate) add_rows(c + r0 * c_stride, c_stride, out + r0 * d.n, r1 - r0, d.n);
       },
       kBlockRows);

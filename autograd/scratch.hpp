@@ -16,6 +16,7 @@ namespace tapegrad::detail {
 enum class Scratch : std::size_t {
   transposed_operand,  // gemm: b of a b^T, transposed for libxsmm's kernels
   packed_operand,      // gemm: op(B) of a many-row product, in column panels for libxsmm's kernels
+  packed_rows,         // gemm: one block of op(A)'s rows of a many-row a^T b, contiguous for the kernels
   product,             // gemm: a product formed before it is added into C
   eigen_packed_lhs,    // gemm: Eigen's packing buffers, kept from product to product
   eigen_packed_rhs,

@@ -1,9 +1,9 @@
-// The matrix products of one training step of W3 and W4 (bench/workloads.hpp), each timed alone in the
+// The matrix products of one training step of W3, W4 and W5 (bench/workloads.hpp), each timed alone in the
 // form, shape and strides the step runs it in, twice: on operands in cache ("warm": the same operands
 // again and again) and on operands that come from L3 or memory ("cold": each call reads the next of
 // enough sets to fill 32 MB, as a step's products read tensors that earlier ops pushed out of L2).
 // Their sums per step, against the bound compare.py holds the step to (3F / the GEMM peak of
-// bench/gemm_peak.hpp; target: the step within 1.25x of it), say how much of the step's time the
+// bench/gemm_peak.hpp; target: the step within 1.25x of it, W5 within 1.15x), say how much of the step's time the
 // products alone need at each rate, so what is left for everything else. It also prints how fast one
 // core reads memory from L2 and from L3: the rates the warm and cold operands come in at.
 //
@@ -47,7 +47,37 @@ const char* form_name(ProductForm f) { return f == ProductForm::ab ? "a b" : f =
 // (d, d), attention over B H items of T x T with heads of d / H columns read in place (rows d apart),
 // the readout (B T, d) by (d, V); backward, for Y = X W: dX = dY W^T and dW = X^T dY; for the
 // attention (ops_attention.cpp): dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q.
+// W5's step ("stack": L pre-norm blocks, then the head) runs, per block, the four projections and the
+// attention's products as above, the feed-forward's two (B T, d) x (d, F) and (B T, F) x (F, d) with their
+// backward pairs, and the head's (B T, d) x (d, V) once. Every attention product is a whole T x T one
+// (the causal mask is applied in the softmax).
+std::vector<Product> stack_products(const Workload& w) {
+  const Index bt = w.B * w.T, d = w.d, v = w.V, t = w.T, h = w.d / w.H, f = w.ffn, items = w.B * w.H * w.layers;
+  const Index l = w.layers;
+  return {
+      {"Q K V O projections", ProductForm::ab, bt, d, d, d, d, d, 4 * l},
+      {"feed-forward up", ProductForm::ab, bt, f, d, d, f, f, l},
+      {"feed-forward down", ProductForm::ab, bt, d, f, f, d, d, l},
+      {"head", ProductForm::ab, bt, v, d, d, v, v, 1},
+      {"scores Q K^T", ProductForm::abt, t, t, h, d, d, t, items},
+      {"P V", ProductForm::ab, t, h, t, t, d, d, items},
+      {"projections dX = dY W^T", ProductForm::abt, bt, d, d, d, d, d, 4 * l},
+      {"projections dW = X^T dY", ProductForm::atb, d, d, bt, d, d, d, 4 * l},
+      {"up dX", ProductForm::abt, bt, d, f, f, f, d, l},
+      {"up dW", ProductForm::atb, d, f, bt, d, f, f, l},
+      {"down dX", ProductForm::abt, bt, f, d, d, d, f, l},
+      {"down dW", ProductForm::atb, f, d, bt, f, d, d, l},
+      {"head dX", ProductForm::abt, bt, d, v, v, v, d, 1},
+      {"head dW", ProductForm::atb, d, v, bt, d, v, v, 1},
+      {"dP = dO V^T", ProductForm::abt, t, t, h, d, d, t, items},
+      {"dV = P^T dO", ProductForm::atb, t, h, t, t, d, d, items},
+      {"dQ = dS K", ProductForm::ab, t, h, t, t, d, d, items},
+      {"dK = dS^T Q", ProductForm::atb, t, h, t, t, d, d, items},
+  };
+}
+
 std::vector<Product> step_products(const Workload& w) {
+  if (w.model == "stack") return stack_products(w);
   const Index bt = w.B * w.T, d = w.d, v = w.V, t = w.T, h = w.d / w.H, items = w.B * w.H;
   return {
       {"Q K V O projections", ProductForm::ab, bt, d, d, d, d, d, 4},
@@ -119,7 +149,7 @@ int main(int argc, char** argv) {
              read_gbps(32));
   std::string json;
   for (const Workload& w : kWorkloads) {
-    if (w.name != "W3" && w.name != "W4") continue;
+    if (w.name != "W3" && w.name != "W4" && w.name != "W5") continue;
     const std::vector<Product> products = step_products(w);
     double flops = 0, warm_us = 0, cold_us = 0;
     fmt::print("\n{}: B {}, T {}, d {}, H {}, V {}; per step:\n", w.name, w.B, w.T, w.d, w.H, w.V);
@@ -141,9 +171,9 @@ int main(int argc, char** argv) {
                        w.flops());
     const double bound_ms = w.flops() / (peak.best() * 1e9) * 1e3;
     fmt::print("products alone: {:.2f} ms warm ({:.1f} GFLOP/s), {:.2f} ms cold ({:.1f} GFLOP/s); bound 3F / peak "
-               "{:.2f} ms, 1.25x bound {:.2f} ms: cold products are {:.2f}x the bound\n",
-               warm_us / 1e3, flops / warm_us / 1e3, cold_us / 1e3, flops / cold_us / 1e3, bound_ms, 1.25 * bound_ms,
-               cold_us / 1e3 / bound_ms);
+               "{:.2f} ms: warm products are {:.2f}x, cold {:.2f}x the bound\n",
+               warm_us / 1e3, flops / warm_us / 1e3, cold_us / 1e3, flops / cold_us / 1e3, bound_ms,
+               warm_us / 1e3 / bound_ms, cold_us / 1e3 / bound_ms);
     json += fmt::format("{{\"kind\": \"products\", \"workload\": \"{}\", \"threads\": {}, \"peak_gflops\": {:.1f}, "
                         "\"warm_ms\": {:.3f}, \"cold_ms\": {:.3f}, \"bound_ms\": {:.3f}}}\n",
                         w.name, num_threads(), peak.best(), warm_us / 1e3, cold_us / 1e3, bound_ms);
