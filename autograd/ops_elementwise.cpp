@@ -107,9 +107,14 @@ void reduce_into(Binary kind, Broadcast bc, const TensorT<T>& dC, const TensorT<
       break;
     case Broadcast::batch:  // batch item i lands on all of B: a sum over the batch (zero if it is empty)
       if (A.batch() == 0 && assign) dB.set_zero();
-      for (Index i = 0; i < A.batch(); ++i)
-        b_term(kind, dC.mat(i).array(), A.mat(i).array(), B.mat().array(),
-               [&](const auto& g) { write_grad(dB.mat().array(), g, assign && i == 0); });
+      // In ranges of B's rows over the threads (learned positions' gradient, every step): each element
+      // still sums the batch in order, on one thread.
+      parallel_rows(B.rows(), B.cols(), [&](Index r, Index k) {
+        for (Index i = 0; i < A.batch(); ++i)
+          b_term(kind, dC.mat(i).middleRows(r, k).array(), A.mat(i).middleRows(r, k).array(),
+                 B.mat().middleRows(r, k).array(),
+                 [&](const auto& g) { write_grad(dB.mat().middleRows(r, k).array(), g, assign && i == 0); });
+      }, static_cast<double>(std::max<Index>(A.batch(), 1)));
       break;
     case Broadcast::col:  // every column of row r lands on B's row r: row sums
       b_term(kind, dc, a, B.flat().col(0).array().replicate(1, dc.cols()),
