@@ -24,6 +24,7 @@ set(TAPEGRAD_ROOM_SOURCE_plot examples/plot)
 # Headers that only the library's own sources include: not installed, not in the umbrella. Every other
 # header in the rooms is public.
 set(TAPEGRAD_INTERNAL_HEADERS
+  core/descriptor.hpp                # a file descriptor closed with its owner (file_io, process)
   autograd/gemm.hpp                  # the matrix products behind matmul and attention
   autograd/softmax_kernels.hpp       # the row softmax behind softmax_rows and attention
   autograd/scratch.hpp               # per-thread buffers of the products, attention and softmax

@@ -1,5 +1,7 @@
 #include "tapegrad/core/file_io.hpp"
 
+#include "tapegrad/core/descriptor.hpp"
+
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -15,14 +17,6 @@
 
 namespace tapegrad {
 namespace {
-
-// Closes a file descriptor when it goes out of scope.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 // While alive, a file-size limit (ulimit -f) makes this thread's writes fail with EFBIG, which the writer
 // reports, instead of ending the process with SIGXFSZ, whatever the program does with that signal: it is
@@ -175,10 +169,10 @@ void check_writable(const std::filesystem::path& path, std::string_view op) {
 }
 
 std::string read_file(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op) {
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};  // O_NONBLOCK: a FIFO does not hang the open
-  if (f.fd < 0) fail<FileError>("{}: cannot open '{}': {}", op, escaped(path), std::strerror(errno));
+  const detail::Descriptor f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};  // O_NONBLOCK: a FIFO does not hang the open
+  if (!f.open()) fail<FileError>("{}: cannot open '{}': {}", op, escaped(path), std::strerror(errno));
   struct stat st {};
-  if (::fstat(f.fd, &st) != 0) fail<FileError>("{}: cannot read '{}': {}", op, escaped(path), std::strerror(errno));
+  if (::fstat(f.get(), &st) != 0) fail<FileError>("{}: cannot read '{}': {}", op, escaped(path), std::strerror(errno));
   if (!S_ISREG(st.st_mode))
     fail<FileError>("{}: '{}' is not a regular file ({})", op, escaped(path), kind_of(st.st_mode));
   const auto size = static_cast<std::size_t>(st.st_size);
@@ -188,7 +182,7 @@ std::string read_file(const std::filesystem::path& path, std::size_t max_bytes, 
   std::string out(size, '\0');
   std::size_t done = 0;
   while (done < size) {
-    const ssize_t n = ::read(f.fd, out.data() + done, size - done);
+    const ssize_t n = ::read(f.get(), out.data() + done, size - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) fail<IoError>("{}: reading '{}' failed: {}", op, escaped(path), std::strerror(errno));
     if (n == 0) break;  // shorter than it was a moment ago

@@ -1,5 +1,7 @@
 #include "tapegrad/core/process.hpp"
 
+#include "tapegrad/core/descriptor.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -31,23 +33,7 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kMaxErrorBytes = 4096;  // of the program's standard error, kept for the message
 constexpr std::size_t kChunkBytes = 64 * 1024;
 
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { close(); }
-  int get() const { return fd_; }
-  bool open() const { return fd_ >= 0; }
-  void close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
+using detail::Descriptor;
 
 // A descriptor moved above 0, 1 and 2 (free when this process was started with one of them closed), so
 // that the child's dup2 onto its standard streams never meets the descriptor itself.
@@ -109,12 +95,12 @@ std::string run_filter(const std::vector<std::string>& argv, std::string_view in
   int pair[2], out[2], err[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
     fail<ProcessError>("{}: cannot make a pipe for '{}': {}", op, name, std::strerror(errno));
-  Fd to_child(above_stdio(pair[0])), child_in(above_stdio(pair[1]));
+  Descriptor to_child(above_stdio(pair[0])), child_in(above_stdio(pair[1]));
   if (::pipe2(out, O_CLOEXEC) != 0) fail<ProcessError>("{}: cannot make a pipe for '{}': {}", op, name, std::strerror(errno));
-  Fd from_out(above_stdio(out[0])), child_out(above_stdio(out[1]));
+  Descriptor from_out(above_stdio(out[0])), child_out(above_stdio(out[1]));
   if (::pipe2(err, O_CLOEXEC) != 0) fail<ProcessError>("{}: cannot make a pipe for '{}': {}", op, name, std::strerror(errno));
-  Fd from_err(above_stdio(err[0])), child_err(above_stdio(err[1]));
-  for (const Fd* fd : {&to_child, &child_in, &from_out, &child_out, &from_err, &child_err})
+  Descriptor from_err(above_stdio(err[0])), child_err(above_stdio(err[1]));
+  for (const Descriptor* fd : {&to_child, &child_in, &from_out, &child_out, &from_err, &child_err})
     if (!fd->open()) fail<ProcessError>("{}: cannot make a pipe for '{}': {}", op, name, std::strerror(errno));
 
   // The child gets the three ends as its standard streams; every other descriptor of ours is
@@ -161,7 +147,7 @@ std::string run_filter(const std::vector<std::string>& argv, std::string_view in
     refuse_if_late();
     pollfd fds[3];
     nfds_t n = 0;
-    for (const Fd* fd : {&from_out, &from_err})
+    for (const Descriptor* fd : {&from_out, &from_err})
       if (fd->open()) fds[n++] = {fd->get(), POLLIN, 0};
     if (to_child.open()) fds[n++] = {to_child.get(), POLLOUT, 0};
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
@@ -177,7 +163,7 @@ std::string run_filter(const std::vector<std::string>& argv, std::string_view in
         if (written == input.size() || (sent < 0 && errno != EAGAIN && errno != EINTR)) to_child.close();
         continue;
       }
-      Fd& from = fds[k].fd == from_out.get() ? from_out : from_err;
+      Descriptor& from = fds[k].fd == from_out.get() ? from_out : from_err;
       const ssize_t got = ::read(from.get(), buffer, sizeof buffer);
       if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (got < 0) fail<ProcessError>("{}: reading the output of '{}' failed: {}", op, name, std::strerror(errno));
