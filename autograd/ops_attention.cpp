@@ -240,5 +240,6 @@ template TensorT<double> inference::attend(const TensorT<double>&, const TensorT
   template Var<T> attention(Var<T>, Var<T>, Var<T>, Index, const Mask*, double, std::span<TensorT<T>>, Where);
 TAPEGRAD_INSTANTIATE(float)
 TAPEGRAD_INSTANTIATE(double)
+#undef TAPEGRAD_INSTANTIATE  // each file its own: the library is built several files to a unit
 
 }  // namespace tapegrad

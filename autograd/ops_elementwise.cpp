@@ -438,5 +438,6 @@ template TensorT<double> inference::add(TensorT<double>, const TensorT<double>&)
   template Var<T> transpose(Var<T>, Where);
 TAPEGRAD_INSTANTIATE(float)
 TAPEGRAD_INSTANTIATE(double)
+#undef TAPEGRAD_INSTANTIATE  // each file its own: the library is built several files to a unit
 
 }  // namespace tapegrad

@@ -119,5 +119,6 @@ Var<T> gather_rows(Var<T> table, const Ids& ids, Where where) {
   template Var<T> gather_rows(Var<T>, const Ids&, Where);
 TAPEGRAD_INSTANTIATE(float)
 TAPEGRAD_INSTANTIATE(double)
+#undef TAPEGRAD_INSTANTIATE  // each file its own: the library is built several files to a unit
 
 }  // namespace tapegrad

@@ -139,5 +139,6 @@ Var<T> mse(Var<T> a, Var<T> b, Where where) {
   template Var<T> mse(Var<T>, Var<T>, Where);
 TAPEGRAD_INSTANTIATE(float)
 TAPEGRAD_INSTANTIATE(double)
+#undef TAPEGRAD_INSTANTIATE  // each file its own: the library is built several files to a unit
 
 }  // namespace tapegrad

@@ -241,5 +241,6 @@ template TensorT<double> affine_bt(const TensorT<double>&, const TensorT<double>
   template Var<T> affine(Var<T>, Var<T>, Var<T>, Where);
 TAPEGRAD_INSTANTIATE(float)
 TAPEGRAD_INSTANTIATE(double)
+#undef TAPEGRAD_INSTANTIATE  // each file its own: the library is built several files to a unit
 
 }  // namespace tapegrad

@@ -153,5 +153,6 @@ template TensorT<double> inference::layer_norm(const TensorT<double>&, const Ten
   template Var<T> layer_norm(Var<T>, Var<T>, Var<T>, double, Where);
 TAPEGRAD_INSTANTIATE(float)
 TAPEGRAD_INSTANTIATE(double)
+#undef TAPEGRAD_INSTANTIATE  // each file its own: the library is built several files to a unit
 
 }  // namespace tapegrad

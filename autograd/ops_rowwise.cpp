@@ -103,5 +103,6 @@ Var<T> row_max(Var<T> x, Where where) {
   template Var<T> row_max(Var<T>, Where);
 TAPEGRAD_INSTANTIATE(float)
 TAPEGRAD_INSTANTIATE(double)
+#undef TAPEGRAD_INSTANTIATE  // each file its own: the library is built several files to a unit
 
 }  // namespace tapegrad

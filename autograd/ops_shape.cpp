@@ -73,5 +73,6 @@ Var<T> pick_positions(Var<T> x, const Ids& positions, Where where) {
   template Var<T> pick_positions(Var<T>, const Ids&, Where);
 TAPEGRAD_INSTANTIATE(float)
 TAPEGRAD_INSTANTIATE(double)
+#undef TAPEGRAD_INSTANTIATE  // each file its own: the library is built several files to a unit
 
 }  // namespace tapegrad

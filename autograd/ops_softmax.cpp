@@ -232,5 +232,6 @@ Var<T> log_softmax_rows(Var<T> x, Where where) {
   template Var<T> log_softmax_rows(Var<T>, Where);
 TAPEGRAD_INSTANTIATE(float)
 TAPEGRAD_INSTANTIATE(double)
+#undef TAPEGRAD_INSTANTIATE  // each file its own: the library is built several files to a unit
 
 }  // namespace tapegrad
