@@ -43,56 +43,42 @@ struct Product {
 
 const char* form_name(ProductForm f) { return f == ProductForm::ab ? "a b" : f == ProductForm::atb ? "a^T b" : "a b^T"; }
 
-// W1-W4's step (lesson/toy_model, attention_config): Q, K, V and O projections of (B T, d) rows by
-// (d, d), attention over B H items of T x T with heads of d / H columns read in place (rows d apart),
-// the readout (B T, d) by (d, V); backward, for Y = X W: dX = dY W^T and dW = X^T dY; for the
-// attention (ops_attention.cpp): dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q.
-// W5's step ("stack": L pre-norm blocks, then the head) runs, per block, the four projections and the
-// attention's products as above, the feed-forward's two (B T, d) x (d, F) and (B T, F) x (F, d) with their
-// backward pairs, and the head's (B T, d) x (d, V) once. Every attention product is a whole T x T one
-// (the causal mask is applied in the softmax).
-std::vector<Product> stack_products(const Workload& w) {
-  const Index bt = w.B * w.T, d = w.d, v = w.V, t = w.T, h = w.d / w.H, f = w.ffn, items = w.B * w.H * w.layers;
-  const Index l = w.layers;
-  return {
-      {"Q K V O projections", ProductForm::ab, bt, d, d, d, d, d, 4 * l},
-      {"feed-forward up", ProductForm::ab, bt, f, d, d, f, f, l},
-      {"feed-forward down", ProductForm::ab, bt, d, f, f, d, d, l},
-      {"head", ProductForm::ab, bt, v, d, d, v, v, 1},
-      {"scores Q K^T", ProductForm::abt, t, t, h, d, d, t, items},
-      {"P V", ProductForm::ab, t, h, t, t, d, d, items},
-      {"projections dX = dY W^T", ProductForm::abt, bt, d, d, d, d, d, 4 * l},
-      {"projections dW = X^T dY", ProductForm::atb, d, d, bt, d, d, d, 4 * l},
-      {"up dX", ProductForm::abt, bt, d, f, f, f, d, l},
-      {"up dW", ProductForm::atb, d, f, bt, d, f, f, l},
-      {"down dX", ProductForm::abt, bt, f, d, d, d, f, l},
-      {"down dW", ProductForm::atb, f, d, bt, f, d, d, l},
-      {"head dX", ProductForm::abt, bt, d, v, v, v, d, 1},
-      {"head dW", ProductForm::atb, d, v, bt, d, v, v, 1},
-      {"dP = dO V^T", ProductForm::abt, t, t, h, d, d, t, items},
-      {"dV = P^T dO", ProductForm::atb, t, h, t, t, d, d, items},
-      {"dQ = dS K", ProductForm::ab, t, h, t, t, d, d, items},
-      {"dK = dS^T Q", ProductForm::atb, t, h, t, t, d, d, items},
-  };
+// A linear map Y = X W of (rows, in) by (in, out), `count` times a step: its product, and backward
+// dX = dY W^T and dW = X^T dY.
+void add_linear(std::vector<Product>& p, const std::string& what, Index rows, Index in, Index out, Index count) {
+  p.push_back({what, ProductForm::ab, rows, out, in, in, out, out, count});
+  p.push_back({what + " dX = dY W^T", ProductForm::abt, rows, in, out, out, out, in, count});
+  p.push_back({what + " dW = X^T dY", ProductForm::atb, in, out, rows, in, out, out, count});
 }
 
+// Attention over `items` (batch item, head) pairs of whole T x T scores (a causal mask is applied in the
+// softmax), heads of h columns read in place from rows d apart: S = Q K^T, O = P V; backward
+// (ops_attention.cpp) dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q.
+void add_attention(std::vector<Product>& p, Index t, Index h, Index d, Index items) {
+  p.push_back({"scores Q K^T", ProductForm::abt, t, t, h, d, d, t, items});
+  p.push_back({"P V", ProductForm::ab, t, h, t, t, d, d, items});
+  p.push_back({"dP = dO V^T", ProductForm::abt, t, t, h, d, d, t, items});
+  p.push_back({"dV = P^T dO", ProductForm::atb, t, h, t, t, d, d, items});
+  p.push_back({"dQ = dS K", ProductForm::ab, t, h, t, t, d, d, items});
+  p.push_back({"dK = dS^T Q", ProductForm::atb, t, h, t, t, d, d, items});
+}
+
+// W1-W4's step (lesson/toy_model, attention_config): the Q, K, V and O projections of (B T, d) rows by
+// (d, d), attention over B H items, the readout (B T, d) by (d, V). W5-W7's ("stack": L pre-norm blocks,
+// then the head): per block the projections, the attention and the feed-forward's (d, F) and (F, d)
+// maps, then the head once.
 std::vector<Product> step_products(const Workload& w) {
-  if (w.model == "stack") return stack_products(w);
-  const Index bt = w.B * w.T, d = w.d, v = w.V, t = w.T, h = w.d / w.H, items = w.B * w.H;
-  return {
-      {"Q K V O projections", ProductForm::ab, bt, d, d, d, d, d, 4},
-      {"readout", ProductForm::ab, bt, v, d, d, v, v, 1},
-      {"scores Q K^T", ProductForm::abt, t, t, h, d, d, t, items},
-      {"P V", ProductForm::ab, t, h, t, t, d, d, items},
-      {"projections dX = dY W^T", ProductForm::abt, bt, d, d, d, d, d, 4},
-      {"projections dW = X^T dY", ProductForm::atb, d, d, bt, d, d, d, 4},
-      {"readout dX", ProductForm::abt, bt, d, v, v, v, d, 1},
-      {"readout dW", ProductForm::atb, d, v, bt, d, v, v, 1},
-      {"dP = dO V^T", ProductForm::abt, t, t, h, d, d, t, items},
-      {"dV = P^T dO", ProductForm::atb, t, h, t, t, d, d, items},
-      {"dQ = dS K", ProductForm::ab, t, h, t, t, d, d, items},
-      {"dK = dS^T Q", ProductForm::atb, t, h, t, t, d, d, items},
-  };
+  const bool stack = w.model == "stack";
+  const Index bt = w.B * w.T, d = w.d, blocks = stack ? w.layers : 1;
+  std::vector<Product> p;
+  add_linear(p, "Q K V O projections", bt, d, d, 4 * blocks);
+  if (stack) {
+    add_linear(p, "feed-forward up", bt, d, w.ffn, blocks);
+    add_linear(p, "feed-forward down", bt, w.ffn, d, blocks);
+  }
+  add_linear(p, stack ? "head" : "readout", bt, d, w.V, 1);
+  add_attention(p, w.T, d / w.H, d, w.B * w.H * blocks);
+  return p;
 }
 
 // Median microseconds per call of `p`, warm (one operand set) and cold (sets filling 32 MB, in turn).
