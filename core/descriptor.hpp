@@ -1,6 +1,6 @@
 #pragma once
-// A file descriptor owned by one object: closed when it goes out of scope (reading a file, the pipes to
-// a child process). Internal to core/ (core/file_io.cpp, core/process.cpp).
+// A file descriptor owned by one object: closed when it goes out of scope (writing and reading a file,
+// the pipes to a child process). Internal to core/ (core/file_io.cpp, core/process.cpp).
 
 #include <unistd.h>
 
@@ -18,6 +18,13 @@ class Descriptor {
   void close() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
+  }
+  // Closes it now and says how that went (0, or -1 with errno): for a file just written, whose close
+  // can report a write the kernel deferred.
+  int close_checked() {
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    return rc;
   }
 
  private:

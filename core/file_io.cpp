@@ -89,28 +89,21 @@ void write_file(const std::filesystem::path& path, std::string_view content, Dur
     fail<IoError>("{}: {} failed for '{}': {}", op, what, escaped(path), reason);
   };
   const FileSizeSignalHeld held;  // a file-size limit is an error here, not the end of the process
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail_io("creating the temporary file");
+  // fail_io reads errno before it throws; the descriptor is closed after, as the exception leaves.
+  detail::Descriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.open()) fail_io("creating the temporary file");
   std::size_t done = 0;
   while (done < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    const ssize_t n = ::write(fd.get(), content.data() + done, content.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       if (n == 0) errno = ENOSPC;  // a write that makes no progress is a full device
-      const int saved = errno;
-      ::close(fd);
-      errno = saved;
       fail_io("writing");
     }
     done += static_cast<std::size_t>(n);
   }
-  if (durability == Durability::durable && ::fsync(fd) != 0) {
-    const int saved = errno;
-    ::close(fd);
-    errno = saved;
-    fail_io("fsync");
-  }
-  if (::close(fd) != 0) fail_io("closing");
+  if (durability == Durability::durable && ::fsync(fd.get()) != 0) fail_io("fsync");
+  if (fd.close_checked() != 0) fail_io("closing");
   try {
     refuse_non_regular_target(path, op);  // again: something may have taken its place while it was written
   } catch (...) {
@@ -119,11 +112,8 @@ void write_file(const std::filesystem::path& path, std::string_view content, Dur
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) fail_io("renaming into place");
   if (durability == Durability::durable) {  // the rename is durable once the folder's entry is on disk
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
+    const detail::Descriptor folder(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (folder.open()) ::fsync(folder.get());
   }
 }
 
