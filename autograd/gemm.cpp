@@ -491,6 +491,35 @@ Index product_split_grain() {
   return kEigenSplitGrain;
 }
 
+Index product_depth_start(Index k, Index start) {
+  assert(start % 64 == 0 && start <= k);
+  // Whether a product begun at depth s sums every element as the whole product does.
+  auto same_sums = [k](Index s) {
+#ifdef TAPEGRAD_HAVE_LIBXSMM
+    if (gemm_kernels() == GemmKernels::libxsmm) {
+      // Depth blocks of kBlockDepth from the product's start: only the last can be short.
+      const auto last_block = [](Index depth) { return depth - (depth - 1) / kBlockDepth * kBlockDepth; };
+      return s % kBlockDepth == 0 || (last_block(k) >= 64 && last_block(k - s) >= 64);
+    }
+#endif
+    // Eigen's GEMM sums a depth of up to its blocking's kc (256 or more for these sizes) in one pass; a
+    // product of a few rows over a short depth leaves the GEMM for Eigen's coefficient-wise path.
+    return s == 0 || (k <= 256 && k - s >= 64);
+  };
+  while (start > 0 && !same_sums(start)) start -= 64;
+  return start;
+}
+
+bool product_columns_separable() {
+  static_assert(64 % kEigenSplitGrain == 0);
+#ifdef TAPEGRAD_HAVE_LIBXSMM
+  static_assert(kBlockCols == 64 && kBlockRows == 64);
+  return gemm_kernels() == GemmKernels::libxsmm;
+#else
+  return false;
+#endif
+}
+
 template void gemm(ProductForm, Index, Index, Index, MatrixRef<float>, MatrixRef<float>, float*, Index, bool, bool,
                    const float*);
 template void gemm(ProductForm, Index, Index, Index, MatrixRef<double>, MatrixRef<double>, double*, Index, bool, bool,

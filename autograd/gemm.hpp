@@ -55,4 +55,19 @@ std::string_view name(GemmKernels kernels);  // "libxsmm", "eigen"
 // A product split over threads splits C's rows at multiples of this.
 Index product_split_grain();
 
+// Whether the product of C's first c columns (c a multiple of 64) gives them the bits that the product of
+// all n columns does: with libxsmm's kernels, each block of 64 columns being its own kernel calls; not
+// with Eigen's, whose panels of columns, and the accumulators each panel uses, depend on n. (Rows split
+// at multiples of 64, and a depth cut short where op(A) holds only zeros past it, keep the bits with
+// either kind.)
+bool product_columns_separable();
+
+// Where a product of depth k whose op(A) is zero before depth `start` (a multiple of 64) may begin and
+// give the bits of the whole product: `start` itself, or an earlier multiple of 64 (0 at worst). Summed
+// from `start`, the depth falls into other kernel calls, and libxsmm's kernels for a depth under 12 do
+// not sum as a chain continued from C does, nor does Eigen's path for tiny products (tests/test_gemm.cpp):
+// a start is kept when every call, of the whole product and of the shortened one, spans 64 or more of the
+// depth, or when both split it alike.
+Index product_depth_start(Index k, Index start);
+
 }  // namespace tapegrad::detail

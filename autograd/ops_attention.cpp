@@ -38,12 +38,53 @@ struct Layout {
 // alignment wherever it is computed (kept for backward, or in scratch when nothing is recorded).
 Index block_stride(const Layout& l) { return (l.tq * l.tk + 15) / 16 * 16; }
 
-// What the backward rule needs: the layout, the scale and every item's weights (the softmax output).
+// ---- what a mask lets the products skip -----------------------------------------------------------
+// A blocked weight is exactly 0, so a key that no query of a block of rows sees adds nothing to those
+// rows, and a query that sees none of a block of keys adds nothing to their gradients. Under a causal
+// mask the first block of 64 queries sees only the first 64 keys: over T = 128, a quarter of every
+// product of the attention is zeros, over T = 256 three eighths. The products below skip them in blocks
+// of kSkip rows, keys and depth, where the gemm's own blocks fall (autograd/gemm.hpp): rows split at
+// multiples of 64 and a depth cut where only zeros follow give every element the bits of the whole product,
+// with either kind of kernel, and so does a depth started late where only zeros precede, from where
+// product_depth_start allows; the scores' columns are cut with libxsmm's kernels only
+// (product_columns_separable). So the
+// values and gradients are the unskipped op's, bit for bit (tests/test_attention.cpp compares them with
+// the composition of matmul_bt, softmax_rows and matmul); only a NaN or Inf among a value's or a key's
+// entries that no query of a block sees no longer reaches that block's outputs (0 x NaN is NaN).
+constexpr Index kSkip = 64;
+
+Index blocks_of(Index n) { return (n + kSkip - 1) / kSkip; }
+
+// For one item: keys_seen[rb], the keys [0, keys_seen) that the queries of row block rb see (rounded up to
+// a block, at most Tk); first_query[kb], the first row of the first block of queries that sees a key of
+// key block kb (Tq if none). Returns whether any product is cut short by them.
+bool block_reach(const detail::MaskRow* rows, Index tq, Index tk, Index* keys_seen, Index* first_query) {
+  bool skips = false;
+  for (Index kb = 0; kb < blocks_of(tk); ++kb) first_query[kb] = tq;
+  for (Index rb = 0; rb < blocks_of(tq); ++rb) {
+    Index reach = 0;
+    for (Index r = rb * kSkip; r < std::min(tq, (rb + 1) * kSkip); ++r) reach = std::max(reach, rows[r].reach);
+    keys_seen[rb] = std::min(tk, blocks_of(reach) * kSkip);
+    skips = skips || keys_seen[rb] < tk;
+    for (Index kb = 0; kb < blocks_of(reach); ++kb) first_query[kb] = std::min(first_query[kb], rb * kSkip);
+  }
+  for (Index kb = 0; kb < blocks_of(tk); ++kb) skips = skips || first_query[kb] > 0;
+  return skips;
+}
+
+// What the backward rule needs: the layout, the scale and every item's weights (the softmax output);
+// where the mask lets the products skip (block_reach), per mask item: its row blocks' keys_seen, then its
+// key blocks' first_query. `reach` is empty when nothing is skipped.
 template <class T>
 struct AttentionSaved {
   Layout layout{};
   double scale = 1;
   std::vector<T, AlignedAllocator<T>> weights;  // item i's (Tq, Tk) at i * block_stride
+  std::vector<Index> reach;
+  bool per_item_reach = false;  // one set of reach per batch item (else one for all)
+  const Index* reach_of(Index item) const {
+    return reach.data() + (per_item_reach ? item / layout.heads : 0) * (blocks_of(layout.tq) + blocks_of(layout.tk));
+  }
 };
 
 // The calling thread's buffer for one item's (Tq, Tk) block (autograd/scratch.hpp).
@@ -93,6 +134,8 @@ void attention_backward(Tape<T>& t, Node<T>& n) {
   const T* v = nodes[0]->val().data();
   const T* dout = n.grad.data();
   const Index wq = l.q_width(), wv = l.v_width();
+  const T s = static_cast<T>(saved.scale);
+  const bool cut_columns = detail::product_columns_separable();
   for_each_item(l, 2 * static_cast<double>(l.items()) * l.macs_per_item(), [&](Index i, bool may_split) {
     const T* p = saved.weights.data() + i * block_stride(l);  // (Tq, Tk)
     const Index oq = l.offset(i, l.tq, l.dk), ok = l.offset(i, l.tk, l.dk);
@@ -103,19 +146,70 @@ void attention_backward(Tape<T>& t, Node<T>& n) {
     // (OMP_NUM_THREADS=1 build/bench/attention_bench). Only the order of the computations differs: each
     // gradient block gets the same value, written in the same order, v, q, k.
     T* ds = block_scratch<T>(l);  // dP (Tq, Tk) = dO_h V_h^T, then dS in place
-    if (dq || dk) {
-      detail::gemm<T>(ProductForm::abt, l.tq, l.tk, l.dv, {dout + oo, wv}, {v + ov, wv}, ds, l.tk, false, may_split);
-      detail::softmax_backward(p, ds, ds, l.tq, l.tk, static_cast<T>(saved.scale), true, may_split);
+    if (saved.reach.empty()) {
+      if (dq || dk) {
+        detail::gemm<T>(ProductForm::abt, l.tq, l.tk, l.dv, {dout + oo, wv}, {v + ov, wv}, ds, l.tk, false, may_split);
+        detail::softmax_backward(p, ds, ds, l.tq, l.tk, s, true, may_split);
+      }
+      if (dv)  // dV_h (Tk, dv) = P^T (Tk, Tq) dO_h (Tq, dv)
+        detail::gemm<T>(ProductForm::atb, l.tk, l.dv, l.tq, {p, l.tk}, {dout + oo, wv}, dv.grad->data() + ov, wv,
+                        !dv.assign, may_split);
+      if (dq)  // dQ_h (Tq, dk) = dS (Tq, Tk) K_h (Tk, dk)
+        detail::gemm<T>(ProductForm::ab, l.tq, l.dk, l.tk, {ds, l.tk}, {k + ok, wq}, dq.grad->data() + oq, wq,
+                        !dq.assign, may_split);
+      if (dk)  // dK_h (Tk, dk) = dS^T (Tk, Tq) Q_h (Tq, dk)
+        detail::gemm<T>(ProductForm::atb, l.tk, l.dk, l.tq, {ds, l.tk}, {q + oq, wq}, dk.grad->data() + ok, wq,
+                        !dk.assign, may_split);
+      return;
     }
-    if (dv)  // dV_h (Tk, dv) = P^T (Tk, Tq) dO_h (Tq, dv)
-      detail::gemm<T>(ProductForm::atb, l.tk, l.dv, l.tq, {p, l.tk}, {dout + oo, wv}, dv.grad->data() + ov, wv,
-                      !dv.assign, may_split);
-    if (dq)  // dQ_h (Tq, dk) = dS (Tq, Tk) K_h (Tk, dk)
-      detail::gemm<T>(ProductForm::ab, l.tq, l.dk, l.tk, {ds, l.tk}, {k + ok, wq}, dq.grad->data() + oq, wq,
-                      !dq.assign, may_split);
-    if (dk)  // dK_h (Tk, dk) = dS^T (Tk, Tq) Q_h (Tq, dk)
-      detail::gemm<T>(ProductForm::atb, l.tk, l.dk, l.tq, {ds, l.tk}, {q + oq, wq}, dk.grad->data() + ok, wq,
-                      !dk.assign, may_split);
+    // The same products, each block of rows over the keys its queries see, each block of keys over the
+    // queries that see it (block_reach). A block that gets nothing is written 0 where it is assigned.
+    const Index* keys_seen = saved.reach_of(i);
+    const Index* first_query = keys_seen + blocks_of(l.tq);
+    // A key block's products start at its first query, or earlier where the gemm's depth blocks ask it.
+    const auto query_start = [&](Index first) { return first < l.tq ? detail::product_depth_start(l.tq, first) : l.tq; };
+    const auto zero_rows = [](T* rows, Index count, Index width, Index stride) {
+      for (Index r = 0; r < count; ++r) std::fill_n(rows + r * stride, width, T(0));
+    };
+    if (dq || dk) {
+      for (Index rb = 0; rb < blocks_of(l.tq); ++rb) {
+        const Index r0 = rb * kSkip, rows = std::min(kSkip, l.tq - r0), cols = cut_columns ? keys_seen[rb] : l.tk;
+        if (cols > 0)
+          detail::gemm<T>(ProductForm::abt, rows, cols, l.dv, {dout + oo + r0 * wv, wv}, {v + ov, wv}, ds + r0 * l.tk,
+                          l.tk, false, false);
+        // Past `cols` the weights are 0 and so is dS, whatever dP is; dP is set there only so that the
+        // softmax backward's row sums read finite numbers.
+        for (Index r = r0; r < r0 + rows; ++r) std::fill(ds + r * l.tk + cols, ds + (r + 1) * l.tk, T(0));
+      }
+      detail::softmax_backward(p, ds, ds, l.tq, l.tk, s, true, false);
+    }
+    for (Index kb = 0; dv && kb < blocks_of(l.tk); ++kb) {  // dV_h = P^T dO_h, key block kb
+      const Index k0 = kb * kSkip, keys = std::min(kSkip, l.tk - k0), q0 = query_start(first_query[kb]);
+      T* out = dv.grad->data() + ov + k0 * wv;
+      if (q0 < l.tq)
+        detail::gemm<T>(ProductForm::atb, keys, l.dv, l.tq - q0, {p + q0 * l.tk + k0, l.tk}, {dout + oo + q0 * wv, wv},
+                        out, wv, !dv.assign, false);
+      else if (dv.assign)
+        zero_rows(out, keys, l.dv, wv);
+    }
+    for (Index rb = 0; dq && rb < blocks_of(l.tq); ++rb) {  // dQ_h = dS K_h, row block rb
+      const Index r0 = rb * kSkip, rows = std::min(kSkip, l.tq - r0), depth = keys_seen[rb];
+      T* out = dq.grad->data() + oq + r0 * wq;
+      if (depth > 0)
+        detail::gemm<T>(ProductForm::ab, rows, l.dk, depth, {ds + r0 * l.tk, l.tk}, {k + ok, wq}, out, wq, !dq.assign,
+                        false);
+      else if (dq.assign)
+        zero_rows(out, rows, l.dk, wq);
+    }
+    for (Index kb = 0; dk && kb < blocks_of(l.tk); ++kb) {  // dK_h = dS^T Q_h, key block kb
+      const Index k0 = kb * kSkip, keys = std::min(kSkip, l.tk - k0), q0 = query_start(first_query[kb]);
+      T* out = dk.grad->data() + ok + k0 * wq;
+      if (q0 < l.tq)
+        detail::gemm<T>(ProductForm::atb, keys, l.dk, l.tq - q0, {ds + q0 * l.tk + k0, l.tk}, {q + oq + q0 * wq, wq},
+                        out, wq, !dk.assign, false);
+      else if (dk.assign)
+        zero_rows(out, keys, l.dk, wq);
+    }
   });
 }
 
@@ -175,16 +269,58 @@ Var<T> attention(Var<T> q, Var<T> k, Var<T> v, Index heads, const Mask* mask, do
     open = detail::thread_scratch<detail::MaskRow>(detail::Scratch::mask_rows, static_cast<std::size_t>(mask_rows));
     detail::read_mask_rows(mask->data(), mask_rows, l.tk, open);
   }
+  // Where the mask lets the products skip (block_reach): not for one item alone, whose whole products
+  // split over the threads, where blocks of 64 rows would not.
+  const Index reach_sets = per_item_mask ? l.batch : 1, reach_size = blocks_of(l.tq) + blocks_of(l.tk);
+  Index* reach = nullptr;
+  if (saved) saved->reach.clear();  // from the node's last step, if any; keeps its memory
+  if (mask_rows > 0 && l.items() > 1 && l.tq > 0) {
+    reach = saved ? (saved->reach.resize(static_cast<std::size_t>(reach_sets * reach_size)), saved->reach.data())
+                  : detail::thread_scratch<Index>(detail::Scratch::attention_reach,
+                                                  static_cast<std::size_t>(reach_sets * reach_size));
+    bool skips = false;
+    for (Index set = 0; set < reach_sets; ++set) {
+      Index* keys_seen = reach + set * reach_size;
+      skips = block_reach(open + set * l.tq, l.tq, l.tk, keys_seen, keys_seen + blocks_of(l.tq)) || skips;
+    }
+    if (saved) saved->per_item_reach = per_item_mask;
+    if (!skips) {
+      reach = nullptr;
+      if (saved) saved->reach.clear();
+    }
+  }
+  const bool cut_columns = detail::product_columns_separable();
   const auto attend = [&](Index i, bool may_split) {
     T* p = saved ? saved->weights.data() + i * block_stride(l) : block_scratch<T>(l);  // S, then P (Tq, Tk)
     const Index oq = l.offset(i, l.tq, l.dk), ok = l.offset(i, l.tk, l.dk);
     const Index ov = l.offset(i, l.tk, l.dv), oo = l.offset(i, l.tq, l.dv);
-    detail::gemm<T>(ProductForm::abt, l.tq, l.tk, l.dk, {qd + oq, wq}, {kd + ok, wq}, p, l.tk, false, may_split);
     const Index first_mask_row = per_item_mask ? (i / heads) * l.tq : 0;
     const detail::RowMask m = mask ? detail::RowMask{mask->data() + first_mask_row * l.tk, open + first_mask_row, l.tq}
                                    : detail::RowMask{};
-    detail::softmax_forward(p, p, l.tq, l.tk, static_cast<T>(scale), m, may_split);
-    detail::gemm<T>(ProductForm::ab, l.tq, l.dv, l.tk, {p, l.tk}, {vd + ov, wv}, od + oo, wv, false, may_split);
+    if (!reach) {
+      detail::gemm<T>(ProductForm::abt, l.tq, l.tk, l.dk, {qd + oq, wq}, {kd + ok, wq}, p, l.tk, false, may_split);
+      detail::softmax_forward(p, p, l.tq, l.tk, static_cast<T>(scale), m, may_split);
+      detail::gemm<T>(ProductForm::ab, l.tq, l.dv, l.tk, {p, l.tk}, {vd + ov, wv}, od + oo, wv, false, may_split);
+    } else {
+      // Each block of queries over the keys it sees. The scores past them are not computed: the softmax
+      // reads a row only up to its last open key (exp_end rounds up to 16 entries, within the block).
+      const Index* keys_seen = reach + (per_item_mask ? i / heads : 0) * reach_size;
+      for (Index rb = 0; rb < blocks_of(l.tq); ++rb) {
+        const Index r0 = rb * kSkip, rows = std::min(kSkip, l.tq - r0), cols = cut_columns ? keys_seen[rb] : l.tk;
+        if (cols > 0)
+          detail::gemm<T>(ProductForm::abt, rows, cols, l.dk, {qd + oq + r0 * wq, wq}, {kd + ok, wq}, p + r0 * l.tk,
+                          l.tk, false, false);
+      }
+      detail::softmax_forward(p, p, l.tq, l.tk, static_cast<T>(scale), m, false);
+      for (Index rb = 0; rb < blocks_of(l.tq); ++rb) {
+        const Index r0 = rb * kSkip, rows = std::min(kSkip, l.tq - r0), depth = keys_seen[rb];
+        T* o = od + oo + r0 * wv;
+        if (depth > 0)
+          detail::gemm<T>(ProductForm::ab, rows, l.dv, depth, {p + r0 * l.tk, l.tk}, {vd + ov, wv}, o, wv, false, false);
+        else
+          for (Index r = 0; r < rows; ++r) std::fill_n(o + r * wv, l.dv, T(0));
+      }
+    }
     if (!weights.empty())
       std::copy_n(p, l.tq * l.tk, weights[static_cast<std::size_t>(i % heads)].data() + (i / heads) * l.tq * l.tk);
   };
