@@ -44,6 +44,7 @@ void time_steps(const Workload& w, Step step, Index params, double seconds, std:
   std::vector<double> times;
   times.reserve(max_steps + 1);  // the timing must not allocate while allocations are counted
   const long before = test::allocation_count();
+  const std::uint64_t regions_before = parallel_regions_started();
   const auto start = Clock::now();
   while (times.size() < 10 || (bench::seconds_since(start) < seconds && times.size() < max_steps)) {
     const auto t0 = Clock::now();
@@ -51,10 +52,13 @@ void time_steps(const Workload& w, Step step, Index params, double seconds, std:
     times.push_back(bench::seconds_since(t0) * 1e3);  // ms
   }
   const double allocations = static_cast<double>(test::allocation_count() - before) / static_cast<double>(times.size());
+  // Parallel regions a step starts: 0 when nothing in it is worth a second thread (core/parallel.hpp).
+  const double regions =
+      static_cast<double>(parallel_regions_started() - regions_before) / static_cast<double>(times.size());
   const double ms = bench::median(times);
   fmt::print("{{\"kind\": \"step\", \"workload\": \"{}\", \"threads\": {}, \"median_ms\": {:.5f}, \"steps\": {}, "
-             "\"gflops\": {:.2f}, \"allocations_per_step\": {}, \"params\": {}}}\n",
-             w.name, num_threads(), ms, times.size(), w.flops() / (ms * 1e-3) / 1e9, allocations, params);
+             "\"gflops\": {:.2f}, \"allocations_per_step\": {}, \"regions_per_step\": {}, \"params\": {}}}\n",
+             w.name, num_threads(), ms, times.size(), w.flops() / (ms * 1e-3) / 1e9, allocations, regions, params);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "tapegrad/core/parallel.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -138,7 +139,13 @@ int threads_for(double work, double two_threads) {
   const double worth = std::floor(2 * work / two_threads);
   return worth >= most ? most : std::max(2, static_cast<int>(worth));
 }
+
+// Counted with a relaxed increment by the thread that starts the region: one per region, against the
+// microseconds a region costs.
+std::atomic<std::uint64_t> regions_started{0};
 }  // namespace
+
+std::uint64_t parallel_regions_started() { return regions_started.load(std::memory_order_relaxed); }
 
 int threads_for_product(double macs) { return threads_for(macs, parallel_crossover().min_macs); }
 int threads_for_elements(double elements) { return threads_for(elements, parallel_crossover().min_elements); }
@@ -151,6 +158,7 @@ void detail::parallel_chunks(Index n, Index grain, [[maybe_unused]] int most, vo
     const Index grains = (n + grain - 1) / grain;
     const int threads = static_cast<int>(std::min<Index>({omp_get_max_threads(), most, grains}));
     if (threads > 1) {
+      regions_started.fetch_add(1, std::memory_order_relaxed);
 #pragma omp parallel num_threads(threads)
       {
         const Index t = omp_get_thread_num(), p = omp_get_num_threads();

@@ -3,6 +3,7 @@
 // large products, softmaxes, elementwise ops and optimizer updates over threads; the count comes from
 // OMP_NUM_THREADS, as PyTorch's does, or from set_num_threads().
 
+#include <cstdint>
 #include <type_traits>
 
 #include "tapegrad/core/shape.hpp"
@@ -50,6 +51,11 @@ void parallel_chunks(Index n, Index grain, int threads, void (*body)(void*, Inde
 // How many threads work of this size is worth (1 when there is one thread): see ParallelCrossover.
 int threads_for_product(double macs);
 int threads_for_elements(double elements);
+
+// How many parallel regions this process has started: each parallel_for or parallel_rows that split its
+// work over more than one thread counts one. A benchmark reads it to tell a step that split nothing (the
+// same instructions on one thread, whatever OMP_NUM_THREADS says) from one that did.
+std::uint64_t parallel_regions_started();
 
 // Runs body(begin, end) over [0, n) in one contiguous chunk per thread on up to `threads` threads (fewer
 // when n has fewer grains), else body(0, n). Chunk boundaries fall on multiples of `grain` (see

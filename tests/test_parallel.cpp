@@ -358,6 +358,19 @@ TEST_CASE("parallel: each piece of work gets the threads its size is worth, and 
   CHECK(chunks(100, 3, 40) == Chunks{{0, 40}, {40, 80}, {80, 100}});  // 3 grains of 40 (the last one short)
   CHECK(chunks(100, 4, 40).size() == 3);
   CHECK(chunks(1, 4, 1) == Chunks{{0, 1}});
+
+  // Each split starts one counted region (bench/step_bench's regions_per_step); work on one thread none.
+  const auto regions_for = [](Index n, int threads, Index grain) {
+    const std::uint64_t before = parallel_regions_started();
+    parallel_for(n, threads, [](Index, Index) {}, grain);
+    return parallel_regions_started() - before;
+  };
+  CHECK(regions_for(100, 3, 1) == 1);
+  CHECK(regions_for(100, 1, 1) == 0);   // one thread asked
+  CHECK(regions_for(1, 4, 1) == 0);     // one index
+  CHECK(regions_for(100, 4, 100) == 0);  // one grain
+  set_num_threads(1);
+  CHECK(regions_for(100, 4, 1) == 0);   // one thread there
 }
 
 TEST_CASE("parallel: column sums (a bias's, layer norm's gamma and beta gradients) split over threads keep their bits") {
