@@ -183,15 +183,21 @@ void attention_backward(Tape<T>& t, Node<T>& n) {
       }
       detail::softmax_backward(p, ds, ds, l.tq, l.tk, s, true, false);
     }
-    for (Index kb = 0; dv && kb < blocks_of(l.tk); ++kb) {  // dV_h = P^T dO_h, key block kb
-      const Index k0 = kb * kSkip, keys = std::min(kSkip, l.tk - k0), q0 = query_start(first_query[kb]);
-      T* out = dv.grad->data() + ov + k0 * wv;
-      if (q0 < l.tq)
-        detail::gemm<T>(ProductForm::atb, keys, l.dv, l.tq - q0, {p + q0 * l.tk + k0, l.tk}, {dout + oo + q0 * wv, wv},
-                        out, wv, !dv.assign, false);
-      else if (dv.assign)
-        zero_rows(out, keys, l.dv, wv);
-    }
+    // dV_h = P^T dO_h and dK_h = dS^T Q_h, block of keys by block of keys, each from the first query that
+    // sees one of its keys: the gradient `w` (rows `stride` apart, from `offset`) of a^T b over the queries.
+    const auto key_blocks = [&](const typename Node<T>::GradWrite& w, const T* a, const T* b, Index stride, Index width,
+                                Index offset) {
+      for (Index kb = 0; kb < blocks_of(l.tk); ++kb) {
+        const Index k0 = kb * kSkip, keys = std::min(kSkip, l.tk - k0), q0 = query_start(first_query[kb]);
+        T* out = w.grad->data() + offset + k0 * stride;
+        if (q0 < l.tq)
+          detail::gemm<T>(ProductForm::atb, keys, width, l.tq - q0, {a + q0 * l.tk + k0, l.tk}, {b + q0 * stride, stride},
+                          out, stride, !w.assign, false);
+        else if (w.assign)
+          zero_rows(out, keys, width, stride);
+      }
+    };
+    if (dv) key_blocks(dv, p, dout + oo, wv, l.dv, ov);
     for (Index rb = 0; dq && rb < blocks_of(l.tq); ++rb) {  // dQ_h = dS K_h, row block rb
       const Index r0 = rb * kSkip, rows = std::min(kSkip, l.tq - r0), depth = keys_seen[rb];
       T* out = dq.grad->data() + oq + r0 * wq;
@@ -201,15 +207,7 @@ void attention_backward(Tape<T>& t, Node<T>& n) {
       else if (dq.assign)
         zero_rows(out, rows, l.dk, wq);
     }
-    for (Index kb = 0; dk && kb < blocks_of(l.tk); ++kb) {  // dK_h = dS^T Q_h, key block kb
-      const Index k0 = kb * kSkip, keys = std::min(kSkip, l.tk - k0), q0 = query_start(first_query[kb]);
-      T* out = dk.grad->data() + ok + k0 * wq;
-      if (q0 < l.tq)
-        detail::gemm<T>(ProductForm::atb, keys, l.dk, l.tq - q0, {ds + q0 * l.tk + k0, l.tk}, {q + oq + q0 * wq, wq},
-                        out, wq, !dk.assign, false);
-      else if (dk.assign)
-        zero_rows(out, keys, l.dk, wq);
-    }
+    if (dk) key_blocks(dk, ds, q + oq, wq, l.dk, ok);
   });
 }
 
