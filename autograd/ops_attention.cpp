@@ -56,25 +56,40 @@ constexpr Index kSkip = 64;
 Index blocks_of(Index n) { return (n + kSkip - 1) / kSkip; }
 
 // For one item: keys_seen[rb], the keys [0, keys_seen) that the queries of row block rb see (rounded up to
-// a block, at most Tk); first_query[kb], the first row of the first block of queries that sees a key of
-// key block kb (Tq if none). Returns whether any product is cut short by them.
-bool block_reach(const detail::MaskRow* rows, Index tq, Index tk, Index* keys_seen, Index* first_query) {
-  bool skips = false;
-  for (Index kb = 0; kb < blocks_of(tk); ++kb) first_query[kb] = tq;
+// a block, at most Tk); query_start[kb], the query from which key block kb's gradient products run: the
+// first row of the first block of queries that sees one of its keys, moved earlier where the gemm's depth
+// blocks ask it (product_depth_start), Tq if no query sees one. Returns whether any product is cut short.
+bool block_reach(const detail::MaskRow* rows, Index tq, Index tk, Index* keys_seen, Index* query_start) {
+  for (Index kb = 0; kb < blocks_of(tk); ++kb) query_start[kb] = tq;
   for (Index rb = 0; rb < blocks_of(tq); ++rb) {
     Index reach = 0;
     for (Index r = rb * kSkip; r < std::min(tq, (rb + 1) * kSkip); ++r) reach = std::max(reach, rows[r].reach);
     keys_seen[rb] = std::min(tk, blocks_of(reach) * kSkip);
-    skips = skips || keys_seen[rb] < tk;
-    for (Index kb = 0; kb < blocks_of(reach); ++kb) first_query[kb] = std::min(first_query[kb], rb * kSkip);
+    for (Index kb = 0; kb < blocks_of(reach); ++kb) query_start[kb] = std::min(query_start[kb], rb * kSkip);
   }
-  for (Index kb = 0; kb < blocks_of(tk); ++kb) skips = skips || first_query[kb] > 0;
+  bool skips = false;
+  for (Index rb = 0; rb < blocks_of(tq); ++rb) skips = skips || keys_seen[rb] < tk;
+  for (Index kb = 0; kb < blocks_of(tk); ++kb) {
+    if (query_start[kb] < tq) query_start[kb] = detail::product_depth_start(tq, query_start[kb]);
+    skips = skips || query_start[kb] > 0;
+  }
   return skips;
 }
 
+// Item i's keys_seen, then query_start, in `reach` (block_reach): one set per batch item for a mask of
+// the batch's shape, else one for all.
+const Index* reach_of(const Index* reach, const Layout& l, bool per_item, Index item) {
+  return reach + (per_item ? item / l.heads : 0) * (blocks_of(l.tq) + blocks_of(l.tk));
+}
+
+// `count` rows of `width` zeros, `stride` apart: a block of a result that no product reaches.
+template <class T>
+void zero_rows(T* rows, Index count, Index width, Index stride) {
+  for (Index r = 0; r < count; ++r) std::fill_n(rows + r * stride, width, T(0));
+}
+
 // What the backward rule needs: the layout, the scale and every item's weights (the softmax output);
-// where the mask lets the products skip (block_reach), per mask item: its row blocks' keys_seen, then its
-// key blocks' first_query. `reach` is empty when nothing is skipped.
+// where the mask lets the products skip (block_reach, reach_of); `reach` is empty when nothing is skipped.
 template <class T>
 struct AttentionSaved {
   Layout layout{};
@@ -82,9 +97,6 @@ struct AttentionSaved {
   std::vector<T, AlignedAllocator<T>> weights;  // item i's (Tq, Tk) at i * block_stride
   std::vector<Index> reach;
   bool per_item_reach = false;  // one set of reach per batch item (else one for all)
-  const Index* reach_of(Index item) const {
-    return reach.data() + (per_item_reach ? item / layout.heads : 0) * (blocks_of(layout.tq) + blocks_of(layout.tk));
-  }
 };
 
 // The calling thread's buffer for one item's (Tq, Tk) block (autograd/scratch.hpp).
@@ -164,13 +176,8 @@ void attention_backward(Tape<T>& t, Node<T>& n) {
     }
     // The same products, each block of rows over the keys its queries see, each block of keys over the
     // queries that see it (block_reach). A block that gets nothing is written 0 where it is assigned.
-    const Index* keys_seen = saved.reach_of(i);
-    const Index* first_query = keys_seen + blocks_of(l.tq);
-    // A key block's products start at its first query, or earlier where the gemm's depth blocks ask it.
-    const auto query_start = [&](Index first) { return first < l.tq ? detail::product_depth_start(l.tq, first) : l.tq; };
-    const auto zero_rows = [](T* rows, Index count, Index width, Index stride) {
-      for (Index r = 0; r < count; ++r) std::fill_n(rows + r * stride, width, T(0));
-    };
+    const Index* keys_seen = reach_of(saved.reach.data(), l, saved.per_item_reach, i);
+    const Index* query_start = keys_seen + blocks_of(l.tq);
     if (dq || dk) {
       for (Index rb = 0; rb < blocks_of(l.tq); ++rb) {
         const Index r0 = rb * kSkip, rows = std::min(kSkip, l.tq - r0), cols = cut_columns ? keys_seen[rb] : l.tk;
@@ -183,12 +190,12 @@ void attention_backward(Tape<T>& t, Node<T>& n) {
       }
       detail::softmax_backward(p, ds, ds, l.tq, l.tk, s, true, false);
     }
-    // dV_h = P^T dO_h and dK_h = dS^T Q_h, block of keys by block of keys, each from the first query that
-    // sees one of its keys: the gradient `w` (rows `stride` apart, from `offset`) of a^T b over the queries.
+    // dV_h = P^T dO_h and dK_h = dS^T Q_h, block of keys by block of keys, each from its query_start: the
+    // gradient `w` (rows `stride` apart, from `offset`) of a^T b over the queries.
     const auto key_blocks = [&](const typename Node<T>::GradWrite& w, const T* a, const T* b, Index stride, Index width,
                                 Index offset) {
       for (Index kb = 0; kb < blocks_of(l.tk); ++kb) {
-        const Index k0 = kb * kSkip, keys = std::min(kSkip, l.tk - k0), q0 = query_start(first_query[kb]);
+        const Index k0 = kb * kSkip, keys = std::min(kSkip, l.tk - k0), q0 = query_start[kb];
         T* out = w.grad->data() + offset + k0 * stride;
         if (q0 < l.tq)
           detail::gemm<T>(ProductForm::atb, keys, width, l.tq - q0, {a + q0 * l.tk + k0, l.tk}, {b + q0 * stride, stride},
@@ -302,7 +309,7 @@ Var<T> attention(Var<T> q, Var<T> k, Var<T> v, Index heads, const Mask* mask, do
     } else {
       // Each block of queries over the keys it sees. The scores past them are not computed: the softmax
       // reads a row only up to its last open key (exp_end rounds up to 16 entries, within the block).
-      const Index* keys_seen = reach + (per_item_mask ? i / heads : 0) * reach_size;
+      const Index* keys_seen = reach_of(reach, l, per_item_mask, i);
       for (Index rb = 0; rb < blocks_of(l.tq); ++rb) {
         const Index r0 = rb * kSkip, rows = std::min(kSkip, l.tq - r0), cols = cut_columns ? keys_seen[rb] : l.tk;
         if (cols > 0)
@@ -316,7 +323,7 @@ Var<T> attention(Var<T> q, Var<T> k, Var<T> v, Index heads, const Mask* mask, do
         if (depth > 0)
           detail::gemm<T>(ProductForm::ab, rows, l.dv, depth, {p + r0 * l.tk, l.tk}, {vd + ov, wv}, o, wv, false, false);
         else
-          for (Index r = 0; r < rows; ++r) std::fill_n(o + r * wv, l.dv, T(0));
+          zero_rows(o, rows, l.dv, wv);
       }
     }
     if (!weights.empty())
