@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "command_line.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/parallel.hpp"
 #include "tapegrad/core/rng.hpp"
@@ -90,7 +91,7 @@ int main(int argc, char** argv) {
   CLI::App app{"The attention op and the masked softmax, timed alone"};
   int repeats = 30;
   app.add_option("--repeats", repeats, "Timed repeats (the median is reported)")->capture_default_str()->check(CLI::Range(1, 1000000));
-  CLI11_PARSE(app, argc, argv);
+  if (const auto stop = examples::parse_command_line(app, "attention_bench", argc, argv)) return *stop;
   fmt::print("attention(q, k, v) alone, float, {} thread(s), median of {}\n", num_threads(), repeats);
   for (const Workload& w : kWorkloads) {
     if (w.name == "W3" || w.name == "W4") time_attention(w, false, repeats);

@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "command_line.hpp"
 #include "alloc_counter.hpp"
 #include "tapegrad/core/parallel.hpp"
 #include "tapegrad/train/trainer.hpp"
@@ -112,7 +113,7 @@ int main(int argc, char** argv) {
   double seconds = 3.0;
   app.add_option("--workloads", names, "Workloads to run")->delimiter(',')->check(CLI::IsMember(all_names))->capture_default_str();
   app.add_option("--seconds", seconds, "Time to spend timing each workload")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (const auto stop = examples::parse_command_line(app, "dp_step", argc, argv)) return *stop;
 
   std::unique_ptr<TimedCollective> timed;
 #ifdef TAPEGRAD_HAVE_MPI

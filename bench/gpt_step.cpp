@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "command_line.hpp"
 #include "gpt/model.hpp"
 #include "gpt/text.hpp"
 #include "tapegrad/core/parallel.hpp"
@@ -29,7 +30,7 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", repeats, "Repeats (the median is reported)")->capture_default_str()->check(CLI::Range(1, 100));
   app.add_option("--warmup", warmup, "Untimed steps first")->capture_default_str()->check(CLI::Range(0, 100000));
   app.add_option("--threads", threads, "Threads (default: OMP_NUM_THREADS)")->check(CLI::Range(1, 256));
-  CLI11_PARSE(app, argc, argv);
+  if (const auto stop = examples::parse_command_line(app, "gpt_step", argc, argv)) return *stop;
   return run_program("gpt_step", [&] {
     if (threads > 0) set_num_threads(threads);
     constexpr Index kBatch = 12, kContext = 64;

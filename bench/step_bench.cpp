@@ -20,6 +20,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "command_line.hpp"
 #include "alloc_counter.hpp"
 #include "workloads.hpp"
 #include "tapegrad/autograd/ops.hpp"
@@ -79,7 +80,7 @@ int main(int argc, char** argv) {
   app.add_flag("--list-workloads", list, "Print each workload's name and B, T, d, H, V as a JSON line, and exit");
   app.add_option("--workloads", names, "Workloads to run")->delimiter(',')->check(CLI::IsMember(all_names));
   app.add_option("--seconds", seconds, "Time to spend timing each workload")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (const auto stop = examples::parse_command_line(app, "step_bench", argc, argv)) return *stop;
 
   if (list) {
     for (const auto& w : kWorkloads)

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "command_line.hpp"
 #include "alloc_counter.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "timing.hpp"
@@ -28,7 +29,7 @@ int main(int argc, char** argv) {
   int ops = 1000, repeats = 15, rounds = 200;
   app.add_option("--ops", ops, "Ops per recorded chain")->capture_default_str()->check(CLI::Range(1, 1000000));
   app.add_option("--repeats", repeats, "Timed repeats (the median is reported)")->capture_default_str()->check(CLI::Range(1, 1000000));
-  CLI11_PARSE(app, argc, argv);
+  if (const auto stop = examples::parse_command_line(app, "tape_overhead", argc, argv)) return *stop;
 
   Parameter<float> x("x", Tensor(Shape::scalar(), 1.0f));
   Tape<float> tape;
