@@ -5,7 +5,9 @@
 // Their sums per step, against the bound compare.py holds the step to (3F / the GEMM peak of
 // bench/gemm_peak.hpp; target: the step within 1.25x of it, W5 within 1.15x), say how much of the step's time the
 // products alone need at each rate, so what is left for everything else. It also prints how fast one
-// core reads memory from L2 and from L3: the rates the warm and cold operands come in at.
+// core reads memory from L2 and from L3: the rates the warm and cold operands come in at. For W5 it also
+// times the Q, K and V projections as one product of three times the width against three, the fusion
+// issue 31 proposed (docs/performance.md, "What bounds the step").
 //
 //   OMP_NUM_THREADS=1 taskset -c 1 build/bench/step_products
 //
@@ -78,6 +80,15 @@ std::vector<Product> step_products(const Workload& w) {
   }
   add_linear(p, stack ? "head" : "readout", bt, d, w.V, 1);
   add_attention(p, w.T, d / w.H, d, w.B * w.H * blocks);
+  return p;
+}
+
+// Issue 31 asked for Q, K and V as one product: (B T, d) rows by (d, 3d) instead of three by (d, d), and so
+// in backward dX by one product of depth 3d and dW by one of 3d columns. Their products both ways.
+std::vector<Product> qkv_products(const Workload& w, bool packed) {
+  const Index bt = w.B * w.T, d = w.d;
+  std::vector<Product> p;
+  add_linear(p, packed ? "Q K V as one" : "Q K V apart", bt, d, packed ? 3 * d : d, packed ? w.layers : 3 * w.layers);
   return p;
 }
 
@@ -160,6 +171,15 @@ int main(int argc, char** argv) {
                "{:.2f} ms: warm products are {:.2f}x, cold {:.2f}x the bound\n",
                warm_us / 1e3, flops / warm_us / 1e3, cold_us / 1e3, flops / cold_us / 1e3, bound_ms,
                warm_us / 1e3 / bound_ms, cold_us / 1e3 / bound_ms);
+    if (w.model == "stack") {
+      // What the packed projections would save: each way's cold microseconds a step.
+      double apart = 0, packed = 0;
+      for (const bool pack : {false, true})
+        for (const Product& p : qkv_products(w, pack)) (pack ? packed : apart) += static_cast<double>(p.count) * time_product(p).second;
+      fmt::print("Q, K, V projections and their gradients, cold: {:.3f} ms a step as three products each, {:.3f} ms as "
+                 "one ({:+.1f}% of the products' time)\n",
+                 apart / 1e3, packed / 1e3, (packed - apart) / cold_us * 100);
+    }
     json += fmt::format("{{\"kind\": \"products\", \"workload\": \"{}\", \"threads\": {}, \"peak_gflops\": {:.1f}, "
                         "\"warm_ms\": {:.3f}, \"cold_ms\": {:.3f}, \"bound_ms\": {:.3f}}}\n",
                         w.name, num_threads(), peak.best(), warm_us / 1e3, cold_us / 1e3, bound_ms);
