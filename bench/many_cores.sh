@@ -10,6 +10,7 @@
 #
 # The run takes a few minutes on 16 cores: each cell times for 2 s after warm-up steps. The PyTorch side runs
 # with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (as bench/compare.py) and torch.set_num_threads(T).
+# BIND=1 DIR/many_cores.sh run binds both sides' threads to cores (OMP_PROC_BIND=close, OMP_PLACES=cores).
 set -eu
 mode=${1:-}
 case "$mode" in
@@ -55,8 +56,12 @@ names = [w["workload"] for w in lines([bench, "--list-workloads"], {})]
 if os.environ.get("WORKLOADS"):  # a subset, e.g. WORKLOADS=W1,W5 (a quick check of the bundle)
     names = [n for n in names if n in os.environ["WORKLOADS"].split(",")]
 tg, pt, info = {}, {}, {}
+# BIND=1: both sides' OpenMP threads bound to cores. Unbound, a small step that the kernel moves between CPUs
+# loses its caches: on the 2-core EPYC, W1 took 0.037 or 0.051 ms at either thread count, and 0.037-0.039 ms
+# bound (docs/performance.md); run it both ways to see what a count's figure owes to placement.
+bind = {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"} if os.environ.get("BIND") == "1" else {}
 for t in threads:
-    env = {"OMP_NUM_THREADS": str(t), "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env = {"OMP_NUM_THREADS": str(t), "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **bind}
     for name in names:
         if name == "W7" and t < 4:
             continue
@@ -71,7 +76,8 @@ for t in threads:
             info["torch"], info["build"], info["blas"] = p["torch"], p.get("torch_build", "?"), p.get("openblas_core", "?")
 with open("/proc/cpuinfo") as f:
     model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "?")
-print(f"one training step, float32, median ms; {os.cpu_count()} CPUs: {model}")
+print(f"one training step, float32, median ms; {os.cpu_count()} CPUs: {model}; "
+      f"{'threads bound (OMP_PROC_BIND=close, OMP_PLACES=cores), both sides' if bind else 'threads unbound'}")
 print(f"tapegrad: portable step_bench (bench/many_cores.sh bundle); PyTorch: {info.get('build', 'not installed')}; "
       f"OpenBLAS: {info.get('blas', '?')}")
 head = " | ".join(f"tg {t}T" for t in threads) + (" | " + " | ".join(f"pt {t}T" for t in threads) if python else "")
