@@ -175,7 +175,8 @@ int main(int argc, char** argv) {
       // What the packed projections would save: each way's cold microseconds a step.
       double apart = 0, packed = 0;
       for (const bool pack : {false, true})
-        for (const Product& p : qkv_products(w, pack)) (pack ? packed : apart) += static_cast<double>(p.count) * time_product(p).second;
+        for (const Product& p : qkv_products(w, pack))
+          (pack ? packed : apart) += static_cast<double>(p.count) * time_product(p).second;
       fmt::print("Q, K, V projections and their gradients, cold: {:.3f} ms a step as three products each, {:.3f} ms as "
                  "one ({:+.1f}% of the products' time)\n",
                  apart / 1e3, packed / 1e3, (packed - apart) / cold_us * 100);
