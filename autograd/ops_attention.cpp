@@ -76,10 +76,13 @@ bool block_reach(const detail::MaskRow* rows, Index tq, Index tk, Index* keys_se
   return skips;
 }
 
+// One set of reach: a row block's keys_seen for each block of queries, then query_start for each of keys.
+Index reach_size(const Layout& l) { return blocks_of(l.tq) + blocks_of(l.tk); }
+
 // Item i's keys_seen, then query_start, in `reach` (block_reach): one set per batch item for a mask of
 // the batch's shape, else one for all.
 const Index* reach_of(const Index* reach, const Layout& l, bool per_item, Index item) {
-  return reach + (per_item ? item / l.heads : 0) * (blocks_of(l.tq) + blocks_of(l.tk));
+  return reach + (per_item ? item / l.heads : 0) * reach_size(l);
 }
 
 // `count` rows of `width` zeros, `stride` apart: a block of a result that no product reaches.
@@ -276,16 +279,16 @@ Var<T> attention(Var<T> q, Var<T> k, Var<T> v, Index heads, const Mask* mask, do
   }
   // Where the mask lets the products skip (block_reach): not for one item alone, whose whole products
   // split over the threads, where blocks of 64 rows would not.
-  const Index reach_sets = per_item_mask ? l.batch : 1, reach_size = blocks_of(l.tq) + blocks_of(l.tk);
+  const Index reach_sets = per_item_mask ? l.batch : 1, set_size = reach_size(l);
   Index* reach = nullptr;
   if (saved) saved->reach.clear();  // from the node's last step, if any; keeps its memory
   if (mask_rows > 0 && l.items() > 1 && l.tq > 0) {
-    reach = saved ? (saved->reach.resize(static_cast<std::size_t>(reach_sets * reach_size)), saved->reach.data())
+    reach = saved ? (saved->reach.resize(static_cast<std::size_t>(reach_sets * set_size)), saved->reach.data())
                   : detail::thread_scratch<Index>(detail::Scratch::attention_reach,
-                                                  static_cast<std::size_t>(reach_sets * reach_size));
+                                                  static_cast<std::size_t>(reach_sets * set_size));
     bool skips = false;
     for (Index set = 0; set < reach_sets; ++set) {
-      Index* keys_seen = reach + set * reach_size;
+      Index* keys_seen = reach + set * set_size;
       skips = block_reach(open + set * l.tq, l.tq, l.tk, keys_seen, keys_seen + blocks_of(l.tq)) || skips;
     }
     if (saved) saved->per_item_reach = per_item_mask;
