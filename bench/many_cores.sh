@@ -47,6 +47,9 @@ run)
   exec "${python:-python3}" - "$here" "$python" $threads <<'PY'
 import json, os, subprocess, sys
 here, python, threads = sys.argv[1], sys.argv[2], [int(t) for t in sys.argv[3:]]
+if os.environ.get("BIND", "0") not in ("0", "1"):
+    print(f"many_cores.sh: BIND must be 0 or 1, got {os.environ['BIND'][:40]!r}", file=sys.stderr)
+    sys.exit(2)
 bench = os.path.join(here, "step_bench")
 def lines(cmd, env):
     out = subprocess.run(cmd, env={**{k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}, **env},
