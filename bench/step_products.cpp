@@ -18,6 +18,7 @@
 // write does.
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <string>
 #include <vector>
 
@@ -103,7 +104,7 @@ std::vector<Product> qkv_products(const Workload& w, bool packed) {
 // row blocks' best case). The weights' gradients stay whole products. `gelu` false: the products alone.
 // Also returns a sum of every block's outputs and gradients, which the row blocks must give bit for bit
 // (split at multiples of 64 rows and read from panels, gemm's products keep their bits).
-std::pair<double, double> feed_forward_ms(const Workload& w, Index rows, bool gelu) {
+std::pair<double, double> time_feed_forward(const Workload& w, Index rows, bool gelu) {
   const Index n = w.B * w.T, d = w.d, f = w.ffn;
   struct Tensors {
     Eigen::ArrayXf x, h, g, y, dy, dg, dh, dx, w1, w2, b1, b2, dw1, dw2, up, down, up_t, down_t;
@@ -119,7 +120,8 @@ std::pair<double, double> feed_forward_ms(const Workload& w, Index rows, bool ge
     blocks.push_back({random(n * d), random(n * f), random(n * f), random(n * d), random(n * d), random(n * f),
                       random(n * f), random(n * d), random(d * f), random(f * d), random(f), random(d), random(d * f),
                       random(f * d), {}, {}, {}, {}});
-  const float r_sqrt2 = static_cast<float>(M_SQRT1_2), r_sqrt2pi = static_cast<float>(0.5 * M_2_SQRTPI * M_SQRT1_2);
+  // 1 / sqrt(2) and 1 / sqrt(2 pi): the erf form of GELU and its derivative, Phi(x) + x phi(x).
+  const float r_sqrt2 = 1 / std::numbers::sqrt2_v<float>, r_sqrt2pi = std::numbers::inv_sqrtpi_v<float> * r_sqrt2;
   auto act = [&](const float* h, float* g, Index size) {
     const Eigen::Map<const Eigen::ArrayXf> x(h, size);
     if (gelu) Eigen::Map<Eigen::ArrayXf>(g, size) = 0.5f * x * (1.0f + (x * r_sqrt2).erf());
@@ -295,7 +297,7 @@ int main(int argc, char** argv) {
       double whole_sum[2] = {0, 0};
       for (const Index rows : {Index{0}, Index{64}, Index{128}, Index{256}})
         for (const bool gelu : {true, false}) {
-          const auto [ms, sum] = feed_forward_ms(w, rows, gelu);
+          const auto [ms, sum] = time_feed_forward(w, rows, gelu);
           if (rows == 0) whole_sum[gelu] = sum;
           if (sum != whole_sum[gelu])
             fail<Error>("step_products: the feed-forward in rows of {} computed a sum of {} where whole tensors "
