@@ -56,3 +56,11 @@ function(tapegrad_precompile target)
       <string> <string_view> <vector> ${ARGN})
   endif()
 endfunction()
+
+# A target whose header set and flags are those of `from` (a support library beside another) reuses its
+# precompiled header instead of building the same one again (7-11 s of g++ each).
+function(tapegrad_precompile_reuse target from)
+  if(TAPEGRAD_PCH)
+    target_precompile_headers(${target} REUSE_FROM ${from})
+  endif()
+endfunction()
