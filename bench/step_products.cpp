@@ -106,6 +106,8 @@ std::vector<Product> qkv_products(const Workload& w, bool packed) {
 // (split at multiples of 64 rows and read from panels, gemm's products keep their bits).
 std::pair<double, double> time_feed_forward(const Workload& w, Index rows, bool gelu) {
   const Index n = w.B * w.T, d = w.d, f = w.ffn;
+  if (rows < 0 || (rows > 0 && (n % rows != 0 || d % 64 != 0 || f % 64 != 0)))
+    fail<Error>("step_products: {} rows of width {} and {} split into blocks of {} rows and 64 columns", n, d, f, rows);
   struct Tensors {
     Eigen::ArrayXf x, h, g, y, dy, dg, dh, dx, w1, w2, b1, b2, dw1, dw2, up, down, up_t, down_t;
   };
