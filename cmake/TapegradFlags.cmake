@@ -36,10 +36,8 @@ function(tapegrad_target_flags target)
   endif()
   if(TAPEGRAD_FUZZ)
     # Coverage for libFuzzer in every target; only the fuzz executables link the fuzzer's main. Not in
-    # Eigen's functions (tests/fuzz/coverage_ignorelist.txt): instrumented, Eigen's GEMM kernels stopped
-    # being inlined and the sanitized suite's programs ran at about half speed (the demo run of the
-    # --jobs test, clang 14 -O2 with ASan and UBSan: 16.7-17.2 s with them instrumented, 9.4-9.8 s
-    # without, 8.7-9.1 s with no coverage at all).
+    # Eigen's functions (tests/fuzz/coverage_ignorelist.txt): instrumented, its GEMM kernels are no longer
+    # inlined and the sanitized programs run at about half speed (docs/internals.md, "Build time").
     target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link
       -fsanitize-coverage-ignorelist=${CMAKE_CURRENT_FUNCTION_LIST_DIR}/../tests/fuzz/coverage_ignorelist.txt)
   endif()
