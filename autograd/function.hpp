@@ -186,17 +186,12 @@ class InputGrad {
   void add_parallel(F&& part, double cost = 1) const {
     if (!node_->requires_grad) return;
     const auto w = node_->grad_whole();
-    std::atomic<bool> wrong_size{false};
-    Index wrong_rows = 0;
     parallel_rows(w.grad->numel(), 1, [&](Index from, Index count) {
-      const auto g = part(from, count);
-      if (g.rows() != count || g.cols() != 1) {  // an exception cannot leave the threads: refused after
-        if (!wrong_size.exchange(true)) wrong_rows = g.rows() * g.cols();
-        return;
-      }
+      const auto g = part(from, count);  // may throw, on any thread: parallel_rows carries it out
+      if (g.rows() != count || g.cols() != 1)
+        detail::refuse_gradient_part(op_, input_, g.rows() * g.cols(), node_->val().shape());
       write_grad(w.grad->array().segment(from, count), g, w.assign);
     }, cost);
-    if (wrong_size) detail::refuse_gradient_part(op_, input_, wrong_rows, node_->val().shape());
   }
 
  private:

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <vector>
 
@@ -159,12 +160,24 @@ void detail::parallel_chunks(Index n, Index grain, [[maybe_unused]] int most, vo
     const int threads = static_cast<int>(std::min<Index>({omp_get_max_threads(), most, grains}));
     if (threads > 1) {
       regions_started.fetch_add(1, std::memory_order_relaxed);
+      // An exception cannot cross the end of an OpenMP region (the runtime calls std::terminate), so each
+      // thread catches its own; the first one caught is kept, the other threads finish their chunks, and
+      // it is rethrown here, on the calling thread, as a body run without threads would have thrown it.
+      std::exception_ptr first_error;
+      std::atomic<bool> failed{false};
 #pragma omp parallel num_threads(threads)
       {
         const Index t = omp_get_thread_num(), p = omp_get_num_threads();
         const Index begin = std::min(n, grains * t / p * grain), end = std::min(n, grains * (t + 1) / p * grain);
-        if (begin < end) body(context, begin, end);
+        if (begin < end) {
+          try {
+            body(context, begin, end);
+          } catch (...) {
+            if (!failed.exchange(true)) first_error = std::current_exception();
+          }
+        }
       }
+      if (first_error) std::rethrow_exception(first_error);
       return;
     }
   }

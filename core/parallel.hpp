@@ -60,7 +60,9 @@ std::uint64_t parallel_regions_started();
 // Runs body(begin, end) over [0, n) in one contiguous chunk per thread on up to `threads` threads (fewer
 // when n has fewer grains), else body(0, n). Chunk boundaries fall on multiples of `grain` (see
 // parallel_rows). Never splits inside a parallel region (the caller is already one of several threads).
-// The body must not throw (an exception cannot leave an OpenMP region): validate before.
+// An exception the body throws on any thread comes out here, on the calling thread: the first one thrown
+// wins, the other threads finish their chunks first (so what they wrote is whole), and the rest are
+// dropped. Work already done by other chunks stays done: validate before writing where that matters.
 template <class F>
 void parallel_for(Index n, int threads, F&& body, Index grain = 1) {
   if (threads < 2 || n < 2) {

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/gemm.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/cpu.hpp"
@@ -400,4 +401,46 @@ TEST_CASE("parallel: column sums (a bias's, layer norm's gamma and beta gradient
     serial.flat() = x.flat().colwise().sum();
     CHECK(one.first == serial);
   }
+}
+
+namespace {
+// y = x; its gradient written through add_parallel by a part that throws on the chunk holding the last
+// element: a user's mistake (here a ValueError) on whichever thread runs that chunk.
+struct ThrowsInPart {
+  static constexpr const char* name = "throws_in_part";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<double>& ctx, const TensorD& x) { ctx.output(x.shape()).array() = x.array(); }
+  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
+    const Index n = x.value.numel();
+    x.grad.add_parallel([&](Index from, Index count) {
+      if (from + count == n) fail<ValueError>("throws_in_part: refused the chunk ending at {}", n);
+      return ctx.grad_output().array().segment(from, count);
+    });
+  }
+};
+}  // namespace
+
+TEST_CASE("parallel: an exception thrown by any thread of a split comes out on the calling thread, once") {
+  RestoreThreads restore;
+  const PinCrossover every_split(0, 0);
+  set_num_threads(2);
+  const std::uint64_t regions_before = parallel_regions_started();
+  // Thrown by the second thread's chunk only, then by both: one exception comes out, the other threads'
+  // chunks are still run to their end.
+  std::vector<int> seen(1000, 0);
+  CHECK_THROWS_WITH_AS(parallel_for(Index{1000}, 2, [&](Index first, Index last) {
+                         for (Index i = first; i < last; ++i) ++seen[static_cast<std::size_t>(i)];
+                         if (last == 1000) fail<ValueError>("body: refused chunk [{}, {})", first, last);
+                       }),
+                       doctest::Contains("body: refused chunk ["), ValueError);
+  CHECK(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }));
+  CHECK_THROWS_AS(parallel_for(Index{1000}, 2, [](Index, Index) { fail<UsageError>("body: every chunk refuses"); }),
+                  UsageError);
+  // A Function's add_parallel part (a user's code): the backward pass ends in the part's own error.
+  Tape<double> tape;
+  Rng rng(3);
+  Var<double> x = tape.input(test::random_tensor<double>(Shape::mat(64, 64), rng));
+  Var<double> y = sum(apply(ThrowsInPart{}, {x}));
+  CHECK_THROWS_WITH_AS(tape.backward(y), "throws_in_part: refused the chunk ending at 4096", ValueError);
+  if (have_openmp()) CHECK(parallel_regions_started() > regions_before);  // the work was split
 }
