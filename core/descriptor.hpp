@@ -1,6 +1,6 @@
 #pragma once
 // A file descriptor owned by one object: closed when it goes out of scope (writing and reading a file,
-// the pipes to a child process). Internal to core/ (core/file_io.cpp, core/process.cpp).
+// the pipes to a child process, a run's output folder held open). Internal: not part of the umbrella header.
 
 #include <unistd.h>
 
@@ -12,7 +12,20 @@ class Descriptor {
   explicit Descriptor(int fd) : fd_(fd) {}
   Descriptor(const Descriptor&) = delete;
   Descriptor& operator=(const Descriptor&) = delete;
+  Descriptor(Descriptor&& other) noexcept : fd_(other.release()) {}
+  Descriptor& operator=(Descriptor&& other) noexcept {
+    if (this != &other) {
+      close();
+      fd_ = other.release();
+    }
+    return *this;
+  }
   ~Descriptor() { close(); }
+  int release() {  // the descriptor, no longer owned
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
   int get() const { return fd_; }
   bool open() const { return fd_ >= 0; }
   void close() {

@@ -55,15 +55,19 @@ const char* kind_of(mode_t mode) {
                           : "not a regular file";
 }
 
-// FileError unless `path` is missing or a regular file: an atomic write renames over its target, which
-// would replace a device node (as root, /dev/null), a pipe or a symbolic link (leaving its target stale)
-// with a plain file.
-void refuse_non_regular_target(const std::filesystem::path& path, std::string_view op) {
+// FileError unless `name` in `folder` is missing or a regular file (not following a link): an atomic
+// write renames over its target, which would replace a device node (as root, /dev/null), a pipe or a
+// symbolic link (leaving its target stale) with a plain file. `shown` is the path messages give.
+void refuse_non_regular_target(int folder, const char* name, const std::filesystem::path& shown, std::string_view op) {
   struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) return;  // missing: it will be created
+  if (::fstatat(folder, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return;  // missing: it will be created
   if (S_ISREG(st.st_mode)) return;
   fail<FileError>("{}: '{}' is {}, not a regular file; it is not replaced (write to a regular file's own path)", op,
-                  escaped(path), kind_of(st.st_mode));
+                  escaped(shown), kind_of(st.st_mode));
+}
+
+void refuse_non_regular_target(const std::filesystem::path& path, std::string_view op) {
+  refuse_non_regular_target(AT_FDCWD, path.c_str(), path, op);
 }
 
 }  // namespace
@@ -81,16 +85,27 @@ void write_file(const std::filesystem::path& path, std::string_view content, Dur
   fs::create_directories(dir, ec);
   if (ec)
     fail<IoError>("{}: cannot create the folder '{}' for '{}': {}", op, escaped(dir), escaped(path), ec.message());
-  refuse_non_regular_target(path, op);
-  const fs::path tmp = temporary_path(path);
+  const detail::Descriptor folder(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!folder.open()) fail<IoError>("{}: cannot open the folder '{}' for '{}': {}", op, escaped(dir), escaped(path), std::strerror(errno));
+  write_file_at(folder.get(), path.filename().native(), content, durability, op, path);
+}
+
+void write_file_at(int folder, std::string_view name, std::string_view content, Durability durability,
+                   std::string_view op, const std::filesystem::path& shown) {
+  if (name.empty() || name.find('/') != std::string_view::npos || name == "." || name == "..")
+    fail<UsageError>("write_file_at: '{}' is not a file name (no folder in it)", escaped(name));
+  const std::string target(name);
+  refuse_non_regular_target(folder, target.c_str(), shown, op);
+  const std::string tmp = fmt::format(".{}.tmp-{}", target, ::getpid());
   auto fail_io = [&](const char* what) {
     const std::string reason = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    fail<IoError>("{}: {} failed for '{}': {}", op, what, escaped(path), reason);
+    ::unlinkat(folder, tmp.c_str(), 0);
+    fail<IoError>("{}: {} failed for '{}': {}", op, what, escaped(shown), reason);
   };
   const FileSizeSignalHeld held;  // a file-size limit is an error here, not the end of the process
-  // fail_io reads errno before it throws; the descriptor is closed after, as the exception leaves.
-  detail::Descriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  // fail_io reads errno before it throws; the descriptor is closed after, as the exception leaves. O_NOFOLLOW:
+  // a link planted at the temporary file's name is not written through.
+  detail::Descriptor fd(::openat(folder, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (!fd.open()) fail_io("creating the temporary file");
   std::size_t done = 0;
   while (done < content.size()) {
@@ -105,16 +120,13 @@ void write_file(const std::filesystem::path& path, std::string_view content, Dur
   if (durability == Durability::durable && ::fsync(fd.get()) != 0) fail_io("fsync");
   if (fd.close_checked() != 0) fail_io("closing");
   try {
-    refuse_non_regular_target(path, op);  // again: something may have taken its place while it was written
+    refuse_non_regular_target(folder, target.c_str(), shown, op);  // again: something may have taken its place meanwhile
   } catch (...) {
-    ::unlink(tmp.c_str());
+    ::unlinkat(folder, tmp.c_str(), 0);
     throw;
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail_io("renaming into place");
-  if (durability == Durability::durable) {  // the rename is durable once the folder's entry is on disk
-    const detail::Descriptor folder(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (folder.open()) ::fsync(folder.get());
-  }
+  if (::renameat(folder, tmp.c_str(), folder, target.c_str()) != 0) fail_io("renaming into place");
+  if (durability == Durability::durable) ::fsync(folder);  // the rename is durable once the folder's entry is on disk
 }
 
 namespace {

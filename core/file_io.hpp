@@ -24,6 +24,12 @@ enum class Durability {
 // a folder, a symbolic link) is a FileError naming it, and is left as it is.
 void write_file(const std::filesystem::path& path, std::string_view content,
                 Durability durability = Durability::replace, std::string_view op = "write_file");
+// The same into the file `name` (no '/') of the folder open as the descriptor `folder`, following no
+// link: the target, its temporary file and the rename all resolve from that descriptor, so a folder
+// swapped for a link after it was opened is not written through. `shown` is the path messages give.
+// (For a run's output folder: program/output_folder.hpp.)
+void write_file_at(int folder, std::string_view name, std::string_view content, Durability durability,
+                   std::string_view op, const std::filesystem::path& shown);
 // The temporary file write_file writes `path` through: ".<name>.tmp-<pid>" beside it.
 std::filesystem::path temporary_path(const std::filesystem::path& path);
 // Whether `name` (a file name, no folder) is such a temporary file's: ".<name>.tmp-<digits>". A user's

@@ -166,3 +166,81 @@ TEST_CASE("OutputFolder: a damaged manifest is named, not guessed at") {
                        FileError);
   CHECK(fs::exists(dir / ".tapegrad-run"));
 }
+
+// A planted link in a shared folder (another user's, or a world-writable one): nothing outside the run's
+// folder is removed, truncated or written, whatever the manifest lists and whatever the link is called.
+TEST_CASE("OutputFolder: a link planted below the folder leads no removal, sweep, lock or write outside it") {
+  const fs::path root = folder_scratch("planted");
+  const fs::path outside = root / "yours", dir = root / "run";
+  fs::create_directories(outside);
+  fs::create_directories(dir);
+  put_text(outside / "x.txt", "your file");
+  put_text(outside / ".x.txt.tmp-123", "your dot-file, named like a temporary");
+  put_text(outside / "notes.md", "your notes");
+  const auto yours = folder_contents(outside);
+
+  // 1. A listed path through a link: refused, naming the link, with or without --overwrite, even for a
+  //    run of another program (which is refused anyway), and the sweep does not go through it either (3).
+  fs::create_directory_symlink(outside, dir / "sub");
+  put_text(dir / ".tapegrad-run", "tapegrad-run 1\nprogram train\nfile sub/x.txt\nfile model.tgck\n");
+  put_text(dir / "model.tgck", "model");
+  for (const bool overwrite : {true, false})
+    CHECK_THROWS_WITH_AS(OutputFolder(dir, as("train", overwrite)),
+                         doctest::Contains("sub' is a symbolic link, not a folder of the run"), FileError);
+  CHECK_THROWS_AS(OutputFolder(dir, as("custom_model", true)), FileError);
+  CHECK_THROWS_AS(OutputFolder(dir, {.program = "train", .resume = true}), FileError);
+  CHECK(folder_contents(outside) == yours);
+  CHECK(read_text(dir / "model.tgck") == "model");
+  CHECK(remove_stale_temporaries(dir / "sub") == 0);  // the sweep of a path that is a link: nothing
+  CHECK(folder_contents(outside) == yours);
+
+  // A run's own write or plan through such a link is refused too.
+  fs::remove(dir / ".tapegrad-run");
+  fs::remove(dir / "model.tgck");
+  {
+    OutputFolder out(dir, as("train"));
+    CHECK_THROWS_WITH_AS(out.write("sub/new.txt", "x"), doctest::Contains("sub' is a symbolic link"), FileError);
+    CHECK_THROWS_AS(out.plan({"sub/new.txt"}), FileError);
+    CHECK_THROWS_AS(out.claim("sub/deeper/new.txt"), FileError);
+  }
+  CHECK(folder_contents(outside) == yours);
+
+  // 2. The lock file planted as a link to your file (a dangling one too), or as a hard link: refused
+  //    before a byte is written.
+  fs::remove(dir / ".tapegrad-run");
+  fs::remove(dir / ".tapegrad.lock");
+  fs::create_symlink(outside / "notes.md", dir / ".tapegrad.lock");
+  CHECK_THROWS_WITH_AS(OutputFolder(dir, as("train")), doctest::Contains(".tapegrad.lock' is a symbolic link, not a regular file"),
+                       FileError);
+  CHECK_THROWS_AS(FolderLock(dir, "--out"), FileError);
+  fs::remove(dir / ".tapegrad.lock");
+  fs::create_symlink(outside / "missing.md", dir / ".tapegrad.lock");
+  CHECK_THROWS_AS(FolderLock(dir, "--out"), FileError);
+  CHECK_FALSE(fs::exists(outside / "missing.md"));
+  fs::remove(dir / ".tapegrad.lock");
+  fs::create_hard_link(outside / "notes.md", dir / ".tapegrad.lock");
+  CHECK_THROWS_WITH_AS(FolderLock(dir, "--out"), doctest::Contains("is not a regular file of its own (it is a hard link"),
+                       FileError);
+  fs::remove(dir / ".tapegrad.lock");
+  CHECK(folder_contents(outside) == yours);
+
+  // The folder itself given as a link (with or without a trailing slash): refused, nothing written there.
+  fs::create_directory_symlink(outside, root / "link");
+  CHECK_THROWS_WITH_AS(FolderLock(root / "link", "--out"), doctest::Contains("link' is a symbolic link; give the folder itself"),
+                       FileError);
+  CHECK_THROWS_AS(OutputFolder(fs::path((root / "link").string() + "/"), as("train")), FileError);
+  CHECK(folder_contents(outside) == yours);
+  fs::remove_all(root);
+}
+
+// The sweep of a killed writer's temporaries removes regular files only, and follows no link in the folder.
+TEST_CASE("remove_stale_temporaries: a link named like a temporary file is left, and so is its target") {
+  const fs::path dir = folder_scratch("stale_links");
+  put_text(dir / "target", "kept");
+  fs::create_symlink(dir / "target", dir / ".model.tgck.tmp-77");
+  put_text(dir / ".curve.csv.tmp-12", "stale");
+  CHECK(remove_stale_temporaries(dir) == 1);
+  CHECK(fs::is_symlink(dir / ".model.tgck.tmp-77"));
+  CHECK(read_text(dir / "target") == "kept");
+  fs::remove_all(dir);
+}

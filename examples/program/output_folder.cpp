@@ -1,5 +1,6 @@
 #include "tapegrad/program/output_folder.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -11,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "tapegrad/core/descriptor.hpp"
 #include "tapegrad/core/error.hpp"
 
 namespace tapegrad {
@@ -40,16 +42,17 @@ bool valid_program(std::string_view program) {
          valid_name(program);
 }
 
-// lstat's view of a path: missing, a regular file, or something else (named for messages).
+// fstatat's view of a name in a folder, not following a link: missing, a regular file, or something
+// else (named for messages).
 struct PathKind {
   bool exists = false;
   bool regular = false;
   const char* what = "";
 };
 
-PathKind kind_of(const fs::path& p) {
+PathKind kind_at(int folder, const char* name) {
   struct stat st {};
-  if (::lstat(p.c_str(), &st) != 0) return {};
+  if (::fstatat(folder, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return {};
   return {true, S_ISREG(st.st_mode) != 0,
           S_ISDIR(st.st_mode)    ? "a folder"
           : S_ISCHR(st.st_mode)  ? "a character device"
@@ -58,6 +61,63 @@ PathKind kind_of(const fs::path& p) {
           : S_ISLNK(st.st_mode)  ? "a symbolic link"
           : S_ISSOCK(st.st_mode) ? "a socket"
                                  : "a regular file"};
+}
+
+// The folder that holds a run's file, open, and the file's own name in it.
+struct Place {
+  detail::Descriptor folder;  // not open: a folder on the way is missing (and was not to be made)
+  std::string name;
+};
+
+// Walks `relative` (a checked name) from the descriptor `top` one folder at a time, never through a
+// link: a folder on the way that is a symbolic link, or not a folder, is a FileError naming it (a link
+// planted in a shared folder would otherwise lead a removal or a write outside it). Missing folders are
+// made when `create`, else the place comes back not open.
+Place place_of(int top, std::string_view relative, bool create, const fs::path& folder, std::string_view flag) {
+  Place place;
+  place.folder = detail::Descriptor(::fcntl(top, F_DUPFD_CLOEXEC, 0));
+  if (!place.folder.open()) fail<IoError>("{}: cannot use the folder '{}': {}", flag, escaped(folder), std::strerror(errno));
+  std::size_t start = 0;
+  for (std::size_t slash; (slash = relative.find('/', start)) != std::string_view::npos; start = slash + 1) {
+    const std::string part(relative.substr(start, slash - start));
+    const fs::path shown = folder / fs::path(std::string(relative.substr(0, slash)));
+    if (create && ::mkdirat(place.folder.get(), part.c_str(), 0755) != 0 && errno != EEXIST)
+      fail<FileError>("{}: cannot create the folder '{}': {}", flag, escaped(shown), std::strerror(errno));
+    const PathKind kind = kind_at(place.folder.get(), part.c_str());
+    if (!kind.exists) {
+      place.folder.close();
+      return place;
+    }
+    if (std::string_view(kind.what) != "a folder")
+      fail<FileError>("{}: '{}' is {}, not a folder of the run; nothing is written or removed through it", flag,
+                      escaped(shown), kind.what);
+    detail::Descriptor next(::openat(place.folder.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next.open())  // replaced by a link since the look: the same refusal
+      fail<FileError>("{}: cannot open the folder '{}' without following a link: {}", flag, escaped(shown),
+                      std::strerror(errno));
+    place.folder = std::move(next);
+  }
+  place.name = std::string(relative.substr(start));
+  return place;
+}
+
+// Removes write_file's temporary files (".<name>.tmp-<pid>") from the open folder `folder`, regular files
+// only, never following a link. Returns how many it removed.
+int remove_stale_temporaries_at(int folder) {
+  const int listing = ::fcntl(folder, F_DUPFD_CLOEXEC, 0);  // closedir closes it; `folder` stays open
+  if (listing < 0) return 0;
+  DIR* d = ::fdopendir(listing);
+  if (!d) {
+    ::close(listing);
+    return 0;
+  }
+  std::vector<std::string> stale;
+  while (const dirent* e = ::readdir(d))
+    if (is_temporary_name(e->d_name) && kind_at(folder, e->d_name).regular) stale.emplace_back(e->d_name);
+  ::closedir(d);
+  int removed = 0;
+  for (const auto& name : stale) removed += ::unlinkat(folder, name.c_str(), 0) == 0 ? 1 : 0;
+  return removed;
 }
 
 struct Manifest {
@@ -101,68 +161,95 @@ std::string owner_pid(const char* text, ssize_t n) {
 }  // namespace
 
 FolderLock::FolderLock(std::filesystem::path folder, std::string_view op) : folder_(std::move(folder)) {
-  namespace fs = std::filesystem;
   std::error_code ec;
-  if (fs::exists(folder_, ec) && !fs::is_directory(folder_, ec))
+  // "run/" would name the folder a link "run" points to: the folder's own name, without the slash.
+  fs::path own = folder_;
+  while (own.native().size() > 1 && own.native().back() == '/') own = fs::path(own.native().substr(0, own.native().size() - 1));
+  const PathKind kind = kind_at(AT_FDCWD, own.c_str());
+  if (kind.exists && std::string_view(kind.what) == "a symbolic link")
+    fail<FileError>("{}: '{}' is a symbolic link; give the folder itself (a link can be moved to another folder "
+                    "while the run writes)", op, escaped(folder_));
+  if (kind.exists && std::string_view(kind.what) != "a folder")
     fail<FileError>("{}: '{}' is not a folder; give a folder for the run's files", op, escaped(folder_));
   fs::create_directories(folder_, ec);
   if (ec) fail<FileError>("{}: cannot create the folder '{}': {}", op, escaped(folder_), ec.message());
+  // Opened once, not through a link; every later name of the run is resolved from this descriptor.
+  detail::Descriptor folder_fd(::open(own.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!folder_fd.open())
+    fail<FileError>("{}: cannot open the folder '{}' (not following a link): {}", op, escaped(folder_), std::strerror(errno));
+  // The lock file is the folder's own, never a link (which would have us truncate its target) nor a file
+  // with another name elsewhere (a hard link): O_NOFOLLOW, then a regular file with one link, before a
+  // byte of it is changed. O_NONBLOCK: a pipe planted there does not hang the open.
   const fs::path lock = folder_ / ".tapegrad.lock";
-  fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail<FileError>("{}: cannot write in the folder '{}': {}", op, escaped(folder_), std::strerror(errno));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+  detail::Descriptor lock_fd(
+      ::openat(folder_fd.get(), ".tapegrad.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644));
+  if (!lock_fd.open()) {
+    const int saved = errno;
+    const PathKind what = kind_at(folder_fd.get(), ".tapegrad.lock");
+    if (what.exists && !what.regular)
+      fail<FileError>("{}: the lock file '{}' is {}, not a regular file; the folder is not used (remove it by hand if "
+                      "you made it)", op, escaped(lock), what.what);
+    fail<FileError>("{}: cannot write in the folder '{}': {}", op, escaped(folder_), std::strerror(saved));
+  }
+  struct stat st {};
+  if (::fstat(lock_fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1)
+    fail<FileError>("{}: the lock file '{}' is not a regular file of its own (it is {}); the folder is not used",
+                    op, escaped(lock), S_ISREG(st.st_mode) ? "a hard link to another name" : "not a regular file");
+  if (::flock(lock_fd.get(), LOCK_EX | LOCK_NB) != 0) {
     const int saved = errno;
     char pid[32] = {};
-    const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
-    ::close(fd_);
-    fd_ = -1;
+    const ssize_t n = ::pread(lock_fd.get(), pid, sizeof pid - 1, 0);
     if (saved == EWOULDBLOCK)
       fail<BusyError>("{}: another run (pid {}) is using the folder '{}'; wait for it to finish or choose another", op,
                       owner_pid(pid, n), escaped(folder_));
     fail<FileError>("{}: cannot lock the folder '{}': {}", op, escaped(folder_), std::strerror(saved));
   }
   const std::string pid = fmt::format("{}", ::getpid());
-  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-    const int saved = errno;
-    ::close(fd_);
-    fd_ = -1;
-    fail<FileError>("{}: cannot write in the folder '{}': {}", op, escaped(folder_), std::strerror(saved));
-  }
+  if (::ftruncate(lock_fd.get(), 0) != 0 ||
+      ::pwrite(lock_fd.get(), pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size()))
+    fail<FileError>("{}: cannot write in the folder '{}': {}", op, escaped(folder_), std::strerror(errno));
+  folder_fd_ = folder_fd.release();
+  lock_fd_ = lock_fd.release();
 }
 
 FolderLock::~FolderLock() {
-  if (fd_ >= 0) ::close(fd_);  // closing drops the lock; the file stays, harmless
+  ::close(lock_fd_);  // drops the lock; the file stays, harmless
+  ::close(folder_fd_);
 }
 
 int remove_stale_temporaries(const std::filesystem::path& folder) {
-  std::error_code ec;
-  int removed = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(folder, ec)) {
-    // Exactly write_file's temporary files: a user's own dot-file is never touched.
-    if (is_temporary_name(entry.path().filename().native()) && entry.is_regular_file(ec))
-      removed += std::filesystem::remove(entry.path(), ec) ? 1 : 0;
-  }
-  return removed;
+  const detail::Descriptor fd(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  return fd.open() ? remove_stale_temporaries_at(fd.get()) : 0;
 }
 
 OutputFolder::OutputFolder(fs::path folder, OutputFolderOptions options) : folder_(std::move(folder)), options_(std::move(options)) {
   if (!valid_program(options_.program))
     fail<UsageError>("OutputFolder: '{}' is not a program name (letters, digits, '.', '_', '-')", escaped(options_.program));
   lock_ = std::make_unique<FolderLock>(folder_, options_.flag);
+  const int top = lock_->folder_fd();
   const fs::path manifest_path = folder_ / kManifestName;
-  const PathKind manifest_kind = kind_of(manifest_path);
+  const std::string manifest_name(kManifestName);
+  const PathKind manifest_kind = kind_at(top, manifest_name.c_str());
   if (manifest_kind.exists && !manifest_kind.regular)
     fail<FileError>("{}: '{}' is {}, not a run manifest", options_.flag, escaped(manifest_path), manifest_kind.what);
   Manifest manifest;
   if (manifest_kind.exists) manifest = parse_manifest(read_file(manifest_path, kMaxManifestBytes, options_.flag), manifest_path, options_.flag);
-  std::vector<std::string> present;  // listed files still in the folder
-  for (const auto& f : manifest.files)
-    if (kind_of(folder_ / f).exists) present.push_back(f);
+  // Each listed file's place, found without following a link (a listed path through a link is refused
+  // here, before anything is removed); the ones still there are the earlier run's.
+  std::vector<std::string> present;
+  std::vector<Place> places;
+  for (const auto& f : manifest.files) {
+    Place place = place_of(top, f, false, folder_, options_.flag);
+    if (place.folder.open() && kind_at(place.folder.get(), place.name.c_str()).exists) {
+      present.push_back(f);
+      places.push_back(std::move(place));
+    }
+  }
   if (manifest_kind.exists && manifest.program != options_.program && !present.empty())
     fail<FileError>("{}: '{}' holds the files of a {} run ({}); choose another folder for this {} run", options_.flag,
                     escaped(folder_), manifest.program, quoted_list(present, 3), options_.program);
-  for (const auto& f : present) remove_stale_temporaries((folder_ / f).parent_path());
-  remove_stale_temporaries(folder_);
+  for (const auto& place : places) remove_stale_temporaries_at(place.folder.get());
+  remove_stale_temporaries_at(top);
   if (present.empty() || options_.resume) {
     files_ = present;
     return;
@@ -174,10 +261,12 @@ OutputFolder::OutputFolder(fs::path folder, OutputFolderOptions options) : folde
   files_ = present;
   for (const auto& f : present) check_replaceable(f);
   files_.clear();
-  for (const auto& f : present) {
-    std::error_code ec;
-    if (kind_of(folder_ / f).regular && !fs::remove(folder_ / f, ec) && ec)
-      fail<FileError>("{}: cannot remove the earlier run's '{}': {}", options_.flag, escaped(folder_ / f), ec.message());
+  for (std::size_t i = 0; i < present.size(); ++i) {
+    const Place& place = places[i];
+    if (kind_at(place.folder.get(), place.name.c_str()).regular && ::unlinkat(place.folder.get(), place.name.c_str(), 0) != 0 &&
+        errno != ENOENT)
+      fail<FileError>("{}: cannot remove the earlier run's '{}': {}", options_.flag, escaped(folder_ / present[i]),
+                      std::strerror(errno));
   }
   save_manifest();
 }
@@ -201,7 +290,9 @@ bool OutputFolder::listed(std::string_view relative) const {
 
 void OutputFolder::check_replaceable(std::string_view relative) const {
   const fs::path full = path(relative);
-  const PathKind kind = kind_of(full);
+  const Place place = place_of(lock_->folder_fd(), relative, false, folder_, options_.flag);
+  if (!place.folder.open()) return;  // its folder is missing: so is the file
+  const PathKind kind = kind_at(place.folder.get(), place.name.c_str());
   if (!kind.exists) return;
   if (!kind.regular)
     fail<FileError>("{}: '{}' is {}, not a regular file; the run does not replace it", options_.flag, escaped(full), kind.what);
@@ -218,19 +309,18 @@ void OutputFolder::check_replaceable(std::string_view relative) const {
 }
 
 void OutputFolder::plan(const std::vector<std::string>& relative) const {
-  std::vector<std::string> all = relative;
-  all.emplace_back(kManifestName);
-  for (const auto& name : all) {
-    const fs::path full = name == kManifestName ? folder_ / kManifestName : path(name);
-    if (name != kManifestName) check_replaceable(name);
-    check_writable(full, options_.flag);
+  for (const auto& name : relative) {
+    check_replaceable(name);
+    place_of(lock_->folder_fd(), name, true, folder_, options_.flag);  // its folders made, none a link
+    check_writable(path(name), options_.flag);
   }
+  check_writable(folder_ / kManifestName, options_.flag);
 }
 
 void OutputFolder::save_manifest() const {
   std::string text = fmt::format("{}\nprogram {}\n", kManifestHeader, options_.program);
   for (const auto& f : files_) text += fmt::format("file {}\n", f);
-  write_file(folder_ / kManifestName, text, Durability::durable, options_.flag);
+  write_file_at(lock_->folder_fd(), kManifestName, text, Durability::durable, options_.flag, folder_ / kManifestName);
 }
 
 fs::path OutputFolder::claim(std::string_view relative) {
@@ -239,33 +329,37 @@ fs::path OutputFolder::claim(std::string_view relative) {
     files_.emplace_back(relative);
     save_manifest();
   }
-  const fs::path full = path(relative);
-  std::error_code ec;
-  fs::create_directories(full.parent_path(), ec);
-  if (ec) fail<FileError>("{}: cannot create the folder '{}': {}", options_.flag, escaped(full.parent_path()), ec.message());
-  return full;
+  place_of(lock_->folder_fd(), relative, true, folder_, options_.flag);
+  return path(relative);
 }
 
 void OutputFolder::write(std::string_view relative, std::string_view content, Durability durability) {
-  write_file(claim(relative), content, durability, "write");
+  const fs::path full = claim(relative);
+  const Place place = place_of(lock_->folder_fd(), relative, true, folder_, options_.flag);
+  write_file_at(place.folder.get(), place.name, content, durability, "write", full);
 }
 
 void OutputFolder::remove(std::string_view relative) {
   const fs::path full = path(relative);
   if (!listed(relative))
     fail<UsageError>("OutputFolder: '{}' is not a file of this run; it is not removed", escaped(full));
-  std::error_code ec;
-  if (kind_of(full).regular && !fs::remove(full, ec) && ec)
-    fail<IoError>("{}: removing '{}' failed: {}", options_.flag, escaped(full), ec.message());
+  const Place place = place_of(lock_->folder_fd(), relative, false, folder_, options_.flag);
+  if (place.folder.open() && kind_at(place.folder.get(), place.name.c_str()).regular &&
+      ::unlinkat(place.folder.get(), place.name.c_str(), 0) != 0 && errno != ENOENT)
+    fail<IoError>("{}: removing '{}' failed: {}", options_.flag, escaped(full), std::strerror(errno));
   std::erase(files_, std::string(relative));
   save_manifest();
 }
 
 void OutputFolder::rename(std::string_view from, std::string_view to) {
   if (!listed(from)) fail<UsageError>("OutputFolder: '{}' is not a file of this run", escaped(path(from)));
-  const fs::path target = claim(to);
-  if (::rename(path(from).c_str(), target.c_str()) != 0)
-    fail<IoError>("{}: renaming '{}' failed: {}", options_.flag, escaped(path(from)), std::strerror(errno));
+  claim(to);
+  const Place source = place_of(lock_->folder_fd(), from, false, folder_, options_.flag);
+  const Place target = place_of(lock_->folder_fd(), to, true, folder_, options_.flag);
+  if (!source.folder.open() || !kind_at(source.folder.get(), source.name.c_str()).regular ||
+      ::renameat(source.folder.get(), source.name.c_str(), target.folder.get(), target.name.c_str()) != 0)
+    fail<IoError>("{}: renaming '{}' failed: {}", options_.flag, escaped(path(from)),
+                  source.folder.open() ? std::strerror(errno) : "it is not there");
   std::erase(files_, std::string(from));
   save_manifest();
 }

@@ -9,6 +9,7 @@
 #include <sys/sysmacros.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "cli/process.hpp"
@@ -407,4 +408,72 @@ TEST_CASE("cli files: structure-mutated checkpoints are refused or load, in ever
     figures += fmt::format("; {}: worst {:.0f} MB, {:.2f} s", entry.first, entry.second.first, entry.second.second);
   MESSAGE(fmt::format("{} structure-mutated checkpoints per program: {} runs, {} refused, {} signals{}", count, runs,
                       refused, signals, figures));
+}
+
+// The planted-link attack on a shared folder, against every program that writes a folder: a link inside
+// --out to a folder of yours, a manifest (anyone's to write) listing a file through it, a stale-looking
+// temporary behind it, and the lock file as a link to your file. Each program refuses in one line with
+// exit 2 naming the link, and no byte outside --out changes, with --overwrite or without.
+TEST_CASE("cli files: a link planted inside --out leads no program to remove, sweep or truncate a file outside it") {
+  struct Program {
+    std::string name;
+    std::function<std::vector<std::string>(const fs::path&, bool overwrite)> argv;
+  };
+  const std::vector<Program> programs = {
+      {"train", [](const fs::path& d, bool o) {
+         auto a = train({"--task", "cycle", "--steps", "2", "--out", d.string()});
+         if (o) a.emplace_back("--overwrite");
+         return a;
+       }},
+      {"custom_model", [](const fs::path& d, bool o) {
+         auto a = custom({"train", "--out", d.string()});
+         if (o) a.emplace_back("--overwrite");
+         return a;
+       }},
+      {"char_lm", [](const fs::path& d, bool o) {
+         auto a = char_lm({"--data", TAPEGRAD_CHAR_LM_WORDS, "--steps", "2", "--out", d.string()});
+         if (o) a.emplace_back("--overwrite");
+         return a;
+       }},
+      {"gpt", [](const fs::path& d, bool o) {
+         auto a = with(TAPEGRAD_GPT, {"--data", TAPEGRAD_GPT_FORTUNES, "--context", "16", "--d-model", "16", "--heads", "2",
+                                      "--layers", "1", "--batch", "4", "--steps", "2", "--out", d.string()});
+         if (o) a.emplace_back("--overwrite");
+         return a;
+       }},
+      {"param_free_vs_learned", [](const fs::path& d, bool o) {
+         auto a = with(TAPEGRAD_DEMO, {"--out", d.string()});
+         if (o) a.emplace_back("--overwrite");
+         return a;
+       }},
+      {"user_optimizer", [](const fs::path& d, bool) { return with(TAPEGRAD_USER_OPTIMIZER, {"train", d.string()}); }},
+  };
+  for (const auto& p : programs) {
+    for (const bool overwrite : {true, false}) {
+      CAPTURE(p.name);
+      CAPTURE(overwrite);
+      const fs::path root = scratch("planted_" + p.name + (overwrite ? "_o" : ""));
+      const fs::path yours = root / "yours", dir = root / "run";
+      fs::create_directories(yours);
+      fs::create_directories(dir);
+      write_text(yours / "x.txt", "your file");
+      write_text(yours / ".x.txt.tmp-123", "your dot-file");
+      fs::create_directory_symlink(yours, dir / "sub");
+      write_text(dir / ".tapegrad-run", "tapegrad-run 1\nprogram " + p.name + "\nfile sub/x.txt\n");
+      const auto before = snapshot_files(yours);
+      check_refused(run(p.argv(dir, overwrite)), ExitCode::bad_input, "sub' is a symbolic link, not a folder of the run", true,
+                    p.name);
+      CHECK(snapshot_files(yours) == before);
+
+      // The lock file planted as a link to your file.
+      fs::remove(dir / "sub");
+      fs::remove(dir / ".tapegrad-run");
+      fs::remove(dir / ".tapegrad.lock");
+      fs::create_symlink(yours / "x.txt", dir / ".tapegrad.lock");
+      check_refused(run(p.argv(dir, overwrite)), ExitCode::bad_input, ".tapegrad.lock' is a symbolic link, not a regular file",
+                    true, p.name);
+      CHECK(snapshot_files(yours) == before);
+      if (p.name == "user_optimizer") break;  // it always overwrites: one pass
+    }
+  }
 }
