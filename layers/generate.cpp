@@ -15,10 +15,26 @@ Index window_start(Index n, Index context) {
   return (n - context + jump - 1) / jump * jump;  // the first multiple of the jump that leaves <= context tokens
 }
 
+namespace {
+
+// The first logit that is NaN or infinite, or -1.
+template <class T>
+Index first_non_finite(const TensorT<T>& logits) {
+  for (Index v = 0; v < logits.numel(); ++v)
+    if (!std::isfinite(logits[v])) return v;
+  return -1;
+}
+
+constexpr const char* kOverflow = "its weights make the logits overflow, and no token can be drawn from them";
+
+}  // namespace
+
 template <class T>
 std::int32_t draw_token(const TensorT<T>& logits, double temperature, double u) {
   const Index V = logits.numel();
   if (V == 0) fail<ShapeError>("draw_token: the logits are empty");
+  if (const Index v = first_non_finite(logits); v >= 0)
+    fail<NonFiniteError>("draw_token: the logit of token {} of {} is {}; {}", v, V, static_cast<double>(logits[v]), kOverflow);
   // softmax(logits / temperature), less the largest logit (so no exp overflows), in double
   const double top = static_cast<double>(logits.array().maxCoeff());
   std::vector<double> p(static_cast<std::size_t>(V));
@@ -69,7 +85,11 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
     }
     if (logits.numel() != V)
       fail<ShapeError>("sample: the model gave {} logits for a vocabulary of {}", logits.shape(), V);
+    if (const Index v = first_non_finite(logits); v >= 0)
+      fail<NonFiniteError>("sample: drawing token {} of {} (position {} of the text), the model's logit of token {} of {} is "
+                           "{}; {}", i + 1, o.count, n, v, V, static_cast<double>(logits[v]), kOverflow);
     tokens.push_back(draw_token(logits, o.temperature, rng.uniform()));
+    if (o.on_token) o.on_token(tokens.back());
   }
   return {tokens.begin() + static_cast<std::ptrdiff_t>(prompt.size()), tokens.end()};
 }

@@ -17,6 +17,7 @@
 // generate) would need a whole new forward for every token, cache or not.
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -49,15 +50,23 @@ struct SampleOptions {
   std::uint64_t seed = 0;    // the draws' random stream, Rng(seed)
   double temperature = 1.0;  // logits are divided by it: below 1 sharper, above 1 flatter
   bool cache = true;         // false: a forward of the whole window for every token
+  // Called with each token as it is drawn (a program streams the text instead of holding it until the
+  // end); may be empty. What it throws ends the sampling.
+  std::function<void(std::int32_t)> on_token = {};
 };
 
 // `count` tokens drawn after `prompt`, the new ones only. ValueError for an empty prompt, a prompt token
-// outside the vocabulary, a negative count or a temperature that is not positive and finite.
+// outside the vocabulary, a negative count or a temperature that is not positive and finite;
+// NonFiniteError, naming the token being drawn, when the model's logits are not all finite (weights that
+// overflow: every draw would otherwise fall on the last token).
 template <class T>
 std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::int32_t> prompt, const SampleOptions& options);
 
 // The token whose cumulative probability first exceeds u, for probabilities from softmax(logits /
-// temperature) computed in double: the draw itself, shared by every sampler.
+// temperature) computed in double: the draw itself, shared by every sampler. NonFiniteError naming the
+// first logit that is NaN or infinite. (With finite logits, their largest subtracted and the arithmetic
+// in double, no positive finite temperature can overflow: every term is exp of a value <= 0, and the
+// largest is exp(0) = 1.)
 template <class T>
 std::int32_t draw_token(const TensorT<T>& logits, double temperature, double u);
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 
 #include "helpers.hpp"
@@ -365,4 +366,41 @@ TEST_CASE("generate: draw_token is the inverse of the cumulative distribution of
   const double p0 = 1 / (1 + std::sqrt(3.0) + 2);
   CHECK(draw_token(logits, 2.0, p0 - 1e-9) == 0);
   CHECK(draw_token(logits, 2.0, p0 + 1e-9) == 1);
+}
+
+TEST_CASE("generate: non-finite logits are refused, naming the draw, never drawn as the last token") {
+  const TensorD nan_logits(Shape::mat(1, 4), {5, std::numeric_limits<double>::quiet_NaN(), 1, 1});
+  CHECK_THROWS_WITH_AS(draw_token(nan_logits, 1.0, 0.5), doctest::Contains("draw_token: the logit of token 1 of 4 is nan"),
+                       NonFiniteError);
+  const TensorD inf_logits(Shape::mat(1, 3), {0, std::numeric_limits<double>::infinity(), 1});
+  CHECK_THROWS_AS(draw_token(inf_logits, 1.0, 0.5), NonFiniteError);
+  // Weights that are finite but make the logits overflow, as a forged or diverged checkpoint's can.
+  TinyOptions o;
+  TinyLm<double> model(o);
+  model.eval();
+  for (auto* p : model.parameters()) p->value.array() *= 1e200;
+  for (const bool cache : {true, false}) {
+    CAPTURE(cache);
+    CHECK_THROWS_WITH_AS(sample(model, std::vector<std::int32_t>{2, 3}, {.count = 5, .seed = 1, .cache = cache}),
+                         doctest::Contains("sample: drawing token 1 of 5 (position 2 of the text), the model's logit of token"),
+                         NonFiniteError);
+  }
+}
+
+TEST_CASE("generate: on_token sees each token as it is drawn, in order, and what it throws ends the sampling") {
+  TinyOptions o;
+  TinyLm<double> model(o);
+  model.eval();
+  std::vector<std::int32_t> streamed;
+  const auto drawn = sample(model, std::vector<std::int32_t>{1}, {.count = 12, .seed = 4, .on_token = [&](std::int32_t t) {
+                                                                   streamed.push_back(t);
+                                                                 }});
+  CHECK(streamed == drawn);
+  CHECK(drawn == sample(model, std::vector<std::int32_t>{1}, {.count = 12, .seed = 4}));  // the same draws without it
+  int calls = 0;
+  CHECK_THROWS_WITH_AS(sample(model, std::vector<std::int32_t>{1}, {.count = 12, .on_token = [&](std::int32_t) {
+                                                                      if (++calls == 3) fail<IoError>("stdout: closed");
+                                                                    }}),
+                       "stdout: closed", IoError);
+  CHECK(calls == 3);
 }
