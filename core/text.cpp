@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <utility>
+
 namespace tapegrad {
 namespace {
 
@@ -27,6 +30,30 @@ std::size_t utf8_length(std::string_view text, std::size_t i) {
   return n;
 }
 
+// The code point of the valid UTF-8 sequence of `n` bytes at text[i].
+char32_t code_point(std::string_view text, std::size_t i, std::size_t n) {
+  const auto byte = [&](std::size_t k) { return static_cast<char32_t>(static_cast<unsigned char>(text[i + k])); };
+  if (n == 2) return (byte(0) & 0x1f) << 6 | (byte(1) & 0x3f);
+  if (n == 3) return (byte(0) & 0x0f) << 12 | (byte(1) & 0x3f) << 6 | (byte(2) & 0x3f);
+  return (byte(0) & 0x07) << 18 | (byte(1) & 0x3f) << 12 | (byte(2) & 0x3f) << 6 | (byte(3) & 0x3f);
+}
+
+// Valid UTF-8 that a message must not print as it is: the C1 controls (U+0080-U+009F, which some
+// terminals obey as escape sequences), the line and paragraph separators, and every format character
+// of Unicode 14 (category Cf), among them the bidirectional overrides and isolates (U+202A-U+202E,
+// U+2066-U+2069) that make a name read as another, and the zero-width and invisible ones.
+bool hidden_code_point(char32_t c) {
+  static constexpr std::pair<char32_t, char32_t> kRanges[] = {
+      {0x80, 0x9f},       {0xad, 0xad},       {0x600, 0x605},     {0x61c, 0x61c},   {0x6dd, 0x6dd},
+      {0x70f, 0x70f},     {0x890, 0x891},     {0x8e2, 0x8e2},     {0x180e, 0x180e}, {0x200b, 0x200f},
+      {0x2028, 0x202e},   {0x2060, 0x2064},   {0x2066, 0x206f},   {0xfeff, 0xfeff}, {0xfff9, 0xfffb},
+      {0x110bd, 0x110bd}, {0x110cd, 0x110cd}, {0x13430, 0x13438}, {0x1bca0, 0x1bca3}, {0x1d173, 0x1d17a},
+      {0xe0001, 0xe0001}, {0xe0020, 0xe007f}};
+  for (const auto& [lo, hi] : kRanges)
+    if (c >= lo && c <= hi) return true;
+  return false;
+}
+
 }  // namespace
 
 std::size_t invalid_utf8_at(std::string_view text) {
@@ -50,7 +77,13 @@ std::string escaped(std::string_view text, std::size_t max_bytes) {
     } else if (u >= 0x20 && u < 0x7f) {
       out += text[i++];
     } else if (const std::size_t n = u >= 0x80 ? utf8_length(text, i) : 0; n > 0 && i + n <= end) {
-      out.append(text.substr(i, n));
+      const auto c = static_cast<std::uint32_t>(code_point(text, i, n));
+      if (hidden_code_point(c) && c > 0xffff)
+        out += fmt::format("\\U{:08x}", c);
+      else if (hidden_code_point(c))
+        out += fmt::format("\\u{:04x}", c);
+      else
+        out.append(text.substr(i, n));
       i += n;
     } else {
       out += fmt::format("\\x{:02x}", u);

@@ -2,10 +2,13 @@
 // Text that came from outside (a file, a path, a flag) as a message quotes it: one helper, so that every
 // error and `inspect` show such text alike. A name read from a file may hold an escape sequence (which
 // would drive the terminal), a newline (which would split a one-line message), a NUL (which would cut
-// it short) or a megabyte: escaped() shows control characters, DEL, backslashes and bytes that are not
-// UTF-8 as C escapes, and cuts long text with a count of what it left out.
+// it short), a right-to-left override or an invisible character (which would make it read as another
+// name) or a megabyte: escaped() shows control characters, DEL, backslashes and bytes that are not UTF-8
+// as C escapes, Unicode's format characters and C1 controls as \uXXXX, and cuts long text with a count
+// of what it left out.
 //
 //   escaped("attn\x1b[2J")              attn\x1b[2J                    (the bytes, made visible)
+//   escaped("model\u202egpj.tgck")      model\u202egpj.tgck            (not "modelkcgt.jpg")
 //   escaped(std::string(5000, 'a'))     aaaa...a... (4880 more bytes)  (at most kMaxQuoted bytes kept)
 //   quoted_list({"a", "b", ...})        'a', 'b', ... and 97 more      (at most kMaxListed names)
 
@@ -22,7 +25,9 @@ inline constexpr std::size_t kMaxQuoted = 120;  // bytes of one quoted text that
 inline constexpr std::size_t kMaxListed = 10;   // names of a list that a message keeps
 
 // `text` safe to print in a one-line message: \\ for a backslash, \xNN for a control character, DEL or
-// a byte that is not part of valid UTF-8; printable ASCII and valid UTF-8 as they are. Past `max_bytes`
+// a byte that is not part of valid UTF-8, \uXXXX (\UXXXXXXXX) for a C1 control, a line or paragraph
+// separator or a format character (bidirectional controls, zero-width characters); printable ASCII and
+// other valid UTF-8 as they are. Past `max_bytes`
 // of input it stops and says how many bytes it left out.
 std::string escaped(std::string_view text, std::size_t max_bytes = kMaxQuoted);
 template <std::same_as<std::filesystem::path> Path>  // a template, so a std::string never converts to a path

@@ -1,6 +1,7 @@
 #pragma once
 // The examples' command lines: one way to report a mistake in the flags, the same in every program.
 
+#include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -14,13 +15,14 @@
 
 namespace tapegrad::examples {
 
-// A check for a flag that must be positive; its message reads as the others do ("--keep: must be
+// A check for a flag that must be positive and finite; its message reads as the others do ("--keep: must be
 // positive, got '0'"), where CLI::PositiveNumber's prints the whole range of a double.
 inline const CLI::Validator positive(
     [](std::string& text) -> std::string {
       char* end = nullptr;
       const double v = std::strtod(text.c_str(), &end);
       if (end == text.c_str() || *end != '\0' || !(v > 0)) return fmt::format("must be positive, got '{}'", text);
+      if (!std::isfinite(v)) return fmt::format("must be finite, got '{}'", text);
       return {};
     },
     "POSITIVE");

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "command_line.hpp"
 #include "gpt/outputs.hpp"
 #include "memory_limit.hpp"
 #include "tapegrad/train/checkpoint/checkpoint.hpp"
@@ -52,19 +53,20 @@ Index curve_every(Index windows, Index curve_windows) {
   return curve_windows <= 0 || curve_windows >= windows ? 1 : windows / curve_windows;
 }
 
-std::unique_ptr<Data> load_data(const fs::path& path, Index context, Index curve_windows) {
-  Corpus corpus = read_corpus(path, "--data");
+// `source` names where the path came from in messages: "--data", or the checkpoint a resumed run read it from.
+std::unique_ptr<Data> load_data(const fs::path& path, Index context, Index curve_windows, const std::string& source) {
+  Corpus corpus = read_corpus(path, source);
   ByteVocabulary vocabulary = ByteVocabulary::of(corpus.train, corpus.validation);
-  std::vector<std::int32_t> train = vocabulary.encode(corpus.train, "--data");
-  std::vector<std::int32_t> validation = vocabulary.encode(corpus.validation, "--data");
+  std::vector<std::int32_t> train = vocabulary.encode(corpus.train, source);
+  std::vector<std::int32_t> validation = vocabulary.encode(corpus.validation, source);
   const Index every = curve_every(validation_windows(static_cast<Index>(validation.size()), context), curve_windows);
   return std::make_unique<Data>(Data{
       .path = path,
       .corpus = std::move(corpus),
       .vocabulary = std::move(vocabulary),
-      .train = Windows::training("--data: the training text", std::move(train), context),
-      .validation = Windows::validation("--data: the validation text", validation, context),
-      .curve = Windows::validation("--data: the validation text", validation, context, every),
+      .train = Windows::training(source + ": the training text", std::move(train), context),
+      .validation = Windows::validation(source + ": the validation text", validation, context),
+      .curve = Windows::validation(source + ": the validation text", validation, context, every),
   });
 }
 
@@ -171,7 +173,7 @@ ModelResult train_to_end(LmRun& run, const Data& data, const Options& o, Index c
       folder->save_checkpoint(name, checkpoint_of(run, data, curve_windows), step, o.keep);
   };
   const auto start = std::chrono::steady_clock::now();
-  run.trainer.run(callbacks);
+  examples::with_nan_hint("lower --lr, or clip gradients with --clip N", [&] { run.trainer.run(callbacks); });
   progress.finish();
   ModelResult r{.title = title, .file_name = name, .parameters = model.parameter_count()};
   r.seconds = seconds_since(start);
@@ -366,7 +368,7 @@ int run_comparison(const Options& o, Collective* collective) {
   const auto start = std::chrono::steady_clock::now();
   if (o.model.d_model % o.model.n_heads != 0)
     fail<ValueError>("--d-model {} is not divisible by --heads {}", o.model.d_model, o.model.n_heads);
-  const std::unique_ptr<Data> data = load_data(o.data, o.model.context, o.curve_windows);
+  const std::unique_ptr<Data> data = load_data(o.data, o.model.context, o.curve_windows, "--data");
   Gpt<float>::Config config = o.model;
   config.vocabulary = data->vocabulary.hex();
   Gpt<float>::check_config(config);  // before the folder is taken
@@ -437,7 +439,9 @@ int resume(const Options& o, Collective* collective) {
   if (!from_text(checkpoint.metadata.at("curve_windows"), curve_windows))
     fail<FormatError>("--resume: '{}' records curve_windows '{}', which is not a number", escaped(fs::path(o.resume)),
                       escaped(checkpoint.metadata.at("curve_windows")));
-  const std::unique_ptr<Data> data = load_data(checkpoint.metadata.at("data"), config.context, curve_windows);
+  const std::unique_ptr<Data> data =
+      load_data(checkpoint.metadata.at("data"), config.context, curve_windows,
+                fmt::format("--resume: the data path that '{}' records", escaped(fs::path(o.resume))));
   if (data->vocabulary.hex() != config.vocabulary)
     fail<ValueError>("--resume: the data '{}' has other bytes than the model was trained on", escaped(data->path));
   (void)data->vocabulary.encode(o.prompt, "--prompt");
@@ -464,12 +468,24 @@ int resume(const Options& o, Collective* collective) {
 int sample_from(const std::string& file, const Options& o) {
   const auto model = model_from_checkpoint<Gpt<float>>(read_checkpoint(file));
   model->eval();
-  (void)model->vocabulary().encode(o.prompt, "--prompt");  // a refusal before the clock starts
+  const ByteVocabulary& vocabulary = model->vocabulary();
+  const std::vector<std::int32_t> prompt = vocabulary.encode(o.prompt, "--prompt");
+  // The text is streamed as it is drawn (at the longest --length, minutes of it), a line or 4 KiB at a time.
+  std::string pending = o.prompt;
+  auto flush = [&] {
+    std::fwrite(pending.data(), 1, pending.size(), stdout);
+    std::fflush(stdout);
+    pending.clear();
+  };
+  flush();
   const auto start = std::chrono::steady_clock::now();
-  const std::string text = sample_text(*model, model->vocabulary(), o, o.cache);
+  sample(*model, prompt,
+         {.count = o.length, .seed = o.seed, .temperature = o.temperature, .cache = o.cache, .on_token = [&](std::int32_t t) {
+            pending += static_cast<char>(vocabulary.byte(t));
+            if (pending.back() == '\n' || pending.size() >= 4096) flush();
+          }});
+  flush();
   const double seconds = seconds_since(start);
-  fmt::print("{}", text);
-  std::fflush(stdout);
   fmt::print(stderr, "gpt: {} characters in {:.3f} s ({:.0f} chars/s, {}) from {} ({}; seed {})\n", o.length, seconds,
              static_cast<double>(o.length) / seconds, o.cache ? "with the cache" : "recomputing the window for each",
              escaped(fs::path(file)), describe(model->config()), o.seed);

@@ -8,6 +8,8 @@
 // re-sealed mutants of a checkpoint the mutation case tries (default 24); it reports the worst peak
 // memory and time it saw. (Loops over pairs name .first and .second: clang 14 cannot capture a
 // structured binding in doctest's INFO.)
+#include <tuple>
+
 #include "cli/process.hpp"
 
 using namespace tapegrad;
@@ -468,4 +470,24 @@ TEST_CASE("cli: a loss that turns NaN stops the run with exit 3 and a message th
   check_refused(r, ExitCode::training_stopped, "the loss is NaN at step", false);
   const Outcome anomaly = run(train({"--task", "cycle", "--optimizer", "sgd", "--lr", "1e30", "--steps", "50", "--anomaly"}));
   check_refused(anomaly, ExitCode::training_stopped, "anomaly:", false);
+}
+
+// CLI11 reads an unsigned flag with strtoull, which takes "-1" as 2^64 - 1 and saturates past 64 bits:
+// every program's integer flags are checked before that (examples/command_line.cpp), and a rate that is
+// not finite is named as the flag, not as the optimizer's argument.
+TEST_CASE("cli: integers out of range and non-finite rates are refused by every program, naming the flag") {
+  const std::vector<std::tuple<const char*, std::vector<std::string>, std::string>> cases = {
+      {TAPEGRAD_GPT, {"--seed", "-1"}, "--seed: must be a whole number from 0 to 18446744073709551615, got '-1'"},
+      {TAPEGRAD_GPT, {"--train-seed", "18446744073709551616"}, "--train-seed: must be a whole number from 0 to"},
+      {TAPEGRAD_GPT, {"--lr", "inf"}, "--lr: must be finite, got 'inf'"},
+      {TAPEGRAD_GPT, {"--lr", "nan"}, "--lr: must be positive, got 'nan'"},
+      {TAPEGRAD_CHAR_LM, {"--seed", "-1"}, "--seed: must be a whole number from 0 to"},
+      {TAPEGRAD_CHAR_LM, {"--lr", "inf"}, "--lr: must be finite, got 'inf'"},
+      {TAPEGRAD_DEMO, {"--steps", "18446744073709551617"}, "--steps: must be a whole number from"},
+  };
+  for (const auto& [program, args, says] : cases) {
+    const std::string name = fs::path(program).filename().string();
+    INFO(fmt::format("{} {}", name, fmt::join(args, " ")));
+    check_refused(run(with(program, args)), ExitCode::bad_input, says, true, name);
+  }
 }

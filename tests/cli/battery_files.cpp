@@ -477,3 +477,61 @@ TEST_CASE("cli files: a link planted inside --out leads no program to remove, sw
     }
   }
 }
+
+namespace {
+
+// A tiny gpt run, learnable attention only, with a training checkpoint at step 4.
+fs::path gpt_run(const fs::path& dir, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--data", TAPEGRAD_GPT_FORTUNES, "--attention", "learnable", "--context", "16",
+                                   "--d-model", "16", "--heads", "2", "--layers", "1", "--batch", "4", "--steps", "8",
+                                   "--warmup", "2", "--eval-every", "4", "--curve-windows", "4", "--length", "20",
+                                   "--checkpoint-every", "4", "--out", dir.string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  check_ok(run(with(TAPEGRAD_GPT, args)));
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("cli files: gpt names where a value came from: the checkpoint's data path, --lr when the loss overflows") {
+  const fs::path dir = gpt_run(scratch("gpt_sources") / "run");
+  const fs::path forged = dir.parent_path() / "forged.tgck";
+  forge(dir / "checkpoints" / "learnable" / "checkpoint-00000004.tgck", forged,
+        [](Checkpoint& c) { c.metadata["data"] = "/nonexistent/fortunes"; });
+  const Outcome resumed = run(with(TAPEGRAD_GPT, {"--resume", forged.string(), "--out", (dir.parent_path() / "r").string()}));
+  check_refused(resumed, ExitCode::bad_input, "--resume: the data path that '", true, "gpt");
+  CHECK(resumed.err.find("--data") == std::string::npos);  // no --data was given
+  // A rate that overflows the loss: exit 3, with what the flags can do about it.
+  const Outcome diverged = run(with(TAPEGRAD_GPT, {"--data", TAPEGRAD_GPT_FORTUNES, "--attention", "learnable", "--context", "16",
+                                                   "--d-model", "16", "--heads", "2", "--layers", "1", "--batch", "4",
+                                                   "--steps", "20", "--warmup", "1", "--lr", "1e300", "--out",
+                                                   (dir.parent_path() / "diverged").string()}));
+  check_refused(diverged, ExitCode::training_stopped, "lower --lr", false, "gpt");
+}
+
+TEST_CASE("cli files: gpt --sample-from refuses weights whose logits overflow, and streams what it draws") {
+  const fs::path dir = gpt_run(scratch("gpt_sample") / "run");
+  // Finite weights, a valid checksum, every load check passed: scaled by 1000, the logits overflow.
+  const fs::path scaled = forge(dir / "learnable.tgck", dir.parent_path() / "scaled.tgck", [](Checkpoint& c) {
+    for (auto& p : c.parameters)
+      for (double& v : p.values) v *= 1000;
+  });
+  for (const char* cache : {"", "--no-cache"}) {
+    CAPTURE(cache);
+    std::vector<std::string> args = {"--sample-from", scaled.string(), "--length", "60"};
+    if (*cache) args.emplace_back(cache);
+    const Outcome r = run(with(TAPEGRAD_GPT, args));
+    check_refused(r, ExitCode::training_stopped, "no token can be drawn from them", true, "gpt");
+    CHECK(r.err.find("sample: drawing token 1 of 60") != std::string::npos);
+  }
+  // The longest sample there is (minutes of drawing): its first lines are on stdout within seconds.
+  Process p = start(with(TAPEGRAD_GPT, {"--sample-from", (dir / "learnable.tgck").string(), "--length", "10000000"}));
+  const auto begun = std::chrono::steady_clock::now();
+  while (still_running(p) && slurp(p.out).size() < 100 &&
+         std::chrono::steady_clock::now() - begun < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(still_running(p));  // not finished: what is on stdout was streamed
+  CHECK(slurp(p.out).size() >= 100);
+  ::kill(p.pid, SIGKILL);
+  ::waitpid(p.pid, nullptr, 0);
+}
