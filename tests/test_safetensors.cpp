@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -356,4 +357,80 @@ TEST_CASE("safetensors hostile: a file that claims terabytes is refused in bound
   rusage after{};
   ::getrusage(RUSAGE_SELF, &after);
   CHECK(after.ru_maxrss - before.ru_maxrss < 64 * 1024);  // KiB
+}
+
+// ---- many entries ------------------------------------------------------------------------------------------------
+
+namespace {
+
+// A header of n one-byte U8 tensors whose entries come in a scrambled order (7919 is prime, so i -> 7919 i
+// mod n visits every slot when n is not its multiple), entry k naming "t<k>" and holding byte slot(k).
+std::string scrambled(std::size_t n, const std::function<std::string(std::size_t, std::size_t)>& entry_of) {
+  std::vector<std::string> entries;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t k = (i * 7919) % n;
+    entries.push_back(entry_of(k, k));
+  }
+  return fmt::format("{{{}}}", fmt::join(entries, ","));
+}
+
+std::string u8(std::size_t name, std::size_t begin, std::size_t end) {
+  return entry(fmt::format("t{}", name), "U8", fmt::format("[{}]", end - begin), fmt::format("[{},{}]", begin, end));
+}
+
+}  // namespace
+
+TEST_CASE("safetensors: thousands of entries in any order decode in the order of their bytes, every rule enforced") {
+  const std::size_t n = 5000;
+  std::string data(n, '\0');
+  for (std::size_t k = 0; k < n; ++k) data[k] = static_cast<char>(k % 251);
+  const std::string header = scrambled(n, [](std::size_t name, std::size_t slot) { return u8(name, slot, slot + 1); });
+  const std::string file = st_file(header, data);
+  const SafetensorsView view = decode_safetensors(bytes_of(file), "many");
+  REQUIRE(view.tensors.size() == n);
+  bool in_order = true;
+  for (std::size_t k = 0; k < n; ++k)
+    in_order = in_order && view.tensors[k].name == fmt::format("t{}", k) && view.tensors[k].data.size() == 1 &&
+               std::to_integer<int>(view.tensors[k].data[0]) == static_cast<int>(k % 251);
+  CHECK(in_order);
+
+  // One name twice, its two entries far apart in the header.
+  const std::string twice = scrambled(n, [](std::size_t name, std::size_t slot) { return u8(name == 4000 ? 17 : name, slot, slot + 1); });
+  CHECK(refusal(st_file(twice, data)) == "the name 't17' appears twice in the header");
+  // A hole, an overlap and bytes left over, each among thousands of tensors that tile.
+  const std::string hole = scrambled(n, [](std::size_t name, std::size_t slot) {
+    return slot == 2500 ? entry("t2500", "U8", "[0]", "[2501,2501]") : u8(name, slot, slot + 1);
+  });
+  CHECK(refusal(st_file(hole, data)) == "the bytes [2500, 2501) of the data buffer belong to no tensor: a hole before tensor 't2500'");
+  const std::string overlap = scrambled(n, [](std::size_t name, std::size_t slot) {
+    return slot == 2500 ? u8(name, 2499, 2501) : slot == 2501 ? entry("t2501", "U8", "[0]", "[2501,2501]") : u8(name, slot, slot + 1);
+  });
+  CHECK(refusal(st_file(overlap, data)) == "tensor 't2500' has data_offsets [2499, 2501], which overlap tensor 't2499' (it ends at 2500)");
+  CHECK(refusal(st_file(header, data + "PK")) ==
+        "the file has 2 bytes after the last tensor 't4999' (which ends at 5000 of the 5002-byte data buffer)");
+  // Zero-byte tensors may share an offset; names tell them apart, in the order of their bytes.
+  const std::string empties = object({entry("b", "U8", "[0]", "[1,1]"), entry("a", "U8", "[0]", "[1,1]"),
+                                      entry("c", "U8", "[1]", "[0,1]")});
+  const SafetensorsView zero = decode_safetensors(bytes_of(st_file(empties, "x")), "empties");
+  REQUIRE(zero.tensors.size() == 3);
+  CHECK((zero.tensors[0].name == "c" && zero.tensors[1].name == "a" && zero.tensors[2].name == "b"));
+}
+
+TEST_CASE("safetensors hostile: the header is read as it is parsed, and a header that is not JSON is refused as such") {
+  // The first problem is reported, but only once the whole header is known to be JSON.
+  CHECK(refusal(st_file(R"({"w":5,"v":})")).starts_with("the header is not valid JSON ([json.exception.parse_error.101]"));
+  CHECK(refusal(st_file(R"({"__metadata__":{},"__metadata__":{}})")) == "the name '__metadata__' appears twice in the header");
+  CHECK(refusal(st_file(R"({"w":{"dtype":["F32"],"shape":[1],"data_offsets":[0,4]}})", f32_bytes({1}))) ==
+        "tensor 'w' has a dtype that is a list, not a string; the format's are BOOL, U8, I8, F8_E5M2, F8_E4M3, I16, U16, "
+        "F16, BF16, I32, U32, F32, I64, U64 or F64");
+  CHECK(refusal(st_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":{"begin":0}}})")) ==
+        "the entry 'w' nests an object deeper than a safetensors header has any");
+  CHECK(refusal(st_file(R"({"__metadata__":{"k":["v"]}})")) == "__metadata__ maps 'k' to an array; its values must be strings");
+  CHECK(refusal(st_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,"4"]}})")) ==
+        "tensor 'w' has a data_offsets with \"4\", not a non-negative integer below 2^64");
+  // An element that is a long string is echoed cut short.
+  const std::string long_element = fmt::format(R"({{"w":{{"dtype":"F32","shape":["{}"],"data_offsets":[0,4]}}}})", std::string(10000, 'a'));
+  const std::string message = refusal(st_file(long_element));
+  CHECK(message.starts_with("tensor 'w' has a shape with \"aaaa"));
+  CHECK(message.size() < 300);
 }

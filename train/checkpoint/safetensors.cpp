@@ -3,12 +3,14 @@
 #include "tapegrad/train/checkpoint/safetensors.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -63,137 +65,282 @@ class Refusal {
   std::string source_;
 };
 
-// The header as JSON. nlohmann keeps one of two equal keys without a word, and parsers that keep different
-// ones read different tensors from the same bytes, so a key twice in any object is refused here, as it is
-// parsed; so is nesting deeper than a header has (the entries' shape and data_offsets lists), which keeps
-// the parse's memory proportional to the header's length.
-Json parse_header(std::string_view text, const Refusal& refuse) {
-  std::vector<std::set<std::string>> keys;  // of each object being parsed
-  std::string entry;                        // the top-level key whose value is being parsed
-  const auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
-    switch (event) {
-      case Json::parse_event_t::object_start:
-        if (depth > 1) refuse("the entry '{}' nests an object deeper than a safetensors header has any", escaped(entry));
-        keys.emplace_back();
-        break;
-      case Json::parse_event_t::array_start:
-        if (depth > 2) refuse("the entry '{}' nests a list deeper than a safetensors header has any", escaped(entry));
-        break;
-      case Json::parse_event_t::object_end: keys.pop_back(); break;
-      case Json::parse_event_t::key: {
-        const auto& key = parsed.get_ref<const std::string&>();
-        if (depth == 1) entry = key;
-        if (!keys.back().insert(key).second) {
-          if (depth == 1) refuse("the name '{}' appears twice in the header", escaped(key));
-          refuse("the entry '{}' has the key '{}' twice", escaped(entry), escaped(key));
-        }
-        break;
-      }
-      default: break;
+// "an array", "a number": what a JSON value is, as a message says it.
+std::string_view kind_of(Json::value_t type) {
+  switch (type) {
+    case Json::value_t::null: return "a null";
+    case Json::value_t::boolean: return "a boolean";
+    case Json::value_t::string: return "a string";
+    case Json::value_t::array: return "an array";
+    case Json::value_t::object: return "an object";
+    default: return "a number";
+  }
+}
+
+// The header, read as nlohmann's parser walks it (its SAX interface) straight into a SafetensorsView,
+// with no JSON tree: a tree's nodes cost some 25 times the header's bytes, and nlohmann's parse with a
+// callback rescans the top-level object after each entry, which is quadratic in the number of tensors
+// (docs/performance.md, "Decoding safetensors headers"). What is kept is what the view holds, plus
+// one shape being read.
+//
+// The first problem is kept and the rest of the header only parsed, so that a header that is not JSON is
+// refused as such, whatever it says before its syntax error. Then the caller checks what needs every
+// entry: unique names, and tensors that tile the data buffer.
+class HeaderReader {
+ public:
+  HeaderReader(SafetensorsView& out, std::span<const std::byte> data) : out_(out), data_(data) {}
+
+  const std::string& problem() const { return problem_; }
+  const std::string& syntax_error() const { return syntax_error_; }
+
+  // ---- nlohmann's SAX events; each returns true (parse on), and false only on a syntax error ----
+  bool null() { return scalar(Json::value_t::null, "null"); }
+  bool boolean(bool v) { return scalar(Json::value_t::boolean, v ? "true" : "false"); }
+  bool number_integer(Json::number_integer_t v) { return scalar(Json::value_t::number_integer, Json(v).dump()); }
+  bool number_float(Json::number_float_t v, const std::string&) {
+    return scalar(Json::value_t::number_float, Json(v).dump());  // as nlohmann prints it: 2.0, 1.8446744073709552e+19
+  }
+  bool number_unsigned(Json::number_unsigned_t v) {
+    if (!problem_.empty()) return true;
+    if (depth_ == 3 && (field_ == Field::shape || field_ == Field::data_offsets)) {
+      List& list = field_ == Field::shape ? shape_ : offsets_;
+      if (field_ == Field::shape)
+        shape_values_.push_back(v);
+      else if (list.count < 2)
+        offset_values_[list.count] = v;
+      ++list.count;
+      return true;
+    }
+    return scalar(Json::value_t::number_unsigned, std::to_string(v));
+  }
+  bool string(std::string& v) {
+    if (!problem_.empty()) return true;
+    if (depth_ == 2 && place_ == Place::metadata) {
+      metadata_value_->second = v;
+      return true;
+    }
+    if (depth_ == 2 && field_ == Field::dtype) {
+      if (!parse_enum(v, dtype_)) dtype_problem_ = Json(v).dump();
+      return true;
+    }
+    return scalar(Json::value_t::string, Json(v).dump());
+  }
+  bool binary(Json::binary_t&) { return true; }  // only in binary formats, not in JSON
+
+  bool start_object(std::size_t) {
+    if (!problem_.empty()) return true;
+    if (depth_ == 1) {
+      if (place_ == Place::tensor) start_tensor();
+    } else if (depth_ >= 2) {
+      return fail("the entry '{}' nests an object deeper than a safetensors header has any", escaped(name_));
+    }
+    ++depth_;
+    return true;
+  }
+  bool key(std::string& k) {
+    if (!problem_.empty()) return true;
+    if (depth_ == 1) {
+      name_ = k;
+      place_ = name_ == kMetadataKey ? Place::metadata : Place::tensor;
+      if (place_ == Place::metadata && std::exchange(metadata_seen_, true))
+        return fail("the name '{}' appears twice in the header", kMetadataKey);
+    } else if (place_ == Place::metadata) {
+      const auto [it, fresh] = out_.metadata.try_emplace(k);
+      if (!fresh) return fail("the entry '{}' has the key '{}' twice", kMetadataKey, escaped(k));
+      metadata_value_ = it;
+    } else {
+      field_ = k == "dtype" ? Field::dtype : k == "shape" ? Field::shape : k == "data_offsets" ? Field::data_offsets : Field::none;
+      if (field_ == Field::none)
+        return fail("tensor '{}' has the unknown key '{}'; a tensor has dtype, shape and data_offsets", escaped(name_),
+                    escaped(k));
+      if (std::exchange(seen_[static_cast<int>(field_)], true))
+        return fail("the entry '{}' has the key '{}' twice", escaped(name_), escaped(k));
     }
     return true;
+  }
+  bool end_object() {
+    if (!problem_.empty()) return true;
+    if (--depth_ == 1 && place_ == Place::tensor) end_tensor();
+    return true;
+  }
+  bool start_array(std::size_t) {
+    if (!problem_.empty()) return true;
+    if (depth_ == 1 || (depth_ == 2 && place_ == Place::metadata)) return scalar(Json::value_t::array, "");
+    if (depth_ >= 3) return fail("the entry '{}' nests a list deeper than a safetensors header has any", escaped(name_));
+    if (field_ == Field::dtype) dtype_is_list_ = true;  // reported as a list, not echoed
+    if (field_ == Field::shape) shape_.is_list = true;
+    if (field_ == Field::data_offsets) offsets_.is_list = true;
+    ++depth_;
+    return true;
+  }
+  bool end_array() {
+    if (problem_.empty()) --depth_;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+    syntax_error_ = e.what();
+    return false;
+  }
+
+ private:
+  enum class Place { metadata, tensor };
+  enum class Field { dtype, shape, data_offsets, none };
+  // A shape or data_offsets as it is read: a list, how many elements, the first that is not a size.
+  struct List {
+    bool is_list = false;
+    std::string not_list;  // the kind of value it is instead ("a number")
+    std::uint64_t count = 0;
+    std::string bad;  // the first element that is not a non-negative integer below 2^64, as JSON
   };
-  try {
-    return Json::parse(text, callback);
-  } catch (const Json::exception& e) {
-    refuse("the header is not valid JSON ({})", escaped(e.what(), 300));
+
+  template <class... Args>
+  bool fail(fmt::format_string<Args...> format, Args&&... args) {
+    if (problem_.empty()) problem_ = fmt::format(format, std::forward<Args>(args)...);
+    return true;  // parse on: a header that is not JSON is refused as such
   }
-}
 
-// "an array", "a number": what a JSON value is, as a message says it.
-std::string kind_of(const Json& value) {
-  const std::string_view type = value.type_name();
-  return fmt::format("{} {}", type == "array" || type == "object" ? "an" : "a", type);
-}
-
-std::map<std::string, std::string> read_metadata(const Json& value, const Refusal& refuse) {
-  if (!value.is_object()) refuse("__metadata__ is {}, not a map of strings to strings", kind_of(value));
-  std::map<std::string, std::string> out;
-  for (const auto& [key, v] : value.items()) {
-    if (!v.is_string())
-      refuse("__metadata__ maps '{}' to {}; its values must be strings", escaped(key), kind_of(v));
-    out.emplace(key, v.get<std::string>());
+  // A value that is not an object, or an array where an entry's or the metadata's value was expected,
+  // wherever it is: `json` is how it reads in the header.
+  bool scalar(Json::value_t type, std::string json) {
+    if (!problem_.empty()) return true;
+    const std::string_view kind = kind_of(type);
+    if (depth_ == 1 && place_ == Place::metadata)
+      return fail("__metadata__ is {}, not a map of strings to strings", kind);
+    if (depth_ == 1)
+      return fail("tensor '{}' is {}, not an object with dtype, shape and data_offsets", escaped(name_), kind);
+    if (place_ == Place::metadata)
+      return fail("__metadata__ maps '{}' to {}; its values must be strings", escaped(metadata_value_->first), kind);
+    if (depth_ == 2) {  // the value of a tensor's key
+      if (field_ == Field::dtype) dtype_problem_ = std::move(json);
+      if (field_ == Field::shape) shape_.not_list = kind;
+      if (field_ == Field::data_offsets) offsets_.not_list = kind;
+      return true;
+    }
+    if (field_ == Field::dtype) return true;  // a list, refused as one
+    List& list = field_ == Field::shape ? shape_ : offsets_;  // an element of a list
+    if (list.bad.empty()) list.bad = std::move(json);
+    ++list.count;
+    return true;
   }
-  return out;
-}
 
-// The non-negative integers of a JSON list ("shape", "data_offsets"), or the reason it is not one.
-std::vector<std::uint64_t> read_integers(const Json& value, std::string_view name, const char* what, const Refusal& refuse) {
-  if (!value.is_array()) refuse("tensor '{}' has a {} that is {}, not a list", escaped(name), what, kind_of(value));
-  std::vector<std::uint64_t> out;
-  out.reserve(value.size());
-  for (const auto& v : value) {
-    if (!v.is_number_unsigned())
-      refuse("tensor '{}' has a {} with {}, not a non-negative integer below 2^64", escaped(name), what, v.dump());
-    out.push_back(v.get<std::uint64_t>());
+  void start_tensor() {
+    seen_ = {};
+    field_ = Field::none;
+    dtype_is_list_ = false;
+    dtype_problem_.clear();
+    shape_ = {};
+    offsets_ = {};
+    shape_values_.clear();  // keeps its capacity for the next tensor
   }
-  return out;
-}
 
-struct Entry {
-  SafetensorsTensor tensor;
-  std::uint64_t begin = 0, end = 0;  // in the data buffer
+  // The tensor's checks, in the order a reader would name its problems: its keys, then each value.
+  void end_tensor() {
+    const auto n = [this] { return escaped(name_); };  // only for a message: most tensors need none
+    for (const Field f : {Field::dtype, Field::shape, Field::data_offsets})
+      if (!seen_[static_cast<int>(f)])
+        return void(fail("tensor '{}' has no {}", n(), f == Field::dtype ? "dtype" : f == Field::shape ? "shape" : "data_offsets"));
+    if (dtype_is_list_)
+      return void(fail("tensor '{}' has a dtype that is a list, not a string; the format's are {}", n(),
+                       enum_choices<SafetensorsDtype>()));
+    if (!dtype_problem_.empty())
+      return void(fail("tensor '{}' has the unknown dtype {}; the format's are {}", n(), escaped(dtype_problem_),
+                       enum_choices<SafetensorsDtype>()));
+    for (const auto& [list, what] : {std::pair{&shape_, "shape"}, std::pair{&offsets_, "data_offsets"}}) {
+      if (!list->is_list) return void(fail("tensor '{}' has a {} that is {}, not a list", n(), what, list->not_list));
+      if (!list->bad.empty())
+        return void(fail("tensor '{}' has a {} with {}, not a non-negative integer below 2^64", n(), what, escaped(list->bad)));
+    }
+    if (offsets_.count != 2)
+      return void(fail("tensor '{}' has {} data_offsets; it must have two, [begin, end]", n(), offsets_.count));
+    const std::uint64_t begin = offset_values_[0], end = offset_values_[1];
+    if (end < begin) return void(fail("tensor '{}' has data_offsets [{}, {}], which end before they begin", n(), begin, end));
+    std::uint64_t numel = 0, bytes = 0;
+    if (!sizes_of(shape_values_, element_bytes(dtype_), numel, bytes))
+      return void(fail("tensor '{}' has the shape {}, whose size overflows 64 bits", n(), dims_str(shape_values_)));
+    if (end - begin != bytes)
+      return void(fail("tensor '{}' is {} {} ({} bytes) but its data_offsets [{}, {}] hold {} bytes", n(), to_string(dtype_),
+                       dims_str(shape_values_), bytes, begin, end, end - begin));
+    if (end > data_.size())
+      return void(fail("tensor '{}' has data_offsets [{}, {}], past the end of the {}-byte data buffer (the file is truncated)",
+                       n(), begin, end, data_.size()));
+    out_.tensors.push_back({name_, dtype_, {shape_values_.begin(), shape_values_.end()},  // an exact copy: no spare capacity
+                            data_.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(bytes))});
+  }
+
+  SafetensorsView& out_;
+  std::span<const std::byte> data_;
+  std::string problem_, syntax_error_;
+  int depth_ = 0;            // of the containers open: 1 in the header's object, 2 in an entry's, 3 in a list in it
+  std::string name_;         // the entry being read
+  Place place_ = Place::tensor;
+  bool metadata_seen_ = false;
+  std::map<std::string, std::string>::iterator metadata_value_;  // the metadata key being read
+  // The tensor being read:
+  Field field_ = Field::none;
+  std::array<bool, 3> seen_{};  // by Field
+  SafetensorsDtype dtype_ = SafetensorsDtype::f32;
+  std::string dtype_problem_;  // the dtype as JSON, if it is none of the format's
+  bool dtype_is_list_ = false;
+  List shape_, offsets_;
+  std::vector<std::uint64_t> shape_values_;
+  std::array<std::uint64_t, 2> offset_values_{};
 };
 
-Entry read_entry(const std::string& name, const Json& value, const Refusal& refuse) {
-  const std::string n = escaped(name);
-  if (!value.is_object()) refuse("tensor '{}' is {}, not an object with dtype, shape and data_offsets", n, kind_of(value));
-  for (const auto& [key, v] : value.items())
-    if (key != "dtype" && key != "shape" && key != "data_offsets")
-      refuse("tensor '{}' has the unknown key '{}'; a tensor has dtype, shape and data_offsets", n, escaped(key));
-  for (const char* key : {"dtype", "shape", "data_offsets"})
-    if (!value.contains(key)) refuse("tensor '{}' has no {}", n, key);
-  Entry e;
-  e.tensor.name = name;
-  const Json& dtype = value["dtype"];
-  if (!dtype.is_string() || !parse_enum(dtype.get_ref<const std::string&>(), e.tensor.dtype))
-    refuse("tensor '{}' has the unknown dtype {}; the format's are {}", n, escaped(dtype.dump()),
-           enum_choices<SafetensorsDtype>());
-  e.tensor.shape = read_integers(value["shape"], name, "shape", refuse);
-  const std::vector<std::uint64_t> offsets = read_integers(value["data_offsets"], name, "data_offsets", refuse);
-  if (offsets.size() != 2) refuse("tensor '{}' has {} data_offsets; it must have two, [begin, end]", n, offsets.size());
-  e.begin = offsets[0];
-  e.end = offsets[1];
-  if (e.end < e.begin) refuse("tensor '{}' has data_offsets [{}, {}], which end before they begin", n, e.begin, e.end);
-  std::uint64_t numel = 0, bytes = 0;
-  if (!sizes_of(e.tensor.shape, element_bytes(e.tensor.dtype), numel, bytes))
-    refuse("tensor '{}' has the shape {}, whose size overflows 64 bits", n, dims_str(e.tensor.shape));
-  if (e.end - e.begin != bytes)
-    refuse("tensor '{}' is {} {} ({} bytes) but its data_offsets [{}, {}] hold {} bytes", n, to_string(e.tensor.dtype),
-           dims_str(e.tensor.shape), bytes, e.begin, e.end, e.end - e.begin);
-  return e;
+// Where a tensor's bytes begin in the data buffer.
+std::uint64_t begin_of(const SafetensorsTensor& t, std::span<const std::byte> data) {
+  return static_cast<std::uint64_t>(t.data.data() - data.data());
 }
 
-// Sorts the entries by their bytes and sets their views of `data`, which they must tile: from byte 0, each
-// starting where the one before ends, the last ending at the end of the file. Bytes that no tensor covers
-// are where a polyglot file hides another format.
-void tile(std::vector<Entry>& entries, std::span<const std::byte> data, const Refusal& refuse) {
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return std::tie(a.begin, a.end, a.tensor.name) < std::tie(b.begin, b.end, b.tensor.name);
+// A name twice: nlohmann keeps one of two equal keys without a word, and parsers that keep different ones
+// read different tensors from the same bytes. The names' hashes are sorted, each beside its tensor's
+// position, and names are compared only where hashes are equal: n log n, never worse (a header crafted
+// for collisions costs name comparisons, as a sort of the names would), and 8 bytes a tensor. Sorting the
+// names themselves took as long as the parse (docs/performance.md, "Decoding safetensors headers").
+void check_unique_names(const std::vector<SafetensorsTensor>& tensors, const Refusal& refuse) {
+  // Each tensor takes more than one byte of a header, whose length is capped: its position fits 32 bits.
+  static_assert(kMaxSafetensorsHeader < std::numeric_limits<std::uint32_t>::max());
+  const auto name = [&](std::uint64_t key) -> const std::string& { return tensors[key & 0xffffffff].name; };
+  std::vector<std::uint64_t> keys(tensors.size());  // the name's hash (32 bits), then the tensor's position
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    keys[i] = (std::hash<std::string_view>{}(tensors[i].name) & 0xffffffff00000000) | i;
+  std::sort(keys.begin(), keys.end(), [&](std::uint64_t a, std::uint64_t b) {
+    return (a >> 32) != (b >> 32) ? a < b : name(a) < name(b);
   });
+  const auto twice = std::adjacent_find(keys.begin(), keys.end(), [&](std::uint64_t a, std::uint64_t b) {
+    return (a >> 32) == (b >> 32) && name(a) == name(b);
+  });
+  if (twice != keys.end()) refuse("the name '{}' appears twice in the header", escaped(name(*twice)));
+}
+
+// Sorts the tensors by their bytes, which must tile the data buffer: from byte 0, each starting where the
+// one before ends, the last ending at the end of the file. Bytes that no tensor covers are where a polyglot
+// file hides another format.
+void tile(std::vector<SafetensorsTensor>& tensors, std::span<const std::byte> data, const Refusal& refuse) {
+  const auto by_bytes = [&](const SafetensorsTensor& a, const SafetensorsTensor& b) {
+    return std::tuple(begin_of(a, data), a.data.size(), std::string_view(a.name)) <
+           std::tuple(begin_of(b, data), b.data.size(), std::string_view(b.name));
+  };
+  if (!std::is_sorted(tensors.begin(), tensors.end(), by_bytes))  // writers lay them out in order: no sort
+    std::sort(tensors.begin(), tensors.end(), by_bytes);
   std::uint64_t covered = 0;
-  const Entry* last = nullptr;
-  for (Entry& e : entries) {
-    const std::string name = escaped(e.tensor.name);
-    if (e.end > data.size())
-      refuse("tensor '{}' has data_offsets [{}, {}], past the end of the {}-byte data buffer (the file is truncated)",
-             name, e.begin, e.end, data.size());
-    if (e.begin > covered)
-      refuse("the bytes [{}, {}) of the data buffer belong to no tensor: a hole before tensor '{}'", covered, e.begin, name);
-    if (e.begin < covered)
-      refuse("tensor '{}' has data_offsets [{}, {}], which overlap tensor '{}' (it ends at {})", name, e.begin, e.end,
-             escaped(last->tensor.name), covered);
-    e.tensor.data = data.subspan(static_cast<std::size_t>(e.begin), static_cast<std::size_t>(e.end - e.begin));
-    covered = e.end;
-    last = &e;
+  const SafetensorsTensor* last = nullptr;
+  for (const SafetensorsTensor& t : tensors) {
+    const std::uint64_t begin = begin_of(t, data), end = begin + t.data.size();
+    if (begin > covered)
+      refuse("the bytes [{}, {}) of the data buffer belong to no tensor: a hole before tensor '{}'", covered, begin,
+             escaped(t.name));
+    if (begin < covered)
+      refuse("tensor '{}' has data_offsets [{}, {}], which overlap tensor '{}' (it ends at {})", escaped(t.name), begin,
+             end, escaped(last->name), covered);
+    covered = end;
+    last = &t;
   }
   if (covered < data.size()) {
     if (!last) refuse("the file has {} bytes after the header but no tensor", data.size() - covered);
     refuse("the file has {} bytes after the last tensor '{}' (which ends at {} of the {}-byte data buffer)",
-           data.size() - covered, escaped(last->tensor.name), covered, data.size());
+           data.size() - covered, escaped(last->name), covered, data.size());
   }
 }
-
 }  // namespace
 
 std::size_t element_bytes(SafetensorsDtype dtype) {
@@ -239,20 +386,15 @@ SafetensorsView decode_safetensors(std::span<const std::byte> bytes, std::string
                         : fmt::format("the byte {:#04x}", static_cast<unsigned char>(text.front())));
   if (const std::size_t bad = invalid_utf8_at(text); bad != std::string_view::npos)
     refuse("the header is not valid UTF-8 (byte {} of the header, {:#04x})", bad, static_cast<unsigned char>(text[bad]));
-  const Json header = parse_header(text, refuse);
+  const std::span<const std::byte> data = bytes.subspan(8 + static_cast<std::size_t>(n));  // the rest of the file
 
   SafetensorsView out;
-  std::vector<Entry> entries;
-  for (const auto& [name, value] : header.items()) {
-    if (name == kMetadataKey)
-      out.metadata = read_metadata(value, refuse);
-    else
-      entries.push_back(read_entry(name, value, refuse));
-  }
-  // The tensors must tile the data buffer, which is the rest of the file.
-  tile(entries, bytes.subspan(8 + static_cast<std::size_t>(n)), refuse);
-  out.tensors.reserve(entries.size());
-  for (Entry& e : entries) out.tensors.push_back(std::move(e.tensor));
+  HeaderReader reader(out, data);
+  if (!Json::sax_parse(text.begin(), text.end(), &reader))
+    refuse("the header is not valid JSON ({})", escaped(reader.syntax_error(), 300));
+  if (!reader.problem().empty()) refuse("{}", reader.problem());
+  check_unique_names(out.tensors, refuse);
+  tile(out.tensors, data, refuse);
   return out;
 }
 
