@@ -359,6 +359,60 @@ TEST_CASE("safetensors hostile: a file that claims terabytes is refused in bound
   CHECK(after.ru_maxrss - before.ru_maxrss < 64 * 1024);  // KiB
 }
 
+// ---- layouts ----------------------------------------------------------------------------------------------------
+
+TEST_CASE("safetensors: a file that names its layout is refused in the other, strict or not, and the model is unchanged") {
+  // A square weight: in the other layout every name and shape matches, and it would load transposed.
+  Rng rng(1);
+  Linear<float> square("", {.in = 2, .out = 2}, rng);
+  const std::vector<std::byte> ours = encode_safetensors(square);
+  const std::vector<std::byte> torch = encode_safetensors(square, {.layout = WeightLayout::pytorch});
+  Rng other_rng(2);
+  Linear<float> copy("", {.in = 2, .out = 2}, other_rng);
+  const Tensor weight = copy.weight().value, bias = copy.bias().value;
+  REQUIRE(weight != square.weight().value);
+  for (const bool strict : {true, false}) {
+    CAPTURE(strict);
+    CHECK_THROWS_WITH_AS(load_safetensors(decode_safetensors(ours, "ours"), copy, {.layout = WeightLayout::pytorch, .strict = strict}),
+                         "load_safetensors: the file's weights are in the 'tapegrad' layout (its tapegrad.layout metadata) "
+                         "and this load asked for the 'pytorch' layout; nothing was loaded",
+                         FormatError);
+    CHECK_THROWS_WITH_AS(load_safetensors(decode_safetensors(torch, "torch"), copy, {.strict = strict}),
+                         "load_safetensors: the file's weights are in the 'pytorch' layout (its tapegrad.layout metadata) "
+                         "and this load asked for the 'tapegrad' layout; nothing was loaded",
+                         FormatError);
+    CHECK(copy.weight().value == weight);
+    CHECK(copy.bias().value == bias);
+  }
+  // Each in its own layout: the same weights.
+  CHECK(load_safetensors(decode_safetensors(torch, "torch"), copy, {.layout = WeightLayout::pytorch}).loaded.size() == 2);
+  CHECK(copy.weight().value == square.weight().value);
+  Linear<float> again("", {.in = 2, .out = 2}, other_rng);
+  load_safetensors(decode_safetensors(ours, "ours"), again);
+  CHECK(again.weight().value == square.weight().value);
+
+  // A file that names no layout, as PyTorch writes them, is read in the layout asked for.
+  SafetensorsView unnamed = decode_safetensors(torch, "torch");
+  unnamed.metadata.clear();
+  Linear<float> fresh("", {.in = 2, .out = 2}, other_rng);
+  CHECK(load_safetensors(unnamed, fresh, {.layout = WeightLayout::pytorch}).loaded.size() == 2);
+  CHECK(fresh.weight().value == square.weight().value);
+
+  // A layout that is neither is refused as well, shown escaped and cut short.
+  SafetensorsView odd = decode_safetensors(ours, "ours");
+  odd.metadata["tapegrad.layout"] = "\x1b[2J" + std::string(5000, 'x');
+  std::string message;
+  try {
+    load_safetensors(odd, fresh, {.strict = false});
+  } catch (const FormatError& e) {
+    message = e.what();
+  }
+  CHECK(message.starts_with("load_safetensors: the file's weights are in the '\\x1b[2Jxxx"));
+  CHECK(message.ends_with("and this load asked for the 'tapegrad' layout; nothing was loaded"));
+  CHECK(message.size() < 400);
+  CHECK(fresh.weight().value == square.weight().value);  // unchanged by the refused load
+}
+
 // ---- many entries ------------------------------------------------------------------------------------------------
 
 namespace {

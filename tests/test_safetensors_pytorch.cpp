@@ -206,7 +206,8 @@ save_safetensors(path, model, {.layout = WeightLayout::pytorch});  // scale.weig
   for (const auto* p : model.parameters()) CHECK(copy.parameter(p->name).value == p->value);
   // Read in the wrong layout, the refusal says which layout the file was written in.
   CHECK_THROWS_WITH_AS(load_safetensors(path, copy),
-                       doctest::Contains("(the file was written in the 'pytorch' layout, and this load asked for 'tapegrad')"),
+                       doctest::Contains(": the file's weights are in the 'pytorch' layout (its tapegrad.layout metadata) "
+                                         "and this load asked for the 'tapegrad' layout; nothing was loaded"),
                        FormatError);
   fs::remove_all(dir);
 }

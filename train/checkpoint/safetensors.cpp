@@ -611,6 +611,14 @@ LoadReport load_into(const SafetensorsView& file, Module<T>& model, const Safete
                      std::string_view source) {
   const std::string op =
       source.empty() ? std::string("load_safetensors") : fmt::format("load_safetensors '{}'", escaped(source));
+  // A file that names its layout is read in that layout only: in the other, a square weight would load
+  // transposed with every name and shape matching, strict or not. A file that names none (as PyTorch
+  // writes them) is read as asked.
+  if (const auto written = file.metadata.find("tapegrad.layout");
+      written != file.metadata.end() && written->second != to_string(options.layout))
+    fail<FormatError>("{}: the file's weights are in the '{}' layout (its tapegrad.layout metadata) and this load asked "
+                      "for the '{}' layout; nothing was loaded",
+                      op, escaped(written->second), to_string(options.layout));
   const std::vector<Expected<T>> expected = expected_tensors(std::as_const(model), options.layout, op);
   std::map<std::string_view, const SafetensorsTensor*> by_name;
   for (const auto& t : file.tensors) by_name.emplace(t.name, &t);
@@ -643,14 +651,7 @@ LoadReport load_into(const SafetensorsView& file, Module<T>& model, const Safete
   for (const auto& t : file.tensors)
     if (!wanted.count(t.name)) report.unexpected.push_back(t.name);
 
-  if (options.strict && !report.clean()) {
-    std::string hint;
-    const auto written = file.metadata.find("tapegrad.layout");
-    if (written != file.metadata.end() && written->second != to_string(options.layout))
-      hint = fmt::format(" (the file was written in the '{}' layout, and this load asked for '{}')",
-                         escaped(written->second), to_string(options.layout));
-    fail<FormatError>("{}: {}; nothing was loaded{}", op, report.problems(), hint);
-  }
+  if (options.strict && !report.clean()) fail<FormatError>("{}: {}; nothing was loaded", op, report.problems());
   for (auto* p : model.parameters())  // the layout walked the module as const: its parameters, writable
     if (const auto it = staged.find(p); it != staged.end()) p->value = std::move(it->second);
   return report;

@@ -131,8 +131,11 @@ void save_safetensors(const std::filesystem::path& path, const Module<T>& model,
                       const SafetensorsSaveOptions& options = {});  // atomic; IoError naming the reason
 
 // Weights into an existing module, converted from the file's F16, BF16, F32 or F64 to the module's type
-// (the report's `converted` names each conversion). The report's `loaded` holds the module's parameter
-// names; `missing`, `unexpected` and `mismatched` the file's names (the twin's, in the pytorch layout).
+// (the report's `converted` names each conversion). A file whose tapegrad.layout metadata names another
+// layout than options.layout is a FormatError naming both, strict or not (read in the other layout, a
+// square weight would load transposed); a file that names none is read in options.layout. The report's
+// `loaded` holds the module's parameter names; `missing`, `unexpected` and `mismatched` the file's names
+// (the twin's, in the pytorch layout).
 // Strict: every tensor the layout expects, with its shape, a dtype tapegrad reads and finite values, and
 // no other; or a FormatError naming every problem, and the module is unchanged. Not strict: the tensors
 // that fit are loaded, the rest reported.
