@@ -1,7 +1,10 @@
 #!/bin/sh
 # safetensors the other way round from tests/data/make_golden_safetensors.py: tapegrad writes its twins of
 # PyTorch modules (tests/safetensors_export.cpp), and examples/safetensors_to_torch.py loads each file into
-# the PyTorch module with load_state_dict(strict=True) and compares its outputs with tapegrad's.
+# the PyTorch module with load_state_dict(strict=True) and compares its outputs with tapegrad's. Then the
+# script is fed files made from those whose metadata lies or whose tensors are of other dtypes: each lie is
+# refused in one line (exit 1, no traceback, in seconds: nothing is built before it is checked), and BF16
+# and F16 tensors load.
 # It needs /usr/bin/python3 with torch (Debian's python3-torch); without it, it exits 77, which ctest reports
 # as skipped (SKIP_RETURN_CODE), never as passed.
 # Usage: safetensors_torch.sh EXPORTER SCRIPT WORK
@@ -17,3 +20,68 @@ rm -rf "$work"
 mkdir -p "$work"
 "$exporter" "$work"
 /usr/bin/python3 "$script" --check "$work"/*.safetensors
+
+# The hostile files, each a valid export with one thing changed.
+mkdir "$work/hostile"
+/usr/bin/python3 - "$work" <<'PY'
+import json, struct, sys
+
+work = sys.argv[1]
+
+def read(name):
+    with open(f"{work}/{name}", "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    return json.loads(data[8:8 + n]), data[8 + n:]
+
+def write(name, header, buffer):
+    text = json.dumps(header).encode()
+    with open(f"{work}/hostile/{name}.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + buffer)
+
+def with_metadata(name, **changes):
+    header, buffer = read("char_model.f32.safetensors")
+    header["__metadata__"].update(changes)
+    write(name, header, buffer)
+
+with_metadata("n_layers_huge", **{"tapegrad.config.n_layers": "100000"})
+with_metadata("n_layers_word", **{"tapegrad.config.n_layers": "2.5"})
+with_metadata("n_heads_3", **{"tapegrad.config.n_heads": "3"})
+with_metadata("tie_maybe", **{"tapegrad.config.tie": "maybe"})
+with_metadata("kind_escape", **{"tapegrad.model": "\x1b[2J" + "x" * 100000})
+
+# The linear twin in 16-bit floats (loads), and with a U8 tensor beside its F32 ones (refused, named).
+header, buffer = read("linear.f32.safetensors")
+floats = struct.unpack(f"<{len(buffer) // 4}f", buffer)
+for dtype, pack in (("BF16", lambda v: struct.pack("<f", v)[2:]), ("F16", lambda v: struct.pack("<e", v))):
+    converted = {k: dict(v, dtype=dtype, data_offsets=[v["data_offsets"][0] // 2, v["data_offsets"][1] // 2])
+                 for k, v in header.items() if k != "__metadata__"}
+    write(dtype.lower(), dict(converted, __metadata__=header["__metadata__"]), b"".join(pack(v) for v in floats))
+extra = dict(header, extra={"dtype": "U8", "shape": [4], "data_offsets": [len(buffer), len(buffer) + 4]})
+write("u8", extra, buffer + b"PK\x05\x06")
+PY
+
+# refused NAME TEXT: the script refuses hostile/NAME in one line that contains TEXT, exit 1, no traceback.
+refused() {
+  if out=$(/usr/bin/python3 "$script" "$work/hostile/$1.safetensors" 2>&1); then
+    echo "FAIL: $1 loaded: $out"
+    exit 1
+  fi
+  if [ "$(printf '%s\n' "$out" | wc -l)" -ne 1 ] || [ "${#out}" -gt 400 ] ||
+     printf '%s' "$out" | grep -q Traceback || ! printf '%s' "$out" | grep -qF -- "$2"; then
+    echo "FAIL: $1: expected one line with '$2', got:"
+    printf '%s\n' "$out" | head -c 2000
+    exit 1
+  fi
+  echo "ok refused $1: $out"
+}
+refused n_layers_huge "tapegrad.config.n_layers is '100000', not 2, the number of layers the file holds"
+refused n_layers_word "tapegrad.config.n_layers is '2.5', not an integer of at least 1"
+refused n_heads_3 "tapegrad.config.n_heads is '3', not a divisor of the width 8 the tensors have"
+refused tie_maybe "tapegrad.config.tie is 'maybe', not true or false"
+refused kind_escape "no PyTorch twin for the model kind '\\x1b[2Jxxx"
+refused u8 "tensor 'extra' is U8; this script loads F64, F32, F16 and BF16"
+for dtype in bf16 f16; do
+  /usr/bin/python3 "$script" "$work/hostile/$dtype.safetensors" >/dev/null
+  echo "ok loaded $dtype"
+done
