@@ -488,3 +488,23 @@ TEST_CASE("safetensors hostile: the header is read as it is parsed, and a header
   CHECK(message.starts_with("tensor 'w' has a shape with \"aaaa"));
   CHECK(message.size() < 300);
 }
+
+// ---- what a file may hold ----------------------------------------------------------------------------------------
+
+TEST_CASE("safetensors: a tensor's bytes are data, not inspected: a U8 tensor holding a ZIP decodes") {
+  // What is promised is the file's structure (docs/safetensors.md): an archive after the last tensor is
+  // refused ("hostile: tensors that do not tile"), one inside a tensor is that tensor's bytes.
+  const std::string zip_end = std::string("PK\x05\x06", 4) + std::string(18, '\0');
+  const std::string file = st_file(
+      object({entry("weight", "F32", "[2,1]", "[0,8]"), entry("bias", "F32", "[1]", "[8,12]"), entry("archive", "U8", "[22]", "[12,34]")}),
+      f32_bytes({1, 2, 3}) + zip_end);
+  const SafetensorsView view = decode_safetensors(bytes_of(file), "zip");
+  REQUIRE(view.tensors.size() == 3);
+  CHECK(std::equal(view.tensors[2].data.begin(), view.tensors[2].data.end(), bytes_of(zip_end).begin()));
+  // A strict load refuses it as a tensor the model does not have, nothing more; a partial one skips it.
+  Rng rng(1);
+  Linear<float> layer("", {.in = 2, .out = 1}, rng);
+  CHECK_THROWS_WITH_AS(load_safetensors(view, layer), "load_safetensors: the model has no 'archive'; nothing was loaded",
+                       FormatError);
+  CHECK(load_safetensors(view, layer, {.strict = false}).unexpected == std::vector<std::string>{"archive"});
+}

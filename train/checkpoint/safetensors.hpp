@@ -14,8 +14,9 @@
 // more than the file holds, starting with '{', valid UTF-8 JSON with unique names, known dtypes, shapes
 // whose element count and byte size do not overflow, data_offsets [begin, end] with end - begin the
 // tensor's byte size, tensors that cover the buffer from 0 with no hole or overlap, no byte after the last
-// tensor (a file cannot also be a valid ZIP or PDF), and __metadata__ a map of strings to strings. A refusal
-// is one FormatError line naming the rule and the tensor.
+// tensor (so an archive appended to a file is refused), and __metadata__ a map of strings to strings. A
+// refusal is one FormatError line naming the rule and the tensor. The bytes inside a tensor are data and
+// are not inspected: a U8 tensor may hold a ZIP.
 //
 // Layouts: `tapegrad` keeps the library's names and (in, out) weights ("attn.wq"); `pytorch` writes each
 // layer as its PyTorch twin's state_dict holds it (Module::torch_name: "self_attn.in_proj_weight", weights
