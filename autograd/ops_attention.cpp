@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "tapegrad/autograd/gemm.hpp"
-#include "tapegrad/autograd/inference.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/autograd/scratch.hpp"
 #include "tapegrad/autograd/softmax_kernels.hpp"
@@ -339,46 +338,6 @@ Var<T> attention(Var<T> q, Var<T> k, Var<T> v, Index heads, const Mask* mask, do
   if (saved) n.backward = &attention_backward<T>;
   return t.commit(n);
 }
-
-// ---- without a tape (autograd/inference.hpp) ------------------------------------------------------
-
-// Per query row and head, as the op's `attend` above computes that row: S = q_h K_h^T over the row's open
-// keys, P = softmax(s S), out_h = P V_h, each head's operands read in place through their strides.
-template <class T>
-TensorT<T> inference::attend(const TensorT<T>& q, const TensorT<T>& keys, const TensorT<T>& values, Index first,
-                             Index heads, double scale) {
-  if (heads < 1) fail<ValueError>("inference attend: heads must be >= 1, got {}", heads);
-  if (q.rank() != 2 || keys.rank() != 2 || values.rank() != 2 || q.cols() != keys.cols() || q.cols() % heads != 0 ||
-      values.cols() % heads != 0)
-    fail<ShapeError>("inference attend: q is {}, keys {} and values {} for {} heads; q's rows must be as wide as the "
-                     "keys, and q's and the values' widths multiples of the heads",
-                     q.shape(), keys.shape(), values.shape(), heads);
-  const Index N = q.rows();
-  if (first < 0 || first + N > keys.rows() || first + N > values.rows())
-    fail<ShapeError>("inference attend: {} queries from position {} asked of keys {} and values {}", N, first,
-                     keys.shape(), values.shape());
-  if (!(scale > 0) || !std::isfinite(scale))
-    fail<ValueError>("inference attend: the scale must be positive and finite, got {}", scale);
-  const Index dk = q.cols() / heads, dv = values.cols() / heads;
-  TensorT<T> out(Shape::mat(N, values.cols()));
-  T* p = detail::thread_scratch<T>(detail::Scratch::attention_block, static_cast<std::size_t>(first + N));  // (1, L)
-  for (Index r = 0; r < N; ++r) {
-    const Index open = first + r + 1;  // keys 0 .. first + r
-    for (Index h = 0; h < heads; ++h) {
-      detail::gemm<T>(ProductForm::abt, 1, open, dk, {q.data() + r * q.cols() + h * dk, q.cols()},
-                      {keys.data() + h * dk, keys.cols()}, p, open, false, false);
-      detail::softmax_forward(p, p, 1, open, static_cast<T>(scale), {}, false);
-      detail::gemm<T>(ProductForm::ab, 1, dv, open, {p, open}, {values.data() + h * dv, values.cols()},
-                      out.data() + r * out.cols() + h * dv, out.cols(), false, false);
-    }
-  }
-  return out;
-}
-
-template TensorT<float> inference::attend(const TensorT<float>&, const TensorT<float>&, const TensorT<float>&, Index,
-                                          Index, double);
-template TensorT<double> inference::attend(const TensorT<double>&, const TensorT<double>&, const TensorT<double>&,
-                                           Index, Index, double);
 
 #define TAPEGRAD_INSTANTIATE(T) \
   template Var<T> attention(Var<T>, Var<T>, Var<T>, Index, const Mask*, double, std::span<TensorT<T>>, Where);

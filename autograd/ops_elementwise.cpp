@@ -9,7 +9,6 @@
 #include <unsupported/Eigen/SpecialFunctions>
 
 #include "tapegrad/autograd/function.hpp"
-#include "tapegrad/autograd/inference.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/parallel.hpp"
 
@@ -234,7 +233,7 @@ struct Tanh {
   }
 };
 
-// y = x Phi(x), elementwise: gelu's forward and inference::gelu (y may be x).
+// y = x Phi(x), elementwise: gelu's forward (y may be x).
 template <class T>
 void gelu_values(const TensorT<T>& x, TensorT<T>& y) {
   parallel_rows(x.numel(), 1, [&](Index from, Index count) {
@@ -400,25 +399,6 @@ Var<T> transpose(Var<T> a, Where where) {
   };
   return t.commit(n);
 }
-
-template <class T>
-TensorT<T> inference::gelu(TensorT<T> x) {
-  gelu_values(x, x);
-  return x;
-}
-
-template <class T>
-TensorT<T> inference::add(TensorT<T> a, const TensorT<T>& b) {
-  if (a.shape() != b.shape())
-    fail<ShapeError>("inference add: a is {} but b is {}; they must have one shape", a.shape(), b.shape());
-  a.array() += b.array();  // as add's same-shape case: one rounding per element
-  return a;
-}
-
-template TensorT<float> inference::gelu(TensorT<float>);
-template TensorT<double> inference::gelu(TensorT<double>);
-template TensorT<float> inference::add(TensorT<float>, const TensorT<float>&);
-template TensorT<double> inference::add(TensorT<double>, const TensorT<double>&);
 
 #define TAPEGRAD_INSTANTIATE(T)                      \
   template Var<T> add(Var<T>, Var<T>, Where);        \

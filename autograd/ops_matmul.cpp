@@ -1,7 +1,6 @@
 // Matrix products: a b, a b^T, a^T b; 2-D, batched, and batched times a shared 2-D weight; and x w + b.
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/autograd/gemm.hpp"
-#include "tapegrad/autograd/inference.hpp"
 #include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
@@ -194,45 +193,6 @@ template <class T>
 Var<T> matmul_at(Var<T> a, Var<T> b, Where where) {
   return product("matmul_at", Form::atb, a, b, where);
 }
-
-// ---- without a tape (autograd/inference.hpp) ------------------------------------------------------
-
-namespace inference {
-namespace {
-// x w (+ b) or x w^T (+ b) on rows of x, by the kernels of affine, matmul and matmul_bt.
-template <class T>
-TensorT<T> product_of_rows(const char* op, Form form, const TensorT<T>& x, const TensorT<T>& w, const TensorT<T>* b) {
-  const Index k = form == Form::abt ? w.cols() : w.rows(), m = form == Form::abt ? w.rows() : w.cols();
-  if (w.rank() != 2 || x.cols() != k)
-    fail<ShapeError>("inference {}: x is {} and w is {}; w must be a matrix whose {} match x's {} columns", op,
-                     x.shape(), w.shape(), form == Form::abt ? "columns" : "rows", x.cols());
-  if (b && (b->rank() > 2 || b->rows() != 1 || b->cols() != m))
-    fail<ShapeError>("inference {}: b is {} but the product has {} columns; b must be a row of {} values", op,
-                     b->shape(), m, m);
-  Shape out = x.shape();
-  out.cols = m;
-  TensorT<T> y(out);
-  detail::gemm<T>(form, out.flat_rows(), m, k, {x.data(), k}, {w.data(), w.cols()}, y.data(), m, false, true,
-                  b ? b->data() : nullptr);
-  return y;
-}
-}  // namespace
-
-template <class T>
-TensorT<T> affine(const TensorT<T>& x, const TensorT<T>& w, const TensorT<T>* b) {
-  return product_of_rows("affine", Form::ab, x, w, b);
-}
-
-template <class T>
-TensorT<T> affine_bt(const TensorT<T>& x, const TensorT<T>& w, const TensorT<T>* b) {
-  return product_of_rows("affine_bt", Form::abt, x, w, b);
-}
-
-template TensorT<float> affine(const TensorT<float>&, const TensorT<float>&, const TensorT<float>*);
-template TensorT<double> affine(const TensorT<double>&, const TensorT<double>&, const TensorT<double>*);
-template TensorT<float> affine_bt(const TensorT<float>&, const TensorT<float>&, const TensorT<float>*);
-template TensorT<double> affine_bt(const TensorT<double>&, const TensorT<double>&, const TensorT<double>*);
-}  // namespace inference
 
 #define TAPEGRAD_INSTANTIATE(T)                     \
   template Var<T> matmul(Var<T>, Var<T>, Where);    \

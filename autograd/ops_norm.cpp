@@ -1,7 +1,6 @@
 // Inverted dropout and fused layer normalisation over the last axis.
 #include <cmath>
 
-#include "tapegrad/autograd/inference.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/autograd/scratch.hpp"
 #include "tapegrad/core/parallel.hpp"
@@ -27,8 +26,7 @@ struct LayerNormSaved {
 bool is_row_of(const Shape& p, Index width) { return p.rank <= 2 && p.batch == 1 && p.rows == 1 && p.cols == width; }
 
 // Per row of x: xhat = (x - mean) rstd with the statistics in double, y = xhat * gamma + beta; rstd (one
-// per row) when asked. xhat, y (x's shape) and rstd are sized by the caller. layer_norm's forward and
-// inference::layer_norm, so both compute every value alike.
+// per row) when asked. xhat, y (x's shape) and rstd are sized by the caller.
 template <class T>
 void normalize_rows(const TensorT<T>& x, const TensorT<T>& gamma, const TensorT<T>& beta, double eps, TensorT<T>& xhat,
                     TensorT<T>* rstd_out, TensorT<T>& y) {
@@ -131,22 +129,6 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) 
   };
   return t.commit(n);
 }
-
-template <class T>
-TensorT<T> inference::layer_norm(const TensorT<T>& x, const TensorT<T>& gamma, const TensorT<T>& beta, double eps) {
-  if (x.cols() == 0 || !is_row_of(gamma.shape(), x.cols()) || !is_row_of(beta.shape(), x.cols()))
-    fail<ShapeError>("inference layer_norm: x is {}, gamma {} and beta {}; both must be rows of x's width, which must "
-                     "not be 0",
-                     x.shape(), gamma.shape(), beta.shape());
-  if (!(eps > 0) || !std::isfinite(eps)) fail<ValueError>("inference layer_norm: eps must be positive and finite, got {}", eps);
-  TensorT<T> xhat(x.shape()), y(x.shape());
-  normalize_rows<T>(x, gamma, beta, eps, xhat, nullptr, y);
-  return y;
-}
-
-template TensorT<float> inference::layer_norm(const TensorT<float>&, const TensorT<float>&, const TensorT<float>&, double);
-template TensorT<double> inference::layer_norm(const TensorT<double>&, const TensorT<double>&, const TensorT<double>&,
-                                               double);
 
 #define TAPEGRAD_INSTANTIATE(T)                                           \
   template Var<T> dropout(Var<T>, double, Rng&, Where);                  \

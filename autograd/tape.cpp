@@ -82,6 +82,13 @@ Var<T> Tape<T>::constant(const TensorT<T>& value, Where where) {
 }
 
 template <class T>
+Var<T> Tape<T>::constant_in_place(const TensorT<T>& value, Where where) {
+  Node<T>& n = push("constant_in_place", Shape::vec(0), where);  // the value lives where it is
+  n.external_value = &value;
+  return commit(n);
+}
+
+template <class T>
 Var<T> Tape<T>::input(const TensorT<T>& value, Where where) {
   Node<T>& n = push("input", value.shape(), where);
   std::copy(value.data(), value.data() + value.numel(), n.value.data());

@@ -241,8 +241,11 @@ class Tape {
   Tape(const Tape&) = delete;  // Vars point at their tape
   Tape& operator=(const Tape&) = delete;
 
-  // Leaves. constant() and input() copy the value into the tape; param() reads it in place.
+  // Leaves. constant() and input() copy the value into the tape; param() reads it in place, and so does
+  // constant_in_place() (a cache of keys and values, read by a forward with gradients off): that tensor
+  // must neither change nor go while the recording is used.
   Var<T> constant(const TensorT<T>& value, Where where = Where::current());
+  Var<T> constant_in_place(const TensorT<T>& value, Where where = Where::current());
   Var<T> input(const TensorT<T>& value, Where where = Where::current());  // takes a gradient
   Var<T> param(Parameter<T>& p, Where where = Where::current());
 

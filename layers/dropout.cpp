@@ -19,20 +19,6 @@ Var<T> Dropout<T>::forward(Var<T> x) {
   return dropout(x, p_, *this->rng());
 }
 
-template <class T>
-void Dropout<T>::check_inference() const {
-  if (this->training() && p_ > 0)
-    fail<UsageError>("dropout '{}': the inference path computes evaluation mode's values, but the model is in training "
-                     "mode with p {}; call eval() first",
-                     this->path(), p_);
-}
-
-template <class T>
-TensorT<T> Dropout<T>::infer(TensorT<T> x) const {
-  check_inference();
-  return x;
-}
-
 template class Dropout<float>;
 template class Dropout<double>;
 

@@ -15,11 +15,6 @@ class Dropout : public Module<T> {
   Dropout(std::string name, double p);  // 0 <= p < 1
   // In training mode with p > 0 and no random stream set: UsageError naming the layer.
   Var<T> forward(Var<T> x);
-  // The inference path (no tape) computes evaluation mode's values: x itself. In training mode with p > 0 it
-  // would not be what forward() computes, so that is a UsageError naming the layer (check_inference alone
-  // is that check).
-  TensorT<T> infer(TensorT<T> x) const;
-  void check_inference() const;
   double p() const { return p_; }
 
  private:

@@ -24,19 +24,6 @@ Var<T> Embedding<T>::forward(Tape<T>& tape, const Ids& ids) {
 }
 
 template <class T>
-TensorT<T> Embedding<T>::infer(std::span<const std::int32_t> tokens) const {
-  const TensorT<T>& table = table_->value;
-  const Index D = table.cols();
-  TensorT<T> out(Shape::mat(static_cast<Index>(tokens.size()), D));
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= table.rows())
-      fail<ValueError>("embedding '{}': token {} is outside the vocabulary of {}", this->path(), tokens[i], table.rows());
-    std::copy_n(table.data() + tokens[i] * D, D, out.data() + static_cast<Index>(i) * D);
-  }
-  return out;
-}
-
-template <class T>
 OneHotTokens<T>::OneHotTokens(std::string name, Index vocab) : Module<T>(std::move(name)), vocab_(vocab) {
   if (vocab <= 0) fail<ValueError>("one_hot_tokens '{}': vocab must be positive, got {}", this->name(), vocab);
 }
@@ -100,65 +87,41 @@ Index Positions<T>::output_width() const {
 }
 
 template <class T>
-Var<T> Positions<T>::forward(Var<T> x) {
+Var<T> Positions<T>::forward(Var<T> x, Index first) {
   Tape<T>& tape = Tape<T>::of("positions", {{"x", x}});
-  if (options_.kind == PositionEncoding::none) return x;
   const Shape s = x.shape();
-  if (s.rank != 3 || s.rows > options_.max_len || s.cols != options_.d_model)
+  if (s.rank != 3 || s.cols != options_.d_model)
     fail<ShapeError>("positions '{}': x is {} but the layer takes (batch, T <= {}, {}) inputs", this->name(), s,
                      options_.max_len, options_.d_model);
+  if (first < 0 || first > options_.max_len - s.rows) {
+    if (first == 0)
+      fail<ShapeError>("positions '{}': x is {} but the layer takes (batch, T <= {}, {}) inputs", this->name(), s,
+                       options_.max_len, options_.d_model);
+    if (s.rows == 1)
+      fail<ValueError>("positions '{}': position {} is past the longest sequence, max_len {}", this->path(), first,
+                       options_.max_len);
+    fail<ValueError>("positions '{}': positions {} to {} go past the longest sequence, max_len {}", this->path(), first,
+                     first + s.rows - 1, options_.max_len);
+  }
+  if (options_.kind == PositionEncoding::none) return x;
   if (options_.kind == PositionEncoding::onehot) {
-    // (B, T, max_len) with e_t in row t: a constant built in place on the tape.
+    // (B, T, max_len) with e_(first + t) in row t: a constant built in place on the tape.
     Node<T>& n = tape.record("one_hot_positions", {}, Shape::batched(s.batch, s.rows, options_.max_len), Where::current());
     n.value.set_zero();
     for (Index b = 0; b < s.batch; ++b)
-      for (Index t = 0; t < s.rows; ++t) n.value.at(b, t, t) = T(1);
+      for (Index t = 0; t < s.rows; ++t) n.value.at(b, t, first + t) = T(1);
     const std::array<Var<T>, 2> parts = {x, tape.commit(n)};
     return concat_cols(std::span<const Var<T>>(parts));
   }
   if (options_.kind == PositionEncoding::sinusoidal) {
-    // Rows 0 .. T-1 of the table, which are its first T * D values: one copy onto the tape.
+    // Rows first .. first + T - 1 of the table, contiguous: one copy onto the tape.
     Node<T>& n = tape.record("sinusoidal_positions", {}, Shape::mat(s.rows, s.cols), Where::current());
-    std::copy_n(table_.data(), n.value.numel(), n.value.data());
+    std::copy_n(table_.data() + first * s.cols, n.value.numel(), n.value.data());
     return add(x, tape.commit(n));  // (T, D) shared by the batch
   }
   positions_.resize(Shape::vec(s.rows));
-  for (Index t = 0; t < s.rows; ++t) positions_[t] = static_cast<std::int32_t>(t);
-  return add(x, gather_rows(tape.param(*learned_), positions_));  // rows 0 .. T-1, shared by the batch
-}
-
-template <class T>
-TensorT<T> Positions<T>::infer(const TensorT<T>& x, Index first) const {
-  if (x.rank() != 2 || x.cols() != options_.d_model)
-    fail<ShapeError>("positions '{}': x is {} but the layer takes rows of {} values", this->path(), x.shape(),
-                     options_.d_model);
-  if (first < 0 || first > options_.max_len - x.rows()) {
-    if (x.rows() == 1)
-      fail<ValueError>("positions '{}': position {} is past the longest sequence, max_len {}", this->path(), first,
-                       options_.max_len);
-    fail<ValueError>("positions '{}': positions {} to {} go past the longest sequence, max_len {}", this->path(), first,
-                     first + x.rows() - 1, options_.max_len);
-  }
-  const Index N = x.rows(), D = options_.d_model;
-  switch (options_.kind) {
-    case PositionEncoding::none: return x;
-    case PositionEncoding::onehot: {  // [x, e_t]: as forward's concat_cols
-      TensorT<T> out(Shape::mat(N, D + options_.max_len));
-      for (Index r = 0; r < N; ++r) {
-        std::copy_n(x.data() + r * D, D, out.data() + r * out.cols());
-        out.at(r, D + first + r) = T(1);
-      }
-      return out;
-    }
-    case PositionEncoding::learned:
-    case PositionEncoding::sinusoidal: {  // x + rows first .. first + N - 1 of the table: as forward's add
-      const TensorT<T>& table = options_.kind == PositionEncoding::learned ? learned_->value : table_;
-      TensorT<T> out = x;
-      out.array() += ConstArrayMap<T>(table.data() + first * D, N * D);
-      return out;
-    }
-  }
-  return x;
+  for (Index t = 0; t < s.rows; ++t) positions_[t] = static_cast<std::int32_t>(first + t);
+  return add(x, gather_rows(tape.param(*learned_), positions_));  // rows first .. first + T - 1, shared by the batch
 }
 
 template class Embedding<float>;

@@ -27,8 +27,6 @@ class Embedding : public Module<T> {
  public:
   Embedding(std::string name, const EmbeddingOptions& options, Rng& rng);
   Var<T> forward(Tape<T>& tape, const Ids& ids);  // ids (N) or (B, T) -> (N, dim) or (B, T, dim)
-  // Tokens' rows, (N, dim), without a tape (generation); ValueError for an id outside the table.
-  TensorT<T> infer(std::span<const std::int32_t> tokens) const;
   Parameter<T>& table() { return *table_; }
   // nn.Embedding: the table is its "weight".
   TorchName torch_name(std::string_view) const override { return {"weight"}; }
@@ -74,12 +72,11 @@ class Positions : public Module<T> {
   // none, one-hot and sinusoidal positions initialise nothing, so they need no Rng; learned ones given
   // here are a ValueError.
   Positions(std::string name, const PositionOptions& options);
-  // x (B, T, d_model) with T <= max_len. one-hot concatenates e_t (width d_model + max_len); learned
-  // and sinusoidal add row t of their (max_len, d_model) table; none returns x.
-  Var<T> forward(Var<T> x);
-  // The same without a tape, for rows of one sequence at positions first, first + 1, ...: x (N, d_model)
-  // -> (N, output_width()). A position past max_len is a ValueError naming it.
-  TensorT<T> infer(const TensorT<T>& x, Index first) const;
+  // x (B, T, d_model), its rows at positions first, first + 1, ..., first + T - 1 <= max_len - 1 (first
+  // > 0: the newest tokens of a sequence fed through a cache, layers/kv_cache.hpp). one-hot concatenates
+  // e_t (width d_model + max_len); learned and sinusoidal add row t of their (max_len, d_model) table;
+  // none returns x. A position past max_len is a ValueError naming it.
+  Var<T> forward(Var<T> x, Index first = 0);
   Index output_width() const;
   const PositionOptions& options() const { return options_; }
   // Learned positions are an nn.Embedding(max_len, d_model) (GPT-2's wpe): the table is its "weight".

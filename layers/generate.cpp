@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <span>
+#include <vector>
 
 #include "tapegrad/core/rng.hpp"
 
@@ -19,28 +21,25 @@ namespace {
 
 // The first logit that is NaN or infinite, or -1.
 template <class T>
-Index first_non_finite(const TensorT<T>& logits) {
-  for (Index v = 0; v < logits.numel(); ++v)
-    if (!std::isfinite(logits[v])) return v;
+Index first_non_finite(std::span<const T> logits) {
+  for (std::size_t v = 0; v < logits.size(); ++v)
+    if (!std::isfinite(logits[v])) return static_cast<Index>(v);
   return -1;
 }
 
 constexpr const char* kOverflow = "its weights make the logits overflow, and no token can be drawn from them";
 
-}  // namespace
-
+// The draw of draw_token over finite logits, with `p` as the probabilities' buffer (one per sampler).
 template <class T>
-std::int32_t draw_token(const TensorT<T>& logits, double temperature, double u) {
-  const Index V = logits.numel();
-  if (V == 0) fail<ShapeError>("draw_token: the logits are empty");
-  if (const Index v = first_non_finite(logits); v >= 0)
-    fail<NonFiniteError>("draw_token: the logit of token {} of {} is {}; {}", v, V, static_cast<double>(logits[v]), kOverflow);
+std::int32_t draw(std::span<const T> logits, double temperature, double u, std::vector<double>& p) {
+  const auto V = static_cast<Index>(logits.size());
   // softmax(logits / temperature), less the largest logit (so no exp overflows), in double
-  const double top = static_cast<double>(logits.array().maxCoeff());
-  std::vector<double> p(static_cast<std::size_t>(V));
+  const double top = static_cast<double>(*std::max_element(logits.begin(), logits.end()));
+  p.resize(logits.size());
   double sum = 0;
   for (Index v = 0; v < V; ++v)
-    sum += p[static_cast<std::size_t>(v)] = std::exp((static_cast<double>(logits[v]) - top) / temperature);
+    sum += p[static_cast<std::size_t>(v)] =
+        std::exp((static_cast<double>(logits[static_cast<std::size_t>(v)]) - top) / temperature);
   // Inverse CDF: the first token whose cumulative probability exceeds u sum (the last one if rounding
   // leaves the total just below it).
   const double target = u * sum;
@@ -50,6 +49,18 @@ std::int32_t draw_token(const TensorT<T>& logits, double temperature, double u) 
     if (target < cumulative) return static_cast<std::int32_t>(v);
   }
   return static_cast<std::int32_t>(V - 1);
+}
+
+}  // namespace
+
+template <class T>
+std::int32_t draw_token(const TensorT<T>& logits, double temperature, double u) {
+  const Index V = logits.numel();
+  if (V == 0) fail<ShapeError>("draw_token: the logits are empty");
+  if (const Index v = first_non_finite(logits.span()); v >= 0)
+    fail<NonFiniteError>("draw_token: the logit of token {} of {} is {}; {}", v, V, static_cast<double>(logits[v]), kOverflow);
+  std::vector<double> p;
+  return draw(logits.span(), temperature, u, p);
 }
 
 template <class T>
@@ -67,28 +78,36 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
   Rng rng(o.seed);
   std::optional<KvCache<T>> cache;
   if (o.cache) cache.emplace(model.make_cache());
+  Tape<T> tape;  // reset for every draw, its buffers reused: values only
+  NoGradGuard<T> no_grad(tape);
+  Ids fed;
+  std::vector<double> p;
   Index cached_from = -1;  // the cache holds tokens [cached_from, cached_from + cache->length())
   for (Index i = 0; i < o.count; ++i) {
     const Index n = static_cast<Index>(tokens.size());
     const Index start = window_start(n, context);
-    TensorT<T> logits;
+    std::span<const std::int32_t> feed = std::span<const std::int32_t>(tokens).subspan(static_cast<std::size_t>(start));
     if (cache) {
       if (start != cached_from) {  // a new window: its tokens at positions from 0 again
         cache->clear();
         cached_from = start;
       }
       // The window's tokens not fed yet: the last drawn one, or the whole window after a jump (the prompt first).
-      const auto fed = static_cast<std::size_t>(cached_from + cache->length());
-      logits = model.step(std::span<const std::int32_t>(tokens).subspan(fed), *cache);
-    } else {
-      logits = model.next_logits(std::span<const std::int32_t>(tokens).subspan(static_cast<std::size_t>(start)));
+      feed = std::span<const std::int32_t>(tokens).subspan(static_cast<std::size_t>(cached_from + cache->length()));
     }
-    if (logits.numel() != V)
-      fail<ShapeError>("sample: the model gave {} logits for a vocabulary of {}", logits.shape(), V);
+    fed.resize(Shape::mat(1, static_cast<Index>(feed.size())));
+    std::copy(feed.begin(), feed.end(), fed.data());
+    tape.reset();
+    const TensorT<T>& all = model.forward(tape, fed, cache ? &*cache : nullptr).value();  // (1, N, V)
+    if (all.numel() != static_cast<Index>(feed.size()) * V || all.cols() != V)
+      fail<ShapeError>("sample: the model gave logits of shape {} for {} tokens and a vocabulary of {}", all.shape(),
+                       feed.size(), V);
+    const std::span<const T> logits(all.data() + all.numel() - V, static_cast<std::size_t>(V));  // after the last token
     if (const Index v = first_non_finite(logits); v >= 0)
       fail<NonFiniteError>("sample: drawing token {} of {} (position {} of the text), the model's logit of token {} of {} is "
-                           "{}; {}", i + 1, o.count, n, v, V, static_cast<double>(logits[v]), kOverflow);
-    tokens.push_back(draw_token(logits, o.temperature, rng.uniform()));
+                           "{}; {}", i + 1, o.count, n, v, V, static_cast<double>(logits[static_cast<std::size_t>(v)]),
+                           kOverflow);
+    tokens.push_back(draw(logits, o.temperature, rng.uniform(), p));
     if (o.on_token) o.on_token(tokens.back());
   }
   return {tokens.begin() + static_cast<std::ptrdiff_t>(prompt.size()), tokens.end()};

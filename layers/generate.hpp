@@ -1,10 +1,11 @@
 #pragma once
 // Sampling text from a causal language model: ancestral sampling, each next token drawn from
-// softmax(logits / temperature), with the model's logits computed either by a forward of the whole window
-// (what a training step computes, recomputed for every token) or one token at a time through a KvCache
-// (layers/kv_cache.hpp). Both read the same window of context, so for a seed they draw the same tokens
-// (the two differ by float rounding only: a draw that lands within that rounding of a boundary between
-// two tokens could go either way; tests/test_generate.cpp checks the texts agree).
+// softmax(logits / temperature), with the model's logits computed by its own forward (the one training
+// runs), with gradients off, either over the whole window (recomputed for every token) or over the newest
+// token only through a KvCache (layers/kv_cache.hpp). Both read the same window of context, so for a seed
+// they draw the same tokens (the two differ by float rounding only: a draw that lands within that
+// rounding of a boundary between two tokens could go either way; tests/test_generate.cpp checks the
+// texts agree).
 //
 // The window. A model trained on sequences of `context` tokens has positions 0 .. context-1 only. While
 // the text is that long or shorter, the window is all of it. Past that it slides, by half a context at a
@@ -21,6 +22,7 @@
 #include <span>
 #include <vector>
 
+#include "tapegrad/autograd/tape.hpp"
 #include "tapegrad/core/tensor.hpp"
 #include "tapegrad/layers/kv_cache.hpp"
 
@@ -37,11 +39,12 @@ class LanguageModel {
   virtual ~LanguageModel() = default;
   virtual Index vocab() const = 0;
   virtual Index context() const = 0;  // the longest window: the positions the model has
-  // The logits (1, vocab) of the token after `window` (1 to context tokens), by a forward of the window.
-  virtual TensorT<T> next_logits(std::span<const std::int32_t> window) = 0;
-  // The same through the cache: feeds `tokens` (one or more) at positions cache.length() on and returns
-  // the logits (1, vocab) of the token after the last of them.
-  virtual TensorT<T> step(std::span<const std::int32_t> tokens, KvCache<T>& cache) = 0;
+  // The model's forward: the logits (1, N, vocab) after each of the tokens (1, N), on `tape`. Without a
+  // cache the tokens are a window from position 0 (1 to context tokens); with one, they are the newest
+  // tokens of a sequence whose earlier ones the cache holds, at positions cache->length() on, and the
+  // forward appends their keys and values (the model passes the cache to its TransformerStack or its
+  // SelfAttention layers). The sampler runs it with gradients off.
+  virtual Var<T> forward(Tape<T>& tape, const Ids& tokens, KvCache<T>* cache) = 0;
   virtual KvCache<T> make_cache() = 0;  // for windows of up to context() tokens
 };
 

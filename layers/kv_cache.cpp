@@ -11,22 +11,39 @@ AttentionCache<T>::AttentionCache(Index capacity) : capacity_(capacity) {
 
 template <class T>
 void AttentionCache<T>::append(const TensorT<T>& keys, const TensorT<T>& values) {
-  if (keys.rank() != 2 || values.rank() != 2 || keys.rows() != values.rows())
-    fail<ShapeError>("attention_cache: the keys are {} and the values {}; they must be rows of as many positions",
+  if (keys.rank() < 2 || values.rank() < 2 || keys.shape().flat_rows() != values.shape().flat_rows() ||
+      (keys.rank() == 3 && keys.batch() != 1) || (values.rank() == 3 && values.batch() != 1))
+    fail<ShapeError>("attention_cache: the keys are {} and the values {}; they must be rows of as many positions "
+                     "of one sequence",
                      keys.shape(), values.shape());
   if (length_ > 0 && (keys.cols() != keys_.cols() || values.cols() != values_.cols()))
     fail<ShapeError>("attention_cache: the keys are {} and the values {} but the cache holds rows of {} and {}",
                      keys.shape(), values.shape(), keys_.cols(), values_.cols());
-  const Index n = keys.rows();
+  const Index n = keys.shape().flat_rows();
   if (n > capacity_ - length_)
     fail<UsageError>("attention_cache: {} more {} not fit: it holds {} of {} (the longest sequence it was made for); "
                      "clear it and feed a shorter window",
                      n, n == 1 ? "position does" : "positions do", length_, capacity_);
-  keys_.resize(Shape::mat(capacity_, keys.cols()));  // allocates once: the same shape ever after
-  values_.resize(Shape::mat(capacity_, values.cols()));
+  if (keys_.capacity() < static_cast<std::size_t>(capacity_ * keys.cols()) ||
+      values_.capacity() < static_cast<std::size_t>(capacity_ * values.cols())) {  // the first append: room for all
+    keys_.resize(Shape::batched(1, capacity_, keys.cols()));
+    values_.resize(Shape::batched(1, capacity_, values.cols()));
+  }
+  // Within the capacity a resize moves nothing: what a recording read in place stays where it was.
+  keys_.resize(Shape::batched(1, length_ + n, keys.cols()));
+  values_.resize(Shape::batched(1, length_ + n, values.cols()));
   std::copy_n(keys.data(), keys.numel(), keys_.data() + length_ * keys.cols());
   std::copy_n(values.data(), values.numel(), values_.data() + length_ * values.cols());
   length_ += n;
+}
+
+template <class T>
+void AttentionCache<T>::clear() {
+  length_ = 0;
+  if (keys_.rank() == 3) {
+    keys_.resize(Shape::batched(1, 0, keys_.cols()));
+    values_.resize(Shape::batched(1, 0, values_.cols()));
+  }
 }
 
 template <class T>

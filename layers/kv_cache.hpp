@@ -1,13 +1,15 @@
 #pragma once
 // The keys and values of every position a causal model has read, kept per attention layer, so that
 // generation feeds only the new tokens: their queries attend to the kept keys, and a token costs O(t) at
-// position t instead of a forward of the whole prefix, O(t^2) (autograd/inference.hpp computes the
-// values without a tape). A step feeds one token, or several at once (a prompt: their products are
-// then one matrix product each). Any model built from the library's layers steps the same way:
+// position t instead of a forward of the whole prefix, O(t^2). A step feeds one token, or several at once
+// (a prompt: their products are then one matrix product each). It is an argument of the layers' own
+// forward, run with gradients off, so any model built from the library's layers, or a user's block that
+// passes the cache to its SelfAttention, generates through it with no second code path:
 //
+//   Tape<float> tape;  NoGradGuard<float> off(tape);      // values only, buffers reused after reset()
 //   KvCache<float> cache(stack.size(), max_len);          // one AttentionCache per block
-//   Tensor x = positions.infer(embed.infer(tokens), cache.length());  // (N, D): the tokens at their positions
-//   Tensor logits = head.infer(stack.step(x, cache));    // (N, V); every block appended N keys and values
+//   Var<float> x = positions.forward(embed.forward(tape, tokens), cache.length());  // (1, N, D) at their positions
+//   Var<float> logits = head.forward(stack.forward(x, nullptr, &cache));  // (1, N, V); every block appended N keys
 //
 // A cache holds at most `capacity` positions (the positions a model was trained on): a step past it is a
 // UsageError, and what to do then (slide a window and feed it again) is the sampler's choice
@@ -30,12 +32,14 @@ class AttentionCache {
   Index length() const { return length_; }
   Index capacity() const { return capacity_; }
   bool full() const { return length_ == capacity_; }
-  void clear() { length_ = 0; }  // forgets every position, keeps the buffers
+  void clear();  // forgets every position, keeps the buffers
 
-  // Appends the keys and values of N positions, (N, H dk) and (N, H dv). UsageError when they do not fit,
-  // ShapeError when the two have other row counts or other widths than the rows held.
+  // Appends the keys and values of N positions, (N, H dk) and (N, H dv) (or (1, N, ...): one sequence's).
+  // UsageError when they do not fit, ShapeError when the two have other row counts or other widths than
+  // the rows held.
   void append(const TensorT<T>& keys, const TensorT<T>& values);
-  // (capacity, H dk) and (capacity, H dv): rows 0 .. length-1 are the positions held.
+  // (1, L, H dk) and (1, L, H dv): the positions held, as one sequence, in buffers of `capacity` rows (an
+  // append within the capacity never moves them).
   const TensorT<T>& keys() const { return keys_; }
   const TensorT<T>& values() const { return values_; }
 

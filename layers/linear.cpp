@@ -1,6 +1,5 @@
 #include "tapegrad/layers/linear.hpp"
 
-#include "tapegrad/autograd/inference.hpp"
 #include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
@@ -24,14 +23,6 @@ Var<T> Linear<T>::forward(Var<T> x) {
     fail<ShapeError>("linear '{}': x is {} but the layer maps rows of {} features to {}", this->path(), s,
                      options_.in, options_.out);
   return bias_ ? affine(x, t.param(*weight_), t.param(*bias_)) : matmul(x, t.param(*weight_));
-}
-
-template <class T>
-TensorT<T> Linear<T>::infer(const TensorT<T>& x) const {
-  if (x.rank() == 1 || x.cols() != options_.in)
-    fail<ShapeError>("linear '{}': x is {} but the layer maps rows of {} features to {}", this->path(), x.shape(),
-                     options_.in, options_.out);
-  return inference::affine(x, weight_->value, bias_ ? &bias_->value : nullptr);
 }
 
 template <class T>

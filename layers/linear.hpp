@@ -23,8 +23,6 @@ class Linear : public Module<T> {
  public:
   Linear(std::string name, const LinearOptions& options, Rng& rng);
   Var<T> forward(Var<T> x);  // (..., in) -> (..., out)
-  // The same values without a tape (autograd/inference.hpp): generation's path.
-  TensorT<T> infer(const TensorT<T>& x) const;
 
   // Accessors return references; a parameter the layer was built without is a NameError naming it.
   Parameter<T>& weight() { return *weight_; }

@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "tapegrad/autograd/inference.hpp"
 #include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
@@ -23,14 +22,6 @@ Var<T> LayerNorm<T>::forward(Var<T> x) {
     fail<ShapeError>("layer_norm '{}': x is {} but the layer normalises rows of {} values", this->path(), x.shape(),
                      dim_);
   return layer_norm(x, t.param(*weight_), t.param(*bias_), eps_);
-}
-
-template <class T>
-TensorT<T> LayerNorm<T>::infer(const TensorT<T>& x) const {
-  if (x.cols() != dim_)
-    fail<ShapeError>("layer_norm '{}': x is {} but the layer normalises rows of {} values", this->path(), x.shape(),
-                     dim_);
-  return inference::layer_norm(x, weight_->value, bias_->value, eps_);
 }
 
 template class LayerNorm<float>;

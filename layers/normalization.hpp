@@ -14,7 +14,6 @@ class LayerNorm : public Module<T> {
  public:
   LayerNorm(std::string name, Index dim, double eps = 1e-5);
   Var<T> forward(Var<T> x);  // (..., dim) -> (..., dim)
-  TensorT<T> infer(const TensorT<T>& x) const;  // the same values without a tape (autograd/inference.hpp)
 
   Parameter<T>& weight() { return *weight_; }
   Parameter<T>& bias() { return *bias_; }

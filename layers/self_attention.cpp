@@ -4,7 +4,6 @@
 #include <cmath>
 #include <span>
 
-#include "tapegrad/autograd/inference.hpp"
 #include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
@@ -104,22 +103,24 @@ double SelfAttention<T>::scale_factor() const {
   return 1.0;
 }
 
-// The combined mask (nonzero = blocked), or nullptr when nothing is blocked: causal alone is one (T, T)
-// mask shared by the batch; padding makes it (B, T, T), blocking padded key columns.
+// The combined mask (nonzero = blocked), or nullptr when nothing is blocked: causal alone is one (T, Tk)
+// mask shared by the batch; padding makes it (B, T, T), blocking padded key columns. Query i is the token
+// at position first + i, key j the token at position j (first > 0: the newest tokens against a cache).
 template <class T>
-const Mask* SelfAttention<T>::build_mask(const Shape& x, const Mask* key_padding) {
-  const Index B = x.batch, L = x.rows;
+const Mask* SelfAttention<T>::build_mask(const Shape& x, const Mask* key_padding, Index first) {
+  const Index B = x.batch, L = x.rows, keys = first + L;
   if (!options_.causal && !key_padding) return nullptr;
-  mask_.resize(key_padding ? Shape::batched(B, L, L) : Shape::mat(L, L));
+  mask_.resize(key_padding ? Shape::batched(B, L, keys) : Shape::mat(L, keys));
   for (Index b = 0; b < mask_.batch(); ++b)
     for (Index i = 0; i < L; ++i)
-      for (Index j = 0; j < L; ++j)
-        mask_.at(b, i, j) = static_cast<std::uint8_t>((options_.causal && j > i) || (key_padding && key_padding->at(b, j)));
+      for (Index j = 0; j < keys; ++j)
+        mask_.at(b, i, j) =
+            static_cast<std::uint8_t>((options_.causal && j > first + i) || (key_padding && key_padding->at(b, j)));
   return &mask_;
 }
 
 template <class T>
-Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding) {
+Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding, AttentionCache<T>* cache) {
   Tape<T>& t = Tape<T>::of("self_attention", {{"x", x}});
   const Shape s = x.shape();
   if (s.rank != 3 || s.cols != options_.d_model)
@@ -128,7 +129,9 @@ Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding) {
   if (key_padding && key_padding->shape() != Shape::mat(s.batch, s.rows))
     fail<ShapeError>("self_attention '{}': the key padding mask is {} but x is {}; it must be {}x{} (batch, tokens)",
                      this->name(), key_padding->shape(), s, s.batch, s.rows);
-  const Mask* mask = build_mask(s, key_padding);
+  if (cache) check_cached(t, s, key_padding);
+  const Index first = cache ? cache->length() : 0;  // the position of x's first token
+  const Mask* mask = build_mask(s, key_padding, first);
 
   // in w + b in one affine node (as Linear computes it), or in w without biases.
   const auto project = [&](Var<T> in, Parameter<T>& w, Parameter<T>* b) {
@@ -142,6 +145,11 @@ Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding) {
     q = project(x, *wq_, bq_);
     v = project(x, *wv_, bv_);
   }
+  if (cache) {  // the newest tokens' keys and values join the cache; attention reads all it holds
+    cache->append(k.value(), v.value());
+    k = t.constant_in_place(cache->keys());  // (1, L, H dh): read where they are, not copied
+    v = t.constant_in_place(cache->values());
+  }
   // Every head at once, each reading its columns of Q, K and V in place (autograd/ops_attention.cpp).
   kept_ = false;
   Var<T> out = attention(q, k, v, options_.n_heads, mask, scale_factor(),
@@ -149,6 +157,22 @@ Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding) {
   kept_ = keep_weights_;
   if (wo_) out = project(out, *wo_, bo_);  // (B, T, H dh) -> (B, T, D)
   return out;
+}
+
+template <class T>
+void SelfAttention<T>::check_cached(const Tape<T>& t, const Shape& s, const Mask* key_padding) const {
+  if (!options_.causal)
+    fail<UsageError>("self_attention '{}': a cache feeds the newest tokens only, which needs a causal layer (here every "
+                     "token attends to later ones too)",
+                     this->path());
+  if (t.grad_enabled())
+    fail<UsageError>("self_attention '{}': a cached forward takes no gradient (the cache's keys are values, not a "
+                     "recording); run it with gradients off (NoGradGuard)",
+                     this->path());
+  if (s.batch != 1 || key_padding)
+    fail<ShapeError>("self_attention '{}': a cached forward reads one sequence's newest tokens, (1, tokens, {}) and no "
+                     "padding; x is {}",
+                     this->path(), options_.d_model, s);
 }
 
 template <class T>
@@ -174,32 +198,6 @@ TorchName SelfAttention<T>::torch_name(std::string_view local_name) const {
   if (local_name == "wo") return {"out_proj.weight", true};
   if (local_name == "bo") return {"out_proj.bias"};
   return Module<T>::torch_name(local_name);
-}
-
-template <class T>
-TensorT<T> SelfAttention<T>::step(const TensorT<T>& x, AttentionCache<T>& cache) const {
-  if (!options_.causal)
-    fail<UsageError>("self_attention '{}': step() feeds the newest tokens only, which needs a causal layer (here "
-                     "every token attends to later ones too)",
-                     this->path());
-  if (x.rank() != 2 || x.cols() != options_.d_model)
-    fail<ShapeError>("self_attention '{}': x is {} but a step takes the new tokens' rows, (tokens, {})", this->path(),
-                     x.shape(), options_.d_model);
-  auto project = [](const TensorT<T>& in, Parameter<T>* w, Parameter<T>* b) {  // as forward() projects
-    return inference::affine(in, w->value, b ? &b->value : nullptr);
-  };
-  TensorT<T> q, k, v;  // (N, H dh) each; the parameter-free mode reads x itself
-  if (options_.mode == AttentionMode::learnable) {
-    k = project(x, wk_, bk_);
-    q = project(x, wq_, bq_);
-    v = project(x, wv_, bv_);
-  }
-  const bool free = options_.mode == AttentionMode::parameter_free;
-  const Index first = cache.length();  // the position of x's first row
-  cache.append(free ? x : k, free ? x : v);
-  TensorT<T> out = inference::attend(free ? x : q, cache.keys(), cache.values(), first, options_.n_heads,
-                                     scale_factor());  // (N, H dh)
-  return wo_ ? project(out, wo_, bo_) : out;
 }
 
 template class SelfAttention<float>;

@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "tapegrad/autograd/inference.hpp"
 #include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
@@ -23,11 +22,6 @@ FeedForward<T>::FeedForward(std::string name, const FeedForwardOptions& o, Rng& 
 template <class T>
 Var<T> FeedForward<T>::forward(Var<T> x) {
   return linear2_.forward(drop_.forward(gelu(linear1_.forward(x))));
-}
-
-template <class T>
-TensorT<T> FeedForward<T>::infer(const TensorT<T>& x) const {
-  return linear2_.infer(drop_.infer(inference::gelu(linear1_.infer(x))));
 }
 
 // ---- TransformerBlock -----------------------------------------------------------------------------
@@ -88,28 +82,17 @@ TransformerBlock<T>::TransformerBlock(std::string name, const TransformerBlockOp
 }
 
 template <class T>
-Var<T> TransformerBlock<T>::forward(Var<T> x, const Mask* key_padding) {
+Var<T> TransformerBlock<T>::forward(Var<T> x, const Mask* key_padding, AttentionCache<T>* cache) {
   Tape<T>::of("transformer_block", {{"x", x}});
   if (x.shape().rank != 3 || x.shape().cols != options_.d_model)
     fail<ShapeError>("transformer_block '{}': x is {} but the block takes (batch, tokens, {}) inputs", this->path(),
                      x.shape(), options_.d_model);
   Var<T> h = norm1_ ? norm1_->forward(x) : x;
-  x = add(x, drop1_.forward(attn_->forward(h, key_padding)));
+  x = add(x, drop1_.forward(attn_->forward(h, key_padding, cache)));
   if (ff_) {
     Var<T> g = norm2_ ? norm2_->forward(x) : x;
     x = add(x, drop2_.forward(ff_->forward(g)));
   }
-  return x;
-}
-
-template <class T>
-TensorT<T> TransformerBlock<T>::step(const TensorT<T>& x_in, AttentionCache<T>& cache) const {
-  if (x_in.rank() != 2 || x_in.cols() != options_.d_model)
-    fail<ShapeError>("transformer_block '{}': x is {} but a step takes the new tokens' rows, (tokens, {})", this->path(),
-                     x_in.shape(), options_.d_model);
-  drop1_.check_inference();  // before the attention appends to the cache
-  TensorT<T> x = inference::add(x_in, drop1_.infer(attn_->step(norm1_ ? norm1_->infer(x_in) : x_in, cache)));
-  if (ff_) x = inference::add(x, drop2_.infer(ff_->infer(norm2_ ? norm2_->infer(x) : x)));
   return x;
 }
 
@@ -155,19 +138,13 @@ TransformerStack<T>::TransformerStack(std::string name, const TransformerStackOp
 }
 
 template <class T>
-Var<T> TransformerStack<T>::forward(Var<T> x, const Mask* key_padding) {
-  for (std::size_t i = 0; i < blocks_.size(); ++i) x = block(i).forward(x, key_padding);
-  return norm_ ? norm_->forward(x) : x;
-}
-
-template <class T>
-TensorT<T> TransformerStack<T>::step(const TensorT<T>& x, KvCache<T>& cache) {
-  if (cache.layers() != static_cast<Index>(blocks_.size()))
-    fail<ValueError>("transformer_stack '{}': the cache has {} layers for {} blocks", this->path(), cache.layers(),
+Var<T> TransformerStack<T>::forward(Var<T> x, const Mask* key_padding, KvCache<T>* cache) {
+  if (cache && cache->layers() != static_cast<Index>(blocks_.size()))
+    fail<ValueError>("transformer_stack '{}': the cache has {} layers for {} blocks", this->path(), cache->layers(),
                      blocks_.size());
-  TensorT<T> h = x;
-  for (std::size_t i = 0; i < blocks_.size(); ++i) h = block(i).step(h, cache.layer(static_cast<Index>(i)));
-  return norm_ ? norm_->infer(h) : h;
+  for (std::size_t i = 0; i < blocks_.size(); ++i)
+    x = block(i).forward(x, key_padding, cache ? &cache->layer(static_cast<Index>(i)) : nullptr);
+  return norm_ ? norm_->forward(x) : x;
 }
 
 // ---- LmHead -----------------------------------------------------------------------------------------
@@ -202,15 +179,6 @@ Var<T> LmHead<T>::forward(Var<T> h) {
   if (!tied_) return linear_->forward(h);
   Var<T> logits = matmul_bt(h, t.param(tied_->table()));
   return bias_ ? add(logits, t.param(*bias_)) : logits;
-}
-
-template <class T>
-TensorT<T> LmHead<T>::infer(const TensorT<T>& h) const {
-  if (h.cols() != options_.d_model)
-    fail<ShapeError>("lm_head '{}': h is {} but the head reads rows of {} features", this->path(), h.shape(),
-                     options_.d_model);
-  if (!tied_) return linear_->infer(h);
-  return inference::affine_bt(h, tied_->table().value, bias_ ? &bias_->value : nullptr);
 }
 
 template class FeedForward<float>;

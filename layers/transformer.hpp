@@ -16,8 +16,8 @@
 // Without `layernorm` the sub-layers see x itself (no LN1, LN2, final norm); without `mlp` a block is
 // attention and its residual only.
 //
-// Each layer also computes its values without a tape, for the newest tokens only (step, infer: generation
-// with a cache of keys and values, layers/kv_cache.hpp), mirroring its forward line by line.
+// Generation runs the same forward, with gradients off (NoGradGuard) and a cache of keys and values
+// (layers/kv_cache.hpp): the blocks pass it to their attention, which then reads the newest tokens only.
 
 #include <memory>
 #include <optional>
@@ -51,7 +51,6 @@ class FeedForward : public Module<T> {
  public:
   FeedForward(std::string name, const FeedForwardOptions& options, Rng& rng);
   Var<T> forward(Var<T> x);  // (..., d_model) -> (..., d_model)
-  TensorT<T> infer(const TensorT<T>& x) const;  // the same without a tape (evaluation mode's values)
   Linear<T>& linear1() { return linear1_; }
   Linear<T>& linear2() { return linear2_; }
 
@@ -83,12 +82,9 @@ class TransformerBlock : public Module<T> {
   TransformerBlock(std::string name, const TransformerBlockOptions& options, Rng& rng);
   // The checks of the options alone: ValueError naming the block, nothing built.
   static void check(std::string_view name, const TransformerBlockOptions& options);
-  // x (B, T, d_model) -> (B, T, d_model); key_padding (B, T) as SelfAttention's.
-  Var<T> forward(Var<T> x, const Mask* key_padding = nullptr);
-  // The N newest tokens through the block without a tape (layers/kv_cache.hpp): x (N, d_model) ->
-  // (N, d_model), its attention appending to `cache`. Evaluation mode's values: with dropout, call eval()
-  // first.
-  TensorT<T> step(const TensorT<T>& x, AttentionCache<T>& cache) const;
+  // x (B, T, d_model) -> (B, T, d_model); key_padding (B, T) and `cache` as SelfAttention's (with a cache,
+  // x is the newest tokens of one sequence).
+  Var<T> forward(Var<T> x, const Mask* key_padding = nullptr, AttentionCache<T>* cache = nullptr);
 
   const TransformerBlockOptions& options() const { return options_; }
   SelfAttention<T>& attention() { return *attn_; }
@@ -116,10 +112,9 @@ template <class T>
 class TransformerStack : public Module<T> {
  public:
   TransformerStack(std::string name, const TransformerStackOptions& options, Rng& rng);
-  Var<T> forward(Var<T> x, const Mask* key_padding = nullptr);
-  // The newest tokens through every block and the final norm, without a tape: block i steps with
-  // cache.layer(i).
-  TensorT<T> step(const TensorT<T>& x, KvCache<T>& cache);
+  // With a cache (one layer per block: block i reads and appends cache->layer(i)), x is the newest tokens
+  // of one sequence; ValueError when the cache has another number of layers.
+  Var<T> forward(Var<T> x, const Mask* key_padding = nullptr, KvCache<T>* cache = nullptr);
   std::size_t size() const { return blocks_.size(); }
   TransformerBlock<T>& block(std::size_t i) { return static_cast<TransformerBlock<T>&>(blocks_[i]); }
   const TransformerStackOptions& options() const { return options_; }
@@ -152,7 +147,6 @@ class LmHead : public Module<T> {
   // outlive the head.
   LmHead(std::string name, const LmHeadOptions& options, Embedding<T>& tied);
   Var<T> forward(Var<T> h);  // (..., d_model) -> (..., vocab)
-  TensorT<T> infer(const TensorT<T>& h) const;  // the same without a tape
   bool tied() const { return tied_ != nullptr; }
   // PyTorch's names are the Linear's, nn.Linear(d_model, vocab): "weight" (vocab, d_model), transposed;
   // "bias". A tied head has only its bias: the table is the embedding's, written once under its name.

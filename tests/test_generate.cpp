@@ -1,7 +1,8 @@
-// layers/kv_cache.hpp and layers/generate.hpp: the inference path without a tape (every layer's infer or
-// step against its forward), the cache of keys and values against a full recompute, in float64 and float32,
-// both attention modes, with dropout in evaluation mode; the sliding window past the context, sampling with
-// and without the cache, and the refusals.
+// layers/kv_cache.hpp and layers/generate.hpp: generation through the layers' one forward with gradients
+// off, the cache of keys and values against a full recompute, in float64 and float32, both attention
+// modes, with dropout in evaluation mode, and for a user's own block (RMSNorm as a Function, SwiGLU) with
+// no code for generation; positions at an offset; the sliding window past the context, sampling with and
+// without the cache, and the refusals.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <memory>
 
 #include "helpers.hpp"
+#include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/layers/embedding.hpp"
 #include "tapegrad/layers/generate.hpp"
@@ -53,30 +55,21 @@ class TinyLm : public Module<T>, public LanguageModel<T> {
       if (p->value.rank() == 1) p->value = random_tensor<T>(p->value.shape(), rng_, 0.3);
   }
 
-  TensorT<T> forward_all(std::span<const std::int32_t> tokens) {  // (1, L, V) by the tape
-    Ids ids(Shape::mat(1, static_cast<Index>(tokens.size())));
-    std::copy(tokens.begin(), tokens.end(), ids.data());
-    Tape<T> tape;
-    NoGradGuard<T> guard(tape);
-    return head_->forward(stack_.forward(pos_->forward(embed_.forward(tape, ids)))).value();
+  // The one forward, for training and generation alike.
+  Var<T> forward(Tape<T>& tape, const Ids& tokens, KvCache<T>* cache) override {
+    if (cache) {
+      ++steps;
+      fed += tokens.numel();
+    }
+    Var<T> x = pos_->forward(embed_.forward(tape, tokens), cache ? cache->length() : 0);
+    return head_->forward(stack_.forward(x, nullptr, cache));
   }
-
   Index vocab() const override { return o_.vocab; }
   Index context() const override { return o_.context; }
-  TensorT<T> next_logits(std::span<const std::int32_t> window) override {
-    const TensorT<T> all = forward_all(window);
-    return TensorT<T>(Shape::mat(1, o_.vocab), std::span<const T>(all.data() + all.numel() - o_.vocab, static_cast<std::size_t>(o_.vocab)));
-  }
-  TensorT<T> step(std::span<const std::int32_t> tokens, KvCache<T>& cache) override {
-    ++steps;
-    fed += static_cast<Index>(tokens.size());
-    const TensorT<T> all = head_->infer(stack_.step(pos_->infer(embed_.infer(tokens), cache.length()), cache));  // (N, V)
-    return TensorT<T>(Shape::mat(1, o_.vocab), std::span<const T>(all.data() + all.numel() - o_.vocab, static_cast<std::size_t>(o_.vocab)));
-  }
   KvCache<T> make_cache() override { return KvCache<T>(o_.n_layers, o_.context); }
 
   TransformerStack<T>& stack() { return stack_; }
-  Index steps = 0, fed = 0;  // step() calls, and the tokens they fed
+  Index steps = 0, fed = 0;  // cached forwards, and the tokens they fed
 
  private:
   static std::unique_ptr<Positions<T>> make_positions(const TinyOptions& o, Rng& rng) {
@@ -100,30 +93,54 @@ std::vector<std::int32_t> random_tokens(Index n, Index vocab, std::uint64_t seed
   return t;
 }
 
+Ids ids_of(std::span<const std::int32_t> tokens) {
+  Ids ids(Shape::mat(1, static_cast<Index>(tokens.size())));
+  std::copy(tokens.begin(), tokens.end(), ids.data());
+  return ids;
+}
+
+// The logits (1, L, V) of a language model's forward over `tokens`, gradients off.
+template <class T>
+TensorT<T> forward_all(LanguageModel<T>& model, std::span<const std::int32_t> tokens) {
+  Tape<T> tape;
+  NoGradGuard<T> off(tape);
+  return model.forward(tape, ids_of(tokens), nullptr).value();
+}
+
+// The newest tokens through the cache: the logits (1, V) after the last of them.
+template <class T>
+TensorT<T> step(LanguageModel<T>& model, std::span<const std::int32_t> tokens, KvCache<T>& cache) {
+  Tape<T> tape;
+  NoGradGuard<T> off(tape);
+  const TensorT<T>& all = model.forward(tape, ids_of(tokens), &cache).value();
+  const Index V = model.vocab();
+  return TensorT<T>(Shape::mat(1, V), std::span<const T>(all.data() + all.numel() - V, static_cast<std::size_t>(V)));
+}
+
 // The largest |cached - recomputed| over every logit of every position of a sequence of `context` tokens:
 // row t of one forward of the whole sequence against the step that feeds token t, the first three tokens
 // fed in one step (a prompt), the rest one at a time.
 template <class T>
-double cached_against_recomputed(TinyLm<T>& model, const TinyOptions& o) {
-  const std::vector<std::int32_t> tokens = random_tokens(o.context, o.vocab, 7);
-  const TensorT<T> all = model.forward_all(tokens);  // (1, L, V)
+double cached_against_recomputed(LanguageModel<T>& model, Index n_layers) {
+  const Index context = model.context(), vocab = model.vocab();
+  const std::vector<std::int32_t> tokens = random_tokens(context, vocab, 7);
+  const TensorT<T> all = forward_all(model, tokens);  // (1, L, V)
   KvCache<T> cache = model.make_cache();
   double worst = 0;
-  for (Index t = 2; t < o.context; ++t) {
+  for (Index t = 2; t < context; ++t) {
     const auto fed = std::span<const std::int32_t>(tokens).subspan(t == 2 ? 0 : static_cast<std::size_t>(t), t == 2 ? 3 : 1);
-    const TensorT<T> row = model.step(fed, cache);  // (1, V): after token t
-    REQUIRE(row.shape() == Shape::mat(1, o.vocab));
-    for (Index v = 0; v < o.vocab; ++v)
-      worst = std::max(worst, std::abs(static_cast<double>(row[v]) - static_cast<double>(all[t * o.vocab + v])));
+    const TensorT<T> row = step(model, fed, cache);  // (1, V): after token t
+    for (Index v = 0; v < vocab; ++v)
+      worst = std::max(worst, std::abs(static_cast<double>(row[v]) - static_cast<double>(all[t * vocab + v])));
   }
-  CHECK(cache.length() == o.context);
+  CHECK(cache.length() == context);
   CHECK(cache.full());
   // The whole sequence in one step: its last row, and the same keys and values in every layer.
   KvCache<T> at_once = model.make_cache();
-  const TensorT<T> last = model.step(tokens, at_once);
-  for (Index v = 0; v < o.vocab; ++v)
-    worst = std::max(worst, std::abs(static_cast<double>(last[v]) - static_cast<double>(all[(o.context - 1) * o.vocab + v])));
-  for (Index layer = 0; layer < o.n_layers; ++layer)
+  const TensorT<T> last = step(model, tokens, at_once);
+  for (Index v = 0; v < vocab; ++v)
+    worst = std::max(worst, std::abs(static_cast<double>(last[v]) - static_cast<double>(all[(context - 1) * vocab + v])));
+  for (Index layer = 0; layer < n_layers; ++layer)
     for (Index i = 0; i < at_once.layer(layer).keys().numel(); ++i)
       worst = std::max(worst, std::abs(static_cast<double>(at_once.layer(layer).keys()[i]) -
                                        static_cast<double>(cache.layer(layer).keys()[i])));
@@ -148,41 +165,134 @@ std::vector<std::pair<std::string, TinyOptions>> variants() {
 
 }  // namespace
 
-TEST_CASE("inference: each layer's infer is its forward's value, without a tape") {
+TEST_CASE("positions: a forward at an offset gives the rows a forward from 0 gives those positions") {
   Rng rng(3);
-  const TensorD x = random_tensor(Shape::mat(5, 6), rng);
+  const TensorD x = random_tensor(Shape::batched(1, 5, 6), rng);
   Tape<double> tape;
   NoGradGuard<double> guard(tape);
-  const Var<double> vx = tape.constant(TensorD(Shape::batched(1, 5, 6), x.span()));
-  Linear<double> linear("linear", {.in = 6, .out = 4}, rng);
-  CHECK_TENSOR_NEAR(linear.infer(x), TensorD(Shape::mat(5, 4), linear.forward(vx).value().span()), 1e-15, 1e-15);
-  LayerNorm<double> norm("norm", 6);
-  norm.weight().value = random_tensor(Shape::vec(6), rng);
-  CHECK_TENSOR_NEAR(norm.infer(x), TensorD(Shape::mat(5, 6), norm.forward(vx).value().span()), 1e-15, 1e-15);
-  FeedForward<double> ff("ff", {.d_model = 6, .d_hidden = 7}, rng);
-  CHECK_TENSOR_NEAR(ff.infer(x), TensorD(Shape::mat(5, 6), ff.forward(vx).value().span()), 1e-14, 1e-14);
-  Embedding<double> embed("embed", {.vocab = 9, .dim = 6}, rng);
-  CHECK(embed.infer(std::vector<std::int32_t>{4, 1}) ==
-        TensorD(Shape::mat(2, 6), {embed.table().value.at(4, 0), embed.table().value.at(4, 1), embed.table().value.at(4, 2),
-                                   embed.table().value.at(4, 3), embed.table().value.at(4, 4), embed.table().value.at(4, 5),
-                                   embed.table().value.at(1, 0), embed.table().value.at(1, 1), embed.table().value.at(1, 2),
-                                   embed.table().value.at(1, 3), embed.table().value.at(1, 4), embed.table().value.at(1, 5)}));
+  const Var<double> vx = tape.constant(x);
+  const Var<double> tail_x = tape.constant(TensorD(Shape::batched(1, 3, 6), std::span<const double>(x.data() + 12, 18)));
   for (PositionEncoding kind : {PositionEncoding::none, PositionEncoding::onehot, PositionEncoding::learned,
                                 PositionEncoding::sinusoidal}) {
     CAPTURE(to_string(kind));
     Positions<double> pos("pos", {.kind = kind, .max_len = 7, .d_model = 6}, rng);
     const TensorD all = pos.forward(vx).value();  // (1, 5, width): rows at positions 0 .. 4
-    const TensorD tail = pos.infer(TensorD(Shape::mat(3, 6), std::span<const double>(x.data() + 12, 18)), 2);
-    CHECK(tail == TensorD(Shape::mat(3, pos.output_width()),
-                          std::span<const double>(all.data() + 2 * pos.output_width(), static_cast<std::size_t>(3 * pos.output_width()))));
+    const TensorD tail = pos.forward(tail_x, 2).value();  // rows at positions 2 .. 4
+    const Index w = pos.output_width();
+    CHECK(tail == TensorD(Shape::batched(1, 3, w), std::span<const double>(all.data() + 2 * w, static_cast<std::size_t>(3 * w))));
+    if (kind != PositionEncoding::none)
+      CHECK_THROWS_WITH_AS(pos.forward(tail_x, 5), "positions 'pos': positions 5 to 7 go past the longest sequence, max_len 7",
+                           ValueError);
   }
-  for (bool tie : {true, false}) {
-    Embedding<double> table("embed", {.vocab = 5, .dim = 6}, rng);
-    const LmHeadOptions options{.d_model = 6, .vocab = 5};
-    auto head = tie ? std::make_unique<LmHead<double>>("head", options, table) : std::make_unique<LmHead<double>>("head", options, rng);
-    head->parameter("head.bias").value = random_tensor(Shape::vec(5), rng);
-    CHECK_TENSOR_NEAR(head->infer(x), TensorD(Shape::mat(5, 5), head->forward(vx).value().span()), 1e-15, 1e-15);
+}
+
+namespace {
+
+// A user's own causal language model, from the public headers only: its blocks normalise with RMSNorm, a
+// Function op of the user's (as examples/custom_op.cpp writes it), and feed forward through SwiGLU,
+// down(silu(gate h) * up h); the one thing a block does for generation is hand the cache to its
+// SelfAttention.
+template <class T>
+struct UserRmsNorm {  // y = x r g, r = 1 / sqrt(mean(x^2) + eps) per row
+  static constexpr const char* name = "user_rms_norm";
+  static constexpr const char* inputs[] = {"x", "gain"};
+  struct Saved {
+    TensorT<T> inv_rms, coefficient;  // (rows, 1)
+  };
+  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x, const TensorT<T>& gain) const {
+    TensorT<T>& y = ctx.output(x.shape());
+    TensorT<T>& r = ctx.saved().inv_rms;
+    r.resize(Shape::mat(x.shape().flat_rows(), 1));
+    const auto X = x.flat().array();
+    r.array() = (X.square().rowwise().mean() + T(1e-6)).rsqrt();
+    y.flat().array() = (X.colwise() * r.array()).rowwise() * gain.array().transpose();
   }
+  // dgain += sum over rows of dy x r;  dx += r (g dy) - x r^3 mean(g dy x)
+  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x, const OpInput<T>& gain) {
+    Saved& saved = ctx.saved();
+    const auto X = x.value.flat().array();
+    const auto dY = ctx.grad_output().flat().array();
+    const auto r = saved.inv_rms.array();
+    gain.grad.add(((dY * X).colwise() * r).colwise().sum());
+    if (!x.grad) return;
+    const auto g_dy = dY.rowwise() * gain.value.array().transpose();
+    saved.coefficient.resize(saved.inv_rms.shape());
+    saved.coefficient.array() = r.cube() * (g_dy * X).rowwise().mean();
+    x.grad.add(g_dy.colwise() * r - X.colwise() * saved.coefficient.array());
+  }
+};
+
+template <class T>
+class UserBlock : public Module<T> {
+ public:
+  UserBlock(std::string name, Index d, Index heads, Rng& rng)
+      : Module<T>(std::move(name)),
+        attn_("attn", {.d_model = d, .n_heads = heads, .bias = true, .output_projection = true, .causal = true}, rng),
+        gate_("gate", {.in = d, .out = 2 * d}, rng), up_("up", {.in = d, .out = 2 * d}, rng),
+        down_("down", {.in = 2 * d, .out = d}, rng) {
+    for (Module<T>* child : std::initializer_list<Module<T>*>{&attn_, &gate_, &up_, &down_}) this->register_child(*child);
+    g1_ = &this->register_parameter("norm1", random_tensor<T>(Shape::vec(d), rng, 0.3));
+    g2_ = &this->register_parameter("norm2", random_tensor<T>(Shape::vec(d), rng, 0.3));
+  }
+  Var<T> forward(Var<T> x, AttentionCache<T>* cache) {
+    Tape<T>& t = *x.tape;
+    x = add(x, attn_.forward(apply(UserRmsNorm<T>{}, {x, t.param(*g1_)}), nullptr, cache));
+    const Var<T> h = apply(UserRmsNorm<T>{}, {x, t.param(*g2_)});
+    const Var<T> a = gate_.forward(h);
+    return add(x, down_.forward(mul(mul(a, sigmoid(a)), up_.forward(h))));
+  }
+
+ private:
+  SelfAttention<T> attn_;
+  Linear<T> gate_, up_, down_;
+  Parameter<T>* g1_ = nullptr;
+  Parameter<T>* g2_ = nullptr;
+};
+
+template <class T>
+class UserLm : public Module<T>, public LanguageModel<T> {
+ public:
+  static constexpr Index kVocab = 13, kWidth = 8, kContext = 10;
+  UserLm()
+      : rng_(21), embed_("embed", {.vocab = kVocab, .dim = kWidth, .init = Initializer::normal(0.5)}, rng_),
+        pos_("pos", {.kind = PositionEncoding::learned, .max_len = kContext, .d_model = kWidth}, rng_),
+        block0_("block0", kWidth, 2, rng_), block1_("block1", kWidth, 2, rng_),
+        head_("head", {.d_model = kWidth, .vocab = kVocab}, rng_) {
+    for (Module<T>* child : std::initializer_list<Module<T>*>{&embed_, &pos_, &block0_, &block1_, &head_})
+      this->register_child(*child);
+  }
+  Var<T> forward(Tape<T>& tape, const Ids& tokens, KvCache<T>* cache) override {
+    Var<T> x = pos_.forward(embed_.forward(tape, tokens), cache ? cache->length() : 0);
+    x = block0_.forward(x, cache ? &cache->layer(0) : nullptr);
+    x = block1_.forward(x, cache ? &cache->layer(1) : nullptr);
+    return head_.forward(x);
+  }
+  Index vocab() const override { return kVocab; }
+  Index context() const override { return kContext; }
+  KvCache<T> make_cache() override { return KvCache<T>(2, kContext); }
+
+ private:
+  Rng rng_;
+  Embedding<T> embed_;
+  Positions<T> pos_;
+  UserBlock<T> block0_, block1_;
+  LmHead<T> head_;
+};
+
+}  // namespace
+
+TEST_CASE("kv cache: a user's own blocks (RMSNorm as a Function, SwiGLU) generate through the cache by their forward alone") {
+  UserLm<double> model;
+  model.eval();
+  CHECK(cached_against_recomputed(model, 2) <= 1e-12);
+  const std::vector<std::int32_t> prompt = {1, 2, 3};
+  const auto cached = sample(model, prompt, {.count = 4 * UserLm<double>::kContext, .seed = 5, .cache = true});
+  CHECK(cached == sample(model, prompt, {.count = 4 * UserLm<double>::kContext, .seed = 5, .cache = false}));
+  // ... and it trains: the same forward on a tape with gradients, reading every parameter.
+  Tape<double> tape;
+  tape.backward(sum(model.forward(tape, ids_of(prompt), nullptr)));
+  CHECK(tape.parameters_read().size() == model.parameters().size());
+  CHECK(model.parameters().front()->grad.array().abs().maxCoeff() > 0);
 }
 
 TEST_CASE("kv cache: the cached logits equal a full recompute, float64 within 1e-12, every variant") {
@@ -191,7 +301,7 @@ TEST_CASE("kv cache: the cached logits equal a full recompute, float64 within 1e
     CAPTURE(name);
     TinyLm<double> model(o);
     model.eval();
-    CHECK(cached_against_recomputed(model, o) <= 1e-12);
+    CHECK(cached_against_recomputed(model, o.n_layers) <= 1e-12);
   }
 }
 
@@ -206,7 +316,7 @@ TEST_CASE("kv cache: in float32 the cached logits agree with a full recompute wi
       CAPTURE(name);
       TinyLm<float> model(o);
       model.eval();
-      const double worst = cached_against_recomputed(model, o);
+      const double worst = cached_against_recomputed(model, o.n_layers);
       CAPTURE(worst);
       CHECK(worst <= 2e-5);
     }
@@ -222,13 +332,15 @@ TEST_CASE("kv cache: what it holds, and what it refuses") {
   const TensorD k(Shape::mat(1, 4), {1, 2, 3, 4}), v(Shape::mat(1, 2), {5, 6});
   layer.append(k, v);
   CHECK(layer.length() == 1);
-  CHECK(layer.keys().shape() == Shape::mat(3, 4));
-  CHECK(layer.values().at(0, 1) == 6);
+  CHECK(layer.keys().shape() == Shape::batched(1, 1, 4));  // the positions held, one sequence
+  CHECK(layer.values().at(0, 0, 1) == 6);
+  const double* keys_at = layer.keys().data();
   CHECK(cache.length() == 0);  // layer 0's count: the position of the next token
   CHECK_THROWS_WITH_AS(layer.append(TensorD(Shape::mat(1, 5)), v),
                        "attention_cache: the keys are 1x5 and the values 1x2 but the cache holds rows of 4 and 2", ShapeError);
   CHECK_THROWS_WITH_AS(layer.append(TensorD(Shape::mat(2, 4)), v),
-                       "attention_cache: the keys are 2x4 and the values 1x2; they must be rows of as many positions",
+                       "attention_cache: the keys are 2x4 and the values 1x2; they must be rows of as many positions of "
+                       "one sequence",
                        ShapeError);
   CHECK_THROWS_WITH_AS(layer.append(TensorD(Shape::mat(3, 4)), TensorD(Shape::mat(3, 2))),
                        "attention_cache: 3 more positions do not fit: it holds 1 of 3 (the longest sequence it was made "
@@ -236,8 +348,9 @@ TEST_CASE("kv cache: what it holds, and what it refuses") {
                        UsageError);
   layer.append(TensorD(Shape::mat(2, 4), {1, 2, 3, 4, 5, 6, 7, 8}), TensorD(Shape::mat(2, 2), {9, 10, 11, 12}));
   CHECK(layer.full());
-  CHECK(layer.keys().at(2, 3) == 8);
-  CHECK(layer.values().at(1, 0) == 9);
+  CHECK(layer.keys().at(0, 2, 3) == 8);
+  CHECK(layer.values().at(0, 1, 0) == 9);
+  CHECK(layer.keys().data() == keys_at);  // appends within the capacity move nothing a recording read in place
   CHECK_THROWS_WITH_AS(layer.append(k, v),
                        "attention_cache: 1 more position does not fit: it holds 3 of 3 (the longest sequence it was made "
                        "for); clear it and feed a shorter window",
@@ -252,43 +365,48 @@ TEST_CASE("kv cache: what it holds, and what it refuses") {
   model.eval();
   KvCache<double> wrong(1, o.context);
   const std::vector<std::int32_t> one = {3}, six = random_tokens(6, o.vocab, 1);
-  CHECK_THROWS_WITH_AS(model.step(one, wrong), "transformer_stack 'stack': the cache has 1 layers for 2 blocks", ValueError);
+  CHECK_THROWS_WITH_AS(step(model, one, wrong), "transformer_stack 'stack': the cache has 1 layers for 2 blocks", ValueError);
   KvCache<double> full = model.make_cache();
-  model.step(six, full);
+  step(model, six, full);
   // The positions run out first: a learned table has max_len rows.
-  CHECK_THROWS_WITH_AS(model.step(six, full), "positions 'pos': positions 6 to 11 go past the longest sequence, max_len 8",
+  CHECK_THROWS_WITH_AS(step(model, six, full), "positions 'pos': positions 6 to 11 go past the longest sequence, max_len 8",
                        ValueError);
-  model.step(std::span<const std::int32_t>(six).first(2), full);
+  step(model, std::span<const std::int32_t>(six).first(2), full);
   CHECK(full.full());
-  CHECK_THROWS_WITH_AS(model.step(one, full), "positions 'pos': position 8 is past the longest sequence, max_len 8",
+  CHECK_THROWS_WITH_AS(step(model, one, full), "positions 'pos': position 8 is past the longest sequence, max_len 8",
                        ValueError);
-  CHECK_THROWS_WITH_AS(model.stack().block(0).step(TensorD(Shape::mat(1, o.d_model)), full.layer(0)),
+  Tape<double> tape;
+  NoGradGuard<double> off(tape);
+  CHECK_THROWS_WITH_AS(model.stack().block(0).forward(tape.constant(TensorD(Shape::batched(1, 1, o.d_model))), nullptr,
+                                                      &full.layer(0)),
                        "attention_cache: 1 more position does not fit: it holds 8 of 8 (the longest sequence it was made "
                        "for); clear it and feed a shorter window",
                        UsageError);
 }
 
-TEST_CASE("kv cache: refusals name the layer: training mode with dropout, a non-causal layer, a wrong row") {
-  TinyOptions o{.dropout = 0.3};
-  TinyLm<double> model(o);  // in training mode, as a module starts
-  KvCache<double> cache = model.make_cache();
-  CHECK_THROWS_WITH_AS(model.step(std::vector<std::int32_t>{1}, cache),
-                       "dropout 'stack.blocks.0.dropout1': the inference path computes evaluation mode's values, but the "
-                       "model is in training mode with p 0.3; call eval() first",
-                       UsageError);
+TEST_CASE("kv cache: refusals name the layer: a non-causal layer, gradients on, a batch or padding") {
   Rng rng(2);
   SelfAttention<double> open("attn", {.d_model = 4, .causal = false}, rng);
+  SelfAttention<double> causal("attn", {.d_model = 4, .causal = true}, rng);
   AttentionCache<double> layer(4);
-  CHECK_THROWS_WITH_AS(open.step(TensorD(Shape::mat(1, 4)), layer),
-                       "self_attention 'attn': step() feeds the newest tokens only, which needs a causal layer (here "
+  Tape<double> tape;
+  const Var<double> x = tape.constant(TensorD(Shape::batched(1, 1, 4)));
+  CHECK_THROWS_WITH_AS(causal.forward(x, nullptr, &layer),
+                       "self_attention 'attn': a cached forward takes no gradient (the cache's keys are values, not a "
+                       "recording); run it with gradients off (NoGradGuard)",
+                       UsageError);
+  NoGradGuard<double> off(tape);
+  CHECK_THROWS_WITH_AS(open.forward(x, nullptr, &layer),
+                       "self_attention 'attn': a cache feeds the newest tokens only, which needs a causal layer (here "
                        "every token attends to later ones too)",
                        UsageError);
-  SelfAttention<double> causal("attn", {.d_model = 4, .causal = true}, rng);
-  CHECK_THROWS_WITH_AS(causal.step(TensorD(Shape::mat(2, 5)), layer),
-                       "self_attention 'attn': x is 2x5 but a step takes the new tokens' rows, (tokens, 4)", ShapeError);
-  Embedding<double> embed("embed", {.vocab = 3, .dim = 2}, rng);
-  CHECK_THROWS_WITH_AS(embed.infer(std::vector<std::int32_t>{0, 3}), "embedding 'embed': token 3 is outside the vocabulary of 3",
-                       ValueError);
+  CHECK_THROWS_WITH_AS(causal.forward(tape.constant(TensorD(Shape::batched(2, 1, 4))), nullptr, &layer),
+                       "self_attention 'attn': a cached forward reads one sequence's newest tokens, (1, tokens, 4) and no "
+                       "padding; x is 2x1x4",
+                       ShapeError);
+  CHECK(layer.length() == 0);  // nothing appended by a refused forward
+  causal.forward(x, nullptr, &layer);
+  CHECK(layer.length() == 1);
 }
 
 TEST_CASE("generate: the window slides by half a context once the text is longer than the context") {
@@ -343,7 +461,7 @@ TEST_CASE("generate: a seed fixes the text, the prompt may be longer than the co
   CHECK(sample(model, long_prompt, {.count = 0}).empty());
   // A cold temperature concentrates the draws on the likeliest token.
   const auto cold = sample(model, std::vector<std::int32_t>{2}, {.count = 1, .seed = 3, .temperature = 1e-3});
-  const TensorD logits = model.next_logits(std::vector<std::int32_t>{2});
+  const TensorD logits = forward_all(model, std::vector<std::int32_t>{2});  // (1, 1, V)
   CHECK(cold[0] == static_cast<std::int32_t>(std::max_element(logits.data(), logits.data() + o.vocab) - logits.data()));
 
   CHECK_THROWS_WITH_AS(sample(model, std::vector<std::int32_t>{}, {.count = 3}),

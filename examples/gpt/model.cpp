@@ -67,40 +67,18 @@ Gpt<T>::Gpt(const Config& c)
                 this->parameter_count(), implied_parameter_count(c));
 }
 
+// The one forward: training (no cache, gradients on), evaluation and sampling (gradients off, with or
+// without a cache) all run it.
 template <class T>
-Var<T> Gpt<T>::logits(Tape<T>& tape, const Ids& tokens) {
-  Var<T> x = pos_->forward(embed_->forward(tape, tokens));  // (B, T, D)
-  return head_->forward(stack_->forward(x));                 // (B, T, V)
+Var<T> Gpt<T>::forward(Tape<T>& tape, const Ids& tokens, KvCache<T>* cache) {
+  Var<T> x = pos_->forward(embed_->forward(tape, tokens), cache ? cache->length() : 0);  // (B, T, D)
+  return head_->forward(stack_->forward(x, nullptr, cache));                             // (B, T, V)
 }
 
 template <class T>
 StepOutput<T> Gpt<T>::loss(Tape<T>& tape, const SequenceBatch& batch) {
-  Var<T> out = logits(tape, batch.tokens);
+  Var<T> out = forward(tape, batch.tokens, nullptr);
   return {cross_entropy(out, batch.labels), out};
-}
-
-template <class T>
-TensorT<T> Gpt<T>::next_logits(std::span<const std::int32_t> window) {
-  const auto L = static_cast<Index>(window.size());
-  if (L < 1 || L > config_.context)
-    fail<ValueError>("gpt: a window of {} bytes; the model reads 1 to {}", L, config_.context);
-  window_.resize(Shape::mat(1, L));
-  std::copy(window.begin(), window.end(), window_.data());
-  tape_.reset();
-  NoGradGuard<T> guard(tape_);
-  const TensorT<T>& all = logits(tape_, window_).value();  // (1, L, V): the last row predicts the next byte
-  const Index V = vocabulary_.size();
-  return TensorT<T>(Shape::mat(1, V), std::span<const T>(all.data() + (L - 1) * V, static_cast<std::size_t>(V)));
-}
-
-// As logits(), for the newest bytes at positions cache.length() on: the last one's row of the logits.
-template <class T>
-TensorT<T> Gpt<T>::step(std::span<const std::int32_t> tokens, KvCache<T>& cache) {
-  if (tokens.empty()) fail<ValueError>("gpt: a step feeds at least one byte");
-  const TensorT<T> x = pos_->infer(embed_->infer(tokens), cache.length());  // (N, D)
-  const TensorT<T> h = stack_->step(x, cache);                               // (N, D)
-  const Index D = config_.d_model;
-  return head_->infer(TensorT<T>(Shape::mat(1, D), std::span<const T>(h.data() + h.numel() - D, static_cast<std::size_t>(D))));
 }
 
 template class Gpt<float>;
@@ -123,7 +101,11 @@ std::vector<std::vector<std::vector<double>>> attention_maps(Gpt<float>& model, 
   const bool was_training = model.training();
   model.eval();
   for (std::size_t layer = 0; layer < model.stack().size(); ++layer) model.stack().block(layer).attention().keep_weights(true);
-  (void)model.next_logits(ids);
+  Tape<float> tape;
+  NoGradGuard<float> no_grad(tape);
+  Ids window(Shape::mat(1, static_cast<Index>(ids.size())));
+  std::copy(ids.begin(), ids.end(), window.data());
+  (void)model.forward(tape, window, nullptr);
   std::vector<std::vector<std::vector<double>>> maps;
   for (std::size_t layer = 0; layer < model.stack().size(); ++layer) {
     maps.emplace_back();
@@ -136,12 +118,13 @@ std::vector<std::vector<std::vector<double>>> attention_maps(Gpt<float>& model, 
   return maps;
 }
 
-TensorD BigramModel::next_logits(std::span<const std::int32_t> window) {
-  if (window.empty()) fail<ValueError>("bigram: the window is empty");
-  TensorD logits(Shape::mat(1, bigram_.vocab()));
-  for (Index v = 0; v < bigram_.vocab(); ++v)
-    logits[v] = std::log(bigram_.probability(window.back(), static_cast<std::int32_t>(v)));
-  return logits;
+Var<double> BigramModel::forward(Tape<double>& tape, const Ids& tokens, KvCache<double>*) {
+  if (tokens.numel() == 0) fail<ValueError>("bigram: no bytes to read");
+  const Index N = tokens.numel(), V = bigram_.vocab();
+  Node<double>& n = tape.record("bigram_logits", {}, Shape::batched(1, N, V), Where::current());
+  for (Index t = 0; t < N; ++t)  // log P(next | this byte), for each byte
+    for (Index v = 0; v < V; ++v) n.value.at(0, t, v) = std::log(bigram_.probability(tokens[t], static_cast<std::int32_t>(v)));
+  return tape.commit(n);
 }
 
 }  // namespace gpt

@@ -14,8 +14,8 @@
 //
 // Legend: B windows in a batch, T = context positions, D = d_model, V = the byte vocabulary's size.
 //
-// As a LanguageModel (layers/generate.hpp) it samples either by a forward of the window (next_logits) or
-// one byte at a time through a KvCache (step), in evaluation mode.
+// As a LanguageModel (layers/generate.hpp) it samples through its one forward, in evaluation mode: over
+// the whole window, or one byte at a time through a KvCache.
 
 #include <cstdint>
 #include <memory>
@@ -71,15 +71,15 @@ class Gpt : public tapegrad::Module<T>, public tapegrad::LanguageModel<T> {
   // checkpoint's loader compares it with what the file holds before it builds anything.
   static Index implied_parameter_count(const Config& config);
 
-  tapegrad::Var<T> logits(tapegrad::Tape<T>& tape, const tapegrad::Ids& tokens);  // (B, T) -> (B, T, V)
   // Cross-entropy over every position (mean per predicted byte), and the logits: the Trainer's loss function.
   tapegrad::StepOutput<T> loss(tapegrad::Tape<T>& tape, const tapegrad::SequenceBatch& batch);
 
+  // The logits (B, T) -> (B, T, V); with a cache (gradients off, B = 1), of the newest bytes, at positions
+  // cache->length() on. Training, evaluation and sampling run this one forward.
+  tapegrad::Var<T> forward(tapegrad::Tape<T>& tape, const tapegrad::Ids& tokens, tapegrad::KvCache<T>* cache) override;
   // tapegrad::LanguageModel: the caller puts the model in evaluation mode (eval()) first.
   Index vocab() const override { return vocabulary_.size(); }
   Index context() const override { return config_.context; }
-  tapegrad::TensorT<T> next_logits(std::span<const std::int32_t> window) override;
-  tapegrad::TensorT<T> step(std::span<const std::int32_t> tokens, tapegrad::KvCache<T>& cache) override;
   tapegrad::KvCache<T> make_cache() override { return tapegrad::KvCache<T>(config_.n_layers, config_.context); }
 
   tapegrad::ModelRecord model_record() const override { return {std::string(kind), tapegrad::to_settings(config_)}; }
@@ -97,8 +97,6 @@ class Gpt : public tapegrad::Module<T>, public tapegrad::LanguageModel<T> {
   std::unique_ptr<tapegrad::Positions<T>> pos_;
   std::unique_ptr<tapegrad::TransformerStack<T>> stack_;
   std::unique_ptr<tapegrad::LmHead<T>> head_;
-  tapegrad::Tape<T> tape_;  // next_logits' forwards, gradients off
-  tapegrad::Ids window_;
 };
 
 extern template class Gpt<float>;
@@ -118,10 +116,9 @@ class BigramModel final : public tapegrad::LanguageModel<double> {
   explicit BigramModel(const Bigram& bigram) : bigram_(bigram) {}
   Index vocab() const override { return bigram_.vocab(); }
   Index context() const override { return 1; }
-  tapegrad::TensorD next_logits(std::span<const std::int32_t> window) override;
-  tapegrad::TensorD step(std::span<const std::int32_t> tokens, tapegrad::KvCache<double>&) override {
-    return next_logits(tokens);  // one byte of context: nothing to keep
-  }
+  // log P(next | byte) for each byte: one byte of context, so a cache holds nothing.
+  tapegrad::Var<double> forward(tapegrad::Tape<double>& tape, const tapegrad::Ids& tokens,
+                                tapegrad::KvCache<double>* cache) override;
   tapegrad::KvCache<double> make_cache() override { return tapegrad::KvCache<double>(1, 1); }
 
  private:
