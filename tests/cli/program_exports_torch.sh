@@ -1,48 +1,63 @@
 #!/bin/sh
-# The programs' exports load in PyTorch with the README's three lines, as written: its Python block, taken
-# from README.md, runs in `PYTHONPATH=examples /usr/bin/python3` from a folder laid out as the repository
-# root after `build/examples/char_lm` (examples/ beside char_lm_out/), on a tiny char_lm run's
-# char_lm_out/learnable_seed0.safetensors; then the same lines on a tiny gpt run's gpt_out/learnable.safetensors.
-# Each must build the twin (examples/safetensors_to_torch.py's load(): load_state_dict(strict=True)) and
-# give finite logits of shape (1, 3, vocabulary).
+# The programs' exports load in PyTorch as the documentation says, its lines run as written: README.md's
+# Python block and docs/safetensors.md's (each page's only one) and safetensors.md's one-command load, taken
+# from the pages, run in `PYTHONPATH=examples /usr/bin/python3` from a folder laid out as the repository
+# root after `build/examples/char_lm` (examples/ beside char_lm_out/; char_lm with its defaults but for
+# a few steps). The README's lines run again on a tiny gpt run's gpt_out/learnable.safetensors. Each must
+# build the twin with load_state_dict(strict=True); the README's must give finite logits (1, 3, vocabulary).
 # Needs /usr/bin/python3 with torch; without it, exit 77 (ctest: skipped, never passed).
-# Usage: program_exports_torch.sh CHAR_LM WORDS GPT FORTUNES EXAMPLES_DIR WORK
+# Usage: program_exports_torch.sh CHAR_LM GPT FORTUNES EXAMPLES_DIR WORK
 set -eu
-char_lm=$1 words=$2 gpt=$3 fortunes=$4 examples=$5 work=$6
-readme=$examples/../README.md
+char_lm=$1 gpt=$2 fortunes=$3 examples=$4 work=$5
+root=$(cd "$examples/.." && pwd)
 if ! /usr/bin/python3 -c "import torch" >/dev/null 2>&1; then
   echo "SKIPPED: /usr/bin/python3 cannot import torch (install Debian's python3-torch to run this test)"
   exit 77
 fi
-blocks=$(grep -c '^```python$' "$readme" || true)
-if [ "$blocks" -ne 1 ]; then
-  echo "README.md has $blocks Python blocks; this test runs the one that loads a program's export"
-  exit 1
-fi
-block=$(awk '/^```python$/ {inside = 1; next} /^```$/ {inside = 0} inside' "$readme")
 exported=char_lm_out/learnable_seed0.safetensors
-case $block in
-  *"\"$exported\""*) ;;
-  *) echo "README.md's Python block does not load \"$exported\", the file char_lm writes by default:"
-     echo "$block"
+
+# The one Python block of a page (relative to the root), which must load "$exported".
+python_block() {
+  blocks=$(grep -c '^```python$' "$root/$1" || true)
+  if [ "$blocks" -ne 1 ]; then
+    echo "$1 has $blocks Python blocks; this test runs the one that loads $exported" >&2
+    exit 1
+  fi
+  block=$(awk '/^```python$/ {inside = 1; next} /^```$/ {inside = 0} inside' "$root/$1")
+  case $block in
+    *"\"$exported\""*) printf '%s\n' "$block" ;;
+    *) printf "%s's Python block does not load \"%s\", the file char_lm writes by default:\n%s\n" "$1" "$exported" "$block" >&2
+       exit 1 ;;
+  esac
+}
+readme_block=$(python_block README.md)
+safetensors_block=$(python_block docs/safetensors.md)
+command=$(sed -n 's|^    \(/usr/bin/python3 examples/safetensors_to_torch.py .*\)$|\1|p' "$root/docs/safetensors.md")
+case $command in
+  *" $exported") ;;
+  *) echo "docs/safetensors.md names no '/usr/bin/python3 examples/safetensors_to_torch.py $exported' command: '$command'"
      exit 1 ;;
 esac
+
 rm -rf "$work"
 mkdir -p "$work/root"
-ln -s "$examples" "$work/root/examples"
-"$char_lm" --data "$words" --steps 3 --d-model 16 --heads 2 --layers 1 --seeds 1 --count 2 \
-  --out "$work/root/char_lm_out" > /dev/null
+ln -s "$root/examples" "$work/root/examples"
+"$char_lm" --steps 3 --seeds 1 --count 2 --out "$work/root/char_lm_out" > /dev/null
 "$gpt" --data "$fortunes" --steps 3 --d-model 16 --heads 2 --layers 1 --context 16 --batch 2 --length 8 \
   --attention learnable --out "$work/root/gpt_out" > /dev/null
 cd "$work/root"
 for file in "$exported" gpt_out/learnable.safetensors; do
   # The README's lines, the file's name changed for gpt's; then what they must have given.
-  printf '%s\n' "$block" | sed "s|\"$exported\"|\"$file\"|" > run.py
-  cat >> run.py <<'PY'
+  printf '%s\n' "$readme_block" | sed "s|\"$exported\"|\"$file\"|" > readme.py
+  cat >> readme.py <<'PY'
 vocab = model.head.out_features if hasattr(model.head, "out_features") else model.embed.num_embeddings
 assert tuple(logits.shape) == (1, 3, vocab), f"logits are {tuple(logits.shape)}, not (1, 3, {vocab})"
 assert torch.isfinite(logits).all(), "non-finite logits"
-print(f"ok {metadata.get('tapegrad.model')}: {type(model).__name__}, {len(state)} tensors, logits {tuple(logits.shape)}")
+print(f"README.md: ok {metadata.get('tapegrad.model')}: {type(model).__name__}, {len(state)} tensors, logits {tuple(logits.shape)}")
 PY
-  PYTHONPATH=examples /usr/bin/python3 run.py
+  PYTHONPATH=examples /usr/bin/python3 readme.py
 done
+printf '%s\nprint(f"docs/safetensors.md: ok {type(model).__name__}, {len(state)} tensors")\n' "$safetensors_block" > safetensors.py
+PYTHONPATH=examples /usr/bin/python3 safetensors.py
+sh -c "$command" > command.txt
+echo "docs/safetensors.md: ok $command: $(head -n 1 command.txt)"
