@@ -331,8 +331,12 @@ def compute_dtype(state):
 
 
 def load(path):
-    """The PyTorch twin of the model in a tapegrad-written file, its weights loaded with strict=True, with the
-    file's tensors and metadata."""
+    """The PyTorch twin of the model in a tapegrad-written file, its weights loaded with strict=True."""
+    return load_with_file(path)[0]
+
+
+def load_with_file(path):
+    """load(), and the file's tensors and metadata beside the twin."""
     state, metadata = read_safetensors(path)
     torch.set_default_dtype(compute_dtype(state))
     twin = twin_of(state, metadata)
@@ -355,7 +359,7 @@ def read_case(path):
 
 
 def check(path):
-    twin, state, metadata = load(path)
+    twin, state, metadata = load_with_file(path)
     dtype = compute_dtype(state)
     case = read_case(os.path.splitext(path)[0] + ".txt")
     with torch.no_grad():
@@ -381,7 +385,7 @@ def main():
             if args.check:
                 ok = check(path) and ok
             else:
-                print(f"{path}: loaded into\n{load(path)[0]}")
+                print(f"{path}: loaded into\n{load(path)}")
         except Refusal as e:
             print(f"safetensors_to_torch.py: {shown(path)}: {e}", file=sys.stderr)
             ok = False
