@@ -6,9 +6,15 @@
 # user's paths (`runs/c/model.tgck`) are not checked. A new top-level folder goes into that list. Headings
 # are matched as GitHub names them (lower case, punctuation dropped, spaces as hyphens), for ASCII headings.
 #
+# With -DBUILD=<build folder> -DBUILT=<its program folders> (ctest passes its own build and "examples;bench"),
+# the programs the pages run are checked too: `build/examples/train` must be in BUILD (the README's build,
+# `cmake --build build`, makes every program), and a program of a build of another name
+# (`build-native/bench/step_bench`) must be one the page says how to make: `-B build-native` is on the page.
+#
 # -DROOT=<source root>. The script first checks itself on tests/cli/doc_paths_fixture.md, a page whose
-# every kind of dangling reference it must report, then checks the documentation:
-#   cmake -DROOT=. -P tests/cli/doc_paths.cmake
+# every kind of dangling reference it must report (and, with BUILD, on tests/cli/doc_build_paths_fixture.md),
+# then checks the documentation:
+#   cmake -DROOT=. [-DBUILD=build "-DBUILT=examples;bench"] -P tests/cli/doc_paths.cmake
 cmake_minimum_required(VERSION 3.20)  # IN_LIST, and the policies of the project
 get_filename_component(ROOT "${ROOT}" ABSOLUTE)
 set(roots .ci autograd bench cmake core docs examples layers tests train)
@@ -78,6 +84,41 @@ function(anchors_of var page)
   set(${var} "${anchors}" PARENT_SCOPE)
 endfunction()
 
+# The words of a page's `code spans` (which may wrap a line) and code blocks, once each.
+function(code_words var prose code)
+  string(REGEX MATCHALL "`[^`]+`" spans "${prose}")
+  set(words "")
+  foreach(chunk IN LISTS spans ITEMS "${code}")
+    string(REGEX MATCHALL "[A-Za-z0-9_./*-]+" chunk_words "${chunk}")
+    list(APPEND words ${chunk_words})
+  endforeach()
+  list(REMOVE_DUPLICATES words)
+  set(${var} "${words}" PARENT_SCOPE)
+endfunction()
+
+# The programs `page` runs that the build does not make, or from a build it does not say how to make,
+# one line each, appended to `var` (with -DBUILD; see the top).
+function(unbuilt_in var page)
+  set(found "${${var}}")
+  file(RELATIVE_PATH shown ${ROOT} ${page})
+  read_page(${page} prose code)
+  code_words(words "${prose}" "${code}")
+  foreach(word IN LISTS words)
+    string(REGEX REPLACE "\\.+$" "" word "${word}")  # a sentence's full stop
+    if(word MATCHES "^build/([A-Za-z0-9_]+)/([A-Za-z0-9_.-]+)$")
+      if(CMAKE_MATCH_1 IN_LIST BUILT AND NOT EXISTS "${BUILD}/${CMAKE_MATCH_1}/${CMAKE_MATCH_2}")
+        list(APPEND found "${shown}: runs `${word}`, but the build makes no ${CMAKE_MATCH_1}/${CMAKE_MATCH_2}")
+      endif()
+    elseif(word MATCHES "^(build-[A-Za-z0-9_-]+)/")
+      set(dir "${CMAKE_MATCH_1}")
+      if(NOT "${prose}${code}" MATCHES "-B ${dir}([^A-Za-z0-9_-]|$)")
+        list(APPEND found "${shown}: runs `${word}` from ${dir}/, but does not say how to make it (no `-B ${dir}` on the page)")
+      endif()
+    endif()
+  endforeach()
+  set(${var} "${found}" PARENT_SCOPE)
+endfunction()
+
 # What is dangling in `page` (an absolute path), one line each, appended to `var`.
 function(dangling_in var page)
   set(found "${${var}}")
@@ -120,13 +161,7 @@ function(dangling_in var page)
   endforeach()
 
   # Repository paths: in `code spans` of the prose (which may wrap a line) and anywhere in code blocks.
-  string(REGEX MATCHALL "`[^`]+`" spans "${prose}")
-  set(words "")
-  foreach(chunk IN LISTS spans ITEMS "${code}")
-    string(REGEX MATCHALL "[A-Za-z0-9_./*-]+" chunk_words "${chunk}")
-    list(APPEND words ${chunk_words})
-  endforeach()
-  list(REMOVE_DUPLICATES words)
+  code_words(words "${prose}" "${code}")
   foreach(word IN LISTS words)
     string(REGEX REPLACE "^tapegrad/" "" path "${word}")  # an include path: <tapegrad/train/trainer.hpp>
     string(REGEX REPLACE "\\.+$" "" path "${path}")       # a sentence's full stop
@@ -166,12 +201,31 @@ if(NOT problems STREQUAL expected)
   message(FATAL_ERROR "doc_paths.cmake does not find what it should in ${fixture_shown}:\nfound\n  ${got}\nexpected\n  ${want}")
 endif()
 
+if(DEFINED BUILD)
+  get_filename_component(BUILD "${BUILD}" ABSOLUTE)
+  set(fixture ${CMAKE_CURRENT_LIST_DIR}/doc_build_paths_fixture.md)
+  file(RELATIVE_PATH fixture_shown ${ROOT} ${fixture})
+  set(problems "")
+  unbuilt_in(problems ${fixture})
+  set(expected
+    "${fixture_shown}: runs `build/examples/no_such_program`, but the build makes no examples/no_such_program"
+    "${fixture_shown}: runs `build-unmade/bench/step_bench` from build-unmade/, but does not say how to make it (no `-B build-unmade` on the page)")
+  if(NOT problems STREQUAL expected)
+    list(JOIN problems "\n  " got)
+    list(JOIN expected "\n  " want)
+    message(FATAL_ERROR "doc_paths.cmake does not find what it should in ${fixture_shown}:\nfound\n  ${got}\nexpected\n  ${want}")
+  endif()
+endif()
+
 file(GLOB pages ${ROOT}/docs/*.md)
 list(SORT pages)
 set(problems "")
 set(checked 0)
 foreach(page ${ROOT}/README.md ${pages})
   dangling_in(problems ${page})
+  if(DEFINED BUILD)
+    unbuilt_in(problems ${page})
+  endif()
   math(EXPR checked "${checked} + 1")
 endforeach()
 if(problems)
@@ -179,4 +233,8 @@ if(problems)
   list(JOIN problems "\n  " lines)
   message(FATAL_ERROR "${n} dangling references in the documentation:\n  ${lines}")
 endif()
-message(STATUS "README.md and docs/: ${checked} pages, every link and repository path exists")
+if(DEFINED BUILD)
+  message(STATUS "README.md and docs/: ${checked} pages, every link and repository path exists, every program they run in build/ is built, every other build is made on its page")
+else()
+  message(STATUS "README.md and docs/: ${checked} pages, every link and repository path exists (programs not checked: no -DBUILD)")
+endif()
