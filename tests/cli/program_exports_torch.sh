@@ -53,11 +53,11 @@ for file in "$exported" gpt_out/learnable.safetensors; do
 vocab = model.head.out_features if hasattr(model.head, "out_features") else model.embed.num_embeddings
 assert tuple(logits.shape) == (1, 3, vocab), f"logits are {tuple(logits.shape)}, not (1, 3, {vocab})"
 assert torch.isfinite(logits).all(), "non-finite logits"
-print(f"README.md: ok {metadata.get('tapegrad.model')}: {type(model).__name__}, {len(state)} tensors, logits {tuple(logits.shape)}")
+print(f"README.md: ok {type(model).__name__}, {len(model.state_dict())} tensors, logits {tuple(logits.shape)}")
 PY
   PYTHONPATH=examples /usr/bin/python3 readme.py
 done
-printf '%s\nprint(f"docs/safetensors.md: ok {type(model).__name__}, {len(state)} tensors")\n' "$safetensors_block" > safetensors.py
+printf '%s\nprint(f"docs/safetensors.md: ok {type(model).__name__}, {len(model.state_dict())} tensors")\n' "$safetensors_block" > safetensors.py
 PYTHONPATH=examples /usr/bin/python3 safetensors.py
 sh -c "$command" > command.txt
 echo "docs/safetensors.md: ok $command: $(head -n 1 command.txt)"
