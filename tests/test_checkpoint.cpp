@@ -948,3 +948,84 @@ TEST_CASE("checkpoint: TensorBudget charges growing tensors on its thread, nests
   CHECK(outer.used() == 800);
   CHECK(TensorBudget::current() == &outer);
 }
+
+namespace {
+
+// A few steps of a hand loop: the MLP on random batches drawn by a Sampler, Adam, noise from the loop's Rng.
+void loop_steps(test::Mlp& model, Optimizer<float>& optimizer, Sampler& batches, Rng& noise, int steps) {
+  Tape<float> tape;
+  Tensor x(Shape::mat(4, 2)), y(Shape::mat(4, 2));
+  for (int s = 0; s < steps; ++s) {
+    const std::span<const Index> rows = batches.next();
+    for (Index r = 0; r < 4; ++r)
+      for (Index c = 0; c < 2; ++c) {
+        x.at(r, c) = static_cast<float>(rows[static_cast<std::size_t>(r)] % 5) + static_cast<float>(noise.normal());
+        y.at(r, c) = static_cast<float>(c);
+      }
+    tape.reset();
+    tape.backward(mse(model.forward(tape.constant(x)), tape.constant(y)));
+    optimizer.step();
+    optimizer.zero_grad();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: a hand loop's model, optimizer, step, stream and data order resume bit for bit without a Trainer") {
+  // Straight: 30 steps. Stopped: 12 steps, saved, read back into fresh objects in this process, 18 more.
+  test::Mlp straight({.seed = 4});
+  Adam<float> straight_opt(straight.parameters(), {.lr = 0.02});
+  Sampler straight_batches(20, 4, 9);
+  Rng straight_noise(5);
+  loop_steps(straight, straight_opt, straight_batches, straight_noise, 30);
+
+  test::Mlp first({.seed = 4});
+  Adam<float> first_opt(first.parameters(), {.lr = 0.02});
+  Sampler first_batches(20, 4, 9);
+  Rng first_noise(5);
+  loop_steps(first, first_opt, first_batches, first_noise, 12);
+  const fs::path file = test::scratch_dir("checkpoint", "loop") / "loop.tgck";
+  save_checkpoint(file, snapshot(first, first_opt, {.step = 12, .rng = first_noise.state(), .data_order = first_batches.state()}));
+
+  test::Mlp resumed({.seed = 4});
+  for (auto* p : resumed.parameters()) p->value.fill(0.25f);  // every weight must come from the file
+  Adam<float> resumed_opt(resumed.parameters(), {.lr = 0.5});
+  Sampler resumed_batches(20, 4, 1);
+  Rng resumed_noise(0);
+  const LoopState at = load_loop(read_checkpoint(file), resumed, resumed_opt);
+  CHECK(at.step == 12);
+  resumed_batches.set_state(at.data_order);
+  resumed_noise.set_state(at.rng);
+  CHECK(resumed_opt.steps_taken() == 12);
+  CHECK(resumed_opt.lr() == doctest::Approx(0.02));
+  loop_steps(resumed, resumed_opt, resumed_batches, resumed_noise, 18);
+  CHECK(weights_crc32(snapshot<float>(resumed)) == weights_crc32(snapshot<float>(straight)));
+  CHECK(resumed_noise.state() == straight_noise.state());
+}
+
+TEST_CASE("checkpoint: load_loop refuses weights only, another optimizer or model, and a Trainer refuses a loop's file") {
+  test::Mlp model({.seed = 4});
+  Adam<float> adam(model.parameters(), {.lr = 0.02});
+  Sampler batches(20, 4, 9);
+  Rng noise(5);
+  loop_steps(model, adam, batches, noise, 3);
+  const Checkpoint loop = snapshot(model, adam, {.step = 3, .rng = noise.state(), .data_order = batches.state()});
+
+  test::Mlp other({.seed = 4});
+  for (auto* p : other.parameters()) p->value.fill(0.25f);
+  Adam<float> other_adam(other.parameters(), {.lr = 0.5});
+  const std::uint32_t before = weights_crc32(snapshot<float>(other));
+  CHECK_THROWS_WITH_AS(load_loop(snapshot<float>(model), other, other_adam),
+                       "load_loop: the checkpoint holds weights only, not the state of training", FormatError);
+  SGD<float> sgd(other.parameters(), {.lr = 0.1});
+  CHECK_THROWS_AS(load_loop(loop, other, sgd), Error);  // the optimizer's kind differs: adam in the file
+  test::Mlp wider({.hidden = 9, .seed = 4});
+  Adam<float> wider_adam(wider.parameters(), {.lr = 0.02});
+  CHECK_THROWS_WITH_AS(load_loop(loop, wider, wider_adam), doctest::Contains("load_loop: "), FormatError);
+  CHECK(weights_crc32(snapshot<float>(other)) == before);  // nothing changed by any refusal
+  CHECK(other_adam.steps_taken() == 0);
+  CHECK(other_adam.lr() == doctest::Approx(0.5));
+  CHECK(loop.metadata.contains(std::string(kLoopMetadata)));
+  CHECK_THROWS_WITH_AS(snapshot(model, adam, {.step = -1}), doctest::Contains("snapshot: the loop's step must be in [0, "),
+                       ValueError);
+}

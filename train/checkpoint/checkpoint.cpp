@@ -198,8 +198,9 @@ void apply_weights(const Checkpoint& c, const std::vector<Parameter<T>*>& params
     if (load.count(r.name)) copy_values(r, by_name.at(r.name)->value);
 }
 
-OptimizerState<float> optimizer_state(const OptimizerRecord& o) {
-  OptimizerState<float> s;
+template <class T>
+OptimizerState<T> optimizer_state(const OptimizerRecord& o) {
+  OptimizerState<T> s;
   s.kind = o.kind;
   s.hyperparameters = o.hyperparameters;
   s.schedule = o.schedule;
@@ -208,7 +209,7 @@ OptimizerState<float> optimizer_state(const OptimizerRecord& o) {
     const auto slash = b.name.rfind('/');
     if (slash == std::string::npos)
       fail<FormatError>("optimizer buffer '{}' is not named '<parameter>/<buffer>'", escaped(b.name));
-    TensorT<float> tensor(b.shape);
+    TensorT<T> tensor(b.shape);
     copy_values(b, tensor);
     s.per_param[b.name.substr(0, slash)][b.name.substr(slash + 1)] = std::move(tensor);
   }
@@ -356,19 +357,64 @@ Checkpoint snapshot(const Module<T>& model) {
   return c;
 }
 
+namespace {
+template <class T>
+OptimizerRecord optimizer_record(const Optimizer<T>& optimizer) {
+  const OptimizerState<T> s = optimizer.state();
+  OptimizerRecord r;
+  r.kind = s.kind;
+  r.hyperparameters = s.hyperparameters;
+  r.schedule = s.schedule;
+  r.step = s.step;
+  for (const auto& [param, buffers] : s.per_param)
+    for (const auto& [buffer, tensor] : buffers) r.buffers.push_back(record(param + "/" + buffer, tensor));
+  return r;
+}
+}  // namespace
+
 Checkpoint snapshot(const TrainerBase& trainer) {
   Checkpoint c = snapshot(trainer.model());
-  TrainingRecord t;
-  const OptimizerState<float> s = trainer.optimizer().state();
-  t.optimizer.kind = s.kind;
-  t.optimizer.hyperparameters = s.hyperparameters;
-  t.optimizer.schedule = s.schedule;
-  t.optimizer.step = s.step;
-  for (const auto& [param, buffers] : s.per_param)
-    for (const auto& [buffer, tensor] : buffers) t.optimizer.buffers.push_back(record(param + "/" + buffer, tensor));
-  t.trainer = trainer.state();
-  c.training = std::move(t);
+  c.training = TrainingRecord{optimizer_record(trainer.optimizer()), trainer.state()};
   return c;
+}
+
+template <class T>
+Checkpoint snapshot(const Module<T>& model, const Optimizer<T>& optimizer, const LoopState& loop) {
+  if (loop.step < 0 || static_cast<double>(loop.step) > TrainOptions::kMaxSteps)
+    fail<ValueError>("snapshot: the loop's step must be in [0, {}], got {}", to_text(TrainOptions::kMaxSteps), loop.step);
+  Checkpoint c = snapshot(model);
+  TrainingRecord t{optimizer_record(optimizer), TrainerState{}};
+  // A loop has no run length of its own: recorded as a run that has reached its step, so the counters'
+  // checks hold, and a Trainer, whose options differ, refuses to resume it.
+  t.trainer.options.steps = loop.step;
+  t.trainer.step = loop.step;
+  t.trainer.rng = loop.rng;
+  t.trainer.data_order = loop.data_order;
+  c.training = std::move(t);
+  c.metadata[std::string(kLoopMetadata)] = "a training loop of the program's own";
+  check_checkpoint(c);  // a data order whose position is past its permutation, say
+  return c;
+}
+
+template <class T>
+LoopState load_loop(const Checkpoint& c, Module<T>& model, Optimizer<T>& optimizer, LoadOptions options) {
+  check_checkpoint(c);
+  if (!c.training) fail<FormatError>("load_loop: the checkpoint holds weights only, not the state of training");
+  const TrainingRecord& t = *c.training;
+  const ModelRecord model_record = model.model_record();
+  if (!(c.model == model_record)) fail<FormatError>("load_loop: {}", record_differences(c.model, model_record));
+  // Every part checked before any changes: weights, then the optimizer's state.
+  const auto params = model.parameters();
+  options.strict = true;
+  const LoadReport report = match(c, params, options);
+  if (!report.clean()) fail<FormatError>("load_loop: {}; nothing was loaded", report.problems());
+  refuse_non_finite(c.parameters, nullptr, "parameter", options);
+  refuse_non_finite(t.optimizer.buffers, nullptr, "optimizer buffer", options);
+  const OptimizerState<T> state = optimizer_state<T>(t.optimizer);
+  optimizer.check_state(state);
+  apply_weights(c, params, report);
+  optimizer.load_state(state);
+  return {.step = t.trainer.step, .rng = t.trainer.rng, .data_order = t.trainer.data_order};
 }
 
 template <class T>
@@ -401,7 +447,7 @@ LoadReport load_training(const Checkpoint& c, TrainerBase& trainer, LoadOptions 
   if (!report.clean()) fail<FormatError>("resume: {}; nothing was loaded", report.problems());
   refuse_non_finite(c.parameters, nullptr, "parameter", options);
   refuse_non_finite(t.optimizer.buffers, nullptr, "optimizer buffer", options);
-  const OptimizerState<float> state = optimizer_state(t.optimizer);
+  const OptimizerState<float> state = optimizer_state<float>(t.optimizer);
   trainer.optimizer().check_state(state);
   TrainerState saved = t.trainer;
   if (c.format_version == 1) {  // its data was recorded otherwise: the program compares it (format1.cpp)
@@ -532,6 +578,10 @@ std::string describe_checkpoint(const Checkpoint& c) {
 
 template Checkpoint snapshot(const Module<float>&);
 template Checkpoint snapshot(const Module<double>&);
+template Checkpoint snapshot(const Module<float>&, const Optimizer<float>&, const LoopState&);
+template Checkpoint snapshot(const Module<double>&, const Optimizer<double>&, const LoopState&);
+template LoopState load_loop(const Checkpoint&, Module<float>&, Optimizer<float>&, LoadOptions);
+template LoopState load_loop(const Checkpoint&, Module<double>&, Optimizer<double>&, LoadOptions);
 template LoadReport load_weights(const Checkpoint&, Module<float>&, LoadOptions);
 template LoadReport load_weights(const Checkpoint&, Module<double>&, LoadOptions);
 template std::uint32_t checksum(const TensorT<float>&);

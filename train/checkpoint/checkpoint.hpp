@@ -22,6 +22,8 @@
 //
 //   save_checkpoint("run.tgck", snapshot(trainer));               // weights + optimizer + trainer
 //   load_training(read_checkpoint("run.tgck"), trainer);          // strict, all or nothing
+//   save_checkpoint("loop.tgck", snapshot(model, optimizer, {.step = step, .rng = rng.state()}));  // a hand loop's
+//   LoopState at = load_loop(read_checkpoint("loop.tgck"), model, optimizer);                   // ... back
 //   auto model = model_from_checkpoint<Mlp>(read_checkpoint("model.tgck"));  // rebuilt from its record
 //   load_weights(checkpoint, other_model, {.strict = false});     // the matching subset, with a report
 
@@ -113,9 +115,24 @@ std::string describe_checkpoint(const Checkpoint& c);
 
 // ---- building and applying --------------------------------------------------------------------------
 
+// What a training loop of one's own (a tape, forward, backward, optimizer.step(): examples/minimal_loop.cpp)
+// needs besides its weights and optimizer to go on exactly where it stopped: the step it is at and, when
+// it has them, its random stream (Rng::state()) and the order it draws its data in (Sampler::state()).
+struct LoopState {
+  Index step = 0;
+  Rng::State rng = {};
+  Sampler::State data_order = {};
+};
+// The metadata key a loop's checkpoint carries (its trainer record is the loop's, not a Trainer's).
+inline constexpr std::string_view kLoopMetadata = "tapegrad.loop";
+
 template <class T>
 Checkpoint snapshot(const Module<T>& model);       // weights and the model's record
 Checkpoint snapshot(const TrainerBase& trainer);   // and the state of training
+// A hand-written loop's checkpoint, without a Trainer: weights, the optimizer's state (kind,
+// hyperparameters, schedule, step, buffers) and the loop's. ValueError for a step outside [0, 1e12].
+template <class T>
+Checkpoint snapshot(const Module<T>& model, const Optimizer<T>& optimizer, const LoopState& loop);
 
 struct LoadOptions {
   bool strict = true;  // false: load the parameters whose name and shape match, report the rest
@@ -152,6 +169,13 @@ LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions optio
 // (the trainer's data must be the data the checkpoint was trained on: its fingerprint is checked),
 // random stream, windows and curve. Nothing changes unless everything fits.
 LoadReport load_training(const Checkpoint& c, TrainerBase& trainer, LoadOptions options = {});
+// A hand loop's checkpoint (or a Trainer's: its step, stream and data order) back into a model and an
+// optimizer, always strict and all or nothing as load_training: the model's record and every weight, the
+// optimizer's kind, schedule and buffers, finite values; FormatError or the optimizer's error naming what
+// does not fit, and neither changes. Returns the loop's state, for the loop to set its step, stream
+// (Rng::set_state) and data order (Sampler::set_state).
+template <class T>
+LoopState load_loop(const Checkpoint& c, Module<T>& model, Optimizer<T>& optimizer, LoadOptions options = {});
 
 // The configuration of a model of type M from the checkpoint's record (M as for model_from_checkpoint):
 // FormatError if the record is of another kind, a setting is missing, unknown or invalid, the
