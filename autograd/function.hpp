@@ -219,7 +219,7 @@ struct FunctionEngine {
   static void backward(Tape<T>& tape, Node<T>& node) {
     BackwardContext<T, typename SavedOf<Op>::type> ctx(node);
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      Node<T>* in[N] = {&tape.input(node, I)...};
+      Node<T>* in[N] = {&tape.input_node(node, I)...};
       Op::backward(ctx, OpInput<T>{in[I]->val(), InputGrad<T>(*in[I], Op::name, Op::inputs[I])}...);
     }(std::make_index_sequence<N>{});
   }

@@ -202,8 +202,9 @@ constexpr Index kBlockRows = 64, kBlockCols = 64, kBlockDepth = 256;
 //
 // The same holds for op(A) of a^T b (a weight's gradient, X^T dY), which the kernel reads transposed: a
 // block of 64 of C's rows is 64 columns of a, a strip k rows deep and a.stride apart; at a feed-forward's
-// width of 1024 floats the strip's rows alias in L1 and L2 as the panels did, and W5's 1024 x 256 x 1024
-// gradient ran at 164 GFLOP/s against 206 for its a b forward (OMP_NUM_THREADS=1 build/bench/step_products).
+// width of 1024 floats the strip's rows alias in L1 and L2 as the panels did, and such a gradient runs well
+// below its a b forward (docs/performance.md, "Figures behind choices in the code";
+// OMP_NUM_THREADS=1 build/bench/step_products).
 // So a product of kPackMinRows rows or more, with a's rows 4 KB apart or more, copies each block's strip
 // into contiguous scratch (k x 64) before its kernels run, on the thread that runs the block.
 constexpr Index kPackMinRows = 4 * kBlockRows;
@@ -384,7 +385,7 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
   const bool one_block = d.m <= kBlockRows && d.n <= kBlockCols && d.k <= kBlockDepth;
   const bool packed = !one_block && d.m >= kPackMinRows;
   // op(A)'s strips too, where a's rows are 4 KB apart or more (see kPackMinRows): at 1 KB (W4's and W5's
-  // 256-wide projections) the copy cost more than it saved (W5's 256 x 256 x 1024 gradients 686 -> 705 us).
+  // 256-wide projections) the copy cost as much as it saved (docs/performance.md).
   const bool pack_a = packed && form == Form::atb && a.stride * static_cast<Index>(sizeof(T)) >= 4096;
   const Index ldb = pack_a ? kBlockRows : a.stride;  // the kernel's B operand: a's strip, as read
   // The kernel's A operand: b in place, b^T laid out (k x n), or either packed into column panels.

@@ -128,7 +128,7 @@ void attention_backward(Tape<T>& t, Node<T>& n) {
   const Layout l = saved.layout;
   // v, q, k: the order of the writes below. A node that is more than one of them (parameter-free attention:
   // q, k and v are all x) is written by its first role and added to by the others.
-  Node<T>* nodes[3] = {&t.input(n, 2), &t.input(n, 0), &t.input(n, 1)};
+  Node<T>* nodes[3] = {&t.input_node(n, 2), &t.input_node(n, 0), &t.input_node(n, 1)};
   typename Node<T>::GradWrite writes[3];
   for (int i = 0; i < 3; ++i) {
     int first = i;

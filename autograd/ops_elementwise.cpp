@@ -130,8 +130,8 @@ void reduce_into(Binary kind, Broadcast bc, const TensorT<T>& dC, const TensorT<
 template <class T>
 void binary_backward(Tape<T>& t, Node<T>& n) {
   const auto [kind, bc] = n.template saved<BinarySaved>();
-  Node<T>& na = t.input(n, 0);
-  Node<T>& nb = t.input(n, 1);
+  Node<T>& na = t.input_node(n, 0);
+  Node<T>& nb = t.input_node(n, 1);
   const TensorT<T>& dC = n.grad;
   if (const auto dA = na.grad_whole()) {
     if (kind == Binary::mul)
@@ -394,7 +394,7 @@ Var<T> transpose(Var<T> a, Where where) {
   const TensorT<T>& A = t.node(a).val();
   for (Index i = 0; i < s.batch; ++i) n.value.mat(i) = A.mat(i).transpose();
   n.backward = [](Tape<T>& tp, Node<T>& node) {
-    if (const auto dA = tp.input(node, 0).grad_whole())
+    if (const auto dA = tp.input_node(node, 0).grad_whole())
       for (Index i = 0; i < dA.grad->batch(); ++i) write_grad(dA.grad->mat(i), node.grad.mat(i).transpose(), dA.assign);
   };
   return t.commit(n);

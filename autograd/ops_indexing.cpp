@@ -39,7 +39,7 @@ Var<T> slice_cols(Var<T> x, Index begin, Index count, Where where) {
   n.backward = [](Tape<T>& tp, Node<T>& node) {
     const Index from = node.template saved<SliceSaved>().begin;
     const TensorT<T>& dC = node.grad;
-    if (auto* dX = tp.input(node, 0).grad_sink())
+    if (auto* dX = tp.input_node(node, 0).grad_sink())
       parallel_rows(dC.shape().flat_rows(), dC.cols(), [&](Index r, Index k) {
         dX->flat().middleRows(r, k).middleCols(from, dC.cols()) += dC.flat().middleRows(r, k);
       });
@@ -75,7 +75,7 @@ Var<T> concat_cols(std::span<const Var<T>> parts, Where where) {
     Index at = 0;
     const TensorT<T>& dC = node.grad;
     for (std::uint32_t k = 0; k < node.input_count; ++k) {
-      Node<T>& in = tp.input(node, k);
+      Node<T>& in = tp.input_node(node, k);
       const Index width = in.val().cols();
       if (const auto dP = in.grad_whole())
         parallel_rows(dC.shape().flat_rows(), width, [&](Index r, Index rows) {
@@ -104,7 +104,7 @@ Var<T> gather_rows(Var<T> table, const Ids& ids, Where where) {
   for (Index i = 0; i < ids.numel(); ++i) C.row(i) = Tab.row(ids[i]);
   if (n.requires_grad) n.template save<GatherSaved>().ids.assign(ids.data(), ids.data() + ids.numel());
   n.backward = [](Tape<T>& tp, Node<T>& node) {
-    TensorT<T>* dTab = tp.input(node, 0).grad_sink();
+    TensorT<T>* dTab = tp.input_node(node, 0).grad_sink();
     if (!dTab) return;
     const auto& picked = node.template saved<GatherSaved>().ids;
     const auto dC = node.grad.flat();

@@ -23,7 +23,7 @@ struct CrossEntropySaved {
 // So now dx_r += dL / count * (p_r - onehot(t_r)) for labelled rows; ignored rows get nothing.
 template <class T>
 void cross_entropy_backward(Tape<T>& t, Node<T>& n) {
-  const auto dX = t.input(n, 0).grad_whole();
+  const auto dX = t.input_node(n, 0).grad_whole();
   const auto& saved = n.template saved<CrossEntropySaved<T>>();
   if (!dX || saved.labelled == 0) return;  // no labelled row: a zero gradient (an unwritten one reads as zero)
   const T g = n.grad[0] / static_cast<T>(saved.labelled);
@@ -45,8 +45,8 @@ void cross_entropy_backward(Tape<T>& t, Node<T>& n) {
 // Forward was L = mean((a - b)^2) over N elements. So now da += 2 (a - b) dL / N, db -= the same.
 template <class T>
 void mse_backward(Tape<T>& t, Node<T>& n) {
-  Node<T>& na = t.input(n, 0);
-  Node<T>& nb = t.input(n, 1);
+  Node<T>& na = t.input_node(n, 0);
+  Node<T>& nb = t.input_node(n, 1);
   const T g = T(2) * n.grad[0] / static_cast<T>(na.val().numel());
   if (const auto dA = na.grad_whole()) write_grad(dA.grad->array(), g * (na.val().array() - nb.val().array()), dA.assign);
   if (const auto dB = nb.grad_whole()) write_grad(dB.grad->array(), -g * (na.val().array() - nb.val().array()), dB.assign);

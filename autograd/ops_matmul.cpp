@@ -72,8 +72,8 @@ void ab_grads(const T* a, const T* b, const T* dc, Index rows, Index k, Index co
 template <class T>
 void product_backward(Tape<T>& t, Node<T>& n) {
   const Form form = n.template saved<ProductSaved>().form;
-  Node<T>& na = t.input(n, 0);
-  Node<T>& nb = t.input(n, 1);
+  Node<T>& na = t.input_node(n, 0);
+  Node<T>& nb = t.input_node(n, 1);
   const TensorT<T>& A = na.val();
   const TensorT<T>& B = nb.val();
   const TensorT<T>& dC = n.grad;
@@ -141,9 +141,9 @@ Var<T> product(const char* op, Form form, Var<T> a, Var<T> b, Where where) {
 // by matmul's rule (ab_grads) and add's (write_column_sums), from dY in place.
 template <class T>
 void affine_backward(Tape<T>& t, Node<T>& n) {
-  Node<T>& nx = t.input(n, 0);
-  Node<T>& nw = t.input(n, 1);
-  Node<T>& nb = t.input(n, 2);
+  Node<T>& nx = t.input_node(n, 0);
+  Node<T>& nw = t.input_node(n, 1);
+  Node<T>& nb = t.input_node(n, 2);
   const TensorT<T>& X = nx.val();
   const TensorT<T>& W = nw.val();
   const TensorT<T>& dY = n.grad;

@@ -37,8 +37,8 @@ void normalize_rows(const TensorT<T>& x, const TensorT<T>& gamma, const TensorT<
   auto Y = y.flat();
   parallel_rows(X.rows(), X.cols(), [&](Index first, Index rows) {  // row by row: split in row ranges when large
     // The row in double, converted once: read through a lazy cast, each of the three passes converted it
-    // again, element by element (a 1024 x 256 float x: 614 against 177 us alone, AVX-512 Xeon; the same
-    // values).
+    // again, element by element, at several times the cost for the same values (docs/performance.md;
+    // OMP_NUM_THREADS=1 build/bench/step_bench --workloads W5).
     Eigen::Map<Eigen::ArrayXd> xr(detail::thread_scratch<double>(detail::Scratch::norm_row, static_cast<std::size_t>(X.cols())),
                                   X.cols());
     for (Index r = first; r < first + rows; ++r) {
@@ -78,7 +78,7 @@ Var<T> dropout(Var<T> x, double p, Rng& rng, Where where) {
     if (factor) (*factor)[i] = f;
   }
   n.backward = [](Tape<T>& tp, Node<T>& node) {
-    if (const auto dX = tp.input(node, 0).grad_whole())
+    if (const auto dX = tp.input_node(node, 0).grad_whole())
       write_grad(dX.grad->array(), node.grad.array() * node.template saved<DropoutSaved<T>>().factor.array(), dX.assign);
   };
   return t.commit(n);
@@ -109,8 +109,8 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) 
     const auto& st = node.template saved<LayerNormSaved<T>>();
     const auto dY = node.grad.flat();  // (rows, D)
     const auto XHat = st.xhat.flat();
-    if (const auto dX = tp.input(node, 0).grad_whole()) {
-      const auto Gam = tp.input(node, 1).val().flat().row(0).array();
+    if (const auto dX = tp.input_node(node, 0).grad_whole()) {
+      const auto Gam = tp.input_node(node, 1).val().flat().row(0).array();
       auto dx = dX.grad->flat();
       parallel_rows(dY.rows(), dY.cols(), [&](Index first, Index rows) {
         for (Index r = first; r < first + rows; ++r) {
@@ -122,9 +122,9 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) 
         }
       }, 3);
     }
-    if (const auto dGamma = tp.input(node, 1).grad_whole())
+    if (const auto dGamma = tp.input_node(node, 1).grad_whole())
       write_column_sums(*dGamma.grad, dY.array() * XHat.array(), dGamma.assign);
-    if (const auto dBeta = tp.input(node, 2).grad_whole())
+    if (const auto dBeta = tp.input_node(node, 2).grad_whole())
       write_column_sums(*dBeta.grad, dY.array(), dBeta.assign);
   };
   return t.commit(n);

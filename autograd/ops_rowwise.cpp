@@ -23,7 +23,7 @@ Shape column_of(Shape s) {
 // `Mean` says which.
 template <class T, bool Mean>
 void row_reduce_backward(Tape<T>& t, Node<T>& n) {
-  Node<T>& in = t.input(n, 0);
+  Node<T>& in = t.input_node(n, 0);
   if (const auto dX = in.grad_whole()) {
     const Index width = in.val().cols();
     const auto dC = n.grad.flat().col(0).array();  // (rows)
@@ -87,7 +87,7 @@ Var<T> row_max(Var<T> x, Where where) {
     if (argmax) (*argmax)[static_cast<std::size_t>(r)] = at;
   }
   n.backward = [](Tape<T>& tp, Node<T>& node) {
-    TensorT<T>* dX = tp.input(node, 0).grad_sink();  // one entry per row: the rest stay zero
+    TensorT<T>* dX = tp.input_node(node, 0).grad_sink();  // one entry per row: the rest stay zero
     if (!dX) return;
     const auto& at = node.template saved<RowMaxSaved>().argmax;
     const auto dC = node.grad.flat();

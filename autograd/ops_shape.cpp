@@ -32,7 +32,7 @@ Var<T> reshape(Var<T> x, Shape shape, Where where) {
   const TensorT<T>& X = t.node(x).val();
   std::copy(X.data(), X.data() + X.numel(), n.value.data());
   n.backward = [](Tape<T>& tp, Node<T>& node) {
-    if (const auto dX = tp.input(node, 0).grad_whole()) write_grad(dX.grad->array(), node.grad.array(), dX.assign);
+    if (const auto dX = tp.input_node(node, 0).grad_whole()) write_grad(dX.grad->array(), node.grad.array(), dX.assign);
   };
   return t.commit(n);
 }
@@ -58,7 +58,7 @@ Var<T> pick_positions(Var<T> x, const Ids& positions, Where where) {
   if (n.requires_grad)
     n.template save<PickSaved>().positions.assign(positions.data(), positions.data() + positions.numel());
   n.backward = [](Tape<T>& tp, Node<T>& node) {
-    TensorT<T>* dX = tp.input(node, 0).grad_sink();  // only the picked rows: the rest stay zero
+    TensorT<T>* dX = tp.input_node(node, 0).grad_sink();  // only the picked rows: the rest stay zero
     if (!dX) return;
     const auto& picked = node.template saved<PickSaved>().positions;
     const auto dC = node.grad.mat();  // (B, D)

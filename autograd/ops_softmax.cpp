@@ -41,7 +41,7 @@ detail::RowMask row_mask(const Mask* mask, const Shape& x) {
 // Blocked entries have y = 0 and so get no gradient; a fully blocked row (y = 0) gets none at all.
 template <class T>
 void softmax_rows_backward(Tape<T>& t, Node<T>& n) {
-  const auto dX = t.input(n, 0).grad_whole();
+  const auto dX = t.input_node(n, 0).grad_whole();
   if (!dX) return;
   const Shape& s = n.value.shape();
   detail::softmax_backward(n.value.data(), n.grad.data(), dX.grad->data(), s.flat_rows(), s.cols,
@@ -51,7 +51,7 @@ void softmax_rows_backward(Tape<T>& t, Node<T>& n) {
 // Forward was y = x - log(sum(exp(x))) along each row. So now dx = dy - exp(y) sum(dy).
 template <class T>
 void log_softmax_backward(Tape<T>& t, Node<T>& n) {
-  const auto dX = t.input(n, 0).grad_whole();
+  const auto dX = t.input_node(n, 0).grad_whole();
   if (!dX) return;
   const auto Y = n.value.flat();
   const auto dY = n.grad.flat();

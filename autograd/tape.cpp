@@ -164,7 +164,7 @@ void Tape<T>::backward(Var<T> output, const TensorT<T>& seed) {
 template <class T>
 void Tape<T>::check_backward_anomaly(const Node<T>& n) {
   for (std::uint32_t k = 0; k < n.input_count; ++k) {
-    Node<T>& in = input(n, k);
+    Node<T>& in = input_node(n, k);
     const TensorT<T>* g = in.grad_sink();
     if (g && !all_finite(*g))
       fail<NonFiniteError>("anomaly: the backward rule of {} produced a non-finite gradient (NaN or Inf) for its "

@@ -301,7 +301,7 @@ class Tape {
   Var<T> commit(Node<T>& node);
   Node<T>& node(Var<T> v) { return at(v.index); }
   const Node<T>& node(Var<T> v) const { return at(v.index); }
-  Node<T>& input(const Node<T>& n, std::uint32_t k) { return at(inputs_[n.first_input + k]); }
+  Node<T>& input_node(const Node<T>& n, std::uint32_t k) { return at(inputs_[n.first_input + k]); }  // its k-th input
   // "softmax_rows (recorded at layers/self_attention.cpp:88)"
   static std::string describe(const Node<T>& n);
   // Throws UsageError unless v is a live Var of this tape; names it "{arg}" or "{arg} {position}".

@@ -12,7 +12,7 @@
 #include "tapegrad/core/error.hpp"
 #include "tapegrad/core/file_io.hpp"
 #include "tapegrad/core/process.hpp"
-#include "tapegrad/core/text.hpp"
+#include "tapegrad/core/escape.hpp"
 
 namespace tapegrad {
 namespace {

@@ -13,7 +13,7 @@
 //   write_tape_dot(tape, "attention.dot", {.norms = true});
 //   write_tape_svg(tape, "attention.svg", {.norms = true});  // runs `dot -Tsvg`
 //
-// Every text in a label (op names, parameter names, file names, the title) is escaped (core/text.hpp,
+// Every text in a label (op names, parameter names, file names, the title) is escaped (core/escape.hpp,
 // then for DOT's HTML-like labels), so a hostile name can neither break the graph nor reach the
 // program that draws it as anything but text. The files are written atomically (core/file_io.hpp).
 

@@ -49,7 +49,7 @@ function(tapegrad_target_flags target)
 endfunction()
 
 # Precompiled headers: Eigen, fmt and the standard library headers nearly every file includes, parsed
-# once per target instead of once per file (about 2 s of every file's compile time; docs/internals.md,
+# once per target instead of once per file (seconds of every file's compile time; docs/internals.md,
 # "Build time"). PRIVATE, so a project linking tapegrad::tapegrad is not affected; extra headers
 # (doctest, CLI11) as further arguments. -DTAPEGRAD_PCH=OFF compiles every file from its own includes,
 # which is how to check that a file includes what it uses.
@@ -61,7 +61,7 @@ function(tapegrad_precompile target)
 endfunction()
 
 # A target whose header set and flags are those of `from` (a support library beside another) reuses its
-# precompiled header instead of building the same one again (7-11 s of g++ each).
+# precompiled header instead of building the same one again (seconds of g++ each: docs/internals.md).
 function(tapegrad_precompile_reuse target from)
   if(TAPEGRAD_PCH)
     target_precompile_headers(${target} REUSE_FROM ${from})

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "tapegrad/core/text.hpp"  // escaped(), quoted_list(): text from outside, as messages quote it
+#include "tapegrad/core/escape.hpp"  // escaped(), quoted_list(): text from outside, as messages quote it
 
 namespace tapegrad {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "tapegrad/core/text.hpp"  // format_bytes
+#include "tapegrad/core/escape.hpp"  // format_bytes
 
 namespace tapegrad {
 

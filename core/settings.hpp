@@ -18,7 +18,7 @@
 //   check_fields(options, "SGD")     every field within its bounds (ValueError naming the first that is not)
 //
 // Values are written so that they read back exactly: doubles in the shortest form that round-trips,
-// integers in decimal, bools as true/false, enums by their names (core/names.hpp), strings as they are.
+// integers in decimal, bools as true/false, enums by their names (core/enum_names.hpp), strings as they are.
 // Field types: double, any integer, bool, std::string and named enums.
 
 #include <algorithm>
@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "tapegrad/core/error.hpp"
-#include "tapegrad/core/names.hpp"
+#include "tapegrad/core/enum_names.hpp"
 
 namespace tapegrad {
 

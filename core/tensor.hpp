@@ -34,32 +34,8 @@ using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <class T>
 using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
-// A limit on the tensor memory one thread may allocate while the budget lives: what rebuilding a model from
-// a file may take (model_from_checkpoint), so that a configuration forged to ask for terabytes is refused
-// before the memory is taken, for any model, without the model's help. Every tensor buffer allocated on
-// this thread (AlignedAllocator) is charged before it is taken; past the limit, a LimitError starting
-// with `what`. Nothing is given back when a buffer is freed: the budget bounds what a scope asked for.
-// Budgets nest: the innermost counts, and its charges count in the outer ones too.
-class TensorBudget {
- public:
-  TensorBudget(std::size_t bytes, std::string what);
-  ~TensorBudget();
-  TensorBudget(const TensorBudget&) = delete;
-  TensorBudget& operator=(const TensorBudget&) = delete;
-
-  std::size_t used() const { return used_; }
-  // LimitError, and nothing charged, if `bytes` more would pass this budget or an outer one.
-  void charge(std::size_t bytes);
-  static TensorBudget* current();  // this thread's innermost, or nullptr
-
- private:
-  std::size_t limit_, used_ = 0;
-  std::string what_;
-  TensorBudget* outer_;
-};
-
 namespace detail {
-void charge_tensor_bytes(std::size_t bytes);  // to this thread's budget, if it has one
+void charge_tensor_bytes(std::size_t bytes);  // to this thread's TensorBudget, if it has one (core/tensor_budget.hpp)
 }  // namespace detail
 
 // Every tensor buffer starts on a 64-byte boundary (a cache line, an AVX-512 register). Eigen's

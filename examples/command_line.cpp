@@ -4,7 +4,7 @@
 #include <charconv>
 #include <cstdint>
 
-#include "tapegrad/core/text.hpp"
+#include "tapegrad/core/escape.hpp"
 
 namespace tapegrad::examples {
 

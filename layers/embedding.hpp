@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "tapegrad/autograd/tape.hpp"
-#include "tapegrad/core/names.hpp"
+#include "tapegrad/core/enum_names.hpp"
 #include "tapegrad/core/required.hpp"
 #include "tapegrad/layers/init.hpp"
 #include "tapegrad/layers/module.hpp"

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "tapegrad/autograd/tape.hpp"
-#include "tapegrad/core/names.hpp"
+#include "tapegrad/core/enum_names.hpp"
 #include "tapegrad/core/required.hpp"
 #include "tapegrad/layers/init.hpp"
 #include "tapegrad/layers/kv_cache.hpp"

@@ -12,7 +12,7 @@ namespace tapegrad::test {
 
 template <class Crc32>
 void reseal(std::vector<std::byte>& file, Crc32 crc32) {
-  // The header of train/checkpoint.hpp: u64 payload length at byte 16, u32 CRC-32 at 24, payload at 28.
+  // The header of train/checkpoint/checkpoint.hpp: u64 payload length at byte 16, u32 CRC-32 at 24, payload at 28.
   constexpr std::size_t kLengthAt = 16, kCrcAt = 24, kPayloadAt = 28;
   if (file.size() < kPayloadAt) return;
   const std::uint64_t length = file.size() - kPayloadAt;

@@ -29,7 +29,7 @@ Var<double> wrong_square(Var<double> x, Where where = Where::current()) {
   Node<double>& n = t.record("wrong_square", {x}, x.shape(), where);
   n.value.array() = t.node(x).val().array().square();
   n.backward = [](Tape<double>& tp, Node<double>& node) {
-    Node<double>& in = tp.input(node, 0);
+    Node<double>& in = tp.input_node(node, 0);
     if (auto* dx = in.grad_sink()) dx->array() += node.grad.array() * in.val().array();  // should be 2x
   };
   return t.commit(n);

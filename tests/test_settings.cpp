@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "tapegrad/core/names.hpp"
+#include "tapegrad/core/enum_names.hpp"
 #include "tapegrad/core/settings.hpp"
 
 using namespace tapegrad;

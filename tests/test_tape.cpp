@@ -209,7 +209,7 @@ Var<double> square_with_nan_backward(Var<double> x, Where where = Where::current
   Node<double>& n = t.record("square_nan", {x}, s, where);
   n.value.array() = t.node(x).val().array().square();
   n.backward = [](Tape<double>& tp, Node<double>& node) {
-    if (auto* dx = tp.input(node, 0).grad_sink()) dx->array() += std::numeric_limits<double>::quiet_NaN();
+    if (auto* dx = tp.input_node(node, 0).grad_sink()) dx->array() += std::numeric_limits<double>::quiet_NaN();
   };
   return t.commit(n);
 }
@@ -292,7 +292,7 @@ Var<double> scaled(Var<double> x, bool save, Where where = Where::current()) {
   if (save) n.save<Saved>().factor = s;
   n.value.array() = s * t.node(x).val().array();
   n.backward = [](Tape<double>& tp, Node<double>& node) {
-    if (auto* dx = tp.input(node, 0).grad_sink()) dx->array() += node.saved<Read>().factor * node.grad.array();
+    if (auto* dx = tp.input_node(node, 0).grad_sink()) dx->array() += node.saved<Read>().factor * node.grad.array();
   };
   return t.commit(n);
 }

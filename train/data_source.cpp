@@ -58,8 +58,8 @@ void SequenceSource::fill(std::span<const Index> indices, SequenceBatch& out) co
   out.labelled = 0;
   // Every example's vectors are allocated on their own, so each is a cache miss or two. Asked for all
   // at once, first, the misses of a batch overlap; taken in the copy loop, one example's copy fills the
-  // CPU's window and they come one after another (this function's share of the demo's profile fell from
-  // 8% to 3%: perf record build/examples/param_free_vs_learned --seeds 1).
+  // CPU's window and they come one after another (docs/performance.md; perf record
+  // build/examples/param_free_vs_learned --seeds 1).
   const auto example = [&](Index b) -> const Example& {
     return data_.examples[static_cast<std::size_t>(indices[static_cast<std::size_t>(b)])];
   };

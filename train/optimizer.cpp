@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "tapegrad/core/parallel.hpp"
-#include "tapegrad/core/text.hpp"
+#include "tapegrad/core/escape.hpp"
 
 namespace tapegrad {
 

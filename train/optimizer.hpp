@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "tapegrad/autograd/parameter.hpp"
-#include "tapegrad/core/names.hpp"
+#include "tapegrad/core/enum_names.hpp"
 #include "tapegrad/core/settings.hpp"
 #include "tapegrad/core/tensor.hpp"
 #include "tapegrad/train/schedule.hpp"

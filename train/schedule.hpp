@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "tapegrad/core/names.hpp"
+#include "tapegrad/core/enum_names.hpp"
 #include "tapegrad/core/settings.hpp"
 
 namespace tapegrad {

@@ -3,7 +3,7 @@
 // mode), an optimizer with its schedule, a data source, and a loss function of (tape, batch); the loop
 // orders the data (a seeded sampler), steps, clips, stops on a non-finite loss, evaluates with any
 // metrics, keeps a curve, calls callbacks, and can be checkpointed and resumed bit for bit
-// (train/checkpoint.hpp).
+// (train/checkpoint/checkpoint.hpp).
 //
 //   Mlp model(config);                                        // the user's Module<float>
 //   AdamW<float> opt(model.parameters(), {.lr = 1e-2});

@@ -17,7 +17,7 @@
 #include <memory>
 #include <string_view>
 
-#include "tapegrad/core/names.hpp"
+#include "tapegrad/core/enum_names.hpp"
 #include "tapegrad/core/settings.hpp"
 #include "tapegrad/layers/embedding.hpp"
 #include "tapegrad/layers/linear.hpp"

@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "tapegrad/core/tensor_budget.hpp"
 #include "tapegrad/layers/module.hpp"
 #include "tapegrad/train/optimizer.hpp"
 #include "tapegrad/train/trainer.hpp"

@@ -38,7 +38,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tapegrad/core/names.hpp"
+#include "tapegrad/core/enum_names.hpp"
 #include "tapegrad/layers/module.hpp"
 #include "tapegrad/train/checkpoint/checkpoint.hpp"  // LoadReport, tapegrad_version
 

@@ -1,9 +1,9 @@
-// core/text: how text from outside (a file, a path, a flag) is quoted in a one-line message.
+// core/escape: how text from outside (a file, a path, a flag) is quoted in a one-line message.
 #include <doctest/doctest.h>
 
 #include <string>
 
-#include "tapegrad/core/text.hpp"
+#include "tapegrad/core/escape.hpp"
 
 using namespace tapegrad;
 

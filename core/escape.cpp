@@ -1,4 +1,4 @@
-#include "tapegrad/core/text.hpp"
+#include "tapegrad/core/escape.hpp"
 
 #include <fmt/format.h>
 
