@@ -28,8 +28,15 @@ void put(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios
 std::map<std::string, std::string> contents(const fs::path& dir) {
   std::map<std::string, std::string> out;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    std::ifstream in(e.path(), std::ios::binary);
-    out[e.path().string()] = e.is_symlink() ? "link" : std::string(std::istreambuf_iterator<char>(in), {});
+    std::string& kept = out[e.path().string()];
+    if (e.is_symlink()) {
+      kept = "link";
+    } else if (!e.is_regular_file()) {
+      kept = "not a file";
+    } else {
+      std::ifstream in(e.path(), std::ios::binary);
+      kept.assign(std::istreambuf_iterator<char>(in), {});
+    }
   }
   return out;
 }
