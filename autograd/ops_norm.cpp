@@ -25,11 +25,11 @@ struct LayerNormSaved {
 // gamma and beta are rows of x's width: (D) or (1, D).
 bool is_row_of(const Shape& p, Index width) { return p.rank <= 2 && p.batch == 1 && p.rows == 1 && p.cols == width; }
 
-// Per row of x: xhat = (x - mean) rstd with the statistics in double, y = xhat * gamma + beta; rstd (one
-// per row) when asked. xhat, y (x's shape) and rstd are sized by the caller.
+// Per row of x: xhat = (x - mean) rstd with the statistics in double, y = xhat * gamma + beta, and rstd
+// (one per row). xhat, y (x's shape) and rstd are sized by the caller.
 template <class T>
 void normalize_rows(const TensorT<T>& x, const TensorT<T>& gamma, const TensorT<T>& beta, double eps, TensorT<T>& xhat,
-                    TensorT<T>* rstd_out, TensorT<T>& y) {
+                    TensorT<T>& rstd_out, TensorT<T>& y) {
   const auto X = x.flat();                       // (rows, D)
   const auto G = gamma.flat().row(0).array();    // (D)
   const auto Bt = beta.flat().row(0).array();    // (D)
@@ -47,7 +47,7 @@ void normalize_rows(const TensorT<T>& x, const TensorT<T>& gamma, const TensorT<
       xr -= mean;
       const double rstd = 1 / std::sqrt(xr.square().mean() + eps);
       XH.row(r).array() = (xr * rstd).transpose().template cast<T>();
-      if (rstd_out) (*rstd_out)[r] = static_cast<T>(rstd);
+      rstd_out[r] = static_cast<T>(rstd);
       Y.row(r).array() = XH.row(r).array() * G + Bt;
     }
   }, 4);
@@ -104,7 +104,7 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) 
   auto& saved = n.template save<LayerNormSaved<T>>();
   saved.xhat.resize(s);
   saved.rstd.resize(Shape::mat(s.flat_rows(), 1));
-  normalize_rows(t.node(x).val(), t.node(gamma).val(), t.node(beta).val(), eps, saved.xhat, &saved.rstd, n.value);
+  normalize_rows(t.node(x).val(), t.node(gamma).val(), t.node(beta).val(), eps, saved.xhat, saved.rstd, n.value);
   n.backward = [](Tape<T>& tp, Node<T>& node) {
     const auto& st = node.template saved<LayerNormSaved<T>>();
     const auto dY = node.grad.flat();  // (rows, D)

@@ -323,20 +323,24 @@ void OutputFolder::save_manifest() const {
   write_file_at(lock_->folder_fd(), kManifestName, text, Durability::durable, options_.flag, folder_ / kManifestName);
 }
 
-fs::path OutputFolder::claim(std::string_view relative) {
+void OutputFolder::list_as_ours(std::string_view relative) {
   check_replaceable(relative);
   if (!listed(relative)) {
     files_.emplace_back(relative);
     save_manifest();
   }
-  place_of(lock_->folder_fd(), relative, true, folder_, options_.flag);
+}
+
+fs::path OutputFolder::claim(std::string_view relative) {
+  list_as_ours(relative);
+  place_of(lock_->folder_fd(), relative, true, folder_, options_.flag);  // its folders made, none a link
   return path(relative);
 }
 
 void OutputFolder::write(std::string_view relative, std::string_view content, Durability durability) {
-  const fs::path full = claim(relative);
+  list_as_ours(relative);
   const Place place = place_of(lock_->folder_fd(), relative, true, folder_, options_.flag);
-  write_file_at(place.folder.get(), place.name, content, durability, "write", full);
+  write_file_at(place.folder.get(), place.name, content, durability, "write", path(relative));
 }
 
 void OutputFolder::remove(std::string_view relative) {

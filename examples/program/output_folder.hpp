@@ -99,6 +99,7 @@ class OutputFolder {
  private:
   void check_name(std::string_view relative) const;
   void check_replaceable(std::string_view relative) const;
+  void list_as_ours(std::string_view relative);  // checked replaceable, then in the manifest
   void save_manifest() const;
   bool listed(std::string_view relative) const;
 
