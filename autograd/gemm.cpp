@@ -34,8 +34,8 @@ using ConstStridedMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
 // out (cols x rows, rows `out_stride` apart) = in (rows x cols, rows `in_stride` apart)^T, in square
 // tiles of one SIMD packet's width transposed in registers (Eigen's ptranspose), then what is left in
 // tiles of half a packet, and so on down to single elements; an 8 x 16 head (the toy model's) still goes
-// by 8 x 8 tiles. About 10x faster than element by element on a 256 x 32 head (the attention op
-// transposes K_h for Q K^T: OMP_NUM_THREADS=1 build/bench/attention_bench; docs/performance.md).
+// by 8 x 8 tiles. Faster than element by element at every head size the attention op transposes (K_h for
+// Q K^T): OMP_NUM_THREADS=1 build/bench/attention_bench measures it, docs/performance.md has the figures.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wignored-attributes"  // the packet type's alignment attribute, as in Eigen
 template <class T, class Packet = typename Eigen::internal::packet_traits<T>::type>

@@ -156,8 +156,8 @@ void attention_backward(Tape<T>& t, Node<T>& n) {
     const Index ov = l.offset(i, l.tk, l.dv), oo = l.offset(i, l.tq, l.dv);
     // P was written in the forward pass and has left the cache since (W4 keeps 8 MB of weights). The
     // softmax backward reads it front to back, which the prefetchers follow; dV's product, which reads
-    // it in 64-column strips, then finds it in cache: about 15% less time per block than dV first
-    // (OMP_NUM_THREADS=1 build/bench/attention_bench). Only the order of the computations differs: each
+    // it in 64-column strips, then finds it in cache: less time per block than dV first
+    // (OMP_NUM_THREADS=1 build/bench/attention_bench; docs/performance.md). Only the order of the computations differs: each
     // gradient block gets the same value, written in the same order, v, q, k.
     T* ds = block_scratch<T>(l);  // dP (Tq, Tk) = dO_h V_h^T, then dS in place
     if (saved.reach.empty()) {

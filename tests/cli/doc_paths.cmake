@@ -11,6 +11,10 @@
 # `cmake --build build`, makes every program), and a program of a build of another name
 # (`build-native/bench/step_bench`) must be one the page says how to make: `-B build-native` is on the page.
 #
+# Code comments too: every repository path named in a comment (`//` or `#`) of the sources, scripts and
+# build files that ends in a file name (`docs/performance.md`, `train/checkpoint/checkpoint.hpp`) or a `/`
+# exists, so a moved file leaves no comment pointing at its old home.
+#
 # -DROOT=<source root>. The script first checks itself on tests/cli/doc_paths_fixture.md, a page whose
 # every kind of dangling reference it must report (and, with BUILD, on tests/cli/doc_build_paths_fixture.md),
 # then checks the documentation:
@@ -180,6 +184,35 @@ function(dangling_in var page)
   set(${var} "${found}" PARENT_SCOPE)
 endfunction()
 
+# Repository paths named in the comments of a source file (an absolute path) that do not exist, one line
+# each, appended to `var`. Only a word with a file extension or a trailing `/` counts as a path: prose such
+# as "train/test" is not one.
+function(dangling_in_comments var file)
+  set(found "${${var}}")
+  file(RELATIVE_PATH shown ${ROOT} ${file})
+  file(STRINGS ${file} lines REGEX "(//|#).*${roots_regex}/")
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE "^.*(//|#)" "" comment "${line}")  # the comment's text, after its last marker
+    string(REGEX MATCHALL "[A-Za-z0-9_./*-]+" words "${comment}")
+    foreach(word IN LISTS words)
+      string(REGEX REPLACE "^tapegrad/" "" path "${word}")
+      string(REGEX REPLACE "\\.+$" "" path "${path}")
+      if(NOT path MATCHES "^${roots_regex}/" OR NOT path MATCHES "(\\.[A-Za-z0-9]+|/)$")
+        continue()
+      endif()
+      if(path MATCHES "[*]")
+        file(GLOB matching "${ROOT}/${path}")
+        if(NOT matching)
+          list(APPEND found "${shown}: a comment names ${word}, but nothing in the source tree matches it")
+        endif()
+      elseif(NOT EXISTS "${ROOT}/${path}")
+        list(APPEND found "${shown}: a comment names ${word}, but there is no ${path} in the source tree")
+      endif()
+    endforeach()
+  endforeach()
+  set(${var} "${found}" PARENT_SCOPE)
+endfunction()
+
 # The check checked: on the fixture it must report each dangling reference, and only those.
 set(fixture ${CMAKE_CURRENT_LIST_DIR}/doc_paths_fixture.md)
 file(RELATIVE_PATH fixture_shown ${ROOT} ${fixture})
@@ -228,11 +261,45 @@ foreach(page ${ROOT}/README.md ${pages})
   endif()
   math(EXPR checked "${checked} + 1")
 endforeach()
+# The comments' check checked on its own fixture, then run on every source, script and build file.
+set(problems_before "${problems}")
+set(problems "")
+dangling_in_comments(problems ${CMAKE_CURRENT_LIST_DIR}/doc_paths_fixture.cpp)
+file(RELATIVE_PATH fixture_shown ${ROOT} ${CMAKE_CURRENT_LIST_DIR}/doc_paths_fixture.cpp)
+set(expected
+  "${fixture_shown}: a comment names examples/no_such_file.cpp, but there is no examples/no_such_file.cpp in the source tree"
+  "${fixture_shown}: a comment names tapegrad/train/checkpoint.hpp, but there is no train/checkpoint.hpp in the source tree"
+  "${fixture_shown}: a comment names docs/no_such_page.md, but there is no docs/no_such_page.md in the source tree")
+if(NOT problems STREQUAL expected)
+  list(JOIN problems "\n  " got)
+  list(JOIN expected "\n  " want)
+  message(FATAL_ERROR "doc_paths.cmake does not find what it should in ${fixture_shown}:\nfound\n  ${got}\nexpected\n  ${want}")
+endif()
+set(problems "${problems_before}")
+set(sources "")
+foreach(root IN LISTS roots)
+  if(NOT root STREQUAL "docs")
+    file(GLOB_RECURSE found_sources ${ROOT}/${root}/*.cpp ${ROOT}/${root}/*.hpp ${ROOT}/${root}/*.py ${ROOT}/${root}/*.sh
+         ${ROOT}/${root}/*.cmake ${ROOT}/${root}/CMakeLists.txt)
+    list(APPEND sources ${found_sources})
+  endif()
+endforeach()
+list(FILTER sources EXCLUDE REGEX "/tests/cli/doc_paths_fixture\\.cpp$")
+list(APPEND sources ${ROOT}/CMakeLists.txt ${ROOT}/.ci/run ${ROOT}/.ci/install-deps)
+set(checked_sources 0)
+foreach(source IN LISTS sources)
+  if(EXISTS ${source})
+    dangling_in_comments(problems ${source})
+    math(EXPR checked_sources "${checked_sources} + 1")
+  endif()
+endforeach()
+
 if(problems)
   list(LENGTH problems n)
   list(JOIN problems "\n  " lines)
-  message(FATAL_ERROR "${n} dangling references in the documentation:\n  ${lines}")
+  message(FATAL_ERROR "${n} dangling references in the documentation and the comments:\n  ${lines}")
 endif()
+message(STATUS "${checked_sources} sources, scripts and build files: every repository path their comments name exists")
 if(DEFINED BUILD)
   message(STATUS "README.md and docs/: ${checked} pages, every link and repository path exists, every program they run in build/ is built, every other build is made on its page")
 else()
