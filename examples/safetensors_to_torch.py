@@ -47,7 +47,7 @@ SIZES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16
 LOADABLE = {"F64": (numpy.float64, None), "F32": (numpy.float32, None), "F16": (numpy.float16, None),
             "BF16": (numpy.int16, torch.bfloat16)}
 MAX_HEADER = 100_000_000  # the reference reader's cap on the header's length
-KINDS = ("char_lm", "gpt", "linear", "multihead_attention", "transformer_encoder_layer")
+KINDS = ("char_lm", "gpt", "decoder_lm", "linear", "multihead_attention", "transformer_encoder_layer")
 
 
 class Refusal(Exception):
@@ -150,15 +150,30 @@ class TiedHead(torch.nn.Module):
         return logits + self.bias if self.bias is not None else logits
 
 
-class CharLm(torch.nn.Module):
-    """examples/char_lm's model (and examples/gpt's, whose tied head has no bias): token embedding, learned positions (an nn.Embedding), a causal
-    nn.TransformerEncoder of pre-norm GELU layers with a final LayerNorm, and a head: tied to the
-    embedding, or an nn.Linear of its own."""
+def sinusoidal(max_len, d_model):
+    """Vaswani et al.'s fixed positions, as layers/embedding.cpp computes them (in float64, then rounded):
+    PE(t, 2i) = sin(t / 10000^(2i/D)), PE(t, 2i+1) = cos(t / 10000^(2i/D))."""
+    t = torch.arange(max_len, dtype=torch.float64)[:, None]
+    c = torch.arange(d_model)
+    angle = t / torch.pow(10000.0, (c - c % 2).to(torch.float64) / d_model)
+    return torch.where(c % 2 == 0, torch.sin(angle), torch.cos(angle))
 
-    def __init__(self, vocab, max_len, d_model, n_heads, n_layers, d_ff, tie, head_bias=True, device=None):
+
+class CharLm(torch.nn.Module):
+    """The library's decoder language model (layers/decoder_lm.hpp), as examples/char_lm and examples/gpt
+    build it: token embedding, positions (learned: an nn.Embedding; sinusoidal: a fixed table; or none), a
+    causal nn.TransformerEncoder of pre-norm GELU layers with a final LayerNorm, and a head: tied to the
+    embedding, or an nn.Linear of its own, with or without a bias."""
+
+    def __init__(self, vocab, max_len, d_model, n_heads, n_layers, d_ff, tie, head_bias=True, device=None,
+                 positions="learned"):
         super().__init__()
         self.embed = torch.nn.Embedding(vocab, d_model, device=device)
-        self.pos = torch.nn.Embedding(max_len, d_model, device=device)
+        self.positions = positions
+        if positions == "learned":
+            self.pos = torch.nn.Embedding(max_len, d_model, device=device)
+        elif positions == "sinusoidal":
+            self.register_buffer("table", sinusoidal(max_len, d_model).to(device=device), persistent=False)
         layer = torch.nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout=0.0, activation="gelu",
                                                  batch_first=True, norm_first=True, device=device)
         self.stack = torch.nn.TransformerEncoder(layer, n_layers, norm=torch.nn.LayerNorm(d_model, device=device),
@@ -168,7 +183,11 @@ class CharLm(torch.nn.Module):
 
     def forward(self, ids):
         t = ids.shape[1]
-        h = self.embed(ids) + self.pos.weight[:t]
+        h = self.embed(ids)
+        if self.positions == "learned":
+            h = h + self.pos.weight[:t]
+        elif self.positions == "sinusoidal":
+            h = h + self.table[:t].to(h.dtype)
         return self.head(self.stack(h, mask=causal(t)))
 
 
@@ -277,10 +296,16 @@ def twin_builder(state, metadata):
     if kind not in KINDS:
         raise Refusal(f"no PyTorch twin for the model kind '{shown(kind)}'; this script knows {', '.join(KINDS)}")
     settings = Settings(kind, metadata)
-    if kind in ("char_lm", "gpt"):
+    if kind in ("char_lm", "gpt", "decoder_lm"):
         settings.learnable()
         vocab, d_model = matrix(state, "embed.weight", kind)
-        max_len, width = matrix(state, "pos.weight", kind)
+        positions = settings.config.get("positions", "learned")
+        if positions not in ("learned", "sinusoidal", "none"):
+            settings._refuse("positions", "learned, sinusoidal or none")
+        if positions == "learned":
+            max_len, width = matrix(state, "pos.weight", kind)
+        else:
+            max_len, width = settings.integer("context"), d_model
         d_ff, ff_width = matrix(state, "stack.layers.0.linear1.weight", kind)
         if width != d_model or ff_width != d_model:
             raise Refusal(f"the widths of embed.weight ({d_model}), pos.weight ({width}) and "
@@ -289,8 +314,12 @@ def twin_builder(state, metadata):
         settings.size("d_model", d_model)
         settings.size("d_ff", d_ff, zero_means=4 * d_model)
         settings.size("max_len" if kind == "char_lm" else "context", max_len)
-        tie, head_bias = (settings.flag("tie"), True) if kind == "char_lm" else (True, False)  # gpt: nanoGPT's head
-        return lambda device: CharLm(vocab, max_len, d_model, n_heads, n_layers, d_ff, tie, head_bias, device)
+        if kind == "decoder_lm":
+            tie, head_bias = settings.flag("tie"), settings.flag("head_bias")
+            settings.size("vocab", vocab)
+        else:
+            tie, head_bias = (settings.flag("tie"), True) if kind == "char_lm" else (True, False)  # gpt: nanoGPT's head
+        return lambda device: CharLm(vocab, max_len, d_model, n_heads, n_layers, d_ff, tie, head_bias, device, positions)
     if kind == "linear":
         out_features, in_features = matrix(state, "weight", kind)
         return lambda device: torch.nn.Linear(in_features, out_features, bias="bias" in state, device=device)

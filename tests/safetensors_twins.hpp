@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "tapegrad/layers/decoder_lm.hpp"
 #include "tapegrad/layers/embedding.hpp"
 #include "tapegrad/layers/transformer.hpp"
 
@@ -20,7 +21,8 @@ namespace tapegrad::test {
 
 // The cases' sizes, as tests/data/make_golden_safetensors.py has them.
 inline constexpr Index kTwinWidth = 8, kTwinHeads = 2, kTwinHidden = 16, kTwinVocab = 11, kTwinMaxLen = 6;
-inline constexpr std::string_view kTwinCases[] = {"linear", "attention", "block", "char_model"};
+inline constexpr std::string_view kTwinCases[] = {"linear", "attention", "block", "char_model", "decoder_lm",
+                                                 "decoder_lm_sinusoidal"};
 
 // A library layer with a record of its own: the file it writes names its PyTorch twin.
 template <class Layer>
@@ -106,6 +108,19 @@ Twin<T> make_twin(std::string_view name, Rng& rng) {
     auto m = std::make_unique<CharTwin<T>>(rng);
     twin.forward = [p = m.get(), evaluate](const TensorT<T>&, const Ids& ids) {
       return evaluate([&](Tape<T>& t) { return p->forward(t, ids); });
+    };
+    twin.takes_ids = true;
+    twin.model = std::move(m);
+  } else if (name == "decoder_lm" || name == "decoder_lm_sinusoidal") {
+    // The library's language model as it describes itself (kind "decoder_lm"): an untied head with a bias
+    // and learned positions, or a tied head without one and fixed sinusoidal positions.
+    const bool sinusoidal = name == "decoder_lm_sinusoidal";
+    auto m = std::make_unique<DecoderLm<T>>(DecoderLmConfig{
+        .vocab = kTwinVocab, .context = kTwinMaxLen, .d_model = kTwinWidth, .n_heads = kTwinHeads, .n_layers = 2,
+        .d_ff = kTwinHidden, .positions = sinusoidal ? PositionEncoding::sinusoidal : PositionEncoding::learned,
+        .tie = sinusoidal, .head_bias = !sinusoidal, .seed = rng.next_u64()});
+    twin.forward = [p = m.get(), evaluate](const TensorT<T>&, const Ids& ids) {
+      return evaluate([&](Tape<T>& t) { return p->forward(t, ids, nullptr); });
     };
     twin.takes_ids = true;
     twin.model = std::move(m);

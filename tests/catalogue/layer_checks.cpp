@@ -1,6 +1,7 @@
 #include "catalogue/layer_checks.hpp"
 
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/layers/decoder_lm.hpp"
 #include "tapegrad/layers/embedding.hpp"
 #include "tapegrad/layers/linear.hpp"
 #include "tapegrad/layers/dropout.hpp"
@@ -136,6 +137,22 @@ std::vector<LayerCheck> layer_checks(std::uint64_t seed) {
                     [tied, tied_ids](Tape<double>& t, std::span<const Var<double>>) {
                       return tied->head.forward(tied->embed.forward(t, *tied_ids));
                     }});
+  // The library's language model, from token ids to logits: every parameter, both attention modes, the
+  // head tied or not, learned or no positions.
+  const std::pair<std::string, DecoderLmConfig> lms[] = {
+      {"learnable, learned positions, own head with a bias",
+       {.vocab = 5, .context = 4, .d_model = 4, .n_heads = 2, .n_layers = 2, .d_ff = 5, .seed = 3}},
+      {"parameter-free, no positions, tied head without a bias (GPT-2's init)",
+       {.vocab = 5, .context = 4, .d_model = 4, .n_heads = 2, .n_layers = 1, .d_ff = 3,
+        .attention = AttentionMode::parameter_free, .positions = PositionEncoding::none, .tie = true, .head_bias = false,
+        .init = LmInit::gpt2, .seed = 4}},
+  };
+  for (const auto& [what, config] : lms) {
+    auto lm = std::make_shared<DecoderLm<double>>(config);
+    checks.push_back({"DecoderLm", what, {}, lm, [lm, tied_ids](Tape<double>& t, std::span<const Var<double>>) {
+                        return lm->forward(t, *tied_ids, nullptr);
+                      }});
+  }
   // Non-zero biases and LayerNorm weights away from 1, so their gradients are checked at a generic point.
   for (auto& c : checks)
     for (auto* p : c.module->parameters())

@@ -1,0 +1,117 @@
+#include "tapegrad/layers/decoder_lm.hpp"
+
+#include <cmath>
+
+
+namespace tapegrad {
+
+namespace {
+
+TransformerBlockOptions block_options(const DecoderLmConfig& c) {
+  TransformerBlockOptions block{.mode = c.attention, .d_model = c.d_model, .n_heads = c.n_heads, .d_ff = c.d_ff,
+                                .causal = true, .layernorm = true, .mlp = true, .dropout = c.dropout};
+  if (c.init == LmInit::gpt2) block.init = Initializer::normal(0.02);
+  return block;
+}
+
+}  // namespace
+
+template <class T>
+void DecoderLm<T>::check_config(const Config& c) {
+  check_fields(c, "decoder_lm");  // every size within its bounds: the products below cannot overflow
+  if (c.positions == PositionEncoding::onehot)
+    fail<ValueError>("decoder_lm: one-hot positions widen the stream past d_model; use learned, sinusoidal or none");
+  TransformerBlock<T>::check("stack.blocks.0", block_options(c));
+}
+
+template <class T>
+Index DecoderLm<T>::count_parameters(const Config& c) {
+  check_config(c);
+  // Lagrange's weights of the nodes 1, 2 (linear) or 1, 2, 3 (quadratic) at x: integers, so the sum is exact.
+  __extension__ using Wide = __int128;  // the weights' products pass 2^63 at the bounds' largest sizes
+  const auto linear = [](Wide x, int node) { return node == 1 ? 2 - x : x - 1; };
+  const auto quadratic = [](Wide x, int node) {
+    return node == 1 ? (x - 2) * (x - 3) / 2 : node == 2 ? -(x - 1) * (x - 3) : (x - 1) * (x - 2) / 2;
+  };
+  const Index d_ff = feed_forward_width(c.d_model, c.d_ff);
+  Wide total = 0;
+  for (int v = 1; v <= 2; ++v)
+    for (int t = 1; t <= 2; ++t)
+      for (int l = 1; l <= 2; ++l)
+        for (int f = 1; f <= 2; ++f)
+          for (int d = 1; d <= 3; ++d) {
+            Config probe = c;
+            probe.vocab = v;
+            probe.context = t;
+            probe.n_layers = l;
+            probe.d_ff = f;
+            probe.d_model = d;
+            probe.n_heads = 1;
+            const Wide weight = linear(c.vocab, v) * linear(c.context, t) * linear(c.n_layers, l) * linear(d_ff, f) *
+                                quadratic(c.d_model, d);
+            total += weight * DecoderLm<T>(probe).parameter_count();
+          }
+  return static_cast<Index>(total);
+}
+
+template <class T>
+DecoderLm<T>::DecoderLm(const Config& c) : DecoderLm(c, 0x6465636f646572) {}  // stream "decoder"
+
+// [readme:decoder_lm]
+// The draws, in this order, are part of what a seed means (a program's checkpoints and tables depend on
+// them): the embedding, learned positions, the blocks in order, an untied head, then GPT-2's residual
+// projections.
+template <class T>
+DecoderLm<T>::DecoderLm(const Config& c, std::uint64_t stream) : Module<T>(), config_(c), rng_(c.seed, stream) {
+  check_config(c);
+  const bool gpt2 = c.init == LmInit::gpt2;
+  EmbeddingOptions embedding{.vocab = c.vocab, .dim = c.d_model};
+  if (gpt2) embedding.init = Initializer::normal(0.02);
+  embed_ = std::make_unique<Embedding<T>>("embed", embedding, rng_);
+  this->register_child(*embed_);
+  const PositionOptions positions{.kind = c.positions, .max_len = c.context, .d_model = c.d_model};
+  pos_ = c.positions == PositionEncoding::learned ? std::make_unique<Positions<T>>("pos", positions, rng_)
+                                                  : std::make_unique<Positions<T>>("pos", positions);
+  this->register_child(*pos_);
+  stack_ = std::make_unique<TransformerStack<T>>(
+      "stack", TransformerStackOptions{.n_layers = c.n_layers, .block = block_options(c)}, rng_);
+  this->register_child(*stack_);
+  LmHeadOptions head{.d_model = c.d_model, .vocab = c.vocab, .bias = c.head_bias};
+  if (gpt2) head.init = Initializer::normal(0.02);
+  head_ = c.tie ? std::make_unique<LmHead<T>>("head", head, *embed_) : std::make_unique<LmHead<T>>("head", head, rng_);
+  this->register_child(*head_);
+  if (gpt2) {
+    // Each block adds two projections to the residual stream, so its variance grows with 2 N terms of this size.
+    const Initializer residual = Initializer::normal(0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layers)));
+    for (std::size_t i = 0; i < stack_->size(); ++i) {
+      TransformerBlock<T>& block = stack_->block(i);
+      if (c.attention == AttentionMode::learnable) residual.apply(block.attention().wo().value, rng_);
+      residual.apply(block.feed_forward().linear2().weight().value, rng_);
+    }
+  }
+}
+
+template <class T>
+Var<T> DecoderLm<T>::forward(Tape<T>& tape, const Ids& tokens, KvCache<T>* cache) {
+  // No key-padding mask: in a causal model a query never sees later keys, so padding after a sequence's
+  // end changes none of its positions' logits.
+  Var<T> x = pos_->forward(embed_->forward(tape, tokens), cache ? cache->length() : 0);  // (B, T, D)
+  return head_->forward(stack_->forward(x, nullptr, cache));                             // (B, T, V)
+}
+// [readme:decoder_lm-end]
+
+template <class T>
+std::vector<std::int32_t> DecoderLm<T>::generate(std::span<const std::int32_t> prompt, const SampleOptions& options) {
+  struct Restore {  // the caller's mode, also when sampling throws
+    Module<T>& model;
+    bool training;
+    ~Restore() { model.train(training); }
+  } restore{*this, this->training()};
+  this->eval();
+  return sample<T>(*this, prompt, options);
+}
+
+template class DecoderLm<float>;
+template class DecoderLm<double>;
+
+}  // namespace tapegrad

@@ -1,0 +1,133 @@
+#pragma once
+// A decoder-only language model from the library's layers, the shape of GPT-2 and nanoGPT:
+//
+//   tokens (B, T) -> Embedding (B, T, D) + positions (learned or sinusoidal: a (T, D) table added; or none)
+//                 -> TransformerStack: N causal pre-norm blocks (attention in either mode, MLP D -> d_ff -> D),
+//                    final LayerNorm
+//                 -> LmHead: logits (B, T, V), its own (D, V) weight or tied to the embedding (h E^T)
+//
+// Legend: B sequences in a batch, T positions (at most `context`), D = d_model, V = vocab.
+//
+// Its Config is all it takes to rebuild it: a checkpoint keeps it as the model's settings (model_record()
+// kind "decoder_lm"; model_from_checkpoint<DecoderLm<float>> rebuilds it), and examples/safetensors_to_torch.py
+// builds its PyTorch twin from the same settings. A program that keeps a configuration of its own (the
+// examples' char_lm and gpt, whose checkpoints name their own kinds) derives from DecoderLm and gives the
+// constructor the DecoderLmConfig its configuration means.
+//
+// It is a LanguageModel (layers/generate.hpp): training, evaluation and sampling run its one forward, the
+// last two with gradients off, sampling with or without a KvCache (generate()).
+//
+// How many parameters a configuration has is answered by the constructor itself (count_parameters), so no
+// formula has to be kept in step with it.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "tapegrad/core/enum_names.hpp"
+#include "tapegrad/layers/embedding.hpp"
+#include "tapegrad/layers/generate.hpp"
+#include "tapegrad/layers/transformer.hpp"
+
+namespace tapegrad {
+
+// How the initial weights are drawn.
+//   pytorch: PyTorch's defaults: the embedding N(0, 1), the blocks' and an untied head's weights Xavier-uniform.
+//   gpt2:    GPT-2's (nanoGPT's): every weight and embedding N(0, 0.02), and the projections that write
+//            into the residual stream (attention's Wo, the MLP's second linear) N(0, 0.02 / sqrt(2 N)).
+// Both: biases 0, LayerNorms 1 and 0, learned positions N(0, 0.02).
+enum class LmInit { pytorch, gpt2 };
+template <>
+struct EnumNames<LmInit> {
+  static constexpr std::string_view what = "init";
+  static constexpr std::array<EnumName<LmInit>, 2> names = {{{LmInit::pytorch, "pytorch"}, {LmInit::gpt2, "gpt2"}}};
+};
+
+struct DecoderLmConfig {
+  Index vocab = 0;      // tokens 0 .. vocab-1
+  Index context = 64;   // positions: the longest sequence
+  Index d_model = 128;
+  Index n_heads = 4;
+  Index n_layers = 4;
+  Index d_ff = 0;  // 0: 4 d_model
+  AttentionMode attention = AttentionMode::learnable;
+  PositionEncoding positions = PositionEncoding::learned;  // learned, sinusoidal or none
+  bool tie = false;       // the head reuses the embedding table (h E^T)
+  bool head_bias = true;  // the head adds a bias (nanoGPT's has none)
+  LmInit init = LmInit::pytorch;
+  double dropout = 0;
+  std::uint64_t seed = 0;  // initial weights
+  // Bounded so that no configuration read from a file can ask for absurd memory.
+  template <class S, class F>
+  static void fields(S& s, F&& field) {
+    field("vocab", s.vocab, "tokens in the vocabulary", in_range(1, 1 << 24));
+    field("context", s.context, "positions: the longest sequence", in_range(1, 1 << 16));
+    field("d_model", s.d_model, "width of the residual stream", in_range(1, 1 << 16));
+    field("n_heads", s.n_heads, "attention heads", in_range(1, 1 << 12));
+    field("n_layers", s.n_layers, "transformer blocks", in_range(1, 1 << 10));
+    field("d_ff", s.d_ff, "hidden width of the MLP (0: 4 d_model)", in_range(0, 1 << 20));
+    field("attention", s.attention, "attention: learnable or parameter_free");
+    field("positions", s.positions, "positions: learned, sinusoidal or none");
+    field("tie", s.tie, "the output head reuses the embedding table");
+    field("head_bias", s.head_bias, "the output head adds a bias");
+    field("init", s.init, "initial weights: pytorch or gpt2");
+    field("dropout", s.dropout, "dropout probability", in_range(0, 1, true));
+    field("seed", s.seed, "seed of the initial weights");
+  }
+};
+
+template <class T>
+class DecoderLm : public Module<T>, public LanguageModel<T> {
+ public:
+  using Config = DecoderLmConfig;
+  static constexpr std::string_view kind = "decoder_lm";
+
+  // ValueError naming what does not fit together (check_config), before anything is allocated.
+  explicit DecoderLm(const Config& config);
+  // The constructor's checks alone: ValueError naming what does not fit, nothing allocated.
+  static void check_config(const Config& config);
+  // The parameter values `config` builds, without building it: the count is a polynomial of degree at
+  // most 1 in vocab, context, n_layers and d_ff and 2 in d_model (and does not depend on n_heads), so it is
+  // read off 48 models the constructor builds at sizes of 1 to 3 and interpolated at the configuration's
+  // own (tests/test_decoder_lm.cpp compares it with built models). Microseconds and no memory to speak of,
+  // for any configuration within the bounds; ValueError as check_config.
+  static Index count_parameters(const Config& config);
+
+  // The logits (B, T) -> (B, T, V). Without a cache the tokens are at positions 0 .. T-1; with one
+  // (gradients off, B = 1), they are the newest tokens of a sequence, at positions cache->length() on, and
+  // every block appends their keys and values.
+  Var<T> forward(Tape<T>& tape, const Ids& tokens, KvCache<T>* cache) override;
+  Index vocab() const override { return config_.vocab; }
+  Index context() const override { return config_.context; }
+  KvCache<T> make_cache() override { return KvCache<T>(config_.n_layers, config_.context); }
+
+  // `options.count` tokens sampled after `prompt` (sample(), layers/generate.hpp), in evaluation mode;
+  // the model's mode is restored afterwards.
+  std::vector<std::int32_t> generate(std::span<const std::int32_t> prompt, const SampleOptions& options);
+
+  ModelRecord model_record() const override { return {std::string(kind), to_settings(config_)}; }
+  const Config& lm_config() const { return config_; }
+  Embedding<T>& embedding() { return *embed_; }
+  TransformerStack<T>& stack() { return *stack_; }
+  LmHead<T>& head() { return *head_; }
+
+ protected:
+  // For a model of a program's own: its weights drawn from Rng(config.seed, stream), so that a program
+  // that had its own stream before it derived from DecoderLm keeps its initial weights.
+  DecoderLm(const Config& config, std::uint64_t stream);
+
+ private:
+  Config config_;
+  Rng rng_;  // the initial weights', drawn in the constructor
+  std::unique_ptr<Embedding<T>> embed_;
+  std::unique_ptr<Positions<T>> pos_;
+  std::unique_ptr<TransformerStack<T>> stack_;
+  std::unique_ptr<LmHead<T>> head_;
+};
+
+extern template class DecoderLm<float>;
+extern template class DecoderLm<double>;
+
+}  // namespace tapegrad
