@@ -6,6 +6,7 @@
 #include "tapegrad/core/error.hpp"
 #include "tapegrad/core/file_io.hpp"
 #include "tapegrad/core/shape.hpp"
+#include "tapegrad/layers/decoder_lm.hpp"
 
 namespace tapegrad::examples {
 
@@ -30,6 +31,16 @@ inline void check_lm_memory(const LmSize& s, std::string_view flags) {
   if (bytes > kMaxMemoryBytes)
     fail<LimitError>("the model and a batch would take about {}, more than the {} this example allows; lower {}",
                      format_bytes(bytes), format_bytes(kMaxMemoryBytes), flags);
+}
+
+// check_lm_memory for a decoder language model, its parameters counted by the library (which reads them
+// off the constructor, building nothing of the configuration's size).
+inline void check_lm_memory(const DecoderLmConfig& c, Index batch, std::string_view flags) {
+  const Index parameters = DecoderLm<float>::count_parameters(c);
+  check_lm_memory({.parameters = static_cast<double>(parameters), .batch = batch, .positions = c.context,
+                   .layers = c.n_layers, .d_model = c.d_model, .d_ff = feed_forward_width(c.d_model, c.d_ff),
+                   .heads = c.n_heads},
+                  flags);
 }
 
 }  // namespace tapegrad::examples

@@ -38,10 +38,7 @@ constexpr Index kEvalBatch = 256;        // words per evaluation batch
 // The learnable model's memory (the larger of the two) within the examples' limit.
 void check_memory(CharLm<float>::Config c, Index batch) {
   c.attention = AttentionMode::learnable;
-  examples::check_lm_memory({.parameters = static_cast<double>(CharLm<float>::implied_parameter_count(c)), .batch = batch,
-                             .positions = c.max_len, .layers = c.n_layers, .d_model = c.d_model,
-                             .d_ff = feed_forward_width(c.d_model, c.d_ff), .heads = c.n_heads},
-                            "--d-model, --d-ff, --layers or --batch");
+  examples::check_lm_memory(CharLm<float>::decoder_config(c), batch, "--d-model, --d-ff, --layers or --batch");
 }
 
 Index eval_every(const Options& o) { return o.eval_every > 0 ? o.eval_every : std::max<Index>(1, o.steps / 10); }

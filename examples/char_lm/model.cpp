@@ -10,15 +10,16 @@ namespace char_lm {
 using namespace tapegrad;
 
 template <class T>
-TransformerBlockOptions CharLm<T>::block_options(const Config& c) {
-  return {.mode = c.attention, .d_model = c.d_model, .n_heads = c.n_heads, .d_ff = c.d_ff, .causal = true,
-          .layernorm = true, .mlp = true, .dropout = c.dropout};
+DecoderLmConfig CharLm<T>::decoder_config(const Config& c) {
+  return {.vocab = kVocab, .context = c.max_len, .d_model = c.d_model, .n_heads = c.n_heads, .n_layers = c.n_layers,
+          .d_ff = c.d_ff, .attention = c.attention, .positions = PositionEncoding::learned, .tie = c.tie,
+          .head_bias = true, .init = LmInit::pytorch, .dropout = c.dropout, .seed = c.seed};
 }
 
 template <class T>
 void CharLm<T>::check_config(const Config& c) {
-  check_fields(c, "char_lm");  // every size within its bounds: the arithmetic below cannot overflow
-  TransformerBlock<T>::check("stack.blocks.0", block_options(c));
+  check_fields(c, "char_lm");  // within its own bounds first, so that messages name this program's settings
+  DecoderLm<T>::check_config(decoder_config(c));
 }
 
 template <class T>
@@ -28,46 +29,16 @@ Index CharLm<T>::implied_parameter_count(const Config& c) {
   } catch (const ValueError&) {
     return -1;
   }
-  // Mirrors the constructor (the constructor checks that it does): embedding, positions, per block the
-  // attention (Wq Wk Wv Wo and their biases, learnable only), the MLP (D -> d_ff -> D with biases) and two
-  // LayerNorms, then the final LayerNorm and the head (its weight unless tied, and its bias).
-  const Index D = c.d_model, F = feed_forward_width(D, c.d_ff);
-  const Index attention = c.attention == AttentionMode::learnable ? 4 * D * D + 4 * D : 0;
-  const Index block = attention + (2 * D * F + F + D) + 4 * D;
-  return kVocab * D + c.max_len * D + c.n_layers * block + 2 * D + (c.tie ? 0 : D * kVocab) + kVocab;
-}
-
-// [readme:char_lm]
-template <class T>
-CharLm<T>::CharLm(const Config& c) : Module<T>(), config_(c), rng_(c.seed, 0x636861726c6d) {  // stream "charlm"
-  check_config(c);
-  embed_ = std::make_unique<Embedding<T>>("embed", EmbeddingOptions{.vocab = kVocab, .dim = c.d_model}, rng_);
-  this->register_child(*embed_);
-  pos_ = std::make_unique<Positions<T>>(
-      "pos", PositionOptions{.kind = PositionEncoding::learned, .max_len = c.max_len, .d_model = c.d_model}, rng_);
-  this->register_child(*pos_);
-  stack_ = std::make_unique<TransformerStack<T>>(
-      "stack", TransformerStackOptions{.n_layers = c.n_layers, .block = block_options(c)}, rng_);
-  this->register_child(*stack_);
-  const LmHeadOptions head{.d_model = c.d_model, .vocab = kVocab};
-  head_ = c.tie ? std::make_unique<LmHead<T>>("head", head, *embed_) : std::make_unique<LmHead<T>>("head", head, rng_);
-  this->register_child(*head_);
-  if (this->parameter_count() != implied_parameter_count(c))
-    fail<Error>("char_lm: the model has {} parameters but implied_parameter_count says {}; the two must be kept in step",
-                this->parameter_count(), implied_parameter_count(c));
+  return DecoderLm<T>::count_parameters(decoder_config(c));
 }
 
 template <class T>
-Var<T> CharLm<T>::logits(Tape<T>& tape, const Ids& tokens) {
-  Var<T> x = pos_->forward(embed_->forward(tape, tokens));  // (B, T, D)
-  // No key-padding mask: padding only follows a word's end, and a causal query never sees later keys.
-  return head_->forward(stack_->forward(x));  // (B, T, V)
-}
-// [readme:char_lm-end]
+CharLm<T>::CharLm(const Config& c)
+    : DecoderLm<T>((check_config(c), decoder_config(c)), 0x636861726c6d), config_(c) {}  // stream "charlm"
 
 template <class T>
 StepOutput<T> CharLm<T>::loss(Tape<T>& tape, const SequenceBatch& batch) {
-  Var<T> out = logits(tape, batch.tokens);
+  Var<T> out = this->forward(tape, batch.tokens, nullptr);
   return {cross_entropy(out, batch.labels), out};
 }
 
@@ -130,7 +101,7 @@ Tensor logits_of(CharLm<float>& model, const std::vector<std::int32_t>& tokens) 
   std::copy(tokens.begin(), tokens.end(), ids.data());
   Tape<float> tape;
   NoGradGuard<float> guard(tape);
-  Tensor out = model.logits(tape, ids).value();  // (1, T, V)
+  Tensor out = model.forward(tape, ids, nullptr).value();  // (1, T, V)
   model.train(was_training);
   return out;
 }

@@ -1,6 +1,7 @@
 #pragma once
-// The next-character model: a small decoder-only transformer, a Module of this program's own that a
-// checkpoint rebuilds from its Config (model_record() kind "char_lm"), as examples/custom_model.cpp's MLP.
+// The next-character model: the library's decoder language model (layers/decoder_lm.hpp) over 27 symbols,
+// with a configuration of this program's own that a checkpoint rebuilds it from (model_record() kind
+// "char_lm"), as examples/custom_model.cpp's MLP.
 //
 //   tokens (B, T) -> Embedding (B, T, D) + learned positions (T, D)
 //                 -> TransformerStack: N causal pre-norm blocks (attention, MLP D -> d_ff -> D), final LayerNorm
@@ -18,8 +19,7 @@
 #include <vector>
 
 #include "char_lm/words.hpp"
-#include "tapegrad/layers/embedding.hpp"
-#include "tapegrad/layers/transformer.hpp"
+#include "tapegrad/layers/decoder_lm.hpp"
 #include "tapegrad/train/trainer.hpp"
 
 namespace char_lm {
@@ -28,7 +28,7 @@ using tapegrad::AttentionMode;
 using tapegrad::Index;
 
 template <class T>
-class CharLm : public tapegrad::Module<T> {
+class CharLm : public tapegrad::DecoderLm<T> {
  public:
   struct Config {  // all it takes to rebuild the model: checkpoints keep it as the model's settings
     Index max_len = 23;  // longest sequence: the longest training word's letters + 1
@@ -60,27 +60,21 @@ class CharLm : public tapegrad::Module<T> {
   explicit CharLm(const Config& config);  // ValueError for a configuration that does not fit together
   // The constructor's checks alone: ValueError naming what does not fit, nothing allocated.
   static void check_config(const Config& config);
-  // The parameter values a configuration implies, from it alone (-1 for one the constructor refuses):
-  // a checkpoint's loader compares it with what the file holds before it builds anything.
+  // The library's model this configuration means: 27 symbols, learned positions, PyTorch's initial weights,
+  // a head with a bias.
+  static tapegrad::DecoderLmConfig decoder_config(const Config& config);
+  // The parameter values a configuration implies (-1 for one the constructor refuses), counted by the
+  // library from the constructor itself: a checkpoint's loader compares it with the file before building.
   static Index implied_parameter_count(const Config& config);
 
-  tapegrad::Var<T> logits(tapegrad::Tape<T>& tape, const tapegrad::Ids& tokens);  // (B, T) -> (B, T, V)
   // Cross-entropy at the labelled positions (mean per symbol), and the logits: the Trainer's loss function.
   tapegrad::StepOutput<T> loss(tapegrad::Tape<T>& tape, const tapegrad::SequenceBatch& batch);
 
   tapegrad::ModelRecord model_record() const override { return {std::string(kind), tapegrad::to_settings(config_)}; }
   const Config& config() const { return config_; }
-  tapegrad::TransformerStack<T>& stack() { return *stack_; }
 
  private:
-  static tapegrad::TransformerBlockOptions block_options(const Config& c);
-
   Config config_;
-  tapegrad::Rng rng_;  // the initial weights', drawn in the constructor
-  std::unique_ptr<tapegrad::Embedding<T>> embed_;
-  std::unique_ptr<tapegrad::Positions<T>> pos_;
-  std::unique_ptr<tapegrad::TransformerStack<T>> stack_;
-  std::unique_ptr<tapegrad::LmHead<T>> head_;
 };
 
 extern template class CharLm<float>;

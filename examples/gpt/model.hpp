@@ -1,6 +1,7 @@
 #pragma once
-// The character GPT: nanoGPT's model (Karpathy's nanoGPT, model.py) from the library's layers, a Module of
-// this program's own that a checkpoint rebuilds from its Config (model_record() kind "gpt").
+// The character GPT: nanoGPT's model (Karpathy's nanoGPT, model.py) as the library's decoder language model
+// (layers/decoder_lm.hpp), with a configuration of this program's own that a checkpoint rebuilds it from
+// (model_record() kind "gpt").
 //
 //   bytes (B, T) -> Embedding (B, T, D) + learned positions (T, D)
 //                -> TransformerStack: N pre-norm blocks (causal attention with biases and Wo, MLP D -> 4D ->
@@ -25,9 +26,7 @@
 #include <vector>
 
 #include "gpt/text.hpp"
-#include "tapegrad/layers/embedding.hpp"
-#include "tapegrad/layers/generate.hpp"
-#include "tapegrad/layers/transformer.hpp"
+#include "tapegrad/layers/decoder_lm.hpp"
 #include "tapegrad/train/trainer.hpp"
 
 namespace gpt {
@@ -35,7 +34,7 @@ namespace gpt {
 using tapegrad::AttentionMode;
 
 template <class T>
-class Gpt : public tapegrad::Module<T>, public tapegrad::LanguageModel<T> {
+class Gpt : public tapegrad::DecoderLm<T> {
  public:
   struct Config {  // all it takes to rebuild the model: checkpoints keep it as the model's settings
     std::string vocabulary;  // the byte vocabulary, ByteVocabulary::hex(): which byte each token is
@@ -67,36 +66,23 @@ class Gpt : public tapegrad::Module<T>, public tapegrad::LanguageModel<T> {
   explicit Gpt(const Config& config);  // ValueError for a configuration that does not fit together
   // The constructor's checks alone: ValueError naming what does not fit, nothing allocated.
   static void check_config(const Config& config);
-  // The parameter values a configuration implies, from it alone (-1 for one the constructor refuses): a
-  // checkpoint's loader compares it with what the file holds before it builds anything.
+  // The library's model this configuration means: the vocabulary's bytes, learned positions, GPT-2's
+  // initial weights, a head tied to the embedding without a bias.
+  static tapegrad::DecoderLmConfig decoder_config(const Config& config);
+  // The parameter values a configuration implies (-1 for one the constructor refuses), counted by the
+  // library from the constructor itself: a checkpoint's loader compares it with the file before building.
   static Index implied_parameter_count(const Config& config);
 
   // Cross-entropy over every position (mean per predicted byte), and the logits: the Trainer's loss function.
   tapegrad::StepOutput<T> loss(tapegrad::Tape<T>& tape, const tapegrad::SequenceBatch& batch);
 
-  // The logits (B, T) -> (B, T, V); with a cache (gradients off, B = 1), of the newest bytes, at positions
-  // cache->length() on. Training, evaluation and sampling run this one forward.
-  tapegrad::Var<T> forward(tapegrad::Tape<T>& tape, const tapegrad::Ids& tokens, tapegrad::KvCache<T>* cache) override;
-  // tapegrad::LanguageModel: the caller puts the model in evaluation mode (eval()) first.
-  Index vocab() const override { return vocabulary_.size(); }
-  Index context() const override { return config_.context; }
-  tapegrad::KvCache<T> make_cache() override { return tapegrad::KvCache<T>(config_.n_layers, config_.context); }
-
   tapegrad::ModelRecord model_record() const override { return {std::string(kind), tapegrad::to_settings(config_)}; }
   const Config& config() const { return config_; }
   const ByteVocabulary& vocabulary() const { return vocabulary_; }
-  tapegrad::TransformerStack<T>& stack() { return *stack_; }
 
  private:
-  static tapegrad::TransformerBlockOptions block_options(const Config& c);
-
   Config config_;
   ByteVocabulary vocabulary_;
-  tapegrad::Rng rng_;  // the initial weights', drawn in the constructor
-  std::unique_ptr<tapegrad::Embedding<T>> embed_;
-  std::unique_ptr<tapegrad::Positions<T>> pos_;
-  std::unique_ptr<tapegrad::TransformerStack<T>> stack_;
-  std::unique_ptr<tapegrad::LmHead<T>> head_;
 };
 
 extern template class Gpt<float>;

@@ -73,10 +73,7 @@ std::unique_ptr<Data> load_data(const fs::path& path, Index context, Index curve
 // The learnable model's memory (the larger of the two) within the examples' limit.
 void check_memory(Gpt<float>::Config c, Index batch) {
   c.attention = AttentionMode::learnable;
-  examples::check_lm_memory({.parameters = static_cast<double>(Gpt<float>::implied_parameter_count(c)), .batch = batch,
-                             .positions = c.context, .layers = c.n_layers, .d_model = c.d_model,
-                             .d_ff = feed_forward_width(c.d_model, c.d_ff), .heads = c.n_heads},
-                            "--d-model, --d-ff, --layers, --context or --batch");
+  examples::check_lm_memory(Gpt<float>::decoder_config(c), batch, "--d-model, --d-ff, --layers, --context or --batch");
 }
 
 // ---- one model's training ------------------------------------------------------------------------------
