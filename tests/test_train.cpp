@@ -17,6 +17,7 @@
 #include "tapegrad/train/dataset_file.hpp"
 #include "tapegrad/program/progress.hpp"
 #include "tapegrad/program/run_program.hpp"
+#include "tapegrad/train/data_parallel.hpp"
 #include "tapegrad/train/trainer.hpp"
 
 using namespace tapegrad;
@@ -41,7 +42,7 @@ std::vector<CurvePoint> mlp_curve(const TensorSource& data, Collective* group = 
   trainer.evaluate_on(data);
   trainer.add_metric("accuracy", metrics::accuracy);
   trainer.set_collective(group);
-  CHECK(!trainer.data_parallel());
+  CHECK(dynamic_cast<SingleProcess*>(&trainer.reducer()) != nullptr);  // one process, with or without a group
   trainer.run();
   return trainer.curve();
 }
@@ -270,7 +271,7 @@ TEST_CASE("data-parallel: shard_of splits a batch into contiguous parts, the fir
                        ValueError);
 }
 
-TEST_CASE("data-parallel: a group of one rank trains exactly as no group (the same curve, bit for bit)") {
+TEST_CASE("data-parallel: a group of one rank is one process: the same curve, bit for bit, and nothing exchanged") {
   // The one-rank collective a process that is not part of a job would be.
   struct Alone final : Collective {
     int calls = 0;
@@ -288,7 +289,8 @@ TEST_CASE("data-parallel: a group of one rank trains exactly as no group (the sa
   const TensorSource data = classification_data(200, 8);
   Alone alone;
   CHECK(test::same_curve(mlp_curve(data, &alone), mlp_curve(data)));
-  CHECK(alone.calls > 0);  // the group did start: the ranks' configuration was compared (with itself)
+  CHECK(alone.calls == 0);  // nothing to share, nothing to compare (w g / w would only round)
+  CHECK_THROWS_WITH_AS(reducer_for(alone, {.check_every = 0}), "set_collective: check_every must be >= 1, got 0", ValueError);
 }
 
 TEST_CASE("data-parallel: the model draws dropout from the rank's stream of the step, and not after the trainer goes") {
@@ -310,10 +312,11 @@ TEST_CASE("data-parallel: the model draws dropout from the rank's stream of the 
     });
     CHECK(model.rng() == &trainer.rng());
     trainer.set_collective(&two);
-    CHECK(trainer.data_parallel());
+    CHECK(dynamic_cast<DataParallel*>(&trainer.reducer()) != nullptr);
     CHECK(model.rng() != nullptr);
     CHECK(model.rng() != &trainer.rng());  // the step's own stream, seeded from the trainer's
     trainer.set_collective(nullptr);
+    CHECK(dynamic_cast<SingleProcess*>(&trainer.reducer()) != nullptr);
     CHECK(model.rng() == &trainer.rng());
     trainer.set_collective(&two);
   }
