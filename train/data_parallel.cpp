@@ -87,7 +87,8 @@ void DataParallel::start(TrainerBase& trainer) {
     collective_.broadcast(std::as_writable_bytes(p->value.span()), 0);
     values += static_cast<std::size_t>(p->value.numel());
   }
-  fused_.assign(values + 2 + 2 * trainer.metric_names().size(), 0.0f);
+  metrics_ = trainer.metric_names().size();
+  fused_.assign(values + 2 + 2 * metrics_, 0.0f);
   replica_crcs_.assign(static_cast<std::size_t>(size()), 0);
   started_ = true;
 }
@@ -128,6 +129,10 @@ std::span<const Index> DataParallel::shard(std::span<const Index> batch, Rng& tr
 // (no gradient) goes into the sum as it is, so that every rank stops at this step.
 double DataParallel::reduce(std::span<Parameter<float>* const> params, std::optional<double> loss, double weight,
                             std::span<Tally> tallies) {
+  if (tallies.size() != metrics_)
+    fail<UsageError>("data-parallel: the trainer measures {} metrics, the ranks started with {}; add metrics before the "
+                     "first step, run() or evaluate()",
+                     tallies.size(), metrics_);
   const auto w = static_cast<float>(weight);
   const bool have_gradient = loss && std::isfinite(*loss);
   float* at = fused_.data();

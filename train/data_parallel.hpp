@@ -72,6 +72,7 @@ class DataParallel final : public StepReducer {
   DataParallelOptions options_;
   bool started_ = false;
   Rng step_stream_;
+  std::size_t metrics_ = 0;                  // tallies per step, as the group started
   std::vector<float> fused_;                 // w g of every parameter, then w loss, w, the tallies
   std::vector<std::uint32_t> replica_crcs_;  // every rank's parameter checksum
 };
