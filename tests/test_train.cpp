@@ -323,6 +323,62 @@ TEST_CASE("data-parallel: the model draws dropout from the rank's stream of the 
   CHECK(model.rng() == nullptr);
 }
 
+TEST_CASE("trainer: every step and evaluation goes through its reducer, in the order train/step_reducer.hpp lists") {
+  // A user's reducer: the identity, naming each call the trainer makes.
+  struct Recording final : StepReducer {
+    std::vector<std::string>& calls;
+    explicit Recording(std::vector<std::string>& c) : calls(c) {}
+    void start(TrainerBase&) override { calls.push_back("start"); }
+    void restart() override { calls.push_back("restart"); }
+    Rng& step_stream(Rng& training) override { return training; }
+    std::span<const Index> shard(std::span<const Index> batch, Rng&) override {
+      calls.push_back("shard");
+      return batch;
+    }
+    bool computes(double) const override {
+      calls.push_back("computes");
+      return true;
+    }
+    double reduce(std::span<Parameter<float>* const>, std::optional<double> loss, double, std::span<Tally>) override {
+      calls.push_back("reduce");
+      return *loss;
+    }
+    void after_step(std::span<Parameter<float>* const>, Index step) override { calls.push_back(fmt::format("after_step {}", step)); }
+    void after_run(std::span<Parameter<float>* const>, Index) override { calls.push_back("after_run"); }
+    Shard eval_shard(Index n) const override {
+      calls.push_back("eval_shard");
+      return {0, n};
+    }
+    void reduce_sums(std::span<double>) override { calls.push_back("reduce_sums"); }
+  };
+  const TensorSource data = classification_data(40, 4);
+  auto train = [&](std::unique_ptr<StepReducer> reducer) {
+    Mlp model(mlp(2, 4, 2, 3));
+    Adam<float> opt(model.parameters(), {.lr = 0.05});
+    Trainer trainer(model, opt, data, [&](Tape<float>& tape, const TensorBatch& b) -> StepOutput<float> {
+      Var<float> logits = model.forward(tape.constant(b.features));
+      return {cross_entropy(logits, b.labels), logits};
+    }, {.steps = 2, .batch = 8, .eval_every = 2});
+    trainer.evaluate_on(data);
+    trainer.add_metric("accuracy", metrics::accuracy);
+    trainer.set_reducer(std::move(reducer));
+    trainer.run();
+    trainer.set_state(trainer.state());
+    return trainer.curve();
+  };
+  std::vector<std::string> calls;
+  const std::vector<CurvePoint> curve = train(std::make_unique<Recording>(calls));
+  CHECK(test::same_curve(curve, train(nullptr)));  // nullptr: SingleProcess, the same identity
+  const std::vector<std::string> step = {"start", "shard", "computes", "reduce"};
+  std::vector<std::string> expected = {"start", "start", "eval_shard", "reduce_sums"};  // run(), the first point
+  for (Index k = 1; k <= 2; ++k) {
+    expected.insert(expected.end(), step.begin(), step.end());
+    expected.push_back(fmt::format("after_step {}", k));
+  }
+  expected.insert(expected.end(), {"start", "eval_shard", "reduce_sums", "after_run", "restart"});
+  CHECK(calls == expected);
+}
+
 TEST_CASE("trainer: a non-finite loss stops before anything changes, evaluation runs in eval mode, bad options refused") {
   const TensorSource data = regression_data(64, 4, "linear");
   Mlp model(mlp(3, 4, 1, 2));
