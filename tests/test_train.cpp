@@ -46,6 +46,17 @@ std::vector<CurvePoint> mlp_curve(const TensorSource& data, Collective* group = 
   trainer.run();
   return trainer.curve();
 }
+
+// Rank 0 of 2 ranks that exchange nothing: a group's calls without a second process.
+struct TwoRanks final : Collective {
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  void all_reduce_sum(std::span<float>) override {}
+  void all_reduce_sum(std::span<double>) override {}
+  void broadcast(std::span<std::byte>, int) override {}
+  void all_gather(std::span<const std::uint32_t>, std::span<std::uint32_t>) override {}
+  void barrier() override {}
+};
 }  // namespace
 
 TEST_CASE("data: vocabularies assign dense ids in order and refuse unknown names") {
@@ -294,15 +305,7 @@ TEST_CASE("data-parallel: a group of one rank is one process: the same curve, bi
 }
 
 TEST_CASE("data-parallel: the model draws dropout from the rank's stream of the step, and not after the trainer goes") {
-  struct TwoRanks final : Collective {  // rank 0 of 2; nothing is exchanged in this test
-    int rank() const override { return 0; }
-    int size() const override { return 2; }
-    void all_reduce_sum(std::span<float>) override {}
-    void all_reduce_sum(std::span<double>) override {}
-    void broadcast(std::span<std::byte>, int) override {}
-    void all_gather(std::span<const std::uint32_t>, std::span<std::uint32_t>) override {}
-    void barrier() override {}
-  } two;
+  TwoRanks two;
   const TensorSource data = classification_data(20, 8);
   Mlp model(mlp(2, 4, 2, 3));
   {
@@ -321,6 +324,24 @@ TEST_CASE("data-parallel: the model draws dropout from the rank's stream of the 
     trainer.set_collective(&two);
   }
   CHECK(model.rng() == nullptr);
+}
+
+TEST_CASE("data-parallel: a metric added after the group started (by evaluate()) is refused at the next step") {
+  TwoRanks two;
+  const TensorSource data = classification_data(20, 8);
+  Mlp model(mlp(2, 4, 2, 3));
+  SGD<float> opt(model.parameters(), {.lr = 0.1});
+  Trainer trainer(model, opt, data, [&](Tape<float>& tape, const TensorBatch& b) -> StepOutput<float> {
+    Var<float> logits = model.forward(tape.constant(b.features));
+    return {cross_entropy(logits, b.labels), logits};
+  }, {.batch = 8});
+  trainer.set_collective(&two);
+  trainer.evaluate(data);  // the group starts, with no metric
+  trainer.add_metric("accuracy", metrics::accuracy);
+  CHECK_THROWS_WITH_AS(trainer.step(),
+                       "data-parallel: a metric was added after the ranks started; add metrics before the first step, "
+                       "run() or evaluate()",
+                       UsageError);
 }
 
 TEST_CASE("trainer: every step and evaluation goes through its reducer, in the order train/step_reducer.hpp lists") {

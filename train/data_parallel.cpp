@@ -130,9 +130,8 @@ std::span<const Index> DataParallel::shard(std::span<const Index> batch, Rng& tr
 double DataParallel::reduce(std::span<Parameter<float>* const> params, std::optional<double> loss, double weight,
                             std::span<Tally> tallies) {
   if (tallies.size() != metrics_)
-    fail<UsageError>("data-parallel: the trainer measures {} metrics, the ranks started with {}; add metrics before the "
-                     "first step, run() or evaluate()",
-                     tallies.size(), metrics_);
+    fail<UsageError>("data-parallel: a metric was added after the ranks started; add metrics before the first step, "
+                     "run() or evaluate()");
   const auto w = static_cast<float>(weight);
   const bool have_gradient = loss && std::isfinite(*loss);
   float* at = fused_.data();
