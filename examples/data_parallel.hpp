@@ -1,6 +1,6 @@
 #pragma once
 // --data-parallel for the example programs (train, char_lm): started by mpirun, each process is one rank
-// of an MPI job and trains a replica of the model on its shard of every batch (train/collective.hpp).
+// of an MPI job and trains a replica of the model on its shard of every batch (train/data_parallel.hpp).
 // Rank 0 alone prints, takes the --out folder and writes files; a failure on any rank ends the whole job
 // with "<program>: rank N: <message>" and the program's exit code.
 //

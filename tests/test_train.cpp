@@ -17,6 +17,7 @@
 #include "tapegrad/train/dataset_file.hpp"
 #include "tapegrad/program/progress.hpp"
 #include "tapegrad/program/run_program.hpp"
+#include "tapegrad/train/data_parallel.hpp"
 #include "tapegrad/train/trainer.hpp"
 
 using namespace tapegrad;
@@ -41,10 +42,21 @@ std::vector<CurvePoint> mlp_curve(const TensorSource& data, Collective* group = 
   trainer.evaluate_on(data);
   trainer.add_metric("accuracy", metrics::accuracy);
   trainer.set_collective(group);
-  CHECK(!trainer.data_parallel());
+  CHECK(dynamic_cast<SingleProcess*>(&trainer.reducer()) != nullptr);  // one process, with or without a group
   trainer.run();
   return trainer.curve();
 }
+
+// Rank 0 of 2 ranks that exchange nothing: a group's calls without a second process.
+struct TwoRanks final : Collective {
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  void all_reduce_sum(std::span<float>) override {}
+  void all_reduce_sum(std::span<double>) override {}
+  void broadcast(std::span<std::byte>, int) override {}
+  void all_gather(std::span<const std::uint32_t>, std::span<std::uint32_t>) override {}
+  void barrier() override {}
+};
 }  // namespace
 
 TEST_CASE("data: vocabularies assign dense ids in order and refuse unknown names") {
@@ -270,7 +282,7 @@ TEST_CASE("data-parallel: shard_of splits a batch into contiguous parts, the fir
                        ValueError);
 }
 
-TEST_CASE("data-parallel: a group of one rank trains exactly as no group (the same curve, bit for bit)") {
+TEST_CASE("data-parallel: a group of one rank is one process: the same curve, bit for bit, and nothing exchanged") {
   // The one-rank collective a process that is not part of a job would be.
   struct Alone final : Collective {
     int calls = 0;
@@ -288,19 +300,12 @@ TEST_CASE("data-parallel: a group of one rank trains exactly as no group (the sa
   const TensorSource data = classification_data(200, 8);
   Alone alone;
   CHECK(test::same_curve(mlp_curve(data, &alone), mlp_curve(data)));
-  CHECK(alone.calls > 0);  // the group did start: the ranks' configuration was compared (with itself)
+  CHECK(alone.calls == 0);  // nothing to share, nothing to compare (w g / w would only round)
+  CHECK_THROWS_WITH_AS(reducer_for(alone, {.check_every = 0}), "set_collective: check_every must be >= 1, got 0", ValueError);
 }
 
 TEST_CASE("data-parallel: the model draws dropout from the rank's stream of the step, and not after the trainer goes") {
-  struct TwoRanks final : Collective {  // rank 0 of 2; nothing is exchanged in this test
-    int rank() const override { return 0; }
-    int size() const override { return 2; }
-    void all_reduce_sum(std::span<float>) override {}
-    void all_reduce_sum(std::span<double>) override {}
-    void broadcast(std::span<std::byte>, int) override {}
-    void all_gather(std::span<const std::uint32_t>, std::span<std::uint32_t>) override {}
-    void barrier() override {}
-  } two;
+  TwoRanks two;
   const TensorSource data = classification_data(20, 8);
   Mlp model(mlp(2, 4, 2, 3));
   {
@@ -310,14 +315,89 @@ TEST_CASE("data-parallel: the model draws dropout from the rank's stream of the 
     });
     CHECK(model.rng() == &trainer.rng());
     trainer.set_collective(&two);
-    CHECK(trainer.data_parallel());
+    CHECK(dynamic_cast<DataParallel*>(&trainer.reducer()) != nullptr);
     CHECK(model.rng() != nullptr);
     CHECK(model.rng() != &trainer.rng());  // the step's own stream, seeded from the trainer's
     trainer.set_collective(nullptr);
+    CHECK(dynamic_cast<SingleProcess*>(&trainer.reducer()) != nullptr);
     CHECK(model.rng() == &trainer.rng());
     trainer.set_collective(&two);
   }
   CHECK(model.rng() == nullptr);
+}
+
+TEST_CASE("data-parallel: a metric added after the group started (by evaluate()) is refused at the next step") {
+  TwoRanks two;
+  const TensorSource data = classification_data(20, 8);
+  Mlp model(mlp(2, 4, 2, 3));
+  SGD<float> opt(model.parameters(), {.lr = 0.1});
+  Trainer trainer(model, opt, data, [&](Tape<float>& tape, const TensorBatch& b) -> StepOutput<float> {
+    Var<float> logits = model.forward(tape.constant(b.features));
+    return {cross_entropy(logits, b.labels), logits};
+  }, {.batch = 8});
+  trainer.set_collective(&two);
+  trainer.evaluate(data);  // the group starts, with no metric
+  trainer.add_metric("accuracy", metrics::accuracy);
+  CHECK_THROWS_WITH_AS(trainer.step(),
+                       "data-parallel: a metric was added after the ranks started; add metrics before the first step, "
+                       "run() or evaluate()",
+                       UsageError);
+}
+
+TEST_CASE("trainer: every step and evaluation goes through its reducer, in the order train/step_reducer.hpp lists") {
+  // A user's reducer: the identity, naming each call the trainer makes.
+  struct Recording final : StepReducer {
+    std::vector<std::string>& calls;
+    explicit Recording(std::vector<std::string>& c) : calls(c) {}
+    void start(TrainerBase&) override { calls.push_back("start"); }
+    void restart() override { calls.push_back("restart"); }
+    Rng& step_stream(Rng& training) override { return training; }
+    std::span<const Index> shard(std::span<const Index> batch, Rng&) override {
+      calls.push_back("shard");
+      return batch;
+    }
+    bool computes(double) const override {
+      calls.push_back("computes");
+      return true;
+    }
+    double reduce(std::span<Parameter<float>* const>, std::optional<double> loss, double, std::span<Tally>) override {
+      calls.push_back("reduce");
+      return *loss;
+    }
+    void after_step(std::span<Parameter<float>* const>, Index step) override { calls.push_back(fmt::format("after_step {}", step)); }
+    void after_run(std::span<Parameter<float>* const>, Index) override { calls.push_back("after_run"); }
+    Shard eval_shard(Index n) const override {
+      calls.push_back("eval_shard");
+      return {0, n};
+    }
+    void reduce_sums(std::span<double>) override { calls.push_back("reduce_sums"); }
+  };
+  const TensorSource data = classification_data(40, 4);
+  auto train = [&](std::unique_ptr<StepReducer> reducer) {
+    Mlp model(mlp(2, 4, 2, 3));
+    Adam<float> opt(model.parameters(), {.lr = 0.05});
+    Trainer trainer(model, opt, data, [&](Tape<float>& tape, const TensorBatch& b) -> StepOutput<float> {
+      Var<float> logits = model.forward(tape.constant(b.features));
+      return {cross_entropy(logits, b.labels), logits};
+    }, {.steps = 2, .batch = 8, .eval_every = 2});
+    trainer.evaluate_on(data);
+    trainer.add_metric("accuracy", metrics::accuracy);
+    trainer.set_reducer(std::move(reducer));
+    trainer.run();
+    trainer.set_state(trainer.state());
+    return trainer.curve();
+  };
+  std::vector<std::string> calls;
+  const std::vector<CurvePoint> curve = train(std::make_unique<Recording>(calls));
+  CHECK(test::same_curve(curve, train(nullptr)));  // nullptr: SingleProcess, the same identity
+  const std::vector<std::string> step = {"start", "shard", "computes", "reduce"};
+  std::vector<std::string> expected = {"start", "start", "eval_shard", "reduce_sums"};  // run(), the first point
+  for (Index k = 1; k <= 2; ++k) {
+    expected.insert(expected.end(), step.begin(), step.end());
+    expected.push_back(fmt::format("after_step {}", k));
+  }
+  expected.insert(expected.end(), {"start", "eval_shard", "reduce_sums", "after_run", "restart"});
+  CHECK(calls == expected);
 }
 
 TEST_CASE("trainer: a non-finite loss stops before anything changes, evaluation runs in eval mode, bad options refused") {

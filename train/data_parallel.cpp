@@ -1,8 +1,11 @@
 #include "tapegrad/train/data_parallel.hpp"
 
+#include <cmath>
+
 #include <Eigen/Core>
 
 #include "tapegrad/core/crc32.hpp"
+#include "tapegrad/train/trainer.hpp"
 
 namespace tapegrad {
 namespace {
@@ -21,6 +24,38 @@ std::string rank_list(const std::vector<int>& ranks) { return fmt::format("{}", 
 
 std::string shortened(const std::string& text) { return text.size() <= 300 ? text : text.substr(0, 300) + " ..."; }
 
+const DataParallelOptions& checked(const DataParallelOptions& options) {
+  if (options.check_every < 1) fail<ValueError>("set_collective: check_every must be >= 1, got {}", options.check_every);
+  return options;
+}
+
+// What must be the same on every rank for the replicas to stay the same, each as a text (shown when it
+// differs) whose CRC-32 the ranks compare.
+std::vector<std::pair<std::string, std::string>> configuration_of(const TrainerBase& trainer) {
+  const TrainerState state = trainer.state();
+  const Optimizer<float>& optimizer = trainer.optimizer();
+  std::vector<std::string> options, shapes;
+  for (const auto& s : to_settings(trainer.options())) options.push_back(fmt::format("{} {}", s.name, s.value));
+  for (const Parameter<float>* p : optimizer.params()) shapes.push_back(fmt::format("{} {}", p->name, p->value.shape().str()));
+  const Sampler::State& order = state.data_order;
+  Crc32 order_crc, rng_crc;
+  for (Index i : order.order) order_crc.add_le(static_cast<std::uint64_t>(i));
+  for (std::uint64_t word : order.rng.words) order_crc.add_le(word);
+  for (std::uint64_t word : state.rng.words) rng_crc.add_le(word);
+  const std::vector<std::string>& metrics = trainer.metric_names();
+  return {
+      {"training options", fmt::format("{}", fmt::join(options, ", "))},
+      {"model", trainer.model().model_record().describe()},
+      {"parameters", fmt::format("{} tensors ({})", shapes.size(), fmt::join(shapes, ", "))},
+      {"optimizer", fmt::format("{} after {} steps", optimizer.describe(), optimizer.steps_taken())},
+      {"training data", fmt::format("{} examples, fingerprint {:08x}", order.order.size(), state.data_fingerprint)},
+      {"evaluation data", state.eval_fingerprint ? fmt::format("fingerprint {:08x}", *state.eval_fingerprint) : std::string("none")},
+      {"metrics", metrics.empty() ? std::string("none") : fmt::format("{}", fmt::join(metrics, ", "))},
+      {"training state", fmt::format("step {}, data order at epoch {} position {} (crc32 {:08x}), random stream crc32 {:08x}",
+                                     state.step, order.epoch, order.cursor, order_crc.value(), rng_crc.value())},
+  };
+}
+
 }  // namespace
 
 Shard shard_of(Index n, int rank, int size) {
@@ -31,12 +66,34 @@ Shard shard_of(Index n, int rank, int size) {
   return {begin, begin + base + (r < extra ? 1 : 0)};
 }
 
-DataParallel::DataParallel(Collective& collective, DataParallelOptions options) : collective_(collective), options_(options) {
-  if (options.check_every < 1) fail<ValueError>("set_collective: check_every must be >= 1, got {}", options.check_every);
+std::unique_ptr<StepReducer> reducer_for(Collective& collective, DataParallelOptions options) {
+  if (collective.size() == 1) {
+    checked(options);  // refused alike, whatever the number of ranks
+    return std::make_unique<SingleProcess>();
+  }
+  return std::make_unique<DataParallel>(collective, options);
 }
 
-void DataParallel::start(const std::vector<std::pair<std::string, std::string>>& configuration,
-                         std::span<Parameter<float>* const> params, std::size_t metrics) {
+DataParallel::DataParallel(Collective& collective, DataParallelOptions options)
+    : collective_(collective), options_(checked(options)) {}
+
+void DataParallel::start(TrainerBase& trainer) {
+  if (started_) return;
+  refuse_mismatch(configuration_of(trainer));
+  // The same configuration: rank 0's weights everywhere (a fresh model's initialisation may depend on
+  // more than its configuration: a user's seedless init).
+  std::size_t values = 0;
+  for (Parameter<float>* p : trainer.optimizer().params()) {
+    collective_.broadcast(std::as_writable_bytes(p->value.span()), 0);
+    values += static_cast<std::size_t>(p->value.numel());
+  }
+  metrics_ = trainer.metric_names().size();
+  fused_.assign(values + 2 + 2 * metrics_, 0.0f);
+  replica_crcs_.assign(static_cast<std::size_t>(size()), 0);
+  started_ = true;
+}
+
+void DataParallel::refuse_mismatch(const std::vector<std::pair<std::string, std::string>>& configuration) {
   const int rank = this->rank(), size = this->size();
   std::vector<std::uint32_t> mine, all(configuration.size() * static_cast<std::size_t>(size));
   for (const auto& [what, text] : configuration) mine.push_back(Crc32().add(text.data(), text.size()).value());
@@ -58,30 +115,25 @@ void DataParallel::start(const std::vector<std::pair<std::string, std::string>>&
                      configuration[k].first, differ.size() > 1 ? "s" : "", rank_list(differ), differ.size() > 1 ? "" : "s",
                      odd ? fmt::format(" (rank {} has: {})", rank, shortened(configuration[k].second)) : "", shortened(first));
   }
-  // The same configuration: rank 0's weights everywhere (a fresh model's initialisation may depend on
-  // more than its configuration: a user's seedless init).
-  std::size_t values = 0;
-  for (Parameter<float>* p : params) {
-    collective_.broadcast(std::as_writable_bytes(p->value.span()), 0);
-    values += static_cast<std::size_t>(p->value.numel());
-  }
-  fused_.assign(values + 2 + 2 * metrics, 0.0f);
-  step_tallies_.assign(metrics, Tally{});
-  replica_crcs_.assign(static_cast<std::size_t>(size), 0);
-  started_ = true;
 }
 
-std::span<const Index> DataParallel::shard(std::span<const Index> batch, Rng& stream) {
-  step_stream_ = Rng(stream.next_u64(), kShardStream + static_cast<std::uint64_t>(rank()));
+std::span<const Index> DataParallel::shard(std::span<const Index> batch, Rng& training) {
+  step_stream_ = Rng(training.next_u64(), kShardStream + static_cast<std::uint64_t>(rank()));
   const Shard part = shard_of(static_cast<Index>(batch.size()), rank(), size());
   return batch.subspan(static_cast<std::size_t>(part.begin), static_cast<std::size_t>(part.size()));
 }
 
 // Forward was a mean over this rank's shard (weight w_r): loss_r, g_r. The global batch's mean is
 // sum_r w_r loss_r / sum_r w_r, and its gradient sum_r w_r g_r / sum_r w_r, so every rank sends w_r g_r,
-// w_r loss_r, w_r and its metric tallies in one buffer, summed in one all-reduce.
-double DataParallel::reduce(std::span<Parameter<float>* const> params, bool have_gradient, double loss, double weight) {
+// w_r loss_r, w_r and its metric tallies in one buffer, summed in one all-reduce. A non-finite loss_r
+// (no gradient) goes into the sum as it is, so that every rank stops at this step.
+double DataParallel::reduce(std::span<Parameter<float>* const> params, std::optional<double> loss, double weight,
+                            std::span<Tally> tallies) {
+  if (tallies.size() != metrics_)
+    fail<UsageError>("data-parallel: a metric was added after the ranks started; add metrics before the first step, "
+                     "run() or evaluate()");
   const auto w = static_cast<float>(weight);
+  const bool have_gradient = loss && std::isfinite(*loss);
   float* at = fused_.data();
   for (const Parameter<float>* p : params) {
     auto slot = Eigen::Map<Eigen::ArrayXf>(at, p->grad.numel());
@@ -91,26 +143,27 @@ double DataParallel::reduce(std::span<Parameter<float>* const> params, bool have
       slot.setZero();
     at += p->grad.numel();
   }
-  at[0] = have_gradient ? static_cast<float>(loss) * w : 0.0f;
+  at[0] = loss ? static_cast<float>(*loss) * w : 0.0f;
   at[1] = w;
-  for (std::size_t k = 0; k < step_tallies_.size(); ++k) {
-    at[2 + 2 * k] = static_cast<float>(step_tallies_[k].sum);
-    at[3 + 2 * k] = static_cast<float>(step_tallies_[k].count);
+  for (std::size_t k = 0; k < tallies.size(); ++k) {
+    at[2 + 2 * k] = static_cast<float>(tallies[k].sum);
+    at[3 + 2 * k] = static_cast<float>(tallies[k].count);
   }
   collective_.all_reduce_sum(std::span<float>(fused_));
-  return static_cast<double>(at[0]) / static_cast<double>(at[1]);  // NaN if no rank had anything to weigh
-}
-
-void DataParallel::take_mean(std::span<Parameter<float>* const> params, std::span<MetricWindow> windows) {
-  float* at = fused_.data();
-  std::size_t values = 0;
-  for (const Parameter<float>* p : params) values += static_cast<std::size_t>(p->grad.numel());
-  const auto inverse = static_cast<float>(1.0 / static_cast<double>(fused_[values + 1]));
+  // The means. If no rank weighed anything, the gradient is 0 / 0 too: the trainer stops on the loss and
+  // clears it.
+  const auto inverse = static_cast<float>(1.0 / static_cast<double>(at[1]));
+  at = fused_.data();
   for (Parameter<float>* p : params) {
     p->grad.array() = Eigen::Map<const Eigen::ArrayXf>(at, p->grad.numel()) * inverse;
     at += p->grad.numel();
   }
-  for (std::size_t k = 0; k < windows.size(); ++k) windows[k].tally += Tally{at[2 + 2 * k], at[3 + 2 * k]};
+  for (std::size_t k = 0; k < tallies.size(); ++k) tallies[k] = Tally{at[2 + 2 * k], at[3 + 2 * k]};
+  return static_cast<double>(at[0]) / static_cast<double>(at[1]);  // NaN if no rank had anything to weigh
+}
+
+void DataParallel::after_step(std::span<Parameter<float>* const> params, Index step) {
+  if (step % options_.check_every == 0) check_replicas(params, step);
 }
 
 void DataParallel::check_replicas(std::span<Parameter<float>* const> params, Index step) {

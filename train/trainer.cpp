@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/core/crc32.hpp"
+#include "tapegrad/train/data_parallel.hpp"
 
 namespace tapegrad {
 namespace {
@@ -25,6 +25,11 @@ const TrainOptions& checked(const TrainOptions& o) {
 
 constexpr std::uint64_t kTrainingStream = 0x747261696e;  // "train": the Rng stream of rng()
 
+// "train: the loss is NaN at step 2 (lr 0.01); ..." unless the loss is finite.
+void check_loss(double loss, Index step, double lr) {
+  if (!std::isfinite(loss))
+    fail<NonFiniteError>("train: the loss is {} at step {} (lr {:g}); the step was not taken", non_finite(loss), step, lr);
+}
 
 }  // namespace
 
@@ -39,13 +44,6 @@ Index first_step_reaching(const std::vector<CurvePoint>& curve, std::string_view
   return -1;
 }
 
-namespace detail {
-void check_loss(double loss, Index step, double lr) {
-  if (!std::isfinite(loss))
-    fail<NonFiniteError>("train: the loss is {} at step {} (lr {:g}); the step was not taken", non_finite(loss), step, lr);
-}
-}  // namespace detail
-
 TrainerBase::TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Index train_size, std::uint32_t fingerprint,
                          TrainOptions options)
     : model_(model),
@@ -55,14 +53,15 @@ TrainerBase::TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Inde
       data_fingerprint_(fingerprint),
       sampler_(train_size, options_.batch, options_.seed),
       rng_(options_.seed, kTrainingStream),
-      start_seconds_(now_seconds()) {
+      start_seconds_(now_seconds()),
+      reducer_(std::make_unique<SingleProcess>()) {
   model_.set_rng(&rng_);  // dropout draws from the stream checkpoints save
   tape_.set_anomaly_detection(options_.anomaly);
   optimizer_.zero_grad();
 }
 
 TrainerBase::~TrainerBase() {
-  if (model_.rng() == &rng_ || (parallel_ && model_.rng() == &parallel_->step_stream()))
+  if (model_.rng() == &rng_ || model_.rng() == &reducer_->step_stream(rng_))
     model_.set_rng(nullptr);  // the streams die with the trainer
 }
 
@@ -83,13 +82,25 @@ void TrainerBase::add_metric_name(std::string name) {
   window_metrics_.push_back({std::move(name), {}});
 }
 
-double TrainerBase::finish_step(Var<float> loss) {
-  const double value = loss.value()[0];
+double TrainerBase::finish_step(Var<float> loss, double weight, std::span<Tally> tallies) {
+  std::optional<double> mine;
+  if (loss.tape) {
+    mine = loss.value()[0];
+    if (std::isfinite(*mine)) {  // a non-finite loss computes nothing more: the step stops below
+      check_registered(tape_, std::span<const Parameter<float>* const>(registered_));  // before any gradient is added
+      tape_.backward(loss);
+    }
+  }
+  const std::vector<Parameter<float>*>& params = optimizer_.params();
+  const double value = reducer_->reduce(params, mine, weight, tallies);
   const double lr = optimizer_.current_lr();
-  detail::check_loss(value, step_ + 1, lr);
-  check_registered(tape_, std::span<const Parameter<float>* const>(registered_));  // before any gradient is added
-  tape_.backward(loss);
-  update(value, lr);
+  if (!std::isfinite(value)) {
+    optimizer_.zero_grad();  // nothing of this step stays behind, on any process
+    check_loss(value, step_ + 1, lr);
+  }
+  update(value, lr);  // clipping reads the reduced gradient: every process clips, or stops, alike
+  for (std::size_t k = 0; k < window_metrics_.size(); ++k) window_metrics_[k].tally += tallies[k];
+  reducer_->after_step(params, step_);
   return value;
 }
 
@@ -109,72 +120,13 @@ void TrainerBase::update(double loss, double lr) {
   ++window_steps_;
 }
 
-// ---- data-parallel ---------------------------------------------------------------------------------
+void TrainerBase::set_reducer(std::unique_ptr<StepReducer> reducer) {
+  reducer_ = reducer ? std::move(reducer) : std::make_unique<SingleProcess>();
+  model_.set_rng(&reducer_->step_stream(rng_));
+}
 
 void TrainerBase::set_collective(Collective* collective, DataParallelOptions options) {
-  parallel_ = collective ? std::make_unique<DataParallel>(*collective, options) : nullptr;
-  model_.set_rng(data_parallel() ? &parallel_->step_stream() : &rng_);
-}
-
-Collective* TrainerBase::collective() const { return parallel_ ? &parallel_->collective() : nullptr; }
-
-bool TrainerBase::data_parallel() const { return parallel_ && parallel_->size() > 1; }
-
-void TrainerBase::start_parallel() {
-  if (parallel_ && !parallel_->started())
-    parallel_->start(parallel_configuration(), optimizer_.params(), metric_names_.size());
-}
-
-std::span<const Index> TrainerBase::next_shard() { return parallel_->shard(sampler_.next(), rng_); }
-
-std::vector<Tally>& TrainerBase::step_tallies() { return parallel_->step_tallies(); }
-
-double TrainerBase::finish_parallel_step(Var<float> loss, double weight) {
-  const std::vector<Parameter<float>*>& params = optimizer_.params();
-  if (loss.tape) {
-    check_registered(tape_, std::span<const Parameter<float>* const>(registered_));
-    tape_.backward(loss);
-  }
-  const double value = parallel_->reduce(params, loss.tape != nullptr, loss.tape ? loss.value()[0] : 0.0, weight);
-  const double lr = optimizer_.current_lr();
-  if (!std::isfinite(value)) {
-    optimizer_.zero_grad();  // every rank stops here, with the same value
-    detail::check_loss(value, step_ + 1, lr);
-  }
-  parallel_->take_mean(params, window_metrics_);
-  update(value, lr);  // clipping reads the reduced gradient: every rank clips, or stops, alike
-  if (step_ % parallel_->options().check_every == 0) check_replicas();
-  return value;
-}
-
-Shard TrainerBase::eval_shard(Index n) const { return data_parallel() ? parallel_->eval_shard(n) : Shard{0, n}; }
-
-void TrainerBase::reduce_eval_sums(std::vector<double>& sums) { parallel_->reduce_sums(sums); }
-
-void TrainerBase::check_replicas() { parallel_->check_replicas(optimizer_.params(), step_); }
-
-// What must be the same on every rank for the replicas to stay the same, each as a text (shown when it
-// differs) whose CRC-32 the ranks compare.
-std::vector<std::pair<std::string, std::string>> TrainerBase::parallel_configuration() const {
-  std::vector<std::string> options, shapes;
-  for (const auto& s : to_settings(options_)) options.push_back(fmt::format("{} {}", s.name, s.value));
-  for (const Parameter<float>* p : optimizer_.params()) shapes.push_back(fmt::format("{} {}", p->name, p->value.shape().str()));
-  const Sampler::State order = sampler_.state();
-  Crc32 order_crc, rng_crc;
-  for (Index i : order.order) order_crc.add_le(static_cast<std::uint64_t>(i));
-  for (std::uint64_t word : order.rng.words) order_crc.add_le(word);
-  for (std::uint64_t word : rng_.state().words) rng_crc.add_le(word);
-  return {
-      {"training options", fmt::format("{}", fmt::join(options, ", "))},
-      {"model", model_.model_record().describe()},
-      {"parameters", fmt::format("{} tensors ({})", shapes.size(), fmt::join(shapes, ", "))},
-      {"optimizer", fmt::format("{} after {} steps", optimizer_.describe(), optimizer_.steps_taken())},
-      {"training data", fmt::format("{} examples, fingerprint {:08x}", sampler_.state().order.size(), data_fingerprint_)},
-      {"evaluation data", eval_fingerprint_ ? fmt::format("fingerprint {:08x}", *eval_fingerprint_) : std::string("none")},
-      {"metrics", metric_names_.empty() ? std::string("none") : fmt::format("{}", fmt::join(metric_names_, ", "))},
-      {"training state", fmt::format("step {}, data order at epoch {} position {} (crc32 {:08x}), random stream crc32 {:08x}",
-                                     step_, order.epoch, order.cursor, order_crc.value(), rng_crc.value())},
-  };
+  set_reducer(collective ? reducer_for(*collective, options) : nullptr);
 }
 
 CurvePoint TrainerBase::record_point() {
@@ -195,7 +147,7 @@ CurvePoint TrainerBase::record_point() {
 
 void TrainerBase::run(const TrainCallbacks& callbacks) {
   stop_requested_ = false;
-  start_parallel();
+  reducer_->start(*this);
   if (curve_.empty() && step_ == 0) {  // where training starts from (no training loss yet)
     const CurvePoint p = record_point();
     if (callbacks.on_evaluation) callbacks.on_evaluation(p);
@@ -209,7 +161,7 @@ void TrainerBase::run(const TrainCallbacks& callbacks) {
     // After the evaluation: a checkpoint taken here holds that step's curve point and the fresh window.
     if (callbacks.on_step) callbacks.on_step(step_);
   }
-  if (data_parallel()) check_replicas();
+  reducer_->after_run(optimizer_.params(), step_);
 }
 
 TrainerState TrainerBase::state() const {
@@ -273,7 +225,7 @@ void TrainerBase::set_state(const TrainerState& s) {
   window_steps_ = s.window_steps;
   window_metrics_ = s.window_metrics;
   curve_ = s.curve;
-  if (parallel_) parallel_->restart();  // the ranks compare the new state before they go on
+  reducer_->restart();  // a group compares the new state before it goes on
 }
 
 template class Trainer<SequenceBatch>;

@@ -23,12 +23,14 @@
 // and its source line. The loop prints nothing: callbacks see every step and every evaluation
 // (examples/program/progress.hpp turns them into a progress bar, plain lines or a CSV file).
 //
-// Data-parallel: set_collective() makes the trainer one replica of a group of processes (one per rank,
-// each with the same model, data and options): it takes its shard of every global batch and the ranks
-// average their gradients (train/collective.hpp says how, and why the result does not depend on the
-// number of ranks but for float rounding).
+// The loop has one shape however many processes train the model: it asks its StepReducer
+// (train/step_reducer.hpp) for this process's part of each batch and for the batch's sums. The default,
+// SingleProcess, is the identity; set_collective() makes the trainer one replica of a data-parallel group
+// (train/data_parallel.hpp: the protocol, and why the result does not depend on the number of ranks but
+// for float rounding).
 
 #include <algorithm>
+#include <cmath>
 #include <concepts>
 #include <cstdint>
 #include <functional>
@@ -45,11 +47,11 @@
 #include "tapegrad/core/settings.hpp"
 #include "tapegrad/layers/module.hpp"
 #include "tapegrad/train/collective.hpp"
-#include "tapegrad/train/data_parallel.hpp"
 #include "tapegrad/train/data.hpp"
 #include "tapegrad/train/data_source.hpp"
 #include "tapegrad/train/metrics.hpp"
 #include "tapegrad/train/optimizer.hpp"
+#include "tapegrad/train/step_reducer.hpp"
 
 namespace tapegrad {
 
@@ -120,7 +122,8 @@ struct TrainerState {
 };
 
 // The loop's bookkeeping, whatever the batch type: step count, data order, random stream, clipping,
-// the NaN stop, the curve and the state checkpoints save. Trainer<B> below adds the data and the loss.
+// the NaN stop, the curve and the state checkpoints save, and the reducer a step goes through. Trainer<B>
+// below adds the data and the loss.
 class TrainerBase {
  public:
   virtual ~TrainerBase();
@@ -129,7 +132,8 @@ class TrainerBase {
 
   // Trains from the current step to options().steps: evaluates before the first step (if no curve
   // point exists yet), every eval_every steps and at the end. stop() from a callback ends it early (in a
-  // data-parallel run, on every rank at the same step).
+  // data-parallel run, on every rank at the same step). The reducer starts first and has the last word
+  // (a data-parallel group compares its replicas).
   void run(const TrainCallbacks& callbacks = {});
   // One step: batch, forward, loss, backward, clip, update. Returns the batch loss.
   virtual double step() = 0;
@@ -160,23 +164,16 @@ class TrainerBase {
   void set_state(const TrainerState& s);
   void check_state(const TrainerState& s) const;
 
-  // Data-parallel training (train/collective.hpp) with this rank of `collective`, which must outlive the
-  // trainer (nullptr: back to one process). Give it once the trainer is complete (evaluation data,
-  // metrics, a resumed state): the next step, run() or evaluate() starts the group, which every rank then
-  // does together: the ranks compare their configuration (options, model, parameters' names and shapes,
-  // optimizer, data, metrics, step, data order and random stream) and refuse a mismatch naming the rank
-  // and what differs (ValueError), then take rank 0's parameters. Every options.check_every steps and at
-  // the end of run() they compare their parameters (DivergenceError naming the step and the ranks).
-  // Dropout: at each step every rank draws one number from the training stream and seeds its own stream
-  // (that number, its rank) for the step's masks, so the saved stream is the same on every rank and a
-  // resume on as many ranks is exact; with dropout the masks, and so the results, depend on the number
-  // of ranks. What throws on every rank alike (a mismatch, a non-finite reduced loss or norm, a divergence)
-  // leaves the group consistent; what throws on one rank only (anomaly detection, a user's loss function,
-  // a full disk on rank 0) leaves the others waiting in the next collective, so a program must then end
-  // the job (MpiCollective::abort), as examples/data_parallel.hpp does for any failure.
+  // How the processes that train this model share its steps (train/step_reducer.hpp); nullptr: back to
+  // SingleProcess, the default. Give it once the trainer is complete (evaluation data, metrics, a resumed
+  // state): the next step, run() or evaluate() starts it. The trainer sets the reducer's step_stream() as
+  // the model's random stream.
+  void set_reducer(std::unique_ptr<StepReducer> reducer);
+  StepReducer& reducer() { return *reducer_; }
+  const StepReducer& reducer() const { return *reducer_; }
+  // Data-parallel training as this rank of `collective`, which must outlive the trainer (nullptr: back to
+  // one process): set_reducer(reducer_for(*collective, options)) (train/data_parallel.hpp).
   void set_collective(Collective* collective, DataParallelOptions options = {});
-  Collective* collective() const;
-  bool data_parallel() const;
 
  protected:
   // `fingerprint` is the training data's (DataSource::fingerprint).
@@ -184,24 +181,13 @@ class TrainerBase {
               TrainOptions options);
   void set_eval_fingerprint(std::optional<std::uint32_t> f) { eval_fingerprint_ = f; }
 
-  // For Trainer<B>::step(): the next batch's indices, then, once the loss is on tape(), the rest of the
-  // step: the NaN stop, backward, clipping, the update and the window sums. Returns the loss.
+  // For Trainer<B>::step(): the global batch's indices (reducer().shard() takes this process's part),
+  // then, once this process's loss is on tape() (empty when it computed nothing) with its shard's weight
+  // and its metric tallies, the rest of the step: backward, the reduction, the NaN stop, clipping, the
+  // update and the window sums. Returns the global batch's loss.
   std::span<const Index> next_indices() { return sampler_.next(); }
-  double finish_step(Var<float> loss);
-  // The same for a data-parallel step: this rank's indices of the next global batch (maybe none); then,
-  // with the shard's loss (empty when the shard is empty or weighs nothing), its weight and its metric
-  // tallies, the reduction and the rest of the step, every rank together. Returns the global batch's loss.
-  std::span<const Index> next_shard();
-  double finish_parallel_step(Var<float> loss, double weight);
-  std::vector<Tally>& step_tallies();
-  // Starts the group if it has not started (see set_collective); every rank calls it at the same point.
-  void start_parallel();
-  // The range of n evaluation examples this rank evaluates ([0, n) in one process), and the sums
-  // {loss * weight, weight, then each metric's sum and count} over the ranks, in place.
-  Shard eval_shard(Index n) const;
-  void reduce_eval_sums(std::vector<double>& sums);
+  double finish_step(Var<float> loss, double weight, std::span<Tally> tallies);
   Tape<float>& tape() { return tape_; }
-  std::vector<MetricWindow>& window_metrics() { return window_metrics_; }
   void add_metric_name(std::string name);
   // Evaluation data's loss and metrics, or nothing without evaluation data.
   virtual NamedValues evaluate_for_curve() = 0;
@@ -212,8 +198,6 @@ class TrainerBase {
   // With the step's gradient in the parameters: clipping (and the NaN stop on its norm), the update, the
   // step count and the window's loss.
   void update(double loss, double lr);
-  std::vector<std::pair<std::string, std::string>> parallel_configuration() const;  // (what, its text)
-  void check_replicas();  // DivergenceError unless every rank holds rank 0's parameters
 
   Module<float>& model_;
   std::vector<const Parameter<float>*> registered_;  // model_.parameters(), sorted: check_registered each step
@@ -232,7 +216,7 @@ class TrainerBase {
   std::vector<CurvePoint> curve_;
   double start_seconds_;
   bool stop_requested_ = false;
-  std::unique_ptr<DataParallel> parallel_;  // with a Collective: this replica's part (train/data_parallel.hpp)
+  std::unique_ptr<StepReducer> reducer_;  // SingleProcess unless set_reducer() says otherwise
 };
 
 // The loop over batches of type B (SequenceBatch, TensorBatch, or a user's own with weight()).
@@ -272,6 +256,7 @@ class Trainer final : public TrainerBase {
   const DataSource<B>* eval_ = nullptr;
   LossFn loss_;
   std::vector<MetricFn> metrics_;
+  std::vector<Tally> step_tallies_;  // one per metric: this process's shard of a step, then the batch's
   B batch_, eval_batch_;
   Tape<float> eval_tape_;
   std::vector<Index> eval_indices_;
@@ -282,11 +267,6 @@ template <class B, class F>
 Trainer(Module<float>&, Optimizer<float>&, const DataSource<B>&, F, TrainOptions = {}) -> Trainer<B>;
 
 // ---- Trainer<B> ---------------------------------------------------------------------------------------
-
-namespace detail {
-// "train: the loss is NaN at step 2 (lr 0.01); ..." unless the loss is finite.
-void check_loss(double loss, Index step, double lr);
-}  // namespace detail
 
 template <class B>
 Trainer<B>::Trainer(Module<float>& model, Optimizer<float>& optimizer, const DataSource<B>& train, LossFn loss,
@@ -305,6 +285,7 @@ void Trainer<B>::add_metric(std::string name, MetricFn measure) {
   if (!measure) fail<ValueError>("add_metric: the function for '{}' is empty", name);
   add_metric_name(std::move(name));
   metrics_.push_back(std::move(measure));
+  step_tallies_.emplace_back();
 }
 
 template <class B>
@@ -316,23 +297,21 @@ StepOutput<float> Trainer<B>::forward_batch() {
 
 template <class B>
 double Trainer<B>::step() {
-  start_parallel();
-  if (data_parallel()) {
-    const std::span<const Index> shard = next_shard();
-    if (!shard.empty()) train_.fill(shard, batch_);
-    const double weight = shard.empty() ? 0 : batch_.weight();
-    std::optional<StepOutput<float>> out;
-    if (weight > 0) out.emplace(forward_batch());  // a shard that weighs nothing adds nothing (0 / 0)
-    for (std::size_t k = 0; k < metrics_.size(); ++k)
-      step_tallies()[k] = out && out->output.tape ? metrics_[k](out->output.value(), batch_) : Tally{};
-    return finish_parallel_step(out ? out->loss : Var<float>{}, weight);
+  StepReducer& reducer = this->reducer();
+  reducer.start(*this);
+  const std::span<const Index> mine = reducer.shard(next_indices(), rng());
+  double weight = 0;
+  std::optional<StepOutput<float>> out;
+  if (!mine.empty()) {
+    train_.fill(mine, batch_);
+    weight = batch_.weight();
+    if (reducer.computes(weight)) out.emplace(forward_batch());
   }
-  train_.fill(next_indices(), batch_);
-  const StepOutput<float> out = forward_batch();
-  const double loss = finish_step(out.loss);  // throws, having changed nothing, on a non-finite loss
-  if (out.output.tape)  // the output the forward recorded (the update changed the weights, not it)
-    for (std::size_t k = 0; k < metrics_.size(); ++k) window_metrics()[k].tally += metrics_[k](out.output.value(), batch_);
-  return loss;
+  // The output as the forward recorded it. A non-finite loss measures nothing: the step stops.
+  const bool measured = out && std::isfinite(out->loss.value()[0]) && out->output.tape;
+  for (std::size_t k = 0; k < metrics_.size(); ++k)
+    step_tallies_[k] = measured ? metrics_[k](out->output.value(), batch_) : Tally{};
+  return finish_step(out ? out->loss : Var<float>{}, weight, step_tallies_);
 }
 
 template <class B>
@@ -343,11 +322,13 @@ NamedValues Trainer<B>::evaluate(const DataSource<B>& data) {
     explicit EvalMode(Module<float>& model) : m(model), was_training(model.training()) { m.eval(); }
     ~EvalMode() { m.train(was_training); }
   } mode(model());
-  start_parallel();
+  StepReducer& reducer = this->reducer();
+  reducer.start(*this);
   NoGradGuard<float> guard(eval_tape_);
-  double loss_sum = 0, weight_sum = 0;
-  std::vector<Tally> tallies(metrics_.size());
-  const Shard part = eval_shard(data.size());  // all of it in one process
+  // loss * weight and weight, then each metric's sum and count, over this process's part of the data;
+  // then over every process's.
+  std::vector<double> sums(2 + 2 * metrics_.size());
+  const Shard part = reducer.eval_shard(data.size());
   for (Index start = part.begin; start < part.end; start += options().eval_batch) {
     eval_indices_.resize(static_cast<std::size_t>(std::min(options().eval_batch, part.end - start)));
     std::iota(eval_indices_.begin(), eval_indices_.end(), start);
@@ -355,21 +336,19 @@ NamedValues Trainer<B>::evaluate(const DataSource<B>& data) {
     eval_tape_.reset();
     const StepOutput<float> out = loss_(eval_tape_, eval_batch_);
     const double weight = eval_batch_.weight();
-    loss_sum += static_cast<double>(out.loss.value()[0]) * weight;  // undo the batch's mean
-    weight_sum += weight;
+    sums[0] += static_cast<double>(out.loss.value()[0]) * weight;  // undo the batch's mean
+    sums[1] += weight;
     if (out.output.tape)
-      for (std::size_t k = 0; k < metrics_.size(); ++k) tallies[k] += metrics_[k](out.output.value(), eval_batch_);
+      for (std::size_t k = 0; k < metrics_.size(); ++k) {
+        const Tally t = metrics_[k](out.output.value(), eval_batch_);
+        sums[2 + 2 * k] += t.sum;
+        sums[3 + 2 * k] += t.count;
+      }
   }
-  if (data_parallel()) {
-    std::vector<double> sums = {loss_sum, weight_sum};
-    for (const Tally& t : tallies) sums.insert(sums.end(), {t.sum, t.count});
-    reduce_eval_sums(sums);
-    loss_sum = sums[0];
-    weight_sum = sums[1];
-    for (std::size_t k = 0; k < tallies.size(); ++k) tallies[k] = {sums[2 + 2 * k], sums[3 + 2 * k]};
-  }
-  NamedValues values{{"eval_loss", Tally{loss_sum, weight_sum}.mean()}};
-  for (std::size_t k = 0; k < metrics_.size(); ++k) values.push_back({"eval_" + metric_names()[k], tallies[k].mean()});
+  reducer.reduce_sums(sums);
+  NamedValues values{{"eval_loss", Tally{sums[0], sums[1]}.mean()}};
+  for (std::size_t k = 0; k < metrics_.size(); ++k)
+    values.push_back({"eval_" + metric_names()[k], Tally{sums[2 + 2 * k], sums[3 + 2 * k]}.mean()});
   return values;
 }
 
