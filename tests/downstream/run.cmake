@@ -33,14 +33,14 @@ run(${WORK_DIR}/build/downstream)
 execute_process(COMMAND ${CMAKE_COMMAND} -DPROGRAM=${WORK_DIR}/build/custom_model -DWORK=${WORK_DIR}/custom_model
                         -P ${CUSTOM_MODEL_SCRIPT} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "downstream: examples/custom_model.cpp built against the install failed its run:\n${out}\n${err}")
+  message(FATAL_ERROR "downstream: examples/first_steps/3_custom_model.cpp built against the install failed its run:\n${out}\n${err}")
 endif()
 # The user's op, the user's optimizer and the loop by hand, built against the install, as their in-tree ctests run them.
 foreach(program custom_op user_optimizer minimal_loop)
   execute_process(COMMAND ${CMAKE_COMMAND} -DPROGRAM=${WORK_DIR}/build/${program} -DWORK=${WORK_DIR}/${program}
                           -P ${CLI_SCRIPTS_DIR}/${program}.cmake RESULT_VARIABLE rc OUTPUT_VARIABLE program_out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "downstream: examples/${program}.cpp built against the install failed its run:\n${program_out}\n${err}")
+    message(FATAL_ERROR "downstream: the first steps' ${program} built against the install failed its run:\n${program_out}\n${err}")
   endif()
 endforeach()
 # Data-parallel training from the install, when tapegrad was built with it: the mpi component.

@@ -1,4 +1,4 @@
-// A training loop by hand (as examples/minimal_loop.cpp) that checkpoints and resumes without a Trainer:
+// First steps, 2: the loop by hand (as 1_minimal_loop.cpp) that checkpoints and resumes without a Trainer:
 // every 100 steps it saves the weights, Adam's state, its step, its random stream and its data order in
 // one file (snapshot(model, optimizer, loop)), and `resume` goes on from such a file in a fresh process
 // (load_loop) to the same last step, with the same weights, bit for bit, as a run never stopped. The loop

@@ -1,8 +1,8 @@
-// Your own model with tapegrad: the classic first network, a two-layer MLP on the two moons, defined as a
-// Module of your own and trained, checkpointed, reloaded, resumed and gradient-checked by the library's
-// generic parts, exactly as the lesson's toy model is. It includes only the installed umbrella header (and,
-// beside it, command_line.hpp and .cpp: how every example reports a mistake in its flags),
-// and ctest builds this same file against the installed package (tests/downstream).
+// First steps, 3: your own model with tapegrad: the classic first network, a two-layer MLP on the two moons,
+// defined as a Module of your own and trained, checkpointed, reloaded, resumed and gradient-checked by the
+// library's generic parts, exactly as the lesson's toy model is. It includes only the installed umbrella
+// header (and examples/command_line.hpp and .cpp: how every example reports a mistake in its flags), and
+// ctest builds this same file against the installed package (tests/downstream).
 //
 //   build/examples/custom_model train --out runs/moons        # model.tgck, checkpoint-00000500.tgck, boundary.svg
 //   build/examples/custom_model predict runs/moons/model.tgck  # a fresh process: the same predictions
