@@ -2,12 +2,15 @@
 # tests/downstream proves it (ctest case "downstream_find_package").
 include(CMakePackageConfigHelpers)
 
-install(TARGETS tapegrad EXPORT tapegradTargets
+# The library and the components that need nothing more (tapegrad::plot, tapegrad::program): one export set,
+# so find_package(tapegrad) defines all three; a project links the ones it uses.
+install(TARGETS tapegrad tapegrad_plot tapegrad_program EXPORT tapegradTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-# The public headers (cmake/TapegradHeaders.cmake) under include/tapegrad/, and the umbrella header.
-foreach(h IN LISTS TAPEGRAD_PUBLIC_HEADERS)
+# The public headers (cmake/TapegradHeaders.cmake) under include/tapegrad/, the umbrella header, and the
+# headers of tapegrad::plot and tapegrad::program (include/tapegrad/plot/, include/tapegrad/program/).
+foreach(h IN LISTS TAPEGRAD_PUBLIC_HEADERS TAPEGRAD_PLOT_HEADERS TAPEGRAD_PROGRAM_HEADERS)
   get_filename_component(dir ${h} DIRECTORY)
   install(FILES ${PROJECT_SOURCE_DIR}/${TAPEGRAD_HEADER_SOURCE_${h}} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad/${dir})
 endforeach()

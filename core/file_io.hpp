@@ -1,7 +1,7 @@
 #pragma once
 // Files: whole-file writes that a reader never sees half done, bounded whole-file reads, and the check
 // that a write will get past names and places. Errors name the path and the system's reason. (A run's
-// output folder, its lock and manifest: program support, examples/program/output_folder.hpp.)
+// output folder, its lock and manifest: program support, train/program/output_folder.hpp.)
 
 #include <cstddef>
 #include <filesystem>

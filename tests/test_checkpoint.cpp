@@ -64,8 +64,8 @@ struct MlpRun {
   }
 };
 
-// A user's own optimizer, written as examples/user_optimizer.cpp writes Lion: Signum (signSGD with
-// momentum, Bernstein et al. 2018), m = beta m + (1 - beta) g, p -= lr sign(m).
+// A user's own optimizer, written as examples/first_steps/5_user_optimizer.cpp writes Lion: Signum (signSGD
+// with momentum, Bernstein et al. 2018), m = beta m + (1 - beta) g, p -= lr sign(m).
 struct SignumOptions {
   double lr = 0.01;
   double beta = 0.9;

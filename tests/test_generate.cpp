@@ -189,8 +189,8 @@ TEST_CASE("positions: a forward at an offset gives the rows a forward from 0 giv
 namespace {
 
 // A user's own causal language model, from the public headers only: its blocks normalise with RMSNorm, a
-// Function op of the user's (as examples/custom_op.cpp writes it), and feed forward through SwiGLU,
-// down(silu(gate h) * up h); the one thing a block does for generation is hand the cache to its
+// Function op of the user's (as examples/first_steps/4_custom_op.cpp writes it), and feed forward through
+// SwiGLU, down(silu(gate h) * up h); the one thing a block does for generation is hand the cache to its
 // SelfAttention.
 template <class T>
 struct UserRmsNorm {  // y = x r g, r = 1 / sqrt(mean(x^2) + eps) per row

@@ -1,4 +1,4 @@
-// examples/program/job_pool: independent jobs on worker threads.
+// train/program/job_pool: independent jobs on worker threads.
 #include <doctest/doctest.h>
 
 #include <atomic>

@@ -1,8 +1,8 @@
-// examples/program/output_folder and write_file's targets: a run's folder holds its files and nothing else of it is
-// touched. The manifest names the program and its files; another program's folder, a user's file at a
-// name the run writes, an earlier run without --overwrite, an input among the files --overwrite would
-// remove, a device node, a pipe or a symbolic link in a target's place are all refused, naming the path,
-// with every byte of the folder as it was; plan() refuses, before any work, a name too long to write.
+// train/program/output_folder and write_file's targets: a run's folder holds its files and nothing else of it
+// is touched. The manifest names the program and its files; another program's folder, a user's file at a name
+// the run writes, an earlier run without --overwrite, an input among the files --overwrite would remove, a
+// device node, a pipe or a symbolic link in a target's place are all refused, naming the path, with every
+// byte of the folder as it was; plan() refuses, before any work, a name too long to write.
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>

@@ -1,4 +1,4 @@
-// examples/plot: SVG heatmaps, line charts, svg_row and write_file.
+// train/plot: SVG heatmaps, line charts, svg_row and write_file.
 #include <doctest/doctest.h>
 
 #include <algorithm>

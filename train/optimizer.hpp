@@ -3,9 +3,9 @@
 // decay), Adam and AdamW, with the arithmetic of torch.optim 1.13 (single-tensor path, no amsgrad),
 // checked against it step by step in tests/test_optimizer.cpp; and clip_grad_norm.
 //
-// A user's optimizer is written with the same public pieces: derive from OptimizerWith<T, YourOptions>,
-// give it a name (kind()), its buffers' names and update(); a checkpoint saves and resumes it under that
-// name, and `inspect` shows its hyperparameters (examples/user_optimizer.cpp writes Lion that way).
+// A user's optimizer is written with the same public pieces: derive from OptimizerWith<T, YourOptions>, give
+// it a name (kind()), its buffers' names and update(); a checkpoint saves and resumes it under that name, and
+// `inspect` shows its hyperparameters (examples/first_steps/5_user_optimizer.cpp writes Lion that way).
 //
 // An optimizer reads Parameter::grad and updates Parameter::value. Its hyperparameters are one options
 // struct whose fields() list is their one table (core/settings.hpp): the constructor checks it, state()

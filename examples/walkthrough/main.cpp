@@ -18,9 +18,9 @@
 #include "tapegrad/core/file_io.hpp"
 #include "tapegrad/program/progress.hpp"
 #include "tapegrad/program/run_program.hpp"
+#include "command_line.hpp"
 #include "walkthrough/graphs.hpp"
 #include "walkthrough/notes.hpp"
-#include "../command_line.hpp"
 
 int main(int argc, char** argv) {
   using namespace tapegrad;

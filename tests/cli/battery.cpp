@@ -1,8 +1,8 @@
-// The command-line battery: the programs run as a hostile user would run them (bad flags, files that
-// are not files, forged and re-sealed checkpoints, two runs on one folder, a full disk), each in its own
-// process. Every case asserts an exit code from the documented set (examples/program/run_program.hpp: ExitCode), a
-// one-line message naming what was wrong, no death by a signal, bounded memory and time, and that what
-// was on disk before is still there and still loads.
+// The command-line battery: the programs run as a hostile user would run them (bad flags, files that are not
+// files, forged and re-sealed checkpoints, two runs on one folder, a full disk), each in its own process.
+// Every case asserts an exit code from the documented set (train/program/run_program.hpp: ExitCode), a
+// one-line message naming what was wrong, no death by a signal, bounded memory and time, and that what was on
+// disk before is still there and still loads.
 //
 // The programs' paths come from CMake (TAPEGRAD_TRAIN, ...). TAPEGRAD_MUTANTS=<n> sets how many
 // re-sealed mutants of a checkpoint the mutation case tries (default 24); it reports the worst peak

@@ -13,7 +13,7 @@ function(check_excerpts page)
   string(REGEX MATCHALL "<!-- excerpt: [^ ]+ [^ ]+ -->\n```[a-z+]*\n" starts "${text}")
   list(LENGTH starts count)
   if(count EQUAL 0 AND page STREQUAL "README.md")
-    message(FATAL_ERROR "README.md has no excerpts: its \"Write your own model\" shows examples/custom_model.cpp")
+    message(FATAL_ERROR "README.md has no excerpts: its \"Write your own model\" shows examples/first_steps/")
   endif()
   # Every C++ block is an excerpt: no fragment that no compiler has seen.
   count_matches(n_cpp "\n```(cpp|c\\+\\+)\n" "${text}")

@@ -116,9 +116,10 @@ std::string describe_checkpoint(const Checkpoint& c);
 
 // ---- building and applying --------------------------------------------------------------------------
 
-// What a training loop of one's own (a tape, forward, backward, optimizer.step(): examples/minimal_loop.cpp)
-// needs besides its weights and optimizer to go on exactly where it stopped: the step it is at and, when
-// it has them, its random stream (Rng::state()) and the order it draws its data in (Sampler::state()).
+// What a training loop of one's own (a tape, forward, backward, optimizer.step():
+// examples/first_steps/1_minimal_loop.cpp) needs besides its weights and optimizer to go on exactly where it
+// stopped: the step it is at and, when it has them, its random stream (Rng::state()) and the order it draws
+// its data in (Sampler::state()).
 struct LoopState {
   Index step = 0;
   Rng::State rng = {};

@@ -64,7 +64,7 @@ class CsvLog {
   std::vector<std::string> names_;  // the columns, from the first row
 };
 
-// One named value of a training curve against the step, as a line of a chart (examples/plot/plot.hpp):
+// One named value of a training curve against the step, as a line of a chart (train/plot/plot.hpp):
 // "eval_loss" at every point, say. NameError (value_of's) when the points do not have it.
 Series curve_series(std::string name, const std::vector<CurvePoint>& curve, std::string_view value);
 

@@ -1,9 +1,10 @@
-// A training loop by hand (as examples/minimal_loop.cpp) that checkpoints and resumes without a Trainer:
+// First steps, 2: the loop by hand (as 1_minimal_loop.cpp) that checkpoints and resumes without a Trainer:
 // every 100 steps it saves the weights, Adam's state, its step, its random stream and its data order in
 // one file (snapshot(model, optimizer, loop)), and `resume` goes on from such a file in a fresh process
 // (load_loop) to the same last step, with the same weights, bit for bit, as a run never stopped. The loop
 // draws minibatches in a seeded order (Sampler) and adds noise from its own random stream, so the
-// three parts of its state all matter. It includes only the installed umbrella header.
+// three parts of its state all matter. It includes the installed umbrella header and, for its main() and
+// its run's folder, program support (tapegrad::program).
 //
 //   build/examples/resumable_loop train runs/loop               # checkpoint-00000100.tgck ... -00000400
 //   build/examples/resumable_loop train runs/killed --kill-at 250  # killed (SIGKILL) after the 200 checkpoint
@@ -12,6 +13,9 @@
 // Both end by printing the CRC-32 of the final weights: equal numbers mean a bit-identical resume
 // (tests/cli/resumable_loop.cmake kills a run and compares them).
 #include <tapegrad/tapegrad.hpp>
+#include <tapegrad/program/checkpoint_dir.hpp>
+#include <tapegrad/program/output_folder.hpp>
+#include <tapegrad/program/run_program.hpp>
 
 #include <signal.h>
 

@@ -1,8 +1,8 @@
-// Your own optimizer with tapegrad: Lion (Chen et al. 2023, "Symbolic Discovery of Optimization
-// Algorithms"), written outside the library with the public pieces the library's SGD and Adam use, then
-// trained, checkpointed and resumed by the library's generic parts under its own name, "lion". It includes
-// only the installed umbrella header, and ctest builds this same file against the installed package
-// (tests/downstream).
+// First steps, 5: your own optimizer with tapegrad: Lion (Chen et al. 2023, "Symbolic Discovery of
+// Optimization Algorithms"), written outside the library with the public pieces the library's SGD and Adam
+// use, then trained, checkpointed and resumed by the library's generic parts under its own name, "lion". It
+// includes the installed umbrella header and, for its main() and its run's folder, program support
+// (tapegrad::program), and ctest builds this same file against the installed package (tests/downstream).
 //
 //   build/examples/user_optimizer train runs/lion     # model.tgck and checkpoint-00000200.tgck
 //   build/examples/user_optimizer resume runs/lion/checkpoint-00000200.tgck  # a fresh process, on to the end
@@ -11,6 +11,9 @@
 // Both print the CRC-32 of the final weights: equal numbers mean a bit-identical resume
 // (tests/cli/user_optimizer.cmake compares them).
 #include <tapegrad/tapegrad.hpp>
+#include <tapegrad/program/checkpoint_dir.hpp>
+#include <tapegrad/program/output_folder.hpp>
+#include <tapegrad/program/run_program.hpp>
 
 #include <cmath>
 #include <string>

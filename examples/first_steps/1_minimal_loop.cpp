@@ -1,7 +1,8 @@
-// The first training loop by hand, without a Trainer: a tape, a forward, a loss, backward, an optimizer
-// step, the gradients zeroed. An MLP learns y = x0 x1 from 128 points and prints its loss going down
-// (tests: examples/CMakeLists.txt checks that it fell). It includes only the installed umbrella header, and
-// ctest builds this same file against the installed package (tests/downstream).
+// First steps, 1: the training loop by hand, without a Trainer: a tape, a forward, a loss, backward, an
+// optimizer step, the gradients zeroed. An MLP learns y = x0 x1 from 128 points and prints its loss going
+// down (tests: examples/CMakeLists.txt checks that it fell). It includes only the installed umbrella header
+// and links only tapegrad::tapegrad, and ctest builds this same file against the installed package
+// (tests/downstream).
 //
 //   build/examples/minimal_loop
 #include <tapegrad/tapegrad.hpp>

@@ -1,12 +1,14 @@
-// Your own op with tapegrad: RMSNorm (Zhang and Sennrich, 2019) written as a user would write it, with the
-// Function API (autograd/function.hpp), gradient-checked in float64, then used between the layers of a
-// small MLP that the library's Trainer trains on three interleaved spirals. It includes only the installed
-// umbrella header, and ctest builds this same file against the installed package (tests/downstream).
+// First steps, 4: your own op with tapegrad: RMSNorm (Zhang and Sennrich, 2019) written as a user would
+// write it, with the Function API (autograd/function.hpp), gradient-checked in float64, then used between
+// the layers of a small MLP that the library's Trainer trains on three interleaved spirals. It includes the
+// installed umbrella header and, for its main() and exit codes, program support (tapegrad::program), and
+// ctest builds this same file against the installed package (tests/downstream).
 //
 //   build/examples/custom_op      # the gradient checks, then the training run's final loss and accuracy
 //
 // It exits 1 if a gradient check fails.
 #include <tapegrad/tapegrad.hpp>
+#include <tapegrad/program/run_program.hpp>
 
 #include <cmath>
 #include <numbers>

@@ -1,8 +1,10 @@
-// Your own model with tapegrad: the classic first network, a two-layer MLP on the two moons, defined as a
-// Module of your own and trained, checkpointed, reloaded, resumed and gradient-checked by the library's
-// generic parts, exactly as the lesson's toy model is. It includes only the installed umbrella header (and,
-// beside it, command_line.hpp and .cpp: how every example reports a mistake in its flags),
-// and ctest builds this same file against the installed package (tests/downstream).
+// First steps, 3: your own model with tapegrad: the classic first network, a two-layer MLP on the two moons,
+// defined as a Module of your own and trained, checkpointed, reloaded, resumed and gradient-checked by the
+// library's generic parts, exactly as the lesson's toy model is. It includes the installed umbrella header,
+// program support (tapegrad::program: its main(), its run's folder, the progress bar) and plots
+// (tapegrad::plot: the decision boundary), and examples/command_line.hpp and .cpp (how every example
+// reports a mistake in its flags); ctest builds this same file against the installed package
+// (tests/downstream).
 //
 //   build/examples/custom_model train --out runs/moons        # model.tgck, checkpoint-00000500.tgck, boundary.svg
 //   build/examples/custom_model predict runs/moons/model.tgck  # a fresh process: the same predictions
@@ -11,6 +13,11 @@
 // `train` and `resume` print the CRC-32 of the final weights, `train` and `predict` that of the test-set
 // logits: equal numbers mean bit-identical results (tests/cli/custom_model.cmake compares them).
 #include <tapegrad/tapegrad.hpp>
+#include <tapegrad/plot/plot.hpp>
+#include <tapegrad/program/checkpoint_dir.hpp>
+#include <tapegrad/program/output_folder.hpp>
+#include <tapegrad/program/progress.hpp>
+#include <tapegrad/program/run_program.hpp>
 
 #include <CLI/CLI.hpp>
 #include <cmath>
