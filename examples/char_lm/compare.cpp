@@ -44,9 +44,9 @@ void check_memory(CharLm<float>::Config c, Index batch) {
 Index eval_every(const Options& o) { return o.eval_every > 0 ? o.eval_every : std::max<Index>(1, o.steps / 10); }
 Index warmup_steps(const Options& o) { return std::min<Index>(100, o.steps / 10); }
 
-// One model's training, as examples/custom_model.cpp's Run: AdamW with warm-up and cosine decay to a tenth
-// of the rate, the validation words evaluated every eval_every steps. The trainer keeps references, so the
-// run owns them all.
+// One model's training, as examples/first_steps/3_custom_model.cpp's Run: AdamW with warm-up and cosine
+// decay to a tenth of the rate, the validation words evaluated every eval_every steps. The trainer keeps
+// references, so the run owns them all.
 struct LmRun {
   CharLm<float> model;
   AdamW<float> optimizer;

@@ -1,7 +1,7 @@
 #pragma once
 // The next-character model: the library's decoder language model (layers/decoder_lm.hpp) over 27 symbols,
 // with a configuration of this program's own that a checkpoint rebuilds it from (model_record() kind
-// "char_lm"), as examples/custom_model.cpp's MLP.
+// "char_lm"), as examples/first_steps/3_custom_model.cpp's MLP.
 //
 //   tokens (B, T) -> Embedding (B, T, D) + learned positions (T, D)
 //                 -> TransformerStack: N causal pre-norm blocks (attention, MLP D -> d_ff -> D), final LayerNorm

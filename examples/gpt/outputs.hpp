@@ -1,6 +1,6 @@
 #pragma once
 // The one place the program writes files: its --out folder, owned for the run through the library's
-// OutputFolder (examples/program/output_folder.hpp: the lock, the manifest of this program's files,
+// OutputFolder (train/program/output_folder.hpp: the lock, the manifest of this program's files,
 // --overwrite removing only those, every file proven writable before any training), and every file it
 // puts there.
 //
