@@ -49,9 +49,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// True on a pool worker always, and on a caller while it runs pieces: work split inside a piece runs
+// serially on the thread that reaches it (no nested splitting).
+thread_local bool inside_split = false;
+
 // Runs body over [0, n) split over up to `most` threads, or on this thread alone (see parallel_chunks);
 // `count`: whether a split counts as a region started.
-void split_job(Index n, Index grain, int most, void (*body)(void*, Index, Index), void* context, bool count);
+// `wait`: wait for the pool while another thread's job holds it (the measurement below), instead of running
+// serially.
+void split_job(Index n, Index grain, int most, void (*body)(void*, Index, Index), void* context, bool count,
+               bool wait = false);
 
 // Median of `samples` timings of f(), in microseconds.
 template <class F>
@@ -93,15 +100,16 @@ ParallelCrossover measure_crossover() {
       meet.arrived.store(0, std::memory_order_relaxed);
       split_job(
           threads, 1, threads,
-          [](void* context, Index, Index) {
+          [](void* context, Index begin, Index end) {
             auto& m = *static_cast<Rendezvous*>(context);
+            if (end - begin > 1) return;  // run on this thread alone (not split): nothing to meet
             m.arrived.fetch_add(1, std::memory_order_acq_rel);
             const auto start = Clock::now();
             while (m.arrived.load(std::memory_order_acquire) < m.threads &&
                    Clock::now() - start < std::chrono::microseconds(200)) {
             }
           },
-          &meet, false);
+          &meet, false, true);
     };
     for (int i = 0; i < 20; ++i) region();  // the workers exist and are awake
     c.region_us = median_us(101, region);
@@ -171,8 +179,13 @@ std::atomic<std::uint64_t> regions_started{0};
 
 std::uint64_t parallel_regions_started() { return regions_started.load(std::memory_order_relaxed); }
 
-int threads_for_product(double macs) { return threads_for(macs, parallel_crossover().min_macs); }
-int threads_for_elements(double elements) { return threads_for(elements, parallel_crossover().min_elements); }
+// Inside a piece nothing is split (and the crossover is not measured there: its job could not split).
+int threads_for_product(double macs) {
+  return inside_split ? 1 : threads_for(macs, parallel_crossover().min_macs);
+}
+int threads_for_elements(double elements) {
+  return inside_split ? 1 : threads_for(elements, parallel_crossover().min_elements);
+}
 
 // ---- The pool ---------------------------------------------------------------------------------------
 // A split job is cut into pieces (whole grains each) that the calling thread and the pool's workers take
@@ -186,6 +199,7 @@ namespace {
 // A piece is about 1 / kPiecesPerThread of a thread's even share: small enough that a parked thread's
 // share is spread over the others, large enough that taking one (an atomic operation on a shared line)
 // and the work each piece repeats (a product's piece packs its own panels of B) stay small against it.
+// Not tuned yet: bench/busy_core.sh times the steps alone and beside a busy core, to tune it (and kSpin) by.
 constexpr Index kPiecesPerThread = 4;
 
 // How long an idle worker spins (checking for a job) before it sleeps, and how long a caller spins for
@@ -206,10 +220,6 @@ constexpr int kMostWorkers = static_cast<int>(kHelperMask);  // 255 workers, 256
 
 std::uint64_t pieces_left(std::uint64_t word) { return word & kLeftMask; }
 int helpers_of(std::uint64_t word) { return static_cast<int>((word >> kLeftBits) & kHelperMask); }
-
-// True on a pool worker always, and on a caller while it runs pieces: work split inside a piece runs
-// serially on the thread that reaches it (no nested splitting).
-thread_local bool inside_split = false;
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -388,7 +398,8 @@ std::exception_ptr Pool::run(Index n, Index piece, std::uint64_t pieces, int hel
   return std::exchange(error_, nullptr);
 }
 
-void split_job(Index n, Index grain, int most, void (*body)(void*, Index, Index), void* context, bool count) {
+void split_job(Index n, Index grain, int most, void (*body)(void*, Index, Index), void* context, bool count,
+               bool wait) {
   grain = std::max<Index>(grain, 1);
   const Index grains = (n + grain - 1) / grain;
   const int threads = static_cast<int>(std::min<Index>({num_threads(), most, grains}));
@@ -401,9 +412,12 @@ void split_job(Index n, Index grain, int most, void (*body)(void*, Index, Index)
     return;
   }
   Pool& p = pool();
-  if (!p.try_acquire()) {  // another thread's job holds the pool: this one runs here, with the same results
-    body(context, 0, n);
-    return;
+  while (!p.try_acquire()) {  // another thread's job holds the pool: this one runs here, with the same results
+    if (!wait) {
+      body(context, 0, n);
+      return;
+    }
+    std::this_thread::yield();
   }
   if (count) regions_started.fetch_add(1, std::memory_order_relaxed);
   std::exception_ptr error;
