@@ -1,7 +1,9 @@
 #pragma once
 // Threads. Built with OpenMP (the TAPEGRAD_OPENMP option, on when the compiler has it), tapegrad splits
 // large products, softmaxes, elementwise ops and optimizer updates over threads; the count comes from
-// OMP_NUM_THREADS, as PyTorch's does, or from set_num_threads().
+// OMP_NUM_THREADS, as PyTorch's does, or from set_num_threads(). The threads are the library's own: a pool
+// of num_threads() - 1 workers started the first time work is split (again when the count changes), that
+// sleep when there is no work; OpenMP keeps only the count (and Eigen's own products, outside tapegrad's).
 
 #include <cstdint>
 #include <type_traits>
@@ -26,7 +28,7 @@ bool have_openmp();
 // than num_threads(). So a small product runs on one thread, a larger one on two, and only work worth it
 // spreads over all of a big machine's cores, which would otherwise spend more on the region than they
 // save. The grain comes from a measurement on the machine that runs it, once per process, the first time
-// it is asked for (about a millisecond): the cost of a region over all the threads against this thread's
+// it is asked for (about a millisecond): the cost of a job over all the pool's threads against this thread's
 // speed on a matrix product and on an elementwise pass. `TAPEGRAD_PARALLEL_MIN_MACS` /
 // `TAPEGRAD_PARALLEL_MIN_ELEMENTS` in the environment override the measurement (0: every thread for any
 // work).
@@ -53,16 +55,21 @@ int threads_for_product(double macs);
 int threads_for_elements(double elements);
 
 // How many parallel regions this process has started: each parallel_for or parallel_rows that split its
-// work over more than one thread counts one. A benchmark reads it to tell a step that split nothing (the
+// work over more than one thread (one job of pieces for the pool) counts one. A benchmark reads it to tell a step that split nothing (the
 // same instructions on one thread, whatever OMP_NUM_THREADS says) from one that did.
 std::uint64_t parallel_regions_started();
 
-// Runs body(begin, end) over [0, n) in one contiguous chunk per thread on up to `threads` threads (fewer
-// when n has fewer grains), else body(0, n). Chunk boundaries fall on multiples of `grain` (see
-// parallel_rows). Never splits inside a parallel region (the caller is already one of several threads).
-// An exception the body throws on any thread comes out here, on the calling thread: the first one thrown
-// wins, the other threads finish their chunks first (so what they wrote is whole), and the rest are
-// dropped. Work already done by other chunks stays done: validate before writing where that matters.
+// Runs body(begin, end) over [0, n) in pieces on up to `threads` threads (fewer when n has fewer grains),
+// else body(0, n). The calling thread and the pool's workers take the pieces one at a time from a shared
+// counter, about four per thread, so a thread the scheduler has parked costs its piece, not the step; the
+// call returns when every piece is done. Piece boundaries fall on multiples of `grain` (see parallel_rows);
+// which thread runs a piece, and in what order, is left to the schedule, so a body must not depend on it
+// (it writes its own elements, and keeps per-thread state in thread_local storage, autograd/scratch.hpp).
+// Never splits inside a piece (a parallel_for there runs serially on its thread), nor while another
+// thread's split holds the pool (it then runs serially, with the same results).
+// An exception the body throws in any piece comes out here, on the calling thread: the first one thrown
+// wins, the other pieces still run to their end (so what they wrote is whole), and the rest are
+// dropped. Work already done by other pieces stays done: validate before writing where that matters.
 template <class F>
 void parallel_for(Index n, int threads, F&& body, Index grain = 1) {
   if (threads < 2 || n < 2) {

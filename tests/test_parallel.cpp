@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <mutex>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "tapegrad/autograd/function.hpp"
@@ -177,7 +179,7 @@ TEST_CASE("parallel: split products, softmax, elementwise ops, layer norm, losse
   }
 }
 
-TEST_CASE("parallel: parallel_for covers every index once, in contiguous chunks, and a negative crossover is refused") {
+TEST_CASE("parallel: parallel_for covers every index once, in pieces, and a negative crossover is refused") {
   RestoreThreads restore;
   set_num_threads(2);
   for (const Index n : {Index{0}, Index{1}, Index{2}, Index{7}, Index{1000}}) {
@@ -332,33 +334,45 @@ TEST_CASE("parallel: each piece of work gets the threads its size is worth, and 
     CHECK(threads_for_elements(0) == 5);
   }
 
-  // parallel_for runs one chunk per thread it was given, fewer when there are fewer grains or threads.
-  // (4 threads, not 8: LLVM's libomp leaves a team of 8 on a 2-core machine unfreed, which
-  // LeakSanitizer reports; 4 does not.)
+  // parallel_for runs pieces that cover [0, n) once and start on multiples of the grain, about four for
+  // each thread it was given, fewer when there are fewer grains; never more threads than num_threads().
   set_num_threads(4);
+  using Chunks = std::vector<std::pair<Index, Index>>;
   auto chunks = [](Index n, int threads, Index grain) {
-    std::vector<std::pair<Index, Index>> seen(16, {-1, -1});  // room for more chunks than asked, should there be
-    int calls = 0;
+    Chunks seen;
+    seen.reserve(256);  // more pieces than asked, should there be
     std::mutex m;
     parallel_for(
         n, threads,
         [&](Index first, Index last) {
           const std::lock_guard<std::mutex> hold(m);
-          seen[static_cast<std::size_t>(calls++)] = {first, last};
+          seen.emplace_back(first, last);
         },
         grain);
-    seen.resize(static_cast<std::size_t>(calls));
     std::sort(seen.begin(), seen.end());
     return seen;
   };
-  using Chunks = std::vector<std::pair<Index, Index>>;
+  auto tiles = [](const Chunks& c, Index n, Index grain) {
+    bool ok = !c.empty() && c.front().first == 0 && c.back().second == n;
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      ok = ok && c[i].first < c[i].second && c[i].first % grain == 0;
+      if (i + 1 < c.size()) ok = ok && c[i].second == c[i + 1].first;
+    }
+    return ok;
+  };
   CHECK(chunks(100, 1, 1) == Chunks{{0, 100}});
-  CHECK(chunks(100, 3, 1) == Chunks{{0, 33}, {33, 66}, {66, 100}});
-  CHECK(chunks(100, 4, 1) == Chunks{{0, 25}, {25, 50}, {50, 75}, {75, 100}});
-  CHECK(chunks(100, 8, 1).size() == 4);  // no more than num_threads()
+  const Chunks three = chunks(100, 3, 1), four = chunks(100, 4, 1), eight = chunks(100, 8, 1);
+  CHECK(tiles(three, 100, 1));
+  CHECK(three.size() == 12);  // 12 pieces of 9 (the last one short)
+  CHECK(tiles(four, 100, 1));
+  CHECK(four.size() == 15);   // 16 wanted, 15 of 7 cover 100
+  CHECK(eight == four);       // no more than num_threads()
   CHECK(chunks(100, 3, 40) == Chunks{{0, 40}, {40, 80}, {80, 100}});  // 3 grains of 40 (the last one short)
   CHECK(chunks(100, 4, 40).size() == 3);
   CHECK(chunks(1, 4, 1) == Chunks{{0, 1}});
+  const Chunks grains = chunks(1000, 2, 16);
+  CHECK(tiles(grains, 1000, 16));
+  CHECK(grains.size() == 8);
 
   // Each split starts one counted region (bench/step_bench's regions_per_step); work on one thread none.
   const auto regions_for = [](Index n, int threads, Index grain) {
@@ -372,6 +386,53 @@ TEST_CASE("parallel: each piece of work gets the threads its size is worth, and 
   CHECK(regions_for(100, 4, 100) == 0);  // one grain
   set_num_threads(1);
   CHECK(regions_for(100, 4, 1) == 0);   // one thread there
+}
+
+TEST_CASE("parallel: work split inside a piece runs on that piece's thread, and the pool follows the thread count") {
+  RestoreThreads restore;
+  for (const int threads : {4, 2, 3, 2}) {  // the pool is resized each time
+    set_num_threads(threads);
+    CAPTURE(threads);
+    std::atomic<int> inner_calls{0}, whole{0};
+    const std::uint64_t before = parallel_regions_started();
+    std::vector<int> seen(64 * 64, 0);
+    parallel_for(Index{64}, threads, [&](Index first, Index last) {
+      for (Index row = first; row < last; ++row)
+        parallel_for(Index{64}, threads, [&](Index b, Index e) {
+          ++inner_calls;
+          if (b == 0 && e == 64) ++whole;
+          for (Index i = b; i < e; ++i) ++seen[static_cast<std::size_t>(row * 64 + i)];
+        });
+    });
+    CHECK(parallel_regions_started() - before == 1);  // the outer split only
+    CHECK(inner_calls == 64);
+    CHECK(whole == 64);  // each inner loop ran in one call, on its thread
+    CHECK(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }));
+  }
+}
+
+TEST_CASE("parallel: training steps beside a thread that keeps a core busy are bit-identical to one thread") {
+  // A competitor that never sleeps: on a machine of two cores, one of the two threads of each split is
+  // parked half the time, and its pieces go to the other. The schedule changes; the bits must not.
+  RestoreThreads restore;
+  const PinCrossover every_split(0, 0);
+  const auto one = attention_like(1);
+  std::atomic<bool> stop{false};
+  std::thread spinner([&] {
+    volatile std::uint64_t x = 0;
+    while (!stop.load(std::memory_order_relaxed)) x = x + 1;
+  });
+  std::vector<std::vector<Tensor>> two;
+  for (int run = 0; run < 3; ++run) two.push_back(attention_like(2));
+  stop = true;
+  spinner.join();
+  for (const auto& t : two) {
+    REQUIRE(t.size() == one.size());
+    for (std::size_t i = 0; i < one.size(); ++i) {
+      CAPTURE(i);
+      CHECK(t[i] == one[i]);
+    }
+  }
 }
 
 TEST_CASE("parallel: column sums (a bias's, layer norm's gamma and beta gradients) split over threads keep their bits") {
@@ -425,8 +486,8 @@ TEST_CASE("parallel: an exception thrown by any thread of a split comes out on t
   const PinCrossover every_split(0, 0);
   set_num_threads(2);
   const std::uint64_t regions_before = parallel_regions_started();
-  // Thrown by the second thread's chunk only, then by both: one exception comes out, the other threads'
-  // chunks are still run to their end.
+  // Thrown by the last piece only, then by every piece: one exception comes out, the other pieces are
+  // still run to their end.
   std::vector<int> seen(1000, 0);
   CHECK_THROWS_WITH_AS(parallel_for(Index{1000}, 2, [&](Index first, Index last) {
                          for (Index i = first; i < last; ++i) ++seen[static_cast<std::size_t>(i)];

@@ -1,0 +1,152 @@
+#!/bin/sh
+# Steps on a machine that is not ours alone: the char GPT's step (bench/gpt_step) and step_bench's W3 and
+# W5, at 1 and 2 threads (1 .. nproc on a bigger machine), alone and with BUSY cores (default 1) kept busy
+# by spinning processes of this script's own, beside the same steps in PyTorch (bench/gpt_step.py,
+# bench/torch_step.py, /usr/bin/python3 with torch; skipped with a note without it). Prints one table:
+# median ms per step and each count's time over the 1-thread time, alone and busy. Issue 41: a parked
+# thread should cost its share of a step, not the whole step.
+#
+#   bench/busy_core.sh [BUILD ...]      # each BUILD a build folder with bench/gpt_step and bench/step_bench
+#                                       # (default: build); several compare builds in the same run
+#   BUSY=1 THREADS="1 2" STEPS=40 REPEATS=3 SECONDS_PER=1.5 TIMEOUT=120 bench/busy_core.sh build ../base/build
+#   TORCH=0 (no PyTorch columns); TORCH_WORKLOADS="gpt W3 W5" TORCH_STEPS=5 (PyTorch's side, see below)
+#
+# Each cell is one run of the program (gpt_step: the median of REPEATS repeats of STEPS steps; step_bench and
+# torch_step.py: the median step over SECONDS_PER seconds, at least 10 steps); the runs alone and busy
+# alternate, so a change in the machine's other load falls on both. A run longer than TIMEOUT seconds is
+# stopped and its cell says so. PyTorch from Debian without an optimised BLAS takes seconds a step here
+# (gpt.py 1.4 s, W5 10 s at one thread on the 2-core EPYC), so by default its side runs gpt (TORCH_STEPS
+# steps, one repeat) and W3 only. The spinners are `sh` busy loops, each bounded by `timeout` and killed
+# by pid when the script ends, fails or is interrupted.
+set -eu
+cd "$(dirname "$0")/.."
+[ $# -gt 0 ] || set -- build
+for b in "$@"; do
+  for p in gpt_step step_bench; do
+    [ -x "$b/bench/$p" ] || { echo "busy_core.sh: no $b/bench/$p (cmake --build $b --target gpt_step step_bench)" >&2; exit 2; }
+  done
+done
+cores=$(nproc)
+busy=${BUSY:-1}
+if [ -z "${THREADS:-}" ]; then
+  THREADS=""
+  t=1
+  while [ "$t" -le "$cores" ]; do THREADS="$THREADS $t"; t=$((t * 2)); done
+  case " $THREADS " in *" $cores "*) ;; *) THREADS="$THREADS $cores" ;; esac
+fi
+python=""
+if [ "${TORCH:-1}" = 1 ] && /usr/bin/python3 -c "import torch" > /dev/null 2>&1; then python=/usr/bin/python3; fi
+
+spinners=""
+stop_spinners() {
+  for pid in $spinners; do kill "$pid" 2> /dev/null || true; done
+  for pid in $spinners; do wait "$pid" 2> /dev/null || true; done
+  spinners=""
+}
+trap 'stop_spinners' EXIT
+trap 'stop_spinners; exit 130' INT TERM
+start_spinners() {  # $1: seconds at most
+  i=0
+  while [ "$i" -lt "$busy" ]; do
+    timeout "$1" sh -c 'while :; do :; done' &
+    spinners="$spinners $!"
+    i=$((i + 1))
+  done
+  sleep 0.2  # the spinners are running before the timing starts
+}
+
+results=$(mktemp)
+trap 'stop_spinners; rm -f "$results"' EXIT
+steps=${STEPS:-40}
+repeats=${REPEATS:-3}
+seconds=${SECONDS_PER:-1.5}
+limit=${TIMEOUT:-120}
+torch_steps=${TORCH_STEPS:-5}
+torch_workloads=${TORCH_WORKLOADS:-gpt W3}
+# One measurement: $1 label, $2 program, $3 workload, $4 threads, $5 alone|busy, then the command; appends
+# "label program workload threads mode ms" to the results.
+measure() {
+  label=$1 program=$2 workload=$3 threads=$4 mode=$5
+  shift 5
+  [ "$mode" = busy ] && start_spinners $((limit + 10))
+  rc=0
+  out=$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS=1 \
+    timeout "$limit" "$@") || rc=$?
+  [ "$mode" = busy ] && stop_spinners
+  if [ "$rc" = 124 ]; then
+    echo "$label $program $workload $threads $mode timeout" >> "$results"
+    echo "  $label $program $workload ${threads}T $mode: stopped after $limit s" >&2
+    return 0
+  elif [ "$rc" != 0 ]; then
+    echo "busy_core.sh: failed ($rc): $*" >&2
+    exit 1
+  fi
+  ms=$(printf '%s\n' "$out" | /usr/bin/python3 -c '
+import json, sys
+for line in sys.stdin:
+    if line.startswith("{"):
+        r = json.loads(line)
+        if r.get("kind", "step") == "step":
+            print(r.get("step_ms", r.get("median_ms")))
+            break')
+  echo "$label $program $workload $threads $mode $ms" >> "$results"
+  echo "  $label $program $workload ${threads}T $mode: $ms ms" >&2
+}
+
+echo "busy_core.sh: $cores CPUs, $busy kept busy; threads: $THREADS; load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+for threads in $THREADS; do
+  for mode in alone busy; do
+    for b in "$@"; do
+      measure "$b" tapegrad gpt "$threads" "$mode" "$b/bench/gpt_step" --threads "$threads" --steps "$steps" \
+        --repeats "$repeats" --warmup 10
+      for w in W3 W5; do
+        measure "$b" tapegrad "$w" "$threads" "$mode" "$b/bench/step_bench" --workloads "$w" --no-peak \
+          --seconds "$seconds"
+      done
+    done
+    if [ -n "$python" ]; then
+      for w in $torch_workloads; do
+        if [ "$w" = gpt ]; then
+          measure pytorch pytorch gpt "$threads" "$mode" "$python" bench/gpt_step.py --threads "$threads" \
+            --steps "$torch_steps" --repeats 1 --warmup 2
+        else
+          measure pytorch pytorch "$w" "$threads" "$mode" "$python" bench/torch_step.py --workloads "$w" \
+            --seconds "$seconds" --tapegrad "$1/bench/step_bench" --torch-threads "$threads"
+        fi
+      done
+    fi
+  done
+done
+
+/usr/bin/python3 - "$results" "$busy" "$cores" "$THREADS" "$python" <<'PY'
+import sys
+path, busy, cores, threads, python = sys.argv[1], sys.argv[2], sys.argv[3], [int(t) for t in sys.argv[4].split()], sys.argv[5]
+ms = {}
+rows = []
+for line in open(path):
+    label, program, workload, t, mode, value = line.split()
+    ms[label, workload, int(t), mode] = None if value == "timeout" else float(value)
+    if (label, workload) not in rows:
+        rows.append((label, workload))
+with open("/proc/cpuinfo") as f:
+    model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "?")
+with open("/proc/loadavg") as f:
+    load = " ".join(f.read().split()[:3])
+print(f"ms per step (median); {cores} CPUs: {model}; busy: {busy} core(s) spinning; load average after: {load}")
+print(f"stopped: a run that took longer than TIMEOUT; ratios: each count's time over the 1-thread time, same mode")
+if not python:
+    print("PyTorch columns skipped: /usr/bin/python3 has no torch (or TORCH=0)")
+cols = [(mode, t) for mode in ("alone", "busy") for t in threads]
+head = " | ".join(f"{m} {t}T" for m, t in cols)
+ratios = [(mode, t) for mode in ("alone", "busy") for t in threads if t > 1]
+head += "".join(f" | {m} {t}T/1T" for m, t in ratios)
+print(f"| build | step | {head} |")
+print("|---|---|" + "---|" * (len(cols) + len(ratios)))
+for label, workload in rows:
+    cells = [("-" if (label, workload, t, m) not in ms else "stopped" if ms[label, workload, t, m] is None
+              else f"{ms[label, workload, t, m]:.2f}") for m, t in cols]
+    for m, t in ratios:
+        a, b = ms.get((label, workload, t, m)), ms.get((label, workload, 1, m))
+        cells.append(f"{a / b:.2f}" if a and b else "-")
+    print(f"| {label} | {workload} | " + " | ".join(cells) + " |")
+PY
