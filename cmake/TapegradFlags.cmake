@@ -2,7 +2,7 @@
 # tapegrad::tapegrad (no global compiler flags).
 
 # clang runs its OpenMP optimisation pass over every file compiled with -fopenmp (every file that links
-# tapegrad, through OpenMP::OpenMP_CXX), though only core/parallel.cpp has an OpenMP region, and a host-only
+# tapegrad, through OpenMP::OpenMP_CXX), though the library has no OpenMP region of its own, and a host-only
 # program gains nothing from it. With clang 14 that pass was a third of autograd/ops_elementwise.cpp's
 # compile time under the sanitizers and a fifth of the demo's; -mllvm -openmp-opt-disable skips it. Used
 # only where the compiler accepts the option.
