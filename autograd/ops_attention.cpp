@@ -99,6 +99,7 @@ struct AttentionSaved {
   std::vector<T, AlignedAllocator<T>> weights;  // item i's (Tq, Tk) at i * block_stride
   std::vector<Index> reach;
   bool per_item_reach = false;  // one set of reach per batch item (else one for all)
+  std::size_t heap_bytes() const { return buffer_bytes(weights, reach); }
 };
 
 // The calling thread's buffer for one item's (Tq, Tk) block (autograd/scratch.hpp).

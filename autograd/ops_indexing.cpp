@@ -13,6 +13,7 @@ struct SliceSaved {
 
 struct GatherSaved {
   std::vector<std::int32_t> ids;  // the rows the forward picked, one per output row
+  std::size_t heap_bytes() const { return buffer_bytes(ids); }
 };
 
 }  // namespace

@@ -17,6 +17,7 @@ struct CrossEntropySaved {
   std::vector<std::int32_t> targets;
   std::int32_t ignore_label = kIgnoreLabel;
   Index labelled = 0;
+  std::size_t heap_bytes() const { return buffer_bytes(probabilities, row_stats, targets); }
 };
 
 // Forward was L = mean over labelled rows r of -log softmax(x_r)[t_r], with p_r = softmax(x_r) saved.

@@ -13,6 +13,7 @@ namespace {
 template <class T>
 struct DropoutSaved {
   TensorT<T> factor;  // x's shape
+  std::size_t heap_bytes() const { return buffer_bytes(factor); }
 };
 
 // What layer_norm keeps: the normalised input and each row's 1 / sqrt(var + eps).
@@ -20,6 +21,7 @@ template <class T>
 struct LayerNormSaved {
   TensorT<T> xhat;  // x's shape: (x - mean) * rstd
   TensorT<T> rstd;  // (rows, 1), one per flat row of x
+  std::size_t heap_bytes() const { return buffer_bytes(xhat, rstd); }
 };
 
 // gamma and beta are rows of x's width: (D) or (1, D).

@@ -11,6 +11,7 @@ namespace {
 
 struct RowMaxSaved {
   std::vector<Index> argmax;  // per flat row, the column whose value the forward returned
+  std::size_t heap_bytes() const { return buffer_bytes(argmax); }
 };
 
 // x's shape with the last axis reduced to width 1.

@@ -11,6 +11,7 @@ namespace {
 // [readme:op-state]
 struct PickSaved {
   std::vector<std::int32_t> positions;  // the row each batch item picked, as the forward read them
+  std::size_t heap_bytes() const { return buffer_bytes(positions); }
 };
 // [readme:op-state-end]
 

@@ -35,6 +35,17 @@ void Tape<T>::refuse(Var<T> v, const char* op, const char* arg, Index position) 
   fail<UsageError>("{}: {} was recorded before the last reset() of its tape; record it again", op, name);
 }
 
+template <class T>
+std::size_t Tape<T>::bytes() const {
+  std::size_t total = chunks_.capacity() * sizeof(chunks_[0]) + capacity_ * sizeof(Node<T>) +
+                      buffer_bytes(inputs_, params_read_, unit_seed_);
+  for (std::size_t i = 0; i < capacity_; ++i) {
+    const Node<T>& n = at(i);
+    total += buffer_bytes(n.value, n.grad) + n.saved_bytes();
+  }
+  return total;
+}
+
 // The slow part of push(): a node dropped, a limit reached, a chunk to make.
 template <class T>
 void Tape<T>::make_room(const char* op) {

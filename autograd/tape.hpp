@@ -118,6 +118,8 @@ struct Node {
     saved_now_ = &saved_tag<S>;
     return held<S>();
   }
+  // Tape::bytes() counts an S's own size, and the buffers it holds when S says how big they are: a member
+  // `std::size_t heap_bytes() const` (buffer_bytes of its vectors and tensors); without one, only sizeof(S).
   // The backward rule reads it back with saved<S>(): a UsageError naming the op unless this recording's
   // forward saved an S (another type, or none, would be another op's state or a stale one).
   template <class S>
@@ -125,6 +127,9 @@ struct Node {
     if (saved_now_ != &saved_tag<S>) refuse_saved(saved_now_ != nullptr);
     return held<S>();
   }
+
+  // The heap bytes of the saved state held (an inline one is inside the node, so 0 here).
+  std::size_t saved_bytes() const { return saved_ ? saved_->bytes() : 0; }
 
   // True from the start of a backward pass until the first backward rule writes into `grad`: the
   // gradient is then zero without the buffer having been filled with zeros.
@@ -162,10 +167,17 @@ struct Node {
  private:
   struct SavedBase {
     virtual ~SavedBase() = default;
+    virtual std::size_t bytes() const = 0;
   };
   template <class S>
   struct Saved final : SavedBase {
     S state{};
+    std::size_t bytes() const override {
+      if constexpr (requires { state.heap_bytes(); })
+        return sizeof(*this) + state.heap_bytes();
+      else
+        return sizeof(*this);
+    }
   };
   template <class S>
   static constexpr char saved_tag = 0;  // one address per type: saved<S>() compares a pointer
@@ -198,6 +210,13 @@ struct Node {
   const char* saved_type_ = nullptr;
   const char* saved_now_ = nullptr;  // the type this recording's forward saved (saved_type_), or nullptr
 };
+
+// The heap bytes of buffers (TensorT, std::vector: anything with capacity() and data()), by capacity, as
+// reset() keeps them: what a saved state's heap_bytes() returns for its members (see Node::save).
+template <class... Buffers>
+std::size_t buffer_bytes(const Buffers&... buffers) {
+  return (std::size_t{0} + ... + (buffers.capacity() * sizeof(*buffers.data())));
+}
 
 // dst = src on a gradient's first write of a backward pass, dst += src after (see grad_whole).
 template <class Dst, class Src>
@@ -260,6 +279,14 @@ class Tape {
   // Forgets every node (Vars recorded so far become invalid); keeps all buffers.
   void reset();
   std::size_t size() const { return used_ - (pending_ ? 1 : 0); }  // committed nodes
+
+  // The memory this tape holds, in bytes: every node slot made so far (a recording's and those reset()
+  // keeps for the next), their values' and gradients' buffers by capacity, the state ops saved for their
+  // backward (see Node::save for what of it is seen) and the list of inputs. After a step, the memory the
+  // step's graph costs; stable from one identical step to the next. Not counted: what parameters hold
+  // (a layer's), and the threads' scratch buffers (autograd/scratch.hpp). A walk over every node: for a
+  // report, not for a hot loop.
+  std::size_t bytes() const;
 
   // The parameters read (param()) since the last reset(), in order, a parameter once per read: what a
   // training loop checks against its model's list (check_registered in layers/module.hpp).

@@ -1,4 +1,5 @@
-// autograd/tape: recording, backward, reset, misuse of Vars, saved state, no-grad mode, anomaly detection.
+// autograd/tape: recording, backward, reset, misuse of Vars, saved state, the bytes held, no-grad mode, anomaly
+// detection.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -60,6 +61,38 @@ TEST_CASE("tape: reset keeps every buffer, so the next step reuses them") {
   Var<double> second = step();
   CHECK(std::size_t{second.index} == std::size_t{first.index});
   CHECK(second.value().data() == value_buffer);
+}
+
+TEST_CASE("tape: bytes counts values, gradients and saved state, grows with the recording and holds still from "
+          "one identical step to the next") {
+  const TensorD ones(Shape::vec(8), 1.0), zeros(Shape::vec(8), 0.0);
+  Parameter<double> w("w", TensorD(Shape::mat(8, 8), 0.25));
+  Var<double> normed;
+  // rows x 8 inputs through a product and layer_norm, whose saved state (xhat, rows x 8, and rstd, one per
+  // row) lives on the heap, then a sum of squares.
+  auto step = [&](Tape<double>& tape, Index rows) {
+    tape.reset();
+    TensorD x(Shape::mat(rows, 8));
+    for (Index i = 0; i < x.numel(); ++i) x[i] = 0.01 * static_cast<double>(i % 13);
+    normed = layer_norm(matmul(tape.constant(x), tape.param(w)), tape.constant(ones), tape.constant(zeros));
+    tape.backward(sum(mul(normed, normed)));
+  };
+  Tape<double> small, big;
+  step(small, 4);
+  const std::size_t first = small.bytes();
+  for (int i = 0; i < 3; ++i) {
+    step(small, 4);
+    CHECK(small.bytes() == first);
+  }
+  small.reset();  // keeps every buffer, so the bytes they hold
+  CHECK(small.bytes() == first);
+
+  step(big, 400);
+  const std::size_t d = sizeof(double);
+  CHECK(big.node_at(normed.index).saved_bytes() >= (400 * 8 + 400) * d);  // the op's own xhat and rstd
+  // 396 more rows: four values of 8 columns (the input, the product, the norm, the squares) and the
+  // norm's saved state at least.
+  CHECK(big.bytes() >= first + (4 * 396 * 8 + 396 * 9) * d);
 }
 
 TEST_CASE("tape: a node reused by an op with another kind of saved state computes what a fresh tape computes") {
