@@ -1,7 +1,8 @@
 // The matrix products of one training step of W3, W4 and W5 (bench/workloads.hpp), each timed alone in the
 // form, shape and strides the step runs it in, twice: on operands in cache ("warm": the same operands
 // again and again) and on operands that come from L3 or memory ("cold": each call reads the next of
-// enough sets to fill 32 MB, as a step's products read tensors that earlier ops pushed out of L2).
+// enough sets to fill 32 MB, as a step's products read tensors that earlier ops pushed out of L2). The list
+// of products and their timing are bench/step_shapes.hpp's, which step_bench's x_shape_bound uses too.
 // Their sums per step, against the bound compare.py holds the step to (3F / the GEMM peak of
 // bench/gemm_peak.hpp; target: the step within 1.25x of it, W5 within 1.15x), say how much of the step's time the
 // products alone need at each rate, so what is left for everything else. It also prints how fast one
@@ -26,65 +27,20 @@
 #include <unsupported/Eigen/SpecialFunctions>
 
 #include "gemm_peak.hpp"
+#include "step_shapes.hpp"
 #include "timing.hpp"
 #include "workloads.hpp"
-#include "tapegrad/autograd/gemm.hpp"  // internal: the products as the ops call them
 #include "tapegrad/core/error.hpp"
 #include "tapegrad/core/parallel.hpp"
 
 using namespace tapegrad;
-using detail::ProductForm;
+using bench::add_linear;
+using bench::form_name;
+using bench::Product;
+using bench::ProductForm;
+using bench::step_products;
 
 namespace {
-
-// One product of the step: C (m x n) = op(A) op(B), A's, B's and C's rows `lda`, `ldb`, `ldc` apart,
-// run `count` times per step.
-struct Product {
-  std::string what;
-  ProductForm form;
-  Index m, n, k, lda, ldb, ldc, count;
-  double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
-};
-
-const char* form_name(ProductForm f) { return f == ProductForm::ab ? "a b" : f == ProductForm::atb ? "a^T b" : "a b^T"; }
-
-// A linear map Y = X W of (rows, in) by (in, out), `count` times a step: its product, and backward
-// dX = dY W^T and dW = X^T dY.
-void add_linear(std::vector<Product>& p, const std::string& what, Index rows, Index in, Index out, Index count) {
-  p.push_back({what, ProductForm::ab, rows, out, in, in, out, out, count});
-  p.push_back({what + " dX = dY W^T", ProductForm::abt, rows, in, out, out, out, in, count});
-  p.push_back({what + " dW = X^T dY", ProductForm::atb, in, out, rows, in, out, out, count});
-}
-
-// Attention over `items` (batch item, head) pairs of whole T x T scores (a causal mask is applied in the
-// softmax), heads of h columns read in place from rows d apart: S = Q K^T, O = P V; backward
-// (ops_attention.cpp) dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q.
-void add_attention(std::vector<Product>& p, Index t, Index h, Index d, Index items) {
-  p.push_back({"scores Q K^T", ProductForm::abt, t, t, h, d, d, t, items});
-  p.push_back({"P V", ProductForm::ab, t, h, t, t, d, d, items});
-  p.push_back({"dP = dO V^T", ProductForm::abt, t, t, h, d, d, t, items});
-  p.push_back({"dV = P^T dO", ProductForm::atb, t, h, t, t, d, d, items});
-  p.push_back({"dQ = dS K", ProductForm::ab, t, h, t, t, d, d, items});
-  p.push_back({"dK = dS^T Q", ProductForm::atb, t, h, t, t, d, d, items});
-}
-
-// W1-W4's step (lesson/toy_model, attention_config): the Q, K, V and O projections of (B T, d) rows by
-// (d, d), attention over B H items, the readout (B T, d) by (d, V). W5-W7's ("stack": L pre-norm blocks,
-// then the head): per block the projections, the attention and the feed-forward's (d, F) and (F, d)
-// maps, then the head once.
-std::vector<Product> step_products(const Workload& w) {
-  const bool stack = w.model == "stack";
-  const Index bt = w.B * w.T, d = w.d, blocks = stack ? w.layers : 1;
-  std::vector<Product> p;
-  add_linear(p, "Q K V O projections", bt, d, d, 4 * blocks);
-  if (stack) {
-    add_linear(p, "feed-forward up", bt, d, w.ffn, blocks);
-    add_linear(p, "feed-forward down", bt, w.ffn, d, blocks);
-  }
-  add_linear(p, stack ? "head" : "readout", bt, d, w.V, 1);
-  add_attention(p, w.T, d / w.H, d, w.B * w.H * blocks);
-  return p;
-}
 
 // Issue 31 asked for Q, K and V as one product: (B T, d) rows by (d, 3d) instead of three by (d, d), and so
 // in backward dX by one product of depth 3d and dW by one of 3d columns. Their products both ways.
@@ -203,31 +159,11 @@ std::pair<double, double> time_feed_forward(const Workload& w, Index rows, bool 
   return {bench::median(std::move(samples)) * 1e3, sum};
 }
 
-// Median microseconds per call of `p`, warm (one operand set) and cold (sets filling 32 MB, in turn).
+// Median microseconds per call of `p`, warm (one operand set) and cold (sets filling 32 MB, in turn), each
+// the median of 15 samples of the same number of calls.
 std::pair<double, double> time_product(const Product& p) {
-  const Index a_rows = p.form == ProductForm::atb ? p.k : p.m, b_rows = p.form == ProductForm::abt ? p.n : p.k;
-  const Index set_bytes = static_cast<Index>(sizeof(float)) * (a_rows * p.lda + b_rows * p.ldb + p.m * p.ldc);
-  const int cold_sets = static_cast<int>(std::clamp<Index>((Index{32} << 20) / set_bytes, 16, 1024));
-  std::vector<std::vector<float>> as, bs, cs;
-  Rng rng(3);
-  for (int i = 0; i < cold_sets; ++i) {
-    as.emplace_back(static_cast<std::size_t>(a_rows * p.lda));
-    bs.emplace_back(static_cast<std::size_t>(b_rows * p.ldb));
-    cs.emplace_back(static_cast<std::size_t>(p.m * p.ldc));
-    for (float& x : as.back()) x = static_cast<float>(rng.uniform()) - 0.5f;
-    for (float& x : bs.back()) x = static_cast<float>(rng.uniform()) - 0.5f;
-  }
-  int sets = 1, next = 0;
-  auto product = [&] {
-    detail::gemm<float>(p.form, p.m, p.n, p.k, {as[next].data(), p.lda}, {bs[next].data(), p.ldb}, cs[next].data(),
-                        p.ldc, false);
-    next = (next + 1) % sets;
-  };
-  const int rounds = std::max(cold_sets, static_cast<int>(4e7 / p.flops()));
-  const double warm = bench::median_seconds(15, rounds, product, 2) * 1e6;
-  sets = cold_sets;
-  const double cold = bench::median_seconds(15, rounds, product, cold_sets) * 1e6;
-  return {warm, cold};
+  const int sets = bench::cold_sets(p), rounds = std::max(sets, static_cast<int>(4e7 / p.flops()));
+  return {bench::product_us(p, 1, rounds, 15, 2), bench::product_us(p, sets, rounds, 15, sets)};
 }
 
 // GB/s of a plain read of `megabytes` of floats (their sum), the median of 15 after 2 for warm-up: at
@@ -273,10 +209,6 @@ int main(int argc, char** argv) {
                  form_name(p.form), p.m, p.n, p.k, p.count, warm, p.flops() / warm / 1e3, cold, p.flops() / cold / 1e3,
                  n * cold / 1e3);
     }
-    // The list is the step's products exactly when their FLOPs are the ones step_bench counts.
-    if (std::abs(flops - w.flops()) > 1e-9 * w.flops())
-      fail<Error>("step_products: {}'s products add up to {} FLOPs, but the workload counts {}", w.name, flops,
-                       w.flops());
     const double bound_ms = w.flops() / (peak.best() * 1e9) * 1e3;
     fmt::print("products alone: {:.2f} ms warm ({:.1f} GFLOP/s), {:.2f} ms cold ({:.1f} GFLOP/s); bound 3F / peak "
                "{:.2f} ms: warm products are {:.2f}x, cold {:.2f}x the bound\n",
