@@ -8,12 +8,23 @@
 // -> linear head over V: PyTorch's nn.TransformerEncoderLayer(norm_first=True, activation="gelu").
 //
 // Prints one JSON line per workload (median ms per step, achieved GFLOP/s, heap allocations per
-// steady-state step, parameter count) and one with this machine's GEMM peak at the same thread count
-// (bench/gemm_peak.hpp). kWorkloads (bench/workloads.hpp) is the one table of the workloads: --list-workloads prints it, and
-// bench/compare.py and bench/torch_step.py read it from there.
+// steady-state step, parameter count, memory, and the step's time over its two bounds) and one with this
+// machine's GEMM peak at the same thread count (bench/gemm_peak.hpp). kWorkloads (bench/workloads.hpp) is
+// the one table of the workloads: --list-workloads prints it, and bench/compare.py and bench/torch_step.py
+// read it from there.
+// Memory: "peak_rss_mb" is the process's high-water mark after the workload, which never goes down, so with
+// several workloads in one run it is the largest so far (the GEMM peak's matrices included); "rss_growth_mb"
+// is how much this workload raised it. A workload's own peak is that of a run of it alone without the GEMM
+// peak, `--workloads W5 --no-peak`, which is how bench/compare.py runs each. "tape_bytes" is what the
+// tape holds after a steady-state step (Tape::bytes: values, gradients, saved state).
+// Bounds: "x_bound" is the step's time over 3F / the square-GEMM peak; "x_shape_bound" over the time of
+// the step's own products each at its warm rate, alone, at its own shape (bench/step_shapes.hpp), measured
+// after the step with its model and tape gone, so that it changes neither the step's time nor its memory.
 // bench/compare.py runs it beside PyTorch; run it alone as
 //   OMP_NUM_THREADS=1 build/bench/step_bench [--workloads W1,W3] [--seconds 2]
 #include <algorithm>
+#include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +38,8 @@
 #include "tapegrad/autograd/gemm.hpp"
 #include "tapegrad/core/parallel.hpp"
 #include "gemm_peak.hpp"
+#include "peak_rss.hpp"
+#include "step_shapes.hpp"
 #include "timing.hpp"
 #include "lesson/toy_model.hpp"
 #include "tapegrad/layers/embedding.hpp"
@@ -38,9 +51,15 @@ using bench::Clock;
 
 namespace {
 
-// Times `step` (after 5 untimed steps that size every buffer) and prints its JSON line.
+struct StepTiming {
+  double median_ms = 0;
+  std::size_t steps = 0;
+  double allocations = 0, regions = 0;  // per step
+};
+
+// Times `step` (after 5 untimed steps that size every buffer).
 template <class Step>
-void time_steps(const Workload& w, Step step, Index params, double seconds, std::size_t max_steps) {
+StepTiming time_steps(Step step, double seconds, std::size_t max_steps) {
   for (int i = 0; i < 5; ++i) step();
   std::vector<double> times;
   times.reserve(max_steps + 1);  // the timing must not allocate while allocations are counted
@@ -52,14 +71,50 @@ void time_steps(const Workload& w, Step step, Index params, double seconds, std:
     step();
     times.push_back(bench::seconds_since(t0) * 1e3);  // ms
   }
-  const double allocations = static_cast<double>(test::allocation_count() - before) / static_cast<double>(times.size());
+  const auto steps = static_cast<double>(times.size());
+  const double allocations = static_cast<double>(test::allocation_count() - before) / steps;
   // Parallel regions a step starts: 0 when nothing in it is worth a second thread (core/parallel.hpp).
-  const double regions =
-      static_cast<double>(parallel_regions_started() - regions_before) / static_cast<double>(times.size());
-  const double ms = bench::median(times);
-  fmt::print("{{\"kind\": \"step\", \"workload\": \"{}\", \"threads\": {}, \"median_ms\": {:.5f}, \"steps\": {}, "
-             "\"gflops\": {:.2f}, \"allocations_per_step\": {}, \"regions_per_step\": {}, \"params\": {}}}\n",
-             w.name, num_threads(), ms, times.size(), w.flops() / (ms * 1e-3) / 1e9, allocations, regions, params);
+  const double regions = static_cast<double>(parallel_regions_started() - regions_before) / steps;
+  return {bench::median(std::move(times)), static_cast<std::size_t>(steps), allocations, regions};
+}
+
+struct Measured {
+  StepTiming timing;
+  Index params = 0;
+  std::size_t tape_bytes = 0;  // after the last timed step, its recording and gradients in place
+};
+
+// Builds w's model, batch and tape, times its step and returns with all of them freed.
+Measured measure(const Workload& w, double seconds, std::size_t max_steps) {
+  SequenceBatch batch;
+  Rng rng(2);
+  batch.tokens.resize(Shape::mat(w.B, w.T));
+  batch.labels.resize(Shape::mat(w.B, w.T));
+  batch.padding.resize(Shape::mat(w.B, w.T));
+  for (Index i = 0; i < batch.tokens.numel(); ++i) {
+    batch.tokens[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(w.V)));
+    batch.labels[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(w.V)));
+  }
+  Tape<float> tape;
+  auto train = [&](auto& model, auto loss) {
+    SGD<float> sgd(model.parameters(), {.lr = 0.01});
+    const StepTiming timing = time_steps(
+        [&] {
+          sgd.zero_grad();
+          tape.reset();
+          Var<float> l = loss(model);
+          tape.backward(l);
+          sgd.step();
+        },
+        seconds, max_steps);
+    return Measured{timing, model.parameter_count(), tape.bytes()};
+  };
+  if (w.model == "stack") {
+    StackModel model(w);
+    return train(model, [&](StackModel& m) { return m.loss(tape, batch); });
+  }
+  lesson::ToyModel<float> model(attention_config(w));
+  return train(model, [&](lesson::ToyModel<float>& m) { return m.loss(tape, batch).loss; });
 }
 
 }  // namespace
@@ -74,9 +129,12 @@ int main(int argc, char** argv) {
   }
   double seconds = 2.0;
   std::size_t max_steps = 5000;
-  bool skip_peak = false, list = false;
+  bool skip_peak = false, skip_shape_bound = false, list = false;
   app.add_option("--max-steps", max_steps, "At most this many timed steps per workload")->capture_default_str();
-  app.add_flag("--no-peak", skip_peak, "Do not measure the GEMM peak (for profiling the step alone)");
+  app.add_flag("--no-peak", skip_peak, "Do not measure the square-GEMM peak (nor print x_bound)");
+  app.add_flag("--no-shape-bound", skip_shape_bound,
+               "Do not time the step's products at their own shapes (nor print x_shape_bound); with --no-peak, for "
+               "profiling the step alone");
   app.add_flag("--list-workloads", list, "Print each workload's name and B, T, d, H, V as a JSON line, and exit");
   app.add_option("--workloads", names, "Workloads to run")->delimiter(',')->check(CLI::IsMember(all_names));
   app.add_option("--seconds", seconds, "Time to spend timing each workload")->capture_default_str();
@@ -91,8 +149,10 @@ int main(int argc, char** argv) {
   }
 
   const int threads = num_threads();
+  std::optional<double> peak_gflops;
   if (!skip_peak) {
     const bench::GemmPeak peak = bench::gemm_peak();
+    peak_gflops = peak.best();
     std::string tapegrad;
     for (const auto& [n, g] : peak.tapegrad) tapegrad += fmt::format(", \"tapegrad_{}\": {:.1f}", n, g);
     fmt::print("{{\"kind\": \"peak\", \"threads\": {}, \"gemm_gflops\": {:.1f}, \"eigen_1024\": {:.1f}{}, \"kernels\": \"{}\"}}\n",
@@ -100,36 +160,22 @@ int main(int argc, char** argv) {
   }
   for (const auto& w : kWorkloads) {
     if (std::find(names.begin(), names.end(), w.name) == names.end()) continue;
-    SequenceBatch batch;
-    Rng rng(2);
-    batch.tokens.resize(Shape::mat(w.B, w.T));
-    batch.labels.resize(Shape::mat(w.B, w.T));
-    batch.padding.resize(Shape::mat(w.B, w.T));
-    for (Index i = 0; i < batch.tokens.numel(); ++i) {
-      batch.tokens[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(w.V)));
-      batch.labels[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(w.V)));
+    const double rss_before = bench::peak_rss_mb();
+    const Measured m = measure(w, seconds, max_steps);
+    const double rss = bench::peak_rss_mb();  // before the shape bound's operands
+    const double ms = m.timing.median_ms;
+    std::string bounds;
+    if (peak_gflops) bounds += fmt::format(", \"x_bound\": {:.3f}", ms / (w.flops() / (*peak_gflops * 1e9) * 1e3));
+    if (!skip_shape_bound) {
+      const double shape_ms = bench::shape_bound_ms(w);
+      bounds += fmt::format(", \"shape_bound_ms\": {:.5f}, \"x_shape_bound\": {:.3f}", shape_ms, ms / shape_ms);
     }
-    Tape<float> tape;
-    auto train = [&](auto& model, auto loss) {
-      SGD<float> sgd(model.parameters(), {.lr = 0.01});
-      time_steps(
-          w,
-          [&] {
-            sgd.zero_grad();
-            tape.reset();
-            Var<float> l = loss(model);
-            tape.backward(l);
-            sgd.step();
-          },
-          model.parameter_count(), seconds, max_steps);
-    };
-    if (w.model == "stack") {
-      StackModel model(w);
-      train(model, [&](StackModel& m) { return m.loss(tape, batch); });
-    } else {
-      lesson::ToyModel<float> model(attention_config(w));
-      train(model, [&](lesson::ToyModel<float>& m) { return m.loss(tape, batch).loss; });
-    }
+    fmt::print("{{\"kind\": \"step\", \"workload\": \"{}\", \"threads\": {}, \"median_ms\": {:.5f}, \"steps\": {}, "
+               "\"gflops\": {:.2f}, \"allocations_per_step\": {}, \"regions_per_step\": {}, \"params\": {}, "
+               "\"peak_rss_mb\": {:.1f}, \"rss_growth_mb\": {:.1f}, \"tape_bytes\": {}{}}}\n",
+               w.name, threads, ms, m.timing.steps, w.flops() / (ms * 1e-3) / 1e9, m.timing.allocations,
+               m.timing.regions, m.params, rss, rss - rss_before, m.tape_bytes, bounds);
+    std::fflush(stdout);  // a line per workload as it ends, for a reader of a long run
   }
   return 0;
 }
