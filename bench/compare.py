@@ -3,7 +3,8 @@
 (bench/torch_step.py), in this one invocation, and prints the median ms per step of each side, the
 ratios against the targets, achieved GFLOP/s against the step's matmul FLOP count and this machine's
 measured GEMM peak (the fastest of Eigen's 1024^3 SGEMM and tapegrad's own 256^3, 512^3 and 1024^3
-products), and each side's peak memory (RSS) per workload.
+products), the step's time over the time of its own products at their shapes' rates (step_bench's
+x_shape_bound), and each side's peak memory (RSS) per workload, at one thread each, and their ratio.
 
 tapegrad runs at each thread count (OMP_NUM_THREADS). PyTorch runs in every arrangement of its own
 threads (torch.set_num_threads) and its BLAS's (OPENBLAS_NUM_THREADS): 1x1, 1x2, 2x1, 2x2 with
@@ -12,7 +13,8 @@ each call a BLAS that starts threads of its own), while 1 torch thread over a 2-
 fastest. Ratios are against PyTorch at 1x1 (the first round's targets, one thread each) and against
 PyTorch's fastest arrangement, which is also what tapegrad's two-thread time is compared with.
 
-Every workload runs in a process of its own, so its peak RSS is its own (from wait4). The workloads
+Every workload runs in a process of its own, each side in a fresh one, so its peak RSS is its own (from
+wait4), not the largest of several workloads'. The workloads
 and the FLOP count are step_bench's (its --list-workloads, and the GFLOP/s of its timing, which the
 PyTorch figure is scaled from: the same FLOPs in PyTorch's time). bench/compare.sh installs what this
 needs, builds, and runs it.
@@ -81,6 +83,7 @@ def main():
     thread_counts = [int(t) for t in args.threads.split(",")]
     arrangements = list(itertools.product(thread_counts, thread_counts))  # (torch threads, BLAS threads)
     tg, tg_rss, tg_gflops, allocations, regions, params = {}, {}, {}, {}, {}, {}  # (threads, workload) -> ...
+    tg_shape, tape_mb = {}, {}  # x_shape_bound, Tape::bytes in MB
     pt, pt_rss = {}, {}                                   # (torch threads, BLAS threads, workload) -> ...
     peaks, peak_parts, blas, torch_version, kernels = {}, {}, "?", "?", "?"
     openblas_core, torch_build = "?", "?"
@@ -103,6 +106,8 @@ def main():
                 (r,) = [r for r in lines if r["kind"] == "step"]
                 if rnd == 0 or r["median_ms"] < tg[threads, name]:
                     tg[threads, name], tg_gflops[threads, name] = r["median_ms"], r["gflops"]
+                    tg_shape[threads, name] = r["x_shape_bound"]  # with the time it was measured against
+                tape_mb[name] = r["tape_bytes"] / 2**20
                 allocations[threads, name] = max(allocations.get((threads, name), 0), r["allocations_per_step"])
                 regions[threads, name] = max(regions.get((threads, name), 0), r["regions_per_step"])
                 tg_rss[threads, name] = max(tg_rss.get((threads, name), 0), rss)
@@ -136,8 +141,8 @@ def main():
     print("PyTorch in every arrangement of torch threads x BLAS threads; tapegrad at each thread count")
     arr_heads = " ".join(f"{f'pt {t}x{b}':>9}" for t, b in arrangements)
     print(f"{'':3} {'tg 1T':>8} {'tg 2T':>8} {'2T gain':>7} {arr_heads}  {'best':>5} {'1T/1x1':>7} {'1T/best':>7} "
-          f"{'2T/best':>7}  {'GFLOP/s 1T':>10} {'of peak':>7} {'x bound':>7} {'RSS MB tg':>9} {'RSS MB pt':>9} "
-          f"{'allocs':>6}")
+          f"{'2T/best':>7}  {'GFLOP/s 1T':>10} {'of peak':>7} {'x bound':>7} {'x shape':>7} {'RSS MB tg':>9} "
+          f"{'RSS MB pt':>9} {'tg/pt':>5} {'tape MB':>7} {'allocs':>6}")
     verdicts = []
     one, two = thread_counts[0], thread_counts[-1]
     for name in names:
@@ -148,10 +153,12 @@ def main():
         gain = tg[one, name] / tg[two, name]
         # The bound: the step's matmul FLOPs at the measured GEMM peak; x bound = time / bound = peak / GFLOP/s.
         over_bound = peaks[one] / tg_gflops[one, name]
+        # Memory at one thread each: the same work without either side's per-thread buffers.
+        rss_tg, rss_pt = tg_rss[one, name], pt_rss[one, one, name]
         print(f"{name:3} {tg[one, name]:>8.3f} {tg[two, name]:>8.3f} {gain:>6.2f}x {row}  {f'{best[0]}x{best[1]}':>5} "
               f"{ratio_11:>7.3f} {tg[one, name] / best_ms:>7.3f} {tg[two, name] / best_ms:>7.3f}  "
               f"{tg_gflops[one, name]:>10.1f} {tg_gflops[one, name] / peaks[one]:>7.1%} {over_bound:>7.2f} "
-              f"{max(tg_rss[t, name] for t in thread_counts):>9.0f} {pt_rss[best[0], best[1], name]:>9.0f} "
+              f"{tg_shape[one, name]:>7.2f} {rss_tg:>9.0f} {rss_pt:>9.0f} {rss_tg / rss_pt:>5.2f} {tape_mb[name]:>7.1f} "
               f"{max(allocations[t, name] for t in thread_counts):>6.3g}")
         if name in TARGETS and one == 1:
             verdicts.append((f"{name} at 1 thread: ratio {ratio_11:.3f} <= {TARGETS[name]} (PyTorch at 1x1)",
@@ -176,8 +183,12 @@ def main():
         verdicts.append((f"{name}: 0 heap allocations per step", max(allocations[t, name] for t in thread_counts) == 0))
     for t in thread_counts:
         print(f"GEMM peak at {t} thread(s): {peaks[t]:.0f} GFLOP/s, the fastest of ({peak_parts[t]}) GFLOP/s")
-    print("RSS: each side's peak resident memory for the workload's process (tapegrad: the larger of its thread "
-          "counts; PyTorch: its fastest arrangement, interpreter and libraries included)")
+    print("x bound: the step's time over 3F / the GEMM peak above; x shape: over the time its own products take, "
+          "each alone at its shape's rate on operands in cache (step_bench's x_shape_bound, measured in the same "
+          "process after the step)")
+    print("RSS: each side's peak resident memory for the workload's own fresh process at one thread (tapegrad 1 "
+          "thread, PyTorch 1 torch x 1 BLAS thread; PyTorch's includes the interpreter and its libraries); tg/pt "
+          "their ratio; tape MB: what tapegrad's tape holds after a step (Tape::bytes)")
     for text, ok in verdicts:
         print(f"  {'met ' if ok else 'MISSED'}  {text}")
     # What the bound asks of the products: each of the step's products timed alone, on operands in cache

@@ -5,7 +5,8 @@ Wv, Wo, no bias, H heads, no mask) + residual -> linear readout with bias. W5: t
 positions -> L x nn.TransformerEncoderLayer(norm_first=True, activation="gelu", dropout 0, causal mask)
 -> LayerNorm -> linear head. Then cross-entropy on every position; float32; one step = zero_grad,
 forward, loss, backward, SGD update. Prints one JSON line per workload, with the parameter count (which
-must equal step_bench's).
+must equal step_bench's) and the process's peak RSS so far (ru_maxrss: it never goes down, so with several
+workloads in one process it is the largest so far; compare.py runs each workload in a fresh process).
 
 The workloads (B, T, d, H, V) are step_bench's: it asks the built build/bench/step_bench (or --tapegrad)
 for them, through compare.workloads().
@@ -18,6 +19,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import time
 
 import torch
@@ -150,7 +152,8 @@ def main():
                           "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "?"), "median_ms": median(times),
                           "steps": len(times), "torch": torch.__version__, "blas": blas_library(),
                           "openblas_core": openblas_core(), "torch_build": torch_build(),
-                          "params": sum(p.numel() for p in model.parameters())}), flush=True)
+                          "params": sum(p.numel() for p in model.parameters()),
+                          "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}), flush=True)
 
 
 if __name__ == "__main__":
