@@ -144,7 +144,8 @@ void check_training(const TrainingRecord& t) {
   if (s.window_steps < 0 || s.window_steps > s.step)
     fail<FormatError>("checkpoint: the trainer's window holds {} steps, outside [0, {}]", s.window_steps, s.step);
   const auto& order = s.data_order;
-  if (order.epoch < 0 || order.cursor < 0 || order.cursor > static_cast<Index>(order.order.size()))
+  // An empty order is a computed one (Sampler): its position is checked against the data when it resumes.
+  if (order.epoch < 0 || order.cursor < 0 || (!order.order.empty() && order.cursor > static_cast<Index>(order.order.size())))
     fail<FormatError>("checkpoint: the data order is at epoch {}, position {} of {}", order.epoch, order.cursor,
                       order.order.size());
   Index previous = 0;
@@ -565,8 +566,12 @@ std::string describe_checkpoint(const Checkpoint& c) {
     s += fmt::format("  {:<32} {:>10}  norm {:.6g}{}\n", p(b.name), b.shape.str(), norm(b),
                      bad ? fmt::format("  ({} non-finite values: NaN or Inf)", bad) : "");
   }
-  s += fmt::format("data order: epoch {}, position {} of {}\n", t.data_order.epoch, t.data_order.cursor,
-                   t.data_order.order.size());
+  if (t.data_order.order.empty())
+    s += fmt::format("data order: epoch {}, position {} (computed, a keyed bijection; nothing stored)\n",
+                     t.data_order.epoch, t.data_order.cursor);
+  else
+    s += fmt::format("data order: epoch {}, position {} of {}\n", t.data_order.epoch, t.data_order.cursor,
+                     t.data_order.order.size());
   if (!t.curve.empty()) {
     const CurvePoint& last = t.curve.back();
     std::string values;
