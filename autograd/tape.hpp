@@ -129,6 +129,8 @@ struct Node {
   // True from the start of a backward pass until the first backward rule writes into `grad`: the
   // gradient is then zero without the buffer having been filled with zeros.
   bool grad_fresh = false;
+  // Its gradient went back to the tape's pool once the walk passed it (Tape::set_release_grads).
+  bool grad_released = false;
 
   const TensorT<T>& val() const { return external_value ? *external_value : value; }
   // Where a backward rule adds (+=) into this node's gradient, zero-filled first if nothing has
@@ -283,6 +285,18 @@ class Tape {
   bool grad_enabled() const { return grad_enabled_; }
   void set_grad_enabled(bool on) { grad_enabled_ = on; }
 
+  // Gradient memory. By default every node keeps its gradient until the next backward, so that grad()
+  // reads any of them. With release on, backward gives a node's gradient buffer back to the tape's pool
+  // once the walk has passed the node (no rule below it reads it) and takes one from the pool when a rule
+  // is about to write an input's gradient: the walk holds the gradients alive at one moment, not all of
+  // them (a Trainer's tape does this). Leaves (input(), parameters) keep theirs until reset(); grad() of
+  // a released node is a UsageError. The walk is the same every step, so after a few steps the pool's
+  // buffers fit every take and a step allocates nothing.
+  bool release_grads() const { return release_grads_; }
+  void set_release_grads(bool on) { release_grads_ = on; }
+  // The bytes the tape's gradient buffers hold (every node's and the pool's capacity), for measuring.
+  std::size_t grad_buffer_bytes() const;
+
   // Anomaly detection: every op checks its output, and every backward rule its gradients, for NaN
   // or Inf, and throws naming the op and the source line that recorded it.
   bool anomaly_detection() const { return anomaly_detection_; }
@@ -328,6 +342,7 @@ class Tape {
   void make_room(const char* op);
   void drop_pending();  // forgets the newest node, which was recorded but not committed
   void check_backward_anomaly(const Node<T>& n);
+  void hold_grad(Node<T>& n);  // a gradient buffer of n's shape (from the pool, when releasing)
 
   // Nodes in chunks of kChunk that never move once made: [0, used_) are live, the rest keep their
   // buffers. Node i is chunks_[i / kChunk][i % kChunk]: a shift and a mask, cheaper per op recorded and
@@ -349,6 +364,8 @@ class Tape {
   std::atomic<const void*> owner_{nullptr};       // this_thread_token() of the thread recording since reset()
   bool grad_enabled_ = true;
   bool anomaly_detection_ = false;
+  bool release_grads_ = false;
+  std::vector<TensorT<T>> grad_pool_;  // free gradient buffers (set_release_grads)
 };
 
 // The per-op calls, inline: a tiny op's cost is mostly this bookkeeping (bench/tape_overhead).
@@ -380,6 +397,7 @@ inline Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
   n.external_grad = nullptr;
   n.parameter = nullptr;
   n.grad_fresh = false;
+  n.grad_released = false;
   n.saved_now_ = nullptr;
   return n;
 }
