@@ -111,6 +111,34 @@ Var<T> Tape<T>::param(Parameter<T>& p, Where where) {
 }
 
 template <class T>
+Var<T> Tape<T>::outer_input(Var<T> outer, Where where) {
+  if (outer.tape == nullptr) fail<UsageError>("outer_input: the outer Var is empty (default-constructed)");
+  if (outer.tape == this)
+    fail<UsageError>("outer_input: the outer Var belongs to this tape; it stands for a Var of another tape");
+  outer.tape->check(outer, "outer_input", "the outer Var");
+  Node<T>& from = outer.tape->node(outer);
+  const bool linked = grad_enabled_ && from.requires_grad;
+  if (linked && !outer.tape->walking_)
+    fail<UsageError>("outer_input: {} takes a gradient, which exists only while its tape is walked back; record "
+                     "with gradients off here (NoGradGuard), or from within that tape's backward()",
+                     describe(from));
+  Node<T>& n = push("outer_input", Shape::vec(0), where);  // the value lives in the outer node
+  n.external_value = &from.val();
+  if (linked) {
+    n.requires_grad = true;
+    n.external_grad = from.external_grad ? from.external_grad : &from.grad;
+    n.external_fresh = from.external_grad ? from.external_fresh : &from.grad_fresh;
+  }
+  return commit(n);
+}
+
+template <class T>
+Tape<T>& Tape<T>::sub_tape() {
+  if (!sub_) sub_ = std::make_unique<Tape<T>>();
+  return *sub_;
+}
+
+template <class T>
 void Tape<T>::backward(Var<T> loss) {
   check(loss, "backward", "the loss");
   const Shape& s = at(loss.index).val().shape();
@@ -150,7 +178,15 @@ void Tape<T>::backward(Var<T> output, const TensorT<T>& seed) {
     }
   }
   if (release_grads_) hold_grad(out);
-  out.grad_sink()->array() += seed.array();
+  // Assigned, not added to zeros: out's gradient is then the seed bit for bit, -0 included (a checkpointed
+  // region's sub-tape is seeded with the gradient the outer tape computed for its output).
+  const auto seeded = out.grad_whole();
+  write_grad(seeded.grad->array(), seed.array(), seeded.assign);
+  walking_ = true;
+  struct Walked {  // cleared however the walk ends
+    bool& walking;
+    ~Walked() { walking = false; }
+  } walked{walking_};
   for (std::size_t i = last; i-- > 0;) {
     Node<T>& n = at(i);
     if (!n.requires_grad || n.backward == nullptr) continue;  // leaves keep their gradients
