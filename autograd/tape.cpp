@@ -122,6 +122,34 @@ Var<T> Tape<T>::param(Parameter<T>& p, Where where) {
 }
 
 template <class T>
+Var<T> Tape<T>::outer_input(Var<T> outer, Where where) {
+  if (outer.tape == nullptr) fail<UsageError>("outer_input: the outer Var is empty (default-constructed)");
+  if (outer.tape == this)
+    fail<UsageError>("outer_input: the outer Var belongs to this tape; it stands for a Var of another tape");
+  outer.tape->check(outer, "outer_input", "the outer Var");
+  Node<T>& from = outer.tape->node(outer);
+  const bool linked = grad_enabled_ && from.requires_grad;
+  if (linked && !outer.tape->walking_)
+    fail<UsageError>("outer_input: {} takes a gradient, which exists only while its tape is walked back; record "
+                     "with gradients off here (NoGradGuard), or from within that tape's backward()",
+                     describe(from));
+  Node<T>& n = push("outer_input", Shape::vec(0), where);  // the value lives in the outer node
+  n.external_value = &from.val();
+  if (linked) {
+    n.requires_grad = true;
+    n.external_grad = from.external_grad ? from.external_grad : &from.grad;
+    n.external_fresh = from.external_grad ? from.external_fresh : &from.grad_fresh;
+  }
+  return commit(n);
+}
+
+template <class T>
+Tape<T>& Tape<T>::sub_tape() {
+  if (!sub_) sub_ = std::make_unique<Tape<T>>();
+  return *sub_;
+}
+
+template <class T>
 void Tape<T>::backward(Var<T> loss) {
   check(loss, "backward", "the loss");
   const Shape& s = at(loss.index).val().shape();
@@ -154,22 +182,70 @@ void Tape<T>::backward(Var<T> output, const TensorT<T>& seed) {
   // Gradients start as zero without being filled: the first rule to write one assigns (grad_whole).
   for (std::size_t i = 0; i < last; ++i) {
     Node<T>& n = at(i);
+    n.grad_released = false;
     if (n.requires_grad && !n.external_grad) {
-      n.grad.resize(n.val().shape());
+      if (!release_grads_) n.grad.resize(n.val().shape());
       n.grad_fresh = true;
     }
   }
-  out.grad_sink()->array() += seed.array();
+  if (release_grads_) hold_grad(out);
+  // Assigned, not added to zeros: out's gradient is then the seed bit for bit, -0 included (a checkpointed
+  // region's sub-tape is seeded with the gradient the outer tape computed for its output).
+  const auto seeded = out.grad_whole();
+  write_grad(seeded.grad->array(), seed.array(), seeded.assign);
+  walking_ = true;
+  struct Walked {  // cleared however the walk ends
+    bool& walking;
+    ~Walked() { walking = false; }
+  } walked{walking_};
   for (std::size_t i = last; i-- > 0;) {
     Node<T>& n = at(i);
-    if (!n.requires_grad || n.backward == nullptr) continue;
-    if (n.grad_fresh) continue;  // nothing reached it: its gradient is zero, it passes nothing on
-    n.backward(*this, n);
-    if (anomaly_detection_) check_backward_anomaly(n);
+    if (!n.requires_grad || n.backward == nullptr) continue;  // leaves keep their gradients
+    if (!n.grad_fresh) {  // else nothing reached it: its gradient is zero, it passes nothing on
+      if (release_grads_)  // an input's gradient lives from its last reader's rule (this one, first) to its own
+        for (std::uint32_t k = 0; k < n.input_count; ++k) hold_grad(input_node(n, k));
+      n.backward(*this, n);
+      if (anomaly_detection_) check_backward_anomaly(n);
+    }
+    if (release_grads_) {  // no rule below reads it: its buffer serves the gradients still to come
+      n.grad_released = true;
+      if (n.grad.capacity() > 0) grad_pool_.push_back(std::move(n.grad));
+    }
   }
-  for (std::size_t i = 0; i < last; ++i)  // the unreached ones read as zeros
-    if (at(i).grad_fresh) at(i).grad_sink();
+  for (std::size_t i = 0; i < last; ++i) {  // the unreached ones read as zeros
+    Node<T>& n = at(i);
+    if (!n.grad_fresh || n.grad_released) continue;
+    if (release_grads_) hold_grad(n);
+    n.grad_sink();
+  }
   grads_valid_until_ = last;
+}
+
+template <class T>
+std::size_t Tape<T>::grad_buffer_bytes() const {
+  std::size_t elements = 0;
+  for (std::size_t i = 0; i < capacity_; ++i) elements += at(i).grad.capacity();
+  for (const TensorT<T>& g : grad_pool_) elements += g.capacity();
+  return elements * sizeof(T);
+}
+
+template <class T>
+void Tape<T>::hold_grad(Node<T>& n) {
+  if (!n.requires_grad || n.external_grad) return;
+  const auto need = static_cast<std::size_t>(n.val().numel());
+  if (n.grad.capacity() == 0 && !grad_pool_.empty()) {
+    // The smallest free buffer that holds it, else the largest (it grows once; the walk is the same
+    // every step, so after a few steps every take fits and a step allocates nothing).
+    std::size_t best = 0;
+    for (std::size_t k = 1; k < grad_pool_.size(); ++k) {
+      const std::size_t c = grad_pool_[k].capacity(), b = grad_pool_[best].capacity();
+      if (b >= need ? (c >= need && c < b) : c > b) best = k;
+    }
+    n.grad = std::move(grad_pool_[best]);
+    if (best + 1 != grad_pool_.size()) grad_pool_[best] = std::move(grad_pool_.back());
+    grad_pool_.pop_back();
+  }
+  n.grad.resize(n.val().shape());
 }
 
 template <class T>
@@ -200,6 +276,10 @@ const TensorT<T>& Tape<T>::grad(Var<T> v) const {
     fail<UsageError>("grad: no gradient has been computed for {} yet; call backward() on an output that "
                      "depends on it",
                      describe(n));
+  if (n.grad_released)
+    fail<UsageError>("grad: {} is not a leaf, and this tape releases such gradients once backward has passed "
+                     "them (set_release_grads(false) keeps them)",
+                     describe(n));
   return n.external_grad ? *n.external_grad : n.grad;
 }
 
@@ -218,12 +298,15 @@ std::span<const std::uint32_t> Tape<T>::inputs_of(std::size_t i) const {
 template <class T>
 const TensorT<T>* Tape<T>::grad_at(std::size_t i) const {
   const Node<T>& n = node_at(i);
-  if (!n.requires_grad || i >= grads_valid_until_) return nullptr;
+  if (!n.requires_grad || i >= grads_valid_until_ || n.grad_released) return nullptr;
   return n.external_grad ? n.external_grad : &n.grad;
 }
 
 template <class T>
 void Tape<T>::reset() {
+  if (release_grads_)  // the leaves' gradients, read until now, go back to the pool
+    for (std::size_t i = 0; i < used_; ++i)
+      if (Node<T>& n = at(i); n.grad.capacity() > 0) grad_pool_.push_back(std::move(n.grad));
   used_ = 0;
   pending_ = false;
   pending_node_ = nullptr;

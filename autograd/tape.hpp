@@ -105,6 +105,10 @@ struct Node {
   const TensorT<T>* external_value = nullptr;  // a parameter leaf reads Parameter::value in place
   TensorT<T>* external_grad = nullptr;         // ... and backward adds into Parameter::grad
   const Parameter<T>* parameter = nullptr;     // ... and is named in errors by it
+  // An outer_input leaf writes into another tape's node's gradient, which may not have been written yet in
+  // that tape's backward pass: this is that node's grad_fresh, so the first write assigns as it would
+  // there. nullptr for a parameter's gradient, which is always added to.
+  bool* external_fresh = nullptr;
 
   // What the op keeps for its backward rule, as a struct of the op's own (S: named, typed fields).
   // The forward calls save<S>(): the S is made the first time this node holds one, then kept with its
@@ -134,20 +138,23 @@ struct Node {
   // True from the start of a backward pass until the first backward rule writes into `grad`: the
   // gradient is then zero without the buffer having been filled with zeros.
   bool grad_fresh = false;
+  // Its gradient went back to the tape's pool once the walk passed it (Tape::set_release_grads).
+  bool grad_released = false;
 
   const TensorT<T>& val() const { return external_value ? *external_value : value; }
   // Where a backward rule adds (+=) into this node's gradient, zero-filled first if nothing has
   // been written this pass; nullptr if no gradient is needed. For rules that write part of it.
   TensorT<T>* grad_sink() {
     if (!requires_grad) return nullptr;
-    if (external_grad) return external_grad;
-    if (grad_fresh) {
-      parallel_rows(grad.numel(), 1, [this](Index from, Index count) {  // split when large
-        std::fill_n(grad.data() + from, count, T(0));
+    TensorT<T>* g = external_grad ? external_grad : &grad;
+    bool* fresh = external_grad ? external_fresh : &grad_fresh;
+    if (fresh && *fresh) {
+      parallel_rows(g->numel(), 1, [g](Index from, Index count) {  // split when large
+        std::fill_n(g->data() + from, count, T(0));
       });
-      grad_fresh = false;
+      *fresh = false;
     }
-    return &grad;
+    return g;
   }
   // For a rule that writes every element: where, and whether it may assign (=) instead of adding,
   // because nothing has been written this pass (saves filling the buffer with zeros first).
@@ -158,7 +165,12 @@ struct Node {
   };
   GradWrite grad_whole() {
     if (!requires_grad) return {};
-    if (external_grad) return {external_grad, false};
+    if (external_grad) {
+      if (!external_fresh) return {external_grad, false};
+      const bool first = *external_fresh;
+      *external_fresh = false;
+      return {external_grad, first};
+    }
     const bool first = grad_fresh;
     grad_fresh = false;
     return {&grad, first};
@@ -267,6 +279,19 @@ class Tape {
   Var<T> constant_in_place(const TensorT<T>& value, Where where = Where::current());
   Var<T> input(const TensorT<T>& value, Where where = Where::current());  // takes a gradient
   Var<T> param(Parameter<T>& p, Where where = Where::current());
+  // A leaf standing for `outer`, a Var of another tape, for a region of that tape's graph recorded here
+  // instead (activation checkpointing, autograd/activation_checkpoint.hpp): it reads outer's value in
+  // place, and its gradient is outer's own buffer, written as one more of outer's readers would write it
+  // (assigned if nothing has been written there yet in the outer backward pass, added to after), so the
+  // region passes its input gradient on with the same operations in the same order as if it had been
+  // recorded on the outer tape. With gradients on here it takes a gradient only while the outer tape is
+  // being walked back (the outer gradients exist only then): UsageError otherwise.
+  Var<T> outer_input(Var<T> outer, Where where = Where::current());
+
+  // This tape's sub-tape, made on first use and kept with its buffers: where checkpointed regions are
+  // evaluated and recomputed (autograd/activation_checkpoint.hpp). Every region recorded through one tape
+  // shares it, so their intermediates occupy one region of memory, the largest region's size, not one each.
+  Tape& sub_tape();
 
   // Reverse pass from a one-element loss (d loss = 1), or from any output with a given seed
   // gradient of the output's shape. Gradients of parameters are added to Parameter::grad.
@@ -291,6 +316,11 @@ class Tape {
   // The parameters read (param()) since the last reset(), in order, a parameter once per read: what a
   // training loop checks against its model's list (check_registered in layers/module.hpp).
   std::span<const Parameter<T>* const> parameters_read() const { return params_read_; }
+  // Lists parameters that a region of this recording read on another tape (a sub-tape's
+  // parameters_read()), so that check_registered sees them too.
+  void note_parameters_read(std::span<const Parameter<T>* const> read) {
+    params_read_.insert(params_read_.end(), read.begin(), read.end());  // within its kept capacity in steady state
+  }
 
   // ---- Reading a recording: a picture of the tape (autograd/tape_graph.hpp), or a user's own tool. ----
   // Committed node i, 0 <= i < size(), in creation order, which is a topological order: every input of
@@ -309,6 +339,18 @@ class Tape {
   // rules and no saved state, and backward() refuses to run.
   bool grad_enabled() const { return grad_enabled_; }
   void set_grad_enabled(bool on) { grad_enabled_ = on; }
+
+  // Gradient memory. By default every node keeps its gradient until the next backward, so that grad()
+  // reads any of them. With release on, backward gives a node's gradient buffer back to the tape's pool
+  // once the walk has passed the node (no rule below it reads it) and takes one from the pool when a rule
+  // is about to write an input's gradient: the walk holds the gradients alive at one moment, not all of
+  // them (a Trainer's tape does this). Leaves (input(), parameters) keep theirs until reset(); grad() of
+  // a released node is a UsageError. The walk is the same every step, so after a few steps the pool's
+  // buffers fit every take and a step allocates nothing.
+  bool release_grads() const { return release_grads_; }
+  void set_release_grads(bool on) { release_grads_ = on; }
+  // The bytes the tape's gradient buffers hold (every node's and the pool's capacity), for measuring.
+  std::size_t grad_buffer_bytes() const;
 
   // Anomaly detection: every op checks its output, and every backward rule its gradients, for NaN
   // or Inf, and throws naming the op and the source line that recorded it.
@@ -355,6 +397,7 @@ class Tape {
   void make_room(const char* op);
   void drop_pending();  // forgets the newest node, which was recorded but not committed
   void check_backward_anomaly(const Node<T>& n);
+  void hold_grad(Node<T>& n);  // a gradient buffer of n's shape (from the pool, when releasing)
 
   // Nodes in chunks of kChunk that never move once made: [0, used_) are live, the rest keep their
   // buffers. Node i is chunks_[i / kChunk][i % kChunk]: a shift and a mask, cheaper per op recorded and
@@ -369,6 +412,7 @@ class Tape {
   bool pending_ = false;                // node used_ - 1 is recorded but not committed ...
   Node<T>* pending_node_ = nullptr;     // ... and this is it (nullptr when none is pending)
   bool walked_ = false;                 // backward() ran since the last reset()
+  bool walking_ = false;                // backward() is running: the gradients of outer_input leaves exist
   std::uint64_t generation_ = 1;        // bumped by reset(), stamped into every Var (40 bits of it)
   std::size_t grads_valid_until_ = 0;   // backward() filled gradients of nodes [0, this)
   TensorT<T> unit_seed_;                // d loss / d loss = 1
@@ -376,6 +420,9 @@ class Tape {
   std::atomic<const void*> owner_{nullptr};       // this_thread_token() of the thread recording since reset()
   bool grad_enabled_ = true;
   bool anomaly_detection_ = false;
+  bool release_grads_ = false;
+  std::vector<TensorT<T>> grad_pool_;  // free gradient buffers (set_release_grads)
+  std::unique_ptr<Tape> sub_;  // sub_tape(), made on first use
 };
 
 // The per-op calls, inline: a tiny op's cost is mostly this bookkeeping (bench/tape_overhead).
@@ -405,8 +452,10 @@ inline Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
   n.input_count = 0;
   n.external_value = nullptr;
   n.external_grad = nullptr;
+  n.external_fresh = nullptr;
   n.parameter = nullptr;
   n.grad_fresh = false;
+  n.grad_released = false;
   n.saved_now_ = nullptr;
   return n;
 }

@@ -34,9 +34,10 @@ int main(int argc, char** argv) {
   return run_program("gpt_step", [&] {
     if (threads > 0) set_num_threads(threads);
     constexpr Index kBatch = 12, kContext = 64;
-    const gpt::Corpus corpus = gpt::read_corpus(data, "--data");
+    gpt::Corpus corpus = gpt::read_corpus(data, "--data");
     const gpt::ByteVocabulary vocabulary = gpt::ByteVocabulary::of(corpus.train, corpus.validation);
-    const gpt::Windows train = gpt::Windows::training("train", vocabulary.encode(corpus.train, "--data"), kContext);
+    const gpt::Windows train =
+        gpt::Windows::training("train", vocabulary.encode_in_place(std::move(corpus.train), "--data"), kContext);
     gpt::Gpt<float> model({.vocabulary = vocabulary.hex(), .context = kContext,
                            .attention = parse_enum<AttentionMode>(attention)});
     AdamW<float> adamw(model.parameters(), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1}, DecayOn::matrices);

@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "tapegrad/core/error.hpp"
 
@@ -170,8 +172,12 @@ void check_writable(const std::filesystem::path& path, std::string_view op) {
   }
 }
 
-std::string read_file(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op) {
-  const detail::Descriptor f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};  // O_NONBLOCK: a FIFO does not hang the open
+namespace {
+
+// The open descriptor and size of the regular file `path`, refused as read_file's comment says.
+std::pair<detail::Descriptor, std::size_t> open_regular(const std::filesystem::path& path, std::size_t max_bytes,
+                                                        std::string_view op) {
+  detail::Descriptor f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};  // O_NONBLOCK: a FIFO does not hang the open
   if (!f.open()) fail<FileError>("{}: cannot open '{}': {}", op, escaped(path), std::strerror(errno));
   struct stat st {};
   if (::fstat(f.get(), &st) != 0) fail<FileError>("{}: cannot read '{}': {}", op, escaped(path), std::strerror(errno));
@@ -181,17 +187,49 @@ std::string read_file(const std::filesystem::path& path, std::size_t max_bytes, 
   if (size > max_bytes)
     fail<LimitError>("{}: '{}' holds {}, more than the limit of {}", op, escaped(path), format_bytes(static_cast<double>(size)),
                      format_bytes(static_cast<double>(max_bytes)));
-  std::string out(size, '\0');
+  return {std::move(f), size};
+}
+
+// Up to `want` bytes into `to`: fewer only at the end of the file.
+std::size_t read_some(const detail::Descriptor& f, char* to, std::size_t want, const std::filesystem::path& path,
+                      std::string_view op) {
   std::size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::read(f.get(), out.data() + done, size - done);
+  while (done < want) {
+    const ssize_t n = ::read(f.get(), to + done, want - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) fail<IoError>("{}: reading '{}' failed: {}", op, escaped(path), std::strerror(errno));
-    if (n == 0) break;  // shorter than it was a moment ago
+    if (n == 0) break;
     done += static_cast<std::size_t>(n);
   }
-  out.resize(done);
+  return done;
+}
+
+}  // namespace
+
+std::string read_file(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op) {
+  const auto [f, size] = open_regular(path, max_bytes, op);
+  std::string out(size, '\0');
+  out.resize(read_some(f, out.data(), size, path, op));  // shorter if it shrank a moment ago
   return out;
+}
+
+std::size_t file_size_of(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op) {
+  return open_regular(path, max_bytes, op).second;
+}
+
+std::size_t read_file_pieces(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op,
+                             const std::function<void(std::string_view)>& piece, std::size_t piece_bytes) {
+  const auto [f, size] = open_regular(path, max_bytes, op);
+  std::string buffer(std::max<std::size_t>(1, std::min(piece_bytes, size)), '\0');
+  std::size_t total = 0;
+  // To the size fstat gave and no further: a file that grows while it is read cannot pass the limit.
+  while (total < size) {
+    const std::size_t n = read_some(f, buffer.data(), std::min(buffer.size(), size - total), path, op);
+    if (n == 0) break;  // it shrank
+    total += n;
+    piece(std::string_view(buffer.data(), n));
+  }
+  return total;
 }
 
 }  // namespace tapegrad

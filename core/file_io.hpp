@@ -1,10 +1,11 @@
 #pragma once
-// Files: whole-file writes that a reader never sees half done, bounded whole-file reads, and the check
+// Files: whole-file writes that a reader never sees half done, bounded reads (whole or in pieces), and the check
 // that a write will get past names and places. Errors name the path and the system's reason. (A run's
 // output folder, its lock and manifest: program support, train/program/output_folder.hpp.)
 
 #include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -45,5 +46,14 @@ void check_writable(const std::filesystem::path& path, std::string_view op);
 // cannot be opened or is not a regular file (a folder, a device such as /dev/zero, a pipe), LimitError for
 // a larger one (naming its size and the limit), both before reading it, and IoError if reading fails.
 std::string read_file(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op = "read_file");
+
+// The size of the regular file `path`, refused as read_file refuses it (a reader that reserves room first).
+std::size_t file_size_of(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op = "read_file");
+
+// The same file handed to `piece` in pieces of at most `piece_bytes`, in order, so that a reader of a file
+// larger than it wants to hold twice (a training text it turns into something else) keeps one piece at a
+// time. Refuses as read_file does, before the first piece; returns the bytes read.
+std::size_t read_file_pieces(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op,
+                             const std::function<void(std::string_view)>& piece, std::size_t piece_bytes = std::size_t{1} << 20);
 
 }  // namespace tapegrad

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "tapegrad/autograd/activation_checkpoint.hpp"
 #include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
@@ -129,6 +130,7 @@ TransformerStack<T>::TransformerStack(std::string name, const TransformerStackOp
   if (o.n_layers < 1 || o.n_layers > 1024)
     fail<ValueError>("transformer_stack '{}': n_layers must be in [1, 1024], got {}", this->path(), o.n_layers);
   TransformerBlock<T>::check("blocks.0", o.block);
+  set_checkpoint_every(o.checkpoint_every);
   this->register_child(blocks_);
   for (Index i = 0; i < o.n_layers; ++i) blocks_.template emplace<TransformerBlock<T>>(o.block, rng);
   if (o.block.layernorm) {
@@ -142,9 +144,21 @@ Var<T> TransformerStack<T>::forward(Var<T> x, const Mask* key_padding, KvCache<T
   if (cache && cache->layers() != static_cast<Index>(blocks_.size()))
     fail<ValueError>("transformer_stack '{}': the cache has {} layers for {} blocks", this->path(), cache->layers(),
                      blocks_.size());
-  for (std::size_t i = 0; i < blocks_.size(); ++i)
-    x = block(i).forward(x, key_padding, cache ? &cache->layer(static_cast<Index>(i)) : nullptr);
+  for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    TransformerBlock<T>& b = block(i);
+    if (checkpointed(i) && !cache)  // a cached forward runs with gradients off, where there is nothing to save
+      x = checkpoint(x, b.rng(), [&b, key_padding](Var<T> h) { return b.forward(h, key_padding); });
+    else
+      x = b.forward(x, key_padding, cache ? &cache->layer(static_cast<Index>(i)) : nullptr);
+  }
   return norm_ ? norm_->forward(x) : x;
+}
+
+template <class T>
+void TransformerStack<T>::set_checkpoint_every(Index every) {
+  if (every < 0)
+    fail<ValueError>("transformer_stack '{}': checkpoint_every must be >= 0 (0: off), got {}", this->path(), every);
+  options_.checkpoint_every = every;
 }
 
 // ---- LmHead -----------------------------------------------------------------------------------------

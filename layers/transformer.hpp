@@ -106,6 +106,11 @@ class TransformerBlock : public Module<T> {
 struct TransformerStackOptions {
   Index n_layers = 1;
   TransformerBlockOptions block;  // the final norm follows block.layernorm
+  // Activation checkpointing (autograd/activation_checkpoint.hpp): 0, off; k > 0, blocks 0, k, 2k, ...
+  // keep only their input and output on the tape and run their forward again in backward (1: every
+  // block). Gradients are bit-identical either way, so it is how a model runs, not what it is: no
+  // checkpoint file holds it, and set_checkpoint_every changes it on a built (or loaded) stack.
+  Index checkpoint_every = 0;
 };
 
 template <class T>
@@ -118,6 +123,12 @@ class TransformerStack : public Module<T> {
   std::size_t size() const { return blocks_.size(); }
   TransformerBlock<T>& block(std::size_t i) { return static_cast<TransformerBlock<T>&>(blocks_[i]); }
   const TransformerStackOptions& options() const { return options_; }
+  // TransformerStackOptions::checkpoint_every, on a built stack; ValueError naming the stack when negative.
+  void set_checkpoint_every(Index every);
+  // Whether block i is checkpointed (when gradients are recorded; otherwise checkpointing changes nothing).
+  bool checkpointed(std::size_t i) const {
+    return options_.checkpoint_every > 0 && i % static_cast<std::size_t>(options_.checkpoint_every) == 0;
+  }
   // nn.TransformerEncoder: "layers.0", "layers.1", ..., and the final "norm".
   std::string torch_child_name(std::string_view child_name) const override {
     return child_name == "blocks" ? "layers" : std::string(child_name);

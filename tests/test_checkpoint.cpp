@@ -474,6 +474,46 @@ TEST_CASE("checkpoint: a user's own model: rebuilt from its file, and its traini
                        "resume: setting 'hidden' is 6 in the file but 7 in the model", FormatError);
 }
 
+TEST_CASE("checkpoint: past the sampler's stored-order limit the data order takes no room and resumes bit for bit") {
+  // 70,000 examples: a computed order (train/data.hpp), where a stored one would be 560 KB in every file.
+  const TensorSource data = test::classification_data(Sampler::kStoredOrderLimit + 4'464, 4, true);
+  const Mlp::Config config{.in = 2, .hidden = 6, .out = 2, .seed = 9};
+  MlpRun straight(data, config);
+  straight.trainer.run();
+  std::vector<std::byte> mid;
+  {
+    MlpRun first(data, config);
+    TrainCallbacks save_at_25;
+    save_at_25.on_step = [&](Index step) {
+      if (step != 25) return;
+      mid = bytes_of(snapshot(first.trainer));
+      first.trainer.stop();
+    };
+    first.trainer.run(save_at_25);
+  }
+  const Checkpoint c = decode_checkpoint(mid, "mid.tgck");
+  REQUIRE(c.training);
+  CHECK(c.training->trainer.data_order.order.empty());
+  CHECK(mid.size() < 16'000);  // the weights, Adam's two buffers, the curve: no per-example state
+  CHECK(describe_checkpoint(c).find("data order: epoch 0, position 400 (computed, a keyed bijection; nothing stored)") !=
+        std::string::npos);
+  MlpRun resumed(data, config);
+  load_training(c, resumed.trainer);
+  resumed.trainer.run();
+  CHECK(values_of(resumed.model) == values_of(straight.model));
+  CHECK(test::same_curve(resumed.trainer.curve(), straight.trainer.curve()));
+  // A well-formed file whose computed order lies past the data is refused at resume, in one line.
+  Checkpoint hostile = c;
+  hostile.training->trainer.data_order.cursor = data.size() + 1;
+  MlpRun other(data, config);
+  CHECK_THROWS_WITH_AS(load_training(hostile, other.trainer),
+                       "sampler: the saved data order (computed) is at epoch 0 position 70001 but this dataset "
+                       "has 70000 examples",
+                       ValueError);
+  MlpRun fresh(data, config);
+  CHECK(values_of(other.model) == values_of(fresh.model));  // nothing applied
+}
+
 TEST_CASE("checkpoint: a user's own optimizer is saved under its name, resumed bit for bit, and described") {
   const TensorSource data = test::classification_data(200, 4, true);
   const Mlp::Config config{.in = 2, .hidden = 6, .out = 2, .seed = 9};

@@ -10,6 +10,7 @@
 #include "gpt/model.hpp"
 #include "gpt/text.hpp"
 #include "helpers.hpp"
+#include "tapegrad/core/crc32.hpp"
 
 using namespace tapegrad;
 namespace fs = std::filesystem;
@@ -55,6 +56,37 @@ TEST_CASE("gpt data: a file splits into fortunes at lines that are exactly '%', 
   CHECK(f.empty == 1);
   CHECK(gpt::split_fortunes("").fortunes.empty());
   CHECK(gpt::split_fortunes("x\r\n%\r\ny\n").fortunes == std::vector<std::string>{"x\r\n%\r\ny\n"});  // "%\r" is not "%"
+  CHECK(gpt::split_fortunes("a\n%").fortunes == std::vector<std::string>{"a\n"});  // a last "%" without its newline
+  CHECK(gpt::split_fortunes("%").empty == 1);
+}
+
+TEST_CASE("gpt data: the streaming splitter gives split_fortunes' fortunes whatever the pieces") {
+  struct Collect final : gpt::FortuneSplitter::Sink {
+    std::vector<std::string> fortunes{""};
+    Index empty = 0;
+    void bytes(std::string_view b) override { fortunes.back() += b; }
+    void close(bool is_empty) override {
+      if (is_empty)
+        ++empty;
+      else
+        fortunes.emplace_back();
+    }
+  };
+  for (const std::string_view text : {"a\nb\n%\n\n%\n%\n% not a separator\n%%\n %\nlast", "a\n%", "%", "%\n%\nx",
+                                      "x\r\n%\r\ny\n", "", "\n", "%%\n%\n"}) {
+    const gpt::FileFortunes whole = gpt::split_fortunes(text);
+    for (std::size_t piece = 1; piece <= 4; ++piece) {
+      CAPTURE(text);
+      CAPTURE(piece);
+      Collect c;
+      gpt::FortuneSplitter splitter(c);
+      for (std::size_t at = 0; at < text.size(); at += piece) splitter.feed(text.substr(at, piece));
+      splitter.finish();
+      c.fortunes.pop_back();  // the one opened after the last close
+      CHECK(c.fortunes == whole.fortunes);
+      CHECK(c.empty == whole.empty);
+    }
+  }
 }
 
 TEST_CASE("gpt data: the files of a folder in byte order, every 10th fortune for validation, the two streams") {
@@ -124,9 +156,22 @@ TEST_CASE("gpt data: the byte vocabulary is the sorted set of both streams' byte
     CHECK_THROWS_AS(gpt::ByteVocabulary::from_hex(bad, "gpt"), ValueError);
 }
 
+TEST_CASE("gpt data: a stream becomes its ids in place, a byte each") {
+  const gpt::ByteVocabulary v = gpt::ByteVocabulary::of("hello\n", "%\xe2");
+  std::string text = "hole\xe2hole\xe2hole\xe2hole\xe2";  // longer than a std::string holds in itself
+  const char* where = text.data();
+  const gpt::TokenBytes ids = v.encode_in_place(std::move(text), "--data");
+  CHECK(ids->substr(0, 5) == std::string("\x03\x05\x04\x02\x06", 5));
+  CHECK(ids->size() == 20);
+  CHECK(ids->data() == where);  // the same buffer: the text is not held twice
+  CHECK_THROWS_WITH_AS(v.encode_in_place("he~", "--data"),
+                       "--data: byte 0x7e ('~') at position 2 is not in the vocabulary of 7 bytes", ValueError);
+}
+
 TEST_CASE("gpt data: training windows start anywhere, validation windows advance by the context") {
-  std::vector<std::int32_t> ids(23);
-  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>(i);
+  std::string bytes(23, '\0');
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i);
+  const gpt::TokenBytes ids = std::make_shared<const std::string>(bytes);
   const gpt::Windows train = gpt::Windows::training("train", ids, 5);
   CHECK(train.size() == 18);  // starts 0 .. 17: bytes [17, 23) is the last window of 6
   SequenceBatch b;
@@ -148,6 +193,18 @@ TEST_CASE("gpt data: training windows start anywhere, validation windows advance
   CHECK(every_other.size() == 2);
   CHECK(every_other.start(1) == 10);
   CHECK(every_other.fingerprint() != validation.fingerprint());
+  // The fingerprint is the CRC-32 of the ids as 32-bit words, as when they were held so: today's
+  // checkpoints name their data by it.
+  Crc32 old;
+  for (Index v : {Index{5}, Index{5}, Index{4}}) old.add_le(static_cast<std::uint64_t>(v));
+  for (std::int32_t i = 0; i < 23; ++i) old.add_le(i);
+  CHECK(validation.fingerprint() == old.value());
+  std::string long_stream(10'000, '\0');  // past the fingerprint's 1024-id pieces
+  for (std::size_t i = 0; i < long_stream.size(); ++i) long_stream[i] = static_cast<char>(i * 7 % 251);
+  Crc32 long_old;
+  for (Index v : {Index{5}, Index{1}, Index{9'995}}) long_old.add_le(static_cast<std::uint64_t>(v));
+  for (char c : long_stream) long_old.add_le(static_cast<std::int32_t>(static_cast<unsigned char>(c)));
+  CHECK(gpt::Windows::training("t", std::make_shared<const std::string>(long_stream), 5).fingerprint() == long_old.value());
   // A context longer than the text: no window, in one line naming the flag.
   CHECK_THROWS_WITH_AS(gpt::Windows::validation("--data: the validation text", ids, 23),
                        "--data: the validation text: 23 bytes make no window of 24 bytes (--context 23 + 1); give a "
@@ -157,13 +214,13 @@ TEST_CASE("gpt data: training windows start anywhere, validation windows advance
 }
 
 TEST_CASE("gpt data: the bigram's probabilities are add-one smoothed counts, its loss the mean over the predicted bytes") {
-  const std::vector<std::int32_t> train = {0, 1, 0, 1, 1};  // pairs 01, 10, 01, 11
+  const std::vector<std::uint8_t> train = {0, 1, 0, 1, 1};  // pairs 01, 10, 01, 11
   const gpt::Bigram bigram(train, 2);
   CHECK(bigram.probability(0, 1) == doctest::Approx(3.0 / 4));  // (2 + 1) / (2 + 2)
   CHECK(bigram.probability(1, 0) == doctest::Approx(2.0 / 4));
   CHECK(bigram.probability(1, 1) == doctest::Approx(2.0 / 4));
   CHECK(bigram.parameter_count() == 4);
-  const std::vector<std::int32_t> validation = {0, 1, 1, 0};
+  const std::vector<std::uint8_t> validation = {0, 1, 1, 0};
   CHECK(bigram.nll(validation, 2) == doctest::Approx(-(std::log(0.75) + std::log(0.5)) / 2));
   CHECK_THROWS_AS(bigram.nll(validation, 4), ValueError);
 }

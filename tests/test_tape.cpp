@@ -4,9 +4,11 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <thread>
 
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/core/rng.hpp"
 #include "helpers.hpp"
 
 using namespace tapegrad;
@@ -44,6 +46,55 @@ TEST_CASE("tape: a Var used twice gets both contributions and intermediate gradi
   CHECK(x.grad() == TensorD(Shape::vec(3), {2, -4, 6}));  // d sum(x^2) = 2x
   CHECK(sq.grad() == TensorD(Shape::vec(3), {1, 1, 1}));
   CHECK(tape.size() == 3);
+}
+
+TEST_CASE("tape: releasing gradients gives the same bits and holds only the live ones; inner ones are then refused") {
+  // A chain of 12 ops whose middle value is read twice (two paths back), a leaf input, two parameters.
+  Parameter<double> w("w", TensorD(Shape::mat(6, 6), 0.0)), v("v", TensorD(Shape::mat(6, 6), 0.0));
+  Rng rng(4);
+  for (auto* p : {&w, &v})
+    for (double& x : p->value.span()) x = 0.4 * rng.normal();
+  const TensorD features(Shape::mat(5, 6), 0.3);
+  struct Result {
+    TensorD dw, dv, dx;
+    std::size_t bytes;
+  };
+  auto run = [&](bool release) {
+    Tape<double> tape;
+    tape.set_release_grads(release);
+    Result r;
+    for (int step = 0; step < 3; ++step) {  // steps reuse the pool's buffers
+      tape.reset();
+      w.zero_grad();
+      v.zero_grad();
+      Var<double> x = tape.input(features);
+      Var<double> h = matmul(x, tape.param(w));
+      for (int k = 0; k < 4; ++k) h = tanh(matmul(h, tape.param(v)));
+      Var<double> mid = h;
+      for (int k = 0; k < 4; ++k) h = tanh(h);
+      Var<double> loss = add(sum(mul(h, mid)), sum(softmax_rows(mid)));
+      tape.backward(loss);
+      r = {w.grad, v.grad, x.grad(), tape.grad_buffer_bytes()};
+      if (release) {
+        std::string message;
+        try {
+          (void)mid.grad();
+        } catch (const UsageError& e) {
+          message = e.what();
+        }
+        CHECK(message.starts_with("grad: tanh (recorded at tests/test_tape.cpp:"));
+        CHECK(message.ends_with(") is not a leaf, and this tape releases such gradients once backward has passed them "
+                                "(set_release_grads(false) keeps them)"));
+        CHECK(tape.grad_at(mid.index) == nullptr);
+      }
+    }
+    return r;
+  };
+  const Result kept = run(false), released = run(true);
+  CHECK(released.dw == kept.dw);  // bit for bit: the same arithmetic in other buffers
+  CHECK(released.dv == kept.dv);
+  CHECK(released.dx == kept.dx);
+  CHECK(released.bytes * 3 < kept.bytes);  // 16 gradients of 5 x 6 kept; a few alive at once released
 }
 
 TEST_CASE("tape: reset keeps every buffer, so the next step reuses them") {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <set>
 #include <sstream>
 
@@ -157,6 +158,106 @@ TEST_CASE("data: the sampler visits every example once per epoch and resumes exa
   Sampler wrong(11, 4, 1);
   CHECK_THROWS_WITH_AS(wrong.set_state(saved),
                        "sampler: the saved data order covers 10 examples at position 10 but this dataset has 11", ValueError);
+}
+
+namespace {
+
+// The indices of `epochs` whole epochs of a sampler of n examples, one batch of `batch` at a time.
+std::vector<Index> draws(Sampler& s, Index n, Index batch, Index epochs) {
+  std::vector<Index> out;
+  while (static_cast<Index>(out.size()) < n * epochs)
+    for (Index k : s.next()) out.push_back(k);
+  out.resize(static_cast<std::size_t>(n * epochs));
+  return out;
+}
+
+// Whether each epoch of `d` holds every index of [0, n) once.
+bool epochs_are_permutations(const std::vector<Index>& d, Index n) {
+  for (std::size_t start = 0; start + static_cast<std::size_t>(n) <= d.size(); start += static_cast<std::size_t>(n)) {
+    std::vector<char> seen(static_cast<std::size_t>(n), 0);
+    for (std::size_t i = start; i < start + static_cast<std::size_t>(n); ++i) {
+      if (d[i] < 0 || d[i] >= n || seen[static_cast<std::size_t>(d[i])]) return false;
+      seen[static_cast<std::size_t>(d[i])] = 1;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("data: past kStoredOrderLimit the order is computed, O(1) in state, each epoch a permutation") {
+  for (const Index n : {Sampler::kStoredOrderLimit + 1, Index{100'003}, Index{1} << 18}) {
+    CAPTURE(n);
+    Sampler s(n, 7, 11);
+    CHECK_FALSE(s.stored_order());
+    CHECK(s.state().order.empty());  // nothing that grows with n
+    const std::vector<Index> d = draws(s, n, 7, 2);
+    CHECK(epochs_are_permutations(d, n));
+    // Not the identity, and the two epochs differ: fresh keys each epoch.
+    CHECK_FALSE(std::equal(d.begin(), d.begin() + n, d.begin() + n));
+    // A random order rises between neighbours about half the time, and its draws average about n / 2.
+    Index rises = 0;
+    double sum = 0;
+    for (Index i = 0; i + 1 < n; ++i) rises += d[static_cast<std::size_t>(i + 1)] > d[static_cast<std::size_t>(i)];
+    for (Index i = 0; i < n / 10; ++i) sum += static_cast<double>(d[static_cast<std::size_t>(i)]);
+    CHECK(static_cast<double>(rises) / static_cast<double>(n - 1) == doctest::Approx(0.5).epsilon(0.02));
+    CHECK(sum / static_cast<double>(n / 10) / static_cast<double>(n) == doctest::Approx(0.5).epsilon(0.02));
+  }
+}
+
+TEST_CASE("data: a computed order resumes exactly from its state, mid-epoch and across epochs") {
+  const Index n = 70'001;
+  Sampler s(n, 5, 3);
+  for (int i = 0; i < 20'000; ++i) s.next();  // 100,000 draws: into the second epoch
+  const Sampler::State saved = s.state();
+  CHECK(saved.epoch == 1);
+  std::vector<Index> expected;
+  for (int i = 0; i < 30'000; ++i)  // on into the third epoch
+    for (Index k : s.next()) expected.push_back(k);
+  Sampler other(n, 5, 999);
+  other.set_state(saved);
+  std::vector<Index> replay;
+  for (int i = 0; i < 30'000; ++i)
+    for (Index k : other.next()) replay.push_back(k);
+  CHECK(replay == expected);
+  Sampler::State bad = saved;
+  bad.cursor = n + 1;
+  CHECK_THROWS_WITH_AS(other.set_state(bad),
+                       "sampler: the saved data order (computed) is at epoch 1 position 70002 but this dataset has 70001 "
+                       "examples",
+                       ValueError);
+}
+
+TEST_CASE("data: a state keeps its order: a stored permutation of a large set (today's checkpoints) goes on stored") {
+  const Index n = Sampler::kStoredOrderLimit + 10;
+  // What a sampler saved before orders were computed: a Fisher-Yates permutation and its generator after it.
+  Rng rng(5, 0x73616d706c65);
+  Sampler::State old;
+  old.order.resize(static_cast<std::size_t>(n));
+  std::iota(old.order.begin(), old.order.end(), Index{0});
+  rng.shuffle(old.order.begin(), old.order.end());
+  old.cursor = n - 3;
+  old.rng = rng.state();
+  Sampler s(n, 6, 1);
+  s.set_state(old);
+  CHECK(s.stored_order());
+  const std::span<const Index> first = s.next();  // the epoch's last three, then the next epoch's first three
+  std::vector<Index> next_epoch(static_cast<std::size_t>(n));
+  std::iota(next_epoch.begin(), next_epoch.end(), Index{0});
+  rng.shuffle(next_epoch.begin(), next_epoch.end());
+  CHECK(std::vector<Index>(first.begin(), first.end()) ==
+        std::vector<Index>{old.order[static_cast<std::size_t>(n - 3)], old.order[static_cast<std::size_t>(n - 2)],
+                           old.order[static_cast<std::size_t>(n - 1)], next_epoch[0], next_epoch[1], next_epoch[2]});
+  // And a computed state on a small set computes: every size down to one example is a permutation.
+  for (const Index small : {1, 2, 3, 4, 5, 17, 1000}) {
+    CAPTURE(small);
+    Sampler t(small, 3, 2);
+    Sampler::State computed = t.state();
+    computed.order.clear();
+    t.set_state(computed);
+    CHECK_FALSE(t.stored_order());
+    CHECK(epochs_are_permutations(draws(t, small, 3, 3), small));
+  }
 }
 
 TEST_CASE("dataset file: tokens, a TAB, one label per token, vocabularies built from the data") {

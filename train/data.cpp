@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "tapegrad/autograd/ops.hpp"  // kIgnoreLabel
 
@@ -47,14 +48,58 @@ Index Dataset::labelled_positions() const {
 Sampler::Sampler(Index n, Index batch, std::uint64_t seed) : n_(n), rng_(seed, 0x73616d706c65) {
   if (n <= 0 || batch <= 0) fail<ValueError>("sampler: needs examples and a positive batch size, got {} and {}", n, batch);
   current_.resize(static_cast<std::size_t>(batch));
-  state_.order.resize(static_cast<std::size_t>(n));
+  // The Feistel network permutes [0, 4^half_bits_), the smallest such range that covers n: at most 4n, so
+  // a draw walks fewer than 4 times on average.
+  while ((std::uint64_t{1} << (2 * half_bits_)) < static_cast<std::uint64_t>(n)) ++half_bits_;
+  if (n <= kStoredOrderLimit) state_.order.resize(static_cast<std::size_t>(n));
   reshuffle();
 }
 
 void Sampler::reshuffle() {
-  std::iota(state_.order.begin(), state_.order.end(), Index{0});
-  rng_.shuffle(state_.order.begin(), state_.order.end());
   state_.cursor = 0;
+  if (stored_order()) {
+    std::iota(state_.order.begin(), state_.order.end(), Index{0});
+    rng_.shuffle(state_.order.begin(), state_.order.end());
+  } else {
+    draw_keys();
+  }
+}
+
+void Sampler::draw_keys() {
+  epoch_start_ = rng_.state();
+  for (auto& k : keys_) k = rng_.next_u64();
+}
+
+namespace {
+
+// splitmix64's finaliser: every bit of the result depends on every bit of x, which a Feistel round
+// function needs for the network to look random after a few rounds.
+std::uint64_t mix64(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+Index Sampler::feistel(std::uint64_t x) const {
+  const std::uint64_t mask = (std::uint64_t{1} << half_bits_) - 1;
+  do {  // cycle walking: x < n on entry, so the walk ends, on the next member of x's cycle inside [0, n)
+    std::uint64_t left = x >> half_bits_, right = x & mask;
+    for (std::uint64_t key : keys_) {
+      const std::uint64_t f = mix64(right ^ key) & mask;
+      left = std::exchange(right, left ^ f);
+    }
+    x = (left << half_bits_) | right;
+  } while (x >= static_cast<std::uint64_t>(n_));
+  return static_cast<Index>(x);
+}
+
+Index Sampler::at(Index position) const {
+  if (position < 0 || position >= n_) fail<ValueError>("sampler: position {} is outside [0, {})", position, n_);
+  return stored_order() ? state_.order[static_cast<std::size_t>(position)] : feistel(static_cast<std::uint64_t>(position));
 }
 
 std::span<const Index> Sampler::next() {
@@ -63,22 +108,26 @@ std::span<const Index> Sampler::next() {
       ++state_.epoch;
       reshuffle();
     }
-    slot = state_.order[static_cast<std::size_t>(state_.cursor++)];
+    const Index c = state_.cursor++;
+    slot = stored_order() ? state_.order[static_cast<std::size_t>(c)] : feistel(static_cast<std::uint64_t>(c));
   }
   return current_;
 }
 
 Sampler::State Sampler::state() const {
   State s = state_;
-  s.rng = rng_.state();
+  s.rng = stored_order() ? rng_.state() : epoch_start_;
   return s;
 }
 
 void Sampler::check_state(const State& s) const {
-  if (static_cast<Index>(s.order.size()) != n_ || s.cursor < 0 || s.cursor > n_ || s.epoch < 0)
+  if (s.order.empty() && (s.cursor < 0 || s.cursor > n_ || s.epoch < 0))
+    fail<ValueError>("sampler: the saved data order (computed) is at epoch {} position {} but this dataset has {} examples",
+                     s.epoch, s.cursor, n_);
+  if (!s.order.empty() && (static_cast<Index>(s.order.size()) != n_ || s.cursor < 0 || s.cursor > n_ || s.epoch < 0))
     fail<ValueError>("sampler: the saved data order covers {} examples at position {} but this dataset has {}",
                      s.order.size(), s.cursor, n_);
-  std::vector<char> seen(static_cast<std::size_t>(n_), 0);
+  std::vector<char> seen(s.order.size(), 0);
   for (Index i : s.order) {
     if (i < 0 || i >= n_ || seen[static_cast<std::size_t>(i)])
       fail<ValueError>("sampler: the saved data order is not a permutation of the dataset's {} examples", n_);
@@ -91,7 +140,10 @@ void Sampler::check_state(const State& s) const {
 void Sampler::set_state(const State& s) {
   check_state(s);
   rng_.set_state(s.rng);
-  state_ = s;
+  state_.epoch = s.epoch;
+  state_.cursor = s.cursor;
+  state_.order = s.order;
+  if (!stored_order()) draw_keys();  // from the epoch's start: the same keys, and rng_ where it was
 }
 
 }  // namespace tapegrad

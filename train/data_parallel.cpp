@@ -48,7 +48,10 @@ std::vector<std::pair<std::string, std::string>> configuration_of(const TrainerB
       {"model", trainer.model().model_record().describe()},
       {"parameters", fmt::format("{} tensors ({})", shapes.size(), fmt::join(shapes, ", "))},
       {"optimizer", fmt::format("{} after {} steps", optimizer.describe(), optimizer.steps_taken())},
-      {"training data", fmt::format("{} examples, fingerprint {:08x}", order.order.size(), state.data_fingerprint)},
+      {"training data", fmt::format("{}, fingerprint {:08x}",
+                                    order.order.empty() ? std::string("a computed order")
+                                                        : fmt::format("{} examples", order.order.size()),
+                                    state.data_fingerprint)},
       {"evaluation data", state.eval_fingerprint ? fmt::format("fingerprint {:08x}", *state.eval_fingerprint) : std::string("none")},
       {"metrics", metrics.empty() ? std::string("none") : fmt::format("{}", fmt::join(metrics, ", "))},
       {"training state", fmt::format("step {}, data order at epoch {} position {} (crc32 {:08x}), random stream crc32 {:08x}",

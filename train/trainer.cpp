@@ -57,6 +57,7 @@ TrainerBase::TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Inde
       reducer_(std::make_unique<SingleProcess>()) {
   model_.set_rng(&rng_);  // dropout draws from the stream checkpoints save
   tape_.set_anomaly_detection(options_.anomaly);
+  tape_.set_release_grads(true);  // nothing reads a step's inner gradients: the walk holds the live ones only
   optimizer_.zero_grad();
 }
 

@@ -258,7 +258,6 @@ class Trainer final : public TrainerBase {
   std::vector<MetricFn> metrics_;
   std::vector<Tally> step_tallies_;  // one per metric: this process's shard of a step, then the batch's
   B batch_, eval_batch_;
-  Tape<float> eval_tape_;
   std::vector<Index> eval_indices_;
 };
 
@@ -324,7 +323,18 @@ NamedValues Trainer<B>::evaluate(const DataSource<B>& data) {
   } mode(model());
   StepReducer& reducer = this->reducer();
   reducer.start(*this);
-  NoGradGuard<float> guard(eval_tape_);
+  // On the training tape, which a step has already sized: values only, in buffers training holds anyway,
+  // so evaluating in batches no larger than training's costs time and no memory of its own.
+  // Anomaly detection is training's (options().anomaly): a non-finite evaluation is reported, not thrown,
+  // as when evaluation had a tape of its own.
+  Tape<float>& tape = this->tape();
+  NoGradGuard<float> guard(tape);
+  struct NoAnomaly {
+    Tape<float>& t;
+    bool was = t.anomaly_detection();
+    ~NoAnomaly() { t.set_anomaly_detection(was); }
+  } no_anomaly{tape};
+  tape.set_anomaly_detection(false);
   // loss * weight and weight, then each metric's sum and count, over this process's part of the data;
   // then over every process's.
   std::vector<double> sums(2 + 2 * metrics_.size());
@@ -333,8 +343,8 @@ NamedValues Trainer<B>::evaluate(const DataSource<B>& data) {
     eval_indices_.resize(static_cast<std::size_t>(std::min(options().eval_batch, part.end - start)));
     std::iota(eval_indices_.begin(), eval_indices_.end(), start);
     data.fill(eval_indices_, eval_batch_);
-    eval_tape_.reset();
-    const StepOutput<float> out = loss_(eval_tape_, eval_batch_);
+    tape.reset();
+    const StepOutput<float> out = loss_(tape, eval_batch_);
     const double weight = eval_batch_.weight();
     sums[0] += static_cast<double>(out.loss.value()[0]) * weight;  // undo the batch's mean
     sums[1] += weight;

@@ -27,7 +27,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr Index kEvalBatch = 64;         // windows per evaluation batch
 constexpr std::string_view kProgram = "gpt";
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -46,6 +45,7 @@ struct Data {
   ByteVocabulary vocabulary;
   Windows train, validation;
   Windows curve;  // the curve's evaluations: evenly spaced validation windows
+  std::string sentence;  // the attention pictures' line of validation text
 };
 
 // The validation windows of a curve point: every `every`-th, about `curve_windows` of them (all for 0).
@@ -53,13 +53,32 @@ Index curve_every(Index windows, Index curve_windows) {
   return curve_windows <= 0 || curve_windows >= windows ? 1 : windows / curve_windows;
 }
 
+// The sentence whose attention is drawn: the first line of a validation fortune of 24 to 36 printable
+// ASCII characters with a space in it (else the stream's first bytes), no longer than the context.
+std::string attention_sentence(const std::string& validation, Index context) {
+  const std::size_t longest = static_cast<std::size_t>(std::min<Index>(36, context));
+  std::size_t start = 0;
+  while (start < validation.size()) {
+    const std::size_t end = std::min(validation.find('\n', start), validation.size());
+    const std::string_view line = std::string_view(validation).substr(start, end - start);
+    start = end + 1;
+    const bool printable = std::all_of(line.begin(), line.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+    if (printable && line.size() >= 24 && line.size() <= longest && line.find(' ') != std::string_view::npos)
+      return std::string(line);
+  }
+  return validation.substr(0, static_cast<std::size_t>(std::min<Index>(32, context)));
+}
+
 // `source` names where the path came from in messages: "--data", or the checkpoint a resumed run read it from.
 std::unique_ptr<Data> load_data(const fs::path& path, Index context, Index curve_windows, const std::string& source) {
   Corpus corpus = read_corpus(path, source);
   ByteVocabulary vocabulary = ByteVocabulary::of(corpus.train, corpus.validation);
-  std::vector<std::int32_t> train = vocabulary.encode(corpus.train, source);
-  std::vector<std::int32_t> validation = vocabulary.encode(corpus.validation, source);
-  const Index every = curve_every(validation_windows(static_cast<Index>(validation.size()), context), curve_windows);
+  std::string sentence = attention_sentence(corpus.validation, context);
+  // The streams become their ids where they are (the corpus keeps its counts): the text is held once.
+  TokenBytes train = vocabulary.encode_in_place(std::move(corpus.train), source);
+  TokenBytes validation = vocabulary.encode_in_place(std::move(corpus.validation), source);
+  corpus.train = corpus.validation = {};
+  const Index every = curve_every(validation_windows(static_cast<Index>(validation->size()), context), curve_windows);
   return std::make_unique<Data>(Data{
       .path = path,
       .corpus = std::move(corpus),
@@ -67,6 +86,7 @@ std::unique_ptr<Data> load_data(const fs::path& path, Index context, Index curve
       .train = Windows::training(source + ": the training text", std::move(train), context),
       .validation = Windows::validation(source + ": the validation text", validation, context),
       .curve = Windows::validation(source + ": the validation text", validation, context, every),
+      .sentence = std::move(sentence),
   });
 }
 
@@ -202,22 +222,6 @@ ModelResult train_to_end(LmRun& run, const Data& data, const Options& o, Index c
 
 // ---- the report --------------------------------------------------------------------------------------
 
-// The sentence whose attention is drawn: the first line of a validation fortune of 24 to 36 printable
-// ASCII characters with a space in it (else the stream's first bytes), no longer than the context.
-std::string attention_sentence(const std::string& validation, Index context) {
-  const std::size_t longest = static_cast<std::size_t>(std::min<Index>(36, context));
-  std::size_t start = 0;
-  while (start < validation.size()) {
-    const std::size_t end = std::min(validation.find('\n', start), validation.size());
-    const std::string_view line = std::string_view(validation).substr(start, end - start);
-    start = end + 1;
-    const bool printable = std::all_of(line.begin(), line.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
-    if (printable && line.size() >= 24 && line.size() <= longest && line.find(' ') != std::string_view::npos)
-      return std::string(line);
-  }
-  return validation.substr(0, static_cast<std::size_t>(std::min<Index>(32, context)));
-}
-
 std::vector<std::string> byte_labels(std::string_view text) {
   std::vector<std::string> labels;
   for (char c : text) labels.push_back(c == ' ' ? "\u2423" : show_byte(static_cast<unsigned char>(c)));  // a visible space
@@ -274,7 +278,7 @@ std::string describe_data(const Data& d) {
   return fmt::format("{}: {} file{}, {} fortunes ({} empty dropped); training {} fortunes, {} bytes; validation {} "
                      "fortunes, {} bytes ({} windows of {}); {} byte symbols",
                      escaped(d.path), c.files.size(), c.files.size() == 1 ? "" : "s", c.fortunes, c.empty,
-                     c.train_fortunes, c.train.size(), c.validation_fortunes, c.validation.size(), d.validation.size(),
+                     c.train_fortunes, d.train.ids().size(), c.validation_fortunes, d.validation.ids().size(), d.validation.size(),
                      d.validation.context() + 1, d.vocabulary.size());
 }
 
@@ -369,7 +373,7 @@ int run_comparison(const Options& o, Collective* collective) {
   Gpt<float>::Config config = o.model;
   config.vocabulary = data->vocabulary.hex();
   Gpt<float>::check_config(config);  // before the folder is taken
-  check_memory(config, std::max(o.batch, kEvalBatch));
+  check_memory(config, o.batch);  // evaluation goes in batches of the same size
   (void)data->vocabulary.encode(o.prompt, "--prompt");  // a prompt the models cannot read, before any training
 
   std::optional<RunFolder> folder;  // rank 0's, checked before any training
@@ -388,12 +392,12 @@ int run_comparison(const Options& o, Collective* collective) {
   floor.samples = sample_text(bigram_model, data->vocabulary, o, false);
   if (leader) folder->write("samples_bigram.txt", floor.samples);
 
-  const std::string sentence = attention_sentence(data->corpus.validation, config.context);
+  const std::string& sentence = data->sentence;
   std::vector<ModelResult> trained;
   for (const AttentionMode mode : modes_of(o.attention)) {
     config.attention = mode;
     config.seed = o.train_seed;
-    const TrainOptions options{.steps = o.steps, .batch = o.batch, .eval_every = o.eval_every, .eval_batch = kEvalBatch,
+    const TrainOptions options{.steps = o.steps, .batch = o.batch, .eval_every = o.eval_every, .eval_batch = o.batch,
                                .seed = o.train_seed, .clip = o.clip};
     LmRun run(config, new_optimizer(o), options, *data);
     trained.push_back(train_to_end(run, *data, o, o.curve_windows, leader ? &*folder : nullptr, collective, sentence));

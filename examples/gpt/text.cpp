@@ -1,6 +1,7 @@
 #include "gpt/text.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "tapegrad/core/crc32.hpp"
@@ -14,32 +15,71 @@ namespace fs = std::filesystem;
 
 constexpr Index kMinFortunes = 10;  // fortune 9 is the first validation one
 
-FileFortunes split_fortunes(std::string_view text) {
-  FileFortunes out;
-  std::string current;
-  auto close = [&] {
-    if (current.empty())
-      ++out.empty;
-    else
-      out.fortunes.push_back(std::move(current));
-    current.clear();
-  };
-  std::size_t start = 0;
-  while (start < text.size()) {
-    const std::size_t end = std::min(text.find('\n', start), text.size());
-    const std::string_view line = text.substr(start, end - start);
-    start = end + 1;
-    if (line == "%") {
-      close();
+void FortuneSplitter::emit(std::string_view b) {
+  open_ = true;
+  sink_.bytes(b);
+}
+
+void FortuneSplitter::feed(std::string_view piece) {
+  std::size_t at = 0;
+  while (at < piece.size()) {
+    if (percent_) {  // the line began with '%': a separator if it ends here, else a line that starts with it
+      percent_ = false;
+      if (piece[at] == '\n') {
+        sink_.close(!open_);
+        open_ = false;
+        line_start_ = true;
+        ++at;
+        continue;
+      }
+      emit("%");
+    } else if (line_start_ && piece[at] == '%') {
+      percent_ = true;
+      line_start_ = false;
+      ++at;
       continue;
     }
-    current.append(line);
-    current += '\n';
+    // The rest of the line, up to and with its '\n' if this piece holds it.
+    const std::size_t newline = piece.find('\n', at);
+    const std::size_t end = newline == std::string_view::npos ? piece.size() : newline + 1;
+    emit(piece.substr(at, end - at));
+    line_start_ = newline != std::string_view::npos;
+    at = end;
+  }
+}
+
+void FortuneSplitter::finish() {
+  if (percent_) {  // a last line "%" without its '\n' is a separator too
+    sink_.close(!open_);
+    open_ = false;
+  } else if (!line_start_) {
+    emit("\n");  // a last line without its '\n' gets one
   }
   // The text after the last separator is a fortune too; a file that ends with its separator leaves an
   // empty one, which is not counted as dropped (there was nothing there).
-  if (!current.empty()) close();
-  return out;
+  if (open_) sink_.close(false);
+  open_ = false;
+  percent_ = false;
+  line_start_ = true;
+}
+
+FileFortunes split_fortunes(std::string_view text) {
+  struct Collect final : FortuneSplitter::Sink {
+    FileFortunes out;
+    std::string current;
+    void bytes(std::string_view b) override { current += b; }
+    void close(bool empty) override {
+      if (empty)
+        ++out.empty;
+      else
+        out.fortunes.push_back(std::move(current));
+      current.clear();
+    }
+  } collect;
+  FortuneSplitter splitter(collect);
+  splitter.feed(text);
+  splitter.finish();
+  return std::move(collect.out);
 }
 
 namespace {
@@ -78,31 +118,45 @@ Corpus read_corpus(const fs::path& path, std::string_view flag) {
   else
     fail<FileError>("{}: '{}' is neither a folder nor a regular file", flag, escaped(path));
 
+  // Fortune i goes to the validation stream when i % 10 == 9, as its bytes arrive. Both streams reserve
+  // room for all the text (untouched pages cost no memory), so they never grow by copying.
+  struct Streams final : FortuneSplitter::Sink {
+    Corpus& c;
+    explicit Streams(Corpus& corpus) : c(corpus) {}
+    std::string& open() { return c.fortunes % 10 == 9 ? c.validation : c.train; }
+    void bytes(std::string_view b) override { open() += b; }
+    void close(bool empty) override {
+      if (empty) {
+        ++c.empty;
+        return;
+      }
+      open() += kSeparator;
+      ++(c.fortunes % 10 == 9 ? c.validation_fortunes : c.train_fortunes);
+      ++c.fortunes;
+    }
+  };
   Corpus c;
   std::size_t total = 0;
-  std::vector<std::string> fortunes;
+  for (const fs::path& file : files) total += file_size_of(file, kMaxDataBytes - std::min(total, kMaxDataBytes), flag);
+  // A stream holds the text plus, per file, at most a '\n' and a separator added at its end.
+  c.train.reserve(total + 3 * files.size());
+  c.validation.reserve(total + 3 * files.size());
+  Streams streams(c);
+  FortuneSplitter splitter(streams);
+  total = 0;
   for (const fs::path& file : files) {
-    const std::string text = read_file(file, kMaxDataBytes - total, flag);
-    total += text.size();
-    if (text.find('\0') != std::string::npos)
-      fail<FormatError>("{}: '{}' is not a text file (it holds NUL bytes)", flag, escaped(file));
-    FileFortunes f = split_fortunes(text);
-    c.empty += f.empty;
-    for (auto& fortune : f.fortunes) fortunes.push_back(std::move(fortune));
+    total += read_file_pieces(file, kMaxDataBytes - total, flag, [&](std::string_view piece) {
+      if (piece.find('\0') != std::string_view::npos)
+        fail<FormatError>("{}: '{}' is not a text file (it holds NUL bytes)", flag, escaped(file));
+      splitter.feed(piece);
+    });
+    splitter.finish();
     c.files.push_back(file.filename().string());
   }
-  c.fortunes = static_cast<Index>(fortunes.size());
   if (c.fortunes < kMinFortunes)
     fail<FormatError>("{}: '{}' holds {} fortune{}; every 10th is for validation, so at least {} are needed (fortunes "
                       "are separated by lines that are exactly '%')",
                       flag, escaped(path), c.fortunes, c.fortunes == 1 ? "" : "s", kMinFortunes);
-  for (std::size_t i = 0; i < fortunes.size(); ++i) {
-    const bool validation = i % 10 == 9;
-    std::string& stream = validation ? c.validation : c.train;
-    stream += fortunes[i];
-    stream += kSeparator;
-    ++(validation ? c.validation_fortunes : c.train_fortunes);
-  }
   return c;
 }
 
@@ -164,6 +218,17 @@ std::vector<std::int32_t> ByteVocabulary::encode(std::string_view text, std::str
   return ids;
 }
 
+TokenBytes ByteVocabulary::encode_in_place(std::string&& text, std::string_view what) const {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    if (id_[b] < 0)
+      fail<ValueError>("{}: byte 0x{:02x} ('{}') at position {} is not in the vocabulary of {} bytes", what, b,
+                       show_byte(b), i, size());
+    text[i] = static_cast<char>(id_[b]);
+  }
+  return std::make_shared<const std::string>(std::move(text));
+}
+
 std::string ByteVocabulary::decode(std::span<const std::int32_t> ids) const {
   std::string out;
   out.reserve(ids.size());
@@ -175,20 +240,20 @@ std::string ByteVocabulary::decode(std::span<const std::int32_t> ids) const {
 
 Index validation_windows(Index n, Index context) { return n > 0 ? (n - 1) / context : 0; }
 
-Windows::Windows(std::string name, std::vector<std::int32_t> ids, Index context, Index stride, Index count)
+Windows::Windows(std::string name, TokenBytes ids, Index context, Index stride, Index count)
     : name_(std::move(name)), ids_(std::move(ids)), context_(context), stride_(stride), count_(count) {
   if (count_ < 1)
     fail<ValueError>("{}: {} bytes make no window of {} bytes (--context {} + 1); give a shorter --context or more text",
-                     name_, ids_.size(), context_ + 1, context_);
+                     name_, ids_->size(), context_ + 1, context_);
 }
 
-Windows Windows::training(std::string name, std::vector<std::int32_t> ids, Index context) {
-  const Index count = static_cast<Index>(ids.size()) - context;  // starts 0 .. n - T - 1
+Windows Windows::training(std::string name, TokenBytes ids, Index context) {
+  const Index count = static_cast<Index>(ids->size()) - context;  // starts 0 .. n - T - 1
   return Windows(std::move(name), std::move(ids), context, 1, count);
 }
 
-Windows Windows::validation(std::string name, std::vector<std::int32_t> ids, Index context, Index every) {
-  const Index count = validation_windows(static_cast<Index>(ids.size()), context) / every;
+Windows Windows::validation(std::string name, TokenBytes ids, Index context, Index every) {
+  const Index count = validation_windows(static_cast<Index>(ids->size()), context) / every;
   return Windows(std::move(name), std::move(ids), context, context * every, count);
 }
 
@@ -200,10 +265,11 @@ void Windows::fill(std::span<const Index> indices, SequenceBatch& out) const {
   out.padding.set_zero();
   out.padded = false;
   out.labelled = B * T;
+  const std::span<const std::uint8_t> stream = ids();
   for (Index b = 0; b < B; ++b) {
     const Index k = indices[static_cast<std::size_t>(b)];
     if (k < 0 || k >= count_) fail<ValueError>("fill: window {} is outside '{}' of {} windows", k, name_, count_);
-    const std::int32_t* window = ids_.data() + start(k);  // T + 1 tokens
+    const std::uint8_t* window = stream.data() + start(k);  // T + 1 tokens
     std::copy_n(window, T, out.tokens.data() + b * T);
     std::copy_n(window + 1, T, out.labels.data() + b * T);
   }
@@ -212,23 +278,29 @@ void Windows::fill(std::span<const Index> indices, SequenceBatch& out) const {
 std::uint32_t Windows::fingerprint() const {
   Crc32 crc;
   for (Index v : {context_, stride_, count_}) crc.add_le(static_cast<std::uint64_t>(v));
-  crc.add(ids_.data(), ids_.size() * sizeof(std::int32_t));
+  std::array<unsigned char, 4096> words{};  // the ids as 32-bit little-endian words, 1024 at a time
+  const std::span<const std::uint8_t> stream = ids();
+  for (std::size_t i = 0; i < stream.size();) {
+    std::size_t n = 0;
+    for (; n < words.size() && i < stream.size(); n += 4, ++i) words[n] = stream[i];  // the upper bytes stay 0
+    crc.add(words.data(), n);
+  }
   return crc.value();
 }
 
 // ---- Bigram ---------------------------------------------------------------------------------------------
 
-Bigram::Bigram(std::span<const std::int32_t> train, Index vocab)
+Bigram::Bigram(std::span<const std::uint8_t> train, Index vocab)
     : vocab_(vocab), p_(static_cast<std::size_t>(vocab * vocab), 1.0) {  // every count starts at one: add-one
   for (std::size_t i = 0; i + 1 < train.size(); ++i) p_[idx(train[i], train[i + 1])] += 1;
   for (Index a = 0; a < vocab; ++a) {
     double row = 0;
-    for (Index b = 0; b < vocab; ++b) row += p_[idx(static_cast<std::int32_t>(a), static_cast<std::int32_t>(b))];
-    for (Index b = 0; b < vocab; ++b) p_[idx(static_cast<std::int32_t>(a), static_cast<std::int32_t>(b))] /= row;
+    for (Index b = 0; b < vocab; ++b) row += p_[idx(a, b)];
+    for (Index b = 0; b < vocab; ++b) p_[idx(a, b)] /= row;
   }
 }
 
-double Bigram::nll(std::span<const std::int32_t> ids, Index predicted) const {
+double Bigram::nll(std::span<const std::uint8_t> ids, Index predicted) const {
   if (predicted < 1 || predicted >= static_cast<Index>(ids.size()))
     fail<ValueError>("bigram nll: {} bytes to predict of a stream of {}", predicted, ids.size());
   double sum = 0;

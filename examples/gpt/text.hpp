@@ -13,14 +13,16 @@
 //
 // Training batches: B windows of T + 1 bytes at uniform random starts in the training stream: the input is
 // bytes [s, s + T), the targets bytes [s + 1, s + T + 1). The starts are the trainer's sampler's, a seeded
-// permutation of every start, drawn B at a time (so a start does not repeat within one pass over all of
-// them, 2.3 million on the fortunes: no window repeats in a default run) and saved in checkpoints.
+// order of every start, drawn B at a time (so a start does not repeat within one pass over all of them,
+// 2.3 million on the fortunes: no window repeats in a default run), computed at each draw, so neither
+// memory nor a checkpoint grows with the text (train/data.hpp).
 // Validation: the stream cut into consecutive windows of T + 1 bytes advancing by T, the last partial
 // window dropped: every byte after the first is predicted once, as far as whole windows reach. Loss in
 // nats per predicted byte.
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -43,6 +45,29 @@ struct FileFortunes {
 };
 FileFortunes split_fortunes(std::string_view text);
 
+// split_fortunes as the text streams past, in pieces of any size, for a reader that must not hold a file
+// twice: it hands each fortune's bytes to the sink as they come (each line with its '\n') and closes the
+// fortune at a "%" line or the end, holding nothing in between but whether a line began with '%'.
+class FortuneSplitter {
+ public:
+  struct Sink {
+    virtual void bytes(std::string_view b) = 0;  // the open fortune's next bytes
+    virtual void close(bool empty) = 0;          // a "%" line (or the text's end, after a fortune)
+   protected:
+    ~Sink() = default;
+  };
+  explicit FortuneSplitter(Sink& sink) : sink_(sink) {}
+  void feed(std::string_view piece);
+  void finish();  // the end of the file's text
+
+ private:
+  void emit(std::string_view b);
+  Sink& sink_;
+  bool line_start_ = true;  // the next byte begins a line
+  bool percent_ = false;    // the line so far is "%"
+  bool open_ = false;       // the fortune has bytes
+};
+
 // What reading --data found: the files, the fortunes, the two streams.
 struct Corpus {
   std::vector<std::string> files;  // the names read, in the order read
@@ -55,7 +80,11 @@ struct Corpus {
 // Reads a folder (its files as above) or one file. Errors name `flag` and the path: a path that is
 // missing or neither a folder nor a regular file, a folder with no file to read, a file that is not text
 // (it holds NUL bytes), more than kMaxDataBytes in all, or fewer than 10 fortunes (then no validation).
+// Each file is read in pieces straight into the streams, so reading holds the text once.
 Corpus read_corpus(const std::filesystem::path& path, std::string_view flag);
+
+// A stream's token ids, one byte each, shared by the windows that read it (validation and the curve).
+using TokenBytes = std::shared_ptr<const std::string>;
 
 // Bytes <-> token ids: the sorted set of the bytes it was made from.
 class ByteVocabulary {
@@ -73,6 +102,9 @@ class ByteVocabulary {
   // Every byte's id; a byte outside the vocabulary is a ValueError, "<what>: byte 0x7e ('~') at position 3
   // is not in the vocabulary of 114 bytes".
   std::vector<std::int32_t> encode(std::string_view text, std::string_view what) const;
+  // The same for a whole stream, in place and a byte an id (a byte vocabulary has at most 256): the
+  // training text becomes its ids without a second copy, a quarter of 32-bit ids' size.
+  TokenBytes encode_in_place(std::string&& text, std::string_view what) const;
   std::string decode(std::span<const std::int32_t> ids) const;
 
  private:
@@ -90,21 +122,25 @@ std::string show_byte(unsigned char b);
 //   validation  k T for the consecutive windows, each `every`-th of them (1: all)
 class Windows final : public tapegrad::DataSource<tapegrad::SequenceBatch> {
  public:
-  static Windows training(std::string name, std::vector<std::int32_t> ids, Index context);
-  static Windows validation(std::string name, std::vector<std::int32_t> ids, Index context, Index every = 1);
+  static Windows training(std::string name, TokenBytes ids, Index context);
+  static Windows validation(std::string name, TokenBytes ids, Index context, Index every = 1);
   std::string_view name() const override { return name_; }
   Index size() const override { return count_; }
   void fill(std::span<const Index> indices, tapegrad::SequenceBatch& out) const override;
+  // The CRC-32 of the windows' geometry and of the ids as 32-bit little-endian words: what it was when
+  // the ids were held as such, so checkpoints written then resume.
   std::uint32_t fingerprint() const override;
   Index context() const { return context_; }
   Index predicted() const { return count_ * context_; }  // bytes whose loss a pass over every window averages
   Index start(Index k) const { return k * stride_; }
-  const std::vector<std::int32_t>& ids() const { return ids_; }  // the whole stream
+  std::span<const std::uint8_t> ids() const {  // the whole stream
+    return {reinterpret_cast<const std::uint8_t*>(ids_->data()), ids_->size()};
+  }
 
  private:
-  Windows(std::string name, std::vector<std::int32_t> ids, Index context, Index stride, Index count);
+  Windows(std::string name, TokenBytes ids, Index context, Index stride, Index count);
   std::string name_;
-  std::vector<std::int32_t> ids_;
+  TokenBytes ids_;
   Index context_, stride_, count_;
 };
 
@@ -115,16 +151,16 @@ Index validation_windows(Index n, Index context);
 // add-one (Laplace) smoothing, so a pair never seen has a small probability, not 0.
 class Bigram {
  public:
-  Bigram(std::span<const std::int32_t> train, Index vocab);
-  double probability(std::int32_t previous, std::int32_t next) const { return p_[idx(previous, next)]; }
+  Bigram(std::span<const std::uint8_t> train, Index vocab);
+  double probability(Index previous, Index next) const { return p_[idx(previous, next)]; }
   // Mean negative log-likelihood in nats of bytes 1 .. predicted of `ids`, each given the one before:
   // the bytes the validation windows predict.
-  double nll(std::span<const std::int32_t> ids, Index predicted) const;
+  double nll(std::span<const std::uint8_t> ids, Index predicted) const;
   Index parameter_count() const { return vocab_ * vocab_; }  // the counts
   Index vocab() const { return vocab_; }
 
  private:
-  std::size_t idx(std::int32_t a, std::int32_t b) const { return static_cast<std::size_t>(a * vocab_ + b); }
+  std::size_t idx(Index a, Index b) const { return static_cast<std::size_t>(a * vocab_ + b); }
   Index vocab_;
   std::vector<double> p_;
 };

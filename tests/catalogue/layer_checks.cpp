@@ -128,6 +128,15 @@ std::vector<LayerCheck> layer_checks(std::uint64_t seed) {
                           std::make_shared<TransformerStack<double>>(
                               "stack", TransformerStackOptions{.n_layers = 2, .block = {.d_model = 4, .n_heads = 2, .d_ff = 5}}, rng),
                           Shape::batched(2, 3, 4), rng));
+  // Blocks 0 and 2 checkpointed (recomputed in backward, their dropout masks replayed), block 1 not.
+  checks.push_back(x_case("TransformerStack", "3 blocks, dropout 0.3, checkpointed every 2 (activation checkpointing)",
+                          std::make_shared<TransformerStack<double>>(
+                              "stack",
+                              TransformerStackOptions{.n_layers = 3,
+                                                      .block = {.d_model = 4, .n_heads = 2, .d_ff = 6, .dropout = 0.3},
+                                                      .checkpoint_every = 2},
+                              rng),
+                          Shape::batched(2, 3, 4), rng));
   checks.push_back(x_case("LmHead", "own weight, x (2x3x4) -> 5 tokens",
                           std::make_shared<LmHead<double>>("head", LmHeadOptions{.d_model = 4, .vocab = 5}, rng),
                           Shape::batched(2, 3, 4), rng));

@@ -144,7 +144,8 @@ void check_training(const TrainingRecord& t) {
   if (s.window_steps < 0 || s.window_steps > s.step)
     fail<FormatError>("checkpoint: the trainer's window holds {} steps, outside [0, {}]", s.window_steps, s.step);
   const auto& order = s.data_order;
-  if (order.epoch < 0 || order.cursor < 0 || order.cursor > static_cast<Index>(order.order.size()))
+  // An empty order is a computed one (Sampler): its position is checked against the data when it resumes.
+  if (order.epoch < 0 || order.cursor < 0 || (!order.order.empty() && order.cursor > static_cast<Index>(order.order.size())))
     fail<FormatError>("checkpoint: the data order is at epoch {}, position {} of {}", order.epoch, order.cursor,
                       order.order.size());
   Index previous = 0;
@@ -256,25 +257,62 @@ void check_checkpoint(const Checkpoint& c) {
   if (c.training) check_training(*c.training);
 }
 
+namespace {
+
+// An output stream buffer that appends to a byte vector: the payload is written once, where the file's
+// bytes will be, not into a string stream that is then copied twice (its growth, then str()).
+class AppendBytes final : public std::streambuf {
+ public:
+  explicit AppendBytes(std::vector<std::byte>& out) : out_(out) {}
+
+ private:
+  int_type overflow(int_type ch) override {
+    if (!traits_type::eq_int_type(ch, traits_type::eof())) out_.push_back(static_cast<std::byte>(ch));
+    return traits_type::not_eof(ch);
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    const auto* b = reinterpret_cast<const std::byte*>(s);
+    out_.insert(out_.end(), b, b + n);
+    return n;
+  }
+  std::vector<std::byte>& out_;
+};
+
+// The payload's size before it is written, to reserve it: the values dominate (a float or a double each);
+// the names, shapes, settings and curve are small beside them.
+std::size_t payload_estimate(const Checkpoint& c) {
+  std::size_t bytes = 4096;
+  auto add = [&](const std::vector<TensorRecord>& records) {
+    for (const TensorRecord& t : records) bytes += 64 + t.name.size() + t.values.size() * (t.dtype == "f32" ? 4 : 8);
+  };
+  add(c.parameters);
+  if (c.training) {
+    add(c.training->optimizer.buffers);
+    bytes += 8 * c.training->trainer.data_order.order.size() + 64 * c.training->trainer.curve.size();
+  }
+  return bytes;
+}
+
+}  // namespace
+
 std::vector<std::byte> encode_checkpoint(const Checkpoint& c) {
-  std::ostringstream payload_stream(std::ios::binary);
+  std::vector<std::byte> out(kHeaderBytes);
+  out.reserve(kHeaderBytes + payload_estimate(c));
   {
+    AppendBytes sink(out);
+    std::ostream payload_stream(&sink);
     cereal::PortableBinaryOutputArchive ar(payload_stream);
     NodeFree node_free(ar);
-    Checkpoint current = c;
-    current.format_version = kCheckpointFormat;  // whatever it was read from, it is written as today's
-    save(node_free, current);
+    save_as(node_free, c, kCheckpointFormat);  // whatever it was read from, it is written as today's
   }
-  const std::string payload = payload_stream.str();
-  std::vector<std::byte> out;
-  out.reserve(kHeaderBytes + payload.size());
-  for (char m : kMagic) out.push_back(static_cast<std::byte>(m));
-  put_le<std::uint32_t>(out, kCheckpointFormat);
-  put_le<std::uint32_t>(out, 0);
-  put_le<std::uint64_t>(out, payload.size());
-  put_le<std::uint32_t>(out, crc32_of(reinterpret_cast<const std::byte*>(payload.data()), payload.size()));
-  const auto* raw = reinterpret_cast<const std::byte*>(payload.data());
-  out.insert(out.end(), raw, raw + payload.size());
+  const std::size_t payload = out.size() - kHeaderBytes;
+  std::vector<std::byte> header;
+  for (char m : kMagic) header.push_back(static_cast<std::byte>(m));
+  put_le<std::uint32_t>(header, kCheckpointFormat);
+  put_le<std::uint32_t>(header, 0);
+  put_le<std::uint64_t>(header, payload);
+  put_le<std::uint32_t>(header, crc32_of(out.data() + kHeaderBytes, payload));
+  std::copy(header.begin(), header.end(), out.begin());
   return out;
 }
 
@@ -565,8 +603,12 @@ std::string describe_checkpoint(const Checkpoint& c) {
     s += fmt::format("  {:<32} {:>10}  norm {:.6g}{}\n", p(b.name), b.shape.str(), norm(b),
                      bad ? fmt::format("  ({} non-finite values: NaN or Inf)", bad) : "");
   }
-  s += fmt::format("data order: epoch {}, position {} of {}\n", t.data_order.epoch, t.data_order.cursor,
-                   t.data_order.order.size());
+  if (t.data_order.order.empty())
+    s += fmt::format("data order: epoch {}, position {} (computed, a keyed bijection; nothing stored)\n",
+                     t.data_order.epoch, t.data_order.cursor);
+  else
+    s += fmt::format("data order: epoch {}, position {} of {}\n", t.data_order.epoch, t.data_order.cursor,
+                     t.data_order.order.size());
   if (!t.curve.empty()) {
     const CurvePoint& last = t.curve.back();
     std::string values;

@@ -378,9 +378,11 @@ inline void load(InArchive& ar, TrainingRecord& t) {
   load(ar, t.trainer);
 }
 
+// The checkpoint with `format_version` in its version field: the encoder writes today's format whatever
+// the file was read from, without copying the checkpoint to change one number.
 template <class A>
-void save(A& ar, const Checkpoint& c) {
-  ar(make_nvp("format_version", c.format_version), make_nvp("tapegrad_version", c.tapegrad_version));
+void save_as(A& ar, const Checkpoint& c, std::uint32_t format_version) {
+  ar(make_nvp("format_version", format_version), make_nvp("tapegrad_version", c.tapegrad_version));
   ar(make_nvp("model", c.model.kind));
   save_settings(ar, "model_config", c.model.config);
   save_list(ar, "parameters", c.parameters);
@@ -388,6 +390,11 @@ void save(A& ar, const Checkpoint& c) {
   const bool has_training = c.training.has_value();
   ar(make_nvp("has_training", has_training));
   if (has_training) save_node(ar, "training", *c.training);
+}
+
+template <class A>
+void save(A& ar, const Checkpoint& c) {
+  save_as(ar, c, c.format_version);
 }
 
 // The payload of a format-2 file (after its format version, which the caller read).

@@ -1,0 +1,138 @@
+#pragma once
+// Activation checkpointing, as torch.utils.checkpoint: a region of the graph (a transformer block, a
+// user's module) is evaluated in the forward pass without keeping its intermediates, and evaluated again,
+// recording, when backward reaches it.
+//
+//   Var<T> y = checkpoint(x, block.rng(), [&block](Var<T> h) { return block.forward(h); });
+//
+// Forward: fn runs on the tape's sub-tape (Tape::sub_tape) with gradients off, so it computes values
+// only; the outer tape gets one node, "checkpoint", holding fn's output. Backward, at that node: the
+// sub-tape is reset, fn runs on it again, recording, from an outer_input leaf for x (x's value read in
+// place), and the sub-tape is walked back from the node's gradient. The leaf writes x's gradient into x's
+// own buffer on the outer tape, and the parameters' into Parameter::grad, with the operations the plain
+// recording would have made, in the same order: the gradients are bit-identical to running fn directly.
+//
+// Memory: the outer tape keeps the region's input and output (and their gradients), nothing between. All
+// the regions recorded through one tape share its one sub-tape, whose buffers are reused from region to
+// region and step to step: a region's intermediates exist while it is evaluated or recomputed and walked
+// back, and are overwritten by the next region's; the sub-tape holds the largest region's, not every
+// region's. A steady-state step allocates nothing (the sub-tape keeps its buffers as any tape does).
+// The price: fn's forward runs twice per training step.
+//
+// What fn must do:
+//   - compute its result from the Var it is given (and parameters, tape.param; its tape is h.tape, the
+//     sub-tape): a Var of the outer tape captured inside fn is refused as belonging to another tape;
+//   - compute the same thing when run again. Random numbers: pass the stream fn draws from (a Module's
+//     rng(), which dropout uses) as `rng`: its state is saved before the forward and restored for the
+//     recomputation, which then draws the same masks; afterwards the stream is where the forward left it.
+//     nullptr when fn draws nothing. What fn captures by reference (a padding mask) must stay unchanged
+//     until backward has run;
+//   - not hand a cache of keys and values (layers/kv_cache.hpp) unless gradients are off.
+// fn is copied into the tape's node (it must be copy- or move-constructible), so a lambda written in the
+// call is fine; what it captures by reference must outlive backward.
+//
+// With gradients off (NoGradGuard: evaluation, generation) checkpoint(x, rng, fn) is fn(x): nothing would
+// be kept for a backward pass, so there is nothing to save.
+
+#include <concepts>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include "tapegrad/autograd/tape.hpp"
+#include "tapegrad/core/rng.hpp"
+
+namespace tapegrad {
+
+namespace detail {
+
+// What a checkpoint node keeps for its backward rule: the region to run again, where it reads its input,
+// and the random stream as the forward found it.
+template <class T, class F>
+struct CheckpointSaved {
+  std::optional<F> fn;  // emplaced each step: a lambda's captures, no allocation
+  Var<T> input;         // x, on the outer tape
+  Rng* rng = nullptr;
+  Rng::State rng_state{};
+};
+
+// Sets `rng` to `state` for a scope, then back to where it was, however the scope ends.
+class RngReplay {
+ public:
+  RngReplay(Rng* rng, const Rng::State& state) : rng_(rng) {
+    if (!rng_) return;
+    now_ = rng_->state();
+    rng_->set_state(state);
+  }
+  ~RngReplay() {
+    if (rng_) rng_->set_state(now_);
+  }
+  RngReplay(const RngReplay&) = delete;
+  RngReplay& operator=(const RngReplay&) = delete;
+
+ private:
+  Rng* rng_;
+  Rng::State now_{};
+};
+
+// fn's result, checked to be a Var of the sub-tape it ran on.
+template <class T, class F>
+Var<T> run_region(F& fn, Tape<T>& sub, Var<T> outer_x) {
+  const Var<T> y = fn(sub.outer_input(outer_x));
+  if (y.tape != &sub)
+    fail<UsageError>("checkpoint: the function returned a Var of {}; it must compute its result from the Var it is "
+                     "given (on the tape's sub-tape), not return a Var recorded elsewhere",
+                     y.tape ? "another tape" : "no tape (an empty Var)");
+  return y;
+}
+
+}  // namespace detail
+
+// fn(x), with fn's intermediates recomputed in backward instead of kept (see above). x (any shape) ->
+// fn's output (any shape). fn: Var<T>(Var<T>).
+template <class T, class F>
+  requires std::invocable<F&, Var<T>> && std::same_as<std::invoke_result_t<F&, Var<T>>, Var<T>>
+Var<T> checkpoint(Var<T> x, Rng* rng, F&& fn, Where where = Where::current()) {
+  Tape<T>& t = Tape<T>::of("checkpoint", {{"x", x}});
+  if (!t.grad_enabled()) return fn(x);
+  using Saved = detail::CheckpointSaved<T, std::decay_t<F>>;
+  Tape<T>& sub = t.sub_tape();
+  const Rng::State start = rng ? rng->state() : Rng::State{};
+  sub.reset();
+  sub.set_anomaly_detection(t.anomaly_detection());
+  Var<T> y;
+  {
+    NoGradGuard values_only(sub);
+    y = detail::run_region<T>(fn, sub, x);
+  }
+  // The node takes a gradient when x does or fn read a parameter (which always does, gradients being on).
+  const bool takes_grad = t.node(x).requires_grad || !sub.parameters_read().empty();
+  Node<T>& n = t.record("checkpoint", {x}, y.shape(), where);
+  const TensorT<T>& out = y.value();
+  std::copy(out.data(), out.data() + out.numel(), n.value.data());
+  if (takes_grad) {
+    n.requires_grad = true;
+    Saved& saved = n.template save<Saved>();
+    saved.fn.emplace(std::forward<F>(fn));
+    saved.input = x;
+    saved.rng = rng;
+    saved.rng_state = start;
+    n.backward = [](Tape<T>& tp, Node<T>& node) {
+      Saved& s = node.template saved<Saved>();
+      Tape<T>& region = tp.sub_tape();
+      region.reset();  // the last region's intermediates go: their buffers take this one's
+      region.set_anomaly_detection(tp.anomaly_detection());
+      region.set_release_grads(tp.release_grads());  // as the outer tape's walk does
+      Var<T> again;
+      {
+        detail::RngReplay replay(s.rng, s.rng_state);  // the same dropout masks as the forward drew
+        again = detail::run_region<T>(*s.fn, region, s.input);
+      }
+      if (region.node(again).requires_grad) region.backward(again, node.grad);
+    };
+  }
+  t.note_parameters_read(sub.parameters_read());
+  return t.commit(n);
+}
+
+}  // namespace tapegrad
