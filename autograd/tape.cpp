@@ -38,12 +38,12 @@ void Tape<T>::refuse(Var<T> v, const char* op, const char* arg, Index position) 
 template <class T>
 std::size_t Tape<T>::bytes() const {
   std::size_t total = chunks_.capacity() * sizeof(chunks_[0]) + capacity_ * sizeof(Node<T>) +
-                      buffer_bytes(inputs_, params_read_, unit_seed_);
+                      buffer_bytes(inputs_, params_read_, unit_seed_, grad_pool_) + grad_buffer_bytes();
   for (std::size_t i = 0; i < capacity_; ++i) {
     const Node<T>& n = at(i);
-    total += buffer_bytes(n.value, n.grad) + n.saved_bytes();
+    total += buffer_bytes(n.value) + n.saved_bytes();
   }
-  return total;
+  return sub_ ? total + sub_->bytes() : total;  // a checkpointed region's recording lives on the sub-tape
 }
 
 // The slow part of push(): a node dropped, a limit reached, a chunk to make.

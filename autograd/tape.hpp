@@ -306,11 +306,12 @@ class Tape {
   std::size_t size() const { return used_ - (pending_ ? 1 : 0); }  // committed nodes
 
   // The memory this tape holds, in bytes: every node slot made so far (a recording's and those reset()
-  // keeps for the next), their values' and gradients' buffers by capacity, the state ops saved for their
-  // backward (see Node::save for what of it is seen) and the list of inputs. After a step, the memory the
-  // step's graph costs; stable from one identical step to the next. Not counted: what parameters hold
-  // (a layer's), and the threads' scratch buffers (autograd/scratch.hpp). A walk over every node: for a
-  // report, not for a hot loop.
+  // keeps for the next), their values' buffers by capacity, the gradients' (grad_buffer_bytes(): the
+  // nodes' and the released ones' pool), the state ops saved for their backward (see Node::save for what
+  // of it is seen), the list of inputs, and the sub-tape's bytes (checkpointed regions). After a step, the
+  // memory the step's graph costs; stable from one identical step to the next. Not counted: what
+  // parameters hold (a layer's), and the threads' scratch buffers (autograd/scratch.hpp). A walk over
+  // every node: for a report, not for a hot loop.
   std::size_t bytes() const;
 
   // The parameters read (param()) since the last reset(), in order, a parameter once per read: what a

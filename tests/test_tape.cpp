@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "tapegrad/autograd/activation_checkpoint.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/rng.hpp"
 #include "helpers.hpp"
@@ -144,6 +145,23 @@ TEST_CASE("tape: bytes counts values, gradients and saved state, grows with the 
   // 396 more rows: four values of 8 columns (the input, the product, the norm, the squares) and the
   // norm's saved state at least.
   CHECK(big.bytes() >= first + (4 * 396 * 8 + 396 * 9) * d);
+
+  // Released gradients go to the tape's pool and come back from it: still the same bytes step after step.
+  Tape<double> released;
+  released.set_release_grads(true);
+  step(released, 400);
+  const std::size_t with_release = released.bytes();
+  step(released, 400);
+  CHECK(released.bytes() == with_release);
+
+  // A checkpointed region is recorded on the sub-tape, which the outer tape's bytes include: the region's two
+  // tanh values there, the input and the region's output on the outer tape.
+  Tape<double> outer;
+  Var<double> y = checkpoint(outer.input(TensorD(Shape::mat(400, 8), 0.5)), nullptr,
+                             [](Var<double> h) { return tanh(tanh(h)); });
+  outer.backward(sum(y));
+  CHECK(outer.sub_tape().bytes() >= 2 * 400 * 8 * d);
+  CHECK(outer.bytes() >= outer.sub_tape().bytes() + 2 * 400 * 8 * d);
 }
 
 TEST_CASE("tape: a node reused by an op with another kind of saved state computes what a fresh tape computes") {
