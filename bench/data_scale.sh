@@ -63,7 +63,7 @@ files=$(cd "$fortunes" && LC_ALL=C ls | grep -v '\.')
 
 table=$out/table.md
 {
-  echo "gpt, $steps steps, learnable attention only, $threads thread(s), $(git rev-parse --short HEAD 2> /dev/null || echo '?'); $(uptime | sed 's/.*load/load/')"
+  echo "gpt, $steps steps, learnable attention only, $threads thread(s), $(git describe --always --dirty 2> /dev/null || echo '?'); $(uptime | sed 's/.*load/load/')"
   echo
   echo "| data | text MB | peak RSS MB | checkpoint KB | ms per step | wall s |"
   echo "|---|---|---|---|---|---|"
