@@ -49,7 +49,7 @@ TEST_CASE("tape: a Var used twice gets both contributions and intermediate gradi
   CHECK(tape.size() == 3);
 }
 
-TEST_CASE("tape: releasing gradients gives the same bits and holds only the live ones; inner ones are then refused") {
+TEST_CASE("tape: releasing gradients gives the same bits and holds only the live ones, and refuses inner ones") {
   // A chain of 12 ops whose middle value is read twice (two paths back), a leaf input, two parameters.
   Parameter<double> w("w", TensorD(Shape::mat(6, 6), 0.0)), v("v", TensorD(Shape::mat(6, 6), 0.0));
   Rng rng(4);

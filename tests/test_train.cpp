@@ -162,8 +162,8 @@ TEST_CASE("data: the sampler visits every example once per epoch and resumes exa
 
 namespace {
 
-// The indices of `epochs` whole epochs of a sampler of n examples, one batch of `batch` at a time.
-std::vector<Index> draws(Sampler& s, Index n, Index batch, Index epochs) {
+// The indices of `epochs` whole epochs of a sampler of n examples, drawn a batch at a time.
+std::vector<Index> draws(Sampler& s, Index n, Index epochs) {
   std::vector<Index> out;
   while (static_cast<Index>(out.size()) < n * epochs)
     for (Index k : s.next()) out.push_back(k);
@@ -191,7 +191,7 @@ TEST_CASE("data: past kStoredOrderLimit the order is computed, O(1) in state, ea
     Sampler s(n, 7, 11);
     CHECK_FALSE(s.stored_order());
     CHECK(s.state().order.empty());  // nothing that grows with n
-    const std::vector<Index> d = draws(s, n, 7, 2);
+    const std::vector<Index> d = draws(s, n, 2);
     CHECK(epochs_are_permutations(d, n));
     // Not the identity, and the two epochs differ: fresh keys each epoch.
     CHECK_FALSE(std::equal(d.begin(), d.begin() + n, d.begin() + n));
@@ -256,7 +256,7 @@ TEST_CASE("data: a state keeps its order: a stored permutation of a large set (t
     computed.order.clear();
     t.set_state(computed);
     CHECK_FALSE(t.stored_order());
-    CHECK(epochs_are_permutations(draws(t, small, 3, 3), small));
+    CHECK(epochs_are_permutations(draws(t, small, 3), small));
   }
 }
 
