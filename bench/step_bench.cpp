@@ -85,7 +85,9 @@ struct Measured {
 };
 
 // Builds w's model, batch and tape, times its step and returns with all of them freed.
-Measured measure(const Workload& w, double seconds, std::size_t max_steps) {
+// The tape releases gradients as a Trainer's does, unless keep_grads; stack workloads recompute every
+// checkpoint_every-th block in backward (0: none).
+Measured measure(const Workload& w, double seconds, std::size_t max_steps, bool keep_grads, Index checkpoint_every) {
   SequenceBatch batch;
   Rng rng(2);
   batch.tokens.resize(Shape::mat(w.B, w.T));
@@ -96,6 +98,7 @@ Measured measure(const Workload& w, double seconds, std::size_t max_steps) {
     batch.labels[i] = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(w.V)));
   }
   Tape<float> tape;
+  tape.set_release_grads(!keep_grads);
   auto train = [&](auto& model, auto loss) {
     SGD<float> sgd(model.parameters(), {.lr = 0.01});
     const StepTiming timing = time_steps(
@@ -110,7 +113,7 @@ Measured measure(const Workload& w, double seconds, std::size_t max_steps) {
     return Measured{timing, model.parameter_count(), tape.bytes()};
   };
   if (w.model == "stack") {
-    StackModel model(w);
+    StackModel model(w, checkpoint_every);
     return train(model, [&](StackModel& m) { return m.loss(tape, batch); });
   }
   lesson::ToyModel<float> model(attention_config(w));
@@ -129,12 +132,20 @@ int main(int argc, char** argv) {
   }
   double seconds = 2.0;
   std::size_t max_steps = 5000;
-  bool skip_peak = false, skip_shape_bound = false, list = false;
+  bool skip_peak = false, skip_shape_bound = false, list = false, keep_grads = false;
+  Index checkpoint_every = 0;
   app.add_option("--max-steps", max_steps, "At most this many timed steps per workload")->capture_default_str();
   app.add_flag("--no-peak", skip_peak, "Do not measure the square-GEMM peak (nor print x_bound)");
   app.add_flag("--no-shape-bound", skip_shape_bound,
                "Do not time the step's products at their own shapes (nor print x_shape_bound); with --no-peak, for "
                "profiling the step alone");
+  app.add_flag("--keep-grads", keep_grads,
+               "Keep every node's gradient to the end of the step (Tape::set_release_grads(false)); by default the tape "
+               "releases them as a Trainer's does");
+  app.add_option("--checkpoint-every", checkpoint_every,
+                 "Stack workloads: recompute every K-th block in backward instead of keeping its activations (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(Index{0}, Index{64}));
   app.add_flag("--list-workloads", list, "Print each workload's name and B, T, d, H, V as a JSON line, and exit");
   app.add_option("--workloads", names, "Workloads to run")->delimiter(',')->check(CLI::IsMember(all_names));
   app.add_option("--seconds", seconds, "Time to spend timing each workload")->capture_default_str();
@@ -161,7 +172,7 @@ int main(int argc, char** argv) {
   for (const auto& w : kWorkloads) {
     if (std::find(names.begin(), names.end(), w.name) == names.end()) continue;
     const double rss_before = bench::peak_rss_mb();
-    const Measured m = measure(w, seconds, max_steps);
+    const Measured m = measure(w, seconds, max_steps, keep_grads, checkpoint_every);
     const double rss = bench::peak_rss_mb();  // before the shape bound's operands
     const double ms = m.timing.median_ms;
     std::string bounds;
@@ -172,9 +183,11 @@ int main(int argc, char** argv) {
     }
     fmt::print("{{\"kind\": \"step\", \"workload\": \"{}\", \"threads\": {}, \"median_ms\": {:.5f}, \"steps\": {}, "
                "\"gflops\": {:.2f}, \"allocations_per_step\": {}, \"regions_per_step\": {}, \"params\": {}, "
-               "\"peak_rss_mb\": {:.1f}, \"rss_growth_mb\": {:.1f}, \"tape_bytes\": {}{}}}\n",
+               "\"peak_rss_mb\": {:.1f}, \"rss_growth_mb\": {:.1f}, \"tape_bytes\": {}, \"release_grads\": {}, "
+               "\"checkpoint_every\": {}{}}}\n",
                w.name, threads, ms, m.timing.steps, w.flops() / (ms * 1e-3) / 1e9, m.timing.allocations,
-               m.timing.regions, m.params, rss, rss - rss_before, m.tape_bytes, bounds);
+               m.timing.regions, m.params, rss, rss - rss_before, m.tape_bytes, !keep_grads,
+               w.model == "stack" ? checkpoint_every : 0, bounds);
     std::fflush(stdout);  // a line per workload as it ends, for a reader of a long run
   }
   return 0;

@@ -46,7 +46,8 @@ inline const std::vector<Workload> kWorkloads = {{"W1", 32, 8, 16, 1, 16},
 // W5's model: embedding + learned positions -> TransformerStack (causal, pre-norm) -> LmHead.
 class StackModel : public Module<float> {
  public:
-  explicit StackModel(const Workload& w) : rng_(1) {
+  // checkpoint_every: TransformerStackOptions::checkpoint_every (0: every block's activations kept).
+  explicit StackModel(const Workload& w, Index checkpoint_every = 0) : rng_(1) {
     embed_ = std::make_unique<Embedding<float>>("embed", EmbeddingOptions{.vocab = w.V, .dim = w.d}, rng_);
     this->register_child(*embed_);
     pos_ = std::make_unique<Positions<float>>(
@@ -54,7 +55,7 @@ class StackModel : public Module<float> {
     this->register_child(*pos_);
     const TransformerBlockOptions block{.mode = AttentionMode::learnable, .d_model = w.d, .n_heads = w.H, .d_ff = w.ffn,
                                         .causal = true, .layernorm = true, .mlp = true, .dropout = 0};
-    stack_ = std::make_unique<TransformerStack<float>>("stack", TransformerStackOptions{.n_layers = w.layers, .block = block},
+    stack_ = std::make_unique<TransformerStack<float>>("stack", TransformerStackOptions{.n_layers = w.layers, .block = block, .checkpoint_every = checkpoint_every},
                                                        rng_);
     this->register_child(*stack_);
     head_ = std::make_unique<LmHead<float>>("head", LmHeadOptions{.d_model = w.d, .vocab = w.V}, rng_);
