@@ -181,8 +181,7 @@ void Tape<T>::backward(Var<T> output, const TensorT<T>& seed) {
   const std::size_t last = output.index + 1;
   // Gradients start as zero without being filled: the first rule to write one assigns (grad_whole).
   for (std::size_t i = 0; i < last; ++i) {
-    Node<T>& n = at(i);
-    n.grad_released = false;
+    Node<T>& n = at(i);  // grad_released is false: push() cleared it, and a recording is walked once
     if (n.requires_grad && !n.external_grad) {
       if (!release_grads_) n.grad.resize(n.val().shape());
       n.grad_fresh = true;

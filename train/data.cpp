@@ -97,9 +97,13 @@ Index Sampler::feistel(std::uint64_t x) const {
   return static_cast<Index>(x);
 }
 
+Index Sampler::order_at(Index position) const {
+  return stored_order() ? state_.order[static_cast<std::size_t>(position)] : feistel(static_cast<std::uint64_t>(position));
+}
+
 Index Sampler::at(Index position) const {
   if (position < 0 || position >= n_) fail<ValueError>("sampler: position {} is outside [0, {})", position, n_);
-  return stored_order() ? state_.order[static_cast<std::size_t>(position)] : feistel(static_cast<std::uint64_t>(position));
+  return order_at(position);
 }
 
 std::span<const Index> Sampler::next() {
@@ -108,8 +112,7 @@ std::span<const Index> Sampler::next() {
       ++state_.epoch;
       reshuffle();
     }
-    const Index c = state_.cursor++;
-    slot = stored_order() ? state_.order[static_cast<std::size_t>(c)] : feistel(static_cast<std::uint64_t>(c));
+    slot = order_at(state_.cursor++);
   }
   return current_;
 }
