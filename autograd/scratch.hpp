@@ -7,7 +7,9 @@
 // blocks of weights depend on that (autograd/ops_attention.cpp). Internal to autograd/.
 
 #include <cstddef>
-#include <vector>
+#include <type_traits>
+
+#include "tapegrad/core/parallel.hpp"
 
 #include "tapegrad/core/tensor.hpp"
 
@@ -25,17 +27,18 @@ enum class Scratch : std::size_t {
   mask_rows,           // softmax_rows, attention: what each row of a mask leaves open (MaskRow)
   attention_reach,     // attention: the keys each block of queries sees, when nothing is recorded
   norm_row,            // layer_norm: one row of x in double, for its statistics
+  norm_xhat,           // layer_norm backward: the normalised input, recomputed from x
   count
 };
+static_assert(static_cast<std::size_t>(Scratch::count) <= kScratchSlots);
 
 // At least `size` elements of the calling thread's buffer for `use`; its contents are whatever the last
-// user left there.
+// user left there. The buffers are core/parallel.hpp's (thread_scratch_bytes): every thread's grows to the
+// longest any thread asked for, so which thread meets which piece does not decide when one allocates.
 template <class T>
 T* thread_scratch(Scratch use, std::size_t size) {
-  thread_local std::vector<T, AlignedAllocator<T>> buffers[static_cast<std::size_t>(Scratch::count)];
-  auto& buffer = buffers[static_cast<std::size_t>(use)];
-  if (buffer.size() < size) buffer.resize(size);
-  return buffer.data();
+  static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= 64);
+  return reinterpret_cast<T*>(thread_scratch_bytes(static_cast<std::size_t>(use), size * sizeof(T)));
 }
 
 }  // namespace tapegrad::detail

@@ -310,6 +310,9 @@ void Tape<T>::reset() {
   pending_ = false;
   pending_node_ = nullptr;
   walked_ = false;
+  // Between steps no op holds a pointer into this thread's scratch: grow it to what the other threads met
+  // (core/parallel.hpp), so that a piece size first met on another thread costs no allocation here later.
+  detail::equalize_thread_scratch();
   inputs_.clear();  // keeps its capacity
   params_read_.clear();
   grads_valid_until_ = 0;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -200,6 +201,33 @@ namespace {
 // share is spread over the others, large enough that taking one (an atomic operation on a shared line)
 // and the work each piece repeats (a product's piece packs its own panels of B) stay small against it.
 // Not tuned yet: bench/busy_core.sh times the steps alone and beside a busy core, to tune it (and kSpin) by.
+// ---- Scratch (see detail::thread_scratch_bytes) ----
+// The longest length asked of each slot by any thread, and a count bumped whenever one rises, so that
+// a thread whose buffers are already as long (its `seen` matches) checks one atomic and nothing else.
+std::atomic<std::size_t> scratch_longest[detail::kScratchSlots];
+std::atomic<std::uint64_t> scratch_rises{0};
+
+struct ScratchSet {
+  std::vector<std::byte, AlignedAllocator<std::byte>> buffers[detail::kScratchSlots];
+  std::uint64_t seen = 0;  // scratch_rises when this set was last grown to every slot's longest
+
+  void grow_to_longest() {
+    const std::uint64_t rises = scratch_rises.load(std::memory_order_acquire);
+    if (rises == seen) return;
+    for (std::size_t slot = 0; slot < detail::kScratchSlots; ++slot) {
+      const std::size_t longest = scratch_longest[slot].load(std::memory_order_relaxed);
+      if (buffers[slot].size() < longest) buffers[slot].resize(longest);
+    }
+    seen = rises;
+  }
+};
+
+thread_local ScratchSet* worker_scratch = nullptr;  // a pool worker's set, owned by the pool
+ScratchSet& my_scratch() {
+  thread_local ScratchSet own;  // any other thread's
+  return worker_scratch ? *worker_scratch : own;
+}
+
 constexpr Index kPiecesPerThread = 4;
 
 // How long an idle worker spins (checking for a job) before it sleeps, and how long a caller spins for
@@ -274,6 +302,9 @@ class Pool {
   std::atomic<bool> stop_{false};
   std::atomic<bool> busy_{false};
   std::vector<std::thread> workers_;
+  // Worker i's scratch buffers: here, not in the thread, so that run() can grow them while the workers
+  // are idle (between jobs no piece runs, so no worker holds a pointer into them).
+  std::vector<std::unique_ptr<ScratchSet>> scratch_;
   pid_t owner_ = getpid();  // a forked child has the pool's memory but none of its threads
 };
 
@@ -308,6 +339,7 @@ void Pool::resize(int workers) {
   if (workers == this->workers()) return;
   stop_workers();
   workers_.reserve(static_cast<std::size_t>(workers));
+  while (scratch_.size() < static_cast<std::size_t>(workers)) scratch_.push_back(std::make_unique<ScratchSet>());
   for (int i = 0; i < workers; ++i) workers_.emplace_back([this, i] { work(i); });
 }
 
@@ -336,6 +368,7 @@ void Pool::run_piece(std::uint64_t taken) {
 
 void Pool::work(int index) {
   inside_split = true;
+  worker_scratch = scratch_[static_cast<std::size_t>(index)].get();
 #ifdef _OPENMP
   omp_set_num_threads(1);  // Eigen's products in a piece run on this thread, as they did inside a region
 #endif
@@ -362,6 +395,9 @@ void Pool::work(int index) {
 
 std::exception_ptr Pool::run(Index n, Index piece, std::uint64_t pieces, int helpers,
                              void (*body)(void*, Index, Index), void* context) {
+  // The last job is done (every piece counted, with acquire): no worker holds a pointer into its scratch
+  // until this job is published below, so growing their buffers here races with nothing.
+  for (int i = 0; i < helpers; ++i) scratch_[static_cast<std::size_t>(i)]->grow_to_longest();
   body_ = body;
   context_ = context;
   n_ = n;
@@ -436,6 +472,19 @@ void split_job(Index n, Index grain, int most, void (*body)(void*, Index, Index)
 }
 
 }  // namespace
+
+std::byte* detail::thread_scratch_bytes(std::size_t slot, std::size_t bytes) {
+  auto& buffer = my_scratch().buffers[slot];
+  if (buffer.size() >= bytes) return buffer.data();
+  std::size_t longest = scratch_longest[slot].load(std::memory_order_relaxed);
+  while (longest < bytes && !scratch_longest[slot].compare_exchange_weak(longest, bytes, std::memory_order_relaxed)) {
+  }
+  if (longest < bytes) scratch_rises.fetch_add(1, std::memory_order_release);
+  buffer.resize(std::max(bytes, longest));
+  return buffer.data();
+}
+
+void detail::equalize_thread_scratch() { my_scratch().grow_to_longest(); }
 
 void detail::parallel_chunks(Index n, Index grain, int most, void (*body)(void*, Index, Index), void* context) {
   split_job(n, grain, most, body, context, true);

@@ -5,6 +5,7 @@
 // of num_threads() - 1 workers started the first time work is split (again when the count changes), that
 // sleep when there is no work; OpenMP keeps only the count (and Eigen's own products, outside tapegrad's).
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -48,6 +49,19 @@ void set_parallel_crossover(const ParallelCrossover& c);  // ValueError on a neg
 
 namespace detail {
 void parallel_chunks(Index n, Index grain, int threads, void (*body)(void*, Index, Index), void* context);
+
+// Grow-only buffers of the calling thread, one per slot, each starting on a 64-byte boundary: what
+// autograd/scratch.hpp hands out (it names the slots). Each slot's buffer is at least `bytes` long and as
+// long as the longest any thread has asked of that slot, so that a thread that meets a size for the first
+// time a few steps in (pieces go to whichever thread is free) finds it already there: the pool grows its
+// idle workers' buffers to those lengths when it starts a job, and equalize_thread_scratch() grows the
+// calling thread's at a point where it holds no pointer into them (Tape::reset). A training step that
+// records the same ops as the last one thus allocates nothing, whichever thread ran which piece.
+inline constexpr std::size_t kScratchSlots = 16;
+std::byte* thread_scratch_bytes(std::size_t slot, std::size_t bytes);
+// Grows the calling thread's buffers to the longest asked of each slot. Invalidates every pointer the
+// thread holds into them: call it between operations only.
+void equalize_thread_scratch();
 }
 
 // How many threads work of this size is worth (1 when there is one thread): see ParallelCrossover.

@@ -2,11 +2,15 @@
 // (alloc_counter.cpp, linked into this executable only).
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "alloc_counter.hpp"
 #include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/core/parallel.hpp"
 #include "tapegrad/core/rng.hpp"
 #include "tapegrad/layers/transformer.hpp"
 #include "lesson/tasks.hpp"
@@ -192,10 +196,10 @@ TEST_CASE("alloc: a Trainer step (batch, forward, backward, clipping, Adam or SG
                 .schedule = {"cosine", to_settings(CosineOptions{.warmup_steps = 5, .total_steps = 100})},
                 .training = {.steps = 100, .clip = 1.0}},
                split.train);
-    // Warm-up: every thread's grow-only scratch (autograd/scratch.hpp) must have met the largest piece it
-    // will be handed, and pieces go to whichever thread is free (core/parallel.cpp), so a loaded machine
-    // may hand a worker a larger piece only after a few steps; ten make that unlikely, not impossible.
-    for (int i = 0; i < 10; ++i) run.trainer().step();
+    // Two warm-up steps, whatever the schedule: the first meets every scratch size (core/parallel.hpp), the
+    // second grows every thread's buffers to them (the tape's reset, the pool's first job), so a worker that
+    // is handed a larger piece later finds its buffer already that long (the test below).
+    for (int i = 0; i < 2; ++i) run.trainer().step();
     const long before = test::allocation_count();
     for (int i = 0; i < 20; ++i) run.trainer().step();
     CHECK(test::allocation_count() - before == 0);
@@ -225,7 +229,7 @@ TEST_CASE("alloc: a Trainer step on dense data (a tensor source, a user's loss w
     return {cross_entropy(logits, batch.labels), logits};
   }, {.steps = 100, .batch = 16});
   trainer.add_metric("accuracy", metrics::accuracy);
-  for (int i = 0; i < 10; ++i) trainer.step();  // warm-up, as above
+  for (int i = 0; i < 2; ++i) trainer.step();  // warm-up, as above
   const long before = test::allocation_count();
   for (int i = 0; i < 20; ++i) trainer.step();
   CHECK(test::allocation_count() - before == 0);
@@ -265,6 +269,51 @@ TEST_CASE("alloc: a step through a checkpointed TransformerStack (dropout, paddi
   CHECK(test::allocation_count() - before == 0);
   CHECK(std::isfinite(last));
   CHECK(tape.sub_tape().size() > 0);  // the blocks did run on the sub-tape
+}
+
+TEST_CASE("alloc: a worker handed a piece that needs a scratch size met first on another thread allocates nothing") {
+  // Pieces go to whichever thread is free, so a worker may first meet a size several steps after the
+  // thread that met it first. The slot below is one no op uses, so only this test's sizes are in it.
+  constexpr std::size_t slot = detail::kScratchSlots - 1;
+  constexpr std::size_t bytes = std::size_t{3} << 20;
+  struct Restore {
+    int threads = num_threads();
+    ParallelCrossover crossover = parallel_crossover();
+    ~Restore() {
+      set_num_threads(threads);
+      set_parallel_crossover(crossover);
+    }
+  } restore;
+  set_num_threads(2);
+  ParallelCrossover always = parallel_crossover();
+  always.min_elements = 0;
+  set_parallel_crossover(always);
+  detail::thread_scratch_bytes(slot, bytes);  // met here first, outside any job
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> worker_ran{false};
+  auto job = [&](bool use_scratch) {
+    parallel_for(64, threads_for_elements(1e9), [&](Index, Index) {
+      if (use_scratch) detail::thread_scratch_bytes(slot, bytes)[bytes - 1] = std::byte{1};
+      if (std::this_thread::get_id() != caller) worker_ran.store(true, std::memory_order_relaxed);
+      std::this_thread::sleep_for(std::chrono::microseconds(500));  // long enough that the worker takes some
+    });
+  };
+  job(false);  // the pool's workers exist, idle, and were grown when this job started
+  worker_ran = false;
+  const long before = test::allocation_count();
+  for (int tries = 0; tries < 50 && !worker_ran.load(); ++tries) job(true);  // until a worker took a piece
+  CHECK(test::allocation_count() - before == 0);
+  CHECK(worker_ran.load());
+  // A thread of the user's own, which has never asked for the slot, gets the length at its next
+  // equalize_thread_scratch() (a tape's reset) and then finds it there.
+  long in_thread = -1;
+  std::thread([&] {
+    detail::equalize_thread_scratch();
+    const long start = test::allocation_count();
+    detail::thread_scratch_bytes(slot, bytes);
+    in_thread = test::allocation_count() - start;
+  }).join();
+  CHECK(in_thread == 0);
 }
 
 TEST_CASE("alloc: the counter does count (a check that cannot fail would prove nothing)") {
