@@ -16,41 +16,57 @@ struct DropoutSaved {
   std::size_t heap_bytes() const { return buffer_bytes(factor); }
 };
 
-// What layer_norm keeps: the normalised input and each row's 1 / sqrt(var + eps).
+// What layer_norm keeps: each row's mean and 1 / sqrt(var + eps), in the double they were computed in.
+// Not the normalised input: backward recomputes it from x (which the tape keeps anyway, as x's node's
+// value) with the forward's own arithmetic, so it has the same bits, and the op's saved state is two
+// numbers a row instead of a copy of x (as PyTorch's native_layer_norm keeps mean and rstd).
 template <class T>
 struct LayerNormSaved {
-  TensorT<T> xhat;  // x's shape: (x - mean) * rstd
-  TensorT<T> rstd;  // (rows, 1), one per flat row of x
-  std::size_t heap_bytes() const { return buffer_bytes(xhat, rstd); }
+  TensorT<double> stats;  // (rows, 2): mean, rstd per flat row of x
+  std::size_t heap_bytes() const { return buffer_bytes(stats); }
 };
 
 // gamma and beta are rows of x's width: (D) or (1, D).
 bool is_row_of(const Shape& p, Index width) { return p.rank <= 2 && p.batch == 1 && p.rows == 1 && p.cols == width; }
 
-// Per row of x: xhat = (x - mean) rstd with the statistics in double, y = xhat * gamma + beta, and rstd
-// (one per row). xhat, y (x's shape) and rstd are sized by the caller.
+// Row r of xhat = (x - mean) rstd, computed in double from x's row and cast to T, in the arithmetic of
+// normalize_rows, so that backward's recomputed xhat has the forward's bits (the suite's golden values
+// and bit-identity tests would see a difference).
+template <class T, class Row, class Out>
+void xhat_row(const Row& x_row, double mean, double rstd, Eigen::Map<Eigen::ArrayXd>& xr, Out&& out) {
+  xr = x_row.transpose().array().template cast<double>();
+  xr -= mean;
+  out = (xr * rstd).transpose().template cast<T>();
+}
+
+// The calling thread's row of doubles for one row of x (grow-only scratch).
+inline Eigen::Map<Eigen::ArrayXd> double_row(Index cols) {
+  return {detail::thread_scratch<double>(detail::Scratch::norm_row, static_cast<std::size_t>(cols)), cols};
+}
+
+// Per row of x: mean and rstd with the statistics in double (saved in stats), y = xhat * gamma + beta.
+// y (x's shape) and stats ((rows, 2)) are sized by the caller.
 template <class T>
-void normalize_rows(const TensorT<T>& x, const TensorT<T>& gamma, const TensorT<T>& beta, double eps, TensorT<T>& xhat,
-                    TensorT<T>& rstd_out, TensorT<T>& y) {
+void normalize_rows(const TensorT<T>& x, const TensorT<T>& gamma, const TensorT<T>& beta, double eps,
+                    TensorT<double>& stats, TensorT<T>& y) {
   const auto X = x.flat();                       // (rows, D)
   const auto G = gamma.flat().row(0).array();    // (D)
   const auto Bt = beta.flat().row(0).array();    // (D)
-  auto XH = xhat.flat();
   auto Y = y.flat();
   parallel_rows(X.rows(), X.cols(), [&](Index first, Index rows) {  // row by row: split in row ranges when large
     // The row in double, converted once: read through a lazy cast, each of the three passes converted it
     // again, element by element, at several times the cost for the same values (docs/performance.md;
     // OMP_NUM_THREADS=1 build/bench/step_bench --workloads W5).
-    Eigen::Map<Eigen::ArrayXd> xr(detail::thread_scratch<double>(detail::Scratch::norm_row, static_cast<std::size_t>(X.cols())),
-                                  X.cols());
+    auto xr = double_row(X.cols());
     for (Index r = first; r < first + rows; ++r) {
       xr = X.row(r).transpose().array().template cast<double>();
       const double mean = xr.mean();
       xr -= mean;
       const double rstd = 1 / std::sqrt(xr.square().mean() + eps);
-      XH.row(r).array() = (xr * rstd).transpose().template cast<T>();
-      rstd_out[r] = static_cast<T>(rstd);
-      Y.row(r).array() = XH.row(r).array() * G + Bt;
+      stats[2 * r] = mean;
+      stats[2 * r + 1] = rstd;
+      Y.row(r).array() = (xr * rstd).transpose().template cast<T>();  // xhat as xhat_row forms it, then y in place
+      Y.row(r).array() = Y.row(r).array() * G + Bt;
     }
   }, 4);
 }
@@ -104,30 +120,54 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) 
   if (!(eps > 0) || !std::isfinite(eps)) fail<ValueError>("layer_norm: eps must be positive and finite, got {}", eps);
   Node<T>& n = t.record("layer_norm", {x, gamma, beta}, s, where);
   auto& saved = n.template save<LayerNormSaved<T>>();
-  saved.xhat.resize(s);
-  saved.rstd.resize(Shape::mat(s.flat_rows(), 1));
-  normalize_rows(t.node(x).val(), t.node(gamma).val(), t.node(beta).val(), eps, saved.xhat, saved.rstd, n.value);
+  saved.stats.resize(Shape::mat(s.flat_rows(), 2));
+  normalize_rows(t.node(x).val(), t.node(gamma).val(), t.node(beta).val(), eps, saved.stats, n.value);
   n.backward = [](Tape<T>& tp, Node<T>& node) {
-    const auto& st = node.template saved<LayerNormSaved<T>>();
+    const auto& stats = node.template saved<LayerNormSaved<T>>().stats;
     const auto dY = node.grad.flat();  // (rows, D)
-    const auto XHat = st.xhat.flat();
-    if (const auto dX = tp.input_node(node, 0).grad_whole()) {
+    const auto X = tp.input_node(node, 0).val().flat();
+    const Index rows = dY.rows(), cols = dY.cols();
+    const auto dX = tp.input_node(node, 0).grad_whole();
+    const auto dGamma = tp.input_node(node, 1).grad_whole();
+    const auto dBeta = tp.input_node(node, 2).grad_whole();
+    // One pass over the rows recomputes xhat (into the calling thread's scratch: one buffer for every
+    // layer_norm's backward, not a copy per node) and forms dx from it; one pass over the columns sums
+    // dgamma and dbeta: two parallel regions, not three or four.
+    const bool need_xhat = dX || dGamma;
+    MatrixMap<T> XHat(
+        need_xhat ? detail::thread_scratch<T>(detail::Scratch::norm_xhat, static_cast<std::size_t>(X.size())) : nullptr,
+        rows, cols);
+    if (need_xhat) {
       const auto Gam = tp.input_node(node, 1).val().flat().row(0).array();
-      auto dx = dX.grad->flat();
-      parallel_rows(dY.rows(), dY.cols(), [&](Index first, Index rows) {
-        for (Index r = first; r < first + rows; ++r) {
+      parallel_rows(rows, cols, [&](Index first, Index count) {
+        auto xr = double_row(cols);
+        for (Index r = first; r < first + count; ++r) {
+          xhat_row<T>(X.row(r), stats[2 * r], stats[2 * r + 1], xr, XHat.row(r).array());
+          if (!dX) continue;
           const auto dxhat = dY.row(r).array() * Gam;
           const T mean_dxhat = dxhat.mean();
           const T mean_dxhat_xhat = (dxhat * XHat.row(r).array()).mean();
-          write_grad(dx.row(r).array(), st.rstd[r] * (dxhat - mean_dxhat - XHat.row(r).array() * mean_dxhat_xhat),
+          const T rstd = static_cast<T>(stats[2 * r + 1]);
+          write_grad(dX.grad->flat().row(r).array(), rstd * (dxhat - mean_dxhat - XHat.row(r).array() * mean_dxhat_xhat),
                      dX.assign);
         }
-      }, 3);
+      }, dX ? 5 : 2);
     }
-    if (const auto dGamma = tp.input_node(node, 1).grad_whole())
-      write_column_sums(*dGamma.grad, dY.array() * XHat.array(), dGamma.assign);
-    if (const auto dBeta = tp.input_node(node, 2).grad_whole())
-      write_column_sums(*dBeta.grad, dY.array(), dBeta.assign);
+    if (!dGamma && !dBeta) return;
+    // Each column summed by one thread over the rows in order, as write_column_sums does (same bits).
+    parallel_for(
+        cols, threads_for_elements(2.0 * static_cast<double>(rows) * static_cast<double>(cols)),
+        [&](Index first, Index last) {
+          const Index width = last - first;
+          if (dGamma)
+            write_grad(dGamma.grad->flat().row(0).array().segment(first, width),
+                       (dY.array() * XHat.array()).middleCols(first, width).colwise().sum(),
+                       dGamma.assign);
+          if (dBeta)
+            write_grad(dBeta.grad->flat().row(0).array().segment(first, width),
+                       dY.array().middleCols(first, width).colwise().sum(), dBeta.assign);
+        },
+        16);
   };
   return t.commit(n);
 }
