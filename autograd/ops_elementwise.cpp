@@ -133,6 +133,19 @@ void binary_backward(Tape<T>& t, Node<T>& n) {
   Node<T>& na = t.input_node(n, 0);
   Node<T>& nb = t.input_node(n, 1);
   const TensorT<T>& dC = n.grad;
+  if ((kind == Binary::add || kind == Binary::sub) && bc == Broadcast::same) {
+    // Both gradients in one pass over dC (a residual connection's add, twice a block): one parallel region,
+    // not two. The same expressions per element as below, in the same order when a and b are one node.
+    const auto dA = na.grad_whole();
+    const auto dB = nb.grad_whole();
+    parallel_rows(dC.shape().flat_rows(), dC.cols(), [&](Index r, Index k) {
+      const auto g = dC.flat().middleRows(r, k).array();
+      if (dA) write_grad(dA.grad->flat().middleRows(r, k).array(), g, dA.assign);
+      if (dB && kind == Binary::add) write_grad(dB.grad->flat().middleRows(r, k).array(), g, dB.assign);
+      if (dB && kind == Binary::sub) write_grad(dB.grad->flat().middleRows(r, k).array(), -g, dB.assign);
+    }, dA && dB ? 2 : 1);
+    return;
+  }
   if (const auto dA = na.grad_whole()) {
     if (kind == Binary::mul)
       broadcast_apply(bc, dC, nb.val(), *dA.grad,

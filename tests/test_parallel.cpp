@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <memory>
 #include <mutex>
 #include <string_view>
 #include <thread>
@@ -504,4 +505,78 @@ TEST_CASE("parallel: an exception thrown by any thread of a split comes out on t
   Var<double> y = sum(apply(ThrowsInPart{}, {x}));
   CHECK_THROWS_WITH_AS(tape.backward(y), "throws_in_part: refused the chunk ending at 4096", ValueError);
   if (have_openmp()) CHECK(parallel_regions_started() > regions_before);  // the work was split
+}
+
+TEST_CASE("parallel: a residual add's backward takes one region, layer_norm's two, an optimizer's update one") {
+  // Each region is a start and a wait for every thread (a parked one holds it up): issue 41 fused these.
+  if (!have_openmp()) return;
+  RestoreThreads restore;
+  set_num_threads(2);
+  const PinCrossover pin(0, 0);  // everything that can be split is
+  Rng rng(41);
+  const Shape s = Shape::batched(2, 48, 64);
+  Parameter<float> a("a", test::random_tensor<float>(s, rng)), b("b", test::random_tensor<float>(s, rng));
+  Parameter<float> gain("gain", test::random_tensor<float>(Shape::vec(64), rng));
+  Parameter<float> shift("shift", test::random_tensor<float>(Shape::vec(64), rng));
+  const Tensor seed = test::random_tensor<float>(s, rng);
+  auto regions_of_backward = [&](auto record) {
+    Tape<float> tape;
+    Var<float> y = record(tape);
+    const std::uint64_t before = parallel_regions_started();
+    tape.backward(y, seed);  // only y's own rule runs: its inputs are leaves
+    return parallel_regions_started() - before;
+  };
+  CHECK(regions_of_backward([&](Tape<float>& t) { return add(t.param(a), t.param(b)); }) == 1);
+  CHECK(regions_of_backward([&](Tape<float>& t) { return sub(t.param(a), t.param(b)); }) == 1);
+  CHECK(regions_of_backward([&](Tape<float>& t) { return layer_norm(t.param(a), t.param(gain), t.param(shift)); }) == 2);
+
+  std::vector<Parameter<float>*> params = {&a, &b, &gain, &shift};
+  Adam<float> adam(params, {.lr = 0.01});
+  SGD<float> sgd(params, {.lr = 0.01, .momentum = 0.9, .nesterov = true});
+  for (Optimizer<float>* opt : std::initializer_list<Optimizer<float>*>{&adam, &sgd}) {
+    const std::uint64_t before = parallel_regions_started();
+    opt->step();
+    CHECK(parallel_regions_started() - before == 1);
+  }
+}
+
+TEST_CASE("parallel: an optimizer's one-region update equals each parameter updated alone, bit for bit") {
+  // The parameters are laid end to end and cut in pieces across them (Optimizer::for_each_range): every
+  // element must be updated once, by its own parameter's rule, as a pass over that parameter alone does.
+  RestoreThreads restore;
+  const PinCrossover pin(0, 0);
+  Rng rng(42);
+  const std::vector<Shape> shapes = {Shape::vec(1), Shape::mat(0, 3), Shape::vec(17), Shape::mat(33, 7),
+                                     Shape::vec(16), Shape::mat(64, 65), Shape::vec(5)};
+  auto make = [&](std::vector<std::unique_ptr<Parameter<float>>>& out, Rng r) {
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      out.push_back(std::make_unique<Parameter<float>>(fmt::format("p{}", i), test::random_tensor<float>(shapes[i], r)));
+      out.back()->grad = test::random_tensor<float>(shapes[i], r);
+    }
+  };
+  for (int kind = 0; kind < 3; ++kind) {
+    CAPTURE(kind);
+    std::vector<std::unique_ptr<Parameter<float>>> together, alone;
+    make(together, rng);
+    make(alone, rng);
+    auto optimizer = [&](std::vector<Parameter<float>*> ps) -> std::unique_ptr<Optimizer<float>> {
+      if (kind == 0) return std::make_unique<Adam<float>>(ps, AdamOptions{.lr = 0.01, .weight_decay = 0.1});
+      if (kind == 1) return std::make_unique<AdamW<float>>(ps, AdamOptions{.lr = 0.01, .weight_decay = 0.1});
+      return std::make_unique<SGD<float>>(ps, SgdOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
+    };
+    std::vector<Parameter<float>*> all;
+    for (auto& p : together) all.push_back(p.get());
+    set_num_threads(have_openmp() ? 2 : 1);
+    auto joint = optimizer(all);
+    for (int step = 0; step < 3; ++step) joint->step();
+    set_num_threads(1);
+    for (auto& p : alone) {
+      auto single = optimizer({p.get()});
+      for (int step = 0; step < 3; ++step) single->step();
+    }
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      CAPTURE(i);
+      CHECK(together[i]->value == alone[i]->value);
+    }
+  }
 }

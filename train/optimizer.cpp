@@ -205,36 +205,38 @@ void SGD<T>::update(double lr_now, std::int64_t) {
   const T lr = static_cast<T>(lr_now), momentum = static_cast<T>(o.momentum);
   const T keep = static_cast<T>(1 - o.dampening), weight_decay = static_cast<T>(o.weight_decay);
   const auto& params = this->params();
+  first_.resize(params.size());  // allocates on the first update only
   for (std::size_t i = 0; i < params.size(); ++i) {
-    auto& buffers = this->buffers(i);
-    const bool first = o.momentum != 0 && buffers.empty();
-    if (first) this->create_buffers(i);
-    // Element ranges over the threads when the parameter is large (core/parallel.hpp).
-    parallel_rows(params[i]->value.numel(), 1, [&](Index from, Index count) {
-      auto p = params[i]->value.array().segment(from, count);
-      const auto grad = std::as_const(params[i]->grad).array().segment(from, count);
-      // d_p is an expression (grad or grad + wd p), evaluated where it is used.
-      auto update = [&](const auto& d_p) {
-        if (o.momentum == 0) {
-          p -= lr * d_p;  // p -= lr d_p
-          return;
-        }
-        auto buf = buffers[0].array().segment(from, count);
-        if (first)
-          buf = d_p;  // first step: buf = d_p (no dampening)
-        else
-          buf = momentum * buf + keep * d_p;  // buf = momentum buf + (1 - dampening) d_p
-        if (o.nesterov)
-          p -= lr * (d_p + momentum * buf);  // p -= lr (d_p + momentum buf)
-        else
-          p -= lr * buf;  // p -= lr buf
-      };
-      if (o.weight_decay != 0)
-        update(grad + weight_decay * p);  // d_p = grad + wd p
-      else
-        update(grad);  // d_p = grad (torch skips the addition, so p = inf stays out of it)
-    });
+    first_[i] = o.momentum != 0 && this->buffers(i).empty();
+    if (first_[i]) this->create_buffers(i);
   }
+  // Every parameter in one parallel region, in element ranges (Optimizer::for_each_range).
+  this->for_each_range([&](std::size_t i, Index from, Index count) {
+    auto p = params[i]->value.array().segment(from, count);
+    const auto grad = std::as_const(params[i]->grad).array().segment(from, count);
+    auto& buffers = this->buffers(i);
+    const bool first = first_[i] != 0;
+    // d_p is an expression (grad or grad + wd p), evaluated where it is used.
+    auto update = [&](const auto& d_p) {
+      if (o.momentum == 0) {
+        p -= lr * d_p;  // p -= lr d_p
+        return;
+      }
+      auto buf = buffers[0].array().segment(from, count);
+      if (first)
+        buf = d_p;  // first step: buf = d_p (no dampening)
+      else
+        buf = momentum * buf + keep * d_p;  // buf = momentum buf + (1 - dampening) d_p
+      if (o.nesterov)
+        p -= lr * (d_p + momentum * buf);  // p -= lr (d_p + momentum buf)
+      else
+        p -= lr * buf;  // p -= lr buf
+    };
+    if (o.weight_decay != 0)
+      update(grad + weight_decay * p);  // d_p = grad + wd p
+    else
+      update(grad);  // d_p = grad (torch skips the addition, so p = inf stays out of it)
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -307,28 +309,27 @@ void AdamFamily<T>::update(double lr, std::int64_t step) {
   const T eps = static_cast<T>(o.eps), weight_decay = static_cast<T>(o.weight_decay);
   const T decay = static_cast<T>(1 - lr * o.weight_decay);
   const auto& params = this->params();
-  for (std::size_t i = 0; i < params.size(); ++i) {
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (this->buffers(i).empty()) this->create_buffers(i);  // m = v = 0
+  // Every parameter in one parallel region, in element ranges (Optimizer::for_each_range).
+  this->for_each_range([&](std::size_t i, Index from, Index count) {
+    auto p = params[i]->value.array().segment(from, count);
+    const auto grad = std::as_const(params[i]->grad).array().segment(from, count);
     auto& buffers = this->buffers(i);
-    if (buffers.empty()) this->create_buffers(i);  // m = v = 0
-    // Element ranges over the threads when the parameter is large (core/parallel.hpp).
-    parallel_rows(params[i]->value.numel(), 1, [&](Index from, Index count) {
-      auto p = params[i]->value.array().segment(from, count);
-      const auto grad = std::as_const(params[i]->grad).array().segment(from, count);
-      auto m = buffers[0].array().segment(from, count), v = buffers[1].array().segment(from, count);
-      // AdamW: p *= 1 - lr wd (torch does it even for wd = 0: a no-op, so skipping it changes no bit)
-      if (decoupled_decay_ && decays(i)) p *= decay;
-      auto update = [&](const auto& g) {
-        m = beta1 * m + one_minus_beta1 * g;        // m = beta1 m + (1 - beta1) g
-        v = beta2 * v + (one_minus_beta2 * g) * g;  // v = beta2 v + (1 - beta2) g^2
-        // p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-        p += (neg_step_size * m) / (v.sqrt() / bias_correction2_sqrt + eps);
-      };
-      if (!decoupled_decay_ && o.weight_decay != 0 && decays(i))
-        update(grad + weight_decay * p);  // Adam: g = grad + wd p
-      else
-        update(grad);
-    });
-  }
+    auto m = buffers[0].array().segment(from, count), v = buffers[1].array().segment(from, count);
+    // AdamW: p *= 1 - lr wd (torch does it even for wd = 0: a no-op, so skipping it changes no bit)
+    if (decoupled_decay_ && decays(i)) p *= decay;
+    auto update = [&](const auto& g) {
+      m = beta1 * m + one_minus_beta1 * g;        // m = beta1 m + (1 - beta1) g
+      v = beta2 * v + (one_minus_beta2 * g) * g;  // v = beta2 v + (1 - beta2) g^2
+      // p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+      p += (neg_step_size * m) / (v.sqrt() / bias_correction2_sqrt + eps);
+    };
+    if (!decoupled_decay_ && o.weight_decay != 0 && decays(i))
+      update(grad + weight_decay * p);  // Adam: g = grad + wd p
+    else
+      update(grad);
+  });
 }
 
 template <class T>
