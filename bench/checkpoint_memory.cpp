@@ -6,9 +6,9 @@
 // built model (RSS after the steps minus before the first: the tapes' buffers and the threads' scratch),
 // and the nodes on the tape and on its sub-tape.
 //
-//   OMP_NUM_THREADS=2 build/examples/checkpoint_memory 0     # every block kept
-//   OMP_NUM_THREADS=2 build/examples/checkpoint_memory 1     # every block recomputed in backward
-//   OMP_NUM_THREADS=2 build/examples/checkpoint_memory 1 w6
+//   OMP_NUM_THREADS=2 build/bench/checkpoint_memory 0     # every block kept
+//   OMP_NUM_THREADS=2 build/bench/checkpoint_memory 1     # every block recomputed in backward
+//   OMP_NUM_THREADS=2 build/bench/checkpoint_memory 1 w6
 #include <sys/resource.h>
 #include <unistd.h>
 
