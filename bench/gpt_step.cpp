@@ -48,16 +48,19 @@ int main(int argc, char** argv) {
     for (int i = 0; i < warmup; ++i) trainer.step();
     std::vector<double> per_step;
     double loss = 0;
+    const std::uint64_t regions_before = parallel_regions_started();
     for (int r = 0; r < repeats; ++r) {
       const auto start = bench::Clock::now();
       for (int i = 0; i < steps; ++i) loss = trainer.step();
       per_step.push_back(bench::seconds_since(start) / steps);
     }
     const double seconds = bench::median(per_step);
+    // Parallel regions a step (core/parallel.hpp): each is a start and a wait for every thread.
+    const double regions = static_cast<double>(parallel_regions_started() - regions_before) / (steps * repeats);
     fmt::print("{{\"program\": \"tapegrad\", \"attention\": \"{}\", \"parameters\": {}, \"batch\": {}, \"context\": {}, "
-               "\"threads\": {}, \"step_ms\": {:.3f}, \"chars_per_second\": {:.0f}, \"loss\": {:.4f}}}\n",
+               "\"threads\": {}, \"step_ms\": {:.3f}, \"chars_per_second\": {:.0f}, \"loss\": {:.4f}, \"regions_per_step\": {:.1f}}}\n",
                attention, model.parameter_count(), kBatch, kContext, num_threads(), 1e3 * seconds,
-               static_cast<double>(kBatch * kContext) / seconds, loss);
+               static_cast<double>(kBatch * kContext) / seconds, loss, regions);
     return 0;
   });
 }
