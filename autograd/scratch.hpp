@@ -10,7 +10,6 @@
 #include <type_traits>
 
 #include "tapegrad/core/parallel.hpp"
-
 #include "tapegrad/core/tensor.hpp"
 
 namespace tapegrad::detail {

@@ -197,10 +197,6 @@ int threads_for_elements(double elements) {
 // hundreds of times a step, made two threads slower than one.)
 namespace {
 
-// A piece is about 1 / kPiecesPerThread of a thread's even share: small enough that a parked thread's
-// share is spread over the others, large enough that taking one (an atomic operation on a shared line)
-// and the work each piece repeats (a product's piece packs its own panels of B) stay small against it.
-// Not tuned yet: bench/busy_core.sh times the steps alone and beside a busy core, to tune it (and kSpin) by.
 // ---- Scratch (see detail::thread_scratch_bytes) ----
 // The longest length asked of each slot by any thread, and a count bumped whenever one rises, so that
 // a thread whose buffers are already as long (its `seen` matches) checks one atomic and nothing else.
@@ -228,6 +224,10 @@ ScratchSet& my_scratch() {
   return worker_scratch ? *worker_scratch : own;
 }
 
+// A piece is about 1 / kPiecesPerThread of a thread's even share: small enough that a parked thread's
+// share is spread over the others, large enough that taking one (an atomic operation on a shared line)
+// and the work each piece repeats (a product's piece packs its own panels of B) stay small against it.
+// Not tuned yet: bench/busy_core.sh times the steps alone and beside a busy core, to tune it (and kSpin) by.
 constexpr Index kPiecesPerThread = 4;
 
 // How long an idle worker spins (checking for a job) before it sleeps, and how long a caller spins for
