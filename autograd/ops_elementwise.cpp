@@ -138,11 +138,12 @@ void binary_backward(Tape<T>& t, Node<T>& n) {
     // not two. The same expressions per element as below, in the same order when a and b are one node.
     const auto dA = na.grad_whole();
     const auto dB = nb.grad_whole();
+    const bool subtract = kind == Binary::sub;  // a copy: clang 14 cannot capture a structured binding
     parallel_rows(dC.shape().flat_rows(), dC.cols(), [&](Index r, Index k) {
       const auto g = dC.flat().middleRows(r, k).array();
       if (dA) write_grad(dA.grad->flat().middleRows(r, k).array(), g, dA.assign);
-      if (dB && kind == Binary::add) write_grad(dB.grad->flat().middleRows(r, k).array(), g, dB.assign);
-      if (dB && kind == Binary::sub) write_grad(dB.grad->flat().middleRows(r, k).array(), -g, dB.assign);
+      if (dB && !subtract) write_grad(dB.grad->flat().middleRows(r, k).array(), g, dB.assign);
+      if (dB && subtract) write_grad(dB.grad->flat().middleRows(r, k).array(), -g, dB.assign);
     }, dA && dB ? 2 : 1);
     return;
   }
