@@ -30,10 +30,11 @@ int main() {
     return 0;
   }
   const ParallelCrossover& c = parallel_crossover();
-  fmt::print("crossover measured at start-up: a parallel region costs {:.2f} us; one thread does {:.0f} multiply-adds/us "
+  fmt::print("crossover measured at start-up: a parallel region costs {:.2f} us{}; one thread does {:.0f} multiply-adds/us "
              "and {:.0f} elementwise elements/us; so products split from {:.0f} multiply-adds, elementwise passes "
              "from {:.0f} elements\n",
-             c.region_us, c.macs_per_us, c.elements_per_us, c.min_macs, c.min_elements);
+             c.region_us, c.region_assumed ? " (assumed: too busy to measure)" : "", c.macs_per_us, c.elements_per_us,
+             c.min_macs, c.min_elements);
   // m x k times k x n
   const std::vector<std::array<Index, 3>> shapes = {
       {64, 64, 64},    {256, 33, 33},   {128, 128, 128}, {512, 64, 64},     {256, 256, 32},    {256, 32, 256},

@@ -48,7 +48,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < warmup; ++i) trainer.step();
     std::vector<double> per_step;
     double loss = 0;
-    const std::uint64_t regions_before = parallel_regions_started();
+    const std::uint64_t regions_before = parallel_regions_started(), straggles_before = parallel_straggles();
+    const double waited_before = parallel_straggle_wait_us();
     for (int r = 0; r < repeats; ++r) {
       const auto start = bench::Clock::now();
       for (int i = 0; i < steps; ++i) loss = trainer.step();
@@ -57,10 +58,14 @@ int main(int argc, char** argv) {
     const double seconds = bench::median(per_step);
     // Parallel regions a step (core/parallel.hpp): each is a start and a wait for every thread.
     const double regions = static_cast<double>(parallel_regions_started() - regions_before) / (steps * repeats);
+    // ... and those that waited for a thread the scheduler had parked (detail::BackOff)
+    const double straggles = static_cast<double>(parallel_straggles() - straggles_before) / (steps * repeats);
+    const double straggle_ms = 1e-3 * (parallel_straggle_wait_us() - waited_before) / (steps * repeats);
     fmt::print("{{\"program\": \"tapegrad\", \"attention\": \"{}\", \"parameters\": {}, \"batch\": {}, \"context\": {}, "
-               "\"threads\": {}, \"step_ms\": {:.3f}, \"chars_per_second\": {:.0f}, \"loss\": {:.4f}, \"regions_per_step\": {:.1f}}}\n",
+               "\"threads\": {}, \"step_ms\": {:.3f}, \"chars_per_second\": {:.0f}, \"loss\": {:.4f}, \"regions_per_step\": {:.1f}, "
+               "\"straggles_per_step\": {:.3g}, \"straggle_ms_per_step\": {:.3g}}}\n",
                attention, model.parameter_count(), kBatch, kContext, num_threads(), 1e3 * seconds,
-               static_cast<double>(kBatch * kContext) / seconds, loss, regions);
+               static_cast<double>(kBatch * kContext) / seconds, loss, regions, straggles, straggle_ms);
     return 0;
   });
 }

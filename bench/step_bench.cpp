@@ -54,7 +54,7 @@ namespace {
 struct StepTiming {
   double median_ms = 0;
   std::size_t steps = 0;
-  double allocations = 0, regions = 0;  // per step
+  double allocations = 0, regions = 0, straggles = 0, straggle_ms = 0;  // per step
 };
 
 // Times `step` (after 5 untimed steps that size every buffer).
@@ -64,7 +64,8 @@ StepTiming time_steps(Step step, double seconds, std::size_t max_steps) {
   std::vector<double> times;
   times.reserve(max_steps + 1);  // the timing must not allocate while allocations are counted
   const long before = test::allocation_count();
-  const std::uint64_t regions_before = parallel_regions_started();
+  const std::uint64_t regions_before = parallel_regions_started(), straggles_before = parallel_straggles();
+  const double waited_before = parallel_straggle_wait_us();
   const auto start = Clock::now();
   while (times.size() < 10 || (bench::seconds_since(start) < seconds && times.size() < max_steps)) {
     const auto t0 = Clock::now();
@@ -75,7 +76,10 @@ StepTiming time_steps(Step step, double seconds, std::size_t max_steps) {
   const double allocations = static_cast<double>(test::allocation_count() - before) / steps;
   // Parallel regions a step starts: 0 when nothing in it is worth a second thread (core/parallel.hpp).
   const double regions = static_cast<double>(parallel_regions_started() - regions_before) / steps;
-  return {bench::median(std::move(times)), static_cast<std::size_t>(steps), allocations, regions};
+  // ... and how many of them waited for a thread the scheduler had parked (detail::BackOff).
+  const double straggles = static_cast<double>(parallel_straggles() - straggles_before) / steps;
+  const double straggle_ms = 1e-3 * (parallel_straggle_wait_us() - waited_before) / steps;
+  return {bench::median(std::move(times)), static_cast<std::size_t>(steps), allocations, regions, straggles, straggle_ms};
 }
 
 struct Measured {
@@ -182,11 +186,13 @@ int main(int argc, char** argv) {
       bounds += fmt::format(", \"shape_bound_ms\": {:.5f}, \"x_shape_bound\": {:.3f}", shape_ms, ms / shape_ms);
     }
     fmt::print("{{\"kind\": \"step\", \"workload\": \"{}\", \"threads\": {}, \"median_ms\": {:.5f}, \"steps\": {}, "
-               "\"gflops\": {:.2f}, \"allocations_per_step\": {}, \"regions_per_step\": {}, \"params\": {}, "
+               "\"gflops\": {:.2f}, \"allocations_per_step\": {}, \"regions_per_step\": {}, \"straggles_per_step\": {:.3g}, "
+               "\"straggle_ms_per_step\": {:.3g}, "
+               "\"params\": {}, "
                "\"peak_rss_mb\": {:.1f}, \"rss_growth_mb\": {:.1f}, \"tape_bytes\": {}, \"release_grads\": {}, "
                "\"checkpoint_every\": {}{}}}\n",
                w.name, threads, ms, m.timing.steps, w.flops() / (ms * 1e-3) / 1e9, m.timing.allocations,
-               m.timing.regions, m.params, rss, rss - rss_before, m.tape_bytes, !keep_grads,
+               m.timing.regions, m.timing.straggles, m.timing.straggle_ms, m.params, rss, rss - rss_before, m.tape_bytes, !keep_grads,
                w.model == "stack" ? checkpoint_every : 0, bounds);
     std::fflush(stdout);  // a line per workload as it ends, for a reader of a long run
   }

@@ -8,6 +8,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -54,29 +55,24 @@ using Clock = std::chrono::steady_clock;
 // serially on the thread that reaches it (no nested splitting).
 thread_local bool inside_split = false;
 
-// Runs body over [0, n) split over up to `most` threads, or on this thread alone (see parallel_chunks);
-// `count`: whether a split counts as a region started.
-// `wait`: wait for the pool while another thread's job holds it (the measurement below), instead of running
-// serially.
-void split_job(Index n, Index grain, int most, void (*body)(void*, Index, Index), void* context, bool count,
-               bool wait = false);
+// Runs body over [0, n) split over up to `most` threads, or on this thread alone (see parallel_chunks).
+// `measuring` (the crossover's measurement below): wait for the pool while another thread's job holds it,
+// instead of running serially; neither follow a back-off nor start one; count no region.
+void split_job(Index n, Index grain, int most, void (*body)(void*, Index, Index), void* context,
+               bool measuring = false);
 
-// The time f takes, in microseconds: the sample that `fraction` of the samples are under (0.5: the median).
+// The median time f takes, in microseconds.
 template <class F>
-double quantile_us(int samples, double fraction, F f) {
+double median_us(int samples, F f) {
   std::vector<double> t;
   for (int i = 0; i < samples; ++i) {
     const auto start = Clock::now();
     f();
     t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
   }
-  const auto k = static_cast<std::size_t>(fraction * (samples - 1));
-  std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(k), t.end());
-  return t[k];
-}
-template <class F>
-double median_us(int samples, F f) {
-  return quantile_us(samples, 0.5, f);
+  const auto middle = t.begin() + samples / 2;
+  std::nth_element(t.begin(), middle, t.end());
+  return *middle;
 }
 
 double from_environment(const char* name, double measured) {
@@ -115,20 +111,42 @@ ParallelCrossover measure_crossover() {
                    Clock::now() - start < std::chrono::microseconds(200)) {
             }
           },
-          &meet, false, true);
+          &meet, true);
     };
     for (int i = 0; i < 20; ++i) region();  // the workers exist and are awake
-    // The fastest region, not the median: in some processes the scheduler keeps the worker on the
-    // caller's CPU through most of the measurement, and a region there costs the 200 us wait, where a
-    // step's back-to-back regions, the worker spinning on its own core, cost about 1 us. From the median
-    // the crossover came out some 200 times too high in half of the processes on an idle 2-core machine
-    // (4 of 8; the char GPT's step then split 24 of its 164 ops and gained 1.1x from the second thread
-    // instead of 1.4x); from the fastest of 101, in 1 of 24, so a round whose fastest region still waited
-    // for a worker that never came is measured again, up to three rounds (docs/performance.md, "Fewer
-    // regions a step").
-    c.region_us = quantile_us(101, 0.0, region);
-    for (int round = 1; round < 3 && c.region_us > 50; ++round)
-      c.region_us = std::min(c.region_us, quantile_us(101, 0.0, region));
+    // The median of the regions in which the worker came, not of all of them: in some processes the
+    // scheduler keeps the worker on the caller's CPU through most of the measurement, and a region there
+    // costs the 200 us wait, where a step's back-to-back regions, the worker spinning on its own core, cost
+    // about 1 us. From the median of all, the crossover came out some 200 times too high in half of the
+    // processes on an idle 2-core machine (4 of 8; the char GPT's step then split 24 of its 164 ops and
+    // gained 1.1x from the second thread instead of 1.4x); from the fastest region, now and then 4 times
+    // too low (0.26 us against 0.8-1.5 us; the smallest workload, W1, then split 13 ops and took twice its
+    // one-thread time). So rounds of 101 are measured until 21 regions came in under 50 us, at most
+    // three rounds (docs/performance.md, "A back-off for a parked thread").
+    constexpr double kCame = 50;  // us: a region this fast did not wait out the 200 us for its worker
+    std::vector<double> came;
+    for (int round = 0; round < 3 && came.size() < 21; ++round)
+      for (int i = 0; i < 101; ++i) {
+        const auto start = Clock::now();
+        region();
+        const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+        if (us < kCame) came.push_back(us);
+      }
+    if (came.size() >= 21) {
+      const auto middle = came.begin() + static_cast<std::ptrdiff_t>(came.size() / 2);
+      std::nth_element(came.begin(), middle, came.end());
+      c.region_us = *middle;
+    } else {
+      // No worker met the caller in time in most of 303 regions: the other load of that moment was
+      // measured, not a region. Kept, it would make this process split almost nothing for its whole life
+      // (the char GPT's step: 24 regions of its 164, in one of three runs started on a loaded host), long
+      // after the load has gone; a machine busy while the work runs is the back-off's to handle
+      // (detail::BackOff), split by split. So a region is assumed to cost kAssumedRegionUs, about what the
+      // 2-core EPYC of docs/performance.md measures when it can (1.2-1.7 us).
+      constexpr double kAssumedRegionUs = 2;
+      c.region_us = kAssumedRegionUs;
+      c.region_assumed = true;
+    }
   }
   {  // one thread's product speed, on a product a little past the sizes where the question arises
     const SingleThreaded one;
@@ -154,6 +172,11 @@ ParallelCrossover measure_crossover() {
   // Two threads halve the time of work w (at speed r) and add a region (R): worth it when w / 2r >= 2R.
   c.min_macs = from_environment("TAPEGRAD_PARALLEL_MIN_MACS", 4 * c.region_us * c.macs_per_us);
   c.min_elements = from_environment("TAPEGRAD_PARALLEL_MIN_ELEMENTS", 4 * c.region_us * c.elements_per_us);
+  if (const char* v = std::getenv("TAPEGRAD_PARALLEL_BACK_OFF"); v && *v) {
+    if (std::string_view(v) != "0" && std::string_view(v) != "1")
+      fail<ValueError>("TAPEGRAD_PARALLEL_BACK_OFF: expected 0 or 1, got '{}'", escaped(std::string_view(v)));
+    c.back_off = std::string_view(v) == "1";
+  }
   return c;
 }
 
@@ -191,9 +214,13 @@ int threads_for(double work, double two_threads) {
 // Counted with a relaxed increment by the thread that starts the region: one per region, against the
 // microseconds a region costs.
 std::atomic<std::uint64_t> regions_started{0};
+std::atomic<std::uint64_t> straggles{0};
+std::atomic<std::uint64_t> straggle_wait_ns{0};
 }  // namespace
 
 std::uint64_t parallel_regions_started() { return regions_started.load(std::memory_order_relaxed); }
+std::uint64_t parallel_straggles() { return straggles.load(std::memory_order_relaxed); }
+double parallel_straggle_wait_us() { return 1e-3 * static_cast<double>(straggle_wait_ns.load(std::memory_order_relaxed)); }
 
 // Inside a piece nothing is split (and the crossover is not measured there: its job could not split).
 int threads_for_product(double macs) {
@@ -289,9 +316,15 @@ class Pool {
 
   // Held by the caller: body(context, begin, end) over [0, n) in `pieces` pieces of `piece` elements (the
   // last one shorter), taken by the calling thread and up to `helpers` workers. Returns when every piece
-  // is done, with the first exception a piece threw.
+  // is done, with the first exception a piece threw; straggled() then says whether the caller waited for a
+  // parked thread's piece (detail::BackOff).
   std::exception_ptr run(Index n, Index piece, std::uint64_t pieces, int helpers, void (*body)(void*, Index, Index),
                          void* context);
+  bool straggled() const { return straggled_; }
+  Clock::duration waited() const { return waited_; }  // ... and how long it waited for the others' pieces
+
+  // Held by the caller: how many splits use (see detail::BackOff).
+  detail::BackOff back_off;
 
  private:
   // Takes one piece of the current job, if one is left and `worker` (-1: the caller) may help; returns
@@ -309,6 +342,8 @@ class Pool {
   std::uint64_t pieces_ = 0;
   std::atomic<bool> failed_{false};
   std::exception_ptr error_;  // the first exception; written before its piece is counted done
+  bool straggled_ = false;
+  Clock::duration waited_{0};
 
   std::uint64_t generation_ = 0;
   alignas(64) std::atomic<std::uint64_t> counter_{0};
@@ -429,9 +464,16 @@ std::exception_ptr Pool::run(Index n, Index piece, std::uint64_t pieces, int hel
 
   const bool was_inside = inside_split;
   inside_split = true;
+  Clock::duration longest_own{0};  // the caller's longest piece, against which its wait is judged
+  bool took_any = false;
   {
     const SingleThreaded one;  // Eigen's products in a piece run on this thread, as they did inside a region
-    while (const std::uint64_t taken = take(-1)) run_piece(taken);
+    while (const std::uint64_t taken = take(-1)) {
+      const auto start = Clock::now();
+      run_piece(taken);
+      longest_own = std::max<Clock::duration>(longest_own, Clock::now() - start);
+      took_any = true;
+    }
   }
   inside_split = was_inside;
   // The pieces other threads took: spin for a while (they are usually nearly done), then sleep until the
@@ -446,11 +488,13 @@ std::exception_ptr Pool::run(Index n, Index piece, std::uint64_t pieces, int hel
     }
     cpu_relax();
   }
+  // (A caller that took no piece has nothing to judge its wait by: it was itself parked, not kept waiting.)
+  waited_ = Clock::now() - since;
+  straggled_ = took_any && detail::BackOff::straggled(waited_, longest_own);
   return std::exchange(error_, nullptr);
 }
 
-void split_job(Index n, Index grain, int most, void (*body)(void*, Index, Index), void* context, bool count,
-               bool wait) {
+void split_job(Index n, Index grain, int most, void (*body)(void*, Index, Index), void* context, bool measuring) {
   grain = std::max<Index>(grain, 1);
   const Index grains = (n + grain - 1) / grain;
   const int threads = static_cast<int>(std::min<Index>({num_threads(), most, grains}));
@@ -462,22 +506,43 @@ void split_job(Index n, Index grain, int most, void (*body)(void*, Index, Index)
     body(context, 0, n);
     return;
   }
+  // Read before the pool is taken: the first call measures the crossover, which needs the pool.
+  const bool back_off = !measuring && parallel_crossover().back_off;
   Pool& p = pool();
   while (!p.try_acquire()) {  // another thread's job holds the pool: this one runs here, with the same results
-    if (!wait) {
+    if (!measuring) {
       body(context, 0, n);
       return;
     }
     std::this_thread::yield();
   }
-  if (count) regions_started.fetch_add(1, std::memory_order_relaxed);
-  std::exception_ptr error;
+  int helpers = 0;
   try {
     p.resize(num_threads() - 1);
-    const Index per_piece = (grains + threads * kPiecesPerThread - 1) / (threads * kPiecesPerThread);  // grains
+    helpers = std::min(threads - 1, p.workers());
+    if (back_off) helpers = p.back_off.helpers(helpers, Clock::now());
+  } catch (...) {
+    p.release();
+    throw;
+  }
+  if (helpers == 0) {  // backed off to this thread alone
+    p.release();
+    body(context, 0, n);
+    return;
+  }
+  std::exception_ptr error;
+  try {
+    if (!measuring) regions_started.fetch_add(1, std::memory_order_relaxed);
+    const Index per_thread = static_cast<Index>(helpers + 1) * kPiecesPerThread;
+    const Index per_piece = (grains + per_thread - 1) / per_thread;  // grains
     const Index pieces = (grains + per_piece - 1) / per_piece;
-    error = p.run(n, per_piece * grain, static_cast<std::uint64_t>(pieces), std::min(threads - 1, p.workers()), body,
-                  context);
+    error = p.run(n, per_piece * grain, static_cast<std::uint64_t>(pieces), helpers, body, context);
+    if (!measuring && p.straggled()) {
+      straggles.fetch_add(1, std::memory_order_relaxed);
+      straggle_wait_ns.fetch_add(static_cast<std::uint64_t>(std::chrono::nanoseconds(p.waited()).count()),
+                                 std::memory_order_relaxed);
+      if (back_off) p.back_off.after_straggle(helpers, Clock::now());
+    }
   } catch (...) {
     p.release();
     throw;
@@ -502,7 +567,15 @@ std::byte* detail::thread_scratch_bytes(std::size_t slot, std::size_t bytes) {
 void detail::equalize_thread_scratch() { my_scratch().grow_to_longest(); }
 
 void detail::parallel_chunks(Index n, Index grain, int most, void (*body)(void*, Index, Index), void* context) {
-  split_job(n, grain, most, body, context, true);
+  split_job(n, grain, most, body, context);
+}
+
+detail::BackOff detail::parallel_back_off() {
+  Pool& p = pool();
+  while (!p.try_acquire()) std::this_thread::yield();
+  const BackOff copy = p.back_off;
+  p.release();
+  return copy;
 }
 
 SingleThreaded::SingleThreaded([[maybe_unused]] bool when) {

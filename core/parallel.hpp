@@ -5,6 +5,8 @@
 // of num_threads() - 1 workers started the first time work is split (again when the count changes), that
 // sleep when there is no work; OpenMP keeps only the count (and Eigen's own products, outside tapegrad's).
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -39,8 +41,13 @@ struct ParallelCrossover {
   double min_macs = 0;      // multiply-adds of one product
   double min_elements = 0;  // elements of one elementwise pass (a row-wise pass counts its elements)
   double region_us = 0;     // what was measured: a parallel region's start and join, microseconds
+  bool region_assumed = false;  // ... or not: the machine was too busy to measure it, so region_us is assumed
   double macs_per_us = 0;   // ... one thread's product speed
   double elements_per_us = 0;  // ... one thread's elementwise speed (y = a x + b over floats)
+  // Whether a split that waited long for a parked thread makes the next ones use fewer threads for a while
+  // (detail::BackOff). On by default; `TAPEGRAD_PARALLEL_BACK_OFF=0` turns it off, and so do tests that
+  // count regions or pieces, which a back-off would make depend on the machine's other load.
+  bool back_off = true;
 };
 const ParallelCrossover& parallel_crossover();
 // Replaces the measured crossover (tests force splitting with minimums of 0; a user may pin one machine's
@@ -62,6 +69,45 @@ std::byte* thread_scratch_bytes(std::size_t slot, std::size_t bytes);
 // Grows the calling thread's buffers to the longest asked of each slot. Invalidates every pointer the
 // thread holds into them: call it between operations only.
 void equalize_thread_scratch();
+
+// A thread that the scheduler parks in the middle of a piece (its core given to another process) holds
+// up the split until it runs again, a scheduler slice of milliseconds (3-4 ms a time beside a busy core
+// on the 2-core EPYC), where a region of a step lasts tens of microseconds. So when a split's caller has
+// waited for a piece another thread held more than twice as long as its own longest piece took (plus
+// kSlack), the splits of the next `length` use one helper fewer than that split had (on two cores: none;
+// the step runs on the caller as on one thread, its worker asleep, and the busy core is the other
+// program's). The length starts at kShortest and doubles, up to kLongest, while straggles recur within
+// four lengths of the last back-off's end; a straggle during a back-off takes one helper more. Short, on
+// purpose: on a machine whose cores are ours a straggle is rare (about one in 15 steps of the char GPT),
+// but on a shared host a burst of other load makes several, and a back-off of 10 to 160 ms then cut the
+// char GPT's two-thread step from 164 regions to 62-131 and made it 20-35% slower, alone; each back-off
+// ends by itself, and the first split after it has every helper again. Which threads run which pieces never
+// changes a result, so neither does this. Kept apart from the pool so that a test can drive it with its
+// own clock.
+struct BackOff {
+  using Clock = std::chrono::steady_clock;
+  static constexpr Clock::duration kShortest = std::chrono::milliseconds(2);
+  static constexpr Clock::duration kLongest = std::chrono::milliseconds(32);
+  static constexpr Clock::duration kSlack = std::chrono::microseconds(100);
+
+  Clock::time_point until{};
+  Clock::duration length{0};
+  int cap = 0;  // helpers allowed until `until`
+
+  // Whether a split waited for a straggler: the caller's wait for the others' pieces against its own.
+  static bool straggled(Clock::duration waited, Clock::duration longest_own_piece) {
+    return waited > 2 * longest_own_piece + kSlack;
+  }
+  int helpers(int wanted, Clock::time_point now) const { return now < until ? std::min(wanted, cap) : wanted; }
+  void after_straggle(int helpers_used, Clock::time_point now) {
+    const bool again = length.count() > 0 && now - until < 4 * length;
+    length = again ? std::min<Clock::duration>(2 * length, kLongest) : kShortest;
+    cap = std::max(helpers_used - 1, 0);
+    until = now + length;
+  }
+};
+// The pool's back-off as it stands (a copy; for tests).
+BackOff parallel_back_off();
 }
 
 // How many threads work of this size is worth (1 when there is one thread): see ParallelCrossover.
@@ -72,15 +118,22 @@ int threads_for_elements(double elements);
 // work over more than one thread (one job of pieces for the pool) counts one. A benchmark reads it to tell a step that split nothing (the
 // same instructions on one thread, whatever OMP_NUM_THREADS says) from one that did.
 std::uint64_t parallel_regions_started();
+// How many splits waited for a thread the scheduler had parked mid-piece (detail::BackOff): a benchmark
+// prints it beside the regions, 0 or nearly on a machine whose cores are free.
+std::uint64_t parallel_straggles();
+// ... and how long, in all, their callers waited for the parked threads' pieces, in microseconds.
+double parallel_straggle_wait_us();
 
 // Runs body(begin, end) over [0, n) in pieces on up to `threads` threads (fewer when n has fewer grains),
 // else body(0, n). The calling thread and the pool's workers take the pieces one at a time from a shared
-// counter, about four per thread, so a thread the scheduler has parked costs its piece, not the step; the
-// call returns when every piece is done. Piece boundaries fall on multiples of `grain` (see parallel_rows);
+// counter, about four per thread, so a thread the scheduler has parked costs its piece, not the step (and
+// after a piece held up a split, the next ones use fewer threads for a while: detail::BackOff); the call
+// returns when every piece is done. Piece boundaries fall on multiples of `grain` (see parallel_rows);
 // which thread runs a piece, and in what order, is left to the schedule, so a body must not depend on it
 // (it writes its own elements, and keeps per-thread state in thread_local storage, autograd/scratch.hpp).
 // Never splits inside a piece (a parallel_for there runs serially on its thread), nor while another
-// thread's split holds the pool (it then runs serially, with the same results).
+// thread's split holds the pool or a back-off leaves it no helper (it then runs serially, with the same
+// results).
 // An exception the body throws in any piece comes out here, on the calling thread: the first one thrown
 // wins, the other pieces still run to their end (so what they wrote is whole), and the rest are
 // dropped. Work already done by other pieces stays done: validate before writing where that matters.

@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <mutex>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tapegrad/autograd/function.hpp"
@@ -91,13 +93,16 @@ TEST_CASE("parallel: products small and large give the same values and gradients
 
 namespace {
 
-// Pins the crossover for a test and restores the measured one after.
+// Pins the crossover for a test and restores the measured one after. Without a back-off by default: a
+// test that counts regions or pieces must not find its splits run on one thread because an earlier split
+// waited for a thread the machine's other load had parked (detail::BackOff).
 struct PinCrossover {
   ParallelCrossover saved = parallel_crossover();
-  explicit PinCrossover(double min_macs, double min_elements) {
+  explicit PinCrossover(double min_macs, double min_elements, bool back_off = false) {
     ParallelCrossover c = saved;
     c.min_macs = min_macs;
     c.min_elements = min_elements;
+    c.back_off = back_off;
     set_parallel_crossover(c);
   }
   ~PinCrossover() { set_parallel_crossover(saved); }
@@ -391,6 +396,7 @@ TEST_CASE("parallel: each piece of work gets the threads its size is worth, and 
 
 TEST_CASE("parallel: work split inside a piece runs on that piece's thread, and the pool follows the thread count") {
   RestoreThreads restore;
+  const PinCrossover no_back_off(parallel_crossover().min_macs, parallel_crossover().min_elements);
   for (const int threads : {4, 2, 3, 2}) {  // the pool is resized each time
     set_num_threads(threads);
     CAPTURE(threads);
@@ -416,7 +422,7 @@ TEST_CASE("parallel: training steps beside a thread that keeps a core busy are b
   // A competitor that never sleeps: on a machine of two cores, one of the two threads of each split is
   // parked half the time, and its pieces go to the other. The schedule changes; the bits must not.
   RestoreThreads restore;
-  const PinCrossover every_split(0, 0);
+  const PinCrossover every_split(0, 0, /*back_off=*/true);  // pieces on either thread, or on the caller alone
   const auto one = attention_like(1);
   std::atomic<bool> stop{false};
   std::thread spinner([&] {
@@ -433,6 +439,89 @@ TEST_CASE("parallel: training steps beside a thread that keeps a core busy are b
       CAPTURE(i);
       CHECK(t[i] == one[i]);
     }
+  }
+}
+
+TEST_CASE("parallel: the back-off takes a helper away after a straggle, doubles its length while they recur, then ends") {
+  using namespace std::chrono_literals;
+  using B = detail::BackOff;
+  // A wait is a straggle when it is more than twice the caller's own longest piece, plus 100 us.
+  CHECK_FALSE(B::straggled(160us, 30us));
+  CHECK(B::straggled(161us, 30us));
+  CHECK_FALSE(B::straggled(2100us, 1ms));  // long pieces wait long: not a parked thread
+  CHECK(B::straggled(3ms, 1ms));
+
+  B b;
+  const B::Clock::time_point t0{};  // the policy's own clock: any origin
+  CHECK(b.helpers(15, t0) == 15);   // nothing straggled yet
+  b.after_straggle(15, t0);
+  CHECK(b.length == B::kShortest);
+  CHECK(b.helpers(15, t0 + 1ms) == 14);  // one helper fewer than the straggling split had
+  CHECK(b.helpers(3, t0 + 1ms) == 3);    // never more than asked
+  CHECK(b.helpers(15, t0 + B::kShortest) == 15);  // over
+  // A straggle during the back-off takes one more helper away.
+  b.after_straggle(14, t0 + 1ms);
+  CHECK(b.helpers(15, t0 + 2ms) == 13);
+  // Straggling again soon after each back-off ends (within four of its lengths): twice as long each time,
+  // up to kLongest.
+  B::Clock::time_point now = b.until + 1ms;
+  const B::Clock::duration before = b.length;
+  b.after_straggle(15, now);
+  CHECK(b.length == 2 * before);
+  CHECK(b.until == now + 2 * before);
+  for (int i = 0; i < 12; ++i) {
+    now = b.until + 1ms;
+    b.after_straggle(1, now);
+  }
+  CHECK(b.length == B::kLongest);
+  CHECK(b.helpers(1, now + 1ms) == 0);  // two threads: back to the caller alone
+  CHECK(b.helpers(1, now + B::kLongest) == 1);
+  // A straggle long after the last back-off ended starts again from the shortest.
+  b.after_straggle(1, b.until + 4 * B::kLongest + 1ms);
+  CHECK(b.length == B::kShortest);
+}
+
+TEST_CASE("parallel: a split that waits for a parked worker's piece is counted, and the next splits run on the caller") {
+  if (!have_openmp()) return;
+  RestoreThreads restore;
+  set_num_threads(2);
+  const PinCrossover pin(0, 0, /*back_off=*/true);
+  const std::thread::id caller = std::this_thread::get_id();
+  // The parked worker: its piece sleeps (as a thread the scheduler parks) three times as long as it took
+  // to start plus 30 ms, while the caller's pieces wait only until the worker has started; so the caller
+  // waits far longer for the worker's piece than any piece of its own took. (A machine loaded enough to
+  // park the caller itself that long could hide one straggle, so up to five tries.)
+  bool straggled = false;
+  for (int attempt = 0; attempt < 5 && !straggled; ++attempt) {
+    const std::uint64_t before = parallel_straggles();
+    std::atomic<bool> worker_started{false};
+    const auto start = std::chrono::steady_clock::now();
+    parallel_for(Index{8}, 2, [&](Index, Index) {
+      if (std::this_thread::get_id() == caller) {
+        while (!worker_started.load(std::memory_order_acquire)) std::this_thread::yield();
+        return;
+      }
+      if (worker_started.exchange(true, std::memory_order_acq_rel)) return;  // its first piece only
+      std::this_thread::sleep_for(3 * (std::chrono::steady_clock::now() - start) + std::chrono::milliseconds(30));
+    });
+    straggled = parallel_straggles() == before + 1;
+  }
+  REQUIRE(straggled);
+  const detail::BackOff b = detail::parallel_back_off();
+  CHECK(b.cap == 0);  // one helper fewer than one
+  CHECK(b.length >= detail::BackOff::kShortest);
+  // A split asked for before the back-off ends runs on the caller alone, in one piece. (Asked for before:
+  // the clock read after the call returns is still short of the end, so the split's own reading was.)
+  std::vector<std::pair<Index, Index>> pieces;
+  std::mutex m;
+  parallel_for(Index{100}, 2, [&](Index first, Index last) {
+    const std::lock_guard<std::mutex> hold(m);
+    pieces.emplace_back(first, last);
+  });
+  if (std::chrono::steady_clock::now() < b.until) {
+    CHECK(pieces == std::vector<std::pair<Index, Index>>{{0, 100}});
+  } else {
+    MESSAGE("the back-off had ended before the split returned (a loaded machine): its serial run not checked");
   }
 }
 
