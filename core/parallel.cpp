@@ -494,6 +494,27 @@ std::exception_ptr Pool::run(Index n, Index piece, std::uint64_t pieces, int hel
   return std::exchange(error_, nullptr);
 }
 
+// The pieces of [0, n), `piece` long, run in order on this thread, as a split's caller runs its own: inside
+// a split (nothing nested splits) with Eigen on this thread; the first exception is rethrown once every
+// piece has run, as from a split.
+void run_pieces_here(Index n, Index piece, void (*body)(void*, Index, Index), void* context) {
+  const bool was_inside = inside_split;
+  inside_split = true;
+  std::exception_ptr error;
+  {
+    const SingleThreaded one;
+    for (Index begin = 0; begin < n; begin += piece) {
+      try {
+        body(context, begin, std::min(n, begin + piece));
+      } catch (...) {
+        if (!error) error = std::current_exception();
+      }
+    }
+  }
+  inside_split = was_inside;
+  if (error) std::rethrow_exception(error);
+}
+
 void split_job(Index n, Index grain, int most, void (*body)(void*, Index, Index), void* context, bool measuring) {
   grain = std::max<Index>(grain, 1);
   const Index grains = (n + grain - 1) / grain;
@@ -516,26 +537,29 @@ void split_job(Index n, Index grain, int most, void (*body)(void*, Index, Index)
     }
     std::this_thread::yield();
   }
-  int helpers = 0;
+  int wanted = 0, helpers = 0;
   try {
     p.resize(num_threads() - 1);
-    helpers = std::min(threads - 1, p.workers());
-    if (back_off) helpers = p.back_off.helpers(helpers, Clock::now());
+    wanted = std::min(threads - 1, p.workers());
+    helpers = back_off ? p.back_off.helpers(wanted, Clock::now()) : wanted;
   } catch (...) {
     p.release();
     throw;
   }
-  if (helpers == 0) {  // backed off to this thread alone
+  // The pieces are those of the split without a back-off, whoever runs them: a back-off changes which
+  // thread runs a piece, never the pieces, so no op meets a size of scratch (a piece's rows) that the
+  // steps before it did not, and a step still allocates nothing.
+  const Index per_thread = static_cast<Index>(wanted + 1) * kPiecesPerThread;
+  const Index per_piece = (grains + per_thread - 1) / per_thread;  // grains
+  const Index pieces = (grains + per_piece - 1) / per_piece;
+  if (helpers == 0) {  // backed off to this thread alone: the pieces in order, as Pool::run's caller runs them
     p.release();
-    body(context, 0, n);
+    run_pieces_here(n, per_piece * grain, body, context);
     return;
   }
   std::exception_ptr error;
   try {
     if (!measuring) regions_started.fetch_add(1, std::memory_order_relaxed);
-    const Index per_thread = static_cast<Index>(helpers + 1) * kPiecesPerThread;
-    const Index per_piece = (grains + per_thread - 1) / per_thread;  // grains
-    const Index pieces = (grains + per_piece - 1) / per_piece;
     error = p.run(n, per_piece * grain, static_cast<std::uint64_t>(pieces), helpers, body, context);
     if (!measuring && p.straggled()) {
       straggles.fetch_add(1, std::memory_order_relaxed);

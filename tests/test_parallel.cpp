@@ -20,6 +20,7 @@
 #include "tapegrad/core/parallel.hpp"
 #include "tapegrad/train/optimizer.hpp"
 #include "helpers.hpp"
+#include "straggle.hpp"
 
 using namespace tapegrad;
 
@@ -487,39 +488,34 @@ TEST_CASE("parallel: a split that waits for a parked worker's piece is counted, 
   set_num_threads(2);
   const PinCrossover pin(0, 0, /*back_off=*/true);
   const std::thread::id caller = std::this_thread::get_id();
-  // The parked worker: its piece sleeps (as a thread the scheduler parks) three times as long as it took
-  // to start plus 30 ms, while the caller's pieces wait only until the worker has started; so the caller
-  // waits far longer for the worker's piece than any piece of its own took. (A machine loaded enough to
-  // park the caller itself that long could hide one straggle, so up to five tries.)
+  // The parked worker: a piece that sleeps (tests/straggle.hpp). (A machine loaded enough to park the
+  // caller itself that long could hide one straggle, so up to five tries.)
   bool straggled = false;
-  for (int attempt = 0; attempt < 5 && !straggled; ++attempt) {
-    const std::uint64_t before = parallel_straggles();
-    std::atomic<bool> worker_started{false};
-    const auto start = std::chrono::steady_clock::now();
-    parallel_for(Index{8}, 2, [&](Index, Index) {
-      if (std::this_thread::get_id() == caller) {
-        while (!worker_started.load(std::memory_order_acquire)) std::this_thread::yield();
-        return;
-      }
-      if (worker_started.exchange(true, std::memory_order_acq_rel)) return;  // its first piece only
-      std::this_thread::sleep_for(3 * (std::chrono::steady_clock::now() - start) + std::chrono::milliseconds(30));
-    });
-    straggled = parallel_straggles() == before + 1;
-  }
+  for (int attempt = 0; attempt < 5 && !straggled; ++attempt) straggled = test::cause_straggle();
   REQUIRE(straggled);
   const detail::BackOff b = detail::parallel_back_off();
   CHECK(b.cap == 0);  // one helper fewer than one
   CHECK(b.length >= detail::BackOff::kShortest);
-  // A split asked for before the back-off ends runs on the caller alone, in one piece. (Asked for before:
-  // the clock read after the call returns is still short of the end, so the split's own reading was.)
+  // A split asked for before the back-off ends runs on the caller alone, in order, in the pieces it has
+  // without a back-off (8 of 13, the last one 9: two threads, four pieces each), so that no op meets a
+  // new size of scratch and a step still allocates nothing. (Asked for before: the clock read after the
+  // call returns is still short of the end, so the split's own reading was.)
   std::vector<std::pair<Index, Index>> pieces;
-  std::mutex m;
+  bool all_here = true;
+  std::mutex m;  // (after the back-off, a worker may take pieces too)
   parallel_for(Index{100}, 2, [&](Index first, Index last) {
     const std::lock_guard<std::mutex> hold(m);
+    all_here = all_here && std::this_thread::get_id() == caller;
     pieces.emplace_back(first, last);
   });
   if (std::chrono::steady_clock::now() < b.until) {
-    CHECK(pieces == std::vector<std::pair<Index, Index>>{{0, 100}});
+    CHECK(all_here);
+    REQUIRE(pieces.size() == 8);
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      CAPTURE(i);
+      CHECK(pieces[i].first == static_cast<Index>(13 * i));
+      CHECK(pieces[i].second == std::min<Index>(100, static_cast<Index>(13 * (i + 1))));
+    }
   } else {
     MESSAGE("the back-off had ended before the split returned (a loaded machine): its serial run not checked");
   }
