@@ -272,19 +272,24 @@ TEST_CASE("alloc: a step through a checkpointed TransformerStack (dropout, paddi
   CHECK(tape.sub_tape().size() > 0);  // the blocks did run on the sub-tape
 }
 
+namespace {
+// Restores the thread count and the crossover (its back-off setting too) that a test changes.
+struct RestoreThreadsAndCrossover {
+  int threads = num_threads();
+  ParallelCrossover crossover = parallel_crossover();
+  ~RestoreThreadsAndCrossover() {
+    set_num_threads(threads);
+    set_parallel_crossover(crossover);
+  }
+};
+}  // namespace
+
 TEST_CASE("alloc: a worker handed a piece that needs a scratch size met first on another thread allocates nothing") {
   // Pieces go to whichever thread is free, so a worker may first meet a size several steps after the
   // thread that met it first. The slot below is one no op uses, so only this test's sizes are in it.
   constexpr std::size_t slot = detail::kScratchSlots - 1;
   constexpr std::size_t bytes = std::size_t{3} << 20;
-  struct Restore {
-    int threads = num_threads();
-    ParallelCrossover crossover = parallel_crossover();
-    ~Restore() {
-      set_num_threads(threads);
-      set_parallel_crossover(crossover);
-    }
-  } restore;
+  const RestoreThreadsAndCrossover restore;
   set_num_threads(2);
   ParallelCrossover always = parallel_crossover();
   always.min_elements = 0;
@@ -323,14 +328,7 @@ TEST_CASE("alloc: a split backed off to the caller alone runs its usual pieces, 
   // backed-off job as one piece, an op whose scratch is sized by its piece (a product's rows) would ask
   // for a size no step had asked before, mid-training.
   constexpr std::size_t slot = detail::kScratchSlots - 1;  // no op's slot
-  struct Restore {
-    int threads = num_threads();
-    ParallelCrossover crossover = parallel_crossover();
-    ~Restore() {
-      set_num_threads(threads);
-      set_parallel_crossover(crossover);
-    }
-  } restore;
+  const RestoreThreadsAndCrossover restore;
   set_num_threads(2);
   ParallelCrossover with_back_off = parallel_crossover();
   with_back_off.back_off = true;
