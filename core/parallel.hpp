@@ -71,8 +71,8 @@ std::byte* thread_scratch_bytes(std::size_t slot, std::size_t bytes);
 void equalize_thread_scratch();
 
 // A thread that the scheduler parks in the middle of a piece (its core given to another process) holds
-// up the split until it runs again, a scheduler slice of milliseconds (3-4 ms a time beside a busy core
-// on the 2-core EPYC), where a region of a step lasts tens of microseconds. So when a split's caller has
+// up the split until it runs again, a scheduler slice of milliseconds (2.5-4.4 ms a time beside a busy
+// core on the 2-core EPYC), where a region of a step lasts tens of microseconds. So when a split's caller has
 // waited for a piece another thread held more than twice as long as its own longest piece took (plus
 // kSlack), the splits of the next `length` use one helper fewer than that split had (on two cores: none;
 // the step runs on the caller as on one thread, its worker asleep, and the busy core is the other
@@ -80,8 +80,10 @@ void equalize_thread_scratch();
 // four lengths of the last back-off's end; a straggle during a back-off takes one helper more. Short, on
 // purpose: on a machine whose cores are ours a straggle is rare (about one in 15 steps of the char GPT),
 // but on a shared host a burst of other load makes several, and a back-off of 10 to 160 ms then cut the
-// char GPT's two-thread step from 164 regions to 62-131 and made it 20-35% slower, alone; each back-off
-// ends by itself, and the first split after it has every helper again. Which threads run which pieces never
+// char GPT's two-thread step from 164 regions to 62-131 and made it 21% and 34% slower in two of three
+// runs, alone (docs/performance.md, "A back-off for a parked thread"); each back-off ends by itself, and
+// the first split after it has every helper again. A backed-off split keeps its pieces (fewer threads
+// run them), so that no op meets a scratch size the steps before it did not. Which threads run which pieces never
 // changes a result, so neither does this. Kept apart from the pool so that a test can drive it with its
 // own clock.
 struct BackOff {
