@@ -320,7 +320,10 @@ class Pool {
   // parked thread's piece (detail::BackOff).
   std::exception_ptr run(Index n, Index piece, std::uint64_t pieces, int helpers, void (*body)(void*, Index, Index),
                          void* context);
-  bool straggled() const { return straggled_; }
+  // (A caller that took no piece has nothing to judge its wait by: it was itself parked, not kept waiting.)
+  bool straggled() const {
+    return longest_own_ > Clock::duration::zero() && detail::BackOff::straggled(waited_, longest_own_);
+  }
   Clock::duration waited() const { return waited_; }  // ... and how long it waited for the others' pieces
 
   // Held by the caller: how many splits use (see detail::BackOff).
@@ -342,8 +345,8 @@ class Pool {
   std::uint64_t pieces_ = 0;
   std::atomic<bool> failed_{false};
   std::exception_ptr error_;  // the first exception; written before its piece is counted done
-  bool straggled_ = false;
-  Clock::duration waited_{0};
+  Clock::duration waited_{0};       // the last job's: the caller's wait for the others' pieces,
+  Clock::duration longest_own_{0};  // ... and its own longest piece (0: it took none)
 
   std::uint64_t generation_ = 0;
   alignas(64) std::atomic<std::uint64_t> counter_{0};
@@ -459,20 +462,20 @@ std::exception_ptr Pool::run(Index n, Index piece, std::uint64_t pieces, int hel
   generation_ = (generation_ + 1) & kGenerationMask;
   counter_.store(generation_ << (kLeftBits + kHelperBits) | static_cast<std::uint64_t>(helpers) << kLeftBits | pieces,
                  std::memory_order_release);
-  wake_.fetch_add(1, std::memory_order_release);
-  wake_.notify_all();  // a system call only when a worker sleeps
+  if (helpers > 0) {  // (none: a back-off runs the pieces on this thread alone, and no worker need wake)
+    wake_.fetch_add(1, std::memory_order_release);
+    wake_.notify_all();  // a system call only when a worker sleeps
+  }
 
   const bool was_inside = inside_split;
   inside_split = true;
-  Clock::duration longest_own{0};  // the caller's longest piece, against which its wait is judged
-  bool took_any = false;
+  longest_own_ = Clock::duration::zero();
   {
     const SingleThreaded one;  // Eigen's products in a piece run on this thread, as they did inside a region
     while (const std::uint64_t taken = take(-1)) {
       const auto start = Clock::now();
       run_piece(taken);
-      longest_own = std::max<Clock::duration>(longest_own, Clock::now() - start);
-      took_any = true;
+      longest_own_ = std::max<Clock::duration>(longest_own_, Clock::now() - start);
     }
   }
   inside_split = was_inside;
@@ -488,31 +491,8 @@ std::exception_ptr Pool::run(Index n, Index piece, std::uint64_t pieces, int hel
     }
     cpu_relax();
   }
-  // (A caller that took no piece has nothing to judge its wait by: it was itself parked, not kept waiting.)
   waited_ = Clock::now() - since;
-  straggled_ = took_any && detail::BackOff::straggled(waited_, longest_own);
   return std::exchange(error_, nullptr);
-}
-
-// The pieces of [0, n), `piece` long, run in order on this thread, as a split's caller runs its own: inside
-// a split (nothing nested splits) with Eigen on this thread; the first exception is rethrown once every
-// piece has run, as from a split.
-void run_pieces_here(Index n, Index piece, void (*body)(void*, Index, Index), void* context) {
-  const bool was_inside = inside_split;
-  inside_split = true;
-  std::exception_ptr error;
-  {
-    const SingleThreaded one;
-    for (Index begin = 0; begin < n; begin += piece) {
-      try {
-        body(context, begin, std::min(n, begin + piece));
-      } catch (...) {
-        if (!error) error = std::current_exception();
-      }
-    }
-  }
-  inside_split = was_inside;
-  if (error) std::rethrow_exception(error);
 }
 
 void split_job(Index n, Index grain, int most, void (*body)(void*, Index, Index), void* context, bool measuring) {
@@ -552,16 +532,12 @@ void split_job(Index n, Index grain, int most, void (*body)(void*, Index, Index)
   const Index per_thread = static_cast<Index>(wanted + 1) * kPiecesPerThread;
   const Index per_piece = (grains + per_thread - 1) / per_thread;  // grains
   const Index pieces = (grains + per_piece - 1) / per_piece;
-  if (helpers == 0) {  // backed off to this thread alone: the pieces in order, as Pool::run's caller runs them
-    p.release();
-    run_pieces_here(n, per_piece * grain, body, context);
-    return;
-  }
   std::exception_ptr error;
   try {
-    if (!measuring) regions_started.fetch_add(1, std::memory_order_relaxed);
+    // Backed off to no helper, the pool runs the pieces on this thread alone: not a region, no straggle.
+    if (!measuring && helpers > 0) regions_started.fetch_add(1, std::memory_order_relaxed);
     error = p.run(n, per_piece * grain, static_cast<std::uint64_t>(pieces), helpers, body, context);
-    if (!measuring && p.straggled()) {
+    if (!measuring && helpers > 0 && p.straggled()) {
       straggles.fetch_add(1, std::memory_order_relaxed);
       straggle_wait_ns.fetch_add(static_cast<std::uint64_t>(std::chrono::nanoseconds(p.waited()).count()),
                                  std::memory_order_relaxed);
