@@ -23,13 +23,18 @@ using namespace tapegrad;
 int main(int argc, char** argv) {
   CLI::App app{"Time the character GPT's training step (examples/gpt's default model and batch) on the fortunes"};
   std::string data(gpt::kFortunes), attention = "learnable";
-  int steps = 200, warmup = 20, repeats = 5, threads = 0;
+  int steps = 200, warmup = 20, repeats = 5, threads = 0, against = 0;
   app.add_option("--data", data, "Fortune folder or text file")->capture_default_str();
   app.add_option("--attention", attention, "learnable or parameter_free")->capture_default_str();
   app.add_option("--steps", steps, "Timed steps per repeat")->capture_default_str()->check(CLI::Range(1, 100000));
   app.add_option("--repeats", repeats, "Repeats (the median is reported)")->capture_default_str()->check(CLI::Range(1, 100));
   app.add_option("--warmup", warmup, "Untimed steps first")->capture_default_str()->check(CLI::Range(0, 100000));
   app.add_option("--threads", threads, "Threads (default: OMP_NUM_THREADS)")->check(CLI::Range(1, 256));
+  app.add_option("--against-threads", against,
+                 "Also time each repeat at this many threads, in turns with --threads (each turn's first step untimed), "
+                 "and print both medians and their ratio: a comparison that a shared machine's changes of speed do not "
+                 "skew as they do two separate runs")
+      ->check(CLI::Range(1, 256));
   if (const auto stop = examples::parse_command_line(app, "gpt_step", argc, argv)) return *stop;
   return run_program("gpt_step", [&] {
     if (threads > 0) set_num_threads(threads);
@@ -45,27 +50,42 @@ int main(int argc, char** argv) {
     adamw.set_schedule(CosineWithWarmup({.warmup_steps = 100, .total_steps = std::max<Index>(total, 100), .min_lr = 1e-4}));
     Trainer trainer(model, adamw, train, [&](Tape<float>& tape, const SequenceBatch& b) { return model.loss(tape, b); },
                     {.steps = total, .batch = kBatch, .eval_every = total, .clip = 1.0});
+    const int main_count = num_threads();
     for (int i = 0; i < warmup; ++i) trainer.step();
-    std::vector<double> per_step;
+    std::vector<double> per_step, against_per_step;
     double loss = 0;
-    const std::uint64_t regions_before = parallel_regions_started(), straggles_before = parallel_straggles();
-    const double waited_before = parallel_straggle_wait_us();
+    bench::PoolCounters counted;  // over the timed steps at the main count
     for (int r = 0; r < repeats; ++r) {
+      const auto before = bench::PoolCounters::now();
       const auto start = bench::Clock::now();
       for (int i = 0; i < steps; ++i) loss = trainer.step();
       per_step.push_back(bench::seconds_since(start) / steps);
+      counted += bench::PoolCounters::now() - before;
+      if (against > 0) {  // a turn at the other count; the first step after each change untimed (it wakes or idles the workers)
+        set_num_threads(against);
+        trainer.step();
+        const auto other = bench::Clock::now();
+        for (int i = 0; i < steps; ++i) loss = trainer.step();
+        against_per_step.push_back(bench::seconds_since(other) / steps);
+        set_num_threads(main_count);
+        trainer.step();
+      }
     }
     const double seconds = bench::median(per_step);
+    const double timed = static_cast<double>(steps) * repeats;
     // Parallel regions a step (core/parallel.hpp): each is a start and a wait for every thread.
-    const double regions = static_cast<double>(parallel_regions_started() - regions_before) / (steps * repeats);
+    const double regions = static_cast<double>(counted.regions) / timed;
     // ... and those that waited for a thread the scheduler had parked (detail::BackOff)
-    const double straggles = static_cast<double>(parallel_straggles() - straggles_before) / (steps * repeats);
-    const double straggle_ms = 1e-3 * (parallel_straggle_wait_us() - waited_before) / (steps * repeats);
+    const double straggles = static_cast<double>(counted.straggles) / timed;
+    const double straggle_ms = 1e-3 * counted.straggle_wait_us / timed;
     fmt::print("{{\"program\": \"tapegrad\", \"attention\": \"{}\", \"parameters\": {}, \"batch\": {}, \"context\": {}, "
                "\"threads\": {}, \"step_ms\": {:.3f}, \"chars_per_second\": {:.0f}, \"loss\": {:.4f}, \"regions_per_step\": {:.1f}, "
-               "\"straggles_per_step\": {:.3g}, \"straggle_ms_per_step\": {:.3g}}}\n",
+               "\"straggles_per_step\": {:.3g}, \"straggle_ms_per_step\": {:.3g}{}}}\n",
                attention, model.parameter_count(), kBatch, kContext, num_threads(), 1e3 * seconds,
-               static_cast<double>(kBatch * kContext) / seconds, loss, regions, straggles, straggle_ms);
+               static_cast<double>(kBatch * kContext) / seconds, loss, regions, straggles, straggle_ms,
+               against > 0 ? fmt::format(", \"against_threads\": {}, \"against_step_ms\": {:.3f}, \"x_against\": {:.3f}", against,
+                                         1e3 * bench::median(against_per_step), seconds / bench::median(against_per_step))
+                           : std::string());
     return 0;
   });
 }

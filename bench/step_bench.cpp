@@ -55,31 +55,67 @@ struct StepTiming {
   double median_ms = 0;
   std::size_t steps = 0;
   double allocations = 0, regions = 0, straggles = 0, straggle_ms = 0;  // per step
+  double against_ms = 0;  // with --against-threads: the median step at that thread count
 };
 
-// Times `step` (after 5 untimed steps that size every buffer).
+// Times `step` (after 5 untimed steps that size every buffer). With `against` > 0, also at `against`
+// threads, in turns: blocks of steps at num_threads() and at `against` alternate, each block's first step
+// untimed (it wakes or idles the pool's workers), so that both counts meet the same moments of a shared
+// machine, whose speed can change by a third from one minute to the next (docs/performance.md, "A back-off
+// for a parked thread"); the counters are the main count's steps. Runs of separate processes a minute
+// apart compare two machines, not two thread counts.
 template <class Step>
-StepTiming time_steps(Step step, double seconds, std::size_t max_steps) {
-  for (int i = 0; i < 5; ++i) step();
-  std::vector<double> times;
-  times.reserve(max_steps + 1);  // the timing must not allocate while allocations are counted
-  const long before = test::allocation_count();
-  const std::uint64_t regions_before = parallel_regions_started(), straggles_before = parallel_straggles();
-  const double waited_before = parallel_straggle_wait_us();
-  const auto start = Clock::now();
-  while (times.size() < 10 || (bench::seconds_since(start) < seconds && times.size() < max_steps)) {
-    const auto t0 = Clock::now();
-    step();
-    times.push_back(bench::seconds_since(t0) * 1e3);  // ms
+StepTiming time_steps(Step step, double seconds, std::size_t max_steps, int against) {
+  const int threads = num_threads();
+  const int turns = against > 0 ? 2 : 1;
+  const int count[2] = {threads, against};
+  for (int turn = 0; turn < turns; ++turn) {
+    set_num_threads(count[turn]);
+    for (int i = 0; i < 5; ++i) step();
   }
-  const auto steps = static_cast<double>(times.size());
-  const double allocations = static_cast<double>(test::allocation_count() - before) / steps;
+  set_num_threads(threads);
+  // Steps a block: one alone; about 20 ms of them in turns (at least 1, at most 100).
+  const auto warm = Clock::now();
+  step();
+  const double warm_ms = bench::seconds_since(warm) * 1e3;
+  const auto block = turns == 1 ? std::size_t{1} : static_cast<std::size_t>(std::clamp(20 / warm_ms, 1.0, 100.0));
+  std::vector<double> times[2];
+  for (auto& t : times) t.reserve(max_steps + block);  // the timing must not allocate while allocations are counted
+  const long allocations_before = test::allocation_count();
+  bench::PoolCounters counted;  // over the timed steps at the main count
+  std::size_t untimed = 0;
+  const auto start = Clock::now();
+  while (times[0].size() < 10 || (bench::seconds_since(start) < seconds && times[0].size() < max_steps)) {
+    for (int turn = 0; turn < turns; ++turn) {
+      if (turns > 1) {
+        set_num_threads(count[turn]);
+        ++untimed;
+        step();  // untimed: the first step after a change of count wakes or idles the pool's workers
+      }
+      const auto before = bench::PoolCounters::now();
+      for (std::size_t i = 0; i < block; ++i) {
+        const auto t0 = Clock::now();
+        step();
+        times[turn].push_back(bench::seconds_since(t0) * 1e3);  // ms
+      }
+      if (turn == 0) counted += bench::PoolCounters::now() - before;
+    }
+  }
+  set_num_threads(threads);
+  const auto steps = static_cast<double>(times[0].size());
+  const double all_steps = steps + static_cast<double>(times[1].size() + untimed);
+  const double allocations = static_cast<double>(test::allocation_count() - allocations_before) / all_steps;
+  StepTiming r;
+  r.median_ms = bench::median(std::move(times[0]));
+  r.steps = static_cast<std::size_t>(steps);
+  r.allocations = allocations;  // a step of either count, the untimed ones included
   // Parallel regions a step starts: 0 when nothing in it is worth a second thread (core/parallel.hpp).
-  const double regions = static_cast<double>(parallel_regions_started() - regions_before) / steps;
+  r.regions = static_cast<double>(counted.regions) / steps;
   // ... and how many of them waited for a thread the scheduler had parked (detail::BackOff).
-  const double straggles = static_cast<double>(parallel_straggles() - straggles_before) / steps;
-  const double straggle_ms = 1e-3 * (parallel_straggle_wait_us() - waited_before) / steps;
-  return {bench::median(std::move(times)), static_cast<std::size_t>(steps), allocations, regions, straggles, straggle_ms};
+  r.straggles = static_cast<double>(counted.straggles) / steps;
+  r.straggle_ms = 1e-3 * counted.straggle_wait_us / steps;
+  if (turns > 1) r.against_ms = bench::median(std::move(times[1]));
+  return r;
 }
 
 struct Measured {
@@ -91,7 +127,8 @@ struct Measured {
 // Builds w's model, batch and tape, times its step and returns with all of them freed.
 // The tape releases gradients as a Trainer's does, unless keep_grads; stack workloads recompute every
 // checkpoint_every-th block in backward (0: none).
-Measured measure(const Workload& w, double seconds, std::size_t max_steps, bool keep_grads, Index checkpoint_every) {
+Measured measure(const Workload& w, double seconds, std::size_t max_steps, bool keep_grads, Index checkpoint_every,
+                 int against) {
   SequenceBatch batch;
   Rng rng(2);
   batch.tokens.resize(Shape::mat(w.B, w.T));
@@ -113,7 +150,7 @@ Measured measure(const Workload& w, double seconds, std::size_t max_steps, bool 
           tape.backward(l);
           sgd.step();
         },
-        seconds, max_steps);
+        seconds, max_steps, against);
     return Measured{timing, model.parameter_count(), tape.bytes()};
   };
   if (w.model == "stack") {
@@ -138,6 +175,7 @@ int main(int argc, char** argv) {
   std::size_t max_steps = 5000;
   bool skip_peak = false, skip_shape_bound = false, list = false, keep_grads = false;
   Index checkpoint_every = 0;
+  int against = 0;
   app.add_option("--max-steps", max_steps, "At most this many timed steps per workload")->capture_default_str();
   app.add_flag("--no-peak", skip_peak, "Do not measure the square-GEMM peak (nor print x_bound)");
   app.add_flag("--no-shape-bound", skip_shape_bound,
@@ -150,6 +188,11 @@ int main(int argc, char** argv) {
                  "Stack workloads: recompute every K-th block in backward instead of keeping its activations (0: none)")
       ->capture_default_str()
       ->check(CLI::Range(Index{0}, Index{64}));
+  app.add_option("--against-threads", against,
+                 "Also time each step at this many threads, in turns with OMP_NUM_THREADS' count (blocks of about 20 ms), "
+                 "and print both medians and their ratio: a comparison that a shared machine's changes of speed "
+                 "do not skew as they do two separate runs")
+      ->check(CLI::Range(1, 256));
   app.add_flag("--list-workloads", list, "Print each workload's name and B, T, d, H, V as a JSON line, and exit");
   app.add_option("--workloads", names, "Workloads to run")->delimiter(',')->check(CLI::IsMember(all_names));
   app.add_option("--seconds", seconds, "Time to spend timing each workload")->capture_default_str();
@@ -176,11 +219,14 @@ int main(int argc, char** argv) {
   for (const auto& w : kWorkloads) {
     if (std::find(names.begin(), names.end(), w.name) == names.end()) continue;
     const double rss_before = bench::peak_rss_mb();
-    const Measured m = measure(w, seconds, max_steps, keep_grads, checkpoint_every);
+    const Measured m = measure(w, seconds, max_steps, keep_grads, checkpoint_every, against);
     const double rss = bench::peak_rss_mb();  // before the shape bound's operands
     const double ms = m.timing.median_ms;
     std::string bounds;
     if (peak_gflops) bounds += fmt::format(", \"x_bound\": {:.3f}", ms / (w.flops() / (*peak_gflops * 1e9) * 1e3));
+    if (against > 0)
+      bounds += fmt::format(", \"against_threads\": {}, \"against_ms\": {:.5f}, \"x_against\": {:.3f}", against,
+                            m.timing.against_ms, ms / m.timing.against_ms);
     if (!skip_shape_bound) {
       const double shape_ms = bench::shape_bound_ms(w);
       bounds += fmt::format(", \"shape_bound_ms\": {:.5f}, \"x_shape_bound\": {:.3f}", shape_ms, ms / shape_ms);
