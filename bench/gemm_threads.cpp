@@ -32,9 +32,10 @@ int main() {
   const ParallelCrossover& c = parallel_crossover();
   fmt::print("crossover measured at start-up: a parallel region costs {:.2f} us{}; one thread does {:.0f} multiply-adds/us "
              "and {:.0f} elementwise elements/us; so products split from {:.0f} multiply-adds, elementwise passes "
-             "from {:.0f} elements\n",
+             "from {:.0f} elements; while the workers sleep deeply, work one thread does in less than {:.0f} us (waking "
+             "them) runs on the caller\n",
              c.region_us, c.region_assumed ? " (assumed: too busy to measure)" : "", c.macs_per_us, c.elements_per_us,
-             c.min_macs, c.min_elements);
+             c.min_macs, c.min_elements, c.wake_us);
   // m x k times k x n
   const std::vector<std::array<Index, 3>> shapes = {
       {64, 64, 64},    {256, 33, 33},   {128, 128, 128}, {512, 64, 64},     {256, 256, 32},    {256, 32, 256},

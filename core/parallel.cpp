@@ -96,24 +96,25 @@ ParallelCrossover measure_crossover() {
     struct Rendezvous {
       std::atomic<int> arrived{0};
       int threads = 0;
+      Clock::duration patience{};
     } meet;
-    meet.threads = threads;
-    auto region = [&] {
+    auto region = [&](int pieces, Clock::duration patience) {
       meet.arrived.store(0, std::memory_order_relaxed);
+      meet.threads = pieces;
+      meet.patience = patience;
       split_job(
-          threads, 1, threads,
+          pieces, 1, pieces,
           [](void* context, Index begin, Index end) {
             auto& m = *static_cast<Rendezvous*>(context);
             if (end - begin > 1) return;  // run on this thread alone (not split): nothing to meet
             m.arrived.fetch_add(1, std::memory_order_acq_rel);
             const auto start = Clock::now();
-            while (m.arrived.load(std::memory_order_acquire) < m.threads &&
-                   Clock::now() - start < std::chrono::microseconds(200)) {
+            while (m.arrived.load(std::memory_order_acquire) < m.threads && Clock::now() - start < m.patience) {
             }
           },
           &meet, true);
     };
-    for (int i = 0; i < 20; ++i) region();  // the workers exist and are awake
+    for (int i = 0; i < 20; ++i) region(threads, std::chrono::microseconds(200));  // the workers exist and are awake
     // The median of the regions in which the worker came, not of all of them: in some processes the
     // scheduler keeps the worker on the caller's CPU through most of the measurement, and a region there
     // costs the 200 us wait, where a step's back-to-back regions, the worker spinning on its own core, cost
@@ -128,7 +129,7 @@ ParallelCrossover measure_crossover() {
     for (int round = 0; round < 3 && came.size() < 21; ++round)
       for (int i = 0; i < 101; ++i) {
         const auto start = Clock::now();
-        region();
+        region(threads, std::chrono::microseconds(200));
         const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
         if (us < kCame) came.push_back(us);
       }
@@ -147,6 +148,22 @@ ParallelCrossover measure_crossover() {
       c.region_us = kAssumedRegionUs;
       c.region_assumed = true;
     }
+    // Waking a worker asleep deeply (ParallelCrossover::wake_us), the fastest of five: this thread sleeps
+    // 300 us (a worker goes to sleep kSpin after its last job, so it has then slept past kDeepSleepUs) and
+    // times a job of two pieces, one of which waits for the worker to take the other (at most 1 ms): the
+    // call that wakes it and its way back. The fastest, as other load only adds to a wake: the median
+    // was 1 ms (no worker came) in 1 of 10 processes on the 2-core EPYC, where the others measured
+    // 72-81 us, and a process that measured that would keep every op under a millisecond on one thread
+    // whenever its worker had slept. No worker in any of the five: assumed kAssumedWakeUs.
+    constexpr double kAssumedWakeUs = 100;
+    double fastest = 1e3;
+    for (int i = 0; i < 5; ++i) {
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+      const auto start = Clock::now();
+      region(2, std::chrono::milliseconds(1));
+      fastest = std::min(fastest, std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+    }
+    c.wake_us = fastest < 1e3 ? fastest : kAssumedWakeUs;
   }
   {  // one thread's product speed, on a product a little past the sizes where the question arises
     const SingleThreaded one;
@@ -172,6 +189,7 @@ ParallelCrossover measure_crossover() {
   // Two threads halve the time of work w (at speed r) and add a region (R): worth it when w / 2r >= 2R.
   c.min_macs = from_environment("TAPEGRAD_PARALLEL_MIN_MACS", 4 * c.region_us * c.macs_per_us);
   c.min_elements = from_environment("TAPEGRAD_PARALLEL_MIN_ELEMENTS", 4 * c.region_us * c.elements_per_us);
+  c.wake_us = from_environment("TAPEGRAD_PARALLEL_WAKE_US", c.wake_us);
   if (const char* v = std::getenv("TAPEGRAD_PARALLEL_BACK_OFF"); v && *v) {
     if (std::string_view(v) != "0" && std::string_view(v) != "1")
       fail<ValueError>("TAPEGRAD_PARALLEL_BACK_OFF: expected 0 or 1, got '{}'", escaped(std::string_view(v)));
@@ -193,9 +211,10 @@ const ParallelCrossover& parallel_crossover() {
 }
 
 void set_parallel_crossover(const ParallelCrossover& c) {
-  if (!(c.min_macs >= 0) || !(c.min_elements >= 0))
-    fail<ValueError>("set_parallel_crossover: the minimums must be >= 0, got {} multiply-adds and {} elements", c.min_macs,
-                     c.min_elements);
+  if (!(c.min_macs >= 0) || !(c.min_elements >= 0) || !(c.wake_us >= 0))
+    fail<ValueError>("set_parallel_crossover: the minimums and the wake must be >= 0, got {} multiply-adds, {} elements and "
+                     "{} us",
+                     c.min_macs, c.min_elements, c.wake_us);
   parallel_crossover();  // measured first, so a later first call cannot overwrite this
   crossover = c;
 }
@@ -222,12 +241,27 @@ std::uint64_t parallel_regions_started() { return regions_started.load(std::memo
 std::uint64_t parallel_straggles() { return straggles.load(std::memory_order_relaxed); }
 double parallel_straggle_wait_us() { return 1e-3 * static_cast<double>(straggle_wait_ns.load(std::memory_order_relaxed)); }
 
+namespace {
+// Whether the pool's workers have slept longer than kDeepSleepUs (ParallelCrossover::wake_us).
+bool workers_asleep_deeply();
+
+// How many threads work that one thread does in `one_thread_us` is worth, `threads` by its size: one
+// when the workers sleep so deeply that waking them costs more than the work.
+int unless_asleep(int threads, double one_thread_us, const ParallelCrossover& c) {
+  return threads > 1 && one_thread_us < c.wake_us && workers_asleep_deeply() ? 1 : threads;
+}
+}  // namespace
+
 // Inside a piece nothing is split (and the crossover is not measured there: its job could not split).
 int threads_for_product(double macs) {
-  return inside_split ? 1 : threads_for(macs, parallel_crossover().min_macs);
+  if (inside_split) return 1;
+  const ParallelCrossover& c = parallel_crossover();
+  return unless_asleep(threads_for(macs, c.min_macs), macs / c.macs_per_us, c);
 }
 int threads_for_elements(double elements) {
-  return inside_split ? 1 : threads_for(elements, parallel_crossover().min_elements);
+  if (inside_split) return 1;
+  const ParallelCrossover& c = parallel_crossover();
+  return unless_asleep(threads_for(elements, c.min_elements), elements / c.elements_per_us, c);
 }
 
 // ---- The pool ---------------------------------------------------------------------------------------
@@ -329,6 +363,13 @@ class Pool {
   // Held by the caller: how many splits use (see detail::BackOff).
   detail::BackOff back_off;
 
+  // Whether worker 0 (every split's first helper) has been asleep longer than kDeepSleepUs; any thread may ask.
+  bool asleep_deeply() const {
+    const Clock::rep since = asleep_since_.load(std::memory_order_relaxed);
+    return since != 0 && Clock::now() - Clock::time_point(Clock::duration(since)) >
+                             std::chrono::duration<double, std::micro>(kDeepSleepUs);
+  }
+
  private:
   // Takes one piece of the current job, if one is left and `worker` (-1: the caller) may help; returns
   // the counter's word as it was before the take (0: none taken).
@@ -354,6 +395,7 @@ class Pool {
   alignas(64) std::atomic<std::uint32_t> wake_{0};   // bumped per job: sleeping workers wait on it
   std::atomic<bool> stop_{false};
   std::atomic<bool> busy_{false};
+  std::atomic<Clock::rep> asleep_since_{0};  // when worker 0 went to sleep (0: it is awake)
   std::vector<std::thread> workers_;
   // Worker i's scratch buffers: here, not in the thread, so that run() can grow them while the workers
   // are idle (between jobs no piece runs, so no worker holds a pointer into them).
@@ -368,6 +410,8 @@ Pool& pool() {
   static Pool p;
   return p;
 }
+
+bool workers_asleep_deeply() { return pool().asleep_deeply(); }
 
 Pool::~Pool() {
   if (getpid() == owner_) {
@@ -442,7 +486,9 @@ void Pool::work(int index) {
     const std::uint32_t seen = wake_.load(std::memory_order_acquire);
     const std::uint64_t word = counter_.load(std::memory_order_acquire);
     if ((pieces_left(word) > 0 && index < helpers_of(word)) || stop_.load(std::memory_order_acquire)) continue;
+    if (index == 0) asleep_since_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
     wake_.wait(seen, std::memory_order_acquire);
+    if (index == 0) asleep_since_.store(0, std::memory_order_relaxed);
   }
 }
 
@@ -465,6 +511,7 @@ std::exception_ptr Pool::run(Index n, Index piece, std::uint64_t pieces, int hel
   if (helpers > 0) {  // (none: a back-off runs the pieces on this thread alone, and no worker need wake)
     wake_.fetch_add(1, std::memory_order_release);
     wake_.notify_all();  // a system call only when a worker sleeps
+    asleep_since_.store(0, std::memory_order_relaxed);  // woken, if not yet running: the next split need not wake it
   }
 
   const bool was_inside = inside_split;

@@ -48,7 +48,19 @@ struct ParallelCrossover {
   // (detail::BackOff). On by default; `TAPEGRAD_PARALLEL_BACK_OFF=0` turns it off, and so do tests that
   // count regions or pieces, which a back-off would make depend on the machine's other load.
   bool back_off = true;
+  // What waking a worker that has slept longer than kDeepSleep costs the split, microseconds: the caller's
+  // call to wake it and the time until it takes a piece. Work that one thread does in less time runs on
+  // the calling thread alone while the workers sleep that deeply (they stay asleep). On a virtual machine
+  // a worker asleep past the host's halt-polling window costs the caller 44 us to wake and arrives 80-90 us
+  // later, where one asleep for less costs 8 and arrives after 12 (docs/performance.md, "Waking a
+  // sleeping worker"): a step whose parallel work comes in short jobs far apart (W2) was slower at two
+  // threads than at one. Measured with the rest; `TAPEGRAD_PARALLEL_WAKE_US` overrides it, and 0 (as
+  // tests that count regions set it) splits whatever the workers are doing.
+  double wake_us = 0;
 };
+// A worker asleep for longer than this is asleep deeply (ParallelCrossover::wake_us): about where the
+// cost of waking one steps up on the 2-core EPYC virtual machine (between 150 and 200 us).
+inline constexpr double kDeepSleepUs = 150;
 const ParallelCrossover& parallel_crossover();
 // Replaces the measured crossover (tests force splitting with minimums of 0; a user may pin one machine's
 // figures). Not synchronised with work in flight: call it before, not during, a computation.

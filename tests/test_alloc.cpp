@@ -294,6 +294,7 @@ TEST_CASE("alloc: a worker handed a piece that needs a scratch size met first on
   ParallelCrossover always = parallel_crossover();
   always.min_elements = 0;
   always.back_off = false;  // every job is split, whatever else the machine runs
+  always.wake_us = 0;       // ... and however long the worker has slept
   set_parallel_crossover(always);
   detail::thread_scratch_bytes(slot, bytes);  // met here first, outside any job
   const std::thread::id caller = std::this_thread::get_id();

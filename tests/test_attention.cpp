@@ -264,6 +264,7 @@ TEST_CASE("attention: values and gradients are bit-identical on one and two thre
   always.min_macs = 0;
   always.min_elements = 0;
   always.back_off = false;
+  always.wake_us = 0;  // split even while the worker sleeps
   set_parallel_crossover(always);
   Rng rng(44);
   for (const Index batch : {1, 3}) {  // one item: its products and softmax split; several: items split

@@ -94,9 +94,10 @@ TEST_CASE("parallel: products small and large give the same values and gradients
 
 namespace {
 
-// Pins the crossover for a test and restores the measured one after. Without a back-off by default: a
-// test that counts regions or pieces must not find its splits run on one thread because an earlier split
-// waited for a thread the machine's other load had parked (detail::BackOff).
+// Pins the crossover for a test and restores the measured one after. Without a back-off by default, and
+// without the rule for sleeping workers: a test that counts regions or pieces must not find its splits run
+// on one thread because an earlier split waited for a thread the machine's other load had parked
+// (detail::BackOff), or because the pool's worker had slept long (ParallelCrossover::wake_us).
 struct PinCrossover {
   ParallelCrossover saved = parallel_crossover();
   explicit PinCrossover(double min_macs, double min_elements, bool back_off = false) {
@@ -104,6 +105,7 @@ struct PinCrossover {
     c.min_macs = min_macs;
     c.min_elements = min_elements;
     c.back_off = back_off;
+    c.wake_us = 0;  // the work's size alone decides, not how long a worker has slept
     set_parallel_crossover(c);
   }
   ~PinCrossover() { set_parallel_crossover(saved); }
@@ -199,9 +201,13 @@ TEST_CASE("parallel: parallel_for covers every index once, in pieces, and a nega
   }
   ParallelCrossover bad = parallel_crossover();
   bad.min_macs = -1;
-  const std::string expected = fmt::format(
-      "set_parallel_crossover: the minimums must be >= 0, got -1 multiply-adds and {} elements", bad.min_elements);
+  const std::string expected =
+      fmt::format("set_parallel_crossover: the minimums and the wake must be >= 0, got -1 multiply-adds, {} elements and {} us",
+                  bad.min_elements, bad.wake_us);
   CHECK_THROWS_WITH_AS(set_parallel_crossover(bad), expected.c_str(), ValueError);
+  bad = parallel_crossover();
+  bad.wake_us = -1;
+  CHECK_THROWS_AS(set_parallel_crossover(bad), ValueError);
 }
 
 TEST_CASE("parallel: split products of many shapes and all three forms are bit-identical to one thread") {
@@ -519,6 +525,51 @@ TEST_CASE("parallel: a split that waits for a parked worker's piece is counted, 
   } else {
     MESSAGE("the back-off had ended before the split returned (a loaded machine): its serial run not checked");
   }
+}
+
+TEST_CASE("parallel: work shorter than waking a deeply asleep worker runs on the caller, and longer work or a worker awake splits") {
+  if (!have_openmp()) return;
+  using Clock = std::chrono::steady_clock;
+  RestoreThreads restore;
+  set_num_threads(2);
+  const PinCrossover pin(0, 0);  // by size, every op splits
+  ParallelCrossover c = parallel_crossover();
+  c.macs_per_us = c.elements_per_us = 1;  // work of n takes one thread n us
+  c.wake_us = 1000;
+  set_parallel_crossover(c);
+  parallel_for(Index{8}, 2, [](Index, Index) {});  // the pool and its worker exist
+  // A worker sleeps kSpin after its last job, deeply kDeepSleepUs later (polled: a loaded machine may keep
+  // it from running to its sleep for a while).
+  const auto give_up = Clock::now() + std::chrono::seconds(5);
+  while (threads_for_product(999) != 1 && Clock::now() < give_up) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(threads_for_product(999) == 1);  // shorter than the wake: on the caller
+  CHECK(threads_for_elements(999) == 1);
+  CHECK(threads_for_product(1000) == 2);  // as long as the wake or longer: split, which wakes it
+  CHECK(threads_for_elements(1e6) == 2);
+  c.wake_us = 0;  // the rule off: the size alone
+  set_parallel_crossover(c);
+  CHECK(threads_for_product(999) == 2);
+  c.wake_us = 1000;
+  set_parallel_crossover(c);
+  CHECK(threads_for_product(999) == 1);  // nothing has woken it
+
+  // Awake: asked from a third thread while the worker runs a piece of a split.
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> worker_in{false}, asked{false};
+  std::atomic<int> threads_while_awake{0};
+  std::thread asker([&] {
+    while (!worker_in.load() && Clock::now() < give_up + std::chrono::seconds(2)) std::this_thread::yield();
+    threads_while_awake = threads_for_product(999);
+    asked = true;
+  });
+  parallel_for(Index{8}, 2, [&](Index, Index) {  // two threads asked for: split however long the worker slept
+    const auto deadline = Clock::now() + std::chrono::seconds(2);
+    if (std::this_thread::get_id() != caller) worker_in = true;
+    while (!asked.load() && Clock::now() < deadline) std::this_thread::yield();
+  });
+  asker.join();
+  REQUIRE(worker_in);
+  CHECK(threads_while_awake.load() == 2);
 }
 
 TEST_CASE("parallel: column sums (a bias's, layer norm's gamma and beta gradients) split over threads keep their bits") {

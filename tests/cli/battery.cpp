@@ -72,7 +72,7 @@ TEST_CASE("cli: every program turns bad flags into exit 2 and one line") {
 }
 
 TEST_CASE("cli: a malformed parallel crossover in the environment is refused in one line, naming the variable") {
-  for (const char* name : {"TAPEGRAD_PARALLEL_MIN_MACS", "TAPEGRAD_PARALLEL_MIN_ELEMENTS"}) {
+  for (const char* name : {"TAPEGRAD_PARALLEL_MIN_MACS", "TAPEGRAD_PARALLEL_MIN_ELEMENTS", "TAPEGRAD_PARALLEL_WAKE_US"}) {
     INFO(name);
     RunOptions o;
     o.env = {{"OMP_NUM_THREADS", "2"}, {name, "lots"}};
