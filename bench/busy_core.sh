@@ -13,7 +13,11 @@
 #
 # Each cell is one run of the program (gpt_step: the median of REPEATS repeats of STEPS steps; step_bench and
 # torch_step.py: the median step over SECONDS_PER seconds, at least 10 steps); the runs alone and busy
-# alternate, so a change in the machine's other load falls on both. A run longer than TIMEOUT seconds is
+# alternate, so a change in the machine's other load falls on both. tapegrad's counts above 1 run with
+# --against-threads 1: the same process times its steps at that count and at 1 thread in turns, and its
+# ratio is taken from that run (its 1-thread time fills the 1T cell when the count is 2), since this
+# shared host's speed can change by a third between two runs a minute apart (docs/performance.md, "Waking
+# a sleeping worker"); PyTorch's ratios are of separate runs. A run longer than TIMEOUT seconds is
 # stopped and its cell says so. PyTorch from Debian without an optimised BLAS takes seconds a step here
 # (gpt.py 1.4 s, W5 10 s at one thread on the 2-core EPYC), so by default its side runs gpt (TORCH_STEPS
 # steps, one repeat) and W3 only. The spinners are `sh` busy loops, each bounded by `timeout` and killed
@@ -64,7 +68,8 @@ limit=${TIMEOUT:-120}
 torch_steps=${TORCH_STEPS:-5}
 torch_workloads=${TORCH_WORKLOADS:-gpt W3}
 # One measurement: $1 label, $2 program, $3 workload, $4 threads, $5 alone|busy, then the command; appends
-# "label program workload threads mode ms" to the results.
+# "label program workload threads mode ms" to the results, and, for a run --against-threads 1, the same
+# for 1 thread and "label program workload threads mode x RATIO".
 measure() {
   label=$1 program=$2 workload=$3 threads=$4 mode=$5
   shift 5
@@ -81,27 +86,39 @@ measure() {
     echo "busy_core.sh: failed ($rc): $*" >&2
     exit 1
   fi
-  ms=$(printf '%s\n' "$out" | /usr/bin/python3 -c '
+  printf '%s\n' "$out" | /usr/bin/python3 -c '
 import json, sys
+head = " ".join(sys.argv[1:])
+label, program, workload, threads, mode = sys.argv[1:]
 for line in sys.stdin:
     if line.startswith("{"):
         r = json.loads(line)
         if r.get("kind", "step") == "step":
-            print(r.get("step_ms", r.get("median_ms")))
-            break')
-  echo "$label $program $workload $threads $mode $ms" >> "$results"
-  echo "  $label $program $workload ${threads}T $mode: $ms ms" >&2
+            print(head, r.get("step_ms", r.get("median_ms")))
+            if "x_against" in r:
+                print(label, program, workload, 1, mode, r.get("against_step_ms", r.get("against_ms")))
+                print(head, "x", r["x_against"])
+            break' "$label" "$program" "$workload" "$threads" "$mode" | tee -a "$results" | sed 's/^/  /' >&2
 }
 
 echo "busy_core.sh: $cores CPUs, $busy kept busy; threads: $THREADS; load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for threads in $THREADS; do
   for mode in alone busy; do
     for b in "$@"; do
+      # 1 thread: timed in turns with 2 threads by the 2-thread run, unless 2 is not among the counts
+      if [ "$threads" = 1 ]; then
+        case " $THREADS " in *" 2 "*) continue ;; esac
+        against=""
+      else
+        against="--against-threads 1"
+      fi
+      # shellcheck disable=SC2086 # $against: no option or two words
       measure "$b" tapegrad gpt "$threads" "$mode" "$b/bench/gpt_step" --threads "$threads" --steps "$steps" \
-        --repeats "$repeats" --warmup 10
+        --repeats "$repeats" --warmup 10 $against
       for w in W3 W5; do
+        # shellcheck disable=SC2086
         measure "$b" tapegrad "$w" "$threads" "$mode" "$b/bench/step_bench" --workloads "$w" --no-peak \
-          --seconds "$seconds"
+          --seconds "$seconds" $against
       done
     done
     if [ -n "$python" ]; then
@@ -122,10 +139,14 @@ done
 import sys
 path, busy, cores, threads, python = sys.argv[1], sys.argv[2], sys.argv[3], [int(t) for t in sys.argv[4].split()], sys.argv[5]
 ms = {}
+x = {}  # a ratio timed in turns in one run (--against-threads 1)
 rows = []
 for line in open(path):
-    label, program, workload, t, mode, value = line.split()
-    ms[label, workload, int(t), mode] = None if value == "timeout" else float(value)
+    label, program, workload, t, mode, *value = line.split()
+    if value[0] == "x":
+        x[label, workload, int(t), mode] = float(value[1])
+        continue
+    ms[label, workload, int(t), mode] = None if value[0] == "timeout" else float(value[0])
     if (label, workload) not in rows:
         rows.append((label, workload))
 with open("/proc/cpuinfo") as f:
@@ -133,7 +154,8 @@ with open("/proc/cpuinfo") as f:
 with open("/proc/loadavg") as f:
     load = " ".join(f.read().split()[:3])
 print(f"ms per step (median); {cores} CPUs: {model}; busy: {busy} core(s) spinning; load average after: {load}")
-print(f"stopped: a run that took longer than TIMEOUT; ratios: each count's time over the 1-thread time, same mode")
+print(f"stopped: a run that took longer than TIMEOUT; ratios: each count's time over the 1-thread time, same mode "
+      f"(tapegrad's from one run that timed both in turns; PyTorch's from two runs)")
 if not python:
     print("PyTorch columns skipped: /usr/bin/python3 has no torch (or TORCH=0)")
 cols = [(mode, t) for mode in ("alone", "busy") for t in threads]
@@ -147,6 +169,7 @@ for label, workload in rows:
               else f"{ms[label, workload, t, m]:.2f}") for m, t in cols]
     for m, t in ratios:
         a, b = ms.get((label, workload, t, m)), ms.get((label, workload, 1, m))
-        cells.append(f"{a / b:.2f}" if a and b else "-")
+        turns = x.get((label, workload, t, m))
+        cells.append(f"{turns:.2f}" if turns else f"{a / b:.2f}" if a and b else "-")
     print(f"| {label} | {workload} | " + " | ".join(cells) + " |")
 PY

@@ -48,11 +48,11 @@ struct ParallelCrossover {
   // (detail::BackOff). On by default; `TAPEGRAD_PARALLEL_BACK_OFF=0` turns it off, and so do tests that
   // count regions or pieces, which a back-off would make depend on the machine's other load.
   bool back_off = true;
-  // What waking a worker that has slept longer than kDeepSleep costs the split, microseconds: the caller's
+  // What waking a worker that has slept longer than kDeepSleepUs costs the split, microseconds: the caller's
   // call to wake it and the time until it takes a piece. Work that one thread does in less time runs on
   // the calling thread alone while the workers sleep that deeply (they stay asleep). On a virtual machine
-  // a worker asleep past the host's halt-polling window costs the caller 44 us to wake and arrives 80-90 us
-  // later, where one asleep for less costs 8 and arrives after 12 (docs/performance.md, "Waking a
+  // a worker asleep past the host's halt-polling window costs the caller 37-45 us to wake and runs 77-92 us
+  // later, where one asleep for less costs 7-9 and runs after 11-12 (docs/performance.md, "Waking a
   // sleeping worker"): a step whose parallel work comes in short jobs far apart (W2) was slower at two
   // threads than at one. Measured with the rest; `TAPEGRAD_PARALLEL_WAKE_US` overrides it, and 0 (as
   // tests that count regions set it) splits whatever the workers are doing.
