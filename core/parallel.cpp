@@ -411,7 +411,8 @@ Pool& pool() {
   return p;
 }
 
-bool workers_asleep_deeply() { return pool().asleep_deeply(); }
+// (An op run by another static's destructor after the pool's has none to wake.)
+bool workers_asleep_deeply() { return !pool_gone.load(std::memory_order_acquire) && pool().asleep_deeply(); }
 
 Pool::~Pool() {
   if (getpid() == owner_) {
