@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "alloc_counter.hpp"
+#include "pin_crossover.hpp"
 #include "straggle.hpp"
 #include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/ops.hpp"
@@ -272,30 +273,16 @@ TEST_CASE("alloc: a step through a checkpointed TransformerStack (dropout, paddi
   CHECK(tape.sub_tape().size() > 0);  // the blocks did run on the sub-tape
 }
 
-namespace {
-// Restores the thread count and the crossover (its back-off setting too) that a test changes.
-struct RestoreThreadsAndCrossover {
-  int threads = num_threads();
-  ParallelCrossover crossover = parallel_crossover();
-  ~RestoreThreadsAndCrossover() {
-    set_num_threads(threads);
-    set_parallel_crossover(crossover);
-  }
-};
-}  // namespace
 
 TEST_CASE("alloc: a worker handed a piece that needs a scratch size met first on another thread allocates nothing") {
   // Pieces go to whichever thread is free, so a worker may first meet a size several steps after the
   // thread that met it first. The slot below is one no op uses, so only this test's sizes are in it.
   constexpr std::size_t slot = detail::kScratchSlots - 1;
   constexpr std::size_t bytes = std::size_t{3} << 20;
-  const RestoreThreadsAndCrossover restore;
+  const test::RestoreThreads restore;
   set_num_threads(2);
-  ParallelCrossover always = parallel_crossover();
-  always.min_elements = 0;
-  always.back_off = false;  // every job is split, whatever else the machine runs
-  always.wake_us = 0;       // ... and however long the worker has slept
-  set_parallel_crossover(always);
+  // every elementwise job is split, whatever else the machine runs and however long the worker has slept
+  const test::PinCrossover always(parallel_crossover().min_macs, 0);
   detail::thread_scratch_bytes(slot, bytes);  // met here first, outside any job
   const std::thread::id caller = std::this_thread::get_id();
   std::atomic<bool> worker_ran{false};
@@ -329,11 +316,10 @@ TEST_CASE("alloc: a split backed off to the caller alone runs its usual pieces, 
   // backed-off job as one piece, an op whose scratch is sized by its piece (a product's rows) would ask
   // for a size no step had asked before, mid-training.
   constexpr std::size_t slot = detail::kScratchSlots - 1;  // no op's slot
-  const RestoreThreadsAndCrossover restore;
+  const test::RestoreThreads restore;
   set_num_threads(2);
-  ParallelCrossover with_back_off = parallel_crossover();
-  with_back_off.back_off = true;
-  set_parallel_crossover(with_back_off);
+  const test::PinCrossover with_back_off(parallel_crossover().min_macs, parallel_crossover().min_elements,
+                                         /*back_off=*/true);
   auto job = [&] {  // 8 pieces of 8 of 64 indices: 8 KB of scratch a row of a piece
     parallel_for(64, 2, [&](Index first, Index last) {
       detail::thread_scratch_bytes(slot, static_cast<std::size_t>(last - first) << 13)[0] = std::byte{1};

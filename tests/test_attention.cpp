@@ -12,6 +12,7 @@
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/parallel.hpp"
 #include "helpers.hpp"
+#include "pin_crossover.hpp"
 
 using namespace tapegrad;
 using test::random_tensor;
@@ -258,14 +259,8 @@ TEST_CASE("attention: errors name the shapes and leave the tape as it was") {
 }
 
 TEST_CASE("attention: values and gradients are bit-identical on one and two threads, split at every size") {
-  const int saved_threads = num_threads();
-  const ParallelCrossover saved = parallel_crossover();
-  ParallelCrossover always = saved;
-  always.min_macs = 0;
-  always.min_elements = 0;
-  always.back_off = false;
-  always.wake_us = 0;  // split even while the worker sleeps
-  set_parallel_crossover(always);
+  const test::RestoreThreads restore;
+  const test::PinCrossover always(0, 0);
   Rng rng(44);
   for (const Index batch : {1, 3}) {  // one item: its products and softmax split; several: items split
     CAPTURE(batch);
@@ -284,6 +279,4 @@ TEST_CASE("attention: values and gradients are bit-identical on one and two thre
     CHECK(one.first == two.first);
     CHECK(one.second == two.second);
   }
-  set_parallel_crossover(saved);
-  set_num_threads(saved_threads);
 }

@@ -20,17 +20,15 @@
 #include "tapegrad/core/parallel.hpp"
 #include "tapegrad/train/optimizer.hpp"
 #include "helpers.hpp"
+#include "pin_crossover.hpp"
 #include "straggle.hpp"
 
 using namespace tapegrad;
 
 namespace {
 
-// Restores the thread count a test changes.
-struct RestoreThreads {
-  int saved = num_threads();
-  ~RestoreThreads() { set_num_threads(saved); }
-};
+using test::PinCrossover;
+using test::RestoreThreads;
 
 // a (m x k) times b (k x n) through the tape, and the gradient of sum(a b) with respect to a.
 std::pair<TensorT<double>, TensorT<double>> product_and_grad(const TensorT<double>& a, const TensorT<double>& b) {
@@ -94,22 +92,6 @@ TEST_CASE("parallel: products small and large give the same values and gradients
 
 namespace {
 
-// Pins the crossover for a test and restores the measured one after. Without a back-off by default, and
-// without the rule for sleeping workers: a test that counts regions or pieces must not find its splits run
-// on one thread because an earlier split waited for a thread the machine's other load had parked
-// (detail::BackOff), or because the pool's worker had slept long (ParallelCrossover::wake_us).
-struct PinCrossover {
-  ParallelCrossover saved = parallel_crossover();
-  explicit PinCrossover(double min_macs, double min_elements, bool back_off = false) {
-    ParallelCrossover c = saved;
-    c.min_macs = min_macs;
-    c.min_elements = min_elements;
-    c.back_off = back_off;
-    c.wake_us = 0;  // the work's size alone decides, not how long a worker has slept
-    set_parallel_crossover(c);
-  }
-  ~PinCrossover() { set_parallel_crossover(saved); }
-};
 
 // Values and input gradients of a small attention-like graph in float: a 2-D product, a shared-weight
 // product, batched a b^T and a b, a^T b, and softmax with and without a mask, reduced by random
