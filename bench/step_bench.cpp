@@ -61,8 +61,8 @@ struct StepTiming {
 // Times `step` (after 5 untimed steps that size every buffer). With `against` > 0, also at `against`
 // threads, in turns: blocks of steps at num_threads() and at `against` alternate, each block's first step
 // untimed (it wakes or idles the pool's workers), so that both counts meet the same moments of a shared
-// machine, whose speed can change by a third from one minute to the next (docs/performance.md, "A back-off
-// for a parked thread"); the counters are the main count's steps. Runs of separate processes a minute
+// machine, whose speed can change by a third from one minute to the next (docs/performance.md, "Waking a
+// sleeping worker"); the counters are the main count's steps. Runs of separate processes a minute
 // apart compare two machines, not two thread counts.
 template <class Step>
 StepTiming time_steps(Step step, double seconds, std::size_t max_steps, int against) {
