@@ -2,7 +2,8 @@
 # Steps on a machine that is not ours alone: the char GPT's step (bench/gpt_step) and step_bench's W3 and
 # W5, at 1 and 2 threads (1 .. nproc on a bigger machine), alone and with BUSY cores (default 1) kept busy
 # by spinning processes of this script's own, beside the same steps in PyTorch (bench/gpt_step.py,
-# bench/torch_step.py, /usr/bin/python3 with torch; skipped with a note without it). Prints one table:
+# bench/torch_step.py, the first of python3 and /usr/bin/python3 that has torch; skipped with a note without
+# it). Prints one table:
 # median ms per step and each count's time over the 1-thread time, alone and busy. Issue 41: a parked
 # thread should cost its share of a step, not the whole step.
 #
@@ -10,6 +11,8 @@
 #                                       # (default: build); several compare builds in the same run
 #   BUSY=1 THREADS="1 2" STEPS=40 REPEATS=3 SECONDS_PER=1.5 TIMEOUT=120 bench/busy_core.sh build ../base/build
 #   TORCH=0 (no PyTorch columns); TORCH_WORKLOADS="gpt W3 W5" TORCH_STEPS=5 (PyTorch's side, see below)
+#   DATA=DIR: the fortunes both gpt steps read (default: Debian's /usr/share/games/fortunes; a machine
+#   without fortunes-min gets a copy of that folder)
 #
 # Each cell is one run of the program (gpt_step: the median of REPEATS repeats of STEPS steps; step_bench and
 # torch_step.py: the median step over SECONDS_PER seconds, at least 10 steps); the runs alone and busy
@@ -38,8 +41,16 @@ if [ -z "${THREADS:-}" ]; then
   while [ "$t" -le "$cores" ]; do THREADS="$THREADS $t"; t=$((t * 2)); done
   case " $THREADS " in *" $cores "*) ;; *) THREADS="$THREADS $cores" ;; esac
 fi
+# PyTorch's side: the first Python that imports torch (a GPU host's python3 is its own PyTorch's; here
+# python3 lacks it and /usr/bin/python3 is Debian's). The table is written by whichever Python there is.
 python=""
-if [ "${TORCH:-1}" = 1 ] && /usr/bin/python3 -c "import torch" > /dev/null 2>&1; then python=/usr/bin/python3; fi
+if [ "${TORCH:-1}" = 1 ]; then
+  for p in python3 /usr/bin/python3; do
+    if "$p" -c "import torch" > /dev/null 2>&1; then python=$p; break; fi
+  done
+fi
+py=${python:-python3}
+data=${DATA:-/usr/share/games/fortunes}
 
 spinners=""
 stop_spinners() {
@@ -86,7 +97,7 @@ measure() {
     echo "busy_core.sh: failed ($rc): $*" >&2
     exit 1
   fi
-  printf '%s\n' "$out" | /usr/bin/python3 -c '
+  printf '%s\n' "$out" | "$py" -c '
 import json, sys
 head = " ".join(sys.argv[1:])
 label, program, workload, threads, mode = sys.argv[1:]
@@ -113,7 +124,7 @@ for threads in $THREADS; do
         against="--against-threads 1"
       fi
       # shellcheck disable=SC2086 # $against: no option or two words
-      measure "$b" tapegrad gpt "$threads" "$mode" "$b/bench/gpt_step" --threads "$threads" --steps "$steps" \
+      measure "$b" tapegrad gpt "$threads" "$mode" "$b/bench/gpt_step" --data "$data" --threads "$threads" --steps "$steps" \
         --repeats "$repeats" --warmup 10 $against
       for w in W3 W5; do
         # shellcheck disable=SC2086
@@ -124,7 +135,7 @@ for threads in $THREADS; do
     if [ -n "$python" ]; then
       for w in $torch_workloads; do
         if [ "$w" = gpt ]; then
-          measure pytorch pytorch gpt "$threads" "$mode" "$python" bench/gpt_step.py --threads "$threads" \
+          measure pytorch pytorch gpt "$threads" "$mode" "$python" bench/gpt_step.py --data "$data" --threads "$threads" \
             --steps "$torch_steps" --repeats 1 --warmup 2
         else
           measure pytorch pytorch "$w" "$threads" "$mode" "$python" bench/torch_step.py --workloads "$w" \
@@ -135,7 +146,7 @@ for threads in $THREADS; do
   done
 done
 
-/usr/bin/python3 - "$results" "$busy" "$cores" "$THREADS" "$python" <<'PY'
+"$py" - "$results" "$busy" "$cores" "$THREADS" "$python" <<'PY'
 import sys
 path, busy, cores, threads, python = sys.argv[1], sys.argv[2], sys.argv[3], [int(t) for t in sys.argv[4].split()], sys.argv[5]
 ms = {}
@@ -157,7 +168,10 @@ print(f"ms per step (median); {cores} CPUs: {model}; busy: {busy} core(s) spinni
 print(f"stopped: a run that took longer than TIMEOUT; ratios: each count's time over the 1-thread time, same mode "
       f"(tapegrad's from one run that timed both in turns; PyTorch's from two runs)")
 if not python:
-    print("PyTorch columns skipped: /usr/bin/python3 has no torch (or TORCH=0)")
+    print("PyTorch columns skipped: neither python3 nor /usr/bin/python3 has torch (or TORCH=0)")
+else:
+    import torch
+    print(f"PyTorch {torch.__version__} ({python}), CPU, OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset")
 cols = [(mode, t) for mode in ("alone", "busy") for t in threads]
 head = " | ".join(f"{m} {t}T" for m, t in cols)
 ratios = [(mode, t) for mode in ("alone", "busy") for t in threads if t > 1]

@@ -8,9 +8,11 @@
 #                                      # W7 from 4 threads), each beside torch_step.py on that machine's PyTorch
 #                                      # (python3 with torch, whatever version: named in the output), one table
 #
-# The run takes a few minutes on 16 cores: each cell times for 2 s after warm-up steps. The PyTorch side runs
+# The run takes a few minutes on 16 cores: each cell times for 2 s after warm-up steps (SECONDS_PER=1: 1 s, for a
+# machine lent for minutes). The PyTorch side runs
 # with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (as bench/compare.py) and torch.set_num_threads(T).
 # BIND=1 DIR/many_cores.sh run binds both sides' threads to cores (OMP_PROC_BIND=close, OMP_PLACES=cores).
+# TORCH=0: tapegrad's columns only (two builds compared on a machine lent for minutes).
 set -eu
 mode=${1:-}
 case "$mode" in
@@ -41,9 +43,11 @@ run)
     for t in 1 2 4 8 16 32 64; do [ "$t" -le "$cores" ] && threads="$threads $t"; done
   fi
   python=""
-  for p in python3 /usr/bin/python3; do
-    if "$p" -c "import torch" > /dev/null 2>&1; then python=$p; break; fi
-  done
+  if [ "${TORCH:-1}" = 1 ]; then  # TORCH=0: tapegrad's columns alone
+    for p in python3 /usr/bin/python3; do
+      if "$p" -c "import torch" > /dev/null 2>&1; then python=$p; break; fi
+    done
+  fi
   exec "${python:-python3}" - "$here" "$python" $threads <<'PY'
 import json, os, subprocess, sys
 here, python, threads = sys.argv[1], sys.argv[2], [int(t) for t in sys.argv[3:]]
@@ -51,6 +55,10 @@ if os.environ.get("BIND", "0") not in ("0", "1"):
     print(f"many_cores.sh: BIND must be 0 or 1, got {os.environ['BIND'][:40]!r}", file=sys.stderr)
     sys.exit(2)
 bench = os.path.join(here, "step_bench")
+seconds = os.environ.get("SECONDS_PER", "2")
+if not seconds.replace(".", "", 1).isdigit() or not 0 < float(seconds) <= 60:
+    print(f"many_cores.sh: SECONDS_PER must be a number of seconds in (0, 60], got {seconds[:40]!r}", file=sys.stderr)
+    sys.exit(2)
 def lines(cmd, env):
     out = subprocess.run(cmd, env={**{k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}, **env},
                          capture_output=True, text=True, check=True).stdout
@@ -69,11 +77,11 @@ for t in threads:
         if name == "W7" and t < 4:
             continue
         print(f"{name} at {t} thread(s) ...", file=sys.stderr, flush=True)
-        (r,) = [r for r in lines([bench, "--workloads", name, "--no-peak", "--seconds", "2", "--max-steps", "200"], env)
+        (r,) = [r for r in lines([bench, "--workloads", name, "--no-peak", "--seconds", seconds, "--max-steps", "200"], env)
                 if r["kind"] == "step"]
         tg[name, t] = r["median_ms"]
         if python:
-            (p,) = lines([python, os.path.join(here, "torch_step.py"), "--workloads", name, "--seconds", "2",
+            (p,) = lines([python, os.path.join(here, "torch_step.py"), "--workloads", name, "--seconds", seconds,
                           "--tapegrad", bench, "--torch-threads", str(t)], env)
             pt[name, t] = p["median_ms"]
             info["torch"], info["build"], info["blas"] = p["torch"], p.get("torch_build", "?"), p.get("openblas_core", "?")
@@ -81,7 +89,7 @@ with open("/proc/cpuinfo") as f:
     model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "?")
 print(f"one training step, float32, median ms; {os.cpu_count()} CPUs: {model}; "
       f"{'threads bound (OMP_PROC_BIND=close, OMP_PLACES=cores), both sides' if bind else 'threads unbound'}")
-print(f"tapegrad: portable step_bench (bench/many_cores.sh bundle); PyTorch: {info.get('build', 'not installed')}; "
+print(f"tapegrad: portable step_bench (bench/many_cores.sh bundle); PyTorch: {info.get('build', 'not run (no torch, or TORCH=0)')}; "
       f"OpenBLAS: {info.get('blas', '?')}")
 head = " | ".join(f"tg {t}T" for t in threads) + (" | " + " | ".join(f"pt {t}T" for t in threads) if python else "")
 print(f"| wl | {head} |")
