@@ -321,8 +321,8 @@ Grid<T> make_grid(Dims d, Index lda, Index ldb, Index ldc, bool transpose_b) {
 // `col` of row q is at packed[col k + q kBlockCols] for col a multiple of kBlockCols. b is op(B) as
 // stored: k x n for a b and a^T b, n x k for a b^T (transposed as it is packed).
 template <class T>
-void pack_panels(T* packed, Form form, Dims d, MatrixRef<T> b) {
-  for (Index col = 0; col < d.n; col += kBlockCols) {
+void pack_panels(T* packed, Form form, Dims d, MatrixRef<T> b, Index first_panel, Index end_panel) {
+  for (Index col = first_panel * kBlockCols; col < std::min(d.n, end_panel * kBlockCols); col += kBlockCols) {
     const Index width = std::min(kBlockCols, d.n - col);
     T* panel = packed + col * d.k;
     if (form == Form::abt)
@@ -338,11 +338,14 @@ void pack_panels(T* packed, Form form, Dims d, MatrixRef<T> b) {
 // With a bias, each block of rows gets it added once its last product is written, while it is in cache.
 // `pack_a`: for a^T b, each block's strip of a is first copied into the thread's scratch, its rows
 // kBlockRows apart (the grid's kernels were made for that stride).
+// Columns [c0, c1) of those rows: c0 a multiple of kBlockCols, c1 one too or the last column (all
+// columns, when the product is not split into tiles: see xsmm_gemm).
 template <class T>
 void run_blocks(const Grid<T>& g, Form form, MatrixRef<T> a, MatrixRef<T> b, Index col_step, T* c, Index c_stride,
-                Index r0, Index r1, const T* bias, bool pack_a) {
+                Index r0, Index r1, Index c0, Index c1, const T* bias, bool pack_a) {
   const Dims d = g.d;
   assert(r0 % kBlockRows == 0 && (r1 == d.m || r1 % kBlockRows == 0));
+  assert(c0 % kBlockCols == 0 && (c1 == d.n || c1 % kBlockCols == 0));
   assert(!pack_a || form == Form::atb);
   T* strip = pack_a ? thread_scratch<T>(Scratch::packed_rows, static_cast<std::size_t>(d.k * kBlockRows)) : nullptr;
   for (Index row = r0; row < r1; row += kBlockRows) {
@@ -353,7 +356,7 @@ void run_blocks(const Grid<T>& g, Form form, MatrixRef<T> a, MatrixRef<T> b, Ind
       for (Index q = 0; q < d.k; ++q) std::copy_n(a.data + q * a.stride + row, width, strip + q * kBlockRows);
       rows_of_a = {strip, kBlockRows};
     }
-    for (Index col = 0; col < d.n; col += kBlockCols)
+    for (Index col = c0; col < c1; col += kBlockCols)
       for (Index p = 0; p < d.k; p += kBlockDepth) {
         // The kernel's A operand: op(B)^T, column-major (n x k): b (k x n) row-major as stored or packed.
         const T* ka = b.data + col * col_step + p * b.stride;
@@ -362,17 +365,35 @@ void run_blocks(const Grid<T>& g, Form form, MatrixRef<T> a, MatrixRef<T> b, Ind
         const T* kb = form == Form::atb ? rows_of_a.data + p * rows_of_a.stride : a.data + p + row * a.stride;
         g.at(row, col, p)(ka, kb, c + col + row * c_stride);
       }
-    add_bias_rows(c, c_stride, bias, row, std::min(row + kBlockRows, r1), d.n);
+    add_bias_rows(c + c0, c_stride, bias ? bias + c0 : nullptr, row, std::min(row + kBlockRows, r1), c1 - c0);
   }
 }
 
-// C (rows x n, rows c_stride apart) += `out` (rows x n, contiguous).
+// C (rows x n, rows c_stride apart) += `out` (rows x n, rows out_stride apart).
 template <class T>
-void add_rows(T* c, Index c_stride, const T* out, Index rows, Index n) {
-  if (c_stride == n)  // one contiguous pass: a small product's rows are too short to vectorise well
+void add_rows(T* c, Index c_stride, const T* out, Index out_stride, Index rows, Index n) {
+  if (c_stride == n && out_stride == n)  // one contiguous pass: a small product's rows are too short to vectorise well
     ArrayMap<T>(c, rows * n) += ConstArrayMap<T>(out, rows * n);
   else
-    StridedMap<T>(c, rows, n, Eigen::OuterStride<>(c_stride)) += ConstMatrixMap<T>(out, rows, n);
+    StridedMap<T>(c, rows, n, Eigen::OuterStride<>(c_stride)) +=
+        ConstStridedMap<T>(out, rows, n, Eigen::OuterStride<>(out_stride));
+}
+
+// How many groups of column blocks a split product's rows are cut into: one (pieces of whole rows of
+// blocks, as parallel_for cuts them) below kTileMinThreads threads or while there are at least two row
+// blocks a thread; else as many as give about kTilesPerThread tiles (a row block by a group) a thread,
+// so that a product of few rows (a weight's gradient X^T dY has d_in rows: 4 row blocks at a width of
+// 256) keeps every thread busy and a parked thread's tile is a small share. Tiles change who computes a
+// block of C, never how: each block is the same kernels over the same depth blocks, so results are
+// bit-identical at any split. W5's step at 16 threads took 47.7 ms with tiles against 52.9 without
+// (panels copied by the caller in both); at two threads, tiles made the char GPT's step slower (its
+// 128-row gradients: 0.758-0.796x its one-thread time against 0.722-0.745x; docs/performance.md, "On a
+// machine with many cores").
+constexpr Index kTilesPerThread = 4;
+constexpr int kTileMinThreads = 4;
+inline Index column_groups(Index row_blocks, Index col_blocks, int threads) {
+  if (threads < kTileMinThreads || row_blocks >= 2 * threads) return 1;
+  return std::clamp((kTilesPerThread * threads + row_blocks - 1) / row_blocks, Index{1}, col_blocks);
 }
 
 // Returns false, having done nothing, if libxsmm has no kernel for one of the product's blocks.
@@ -404,11 +425,19 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
   else
     grid = make_grid<T>(d, lda, ldb, out_stride, form == Form::atb);
   if (one_block ? !single : !grid.complete) return false;
+  const double macs = static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
+  const int threads = may_split && !one_block ? threads_for_product(macs) : 1;
+  const Index row_blocks = (d.m + kBlockRows - 1) / kBlockRows, col_blocks = (d.n + kBlockCols - 1) / kBlockCols;
   Index col_step = 1;
   if (packed) {
-    const Index panels_width = (d.n + kBlockCols - 1) / kBlockCols * kBlockCols;
-    T* panels = thread_scratch<T>(Scratch::packed_operand, static_cast<std::size_t>(panels_width * d.k));
-    pack_panels(panels, form, d, b);
+    T* panels = thread_scratch<T>(Scratch::packed_operand, static_cast<std::size_t>(col_blocks * kBlockCols * d.k));
+    // The panels are a copy of op(B) (k n values) that every tile reads, so it is made before the tiles
+    // start; made by the caller alone while the other threads wait, it grows against the product's
+    // m k n / threads a thread as threads are added. So a split product's panels are copied in a
+    // parallel region of their own first (a panel a piece). Measured, W5's step: at 16 threads 34.7-36.7
+    // ms against 47.7 copied by the caller (both with tiles); at two, 0.60-0.62x its one-thread time
+    // against 0.57-0.65x (docs/performance.md, "On a machine with many cores").
+    parallel_for(col_blocks, threads, [&](Index p0, Index p1) { pack_panels(panels, form, d, b, p0, p1); });
     b = {panels, kBlockCols};
     col_step = d.k;
   } else if (transposed_b) {  // b (n x k) -> b^T (k x n), so that the kernel reads it as it does for a b
@@ -419,17 +448,30 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
   if (one_block) {
     single(b.data, a.data, out);  // the block at row 0, column 0, depth 0 (see run_blocks)
     add_bias_rows(out, out_stride, bias, 0, d.m, d.n);
-    if (accumulate) add_rows(c, c_stride, out, d.m, d.n);
+    if (accumulate) add_rows(c, c_stride, out, d.n, d.m, d.n);
     return true;
   }
-  const double macs = static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
-  parallel_for(
-      d.m, may_split ? threads_for_product(macs) : 1,
-      [&](Index r0, Index r1) {
-        run_blocks(grid, form, a, b, col_step, out, out_stride, r0, r1, bias, pack_a);
-        if (accumulate) add_rows(c + r0 * c_stride, c_stride, out + r0 * d.n, r1 - r0, d.n);
-      },
-      kBlockRows);
+  // Tiles of one row block by `group` columns, numbered along the rows; a piece is a run of tiles
+  // [t0, t1): the end of one row, whole rows, the start of another (three calls of run_blocks at most,
+  // each packing its strips of a once).
+  const Index groups_wanted = column_groups(row_blocks, col_blocks, threads);
+  const Index group = (col_blocks + groups_wanted - 1) / groups_wanted * kBlockCols;
+  const Index groups = (d.n + group - 1) / group;
+  const auto rows = [&](Index rb0, Index rb1, Index c0, Index c1) {
+    if (rb1 <= rb0 || c1 <= c0) return;
+    const Index r0 = rb0 * kBlockRows, r1 = std::min(d.m, rb1 * kBlockRows);
+    run_blocks(grid, form, a, b, col_step, out, out_stride, r0, r1, c0, c1, bias, pack_a);
+    if (accumulate) add_rows(c + r0 * c_stride + c0, c_stride, out + r0 * d.n + c0, d.n, r1 - r0, c1 - c0);
+  };
+  parallel_for(row_blocks * groups, threads, [&](Index t0, Index t1) {
+    const Index first = t0 / groups, last = (t1 - 1) / groups;  // the row blocks the piece touches
+    const Index start = t0 % groups * group;                     // its first column in its first row block
+    const Index end = t1 % groups == 0 ? d.n : t1 % groups * group;  // its end in its last
+    if (first == last) return rows(first, first + 1, start, end);
+    if (start > 0) rows(first, first + 1, start, d.n);
+    rows(start > 0 ? first + 1 : first, end < d.n ? last : last + 1, 0, d.n);
+    if (end < d.n) rows(last, last + 1, 0, end);
+  });
   return true;
 }
 

@@ -10,8 +10,10 @@
 //  - Eigen's sequential GEMM with its packing buffers kept from product to product, without libxsmm.
 //
 // When a product is large enough (core/parallel.hpp), C's rows are split over the threads, each range
-// starting on a multiple of product_split_grain(): each thread runs exactly the blocks, the kernels and
-// the depth order one thread would, so results are bit-identical at any thread count.
+// starting on a multiple of product_split_grain() (and with libxsmm's kernels, a product of fewer than two
+// row blocks a thread into tiles of a row block by a group of 64-column blocks): each thread runs exactly
+// the blocks, the kernels and the depth order one thread would, so results are bit-identical at any
+// thread count.
 //
 // Internal to autograd/ (ops_matmul.cpp, ops_attention.cpp) and the benchmarks.
 
@@ -35,7 +37,7 @@ struct MatrixRef {
 
 // C (m x n, rows `c_stride` apart) = op(A) op(B), or C += op(A) op(B) when `accumulate` (the product is
 // formed first and then added, so a sum of products comes out the same whichever product is written
-// first). `may_split`: C's rows may be split over the threads when that pays (false inside a region
+// first). `may_split`: C may be split over the threads when that pays (false inside a region
 // that is already one of several threads' work). `bias`, a row of n values (not with `accumulate`): C =
 // op(A) op(B) + bias on every row, each element rounded once more after its product is complete, as
 // by a separate add, but while the block of rows is still in cache.

@@ -223,6 +223,54 @@ TEST_CASE("parallel: split products of many shapes and all three forms are bit-i
   });
 }
 
+TEST_CASE("parallel: a product of few row blocks splits into tiles of columns, bit-identical to one thread with a bias or added into C") {
+  // libxsmm's grid (autograd/gemm.cpp): with fewer than two row blocks of 64 a thread, a split product's rows
+  // are cut into groups of column blocks too, so a weight's gradient (d_in rows) keeps many threads busy.
+  if (!detail::have_libxsmm()) return;
+  const detail::GemmKernels before = detail::gemm_kernels();
+  detail::set_gemm_kernels(detail::GemmKernels::libxsmm);
+  RestoreThreads restore;
+  const PinCrossover pin(0, 0);
+  Rng rng(41);
+  using detail::ProductForm;
+  for (const ProductForm form : {ProductForm::ab, ProductForm::atb, ProductForm::abt})
+    for (const Index m : {40, 64, 130, 256, 300})
+      for (const Index n : {64, 200, 700})
+        for (const Index k : {33, 300}) {
+          CAPTURE(static_cast<int>(form));
+          CAPTURE(m);
+          CAPTURE(n);
+          CAPTURE(k);
+          const Index a_cols = form == ProductForm::atb ? m : k, b_cols = form == ProductForm::abt ? k : n;
+          const Tensor a = test::random_tensor<float>(form == ProductForm::atb ? Shape::mat(k, m) : Shape::mat(m, k), rng);
+          const Tensor b = test::random_tensor<float>(form == ProductForm::abt ? Shape::mat(n, k) : Shape::mat(k, n), rng);
+          const Tensor bias = test::random_tensor<float>(Shape::vec(n), rng), c0 = test::random_tensor<float>(Shape::mat(m, n), rng);
+          auto run = [&](int threads, bool accumulate) {
+            set_num_threads(threads);
+            Tensor c = accumulate ? c0 : Tensor(Shape::mat(m, n));
+            detail::gemm<float>(form, m, n, k, {a.data(), a_cols}, {b.data(), b_cols}, c.data(), n, accumulate, true,
+                                accumulate ? nullptr : bias.data());
+            return c;
+          };
+          for (const bool accumulate : {false, true}) {
+            CAPTURE(accumulate);
+            const Tensor one = run(1, accumulate);
+            for (const int threads : {2, 3, 8, 16}) {
+              CAPTURE(threads);
+              CHECK(run(threads, accumulate).flat() == one.flat());
+            }
+          }
+        }
+  // One row block of 700 columns on 8 threads: split (by columns), where a split of rows alone could not.
+  set_num_threads(8);
+  const Tensor a = test::random_tensor<float>(Shape::mat(64, 300), rng), b = test::random_tensor<float>(Shape::mat(300, 700), rng);
+  Tensor c(Shape::mat(64, 700));
+  const std::uint64_t regions = parallel_regions_started();
+  detail::gemm<float>(ProductForm::ab, 64, 700, 300, {a.data(), 300}, {b.data(), 700}, c.data(), 700, false);
+  CHECK(parallel_regions_started() == regions + 1);
+  detail::set_gemm_kernels(before);
+}
+
 TEST_CASE("parallel: affine is add(matmul(x, w), b) bit for bit, values and gradients, with either kernel, on 1 and 2 threads") {
   // The bias is added inside the product, to each block of rows as it completes (autograd/gemm.hpp):
   // shapes below, on and across libxsmm's 64-row blocks and its packing at 256 rows, with an empty depth.
