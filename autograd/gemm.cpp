@@ -434,9 +434,10 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
     // The panels are a copy of op(B) (k n values) that every tile reads, so it is made before the tiles
     // start; made by the caller alone while the other threads wait, it grows against the product's
     // m k n / threads a thread as threads are added. So a split product's panels are copied in a
-    // parallel region of their own first (a panel a piece). Measured, W5's step: at 16 threads 34.7-36.7
-    // ms against 47.7 copied by the caller (both with tiles); at two, 0.60-0.62x its one-thread time
-    // against 0.57-0.65x (docs/performance.md, "On a machine with many cores").
+    // parallel region of their own first (a panel a piece). Measured: W5's step at 16 threads 34.7-36.7
+    // ms against 47.7 copied by the caller (both with tiles; docs/performance.md, "On a machine with
+    // many cores"); W4's at two threads 0.54-0.62x its one-thread time against 0.66-0.67x ("Copying the
+    // panels in parallel at two threads").
     parallel_for(col_blocks, threads, [&](Index p0, Index p1) { pack_panels(panels, form, d, b, p0, p1); });
     b = {panels, kBlockCols};
     col_step = d.k;
