@@ -102,12 +102,7 @@ Var<T> DecoderLm<T>::forward(Tape<T>& tape, const Ids& tokens, KvCache<T>* cache
 
 template <class T>
 std::vector<std::int32_t> DecoderLm<T>::generate(std::span<const std::int32_t> prompt, const SampleOptions& options) {
-  struct Restore {  // the caller's mode, also when sampling throws
-    Module<T>& model;
-    bool training;
-    ~Restore() { model.train(training); }
-  } restore{*this, this->training()};
-  this->eval();
+  const EvalModeGuard<T> eval_mode(*this);  // the caller's mode back, also when sampling throws
   return sample<T>(*this, prompt, options);
 }
 

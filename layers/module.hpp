@@ -159,6 +159,22 @@ class ModuleList : public Module<T> {
   std::vector<std::unique_ptr<Module<T>>> items_;
 };
 
+// Evaluation mode for a scope: the module and its children in eval mode while the guard lives, then back
+// in the mode they were in, also when what runs between throws (an evaluation pass, sampling, a look at
+// attention maps in the middle of training).
+template <class T>
+class EvalModeGuard {
+ public:
+  explicit EvalModeGuard(Module<T>& module) : module_(module), was_training_(module.training()) { module_.eval(); }
+  ~EvalModeGuard() { module_.train(was_training_); }
+  EvalModeGuard(const EvalModeGuard&) = delete;
+  EvalModeGuard& operator=(const EvalModeGuard&) = delete;
+
+ private:
+  Module<T>& module_;
+  bool was_training_;
+};
+
 // UsageError naming the first parameter `tape` read (since its last reset()) that `model` does not list:
 // a layer used in forward() but never passed to register_child() trains nothing, is never saved, and its
 // gradient is never zeroed. The Trainer calls it every step before backward(); a hand-written loop should

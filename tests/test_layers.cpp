@@ -68,7 +68,7 @@ TEST_CASE("module: dotted names in a fixed order: own parameters first, then chi
                        NameError);
 }
 
-TEST_CASE("module: zero_grad, train/eval reach every child, and names are checked") {
+TEST_CASE("module: zero_grad, train/eval and EvalModeGuard reach every child, and names are checked") {
   Rng rng(2);
   Model model(rng);
   for (auto* p : model.parameters()) p->grad.fill(3.0);
@@ -77,6 +77,19 @@ TEST_CASE("module: zero_grad, train/eval reach every child, and names are checke
   model.eval();
   CHECK_FALSE(model.block.inner.training());
   model.train();
+  CHECK(model.attn.training());
+  {  // EvalModeGuard: eval mode for a scope, then the mode the model was in, also when the scope throws
+    const EvalModeGuard<double> outer(model);
+    CHECK_FALSE(model.attn.training());
+    { const EvalModeGuard<double> inner(model); }
+    CHECK_FALSE(model.block.inner.training());  // an inner guard restores eval, not training
+  }
+  CHECK(model.block.inner.training());
+  CHECK_THROWS_AS(([&] {
+                    const EvalModeGuard<double> guard(model);
+                    throw ValueError("a pass that fails");
+                  }()),
+                  ValueError);
   CHECK(model.attn.training());
 
   struct Bad : Module<double> {

@@ -315,12 +315,7 @@ double Trainer<B>::step() {
 
 template <class B>
 NamedValues Trainer<B>::evaluate(const DataSource<B>& data) {
-  struct EvalMode {  // the model in evaluation mode for the pass, as it was afterwards
-    Module<float>& m;
-    bool was_training;
-    explicit EvalMode(Module<float>& model) : m(model), was_training(model.training()) { m.eval(); }
-    ~EvalMode() { m.train(was_training); }
-  } mode(model());
+  const EvalModeGuard<float> eval_mode(model());  // for the pass; as it was afterwards
   StepReducer& reducer = this->reducer();
   reducer.start(*this);
   // On the training tape, which a step has already sized: values only, in buffers training holds anyway,

@@ -95,15 +95,12 @@ std::vector<std::string> sample_words(const NextSymbol& next, Index max_letters,
 namespace {
 // Runs the model on one sequence in evaluation mode, restoring its mode afterwards.
 Tensor logits_of(CharLm<float>& model, const std::vector<std::int32_t>& tokens) {
-  const bool was_training = model.training();
-  model.eval();
+  const EvalModeGuard<float> eval_mode(model);
   Ids ids(Shape::mat(1, static_cast<Index>(tokens.size())));
   std::copy(tokens.begin(), tokens.end(), ids.data());
   Tape<float> tape;
   NoGradGuard<float> guard(tape);
-  Tensor out = model.forward(tape, ids, nullptr).value();  // (1, T, V)
-  model.train(was_training);
-  return out;
+  return model.forward(tape, ids, nullptr).value();  // (1, T, V)
 }
 }  // namespace
 

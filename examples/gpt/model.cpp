@@ -62,8 +62,7 @@ std::string describe(const Gpt<float>::Config& c) {
 
 std::vector<std::vector<std::vector<double>>> attention_maps(Gpt<float>& model, std::string_view text) {
   const std::vector<std::int32_t> ids = model.vocabulary().encode(text, "attention_maps");
-  const bool was_training = model.training();
-  model.eval();
+  const EvalModeGuard<float> eval_mode(model);
   for (std::size_t layer = 0; layer < model.stack().size(); ++layer) model.stack().block(layer).attention().keep_weights(true);
   Tape<float> tape;
   NoGradGuard<float> no_grad(tape);
@@ -78,7 +77,6 @@ std::vector<std::vector<std::vector<double>>> attention_maps(Gpt<float>& model, 
       maps.back().emplace_back(head.data(), head.data() + head.numel());
     attention.keep_weights(false);  // training and sampling have no use for them
   }
-  model.train(was_training);
   return maps;
 }
 
