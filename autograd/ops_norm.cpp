@@ -154,20 +154,11 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) 
       }, dX ? 5 : 2);
     }
     if (!dGamma && !dBeta) return;
-    // Each column summed by one thread over the rows in order, as write_column_sums does (same bits).
-    parallel_for(
-        cols, threads_for_elements(2.0 * static_cast<double>(rows) * static_cast<double>(cols)),
-        [&](Index first, Index last) {
-          const Index width = last - first;
-          if (dGamma)
-            write_grad(dGamma.grad->flat().row(0).array().segment(first, width),
-                       (dY.array() * XHat.array()).middleCols(first, width).colwise().sum(),
-                       dGamma.assign);
-          if (dBeta)
-            write_grad(dBeta.grad->flat().row(0).array().segment(first, width),
-                       dY.array().middleCols(first, width).colwise().sum(), dBeta.assign);
-        },
-        16);
+    // Both sums in one pass over the columns, each column summed as write_column_sums sums it (same bits).
+    for_column_ranges(rows, cols, 2, [&](Index first, Index last) {
+      if (dGamma) write_column_sums_of(*dGamma.grad, dY.array() * XHat.array(), first, last, dGamma.assign);
+      if (dBeta) write_column_sums_of(*dBeta.grad, dY.array(), first, last, dBeta.assign);
+    });
   };
   return t.commit(n);
 }

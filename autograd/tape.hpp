@@ -239,6 +239,20 @@ void write_grad(Dst&& dst, const Src& src, bool assign) {
     dst += src;
 }
 
+// The pieces of write_column_sums (below), for an op that sums several gradients over the same rows in one
+// pass (layer norm's gamma and beta): body(first, last) for ranges of 16 columns over the threads, as many as
+// `passes` reads of the (rows x cols) values are worth; and the sums of columns [first, last) of `rows`
+// written into grad's.
+template <class F>
+void for_column_ranges(Index rows, Index cols, double passes, F&& body) {
+  parallel_for(cols, threads_for_elements(passes * static_cast<double>(rows) * static_cast<double>(cols)), body, 16);
+}
+template <class T, class Rows>
+void write_column_sums_of(TensorT<T>& grad, const Rows& rows, Index first, Index last, bool assign) {
+  write_grad(grad.flat().row(0).array().segment(first, last - first), rows.middleCols(first, last - first).colwise().sum(),
+             assign);
+}
+
 // The gradient of a row broadcast over every row of an output (a bias, layer norm's gamma and beta):
 // grad, one row of values, (+)= the column sums of `rows` (an array expression, one row per output row).
 // One place for the summation, so that ops that broadcast a row the same way (add, affine) give the
@@ -248,14 +262,8 @@ void write_grad(Dst&& dst, const Src& src, bool assign) {
 // start), so the sums have the same bits at any thread count.
 template <class T, class Rows>
 void write_column_sums(TensorT<T>& grad, const Rows& rows, bool assign) {
-  const Index cols = rows.cols();
-  parallel_for(
-      cols, threads_for_elements(static_cast<double>(rows.rows()) * static_cast<double>(cols)),
-      [&](Index first, Index last) {
-        write_grad(grad.flat().row(0).array().segment(first, last - first),
-                   rows.middleCols(first, last - first).colwise().sum(), assign);
-      },
-      16);
+  for_column_ranges(rows.rows(), rows.cols(), 1,
+                    [&](Index first, Index last) { write_column_sums_of(grad, rows, first, last, assign); });
 }
 
 // One argument of an op, named for error messages: {"a", a}.
