@@ -26,6 +26,16 @@
 # steps, one repeat) and W3 only. The spinners are `sh` busy loops, each bounded by `timeout` and killed
 # by pid when the script ends, fails or is interrupted.
 set -eu
+# Settings from the environment: a malformed one is refused in one line, before anything runs.
+refuse() { printf "busy_core.sh: %s must be %s, got '%.40s'\n" "$1" "$2" "$3" >&2; exit 2; }
+for v in BUSY STEPS REPEATS TIMEOUT TORCH_STEPS; do
+  eval "value=\${$v:-1}"
+  case "$value" in '' | *[!0-9]* | 0*) refuse "$v" "a whole number from 1" "$value" ;; esac
+done
+for t in ${THREADS:-1}; do case "$t" in *[!0-9]* | 0*) refuse THREADS "whole numbers from 1" "$THREADS" ;; esac; done
+case "${TORCH:-1}" in 0 | 1) ;; *) refuse TORCH "0 or 1" "$TORCH" ;; esac
+case "${SECONDS_PER:-1}" in *[!0-9.]* | *.*.* | .) refuse SECONDS_PER "a number of seconds above 0" "$SECONDS_PER" ;; esac
+awk -v s="${SECONDS_PER:-1}" 'BEGIN { exit !(s + 0 > 0) }' || refuse SECONDS_PER "a number of seconds above 0" "$SECONDS_PER"
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || set -- build
 for b in "$@"; do

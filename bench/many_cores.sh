@@ -42,6 +42,7 @@ run)
     threads=""
     for t in 1 2 4 8 16 32 64; do [ "$t" -le "$cores" ] && threads="$threads $t"; done
   fi
+  case "${TORCH:-1}" in 0 | 1) ;; *) printf "many_cores.sh: TORCH must be 0 or 1, got '%.40s'\n" "$TORCH" >&2; exit 2 ;; esac
   python=""
   if [ "${TORCH:-1}" = 1 ]; then  # TORCH=0: tapegrad's columns alone
     for p in python3 /usr/bin/python3; do
