@@ -245,7 +245,13 @@ TEST_CASE("parallel: a product of few row blocks splits into tiles of columns, b
           const Tensor a = test::random_tensor<float>(form == ProductForm::atb ? Shape::mat(k, m) : Shape::mat(m, k), rng);
           const Tensor b = test::random_tensor<float>(form == ProductForm::abt ? Shape::mat(n, k) : Shape::mat(k, n), rng);
           const Tensor bias = test::random_tensor<float>(Shape::vec(n), rng), c0 = test::random_tensor<float>(Shape::mat(m, n), rng);
+          const Tensor other = test::random_tensor<float>(b.shape(), rng);
           auto run = [&](int threads, bool accumulate) {
+            // First a product of another b on one thread: it leaves its own op(B) panels in the scratch, so a
+            // split that skipped copying a panel would read those, not a leftover copy of this b's.
+            set_num_threads(1);
+            Tensor scrub(Shape::mat(m, n));
+            detail::gemm<float>(form, m, n, k, {a.data(), a_cols}, {other.data(), b_cols}, scrub.data(), n, false);
             set_num_threads(threads);
             Tensor c = accumulate ? c0 : Tensor(Shape::mat(m, n));
             detail::gemm<float>(form, m, n, k, {a.data(), a_cols}, {b.data(), b_cols}, c.data(), n, accumulate, true,
