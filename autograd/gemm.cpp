@@ -453,25 +453,19 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
     return true;
   }
   // Tiles of one row block by `group` columns, numbered along the rows; a piece is a run of tiles
-  // [t0, t1): the end of one row, whole rows, the start of another (three calls of run_blocks at most,
-  // each packing its strips of a once).
+  // [t0, t1), run row block by row block: from its first tile's column in the first, to its last tile's
+  // end in the last, whole rows between.
   const Index groups_wanted = column_groups(row_blocks, col_blocks, threads);
   const Index group = (col_blocks + groups_wanted - 1) / groups_wanted * kBlockCols;
   const Index groups = (d.n + group - 1) / group;
-  const auto rows = [&](Index rb0, Index rb1, Index c0, Index c1) {
-    if (rb1 <= rb0 || c1 <= c0) return;
-    const Index r0 = rb0 * kBlockRows, r1 = std::min(d.m, rb1 * kBlockRows);
-    run_blocks(grid, form, a, b, col_step, out, out_stride, r0, r1, c0, c1, bias, pack_a);
-    if (accumulate) add_rows(c + r0 * c_stride + c0, c_stride, out + r0 * d.n + c0, d.n, r1 - r0, c1 - c0);
-  };
   parallel_for(row_blocks * groups, threads, [&](Index t0, Index t1) {
-    const Index first = t0 / groups, last = (t1 - 1) / groups;  // the row blocks the piece touches
-    const Index start = t0 % groups * group;                     // its first column in its first row block
-    const Index end = t1 % groups == 0 ? d.n : t1 % groups * group;  // its end in its last
-    if (first == last) return rows(first, first + 1, start, end);
-    if (start > 0) rows(first, first + 1, start, d.n);
-    rows(start > 0 ? first + 1 : first, end < d.n ? last : last + 1, 0, d.n);
-    if (end < d.n) rows(last, last + 1, 0, end);
+    for (Index rb = t0 / groups; rb <= (t1 - 1) / groups; ++rb) {
+      const Index c0 = std::max(t0 - rb * groups, Index{0}) * group;
+      const Index c1 = std::min((t1 - rb * groups) * group, d.n);
+      const Index r0 = rb * kBlockRows, r1 = std::min(d.m, r0 + kBlockRows);
+      run_blocks(grid, form, a, b, col_step, out, out_stride, r0, r1, c0, c1, bias, pack_a);
+      if (accumulate) add_rows(c + r0 * c_stride + c0, c_stride, out + r0 * d.n + c0, d.n, r1 - r0, c1 - c0);
+    }
   });
   return true;
 }
@@ -526,13 +520,6 @@ void gemm(ProductForm form, Index m, Index n, Index k, MatrixRef<T> a, MatrixRef
     return;
 #endif
   eigen_gemm(form, {m, n, k}, a, b, c, c_stride, accumulate, may_split, bias);
-}
-
-Index product_split_grain() {
-#ifdef TAPEGRAD_HAVE_LIBXSMM
-  if (gemm_kernels() == GemmKernels::libxsmm) return kBlockRows;
-#endif
-  return kEigenSplitGrain;
 }
 
 Index product_depth_start(Index k, Index start) {
