@@ -10,10 +10,10 @@
 //  - Eigen's sequential GEMM with its packing buffers kept from product to product, without libxsmm.
 //
 // When a product is large enough (core/parallel.hpp), C's rows are split over the threads, each range
-// starting on a multiple of product_split_grain() (and with libxsmm's kernels, a product of fewer than two
-// row blocks a thread into tiles of a row block by a group of 64-column blocks): each thread runs exactly
-// the blocks, the kernels and the depth order one thread would, so results are bit-identical at any
-// thread count.
+// starting on a multiple of the kernels' row block (64 rows; 16 with Eigen's), and with libxsmm's, from 4
+// threads, a product of fewer than two row blocks a thread is cut into tiles of a row block by a group of
+// 64-column blocks: each thread runs exactly the blocks, the kernels and the depth order one thread
+// would, so results are bit-identical at any thread count.
 //
 // Internal to autograd/ (ops_matmul.cpp, ops_attention.cpp) and the benchmarks.
 
@@ -53,9 +53,6 @@ GemmKernels gemm_kernels();
 bool have_libxsmm();
 void set_gemm_kernels(GemmKernels kernels);
 std::string_view name(GemmKernels kernels);  // "libxsmm", "eigen"
-
-// A product split over threads splits C's rows at multiples of this.
-Index product_split_grain();
 
 // Whether the product of C's first c columns (c a multiple of 64) gives them the bits that the product of
 // all n columns does: with libxsmm's kernels, each block of 64 columns being its own kernel calls; not
