@@ -273,7 +273,6 @@ TEST_CASE("alloc: a step through a checkpointed TransformerStack (dropout, paddi
   CHECK(tape.sub_tape().size() > 0);  // the blocks did run on the sub-tape
 }
 
-
 TEST_CASE("alloc: a worker handed a piece that needs a scratch size met first on another thread allocates nothing") {
   // Pieces go to whichever thread is free, so a worker may first meet a size several steps after the
   // thread that met it first. The slot below is one no op uses, so only this test's sizes are in it.
