@@ -26,7 +26,9 @@
 //     rng(), which dropout uses) as `rng`: its state is saved before the forward and restored for the
 //     recomputation, which then draws the same masks; afterwards the stream is where the forward left it.
 //     nullptr when fn draws nothing. What fn captures by reference (a padding mask) must stay unchanged
-//     until backward has run;
+//     until backward has run. A recomputation whose output is not the forward's, bit for bit (a stream
+//     that was not passed, something that changed), would give another function's gradients: backward
+//     refuses it with a UsageError;
 //   - not hand a cache of keys and values (layers/kv_cache.hpp) unless gradients are off.
 // fn is copied into the tape's node (it must be copy- or move-constructible), so a lambda written in the
 // call is fine; what it captures by reference must outlive backward.
@@ -34,11 +36,15 @@
 // With gradients off (NoGradGuard: evaluation, generation) checkpoint(x, rng, fn) is fn(x): nothing would
 // be kept for a backward pass, so there is nothing to save.
 
+#include <algorithm>
+#include <bit>
 #include <concepts>
+#include <cstdint>
 #include <optional>
 #include <type_traits>
 #include <utility>
 
+#include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/tape.hpp"
 #include "tapegrad/core/rng.hpp"
 
@@ -75,6 +81,12 @@ class RngReplay {
   Rng::State now_{};
 };
 
+// The unsigned integer of T's size: outputs are compared bit for bit (NaN == NaN, -0 != 0).
+template <class T>
+using equal_bits_t = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+
+[[noreturn]] void refuse_recompute(const Shape& first, const Shape& again);
+
 // fn's result, checked to be a Var of the sub-tape it ran on.
 template <class T, class F>
 Var<T> run_region(F& fn, Tape<T>& sub, Var<T> outer_x) {
@@ -86,6 +98,68 @@ Var<T> run_region(F& fn, Tape<T>& sub, Var<T> outer_x) {
   return y;
 }
 
+// The op: forward runs the region with gradients off on the sub-tape and keeps its output; backward
+// runs it again, recording, and walks the sub-tape back from the node's gradient, which writes x's
+// gradient and the parameters' where they live (x's through the outer_input leaf): the op's own input
+// accessor is not used.
+template <class T, class F>
+struct CheckpointOp {
+  static constexpr const char* name = "checkpoint";
+  static constexpr const char* inputs[] = {"x"};
+  using Saved = CheckpointSaved<T, F>;
+  F* fn = nullptr;  // the caller's, moved into the node once it has run
+  Var<T> x;         // the region's input, on the outer tape
+  Rng* rng = nullptr;
+
+  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>&) const {
+    Tape<T>& sub = ctx.tape().sub_tape();
+    const Rng::State start = rng ? rng->state() : Rng::State{};
+    sub.reset();
+    sub.set_anomaly_detection(ctx.tape().anomaly_detection());
+    Var<T> y;
+    {
+      NoGradGuard values_only(sub);
+      y = run_region<T>(*fn, sub, x);
+    }
+    // Parameters read in the region take gradients through the recomputation, whether or not x does.
+    if (!sub.parameters_read().empty()) ctx.takes_grad_regardless();
+    const TensorT<T>& out = y.value();
+    TensorT<T>& kept = ctx.output(out.shape());
+    std::copy(out.data(), out.data() + out.numel(), kept.data());
+    if (ctx.needs_grad()) {
+      Saved& saved = ctx.saved();
+      saved.fn.emplace(std::move(*fn));
+      saved.input = x;
+      saved.rng = rng;
+      saved.rng_state = start;
+    }
+    ctx.tape().note_parameters_read(sub.parameters_read());
+  }
+
+  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>&) {
+    Saved& s = ctx.saved();
+    Tape<T>& outer = *s.input.tape;
+    Tape<T>& region = outer.sub_tape();
+    region.reset();  // the last region's intermediates go: their buffers take this one's
+    region.set_anomaly_detection(outer.anomaly_detection());
+    region.set_release_grads(outer.release_grads());  // as the outer tape's walk does
+    Var<T> again;
+    {
+      RngReplay replay(s.rng, s.rng_state);  // the same dropout masks as the forward drew
+      again = run_region<T>(*s.fn, region, s.input);
+    }
+    // A region that computes something else the second time (a random stream not passed as `rng`, state
+    // that changed in between) would give the gradients of another function, silently.
+    const TensorT<T>& first = ctx.output();
+    const TensorT<T>& second = again.value();
+    if (second.shape() != first.shape() ||
+        !std::equal(first.data(), first.data() + first.numel(), second.data(),
+                    [](T a, T b) { return std::bit_cast<equal_bits_t<T>>(a) == std::bit_cast<equal_bits_t<T>>(b); }))
+      refuse_recompute(first.shape(), second.shape());
+    if (region.node_at(again.index).requires_grad) region.backward(again, ctx.grad_output());
+  }
+};
+
 }  // namespace detail
 
 // fn(x), with fn's intermediates recomputed in backward instead of kept (see above). x (any shape) ->
@@ -95,44 +169,8 @@ template <class T, class F>
 Var<T> checkpoint(Var<T> x, Rng* rng, F&& fn, Where where = Where::current()) {
   Tape<T>& t = Tape<T>::of("checkpoint", {{"x", x}});
   if (!t.grad_enabled()) return fn(x);
-  using Saved = detail::CheckpointSaved<T, std::decay_t<F>>;
-  Tape<T>& sub = t.sub_tape();
-  const Rng::State start = rng ? rng->state() : Rng::State{};
-  sub.reset();
-  sub.set_anomaly_detection(t.anomaly_detection());
-  Var<T> y;
-  {
-    NoGradGuard values_only(sub);
-    y = detail::run_region<T>(fn, sub, x);
-  }
-  // The node takes a gradient when x does or fn read a parameter (which always does, gradients being on).
-  const bool takes_grad = t.node(x).requires_grad || !sub.parameters_read().empty();
-  Node<T>& n = t.record("checkpoint", {x}, y.shape(), where);
-  const TensorT<T>& out = y.value();
-  std::copy(out.data(), out.data() + out.numel(), n.value.data());
-  if (takes_grad) {
-    n.requires_grad = true;
-    Saved& saved = n.template save<Saved>();
-    saved.fn.emplace(std::forward<F>(fn));
-    saved.input = x;
-    saved.rng = rng;
-    saved.rng_state = start;
-    n.backward = [](Tape<T>& tp, Node<T>& node) {
-      Saved& s = node.template saved<Saved>();
-      Tape<T>& region = tp.sub_tape();
-      region.reset();  // the last region's intermediates go: their buffers take this one's
-      region.set_anomaly_detection(tp.anomaly_detection());
-      region.set_release_grads(tp.release_grads());  // as the outer tape's walk does
-      Var<T> again;
-      {
-        detail::RngReplay replay(s.rng, s.rng_state);  // the same dropout masks as the forward drew
-        again = detail::run_region<T>(*s.fn, region, s.input);
-      }
-      if (region.node(again).requires_grad) region.backward(again, node.grad);
-    };
-  }
-  t.note_parameters_read(sub.parameters_read());
-  return t.commit(n);
+  std::decay_t<F> region(std::forward<F>(fn));
+  return apply(detail::CheckpointOp<T, std::decay_t<F>>{.fn = &region, .x = x, .rng = rng}, {x}, where);
 }
 
 }  // namespace tapegrad

@@ -1,11 +1,11 @@
 #pragma once
-// Ops of your own, in the style of torch.autograd.Function. An op is a small struct: its name, the names
-// of its inputs, the state its backward rule needs (a struct of its own, `Saved`), a forward and, below it,
-// the backward. apply() does the rest: it checks the arguments (live Vars of one tape, errors naming the op
-// and the argument), records the node with the caller's source line, runs the forward, keeps the saved
-// state with the node's buffers (so a steady-state step allocates nothing), commits the node (in anomaly
-// mode checking its value, and later its gradients, naming the op and the line), and in backward hands the
-// rule one gradient accessor per input.
+// Ops, the library's and yours, in the style of torch.autograd.Function. An op is a small struct: its
+// name, the names of its inputs, the state its backward rule needs (a struct of its own, `Saved`), a
+// forward and, below it, the backward. apply() does the rest: it checks the arguments (live Vars of one
+// tape, errors naming the op and the argument), records the node with the caller's source line, runs the
+// forward, keeps the saved state with the node's buffers (so a steady-state step allocates nothing),
+// commits the node (in anomaly mode checking its value, and later its gradients, naming the op and the
+// line), and in backward hands the rule each input's value and gradient.
 //
 //   // y = x^2;  dx += 2 x dy
 //   template <class T>
@@ -21,22 +21,20 @@
 //   };
 //   Var<T> y = apply(Square<T>{}, {x});   // records this line
 //
-// The accessor hides "assign or accumulate": gradients start each backward pass as zero without being
-// filled, and x.grad.add(g) assigns on the first write of the pass and adds after, so an input used twice
-// (by this op or by others) sums its gradients and no un-zeroed buffer reaches the op. A gradient that is
-// not needed (a constant, or an input recorded without gradients) says so (`if (x.grad)`), and add() then
-// does nothing.
+// Gradients accumulate: x.grad.add(g) means d loss / d x += g, so an input used twice (by this op or by
+// others) sums its gradients. A gradient that is not needed (a constant, or an input recorded without
+// gradients) says so (`if (x.grad)`), and add() then does nothing.
 //
 // The op's fields are its settings (a scale factor, an epsilon), read by the forward; the backward is a
 // static function, so whatever it needs the forward saves: ctx.saved() is a `Saved`, made once per tape
 // node and reused with its buffers step after step. The backward reads it back as the same type; asking
 // for state the forward did not save this recording is a UsageError naming the op.
 //
-// Ops that write part of a gradient or a gradient laid out across threads in their own way (attention,
-// the products, broadcasting add) use the recording interface of autograd/tape.hpp directly.
+// Beyond add(g) (a whole gradient from one expression), x.grad offers the same `+=` for rules that need
+// more: add_parallel() in element ranges over the threads; pieces() for a rule that lays out its own
+// blocks (rows over the threads, a product kernel that adds or assigns); buffer() for a rule that adds
+// into some elements only (a scatter). An op over any number of inputs (concat_cols) is recorded by apply_list.
 
-#include <atomic>
-#include <concepts>
 #include <cstddef>
 #include <iterator>
 #include <span>
@@ -52,7 +50,6 @@ namespace tapegrad {
 struct NoSavedState {};
 
 namespace detail {
-struct FunctionEngine;
 
 template <class Op>
 struct SavedOf {
@@ -77,6 +74,7 @@ template <class G>
 inline constexpr bool kArrayExpression = decltype(array_expression(static_cast<const G*>(nullptr)))::value;
 
 [[noreturn]] void refuse_function(const char* op, const char* what);
+[[noreturn]] void refuse_saved(const std::string& op);
 [[noreturn]] void refuse_gradient_shape(const char* op, const char* input, Index rows, Index cols, const Shape& shape);
 [[noreturn]] void refuse_gradient_part(const char* op, const char* input, Index values, const Shape& shape);
 }  // namespace detail
@@ -90,7 +88,7 @@ class ForwardContext {
   // leaves the tape as it was).
   TensorT<T>& output(const Shape& shape) {
     if (node_) detail::refuse_function(op_, "its forward asked for output() twice");
-    node_ = &tape_.record(op_, inputs_, shape, where_);
+    node_ = &tape_.record(op_, inputs_, shape, where_, takes_grad_);
     return node_->value;
   }
   // Whether the backward rule will run for this node (an input takes a gradient and gradients are
@@ -98,6 +96,7 @@ class ForwardContext {
   bool needs_grad() const {
     if (node_) return node_->requires_grad;
     if (!tape_.grad_enabled()) return false;
+    if (takes_grad_) return true;
     for (const Var<T>& v : inputs_)
       if (tape_.node(v).requires_grad) return true;
     return false;
@@ -109,8 +108,12 @@ class ForwardContext {
     requires(!std::is_same_v<Saved, NoSavedState>)
   {
     if (!node_) detail::refuse_function(op_, "its forward asked for saved() before output(shape)");
-    return node_->template save<Saved>();
+    return node_->saved.template hold<Saved>();
   }
+  // Before output(): the node takes a gradient (its backward rule runs) even if no input does, because the
+  // forward read parameters on another tape (activation_checkpoint.hpp's region).
+  void takes_grad_regardless() { takes_grad_ = true; }
+  Tape<T>& tape() const { return tape_; }  // the inputs' tape
 
  private:
   friend struct detail::FunctionEngine;
@@ -121,6 +124,7 @@ class ForwardContext {
   const char* op_;
   Where where_;
   Node<T>* node_ = nullptr;
+  bool takes_grad_ = false;
 };
 
 // What the backward rule of an op sees besides its inputs.
@@ -133,7 +137,8 @@ class BackwardContext {
   Saved& saved()
     requires(!std::is_same_v<Saved, NoSavedState>)
   {
-    return node_.template saved<Saved>();
+    if (Saved* s = node_.saved.template get<Saved>()) return *s;
+    detail::refuse_saved(Tape<T>::describe(node_));
   }
 
  private:
@@ -142,9 +147,9 @@ class BackwardContext {
   Node<T>& node_;
 };
 
-// The gradient of one input, for a backward rule: d loss / d input, added to (+=) by add(). The first
-// write of a backward pass assigns instead (the gradient starts the pass as zero without having been
-// filled), so nothing an op writes depends on what the buffer held before.
+// The gradient of one input, for a backward rule: d loss / d input, added to (+=). The gradient starts
+// each backward pass as zero without its buffer being filled (a pass of zeros per tensor saved), so the
+// first write of a pass assigns instead of adding; every way of writing below takes care of that.
 template <class T>
 class InputGrad {
  public:
@@ -162,19 +167,19 @@ class InputGrad {
                   "InputGrad::add takes an Eigen array or matrix expression");
     if (!node_->requires_grad) return;
     // The buffer first, as the size check reads its shape (a refused size ends the backward pass anyway).
-    const auto w = node_->grad_whole();
-    TensorT<T>& d = *w.grad;
+    const GradWrite<T> w = node_->take_grad();
+    TensorT<T>& d = *w.tensor;
     if constexpr (detail::kMatrixExpression<G>) {
       if (g.rows() != d.shape().flat_rows() || g.cols() != d.cols())
         detail::refuse_gradient_shape(op_, input_, g.rows(), g.cols(), d.shape());
-      write_grad(d.flat().noalias(), g, w.assign);
+      w.add(d.flat().noalias(), g);
     } else if constexpr (G::ColsAtCompileTime == 1) {  // a column: every element in order
       if (g.rows() != d.numel()) detail::refuse_gradient_shape(op_, input_, g.rows(), 1, d.shape());
-      write_grad(d.array(), g, w.assign);
+      w.add(d.array(), g);
     } else {
       if (g.rows() != d.shape().flat_rows() || g.cols() != d.cols())
         detail::refuse_gradient_shape(op_, input_, g.rows(), g.cols(), d.shape());
-      write_grad(d.flat().array(), g, w.assign);
+      w.add(d.flat().array(), g);
     }
   }
 
@@ -185,14 +190,25 @@ class InputGrad {
   template <class F>
   void add_parallel(F&& part, double cost = 1) const {
     if (!node_->requires_grad) return;
-    const auto w = node_->grad_whole();
-    parallel_rows(w.grad->numel(), 1, [&](Index from, Index count) {
+    const GradWrite<T> w = node_->take_grad();
+    parallel_rows(w.tensor->numel(), 1, [&](Index from, Index count) {
       const auto g = part(from, count);  // may throw, on any thread: parallel_rows carries it out
       if (g.rows() != count || g.cols() != 1)
         detail::refuse_gradient_part(op_, input_, g.rows() * g.cols(), node_->val().shape());
-      write_grad(w.grad->array().segment(from, count), g, w.assign);
+      w.add(w.tensor->array().segment(from, count), g);
     }, cost);
   }
+
+  // For a rule that writes every element in pieces of its own layout (blocks of rows over the threads, a
+  // product kernel): the buffer and w.add(piece, g), piece += g, or w.accumulate for a kernel that either
+  // adds into its output or overwrites it. Take the pieces of each input once, in the order the rule writes
+  // them: when one node is two inputs (x * x), the first taken assigns and the second adds.
+  GradWrite<T> pieces() const { return node_->take_grad(); }
+
+  // For a rule that adds into some elements only (a scatter, a slice): the whole gradient, zero where
+  // nothing has been written this pass (a pass of zeros on the first write), to add (+=) into; nullptr if
+  // not needed.
+  TensorT<T>* buffer() const { return node_->zeroed_grad(); }
 
  private:
   friend struct detail::FunctionEngine;
@@ -211,9 +227,38 @@ struct OpInput {
   InputGrad<T> grad;
 };
 
+// The inputs of an op over any number of them (concat_cols), as its forward sees them (ValueList: their
+// values) and its backward rule (InputList: values and gradients). Named "<inputs[0]> k" in errors.
+template <class T>
+class ValueList {
+ public:
+  std::size_t size() const { return vars_.size(); }
+  const TensorT<T>& operator[](std::size_t k) const { return vars_[k].tape->value(vars_[k]); }
+
+ private:
+  friend struct detail::FunctionEngine;
+  explicit ValueList(std::span<const Var<T>> vars) : vars_(vars) {}
+  std::span<const Var<T>> vars_;
+};
+template <class T>
+class InputList {
+ public:
+  std::size_t size() const { return node_.input_count; }
+  OpInput<T> operator[](std::size_t k) const;
+
+ private:
+  friend struct detail::FunctionEngine;
+  InputList(Tape<T>& tape, Node<T>& node, const char* op, const char* input)
+      : tape_(tape), node_(node), op_(op), input_(input) {}
+  Tape<T>& tape_;
+  Node<T>& node_;
+  const char* op_;
+  const char* input_;
+};
+
 namespace detail {
 
-// The pieces of apply() that need the contexts' private parts.
+// The pieces of apply() that need the tape's and the contexts' private parts.
 struct FunctionEngine {
   template <class Op, class T, std::size_t N>
   static void backward(Tape<T>& tape, Node<T>& node) {
@@ -223,20 +268,56 @@ struct FunctionEngine {
       Op::backward(ctx, OpInput<T>{in[I]->val(), InputGrad<T>(*in[I], Op::name, Op::inputs[I])}...);
     }(std::make_index_sequence<N>{});
   }
+  template <class Op, class T>
+  static void backward_list(Tape<T>& tape, Node<T>& node) {
+    BackwardContext<T, typename SavedOf<Op>::type> ctx(node);
+    Op::backward(ctx, InputList<T>(tape, node, Op::name, Op::inputs[0]));
+  }
+  template <class T>
+  static OpInput<T> input(Tape<T>& tape, Node<T>& node, std::size_t k, const char* op, const char* name) {
+    Node<T>& in = tape.input_node(node, static_cast<std::uint32_t>(k));
+    return {in.val(), InputGrad<T>(in, op, name)};
+  }
+
+  template <class Op, class T>
+  static Tape<T>& checked_tape(std::span<const Var<T>> inputs, bool list) {
+    if (inputs.empty()) refuse_function(Op::name, "no inputs were given");
+    if (inputs[0].tape == nullptr)
+      fail<UsageError>("{}: {}{} is an empty Var (default-constructed)", Op::name, Op::inputs[0], list ? " 0" : "");
+    Tape<T>& tape = *inputs[0].tape;
+    for (std::size_t k = 0; k < inputs.size(); ++k)
+      if (list)
+        tape.check(inputs[k], Op::name, Op::inputs[0], static_cast<Index>(k));
+      else
+        tape.check(inputs[k], Op::name, Op::inputs[k]);
+    return tape;
+  }
+
+  template <class T, class Ctx, class Forward>
+  static Var<T> record(Tape<T>& tape, Ctx& ctx, const char* op, typename Node<T>::BackwardFn rule, Forward&& forward) {
+    forward();
+    if (!ctx.node_) refuse_function(op, "its forward returned without calling output(shape)");
+    ctx.node_->backward = rule;
+    return tape.commit(*ctx.node_);
+  }
 
   template <class Op, class T, std::size_t N>
   static Var<T> apply(const Op& op, const Var<T> (&inputs)[N], Where where) {
-    if (inputs[0].tape == nullptr)
-      fail<UsageError>("{}: {} is an empty Var (default-constructed)", Op::name, Op::inputs[0]);
-    Tape<T>& tape = *inputs[0].tape;
-    for (std::size_t k = 0; k < N; ++k) tape.check(inputs[k], Op::name, Op::inputs[k]);
-    ForwardContext<T, typename SavedOf<Op>::type> ctx(tape, std::span<const Var<T>>(inputs, N), Op::name, where);
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      op.forward(ctx, tape.node(inputs[I]).val()...);  // nodes never move: the values outlive the record
-    }(std::make_index_sequence<N>{});
-    if (!ctx.node_) refuse_function(Op::name, "its forward returned without calling output(shape)");
-    ctx.node_->backward = &backward<Op, T, N>;
-    return tape.commit(*ctx.node_);
+    const std::span<const Var<T>> list(inputs, N);
+    Tape<T>& tape = checked_tape<Op>(list, false);
+    ForwardContext<T, typename SavedOf<Op>::type> ctx(tape, list, Op::name, where);
+    return record(tape, ctx, Op::name, &backward<Op, T, N>, [&] {
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        op.forward(ctx, tape.node(inputs[I]).val()...);  // nodes never move: the values outlive the record
+      }(std::make_index_sequence<N>{});
+    });
+  }
+
+  template <class Op, class T>
+  static Var<T> apply_list(const Op& op, std::span<const Var<T>> inputs, Where where) {
+    Tape<T>& tape = checked_tape<Op>(inputs, true);
+    ForwardContext<T, typename SavedOf<Op>::type> ctx(tape, inputs, Op::name, where);
+    return record(tape, ctx, Op::name, &backward_list<Op, T>, [&] { op.forward(ctx, ValueList<T>(inputs)); });
   }
 };
 
@@ -252,17 +333,27 @@ concept HasBackward = requires(BackwardContext<T, Saved>& ctx, const Inputs&... 
 template <class T, std::size_t>
 using Same = T;
 
+template <class Op>
+void check_op_names() {
+  static_assert(requires { { Op::name } -> std::convertible_to<const char*>; },
+                "an op needs its name: static constexpr const char* name = \"...\";");
+  static_assert(requires { std::size(Op::inputs); },
+                "an op needs its inputs' names: static constexpr const char* inputs[] = {\"x\", ...};");
+}
+
 }  // namespace detail
+
+template <class T>
+OpInput<T> InputList<T>::operator[](std::size_t k) const {
+  return detail::FunctionEngine::input(tape_, node_, k, op_, input_);
+}
 
 // Records `op` on the inputs' tape: forward now, backward in tape.backward(). `where` is the caller's
 // line (an op's own wrapper takes it as a defaulted last argument and passes it on, as the library's do).
 template <class Op, class T, std::size_t N>
 Var<T> apply(const Op& op, const Var<T> (&inputs)[N], Where where = Where::current()) {
   using Saved = typename detail::SavedOf<Op>::type;
-  static_assert(requires { { Op::name } -> std::convertible_to<const char*>; },
-                "an op needs its name: static constexpr const char* name = \"...\";");
-  static_assert(requires { std::size(Op::inputs); },
-                "an op needs its inputs' names: static constexpr const char* inputs[] = {\"x\", ...};");
+  detail::check_op_names<Op>();
   static_assert(std::size(Op::inputs) == N, "apply: give the op as many inputs as Op::inputs names");
   return [&]<std::size_t... I>(std::index_sequence<I...>) {
     static_assert(detail::HasForward<Op, T, Saved, detail::Same<TensorT<T>, I>...>,
@@ -271,6 +362,21 @@ Var<T> apply(const Op& op, const Var<T> (&inputs)[N], Where where = Where::curre
                   "an op needs static void backward(BackwardContext<T, Saved>&, const OpInput<T>&... one per input)");
     return detail::FunctionEngine::apply(op, inputs, where);
   }(std::make_index_sequence<N>{});
+}
+
+// The same for an op over a list of inputs of any length (at least one): Op::inputs names one, the list's
+// ("part": "part 0", "part 1" in errors); its forward takes a ValueList<T>, its backward an InputList<T>.
+// (Not an overload of apply: a std::span argument would bring std::apply into the call by lookup.)
+template <class Op, class T>
+Var<T> apply_list(const Op& op, std::span<const Var<T>> inputs, Where where = Where::current()) {
+  using Saved = typename detail::SavedOf<Op>::type;
+  detail::check_op_names<Op>();
+  static_assert(std::size(Op::inputs) == 1, "apply over a list: Op::inputs names the list's inputs, once");
+  static_assert(detail::HasForward<Op, T, Saved, ValueList<T>>,
+                "an op over a list needs void forward(ForwardContext<T, Saved>&, const ValueList<T>&) const");
+  static_assert(detail::HasBackward<Op, T, Saved, InputList<T>>,
+                "an op over a list needs static void backward(BackwardContext<T, Saved>&, const InputList<T>&)");
+  return detail::FunctionEngine::apply_list(op, inputs, where);
 }
 
 }  // namespace tapegrad

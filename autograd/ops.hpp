@@ -1,6 +1,7 @@
 #pragma once
-// The primitive ops. Each is one function in autograd/ops_*.cpp holding its shape checks, its forward
-// value and, beside it, its backward rule. Shapes are written (B, T, D) with the legend of
+// The primitive ops. Each is an op struct in autograd/ops_*.cpp, written with the Function API
+// (autograd/function.hpp) as yours would be: its shape checks and forward value and, beside them, its
+// backward rule; the functions below record it. Shapes are written (B, T, D) with the legend of
 // core/shape.hpp; "row" means the last dimension. Every op takes the source line that recorded it
 // (defaulted), which errors and anomaly reports print.
 //
@@ -8,6 +9,7 @@
 
 #include <cstdint>
 #include <span>
+#include <type_traits>
 
 #include "tapegrad/autograd/tape.hpp"
 #include "tapegrad/core/rng.hpp"
@@ -125,5 +127,47 @@ template <class T> Var<T> dropout(Var<T> x, double p, Rng& rng, Where where = Wh
 // the biased variance (as PyTorch); gamma and beta are rows of x's width. One pass forward, one back.
 template <class T>
 Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps = 1e-5, Where where = Where::current());
+
+// ---- operators on Var (ops_elementwise.cpp) -------------------------------------------------------
+// a + b, a - b, a * b and a / b are add, sub, mul and div (b broadcast over a as they do); -a is
+// scale(a, -1); a number s on either side is taken in a's type: a + s, s + a, a - s, s - a, a * s and
+// s * a (scale), a / s, s / a. Like every op they record the caller's line: an operator cannot take a
+// defaulted argument, but the conversion of its right operand (or its scalar) can, and that runs in the
+// caller's expression.
+namespace detail {
+template <class T>
+struct VarHere {
+  Var<T> var;
+  Where where;
+  VarHere(Var<T> v, Where w = Where::current()) : var(v), where(w) {}  // NOLINT: converts on purpose
+};
+struct ScalarHere {
+  double value;
+  Where where;
+  ScalarHere(double v, Where w = Where::current()) : value(v), where(w) {}  // NOLINT: converts on purpose
+};
+template <class T> Var<T> add_scalar(Var<T> a, double s, Where where);  // a + s
+template <class T> Var<T> div_scalar(Var<T> a, double s, Where where);  // a / s
+template <class T> Var<T> scalar_sub(double s, Var<T> a, Where where);  // s - a
+template <class T> Var<T> scalar_div(double s, Var<T> a, Where where);  // s / a
+template <class T>
+using Operand = std::type_identity_t<VarHere<T>>;  // not deduced: T comes from the left operand
+}  // namespace detail
+
+template <class T> Var<T> operator+(Var<T> a, detail::Operand<T> b) { return add(a, b.var, b.where); }
+template <class T> Var<T> operator-(Var<T> a, detail::Operand<T> b) { return sub(a, b.var, b.where); }
+template <class T> Var<T> operator*(Var<T> a, detail::Operand<T> b) { return mul(a, b.var, b.where); }
+template <class T> Var<T> operator/(Var<T> a, detail::Operand<T> b) { return div(a, b.var, b.where); }
+template <class T> Var<T> operator+(Var<T> a, detail::ScalarHere s) { return detail::add_scalar(a, s.value, s.where); }
+template <class T> Var<T> operator+(detail::ScalarHere s, Var<T> a) { return detail::add_scalar(a, s.value, s.where); }
+template <class T> Var<T> operator-(Var<T> a, detail::ScalarHere s) { return detail::add_scalar(a, -s.value, s.where); }
+template <class T> Var<T> operator-(detail::ScalarHere s, Var<T> a) { return detail::scalar_sub(s.value, a, s.where); }
+template <class T> Var<T> operator*(Var<T> a, detail::ScalarHere s) { return scale(a, s.value, s.where); }
+template <class T> Var<T> operator*(detail::ScalarHere s, Var<T> a) { return scale(a, s.value, s.where); }
+template <class T> Var<T> operator/(Var<T> a, detail::ScalarHere s) { return detail::div_scalar(a, s.value, s.where); }
+template <class T> Var<T> operator/(detail::ScalarHere s, Var<T> a) { return detail::scalar_div(s.value, a, s.where); }
+// Unary minus has one operand, so it is written for each element type (a template would not convert it).
+inline Var<float> operator-(detail::VarHere<float> a) { return scale(a.var, -1.0, a.where); }
+inline Var<double> operator-(detail::VarHere<double> a) { return scale(a.var, -1.0, a.where); }
 
 }  // namespace tapegrad

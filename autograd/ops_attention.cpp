@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/gemm.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/autograd/scratch.hpp"
@@ -121,33 +122,23 @@ void for_each_item(const Layout& l, double macs, F&& body) {
 
 // Forward was, per item, S = Q_h K_h^T, P = softmax(s S), O_h = P V_h. So now:
 //   dV_h += P^T dO_h;  dP = dO_h V_h^T;  dS = s P (dP - rowsum(dP P));  dQ_h += dS K_h;  dK_h += dS^T Q_h.
-// When q, k and v are one node (parameter-free attention), its gradient is written in that order, the
-// first write of each block assigning when nothing has been written this pass.
+// The gradients are taken in the order of the writes, v, q, k: when q, k and v are one node
+// (parameter-free attention), its first role assigns and the others add.
 template <class T>
-void attention_backward(Tape<T>& t, Node<T>& n) {
-  const auto& saved = n.template saved<AttentionSaved<T>>();
+void attention_backward(const AttentionSaved<T>& saved, const TensorT<T>& grad_output, const OpInput<T>& q_in,
+                        const OpInput<T>& k_in, const OpInput<T>& v_in) {
   const Layout l = saved.layout;
-  // v, q, k: the order of the writes below. A node that is more than one of them (parameter-free attention:
-  // q, k and v are all x) is written by its first role and added to by the others.
-  Node<T>* nodes[3] = {&t.input_node(n, 2), &t.input_node(n, 0), &t.input_node(n, 1)};
-  typename Node<T>::GradWrite writes[3];
-  for (int i = 0; i < 3; ++i) {
-    int first = i;
-    for (int j = i - 1; j >= 0; --j)
-      if (nodes[j] == nodes[i]) first = j;
-    writes[i] = first == i ? nodes[i]->grad_whole() : typename Node<T>::GradWrite{writes[first].grad, false};
-  }
-  const auto &dv = writes[0], &dq = writes[1], &dk = writes[2];
+  const GradWrite<T> dv = v_in.grad.pieces(), dq = q_in.grad.pieces(), dk = k_in.grad.pieces();
   if (!dv && !dq && !dk) return;
   if (l.tq == 0 || l.tk == 0) {  // no query or no key: nothing flows back, but a first write must write
-    for (const auto& w : writes)
-      if (w.assign) w.grad->set_zero();
+    for (const GradWrite<T>* w : {&dv, &dq, &dk})
+      if (*w && !w->accumulate) w->tensor->set_zero();
     return;
   }
-  const T* q = nodes[1]->val().data();
-  const T* k = nodes[2]->val().data();
-  const T* v = nodes[0]->val().data();
-  const T* dout = n.grad.data();
+  const T* q = q_in.value.data();
+  const T* k = k_in.value.data();
+  const T* v = v_in.value.data();
+  const T* dout = grad_output.data();
   const Index wq = l.q_width(), wv = l.v_width();
   const T s = static_cast<T>(saved.scale);
   const bool cut_columns = detail::product_columns_separable();
@@ -167,14 +158,14 @@ void attention_backward(Tape<T>& t, Node<T>& n) {
         detail::softmax_backward(p, ds, ds, l.tq, l.tk, s, true, may_split);
       }
       if (dv)  // dV_h (Tk, dv) = P^T (Tk, Tq) dO_h (Tq, dv)
-        detail::gemm<T>(ProductForm::atb, l.tk, l.dv, l.tq, {p, l.tk}, {dout + oo, wv}, dv.grad->data() + ov, wv,
-                        !dv.assign, may_split);
+        detail::gemm<T>(ProductForm::atb, l.tk, l.dv, l.tq, {p, l.tk}, {dout + oo, wv}, dv.tensor->data() + ov, wv,
+                        dv.accumulate, may_split);
       if (dq)  // dQ_h (Tq, dk) = dS (Tq, Tk) K_h (Tk, dk)
-        detail::gemm<T>(ProductForm::ab, l.tq, l.dk, l.tk, {ds, l.tk}, {k + ok, wq}, dq.grad->data() + oq, wq,
-                        !dq.assign, may_split);
+        detail::gemm<T>(ProductForm::ab, l.tq, l.dk, l.tk, {ds, l.tk}, {k + ok, wq}, dq.tensor->data() + oq, wq,
+                        dq.accumulate, may_split);
       if (dk)  // dK_h (Tk, dk) = dS^T (Tk, Tq) Q_h (Tq, dk)
-        detail::gemm<T>(ProductForm::atb, l.tk, l.dk, l.tq, {ds, l.tk}, {q + oq, wq}, dk.grad->data() + ok, wq,
-                        !dk.assign, may_split);
+        detail::gemm<T>(ProductForm::atb, l.tk, l.dk, l.tq, {ds, l.tk}, {q + oq, wq}, dk.tensor->data() + ok, wq,
+                        dk.accumulate, may_split);
       return;
     }
     // The same products, each block of rows over the keys its queries see, each block of keys over the
@@ -195,26 +186,26 @@ void attention_backward(Tape<T>& t, Node<T>& n) {
     }
     // dV_h = P^T dO_h and dK_h = dS^T Q_h, block of keys by block of keys, each from its query_start: the
     // gradient `w` (rows `stride` apart, from `offset`) of a^T b over the queries.
-    const auto key_blocks = [&](const typename Node<T>::GradWrite& w, const T* a, const T* b, Index stride, Index width,
+    const auto key_blocks = [&](const GradWrite<T>& w, const T* a, const T* b, Index stride, Index width,
                                 Index offset) {
       for (Index kb = 0; kb < blocks_of(l.tk); ++kb) {
         const Index k0 = kb * kSkip, keys = std::min(kSkip, l.tk - k0), q0 = query_start[kb];
-        T* out = w.grad->data() + offset + k0 * stride;
+        T* out = w.tensor->data() + offset + k0 * stride;
         if (q0 < l.tq)
           detail::gemm<T>(ProductForm::atb, keys, width, l.tq - q0, {a + q0 * l.tk + k0, l.tk}, {b + q0 * stride, stride},
-                          out, stride, !w.assign, false);
-        else if (w.assign)
+                          out, stride, w.accumulate, false);
+        else if (!w.accumulate)
           zero_rows(out, keys, width, stride);
       }
     };
     if (dv) key_blocks(dv, p, dout + oo, wv, l.dv, ov);
     for (Index rb = 0; dq && rb < blocks_of(l.tq); ++rb) {  // dQ_h = dS K_h, row block rb
       const Index r0 = rb * kSkip, rows = std::min(kSkip, l.tq - r0), depth = keys_seen[rb];
-      T* out = dq.grad->data() + oq + r0 * wq;
+      T* out = dq.tensor->data() + oq + r0 * wq;
       if (depth > 0)
-        detail::gemm<T>(ProductForm::ab, rows, l.dk, depth, {ds + r0 * l.tk, l.tk}, {k + ok, wq}, out, wq, !dq.assign,
+        detail::gemm<T>(ProductForm::ab, rows, l.dk, depth, {ds + r0 * l.tk, l.tk}, {k + ok, wq}, out, wq, dq.accumulate,
                         false);
-      else if (dq.assign)
+      else if (!dq.accumulate)
         zero_rows(out, rows, l.dk, wq);
     }
     if (dk) key_blocks(dk, ds, q + oq, wq, l.dk, ok);
@@ -237,107 +228,123 @@ Layout attention_layout(const Shape& q, const Shape& k, const Shape& v, Index he
   return {q.rank == 3 ? q.batch : 1, q.rows, k.rows, heads, q.cols / heads, v.cols / heads};
 }
 
+// out_h = softmax(scale Q_h K_h^T, mask) V_h per batch item and head (see ops.hpp); backward above.
+template <class T>
+struct Attention {
+  static constexpr const char* name = "attention";
+  static constexpr const char* inputs[] = {"q", "k", "v"};
+  using Saved = AttentionSaved<T>;
+  Index heads = 1;
+  const Mask* mask = nullptr;
+  double scale = 1;
+  std::span<TensorT<T>> weights;
+
+  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& Q, const TensorT<T>& K, const TensorT<T>& V) const {
+    const Shape sq = Q.shape(), sk = K.shape(), sv = V.shape();
+    const Layout l = attention_layout(sq, sk, sv, heads);
+    if (mask && mask->shape() != Shape::mat(l.tq, l.tk) && mask->shape() != Shape::batched(l.batch, l.tq, l.tk))
+      fail<ShapeError>("attention: the mask is {} but q is {} and k is {}; it must be {}x{} (shared by the batch) or "
+                       "{}x{}x{}",
+                       mask->shape(), sq, sk, l.tq, l.tk, l.batch, l.tq, l.tk);
+    if (!(scale > 0) || !std::isfinite(scale))
+      fail<ValueError>("attention: the scale must be positive and finite, got {}", scale);
+    if (!weights.empty() && static_cast<Index>(weights.size()) != heads)
+      fail<ValueError>("attention: {} tensors given for the weights of {} heads", weights.size(), heads);
+    const Shape out = sq.rank == 3 ? Shape::batched(l.batch, l.tq, l.v_width()) : Shape::mat(l.tq, l.v_width());
+    for (auto& w : weights) w.resize(sq.rank == 3 ? Shape::batched(l.batch, l.tq, l.tk) : Shape::mat(l.tq, l.tk));
+
+    TensorT<T>& output = ctx.output(out);
+    AttentionSaved<T>* saved = nullptr;
+    if (ctx.needs_grad()) {  // keep every item's weights for the backward rule
+      saved = &ctx.saved();
+      saved->layout = l;
+      saved->scale = scale;
+      saved->weights.resize(static_cast<std::size_t>(l.items() * block_stride(l)));  // grows once, then stays
+    }
+    const T* qd = Q.data();
+    const T* kd = K.data();
+    const T* vd = V.data();
+    T* od = output.data();
+    const Index wq = l.q_width(), wv = l.v_width();
+    // What each row of the mask leaves open (the softmax skips what it blocks), read once for every item.
+    const bool per_item_mask = mask && mask->rank() == 3;
+    const Index mask_rows = mask && l.tk > 0 ? mask->shape().flat_rows() : 0;
+    detail::MaskRow* open = nullptr;
+    if (mask_rows > 0) {
+      open = detail::thread_scratch<detail::MaskRow>(detail::Scratch::mask_rows, static_cast<std::size_t>(mask_rows));
+      detail::read_mask_rows(mask->data(), mask_rows, l.tk, open);
+    }
+    // Where the mask lets the products skip (block_reach): not for one item alone, whose whole products
+    // split over the threads, where blocks of 64 rows would not.
+    const Index reach_sets = per_item_mask ? l.batch : 1, set_size = reach_size(l);
+    Index* reach = nullptr;
+    if (saved) saved->reach.clear();  // from the node's last step, if any; keeps its memory
+    if (mask_rows > 0 && l.items() > 1 && l.tq > 0) {
+      reach = saved ? (saved->reach.resize(static_cast<std::size_t>(reach_sets * set_size)), saved->reach.data())
+                    : detail::thread_scratch<Index>(detail::Scratch::attention_reach,
+                                                    static_cast<std::size_t>(reach_sets * set_size));
+      bool skips = false;
+      for (Index set = 0; set < reach_sets; ++set) {
+        Index* keys_seen = reach + set * set_size;
+        skips = block_reach(open + set * l.tq, l.tq, l.tk, keys_seen, keys_seen + blocks_of(l.tq)) || skips;
+      }
+      if (saved) saved->per_item_reach = per_item_mask;
+      if (!skips) {
+        reach = nullptr;
+        if (saved) saved->reach.clear();
+      }
+    }
+    const bool cut_columns = detail::product_columns_separable();
+    const auto attend = [&](Index i, bool may_split) {
+      T* p = saved ? saved->weights.data() + i * block_stride(l) : block_scratch<T>(l);  // S, then P (Tq, Tk)
+      const Index oq = l.offset(i, l.tq, l.dk), ok = l.offset(i, l.tk, l.dk);
+      const Index ov = l.offset(i, l.tk, l.dv), oo = l.offset(i, l.tq, l.dv);
+      const Index first_mask_row = per_item_mask ? (i / heads) * l.tq : 0;
+      const detail::RowMask m = mask ? detail::RowMask{mask->data() + first_mask_row * l.tk, open + first_mask_row, l.tq}
+                                     : detail::RowMask{};
+      if (!reach) {
+        detail::gemm<T>(ProductForm::abt, l.tq, l.tk, l.dk, {qd + oq, wq}, {kd + ok, wq}, p, l.tk, false, may_split);
+        detail::softmax_forward(p, p, l.tq, l.tk, static_cast<T>(scale), m, may_split);
+        detail::gemm<T>(ProductForm::ab, l.tq, l.dv, l.tk, {p, l.tk}, {vd + ov, wv}, od + oo, wv, false, may_split);
+      } else {
+        // Each block of queries over the keys it sees. The scores past them are not computed: the softmax
+        // reads a row only up to its last open key (exp_end rounds up to 16 entries, within the block).
+        const Index* keys_seen = reach_of(reach, l, per_item_mask, i);
+        for (Index rb = 0; rb < blocks_of(l.tq); ++rb) {
+          const Index r0 = rb * kSkip, rows = std::min(kSkip, l.tq - r0), cols = cut_columns ? keys_seen[rb] : l.tk;
+          if (cols > 0)
+            detail::gemm<T>(ProductForm::abt, rows, cols, l.dk, {qd + oq + r0 * wq, wq}, {kd + ok, wq}, p + r0 * l.tk,
+                            l.tk, false, false);
+        }
+        detail::softmax_forward(p, p, l.tq, l.tk, static_cast<T>(scale), m, false);
+        for (Index rb = 0; rb < blocks_of(l.tq); ++rb) {
+          const Index r0 = rb * kSkip, rows = std::min(kSkip, l.tq - r0), depth = keys_seen[rb];
+          T* o = od + oo + r0 * wv;
+          if (depth > 0)
+            detail::gemm<T>(ProductForm::ab, rows, l.dv, depth, {p + r0 * l.tk, l.tk}, {vd + ov, wv}, o, wv, false, false);
+          else
+            zero_rows(o, rows, l.dv, wv);
+        }
+      }
+      if (!weights.empty())
+        std::copy_n(p, l.tq * l.tk, weights[static_cast<std::size_t>(i % heads)].data() + (i / heads) * l.tq * l.tk);
+    };
+    if (l.tq == 0 || l.tk == 0)  // no query, or no key to attend to: zero outputs, and no block to compute
+      output.set_zero();
+    else
+      for_each_item(l, static_cast<double>(l.items()) * l.macs_per_item(), attend);
+  }
+  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& q, const OpInput<T>& k, const OpInput<T>& v) {
+    attention_backward(ctx.saved(), ctx.grad_output(), q, k, v);
+  }
+};
+
 }  // namespace
 
 template <class T>
 Var<T> attention(Var<T> q, Var<T> k, Var<T> v, Index heads, const Mask* mask, double scale,
                  std::span<TensorT<T>> weights, Where where) {
-  Tape<T>& t = Tape<T>::of("attention", {{"q", q}, {"k", k}, {"v", v}});
-  const Shape sq = t.node(q).val().shape(), sk = t.node(k).val().shape(), sv = t.node(v).val().shape();
-  const Layout l = attention_layout(sq, sk, sv, heads);
-  if (mask && mask->shape() != Shape::mat(l.tq, l.tk) && mask->shape() != Shape::batched(l.batch, l.tq, l.tk))
-    fail<ShapeError>("attention: the mask is {} but q is {} and k is {}; it must be {}x{} (shared by the batch) or "
-                     "{}x{}x{}",
-                     mask->shape(), sq, sk, l.tq, l.tk, l.batch, l.tq, l.tk);
-  if (!(scale > 0) || !std::isfinite(scale))
-    fail<ValueError>("attention: the scale must be positive and finite, got {}", scale);
-  if (!weights.empty() && static_cast<Index>(weights.size()) != heads)
-    fail<ValueError>("attention: {} tensors given for the weights of {} heads", weights.size(), heads);
-  const Shape out = sq.rank == 3 ? Shape::batched(l.batch, l.tq, l.v_width()) : Shape::mat(l.tq, l.v_width());
-  for (auto& w : weights) w.resize(sq.rank == 3 ? Shape::batched(l.batch, l.tq, l.tk) : Shape::mat(l.tq, l.tk));
-
-  Node<T>& n = t.record("attention", {q, k, v}, out, where);
-  AttentionSaved<T>* saved = nullptr;
-  if (n.requires_grad) {  // keep every item's weights for the backward rule
-    saved = &n.template save<AttentionSaved<T>>();
-    saved->layout = l;
-    saved->scale = scale;
-    saved->weights.resize(static_cast<std::size_t>(l.items() * block_stride(l)));  // grows once, then stays
-  }
-  const T* qd = t.node(q).val().data();
-  const T* kd = t.node(k).val().data();
-  const T* vd = t.node(v).val().data();
-  T* od = n.value.data();
-  const Index wq = l.q_width(), wv = l.v_width();
-  // What each row of the mask leaves open (the softmax skips what it blocks), read once for every item.
-  const bool per_item_mask = mask && mask->rank() == 3;
-  const Index mask_rows = mask && l.tk > 0 ? mask->shape().flat_rows() : 0;
-  detail::MaskRow* open = nullptr;
-  if (mask_rows > 0) {
-    open = detail::thread_scratch<detail::MaskRow>(detail::Scratch::mask_rows, static_cast<std::size_t>(mask_rows));
-    detail::read_mask_rows(mask->data(), mask_rows, l.tk, open);
-  }
-  // Where the mask lets the products skip (block_reach): not for one item alone, whose whole products
-  // split over the threads, where blocks of 64 rows would not.
-  const Index reach_sets = per_item_mask ? l.batch : 1, set_size = reach_size(l);
-  Index* reach = nullptr;
-  if (saved) saved->reach.clear();  // from the node's last step, if any; keeps its memory
-  if (mask_rows > 0 && l.items() > 1 && l.tq > 0) {
-    reach = saved ? (saved->reach.resize(static_cast<std::size_t>(reach_sets * set_size)), saved->reach.data())
-                  : detail::thread_scratch<Index>(detail::Scratch::attention_reach,
-                                                  static_cast<std::size_t>(reach_sets * set_size));
-    bool skips = false;
-    for (Index set = 0; set < reach_sets; ++set) {
-      Index* keys_seen = reach + set * set_size;
-      skips = block_reach(open + set * l.tq, l.tq, l.tk, keys_seen, keys_seen + blocks_of(l.tq)) || skips;
-    }
-    if (saved) saved->per_item_reach = per_item_mask;
-    if (!skips) {
-      reach = nullptr;
-      if (saved) saved->reach.clear();
-    }
-  }
-  const bool cut_columns = detail::product_columns_separable();
-  const auto attend = [&](Index i, bool may_split) {
-    T* p = saved ? saved->weights.data() + i * block_stride(l) : block_scratch<T>(l);  // S, then P (Tq, Tk)
-    const Index oq = l.offset(i, l.tq, l.dk), ok = l.offset(i, l.tk, l.dk);
-    const Index ov = l.offset(i, l.tk, l.dv), oo = l.offset(i, l.tq, l.dv);
-    const Index first_mask_row = per_item_mask ? (i / heads) * l.tq : 0;
-    const detail::RowMask m = mask ? detail::RowMask{mask->data() + first_mask_row * l.tk, open + first_mask_row, l.tq}
-                                   : detail::RowMask{};
-    if (!reach) {
-      detail::gemm<T>(ProductForm::abt, l.tq, l.tk, l.dk, {qd + oq, wq}, {kd + ok, wq}, p, l.tk, false, may_split);
-      detail::softmax_forward(p, p, l.tq, l.tk, static_cast<T>(scale), m, may_split);
-      detail::gemm<T>(ProductForm::ab, l.tq, l.dv, l.tk, {p, l.tk}, {vd + ov, wv}, od + oo, wv, false, may_split);
-    } else {
-      // Each block of queries over the keys it sees. The scores past them are not computed: the softmax
-      // reads a row only up to its last open key (exp_end rounds up to 16 entries, within the block).
-      const Index* keys_seen = reach_of(reach, l, per_item_mask, i);
-      for (Index rb = 0; rb < blocks_of(l.tq); ++rb) {
-        const Index r0 = rb * kSkip, rows = std::min(kSkip, l.tq - r0), cols = cut_columns ? keys_seen[rb] : l.tk;
-        if (cols > 0)
-          detail::gemm<T>(ProductForm::abt, rows, cols, l.dk, {qd + oq + r0 * wq, wq}, {kd + ok, wq}, p + r0 * l.tk,
-                          l.tk, false, false);
-      }
-      detail::softmax_forward(p, p, l.tq, l.tk, static_cast<T>(scale), m, false);
-      for (Index rb = 0; rb < blocks_of(l.tq); ++rb) {
-        const Index r0 = rb * kSkip, rows = std::min(kSkip, l.tq - r0), depth = keys_seen[rb];
-        T* o = od + oo + r0 * wv;
-        if (depth > 0)
-          detail::gemm<T>(ProductForm::ab, rows, l.dv, depth, {p + r0 * l.tk, l.tk}, {vd + ov, wv}, o, wv, false, false);
-        else
-          zero_rows(o, rows, l.dv, wv);
-      }
-    }
-    if (!weights.empty())
-      std::copy_n(p, l.tq * l.tk, weights[static_cast<std::size_t>(i % heads)].data() + (i / heads) * l.tq * l.tk);
-  };
-  if (l.tq == 0 || l.tk == 0)  // no query, or no key to attend to: zero outputs, and no block to compute
-    n.value.set_zero();
-  else
-    for_each_item(l, static_cast<double>(l.items()) * l.macs_per_item(), attend);
-  if (saved) n.backward = &attention_backward<T>;
-  return t.commit(n);
+  return apply(Attention<T>{.heads = heads, .mask = mask, .scale = scale, .weights = weights}, {q, k, v}, where);
 }
 
 #define TAPEGRAD_INSTANTIATE(T) \

@@ -1,13 +1,11 @@
-// Elementwise ops: add, sub, mul and div with b broadcast; scale, relu, tanh, gelu, exp, log, sqrt and
-// sigmoid; full reductions; transpose. The unary ops and the reductions are Functions (autograd/function.hpp),
-// written as a user's op would be. add, sub, mul and div are not: their backward rules write a gradient
-// block by block in four broadcast layouts, across threads, and reduce B's over the broadcast dimensions
-// (column sums, a sum over the batch, row sums), which needs the assign-or-add flag the accessor hides.
+// Elementwise ops: add, sub, mul and div with b broadcast; a scalar on one side (the operators); scale,
+// relu, tanh, gelu, exp, log, sqrt and sigmoid; full reductions; transpose.
 #include <cmath>
 #include <numbers>
 
 #include <unsupported/Eigen/SpecialFunctions>
 
+#include "tapegrad/autograd/column_sums.hpp"
 #include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/parallel.hpp"
@@ -19,12 +17,6 @@ namespace {
 
 enum class Broadcast { same, row, batch, col };
 enum class Binary { add, sub, mul, div };
-
-// What add, sub, mul and div keep for their backward rule.
-struct BinarySaved {
-  Binary kind = Binary::add;
-  Broadcast broadcast = Broadcast::same;
-};
 
 Broadcast broadcast_of(const char* op, const Shape& a, const Shape& b) {
   if (a == b) return Broadcast::same;
@@ -75,117 +67,171 @@ void broadcast_apply(Broadcast bc, const TensorT<T>& A, const TensorT<T>& B, Ten
 
 // The gradient that reaches B before the broadcast is undone, as array expressions of one block:
 // add: dC, sub: -dC, mul: dC A, div: -dC A / B^2. `sink` receives it.
-template <class G, class X, class Y, class Sink>
-void b_term(Binary kind, const G& dC, const X& A, const Y& B, Sink sink) {
-  switch (kind) {
-    case Binary::add: sink(dC); break;
-    case Binary::sub: sink(-dC); break;
-    case Binary::mul: sink(dC * A); break;
-    case Binary::div: sink(-dC * A / B.square()); break;
-  }
+template <Binary Kind, class G, class X, class Y, class Sink>
+void b_term(const G& dC, const X& A, const Y& B, Sink sink) {
+  if constexpr (Kind == Binary::add) sink(dC);
+  if constexpr (Kind == Binary::sub) sink(-dC);
+  if constexpr (Kind == Binary::mul) sink(dC * A);
+  if constexpr (Kind == Binary::div) sink(-dC * A / B.square());
 }
 
-// dB (+)= that gradient summed over the dimensions along which B was broadcast. Every broadcast writes
-// all of dB, so the first write of a backward pass may assign.
-template <class T>
-void reduce_into(Binary kind, Broadcast bc, const TensorT<T>& dC, const TensorT<T>& A, const TensorT<T>& B,
-                 TensorT<T>& dB, bool assign) {
+// dB += that gradient summed over the dimensions along which B was broadcast. Every broadcast writes all
+// of dB.
+template <Binary Kind, class T>
+void reduce_into(Broadcast bc, const TensorT<T>& dC, const TensorT<T>& A, const TensorT<T>& B, const GradWrite<T>& dB) {
   const auto dc = dC.flat().array();
   const auto a = A.flat().array();
   switch (bc) {
     case Broadcast::same:
       parallel_rows(dC.shape().flat_rows(), dC.cols(), [&](Index r, Index k) {
-        b_term(kind, dC.flat().middleRows(r, k).array(), A.flat().middleRows(r, k).array(),
-               B.flat().middleRows(r, k).array(),
-               [&](const auto& g) { write_grad(dB.flat().middleRows(r, k).array(), g, assign); });
+        b_term<Kind>(dC.flat().middleRows(r, k).array(), A.flat().middleRows(r, k).array(),
+                     B.flat().middleRows(r, k).array(),
+                     [&](const auto& g) { dB.add(dB.tensor->flat().middleRows(r, k).array(), g); });
       });
       break;
     case Broadcast::row:  // every row of dC lands on B's single row: column sums
-      b_term(kind, dc, a, B.flat().row(0).array().replicate(dc.rows(), 1),
-             [&](const auto& g) { write_column_sums(dB, g, assign); });
+      b_term<Kind>(dc, a, B.flat().row(0).array().replicate(dc.rows(), 1),
+                   [&](const auto& g) { detail::write_column_sums(dB, g); });
       break;
     case Broadcast::batch:  // batch item i lands on all of B: a sum over the batch (zero if it is empty)
-      if (A.batch() == 0 && assign) dB.set_zero();
+      if (A.batch() == 0 && !dB.accumulate) dB.tensor->set_zero();
       // In ranges of B's rows over the threads (learned positions' gradient, every step): each element
-      // still sums the batch in order, on one thread.
+      // still sums the batch in order, on one thread; item 0 is added as dB is, the others always added.
       parallel_rows(B.rows(), B.cols(), [&](Index r, Index k) {
         for (Index i = 0; i < A.batch(); ++i)
-          b_term(kind, dC.mat(i).middleRows(r, k).array(), A.mat(i).middleRows(r, k).array(),
-                 B.mat().middleRows(r, k).array(),
-                 [&](const auto& g) { write_grad(dB.mat().middleRows(r, k).array(), g, assign && i == 0); });
+          b_term<Kind>(dC.mat(i).middleRows(r, k).array(), A.mat(i).middleRows(r, k).array(),
+                       B.mat().middleRows(r, k).array(), [&](const auto& g) {
+                         write_grad(dB.tensor->mat().middleRows(r, k).array(), g, !dB.accumulate && i == 0);
+                       });
       }, static_cast<double>(std::max<Index>(A.batch(), 1)));
       break;
     case Broadcast::col:  // every column of row r lands on B's row r: row sums
-      b_term(kind, dc, a, B.flat().col(0).array().replicate(1, dc.cols()),
-             [&](const auto& g) { write_grad(dB.flat().col(0).array(), g.rowwise().sum(), assign); });
+      b_term<Kind>(dc, a, B.flat().col(0).array().replicate(1, dc.cols()),
+                   [&](const auto& g) { dB.add(dB.tensor->flat().col(0).array(), g.rowwise().sum()); });
       break;
   }
 }
 
-// Forward was C = A + B, A - B, A * B or A / B (B broadcast). So now:
+constexpr const char* binary_name(Binary kind) {
+  switch (kind) {
+    case Binary::add: return "add";
+    case Binary::sub: return "sub";
+    case Binary::mul: return "mul";
+    case Binary::div: return "div";
+  }
+  return "";
+}
+
+// C = A + B, A - B, A * B or A / B, B broadcast over A (see ops.hpp). Backward:
 //   add: dA += dC,      dB += reduce(dC)
 //   sub: dA += dC,      dB -= reduce(dC)
 //   mul: dA += dC * B,  dB += reduce(dC * A)
 //   div: dA += dC / B,  dB -= reduce(dC * A / B^2)
-template <class T>
-void binary_backward(Tape<T>& t, Node<T>& n) {
-  const auto [kind, bc] = n.template saved<BinarySaved>();
-  Node<T>& na = t.input_node(n, 0);
-  Node<T>& nb = t.input_node(n, 1);
-  const TensorT<T>& dC = n.grad;
-  if ((kind == Binary::add || kind == Binary::sub) && bc == Broadcast::same) {
-    // Both gradients in one pass over dC (a residual connection's add, twice a block): one parallel region,
-    // not two. The same expressions per element as below, in the same order when a and b are one node.
-    const auto dA = na.grad_whole();
-    const auto dB = nb.grad_whole();
-    const bool subtract = kind == Binary::sub;  // a copy: clang 14 cannot capture a structured binding
-    parallel_rows(dC.shape().flat_rows(), dC.cols(), [&](Index r, Index k) {
-      const auto g = dC.flat().middleRows(r, k).array();
-      if (dA) write_grad(dA.grad->flat().middleRows(r, k).array(), g, dA.assign);
-      if (dB && !subtract) write_grad(dB.grad->flat().middleRows(r, k).array(), g, dB.assign);
-      if (dB && subtract) write_grad(dB.grad->flat().middleRows(r, k).array(), -g, dB.assign);
-    }, dA && dB ? 2 : 1);
-    return;
+// where reduce() sums over the dimensions along which B was broadcast.
+template <class T, Binary Kind>
+struct BinaryOp {
+  static constexpr const char* name = binary_name(Kind);
+  static constexpr const char* inputs[] = {"a", "b"};
+  struct Saved {
+    Broadcast broadcast = Broadcast::same;
+  };
+
+  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& A, const TensorT<T>& B) const {
+    const Broadcast bc = broadcast_of(name, A.shape(), B.shape());
+    TensorT<T>& C = ctx.output(A.shape());
+    ctx.saved().broadcast = bc;
+    if constexpr (Kind == Binary::add) broadcast_apply(bc, A, B, C, [](auto o, auto x, auto y) { o = x + y; });
+    if constexpr (Kind == Binary::sub) broadcast_apply(bc, A, B, C, [](auto o, auto x, auto y) { o = x - y; });
+    if constexpr (Kind == Binary::mul)
+      broadcast_apply(bc, A, B, C, [](auto o, auto x, auto y) { o = x.cwiseProduct(y); });
+    if constexpr (Kind == Binary::div)
+      broadcast_apply(bc, A, B, C, [](auto o, auto x, auto y) { o = x.cwiseQuotient(y); });
   }
-  if (const auto dA = na.grad_whole()) {
-    if (kind == Binary::mul)
-      broadcast_apply(bc, dC, nb.val(), *dA.grad,
-                      [assign = dA.assign](auto o, auto g, auto b) { write_grad(o.array(), g.array() * b.array(), assign); });
-    else if (kind == Binary::div)
-      broadcast_apply(bc, dC, nb.val(), *dA.grad,
-                      [assign = dA.assign](auto o, auto g, auto b) { write_grad(o.array(), g.array() / b.array(), assign); });
-    else
-      parallel_rows(dC.shape().flat_rows(), dC.cols(), [&](Index r, Index k) {
-        write_grad(dA.grad->flat().middleRows(r, k).array(), dC.flat().middleRows(r, k).array(), dA.assign);
-      });
+
+  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& a, const OpInput<T>& b) {
+    const Broadcast bc = ctx.saved().broadcast;
+    const TensorT<T>& dC = ctx.grad_output();
+    if constexpr (Kind == Binary::add || Kind == Binary::sub) {
+      if (bc == Broadcast::same) {
+        // Both gradients in one pass over dC (a residual connection's add, twice a block): one parallel
+        // region, not two. The same expressions per element as below, in the same order when a and b are one node.
+        const GradWrite<T> dA = a.grad.pieces(), dB = b.grad.pieces();
+        parallel_rows(dC.shape().flat_rows(), dC.cols(), [&](Index r, Index k) {
+          const auto g = dC.flat().middleRows(r, k).array();
+          if (dA) dA.add(dA.tensor->flat().middleRows(r, k).array(), g);
+          if (dB && Kind == Binary::add) dB.add(dB.tensor->flat().middleRows(r, k).array(), g);
+          if (dB && Kind == Binary::sub) dB.add(dB.tensor->flat().middleRows(r, k).array(), -g);
+        }, dA && dB ? 2 : 1);
+        return;
+      }
+    }
+    if (const GradWrite<T> dA = a.grad.pieces()) {
+      if constexpr (Kind == Binary::mul)
+        broadcast_apply(bc, dC, b.value, *dA.tensor, [&](auto o, auto g, auto y) { dA.add(o.array(), g.array() * y.array()); });
+      else if constexpr (Kind == Binary::div)
+        broadcast_apply(bc, dC, b.value, *dA.tensor, [&](auto o, auto g, auto y) { dA.add(o.array(), g.array() / y.array()); });
+      else
+        parallel_rows(dC.shape().flat_rows(), dC.cols(), [&](Index r, Index k) {
+          dA.add(dA.tensor->flat().middleRows(r, k).array(), dC.flat().middleRows(r, k).array());
+        });
+    }
+    if (const GradWrite<T> dB = b.grad.pieces()) reduce_into<Kind>(bc, dC, a.value, b.value, dB);
   }
-  if (const auto dB = nb.grad_whole()) reduce_into(kind, bc, dC, na.val(), nb.val(), *dB.grad, dB.assign);
+};
+
+template <Binary Kind, class T>
+Var<T> binary(Var<T> a, Var<T> b, Where where) {
+  return apply(BinaryOp<T, Kind>{}, {a, b}, where);
 }
 
-template <class T>
-Var<T> binary(const char* op, Binary kind, Var<T> a, Var<T> b, Where where) {
-  Tape<T>& t = Tape<T>::of(op, {{"a", a}, {"b", b}});
-  const Shape sa = t.node(a).val().shape();
-  const Broadcast bc = broadcast_of(op, sa, t.node(b).val().shape());
-  Node<T>& n = t.record(op, {a, b}, sa, where);
-  n.template save<BinarySaved>() = {kind, bc};
-  const TensorT<T>& A = t.node(a).val();
-  const TensorT<T>& B = t.node(b).val();
+// ---- a scalar on one side (the operators of ops.hpp) --------------------------------------------------
+
+enum class WithScalar { add, mul, div, sub_from, div_into };
+
+constexpr const char* scalar_op_name(WithScalar kind) {
   switch (kind) {
-    case Binary::add: broadcast_apply(bc, A, B, n.value, [](auto o, auto x, auto y) { o = x + y; }); break;
-    case Binary::sub: broadcast_apply(bc, A, B, n.value, [](auto o, auto x, auto y) { o = x - y; }); break;
-    case Binary::mul:
-      broadcast_apply(bc, A, B, n.value, [](auto o, auto x, auto y) { o = x.cwiseProduct(y); });
-      break;
-    case Binary::div:
-      broadcast_apply(bc, A, B, n.value, [](auto o, auto x, auto y) { o = x.cwiseQuotient(y); });
-      break;
+    case WithScalar::add: return "add_scalar";
+    case WithScalar::mul: return "scale";
+    case WithScalar::div: return "div_scalar";
+    case WithScalar::sub_from: return "scalar_sub";
+    case WithScalar::div_into: return "scalar_div";
   }
-  n.backward = &binary_backward<T>;
-  return t.commit(n);
+  return "";
 }
 
-// ---- unary ops and full reductions, written as Functions (autograd/function.hpp) ---------------
+// C = A + s, A s, A / s, s - A or s / A (s a number, in A's type). Backward:
+//   dA += dC,  dC s,  dC / s,  -dC,  -dC s / A^2 (= -dC C / A)
+template <class T, WithScalar Kind>
+struct ScalarOp {
+  static constexpr const char* name = scalar_op_name(Kind);
+  static constexpr const char* inputs[] = {"x"};
+  struct Saved {
+    T s = 0;
+  };
+  double s = 0;
+
+  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& a) const {
+    const T k = static_cast<T>(s);
+    auto C = ctx.output(a.shape()).array();
+    ctx.saved().s = k;
+    if constexpr (Kind == WithScalar::add) C = a.array() + k;
+    if constexpr (Kind == WithScalar::mul) C = k * a.array();
+    if constexpr (Kind == WithScalar::div) C = a.array() / k;
+    if constexpr (Kind == WithScalar::sub_from) C = k - a.array();
+    if constexpr (Kind == WithScalar::div_into) C = k / a.array();
+  }
+  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& a) {
+    const T k = ctx.saved().s;
+    const auto dC = ctx.grad_output().array();
+    if constexpr (Kind == WithScalar::add) a.grad.add(dC);
+    if constexpr (Kind == WithScalar::mul) a.grad.add(k * dC);
+    if constexpr (Kind == WithScalar::div) a.grad.add(dC / k);
+    if constexpr (Kind == WithScalar::sub_from) a.grad.add(-dC);
+    if constexpr (Kind == WithScalar::div_into) a.grad.add(-dC * ctx.output().array() / a.value.array());
+  }
+};
+
+// ---- unary ops and full reductions ----------------------------------------------------------------
 
 // gelu's erf and exp per element, in elementwise passes' worth (for the split, core/parallel.hpp).
 constexpr double kErfCost = 8;
@@ -203,25 +249,6 @@ auto normal_pdf(const A& x) {
   using T = typename A::Scalar;
   return (T(-0.5) * x.square()).exp() * T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
 }
-
-// C = s A;  dA += s dC
-template <class T>
-struct Scale {
-  static constexpr const char* name = "scale";
-  static constexpr const char* inputs[] = {"x"};
-  struct Saved {
-    double factor = 1;
-  };
-  double factor = 1;
-
-  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& a) const {
-    ctx.output(a.shape()).array() = static_cast<T>(factor) * a.array();
-    ctx.saved().factor = factor;
-  }
-  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& a) {
-    a.grad.add(static_cast<T>(ctx.saved().factor) * ctx.grad_output().array());
-  }
-};
 
 // C = max(A, 0);  dA += dC [A > 0]
 template <class T>
@@ -336,29 +363,47 @@ struct ReduceAll {
   }
 };
 
+
+// C_i = A_i^T per batch item;  dA_i += dC_i^T
+template <class T>
+struct Transpose {
+  static constexpr const char* name = "transpose";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) {
+    const Shape s = a.shape();
+    if (s.rank == 1) fail<ShapeError>("transpose: x is a vector of {}; transpose needs a 2-D or batched 3-D x", s);
+    TensorT<T>& C = ctx.output(s.rank == 3 ? Shape::batched(s.batch, s.cols, s.rows) : Shape::mat(s.cols, s.rows));
+    for (Index i = 0; i < s.batch; ++i) C.mat(i) = a.mat(i).transpose();
+  }
+  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
+    if (const GradWrite<T> dA = a.grad.pieces())
+      for (Index i = 0; i < dA.tensor->batch(); ++i) dA.add(dA.tensor->mat(i), ctx.grad_output().mat(i).transpose());
+  }
+};
+
 }  // namespace
 
 template <class T>
 Var<T> add(Var<T> a, Var<T> b, Where where) {
-  return binary("add", Binary::add, a, b, where);
+  return binary<Binary::add>(a, b, where);
 }
 template <class T>
 Var<T> sub(Var<T> a, Var<T> b, Where where) {
-  return binary("sub", Binary::sub, a, b, where);
+  return binary<Binary::sub>(a, b, where);
 }
 template <class T>
 Var<T> mul(Var<T> a, Var<T> b, Where where) {
-  return binary("mul", Binary::mul, a, b, where);
+  return binary<Binary::mul>(a, b, where);
 }
 // Declared with exp, log, sqrt and sigmoid in ops.hpp; a binary op beside add, whose broadcasting it shares.
 template <class T>
 Var<T> div(Var<T> a, Var<T> b, Where where) {
-  return binary("div", Binary::div, a, b, where);
+  return binary<Binary::div>(a, b, where);
 }
 
 template <class T>
 Var<T> scale(Var<T> a, double factor, Where where) {
-  return apply(Scale<T>{.factor = factor}, {a}, where);
+  return apply(ScalarOp<T, WithScalar::mul>{.s = factor}, {a}, where);
 }
 template <class T>
 Var<T> relu(Var<T> a, Where where) {
@@ -396,23 +441,29 @@ template <class T>
 Var<T> mean(Var<T> a, Where where) {
   return apply(ReduceAll<T, true>{}, {a}, where);
 }
-
-// C_i = A_i^T per batch item;  dA_i += dC_i^T
 template <class T>
 Var<T> transpose(Var<T> a, Where where) {
-  Tape<T>& t = Tape<T>::of("transpose", {{"x", a}});
-  const Shape s = t.node(a).val().shape();
-  if (s.rank == 1) fail<ShapeError>("transpose: x is a vector of {}; transpose needs a 2-D or batched 3-D x", s);
-  const Shape out = s.rank == 3 ? Shape::batched(s.batch, s.cols, s.rows) : Shape::mat(s.cols, s.rows);
-  Node<T>& n = t.record("transpose", {a}, out, where);
-  const TensorT<T>& A = t.node(a).val();
-  for (Index i = 0; i < s.batch; ++i) n.value.mat(i) = A.mat(i).transpose();
-  n.backward = [](Tape<T>& tp, Node<T>& node) {
-    if (const auto dA = tp.input_node(node, 0).grad_whole())
-      for (Index i = 0; i < dA.grad->batch(); ++i) write_grad(dA.grad->mat(i), node.grad.mat(i).transpose(), dA.assign);
-  };
-  return t.commit(n);
+  return apply(Transpose<T>{}, {a}, where);
 }
+
+namespace detail {
+template <class T>
+Var<T> add_scalar(Var<T> a, double s, Where where) {
+  return apply(ScalarOp<T, WithScalar::add>{.s = s}, {a}, where);
+}
+template <class T>
+Var<T> div_scalar(Var<T> a, double s, Where where) {
+  return apply(ScalarOp<T, WithScalar::div>{.s = s}, {a}, where);
+}
+template <class T>
+Var<T> scalar_sub(double s, Var<T> a, Where where) {
+  return apply(ScalarOp<T, WithScalar::sub_from>{.s = s}, {a}, where);
+}
+template <class T>
+Var<T> scalar_div(double s, Var<T> a, Where where) {
+  return apply(ScalarOp<T, WithScalar::div_into>{.s = s}, {a}, where);
+}
+}  // namespace detail
 
 #define TAPEGRAD_INSTANTIATE(T)                      \
   template Var<T> add(Var<T>, Var<T>, Where);        \
@@ -429,7 +480,11 @@ Var<T> transpose(Var<T> a, Where where) {
   template Var<T> sigmoid(Var<T>, Where);            \
   template Var<T> sum(Var<T>, Where);                \
   template Var<T> mean(Var<T>, Where);               \
-  template Var<T> transpose(Var<T>, Where);
+  template Var<T> transpose(Var<T>, Where);          \
+  template Var<T> detail::add_scalar(Var<T>, double, Where); \
+  template Var<T> detail::div_scalar(Var<T>, double, Where); \
+  template Var<T> detail::scalar_sub(double, Var<T>, Where); \
+  template Var<T> detail::scalar_div(double, Var<T>, Where);
 TAPEGRAD_INSTANTIATE(float)
 TAPEGRAD_INSTANTIATE(double)
 #undef TAPEGRAD_INSTANTIATE  // each file its own: the library is built several files to a unit

@@ -1,16 +1,14 @@
 // Matrix products: a b, a b^T, a^T b; 2-D, batched, and batched times a shared 2-D weight; and x w + b.
-#include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/autograd/column_sums.hpp"
+#include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/gemm.hpp"
+#include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 namespace {
 
 using Form = detail::ProductForm;  // a b, a^T b or a b^T
-
-struct ProductSaved {
-  Form form = Form::ab;
-};
 
 // C (m x n) = op(A) op(B), or C += when not `assign` (a gradient already written this pass), for
 // contiguous operands: A stored (a_rows x a_cols), B (b_rows x b_cols), row-major; `form` says which one
@@ -64,134 +62,135 @@ void ab_grads(const T* a, const T* b, const T* dc, Index rows, Index k, Index co
   if (db) gemm(Form::atb, a, rows, k, dc, rows, cols, db, db_assign, may_split);
 }
 
-// Forward was C = op(A) op(B). So now, per batch item:
+constexpr const char* product_name(Form form) {
+  switch (form) {
+    case Form::ab: return "matmul";
+    case Form::abt: return "matmul_bt";
+    case Form::atb: return "matmul_at";
+  }
+  return "";
+}
+
+// C = op(A) op(B), per batch item (a shared 2-D B: A and C viewed flat, (B*M, K) and (B*M, N), one product).
+// Backward, per batch item:
 //   C = A B:    dA += dC B^T,  dB += A^T dC
 //   C = A B^T:  dA += dC B,    dB += dC^T A
 //   C = A^T B:  dA += B dC^T,  dB += A dC
-// With a shared 2-D B, A and C are viewed flat, (B*M, K) and (B*M, N): one product per rule.
-template <class T>
-void product_backward(Tape<T>& t, Node<T>& n) {
-  const Form form = n.template saved<ProductSaved>().form;
-  Node<T>& na = t.input_node(n, 0);
-  Node<T>& nb = t.input_node(n, 1);
-  const TensorT<T>& A = na.val();
-  const TensorT<T>& B = nb.val();
-  const TensorT<T>& dC = n.grad;
-  // Both written whole (when a is b, the first write assigns and the second adds).
-  const auto dA = na.grad_whole();
-  const auto dB = nb.grad_whole();
-  const bool shared = A.rank() == 3 && B.rank() == 2;
-  const Index items = shared ? 1 : A.batch();
-  const Index ar = shared ? A.shape().flat_rows() : A.rows(), ac = A.cols(), br = B.rows(), bc = B.cols();
-  const Index cr = shared ? dC.shape().flat_rows() : dC.rows(), cc = dC.cols();
-  // Batch items in parallel when it pays, each item's products on one thread (bit-identical to one
-  // thread: no two items write the same gradient block). A single item's products may split their rows.
-  const Index m = form == Form::atb ? ac : ar, k = form == Form::atb ? ar : ac;
-  const int threads = items > 1 ? threads_for_product(2 * product_macs(items, m, cc, k)) : 1;
-  parallel_for(items, threads, [&](Index first, Index last) {
-    const bool may_split = items == 1;
-    for (Index i = first; i < last; ++i) {
-      const T* a = A.mat(i).data();
-      const T* b = B.mat(i).data();
-      const T* dc = dC.mat(i).data();
-      switch (form) {
-        case Form::ab:
-          ab_grads(a, b, dc, ar, ac, bc, dA ? dA.grad->mat(i).data() : nullptr, dA.assign,
-                   dB ? dB.grad->mat(i).data() : nullptr, dB.assign, may_split);
-          break;
-        case Form::abt:
-          if (dA) gemm(Form::ab, dc, cr, cc, b, br, bc, dA.grad->mat(i).data(), dA.assign, may_split);
-          if (dB) gemm(Form::atb, dc, cr, cc, a, ar, ac, dB.grad->mat(i).data(), dB.assign, may_split);
-          break;
-        case Form::atb:
-          if (dA) gemm(Form::abt, b, br, bc, dc, cr, cc, dA.grad->mat(i).data(), dA.assign, may_split);
-          if (dB) gemm(Form::ab, a, ar, ac, dc, cr, cc, dB.grad->mat(i).data(), dB.assign, may_split);
-          break;
+template <class T, Form F>
+struct Product {
+  static constexpr const char* name = product_name(F);
+  static constexpr const char* inputs[] = {"a", "b"};
+
+  static void forward(ForwardContext<T>& ctx, const TensorT<T>& A, const TensorT<T>& B) {
+    const Shape sa = A.shape(), sb = B.shape();
+    TensorT<T>& C = ctx.output(product_shape(name, F, sa, sb));
+    const bool shared = sa.rank == 3 && sb.rank == 2;  // one (B*M, K) x (K, N) product
+    const Index items = shared ? 1 : C.batch();
+    const Index ar = shared ? sa.flat_rows() : sa.rows;
+    const Index k = F == Form::atb ? sa.rows : sa.cols;
+    parallel_for(items, items > 1 ? threads_for_product(product_macs(items, C.rows(), C.cols(), k)) : 1,
+                 [&](Index first, Index last) {
+                   for (Index i = first; i < last; ++i)
+                     gemm(F, A.mat(i).data(), ar, sa.cols, B.mat(i).data(), sb.rows, sb.cols, C.mat(i).data(), true,
+                          items == 1);
+                 });
+  }
+
+  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a, const OpInput<T>& b) {
+    const TensorT<T>& A = a.value;
+    const TensorT<T>& B = b.value;
+    const TensorT<T>& dC = ctx.grad_output();
+    // Both written whole (when a is b, the first write assigns and the second adds).
+    const GradWrite<T> dA = a.grad.pieces(), dB = b.grad.pieces();
+    const bool shared = A.rank() == 3 && B.rank() == 2;
+    const Index items = shared ? 1 : A.batch();
+    const Index ar = shared ? A.shape().flat_rows() : A.rows(), ac = A.cols(), br = B.rows(), bc = B.cols();
+    const Index cr = shared ? dC.shape().flat_rows() : dC.rows(), cc = dC.cols();
+    // Batch items in parallel when it pays, each item's products on one thread (bit-identical to one
+    // thread: no two items write the same gradient block). A single item's products may split their rows.
+    const Index m = F == Form::atb ? ac : ar, k = F == Form::atb ? ar : ac;
+    const int threads = items > 1 ? threads_for_product(2 * product_macs(items, m, cc, k)) : 1;
+    parallel_for(items, threads, [&](Index first, Index last) {
+      const bool may_split = items == 1;
+      for (Index i = first; i < last; ++i) {
+        const T* a_i = A.mat(i).data();
+        const T* b_i = B.mat(i).data();
+        const T* dc = dC.mat(i).data();
+        T* da = dA ? dA.tensor->mat(i).data() : nullptr;
+        T* db = dB ? dB.tensor->mat(i).data() : nullptr;
+        switch (F) {
+          case Form::ab:
+            ab_grads(a_i, b_i, dc, ar, ac, bc, da, !dA.accumulate, db, !dB.accumulate, may_split);
+            break;
+          case Form::abt:
+            if (da) gemm(Form::ab, dc, cr, cc, b_i, br, bc, da, !dA.accumulate, may_split);
+            if (db) gemm(Form::atb, dc, cr, cc, a_i, ar, ac, db, !dB.accumulate, may_split);
+            break;
+          case Form::atb:
+            if (da) gemm(Form::abt, b_i, br, bc, dc, cr, cc, da, !dA.accumulate, may_split);
+            if (db) gemm(Form::ab, a_i, ar, ac, dc, cr, cc, db, !dB.accumulate, may_split);
+            break;
+        }
       }
-    }
-  });
-}
+    });
+  }
+};
 
+// Y = X W + 1 b^T (X viewed flat, (rows, K)): the bias added to each block of rows as its product completes.
+// Backward: dX += dY W^T,  dW += X^T dY,  db += the column sums of dY, by matmul's rule (ab_grads) and
+// add's (write_column_sums), from dY in place.
 template <class T>
-Var<T> product(const char* op, Form form, Var<T> a, Var<T> b, Where where) {
-  Tape<T>& t = Tape<T>::of(op, {{"a", a}, {"b", b}});
-  const Shape sa = t.node(a).val().shape();
-  const Shape sb = t.node(b).val().shape();
-  const Shape out = product_shape(op, form, sa, sb);
+struct Affine {
+  static constexpr const char* name = "affine";
+  static constexpr const char* inputs[] = {"x", "w", "b"};
 
-  Node<T>& n = t.record(op, {a, b}, out, where);
-  n.template save<ProductSaved>().form = form;
-  const TensorT<T>& A = t.node(a).val();
-  const TensorT<T>& B = t.node(b).val();
-  TensorT<T>& C = n.value;
-  const bool shared = sa.rank == 3 && sb.rank == 2;  // one (B*M, K) x (K, N) product
-  const Index items = shared ? 1 : C.batch();
-  const Index ar = shared ? sa.flat_rows() : sa.rows;
-  const Index k = form == Form::atb ? sa.rows : sa.cols;
-  parallel_for(items, items > 1 ? threads_for_product(product_macs(items, C.rows(), C.cols(), k)) : 1, [&](Index first, Index last) {
-    for (Index i = first; i < last; ++i)
-      gemm(form, A.mat(i).data(), ar, sa.cols, B.mat(i).data(), sb.rows, sb.cols, C.mat(i).data(), true, items == 1);
-  });
-  n.backward = &product_backward<T>;
-  return t.commit(n);
-}
+  static void forward(ForwardContext<T>& ctx, const TensorT<T>& X, const TensorT<T>& W, const TensorT<T>& b) {
+    const Shape sx = X.shape(), sw = W.shape(), sb = b.shape();
+    if (sx.rank == 1 || sw.rank != 2)
+      fail<ShapeError>("affine: x is {} and w is {}; x must be a matrix or a batch of matrices and w a matrix", sx, sw);
+    if (sx.cols != sw.rows) fail<ShapeError>("affine: inner dimensions differ: x is {}, w is {}", sx, sw);
+    if (sb.rank > 2 || sb.rows != 1 || sb.cols != sw.cols)
+      fail<ShapeError>("affine: b is {} but x w has {} columns; b must be a row of {} values ({} or 1x{})", sb, sw.cols,
+                       sw.cols, sw.cols, sw.cols);
+    Shape out = sx;
+    out.cols = sw.cols;
+    TensorT<T>& Y = ctx.output(out);
+    detail::gemm<T>(Form::ab, sx.flat_rows(), sw.cols, sx.cols, {X.data(), sx.cols}, {W.data(), sw.cols}, Y.data(),
+                    sw.cols, false, true, b.data());
+  }
 
-// Forward was Y = X W + 1 b^T (X viewed flat, (rows, K)). So now
-//   dX += dY W^T,  dW += X^T dY,  db += the column sums of dY,
-// by matmul's rule (ab_grads) and add's (write_column_sums), from dY in place.
-template <class T>
-void affine_backward(Tape<T>& t, Node<T>& n) {
-  Node<T>& nx = t.input_node(n, 0);
-  Node<T>& nw = t.input_node(n, 1);
-  Node<T>& nb = t.input_node(n, 2);
-  const TensorT<T>& X = nx.val();
-  const TensorT<T>& W = nw.val();
-  const TensorT<T>& dY = n.grad;
-  const Index rows = X.shape().flat_rows(), k = W.rows(), cols = W.cols();
-  // In the order of the writes (the first write to a gradient assigns, when one node has two roles).
-  if (const auto db = nb.grad_whole()) write_column_sums(*db.grad, dY.flat().array(), db.assign);
-  const auto dX = nx.grad_whole();
-  const auto dW = nw.grad_whole();
-  ab_grads(X.data(), W.data(), dY.data(), rows, k, cols, dX ? dX.grad->data() : nullptr, dX.assign,
-           dW ? dW.grad->data() : nullptr, dW.assign, true);
-}
+  static void backward(BackwardContext<T>& ctx, const OpInput<T>& x, const OpInput<T>& w, const OpInput<T>& b) {
+    const TensorT<T>& X = x.value;
+    const TensorT<T>& dY = ctx.grad_output();
+    const Index rows = X.shape().flat_rows(), k = w.value.rows(), cols = w.value.cols();
+    // In the order of the writes (the first write to a gradient assigns, when one node has two roles).
+    if (const GradWrite<T> db = b.grad.pieces()) detail::write_column_sums(db, dY.flat().array());
+    const GradWrite<T> dX = x.grad.pieces(), dW = w.grad.pieces();
+    ab_grads(X.data(), w.value.data(), dY.data(), rows, k, cols, dX ? dX.tensor->data() : nullptr, !dX.accumulate,
+             dW ? dW.tensor->data() : nullptr, !dW.accumulate, true);
+  }
+};
 
 }  // namespace
 
 template <class T>
 Var<T> affine(Var<T> x, Var<T> w, Var<T> b, Where where) {
-  Tape<T>& t = Tape<T>::of("affine", {{"x", x}, {"w", w}, {"b", b}});
-  const Shape sx = t.node(x).val().shape(), sw = t.node(w).val().shape(), sb = t.node(b).val().shape();
-  if (sx.rank == 1 || sw.rank != 2)
-    fail<ShapeError>("affine: x is {} and w is {}; x must be a matrix or a batch of matrices and w a matrix", sx, sw);
-  if (sx.cols != sw.rows) fail<ShapeError>("affine: inner dimensions differ: x is {}, w is {}", sx, sw);
-  if (sb.rank > 2 || sb.rows != 1 || sb.cols != sw.cols)
-    fail<ShapeError>("affine: b is {} but x w has {} columns; b must be a row of {} values ({} or 1x{})", sb, sw.cols,
-                     sw.cols, sw.cols, sw.cols);
-  Shape out = sx;
-  out.cols = sw.cols;
-  Node<T>& n = t.record("affine", {x, w, b}, out, where);
-  const TensorT<T>& X = t.node(x).val();
-  const TensorT<T>& W = t.node(w).val();
-  detail::gemm<T>(Form::ab, sx.flat_rows(), sw.cols, sx.cols, {X.data(), sx.cols}, {W.data(), sw.cols},
-                  n.value.data(), sw.cols, false, true, t.node(b).val().data());
-  n.backward = &affine_backward<T>;
-  return t.commit(n);
+  return apply(Affine<T>{}, {x, w, b}, where);
 }
 
 template <class T>
 Var<T> matmul(Var<T> a, Var<T> b, Where where) {
-  return product("matmul", Form::ab, a, b, where);
+  return apply(Product<T, Form::ab>{}, {a, b}, where);
 }
 
 template <class T>
 Var<T> matmul_bt(Var<T> a, Var<T> b, Where where) {
-  return product("matmul_bt", Form::abt, a, b, where);
+  return apply(Product<T, Form::abt>{}, {a, b}, where);
 }
 
 template <class T>
 Var<T> matmul_at(Var<T> a, Var<T> b, Where where) {
-  return product("matmul_at", Form::atb, a, b, where);
+  return apply(Product<T, Form::atb>{}, {a, b}, where);
 }
 
 #define TAPEGRAD_INSTANTIATE(T)                     \

@@ -1,6 +1,8 @@
 // Inverted dropout and fused layer normalisation over the last axis.
 #include <cmath>
 
+#include "tapegrad/autograd/column_sums.hpp"
+#include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/autograd/scratch.hpp"
 #include "tapegrad/core/parallel.hpp"
@@ -71,36 +73,35 @@ void normalize_rows(const TensorT<T>& x, const TensorT<T>& gamma, const TensorT<
   }, 4);
 }
 
-}  // namespace
-
 // C = X * F, F = [u >= p] / (1 - p) per element (u: the next rng.uniform());  dX += dC * F
 template <class T>
-Var<T> dropout(Var<T> x, double p, Rng& rng, Where where) {
-  Tape<T>& t = Tape<T>::of("dropout", {{"x", x}});
-  if (!(p >= 0 && p < 1)) fail<ValueError>("dropout: the drop probability p must be in [0, 1), got {}", p);
-  if (p == 0) return x;  // nothing dropped, nothing scaled, nothing drawn: x itself, no new node
-  const Shape s = t.node(x).val().shape();
-  Node<T>& n = t.record("dropout", {x}, s, where);
-  const T keep_scale = static_cast<T>(1 / (1 - p));
-  TensorT<T>* factor = nullptr;
-  if (n.requires_grad) {
-    factor = &n.template save<DropoutSaved<T>>().factor;
-    factor->resize(s);
+struct Dropout {
+  static constexpr const char* name = "dropout";
+  static constexpr const char* inputs[] = {"x"};
+  using Saved = DropoutSaved<T>;
+  double p = 0;
+  Rng* rng = nullptr;
+
+  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x) const {
+    TensorT<T>& C = ctx.output(x.shape());
+    const T keep_scale = static_cast<T>(1 / (1 - p));
+    TensorT<T>* factor = nullptr;
+    if (ctx.needs_grad()) {
+      factor = &ctx.saved().factor;
+      factor->resize(x.shape());
+    }
+    // One uniform per element in row-major order, drawn whether or not gradients are on, so that the
+    // stream (and every later mask drawn from it) does not depend on the mode.
+    for (Index i = 0; i < x.numel(); ++i) {
+      const T f = rng->uniform() < p ? T(0) : keep_scale;
+      C[i] = x[i] * f;
+      if (factor) (*factor)[i] = f;
+    }
   }
-  const TensorT<T>& X = t.node(x).val();
-  // One uniform per element in row-major order, drawn whether or not gradients are on, so that the
-  // stream (and every later mask drawn from it) does not depend on the mode.
-  for (Index i = 0; i < X.numel(); ++i) {
-    const T f = rng.uniform() < p ? T(0) : keep_scale;
-    n.value[i] = X[i] * f;
-    if (factor) (*factor)[i] = f;
+  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x) {
+    x.grad.add(ctx.grad_output().array() * ctx.saved().factor.array());
   }
-  n.backward = [](Tape<T>& tp, Node<T>& node) {
-    if (const auto dX = tp.input_node(node, 0).grad_whole())
-      write_grad(dX.grad->array(), node.grad.array() * node.template saved<DropoutSaved<T>>().factor.array(), dX.assign);
-  };
-  return t.commit(n);
-}
+};
 
 // Per row of x (width D): mean m, biased variance v, rstd = 1 / sqrt(v + eps), xhat = (x - m) rstd,
 // y = xhat * gamma + beta. Backward, per row (dxhat = dy * gamma):
@@ -109,27 +110,33 @@ Var<T> dropout(Var<T> x, double p, Rng& rng, Where where) {
 // The forward statistics are computed in double whatever T is (a float row's sum of squares loses digits
 // when the mean is large next to the spread); the backward works in T.
 template <class T>
-Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) {
-  Tape<T>& t = Tape<T>::of("layer_norm", {{"x", x}, {"gamma", gamma}, {"beta", beta}});
-  const Shape s = t.node(x).val().shape();
-  const Shape sg = t.node(gamma).val().shape(), sb = t.node(beta).val().shape();
-  if (s.cols == 0) fail<ShapeError>("layer_norm: x is {}; its rows have no entries to normalise", s);
-  if (!is_row_of(sg, s.cols) || !is_row_of(sb, s.cols))
-    fail<ShapeError>("layer_norm: gamma is {} and beta is {} but x is {}; both must be rows of {} values ({} or 1x{})",
-                     sg, sb, s, s.cols, s.cols, s.cols);
-  if (!(eps > 0) || !std::isfinite(eps)) fail<ValueError>("layer_norm: eps must be positive and finite, got {}", eps);
-  Node<T>& n = t.record("layer_norm", {x, gamma, beta}, s, where);
-  auto& saved = n.template save<LayerNormSaved<T>>();
-  saved.stats.resize(Shape::mat(s.flat_rows(), 2));
-  normalize_rows(t.node(x).val(), t.node(gamma).val(), t.node(beta).val(), eps, saved.stats, n.value);
-  n.backward = [](Tape<T>& tp, Node<T>& node) {
-    const auto& stats = node.template saved<LayerNormSaved<T>>().stats;
-    const auto dY = node.grad.flat();  // (rows, D)
-    const auto X = tp.input_node(node, 0).val().flat();
+struct LayerNorm {
+  static constexpr const char* name = "layer_norm";
+  static constexpr const char* inputs[] = {"x", "gamma", "beta"};
+  using Saved = LayerNormSaved<T>;
+  double eps = 1e-5;
+
+  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x, const TensorT<T>& gamma, const TensorT<T>& beta) const {
+    const Shape s = x.shape();
+    const Shape sg = gamma.shape(), sb = beta.shape();
+    if (s.cols == 0) fail<ShapeError>("layer_norm: x is {}; its rows have no entries to normalise", s);
+    if (!is_row_of(sg, s.cols) || !is_row_of(sb, s.cols))
+      fail<ShapeError>("layer_norm: gamma is {} and beta is {} but x is {}; both must be rows of {} values ({} or 1x{})",
+                       sg, sb, s, s.cols, s.cols, s.cols);
+    if (!(eps > 0) || !std::isfinite(eps)) fail<ValueError>("layer_norm: eps must be positive and finite, got {}", eps);
+    TensorT<T>& y = ctx.output(s);
+    Saved& saved = ctx.saved();
+    saved.stats.resize(Shape::mat(s.flat_rows(), 2));
+    normalize_rows(x, gamma, beta, eps, saved.stats, y);
+  }
+
+  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x, const OpInput<T>& gamma,
+                       const OpInput<T>& beta) {
+    const auto& stats = ctx.saved().stats;
+    const auto dY = ctx.grad_output().flat();  // (rows, D)
+    const auto X = x.value.flat();
     const Index rows = dY.rows(), cols = dY.cols();
-    const auto dX = tp.input_node(node, 0).grad_whole();
-    const auto dGamma = tp.input_node(node, 1).grad_whole();
-    const auto dBeta = tp.input_node(node, 2).grad_whole();
+    const GradWrite<T> dX = x.grad.pieces(), dGamma = gamma.grad.pieces(), dBeta = beta.grad.pieces();
     // One pass over the rows recomputes xhat (into the calling thread's scratch: one buffer for every
     // layer_norm's backward, not a copy per node) and forms dx from it; one pass over the columns sums
     // dgamma and dbeta: two parallel regions, not three or four.
@@ -138,7 +145,7 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) 
         need_xhat ? detail::thread_scratch<T>(detail::Scratch::norm_xhat, static_cast<std::size_t>(X.size())) : nullptr,
         rows, cols);
     if (need_xhat) {
-      const auto Gam = tp.input_node(node, 1).val().flat().row(0).array();
+      const auto Gam = gamma.value.flat().row(0).array();
       parallel_rows(rows, cols, [&](Index first, Index count) {
         auto xr = double_row(cols);
         for (Index r = first; r < first + count; ++r) {
@@ -148,19 +155,32 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) 
           const T mean_dxhat = dxhat.mean();
           const T mean_dxhat_xhat = (dxhat * XHat.row(r).array()).mean();
           const T rstd = static_cast<T>(stats[2 * r + 1]);
-          write_grad(dX.grad->flat().row(r).array(), rstd * (dxhat - mean_dxhat - XHat.row(r).array() * mean_dxhat_xhat),
-                     dX.assign);
+          dX.add(dX.tensor->flat().row(r).array(), rstd * (dxhat - mean_dxhat - XHat.row(r).array() * mean_dxhat_xhat));
         }
       }, dX ? 5 : 2);
     }
     if (!dGamma && !dBeta) return;
     // Both sums in one pass over the columns, each column summed as write_column_sums sums it (same bits).
-    for_column_ranges(rows, cols, 2, [&](Index first, Index last) {
-      if (dGamma) write_column_sums_of(*dGamma.grad, dY.array() * XHat.array(), first, last, dGamma.assign);
-      if (dBeta) write_column_sums_of(*dBeta.grad, dY.array(), first, last, dBeta.assign);
+    detail::for_column_ranges(rows, cols, 2, [&](Index first, Index last) {
+      if (dGamma) detail::write_column_sums_of(dGamma, dY.array() * XHat.array(), first, last);
+      if (dBeta) detail::write_column_sums_of(dBeta, dY.array(), first, last);
     });
-  };
-  return t.commit(n);
+  }
+};
+
+}  // namespace
+
+template <class T>
+Var<T> dropout(Var<T> x, double p, Rng& rng, Where where) {
+  Tape<T>::of("dropout", {{"x", x}});
+  if (!(p >= 0 && p < 1)) fail<ValueError>("dropout: the drop probability p must be in [0, 1), got {}", p);
+  if (p == 0) return x;  // nothing dropped, nothing scaled, nothing drawn: x itself, no new node
+  return apply(Dropout<T>{.p = p, .rng = &rng}, {x}, where);
+}
+
+template <class T>
+Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) {
+  return apply(LayerNorm<T>{.eps = eps}, {x, gamma, beta}, where);
 }
 
 #define TAPEGRAD_INSTANTIATE(T)                                           \

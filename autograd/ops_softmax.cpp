@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/autograd/scratch.hpp"
 #include "tapegrad/autograd/softmax_kernels.hpp"
@@ -11,11 +12,6 @@
 
 namespace tapegrad {
 namespace {
-
-// What softmax_rows keeps: its scale.
-struct SoftmaxSaved {
-  double scale = 1;
-};
 
 // The mask as the softmax reads it (see detail::RowMask): its first row, the rows after which it repeats
 // (x's rows for a mask shared over the batch, all of x's rows for a mask of x's full shape) and what each
@@ -35,31 +31,6 @@ detail::RowMask row_mask(const Mask* mask, const Shape& x) {
   auto* rows = detail::thread_scratch<detail::MaskRow>(detail::Scratch::mask_rows, static_cast<std::size_t>(period));
   detail::read_mask_rows(mask->data(), m.numel() == 0 ? 0 : period, x.cols, rows);
   return {mask->data(), rows, period};
-}
-
-// Forward was y = softmax(s x) along each row. So now dx = s y * (dy - sum(dy * y)), row by row.
-// Blocked entries have y = 0 and so get no gradient; a fully blocked row (y = 0) gets none at all.
-template <class T>
-void softmax_rows_backward(Tape<T>& t, Node<T>& n) {
-  const auto dX = t.input_node(n, 0).grad_whole();
-  if (!dX) return;
-  const Shape& s = n.value.shape();
-  detail::softmax_backward(n.value.data(), n.grad.data(), dX.grad->data(), s.flat_rows(), s.cols,
-                           static_cast<T>(n.template saved<SoftmaxSaved>().scale), dX.assign, true);
-}
-
-// Forward was y = x - log(sum(exp(x))) along each row. So now dx = dy - exp(y) sum(dy).
-template <class T>
-void log_softmax_backward(Tape<T>& t, Node<T>& n) {
-  const auto dX = t.input_node(n, 0).grad_whole();
-  if (!dX) return;
-  const auto Y = n.value.flat();
-  const auto dY = n.grad.flat();
-  auto dx = dX.grad->flat();
-  for (Index r = 0; r < Y.rows(); ++r) {
-    const T total = dY.row(r).sum();
-    write_grad(dx.row(r).array(), dY.row(r).array() - Y.row(r).array().exp() * total, dX.assign);
-  }
 }
 
 }  // namespace
@@ -194,37 +165,79 @@ template void softmax_backward(const double*, const double*, double*, Index, Ind
 
 }  // namespace detail
 
+namespace {
+
+// y = softmax(s x) along each row, blocked entries 0 (see ops.hpp). Backward, row by row:
+// dx = s y * (dy - sum(dy * y)); blocked entries have y = 0 and so get no gradient, and a fully blocked
+// row (y = 0) gets none at all.
+template <class T>
+struct SoftmaxRows {
+  static constexpr const char* name = "softmax_rows";
+  static constexpr const char* inputs[] = {"x"};
+  struct Saved {
+    double scale = 1;
+  };
+  const Mask* mask = nullptr;
+  double scale = 1;
+
+  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x) const {
+    const Shape s = x.shape();
+    const detail::RowMask masks = row_mask(mask, s);
+    if (!(scale > 0) || !std::isfinite(scale))
+      fail<ValueError>("softmax_rows: the scale must be positive and finite, got {}", scale);
+    TensorT<T>& y = ctx.output(s);
+    ctx.saved().scale = scale;
+    detail::softmax_forward(x.data(), y.data(), s.flat_rows(), s.cols, static_cast<T>(scale), masks, true);
+  }
+  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x) {
+    const GradWrite<T> dX = x.grad.pieces();
+    if (!dX) return;
+    const Shape& s = ctx.output().shape();
+    detail::softmax_backward(ctx.output().data(), ctx.grad_output().data(), dX.tensor->data(), s.flat_rows(), s.cols,
+                             static_cast<T>(ctx.saved().scale), !dX.accumulate, true);
+  }
+};
+
+// y = x - log(sum(exp(x))) along each row. Backward: dx = dy - exp(y) sum(dy).
+template <class T>
+struct LogSoftmaxRows {
+  static constexpr const char* name = "log_softmax_rows";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<T>& ctx, const TensorT<T>& x) {
+    const Shape s = x.shape();
+    if (s.cols == 0 && s.numel() == 0 && s.flat_rows() > 0)
+      fail<ShapeError>("log_softmax_rows: x is {}; its rows have no entries to normalise", s);
+    const auto X = x.flat();
+    auto Y = ctx.output(s).flat();
+    for (Index r = 0; r < X.rows(); ++r) {
+      const T top = X.row(r).maxCoeff();
+      const T log_total = std::log((X.row(r).array() - top).exp().sum());
+      Y.row(r).array() = X.row(r).array() - top - log_total;
+    }
+  }
+  static void backward(BackwardContext<T>& ctx, const OpInput<T>& x) {
+    const GradWrite<T> dX = x.grad.pieces();
+    if (!dX) return;
+    const auto Y = ctx.output().flat();
+    const auto dY = ctx.grad_output().flat();
+    auto dx = dX.tensor->flat();
+    for (Index r = 0; r < Y.rows(); ++r) {
+      const T total = dY.row(r).sum();
+      dX.add(dx.row(r).array(), dY.row(r).array() - Y.row(r).array().exp() * total);
+    }
+  }
+};
+
+}  // namespace
+
 template <class T>
 Var<T> softmax_rows(Var<T> x, const Mask* mask, double scale, Where where) {
-  Tape<T>& t = Tape<T>::of("softmax_rows", {{"x", x}});
-  const Shape s = t.node(x).val().shape();
-  const detail::RowMask masks = row_mask(mask, s);
-  if (!(scale > 0) || !std::isfinite(scale))
-    fail<ValueError>("softmax_rows: the scale must be positive and finite, got {}", scale);
-  Node<T>& n = t.record("softmax_rows", {x}, s, where);
-  n.template save<SoftmaxSaved>().scale = scale;
-  detail::softmax_forward(t.node(x).val().data(), n.value.data(), s.flat_rows(), s.cols, static_cast<T>(scale), masks,
-                          true);
-  n.backward = &softmax_rows_backward<T>;
-  return t.commit(n);
+  return apply(SoftmaxRows<T>{.mask = mask, .scale = scale}, {x}, where);
 }
 
 template <class T>
 Var<T> log_softmax_rows(Var<T> x, Where where) {
-  Tape<T>& t = Tape<T>::of("log_softmax_rows", {{"x", x}});
-  const Shape s = t.node(x).val().shape();
-  if (s.cols == 0 && s.numel() == 0 && s.flat_rows() > 0)
-    fail<ShapeError>("log_softmax_rows: x is {}; its rows have no entries to normalise", s);
-  Node<T>& n = t.record("log_softmax_rows", {x}, s, where);
-  const auto X = t.node(x).val().flat();
-  auto Y = n.value.flat();
-  for (Index r = 0; r < X.rows(); ++r) {
-    const T top = X.row(r).maxCoeff();
-    const T log_total = std::log((X.row(r).array() - top).exp().sum());
-    Y.row(r).array() = X.row(r).array() - top - log_total;
-  }
-  n.backward = &log_softmax_backward<T>;
-  return t.commit(n);
+  return apply(LogSoftmaxRows<T>{}, {x}, where);
 }
 
 #define TAPEGRAD_INSTANTIATE(T)                                    \

@@ -1,6 +1,270 @@
 #include "tapegrad/autograd/tape.hpp"
 
+#include <algorithm>
+
+#include "tapegrad/core/parallel.hpp"
+
 namespace tapegrad {
+
+// ---- the reverse walk ----
+
+template <class T>
+void Tape<T>::backward(Var<T> loss) {
+  check(loss, "backward", "the loss");
+  const Shape& s = at(loss.index).val().shape();
+  if (s.numel() != 1)
+    fail<ShapeError>("backward: the loss must hold one element, but it is {}; give a seed gradient to start "
+                     "from a larger output",
+                     s);
+  unit_seed_.resize(s);  // a member, so the steady state allocates nothing here either
+  unit_seed_.fill(T(1));
+  backward(loss, unit_seed_);
+}
+
+// Every gradient starts at zero and the output's at the seed; then each node, newest first, hands its
+// gradient to its inputs through its backward rule. Creation order is a topological order, so when the
+// walk reaches a node, every node that reads it has already added its part.
+template <class T>
+void Tape<T>::backward(Var<T> output, const TensorT<T>& seed) {
+  start_walk(output, seed);
+  walking_ = true;
+  struct Walking {  // cleared however the walk ends
+    bool& walking;
+    ~Walking() { walking = false; }
+  } walking{walking_};
+  for (std::size_t i = output.index + 1; i-- > 0;) {
+    Node<T>& n = at(i);
+    if (!n.requires_grad || n.backward == nullptr) continue;  // leaves keep their gradients
+    if (!n.grad_fresh) run_rule(n);  // else nothing reached it: its gradient is zero, it passes nothing on
+    if (release_grads_) release_grad(n);
+  }
+  finish_walk(output.index + 1);
+}
+
+template <class T>
+void Tape<T>::run_rule(Node<T>& n) {
+  if (release_grads_)  // an input's gradient lives from its last reader's rule (this one, first) to its own
+    for (std::uint32_t k = 0; k < n.input_count; ++k) hold_grad(input_node(n, k));
+  n.backward(*this, n);
+  if (anomaly_detection_) check_backward_anomaly(n);
+}
+
+// The checks, then gradients zero without being filled (the first rule to write one assigns: take_grad) and
+// the output's set to the seed.
+template <class T>
+Node<T>& Tape<T>::start_walk(Var<T> output, const TensorT<T>& seed) {
+  check_thread("backward", false);
+  check(output, "backward", "the output");
+  if (walked_)
+    fail<UsageError>("backward: this tape was already walked back since its last reset(); again would add every "
+                     "gradient a second time (add the losses before one backward, or reset() and record again)");
+  Node<T>& out = at(output.index);
+  if (seed.shape() != out.val().shape())
+    fail<ShapeError>("backward: the seed gradient is {} but the output {} is {}", seed.shape(), describe(out),
+                     out.val().shape());
+  if (!out.requires_grad)
+    fail<UsageError>("backward: {} depends on no input or parameter that takes a gradient (or it was "
+                     "recorded with gradients disabled)",
+                     describe(out));
+  walked_ = true;  // from here on gradients are written: even a walk that fails part way may not be repeated
+  for (std::size_t i = 0; i <= output.index; ++i) {
+    Node<T>& n = at(i);  // grad_released is false: push() cleared it, and a recording is walked once
+    if (n.requires_grad && !n.in_place.grad) {
+      if (!release_grads_) n.grad.resize(n.val().shape());
+      n.grad_fresh = true;
+    }
+  }
+  if (release_grads_) hold_grad(out);
+  // Assigned, not added to zeros: out's gradient is then the seed bit for bit, -0 included (a checkpointed
+  // region's sub-tape is seeded with the gradient the outer tape computed for its output).
+  const GradWrite<T> seeded = out.take_grad();
+  seeded.add(seeded.tensor->array(), seed.array());
+  return out;
+}
+
+// The gradients nothing reached read as zeros.
+template <class T>
+void Tape<T>::finish_walk(std::size_t last) {
+  for (std::size_t i = 0; i < last; ++i) {
+    Node<T>& n = at(i);
+    if (!n.grad_fresh || n.grad_released) continue;
+    if (release_grads_) hold_grad(n);
+    n.zeroed_grad();
+  }
+  grads_valid_until_ = last;
+}
+
+template <class T>
+TensorT<T>* Node<T>::zeroed_grad() {
+  if (!requires_grad) return nullptr;
+  TensorT<T>* g = in_place.grad ? in_place.grad : &grad;
+  bool* fresh = in_place.grad ? in_place.fresh : &grad_fresh;
+  if (fresh && *fresh) {
+    parallel_rows(g->numel(), 1, [g](Index from, Index count) {  // split when large
+      std::fill_n(g->data() + from, count, T(0));
+    });
+    *fresh = false;
+  }
+  return g;
+}
+
+// ---- devices: the gradient pool (set_release_grads) ----
+
+// No rule below n reads its gradient: its buffer serves the gradients still to come.
+template <class T>
+void Tape<T>::release_grad(Node<T>& n) {
+  n.grad_released = true;
+  if (n.grad.capacity() > 0) grad_pool_.push_back(std::move(n.grad));
+}
+
+template <class T>
+void Tape<T>::hold_grad(Node<T>& n) {
+  if (!n.requires_grad || n.in_place.grad) return;
+  const auto need = static_cast<std::size_t>(n.val().numel());
+  if (n.grad.capacity() == 0 && !grad_pool_.empty()) {
+    // The smallest free buffer that holds it, else the largest (it grows once; the walk is the same
+    // every step, so after a few steps every take fits and a step allocates nothing).
+    std::size_t best = 0;
+    for (std::size_t k = 1; k < grad_pool_.size(); ++k) {
+      const std::size_t c = grad_pool_[k].capacity(), b = grad_pool_[best].capacity();
+      if (b >= need ? (c >= need && c < b) : c > b) best = k;
+    }
+    n.grad = std::move(grad_pool_[best]);
+    if (best + 1 != grad_pool_.size()) grad_pool_[best] = std::move(grad_pool_.back());
+    grad_pool_.pop_back();
+  }
+  n.grad.resize(n.val().shape());
+}
+
+template <class T>
+std::size_t Tape<T>::grad_buffer_bytes() const {
+  std::size_t elements = 0;
+  for (std::size_t i = 0; i < capacity_; ++i) elements += at(i).grad.capacity();
+  for (const TensorT<T>& g : grad_pool_) elements += g.capacity();
+  return elements * sizeof(T);
+}
+
+template <class T>
+void Tape<T>::check_backward_anomaly(Node<T>& n) {
+  for (std::uint32_t k = 0; k < n.input_count; ++k) {
+    Node<T>& in = input_node(n, k);
+    const TensorT<T>* g = in.zeroed_grad();
+    if (g && !all_finite(*g))
+      fail<NonFiniteError>("anomaly: the backward rule of {} produced a non-finite gradient (NaN or Inf) for its "
+                           "input {}, {}",
+                           describe(n), k, describe(in));
+  }
+}
+
+// ---- leaves ----
+
+template <class T>
+Var<T> Tape<T>::constant(const TensorT<T>& value, Where where) {
+  Node<T>& n = push("constant", value.shape(), where);
+  std::copy(value.data(), value.data() + value.numel(), n.value.data());
+  return commit(n);
+}
+
+template <class T>
+Var<T> Tape<T>::constant_in_place(const TensorT<T>& value, Where where) {
+  Node<T>& n = push("constant_in_place", Shape::vec(0), where);  // the value lives where it is
+  n.in_place.value = &value;
+  return commit(n);
+}
+
+template <class T>
+Var<T> Tape<T>::input(const TensorT<T>& value, Where where) {
+  Node<T>& n = push("input", value.shape(), where);
+  std::copy(value.data(), value.data() + value.numel(), n.value.data());
+  n.requires_grad = grad_enabled_;
+  return commit(n);
+}
+
+template <class T>
+Var<T> Tape<T>::param(Parameter<T>& p, Where where) {
+  Node<T>& n = push("param", Shape::vec(0), where);  // the value lives in the parameter
+  n.in_place.value = &p.value;
+  n.parameter = &p;
+  params_read_.push_back(&p);  // keeps its capacity across reset(): no allocation in steady state
+  if (grad_enabled_) {
+    if (p.grad.shape() != p.value.shape()) p.zero_grad();
+    n.requires_grad = true;
+    n.in_place.grad = &p.grad;
+  }
+  return commit(n);
+}
+
+template <class T>
+Var<T> Tape<T>::outer_input(Var<T> outer, Where where) {
+  if (outer.tape == nullptr) fail<UsageError>("outer_input: the outer Var is empty (default-constructed)");
+  if (outer.tape == this)
+    fail<UsageError>("outer_input: the outer Var belongs to this tape; it stands for a Var of another tape");
+  outer.tape->check(outer, "outer_input", "the outer Var");
+  Node<T>& from = outer.tape->node(outer);
+  const bool linked = grad_enabled_ && from.requires_grad;
+  if (linked && !outer.tape->walking_)
+    fail<UsageError>("outer_input: {} takes a gradient, which exists only while its tape is walked back; record "
+                     "with gradients off here (NoGradGuard), or from within that tape's backward()",
+                     describe(from));
+  Node<T>& n = push("outer_input", Shape::vec(0), where);  // the value lives in the outer node
+  n.in_place.value = &from.val();
+  if (linked) {
+    n.requires_grad = true;
+    n.in_place.grad = from.in_place.grad ? from.in_place.grad : &from.grad;
+    n.in_place.fresh = from.in_place.grad ? from.in_place.fresh : &from.grad_fresh;
+  }
+  return commit(n);
+}
+
+template <class T>
+Tape<T>& Tape<T>::sub_tape() {
+  if (!sub_) sub_ = std::make_unique<Tape<T>>();
+  return *sub_;
+}
+
+// ---- reading ----
+
+template <class T>
+const TensorT<T>& Tape<T>::value(Var<T> v) const {
+  check(v, "value", "the Var");
+  return at(v.index).val();
+}
+
+template <class T>
+const TensorT<T>& Tape<T>::grad(Var<T> v) const {
+  check(v, "grad", "the Var");
+  const Node<T>& n = at(v.index);
+  if (!n.requires_grad)
+    fail<UsageError>("grad: {} takes no gradient (a constant, or recorded with gradients disabled)", describe(n));
+  if (v.index >= grads_valid_until_)
+    fail<UsageError>("grad: no gradient has been computed for {} yet; call backward() on an output that "
+                     "depends on it",
+                     describe(n));
+  if (n.grad_released)
+    fail<UsageError>("grad: {} is not a leaf, and this tape releases such gradients once backward has passed "
+                     "them (set_release_grads(false) keeps them)",
+                     describe(n));
+  return n.in_place.grad ? *n.in_place.grad : n.grad;
+}
+
+template <class T>
+const Node<T>& Tape<T>::node_at(std::size_t i) const {
+  if (i >= size()) fail<UsageError>("node_at: node {} is past the end of the tape, which holds {} nodes", i, size());
+  return at(i);
+}
+
+template <class T>
+std::span<const std::uint32_t> Tape<T>::inputs_of(std::size_t i) const {
+  const Node<T>& n = node_at(i);
+  return std::span<const std::uint32_t>(inputs_).subspan(n.first_input, n.input_count);
+}
+
+template <class T>
+const TensorT<T>* Tape<T>::grad_at(std::size_t i) const {
+  const Node<T>& n = node_at(i);
+  if (!n.requires_grad || i >= grads_valid_until_ || n.grad_released) return nullptr;
+  return n.in_place.grad ? n.in_place.grad : &n.grad;
+}
 
 template <class T>
 std::string Tape<T>::describe(const Node<T>& n) {
@@ -9,16 +273,7 @@ std::string Tape<T>::describe(const Node<T>& n) {
   return fmt::format("{} (recorded at {}:{})", n.op, n.where.short_file(), n.where.line);
 }
 
-template <class T>
-void Node<T>::refuse_saved(bool other_type) const {
-  if (other_type)
-    fail<UsageError>("saved: the backward rule of {} asked for its saved state as another type than its forward "
-                     "saved; ask for the type the forward saved",
-                     Tape<T>::describe(*this));
-  fail<UsageError>("saved: the backward rule of {} asked for saved state that its forward did not save in this "
-                   "recording; save it in the forward (save<S>(), or ctx.saved() in a Function)",
-                   Tape<T>::describe(*this));
-}
+// ---- recording's refusals, reset, size ----
 
 template <class T>
 void Tape<T>::refuse_thread(const char* op) const {
@@ -33,17 +288,6 @@ void Tape<T>::refuse(Var<T> v, const char* op, const char* arg, Index position) 
   if (v.tape == nullptr) fail<UsageError>("{}: {} is an empty Var (default-constructed)", op, name);
   if (v.tape != this) fail<UsageError>("{}: {} belongs to a different tape than the op's other arguments", op, name);
   fail<UsageError>("{}: {} was recorded before the last reset() of its tape; record it again", op, name);
-}
-
-template <class T>
-std::size_t Tape<T>::bytes() const {
-  std::size_t total = chunks_.capacity() * sizeof(chunks_[0]) + capacity_ * sizeof(Node<T>) +
-                      buffer_bytes(inputs_, params_read_, unit_seed_, grad_pool_) + grad_buffer_bytes();
-  for (std::size_t i = 0; i < capacity_; ++i) {
-    const Node<T>& n = at(i);
-    total += buffer_bytes(n.value) + n.saved_bytes();
-  }
-  return sub_ ? total + sub_->bytes() : total;  // a checkpointed region's recording lives on the sub-tape
 }
 
 // The slow part of push(): a node dropped, a limit reached, a chunk to make.
@@ -86,219 +330,14 @@ void Tape<T>::refuse_non_finite(Node<T>& n) {
 }
 
 template <class T>
-Var<T> Tape<T>::constant(const TensorT<T>& value, Where where) {
-  Node<T>& n = push("constant", value.shape(), where);
-  std::copy(value.data(), value.data() + value.numel(), n.value.data());
-  return commit(n);
-}
-
-template <class T>
-Var<T> Tape<T>::constant_in_place(const TensorT<T>& value, Where where) {
-  Node<T>& n = push("constant_in_place", Shape::vec(0), where);  // the value lives where it is
-  n.external_value = &value;
-  return commit(n);
-}
-
-template <class T>
-Var<T> Tape<T>::input(const TensorT<T>& value, Where where) {
-  Node<T>& n = push("input", value.shape(), where);
-  std::copy(value.data(), value.data() + value.numel(), n.value.data());
-  n.requires_grad = grad_enabled_;
-  return commit(n);
-}
-
-template <class T>
-Var<T> Tape<T>::param(Parameter<T>& p, Where where) {
-  Node<T>& n = push("param", Shape::vec(0), where);  // the value lives in the parameter
-  n.external_value = &p.value;
-  n.parameter = &p;
-  params_read_.push_back(&p);  // keeps its capacity across reset(): no allocation in steady state
-  if (grad_enabled_) {
-    if (p.grad.shape() != p.value.shape()) p.zero_grad();
-    n.requires_grad = true;
-    n.external_grad = &p.grad;
+std::size_t Tape<T>::bytes() const {
+  std::size_t total = chunks_.capacity() * sizeof(chunks_[0]) + capacity_ * sizeof(Node<T>) +
+                      buffer_bytes(inputs_, params_read_, unit_seed_, grad_pool_) + grad_buffer_bytes();
+  for (std::size_t i = 0; i < capacity_; ++i) {
+    const Node<T>& n = at(i);
+    total += buffer_bytes(n.value) + n.saved.heap_bytes();
   }
-  return commit(n);
-}
-
-template <class T>
-Var<T> Tape<T>::outer_input(Var<T> outer, Where where) {
-  if (outer.tape == nullptr) fail<UsageError>("outer_input: the outer Var is empty (default-constructed)");
-  if (outer.tape == this)
-    fail<UsageError>("outer_input: the outer Var belongs to this tape; it stands for a Var of another tape");
-  outer.tape->check(outer, "outer_input", "the outer Var");
-  Node<T>& from = outer.tape->node(outer);
-  const bool linked = grad_enabled_ && from.requires_grad;
-  if (linked && !outer.tape->walking_)
-    fail<UsageError>("outer_input: {} takes a gradient, which exists only while its tape is walked back; record "
-                     "with gradients off here (NoGradGuard), or from within that tape's backward()",
-                     describe(from));
-  Node<T>& n = push("outer_input", Shape::vec(0), where);  // the value lives in the outer node
-  n.external_value = &from.val();
-  if (linked) {
-    n.requires_grad = true;
-    n.external_grad = from.external_grad ? from.external_grad : &from.grad;
-    n.external_fresh = from.external_grad ? from.external_fresh : &from.grad_fresh;
-  }
-  return commit(n);
-}
-
-template <class T>
-Tape<T>& Tape<T>::sub_tape() {
-  if (!sub_) sub_ = std::make_unique<Tape<T>>();
-  return *sub_;
-}
-
-template <class T>
-void Tape<T>::backward(Var<T> loss) {
-  check(loss, "backward", "the loss");
-  const Shape& s = at(loss.index).val().shape();
-  if (s.numel() != 1)
-    fail<ShapeError>("backward: the loss must hold one element, but it is {}; give a seed gradient to start "
-                     "from a larger output",
-                     s);
-  unit_seed_.resize(s);  // a member, so the steady state allocates nothing here either
-  unit_seed_.fill(T(1));
-  backward(loss, unit_seed_);
-}
-
-template <class T>
-void Tape<T>::backward(Var<T> output, const TensorT<T>& seed) {
-  check_thread("backward", false);
-  check(output, "backward", "the output");
-  if (walked_)
-    fail<UsageError>("backward: this tape was already walked back since its last reset(); again would add every "
-                     "gradient a second time (add the losses before one backward, or reset() and record again)");
-  Node<T>& out = at(output.index);
-  if (seed.shape() != out.val().shape())
-    fail<ShapeError>("backward: the seed gradient is {} but the output {} is {}", seed.shape(), describe(out),
-                     out.val().shape());
-  if (!out.requires_grad)
-    fail<UsageError>("backward: {} depends on no input or parameter that takes a gradient (or it was "
-                     "recorded with gradients disabled)",
-                     describe(out));
-  walked_ = true;  // from here on gradients are written: even a walk that fails part way may not be repeated
-  const std::size_t last = output.index + 1;
-  // Gradients start as zero without being filled: the first rule to write one assigns (grad_whole).
-  for (std::size_t i = 0; i < last; ++i) {
-    Node<T>& n = at(i);  // grad_released is false: push() cleared it, and a recording is walked once
-    if (n.requires_grad && !n.external_grad) {
-      if (!release_grads_) n.grad.resize(n.val().shape());
-      n.grad_fresh = true;
-    }
-  }
-  if (release_grads_) hold_grad(out);
-  // Assigned, not added to zeros: out's gradient is then the seed bit for bit, -0 included (a checkpointed
-  // region's sub-tape is seeded with the gradient the outer tape computed for its output).
-  const auto seeded = out.grad_whole();
-  write_grad(seeded.grad->array(), seed.array(), seeded.assign);
-  walking_ = true;
-  struct Walked {  // cleared however the walk ends
-    bool& walking;
-    ~Walked() { walking = false; }
-  } walked{walking_};
-  for (std::size_t i = last; i-- > 0;) {
-    Node<T>& n = at(i);
-    if (!n.requires_grad || n.backward == nullptr) continue;  // leaves keep their gradients
-    if (!n.grad_fresh) {  // else nothing reached it: its gradient is zero, it passes nothing on
-      if (release_grads_)  // an input's gradient lives from its last reader's rule (this one, first) to its own
-        for (std::uint32_t k = 0; k < n.input_count; ++k) hold_grad(input_node(n, k));
-      n.backward(*this, n);
-      if (anomaly_detection_) check_backward_anomaly(n);
-    }
-    if (release_grads_) {  // no rule below reads it: its buffer serves the gradients still to come
-      n.grad_released = true;
-      if (n.grad.capacity() > 0) grad_pool_.push_back(std::move(n.grad));
-    }
-  }
-  for (std::size_t i = 0; i < last; ++i) {  // the unreached ones read as zeros
-    Node<T>& n = at(i);
-    if (!n.grad_fresh || n.grad_released) continue;
-    if (release_grads_) hold_grad(n);
-    n.grad_sink();
-  }
-  grads_valid_until_ = last;
-}
-
-template <class T>
-std::size_t Tape<T>::grad_buffer_bytes() const {
-  std::size_t elements = 0;
-  for (std::size_t i = 0; i < capacity_; ++i) elements += at(i).grad.capacity();
-  for (const TensorT<T>& g : grad_pool_) elements += g.capacity();
-  return elements * sizeof(T);
-}
-
-template <class T>
-void Tape<T>::hold_grad(Node<T>& n) {
-  if (!n.requires_grad || n.external_grad) return;
-  const auto need = static_cast<std::size_t>(n.val().numel());
-  if (n.grad.capacity() == 0 && !grad_pool_.empty()) {
-    // The smallest free buffer that holds it, else the largest (it grows once; the walk is the same
-    // every step, so after a few steps every take fits and a step allocates nothing).
-    std::size_t best = 0;
-    for (std::size_t k = 1; k < grad_pool_.size(); ++k) {
-      const std::size_t c = grad_pool_[k].capacity(), b = grad_pool_[best].capacity();
-      if (b >= need ? (c >= need && c < b) : c > b) best = k;
-    }
-    n.grad = std::move(grad_pool_[best]);
-    if (best + 1 != grad_pool_.size()) grad_pool_[best] = std::move(grad_pool_.back());
-    grad_pool_.pop_back();
-  }
-  n.grad.resize(n.val().shape());
-}
-
-template <class T>
-void Tape<T>::check_backward_anomaly(const Node<T>& n) {
-  for (std::uint32_t k = 0; k < n.input_count; ++k) {
-    Node<T>& in = input_node(n, k);
-    const TensorT<T>* g = in.grad_sink();
-    if (g && !all_finite(*g))
-      fail<NonFiniteError>("anomaly: the backward rule of {} produced a non-finite gradient (NaN or Inf) for its "
-                       "input {}, {}",
-                       describe(n), k, describe(in));
-  }
-}
-
-template <class T>
-const TensorT<T>& Tape<T>::value(Var<T> v) const {
-  check(v, "value", "the Var");
-  return at(v.index).val();
-}
-
-template <class T>
-const TensorT<T>& Tape<T>::grad(Var<T> v) const {
-  check(v, "grad", "the Var");
-  const Node<T>& n = at(v.index);
-  if (!n.requires_grad)
-    fail<UsageError>("grad: {} takes no gradient (a constant, or recorded with gradients disabled)", describe(n));
-  if (v.index >= grads_valid_until_)
-    fail<UsageError>("grad: no gradient has been computed for {} yet; call backward() on an output that "
-                     "depends on it",
-                     describe(n));
-  if (n.grad_released)
-    fail<UsageError>("grad: {} is not a leaf, and this tape releases such gradients once backward has passed "
-                     "them (set_release_grads(false) keeps them)",
-                     describe(n));
-  return n.external_grad ? *n.external_grad : n.grad;
-}
-
-template <class T>
-const Node<T>& Tape<T>::node_at(std::size_t i) const {
-  if (i >= size()) fail<UsageError>("node_at: node {} is past the end of the tape, which holds {} nodes", i, size());
-  return at(i);
-}
-
-template <class T>
-std::span<const std::uint32_t> Tape<T>::inputs_of(std::size_t i) const {
-  const Node<T>& n = node_at(i);
-  return std::span<const std::uint32_t>(inputs_).subspan(n.first_input, n.input_count);
-}
-
-template <class T>
-const TensorT<T>* Tape<T>::grad_at(std::size_t i) const {
-  const Node<T>& n = node_at(i);
-  if (!n.requires_grad || i >= grads_valid_until_ || n.grad_released) return nullptr;
-  return n.external_grad ? n.external_grad : &n.grad;
+  return sub_ ? total + sub_->bytes() : total;  // a checkpointed region's recording lives on the sub-tape
 }
 
 template <class T>
@@ -324,7 +363,7 @@ void Tape<T>::reset() {
 
 template class Tape<float>;
 template class Tape<double>;
-template void Node<float>::refuse_saved(bool) const;
-template void Node<double>::refuse_saved(bool) const;
+template TensorT<float>* Node<float>::zeroed_grad();
+template TensorT<double>* Node<double>::zeroed_grad();
 
 }  // namespace tapegrad

@@ -33,6 +33,7 @@ set(TAPEGRAD_INTERNAL_HEADERS
   autograd/gemm.hpp                  # the matrix products behind matmul and attention
   autograd/softmax_kernels.hpp       # the row softmax behind softmax_rows and attention
   autograd/scratch.hpp               # per-thread buffers of the products, attention and softmax
+  autograd/column_sums.hpp           # the column sums of a broadcast row's gradient (add, affine, layer_norm)
   train/checkpoint/serialize.hpp     # the cereal layout of checkpoint files
 )
 

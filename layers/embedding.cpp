@@ -37,10 +37,10 @@ Var<T> OneHotTokens<T>::forward(Tape<T>& tape, const Ids& ids) {
                        vocab_);
   // A constant built in place on the tape (no buffer here to copy from, no vocab x vocab table).
   const Shape shape = ids.rank() == 2 ? Shape::batched(ids.rows(), ids.cols(), vocab_) : Shape::mat(ids.cols(), vocab_);
-  Node<T>& n = tape.record("one_hot_tokens", {}, shape, Where::current());
-  n.value.set_zero();
-  for (Index i = 0; i < ids.numel(); ++i) n.value[i * vocab_ + ids[i]] = T(1);
-  return tape.commit(n);
+  return tape.constant("one_hot_tokens", shape, [&](TensorT<T>& one_hot) {
+    one_hot.set_zero();
+    for (Index i = 0; i < ids.numel(); ++i) one_hot[i * vocab_ + ids[i]] = T(1);
+  });
 }
 
 template <class T>
@@ -106,22 +106,25 @@ Var<T> Positions<T>::forward(Var<T> x, Index first) {
   if (options_.kind == PositionEncoding::none) return x;
   if (options_.kind == PositionEncoding::onehot) {
     // (B, T, max_len) with e_(first + t) in row t: a constant built in place on the tape.
-    Node<T>& n = tape.record("one_hot_positions", {}, Shape::batched(s.batch, s.rows, options_.max_len), Where::current());
-    n.value.set_zero();
-    for (Index b = 0; b < s.batch; ++b)
-      for (Index t = 0; t < s.rows; ++t) n.value.at(b, t, first + t) = T(1);
-    const std::array<Var<T>, 2> parts = {x, tape.commit(n)};
+    const Var<T> one_hot =
+        tape.constant("one_hot_positions", Shape::batched(s.batch, s.rows, options_.max_len), [&](TensorT<T>& e) {
+          e.set_zero();
+          for (Index b = 0; b < s.batch; ++b)
+            for (Index t = 0; t < s.rows; ++t) e.at(b, t, first + t) = T(1);
+        });
+    const std::array<Var<T>, 2> parts = {x, one_hot};
     return concat_cols(std::span<const Var<T>>(parts));
   }
   if (options_.kind == PositionEncoding::sinusoidal) {
     // Rows first .. first + T - 1 of the table, contiguous: one copy onto the tape.
-    Node<T>& n = tape.record("sinusoidal_positions", {}, Shape::mat(s.rows, s.cols), Where::current());
-    std::copy_n(table_.data() + first * s.cols, n.value.numel(), n.value.data());
-    return add(x, tape.commit(n));  // (T, D) shared by the batch
+    const Var<T> rows = tape.constant("sinusoidal_positions", Shape::mat(s.rows, s.cols), [&](TensorT<T>& r) {
+      std::copy_n(table_.data() + first * s.cols, r.numel(), r.data());
+    });
+    return x + rows;  // (T, D) shared by the batch
   }
   positions_.resize(Shape::vec(s.rows));
   for (Index t = 0; t < s.rows; ++t) positions_[t] = static_cast<std::int32_t>(first + t);
-  return add(x, gather_rows(tape.param(*learned_), positions_));  // rows first .. first + T - 1, shared by the batch
+  return x + gather_rows(tape.param(*learned_), positions_);  // rows first .. first + T - 1, shared by the batch
 }
 
 template class Embedding<float>;

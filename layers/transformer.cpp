@@ -89,10 +89,10 @@ Var<T> TransformerBlock<T>::forward(Var<T> x, const Mask* key_padding, Attention
     fail<ShapeError>("transformer_block '{}': x is {} but the block takes (batch, tokens, {}) inputs", this->path(),
                      x.shape(), options_.d_model);
   Var<T> h = norm1_ ? norm1_->forward(x) : x;
-  x = add(x, drop1_.forward(attn_->forward(h, key_padding, cache)));
+  x = x + drop1_.forward(attn_->forward(h, key_padding, cache));
   if (ff_) {
     Var<T> g = norm2_ ? norm2_->forward(x) : x;
-    x = add(x, drop2_.forward(ff_->forward(g)));
+    x = x + drop2_.forward(ff_->forward(g));
   }
   return x;
 }
@@ -192,7 +192,7 @@ Var<T> LmHead<T>::forward(Var<T> h) {
                      options_.d_model);
   if (!tied_) return linear_->forward(h);
   Var<T> logits = matmul_bt(h, t.param(tied_->table()));
-  return bias_ ? add(logits, t.param(*bias_)) : logits;
+  return bias_ ? logits + t.param(*bias_) : logits;
 }
 
 template class FeedForward<float>;

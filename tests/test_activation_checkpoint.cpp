@@ -316,6 +316,27 @@ TEST_CASE("activation checkpoint: misuse is refused by name") {
                        UsageError);
 }
 
+TEST_CASE("activation checkpoint: a region whose recomputation differs from its forward (dropout's stream not passed) "
+          "is refused in backward, not given another function's gradients") {
+  UserMlp<double> mlp;
+  Rng stream(9);
+  mlp.set_rng(&stream);  // the dropout draws from it, but checkpoint() is not told
+  Tape<double> tape;
+  Rng data(3);
+  Var<double> x = tape.input(test::random_tensor(Shape::batched(2, 3, 4), data));
+  Var<double> y = checkpoint(x, nullptr, [&mlp](Var<double> h) { return mlp.forward(h); });
+  CHECK_THROWS_WITH_AS(tape.backward(sum(y)),
+                       "checkpoint: the region's output recomputed in backward differs from its forward's; it must "
+                       "compute the same thing both times: pass the random stream it draws from (dropout) as "
+                       "checkpoint's rng, and change nothing it reads before backward",
+                       UsageError);
+  // Given the stream, the same region is replayed and walks back.
+  tape.reset();
+  Var<double> again = tape.input(test::random_tensor(Shape::batched(2, 3, 4), data));
+  tape.backward(sum(checkpoint(again, mlp.rng(), [&mlp](Var<double> h) { return mlp.forward(h); })));
+  CHECK(all_finite(again.grad()));
+}
+
 TEST_CASE("activation checkpoint: the documentation's calls turn it on for a stack and for a module of one's own") {
   Rng rng(6), stream(7);
   DecoderLm<float> model({.vocab = 7, .context = 4, .d_model = 8, .n_heads = 2, .n_layers = 3, .seed = 1});

@@ -4,7 +4,9 @@
 // steady-state allocations: tests/test_alloc.cpp.)
 #include <doctest/doctest.h>
 
+#include <array>
 #include <limits>
+#include <span>
 
 #include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/ops.hpp"
@@ -261,4 +263,104 @@ TEST_CASE("function: anomaly mode names the op and the line that recorded it, fo
                                    line, x_line)
                            .c_str(),
                        NonFiniteError);
+}
+
+namespace {
+
+// y = a b (same shapes), its gradients written row by row through pieces(), in the rule's own layout.
+struct RowsCopy {
+  static constexpr const char* name = "rows_copy";
+  static constexpr const char* inputs[] = {"a", "b"};
+  static void forward(ForwardContext<double>& ctx, const TensorD& a, const TensorD& b) {
+    ctx.output(a.shape()).array() = a.array() * b.array();
+  }
+  // Forward was y = a b. The rule takes b's pieces first, so with one node as both inputs the second adds.
+  static void backward(BackwardContext<double>& ctx, const OpInput<double>& a, const OpInput<double>& b) {
+    const auto dY = ctx.grad_output().flat();
+    const GradWrite<double> db = b.grad.pieces(), da = a.grad.pieces();
+    for (Index r = 0; r < dY.rows(); ++r) {
+      if (db) db.add(db.tensor->flat().row(r).array(), dY.row(r).array() * a.value.flat().row(r).array());
+      if (da) da.add(da.tensor->flat().row(r).array(), dY.row(r).array() * b.value.flat().row(r).array());
+    }
+  }
+};
+
+// y = x[0] (a scatter back): only element 0 of x's gradient is added to, through buffer().
+struct First {
+  static constexpr const char* name = "first";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<double>& ctx, const TensorD& x) { ctx.output(Shape::scalar())[0] = x[0]; }
+  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
+    if (TensorD* dx = x.grad.buffer()) (*dx)[0] += ctx.grad_output()[0];
+  }
+};
+
+// y = the sum of any number of same-shape inputs: an op over a list.
+struct SumOfList {
+  static constexpr const char* name = "sum_of_list";
+  static constexpr const char* inputs[] = {"term"};
+  static void forward(ForwardContext<double>& ctx, const ValueList<double>& terms) {
+    for (std::size_t k = 1; k < terms.size(); ++k)
+      if (terms[k].shape() != terms[0].shape())
+        fail<ShapeError>("sum_of_list: term {} is {} but term 0 is {}", k, terms[k].shape(), terms[0].shape());
+    TensorD& y = ctx.output(terms[0].shape());
+    y.array() = terms[0].array();
+    for (std::size_t k = 1; k < terms.size(); ++k) y.array() += terms[k].array();
+  }
+  static void backward(BackwardContext<double>& ctx, const InputList<double>& terms) {
+    for (std::size_t k = 0; k < terms.size(); ++k) terms[k].grad.add(ctx.grad_output().array());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("function: pieces() assigns on a pass's first write and adds after, in the order the rule takes them") {
+  Rng rng(63);
+  const TensorD value = random_tensor(Shape::mat(3, 4), rng), seed = random_tensor(Shape::mat(3, 4), rng);
+  Tape<double> tape;
+  for (int pass = 0; pass < 3; ++pass) {  // reused buffers: stale values must not leak in
+    tape.reset();
+    Var<double> x = tape.input(value);
+    tape.backward(apply(RowsCopy{}, {x, x}), seed);
+    for (Index i = 0; i < value.numel(); ++i) CHECK(x.grad()[i] == seed[i] * value[i] + seed[i] * value[i]);
+  }
+  const auto report = gradcheck(
+      [](Tape<double>&, std::span<const Var<double>> in) { return apply(RowsCopy{}, {in[0], in[1]}); },
+      {{"a", value}, {"b", random_tensor(Shape::mat(3, 4), rng)}}, {}, kStrictGradcheck);
+  CHECK_MESSAGE(report.ok(), report.str());
+}
+
+TEST_CASE("function: buffer() is zero where nothing was written, after a pass that wrote everywhere") {
+  Tape<double> tape;
+  for (int pass = 0; pass < 2; ++pass) {
+    tape.reset();
+    Var<double> x = tape.input(TensorD(Shape::vec(3), {1.0, 2.0, 3.0}));
+    Var<double> h = scale(x, 2.0);  // an intermediate whose gradient buffer holds last pass's values
+    tape.backward(pass == 0 ? sum(h) : apply(First{}, {h}));
+    CHECK(x.grad() == (pass == 0 ? TensorD(Shape::vec(3), 2.0) : TensorD(Shape::vec(3), {2.0, 0.0, 0.0})));
+  }
+}
+
+TEST_CASE("function: an op over a list of inputs names each input by its position, and each gets its gradient") {
+  Rng rng(64);
+  const TensorD a = random_tensor(Shape::mat(2, 3), rng), b = random_tensor(Shape::mat(2, 3), rng);
+  Tape<double> tape, other;
+  Var<double> x = tape.input(a), y = tape.input(b), z = other.input(b);
+  const std::array<Var<double>, 3> terms = {x, y, x};
+  tape.backward(sum(apply_list(SumOfList{}, std::span<const Var<double>>(terms))));
+  CHECK(x.grad() == TensorD(Shape::mat(2, 3), 2.0));
+  CHECK(y.grad() == TensorD(Shape::mat(2, 3), 1.0));
+  const std::array<Var<double>, 2> mixed = {x, z};
+  tape.reset();
+  CHECK_THROWS_WITH_AS(apply_list(SumOfList{}, std::span<const Var<double>>(mixed)),
+                       "sum_of_list: term 0 was recorded before the last reset() of its tape; record it again",
+                       UsageError);
+  Var<double> fresh = tape.input(a);
+  const std::array<Var<double>, 2> other_tape = {fresh, z};
+  CHECK_THROWS_WITH_AS(apply_list(SumOfList{}, std::span<const Var<double>>(other_tape)),
+                       "sum_of_list: term 1 belongs to a different tape than the op's other arguments", UsageError);
+  const auto report = gradcheck(
+      [](Tape<double>&, std::span<const Var<double>> in) { return apply_list(SumOfList{}, in); },
+      {{"a", a}, {"b", b}}, {}, kStrictGradcheck);
+  CHECK_MESSAGE(report.ok(), report.str());
 }

@@ -239,7 +239,7 @@ class UserBlock : public Module<T> {
     x = add(x, attn_.forward(apply(UserRmsNorm<T>{}, {x, t.param(*g1_)}), nullptr, cache));
     const Var<T> h = apply(UserRmsNorm<T>{}, {x, t.param(*g2_)});
     const Var<T> a = gate_.forward(h);
-    return add(x, down_.forward(mul(mul(a, sigmoid(a)), up_.forward(h))));
+    return x + down_.forward(a * sigmoid(a) * up_.forward(h));
   }
 
  private:

@@ -2,6 +2,7 @@
 // mode agrees with the full one.
 #include <doctest/doctest.h>
 
+#include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "helpers.hpp"
 
@@ -12,28 +13,32 @@ namespace {
 
 // softmax_rows whose backward rule is missing (no gradient flows): summed with all-ones weights
 // the numeric gradient is zero too (softmax rows sum to 1), so only a random projection sees it.
-Var<double> softmax_without_backward(Var<double> x, Where where = Where::current()) {
-  Tape<double>& t = Tape<double>::of("softmax_no_backward", {{"x", x}});
-  const Shape s = x.shape();
-  Node<double>& n = t.record("softmax_no_backward", {x}, s, where);
-  for (Index r = 0; r < s.flat_rows(); ++r) {
-    auto row = t.node(x).val().flat().row(r).array();
-    n.value.flat().row(r).array() = (row - row.maxCoeff()).exp() / (row - row.maxCoeff()).exp().sum();
+struct SoftmaxWithoutBackward {
+  static constexpr const char* name = "softmax_no_backward";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<double>& ctx, const TensorD& x) {
+    TensorD& y = ctx.output(x.shape());
+    for (Index r = 0; r < x.shape().flat_rows(); ++r) {
+      auto row = x.flat().row(r).array();
+      y.flat().row(r).array() = (row - row.maxCoeff()).exp() / (row - row.maxCoeff()).exp().sum();
+    }
   }
-  return t.commit(n);
+  static void backward(BackwardContext<double>&, const OpInput<double>&) {}  // forgotten
+};
+Var<double> softmax_without_backward(Var<double> x, Where where = Where::current()) {
+  return apply(SoftmaxWithoutBackward{}, {x}, where);
 }
 
 // y = x^2 with a backward rule that forgets the factor 2 (wrong on purpose).
-Var<double> wrong_square(Var<double> x, Where where = Where::current()) {
-  Tape<double>& t = Tape<double>::of("wrong_square", {{"x", x}});
-  Node<double>& n = t.record("wrong_square", {x}, x.shape(), where);
-  n.value.array() = t.node(x).val().array().square();
-  n.backward = [](Tape<double>& tp, Node<double>& node) {
-    Node<double>& in = tp.input_node(node, 0);
-    if (auto* dx = in.grad_sink()) dx->array() += node.grad.array() * in.val().array();  // should be 2x
-  };
-  return t.commit(n);
-}
+struct WrongSquare {
+  static constexpr const char* name = "wrong_square";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<double>& ctx, const TensorD& x) { ctx.output(x.shape()).array() = x.array().square(); }
+  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
+    x.grad.add(ctx.grad_output().array() * x.value.array());  // should be 2x
+  }
+};
+Var<double> wrong_square(Var<double> x, Where where = Where::current()) { return apply(WrongSquare{}, {x}, where); }
 
 }  // namespace
 

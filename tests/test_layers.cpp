@@ -144,10 +144,10 @@ TEST_CASE("linear: x W + b is the affine op in one node, and one matmul without 
   const TensorD x(Shape::batched(1, 2, 2), {1, 0, 1, 1});
   Var<double> with_bias = lin.forward(t.constant(x));
   CHECK(with_bias.value() == affine(t.constant(x), t.param(lin.weight()), t.param(lin.bias())).value());
-  CHECK(std::string_view(t.node(with_bias).op) == "affine");
+  CHECK(std::string_view(t.node_at(with_bias.index).op) == "affine");
   Var<double> without = no_bias.forward(t.constant(x));
   CHECK(without.value() == TensorD(Shape::batched(1, 2, 3), {1, 2, 3, 5, 7, 9}));
-  CHECK(std::string_view(t.node(without).op) == "matmul");
+  CHECK(std::string_view(t.node_at(without.index).op) == "matmul");
 }
 
 TEST_CASE("embeddings: a trainable table, fixed one-hot tokens, and positions") {

@@ -236,6 +236,68 @@ TEST_CASE("ops: cross_entropy is the mean over labelled rows of -log p(target)")
   CHECK(cross_entropy(sure, Ids(Shape::vec(1), {1})).value()[0] == doctest::Approx(300.0).epsilon(1e-6));
 }
 
+TEST_CASE("ops: a batch whose every target is ignored gives a zero gradient, also after a labelled batch") {
+  // Before: the rule took the logits' gradient for writing and returned without writing it, so an
+  // intermediate's buffer kept the last pass's values and passed them on as this pass's gradient.
+  Tape<double> tape;
+  const TensorD x(Shape::mat(2, 3), {1, 2, 3, 4, 5, 6});
+  for (int pass = 0; pass < 2; ++pass) {
+    tape.reset();
+    Var<double> xv = tape.input(x);
+    Var<double> logits = scale(xv, 2.0);  // an intermediate: its gradient buffer is reused pass to pass
+    const Ids targets(Shape::vec(2), pass == 0 ? std::vector<std::int32_t>{0, 2}
+                                               : std::vector<std::int32_t>{kIgnoreLabel, kIgnoreLabel});
+    Var<double> loss = cross_entropy(logits, targets);
+    tape.backward(loss);
+    if (pass == 1) {
+      CHECK(loss.value()[0] == 0);
+      CHECK(xv.grad() == TensorD(Shape::mat(2, 3)));
+    }
+  }
+}
+
+TEST_CASE("ops: the operators on Var are the named ops, bit for bit, and record the caller's line") {
+  Rng rng(71);
+  Tape<float> t;
+  const Tensor av = random_tensor<float>(Shape::batched(2, 3, 4), rng), bv = random_tensor<float>(Shape::vec(4), rng);
+  Var<float> a = t.input(av), b = t.input(bv);
+  CHECK((a + b).value() == add(a, b).value());  // b a row broadcast over a, as add takes it
+  CHECK((a - b).value() == sub(a, b).value());
+  CHECK((a * b).value() == mul(a, b).value());
+  CHECK((a / b).value() == div(a, b).value());
+  CHECK((-a).value() == scale(a, -1).value());
+  CHECK((a * 3).value() == scale(a, 3).value());
+  CHECK((3 * a).value() == scale(a, 3).value());
+  // A number on either side, in a's type: the same values as the arithmetic on each element.
+  const Tensor plus = (a + 0.5).value(), plus_left = (0.5 + a).value(), minus = (a - 0.5).value(),
+               minus_left = (0.5 - a).value(), over = (a / 3).value(), under = (3.0f / a).value();
+  for (Index i = 0; i < av.numel(); ++i) {
+    CHECK(plus[i] == av[i] + 0.5f);
+    CHECK(plus_left[i] == 0.5f + av[i]);
+    CHECK(minus[i] == av[i] - 0.5f);
+    CHECK(minus_left[i] == 0.5f - av[i]);
+    CHECK(over[i] == av[i] / 3.0f);
+    CHECK(under[i] == 3.0f / av[i]);
+  }
+  // SwiGLU's gate as every paper writes it.
+  Var<float> gate = a * sigmoid(a) * a;
+  CHECK(gate.value() == mul(mul(a, sigmoid(a)), a).value());
+  // The line recorded is the expression's, as for a named op.
+  t.set_anomaly_detection(true);
+  Var<float> zero = t.input(Tensor(Shape::vec(2), {0.0f, 1.0f}));
+  const int line = __LINE__ + 1;
+  const auto divide = [&] { return 1 / zero; };
+  CHECK_THROWS_WITH_AS(divide(), fmt::format("anomaly: scalar_div (recorded at tests/test_ops.cpp:{}) produced a "
+                                             "non-finite value (NaN or Inf) in its 2 output",
+                                             line)
+                                     .c_str(),
+                       NonFiniteError);
+  CHECK_THROWS_WITH_AS(a + t.input(Tensor(Shape::mat(3, 4))) * zero,
+                       "mul: shapes do not broadcast: a is 3x4, b is 2 (b must be 3x4, a row of 4 values, or a 3x1 "
+                       "column)",
+                       ShapeError);
+}
+
 TEST_CASE("ops: mse, slice_cols, concat_cols and gather_rows") {
   Tape<double> t;
   Var<double> a = t.constant(TensorD(Shape::mat(1, 2), {1, 2}));

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "tapegrad/autograd/column_sums.hpp"
 #include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/gemm.hpp"
 #include "tapegrad/autograd/ops.hpp"
@@ -622,8 +623,8 @@ TEST_CASE("parallel: column sums (a bias's, layer norm's gamma and beta gradient
     auto sums = [&](int threads) {
       set_num_threads(threads);
       Tensor assigned(Shape::mat(1, cols)), added = start;
-      write_column_sums(assigned, x.flat().array(), true);
-      write_column_sums(added, x.flat().array() * y.flat().array(), false);  // an expression, added
+      detail::write_column_sums(GradWrite<float>{&assigned, false}, x.flat().array());
+      detail::write_column_sums(GradWrite<float>{&added, true}, x.flat().array() * y.flat().array());  // an expression, added
       return std::pair{assigned, added};
     };
     const auto one = sums(1);

@@ -83,10 +83,11 @@ std::vector<std::vector<std::vector<double>>> attention_maps(Gpt<float>& model, 
 Var<double> BigramModel::forward(Tape<double>& tape, const Ids& tokens, KvCache<double>*) {
   if (tokens.numel() == 0) fail<ValueError>("bigram: no bytes to read");
   const Index N = tokens.numel(), V = bigram_.vocab();
-  Node<double>& n = tape.record("bigram_logits", {}, Shape::batched(1, N, V), Where::current());
-  for (Index t = 0; t < N; ++t)  // log P(next | this byte), for each byte
-    for (Index v = 0; v < V; ++v) n.value.at(0, t, v) = std::log(bigram_.probability(tokens[t], static_cast<std::int32_t>(v)));
-  return tape.commit(n);
+  return tape.constant("bigram_logits", Shape::batched(1, N, V), [&](TensorD& logits) {
+    for (Index t = 0; t < N; ++t)  // log P(next | this byte), for each byte
+      for (Index v = 0; v < V; ++v)
+        logits.at(0, t, v) = std::log(bigram_.probability(tokens[t], static_cast<std::int32_t>(v)));
+  });
 }
 
 }  // namespace gpt

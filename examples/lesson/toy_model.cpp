@@ -147,7 +147,7 @@ Var<T> ToyModel<T>::logits(Tape<T>& tape, const SequenceBatch& batch) {
   const Mask* padding = batch.padded ? &batch.padding : nullptr;
   if (stack_) return readout_->forward(stack_->forward(x, padding));  // (B, T, labels)
   Var<T> h = attention_->forward(x, padding);
-  if (config_.residual) h = add(x, h);
+  if (config_.residual) h = x + h;
   return readout_->forward(h);  // (B, T, labels)
 }
 
