@@ -95,8 +95,8 @@ template <class T>
 Var<T> DecoderLm<T>::forward(Tape<T>& tape, const Ids& tokens, KvCache<T>* cache) {
   // No key-padding mask: in a causal model a query never sees later keys, so padding after a sequence's
   // end changes none of its positions' logits.
-  Var<T> x = pos_->forward(embed_->forward(tape, tokens), cache ? cache->length() : 0);  // (B, T, D)
-  return head_->forward(stack_->forward(x, nullptr, cache));                             // (B, T, V)
+  Var<T> x = pos_->forward(embed_->forward(tape, tokens), cache);  // (B, T, D), at positions cache->length() on
+  return head_->forward(stack_->forward(x, nullptr, cache));        // (B, T, V)
 }
 // [readme:decoder_lm-end]
 

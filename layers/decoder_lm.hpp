@@ -101,7 +101,6 @@ class DecoderLm : public Module<T>, public LanguageModel<T> {
   Var<T> forward(Tape<T>& tape, const Ids& tokens, KvCache<T>* cache) override;
   Index vocab() const override { return config_.vocab; }
   Index context() const override { return config_.context; }
-  KvCache<T> make_cache() override { return KvCache<T>(config_.n_layers, config_.context); }
 
   // `options.count` tokens sampled after `prompt` (sample(), layers/generate.hpp), in evaluation mode;
   // the model's mode is restored afterwards.

@@ -87,7 +87,7 @@ Index Positions<T>::output_width() const {
 }
 
 template <class T>
-Var<T> Positions<T>::forward(Var<T> x, Index first) {
+Var<T> Positions<T>::forward_from(Var<T> x, Index first) {
   Tape<T>& tape = Tape<T>::of("positions", {{"x", x}});
   const Shape s = x.shape();
   if (s.rank != 3 || s.cols != options_.d_model)

@@ -12,6 +12,7 @@
 #include "tapegrad/core/enum_names.hpp"
 #include "tapegrad/core/required.hpp"
 #include "tapegrad/layers/init.hpp"
+#include "tapegrad/layers/kv_cache.hpp"
 #include "tapegrad/layers/module.hpp"
 
 namespace tapegrad {
@@ -72,11 +73,13 @@ class Positions : public Module<T> {
   // none, one-hot and sinusoidal positions initialise nothing, so they need no Rng; learned ones given
   // here are a ValueError.
   Positions(std::string name, const PositionOptions& options);
-  // x (B, T, d_model), its rows at positions first, first + 1, ..., first + T - 1 <= max_len - 1 (first
-  // > 0: the newest tokens of a sequence fed through a cache, layers/kv_cache.hpp). one-hot concatenates
-  // e_t (width d_model + max_len); learned and sinusoidal add row t of their (max_len, d_model) table;
-  // none returns x. A position past max_len is a ValueError naming it.
-  Var<T> forward(Var<T> x, Index first = 0);
+  // x (B, T, d_model), its rows at positions first, first + 1, ..., first + T - 1 <= max_len - 1, where
+  // first is 0, or with a cache (generation, layers/kv_cache.hpp) the positions it holds: x is then the
+  // newest tokens of a sequence. one-hot concatenates e_t (width d_model + max_len); learned and
+  // sinusoidal add row t of their (max_len, d_model) table; none returns x. A position past max_len is a
+  // ValueError naming it.
+  Var<T> forward(Var<T> x, const KvCache<T>* cache = nullptr) { return forward_from(x, cache ? cache->length() : 0); }
+  Var<T> forward_from(Var<T> x, Index first);  // the same from position `first`
   Index output_width() const;
   const PositionOptions& options() const { return options_; }
   // Learned positions are an nn.Embedding(max_len, d_model) (GPT-2's wpe): the table is its "weight".

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <span>
 #include <vector>
 
+#include "tapegrad/core/escape.hpp"
 #include "tapegrad/core/rng.hpp"
+#include "tapegrad/layers/module.hpp"
 
 namespace tapegrad {
 
@@ -51,6 +54,31 @@ std::int32_t draw(std::span<const T> logits, double temperature, double u, std::
   return static_cast<std::int32_t>(V - 1);
 }
 
+// A cached forward must have appended the `fed` tokens to every attention layer's cache, each then holding
+// held + fed positions: a model whose block forgot to pass the cache on would otherwise attend to this step's
+// tokens alone, and sample another text than its recomputing forward, silently. A layer that was given no
+// cache has no entry in it, but its attention op is on the tape: more attention ops than layers that grew
+// means one ran without the cache.
+template <class T>
+void check_cache_grew(LanguageModel<T>& model, const KvCache<T>& cache, const Tape<T>& tape, Index held, Index fed) {
+  Index wrong = -1;
+  for (Index i = 0; i < cache.layers() && wrong < 0; ++i)
+    if (cache.layer(i).length() != held + fed) wrong = i;
+  Index attention_ops = 0;
+  for (std::size_t i = 0; i < tape.size(); ++i) attention_ops += std::strcmp(tape.node_at(i).op, "attention") == 0;
+  if (wrong < 0 && attention_ops <= cache.layers()) return;  // (a model without attention appends nothing)
+  const auto* module = dynamic_cast<const Module<T>*>(&model);
+  const std::string name = module && !module->path().empty() ? fmt::format("model '{}'", escaped(module->path())) : "the model";
+  if (wrong >= 0)
+    fail<UsageError>("sample: the cached forward of {} left attention layer {} of {} holding {} positions where it "
+                     "should hold {} ({} before, {} fed); its forward must pass the cache on to every attention layer, "
+                     "once per step (or sample with cache = false)",
+                     name, wrong, cache.layers(), cache.layer(wrong).length(), held + fed, held, fed);
+  fail<UsageError>("sample: the cached forward of {} ran {} attention op{} but only {} took the cache; its forward must "
+                   "pass the cache on to every attention layer (or sample with cache = false)",
+                   name, attention_ops, attention_ops == 1 ? "" : "s", cache.layers());
+}
+
 }  // namespace
 
 template <class T>
@@ -77,7 +105,7 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
   std::vector<std::int32_t> tokens(prompt.begin(), prompt.end());
   Rng rng(o.seed);
   std::optional<KvCache<T>> cache;
-  if (o.cache) cache.emplace(model.make_cache());
+  if (o.cache) cache.emplace(context);
   Tape<T> tape;  // reset for every draw, its buffers reused: values only
   NoGradGuard<T> no_grad(tape);
   Ids fed;
@@ -98,7 +126,9 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
     fed.resize(Shape::mat(1, static_cast<Index>(feed.size())));
     std::copy(feed.begin(), feed.end(), fed.data());
     tape.reset();
+    const Index held = cache ? cache->length() : 0;
     const TensorT<T>& all = model.forward(tape, fed, cache ? &*cache : nullptr).value();  // (1, N, V)
+    if (cache) check_cache_grew(model, *cache, tape, held, fed.numel());
     if (all.numel() != static_cast<Index>(feed.size()) * V || all.cols() != V)
       fail<ShapeError>("sample: the model gave logits of shape {} for {} tokens and a vocabulary of {}", all.shape(),
                        feed.size(), V);

@@ -42,10 +42,10 @@ class LanguageModel {
   // The model's forward: the logits (1, N, vocab) after each of the tokens (1, N), on `tape`. Without a
   // cache the tokens are a window from position 0 (1 to context tokens); with one, they are the newest
   // tokens of a sequence whose earlier ones the cache holds, at positions cache->length() on, and the
-  // forward appends their keys and values (the model passes the cache to its TransformerStack or its
-  // SelfAttention layers). The sampler runs it with gradients off.
+  // forward appends their keys and values: it passes the cache on to its Positions, its TransformerStack or
+  // its blocks' SelfAttention layers. The sampler runs it with gradients off, and refuses a model whose
+  // cached forward did not append the tokens it was fed to every attention layer's cache.
   virtual Var<T> forward(Tape<T>& tape, const Ids& tokens, KvCache<T>* cache) = 0;
-  virtual KvCache<T> make_cache() = 0;  // for windows of up to context() tokens
 };
 
 struct SampleOptions {

@@ -47,22 +47,37 @@ void AttentionCache<T>::clear() {
 }
 
 template <class T>
-KvCache<T>::KvCache(Index layers, Index capacity) {
-  if (layers < 1 || capacity < 1)
-    fail<ValueError>("kv_cache: layers and capacity must be positive, got {} and {}", layers, capacity);
-  layers_.assign(static_cast<std::size_t>(layers), AttentionCache<T>(capacity));
+KvCache<T>::KvCache(Index capacity) : capacity_(capacity) {
+  if (capacity < 1) fail<ValueError>("kv_cache: capacity must be positive, got {}", capacity);
+}
+
+template <class T>
+Index KvCache<T>::length() const {
+  if (layers_.empty()) return 0;
+  Index fewest = layers_.front()->length();
+  for (const auto& l : layers_) fewest = std::min(fewest, l->length());
+  return fewest;
 }
 
 template <class T>
 void KvCache<T>::clear() {
-  for (auto& l : layers_) l.clear();
+  for (auto& l : layers_) l->clear();
 }
 
 template <class T>
-AttentionCache<T>& KvCache<T>::layer(Index i) {
+AttentionCache<T>& KvCache<T>::of(const void* layer) {
+  for (std::size_t i = 0; i < owners_.size(); ++i)
+    if (owners_[i] == layer) return *layers_[i];
+  layers_.push_back(std::make_unique<AttentionCache<T>>(capacity_));
+  owners_.push_back(layer);
+  return *layers_.back();
+}
+
+template <class T>
+const AttentionCache<T>& KvCache<T>::layer(Index i) const {
   if (i < 0 || i >= layers())
-    fail<ValueError>("kv_cache: layer {} asked of a cache of {} layer{}", i, layers(), layers() == 1 ? "" : "s");
-  return layers_[static_cast<std::size_t>(i)];
+    fail<ValueError>("kv_cache: layer {} asked of a cache that {} layer{} used", i, layers(), layers() == 1 ? " has" : "s have");
+  return *layers_[static_cast<std::size_t>(i)];
 }
 
 template class AttentionCache<float>;

@@ -3,13 +3,15 @@
 // generation feeds only the new tokens: their queries attend to the kept keys, and a token costs O(t) at
 // position t instead of a forward of the whole prefix, O(t^2). A step feeds one token, or several at once
 // (a prompt: their products are then one matrix product each). It is an argument of the layers' own
-// forward, run with gradients off, so any model built from the library's layers, or a user's block that
-// passes the cache to its SelfAttention, generates through it with no second code path:
+// forward, run with gradients off, passed down unchanged (nullptr when not generating): each SelfAttention
+// keeps its keys and values in the cache's entry for that layer, made when it first appends, so any model
+// built from the library's layers, or a user's block that passes the cache on to its SelfAttention,
+// generates through it with no second code path and no list of layers to keep:
 //
 //   Tape<float> tape;  NoGradGuard<float> off(tape);      // values only, buffers reused after reset()
-//   KvCache<float> cache(stack.size(), max_len);          // one AttentionCache per block
-//   Var<float> x = positions.forward(embed.forward(tape, tokens), cache.length());  // (1, N, D) at their positions
-//   Var<float> logits = head.forward(stack.forward(x, nullptr, &cache));  // (1, N, V); every block appended N keys
+//   KvCache<float> cache(max_len);                        // an AttentionCache per attention layer, as they come
+//   Var<float> x = positions.forward(embed.forward(tape, tokens), &cache);  // (1, N, D) at positions length() on
+//   Var<float> logits = head.forward(stack.forward(x, nullptr, &cache));  // (1, N, V); every layer appended N keys
 //
 // A cache holds at most `capacity` positions (the positions a model was trained on): a step past it is a
 // UsageError, and what to do then (slide a window and feed it again) is the sampler's choice
@@ -17,6 +19,7 @@
 //
 // Legend: L positions held, H heads, dk and dv the widths of a head's keys and values.
 
+#include <memory>
 #include <vector>
 
 #include "tapegrad/core/tensor.hpp"
@@ -49,22 +52,30 @@ class AttentionCache {
   TensorT<T> keys_, values_;
 };
 
-// The caches of a model's attention layers: layer i is the i-th attention layer a step goes through
-// (TransformerStack::step uses 0 .. blocks-1).
+// The caches of a model's attention layers, one per layer, keyed by the layer (its address): a layer's is
+// made the first time it appends, so the cache needs no count of layers and a model no list of them.
 template <class T>
 class KvCache {
  public:
-  KvCache(Index layers, Index capacity);  // ValueError unless both are positive
-  Index layers() const { return static_cast<Index>(layers_.size()); }
-  Index capacity() const { return layers_.front().capacity(); }
-  // Positions held: the position of the next token. Layer 0's count (every layer appends once per step).
-  Index length() const { return layers_.front().length(); }
+  explicit KvCache(Index capacity);  // the most positions a layer holds; ValueError unless positive
+  Index capacity() const { return capacity_; }
+  Index layers() const { return static_cast<Index>(layers_.size()); }  // the layers that have appended
+  // Positions held: the position of the next token fed. The fewest any layer holds (0 before a layer has
+  // appended), so during a step, until every layer has appended, the count before the step.
+  Index length() const;
   bool full() const { return length() == capacity(); }
-  void clear();
-  AttentionCache<T>& layer(Index i);  // ValueError naming the index and the count when out of range
+  void clear();  // every layer's positions; keeps the layers and their buffers
+  // The cache of the attention layer at `layer` (SelfAttention passes `this`), made on first use.
+  AttentionCache<T>& of(const void* layer);
+  // The i-th layer's cache, in the order the layers first appended; ValueError naming i and the count.
+  const AttentionCache<T>& layer(Index i) const;
 
  private:
-  std::vector<AttentionCache<T>> layers_;
+  Index capacity_;
+  // Each layer's cache at a fixed address: a step reads the keys and values in place (Tape::constant_in_place)
+  // while later layers are still being added.
+  std::vector<std::unique_ptr<AttentionCache<T>>> layers_;
+  std::vector<const void*> owners_;  // the layer each one is for
 };
 
 extern template class AttentionCache<float>;

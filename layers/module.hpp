@@ -114,6 +114,11 @@ class Module {
   // name>", so its names must be unique among this module's own. The child takes this module's training
   // mode and random stream.
   void register_child(Module<T>& child);
+  // register_child for each, in order: register_children(norm, attention, mlp).
+  template <class... Children>
+  void register_children(Children&... children) {
+    (register_child(children), ...);
+  }
 
  private:
   void check_new_name(std::string_view local_name, const char* what) const;

@@ -120,7 +120,7 @@ const Mask* SelfAttention<T>::build_mask(const Shape& x, const Mask* key_padding
 }
 
 template <class T>
-Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding, AttentionCache<T>* cache) {
+Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding, KvCache<T>* kv_cache) {
   Tape<T>& t = Tape<T>::of("self_attention", {{"x", x}});
   const Shape s = x.shape();
   if (s.rank != 3 || s.cols != options_.d_model)
@@ -129,7 +129,8 @@ Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding, AttentionCac
   if (key_padding && key_padding->shape() != Shape::mat(s.batch, s.rows))
     fail<ShapeError>("self_attention '{}': the key padding mask is {} but x is {}; it must be {}x{} (batch, tokens)",
                      this->name(), key_padding->shape(), s, s.batch, s.rows);
-  if (cache) check_cached(t, s, key_padding);
+  if (kv_cache) check_cached(t, s, key_padding);
+  AttentionCache<T>* cache = kv_cache ? &kv_cache->of(this) : nullptr;  // this layer's keys and values
   const Index first = cache ? cache->length() : 0;  // the position of x's first token
   const Mask* mask = build_mask(s, key_padding, first);
 

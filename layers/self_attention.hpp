@@ -75,11 +75,12 @@ class SelfAttention : public Module<T> {
   // x (B, T, d_model). key_padding (B, T), optional: nonzero marks a padding position, which no
   // query attends to. A query that can see no key at all (causal + padding) gets a zero output.
   // With `cache` (generation, layers/kv_cache.hpp), x (1, N, d_model) is the N newest tokens of a sequence
-  // whose earlier tokens' keys and values the cache holds: theirs are appended, and their queries attend
-  // to every position held, as they would in a forward of the whole sequence. Only a causal layer reads a
-  // cache (its outputs would otherwise depend on tokens not fed yet), only with gradients off (the keys
-  // held are values, not a recording); both are UsageErrors, and tokens past the cache's capacity too.
-  Var<T> forward(Var<T> x, const Mask* key_padding = nullptr, AttentionCache<T>* cache = nullptr);
+  // whose earlier tokens' keys and values the cache holds for this layer: theirs are appended, and their
+  // queries attend to every position held, as they would in a forward of the whole sequence. Only a causal
+  // layer reads a cache (its outputs would otherwise depend on tokens not fed yet), only with gradients off
+  // (the keys held are values, not a recording); both are UsageErrors, and tokens past the cache's capacity
+  // too.
+  Var<T> forward(Var<T> x, const Mask* key_padding = nullptr, KvCache<T>* cache = nullptr);
 
   // The attention weights of the last forward, one (B, T, T) tensor per head (row = query, column =
   // key), when that forward kept them: keep_weights(true) before it. Keeping costs one copy of every

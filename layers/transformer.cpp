@@ -83,7 +83,7 @@ TransformerBlock<T>::TransformerBlock(std::string name, const TransformerBlockOp
 }
 
 template <class T>
-Var<T> TransformerBlock<T>::forward(Var<T> x, const Mask* key_padding, AttentionCache<T>* cache) {
+Var<T> TransformerBlock<T>::forward(Var<T> x, const Mask* key_padding, KvCache<T>* cache) {
   Tape<T>::of("transformer_block", {{"x", x}});
   if (x.shape().rank != 3 || x.shape().cols != options_.d_model)
     fail<ShapeError>("transformer_block '{}': x is {} but the block takes (batch, tokens, {}) inputs", this->path(),
@@ -141,15 +141,12 @@ TransformerStack<T>::TransformerStack(std::string name, const TransformerStackOp
 
 template <class T>
 Var<T> TransformerStack<T>::forward(Var<T> x, const Mask* key_padding, KvCache<T>* cache) {
-  if (cache && cache->layers() != static_cast<Index>(blocks_.size()))
-    fail<ValueError>("transformer_stack '{}': the cache has {} layers for {} blocks", this->path(), cache->layers(),
-                     blocks_.size());
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     TransformerBlock<T>& b = block(i);
     if (checkpointed(i) && !cache)  // a cached forward runs with gradients off, where there is nothing to save
       x = checkpoint(x, b.rng(), [&b, key_padding](Var<T> h) { return b.forward(h, key_padding); });
     else
-      x = b.forward(x, key_padding, cache ? &cache->layer(static_cast<Index>(i)) : nullptr);
+      x = b.forward(x, key_padding, cache);
   }
   return norm_ ? norm_->forward(x) : x;
 }

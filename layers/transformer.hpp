@@ -84,7 +84,7 @@ class TransformerBlock : public Module<T> {
   static void check(std::string_view name, const TransformerBlockOptions& options);
   // x (B, T, d_model) -> (B, T, d_model); key_padding (B, T) and `cache` as SelfAttention's (with a cache,
   // x is the newest tokens of one sequence).
-  Var<T> forward(Var<T> x, const Mask* key_padding = nullptr, AttentionCache<T>* cache = nullptr);
+  Var<T> forward(Var<T> x, const Mask* key_padding = nullptr, KvCache<T>* cache = nullptr);
 
   const TransformerBlockOptions& options() const { return options_; }
   SelfAttention<T>& attention() { return *attn_; }
@@ -117,8 +117,7 @@ template <class T>
 class TransformerStack : public Module<T> {
  public:
   TransformerStack(std::string name, const TransformerStackOptions& options, Rng& rng);
-  // With a cache (one layer per block: block i reads and appends cache->layer(i)), x is the newest tokens
-  // of one sequence; ValueError when the cache has another number of layers.
+  // key_padding and `cache` as each block's (with a cache, x is the newest tokens of one sequence).
   Var<T> forward(Var<T> x, const Mask* key_padding = nullptr, KvCache<T>* cache = nullptr);
   std::size_t size() const { return blocks_.size(); }
   TransformerBlock<T>& block(std::size_t i) { return static_cast<TransformerBlock<T>&>(blocks_[i]); }

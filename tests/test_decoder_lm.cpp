@@ -32,7 +32,7 @@ double cached_against_recomputed(DecoderLm<T>& model, const std::vector<std::int
   Tape<T> tape;
   NoGradGuard<T> off(tape);
   const TensorT<T> full = model.forward(tape, ids_of(tokens), nullptr).value();  // (1, N, V)
-  KvCache<T> cache = model.make_cache();
+  KvCache<T> cache(model.context());
   double worst = 0;
   const Index V = model.vocab();
   for (std::size_t i = 0; i < tokens.size(); ++i) {

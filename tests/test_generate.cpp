@@ -61,12 +61,11 @@ class TinyLm : public Module<T>, public LanguageModel<T> {
       ++steps;
       fed += tokens.numel();
     }
-    Var<T> x = pos_->forward(embed_.forward(tape, tokens), cache ? cache->length() : 0);
+    Var<T> x = pos_->forward(embed_.forward(tape, tokens), cache);
     return head_->forward(stack_.forward(x, nullptr, cache));
   }
   Index vocab() const override { return o_.vocab; }
   Index context() const override { return o_.context; }
-  KvCache<T> make_cache() override { return KvCache<T>(o_.n_layers, o_.context); }
 
   TransformerStack<T>& stack() { return stack_; }
   Index steps = 0, fed = 0;  // cached forwards, and the tokens they fed
@@ -125,7 +124,7 @@ double cached_against_recomputed(LanguageModel<T>& model, Index n_layers) {
   const Index context = model.context(), vocab = model.vocab();
   const std::vector<std::int32_t> tokens = random_tokens(context, vocab, 7);
   const TensorT<T> all = forward_all(model, tokens);  // (1, L, V)
-  KvCache<T> cache = model.make_cache();
+  KvCache<T> cache(context);
   double worst = 0;
   for (Index t = 2; t < context; ++t) {
     const auto fed = std::span<const std::int32_t>(tokens).subspan(t == 2 ? 0 : static_cast<std::size_t>(t), t == 2 ? 3 : 1);
@@ -136,10 +135,12 @@ double cached_against_recomputed(LanguageModel<T>& model, Index n_layers) {
   CHECK(cache.length() == context);
   CHECK(cache.full());
   // The whole sequence in one step: its last row, and the same keys and values in every layer.
-  KvCache<T> at_once = model.make_cache();
+  KvCache<T> at_once(context);
   const TensorT<T> last = step(model, tokens, at_once);
   for (Index v = 0; v < vocab; ++v)
     worst = std::max(worst, std::abs(static_cast<double>(last[v]) - static_cast<double>(all[(context - 1) * vocab + v])));
+  CHECK(at_once.layers() == n_layers);
+  CHECK(cache.layers() == n_layers);
   for (Index layer = 0; layer < n_layers; ++layer)
     for (Index i = 0; i < at_once.layer(layer).keys().numel(); ++i)
       worst = std::max(worst, std::abs(static_cast<double>(at_once.layer(layer).keys()[i]) -
@@ -177,11 +178,11 @@ TEST_CASE("positions: a forward at an offset gives the rows a forward from 0 giv
     CAPTURE(to_string(kind));
     Positions<double> pos("pos", {.kind = kind, .max_len = 7, .d_model = 6}, rng);
     const TensorD all = pos.forward(vx).value();  // (1, 5, width): rows at positions 0 .. 4
-    const TensorD tail = pos.forward(tail_x, 2).value();  // rows at positions 2 .. 4
+    const TensorD tail = pos.forward_from(tail_x, 2).value();  // rows at positions 2 .. 4
     const Index w = pos.output_width();
     CHECK(tail == TensorD(Shape::batched(1, 3, w), std::span<const double>(all.data() + 2 * w, static_cast<std::size_t>(3 * w))));
     if (kind != PositionEncoding::none)
-      CHECK_THROWS_WITH_AS(pos.forward(tail_x, 5), "positions 'pos': positions 5 to 7 go past the longest sequence, max_len 7",
+      CHECK_THROWS_WITH_AS(pos.forward_from(tail_x, 5), "positions 'pos': positions 5 to 7 go past the longest sequence, max_len 7",
                            ValueError);
   }
 }
@@ -234,9 +235,9 @@ class UserBlock : public Module<T> {
     g1_ = &this->register_parameter("norm1", random_tensor<T>(Shape::vec(d), rng, 0.3));
     g2_ = &this->register_parameter("norm2", random_tensor<T>(Shape::vec(d), rng, 0.3));
   }
-  Var<T> forward(Var<T> x, AttentionCache<T>* cache) {
+  Var<T> forward(Var<T> x, KvCache<T>* cache) {
     Tape<T>& t = *x.tape;
-    x = add(x, attn_.forward(apply(UserRmsNorm<T>{}, {x, t.param(*g1_)}), nullptr, cache));
+    x = x + attn_.forward(apply(UserRmsNorm<T>{}, {x, t.param(*g1_)}), nullptr, cache);
     const Var<T> h = apply(UserRmsNorm<T>{}, {x, t.param(*g2_)});
     const Var<T> a = gate_.forward(h);
     return x + down_.forward(a * sigmoid(a) * up_.forward(h));
@@ -262,14 +263,14 @@ class UserLm : public Module<T>, public LanguageModel<T> {
       this->register_child(*child);
   }
   Var<T> forward(Tape<T>& tape, const Ids& tokens, KvCache<T>* cache) override {
-    Var<T> x = pos_.forward(embed_.forward(tape, tokens), cache ? cache->length() : 0);
-    x = block0_.forward(x, cache ? &cache->layer(0) : nullptr);
-    x = block1_.forward(x, cache ? &cache->layer(1) : nullptr);
+    Var<T> x = pos_.forward(embed_.forward(tape, tokens), cache);
+    x = block0_.forward(x, cache);
+    x = block1_.forward(x, forget_cache ? nullptr : cache);
     return head_.forward(x);
   }
   Index vocab() const override { return kVocab; }
   Index context() const override { return kContext; }
-  KvCache<T> make_cache() override { return KvCache<T>(2, kContext); }
+  bool forget_cache = false;  // a bug of the kind a user writes: block1 is not handed the cache
 
  private:
   Rng rng_;
@@ -293,6 +294,21 @@ TEST_CASE("kv cache: a user's own blocks (RMSNorm as a Function, SwiGLU) generat
   tape.backward(sum(model.forward(tape, ids_of(prompt), nullptr)));
   CHECK(tape.parameters_read().size() == model.parameters().size());
   CHECK(model.parameters().front()->grad.array().abs().maxCoeff() > 0);
+}
+
+TEST_CASE("generate: a model whose block is not handed the cache is refused, naming it, not sampled from silently") {
+  UserLm<double> model;
+  model.eval();
+  model.forget_cache = true;
+  const std::vector<std::int32_t> prompt = {1, 2, 3};
+  CHECK_THROWS_WITH_AS(sample(model, prompt, {.count = 4, .seed = 5, .cache = true}),
+                       "sample: the cached forward of the model ran 2 attention ops but only 1 took the cache; its "
+                       "forward must pass the cache on to every attention layer (or sample with cache = false)",
+                       UsageError);
+  CHECK(sample(model, prompt, {.count = 4, .seed = 5, .cache = false}).size() == 4);  // recomputing needs no cache
+  model.forget_cache = false;
+  CHECK(sample(model, prompt, {.count = 4, .seed = 5, .cache = true}) ==
+        sample(model, prompt, {.count = 4, .seed = 5, .cache = false}));
 }
 
 TEST_CASE("kv cache: the cached logits equal a full recompute, float64 within 1e-12, every variant") {
@@ -324,18 +340,24 @@ TEST_CASE("kv cache: in float32 the cached logits agree with a full recompute wi
 }
 
 TEST_CASE("kv cache: what it holds, and what it refuses") {
-  KvCache<double> cache(2, 3);
-  CHECK(cache.layers() == 2);
+  KvCache<double> cache(3);
+  CHECK(cache.layers() == 0);  // a layer's entry is made when it first appends
   CHECK(cache.capacity() == 3);
   CHECK(cache.length() == 0);
-  AttentionCache<double>& layer = cache.layer(1);
+  const int first_layer = 0, second_layer = 0;  // two layers' addresses, as SelfAttention passes `this`
+  AttentionCache<double>& layer = cache.of(&first_layer);
+  CHECK(&cache.of(&first_layer) == &layer);  // the same layer, the same entry
+  AttentionCache<double>& other = cache.of(&second_layer);
+  CHECK(cache.layers() == 2);
   const TensorD k(Shape::mat(1, 4), {1, 2, 3, 4}), v(Shape::mat(1, 2), {5, 6});
   layer.append(k, v);
   CHECK(layer.length() == 1);
   CHECK(layer.keys().shape() == Shape::batched(1, 1, 4));  // the positions held, one sequence
   CHECK(layer.values().at(0, 0, 1) == 6);
   const double* keys_at = layer.keys().data();
-  CHECK(cache.length() == 0);  // layer 0's count: the position of the next token
+  CHECK(cache.length() == 0);  // the fewest any layer holds: the position of the next token, until all appended
+  other.append(k, v);
+  CHECK(cache.length() == 1);
   CHECK_THROWS_WITH_AS(layer.append(TensorD(Shape::mat(1, 5)), v),
                        "attention_cache: the keys are 1x5 and the values 1x2 but the cache holds rows of 4 and 2", ShapeError);
   CHECK_THROWS_WITH_AS(layer.append(TensorD(Shape::mat(2, 4)), v),
@@ -357,17 +379,17 @@ TEST_CASE("kv cache: what it holds, and what it refuses") {
                        UsageError);
   cache.clear();
   CHECK(layer.length() == 0);
-  CHECK_THROWS_WITH_AS(cache.layer(2), "kv_cache: layer 2 asked of a cache of 2 layers", ValueError);
-  CHECK_THROWS_WITH_AS(KvCache<float>(0, 4), "kv_cache: layers and capacity must be positive, got 0 and 4", ValueError);
+  CHECK(cache.layers() == 2);  // cleared, not forgotten
+  CHECK_THROWS_WITH_AS(cache.layer(2), "kv_cache: layer 2 asked of a cache that 2 layers have used", ValueError);
+  CHECK_THROWS_WITH_AS(KvCache<float>(0), "kv_cache: capacity must be positive, got 0", ValueError);
 
   TinyOptions o;
   TinyLm<double> model(o);
   model.eval();
-  KvCache<double> wrong(1, o.context);
   const std::vector<std::int32_t> one = {3}, six = random_tokens(6, o.vocab, 1);
-  CHECK_THROWS_WITH_AS(step(model, one, wrong), "transformer_stack 'stack': the cache has 1 layers for 2 blocks", ValueError);
-  KvCache<double> full = model.make_cache();
+  KvCache<double> full(o.context);
   step(model, six, full);
+  CHECK(full.layers() == o.n_layers);  // one entry per attention layer, made by the model's own forward
   // The positions run out first: a learned table has max_len rows.
   CHECK_THROWS_WITH_AS(step(model, six, full), "positions 'pos': positions 6 to 11 go past the longest sequence, max_len 8",
                        ValueError);
@@ -378,7 +400,7 @@ TEST_CASE("kv cache: what it holds, and what it refuses") {
   Tape<double> tape;
   NoGradGuard<double> off(tape);
   CHECK_THROWS_WITH_AS(model.stack().block(0).forward(tape.constant(TensorD(Shape::batched(1, 1, o.d_model))), nullptr,
-                                                      &full.layer(0)),
+                                                      &full),
                        "attention_cache: 1 more position does not fit: it holds 8 of 8 (the longest sequence it was made "
                        "for); clear it and feed a shorter window",
                        UsageError);
@@ -388,25 +410,26 @@ TEST_CASE("kv cache: refusals name the layer: a non-causal layer, gradients on, 
   Rng rng(2);
   SelfAttention<double> open("attn", {.d_model = 4, .causal = false}, rng);
   SelfAttention<double> causal("attn", {.d_model = 4, .causal = true}, rng);
-  AttentionCache<double> layer(4);
+  KvCache<double> cache(4);
   Tape<double> tape;
   const Var<double> x = tape.constant(TensorD(Shape::batched(1, 1, 4)));
-  CHECK_THROWS_WITH_AS(causal.forward(x, nullptr, &layer),
+  CHECK_THROWS_WITH_AS(causal.forward(x, nullptr, &cache),
                        "self_attention 'attn': a cached forward takes no gradient (the cache's keys are values, not a "
                        "recording); run it with gradients off (NoGradGuard)",
                        UsageError);
   NoGradGuard<double> off(tape);
-  CHECK_THROWS_WITH_AS(open.forward(x, nullptr, &layer),
+  CHECK_THROWS_WITH_AS(open.forward(x, nullptr, &cache),
                        "self_attention 'attn': a cache feeds the newest tokens only, which needs a causal layer (here "
                        "every token attends to later ones too)",
                        UsageError);
-  CHECK_THROWS_WITH_AS(causal.forward(tape.constant(TensorD(Shape::batched(2, 1, 4))), nullptr, &layer),
+  CHECK_THROWS_WITH_AS(causal.forward(tape.constant(TensorD(Shape::batched(2, 1, 4))), nullptr, &cache),
                        "self_attention 'attn': a cached forward reads one sequence's newest tokens, (1, tokens, 4) and no "
                        "padding; x is 2x1x4",
                        ShapeError);
-  CHECK(layer.length() == 0);  // nothing appended by a refused forward
-  causal.forward(x, nullptr, &layer);
-  CHECK(layer.length() == 1);
+  CHECK(cache.length() == 0);  // nothing appended by a refused forward
+  causal.forward(x, nullptr, &cache);
+  CHECK(cache.layers() == 1);
+  CHECK(cache.length() == 1);
 }
 
 TEST_CASE("generate: the window slides by half a context once the text is longer than the context") {

@@ -105,7 +105,6 @@ class BigramModel final : public tapegrad::LanguageModel<double> {
   // log P(next | byte) for each byte: one byte of context, so a cache holds nothing.
   tapegrad::Var<double> forward(tapegrad::Tape<double>& tape, const tapegrad::Ids& tokens,
                                 tapegrad::KvCache<double>* cache) override;
-  tapegrad::KvCache<double> make_cache() override { return tapegrad::KvCache<double>(1, 1); }
 
  private:
   const Bigram& bigram_;

@@ -45,8 +45,9 @@ execute_process(COMMAND ${CMAKE_COMMAND} -DPROGRAM=${WORK_DIR}/build/custom_mode
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "downstream: examples/first_steps/3_custom_model.cpp built against the install failed its run:\n${out}\n${err}")
 endif()
-# The user's op, the user's optimizer and the loop by hand, built against the install, as their in-tree ctests run them.
-foreach(program custom_op user_optimizer minimal_loop)
+# The user's op, optimizer and language model and the loop by hand, built against the install, as their in-tree
+# ctests run them.
+foreach(program custom_op user_optimizer minimal_loop custom_lm)
   execute_process(COMMAND ${CMAKE_COMMAND} -DPROGRAM=${WORK_DIR}/build/${program} -DWORK=${WORK_DIR}/${program}
                           -P ${CLI_SCRIPTS_DIR}/${program}.cmake RESULT_VARIABLE rc OUTPUT_VARIABLE program_out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
@@ -60,5 +61,5 @@ if(WITH_MPI)
   run(${CMAKE_COMMAND} --build ${WORK_DIR}/build_mpi)
   run(${WORK_DIR}/build_mpi/downstream_mpi)
 endif()
-message(STATUS "downstream: find_package(tapegrad) project configured, built and ran, custom_model, custom_op, user_optimizer and "
-               "minimal_loop included\n${out}")
+message(STATUS "downstream: find_package(tapegrad) project configured, built and ran, custom_model, custom_op, user_optimizer, "
+               "custom_lm and minimal_loop included\n${out}")
