@@ -82,10 +82,9 @@ void add_bias_rows(T* c, Index c_stride, const T* bias, Index r0, Index r1, Inde
 // ---- Eigen's sequential GEMM with kept buffers ------------------------------------------------------
 
 // Eigen's GEMM packing buffers, kept from product to product (per thread). Eigen's own product makes a
-// blocking object per call and takes these from malloc, about 1 MB at d = 256: glibc then maps and
-// unmaps them with every product, and the step spends its time page-faulting them in again (W4's step
-// took about 1.5x as long; OMP_NUM_THREADS=1 build/bench/step_bench --workloads W4 in a build with
-// -DTAPEGRAD_LIBXSMM=OFF). The blocking sizes are Eigen's own for the shape (computeProductBlockingSizes,
+// blocking object per call and takes these from malloc; at a transformer's widths they are large enough
+// that glibc maps and unmaps them with every product, and a step would spend its time page-faulting them
+// in again (docs/performance.md). The blocking sizes are Eigen's own for the shape (computeProductBlockingSizes,
 // one thread, as Eigen's product computes them), so the arithmetic, and every result, is exactly that of
 // `C.noalias() += A * B`.
 template <class T>
@@ -188,8 +187,8 @@ void eigen_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c
 // kBlockRows, so every block is computed by the same kernel whether or not the product is split: that
 // is what makes split products bit-identical (libxsmm's kernels are not independent of N: the same
 // element of a 64-row and of a 16-row call can differ in the last bit, which a first version that split
-// on 16-row boundaries showed). The block sizes are measured: 64 x 64 x 256 runs W4's products at about
-// 1.5x Eigen's GEMM (OMP_NUM_THREADS=2 build/bench/gemm_threads prints both; docs/performance.md).
+// on 16-row boundaries showed). The block sizes are the fastest found for a training step's products
+// (bench/gemm_threads prints libxsmm's rate beside Eigen's; docs/performance.md).
 constexpr Index kBlockRows = 64, kBlockCols = 64, kBlockDepth = 256;
 
 // A product of at least kPackMinRows rows reads op(B) from column panels packed ahead of its blocks
@@ -269,7 +268,7 @@ Kernel<T> lookup(const KernelKey& key) {
 
 // The table, behind the last few kernels asked for: a step asks for the same few, item after item (the
 // toy model's 32 sequences, each a product of the same shape), and comparing a few keys is cheaper than
-// hashing one (hashing was a quarter of a small product's time: build/bench/step_bench --workloads W1).
+// hashing one, which would be a large share of a small product's time.
 template <class T>
 Kernel<T> kernel(const KernelKey& key) {
   constexpr std::size_t kRecent = 4;
@@ -385,10 +384,8 @@ void add_rows(T* c, Index c_stride, const T* out, Index out_stride, Index rows, 
 // so that a product of few rows (a weight's gradient X^T dY has d_in rows: 4 row blocks at a width of
 // 256) keeps every thread busy and a parked thread's tile is a small share. Tiles change who computes a
 // block of C, never how: each block is the same kernels over the same depth blocks, so results are
-// bit-identical at any split. W5's step at 16 threads took 47.7 ms with tiles against 52.9 without
-// (panels copied by the caller in both); at two threads, tiles made the char GPT's step slower (its
-// 128-row gradients: 0.758-0.796x its one-thread time against 0.722-0.745x; docs/performance.md, "On a
-// machine with many cores").
+// bit-identical at any split. With few threads, whole rows of blocks already keep each one busy and tiles
+// only add bookkeeping, hence kTileMinThreads (docs/performance.md).
 constexpr Index kTilesPerThread = 4;
 constexpr int kTileMinThreads = 4;
 inline Index column_groups(Index row_blocks, Index col_blocks, int threads) {
@@ -401,12 +398,12 @@ template <class T>
 bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_stride, bool accumulate,
                bool may_split, const T* bias) {
   const bool transposed_b = form == Form::abt;
-  // A product of one block (the toy model's, W1's) is one kernel call: none of the grid's bookkeeping,
-  // which cost as much as such a kernel runs.
+  // A product of one block (the toy model's) is one kernel call: none of the grid's bookkeeping, which
+  // costs as much as such a kernel runs.
   const bool one_block = d.m <= kBlockRows && d.n <= kBlockCols && d.k <= kBlockDepth;
   const bool packed = !one_block && d.m >= kPackMinRows;
-  // op(A)'s strips too, where a's rows are 4 KB apart or more (see kPackMinRows): at 1 KB (W4's and W5's
-  // 256-wide projections) the copy cost as much as it saved (docs/performance.md).
+  // op(A)'s strips too, where a's rows are 4 KB apart or more (see kPackMinRows): nearer together the
+  // hardware's prefetchers follow them, and the copy costs as much as it saves (docs/performance.md).
   const bool pack_a = packed && form == Form::atb && a.stride * static_cast<Index>(sizeof(T)) >= 4096;
   const Index ldb = pack_a ? kBlockRows : a.stride;  // the kernel's B operand: a's strip, as read
   // The kernel's A operand: b in place, b^T laid out (k x n), or either packed into column panels.
@@ -434,10 +431,7 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
     // The panels are a copy of op(B) (k n values) that every tile reads, so it is made before the tiles
     // start; made by the caller alone while the other threads wait, it grows against the product's
     // m k n / threads a thread as threads are added. So a split product's panels are copied in a
-    // parallel region of their own first (a panel a piece). Measured: W5's step at 16 threads 34.7-36.7
-    // ms against 47.7 copied by the caller (both with tiles; docs/performance.md, "On a machine with
-    // many cores"); W4's at two threads 0.54-0.62x its one-thread time against 0.66-0.67x ("Copying the
-    // panels in parallel at two threads").
+    // parallel region of their own first (a panel a piece; docs/performance.md).
     parallel_for(col_blocks, threads, [&](Index p0, Index p1) { pack_panels(panels, form, d, b, p0, p1); });
     b = {panels, kBlockCols};
     col_step = d.k;

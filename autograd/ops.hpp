@@ -113,6 +113,8 @@ template <class T> Var<T> exp(Var<T> a, Where where = Where::current());
 template <class T> Var<T> log(Var<T> a, Where where = Where::current());
 template <class T> Var<T> sqrt(Var<T> a, Where where = Where::current());
 template <class T> Var<T> sigmoid(Var<T> a, Where where = Where::current());
+// a sigmoid(a) (SiLU, swish): SwiGLU's gate, silu(gate(h)) * up(h).
+template <class T> Var<T> silu(Var<T> a, Where where = Where::current());
 // a / b with b broadcast as in add (same shape, a row, the batch-shared matrix, or a column).
 template <class T> Var<T> div(Var<T> a, Var<T> b, Where where = Where::current());
 

@@ -146,11 +146,11 @@ void attention_backward(const AttentionSaved<T>& saved, const TensorT<T>& grad_o
     const T* p = saved.weights.data() + i * block_stride(l);  // (Tq, Tk)
     const Index oq = l.offset(i, l.tq, l.dk), ok = l.offset(i, l.tk, l.dk);
     const Index ov = l.offset(i, l.tk, l.dv), oo = l.offset(i, l.tq, l.dv);
-    // P was written in the forward pass and has left the cache since (W4 keeps 8 MB of weights). The
+    // P was written in the forward pass and has left the cache since (a step's weights outgrow it). The
     // softmax backward reads it front to back, which the prefetchers follow; dV's product, which reads
-    // it in 64-column strips, then finds it in cache: less time per block than dV first
-    // (OMP_NUM_THREADS=1 build/bench/attention_bench; docs/performance.md). Only the order of the computations differs: each
-    // gradient block gets the same value, written in the same order, v, q, k.
+    // it in 64-column strips, then finds it in cache (bench/attention_bench times the orders). Only the
+    // order of the computations differs: each gradient block gets the same value, written in the same
+    // order, v, q, k.
     T* ds = block_scratch<T>(l);  // dP (Tq, Tk) = dO_h V_h^T, then dS in place
     if (saved.reach.empty()) {
       if (dq || dk) {

@@ -348,6 +348,24 @@ struct Sigmoid {
   }
 };
 
+// C = A s(A), s the sigmoid;  dA += dC s (1 + A (1 - s)). The backward rule computes s again from A: one
+// exp a element against keeping a tensor of them.
+template <class T>
+struct Silu {
+  static constexpr const char* name = "silu";
+  static constexpr const char* inputs[] = {"x"};
+  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) {
+    ctx.output(a.shape()).array() = a.array() * (T(1) / (T(1) + (-a.array()).exp()));
+  }
+  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
+    a.grad.add_parallel([&](Index from, Index count) {
+      const auto x = a.value.array().segment(from, count);
+      const auto s = T(1) / (T(1) + (-x).exp());
+      return ctx.grad_output().array().segment(from, count) * s * (T(1) + x * (T(1) - s));
+    }, 4);
+  }
+};
+
 // sum: C = sum(A), dA += dC;  mean: C = sum(A) / N, dA += dC / N (every element). `Mean` says which.
 template <class T, bool Mean>
 struct ReduceAll {
@@ -434,6 +452,10 @@ Var<T> sigmoid(Var<T> a, Where where) {
   return apply(Sigmoid<T>{}, {a}, where);
 }
 template <class T>
+Var<T> silu(Var<T> a, Where where) {
+  return apply(Silu<T>{}, {a}, where);
+}
+template <class T>
 Var<T> sum(Var<T> a, Where where) {
   return apply(ReduceAll<T, false>{}, {a}, where);
 }
@@ -478,6 +500,7 @@ Var<T> scalar_div(double s, Var<T> a, Where where) {
   template Var<T> log(Var<T>, Where);                \
   template Var<T> sqrt(Var<T>, Where);               \
   template Var<T> sigmoid(Var<T>, Where);            \
+  template Var<T> silu(Var<T>, Where);               \
   template Var<T> sum(Var<T>, Where);                \
   template Var<T> mean(Var<T>, Where);               \
   template Var<T> transpose(Var<T>, Where);          \

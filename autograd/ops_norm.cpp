@@ -56,9 +56,8 @@ void normalize_rows(const TensorT<T>& x, const TensorT<T>& gamma, const TensorT<
   const auto Bt = beta.flat().row(0).array();    // (D)
   auto Y = y.flat();
   parallel_rows(X.rows(), X.cols(), [&](Index first, Index rows) {  // row by row: split in row ranges when large
-    // The row in double, converted once: read through a lazy cast, each of the three passes converted it
-    // again, element by element, at several times the cost for the same values (docs/performance.md;
-    // OMP_NUM_THREADS=1 build/bench/step_bench --workloads W5).
+    // The row in double, converted once: read through a lazy cast, each of the three passes would convert
+    // it again, element by element, at several times the cost for the same values.
     auto xr = double_row(X.cols());
     for (Index r = first; r < first + rows; ++r) {
       xr = X.row(r).transpose().array().template cast<double>();

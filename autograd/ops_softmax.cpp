@@ -40,7 +40,7 @@ namespace {
 
 // Rows shorter than this are processed as whole-matrix expressions, vectorised across row boundaries
 // (a row of 8 floats fills no AVX-512 register, so row by row it would run scalar); longer rows one
-// at a time, each vectorised. (Measured with build/bench/step_bench: W1 has rows of 8, W3 of 128.)
+// at a time, each vectorised.
 constexpr Index kShortRow = 32;
 
 // A softmax element (an exp, a max, a sum, a division) costs several elementwise passes' worth of one

@@ -109,7 +109,7 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
   Tape<T> tape;  // reset for every draw, its buffers reused: values only
   NoGradGuard<T> no_grad(tape);
   Ids fed;
-  std::vector<double> p;
+  std::vector<double> p, seen;  // the draw's probabilities; the logits on_logits sees
   Index cached_from = -1;  // the cache holds tokens [cached_from, cached_from + cache->length())
   for (Index i = 0; i < o.count; ++i) {
     const Index n = static_cast<Index>(tokens.size());
@@ -137,6 +137,10 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
       fail<NonFiniteError>("sample: drawing token {} of {} (position {} of the text), the model's logit of token {} of {} is "
                            "{}; {}", i + 1, o.count, n, v, V, static_cast<double>(logits[static_cast<std::size_t>(v)]),
                            kOverflow);
+    if (o.on_logits) {
+      seen.assign(logits.begin(), logits.end());
+      o.on_logits(seen);
+    }
     tokens.push_back(draw(logits, o.temperature, rng.uniform(), p));
     if (o.on_token) o.on_token(tokens.back());
   }

@@ -56,6 +56,10 @@ struct SampleOptions {
   // Called with each token as it is drawn (a program streams the text instead of holding it until the
   // end); may be empty. What it throws ends the sampling.
   std::function<void(std::int32_t)> on_token = {};
+  // Called before each draw with the model's logits for the next token (vocab() values, before the
+  // temperature, in double whatever the model's type): to compare the cached and the recomputed paths, or
+  // to look at what the model predicts. May be empty; what it throws ends the sampling.
+  std::function<void(std::span<const double>)> on_logits = {};
 };
 
 // `count` tokens drawn after `prompt`, the new ones only. ValueError for an empty prompt, a prompt token

@@ -23,6 +23,7 @@
 
 #include "tapegrad/autograd/parameter.hpp"
 #include "tapegrad/autograd/tape.hpp"
+#include "tapegrad/core/escape.hpp"
 #include "tapegrad/core/rng.hpp"
 #include "tapegrad/core/settings.hpp"
 
@@ -158,9 +159,25 @@ class ModuleList : public Module<T> {
     return ref;
   }
   std::size_t size() const { return items_.size(); }
-  Module<T>& operator[](std::size_t i) { return *items_.at(i); }
+  // Item i; UsageError naming the list, i and its size past the end.
+  Module<T>& operator[](std::size_t i) {
+    if (i >= items_.size()) refuse(i, "");
+    return *items_[i];
+  }
+  // Item i as the type it was built as (emplace<M>): blocks.at<TransformerBlock<float>>(1). UsageError
+  // naming the list and i when it is another type, or past the end.
+  template <class M>
+  M& at(std::size_t i) {
+    if (auto* item = dynamic_cast<M*>(&(*this)[i])) return *item;
+    refuse(i, "another type than the one asked for");
+  }
 
  private:
+  [[noreturn]] void refuse(std::size_t i, std::string_view why) const {
+    if (why.empty())
+      fail<UsageError>("module_list '{}': item {} asked of a list of {}", escaped(this->path()), i, items_.size());
+    fail<UsageError>("module_list '{}': item {} is {}", escaped(this->path()), i, why);
+  }
   std::vector<std::unique_ptr<Module<T>>> items_;
 };
 

@@ -120,7 +120,7 @@ class TransformerStack : public Module<T> {
   // key_padding and `cache` as each block's (with a cache, x is the newest tokens of one sequence).
   Var<T> forward(Var<T> x, const Mask* key_padding = nullptr, KvCache<T>* cache = nullptr);
   std::size_t size() const { return blocks_.size(); }
-  TransformerBlock<T>& block(std::size_t i) { return static_cast<TransformerBlock<T>&>(blocks_[i]); }
+  TransformerBlock<T>& block(std::size_t i) { return blocks_.template at<TransformerBlock<T>>(i); }
   const TransformerStackOptions& options() const { return options_; }
   // TransformerStackOptions::checkpoint_every, on a built stack; ValueError naming the stack when negative.
   void set_checkpoint_every(Index every);

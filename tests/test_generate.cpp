@@ -287,8 +287,20 @@ TEST_CASE("kv cache: a user's own blocks (RMSNorm as a Function, SwiGLU) generat
   model.eval();
   CHECK(cached_against_recomputed(model, 2) <= 1e-12);
   const std::vector<std::int32_t> prompt = {1, 2, 3};
-  const auto cached = sample(model, prompt, {.count = 4 * UserLm<double>::kContext, .seed = 5, .cache = true});
-  CHECK(cached == sample(model, prompt, {.count = 4 * UserLm<double>::kContext, .seed = 5, .cache = false}));
+  // The logits each token is drawn from, through the cache and recomputed, side by side (on_logits).
+  std::vector<std::vector<double>> seen[2];
+  const auto keep = [&](int path) { return [&seen, path](std::span<const double> l) { seen[path].emplace_back(l.begin(), l.end()); }; };
+  const Index count = 4 * UserLm<double>::kContext;
+  const auto cached = sample(model, prompt, {.count = count, .seed = 5, .cache = true, .on_logits = keep(0)});
+  CHECK(cached == sample(model, prompt, {.count = count, .seed = 5, .cache = false, .on_logits = keep(1)}));
+  REQUIRE(seen[0].size() == static_cast<std::size_t>(count));
+  REQUIRE(seen[1].size() == static_cast<std::size_t>(count));
+  double worst = 0;
+  for (std::size_t i = 0; i < seen[0].size(); ++i) {
+    REQUIRE(seen[0][i].size() == static_cast<std::size_t>(UserLm<double>::kVocab));
+    for (std::size_t v = 0; v < seen[0][i].size(); ++v) worst = std::max(worst, std::abs(seen[0][i][v] - seen[1][i][v]));
+  }
+  CHECK(worst <= 1e-12);
   // ... and it trains: the same forward on a tape with gradients, reading every parameter.
   Tape<double> tape;
   tape.backward(sum(model.forward(tape, ids_of(prompt), nullptr)));

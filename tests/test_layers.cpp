@@ -103,6 +103,19 @@ TEST_CASE("module: zero_grad, train/eval and EvalModeGuard reach every child, an
                        NameError);
 }
 
+TEST_CASE("module: a ModuleList hands an item back as the type it was built as, and names what it refuses") {
+  Rng rng(4);
+  ModuleList<double> list("blocks");
+  list.emplace<Linear<double>>(LinearOptions{.in = 2, .out = 3}, rng);
+  list.emplace<LayerNorm<double>>(3);
+  Linear<double>& first = list.at<Linear<double>>(0);  // typed: no cast at the caller
+  CHECK(first.weight().value.shape() == Shape::mat(2, 3));
+  CHECK(list.at<LayerNorm<double>>(1).weight().name == "blocks.1.weight");
+  CHECK_THROWS_WITH_AS(list.at<Linear<double>>(1), "module_list 'blocks': item 1 is another type than the one asked for",
+                       UsageError);
+  CHECK_THROWS_WITH_AS(list[2], "module_list 'blocks': item 2 asked of a list of 2", UsageError);
+}
+
 TEST_CASE("init: schemes draw from the seed and have the spread they claim") {
   Rng a(7), b(7);
   TensorD w1(Shape::mat(200, 300)), w2(Shape::mat(200, 300));

@@ -523,6 +523,24 @@ TEST_CASE("ops: exp, log, sqrt and sigmoid give the textbook values and derivati
   CHECK_TENSOR_NEAR(x.grad(), expected, 1e-15, 1e-14);
 }
 
+TEST_CASE("ops: silu is x sigmoid(x), its derivative s (1 + x (1 - s)), saturating without NaN") {
+  Tape<double> t;
+  Var<double> x = t.input(TensorD(Shape::vec(4), {-3, 0, 0.5, 2}));
+  Var<double> y = silu(x);
+  TensorD expected(Shape::vec(4)), slope(Shape::vec(4));
+  for (Index i = 0; i < 4; ++i) {
+    const double v = x.value()[i], s = 1 / (1 + std::exp(-v));
+    expected[i] = v * s;
+    slope[i] = s * (1 + v * (1 - s));
+  }
+  CHECK_TENSOR_NEAR(y.value(), expected, 1e-15, 1e-15);
+  CHECK_TENSOR_NEAR(y.value(), (x * sigmoid(x)).value(), 1e-15, 1e-15);
+  t.backward(sum(y));
+  CHECK_TENSOR_NEAR(x.grad(), slope, 1e-15, 1e-15);
+  Tape<float> tf;
+  CHECK(silu(tf.constant(Tensor(Shape::vec(2), {-1000.0f, 1000.0f}))).value() == Tensor(Shape::vec(2), {-0.0f, 1000.0f}));
+}
+
 TEST_CASE("ops: log of 0 is -Inf and of a negative NaN, which anomaly detection reports") {
   Tape<double> t;
   Var<double> x = t.input(TensorD(Shape::vec(3), {0, -1, 1}));

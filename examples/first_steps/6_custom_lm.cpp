@@ -40,8 +40,7 @@ struct Block : Module<T> {
   Var<T> forward(Var<T> x, KvCache<T>* cache) {
     x = x + attention.forward(norm1.forward(x), nullptr, cache);
     const Var<T> h = norm2.forward(x);
-    const Var<T> g = gate.forward(h);
-    return x + down.forward(g * sigmoid(g) * up.forward(h));
+    return x + down.forward(silu(gate.forward(h)) * up.forward(h));
   }
 };
 

@@ -92,6 +92,7 @@ const std::vector<OpCheck>& op_checks() {
       check("scale", "operators: x * s, s * x and -x", {S::mat(3, 4)}, [](auto&, auto in) { return -(2 * (in[0] * 0.5)); }),
       check("add_scalar", "operators: x + s, s + x and x - s", {S::batched(2, 3, 4)},
             [](auto&, auto in) { return (0.25 + (in[0] + 0.7)) - 1.5; }),
+      check("silu", "silu 3-D", {S::batched(2, 3, 4)}, [](auto&, auto in) { return silu(in[0]); }),
       check("div_scalar", "operator: x / s", {S::mat(3, 4)}, [](auto&, auto in) { return in[0] / -1.3; }),
       check("scalar_sub", "operator: s - x", {S::mat(3, 4)}, [](auto&, auto in) { return 0.7 - in[0]; }),
       check("scalar_div", "operator: s / x, x^2 + 1/2", {S::mat(3, 4)},
@@ -206,7 +207,7 @@ const std::vector<std::string>& op_names() {
       "matmul", "matmul_bt", "matmul_at", "affine", "add", "sub", "mul", "scale", "relu", "tanh", "gelu", "sum", "mean",
       "transpose", "softmax_rows", "log_softmax_rows", "attention", "cross_entropy", "mse", "slice_cols", "concat_cols",
       "gather_rows", "reshape", "pick_positions", "row_sum", "row_mean", "row_max", "exp", "log", "sqrt", "sigmoid",
-      "div", "dropout", "layer_norm", "add_scalar", "div_scalar", "scalar_sub", "scalar_div"};
+      "div", "dropout", "layer_norm", "silu", "add_scalar", "div_scalar", "scalar_sub", "scalar_div"};
   return names;
 }
 
