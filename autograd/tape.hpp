@@ -42,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "tapegrad/autograd/grad_buffers.hpp"
 #include "tapegrad/autograd/parameter.hpp"
 #include "tapegrad/autograd/saved_state.hpp"
 #include "tapegrad/core/tensor.hpp"
@@ -89,47 +90,6 @@ struct Var {
   const TensorT<T>& grad() const;   // d loss / d value, after backward()
   const Shape& shape() const { return value().shape(); }
 };
-
-// dst = src when `assign`, dst += src otherwise: a gradient's first write of a backward pass assigns (see
-// GradWrite below).
-template <class Dst, class Src>
-void write_grad(Dst&& dst, const Src& src, bool assign) {
-  if (assign)
-    dst = src;
-  else
-    dst += src;
-}
-
-// ---- devices: gradients written where they live, without zeroing first (skip on a first reading) ----
-
-// A leaf that reads its value where it lives instead of holding a copy (a parameter's value, a cache of
-// keys and values, another tape's node) and writes its gradient there (Parameter::grad, the other node's).
-template <class T>
-struct InPlace {
-  const TensorT<T>* value = nullptr;
-  TensorT<T>* grad = nullptr;
-  // When the gradient is another tape's node's, which may not have been written yet in that tape's backward
-  // pass: that node's `fresh`, so the first write assigns as it would there. nullptr for a parameter's
-  // gradient, which is always added to.
-  bool* fresh = nullptr;
-};
-
-// Where a backward rule writes one input's gradient, and how: `accumulate` is false on the first write of
-// a backward pass, when the buffer holds stale values that stand for zeros, so each element is assigned
-// instead of added (no pass of zero-filling first); true after. tensor is nullptr when no gradient is wanted.
-template <class T>
-struct GradWrite {
-  TensorT<T>* tensor = nullptr;
-  bool accumulate = false;
-  explicit operator bool() const { return tensor != nullptr; }
-  // piece += g (a view into *tensor and an expression of its shape): assigned while !accumulate.
-  template <class Dst, class Src>
-  void add(Dst&& piece, const Src& g) const {
-    write_grad(std::forward<Dst>(piece), g, !accumulate);
-  }
-};
-
-// ---- the node ----
 
 template <class T>
 struct Node {
