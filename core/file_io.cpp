@@ -20,32 +20,6 @@
 namespace tapegrad {
 namespace {
 
-// While alive, a file-size limit (ulimit -f) makes this thread's writes fail with EFBIG, which the writer
-// reports, instead of ending the process with SIGXFSZ, whatever the program does with that signal: it is
-// blocked in this thread, and any the writes raised is taken off before the thread's mask is restored. So
-// every program, a user's own main() too, gets the one-line IoError and no temporary file left behind.
-class FileSizeSignalHeld {
- public:
-  FileSizeSignalHeld() {
-    sigemptyset(&xfsz_);
-    sigaddset(&xfsz_, SIGXFSZ);
-    ::pthread_sigmask(SIG_BLOCK, &xfsz_, &before_);
-  }
-  ~FileSizeSignalHeld() {
-    if (sigismember(&before_, SIGXFSZ)) return;  // blocked already: the caller's to handle
-    const timespec now{};
-    while (::sigtimedwait(&xfsz_, nullptr, &now) == SIGXFSZ) {
-    }
-    ::pthread_sigmask(SIG_SETMASK, &before_, nullptr);
-  }
-  FileSizeSignalHeld(const FileSizeSignalHeld&) = delete;
-  FileSizeSignalHeld& operator=(const FileSizeSignalHeld&) = delete;
-
- private:
-  sigset_t xfsz_{};
-  sigset_t before_{};
-};
-
 // "a folder", "a character device", ...: what a path that is not a regular file is, for messages.
 const char* kind_of(mode_t mode) {
   return S_ISDIR(mode)    ? "a folder"
@@ -104,7 +78,7 @@ void write_file_at(int folder, std::string_view name, std::string_view content, 
     ::unlinkat(folder, tmp.c_str(), 0);
     fail<IoError>("{}: {} failed for '{}': {}", op, what, escaped(shown), reason);
   };
-  const FileSizeSignalHeld held;  // a file-size limit is an error here, not the end of the process
+  const detail::FileSizeSignalHeld held;  // a file-size limit is an error here, not the end of the process
   // fail_io reads errno before it throws; the descriptor is closed after, as the exception leaves. O_NOFOLLOW:
   // a link planted at the temporary file's name is not written through.
   detail::Descriptor fd(::openat(folder, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
