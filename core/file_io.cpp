@@ -187,19 +187,20 @@ std::string read_file(const std::filesystem::path& path, std::size_t max_bytes, 
   return out;
 }
 
-std::size_t file_size_of(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op) {
-  return open_regular(path, max_bytes, op).second;
-}
-
 std::size_t read_file_pieces(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op,
                              const std::function<void(std::string_view)>& piece, std::size_t piece_bytes) {
-  const auto [f, size] = open_regular(path, max_bytes, op);
-  std::string buffer(std::max<std::size_t>(1, std::min(piece_bytes, size)), '\0');
+  const auto f = open_regular(path, max_bytes, op).first;
+  // To the end of the file, not to the size fstat gave: a file in /proc reports 0 and holds text. One byte
+  // past the limit is read to tell a file at the limit from a larger one.
+  std::string buffer(std::max<std::size_t>(1, piece_bytes), '\0');
   std::size_t total = 0;
-  // To the size fstat gave and no further: a file that grows while it is read cannot pass the limit.
-  while (total < size) {
-    const std::size_t n = read_some(f, buffer.data(), std::min(buffer.size(), size - total), path, op);
-    if (n == 0) break;  // it shrank
+  for (;;) {
+    const std::size_t want = std::min(buffer.size(), max_bytes - total + (max_bytes - total < buffer.size() ? 1 : 0));
+    const std::size_t n = read_some(f, buffer.data(), want, path, op);
+    if (n == 0) break;
+    if (n > max_bytes - total)
+      fail<LimitError>("{}: '{}' holds more than the limit of {}", op, escaped(path),
+                       format_bytes(static_cast<double>(max_bytes)));
     total += n;
     piece(std::string_view(buffer.data(), n));
   }

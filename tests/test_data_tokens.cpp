@@ -350,6 +350,21 @@ TEST_CASE("prepare: documents stream into two token files, every k-th to validat
   CHECK(fs::is_empty(none));
 }
 
+TEST_CASE("read_file_pieces reads to the end a file whose size the system reports as 0 (/proc), and names its limit") {
+  std::string status;
+  const std::size_t n = read_file_pieces("/proc/self/status", 1 << 20, "--data", [&](std::string_view p) { status += p; });
+  CHECK(n > 0);
+  CHECK(n == status.size());
+  CHECK(status.starts_with("Name:"));
+  const fs::path dir = test::scratch_dir("tokens", "pieces");
+  put(dir / "ten", "0123456789");
+  std::string got;
+  CHECK(read_file_pieces(dir / "ten", 10, "op", [&](std::string_view p) { got += p; }, 3) == 10);  // at the limit
+  CHECK(got == "0123456789");
+  CHECK_THROWS_WITH_AS(read_file_pieces("/proc/self/status", 16, "--data", [](std::string_view) {}),
+                       "--data: '/proc/self/status' holds more than the limit of 16 bytes", LimitError);
+}
+
 TEST_CASE("sampler state in a checkpoint: a computed order keeps its number of examples; files from before load") {
   Sampler s(100'000, 7, 3);
   s.next();
