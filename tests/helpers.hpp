@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <filesystem>
@@ -21,11 +22,24 @@
 namespace tapegrad::test {
 
 // A fresh, empty folder for one test: <tmp>/tapegrad_test_<suite>_<name>_<pid> (the pid keeps parallel
-// ctest processes apart).
+// ctest processes apart). Every folder made here is removed when the process exits (ctest runs each test
+// case in a process of its own), so the suite leaves the machine as it found it; a test that fails still
+// leaves nothing, and one that crashes leaves its folders for a look.
 inline std::filesystem::path scratch_dir(std::string_view suite, std::string_view name) {
+  struct Made {
+    std::vector<std::filesystem::path> dirs;
+    ~Made() {
+      for (const auto& dir : dirs) {
+        std::error_code ec;
+        std::filesystem::remove_all(dir, ec);
+      }
+    }
+  };
+  static Made made;
   const auto dir = std::filesystem::temp_directory_path() / fmt::format("tapegrad_test_{}_{}_{}", suite, name, ::getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  if (std::find(made.dirs.begin(), made.dirs.end(), dir) == made.dirs.end()) made.dirs.push_back(dir);
   return dir;
 }
 
