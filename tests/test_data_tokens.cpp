@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "helpers.hpp"
+#include "token_files.hpp"
 #include "tapegrad/core/crc32.hpp"
 #include "tapegrad/core/file_io.hpp"
 #include "tapegrad/train/checkpoint/checkpoint.hpp"
@@ -19,6 +20,7 @@
 #include "tapegrad/train/data_tokens.hpp"
 
 using namespace tapegrad;
+using test::forged_token_file;
 namespace fs = std::filesystem;
 
 namespace {
@@ -38,26 +40,6 @@ fs::path written(const fs::path& path, int width, Index vocab, Index n) {
   w.append(ids);
   w.finish();
   return path;
-}
-
-template <class U>
-void put_le(std::string& s, std::size_t at, U v) {
-  for (std::size_t i = 0; i < sizeof(U); ++i) s[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-
-// A token file of these header fields and payload bytes, its header's CRC made to fit: a file whose header
-// is well formed and says what the test wants it to say.
-std::string forged(std::uint32_t width, std::uint64_t vocab, std::uint64_t count, std::string_view payload,
-                   std::optional<std::uint32_t> ids_crc = {}) {
-  std::string h(64, '\0');
-  h.replace(0, 8, "tgtokens");
-  put_le<std::uint32_t>(h, 8, 1);
-  put_le(h, 12, width);
-  put_le(h, 16, vocab);
-  put_le(h, 24, count);
-  put_le(h, 32, ids_crc.value_or(Crc32().add(payload.data(), payload.size()).value()));
-  put_le(h, 36, Crc32().add(h.data(), 36).add(h.data() + 40, 24).value());
-  return h + std::string(payload);
 }
 
 std::string message_of(const std::function<void()>& f) {
@@ -150,26 +132,26 @@ TEST_CASE("token files: hostile files are refused in one line naming the file") 
     std::string name, bytes, says;
   };
   const std::vector<Case> cases = {
-      {"width3", forged(3, 100, 2, std::string(6, '\1')), "says its ids are 3 bytes wide; a token file's are 1, 2 or 4"},
-      {"width0", forged(0, 100, 2, ""), "says its ids are 0 bytes wide"},
-      {"vocab_too_wide", forged(1, 300, 6, "abcdef"), "says its vocabulary has 300 ids; ids of 1 byte name 1 to 256"},
-      {"vocab0", forged(2, 0, 3, ids2), "says its vocabulary has 0 ids"},
-      {"vocab_past_int32", forged(4, (std::uint64_t{1} << 31) + 1, 1, std::string(4, '\0')), "ids of 4 bytes name 1 to 2147483648"},
-      {"odd_size", forged(2, 100, 3, ids2 + "\x07"), "holds 7 bytes after its header, not a whole number of 2-byte ids"},
-      {"count_lies_more", forged(2, 100, 4, ids2), "says it holds 4 ids of 2 bytes, but 6 bytes follow its header (3 ids)"},
-      {"count_lies_less", forged(2, 100, 2, ids2), "says it holds 2 ids of 2 bytes, but 6 bytes follow its header (3 ids)"},
-      {"width_lies", forged(1, 256, 3, ids2), "says it holds 3 ids of 1 byte, but 6 bytes follow its header (6 ids)"},
-      {"no_ids", forged(1, 256, 0, ""), "says it holds 0 ids"},
+      {"width3", forged_token_file(3, 100, 2, std::string(6, '\1')), "says its ids are 3 bytes wide; a token file's are 1, 2 or 4"},
+      {"width0", forged_token_file(0, 100, 2, ""), "says its ids are 0 bytes wide"},
+      {"vocab_too_wide", forged_token_file(1, 300, 6, "abcdef"), "says its vocabulary has 300 ids; ids of 1 byte name 1 to 256"},
+      {"vocab0", forged_token_file(2, 0, 3, ids2), "says its vocabulary has 0 ids"},
+      {"vocab_past_int32", forged_token_file(4, (std::uint64_t{1} << 31) + 1, 1, std::string(4, '\0')), "ids of 4 bytes name 1 to 2147483648"},
+      {"odd_size", forged_token_file(2, 100, 3, ids2 + "\x07"), "holds 7 bytes after its header, not a whole number of 2-byte ids"},
+      {"count_lies_more", forged_token_file(2, 100, 4, ids2), "says it holds 4 ids of 2 bytes, but 6 bytes follow its header (3 ids)"},
+      {"count_lies_less", forged_token_file(2, 100, 2, ids2), "says it holds 2 ids of 2 bytes, but 6 bytes follow its header (3 ids)"},
+      {"width_lies", forged_token_file(1, 256, 3, ids2), "says it holds 3 ids of 1 byte, but 6 bytes follow its header (6 ids)"},
+      {"no_ids", forged_token_file(1, 256, 0, ""), "says it holds 0 ids"},
       {"not_tokens", std::string(100, 'x'), "is not a token file"},
       {"short", std::string("tgtokens"), "is not a token file"},
       {"future", [&] {
-         std::string f = forged(2, 100, 3, ids2);
-         put_le<std::uint32_t>(f, 8, 2);
-         put_le(f, 36, Crc32().add(f.data(), 36).add(f.data() + 40, 24).value());
+         std::string f = forged_token_file(2, 100, 3, ids2);
+         test::put_le<std::uint32_t>(f, 8, 2);
+         test::reseal_token_header(f);
          return f;
        }(), "is a token file of format 2; this build reads format 1"},
       {"damaged", [&] {
-         std::string f = forged(2, 100, 3, ids2);
+         std::string f = forged_token_file(2, 100, 3, ids2);
          f[20] = 1;  // the vocabulary's size, after the checksum was taken
          return f;
        }(), "has a damaged header (its checksum does not match)"},
@@ -192,7 +174,7 @@ TEST_CASE("token files: ids outside the vocabulary and ids changed after writing
   // The header says a vocabulary of 100; id 200 sits at position 5000.
   std::string payload;
   for (int i = 0; i < 10'000; ++i) payload += static_cast<char>(i == 5000 ? 200 : i % 100);
-  put(dir / "outside", forged(1, 100, 10'000, payload));
+  put(dir / "outside", forged_token_file(1, 100, 10'000, payload));
   const TokenFile outside(dir / "outside", "--data");
   const std::string says = "--data: '" + (dir / "outside").string() + "' holds id 200 at position 5000, outside its vocabulary of 100";
   CHECK_THROWS_WITH_AS(outside.verify(), says.c_str(), FormatError);

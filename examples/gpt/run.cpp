@@ -625,10 +625,10 @@ int resume(const Options& o, Collective* collective) {
   if (options.steps < at)
     fail<ValueError>("--steps {} is behind the checkpoint, which is at step {}; give more steps to train on", options.steps, at);
 
-  std::optional<RunFolder> folder;
-  if (leader) folder.emplace(o.out, plan_of(o, *data, {config.attention}, true, options.steps));
   LmRun run(config, saved_optimizer(checkpoint.training->optimizer), options, *data);
   const LoadReport loaded = load_training(checkpoint, run.trainer);  // strict: refuses other data, another optimizer
+  std::optional<RunFolder> folder;  // taken once the checkpoint fits the data: a refusal writes nothing
+  if (leader) folder.emplace(o.out, plan_of(o, *data, {config.attention}, true, options.steps));
   if (leader)
     fmt::print("gpt: resumed {} at step {} of {} from {} ({})\ndata: {}\nprepared: {}\n", describe(config), at,
                options.steps, escaped(fs::path(o.resume)), loaded.str(), describe_data(*data), describe_preparation(*data));
