@@ -10,6 +10,7 @@
 #include <bit>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,16 @@ inline std::filesystem::path scratch_dir(std::string_view suite, std::string_vie
   std::filesystem::create_directories(dir);
   if (std::find(made.dirs.begin(), made.dirs.end(), dir) == made.dirs.end()) made.dirs.push_back(dir);
   return dir;
+}
+
+// What f() throws, or "(nothing thrown)": for a check of a whole message that is built at run time.
+inline std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(nothing thrown)";
 }
 
 // Runs body() with every kind of matrix-product kernel this build has (autograd/gemm.hpp), each in

@@ -42,15 +42,6 @@ fs::path written(const fs::path& path, int width, Index vocab, Index n) {
   return path;
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(nothing thrown)";
-}
-
 }  // namespace
 
 TEST_CASE("token files: ids of 1, 2 and 4 bytes written in pieces read back, the header says what they are") {
@@ -160,7 +151,7 @@ TEST_CASE("token files: hostile files are refused in one line naming the file") 
     CAPTURE(c.name);
     const fs::path path = dir / c.name;
     put(path, c.bytes);
-    const std::string message = message_of([&] { TokenFile f(path, "--data"); });
+    const std::string message = test::message_of([&] { TokenFile f(path, "--data"); });
     CHECK(message.starts_with("--data: '" + path.string() + "'"));
     CHECK(message.find(c.says) != std::string::npos);
     CHECK(message.find('\n') == std::string::npos);
@@ -200,7 +191,7 @@ TEST_CASE("token files: ids outside the vocabulary and ids changed after writing
     f.seekp(64 + 2 * 2500);
     f.put('\x05');
   }
-  const std::string changed = message_of([&] { TokenFile(dir / "changed").verify(); });
+  const std::string changed = test::message_of([&] { TokenFile(dir / "changed").verify(); });
   CHECK(changed.starts_with("token file: '" + (dir / "changed").string() + "' holds other ids than it was written with"));
 }
 
@@ -212,7 +203,7 @@ TEST_CASE("token files: a file truncated or rewritten under a reader is an error
   SequenceBatch b;
   windows.fill(std::vector<Index>{0, 9000}, b);
   fs::resize_file(dir / "t.bin", 64 + 5000);
-  const std::string truncated = message_of([&] { windows.fill(std::vector<Index>{9000}, b); });
+  const std::string truncated = test::message_of([&] { windows.fill(std::vector<Index>{9000}, b); });
   CHECK(truncated == "--data: '" + (dir / "t.bin").string() +
                          "' changed while in use: it holds 5064 bytes, 10064 when it was opened (truncated or rewritten)");
   CHECK_THROWS_AS(windows.fill(std::vector<Index>{0}, b), FormatError);  // wherever the window is
@@ -228,7 +219,7 @@ TEST_CASE("token files: a file truncated or rewritten under a reader is an error
     f.put('x');
   }
   fs::last_write_time(dir / "r.bin", was + std::chrono::seconds(1));
-  CHECK(message_of([&] { same->read(0, ids); }).find("changed while in use: it was modified after it was opened") !=
+  CHECK(test::message_of([&] { same->read(0, ids); }).find("changed while in use: it was modified after it was opened") !=
         std::string::npos);
   // Replaced by another file (a rename over it): the reader goes on with the file it opened.
   written(dir / "k.bin", 1, 256, 1000);
@@ -305,14 +296,8 @@ TEST_CASE("prepare: documents stream into two token files, every k-th to validat
   }
   CHECK_FALSE(fs::exists(dir / "train.bin"));
   const TextSplitWriter::Summary s = out.finish();
-  auto text = [](const fs::path& p) {
-    const TokenFile f(p);
-    std::vector<std::int32_t> ids(static_cast<std::size_t>(f.size()));
-    f.read(0, ids);
-    return std::string(ids.begin(), ids.end());
-  };
-  CHECK(text(dir / "train.bin") == "doc0|doc1|doc3|doc4|doc6|");
-  CHECK(text(dir / "val.bin") == "doc2|doc5|");
+  CHECK(test::token_text(TokenFile(dir / "train.bin")) == "doc0|doc1|doc3|doc4|doc6|");
+  CHECK(test::token_text(TokenFile(dir / "val.bin")) == "doc2|doc5|");
   CHECK(s.documents[0] == 5);
   CHECK(s.documents[1] == 2);
   CHECK(s.bytes[0] == 25);

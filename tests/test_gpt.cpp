@@ -13,6 +13,7 @@
 #include "gpt/prepare.hpp"
 #include "gpt/text.hpp"
 #include "helpers.hpp"
+#include "token_files.hpp"
 #include "tapegrad/core/crc32.hpp"
 
 using namespace tapegrad;
@@ -97,26 +98,6 @@ TEST_CASE("gpt data: the streaming splitter gives split_fortunes' fortunes whate
   }
 }
 
-namespace {
-
-// The whole of a token file as text: a prepared file's ids are its bytes.
-std::string text_of(const TokenFile& f) {
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(f.size()));
-  f.read(0, ids);
-  return std::string(ids.begin(), ids.end());
-}
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(nothing thrown)";
-}
-
-}  // namespace
-
 TEST_CASE("gpt data: prepared in one pass: the files in byte order, every 10th fortune for validation, the two streams") {
   const fs::path dir = fortune_folder(), prepared = test::scratch_dir("gpt", "prepared");
   const gpt::Prepared p = gpt::prepare_data(dir, prepared, "--data");
@@ -131,8 +112,8 @@ TEST_CASE("gpt data: prepared in one pass: the files in byte order, every 10th f
     const std::string f = k == 22 ? "f22 has no newline\n" : fortune(k);
     (k % 10 == 9 ? validation : train) += f + "%\n";
   }
-  CHECK(text_of(*p.validation) == validation);  // fortunes 9 and 19
-  CHECK(text_of(*p.train) == train);
+  CHECK(test::token_text(*p.validation) == validation);  // fortunes 9 and 19
+  CHECK(test::token_text(*p.train) == train);
   CHECK(p.vocabulary.bytes() == gpt::ByteVocabulary::of(train, validation).bytes());
   CHECK(p.train_pairs['f' * 256 + '1'] > 0);
   CHECK(p.text_bytes == fs::file_size(dir / "B") + fs::file_size(dir / "a") + fs::file_size(dir / "b"));
@@ -141,7 +122,7 @@ TEST_CASE("gpt data: prepared in one pass: the files in byte order, every 10th f
   const gpt::Prepared one = gpt::prepare_data(dir / "a", test::scratch_dir("gpt", "prepared_one"), "--data");
   CHECK(one.files == std::vector<std::string>{"a"});
   CHECK(one.fortunes == 10);
-  CHECK(text_of(*one.validation) == fortune(14) + "%\n");
+  CHECK(test::token_text(*one.validation) == fortune(14) + "%\n");
 }
 
 TEST_CASE("gpt data: prepared once: the same data is found prepared, changed data is prepared again") {
@@ -244,10 +225,10 @@ TEST_CASE("gpt data: a prepared folder given as --data is checked: files other t
     w.append_bytes(std::string(static_cast<std::size_t>(n), 'f'));
     w.finish();
   }
-  CHECK(message_of([&] { gpt::prepare_data(prepared, "", "--data"); })
+  CHECK(test::message_of([&] { gpt::prepare_data(prepared, "", "--data"); })
             .starts_with("--data: '" + (prepared / "train.bin").string() + "' is not the file meta.json names"));
   // One whose bytes meta.json's vocabulary lacks, its CRC made to match: refused by the pass over its ids.
-  std::string bytes = text_of(*p.train);
+  std::string bytes = test::token_text(*p.train);
   bytes[100] = '~';
   {
     TokenFileWriter w(prepared / "train.bin", 1, 256);
@@ -261,7 +242,7 @@ TEST_CASE("gpt data: a prepared folder given as --data is checked: files other t
   REQUIRE(patched.find(crc) != std::string::npos);
   patched.replace(patched.find(crc), crc.size(), fmt::format("\"ids_crc32\":{}", forged.ids_crc32()));
   put(prepared / "meta.json", patched);
-  CHECK(message_of([&] { gpt::prepare_data(prepared, "", "--data"); }) ==
+  CHECK(test::message_of([&] { gpt::prepare_data(prepared, "", "--data"); }) ==
         "--data: '" + (prepared / "train.bin").string() +
             "' holds id 126 at position 100, which the vocabulary it is read with does not have");
 }

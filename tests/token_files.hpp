@@ -7,8 +7,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tapegrad/core/crc32.hpp"
+#include "tapegrad/train/data_tokens.hpp"
 
 namespace tapegrad::test {
 
@@ -34,6 +36,13 @@ inline std::string forged_token_file(std::uint32_t width, std::uint64_t vocab, s
   put_le(h, 32, ids_crc.value_or(Crc32().add(payload.data(), payload.size()).value()));
   reseal_token_header(h);
   return h + std::string(payload);
+}
+
+// The whole of a token file as text, an id a character (a file of bytes, as gpt prepares).
+inline std::string token_text(const TokenFile& f) {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(f.size()));
+  f.read(0, ids);
+  return std::string(ids.begin(), ids.end());
 }
 
 }  // namespace tapegrad::test

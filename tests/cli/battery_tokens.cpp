@@ -42,9 +42,7 @@ TEST_CASE("cli tokens: hostile token files in a prepared folder are refused in o
   const fs::path root = scratch("tokens_hostile"), good = root / "good";
   check_ok(run(gpt({"--prepare-only", "--data", TAPEGRAD_GPT_FORTUNES, "--prepared", good.string()})));
   const TokenFile train(good / "train.bin"), validation(good / "val.bin");
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(train.size()));
-  train.read(0, ids);
-  const std::string bytes(ids.begin(), ids.end());
+  const std::string bytes = test::token_text(train);
   struct Case {
     std::string name, file, contents, says;
     bool describe = false;  // meta.json made to agree with the file's count and CRC
