@@ -602,6 +602,8 @@ int resume(const Options& o, Collective* collective) {
   const Gpt<float>::Config config = model_config_from<Gpt<float>>(checkpoint);
   const auto number = [&](const std::string& key) {
     Index n = 0;
+    if (!checkpoint.metadata.contains(key))
+      fail<FormatError>("--resume: '{}' records no {}", escaped(fs::path(o.resume)), key);
     if (!from_text(checkpoint.metadata.at(key), n))
       fail<FormatError>("--resume: '{}' records {} '{}', which is not a number", escaped(fs::path(o.resume)), key,
                         escaped(checkpoint.metadata.at(key)));
