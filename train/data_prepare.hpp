@@ -28,7 +28,7 @@ class TextSplitWriter {
  public:
   struct Options {
     Index validation_every = 10;  // document i to validation when i % every == every - 1
-    std::string separator;        // written after every document
+    std::string separator = {};   // written after every document
     std::string op = "prepare";   // starts every message
   };
   // What went by, for the vocabulary and the statistics a program reports.
