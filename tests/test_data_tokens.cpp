@@ -332,7 +332,7 @@ TEST_CASE("read_file_pieces reads to the end a file whose size the system report
                        "--data: '/proc/self/status' holds more than the limit of 16 bytes", LimitError);
 }
 
-TEST_CASE("sampler state in a checkpoint: a computed order keeps its number of examples; files from before load") {
+TEST_CASE("sampler state in a checkpoint: a computed order keeps its number of examples, and files from before load") {
   Sampler s(100'000, 7, 3);
   s.next();
   TrainerState t;

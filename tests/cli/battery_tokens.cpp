@@ -108,7 +108,7 @@ TEST_CASE("cli tokens: a training file truncated under a running gpt ends it in 
   CHECK(r.err.find((prepared / "train.bin").string()) != std::string::npos);
 }
 
-TEST_CASE("cli tokens: a resume against changed data is refused in one line; the same data resumes without preparing") {
+TEST_CASE("cli tokens: a resume against changed data is refused in one line, and the same data resumes without preparing") {
   const fs::path root = scratch("tokens_resume"), data = root / "fortunes", prepared = root / "prepared";
   fs::create_directories(data);
   for (const auto& e : fs::directory_iterator(TAPEGRAD_GPT_FORTUNES)) fs::copy_file(e.path(), data / e.path().filename());
