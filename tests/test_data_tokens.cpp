@@ -46,8 +46,11 @@ fs::path written(const fs::path& path, int width, Index vocab, Index n) {
 
 TEST_CASE("token files: ids of 1, 2 and 4 bytes written in pieces read back, the header says what they are") {
   const fs::path dir = test::scratch_dir("tokens", "round_trip");
-  for (const auto& [width, vocab] : {std::pair{1, Index{256}}, std::pair{1, Index{7}}, std::pair{2, Index{65536}},
-                                     std::pair{2, Index{300}}, std::pair{4, Index{1} << 31}, std::pair{4, Index{70000}}}) {
+  for (const auto& [bytes_wide, ids_known] : {std::pair{1, Index{256}}, std::pair{1, Index{7}}, std::pair{2, Index{65536}},
+                                                std::pair{2, Index{300}}, std::pair{4, Index{1} << 31},
+                                                std::pair{4, Index{70000}}}) {
+    const int width = bytes_wide;  // copies: doctest's CAPTURE is a lambda, which cannot name a structured binding
+    const Index vocab = ids_known;
     CAPTURE(width);
     CAPTURE(vocab);
     const fs::path path = dir / fmt::format("w{}_v{}.bin", width, vocab);
