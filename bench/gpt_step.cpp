@@ -11,7 +11,7 @@
 
 #include "command_line.hpp"
 #include "gpt/model.hpp"
-#include "gpt/text.hpp"
+#include "gpt/prepare.hpp"
 #include "tapegrad/core/parallel.hpp"
 #include "tapegrad/program/progress.hpp"
 #include "tapegrad/program/run_program.hpp"
@@ -22,9 +22,10 @@ using namespace tapegrad;
 
 int main(int argc, char** argv) {
   CLI::App app{"Time the character GPT's training step (examples/gpt's default model and batch) on the fortunes"};
-  std::string data(gpt::kFortunes), attention = "learnable";
+  std::string data(gpt::kFortunes), prepared = "gpt_data", attention = "learnable";
   int steps = 200, warmup = 20, repeats = 5, threads = 0, against = 0;
   app.add_option("--data", data, "Fortune folder or text file")->capture_default_str();
+  app.add_option("--prepared", prepared, "Folder it is prepared in, as gpt's --prepared")->capture_default_str();
   app.add_option("--attention", attention, "learnable or parameter_free")->capture_default_str();
   app.add_option("--steps", steps, "Timed steps per repeat")->capture_default_str()->check(CLI::Range(1, 100000));
   app.add_option("--repeats", repeats, "Repeats (the median is reported)")->capture_default_str()->check(CLI::Range(1, 100));
@@ -39,10 +40,9 @@ int main(int argc, char** argv) {
   return run_program("gpt_step", [&] {
     if (threads > 0) set_num_threads(threads);
     constexpr Index kBatch = 12, kContext = 64;
-    gpt::Corpus corpus = gpt::read_corpus(data, "--data");
-    const gpt::ByteVocabulary vocabulary = gpt::ByteVocabulary::of(corpus.train, corpus.validation);
-    const gpt::Windows train =
-        gpt::Windows::training("train", vocabulary.encode_in_place(std::move(corpus.train), "--data"), kContext);
+    const gpt::Prepared prepared_data = gpt::prepare_data(data, prepared, "--data");
+    const gpt::ByteVocabulary& vocabulary = prepared_data.vocabulary;
+    const TokenWindows train = TokenWindows::training(prepared_data.train, kContext, vocabulary.map());
     gpt::Gpt<float> model({.vocabulary = vocabulary.hex(), .context = kContext,
                            .attention = parse_enum<AttentionMode>(attention)});
     AdamW<float> adamw(model.parameters(), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1}, DecayOn::matrices);

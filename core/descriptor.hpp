@@ -1,7 +1,10 @@
 #pragma once
 // A file descriptor owned by one object: closed when it goes out of scope (writing and reading a file,
-// the pipes to a child process, a run's output folder held open). Internal: not part of the umbrella header.
+// the pipes to a child process, a run's output folder held open); and the hold on SIGXFSZ that the
+// library's file writers (write_file, token files) write under. Internal: not part of the umbrella header.
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 namespace tapegrad::detail {
@@ -42,6 +45,32 @@ class Descriptor {
 
  private:
   int fd_ = -1;
+};
+
+// While alive, a file-size limit (ulimit -f) makes this thread's writes fail with EFBIG, which the writer
+// reports, instead of ending the process with SIGXFSZ, whatever the program does with that signal: it is
+// blocked in this thread, and any the writes raised is taken off before the thread's mask is restored. So
+// every program, a user's own main() too, gets the one-line IoError and no temporary file left behind.
+class FileSizeSignalHeld {
+ public:
+  FileSizeSignalHeld() {
+    sigemptyset(&xfsz_);
+    sigaddset(&xfsz_, SIGXFSZ);
+    ::pthread_sigmask(SIG_BLOCK, &xfsz_, &before_);
+  }
+  ~FileSizeSignalHeld() {
+    if (sigismember(&before_, SIGXFSZ)) return;  // blocked already: the caller's to handle
+    const timespec now{};
+    while (::sigtimedwait(&xfsz_, nullptr, &now) == SIGXFSZ) {
+    }
+    ::pthread_sigmask(SIG_SETMASK, &before_, nullptr);
+  }
+  FileSizeSignalHeld(const FileSizeSignalHeld&) = delete;
+  FileSizeSignalHeld& operator=(const FileSizeSignalHeld&) = delete;
+
+ private:
+  sigset_t xfsz_{};
+  sigset_t before_{};
 };
 
 }  // namespace tapegrad::detail

@@ -20,32 +20,6 @@
 namespace tapegrad {
 namespace {
 
-// While alive, a file-size limit (ulimit -f) makes this thread's writes fail with EFBIG, which the writer
-// reports, instead of ending the process with SIGXFSZ, whatever the program does with that signal: it is
-// blocked in this thread, and any the writes raised is taken off before the thread's mask is restored. So
-// every program, a user's own main() too, gets the one-line IoError and no temporary file left behind.
-class FileSizeSignalHeld {
- public:
-  FileSizeSignalHeld() {
-    sigemptyset(&xfsz_);
-    sigaddset(&xfsz_, SIGXFSZ);
-    ::pthread_sigmask(SIG_BLOCK, &xfsz_, &before_);
-  }
-  ~FileSizeSignalHeld() {
-    if (sigismember(&before_, SIGXFSZ)) return;  // blocked already: the caller's to handle
-    const timespec now{};
-    while (::sigtimedwait(&xfsz_, nullptr, &now) == SIGXFSZ) {
-    }
-    ::pthread_sigmask(SIG_SETMASK, &before_, nullptr);
-  }
-  FileSizeSignalHeld(const FileSizeSignalHeld&) = delete;
-  FileSizeSignalHeld& operator=(const FileSizeSignalHeld&) = delete;
-
- private:
-  sigset_t xfsz_{};
-  sigset_t before_{};
-};
-
 // "a folder", "a character device", ...: what a path that is not a regular file is, for messages.
 const char* kind_of(mode_t mode) {
   return S_ISDIR(mode)    ? "a folder"
@@ -104,7 +78,7 @@ void write_file_at(int folder, std::string_view name, std::string_view content, 
     ::unlinkat(folder, tmp.c_str(), 0);
     fail<IoError>("{}: {} failed for '{}': {}", op, what, escaped(shown), reason);
   };
-  const FileSizeSignalHeld held;  // a file-size limit is an error here, not the end of the process
+  const detail::FileSizeSignalHeld held;  // a file-size limit is an error here, not the end of the process
   // fail_io reads errno before it throws; the descriptor is closed after, as the exception leaves. O_NOFOLLOW:
   // a link planted at the temporary file's name is not written through.
   detail::Descriptor fd(::openat(folder, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
@@ -213,19 +187,20 @@ std::string read_file(const std::filesystem::path& path, std::size_t max_bytes, 
   return out;
 }
 
-std::size_t file_size_of(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op) {
-  return open_regular(path, max_bytes, op).second;
-}
-
 std::size_t read_file_pieces(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op,
                              const std::function<void(std::string_view)>& piece, std::size_t piece_bytes) {
-  const auto [f, size] = open_regular(path, max_bytes, op);
-  std::string buffer(std::max<std::size_t>(1, std::min(piece_bytes, size)), '\0');
+  const auto f = open_regular(path, max_bytes, op).first;
+  // To the end of the file, not to the size fstat gave: a file in /proc reports 0 and holds text. One byte
+  // past the limit is read to tell a file at the limit from a larger one.
+  std::string buffer(std::max<std::size_t>(1, piece_bytes), '\0');
   std::size_t total = 0;
-  // To the size fstat gave and no further: a file that grows while it is read cannot pass the limit.
-  while (total < size) {
-    const std::size_t n = read_some(f, buffer.data(), std::min(buffer.size(), size - total), path, op);
-    if (n == 0) break;  // it shrank
+  for (;;) {
+    const std::size_t want = std::min(buffer.size(), max_bytes - total + (max_bytes - total < buffer.size() ? 1 : 0));
+    const std::size_t n = read_some(f, buffer.data(), want, path, op);
+    if (n == 0) break;
+    if (n > max_bytes - total)
+      fail<LimitError>("{}: '{}' holds more than the limit of {}", op, escaped(path),
+                       format_bytes(static_cast<double>(max_bytes)));
     total += n;
     piece(std::string_view(buffer.data(), n));
   }

@@ -47,12 +47,11 @@ void check_writable(const std::filesystem::path& path, std::string_view op);
 // a larger one (naming its size and the limit), both before reading it, and IoError if reading fails.
 std::string read_file(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op = "read_file");
 
-// The size of the regular file `path`, refused as read_file refuses it (a reader that reserves room first).
-std::size_t file_size_of(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op = "read_file");
-
-// The same file handed to `piece` in pieces of at most `piece_bytes`, in order, so that a reader of a file
-// larger than it wants to hold twice (a training text it turns into something else) keeps one piece at a
-// time. Refuses as read_file does, before the first piece; returns the bytes read.
+// The regular file `path` handed to `piece` in pieces of at most `piece_bytes`, in order, to its end,
+// whatever size the system reports for it (a file in /proc reports 0), so that a reader of a file larger
+// than it wants to hold (a text it turns into something else) keeps one piece at a time. Refuses as
+// read_file does, before the first piece; more than `max_bytes` is a LimitError naming the file and the
+// limit, when the first byte past it is read. Returns the bytes read.
 std::size_t read_file_pieces(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op,
                              const std::function<void(std::string_view)>& piece, std::size_t piece_bytes = std::size_t{1} << 20);
 

@@ -6,9 +6,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,12 +23,35 @@
 namespace tapegrad::test {
 
 // A fresh, empty folder for one test: <tmp>/tapegrad_test_<suite>_<name>_<pid> (the pid keeps parallel
-// ctest processes apart).
+// ctest processes apart). Every folder made here is removed when the process exits (ctest runs each test
+// case in a process of its own), so the suite leaves the machine as it found it; a test that fails still
+// leaves nothing, and one that crashes leaves its folders for a look.
 inline std::filesystem::path scratch_dir(std::string_view suite, std::string_view name) {
+  struct Made {
+    std::vector<std::filesystem::path> dirs;
+    ~Made() {
+      for (const auto& dir : dirs) {
+        std::error_code ec;
+        std::filesystem::remove_all(dir, ec);
+      }
+    }
+  };
+  static Made made;
   const auto dir = std::filesystem::temp_directory_path() / fmt::format("tapegrad_test_{}_{}_{}", suite, name, ::getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  if (std::find(made.dirs.begin(), made.dirs.end(), dir) == made.dirs.end()) made.dirs.push_back(dir);
   return dir;
+}
+
+// What f() throws, or "(nothing thrown)": for a check of a whole message that is built at run time.
+inline std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(nothing thrown)";
 }
 
 // Runs body() with every kind of matrix-product kernel this build has (autograd/gemm.hpp), each in

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <thread>
 
 #include "alloc_counter.hpp"
@@ -14,6 +15,7 @@
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/parallel.hpp"
 #include "tapegrad/core/rng.hpp"
+#include "tapegrad/layers/decoder_lm.hpp"
 #include "tapegrad/layers/transformer.hpp"
 #include "lesson/tasks.hpp"
 #include "lesson/toy_run.hpp"
@@ -235,6 +237,32 @@ TEST_CASE("alloc: a Trainer step on dense data (a tensor source, a user's loss w
   const long before = test::allocation_count();
   for (int i = 0; i < 20; ++i) trainer.step();
   CHECK(test::allocation_count() - before == 0);
+}
+
+TEST_CASE("alloc: a Trainer step on a token file's windows (read in place, through a map) allocates nothing") {
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("tapegrad_alloc_tokens_{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  {
+    TokenFileWriter w(dir / "t.bin", 1, 256);
+    std::string text;
+    for (int i = 0; i < 5000; ++i) text += static_cast<char>('a' + i * 7 % 13);
+    w.append_bytes(text);
+    w.finish();
+  }
+  std::vector<std::int32_t> map(256, -1);
+  for (int b = 0; b < 13; ++b) map[static_cast<std::size_t>('a' + b)] = b;
+  const TokenWindows windows = TokenWindows::training(std::make_shared<const TokenFile>(dir / "t.bin"), 8, map);
+  DecoderLm<float> model({.vocab = 13, .context = 8, .d_model = 8, .n_heads = 2, .n_layers = 1, .seed = 1});
+  AdamW<float> opt(model.parameters(), {.lr = 1e-3});
+  Trainer trainer(model, opt, windows, [&](Tape<float>& t, const SequenceBatch& b) -> StepOutput<float> {
+    Var<float> logits = model.forward(t, b.tokens, nullptr);
+    return {cross_entropy(logits, b.labels), logits};
+  }, {.steps = 100, .batch = 4, .clip = 1.0});
+  for (int i = 0; i < 2; ++i) trainer.step();  // warm-up, as above
+  const long before = test::allocation_count();
+  for (int i = 0; i < 20; ++i) trainer.step();
+  CHECK(test::allocation_count() - before == 0);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("alloc: a step through a checkpointed TransformerStack (dropout, padding, every block recomputed) allocates "

@@ -1,15 +1,19 @@
-// examples/gpt: the data reader on a small synthetic fortune folder (which files, the split into fortunes,
-// the validation fortunes, the streams, the vocabulary, the windows, the refusals), the bigram, and the
-// model (nanoGPT's parameter count and initialisation, sampling with and without the cache).
+// examples/gpt: the data's preparation on a small synthetic fortune folder (which files, the split into
+// fortunes, the validation fortunes, the streams, the vocabulary, preparing once, the refusals), the
+// fingerprint of checkpoints written before token files, the bigram, and the model (nanoGPT's parameter
+// count and initialisation, sampling with and without the cache).
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "gpt/model.hpp"
+#include "gpt/prepare.hpp"
 #include "gpt/text.hpp"
 #include "helpers.hpp"
+#include "token_files.hpp"
 #include "tapegrad/core/crc32.hpp"
 
 using namespace tapegrad;
@@ -20,6 +24,11 @@ namespace {
 void put(const fs::path& p, std::string_view text) {
   std::ofstream out(p, std::ios::binary);
   out << text;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 // Fortune k: "f<k>\n" and, for odd k, a second line.
@@ -89,52 +98,153 @@ TEST_CASE("gpt data: the streaming splitter gives split_fortunes' fortunes whate
   }
 }
 
-TEST_CASE("gpt data: the files of a folder in byte order, every 10th fortune for validation, the two streams") {
-  const fs::path dir = fortune_folder();
-  const gpt::Corpus c = gpt::read_corpus(dir, "--data");
-  CHECK(c.files == std::vector<std::string>{"B", "a", "b"});
-  CHECK(c.fortunes == 23);
-  CHECK(c.empty == 2);
-  CHECK(c.train_fortunes == 21);
-  CHECK(c.validation_fortunes == 2);
+TEST_CASE("gpt data: prepared in one pass: the files in byte order, every 10th fortune for validation, the two streams") {
+  const fs::path dir = fortune_folder(), prepared = test::scratch_dir("gpt", "prepared");
+  const gpt::Prepared p = gpt::prepare_data(dir, prepared, "--data");
+  CHECK(p.made);
+  CHECK(p.files == std::vector<std::string>{"B", "a", "b"});
+  CHECK(p.fortunes == 23);
+  CHECK(p.empty == 2);
+  CHECK(p.train_fortunes == 21);
+  CHECK(p.validation_fortunes == 2);
   std::string train, validation;
   for (int k = 0; k < 23; ++k) {
     const std::string f = k == 22 ? "f22 has no newline\n" : fortune(k);
     (k % 10 == 9 ? validation : train) += f + "%\n";
   }
-  CHECK(c.validation == validation);  // fortunes 9 and 19
-  CHECK(c.train == train);
+  CHECK(test::token_text(*p.validation) == validation);  // fortunes 9 and 19
+  CHECK(test::token_text(*p.train) == train);
+  CHECK(p.vocabulary.bytes() == gpt::ByteVocabulary::of(train, validation).bytes());
+  CHECK(p.train_pairs['f' * 256 + '1'] > 0);
+  CHECK(p.text_bytes == fs::file_size(dir / "B") + fs::file_size(dir / "a") + fs::file_size(dir / "b"));
+  for (const char* name : {"train.bin", "val.bin", "meta.json"}) CHECK(fs::exists(prepared / name));
   // One file is read as it is.
-  const gpt::Corpus one = gpt::read_corpus(dir / "a", "--data");
+  const gpt::Prepared one = gpt::prepare_data(dir / "a", test::scratch_dir("gpt", "prepared_one"), "--data");
   CHECK(one.files == std::vector<std::string>{"a"});
   CHECK(one.fortunes == 10);
-  CHECK(one.validation == fortune(14) + "%\n");
-  fs::remove_all(dir);
+  CHECK(test::token_text(*one.validation) == fortune(14) + "%\n");
+}
+
+TEST_CASE("gpt data: prepared once: the same data is found prepared, changed data is prepared again") {
+  const fs::path dir = fortune_folder(), prepared = test::scratch_dir("gpt", "again");
+  const gpt::Prepared first = gpt::prepare_data(dir, prepared, "--data");
+  const auto written = fs::last_write_time(prepared / "train.bin");
+  const gpt::Prepared second = gpt::prepare_data(dir, prepared, "--data");
+  CHECK_FALSE(second.made);
+  CHECK(fs::last_write_time(prepared / "train.bin") == written);
+  CHECK(second.train->fingerprint() == first.train->fingerprint());
+  CHECK(second.fortunes == 23);
+  CHECK(second.vocabulary.bytes() == first.vocabulary.bytes());
+  CHECK(second.train_pairs == first.train_pairs);
+  // --data may name the prepared folder itself.
+  const gpt::Prepared direct = gpt::prepare_data(prepared, "unused", "--data");
+  CHECK_FALSE(direct.made);
+  CHECK(direct.validation->fingerprint() == first.validation->fingerprint());
+  CHECK_FALSE(fs::exists("unused"));
+  // Another fortune in a file: prepared again, other files.
+  std::ofstream(dir / "b", std::ios::app) << "\n%\nf23\n";
+  const gpt::Prepared third = gpt::prepare_data(dir, prepared, "--data");
+  CHECK(third.made);
+  CHECK(third.fortunes == 24);
+  CHECK(third.train->fingerprint() != first.train->fingerprint());
+  // Another source into the same folder: prepared again for it.
+  CHECK(gpt::prepare_data(dir / "a", prepared, "--data").made);
+  CHECK(gpt::prepare_data(dir / "a", prepared, "--data").fortunes == 10);
 }
 
 TEST_CASE("gpt data: refusals name the flag and the path, in one line") {
-  const fs::path dir = test::scratch_dir("gpt", "refusals");
+  const fs::path dir = test::scratch_dir("gpt", "refusals"), prepared = test::scratch_dir("gpt", "refusals_prepared");
   const std::string empty = "--data: the folder '" + dir.string() +
                             "' holds no file to read (it reads the regular files whose names have no '.')";
-  CHECK_THROWS_WITH_AS(gpt::read_corpus(dir, "--data"), empty.c_str(), FileError);
+  CHECK_THROWS_WITH_AS(gpt::prepare_data(dir, prepared, "--data"), empty.c_str(), FileError);
   put(dir / "only.txt", "a\n%\n");
-  CHECK_THROWS_AS(gpt::read_corpus(dir, "--data"), FileError);  // still nothing without a '.'
+  CHECK_THROWS_AS(gpt::prepare_data(dir, prepared, "--data"), FileError);  // still nothing without a '.'
   put(dir / "few", "a\n%\nb\n%\n");
-  CHECK_THROWS_WITH_AS(gpt::read_corpus(dir, "--data"),
+  CHECK_THROWS_WITH_AS(gpt::prepare_data(dir, prepared, "--data"),
                        ("--data: '" + dir.string() +
                         "' holds 2 fortunes; every 10th is for validation, so at least 10 are needed (fortunes are "
                         "separated by lines that are exactly '%')").c_str(),
                        FormatError);
   put(dir / "binary", std::string("a\0b", 3));
-  CHECK_THROWS_WITH_AS(gpt::read_corpus(dir, "--data"),
+  CHECK_THROWS_WITH_AS(gpt::prepare_data(dir, prepared, "--data"),
                        ("--data: '" + (dir / "binary").string() + "' is not a text file (it holds NUL bytes)").c_str(),
                        FormatError);
-  CHECK_THROWS_WITH_AS(gpt::read_corpus(dir / "missing", "--data"),
+  CHECK_THROWS_WITH_AS(gpt::prepare_data(dir / "missing", prepared, "--data"),
                        ("--data: cannot open '" + (dir / "missing").string() + "': No such file or directory").c_str(),
                        FileError);
-  CHECK_THROWS_WITH_AS(gpt::read_corpus("/dev/null", "--data"), "--data: '/dev/null' is neither a folder nor a regular file",
+  CHECK_THROWS_WITH_AS(gpt::prepare_data("/dev/null", prepared, "--data"),
+                       "--data: '/dev/null' is neither a folder nor a regular file", FileError);
+  // Nothing of the refused preparations is left in the folder but its lock.
+  for (const auto& e : fs::directory_iterator(prepared)) CHECK(e.path().filename() == ".lock");
+  // A --prepared folder with a file of someone else's is not written into.
+  const fs::path yours = test::scratch_dir("gpt", "refusals_yours");
+  put(yours / "notes.txt", "mine");
+  CHECK_THROWS_WITH_AS(gpt::prepare_data(fortune_folder(), yours, "--data"),
+                       ("--prepared: '" + yours.string() +
+                        "' holds 'notes.txt', which is not gpt's prepared data; give a new or empty folder, or one gpt "
+                        "prepared").c_str(),
                        FileError);
+  CHECK(slurp(yours / "notes.txt") == "mine");
+}
+
+TEST_CASE("gpt data: a file that reports no size (/proc) is read to its end (issue 52: it held '0 fortunes')") {
+  const fs::path prepared = test::scratch_dir("gpt", "proc");
+  CHECK_THROWS_WITH_AS(gpt::prepare_data("/proc/self/status", prepared, "--data"),
+                       "--data: '/proc/self/status' holds 1 fortune; every 10th is for validation, so at least 10 are "
+                       "needed (fortunes are separated by lines that are exactly '%')",
+                       FormatError);
+}
+
+TEST_CASE("gpt data: two files larger together than the old 256 MiB limit are prepared (issue 52)") {
+  // Each file alone was within the limit; the second was refused with what was left of it, as if a
+  // per-file limit. Now the text streams through and no limit is left.
+  const fs::path dir = test::scratch_dir("gpt", "large"), prepared = test::scratch_dir("gpt", "large_prepared");
+  std::string block;
+  for (int k = 0; block.size() < (std::size_t{1} << 20); ++k) block += fortune(k) + "%\n";
+  const std::size_t copies = 130;  // 130 MiB a file
+  for (const char* name : {"a", "b"}) {
+    std::ofstream out(dir / name, std::ios::binary);
+    for (std::size_t i = 0; i < copies; ++i) out << block;
+  }
+  const gpt::Prepared p = gpt::prepare_data(dir, prepared, "--data");
+  CHECK(p.text_bytes == 2 * copies * block.size());
+  CHECK(p.text_bytes > (std::uint64_t{256} << 20));
+  CHECK(p.train->size() + p.validation->size() == static_cast<Index>(p.text_bytes));
+  CHECK(p.validation_fortunes * 10 == p.fortunes);
   fs::remove_all(dir);
+  fs::remove_all(prepared);
+}
+
+TEST_CASE("gpt data: a prepared folder given as --data is checked: files other than meta.json names, bytes outside it") {
+  const fs::path dir = fortune_folder(), prepared = test::scratch_dir("gpt", "hostile_prepared");
+  const gpt::Prepared p = gpt::prepare_data(dir, prepared, "--data");
+  const Index n = p.train->size();
+  // A token file of other ids in train.bin's place.
+  {
+    TokenFileWriter w(prepared / "train.bin", 1, 256);
+    w.append_bytes(std::string(static_cast<std::size_t>(n), 'f'));
+    w.finish();
+  }
+  CHECK(test::message_of([&] { gpt::prepare_data(prepared, "", "--data"); })
+            .starts_with("--data: '" + (prepared / "train.bin").string() + "' is not the file meta.json names"));
+  // One whose bytes meta.json's vocabulary lacks, its CRC made to match: refused by the pass over its ids.
+  std::string bytes = test::token_text(*p.train);
+  bytes[100] = '~';
+  {
+    TokenFileWriter w(prepared / "train.bin", 1, 256);
+    w.append_bytes(bytes);
+    w.finish();
+  }
+  const std::string meta = slurp(prepared / "meta.json");
+  const TokenFile forged(prepared / "train.bin");
+  std::string patched = meta;
+  const std::string crc = fmt::format("\"ids_crc32\":{}", p.train->ids_crc32());
+  REQUIRE(patched.find(crc) != std::string::npos);
+  patched.replace(patched.find(crc), crc.size(), fmt::format("\"ids_crc32\":{}", forged.ids_crc32()));
+  put(prepared / "meta.json", patched);
+  CHECK(test::message_of([&] { gpt::prepare_data(prepared, "", "--data"); }) ==
+        "--data: '" + (prepared / "train.bin").string() +
+            "' holds id 126 at position 100, which the vocabulary it is read with does not have");
 }
 
 TEST_CASE("gpt data: the byte vocabulary is the sorted set of both streams' bytes") {
@@ -148,6 +258,11 @@ TEST_CASE("gpt data: the byte vocabulary is the sorted set of both streams' byte
   CHECK(gpt::ByteVocabulary::from_hex(v.hex(), "x").bytes() == v.bytes());
   CHECK(v.encode("hole", "--prompt") == std::vector<std::int32_t>{3, 5, 4, 2});
   CHECK(v.decode(std::vector<std::int32_t>{3, 2, 4, 4, 5}) == "hello");
+  CHECK(v.map()['o'] == 5);
+  CHECK(v.map()['z'] == -1);
+  std::array<std::uint64_t, 256> counts{};
+  for (unsigned char c : std::string("hello\n%\xe2")) ++counts[c];
+  CHECK(gpt::ByteVocabulary::of_counts(counts).bytes() == v.bytes());
   CHECK_THROWS_WITH_AS(v.encode("he~", "--prompt"),
                        "--prompt: byte 0x7e ('~') at position 2 is not in the vocabulary of 7 bytes", ValueError);
   CHECK_THROWS_WITH_AS(v.encode("h\x01", "--prompt"),
@@ -156,73 +271,51 @@ TEST_CASE("gpt data: the byte vocabulary is the sorted set of both streams' byte
     CHECK_THROWS_AS(gpt::ByteVocabulary::from_hex(bad, "gpt"), ValueError);
 }
 
-TEST_CASE("gpt data: a stream becomes its ids in place, a byte each") {
-  const gpt::ByteVocabulary v = gpt::ByteVocabulary::of("hello\n", "%\xe2");
-  std::string text = "hole\xe2hole\xe2hole\xe2hole\xe2";  // longer than a std::string holds in itself
-  const char* where = text.data();
-  const gpt::TokenBytes ids = v.encode_in_place(std::move(text), "--data");
-  CHECK(ids->substr(0, 5) == std::string("\x03\x05\x04\x02\x06", 5));
-  CHECK(ids->size() == 20);
-  CHECK(ids->data() == where);  // the same buffer: the text is not held twice
-  CHECK_THROWS_WITH_AS(v.encode_in_place("he~", "--data"),
-                       "--data: byte 0x7e ('~') at position 2 is not in the vocabulary of 7 bytes", ValueError);
-}
-
-TEST_CASE("gpt data: training windows start anywhere, validation windows advance by the context") {
-  std::string bytes(23, '\0');
-  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i);
-  const gpt::TokenBytes ids = std::make_shared<const std::string>(bytes);
-  const gpt::Windows train = gpt::Windows::training("train", ids, 5);
-  CHECK(train.size() == 18);  // starts 0 .. 17: bytes [17, 23) is the last window of 6
-  SequenceBatch b;
-  train.fill(std::vector<Index>{0, 17}, b);
-  CHECK(b.tokens == Ids(Shape::mat(2, 5), {0, 1, 2, 3, 4, 17, 18, 19, 20, 21}));
-  CHECK(b.labels == Ids(Shape::mat(2, 5), {1, 2, 3, 4, 5, 18, 19, 20, 21, 22}));
-  CHECK(b.weight() == 10);
-  CHECK_FALSE(b.padded);
-  CHECK_THROWS_AS(train.fill(std::vector<Index>{18}, b), ValueError);
-
-  const gpt::Windows validation = gpt::Windows::validation("validation", ids, 5);
-  CHECK(gpt::validation_windows(23, 5) == 4);  // [0, 5], [5, 10], [10, 15], [15, 20]; bytes 21, 22 left out
-  CHECK(validation.size() == 4);
-  CHECK(validation.predicted() == 20);
-  validation.fill(std::vector<Index>{3}, b);
-  CHECK(b.tokens == Ids(Shape::mat(1, 5), {15, 16, 17, 18, 19}));
-  CHECK(b.labels == Ids(Shape::mat(1, 5), {16, 17, 18, 19, 20}));
-  const gpt::Windows every_other = gpt::Windows::validation("curve", ids, 5, 2);
-  CHECK(every_other.size() == 2);
-  CHECK(every_other.start(1) == 10);
-  CHECK(every_other.fingerprint() != validation.fingerprint());
-  // The fingerprint is the CRC-32 of the ids as 32-bit words, as when they were held so: today's
-  // checkpoints name their data by it.
-  Crc32 old;
-  for (Index v : {Index{5}, Index{5}, Index{4}}) old.add_le(static_cast<std::uint64_t>(v));
-  for (std::int32_t i = 0; i < 23; ++i) old.add_le(i);
-  CHECK(validation.fingerprint() == old.value());
-  std::string long_stream(10'000, '\0');  // past the fingerprint's 1024-id pieces
-  for (std::size_t i = 0; i < long_stream.size(); ++i) long_stream[i] = static_cast<char>(i * 7 % 251);
-  Crc32 long_old;
-  for (Index v : {Index{5}, Index{1}, Index{9'995}}) long_old.add_le(static_cast<std::uint64_t>(v));
-  for (char c : long_stream) long_old.add_le(static_cast<std::int32_t>(static_cast<unsigned char>(c)));
-  CHECK(gpt::Windows::training("t", std::make_shared<const std::string>(long_stream), 5).fingerprint() == long_old.value());
-  // A context longer than the text: no window, in one line naming the flag.
-  CHECK_THROWS_WITH_AS(gpt::Windows::validation("--data: the validation text", ids, 23),
-                       "--data: the validation text: 23 bytes make no window of 24 bytes (--context 23 + 1); give a "
-                       "shorter --context or more text",
-                       ValueError);
-  CHECK_THROWS_AS(gpt::Windows::training("train", ids, 23), ValueError);
+TEST_CASE("gpt data: windows of a prepared file name their data as held windows did, for checkpoints written then") {
+  const fs::path dir = test::scratch_dir("gpt", "held");
+  std::string bytes(10'000, '\0');  // past the fingerprint's 1024-id pieces
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7 % 251);
+  TokenFileWriter w(dir / "t.bin", 1, 256);
+  w.append_bytes(bytes);
+  w.finish();
+  const auto file = std::make_shared<const TokenFile>(dir / "t.bin");
+  const gpt::ByteVocabulary v = gpt::ByteVocabulary::of(bytes, "");
+  // What the in-memory windows' fingerprint was: the geometry, then every id as a 32-bit word.
+  auto held = [&](Index context, Index stride, Index count) {
+    Crc32 crc;
+    for (Index x : {context, stride, count}) crc.add_le(static_cast<std::uint64_t>(x));
+    for (char c : bytes) crc.add_le(static_cast<std::int32_t>(v.id(static_cast<unsigned char>(c))));
+    return crc.value();
+  };
+  CHECK(gpt::held_fingerprint(TokenWindows::training(file, 5, v.map())) == held(5, 1, 9'995));
+  CHECK(gpt::held_fingerprint(TokenWindows::consecutive(file, 5, 1, v.map())) == held(5, 5, 1'999));
+  CHECK(gpt::held_fingerprint(TokenWindows::consecutive(file, 5, 3, v.map())) == held(5, 15, 666));
 }
 
 TEST_CASE("gpt data: the bigram's probabilities are add-one smoothed counts, its loss the mean over the predicted bytes") {
-  const std::vector<std::uint8_t> train = {0, 1, 0, 1, 1};  // pairs 01, 10, 01, 11
-  const gpt::Bigram bigram(train, 2);
+  const gpt::ByteVocabulary v = gpt::ByteVocabulary::of("ab", "");
+  std::vector<std::uint64_t> pairs(256 * 256, 0);  // training "ababb": pairs ab, ba, ab, bb
+  pairs['a' * 256 + 'b'] = 2;
+  pairs['b' * 256 + 'a'] = 1;
+  pairs['b' * 256 + 'b'] = 1;
+  const gpt::Bigram bigram(pairs, v);
   CHECK(bigram.probability(0, 1) == doctest::Approx(3.0 / 4));  // (2 + 1) / (2 + 2)
   CHECK(bigram.probability(1, 0) == doctest::Approx(2.0 / 4));
   CHECK(bigram.probability(1, 1) == doctest::Approx(2.0 / 4));
   CHECK(bigram.parameter_count() == 4);
-  const std::vector<std::uint8_t> validation = {0, 1, 1, 0};
-  CHECK(bigram.nll(validation, 2) == doctest::Approx(-(std::log(0.75) + std::log(0.5)) / 2));
-  CHECK_THROWS_AS(bigram.nll(validation, 4), ValueError);
+  const fs::path dir = test::scratch_dir("gpt", "bigram");
+  TokenFileWriter w(dir / "v.bin", 1, 256);
+  w.append_bytes("abbab");  // windows of 2: "abb", "bab"
+  w.finish();
+  const TokenWindows windows = TokenWindows::consecutive(std::make_shared<const TokenFile>(dir / "v.bin"), 2, 1, v.map());
+  std::vector<double> per_window;
+  const double ab = std::log(0.75), bb = std::log(0.5), ba = std::log(0.5);
+  CHECK(bigram.nll(windows, &per_window) == doctest::Approx(-(ab + bb + ba + ab) / 4));
+  REQUIRE(per_window.size() == 2);
+  CHECK(per_window[0] == doctest::Approx(-(ab + bb) / 2));
+  CHECK(per_window[1] == doctest::Approx(-(ba + ab) / 2));
+  pairs['a' * 256 + 'z'] = 1;  // a byte outside the vocabulary
+  CHECK_THROWS_AS(gpt::Bigram(pairs, v), ValueError);
 }
 
 TEST_CASE("gpt model: nanoGPT's parameters and initialisation") {

@@ -4,10 +4,12 @@
 // determinism, the non-finite stop, train/eval mode, the state it saves; and its reports.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -248,15 +250,49 @@ TEST_CASE("data: a state keeps its order: a stored permutation of a large set (t
   CHECK(std::vector<Index>(first.begin(), first.end()) ==
         std::vector<Index>{old.order[static_cast<std::size_t>(n - 3)], old.order[static_cast<std::size_t>(n - 2)],
                            old.order[static_cast<std::size_t>(n - 1)], next_epoch[0], next_epoch[1], next_epoch[2]});
-  // And a computed state on a small set computes: every size down to one example is a permutation.
-  for (const Index small : {1, 2, 3, 4, 5, 17, 1000}) {
-    CAPTURE(small);
-    Sampler t(small, 3, 2);
-    Sampler::State computed = t.state();
-    computed.order.clear();
-    t.set_state(computed);
-    CHECK_FALSE(t.stored_order());
-    CHECK(epochs_are_permutations(draws(t, small, 3), small));
+}
+
+TEST_CASE("data: a sampler of more than 2^62 examples (a source that reports an endless size) is made and draws") {
+  for (const Index n : {(Index{1} << 62) + 1, std::numeric_limits<Index>::max()}) {
+    CAPTURE(n);
+    Sampler s(n, 4, 1);
+    const std::span<const Index> drawn = s.next();
+    const std::set<Index> distinct(drawn.begin(), drawn.end());
+    CHECK(distinct.size() == 4);
+    CHECK(std::all_of(drawn.begin(), drawn.end(), [&](Index k) { return k >= 0 && k < n; }));
+    const Sampler::State saved = s.state();
+    const std::span<const Index> next = s.next();
+    const std::vector<Index> expected(next.begin(), next.end());
+    Sampler other(n, 4, 2);
+    other.set_state(saved);
+    const std::span<const Index> replay = other.next();
+    CHECK(std::vector<Index>(replay.begin(), replay.end()) == expected);
+  }
+}
+
+TEST_CASE("data: a computed order's state is for its number of examples: a sampler of another refuses it") {
+  Sampler a(100'000, 7, 1);
+  for (int i = 0; i < 3; ++i) a.next();
+  const Sampler::State saved = a.state();
+  for (const Index n : {Index{70'000}, Index{200'000}, Index{100}}) {
+    CAPTURE(n);
+    Sampler other(n, 7, 1);
+    CHECK_THROWS_AS(other.check_state(saved), ValueError);
+    CHECK_THROWS_AS(other.set_state(saved), ValueError);
+  }
+  Sampler same(100'000, 7, 5);
+  CHECK_NOTHROW(same.set_state(saved));
+}
+
+TEST_CASE("data: a stored order's state with its order emptied is not taken for a computed one") {
+  for (const Index n : {Index{1}, Index{1000}, Sampler::kStoredOrderLimit}) {
+    CAPTURE(n);
+    Sampler a(n, 7, 1);
+    a.next();
+    Sampler::State forged = a.state();
+    forged.order.clear();
+    Sampler other(n, 7, 1);
+    CHECK_THROWS_AS(other.set_state(forged), ValueError);
   }
 }
 

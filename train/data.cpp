@@ -1,6 +1,7 @@
 #include "tapegrad/train/data.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <numeric>
 #include <utility>
 
@@ -49,8 +50,10 @@ Sampler::Sampler(Index n, Index batch, std::uint64_t seed) : n_(n), rng_(seed, 0
   if (n <= 0 || batch <= 0) fail<ValueError>("sampler: needs examples and a positive batch size, got {} and {}", n, batch);
   current_.resize(static_cast<std::size_t>(batch));
   // The Feistel network permutes [0, 4^half_bits_), the smallest such range that covers n: at most 4n, so
-  // a draw walks fewer than 4 times on average.
-  while ((std::uint64_t{1} << (2 * half_bits_)) < static_cast<std::uint64_t>(n)) ++half_bits_;
+  // a draw walks fewer than 4 times on average. Counted in bits, not by shifting until the range covers
+  // n: for n above 2^62 the range is 2^64, which no 64-bit shift reaches.
+  half_bits_ = std::max(1, (static_cast<int>(std::bit_width(static_cast<std::uint64_t>(n - 1))) + 1) / 2);
+  state_.examples = n;
   if (n <= kStoredOrderLimit) state_.order.resize(static_cast<std::size_t>(n));
   reshuffle();
 }
@@ -124,12 +127,20 @@ Sampler::State Sampler::state() const {
 }
 
 void Sampler::check_state(const State& s) const {
-  if (s.order.empty() && (s.cursor < 0 || s.cursor > n_ || s.epoch < 0))
+  const bool computed = s.order.empty();
+  if (computed && (s.cursor < 0 || s.cursor > n_ || s.epoch < 0))
     fail<ValueError>("sampler: the saved data order (computed) is at epoch {} position {} but this dataset has {} examples",
                      s.epoch, s.cursor, n_);
-  if (!s.order.empty() && (static_cast<Index>(s.order.size()) != n_ || s.cursor < 0 || s.cursor > n_ || s.epoch < 0))
+  if (!computed && (static_cast<Index>(s.order.size()) != n_ || s.cursor < 0 || s.cursor > n_ || s.epoch < 0))
     fail<ValueError>("sampler: the saved data order covers {} examples at position {} but this dataset has {}",
                      s.order.size(), s.cursor, n_);
+  if (s.examples != 0 && s.examples != n_)
+    fail<ValueError>("sampler: the saved data order ({}) is of {} examples but this dataset has {}",
+                     computed ? "computed" : "stored", s.examples, n_);
+  if (computed && n_ <= kStoredOrderLimit)
+    fail<ValueError>("sampler: the saved data order is a computed one, but a dataset of {} examples has a stored order "
+                     "(computed orders are of more than {})",
+                     n_, kStoredOrderLimit);
   std::vector<char> seen(s.order.size(), 0);
   for (Index i : s.order) {
     if (i < 0 || i >= n_ || seen[static_cast<std::size_t>(i)])

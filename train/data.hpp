@@ -67,7 +67,11 @@ struct Dataset {
 //              way is a permutation of [0, n)), six rounds, fresh keys from the generator each epoch. The
 //              state is O(1): the generator's state at the epoch's start (the keys follow from it) and the
 //              position, so a checkpoint's size does not depend on the data's.
-// A state saved by either order restores that order, whatever n is (a checkpoint keeps its order).
+// A state says what it is for: which order, and of how many examples. A stored order restores that
+// order whatever n is, if it is a permutation of n (checkpoints written before orders were computed hold
+// one of any size); a computed order restores only into a sampler of its own n, which computes its order
+// (more than kStoredOrderLimit examples): a computed state of another n would go on in another order,
+// and a stored state stripped of its permutation is not a computed one.
 class Sampler {
  public:
   static constexpr Index kStoredOrderLimit = Index{1} << 16;
@@ -77,6 +81,7 @@ class Sampler {
     Index cursor = 0;          // position in the current epoch's order
     std::vector<Index> order;  // the stored permutation; empty when the order is computed
     Rng::State rng;            // stored: the generator after the shuffle; computed: at the epoch's start
+    Index examples = 0;        // n, the examples it orders; 0 in a state read from a file that predates it
   };
 
   Sampler(Index n, Index batch, std::uint64_t seed);

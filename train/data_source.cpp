@@ -110,6 +110,94 @@ std::uint32_t SequenceSource::fingerprint() const {
   return crc.value();
 }
 
+// ---- TokenWindows -----------------------------------------------------------------------------------
+
+Index consecutive_windows(Index n, Index context) { return n > 0 ? (n - 1) / context : 0; }
+
+TokenWindows::TokenWindows(Kind kind, File file, Index context, Index stride, Index count, std::vector<std::int32_t> map)
+    : kind_(kind), file_(std::move(file)), name_(file_->path().string()), context_(context), stride_(stride),
+      count_(count), population_(count), map_(std::move(map)) {
+  if (context_ < 1) fail<ValueError>("{}: windows of a context of {}; give 1 or more", file_->op(), context_);
+  if (file_->size() < context_ + 1)
+    fail<FormatError>("{}: '{}' holds {} ids, fewer than one window of {} (a context of {} and the id after it)",
+                      file_->op(), escaped(file_->path()), file_->size(), context_ + 1, context_);
+  if (!map_.empty() && static_cast<Index>(map_.size()) != file_->vocab())
+    fail<ValueError>("{}: a map of {} ids for '{}', whose vocabulary has {}", file_->op(), map_.size(),
+                     escaped(file_->path()), file_->vocab());
+  if (count_ < 1)
+    fail<ValueError>("{}: '{}' holds {} ids, which make no window of {} taken every {}", file_->op(),
+                     escaped(file_->path()), file_->size(), context_ + 1, stride_ / context_);
+  ids_.resize(static_cast<std::size_t>(context_ + 1));
+}
+
+TokenWindows TokenWindows::training(File file, Index context, std::vector<std::int32_t> map) {
+  const Index count = file->size() - context;  // starts 0 .. N - T - 1
+  return TokenWindows(Kind::training, std::move(file), context, 1, count, std::move(map));
+}
+
+TokenWindows TokenWindows::consecutive(File file, Index context, Index every, std::vector<std::int32_t> map) {
+  if (every < 1) fail<ValueError>("{}: every {}-th window; give 1 or more", file->op(), every);
+  const Index count = consecutive_windows(file->size(), context) / every;
+  return TokenWindows(Kind::consecutive, std::move(file), context, context * every, count, std::move(map));
+}
+
+TokenWindows TokenWindows::sample(File file, Index context, Index count, std::uint64_t seed, std::vector<std::int32_t> map) {
+  const Index all = consecutive_windows(file->size(), context);
+  if (count < 1) fail<ValueError>("{}: a sample of {} windows; give 1 or more", file->op(), count);
+  if (count >= all) return consecutive(std::move(file), context, 1, std::move(map));
+  TokenWindows w(Kind::sample, std::move(file), context, context, count, std::move(map));
+  w.population_ = all;
+  w.seed_ = seed;
+  w.sampler_.emplace(all, 1, seed);
+  return w;
+}
+
+Index TokenWindows::start(Index k) const {
+  if (k < 0 || k >= count_) fail<ValueError>("fill: window {} is outside '{}' of {} windows", k, escaped(name_), count_);
+  return sampler_ ? sampler_->at(k) * context_ : k * stride_;
+}
+
+void TokenWindows::window(Index k, std::span<std::int32_t> out) const {
+  if (static_cast<Index>(out.size()) != context_ + 1)
+    fail<ValueError>("{}: a window of {} ids read into room for {}", file_->op(), context_ + 1, out.size());
+  const Index s = start(k);
+  file_->read(s, out);
+  if (map_.empty()) return;
+  for (std::size_t t = 0; t < out.size(); ++t) {
+    const std::int32_t id = map_[static_cast<std::size_t>(out[t])];
+    if (id < 0)
+      fail<FormatError>("{}: '{}' holds id {} at position {}, which the vocabulary it is read with does not have",
+                        file_->op(), escaped(file_->path()), out[t], s + static_cast<Index>(t));
+    out[t] = id;
+  }
+}
+
+void TokenWindows::fill(std::span<const Index> indices, SequenceBatch& out) const {
+  const auto B = static_cast<Index>(indices.size()), T = context_;
+  out.tokens.resize(Shape::mat(B, T));
+  out.labels.resize(Shape::mat(B, T));
+  out.padding.resize(Shape::mat(B, T));
+  out.padding.set_zero();
+  out.padded = false;
+  out.labelled = B * T;
+  for (Index b = 0; b < B; ++b) {
+    window(indices[static_cast<std::size_t>(b)], ids_);
+    std::copy_n(ids_.begin(), T, out.tokens.data() + b * T);
+    std::copy_n(ids_.begin() + 1, T, out.labels.data() + b * T);
+  }
+}
+
+std::uint32_t TokenWindows::fingerprint() const {
+  Crc32 crc;
+  crc.add_le(static_cast<std::uint8_t>(kind_));
+  for (Index v : {context_, stride_, count_, population_}) crc.add_le(static_cast<std::uint64_t>(v));
+  crc.add_le(seed_);
+  crc.add_le(file_->fingerprint());
+  crc.add_le(static_cast<std::uint64_t>(map_.size()));
+  for (const std::int32_t id : map_) crc.add_le(static_cast<std::uint32_t>(id));
+  return crc.value();
+}
+
 // ---- TensorSource -----------------------------------------------------------------------------------
 
 TensorSource::TensorSource(std::string name, Tensor features, Ids labels)

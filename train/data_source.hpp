@@ -4,18 +4,23 @@
 // checkpoints), so every source gets the same reproducible, resumable order.
 //
 //   SequenceSource   token sequences with a label per position (a Dataset)  -> SequenceBatch
+//   TokenWindows     windows of a token file, read in place (any size)       -> SequenceBatch
 //   TensorSource     dense features with a class or a value per example      -> TensorBatch
 //
 // A user's own data is a class deriving from DataSource<TheirBatch>; a batch type needs weight(): how
 // many items a loss on it averages over (evaluation weighs batches by it).
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tapegrad/core/tensor.hpp"
 #include "tapegrad/train/data.hpp"
+#include "tapegrad/train/data_tokens.hpp"
 
 namespace tapegrad {
 
@@ -71,6 +76,67 @@ class SequenceSource final : public DataSource<SequenceBatch> {
   const Dataset& data_;
   Index length_;
 };
+
+// ---- windows of a token file ------------------------------------------------------------------------
+
+// Windows of T + 1 consecutive ids of a token file (train/data_tokens.hpp) as SequenceBatch examples: the
+// window at s gives tokens = ids [s, s + T) and labels = ids [s + 1, s + T + 1), no padding. Each is read
+// from the file as a batch is filled, so memory does not grow with the file. Which windows:
+//
+//   training(file, T)              every start, 0 .. N - T - 1 (the trainer's sampler draws them)
+//   consecutive(file, T, every)    k T for k = 0, 1, ...: windows that advance by T, so that every id after
+//                                  the first is predicted once, as far as whole windows reach; each
+//                                  `every`-th of them
+//   sample(file, T, count, seed)   `count` of the consecutive windows, a seeded sample without replacement
+//                                  (the first `count` of a Sampler's order of them); all of them, in order,
+//                                  when there are no more than `count`
+//
+// `map`, when given, is the model's id for each of the file's ids (-1 for one the model has none for): a
+// byte-level file read by a model of the bytes it saw, say. Reading an id without one is a FormatError
+// naming the file and the position (TokenFile::verify(map) finds every such id before a run starts).
+// The file is shared: any number of windows may read it.
+class TokenWindows final : public DataSource<SequenceBatch> {
+ public:
+  using File = std::shared_ptr<const TokenFile>;
+  static TokenWindows training(File file, Index context, std::vector<std::int32_t> map = {});
+  static TokenWindows consecutive(File file, Index context, Index every = 1, std::vector<std::int32_t> map = {});
+  static TokenWindows sample(File file, Index context, Index count, std::uint64_t seed, std::vector<std::int32_t> map = {});
+
+  std::string_view name() const override { return name_; }
+  Index size() const override { return count_; }
+  void fill(std::span<const Index> indices, SequenceBatch& out) const override;
+  // The CRC-32 of which windows these are (kind, T, stride, count; a sample's seed) and of the map, and
+  // the file's fingerprint (its header, which holds the CRC of every id): it reads nothing, whatever the
+  // file's size.
+  std::uint32_t fingerprint() const override;
+
+  // The T + 1 ids of window k, through the map.
+  void window(Index k, std::span<std::int32_t> out) const;
+  Index start(Index k) const;  // where window k starts in the file
+  Index context() const { return context_; }
+  Index stride() const { return stride_; }  // between consecutive starts (a sample's: between the windows it samples from)
+  Index predicted() const { return count_ * context_; }  // ids whose loss a pass over every window averages
+  Index population() const { return population_; }       // the windows a sample was drawn from (size() otherwise)
+  bool sampled() const { return sampler_.has_value(); }
+  const TokenFile& file() const { return *file_; }
+  const std::vector<std::int32_t>& map() const { return map_; }
+
+ private:
+  enum class Kind : std::uint8_t { training, consecutive, sample };
+  TokenWindows(Kind kind, File file, Index context, Index stride, Index count, std::vector<std::int32_t> map);
+
+  Kind kind_;
+  File file_;
+  std::string name_;
+  Index context_, stride_, count_, population_;
+  std::vector<std::int32_t> map_;
+  std::optional<Sampler> sampler_;  // a sample's order of the consecutive windows
+  std::uint64_t seed_ = 0;
+  mutable std::vector<std::int32_t> ids_;  // one window's T + 1 ids, as read
+};
+
+// Consecutive windows of T + 1 ids, advancing by T, in a file of `n` ids: floor((n - 1) / T).
+Index consecutive_windows(Index n, Index context);
 
 // ---- dense tensors ----------------------------------------------------------------------------------
 

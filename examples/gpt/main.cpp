@@ -6,6 +6,7 @@
 //
 //   build/examples/gpt                                          # /usr/share/games/fortunes -> gpt_out/
 //   build/examples/gpt --data mytext.txt --out runs/mine --steps 5000
+//   build/examples/gpt --data big/ --prepared big_data --prepare-only   # prepare once (nanoGPT's prepare.py)
 //   build/examples/gpt --sample-from gpt_out/learnable.tgck --prompt "The meaning of life" --length 500
 //   build/examples/gpt --resume gpt_out/checkpoints/learnable/checkpoint-00001000.tgck --out runs/resumed
 //   mpirun -np 2 build/examples/gpt --data-parallel              # each model trained by 2 ranks
@@ -27,10 +28,11 @@ int main(int argc, char** argv) {
                "floor, then the same transformer with parameter-free and with learnable self-attention, trained alike "
                "and compared on validation loss; sampling with a cache of keys and values.\n"
                "Data: the files of the --data folder whose names have no '.', in byte order (or one file), split into "
-               "fortunes at lines that are exactly '%'; every 10th fortune is validation; symbols are bytes."};
+               "fortunes at lines that are exactly '%'; every 10th fortune is validation; symbols are bytes. The text is "
+               "prepared once, streaming, into token files (--prepared) that training reads in place."};
   std::string sample_file;
   int threads = 0;
-  bool data_parallel = false, no_cache = false;
+  bool data_parallel = false, no_cache = false, prepare_only = false;
   std::string decay_on(to_string(o.decay_on));
   const std::string data_group = "Data and output", model_group = "Model", training_group = "Training",
                     sampling_group = "Sampling";
@@ -39,7 +41,14 @@ int main(int argc, char** argv) {
     training_flags.push_back(opt->group(group));
     return opt;
   };
-  training(app.add_option("--data", o.data, "A folder of fortune files, or one text file"), data_group)->capture_default_str();
+  auto* data = training(app.add_option("--data", o.data, "A folder of fortune files, or one text file (or a --prepared folder)"),
+                       data_group)->capture_default_str();
+  auto* prepared = app.add_option("--prepared", o.prepared,
+                                  "Folder of the prepared data (train.bin, val.bin, meta.json), made from --data once "
+                                  "and used as long as --data is unchanged; --data may also name such a folder")
+                       ->capture_default_str()->group(data_group);
+  auto* prepare = app.add_flag("--prepare-only", prepare_only, "Prepare --data in --prepared and stop (nanoGPT's prepare.py)")
+                      ->group(data_group);
   auto* out = app.add_option("--out", o.out, "Folder for checkpoints, samples, pictures and report.md")
                   ->capture_default_str()->group(data_group);
   auto* overwrite = app.add_flag("--overwrite", o.overwrite, "Replace the files of an earlier run in --out")->group(data_group);
@@ -82,8 +91,11 @@ int main(int argc, char** argv) {
   training(app.add_option("--eval-every", o.eval_every, "A point of the curves every N steps"), training_group)
       ->capture_default_str()->check(CLI::Range(1, 10000000));
   training(app.add_option("--curve-windows", o.curve_windows,
-                          "Validation windows a point of the curves evaluates, evenly spaced (0: all); the table "
-                          "evaluates all"),
+                          "Validation windows a point of the curves evaluates, evenly spaced (0: all)"),
+           training_group)->capture_default_str()->check(CLI::Range(0, 100000000));
+  training(app.add_option("--eval-windows", o.eval_windows,
+                          "Validation windows the table evaluates: all when there are at most N, else a seeded sample "
+                          "of N with its standard error (0: all)"),
            training_group)->capture_default_str()->check(CLI::Range(0, 100000000));
   auto* checkpoint_every = app.add_option("--checkpoint-every", o.checkpoint_every,
                                           "Save the state of training every N steps in --out/checkpoints/<model>/ (0: "
@@ -126,11 +138,18 @@ int main(int argc, char** argv) {
           fail<ValueError>("{} is a training flag; --sample-from takes only --prompt, --length, --seed, --temperature, "
                            "--no-cache and --threads",
                            other->get_name());
-      for (const CLI::Option* other : {out, overwrite, steps, checkpoint_every, keep, resume, parallel})
+      for (const CLI::Option* other : {out, overwrite, steps, checkpoint_every, keep, resume, parallel, prepared, prepare})
         if (other->count() > 0)
           fail<ValueError>("{} trains; --sample-from takes only --prompt, --length, --seed, --temperature, --no-cache and "
                            "--threads",
                            other->get_name());
+    }
+    if (prepare_only) {
+      for (const CLI::Option* other : {out, overwrite, steps, checkpoint_every, keep, resume, parallel})
+        if (other->count() > 0) fail<ValueError>("{} trains; --prepare-only takes --data and --prepared", other->get_name());
+      for (const CLI::Option* other : training_flags)
+        if (other->count() > 0 && other != data)
+          fail<ValueError>("{} is a training flag; --prepare-only takes --data and --prepared", other->get_name());
     }
     if (resume->count() > 0)
       for (const CLI::Option* other : training_flags)
@@ -139,7 +158,9 @@ int main(int argc, char** argv) {
                            "--steps, --out, --overwrite, --checkpoint-every, --keep and the sampling flags",
                            other->get_name());
     if (threads > 0) set_num_threads(threads);
+    o.prepared_given = prepared->count() > 0;
     if (sample->count() > 0) return gpt::sample_from(sample_file, o);
+    if (prepare_only) return gpt::prepare_only(o);
     if (resume->count() > 0) {
       gpt::Options resumed = o;
       resumed.steps = steps->count() > 0 ? o.steps : 0;  // 0: the checkpoint's own

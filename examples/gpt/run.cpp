@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 
@@ -13,6 +15,7 @@
 
 #include "command_line.hpp"
 #include "gpt/outputs.hpp"
+#include "gpt/prepare.hpp"
 #include "memory_limit.hpp"
 #include "tapegrad/train/checkpoint/checkpoint.hpp"
 #include "tapegrad/plot/plot.hpp"
@@ -37,15 +40,50 @@ bool is_leader(const Collective* collective) { return collective == nullptr || c
 
 // ---- the data --------------------------------------------------------------------------------------
 
-// A run's data: the text read from --data, its byte vocabulary, and the windows training and validation
-// read. The trainer keeps references to the windows, so a Data stays where it was made.
+// Windows that name their data as tapegrad did when it held the stream in memory (held_fingerprint): a
+// run resumed from a checkpoint written then trains and evaluates on them.
+class HeldWindows final : public DataSource<SequenceBatch> {
+ public:
+  explicit HeldWindows(const TokenWindows& windows) : windows_(windows), fingerprint_(held_fingerprint(windows)) {}
+  std::string_view name() const override { return windows_.name(); }
+  Index size() const override { return windows_.size(); }
+  void fill(std::span<const Index> indices, SequenceBatch& out) const override { windows_.fill(indices, out); }
+  std::uint32_t fingerprint() const override { return fingerprint_; }
+
+ private:
+  const TokenWindows& windows_;
+  std::uint32_t fingerprint_;
+};
+
+// How a run reads its data: the windows and how they name the data to a checkpoint.
+struct DataSettings {
+  Index context = 64;
+  Index curve_windows = 256;  // a curve point's validation windows, evenly spaced (0: all)
+  Index eval_windows = 0;     // the table's: all up to this many, else a seeded sample of this many (0: all)
+  std::uint64_t seed = 0;     // the sample's
+  bool held = false;          // fingerprints as checkpoints written before token files recorded them
+};
+
+// A run's data, prepared (gpt/prepare.hpp), and the windows training and validation read. The trainer
+// keeps references to the windows, so a Data stays where it was made.
 struct Data {
-  fs::path path;
-  Corpus corpus;
-  ByteVocabulary vocabulary;
-  Windows train, validation;
-  Windows curve;  // the curve's evaluations: evenly spaced validation windows
-  std::string sentence;  // the attention pictures' line of validation text
+  fs::path path;  // --data, or the path a resumed checkpoint records
+  Prepared prepared;
+  TokenWindows train;
+  TokenWindows validation;  // the table's: every consecutive window, or a seeded sample of them
+  TokenWindows curve;       // the curve's evaluations: evenly spaced validation windows
+  Index validation_windows = 0;  // every consecutive window of the validation stream
+  std::string sentence;     // the attention pictures' line of validation text
+  DataSettings settings;
+  std::unique_ptr<HeldWindows> held_train = nullptr, held_curve = nullptr;
+
+  const DataSource<SequenceBatch>& train_source() const {
+    return held_train ? static_cast<const DataSource<SequenceBatch>&>(*held_train) : train;
+  }
+  const DataSource<SequenceBatch>& curve_source() const {
+    return held_curve ? static_cast<const DataSource<SequenceBatch>&>(*held_curve) : curve;
+  }
+  const ByteVocabulary& vocabulary() const { return prepared.vocabulary; }
 };
 
 // The validation windows of a curve point: every `every`-th, about `curve_windows` of them (all for 0).
@@ -69,25 +107,48 @@ std::string attention_sentence(const std::string& validation, Index context) {
   return validation.substr(0, static_cast<std::size_t>(std::min<Index>(32, context)));
 }
 
-// `source` names where the path came from in messages: "--data", or the checkpoint a resumed run read it from.
-std::unique_ptr<Data> load_data(const fs::path& path, Index context, Index curve_windows, const std::string& source) {
-  Corpus corpus = read_corpus(path, source);
-  ByteVocabulary vocabulary = ByteVocabulary::of(corpus.train, corpus.validation);
-  std::string sentence = attention_sentence(corpus.validation, context);
-  // The streams become their ids where they are (the corpus keeps its counts): the text is held once.
-  TokenBytes train = vocabulary.encode_in_place(std::move(corpus.train), source);
-  TokenBytes validation = vocabulary.encode_in_place(std::move(corpus.validation), source);
-  corpus.train = corpus.validation = {};
-  const Index every = curve_every(validation_windows(static_cast<Index>(validation->size()), context), curve_windows);
-  return std::make_unique<Data>(Data{
-      .path = path,
-      .corpus = std::move(corpus),
-      .vocabulary = std::move(vocabulary),
-      .train = Windows::training(source + ": the training text", std::move(train), context),
-      .validation = Windows::validation(source + ": the validation text", validation, context),
-      .curve = Windows::validation(source + ": the validation text", validation, context, every),
-      .sentence = std::move(sentence),
+// Where the sentence is looked for: the validation stream's first bytes, as many as a large text's search
+// may take without the search growing with the text.
+constexpr Index kSentenceSearchBytes = Index{1} << 20;
+
+std::string validation_head(const TokenFile& validation) {
+  std::string head;
+  validation.scan(0, std::min(validation.size(), kSentenceSearchBytes), [&](Index, std::span<const std::int32_t> ids) {
+    for (const std::int32_t b : ids) head += static_cast<char>(b);  // a prepared file's ids are its bytes
   });
+  return head;
+}
+
+// `source` names where the path came from in messages: "--data", or the checkpoint a resumed run read it from.
+std::unique_ptr<Data> load_data(const fs::path& path, const fs::path& prepared_dir, const DataSettings& s,
+                                const std::string& source) {
+  Prepared prepared = prepare_data(path, prepared_dir, source);
+  const Index T = s.context;
+  for (const auto& [file, what] : {std::pair{prepared.train, "training"}, std::pair{prepared.validation, "validation"}})
+    if (file->size() < T + 1)
+      fail<ValueError>("{}: the {} text '{}': {} bytes make no window of {} bytes (--context {} + 1); give a shorter "
+                       "--context or more text",
+                       source, what, escaped(file->path()), file->size(), T + 1, T);
+  const std::vector<std::int32_t> map = prepared.vocabulary.map();
+  const TokenWindows::File validation = prepared.validation;
+  const Index all = consecutive_windows(validation->size(), T);
+  std::string sentence = attention_sentence(validation_head(*validation), T);
+  auto data = std::make_unique<Data>(Data{
+      .path = path,
+      .prepared = prepared,
+      .train = TokenWindows::training(prepared.train, T, map),
+      .validation = s.eval_windows <= 0 ? TokenWindows::consecutive(validation, T, 1, map)
+                                        : TokenWindows::sample(validation, T, s.eval_windows, s.seed, map),
+      .curve = TokenWindows::consecutive(validation, T, curve_every(all, s.curve_windows), map),
+      .validation_windows = all,
+      .sentence = std::move(sentence),
+      .settings = s,
+  });
+  if (s.held) {
+    data->held_train = std::make_unique<HeldWindows>(data->train);
+    data->held_curve = std::make_unique<HeldWindows>(data->curve);
+  }
+  return data;
 }
 
 // The learnable model's memory (the larger of the two) within the examples' limit.
@@ -110,9 +171,9 @@ struct LmRun {
   LmRun(const Gpt<float>::Config& config, const OptimizerFactory& make_optimizer, const TrainOptions& options,
         const Data& data)
       : model(config), optimizer(make_optimizer(model)),
-        trainer(model, *optimizer, data.train,
+        trainer(model, *optimizer, data.train_source(),
                 [this](Tape<float>& tape, const SequenceBatch& batch) { return model.loss(tape, batch); }, options) {
-    trainer.evaluate_on(data.curve);
+    trainer.evaluate_on(data.curve_source());
   }
 };
 
@@ -139,21 +200,97 @@ OptimizerFactory saved_optimizer(const OptimizerRecord& r) {
   };
 }
 
-// What --resume needs besides the checkpoint's own records: where the data came from and how the curve
-// sampled the validation windows.
-Checkpoint checkpoint_of(const LmRun& run, const Data& data, Index curve_windows) {
+// What --resume needs besides the checkpoint's own records: where the data came from and was prepared, and
+// which validation windows the curve and the table evaluate.
+Checkpoint checkpoint_of(const LmRun& run, const Data& data) {
   Checkpoint c = snapshot(run.trainer);
   c.metadata["program"] = std::string(kProgram);
   c.metadata["data"] = data.path.string();
-  c.metadata["curve_windows"] = to_text(curve_windows);
+  c.metadata["prepared"] = fs::absolute(data.prepared.dir).lexically_normal().string();
+  c.metadata["curve_windows"] = to_text(data.settings.curve_windows);
+  c.metadata["eval_windows"] = to_text(data.settings.eval_windows);
   return c;
+}
+
+// ---- evaluation --------------------------------------------------------------------------------------
+
+// Windows [begin, end) of another source: one evaluation batch of a sample, evaluated alone for its mean.
+class Slice final : public DataSource<SequenceBatch> {
+ public:
+  Slice(const DataSource<SequenceBatch>& all, Index begin, Index end) : all_(all), begin_(begin), end_(end) {}
+  std::string_view name() const override { return all_.name(); }
+  Index size() const override { return end_ - begin_; }
+  void fill(std::span<const Index> indices, SequenceBatch& out) const override {
+    shifted_.assign(indices.begin(), indices.end());
+    for (Index& i : shifted_) i += begin_;
+    all_.fill(shifted_, out);
+  }
+  std::uint32_t fingerprint() const override { return all_.fingerprint(); }
+
+ private:
+  const DataSource<SequenceBatch>& all_;
+  Index begin_, end_;
+  mutable std::vector<Index> shifted_;
+};
+
+// A loss over validation windows: exact over every window (no standard error), or a sample's mean with
+// its standard error.
+struct Estimate {
+  double mean = 0;
+  double standard_error = std::numeric_limits<double>::quiet_NaN();
+};
+
+// The weighted mean of group means m_j (w_j windows each, drawn at random without replacement from
+// `population` windows in all), and its standard error: the ratio estimator's,
+// sqrt(g / (g - 1) * sum_j (w_j / W)^2 (m_j - mean)^2) over g groups, times the finite-population
+// correction sqrt(1 - n / N). Groups of one window each give s / sqrt(n), the textbook's.
+Estimate sample_estimate(const std::vector<double>& means, const std::vector<double>& weights, Index population) {
+  double total = 0, weighted = 0;
+  for (std::size_t j = 0; j < means.size(); ++j) {
+    total += weights[j];
+    weighted += weights[j] * means[j];
+  }
+  Estimate e{.mean = weighted / total};
+  const auto g = static_cast<double>(means.size());
+  if (means.size() < 2) return e;
+  double spread = 0;
+  for (std::size_t j = 0; j < means.size(); ++j) spread += std::pow(weights[j] / total * (means[j] - e.mean), 2);
+  e.standard_error = std::sqrt(g / (g - 1) * spread * std::max(0.0, 1 - total / static_cast<double>(population)));
+  return e;
+}
+
+// The model's loss over the table's windows: every window's at once, or, for a sample, batch by batch
+// (the trainer's evaluation batch), each batch's mean a group of the estimate.
+Estimate evaluate_table(Trainer<SequenceBatch>& trainer, const TokenWindows& windows) {
+  if (!windows.sampled()) return {.mean = value_of(trainer.evaluate(windows), "eval_loss")};
+  std::vector<double> means, weights;
+  const Index batch = trainer.options().eval_batch;
+  for (Index begin = 0; begin < windows.size(); begin += batch) {
+    const Slice slice(windows, begin, std::min(windows.size(), begin + batch));
+    means.push_back(value_of(trainer.evaluate(slice), "eval_loss"));
+    weights.push_back(static_cast<double>(slice.size()));
+  }
+  return sample_estimate(means, weights, windows.population());
+}
+
+// The bigram's over the same windows.
+Estimate bigram_table(const Bigram& bigram, const TokenWindows& windows) {
+  if (!windows.sampled()) return {.mean = bigram.nll(windows)};
+  std::vector<double> per_window;
+  bigram.nll(windows, &per_window);
+  return sample_estimate(per_window, std::vector<double>(per_window.size(), 1.0), windows.population());
+}
+
+// "2.0407", or "2.0407 ± 0.0049" for a sample.
+std::string loss_text(const Estimate& e) {
+  return std::isnan(e.standard_error) ? fmt::format("{:.4f}", e.mean) : fmt::format("{:.4f} \u00b1 {:.4f}", e.mean, e.standard_error);
 }
 
 struct ModelResult {
   std::string title;      // the table's row: bigram, parameter-free, learnable
   std::string file_name;  // bigram, parameter_free, learnable
   Index parameters = 0;
-  double validation = 0;  // nats per byte over every validation window
+  Estimate validation = {};  // nats per byte over the table's validation windows
   double seconds = 0;     // training, with the curve's evaluations
   double chars_per_second = 0;  // bytes of training windows (steps x batch x context) a second
   std::vector<CurvePoint> curve = {};
@@ -173,8 +310,8 @@ std::string sample_text(LanguageModel<T>& model, const ByteVocabulary& vocabular
 
 // Trains a run from where it is to its last step, evaluates it on every validation window, and (rank 0)
 // samples from it and saves it.
-ModelResult train_to_end(LmRun& run, const Data& data, const Options& o, Index curve_windows, RunFolder* folder,
-                         Collective* collective, std::string_view sentence) {
+ModelResult train_to_end(LmRun& run, const Data& data, const Options& o, RunFolder* folder, Collective* collective,
+                         std::string_view sentence) {
   Gpt<float>& model = run.model;
   const std::string title(mode_title(model.config().attention)), name(mode_file_name(model.config().attention));
   const bool leader = is_leader(collective);
@@ -187,7 +324,7 @@ ModelResult train_to_end(LmRun& run, const Data& data, const Options& o, Index c
   callbacks.on_step = [&](Index step) {
     progress.on_step(step);
     if (folder && o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < options.steps)
-      folder->save_checkpoint(name, checkpoint_of(run, data, curve_windows), step, o.keep);
+      folder->save_checkpoint(name, checkpoint_of(run, data), step, o.keep);
   };
   const auto start = std::chrono::steady_clock::now();
   examples::with_nan_hint("lower --lr, or clip gradients with --clip N", [&] { run.trainer.run(callbacks); });
@@ -197,23 +334,23 @@ ModelResult train_to_end(LmRun& run, const Data& data, const Options& o, Index c
   r.chars_per_second =
       static_cast<double>((run.trainer.steps_done() - first_step) * options.batch * model.context()) / r.seconds;
   r.curve = run.trainer.curve();
-  r.validation = value_of(run.trainer.evaluate(data.validation), "eval_loss");
+  r.validation = evaluate_table(run.trainer, data.validation);
   if (!leader) return r;  // the others' replicas are rank 0's: it samples, saves and reports
   model.eval();
-  r.samples = sample_text(model, data.vocabulary, o, o.cache);
+  r.samples = sample_text(model, data.vocabulary(), o, o.cache);
   if (!sentence.empty()) r.maps = attention_maps(model, sentence);
 
-  const fs::path file = folder->save_model(name, checkpoint_of(run, data, curve_windows), model,
+  const fs::path file = folder->save_model(name, checkpoint_of(run, data), model,
                                            model.config().attention == AttentionMode::learnable ? WeightLayout::pytorch
                                                                                                 : WeightLayout::tapegrad);
   folder->write(fmt::format("samples_{}.txt", name), r.samples);
   // What --sample-from will do in a fresh process: the saved model must sample the same text.
   const auto reloaded = model_from_checkpoint<Gpt<float>>(read_checkpoint(file));
   reloaded->eval();
-  r.reload_matches = sample_text(*reloaded, data.vocabulary, o, o.cache) == r.samples;
-  fmt::print("  {:<14} validation {:.4f} nats/char after {} steps ({:.1f} s, {:.0f} chars/s); weights crc32 {:08x}; "
+  r.reload_matches = sample_text(*reloaded, data.vocabulary(), o, o.cache) == r.samples;
+  fmt::print("  {:<14} validation {} nats/char after {} steps ({:.1f} s, {:.0f} chars/s); weights crc32 {:08x}; "
              "saved {}{}\n",
-             title, r.validation, run.trainer.steps_done(), r.seconds, r.chars_per_second,
+             title, loss_text(r.validation), run.trainer.steps_done(), r.seconds, r.chars_per_second,
              weights_crc32(snapshot<float>(model)), file.filename().string(),
              r.reload_matches ? "" : " -- RELOADED, IT SAMPLES OTHER TEXT");
   std::fflush(stdout);
@@ -262,34 +399,54 @@ std::string table(const std::vector<ModelResult>& rows, bool markdown) {
   if (markdown) {
     out += "| model | parameters | validation (nats/char) | training time | training chars/s |\n|---|---:|---:|---:|---:|\n";
     for (const auto& r : rows)
-      out += fmt::format("| {} | {} | {:.4f} | {:.1f} s | {} |\n", r.title, r.parameters, r.validation, r.seconds, rate(r));
+      out += fmt::format("| {} | {} | {} | {:.1f} s | {} |\n", r.title, r.parameters, loss_text(r.validation), r.seconds,
+                         rate(r));
     return out;
   }
   out += fmt::format("  {:<16} {:>10}  {:>22}  {:>13}  {:>16}\n", "model", "parameters", "validation (nats/char)",
                      "training time", "training chars/s");
   for (const auto& r : rows)
-    out += fmt::format("  {:<16} {:>10}  {:>22.4f}  {:>11.1f} s  {:>16}\n", r.title, r.parameters, r.validation, r.seconds,
-                       rate(r));
+    out += fmt::format("  {:<16} {:>10}  {:>22}  {:>11.1f} s  {:>16}\n", r.title, r.parameters, loss_text(r.validation),
+                       r.seconds, rate(r));
   return out;
 }
 
 std::string describe_data(const Data& d) {
-  const Corpus& c = d.corpus;
+  const Prepared& p = d.prepared;
   return fmt::format("{}: {} file{}, {} fortunes ({} empty dropped); training {} fortunes, {} bytes; validation {} "
                      "fortunes, {} bytes ({} windows of {}); {} byte symbols",
-                     escaped(d.path), c.files.size(), c.files.size() == 1 ? "" : "s", c.fortunes, c.empty,
-                     c.train_fortunes, d.train.ids().size(), c.validation_fortunes, d.validation.ids().size(), d.validation.size(),
-                     d.validation.context() + 1, d.vocabulary.size());
+                     escaped(d.path), p.files.size(), p.files.size() == 1 ? "" : "s", p.fortunes, p.empty,
+                     p.train_fortunes, p.train->size(), p.validation_fortunes, p.validation->size(), d.validation_windows,
+                     d.train.context() + 1, d.vocabulary().size());
+}
+
+// Where the token files are, and whether this run made them or found them made.
+std::string describe_preparation(const Data& d) {
+  const Prepared& p = d.prepared;
+  const double mb = static_cast<double>(p.text_bytes) / 1e6;
+  if (p.made)
+    return fmt::format("{}: {} and {} made from {:.1f} MB of text in {:.2f} s ({:.0f} MB/s)", escaped(p.dir),
+                       escaped(p.train->path().filename()), escaped(p.validation->path().filename()), mb, p.seconds,
+                       mb / std::max(p.seconds, 1e-9));
+  return fmt::format("{}: prepared from this data before; its {:.1f} MB of ids checked in {:.2f} s", escaped(p.dir),
+                     static_cast<double>(p.train->size() + p.validation->size()) / 1e6, p.seconds);
+}
+
+// Which validation windows the table evaluates.
+std::string describe_evaluation(const Data& d) {
+  if (!d.validation.sampled()) return fmt::format("every validation window ({})", d.validation.size());
+  return fmt::format("a seeded sample of {} of the {} validation windows, with one standard error", d.validation.size(),
+                     d.validation.population());
 }
 
 std::string describe_training(const Options& o, const Data& d) {
   return fmt::format("AdamW lr {:g}, betas ({:g}, {:g}), weight decay {:g} on {}, warm-up {} steps then cosine to {:g}, "
                      "gradient norm clipped at {:g}; {} steps of {} windows of {} characters (seed {}); curve: {} "
-                     "validation windows every {} steps",
+                     "validation windows every {} steps; table: {}",
                      o.lr, o.beta1, o.beta2, o.weight_decay,
                      o.decay_on == DecayOn::matrices ? "matrices only" : "all parameters",
                      warmup_steps(o), o.min_lr, o.clip, o.steps, o.batch, d.train.context(), o.train_seed, d.curve.size(),
-                     o.eval_every);
+                     o.eval_every, describe_evaluation(d));
 }
 
 std::string describe_model(const Gpt<float>::Config& c) {
@@ -319,9 +476,11 @@ std::string report(const Options& o, const Data& d, const Gpt<float>::Config& c,
   std::string out = fmt::format(
       "# A character GPT on the fortunes\n\n"
       "Data: {}.\n\nModel: {}.\n\nTraining: {}.\n\n"
-      "## Validation loss\n\nMean cross-entropy over every byte the validation windows predict ({} bytes), in nats "
-      "per character; time with the curve's evaluations.\n\n{}\n## Pictures\n\n",
-      describe_data(d), describe_model(c), describe_training(o, d), d.validation.predicted(), table(rows, true));
+      "## Validation loss\n\nMean cross-entropy over every byte {} predict ({} bytes), in nats per character; time with "
+      "the curve's evaluations.\n\n{}\n## Pictures\n\n",
+      describe_data(d), describe_model(c), describe_training(o, d),
+      d.validation.sampled() ? "a seeded sample of the validation windows (± one standard error)" : "the validation windows",
+      d.validation.predicted(), table(rows, true));
   out += "![curves](curves.svg)\n\n";
   for (std::size_t i = 1; i < pictures.size(); ++i)
     out += fmt::format("- `{}`: which earlier characters each head reads in \"{}\"\n", pictures[i], visible(sentence));
@@ -353,7 +512,7 @@ FolderPlan plan_of(const Options& o, const Data& data, const std::vector<Attenti
   FolderPlan plan;
   plan.overwrite = o.overwrite;
   plan.resume = resume;
-  plan.inputs = {data.path};
+  plan.inputs = {data.path, data.prepared.dir};
   plan.last_step = steps;
   plan.checkpoints = o.checkpoint_every > 0;
   for (const AttentionMode mode : modes) {
@@ -369,27 +528,32 @@ int run_comparison(const Options& o, Collective* collective) {
   const auto start = std::chrono::steady_clock::now();
   if (o.model.d_model % o.model.n_heads != 0)
     fail<ValueError>("--d-model {} is not divisible by --heads {}", o.model.d_model, o.model.n_heads);
-  const std::unique_ptr<Data> data = load_data(o.data, o.model.context, o.curve_windows, "--data");
+  const std::unique_ptr<Data> data =
+      load_data(o.data, o.prepared,
+                {.context = o.model.context, .curve_windows = o.curve_windows, .eval_windows = o.eval_windows,
+                 .seed = o.train_seed},
+                "--data");
   Gpt<float>::Config config = o.model;
-  config.vocabulary = data->vocabulary.hex();
+  config.vocabulary = data->vocabulary().hex();
   Gpt<float>::check_config(config);  // before the folder is taken
   check_memory(config, o.batch);  // evaluation goes in batches of the same size
-  (void)data->vocabulary.encode(o.prompt, "--prompt");  // a prompt the models cannot read, before any training
+  (void)data->vocabulary().encode(o.prompt, "--prompt");  // a prompt the models cannot read, before any training
 
   std::optional<RunFolder> folder;  // rank 0's, checked before any training
   if (leader) folder.emplace(o.out, plan_of(o, *data, modes_of(o.attention), false, o.steps));
   if (leader)
-    fmt::print("gpt: a character GPT on running text (nanoGPT's character model)\ndata: {}\nmodel: {}\ntraining: {}\n\n",
-               describe_data(*data), describe_model(config), describe_training(o, *data));
+    fmt::print("gpt: a character GPT on running text (nanoGPT's character model)\ndata: {}\nprepared: {}\nmodel: {}\n"
+               "training: {}\n\n",
+               describe_data(*data), describe_preparation(*data), describe_model(config), describe_training(o, *data));
   std::fflush(stdout);
 
   const auto bigram_start = std::chrono::steady_clock::now();
-  const Bigram bigram(data->train.ids(), data->vocabulary.size());
+  const Bigram bigram(data->prepared.train_pairs, data->vocabulary());
   ModelResult floor{.title = "bigram", .file_name = "bigram", .parameters = bigram.parameter_count(),
-                    .validation = bigram.nll(data->validation.ids(), data->validation.predicted())};
+                    .validation = bigram_table(bigram, data->validation)};
   floor.seconds = seconds_since(bigram_start);
   BigramModel bigram_model(bigram);
-  floor.samples = sample_text(bigram_model, data->vocabulary, o, false);
+  floor.samples = sample_text(bigram_model, data->vocabulary(), o, false);
   if (leader) folder->write("samples_bigram.txt", floor.samples);
 
   const std::string& sentence = data->sentence;
@@ -400,14 +564,14 @@ int run_comparison(const Options& o, Collective* collective) {
     const TrainOptions options{.steps = o.steps, .batch = o.batch, .eval_every = o.eval_every, .eval_batch = o.batch,
                                .seed = o.train_seed, .clip = o.clip};
     LmRun run(config, new_optimizer(o), options, *data);
-    trained.push_back(train_to_end(run, *data, o, o.curve_windows, leader ? &*folder : nullptr, collective, sentence));
+    trained.push_back(train_to_end(run, *data, o, leader ? &*folder : nullptr, collective, sentence));
   }
   if (!leader) return static_cast<int>(ExitCode::ok);  // rank 0 writes the table, pictures and report
 
   std::vector<ModelResult> rows = {floor};
   rows.insert(rows.end(), trained.begin(), trained.end());
   std::vector<std::string> pictures = {"curves.svg"};
-  folder->write("curves.svg", curves_svg(trained, floor.validation, o.steps));
+  folder->write("curves.svg", curves_svg(trained, floor.validation.mean, o.steps));
   for (const ModelResult& r : trained)
     for (std::size_t layer = 0; layer < r.maps.size(); ++layer) {
       pictures.push_back(attention_name(r, layer));
@@ -436,34 +600,57 @@ int resume(const Options& o, Collective* collective) {
                       "the data it was trained on)",
                       escaped(fs::path(o.resume)));
   const Gpt<float>::Config config = model_config_from<Gpt<float>>(checkpoint);
-  Index curve_windows = 0;
-  if (!from_text(checkpoint.metadata.at("curve_windows"), curve_windows))
-    fail<FormatError>("--resume: '{}' records curve_windows '{}', which is not a number", escaped(fs::path(o.resume)),
-                      escaped(checkpoint.metadata.at("curve_windows")));
+  const auto number = [&](const std::string& key) {
+    Index n = 0;
+    if (!checkpoint.metadata.contains(key))
+      fail<FormatError>("--resume: '{}' records no {}", escaped(fs::path(o.resume)), key);
+    if (!from_text(checkpoint.metadata.at(key), n))
+      fail<FormatError>("--resume: '{}' records {} '{}', which is not a number", escaped(fs::path(o.resume)), key,
+                        escaped(checkpoint.metadata.at(key)));
+    return n;
+  };
+  // A checkpoint written before token files names its data by the CRC of every id, and its table evaluated
+  // every validation window.
+  const bool held = !checkpoint.metadata.contains("prepared");
+  const DataSettings settings{.context = config.context, .curve_windows = number("curve_windows"),
+                              .eval_windows = held ? 0 : number("eval_windows"), .seed = config.seed, .held = held};
+  const fs::path prepared = o.prepared_given || held ? fs::path(o.prepared) : fs::path(checkpoint.metadata.at("prepared"));
   const std::unique_ptr<Data> data =
-      load_data(checkpoint.metadata.at("data"), config.context, curve_windows,
+      load_data(checkpoint.metadata.at("data"), prepared, settings,
                 fmt::format("--resume: the data path that '{}' records", escaped(fs::path(o.resume))));
-  if (data->vocabulary.hex() != config.vocabulary)
+  if (data->vocabulary().hex() != config.vocabulary)
     fail<ValueError>("--resume: the data '{}' has other bytes than the model was trained on", escaped(data->path));
-  (void)data->vocabulary.encode(o.prompt, "--prompt");
+  (void)data->vocabulary().encode(o.prompt, "--prompt");
   TrainOptions options = checkpoint.training->trainer.options;
   const Index at = checkpoint.training->trainer.step;
   if (o.steps > 0) options.steps = o.steps;
   if (options.steps < at)
     fail<ValueError>("--steps {} is behind the checkpoint, which is at step {}; give more steps to train on", options.steps, at);
 
-  std::optional<RunFolder> folder;
-  if (leader) folder.emplace(o.out, plan_of(o, *data, {config.attention}, true, options.steps));
   LmRun run(config, saved_optimizer(checkpoint.training->optimizer), options, *data);
   const LoadReport loaded = load_training(checkpoint, run.trainer);  // strict: refuses other data, another optimizer
+  std::optional<RunFolder> folder;  // taken once the checkpoint fits the data: a refusal writes nothing
+  if (leader) folder.emplace(o.out, plan_of(o, *data, {config.attention}, true, options.steps));
   if (leader)
-    fmt::print("gpt: resumed {} at step {} of {} from {} ({})\ndata: {}\n", describe(config), at, options.steps,
-               escaped(fs::path(o.resume)), loaded.str(), describe_data(*data));
-  const ModelResult r = train_to_end(run, *data, o, curve_windows, leader ? &*folder : nullptr, collective, {});
+    fmt::print("gpt: resumed {} at step {} of {} from {} ({})\ndata: {}\nprepared: {}\n", describe(config), at,
+               options.steps, escaped(fs::path(o.resume)), loaded.str(), describe_data(*data), describe_preparation(*data));
+  const ModelResult r = train_to_end(run, *data, o, leader ? &*folder : nullptr, collective, {});
   if (!leader) return static_cast<int>(ExitCode::ok);
   fmt::print("samples ({} characters after \"{}\", seed {}):\n", o.length, visible(o.prompt), o.seed);
   print_samples({r});
   return static_cast<int>(r.reload_matches ? ExitCode::ok : ExitCode::check_failed);
+}
+
+int prepare_only(const Options& o) {
+  const auto start = std::chrono::steady_clock::now();
+  const Prepared p = prepare_data(o.data, o.prepared, "--data");
+  const double mb = static_cast<double>(p.text_bytes) / 1e6;
+  fmt::print("gpt: {} {}: {} and {} ({} and {} bytes, {} byte symbols) from {:.1f} MB of text in {:.2f} s ({:.0f} "
+             "MB/s)\n",
+             p.made ? "prepared" : "found prepared (and checked)", escaped(p.dir), escaped(p.train->path().filename()),
+             escaped(p.validation->path().filename()), p.train->size(), p.validation->size(), p.vocabulary.size(), mb,
+             seconds_since(start), mb / std::max(seconds_since(start), 1e-9));
+  return static_cast<int>(ExitCode::ok);
 }
 
 int sample_from(const std::string& file, const Options& o) {

@@ -18,6 +18,8 @@ namespace gpt {
 // gradients clipped at norm 1 (config/train_shakespeare_char.py and train.py). --help shows them.
 struct Options {
   std::string data = std::string(kFortunes);
+  std::string prepared = "gpt_data";  // where --data is prepared (gpt/prepare.hpp)
+  bool prepared_given = false;        // --prepared was given (with --resume: instead of the checkpoint's)
   std::string out = "gpt_out";
   bool overwrite = false;
   std::string attention = "both";  // which models: both, learnable or parameter_free
@@ -34,6 +36,9 @@ struct Options {
   std::uint64_t train_seed = 0;  // initial weights and data order
   Index eval_every = 200;        // a point of the curves every N steps
   Index curve_windows = 256;     // validation windows each point evaluates, evenly spaced (0: all)
+  // The table's validation windows: all of them when there are at most this many, else a seeded sample of
+  // this many (nanoGPT's eval_iters), with its standard error; 0: all. The fortunes have 4,104: all.
+  Index eval_windows = 8192;
   Index checkpoint_every = 0;    // 0: only the model at the end
   int keep = 2;
   std::string resume;            // a checkpoint to go on from
@@ -51,6 +56,8 @@ int run_comparison(const Options& o, tapegrad::Collective* collective = nullptr)
 // Trains the model of a checkpoint written by this program (<model>.tgck or checkpoints/...) on to
 // o.steps (the checkpoint's own if not given: 0), with every other setting the checkpoint's.
 int resume(const Options& o, tapegrad::Collective* collective = nullptr);
+// Prepares o.data in o.prepared (or finds it prepared) and says so: nanoGPT's prepare.py, alone.
+int prepare_only(const Options& o);
 // Rebuilds the model saved in `file` and prints o.prompt and o.length bytes sampled after it, exactly as
 // the training run sampled them for the same settings; the rate goes to stderr.
 int sample_from(const std::string& file, const Options& o);

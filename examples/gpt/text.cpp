@@ -6,14 +6,10 @@
 
 #include "tapegrad/core/crc32.hpp"
 #include "tapegrad/core/error.hpp"
-#include "tapegrad/core/file_io.hpp"
 
 namespace gpt {
 
 using namespace tapegrad;
-namespace fs = std::filesystem;
-
-constexpr Index kMinFortunes = 10;  // fortune 9 is the first validation one
 
 void FortuneSplitter::emit(std::string_view b) {
   open_ = true;
@@ -82,84 +78,6 @@ FileFortunes split_fortunes(std::string_view text) {
   return std::move(collect.out);
 }
 
-namespace {
-
-// The files a folder contributes: regular files (or links to one) directly in it, no '.' in the name,
-// sorted by the bytes of their names.
-std::vector<fs::path> files_of_folder(const fs::path& dir, std::string_view flag) {
-  std::vector<fs::path> files;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    std::error_code type_ec;
-    if (name.find('.') == std::string::npos && fs::is_regular_file(it->path(), type_ec)) files.push_back(it->path());
-  }
-  if (ec) fail<FileError>("{}: cannot list the folder '{}': {}", flag, escaped(dir), ec.message());
-  std::sort(files.begin(), files.end(),
-            [](const fs::path& a, const fs::path& b) { return a.filename().native() < b.filename().native(); });
-  if (files.empty())
-    fail<FileError>("{}: the folder '{}' holds no file to read (it reads the regular files whose names have no '.')",
-                    flag, escaped(dir));
-  return files;
-}
-
-}  // namespace
-
-Corpus read_corpus(const fs::path& path, std::string_view flag) {
-  std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);
-  if (ec || !fs::exists(status))
-    fail<FileError>("{}: cannot open '{}': {}", flag, escaped(path), ec ? ec.message() : "No such file or directory");
-  std::vector<fs::path> files;
-  if (fs::is_directory(status))
-    files = files_of_folder(path, flag);
-  else if (fs::is_regular_file(status))
-    files = {path};
-  else
-    fail<FileError>("{}: '{}' is neither a folder nor a regular file", flag, escaped(path));
-
-  // Fortune i goes to the validation stream when i % 10 == 9, as its bytes arrive. Both streams reserve
-  // room for all the text (untouched pages cost no memory), so they never grow by copying.
-  struct Streams final : FortuneSplitter::Sink {
-    Corpus& c;
-    explicit Streams(Corpus& corpus) : c(corpus) {}
-    std::string& open() { return c.fortunes % 10 == 9 ? c.validation : c.train; }
-    void bytes(std::string_view b) override { open() += b; }
-    void close(bool empty) override {
-      if (empty) {
-        ++c.empty;
-        return;
-      }
-      open() += kSeparator;
-      ++(c.fortunes % 10 == 9 ? c.validation_fortunes : c.train_fortunes);
-      ++c.fortunes;
-    }
-  };
-  Corpus c;
-  std::size_t total = 0;
-  for (const fs::path& file : files) total += file_size_of(file, kMaxDataBytes - std::min(total, kMaxDataBytes), flag);
-  // A stream holds the text plus, per file, at most a '\n' and a separator added at its end.
-  c.train.reserve(total + 3 * files.size());
-  c.validation.reserve(total + 3 * files.size());
-  Streams streams(c);
-  FortuneSplitter splitter(streams);
-  total = 0;
-  for (const fs::path& file : files) {
-    total += read_file_pieces(file, kMaxDataBytes - total, flag, [&](std::string_view piece) {
-      if (piece.find('\0') != std::string_view::npos)
-        fail<FormatError>("{}: '{}' is not a text file (it holds NUL bytes)", flag, escaped(file));
-      splitter.feed(piece);
-    });
-    splitter.finish();
-    c.files.push_back(file.filename().string());
-  }
-  if (c.fortunes < kMinFortunes)
-    fail<FormatError>("{}: '{}' holds {} fortune{}; every 10th is for validation, so at least {} are needed (fortunes "
-                      "are separated by lines that are exactly '%')",
-                      flag, escaped(path), c.fortunes, c.fortunes == 1 ? "" : "s", kMinFortunes);
-  return c;
-}
-
 // ---- ByteVocabulary ---------------------------------------------------------------------------------
 
 ByteVocabulary::ByteVocabulary(std::string sorted_bytes) : bytes_(std::move(sorted_bytes)) {
@@ -168,12 +86,16 @@ ByteVocabulary::ByteVocabulary(std::string sorted_bytes) : bytes_(std::move(sort
 }
 
 ByteVocabulary ByteVocabulary::of(std::string_view a, std::string_view b) {
-  bool seen[256] = {};
+  std::array<std::uint64_t, 256> counts{};
   for (std::string_view s : {a, b})
-    for (char ch : s) seen[static_cast<unsigned char>(ch)] = true;
+    for (char ch : s) ++counts[static_cast<unsigned char>(ch)];
+  return of_counts(counts);
+}
+
+ByteVocabulary ByteVocabulary::of_counts(const std::array<std::uint64_t, 256>& counts) {
   std::string bytes;
   for (int v = 0; v < 256; ++v)
-    if (seen[v]) bytes += static_cast<char>(v);
+    if (counts[static_cast<std::size_t>(v)] > 0) bytes += static_cast<char>(v);
   return ByteVocabulary(std::move(bytes));
 }
 
@@ -218,17 +140,6 @@ std::vector<std::int32_t> ByteVocabulary::encode(std::string_view text, std::str
   return ids;
 }
 
-TokenBytes ByteVocabulary::encode_in_place(std::string&& text, std::string_view what) const {
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const auto b = static_cast<unsigned char>(text[i]);
-    if (id_[b] < 0)
-      fail<ValueError>("{}: byte 0x{:02x} ('{}') at position {} is not in the vocabulary of {} bytes", what, b,
-                       show_byte(b), i, size());
-    text[i] = static_cast<char>(id_[b]);
-  }
-  return std::make_shared<const std::string>(std::move(text));
-}
-
 std::string ByteVocabulary::decode(std::span<const std::int32_t> ids) const {
   std::string out;
   out.reserve(ids.size());
@@ -236,77 +147,65 @@ std::string ByteVocabulary::decode(std::span<const std::int32_t> ids) const {
   return out;
 }
 
-// ---- Windows ----------------------------------------------------------------------------------------
+// ---- the fingerprint of held windows ---------------------------------------------------------------
 
-Index validation_windows(Index n, Index context) { return n > 0 ? (n - 1) / context : 0; }
-
-Windows::Windows(std::string name, TokenBytes ids, Index context, Index stride, Index count)
-    : name_(std::move(name)), ids_(std::move(ids)), context_(context), stride_(stride), count_(count) {
-  if (count_ < 1)
-    fail<ValueError>("{}: {} bytes make no window of {} bytes (--context {} + 1); give a shorter --context or more text",
-                     name_, ids_->size(), context_ + 1, context_);
-}
-
-Windows Windows::training(std::string name, TokenBytes ids, Index context) {
-  const Index count = static_cast<Index>(ids->size()) - context;  // starts 0 .. n - T - 1
-  return Windows(std::move(name), std::move(ids), context, 1, count);
-}
-
-Windows Windows::validation(std::string name, TokenBytes ids, Index context, Index every) {
-  const Index count = validation_windows(static_cast<Index>(ids->size()), context) / every;
-  return Windows(std::move(name), std::move(ids), context, context * every, count);
-}
-
-void Windows::fill(std::span<const Index> indices, SequenceBatch& out) const {
-  const auto B = static_cast<Index>(indices.size()), T = context_;
-  out.tokens.resize(Shape::mat(B, T));
-  out.labels.resize(Shape::mat(B, T));
-  out.padding.resize(Shape::mat(B, T));
-  out.padding.set_zero();
-  out.padded = false;
-  out.labelled = B * T;
-  const std::span<const std::uint8_t> stream = ids();
-  for (Index b = 0; b < B; ++b) {
-    const Index k = indices[static_cast<std::size_t>(b)];
-    if (k < 0 || k >= count_) fail<ValueError>("fill: window {} is outside '{}' of {} windows", k, name_, count_);
-    const std::uint8_t* window = stream.data() + start(k);  // T + 1 tokens
-    std::copy_n(window, T, out.tokens.data() + b * T);
-    std::copy_n(window + 1, T, out.labels.data() + b * T);
-  }
-}
-
-std::uint32_t Windows::fingerprint() const {
+std::uint32_t held_fingerprint(const TokenWindows& windows) {
   Crc32 crc;
-  for (Index v : {context_, stride_, count_}) crc.add_le(static_cast<std::uint64_t>(v));
+  for (Index v : {windows.context(), windows.stride(), windows.size()}) crc.add_le(static_cast<std::uint64_t>(v));
+  const std::vector<std::int32_t>& map = windows.map();
   std::array<unsigned char, 4096> words{};  // the ids as 32-bit little-endian words, 1024 at a time
-  const std::span<const std::uint8_t> stream = ids();
-  for (std::size_t i = 0; i < stream.size();) {
-    std::size_t n = 0;
-    for (; n < words.size() && i < stream.size(); n += 4, ++i) words[n] = stream[i];  // the upper bytes stay 0
-    crc.add(words.data(), n);
-  }
+  const TokenFile& file = windows.file();
+  file.scan(0, file.size(), [&](Index, std::span<const std::int32_t> ids) {
+    for (std::size_t i = 0; i < ids.size();) {
+      std::size_t n = 0;
+      for (; n < words.size() && i < ids.size(); n += 4, ++i) {
+        const auto id = static_cast<std::uint32_t>(map.empty() ? ids[i] : map[static_cast<std::size_t>(ids[i])]);
+        for (std::size_t k = 0; k < 4; ++k) words[n + k] = static_cast<unsigned char>((id >> (8 * k)) & 0xff);
+      }
+      crc.add(words.data(), n);
+    }
+  });
   return crc.value();
 }
 
 // ---- Bigram ---------------------------------------------------------------------------------------------
 
-Bigram::Bigram(std::span<const std::uint8_t> train, Index vocab)
-    : vocab_(vocab), p_(static_cast<std::size_t>(vocab * vocab), 1.0) {  // every count starts at one: add-one
-  for (std::size_t i = 0; i + 1 < train.size(); ++i) p_[idx(train[i], train[i + 1])] += 1;
-  for (Index a = 0; a < vocab; ++a) {
+Bigram::Bigram(std::span<const std::uint64_t> pairs, const ByteVocabulary& vocabulary)
+    : vocab_(vocabulary.size()), p_(static_cast<std::size_t>(vocab_ * vocab_), 1.0) {  // every count starts at one: add-one
+  if (pairs.size() != 256 * 256) fail<ValueError>("bigram: {} pair counts; bytes make 65536", pairs.size());
+  for (std::size_t a = 0; a < 256; ++a)
+    for (std::size_t b = 0; b < 256; ++b) {
+      const std::uint64_t n = pairs[a * 256 + b];
+      if (n == 0) continue;
+      const std::int32_t x = vocabulary.id(static_cast<unsigned char>(a)), y = vocabulary.id(static_cast<unsigned char>(b));
+      if (x < 0 || y < 0)
+        fail<ValueError>("bigram: the pair 0x{:02x} 0x{:02x} is counted, but the vocabulary lacks a byte of it", a, b);
+      p_[idx(x, y)] += static_cast<double>(n);
+    }
+  for (Index a = 0; a < vocab_; ++a) {
     double row = 0;
-    for (Index b = 0; b < vocab; ++b) row += p_[idx(a, b)];
-    for (Index b = 0; b < vocab; ++b) p_[idx(a, b)] /= row;
+    for (Index b = 0; b < vocab_; ++b) row += p_[idx(a, b)];
+    for (Index b = 0; b < vocab_; ++b) p_[idx(a, b)] /= row;
   }
 }
 
-double Bigram::nll(std::span<const std::uint8_t> ids, Index predicted) const {
-  if (predicted < 1 || predicted >= static_cast<Index>(ids.size()))
-    fail<ValueError>("bigram nll: {} bytes to predict of a stream of {}", predicted, ids.size());
+double Bigram::nll(const TokenWindows& windows, std::vector<double>* per_window) const {
+  const Index T = windows.context();
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(T + 1));
+  if (per_window) per_window->clear();
+  // One sum, window after window in order: over every consecutive window, the stream's bytes 1 .. n in order.
   double sum = 0;
-  for (Index i = 0; i < predicted; ++i)
-    sum -= std::log(probability(ids[static_cast<std::size_t>(i)], ids[static_cast<std::size_t>(i + 1)]));
-  return sum / static_cast<double>(predicted);
+  for (Index k = 0; k < windows.size(); ++k) {
+    windows.window(k, ids);
+    double mine = 0;
+    for (Index t = 0; t < T; ++t) {
+      const double nats = std::log(probability(ids[static_cast<std::size_t>(t)], ids[static_cast<std::size_t>(t + 1)]));
+      sum -= nats;
+      mine -= nats;
+    }
+    if (per_window) per_window->push_back(mine / static_cast<double>(T));
+  }
+  return sum / static_cast<double>(windows.predicted());
 }
 
 }  // namespace gpt

@@ -11,18 +11,23 @@
 //   streams     each split's fortunes concatenated, each followed by "%\n"
 //   vocabulary  bytes: the sorted set of the bytes of both streams, token id = rank in that set
 //
+// Preparation (gpt/prepare.hpp) streams the two streams once into token files of their bytes; training,
+// the curves and sampling read those in place (train/data_tokens.hpp), so memory does not grow with the
+// text.
+//
 // Training batches: B windows of T + 1 bytes at uniform random starts in the training stream: the input is
 // bytes [s, s + T), the targets bytes [s + 1, s + T + 1). The starts are the trainer's sampler's, a seeded
 // order of every start, drawn B at a time (so a start does not repeat within one pass over all of them,
 // 2.3 million on the fortunes: no window repeats in a default run), computed at each draw, so neither
 // memory nor a checkpoint grows with the text (train/data.hpp).
 // Validation: the stream cut into consecutive windows of T + 1 bytes advancing by T, the last partial
-// window dropped: every byte after the first is predicted once, as far as whole windows reach. Loss in
-// nats per predicted byte.
+// window dropped: every byte after the first is predicted once, as far as whole windows reach. The table
+// evaluates all of them, or, past --eval-windows of them, a seeded sample of that many with its standard
+// error. Loss in nats per predicted byte.
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
-#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -35,7 +40,6 @@ namespace gpt {
 using tapegrad::Index;
 
 inline constexpr std::string_view kFortunes = "/usr/share/games/fortunes";  // Debian's fortunes-min/fortunes
-inline constexpr std::size_t kMaxDataBytes = std::size_t{256} << 20;           // all files of --data together
 inline constexpr std::string_view kSeparator = "%\n";                          // follows every fortune in a stream
 
 // One file's fortunes, in order, and how many empty ones it held.
@@ -68,29 +72,12 @@ class FortuneSplitter {
   bool open_ = false;       // the fortune has bytes
 };
 
-// What reading --data found: the files, the fortunes, the two streams.
-struct Corpus {
-  std::vector<std::string> files;  // the names read, in the order read
-  Index fortunes = 0;              // kept (non-empty), over all files
-  Index empty = 0;                 // dropped
-  Index train_fortunes = 0, validation_fortunes = 0;
-  std::string train, validation;   // the streams
-};
-
-// Reads a folder (its files as above) or one file. Errors name `flag` and the path: a path that is
-// missing or neither a folder nor a regular file, a folder with no file to read, a file that is not text
-// (it holds NUL bytes), more than kMaxDataBytes in all, or fewer than 10 fortunes (then no validation).
-// Each file is read in pieces straight into the streams, so reading holds the text once.
-Corpus read_corpus(const std::filesystem::path& path, std::string_view flag);
-
-// A stream's token ids, one byte each, shared by the windows that read it (validation and the curve).
-using TokenBytes = std::shared_ptr<const std::string>;
-
 // Bytes <-> token ids: the sorted set of the bytes it was made from.
 class ByteVocabulary {
  public:
   ByteVocabulary() = default;
   static ByteVocabulary of(std::string_view a, std::string_view b);  // the bytes of both
+  static ByteVocabulary of_counts(const std::array<std::uint64_t, 256>& counts);  // the bytes counted at least once
   // From the hex form (two lowercase digits a byte, ascending): ValueError naming `what` otherwise.
   static ByteVocabulary from_hex(std::string_view hex, std::string_view what);
   std::string hex() const;
@@ -102,9 +89,8 @@ class ByteVocabulary {
   // Every byte's id; a byte outside the vocabulary is a ValueError, "<what>: byte 0x7e ('~') at position 3
   // is not in the vocabulary of 114 bytes".
   std::vector<std::int32_t> encode(std::string_view text, std::string_view what) const;
-  // The same for a whole stream, in place and a byte an id (a byte vocabulary has at most 256): the
-  // training text becomes its ids without a second copy, a quarter of 32-bit ids' size.
-  TokenBytes encode_in_place(std::string&& text, std::string_view what) const;
+  // Each byte's id, -1 for a byte outside: how TokenWindows reads a file of bytes as this vocabulary's ids.
+  std::vector<std::int32_t> map() const { return {std::begin(id_), std::end(id_)}; }
   std::string decode(std::span<const std::int32_t> ids) const;
 
  private:
@@ -116,46 +102,23 @@ class ByteVocabulary {
 // "a", "\n", "0xe2": a byte as a picture's label or a message shows it.
 std::string show_byte(unsigned char b);
 
-// Windows of T + 1 tokens of one stream as SequenceBatch examples (tokens and targets (B, T), no padding):
-// example k starts at starts[k]. Two kinds, by where the starts are:
-//   training    every start, 0 .. n - T - 1 (the sampler draws them at random)
-//   validation  k T for the consecutive windows, each `every`-th of them (1: all)
-class Windows final : public tapegrad::DataSource<tapegrad::SequenceBatch> {
- public:
-  static Windows training(std::string name, TokenBytes ids, Index context);
-  static Windows validation(std::string name, TokenBytes ids, Index context, Index every = 1);
-  std::string_view name() const override { return name_; }
-  Index size() const override { return count_; }
-  void fill(std::span<const Index> indices, tapegrad::SequenceBatch& out) const override;
-  // The CRC-32 of the windows' geometry and of the ids as 32-bit little-endian words: what it was when
-  // the ids were held as such, so checkpoints written then resume.
-  std::uint32_t fingerprint() const override;
-  Index context() const { return context_; }
-  Index predicted() const { return count_ * context_; }  // bytes whose loss a pass over every window averages
-  Index start(Index k) const { return k * stride_; }
-  std::span<const std::uint8_t> ids() const {  // the whole stream
-    return {reinterpret_cast<const std::uint8_t*>(ids_->data()), ids_->size()};
-  }
-
- private:
-  Windows(std::string name, TokenBytes ids, Index context, Index stride, Index count);
-  std::string name_;
-  TokenBytes ids_;
-  Index context_, stride_, count_;
-};
-
-// Consecutive windows in the validation stream of `n` bytes: floor((n - 1) / T).
-Index validation_windows(Index n, Index context);
+// The fingerprint of windows as tapegrad recorded it before token files, when the stream was held in memory:
+// the CRC-32 of the windows' T, stride and count (64-bit little-endian) and of every id of the stream (the
+// vocabulary's, through the windows' map) as a 32-bit little-endian word. A pass over the whole file:
+// what resuming a checkpoint of then costs, once.
+std::uint32_t held_fingerprint(const tapegrad::TokenWindows& windows);
 
 // The bigram count model over bytes, the floor: P(next | previous) from the training stream's pairs with
 // add-one (Laplace) smoothing, so a pair never seen has a small probability, not 0.
 class Bigram {
  public:
-  Bigram(std::span<const std::uint8_t> train, Index vocab);
+  // From how often byte b follows byte a in the training stream ([a * 256 + b], TextSplitWriter's counts),
+  // over the vocabulary's bytes.
+  Bigram(std::span<const std::uint64_t> pairs, const ByteVocabulary& vocabulary);
   double probability(Index previous, Index next) const { return p_[idx(previous, next)]; }
-  // Mean negative log-likelihood in nats of bytes 1 .. predicted of `ids`, each given the one before:
-  // the bytes the validation windows predict.
-  double nll(std::span<const std::uint8_t> ids, Index predicted) const;
+  // Mean negative log-likelihood in nats of the ids the windows predict, each given the one before; with
+  // `per_window`, each window's mean too (a sample's standard error is theirs).
+  double nll(const tapegrad::TokenWindows& windows, std::vector<double>* per_window = nullptr) const;
   Index parameter_count() const { return vocab_ * vocab_; }  // the counts
   Index vocab() const { return vocab_; }
 

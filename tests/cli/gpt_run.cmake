@@ -7,7 +7,7 @@
 file(REMOVE_RECURSE ${WORK})
 include(${CMAKE_CURRENT_LIST_DIR}/run_program.cmake)
 
-set(tiny --data ${DATA} --context 16 --d-model 16 --heads 2 --layers 1 --batch 4 --steps 20 --warmup 4 --eval-every 5
+set(tiny --data ${DATA} --prepared ${WORK}/data --context 16 --d-model 16 --heads 2 --layers 1 --batch 4 --steps 20 --warmup 4 --eval-every 5
          --curve-windows 0 --length 60 --seed 3)
 run(${PROGRAM} ${tiny} --checkpoint-every 10 --keep 1 --out ${WORK}/run)
 set(trained "${output}")
@@ -36,6 +36,9 @@ foreach(model parameter_free learnable)
 endforeach()
 
 run(${PROGRAM} --resume ${WORK}/run/checkpoints/learnable/checkpoint-00000010.tgck --length 60 --seed 3 --out ${WORK}/resumed)
+if(NOT output MATCHES "prepared: [^\n]*: prepared from this data before")
+  message(FATAL_ERROR "the resumed run prepared its data again:\n${output}")
+endif()
 string(REGEX MATCH "learnable +validation [0-9.]+ nats/char after 20 steps [^;]*; weights crc32 [0-9a-f]+" resumed "${output}")
 string(REGEX REPLACE "after 20 steps [^;]*;" "" resumed "${resumed}")
 if(straight STREQUAL "" OR NOT straight STREQUAL resumed)

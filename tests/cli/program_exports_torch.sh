@@ -44,7 +44,7 @@ mkdir -p "$work/root"
 ln -s "$root/examples" "$work/root/examples"
 "$char_lm" --steps 3 --seeds 1 --count 2 --out "$work/root/char_lm_out" > /dev/null
 "$gpt" --data "$fortunes" --steps 3 --d-model 16 --heads 2 --layers 1 --context 16 --batch 2 --length 8 \
-  --attention learnable --out "$work/root/gpt_out" > /dev/null
+  --attention learnable --prepared "$work/gpt_data" --out "$work/root/gpt_out" > /dev/null
 cd "$work/root"
 for file in "$exported" gpt_out/learnable.safetensors; do
   # The README's lines, the file's name changed for gpt's; then what they must have given.

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -302,10 +303,19 @@ inline Rng::State load_rng(InArchive& ar, std::string_view what) {
   return s;
 }
 
+// The data order's "order" field: a stored order's permutation, or, for a computed order, one number, minus
+// the examples it orders (a permutation holds no negative entry). Files written before the size was
+// recorded hold an empty list there: a computed order of unknown size (Sampler::State::examples 0).
+inline std::vector<std::int64_t> order_field(const Sampler::State& s) {
+  if (!s.order.empty()) return {s.order.begin(), s.order.end()};
+  if (s.examples > 0) return {-static_cast<std::int64_t>(s.examples)};
+  return {};
+}
+
 template <class A>
 void save(A& ar, const TrainerState& s) {
   save_settings(ar, "options", to_settings(s.options));
-  std::vector<std::int64_t> order(s.data_order.order.begin(), s.data_order.order.end());
+  const std::vector<std::int64_t> order = order_field(s.data_order);
   ar(make_nvp("step", static_cast<std::int64_t>(s.step)), make_nvp("data_fingerprint", s.data_fingerprint),
      make_nvp("has_eval", s.eval_fingerprint.has_value()), make_nvp("eval_fingerprint", s.eval_fingerprint.value_or(0)),
      make_nvp("epoch", s.data_order.epoch), make_nvp("cursor", static_cast<std::int64_t>(s.data_order.cursor)),
@@ -322,7 +332,14 @@ inline void load_data_order(InArchive& ar, Sampler::State& s) {
   s.cursor = load_i64(ar);
   std::vector<std::int64_t> order;
   load_numbers(ar, order, "the data order");
-  s.order.assign(order.begin(), order.end());
+  if (order.size() == 1 && order[0] < 0) {  // a computed order of -order[0] examples (order_field)
+    if (order[0] == std::numeric_limits<std::int64_t>::min())
+      fail<FormatError>("the data order is a computed one of {} examples", order[0]);
+    s.examples = -order[0];
+  } else {
+    s.order.assign(order.begin(), order.end());
+    s.examples = static_cast<Index>(s.order.size());
+  }
   s.rng = load_rng(ar, "the data order's RNG state");
 }
 

@@ -1,0 +1,48 @@
+#include "tapegrad/train/data_prepare.hpp"
+
+#include "tapegrad/core/error.hpp"
+
+namespace tapegrad {
+
+TextSplitWriter::TextSplitWriter(const std::filesystem::path& train, const std::filesystem::path& validation, Options options)
+    : options_(std::move(options)), train_(train, 1, 256, options_.op), validation_(validation, 1, 256, options_.op) {
+  if (options_.validation_every < 1)
+    fail<ValueError>("{}: every {}-th document to validation; give 1 or more", options_.op, options_.validation_every);
+  summary_.train_pairs.assign(256 * 256, 0);
+}
+
+int TextSplitWriter::open_stream() const {
+  return documents() % options_.validation_every == options_.validation_every - 1 ? 1 : 0;
+}
+
+void TextSplitWriter::write(int stream, std::string_view b) {
+  (stream == 0 ? train_ : validation_).append_bytes(b);
+  summary_.bytes[stream] += static_cast<Index>(b.size());
+  for (const char c : b) ++summary_.byte_counts[static_cast<unsigned char>(c)];
+  if (stream != 0) return;
+  int previous = previous_;
+  for (const char c : b) {
+    const int next = static_cast<unsigned char>(c);
+    if (previous >= 0) ++summary_.train_pairs[static_cast<std::size_t>(previous * 256 + next)];
+    previous = next;
+  }
+  previous_ = previous;
+}
+
+void TextSplitWriter::bytes(std::string_view b) { write(open_stream(), b); }
+
+void TextSplitWriter::end_document() {
+  const int stream = open_stream();
+  write(stream, options_.separator);
+  ++summary_.documents[stream];
+}
+
+TextSplitWriter::Summary TextSplitWriter::finish() {
+  for (const TokenFileWriter* w : {&train_, &validation_})  // both or neither: checked before either is in place
+    if (w->size() == 0) fail<ValueError>("{}: '{}' would hold no ids", options_.op, escaped(w->path()));
+  train_.finish();
+  validation_.finish();
+  return summary_;
+}
+
+}  // namespace tapegrad

@@ -1,0 +1,296 @@
+#include "tapegrad/train/data_tokens.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include "tapegrad/core/crc32.hpp"
+#include "tapegrad/core/descriptor.hpp"
+#include "tapegrad/core/error.hpp"
+#include "tapegrad/core/file_io.hpp"
+
+namespace tapegrad {
+namespace {
+
+namespace fs = std::filesystem;
+
+using Header = std::array<unsigned char, TokenFileFormat::kHeaderBytes>;
+
+// Fields of the header, little-endian whatever the machine's order.
+template <class U>
+void put_le(Header& h, std::size_t at, U v) {
+  for (std::size_t i = 0; i < sizeof(U); ++i) h[at + i] = static_cast<unsigned char>((v >> (8 * i)) & 0xff);
+}
+
+template <class U>
+U get_le(const unsigned char* p) {
+  U v = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i) v |= static_cast<U>(p[i]) << (8 * i);
+  return v;
+}
+
+// The CRC-32 of the header's bytes but its own (36 to 39).
+std::uint32_t header_crc(const Header& h) {
+  return Crc32().add(h.data(), 36).add(h.data() + 40, h.size() - 40).value();
+}
+
+// The id of `width` little-endian bytes at p.
+std::int64_t id_at(const unsigned char* p, int width) {
+  switch (width) {
+    case 1: return p[0];
+    case 2: return get_le<std::uint16_t>(p);
+    default: return get_le<std::uint32_t>(p);
+  }
+}
+
+// Ids a pass reads at once: a constant piece whatever the file's size.
+constexpr Index kPieceIds = Index{1} << 18;
+
+// The whole of `want` bytes at `offset`, or fewer where the file ends.
+std::size_t pread_all(int fd, unsigned char* to, std::size_t want, std::int64_t offset) {
+  std::size_t done = 0;
+  while (done < want) {
+    const ssize_t n = ::pread(fd, to + done, want - done, static_cast<off_t>(offset + static_cast<std::int64_t>(done)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? std::numeric_limits<std::size_t>::max() : done;
+    done += static_cast<std::size_t>(n);
+  }
+  return done;
+}
+
+}  // namespace
+
+Index TokenFileFormat::max_vocab(int width) {
+  switch (width) {
+    case 1: return Index{1} << 8;
+    case 2: return Index{1} << 16;
+    case 4: return Index{1} << 31;  // ids are int32 once read
+    default: return 0;
+  }
+}
+
+// ---- TokenFile -------------------------------------------------------------------------------------------
+
+TokenFile::TokenFile(fs::path path, std::string op) : path_(std::move(path)), op_(std::move(op)) {
+  detail::Descriptor f(::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));  // O_NONBLOCK: a FIFO does not hang
+  if (!f.open()) fail<FileError>("{}: cannot open '{}': {}", op_, escaped(path_), std::strerror(errno));
+  struct stat st {};
+  if (::fstat(f.get(), &st) != 0) fail<FileError>("{}: cannot read '{}': {}", op_, escaped(path_), std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail<FileError>("{}: '{}' is not a regular file", op_, escaped(path_));
+  bytes_ = st.st_size;
+  modified_ = st.st_mtim;
+  Header h{};
+  const std::size_t got = pread_all(f.get(), h.data(), h.size(), 0);
+  if (got == std::numeric_limits<std::size_t>::max())
+    fail<IoError>("{}: reading '{}' failed: {}", op_, escaped(path_), std::strerror(errno));
+  const std::string_view magic(reinterpret_cast<const char*>(h.data()), TokenFileFormat::kMagic.size());
+  if (got < h.size() || magic != TokenFileFormat::kMagic)
+    fail<FormatError>("{}: '{}' is not a token file (it does not start with the {}-byte header '{}...')", op_,
+                      escaped(path_), TokenFileFormat::kHeaderBytes, TokenFileFormat::kMagic);
+  if (get_le<std::uint32_t>(h.data() + 36) != header_crc(h))
+    fail<FormatError>("{}: '{}' has a damaged header (its checksum does not match)", op_, escaped(path_));
+  const auto version = get_le<std::uint32_t>(h.data() + 8);
+  if (version != TokenFileFormat::kVersion)
+    fail<FormatError>("{}: '{}' is a token file of format {}; this build reads format {}", op_, escaped(path_), version,
+                      TokenFileFormat::kVersion);
+  const auto width = get_le<std::uint32_t>(h.data() + 12);
+  const auto vocab = get_le<std::uint64_t>(h.data() + 16), count = get_le<std::uint64_t>(h.data() + 24);
+  if (width != 1 && width != 2 && width != 4)
+    fail<FormatError>("{}: '{}' says its ids are {} bytes wide; a token file's are 1, 2 or 4", op_, escaped(path_), width);
+  width_ = static_cast<int>(width);
+  const auto most = static_cast<std::uint64_t>(TokenFileFormat::max_vocab(width_));
+  if (vocab < 1 || vocab > most)
+    fail<FormatError>("{}: '{}' says its vocabulary has {} ids; ids of {} byte{} name 1 to {}", op_, escaped(path_), vocab,
+                      width, width == 1 ? "" : "s", most);
+  const auto payload = static_cast<std::uint64_t>(std::max<std::int64_t>(0, bytes_ - static_cast<std::int64_t>(h.size())));
+  if (payload % width != 0)
+    fail<FormatError>("{}: '{}' holds {} bytes after its header, not a whole number of {}-byte ids", op_, escaped(path_),
+                      payload, width);
+  if (count < 1 || count != payload / width)
+    fail<FormatError>("{}: '{}' says it holds {} ids of {} byte{}, but {} bytes follow its header ({} ids)", op_,
+                      escaped(path_), count, width, width == 1 ? "" : "s", payload, payload / width);
+  for (std::size_t i = 40; i < h.size(); ++i)
+    if (h[i] != 0) fail<FormatError>("{}: '{}' has a header with nonzero reserved bytes", op_, escaped(path_));
+  vocab_ = static_cast<Index>(vocab);
+  count_ = static_cast<Index>(count);
+  ids_crc_ = get_le<std::uint32_t>(h.data() + 32);
+  header_crc_ = get_le<std::uint32_t>(h.data() + 36);
+  fd_ = f.release();
+}
+
+TokenFile::~TokenFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+TokenFile::TokenFile(TokenFile&& o) noexcept
+    : path_(std::move(o.path_)), op_(std::move(o.op_)), fd_(std::exchange(o.fd_, -1)), width_(o.width_), vocab_(o.vocab_),
+      count_(o.count_), ids_crc_(o.ids_crc_), header_crc_(o.header_crc_), bytes_(o.bytes_), modified_(o.modified_) {}
+
+void TokenFile::check_unchanged() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) fail<IoError>("{}: cannot read '{}': {}", op_, escaped(path_), std::strerror(errno));
+  if (st.st_size != bytes_)
+    fail<FormatError>("{}: '{}' changed while in use: it holds {} bytes, {} when it was opened (truncated or rewritten)",
+                      op_, escaped(path_), st.st_size, bytes_);
+  if (st.st_mtim.tv_sec != modified_.tv_sec || st.st_mtim.tv_nsec != modified_.tv_nsec)
+    fail<FormatError>("{}: '{}' changed while in use: it was modified after it was opened (rewritten)", op_,
+                      escaped(path_));
+}
+
+void TokenFile::read_bytes(Index first, Index count, unsigned char* to) const {
+  if (first < 0 || count < 0 || first > count_ - count)
+    fail<ValueError>("{}: ids [{}, {}) are outside '{}' of {} ids", op_, first, first + count, escaped(path_), count_);
+  check_unchanged();
+  const auto want = static_cast<std::size_t>(count * width_);
+  const std::size_t got = pread_all(fd_, to, want, static_cast<std::int64_t>(TokenFileFormat::kHeaderBytes) + first * width_);
+  if (got == std::numeric_limits<std::size_t>::max())
+    fail<IoError>("{}: reading '{}' failed: {}", op_, escaped(path_), std::strerror(errno));
+  if (got < want)  // shortened between the check and the read
+    fail<FormatError>("{}: '{}' changed while in use: it ends before id {} of the {} it held when it was opened (truncated)",
+                      op_, escaped(path_), first + static_cast<Index>(got) / width_, count_);
+}
+
+void TokenFile::id_outside(std::int64_t id, Index position) const {
+  fail<FormatError>("{}: '{}' holds id {} at position {}, outside its vocabulary of {}", op_, escaped(path_), id, position,
+                    vocab_);
+}
+
+void TokenFile::read(Index first, std::span<std::int32_t> out) const {
+  const auto n = static_cast<Index>(out.size());
+  // The raw ids go into the front of `out`, then are widened from the last back: id i's 4 bytes are
+  // written only after every narrower id before it was read.
+  auto* raw = reinterpret_cast<unsigned char*>(out.data());
+  read_bytes(first, n, raw);
+  for (Index i = n - 1; i >= 0; --i) {
+    const std::int64_t id = id_at(raw + i * width_, width_);
+    if (id >= vocab_) id_outside(id, first + i);
+    out[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(id);
+  }
+}
+
+void TokenFile::scan(Index first, Index count, const std::function<void(Index, std::span<const std::int32_t>)>& piece) const {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(std::min(count, kPieceIds)));
+  for (Index at = first; at < first + count; at += kPieceIds) {
+    const std::span<std::int32_t> part(ids.data(), static_cast<std::size_t>(std::min(kPieceIds, first + count - at)));
+    read(at, part);
+    piece(at, part);
+  }
+}
+
+void TokenFile::verify(std::span<const std::int32_t> map) const {
+  std::vector<unsigned char> raw(static_cast<std::size_t>(kPieceIds * width_));
+  Crc32 crc;
+  for (Index at = 0; at < count_; at += kPieceIds) {
+    const Index n = std::min(kPieceIds, count_ - at);
+    read_bytes(at, n, raw.data());
+    crc.add(raw.data(), static_cast<std::size_t>(n * width_));
+    for (Index i = 0; i < n; ++i) {
+      const std::int64_t id = id_at(raw.data() + i * width_, width_);
+      if (id >= vocab_) id_outside(id, at + i);
+      if (!map.empty() && (id >= static_cast<std::int64_t>(map.size()) || map[static_cast<std::size_t>(id)] < 0))
+        fail<FormatError>("{}: '{}' holds id {} at position {}, which the vocabulary it is read with does not have", op_,
+                          escaped(path_), id, at + i);
+    }
+  }
+  if (crc.value() != ids_crc_)
+    fail<FormatError>("{}: '{}' holds other ids than it was written with (their CRC-32 is {:08x}, its header's {:08x})",
+                      op_, escaped(path_), crc.value(), ids_crc_);
+}
+
+// ---- TokenFileWriter -------------------------------------------------------------------------------------
+
+TokenFileWriter::TokenFileWriter(fs::path path, int width, Index vocab, std::string op)
+    : path_(std::move(path)), temporary_(temporary_path(path_)), op_(std::move(op)), width_(width), vocab_(vocab) {
+  const Index most = TokenFileFormat::max_vocab(width);
+  if (most == 0) fail<ValueError>("{}: '{}': ids of {} bytes; a token file's are 1, 2 or 4", op_, escaped(path_), width);
+  if (vocab < 1 || vocab > most)
+    fail<ValueError>("{}: '{}': a vocabulary of {} does not fit ids of {} byte{} (1 to {})", op_, escaped(path_), vocab,
+                     width, width == 1 ? "" : "s", most);
+  // O_NOFOLLOW: a link planted at the temporary file's name is not written through.
+  fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail<IoError>("{}: cannot create '{}' (for '{}'): {}", op_, escaped(temporary_), escaped(path_), std::strerror(errno));
+  buffer_.resize(std::size_t{1} << 20);
+  fill_ = TokenFileFormat::kHeaderBytes;  // room for the header, written by finish()
+  std::fill_n(buffer_.begin(), fill_, 0);
+}
+
+TokenFileWriter::~TokenFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!finished_) ::unlink(temporary_.c_str());
+}
+
+void TokenFileWriter::flush() {
+  crc_.add(buffer_.data() + ids_from_, fill_ - ids_from_);  // the ids' CRC: what follows the header
+  ids_from_ = 0;
+  const detail::FileSizeSignalHeld held;  // a file-size limit is an error here, not the end of the process
+  std::size_t done = 0;
+  while (done < fill_) {
+    const ssize_t n = ::write(fd_, buffer_.data() + done, fill_ - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = ENOSPC;  // a write that makes no progress is a full device
+      fail<IoError>("{}: writing '{}' failed: {}", op_, escaped(path_), std::strerror(errno));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  fill_ = 0;
+}
+
+void TokenFileWriter::append(std::span<const std::int32_t> ids) {
+  for (const std::int32_t id : ids) {
+    if (id < 0 || id >= vocab_)
+      fail<ValueError>("{}: id {} for '{}' is outside its vocabulary of {}", op_, id, escaped(path_), vocab_);
+    const auto v = static_cast<std::uint32_t>(id);
+    for (int i = 0; i < width_; ++i) put(static_cast<unsigned char>((v >> (8 * i)) & 0xff));
+    ++count_;
+  }
+}
+
+void TokenFileWriter::append_bytes(std::string_view bytes) {
+  if (width_ != 1) fail<UsageError>("{}: append_bytes writes ids of 1 byte; '{}' holds {}-byte ids", op_, escaped(path_), width_);
+  std::size_t at = 0;
+  while (at < bytes.size()) {
+    if (fill_ == buffer_.size()) flush();
+    const std::size_t n = std::min(bytes.size() - at, buffer_.size() - fill_);
+    const auto* from = reinterpret_cast<const unsigned char*>(bytes.data() + at);
+    if (vocab_ < 256)
+      for (std::size_t i = 0; i < n; ++i)
+        if (from[i] >= vocab_) fail<ValueError>("{}: id {} for '{}' is outside its vocabulary of {}", op_, from[i], escaped(path_), vocab_);
+    std::copy_n(from, n, buffer_.data() + fill_);
+    fill_ += n;
+    at += n;
+    count_ += static_cast<Index>(n);
+  }
+}
+
+void TokenFileWriter::finish() {
+  if (count_ == 0) fail<ValueError>("{}: '{}' would hold no ids", op_, escaped(path_));
+  flush();
+  Header h{};
+  std::copy(TokenFileFormat::kMagic.begin(), TokenFileFormat::kMagic.end(), h.begin());
+  put_le(h, 8, TokenFileFormat::kVersion);
+  put_le(h, 12, static_cast<std::uint32_t>(width_));
+  put_le(h, 16, static_cast<std::uint64_t>(vocab_));
+  put_le(h, 24, static_cast<std::uint64_t>(count_));
+  put_le(h, 32, crc_.value());
+  put_le(h, 36, header_crc(h));
+  const auto fail_io = [&](const char* what) {
+    fail<IoError>("{}: {} '{}' failed: {}", op_, what, escaped(path_), std::strerror(errno));
+  };
+  {
+    const detail::FileSizeSignalHeld held;
+    if (::pwrite(fd_, h.data(), h.size(), 0) != static_cast<ssize_t>(h.size())) fail_io("writing the header of");
+  }
+  const int fd = std::exchange(fd_, -1);
+  if (::close(fd) != 0) fail_io("closing");
+  if (::rename(temporary_.c_str(), path_.c_str()) != 0) fail_io("renaming into place");
+  finished_ = true;
+}
+
+}  // namespace tapegrad
