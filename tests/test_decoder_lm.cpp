@@ -135,6 +135,16 @@ TEST_CASE("decoder lm: generate() samples in evaluation mode, the same text with
   CHECK(model.training());  // restored when sampling throws too
 }
 
+TEST_CASE("decoder lm: generate() gives each module back its own mode: a stack put in eval mode stays there") {
+  DecoderLm<double> model({.vocab = 9, .context = 6, .d_model = 8, .n_heads = 2, .n_layers = 2, .dropout = 0.5, .seed = 2});
+  model.stack().eval();  // dropout off in the blocks, the rest of the model training
+  (void)model.generate(std::vector<std::int32_t>{1, 2}, {.count = 5, .seed = 7});
+  CHECK(model.training());
+  CHECK(model.embedding().training());
+  CHECK_FALSE(model.stack().training());
+  CHECK_FALSE(model.stack().block(1).training());
+}
+
 TEST_CASE("decoder lm: a checkpoint rebuilds it by its kind, with its settings and weights") {
   DecoderLm<float> model({.vocab = 11, .context = 8, .d_model = 8, .n_heads = 2, .n_layers = 1,
                           .attention = AttentionMode::parameter_free, .tie = true, .head_bias = false,

@@ -91,6 +91,12 @@ TEST_CASE("module: zero_grad, train/eval and EvalModeGuard reach every child, an
                   }()),
                   ValueError);
   CHECK(model.attn.training());
+  model.block.inner.eval();  // the caller's choice for one part of the model
+  { const EvalModeGuard<double> guard(model); }
+  CHECK(model.attn.training());
+  CHECK(model.block.training());
+  CHECK_FALSE(model.block.inner.training());  // each module back in its own mode, not the root's
+  model.train();
 
   struct Bad : Module<double> {
     using Module<double>::register_parameter;
