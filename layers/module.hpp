@@ -68,7 +68,7 @@ class Module {
   std::vector<const Parameter<T>*> parameters() const;
   // The parameter with this full dotted name; NameError listing the known names if there is none.
   Parameter<T>& parameter(std::string_view full_name);
-  Index parameter_count() const;  // total number of scalars
+  Index count_parameters() const;  // total number of scalars
 
   // The tree of modules with their parameters' shapes, one line each, children indented under their
   // parent in registration order; a module's line gives its name, its type and how many values it holds:

@@ -807,7 +807,7 @@ TEST_CASE("checkpoint: resuming refuses other evaluation data, and training data
 // ---- the decoder's and the loaders' invariants (hardening round two) ---------------------------------
 
 namespace {
-// A user's model whose configuration implies nothing (no implied_parameter_count): the build budget is
+// A user's model whose configuration implies nothing (no static count_parameters): the build budget is
 // what bounds it.
 test::Mlp::Config mlp_config() { return {.in = 2, .hidden = 8, .out = 2, .seed = 1}; }
 

@@ -54,7 +54,7 @@ TEST_CASE("decoder lm: the parameter count is the built model's, and agrees with
   const Index block = (4 * 64 * 64 + 4 * 64) + (2 * 64 * 256 + 256 + 64) + 4 * 64;
   const Index by_hand = 27 * 64 + 23 * 64 + 2 * block + 2 * 64 + (64 * 27 + 27);
   CHECK(by_hand == 105051);
-  CHECK(DecoderLm<float>(c).parameter_count() == by_hand);
+  CHECK(DecoderLm<float>(c).count_parameters() == by_hand);
   CHECK(DecoderLm<float>::count_parameters(c) == by_hand);
   DecoderLmConfig tied = c;
   tied.tie = true;
@@ -82,7 +82,7 @@ TEST_CASE("decoder lm: the count equals the built model's for configurations of 
     c.head_bias = pick(0, 1) == 1;
     c.init = pick(0, 1) == 0 ? LmInit::pytorch : LmInit::gpt2;
     CAPTURE(i);
-    CHECK(DecoderLm<float>::count_parameters(c) == DecoderLm<float>(c).parameter_count());
+    CHECK(DecoderLm<float>::count_parameters(c) == DecoderLm<float>(c).count_parameters());
   }
 }
 

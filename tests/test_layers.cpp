@@ -57,7 +57,7 @@ TEST_CASE("module: dotted names in a fixed order: own parameters first, then chi
                                                  "model.attn.wv"});
   CHECK(model.parameter("model.block.inner.weight").value.shape() == Shape::mat(2, 3));
   CHECK(model.block.inner.path() == "model.block.inner");
-  CHECK(model.parameter_count() == 1 + 3 + 6 + 3 + 3 * 16);
+  CHECK(model.count_parameters() == 1 + 3 + 6 + 3 + 3 * 16);
   CHECK_THROWS_WITH_AS(model.parameter("model.attn.wo"),
                        "parameter: 'model.attn.wo' is not a parameter of module 'model'; it has: 'model.scale', "
                        "'model.block.gate', 'model.block.inner.weight', 'model.block.inner.bias', 'model.attn.wq', "

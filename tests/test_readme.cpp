@@ -128,5 +128,5 @@ CHECK(block.summary() == R"(block: TransformerBlock (600 values)
   dropout2: Dropout
 )");
 // [readme:summary-end]
-  CHECK(block.parameter_count() == 600);
+  CHECK(block.count_parameters() == 600);
 }

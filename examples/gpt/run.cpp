@@ -192,7 +192,7 @@ ModelResult train_to_end(LmRun& run, const Data& data, const Options& o, Index c
   const auto start = std::chrono::steady_clock::now();
   examples::with_nan_hint("lower --lr, or clip gradients with --clip N", [&] { run.trainer.run(callbacks); });
   progress.finish();
-  ModelResult r{.title = title, .file_name = name, .parameters = model.parameter_count()};
+  ModelResult r{.title = title, .file_name = name, .parameters = model.count_parameters()};
   r.seconds = seconds_since(start);
   r.chars_per_second =
       static_cast<double>((run.trainer.steps_done() - first_step) * options.batch * model.context()) / r.seconds;

@@ -183,7 +183,7 @@ LoopState load_loop(const Checkpoint& c, Module<T>& model, Optimizer<T>& optimiz
 // FormatError if the record is of another kind, a setting is missing, unknown or invalid, the
 // configuration does not fit together (M::check_config, when M has it), or it implies other parameters
 // than the file holds. To know the last for any M, it builds the model once, within the budget below,
-// and drops it (a model that declares implied_parameter_count is not built).
+// and drops it (a model that declares `static Index count_parameters(const Config&)` is not built).
 template <class M>
 typename M::Config model_config_from(const Checkpoint& c);
 
@@ -194,8 +194,9 @@ typename M::Config model_config_from(const Checkpoint& c);
 // constructor from it. It is built within a TensorBudget of what the file's parameters take (three times,
 // for values, gradients and a model's own buffers, plus kBuildSlackBytes), so a configuration forged to
 // ask for more than the file holds is a LimitError before the memory is taken, whatever M is; then its
-// parameter count must equal the file's. `static Index implied_parameter_count(const Config&)` (optional)
-// lets the count be compared before anything is built; `static void check_config(const Config&)`
+// parameter count must equal the file's. `static Index count_parameters(const Config&)` (optional: a model
+// with one says `using Module<T>::count_parameters;` too) lets the count be compared before anything is
+// built; `static void check_config(const Config&)`
 // (optional) names what does not fit together.
 template <class M>
 std::unique_ptr<M> model_from_checkpoint(const Checkpoint& c, LoadOptions options = {});
@@ -235,8 +236,8 @@ typename M::Config config_of(const Checkpoint& c) {
   } catch (const Error& e) {
     throw FormatError(e.what());
   }
-  if constexpr (requires { { M::implied_parameter_count(config) } -> std::convertible_to<Index>; }) {
-    const Index implied = M::implied_parameter_count(config), held = parameter_values_held(c);
+  if constexpr (requires { { M::count_parameters(config) } -> std::convertible_to<Index>; }) {
+    const Index implied = M::count_parameters(config), held = parameter_values_held(c);  // check_config passed
     if (implied != held) refuse_implied_count(c.model, implied, held);
   }
   return config;
@@ -252,7 +253,7 @@ std::unique_ptr<M> build_within(const Checkpoint& c, const typename M::Config& c
   } catch (const std::length_error&) {  // a size no vector can hold: refused before any budget is asked
     refuse_build(c);
   }
-  const Index built = model->parameter_count(), held = parameter_values_held(c);
+  const Index built = model->count_parameters(), held = parameter_values_held(c);
   if (built != held) refuse_implied_count(c.model, built, held);
   return model;
 }
@@ -261,7 +262,7 @@ std::unique_ptr<M> build_within(const Checkpoint& c, const typename M::Config& c
 template <class M>
 typename M::Config model_config_from(const Checkpoint& c) {
   typename M::Config config = detail::config_of<M>(c);
-  if constexpr (!requires { M::implied_parameter_count(std::declval<const typename M::Config&>()); })
+  if constexpr (!requires { M::count_parameters(std::declval<const typename M::Config&>()); })
     (void)detail::build_within<M>(c, config);
   return config;
 }
