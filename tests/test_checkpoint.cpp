@@ -80,14 +80,12 @@ struct SignumOptions {
 class Signum final : public OptimizerWith<float, SignumOptions> {
  public:
   explicit Signum(std::vector<Parameter<float>*> params, SignumOptions options = {})
-      : OptimizerWith(std::move(params), options, "Signum", {"momentum"}) {}
-  std::string_view kind() const override { return "signum"; }
+      : OptimizerWith(std::move(params), options, "signum", {"momentum"}) {}
 
  private:
   void update(double lr, std::int64_t) override {
     const auto beta = static_cast<float>(options_.beta), rate = static_cast<float>(lr);
     for (std::size_t i = 0; i < params().size(); ++i) {
-      if (buffers(i).empty()) create_buffers(i);
       auto m = buffers(i)[0].array();
       m = beta * m + (1 - beta) * std::as_const(params()[i]->grad).array();
       params()[i]->value.array() -= rate * m.sign();

@@ -39,28 +39,24 @@ struct LionOptions {
     field("beta2", s.beta2, "decay of the momentum", in_range(0, 1, true));
     field("weight_decay", s.weight_decay, "decoupled weight decay", at_least(0));
   }
-  void check(std::string_view op) const { check_fields(*this, op); }
 };
 
-// The update, per parameter, with the momentum m (one buffer, "exp_avg", the same shape):
+// The update, per parameter, with the momentum m (one buffer, "exp_avg", the parameter's shape):
 //   p -= lr (sign(beta1 m + (1 - beta1) g) + wd p);   m = beta2 m + (1 - beta2) g
-template <class T>
-class Lion final : public OptimizerWith<T, LionOptions> {
+class Lion final : public OptimizerWith<float, LionOptions> {
  public:
-  explicit Lion(std::vector<Parameter<T>*> params, LionOptions options = {})
-      : OptimizerWith<T, LionOptions>(std::move(params), options, "Lion", {"exp_avg"}) {}
-  std::string_view kind() const override { return "lion"; }  // its name in checkpoints
+  explicit Lion(std::vector<Parameter<float>*> params, LionOptions options = {})
+      : OptimizerWith(std::move(params), options, "lion", {"exp_avg"}) {}  // its name in checkpoints, its buffers
 
  private:
   void update(double lr, std::int64_t) override {
-    const LionOptions& o = this->options_;
-    const T beta1 = static_cast<T>(o.beta1), beta2 = static_cast<T>(o.beta2), rate = static_cast<T>(lr);
-    const T decay = static_cast<T>(1 - lr * o.weight_decay);
-    for (std::size_t i = 0; i < this->params().size(); ++i) {
-      if (this->buffers(i).empty()) this->create_buffers(i);  // m = 0, on the first step only
-      auto p = this->params()[i]->value.array();
-      const auto g = std::as_const(this->params()[i]->grad).array();
-      auto m = this->buffers(i)[0].array();
+    const LionOptions& o = options();
+    const auto beta1 = static_cast<float>(o.beta1), beta2 = static_cast<float>(o.beta2);
+    const auto rate = static_cast<float>(lr), decay = static_cast<float>(1 - lr * o.weight_decay);
+    for (std::size_t i = 0; i < params().size(); ++i) {
+      auto p = params()[i]->value.array();
+      const auto g = std::as_const(params()[i]->grad).array();
+      auto m = buffers(i)[0].array();  // zeros on the first step
       p = decay * p - rate * (beta1 * m + (1 - beta1) * g).sign();
       m = beta2 * m + (1 - beta2) * g;
     }
@@ -102,7 +98,7 @@ constexpr Index kSteps = 400, kCheckpointAt = 200;
 // The library's trainer and checkpoints take Lion as they take AdamW: any Optimizer<float>.
 struct Run {
   Net model;
-  Lion<float> optimizer{model.parameters(), {.lr = 1e-2, .weight_decay = 1e-2}};
+  Lion optimizer{model.parameters(), {.lr = 1e-2, .weight_decay = 1e-2}};
   Trainer<TensorBatch> trainer{model, optimizer, sine(), [this](Tape<float>& tape, const TensorBatch& batch) {
     return mse(model.forward(tape.constant(batch.features)), tape.constant(batch.targets));
   }, {.steps = kSteps, .batch = 32}};
