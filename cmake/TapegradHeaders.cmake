@@ -34,6 +34,7 @@ set(TAPEGRAD_INTERNAL_HEADERS
   autograd/softmax_kernels.hpp       # the row softmax behind softmax_rows and attention
   autograd/scratch.hpp               # per-thread buffers of the products, attention and softmax
   train/checkpoint/serialize.hpp     # the cereal layout of checkpoint files
+  train/checkpoint/legacy.hpp        # the layouts of formats 1 and 2, converted on reading
 )
 
 # The headers of tapegrad::mpi (data-parallel training over MPI): public, but a component's of its own,

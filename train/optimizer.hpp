@@ -105,7 +105,7 @@ struct AdamOptions {
   }
 };
 
-// What a checkpoint saves of an optimizer.
+// What a checkpoint saves of an optimizer (train/checkpoint/state.hpp writes it as named entries).
 template <class T>
 struct OptimizerState {
   std::string kind;          // the optimizer's kind(): "sgd", "adam", "adamw", or a user's optimizer's name

@@ -130,8 +130,8 @@ OptimizerFactory new_optimizer(const Options& o) {
   };
 }
 
-// The optimizer a checkpoint records (kind, hyperparameters, schedule); load_training then sets its state.
-OptimizerFactory saved_optimizer(const OptimizerRecord& r) {
+// The optimizer a checkpoint records (kind, hyperparameters, schedule); restore then sets its state.
+OptimizerFactory saved_optimizer(const OptimizerState<float>& r) {
   return [&r](Gpt<float>& model) {
     auto optimizer = make_optimizer<float>(parse_enum<OptimizerKind>(r.kind), model.parameters(), r.hyperparameters);
     optimizer->set_schedule(*make_schedule(r.schedule));
@@ -430,7 +430,7 @@ int resume(const Options& o, Collective* collective) {
   const bool leader = is_leader(collective);
   const Checkpoint checkpoint = read_checkpoint(o.resume);
   const auto program = checkpoint.metadata.find("program");
-  if (!checkpoint.training || program == checkpoint.metadata.end() || program->second != kProgram ||
+  if (!checkpoint.has("trainer") || program == checkpoint.metadata.end() || program->second != kProgram ||
       !checkpoint.metadata.contains("data") || !checkpoint.metadata.contains("curve_windows"))
     fail<FormatError>("--resume: '{}' is not a training checkpoint of this program (it needs the state of training and "
                       "the data it was trained on)",
@@ -446,16 +446,18 @@ int resume(const Options& o, Collective* collective) {
   if (data->vocabulary.hex() != config.vocabulary)
     fail<ValueError>("--resume: the data '{}' has other bytes than the model was trained on", escaped(data->path));
   (void)data->vocabulary.encode(o.prompt, "--prompt");
-  TrainOptions options = checkpoint.training->trainer.options;
-  const Index at = checkpoint.training->trainer.step;
+  const TrainerState trainer = read_trainer_state(checkpoint);
+  TrainOptions options = trainer.options;
+  const Index at = trainer.step;
   if (o.steps > 0) options.steps = o.steps;
   if (options.steps < at)
     fail<ValueError>("--steps {} is behind the checkpoint, which is at step {}; give more steps to train on", options.steps, at);
 
   std::optional<RunFolder> folder;
   if (leader) folder.emplace(o.out, plan_of(o, *data, {config.attention}, true, options.steps));
-  LmRun run(config, saved_optimizer(checkpoint.training->optimizer), options, *data);
-  const LoadReport loaded = load_training(checkpoint, run.trainer);  // strict: refuses other data, another optimizer
+  const OptimizerState<float> optimizer = read_optimizer_state<float>(checkpoint);
+  LmRun run(config, saved_optimizer(optimizer), options, *data);
+  const LoadReport loaded = restore(checkpoint, run.trainer);  // strict: refuses other data, another optimizer
   if (leader)
     fmt::print("gpt: resumed {} at step {} of {} from {} ({})\ndata: {}\n", describe(config), at, options.steps,
                escaped(fs::path(o.resume)), loaded.str(), describe_data(*data));
