@@ -100,7 +100,7 @@ void time_steps(const Workload& w, TrainerBase& trainer, TimedCollective* timed,
              "\"allreduce_ms\": {:.3f}, \"allreduce_share\": {:.3f}, \"bytes_per_step\": {:.0f}, \"steps\": {}, "
              "\"allocations_per_step\": {}, \"params\": {}}}\n",
              w.name, timed ? timed->size() : 1, num_threads(), ms, reduce, reduce / ms, timed ? timed->bytes : 0.0,
-             step_ms.size(), allocations, trainer.model().parameter_count());
+             step_ms.size(), allocations, trainer.model().count_parameters());
   std::fflush(stdout);
 }
 

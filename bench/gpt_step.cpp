@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
     fmt::print("{{\"program\": \"tapegrad\", \"attention\": \"{}\", \"parameters\": {}, \"batch\": {}, \"context\": {}, "
                "\"threads\": {}, \"step_ms\": {:.3f}, \"chars_per_second\": {:.0f}, \"loss\": {:.4f}, \"regions_per_step\": {:.1f}, "
                "\"straggles_per_step\": {:.3g}, \"straggle_ms_per_step\": {:.3g}{}}}\n",
-               attention, model.parameter_count(), kBatch, kContext, num_threads(), 1e3 * seconds,
+               attention, model.count_parameters(), kBatch, kContext, num_threads(), 1e3 * seconds,
                static_cast<double>(kBatch * kContext) / seconds, loss, regions, straggles, straggle_ms,
                against > 0 ? fmt::format(", \"against_threads\": {}, \"against_step_ms\": {:.3f}, \"x_against\": {:.3f}", against,
                                          1e3 * bench::median(against_per_step), seconds / bench::median(against_per_step))

@@ -151,7 +151,7 @@ Measured measure(const Workload& w, double seconds, std::size_t max_steps, bool 
           sgd.step();
         },
         seconds, max_steps, against);
-    return Measured{timing, model.parameter_count(), tape.bytes()};
+    return Measured{timing, model.count_parameters(), tape.bytes()};
   };
   if (w.model == "stack") {
     StackModel model(w, checkpoint_every);

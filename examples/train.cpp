@@ -187,15 +187,17 @@ struct RunPlan {
 };
 
 RunPlan plan_from_checkpoint(const Checkpoint& c, const std::string& path, double max_memory_gb) {
-  if (!c.training)
-    fail<FormatError>("resume: '{}' holds weights only, not the state of training", escaped(std::string_view(path)));
+  if (!c.has("trainer") || !c.has("optimizer"))
+    fail<FormatError>("resume: '{}' holds no Trainer's run (its parts: {})", escaped(std::string_view(path)),
+                      c.parts().empty() ? std::string("none") : quoted_list(c.parts()));
   RunPlan p;
   p.run.model = model_config_from<ToyModel<float>>(c);  // FormatError for a file of another model or a forged one
   p.data = resume_data(c, max_memory_gb);
-  p.run.optimizer = parse_enum<OptimizerKind>(c.training->optimizer.kind);
-  p.run.hyperparameters = c.training->optimizer.hyperparameters;
-  p.run.schedule = c.training->optimizer.schedule;
-  p.run.training = c.training->trainer.options;
+  const OptimizerState<float> optimizer = read_optimizer_state<float>(c);
+  p.run.optimizer = parse_enum<OptimizerKind>(optimizer.kind);
+  p.run.hyperparameters = optimizer.hyperparameters;
+  p.run.schedule = optimizer.schedule;
+  p.run.training = read_trainer_state(c).options;
   return p;
 }
 
@@ -293,7 +295,7 @@ int run(const Options& o, const TableFlags& flags, const examples::Job& job) {
         fail<ValueError>("resume: the training data differs from the data the checkpoint was trained on (fingerprint {} "
                          "in the file, {:08x} now)",
                          escaped(it->second), now);
-    const Index at = resumed->training->trainer.step;
+    const Index at = read_trainer_state(*resumed).step;
     if (plan.run.training.steps < at)
       fail<ValueError>("--steps {} is behind the checkpoint, which is at step {}; give more steps to train on",
                        plan.run.training.steps, at);
@@ -321,7 +323,7 @@ int run(const Options& o, const TableFlags& flags, const examples::Job& job) {
   ToyModel<float>& model = toy.model();
   Trainer<SequenceBatch>& trainer = toy.trainer();
   if (resumed) {
-    const LoadReport report = load_training(*resumed, trainer);
+    const LoadReport report = restore(*resumed, trainer);
     say(err, fmt::format("resumed from {} at step {}: {}\n", o.resume, trainer.steps_done(), report.str()));
   }
   // Every rank resumed from the same file (or built the same model): the group checks that and starts
@@ -335,7 +337,7 @@ int run(const Options& o, const TableFlags& flags, const examples::Job& job) {
              "optimizer: {}\ntraining: {}\n{}",
              train.name, train.size(), train.tokens.size(), train.labels.size(),
              have_eval ? fmt::format("; eval: {} ({} examples)", eval.name, eval.size()) : "", plan.run.model.describe(),
-             model.d_model(), model.parameter_count(), toy.optimizer().describe(), trainer.options().describe(),
+             model.d_model(), model.count_parameters(), toy.optimizer().describe(), trainer.options().describe(),
              o.out.empty() ? "no --out: nothing of this run is saved\n" : ""));
   auto checkpoint = [&] {
     Checkpoint c = snapshot(trainer);

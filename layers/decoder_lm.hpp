@@ -17,8 +17,6 @@
 // It is a LanguageModel (layers/generate.hpp): training, evaluation and sampling run its one forward, the
 // last two with gradients off, sampling with or without a KvCache (generate()).
 //
-// How many parameters a configuration has is answered by the constructor itself (count_parameters), so no
-// formula has to be kept in step with it.
 
 #include <cstdint>
 #include <memory>
@@ -88,12 +86,11 @@ class DecoderLm : public Module<T>, public LanguageModel<T> {
   explicit DecoderLm(const Config& config);
   // The constructor's checks alone: ValueError naming what does not fit, nothing allocated.
   static void check_config(const Config& config);
-  // The parameter values `config` builds, without building it: the count is a polynomial of degree at
-  // most 1 in vocab, context, n_layers and d_ff and 2 in d_model (and does not depend on n_heads), so it is
-  // read off 48 models the constructor builds at sizes of 1 to 3 and interpolated at the configuration's
-  // own (tests/test_decoder_lm.cpp compares it with built models). Microseconds and no memory to speak of,
-  // for any configuration within the bounds; ValueError as check_config.
+  // The parameter values `config` builds, without building it (the formula beside the constructor, which
+  // tests/test_decoder_lm.cpp compares with built models of every kind); ValueError as check_config.
+  // model_from_checkpoint compares it with what a file holds before it builds anything.
   static Index count_parameters(const Config& config);
+  using Module<T>::count_parameters;  // a built model's: model.count_parameters()
 
   // The logits (B, T) -> (B, T, V). Without a cache the tokens are at positions 0 .. T-1; with one
   // (gradients off, B = 1), they are the newest tokens of a sequence, at positions cache->length() on, and

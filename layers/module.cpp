@@ -63,7 +63,7 @@ Parameter<T>& Module<T>::parameter(std::string_view full_name) {
 }
 
 template <class T>
-Index Module<T>::parameter_count() const {
+Index Module<T>::count_parameters() const {
   Index n = 0;
   for (const auto* p : parameters()) n += p->value.numel();
   return n;
@@ -119,7 +119,7 @@ std::string Module<T>::summary() const {
 template <class T>
 void Module<T>::write_summary(std::string& out, int depth) const {
   const std::string indent(static_cast<std::size_t>(2 * depth), ' ');
-  const Index values = parameter_count();
+  const Index values = count_parameters();
   out += fmt::format("{}{}{}{}\n", indent, name_.empty() ? "" : name_ + ": ", type_name(typeid(*this)),
                      values > 0 ? fmt::format(" ({} values)", values) : "");
   for (std::size_t k = 0; k < own_.size(); ++k)

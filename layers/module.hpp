@@ -19,6 +19,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tapegrad/autograd/parameter.hpp"
@@ -68,7 +69,7 @@ class Module {
   std::vector<const Parameter<T>*> parameters() const;
   // The parameter with this full dotted name; NameError listing the known names if there is none.
   Parameter<T>& parameter(std::string_view full_name);
-  Index parameter_count() const;  // total number of scalars
+  Index count_parameters() const;  // total number of scalars
 
   // The tree of modules with their parameters' shapes, one line each, children indented under their
   // parent in registration order; a module's line gives its name, its type and how many values it holds:
@@ -132,6 +133,12 @@ class Module {
   void write_summary(std::string& out, int depth) const;
   std::string label() const;  // "module 'attn'", or "the unnamed root module"
   void prefix_names(const std::string& prefix);
+  template <class>
+  friend class EvalModeGuard;
+  void collect_modes(std::vector<std::pair<Module<T>*, bool>>& out) {  // this module, then its children's
+    out.emplace_back(this, training_);
+    for (auto* c : children_) c->collect_modes(out);
+  }
   void collect_torch_names(const std::string& prefix, std::vector<std::pair<const Parameter<T>*, TorchName>>& out) const;
 
   std::string name_;
@@ -181,20 +188,24 @@ class ModuleList : public Module<T> {
   std::vector<std::unique_ptr<Module<T>>> items_;
 };
 
-// Evaluation mode for a scope: the module and its children in eval mode while the guard lives, then back
-// in the mode they were in, also when what runs between throws (an evaluation pass, sampling, a look at
-// attention maps in the middle of training).
+// Evaluation mode for a scope: the module and its children in eval mode while the guard lives, then each
+// back in the mode it was in (a block the caller had put in eval mode stays there), also when what runs
+// between throws (an evaluation pass, sampling, a look at attention maps in the middle of training).
 template <class T>
 class EvalModeGuard {
  public:
-  explicit EvalModeGuard(Module<T>& module) : module_(module), was_training_(module.training()) { module_.eval(); }
-  ~EvalModeGuard() { module_.train(was_training_); }
+  explicit EvalModeGuard(Module<T>& module) {
+    module.collect_modes(modes_);
+    module.eval();
+  }
+  ~EvalModeGuard() {
+    for (const auto& [m, training] : modes_) m->training_ = training;
+  }
   EvalModeGuard(const EvalModeGuard&) = delete;
   EvalModeGuard& operator=(const EvalModeGuard&) = delete;
 
  private:
-  Module<T>& module_;
-  bool was_training_;
+  std::vector<std::pair<Module<T>*, bool>> modes_;  // every module of the tree, with its mode before
 };
 
 // UsageError naming the first parameter `tape` read (since its last reset()) that `model` does not list:

@@ -229,7 +229,7 @@ TEST_CASE("activation checkpoint: gradcheck of a user's module through checkpoin
   const GradcheckReport report =
       gradcheck(f, {{"x", test::random_tensor(Shape::batched(2, 3, 4), data)}}, params, kStrictGradcheck);
   CHECK_GRADCHECK(report);
-  CHECK(report.checked == 24 + mlp.parameter_count());  // every element of x and of every parameter
+  CHECK(report.checked == 24 + mlp.count_parameters());  // every element of x and of every parameter
 }
 
 TEST_CASE("activation checkpoint: with gradients off it is the plain forward, and cached generation is unchanged") {

@@ -25,12 +25,14 @@ TEST_CASE("checkpoint: the JSON export is valid JSON with every name, and the su
   const std::string json = checkpoint_json(c);
   std::istringstream in(json);
   CHECK_NOTHROW(cereal::JSONInputArchive{in});  // parses
-  for (const auto& p : c.parameters) CHECK(json.find("\"name\": \"" + p.name + "\"") != std::string::npos);
-  CHECK(json.find("\"value\": \"NaN\"") != std::string::npos);  // JSON has no NaN literal
-  // Settings are objects of text, enums by name: what a person reads, the same names the API uses.
+  for (const auto* p : run.model().parameters()) CHECK(json.find("\"name\": \"model." + p->name + "\"") != std::string::npos);
+  CHECK(json.find("\"NaN\"") != std::string::npos);  // the curve's first point: JSON has no NaN literal
+  // The model's settings are an object of text, enums by name: what a person reads, the same names the API uses.
   CHECK(json.find("\"attention\": \"learnable\"") != std::string::npos);
   CHECK(json.find("\"positions\": \"onehot\"") != std::string::npos);
-  CHECK(json.find("\"beta1\": \"0.9\"") != std::string::npos);
+  // Every part's entries by name, with their kind: an optimizer's hyperparameters are texts.
+  CHECK(json.find("\"name\": \"optimizer.hyperparameters.beta1\",\n") != std::string::npos);
+  CHECK(json.find("\"kind\": \"texts\"") != std::string::npos);
   const std::string summary = describe_checkpoint(c);
   INFO(summary);
   CHECK(summary.find("attn.wq") != std::string::npos);

@@ -54,7 +54,7 @@ TEST_CASE("decoder lm: the parameter count is the built model's, and agrees with
   const Index block = (4 * 64 * 64 + 4 * 64) + (2 * 64 * 256 + 256 + 64) + 4 * 64;
   const Index by_hand = 27 * 64 + 23 * 64 + 2 * block + 2 * 64 + (64 * 27 + 27);
   CHECK(by_hand == 105051);
-  CHECK(DecoderLm<float>(c).parameter_count() == by_hand);
+  CHECK(DecoderLm<float>(c).count_parameters() == by_hand);
   CHECK(DecoderLm<float>::count_parameters(c) == by_hand);
   DecoderLmConfig tied = c;
   tied.tie = true;
@@ -82,7 +82,7 @@ TEST_CASE("decoder lm: the count equals the built model's for configurations of 
     c.head_bias = pick(0, 1) == 1;
     c.init = pick(0, 1) == 0 ? LmInit::pytorch : LmInit::gpt2;
     CAPTURE(i);
-    CHECK(DecoderLm<float>::count_parameters(c) == DecoderLm<float>(c).parameter_count());
+    CHECK(DecoderLm<float>::count_parameters(c) == DecoderLm<float>(c).count_parameters());
   }
 }
 
@@ -133,6 +133,16 @@ TEST_CASE("decoder lm: generate() samples in evaluation mode, the same text with
   CHECK(cached == model.generate(prompt, {.count = 20, .seed = 7, .cache = false}));
   CHECK_THROWS_AS(model.generate({}, {.count = 1}), ValueError);
   CHECK(model.training());  // restored when sampling throws too
+}
+
+TEST_CASE("decoder lm: generate() gives each module back its own mode: a stack put in eval mode stays there") {
+  DecoderLm<double> model({.vocab = 9, .context = 6, .d_model = 8, .n_heads = 2, .n_layers = 2, .dropout = 0.5, .seed = 2});
+  model.stack().eval();  // dropout off in the blocks, the rest of the model training
+  (void)model.generate(std::vector<std::int32_t>{1, 2}, {.count = 5, .seed = 7});
+  CHECK(model.training());
+  CHECK(model.embedding().training());
+  CHECK_FALSE(model.stack().training());
+  CHECK_FALSE(model.stack().block(1).training());
 }
 
 TEST_CASE("decoder lm: a checkpoint rebuilds it by its kind, with its settings and weights") {

@@ -302,7 +302,7 @@ TEST_CASE("gpt data: the bigram's probabilities are add-one smoothed counts, its
   CHECK(bigram.probability(0, 1) == doctest::Approx(3.0 / 4));  // (2 + 1) / (2 + 2)
   CHECK(bigram.probability(1, 0) == doctest::Approx(2.0 / 4));
   CHECK(bigram.probability(1, 1) == doctest::Approx(2.0 / 4));
-  CHECK(bigram.parameter_count() == 4);
+  CHECK(bigram.count_parameters() == 4);
   const fs::path dir = test::scratch_dir("gpt", "bigram");
   TokenFileWriter w(dir / "v.bin", 1, 256);
   w.append_bytes("abbab");  // windows of 2: "abb", "bab"
@@ -325,10 +325,10 @@ TEST_CASE("gpt model: nanoGPT's parameters and initialisation") {
   for (int b = 0; b < 65; ++b) hex += fmt::format("{:02x}", b + 32);
   gpt::Gpt<float>::Config c{.vocabulary = hex};
   gpt::Gpt<float> model(c);
-  CHECK(model.parameter_count() == 809856);
-  CHECK(gpt::Gpt<float>::implied_parameter_count(c) == 809856);
+  CHECK(model.count_parameters() == 809856);
+  CHECK(gpt::Gpt<float>::count_parameters(c) == 809856);
   c.attention = AttentionMode::parameter_free;
-  CHECK(gpt::Gpt<float>(c).parameter_count() == 809856 - 4 * (4 * 128 * 128 + 4 * 128));
+  CHECK(gpt::Gpt<float>(c).count_parameters() == 809856 - 4 * (4 * 128 * 128 + 4 * 128));
   auto sd = [](const Tensor& t) { return std::sqrt(t.array().template cast<double>().square().mean()); };
   CHECK(sd(model.parameter("embed.table").value) == doctest::Approx(0.02).epsilon(0.05));
   CHECK(sd(model.parameter("stack.blocks.1.attn.wq").value) == doctest::Approx(0.02).epsilon(0.05));
@@ -338,7 +338,7 @@ TEST_CASE("gpt model: nanoGPT's parameters and initialisation") {
   CHECK(model.parameter("stack.norm.weight").value.array().minCoeff() == 1);
   gpt::Gpt<float>::Config bad = c;
   bad.vocabulary = "zz";
-  CHECK(gpt::Gpt<float>::implied_parameter_count(bad) == -1);
+  CHECK_THROWS_AS(gpt::Gpt<float>::count_parameters(bad), ValueError);
   CHECK_THROWS_AS(gpt::Gpt<float>{bad}, ValueError);
 }
 

@@ -57,7 +57,7 @@ TEST_CASE("module: dotted names in a fixed order: own parameters first, then chi
                                                  "model.attn.wv"});
   CHECK(model.parameter("model.block.inner.weight").value.shape() == Shape::mat(2, 3));
   CHECK(model.block.inner.path() == "model.block.inner");
-  CHECK(model.parameter_count() == 1 + 3 + 6 + 3 + 3 * 16);
+  CHECK(model.count_parameters() == 1 + 3 + 6 + 3 + 3 * 16);
   CHECK_THROWS_WITH_AS(model.parameter("model.attn.wo"),
                        "parameter: 'model.attn.wo' is not a parameter of module 'model'; it has: 'model.scale', "
                        "'model.block.gate', 'model.block.inner.weight', 'model.block.inner.bias', 'model.attn.wq', "
@@ -91,6 +91,12 @@ TEST_CASE("module: zero_grad, train/eval and EvalModeGuard reach every child, an
                   }()),
                   ValueError);
   CHECK(model.attn.training());
+  model.block.inner.eval();  // the caller's choice for one part of the model
+  { const EvalModeGuard<double> guard(model); }
+  CHECK(model.attn.training());
+  CHECK(model.block.training());
+  CHECK_FALSE(model.block.inner.training());  // each module back in its own mode, not the root's
+  model.train();
 
   struct Bad : Module<double> {
     using Module<double>::register_parameter;

@@ -365,13 +365,13 @@ TEST_CASE("optimizer: construction refuses no parameters, null pointers, empty a
   TwoParams m(1);
   Parameter<double> unnamed("", TensorD(Shape::mat(2, 2)));
   Parameter<double> again("attn.wq", TensorD(Shape::vec(4)));
-  CHECK_THROWS_WITH_AS(SGD<double>({}), "SGD: no parameters to optimize", ValueError);
-  CHECK_THROWS_WITH_AS(SGD<double>({&m.wq, nullptr}), "SGD: parameter 1 is a null pointer", ValueError);
-  CHECK_THROWS_WITH_AS(Adam<double>({&m.wq, &unnamed}), "Adam: parameter 1 (2x2) has an empty name", NameError);
+  CHECK_THROWS_WITH_AS(SGD<double>({}), "sgd: no parameters to optimize", ValueError);
+  CHECK_THROWS_WITH_AS(SGD<double>({&m.wq, nullptr}), "sgd: parameter 1 is a null pointer", ValueError);
+  CHECK_THROWS_WITH_AS(Adam<double>({&m.wq, &unnamed}), "adam: parameter 1 (2x2) has an empty name", NameError);
   CHECK_THROWS_WITH_AS(AdamW<double>({&m.wq, &m.bias, &again}),
-                       "AdamW: parameter name 'attn.wq' is used twice, by parameters 0 and 2", NameError);
+                       "adamw: parameter name 'attn.wq' is used twice, by parameters 0 and 2", NameError);
   CHECK_THROWS_WITH_AS(SGD<double>({&m.bias, &m.bias}),
-                       "SGD: parameter name 'attn.bias' is used twice, by parameters 0 and 1", NameError);
+                       "sgd: parameter name 'attn.bias' is used twice, by parameters 0 and 1", NameError);
 }
 
 TEST_CASE("optimizer: invalid options are refused as torch refuses them") {
@@ -379,25 +379,25 @@ TEST_CASE("optimizer: invalid options are refused as torch refuses them") {
   auto sgd = [&m](SgdOptions o) { SGD<double> opt(m.ptrs(), o); };
   auto adam = [&m](AdamOptions o) { Adam<double> opt(m.ptrs(), o); };
   auto adamw = [&m](AdamOptions o) { AdamW<double> opt(m.ptrs(), o); };
-  CHECK_THROWS_WITH_AS(sgd(SgdOptions{.lr = -0.1}), "SGD: lr must be finite and >= 0, got -0.1", ValueError);
-  CHECK_THROWS_WITH_AS(sgd(SgdOptions{.momentum = -0.9}), "SGD: momentum must be finite and >= 0, got -0.9",
+  CHECK_THROWS_WITH_AS(sgd(SgdOptions{.lr = -0.1}), "sgd: lr must be finite and >= 0, got -0.1", ValueError);
+  CHECK_THROWS_WITH_AS(sgd(SgdOptions{.momentum = -0.9}), "sgd: momentum must be finite and >= 0, got -0.9",
                        ValueError);
-  CHECK_THROWS_WITH_AS(sgd(SgdOptions{.dampening = -1}), "SGD: dampening must be finite and >= 0, got -1", ValueError);
-  CHECK_THROWS_WITH_AS(sgd(SgdOptions{.weight_decay = -0.01}), "SGD: weight_decay must be finite and >= 0, got -0.01",
+  CHECK_THROWS_WITH_AS(sgd(SgdOptions{.dampening = -1}), "sgd: dampening must be finite and >= 0, got -1", ValueError);
+  CHECK_THROWS_WITH_AS(sgd(SgdOptions{.weight_decay = -0.01}), "sgd: weight_decay must be finite and >= 0, got -0.01",
                        ValueError);
   CHECK_THROWS_WITH_AS(sgd(SgdOptions{.nesterov = true}),
-                       "SGD: Nesterov momentum needs momentum > 0 and dampening 0, got momentum 0 and dampening 0",
+                       "sgd: Nesterov momentum needs momentum > 0 and dampening 0, got momentum 0 and dampening 0",
                        ValueError);
   CHECK_THROWS_WITH_AS(sgd(SgdOptions{.momentum = 0.9, .dampening = 0.1, .nesterov = true}),
-                       "SGD: Nesterov momentum needs momentum > 0 and dampening 0, got momentum 0.9 and dampening 0.1",
+                       "sgd: Nesterov momentum needs momentum > 0 and dampening 0, got momentum 0.9 and dampening 0.1",
                        ValueError);
   CHECK_THROWS_WITH_AS(adam(AdamOptions{.lr = std::numeric_limits<double>::quiet_NaN()}),
-                       "Adam: lr must be finite and >= 0, got nan", ValueError);
-  CHECK_THROWS_WITH_AS(adam(AdamOptions{.beta1 = 1.0}), "Adam: beta1 must be in [0, 1), got 1", ValueError);
-  CHECK_THROWS_WITH_AS(adam(AdamOptions{.beta2 = -0.5}), "Adam: beta2 must be in [0, 1), got -0.5", ValueError);
-  CHECK_THROWS_WITH_AS(adam(AdamOptions{.eps = -1e-8}), "Adam: eps must be finite and >= 0, got -1e-08", ValueError);
+                       "adam: lr must be finite and >= 0, got nan", ValueError);
+  CHECK_THROWS_WITH_AS(adam(AdamOptions{.beta1 = 1.0}), "adam: beta1 must be in [0, 1), got 1", ValueError);
+  CHECK_THROWS_WITH_AS(adam(AdamOptions{.beta2 = -0.5}), "adam: beta2 must be in [0, 1), got -0.5", ValueError);
+  CHECK_THROWS_WITH_AS(adam(AdamOptions{.eps = -1e-8}), "adam: eps must be finite and >= 0, got -1e-08", ValueError);
   CHECK_THROWS_WITH_AS(adamw(AdamOptions{.weight_decay = -0.1}),
-                       "AdamW: weight_decay must be finite and >= 0, got -0.1", ValueError);
+                       "adamw: weight_decay must be finite and >= 0, got -0.1", ValueError);
   SGD<double> opt(m.ptrs());
   CHECK_THROWS_WITH_AS(opt.set_lr(-1), "set_lr: lr must be finite and >= 0, got -1", ValueError);
   CHECK(opt.lr() == 0.01);
@@ -412,13 +412,13 @@ TEST_CASE("optimizer: step refuses a grad of the wrong shape and updates nothing
   m.random_grads(rng);
   m.bias.grad = TensorD(Shape::mat(3, 3), 1.0);
   const TensorD wq_before = m.wq.value, bias_before = m.bias.value;
-  CHECK_THROWS_WITH_AS(opt.step(), "SGD step: 'attn.bias' grad is 3x3 but its value is 3", ShapeError);
+  CHECK_THROWS_WITH_AS(opt.step(), "sgd step: 'attn.bias' grad is 3x3 but its value is 3", ShapeError);
   CHECK(m.wq.value == wq_before);  // checked before anything moved
   CHECK(m.bias.value == bias_before);
   CHECK(opt.steps_taken() == 0);
   CHECK(opt.state().per_param.at("attn.wq").empty());
   Adam<double> adam(m.ptrs());
-  CHECK_THROWS_WITH_AS(adam.step(), "Adam step: 'attn.bias' grad is 3x3 but its value is 3", ShapeError);
+  CHECK_THROWS_WITH_AS(adam.step(), "adam step: 'attn.bias' grad is 3x3 but its value is 3", ShapeError);
   CHECK(adam.steps_taken() == 0);
 }
 

@@ -50,7 +50,7 @@ TEST_CASE("readme: the checkpoint calls save, resume, rebuild and partly load a 
 
 // [readme:checkpoint]
 save_checkpoint(path, snapshot(trainer));                      // atomic; snapshot(model): weights and record
-load_training(read_checkpoint(path), trainer);                 // strict, all or nothing
+restore(read_checkpoint(path), trainer);                       // strict, all or nothing
 auto model = model_from_checkpoint<Mlp>(read_checkpoint(path));  // rebuilt from its record
 LoadReport report = load_weights(read_checkpoint(path), other_model, {.strict = false});  // the subset that fits
 // [readme:checkpoint-end]
@@ -72,7 +72,7 @@ LoadReport report = load_weights(read_checkpoint(path), other_model, {.strict = 
   resumed_model.parameter("out.bias").value[0] += 1;  // weights the load must replace
   Adam<float> resumed_adam(resumed_model.parameters(), {.lr = 0.05});
   Trainer<TensorBatch> resumed = make_run(resumed_model, resumed_adam, 20);
-  load_training(read_checkpoint(path), resumed);
+  restore(read_checkpoint(path), resumed);
   resumed.run();
   CHECK(logits_of(resumed_model, x) == logits_of(straight_model, x));
   CHECK(test::same_curve(resumed.curve(), straight.curve()));
@@ -128,5 +128,5 @@ CHECK(block.summary() == R"(block: TransformerBlock (600 values)
   dropout2: Dropout
 )");
 // [readme:summary-end]
-  CHECK(block.parameter_count() == 600);
+  CHECK(block.count_parameters() == 600);
 }

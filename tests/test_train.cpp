@@ -616,10 +616,10 @@ TEST_CASE("trainer: its state round-trips, a state of other data, options or met
   CHECK(tb->rng().state() == ta->rng().state());
 
   auto unchanged = make(b, opt_b, other, {.steps = 20, .batch = 8, .eval_every = 5});
-  CHECK_THROWS_WITH_AS(unchanged->set_state(s), doctest::Contains("resume: the training data differs"), ValueError);
+  CHECK_THROWS_WITH_AS(unchanged->set_state(s), doctest::Contains("set_state: the training data differs"), ValueError);
   auto wider = make(b, opt_b, data, {.steps = 20, .batch = 16, .eval_every = 10});
   CHECK_THROWS_WITH_AS(wider->set_state(s),
-                       "resume: batch is 8 in the file but 16 in the trainer; eval_every is 5 in the file but 10 in the "
+                       "set_state: batch is 8 in the file but 16 in the trainer; eval_every is 5 in the file but 10 in the "
                        "trainer",
                        ValueError);
   CHECK(wider->steps_done() == 0);
@@ -629,7 +629,7 @@ TEST_CASE("trainer: its state round-trips, a state of other data, options or met
   Trainer<TensorBatch> no_metrics(b, opt_b, data, [](Tape<float>&, const TensorBatch&) { return Var<float>{}; },
                                   {.steps = 20, .batch = 8, .eval_every = 5});
   CHECK_THROWS_WITH_AS(no_metrics.set_state(s),
-                       "resume: the checkpoint measured the metrics [accuracy], the trainer measures []", ValueError);
+                       "set_state: the checkpoint measured the metrics [accuracy], the trainer measures []", ValueError);
 }
 
 TEST_CASE("report: plain lines when not a terminal, and a CSV row per evaluation") {

@@ -14,24 +14,29 @@
 namespace tapegrad {
 
 void SgdOptions::check(std::string_view op) const {
-  check_fields(*this, op);
   if (nesterov && (momentum <= 0 || dampening != 0))
     fail<ValueError>("{}: Nesterov momentum needs momentum > 0 and dampening 0, got momentum {} and dampening {}",
                      op, momentum, dampening);
 }
 
-void AdamOptions::check(std::string_view op) const { check_fields(*this, op); }
-
 // ---------------------------------------------------------------------------------------------
 // Optimizer: names, schedule, state, strict load
 
 template <class T>
-Optimizer<T>::Optimizer(std::vector<Parameter<T>*> params, std::string_view op, std::vector<std::string> buffer_names)
+Optimizer<T>::Optimizer(std::vector<Parameter<T>*> params, std::string kind, std::vector<std::string> buffer_names)
     : params_(std::move(params)),
-      op_(op),
+      kind_(std::move(kind)),
       buffer_names_(std::move(buffer_names)),
       buffers_(params_.size()),
       schedule_(std::make_unique<ConstantLr>()) {
+  const std::string_view op = kind_;
+  if (kind_.empty()) fail<ValueError>("optimizer: its kind (the name checkpoints save it under) is empty");
+  for (std::size_t k = 0; k < buffer_names_.size(); ++k) {
+    const std::string& b = buffer_names_[k];
+    if (b.empty() || b.find('.') != std::string::npos ||
+        std::find(buffer_names_.begin(), buffer_names_.begin() + static_cast<std::ptrdiff_t>(k), b) != buffer_names_.begin() + static_cast<std::ptrdiff_t>(k))
+      fail<NameError>("{}: buffer name '{}' is empty, has a '.' or is given twice", op, escaped(b));
+  }
   if (params_.empty()) fail<ValueError>("{}: no parameters to optimize", op);
   std::map<std::string_view, std::size_t> seen;
   for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -81,23 +86,24 @@ void Optimizer<T>::check_shapes() const {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Parameter<T>& p = *params_[i];
     if (p.grad.shape() != p.value.shape())
-      fail<ShapeError>("{} step: '{}' grad is {} but its value is {}", op_, p.name, p.grad.shape(), p.value.shape());
+      fail<ShapeError>("{} step: '{}' grad is {} but its value is {}", kind_, p.name, p.grad.shape(), p.value.shape());
     for (std::size_t k = 0; k < buffers_[i].size(); ++k)
       if (buffers_[i][k].shape() != p.value.shape())
-        fail<ShapeError>("{} step: '{}' {} is {} but its value is {}", op_, p.name, buffer_names_[k],
+        fail<ShapeError>("{} step: '{}' {} is {} but its value is {}", kind_, p.name, buffer_names_[k],
                          buffers_[i][k].shape(), p.value.shape());
   }
 }
 
 template <class T>
-void Optimizer<T>::create_buffers(std::size_t i) {
-  buffers_[i].assign(buffer_names_.size(), TensorT<T>(params_[i]->value.shape()));
+std::vector<TensorT<T>>& Optimizer<T>::buffers(std::size_t i) {
+  if (buffers_[i].empty()) buffers_[i].assign(buffer_names_.size(), TensorT<T>(params_[i]->value.shape()));
+  return buffers_[i];
 }
 
 template <class T>
 OptimizerState<T> Optimizer<T>::state() const {
   OptimizerState<T> s;
-  s.kind = std::string(kind());
+  s.kind = kind_;
   s.hyperparameters = hyperparameters();
   s.schedule = schedule_->record();
   s.step = step_;
@@ -109,13 +115,13 @@ OptimizerState<T> Optimizer<T>::state() const {
 }
 
 template <class T>
-void Optimizer<T>::check_state(const OptimizerState<T>& s) const {
-  const std::string_view mine = kind();
+void Optimizer<T>::check_state(const OptimizerState<T>& s, std::string_view op) const {
+  const std::string_view mine = kind_;
   if (s.kind != mine)
-    fail<ValueError>("load_state: the state is from '{}' but this optimizer is '{}'", escaped(s.kind), mine);
+    fail<ValueError>("{}: the state is from '{}' but this optimizer is '{}'", op, escaped(s.kind), mine);
   const ScheduleRecord schedule = schedule_->record();
   if (!(s.schedule == schedule))
-    fail<ValueError>("load_state: the state's schedule is {} but this optimizer's is {}", s.schedule.describe(),
+    fail<ValueError>("{}: the state's schedule is {} but this optimizer's is {}", op, s.schedule.describe(),
                      schedule.describe());
 
   // Names first, all of them in one message: hyperparameters, parameters, buffers.
@@ -167,12 +173,18 @@ void Optimizer<T>::check_state(const OptimizerState<T>& s) const {
                                    fmt::join(unknown_buffers, ", ")));
   if (!missing_buffers.empty())
     problems.push_back(fmt::format("buffers missing from the state: {}", fmt::join(missing_buffers, ", ")));
-  if (!problems.empty()) fail<NameError>("load_state: {}", fmt::join(problems, "; "));
+  if (!problems.empty()) fail<NameError>("{}: {}", op, fmt::join(problems, "; "));
 
   // Then values and shapes.
-  check_hyperparameters(s.hyperparameters);
-  if (s.step < 0) fail<ValueError>("load_state: step must be >= 0, got {}", s.step);
-  if (!shapes.empty()) fail<ShapeError>("load_state: {}", fmt::join(shapes, "; "));
+  try {
+    check_hyperparameters(s.hyperparameters);
+  } catch (const ValueError& e) {  // "load_state: lr must be ...": under the caller's op
+    std::string_view why = e.what();
+    if (why.starts_with("load_state: ")) why.remove_prefix(12);
+    fail<ValueError>("{}: {}", op, why);
+  }
+  if (s.step < 0) fail<ValueError>("{}: step must be >= 0, got {}", op, s.step);
+  if (!shapes.empty()) fail<ShapeError>("{}: {}", op, fmt::join(shapes, "; "));
 }
 
 template <class T>
@@ -197,7 +209,8 @@ void Optimizer<T>::load_state(const OptimizerState<T>& s) {
 
 template <class T>
 SGD<T>::SGD(std::vector<Parameter<T>*> params, SgdOptions options)
-    : OptimizerWith<T, SgdOptions>(std::move(params), options, "SGD", {"momentum_buffer"}) {}
+    : OptimizerWith<T, SgdOptions>(std::move(params), options, std::string(to_string(OptimizerKind::sgd)),
+                                   {"momentum_buffer"}) {}
 
 template <class T>
 void SGD<T>::update(double lr_now, std::int64_t) {
@@ -207,14 +220,13 @@ void SGD<T>::update(double lr_now, std::int64_t) {
   const auto& params = this->params();
   first_.resize(params.size());  // allocates on the first update only
   for (std::size_t i = 0; i < params.size(); ++i) {
-    first_[i] = o.momentum != 0 && this->buffers(i).empty();
-    if (first_[i]) this->create_buffers(i);
+    first_[i] = o.momentum != 0 && !this->has_buffers(i);
+    if (first_[i]) (void)this->buffers(i);  // made here, before the parallel region reads them
   }
   // Every parameter in one parallel region, in element ranges (Optimizer::for_each_range).
   this->for_each_range([&](std::size_t i, Index from, Index count) {
     auto p = params[i]->value.array().segment(from, count);
     const auto grad = std::as_const(params[i]->grad).array().segment(from, count);
-    auto& buffers = this->buffers(i);
     const bool first = first_[i] != 0;
     // d_p is an expression (grad or grad + wd p), evaluated where it is used.
     auto update = [&](const auto& d_p) {
@@ -222,7 +234,7 @@ void SGD<T>::update(double lr_now, std::int64_t) {
         p -= lr * d_p;  // p -= lr d_p
         return;
       }
-      auto buf = buffers[0].array().segment(from, count);
+      auto buf = this->buffers(i)[0].array().segment(from, count);  // made before the region
       if (first)
         buf = d_p;  // first step: buf = d_p (no dampening)
       else
@@ -267,8 +279,8 @@ std::pair<Settings, DecayOn> split_decay_on(const Settings& h, std::string_view 
 
 template <class T>
 AdamFamily<T>::AdamFamily(std::vector<Parameter<T>*> params, AdamOptions options, bool decoupled_decay,
-                          std::string_view op, DecayOn decay_on)
-    : OptimizerWith<T, AdamOptions>(std::move(params), options, op, {"exp_avg", "exp_avg_sq"}),
+                          OptimizerKind kind, DecayOn decay_on)
+    : OptimizerWith<T, AdamOptions>(std::move(params), options, std::string(to_string(kind)), {"exp_avg", "exp_avg_sq"}),
       decoupled_decay_(decoupled_decay),
       decay_on_(decay_on) {}
 
@@ -309,8 +321,7 @@ void AdamFamily<T>::update(double lr, std::int64_t step) {
   const T eps = static_cast<T>(o.eps), weight_decay = static_cast<T>(o.weight_decay);
   const T decay = static_cast<T>(1 - lr * o.weight_decay);
   const auto& params = this->params();
-  for (std::size_t i = 0; i < params.size(); ++i)
-    if (this->buffers(i).empty()) this->create_buffers(i);  // m = v = 0
+  for (std::size_t i = 0; i < params.size(); ++i) (void)this->buffers(i);  // m = v = 0 the first time, before the region
   // Every parameter in one parallel region, in element ranges (Optimizer::for_each_range).
   this->for_each_range([&](std::size_t i, Index from, Index count) {
     auto p = params[i]->value.array().segment(from, count);
@@ -334,11 +345,11 @@ void AdamFamily<T>::update(double lr, std::int64_t step) {
 
 template <class T>
 Adam<T>::Adam(std::vector<Parameter<T>*> params, AdamOptions options, DecayOn decay_on)
-    : AdamFamily<T>(std::move(params), options, false, "Adam", decay_on) {}
+    : AdamFamily<T>(std::move(params), options, false, OptimizerKind::adam, decay_on) {}
 
 template <class T>
 AdamW<T>::AdamW(std::vector<Parameter<T>*> params, AdamOptions options, DecayOn decay_on)
-    : AdamFamily<T>(std::move(params), options, true, "AdamW", decay_on) {}
+    : AdamFamily<T>(std::move(params), options, true, OptimizerKind::adamw, decay_on) {}
 
 // ---------------------------------------------------------------------------------------------
 // By name

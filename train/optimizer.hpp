@@ -4,8 +4,9 @@
 // checked against it step by step in tests/test_optimizer.cpp; and clip_grad_norm.
 //
 // A user's optimizer is written with the same public pieces: derive from OptimizerWith<T, YourOptions>, give
-// it a name (kind()), its buffers' names and update(); a checkpoint saves and resumes it under that name, and
-// `inspect` shows its hyperparameters (examples/first_steps/5_user_optimizer.cpp writes Lion that way).
+// the constructor its name and its buffers' names, and write update(); a checkpoint saves and resumes it under
+// that name, and `inspect` shows its hyperparameters (examples/first_steps/5_user_optimizer.cpp writes Lion
+// that way).
 //
 // An optimizer reads Parameter::grad and updates Parameter::value. Its hyperparameters are one options
 // struct whose fields() list is their one table (core/settings.hpp): the constructor checks it, state()
@@ -15,7 +16,8 @@
 //
 // The optimizer's state (hyperparameters, schedule, step count, per-parameter buffers) is keyed by
 // parameter name, so a checkpoint can save any model's and a strict load_state() can say exactly what
-// does not match. Buffers are created on the first step; after that step() makes no heap allocation.
+// does not match. A parameter's buffers are made (zeros) when update() first asks for them; after that
+// step() makes no heap allocation.
 
 #include <algorithm>
 #include <array>
@@ -65,7 +67,7 @@ struct SgdOptions {
     field("weight_decay", s.weight_decay, "L2 penalty, added to the gradient", at_least(0));
     field("nesterov", s.nesterov, "Nesterov momentum (needs momentum > 0 and dampening 0)");
   }
-  // The fields' bounds and Nesterov's condition; ValueError starting "<op>: ".
+  // Nesterov's condition, beside the fields' bounds; ValueError starting "<op>: ".
   void check(std::string_view op) const;
 };
 
@@ -101,10 +103,9 @@ struct AdamOptions {
     field("weight_decay", s.weight_decay, "Adam: L2 penalty added to the gradient; AdamW: decoupled decay",
           at_least(0));
   }
-  void check(std::string_view op) const;
 };
 
-// What a checkpoint saves of an optimizer.
+// What a checkpoint saves of an optimizer (train/checkpoint/state.hpp writes it as named entries).
 template <class T>
 struct OptimizerState {
   std::string kind;          // the optimizer's kind(): "sgd", "adam", "adamw", or a user's optimizer's name
@@ -112,7 +113,7 @@ struct OptimizerState {
   ScheduleRecord schedule;   // the schedule that turns lr into each step's rate
   std::int64_t step = 0;     // steps taken
   // parameter name -> buffer name -> buffer (same shape as the parameter). Every parameter has an
-  // entry; it is empty until the first step creates the buffers ("momentum_buffer"; "exp_avg",
+  // entry; it is empty until update() first asks for the buffers ("momentum_buffer"; "exp_avg",
   // "exp_avg_sq").
   std::map<std::string, std::map<std::string, TensorT<T>>> per_param;
 };
@@ -129,9 +130,9 @@ class Optimizer {
   void step();
   void zero_grad();
 
-  // The optimizer's name, which its state and checkpoints carry and a load must match: "sgd", "adam",
-  // "adamw", or a user's optimizer's own ("lion"). Not empty.
-  virtual std::string_view kind() const = 0;
+  // The optimizer's name, which its state, checkpoints and messages carry and a load must match: "sgd",
+  // "adam", "adamw", or a user's optimizer's own ("lion").
+  std::string_view kind() const { return kind_; }
   // The learning rate: the hyperparameter, which the schedule turns into each step's rate.
   virtual double lr() const = 0;
   virtual void set_lr(double lr) = 0;  // ValueError unless finite and >= 0 and the schedule fits it
@@ -155,12 +156,13 @@ class Optimizer {
   // state's.
   void load_state(const OptimizerState<T>& state);
   // load_state's checks alone: throws as it would, changes nothing (to validate a resume as a whole).
-  void check_state(const OptimizerState<T>& state) const;
+  // `op` starts the message.
+  void check_state(const OptimizerState<T>& state, std::string_view op = "load_state") const;
 
  protected:
-  // `op` names the optimizer in error messages ("SGD"); buffer_names are the per-parameter buffers
-  // the subclass keeps, in the order of buffers(i).
-  Optimizer(std::vector<Parameter<T>*> params, std::string_view op, std::vector<std::string> buffer_names);
+  // `kind` names the optimizer in checkpoints and messages ("sgd", "lion"); buffer_names are the
+  // per-parameter buffers the subclass keeps (without '.'), in the order of buffers(i).
+  Optimizer(std::vector<Parameter<T>*> params, std::string kind, std::vector<std::string> buffer_names);
 
   // One update at rate `lr`; `t` is the number of this step, from 1. Shapes are already checked.
   virtual void update(double lr, std::int64_t t) = 0;
@@ -169,10 +171,11 @@ class Optimizer {
   virtual void check_hyperparameters(const Settings& h) const = 0;
   virtual void apply_hyperparameters(const Settings& h) = 0;
 
-  // The buffers of parameter i: empty until created (create_buffers: zeros, the only allocation).
-  std::vector<TensorT<T>>& buffers(std::size_t i) { return buffers_[i]; }
-  void create_buffers(std::size_t i);
-  const std::string& op() const { return op_; }
+  // The buffers of parameter i, one per buffer name, the parameter's shape: zeros when first asked for (the
+  // only allocation; ask before a parallel region, as update()'s of SGD and Adam do).
+  std::vector<TensorT<T>>& buffers(std::size_t i);
+  // Whether parameter i has its buffers yet (SGD's first momentum step copies the gradient instead).
+  bool has_buffers(std::size_t i) const { return !buffers_[i].empty(); }
 
   // f(i, from, count) over the elements of every parameter (i: its index in params(); [from, from + count):
   // a range of its elements), in one parallel region for the whole update rather than one per parameter
@@ -212,7 +215,7 @@ class Optimizer {
   std::vector<Index> starts_;  // for_each_range: where each parameter starts among all the elements
 
   std::vector<Parameter<T>*> params_;
-  std::string op_;
+  std::string kind_;
   std::vector<std::string> buffer_names_;
   std::vector<std::vector<TensorT<T>>> buffers_;  // [parameter][buffer], indexed as params_
   std::unique_ptr<LrSchedule> schedule_;
@@ -220,8 +223,9 @@ class Optimizer {
 };
 
 // The part every optimizer with an options struct O shares: O is the one home of the hyperparameters.
-// O has a `double lr`, a fields() table (core/settings.hpp) and `void check(std::string_view op) const`
-// (check_fields(*this, op) and any condition between fields); a user's options struct is the same.
+// O has a `double lr` and a fields() table (core/settings.hpp), whose bounds are checked; it may add
+// `void check(std::string_view op) const` for a condition between fields (SGD's Nesterov). A user's
+// options struct is the same.
 template <class T, class O>
 class OptimizerWith : public Optimizer<T> {
  public:
@@ -230,15 +234,15 @@ class OptimizerWith : public Optimizer<T> {
   void set_lr(double lr) override {
     O changed = options_;
     changed.lr = lr;
-    changed.check("set_lr");
+    checked(changed, "set_lr");
     (void)this->schedule().lr_at(lr, this->steps_taken());  // and the schedule must still fit it
     options_ = changed;
   }
   Settings hyperparameters() const override { return to_settings(options_); }
 
  protected:
-  OptimizerWith(std::vector<Parameter<T>*> params, O options, std::string_view op, std::vector<std::string> buffer_names)
-      : Optimizer<T>(std::move(params), op, std::move(buffer_names)), options_(checked(std::move(options), op)) {}
+  OptimizerWith(std::vector<Parameter<T>*> params, O options, std::string kind, std::vector<std::string> buffer_names)
+      : Optimizer<T>(std::move(params), kind, std::move(buffer_names)), options_(checked(std::move(options), kind)) {}
   void check_hyperparameters(const Settings& h) const override { (void)read(h); }
   void apply_hyperparameters(const Settings& h) override { options_ = read(h); }
 
@@ -246,14 +250,11 @@ class OptimizerWith : public Optimizer<T> {
 
  private:
   static O checked(O options, std::string_view op) {
-    options.check(op);
+    check_fields(options, op);
+    if constexpr (requires { options.check(op); }) options.check(op);
     return options;
   }
-  static O read(const Settings& h) {
-    O o = from_settings<O>(h, "load_state");
-    o.check("load_state");
-    return o;
-  }
+  static O read(const Settings& h) { return checked(from_settings<O>(h, "load_state"), "load_state"); }
 };
 
 // torch.optim.SGD. Buffer: "momentum_buffer" (only with momentum != 0).
@@ -261,7 +262,6 @@ template <class T>
 class SGD final : public OptimizerWith<T, SgdOptions> {
  public:
   explicit SGD(std::vector<Parameter<T>*> params, SgdOptions options = {});
-  std::string_view kind() const override { return to_string(OptimizerKind::sgd); }
 
  private:
   void update(double lr, std::int64_t t) override;
@@ -281,7 +281,7 @@ class AdamFamily : public OptimizerWith<T, AdamOptions> {
   Settings hyperparameters() const override;
 
  protected:
-  AdamFamily(std::vector<Parameter<T>*> params, AdamOptions options, bool decoupled_decay, std::string_view op,
+  AdamFamily(std::vector<Parameter<T>*> params, AdamOptions options, bool decoupled_decay, OptimizerKind kind,
              DecayOn decay_on);
 
  private:
@@ -299,7 +299,6 @@ template <class T>
 class Adam final : public AdamFamily<T> {
  public:
   explicit Adam(std::vector<Parameter<T>*> params, AdamOptions options = {}, DecayOn decay_on = DecayOn::all);
-  std::string_view kind() const override { return to_string(OptimizerKind::adam); }
 };
 
 // torch.optim.AdamW: decoupled weight decay (Loshchilov & Hutter).
@@ -307,7 +306,6 @@ template <class T>
 class AdamW final : public AdamFamily<T> {
  public:
   explicit AdamW(std::vector<Parameter<T>*> params, AdamOptions options = {}, DecayOn decay_on = DecayOn::all);
-  std::string_view kind() const override { return to_string(OptimizerKind::adamw); }
 };
 
 // An optimizer of a named kind from its hyperparameters (as a checkpoint or a command line holds them):

@@ -180,17 +180,17 @@ TrainerState TrainerBase::state() const {
   return s;
 }
 
-void TrainerBase::check_state(const TrainerState& s) const {
+void TrainerBase::check_state(const TrainerState& s, std::string_view op) const {
   const std::uint32_t fingerprint = data_fingerprint_;
   if (s.data_fingerprint != fingerprint)
-    fail<ValueError>("resume: the training data differs from the data the checkpoint was trained on (fingerprint "
+    fail<ValueError>("{}: the training data differs from the data the checkpoint was trained on (fingerprint "
                      "{:08x} in the file, {:08x} now)",
-                     s.data_fingerprint, fingerprint);
+                     op, s.data_fingerprint, fingerprint);
   const auto text = [](std::optional<std::uint32_t> f) { return f ? fmt::format("{:08x}", *f) : std::string("none"); };
   if (s.eval_fingerprint != eval_fingerprint_)
-    fail<ValueError>("resume: the evaluation data differs from the checkpoint's (fingerprint {} in the file, {} now); "
+    fail<ValueError>("{}: the evaluation data differs from the checkpoint's (fingerprint {} in the file, {} now); "
                      "one curve must not mix two evaluation sets",
-                     text(s.eval_fingerprint), text(eval_fingerprint_));
+                     op, text(s.eval_fingerprint), text(eval_fingerprint_));
   // Every option but steps (a run may be extended) and anomaly (a debugging aid) shapes the run.
   std::vector<std::string> differ;
   TrainOptions mine = options_, theirs = s.options;
@@ -200,21 +200,25 @@ void TrainerBase::check_state(const TrainerState& s) const {
   for (std::size_t i = 0; i < a.size(); ++i)
     if (a[i].value != b[i].value)
       differ.push_back(fmt::format("{} is {} in the file but {} in the trainer", a[i].name, a[i].value, b[i].value));
-  if (!differ.empty()) fail<ValueError>("resume: {}", fmt::join(differ, "; "));
+  if (!differ.empty()) fail<ValueError>("{}: {}", op, fmt::join(differ, "; "));
   std::vector<std::string> names;
   for (const auto& w : s.window_metrics) names.push_back(w.name);
   if (names != metric_names_)
-    fail<ValueError>("resume: the checkpoint measured the metrics [{}], the trainer measures [{}]", fmt::join(names, ", "),
+    fail<ValueError>("{}: the checkpoint measured the metrics [{}], the trainer measures [{}]", op, fmt::join(names, ", "),
                      fmt::join(metric_names_, ", "));
   const bool tallies_ok = std::all_of(s.window_metrics.begin(), s.window_metrics.end(), [](const MetricWindow& w) {
     return std::isfinite(w.tally.sum) && std::isfinite(w.tally.count) && w.tally.count >= 0;
   });
   if (s.step < 0 || s.window_steps < 0 || s.window_steps > s.step || !std::isfinite(s.window_loss) || !tallies_ok)
-    fail<ValueError>("resume: the saved state is inconsistent (step {}, a window of {} steps, loss sum {})", s.step,
+    fail<ValueError>("{}: the saved state is inconsistent (step {}, a window of {} steps, loss sum {})", op, s.step,
                      s.window_steps, s.window_loss);
-  sampler_.check_state(s.data_order);
-  Rng probe;
-  probe.set_state(s.rng);  // the generator's own check of its state
+  try {
+    sampler_.check_state(s.data_order);
+    Rng probe;
+    probe.set_state(s.rng);  // the generator's own check of its state
+  } catch (const ValueError& e) {
+    fail<ValueError>("{}: {}", op, e.what());
+  }
 }
 
 void TrainerBase::set_state(const TrainerState& s) {

@@ -3,7 +3,7 @@
 // mode), an optimizer with its schedule, a data source, and a loss function of (tape, batch); the loop
 // orders the data (a seeded sampler), steps, clips, stops on a non-finite loss, evaluates with any
 // metrics, keeps a curve, calls callbacks, and can be checkpointed and resumed bit for bit
-// (train/checkpoint/checkpoint.hpp).
+// (train/checkpoint/checkpoint.hpp: snapshot(trainer), restore(checkpoint, trainer)).
 //
 //   Mlp model(config);                                        // the user's Module<float>
 //   AdamW<float> opt(model.parameters(), {.lr = 1e-2});
@@ -162,7 +162,8 @@ class TrainerBase {
   // steps and anomaly must match; the trainer keeps its own of those two), other data (fingerprint), or
   // other metrics.
   void set_state(const TrainerState& s);
-  void check_state(const TrainerState& s) const;
+  // set_state's checks alone; `op` starts the message.
+  void check_state(const TrainerState& s, std::string_view op = "set_state") const;
 
   // How the processes that train this model share its steps (train/step_reducer.hpp); nullptr: back to
   // SingleProcess, the default. Give it once the trainer is complete (evaluation data, metrics, a resumed

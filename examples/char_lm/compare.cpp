@@ -125,7 +125,7 @@ RunResult train_one(const Options& o, AttentionMode mode, int seed, Index max_le
   const auto start = std::chrono::steady_clock::now();
   examples::with_nan_hint("lower --lr", [&] { run.trainer.run(progress.callbacks()); });
   progress.finish();
-  RunResult r{.mode = mode, .seed = seed, .parameters = run.model.parameter_count()};
+  RunResult r{.mode = mode, .seed = seed, .parameters = run.model.count_parameters()};
   r.seconds = seconds_since(start);
   r.curve = run.trainer.curve();
   r.validation = value_of(r.curve.back().values, "eval_loss");
@@ -295,7 +295,7 @@ int run_comparison(const Options& o, Collective* collective) {
           train_one(o, kModes[m], seed, max_len, train, validation, shown_word, out ? &*out : nullptr, data_file, collective));
   if (!leader) return static_cast<int>(ExitCode::ok);  // rank 0 writes the tables, pictures and report
 
-  std::vector<Row> rows = {{"bigram (add-one)", Bigram::parameter_count(), fmt::format("{:.3f}", bigram_nll), bigram_seconds}};
+  std::vector<Row> rows = {{"bigram (add-one)", Bigram::count_parameters(), fmt::format("{:.3f}", bigram_nll), bigram_seconds}};
   for (const auto& runs : results) {
     double seconds = 0;
     for (const auto& r : runs) seconds += r.seconds;

@@ -63,9 +63,10 @@ class CharLm : public tapegrad::DecoderLm<T> {
   // The library's model this configuration means: 27 symbols, learned positions, PyTorch's initial weights,
   // a head with a bias.
   static tapegrad::DecoderLmConfig decoder_config(const Config& config);
-  // The parameter values a configuration implies (-1 for one the constructor refuses), counted by the
-  // library from the constructor itself: a checkpoint's loader compares it with the file before building.
-  static Index implied_parameter_count(const Config& config);
+  // The parameter values a configuration implies (ValueError for one the constructor refuses), counted by
+  // the library (DecoderLm::count_parameters): a checkpoint's loader compares it with the file before building.
+  static Index count_parameters(const Config& config);
+  using tapegrad::DecoderLm<T>::count_parameters;
 
   // Cross-entropy at the labelled positions (mean per symbol), and the logits: the Trainer's loss function.
   tapegrad::StepOutput<T> loss(tapegrad::Tape<T>& tape, const tapegrad::SequenceBatch& batch);

@@ -1,17 +1,17 @@
-// First steps, 2: the loop by hand (as 1_minimal_loop.cpp) that checkpoints and resumes without a Trainer:
-// every 100 steps it saves the weights, Adam's state, its step, its random stream and its data order in
-// one file (snapshot(model, optimizer, loop)), and `resume` goes on from such a file in a fresh process
-// (load_loop) to the same last step, with the same weights, bit for bit, as a run never stopped. The loop
-// draws minibatches in a seeded order (Sampler) and adds noise from its own random stream, so the
-// three parts of its state all matter. It includes the installed umbrella header and, for its main() and
-// its run's folder, program support (tapegrad::program).
+// First steps, 2: the loop by hand (as 1_minimal_loop.cpp) that checkpoints and resumes without a Trainer.
+// Every 100 steps it saves what it carries from step to step, each part under a name: the model, Adam's
+// state, the order it draws minibatches in (a Sampler), two random streams (noise on the inputs, the
+// dropout masks), a moving average of the weights (an object of its own, which joins with two functions)
+// and its step. `resume` goes on from such a file in a fresh process to the same last step, bit for bit. It
+// includes the installed umbrella header and, for its main() and its run's folder, program support
+// (tapegrad::program).
 //
-//   build/examples/resumable_loop train runs/loop               # checkpoint-00000100.tgck ... -00000400
+//   build/examples/resumable_loop train runs/loop                  # checkpoint-00000100.tgck ... -00000400
 //   build/examples/resumable_loop train runs/killed --kill-at 250  # killed (SIGKILL) after the 200 checkpoint
 //   build/examples/resumable_loop resume runs/killed/checkpoint-00000200.tgck
 //
-// Both end by printing the CRC-32 of the final weights: equal numbers mean a bit-identical resume
-// (tests/cli/resumable_loop.cmake kills a run and compares them).
+// Both end by printing the CRC-32 of the final weights and of everything the loop carries: equal numbers
+// mean a bit-identical resume (tests/cli/resumable_loop.cmake kills a run and compares them).
 #include <tapegrad/tapegrad.hpp>
 #include <tapegrad/program/checkpoint_dir.hpp>
 #include <tapegrad/program/output_folder.hpp>
@@ -28,34 +28,58 @@ namespace {
 
 constexpr Index kPoints = 256, kBatch = 16, kSteps = 400, kEvery = 100;
 
-// x (N, 2) -> tanh(x W1 + b1) W2 + b2 (N, 1), learning y = x0 x1.
+// x (N, 2) -> tanh(x W1 + b1), dropped out, W2 + b2 (N, 1), learning y = x0 x1.
 struct Mlp : Module<float> {
   Rng rng{0};  // the initial weights
   Linear<float> hidden{"hidden", {.in = 2, .out = 16}, rng}, out{"out", {.in = 16, .out = 1}, rng};
+  Dropout<float> drop{"drop", 0.05};
   Mlp() {
     register_child(hidden);
+    register_child(drop);
     register_child(out);
   }
-  Var<float> forward(Var<float> x) { return out.forward(tanh(hidden.forward(x))); }
+  Var<float> forward(Var<float> x) { return out.forward(drop.forward(tanh(hidden.forward(x)))); }
 };
 
 // [readme:resumable-loop]
-// Everything the loop carries from step to step: what a checkpoint must hold to go on exactly.
+// An exponential moving average of the weights: an object of the loop's own. A checkpoint holds it through
+// its two functions, as it holds the library's objects.
+struct Ema {
+  Mlp& model;
+  std::vector<Tensor> average = initial(model);
+
+  static std::vector<Tensor> initial(Mlp& m) {
+    std::vector<Tensor> copy;
+    for (auto* p : m.parameters()) copy.push_back(p->value);
+    return copy;
+  }
+  void update() {  // average = 0.99 average + 0.01 weights
+    for (std::size_t i = 0; i < average.size(); ++i)
+      average[i].array() = 0.99f * average[i].array() + 0.01f * model.parameters()[i]->value.array();
+  }
+  void save_state(State& out) const {
+    for (std::size_t i = 0; i < average.size(); ++i) out.put(model.parameters()[i]->name, average[i]);
+  }
+  void load_state(const State& in) {
+    for (std::size_t i = 0; i < average.size(); ++i) average[i] = in.get<Tensor>(model.parameters()[i]->name);
+  }
+};
+
+// Everything the loop carries from step to step.
 struct Run {
   Mlp model;
   Adam<float> optimizer{model.parameters(), {.lr = 0.01}};
   Sampler batches{kPoints, kBatch, 3};  // a fresh seeded permutation of the points each epoch
   Rng noise{7};                         // the noise added to each batch's inputs
+  Rng dropout{8};                       // the model's dropout masks
+  Ema ema{model};
   Index step = 0;
+  Run() { model.set_rng(&dropout); }
 
-  Checkpoint checkpoint() const {
-    return snapshot(model, optimizer, {.step = step, .rng = noise.state(), .data_order = batches.state()});
-  }
-  void resume_from(const Checkpoint& c) {  // strict, all or nothing: the model and optimizer, then the rest
-    const LoopState at = load_loop(c, model, optimizer);
-    batches.set_state(at.data_order);
-    noise.set_state(at.rng);
-    step = at.step;
+  // What a checkpoint holds, by name: save_checkpoint(folder, file, parts()), load_checkpoint(file, parts()).
+  StateParts parts() {
+    return {{"model", model}, {"optimizer", optimizer}, {"batches", batches}, {"noise", noise},
+            {"dropout", dropout}, {"ema", ema},         {"step", step}};
   }
 };
 // [readme:resumable-loop-end]
@@ -91,9 +115,9 @@ void train_to_end(Run& run, OutputFolder* out, Index kill_at) {
     tape.backward(loss);
     run.optimizer.step();
     run.optimizer.zero_grad();
+    run.ema.update();
     ++run.step;
-    if (out && run.step % kEvery == 0)
-      save_checkpoint(*out, fmt::format("checkpoint-{:08}.tgck", run.step), run.checkpoint());
+    if (out && run.step % kEvery == 0) save_checkpoint(*out, fmt::format("checkpoint-{:08}.tgck", run.step), run.parts());
     if (run.step == kill_at) ::raise(SIGKILL);
   }
 }
@@ -101,10 +125,13 @@ void train_to_end(Run& run, OutputFolder* out, Index kill_at) {
 int finish(Run& run) {
   Tensor x, y;
   make_data(x, y);
+  run.model.eval();  // no dropout
   Tape<float> tape;
   NoGradGuard<float> off(tape);
   const double error = mse(run.model.forward(tape.constant(x)), tape.constant(y)).value()[0];
-  fmt::print("step {}: mse {:.6f}\nweights crc32 {:08x}\n", run.step, error, weights_crc32(snapshot<float>(run.model)));
+  const std::vector<std::byte> state = encode_checkpoint(snapshot(run.parts()));
+  fmt::print("step {}: mse {:.6f}\nweights crc32 {:08x}\nstate crc32 {:08x}\n", run.step, error,
+             weights_crc32(snapshot(run.model)), Crc32().add(state.data(), state.size()).value());
   return 0;
 }
 
@@ -123,7 +150,7 @@ int main(int argc, char** argv) {
       return finish(run);
     }
     if (args.size() == 2 && args[0] == "resume") {
-      run.resume_from(read_checkpoint(args[1]));
+      load_checkpoint(args[1], run.parts());  // strict, all or nothing: every part, or none
       train_to_end(run, nullptr, -1);
       return finish(run);
     }

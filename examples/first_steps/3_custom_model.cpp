@@ -211,7 +211,7 @@ int resume(const fs::path& file, const fs::path& dir) {
   Run run(model_config_from<Mlp<float>>(checkpoint));  // FormatError for a file of another model
   OutputFolder out(dir, {.program = "custom_model", .resume = true});
   out.plan({"model.tgck"});
-  load_training(checkpoint, run.trainer);  // strict: refuses another model, optimizer, schedule or data
+  restore(checkpoint, run.trainer);  // strict: refuses another model, optimizer, schedule or data
   run.trainer.run();
   save_checkpoint(out, "model.tgck", snapshot(run.trainer));
   print_result(run);

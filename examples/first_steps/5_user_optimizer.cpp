@@ -1,12 +1,12 @@
 // First steps, 5: your own optimizer with tapegrad: Lion (Chen et al. 2023, "Symbolic Discovery of
 // Optimization Algorithms"), written outside the library with the public pieces the library's SGD and Adam
-// use, then trained, checkpointed and resumed by the library's generic parts under its own name, "lion". It
-// includes the installed umbrella header and, for its main() and its run's folder, program support
-// (tapegrad::program), and ctest builds this same file against the installed package (tests/downstream).
+// use, then trained by a loop by hand, checkpointed and resumed under its own name, "lion". It includes the
+// installed umbrella header and, for its main() and its run's folder, program support (tapegrad::program), and
+// ctest builds this same file against the installed package (tests/downstream).
 //
-//   build/examples/user_optimizer train runs/lion     # model.tgck and checkpoint-00000200.tgck
+//   build/examples/user_optimizer train runs/lion     # checkpoint-00000200.tgck and model.tgck (step 400)
 //   build/examples/user_optimizer resume runs/lion/checkpoint-00000200.tgck  # a fresh process, on to the end
-//   build/examples/train inspect runs/lion/model.tgck  # "optimizer: lion after 400 steps (lr 0.01, beta1 ...)"
+//   build/examples/train inspect runs/lion/model.tgck  # "optimizer: lion after 400 steps (lr 0.005, beta1 ...)"
 //
 // Both print the CRC-32 of the final weights: equal numbers mean a bit-identical resume
 // (tests/cli/user_optimizer.cmake compares them).
@@ -39,28 +39,24 @@ struct LionOptions {
     field("beta2", s.beta2, "decay of the momentum", in_range(0, 1, true));
     field("weight_decay", s.weight_decay, "decoupled weight decay", at_least(0));
   }
-  void check(std::string_view op) const { check_fields(*this, op); }
 };
 
-// The update, per parameter, with the momentum m (one buffer, "exp_avg", the same shape):
+// The update, per parameter, with the momentum m (one buffer, "exp_avg", the parameter's shape):
 //   p -= lr (sign(beta1 m + (1 - beta1) g) + wd p);   m = beta2 m + (1 - beta2) g
-template <class T>
-class Lion final : public OptimizerWith<T, LionOptions> {
+class Lion final : public OptimizerWith<float, LionOptions> {
  public:
-  explicit Lion(std::vector<Parameter<T>*> params, LionOptions options = {})
-      : OptimizerWith<T, LionOptions>(std::move(params), options, "Lion", {"exp_avg"}) {}
-  std::string_view kind() const override { return "lion"; }  // its name in checkpoints
+  explicit Lion(std::vector<Parameter<float>*> params, LionOptions options = {})
+      : OptimizerWith(std::move(params), options, "lion", {"exp_avg"}) {}  // its name in checkpoints, its buffers
 
  private:
   void update(double lr, std::int64_t) override {
-    const LionOptions& o = this->options_;
-    const T beta1 = static_cast<T>(o.beta1), beta2 = static_cast<T>(o.beta2), rate = static_cast<T>(lr);
-    const T decay = static_cast<T>(1 - lr * o.weight_decay);
-    for (std::size_t i = 0; i < this->params().size(); ++i) {
-      if (this->buffers(i).empty()) this->create_buffers(i);  // m = 0, on the first step only
-      auto p = this->params()[i]->value.array();
-      const auto g = std::as_const(this->params()[i]->grad).array();
-      auto m = this->buffers(i)[0].array();
+    const LionOptions& o = options();
+    const auto beta1 = static_cast<float>(o.beta1), beta2 = static_cast<float>(o.beta2);
+    const auto rate = static_cast<float>(lr), decay = static_cast<float>(1 - lr * o.weight_decay);
+    for (std::size_t i = 0; i < params().size(); ++i) {
+      auto p = params()[i]->value.array();
+      const auto g = std::as_const(params()[i]->grad).array();
+      auto m = buffers(i)[0].array();  // zeros on the first step
       p = decay * p - rate * (beta1 * m + (1 - beta1) * g).sign();
       m = beta2 * m + (1 - beta2) * g;
     }
@@ -69,84 +65,56 @@ class Lion final : public OptimizerWith<T, LionOptions> {
 // [readme:optimizer-end]
 
 // sin(3x) on [-1, 1] from 256 points, by an MLP: x (N, 1) -> tanh(x W1 + b1) W2 + b2 (N, 1).
-class Net : public Module<float> {
- public:
-  Net() : rng_(0), hidden_("hidden", {.in = 1, .out = 32}, rng_), out_("out", {.in = 32, .out = 1}, rng_) {
-    register_child(hidden_);
-    register_child(out_);
+struct Net : Module<float> {
+  Rng rng{0};  // the initial weights
+  Linear<float> hidden{"hidden", {.in = 1, .out = 32}, rng}, out{"out", {.in = 32, .out = 1}, rng};
+  Net() {
+    register_child(hidden);
+    register_child(out);
   }
-  Var<float> forward(Var<float> x) { return out_.forward(tanh(hidden_.forward(x))); }
-  ModelRecord model_record() const override { return {"sine_mlp", {}}; }
-
- private:
-  Rng rng_;
-  Linear<float> hidden_, out_;
+  Var<float> forward(Var<float> x) { return out.forward(tanh(hidden.forward(x))); }
 };
 
-const TensorSource& sine() {
-  static const TensorSource data = [] {
-    constexpr Index n = 256;
-    Tensor x(Shape::mat(n, 1)), y(Shape::mat(n, 1));
-    for (Index i = 0; i < n; ++i) {
-      x.at(i, 0) = static_cast<float>(-1 + 2.0 * static_cast<double>(i) / (n - 1));
-      y.at(i, 0) = static_cast<float>(std::sin(3 * x.at(i, 0)));
-    }
-    return TensorSource("sine", std::move(x), std::move(y));
-  }();
-  return data;
-}
-
-constexpr Index kSteps = 400, kCheckpointAt = 200;
+constexpr Index kPoints = 256, kSteps = 400, kCheckpointAt = 200;
+const std::string kHalfWay = fmt::format("checkpoint-{:08}.tgck", kCheckpointAt);
 
 // [readme:optimizer-run]
-// The library's trainer and checkpoints take Lion as they take AdamW: any Optimizer<float>.
+// A loop by hand takes Lion as it takes AdamW, and its checkpoint holds Lion's state under Lion's name.
 struct Run {
   Net model;
-  Lion<float> optimizer{model.parameters(), {.lr = 1e-2, .weight_decay = 1e-2}};
-  Trainer<TensorBatch> trainer{model, optimizer, sine(), [this](Tape<float>& tape, const TensorBatch& batch) {
-    return mse(model.forward(tape.constant(batch.features)), tape.constant(batch.targets));
-  }, {.steps = kSteps, .batch = 32}};
-  Run() { optimizer.set_schedule(CosineWithWarmup({.warmup_steps = 20, .total_steps = kSteps})); }
+  Lion optimizer{model.parameters(), {.lr = 5e-3, .weight_decay = 1e-2}};
+  Index step = 0;
+  StateParts parts() { return {{"model", model}, {"optimizer", optimizer}, {"step", step}}; }
 };
 // [readme:optimizer-run-end]
 
-// The mean squared error over all the points, without recording gradients.
-double error(Net& model) {
+// Trains from run.step to kSteps; with a folder, saves the state half way and at the end.
+double train_to_end(Run& run, OutputFolder* out) {
+  Tensor x(Shape::mat(kPoints, 1)), y(Shape::mat(kPoints, 1));
+  for (Index i = 0; i < kPoints; ++i) {
+    x.at(i, 0) = static_cast<float>(-1 + 2.0 * static_cast<double>(i) / (kPoints - 1));
+    y.at(i, 0) = static_cast<float>(std::sin(3 * x.at(i, 0)));
+  }
   Tape<float> tape;
-  NoGradGuard<float> guard(tape);
-  return mse(model.forward(tape.constant(sine().features())), tape.constant(sine().targets())).value()[0];
+  double error = 0;
+  for (;; ++run.step) {
+    tape.reset();
+    Var<float> loss = mse(run.model.forward(tape.constant(x)), tape.constant(y));
+    error = loss.value()[0];
+    if (run.step == 0) fmt::print("step 0: mse {:.5f}\n", error);
+    if (out && run.step == kCheckpointAt) save_checkpoint(*out, kHalfWay, run.parts());
+    if (run.step == kSteps) break;
+    tape.backward(loss);
+    run.optimizer.step();
+    run.optimizer.zero_grad();
+  }
+  if (out) save_checkpoint(*out, "model.tgck", run.parts());
+  return error;
 }
 
-void print_result(Run& run) {
-  fmt::print("step {}: mse {:.5f}\n", run.trainer.steps_done(), error(run.model));
-  fmt::print("optimizer: {}\n", run.optimizer.describe());
-  fmt::print("weights crc32 {:08x}\n", weights_crc32(snapshot<float>(run.model)));
-}
-
-const std::string kHalfWay = fmt::format("checkpoint-{:08}.tgck", kCheckpointAt);
-
-int train(const std::string& dir) {
-  OutputFolder out(dir, {.program = "user_optimizer", .overwrite = true});
-  out.plan({"model.tgck", kHalfWay});
-  Run run;
-  fmt::print("step 0: mse {:.5f}\n", error(run.model));
-  TrainCallbacks callbacks;
-  callbacks.on_step = [&](Index step) {
-    if (step == kCheckpointAt) save_checkpoint(out, kHalfWay, snapshot(run.trainer));
-  };
-  run.trainer.run(callbacks);
-  save_checkpoint(out, "model.tgck", snapshot(run.trainer));
-  print_result(run);
-  return 0;
-}
-
-// A fresh process: the same run, its state loaded (strict: an optimizer of another name is refused).
-int resume(const std::string& file) {
-  Run run;
-  load_training(read_checkpoint(file), run.trainer);
-  run.trainer.run();
-  print_result(run);
-  return 0;
+void print_result(Run& run, double error) {
+  fmt::print("step {}: mse {:.5f}\noptimizer: {}\nweights crc32 {:08x}\n", run.step, error, run.optimizer.describe(),
+             weights_crc32(snapshot(run.model)));
 }
 
 }  // namespace
@@ -154,8 +122,18 @@ int resume(const std::string& file) {
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   return run_program("user_optimizer", [&] {
-    if (args.size() == 2 && args[0] == "train") return train(args[1]);
-    if (args.size() == 2 && args[0] == "resume") return resume(args[1]);
+    Run run;
+    if (args.size() == 2 && args[0] == "train") {
+      OutputFolder out(args[1], {.program = "user_optimizer", .overwrite = true});
+      out.plan({"model.tgck", kHalfWay});
+      print_result(run, train_to_end(run, &out));
+      return 0;
+    }
+    if (args.size() == 2 && args[0] == "resume") {  // a fresh process: strict, a state of another name is refused
+      load_checkpoint(args[1], run.parts());
+      print_result(run, train_to_end(run, nullptr));
+      return 0;
+    }
     fail<UsageError>("usage: user_optimizer train FOLDER | user_optimizer resume CHECKPOINT");
   });
 }

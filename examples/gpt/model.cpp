@@ -25,12 +25,8 @@ void Gpt<T>::check_config(const Config& c) {
 }
 
 template <class T>
-Index Gpt<T>::implied_parameter_count(const Config& c) {
-  try {
-    check_config(c);
-  } catch (const ValueError&) {
-    return -1;
-  }
+Index Gpt<T>::count_parameters(const Config& c) {
+  check_config(c);  // its own bounds first, so that messages name this program's settings
   return DecoderLm<T>::count_parameters(decoder_config(c));
 }
 

@@ -191,8 +191,8 @@ OptimizerFactory new_optimizer(const Options& o) {
   };
 }
 
-// The optimizer a checkpoint records (kind, hyperparameters, schedule); load_training then sets its state.
-OptimizerFactory saved_optimizer(const OptimizerRecord& r) {
+// The optimizer a checkpoint records (kind, hyperparameters, schedule); restore then sets its state.
+OptimizerFactory saved_optimizer(const OptimizerState<float>& r) {
   return [&r](Gpt<float>& model) {
     auto optimizer = make_optimizer<float>(parse_enum<OptimizerKind>(r.kind), model.parameters(), r.hyperparameters);
     optimizer->set_schedule(*make_schedule(r.schedule));
@@ -329,7 +329,7 @@ ModelResult train_to_end(LmRun& run, const Data& data, const Options& o, RunFold
   const auto start = std::chrono::steady_clock::now();
   examples::with_nan_hint("lower --lr, or clip gradients with --clip N", [&] { run.trainer.run(callbacks); });
   progress.finish();
-  ModelResult r{.title = title, .file_name = name, .parameters = model.parameter_count()};
+  ModelResult r{.title = title, .file_name = name, .parameters = model.count_parameters()};
   r.seconds = seconds_since(start);
   r.chars_per_second =
       static_cast<double>((run.trainer.steps_done() - first_step) * options.batch * model.context()) / r.seconds;
@@ -549,7 +549,7 @@ int run_comparison(const Options& o, Collective* collective) {
 
   const auto bigram_start = std::chrono::steady_clock::now();
   const Bigram bigram(data->prepared.train_pairs, data->vocabulary());
-  ModelResult floor{.title = "bigram", .file_name = "bigram", .parameters = bigram.parameter_count(),
+  ModelResult floor{.title = "bigram", .file_name = "bigram", .parameters = bigram.count_parameters(),
                     .validation = bigram_table(bigram, data->validation)};
   floor.seconds = seconds_since(bigram_start);
   BigramModel bigram_model(bigram);
@@ -594,7 +594,7 @@ int resume(const Options& o, Collective* collective) {
   const bool leader = is_leader(collective);
   const Checkpoint checkpoint = read_checkpoint(o.resume);
   const auto program = checkpoint.metadata.find("program");
-  if (!checkpoint.training || program == checkpoint.metadata.end() || program->second != kProgram ||
+  if (!checkpoint.has("trainer") || program == checkpoint.metadata.end() || program->second != kProgram ||
       !checkpoint.metadata.contains("data") || !checkpoint.metadata.contains("curve_windows"))
     fail<FormatError>("--resume: '{}' is not a training checkpoint of this program (it needs the state of training and "
                       "the data it was trained on)",
@@ -621,14 +621,16 @@ int resume(const Options& o, Collective* collective) {
   if (data->vocabulary().hex() != config.vocabulary)
     fail<ValueError>("--resume: the data '{}' has other bytes than the model was trained on", escaped(data->path));
   (void)data->vocabulary().encode(o.prompt, "--prompt");
-  TrainOptions options = checkpoint.training->trainer.options;
-  const Index at = checkpoint.training->trainer.step;
+  const TrainerState trainer = read_trainer_state(checkpoint);
+  TrainOptions options = trainer.options;
+  const Index at = trainer.step;
   if (o.steps > 0) options.steps = o.steps;
   if (options.steps < at)
     fail<ValueError>("--steps {} is behind the checkpoint, which is at step {}; give more steps to train on", options.steps, at);
 
-  LmRun run(config, saved_optimizer(checkpoint.training->optimizer), options, *data);
-  const LoadReport loaded = load_training(checkpoint, run.trainer);  // strict: refuses other data, another optimizer
+  const OptimizerState<float> optimizer = read_optimizer_state<float>(checkpoint);
+  LmRun run(config, saved_optimizer(optimizer), options, *data);
+  const LoadReport loaded = restore(checkpoint, run.trainer);  // strict: refuses other data, another optimizer
   std::optional<RunFolder> folder;  // taken once the checkpoint fits the data: a refusal writes nothing
   if (leader) folder.emplace(o.out, plan_of(o, *data, {config.attention}, true, options.steps));
   if (leader)

@@ -119,7 +119,7 @@ class Bigram {
   // Mean negative log-likelihood in nats of the ids the windows predict, each given the one before; with
   // `per_window`, each window's mean too (a sample's standard error is theirs).
   double nll(const tapegrad::TokenWindows& windows, std::vector<double>* per_window = nullptr) const;
-  Index parameter_count() const { return vocab_ * vocab_; }  // the counts
+  Index count_parameters() const { return vocab_ * vocab_; }  // the counts
   Index vocab() const { return vocab_; }
 
  private:

@@ -108,12 +108,8 @@ ToyModel<T>::ToyModel(const ModelConfig& c) : Module<T>(), config_(c) {
 }
 
 template <class T>
-Index ToyModel<T>::implied_parameter_count(const ModelConfig& c) {
-  try {
-    check_config(c);
-  } catch (const ValueError&) {
-    return -1;
-  }
+Index ToyModel<T>::count_parameters(const ModelConfig& c) {
+  check_config(c);
   // Mirrors the constructor: embedding table, learned positions, attention projections, readout.
   const ModelWidths w = model_widths(c);
   Index n = c.features == FeatureKind::learned ? c.vocab * c.d_embed : 0;

@@ -126,9 +126,10 @@ class ToyModel : public Module<T> {
   ModelRecord model_record() const override;
   Index d_model() const { return d_model_; }
   // How many parameter values a model of this configuration has, from the configuration alone (no
-  // allocation), or -1 for a configuration the constructor would refuse. Loaders compare it with
+  // allocation); ValueError for a configuration the constructor would refuse. Loaders compare it with
   // what a file holds before they build anything.
-  static Index implied_parameter_count(const ModelConfig& c);
+  static Index count_parameters(const ModelConfig& c);
+  using Module<T>::count_parameters;  // a built model's
   // The single attention layer; UsageError for a model of transformer blocks (see stack()).
   SelfAttention<T>& attention();
   // Attention layer k (0-based) of either kind of model.

@@ -1,7 +1,5 @@
 #include "lesson/toy_run.hpp"
 
-#include <limits>
-
 namespace tapegrad::lesson {
 namespace {
 
@@ -21,10 +19,9 @@ Index padded_length(const Dataset& train, const Dataset* eval) {
 
 double estimated_bytes(const ToyRunConfig& config, Index length, Index examples) {
   const ModelConfig& m = config.model;
-  const Index parameters = ToyModel<float>::implied_parameter_count(m);
-  if (parameters < 0) return std::numeric_limits<double>::infinity();
+  const Index parameters = ToyModel<float>::count_parameters(m);  // ValueError for one that does not fit together
   const auto d = [](Index v) { return static_cast<double>(v); };
-  const ModelWidths w = model_widths(m);  // a valid configuration: implied_parameter_count checked it
+  const ModelWidths w = model_widths(m);  // a valid configuration: count_parameters checked it
   const double width_in = d(w.input), d_model = d(w.d_model), d_head = d(w.d_head), heads = d(m.heads);
   const double t = d(length);
   // Floats per sequence on the tape: features, positions, Q, K, V and their head slices, head outputs,

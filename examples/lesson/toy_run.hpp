@@ -25,7 +25,7 @@ struct ToyRunConfig {
 // A generous estimate of the memory a toy run takes, from its configuration alone (nothing is
 // allocated): the parameters with their gradients and the optimizer's buffers, the activations of a
 // training batch and of an evaluation batch (values, gradients and what the ops keep), and `examples`
-// sequences of `length` tokens of data. Infinity for a configuration the model would refuse. The trainer
+// sequences of `length` tokens of data. ValueError for a configuration the model would refuse. The trainer
 // CLI compares it with --max-memory before it builds or generates anything.
 double estimated_bytes(const ToyRunConfig& config, Index length, Index examples);
 

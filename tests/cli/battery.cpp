@@ -214,7 +214,9 @@ TEST_CASE("cli: forged checkpoints (valid checksums, hostile values) are refused
   const std::string huge_task = forge("huge_task.tgck", [](Checkpoint& c) { c.metadata["task.train"] = "3000000000"; });
   const std::string not_number = forge("not_number.tgck", [](Checkpoint& c) { c.metadata["task.train"] = "many"; });
   const std::string no_task = forge("no_task.tgck", [](Checkpoint& c) { c.metadata.clear(); });
-  const std::string huge_batch = forge("huge_batch.tgck", [](Checkpoint& c) { c.training->trainer.options.batch = 1 << 24; });
+  const std::string huge_batch = forge("huge_batch.tgck", [](Checkpoint& c) {
+    c.find("trainer.options.batch")->value = std::vector<std::string>{"16777216"};
+  });
   const std::vector<std::pair<std::string, std::string>> cases = {
       {wide, "implies 1201620264 parameter values but the file holds 3539"},
       {vocab, "implies 12793576036 parameter values but the file holds 3539"},
@@ -296,7 +298,7 @@ TEST_CASE("cli: two runs on one --out: the second is refused naming the first, w
   std::sort(saved.begin(), saved.end());
   REQUIRE_FALSE(saved.empty());
   const Checkpoint latest = read_checkpoint(saved.back());
-  const auto step = latest.training->trainer.step;
+  const auto step = read_trainer_state(latest).step;
   check_ok(run(train({"--resume", saved.back().string(), "--steps", std::to_string(step + 20), "--out", dir.string()})));
 }
 

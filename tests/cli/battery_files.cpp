@@ -61,9 +61,20 @@ std::string forge(const fs::path& source, const fs::path& target, F change) {
   return target.string();
 }
 
-TensorRecord& parameter(Checkpoint& c, std::string_view prefix) {
-  for (auto& p : c.parameters)
-    if (p.name.starts_with(prefix)) return p;
+// The model's weights (the part "model", float in every program's files), in the file's order.
+std::vector<StateEntry*> weights(Checkpoint& c) {
+  std::vector<StateEntry*> out;
+  for (auto& e : c.entries)
+    if (e.name.starts_with("model.") && std::holds_alternative<Tensor>(e.value)) out.push_back(&e);
+  REQUIRE_FALSE(out.empty());
+  return out;
+}
+
+Tensor& weight(StateEntry* e) { return std::get<Tensor>(e->value); }
+
+StateEntry& parameter(Checkpoint& c, std::string_view prefix) {
+  for (StateEntry* e : weights(c))
+    if (e->name.starts_with("model." + std::string(prefix))) return *e;
   FAIL("no parameter named " << prefix << "...");
   throw;
 }
@@ -104,9 +115,9 @@ TEST_CASE("cli files: a parameter named twice is refused by every program in one
   const fs::path dir = scratch("twice");
   for (const Index size : {Index{0}, Index{1}, Index{-1}}) {  // -1: a same-size copy (it used to win silently)
     auto twice = [size](Checkpoint& c) {
-      TensorRecord copy = c.parameters.back();
-      if (size >= 0) copy.shape = Shape::vec(size), copy.values.assign(static_cast<std::size_t>(size), 0.5);
-      c.parameters.push_back(copy);
+      StateEntry copy = *weights(c).back();
+      if (size >= 0) copy.value = Tensor(Shape::vec(size), 0.5f);
+      c.entries.push_back(copy);
     };
     const fs::path t = forge(train_dir / "checkpoints" / "checkpoint-00000010.tgck", dir / "train.tgck", twice);
     const fs::path m = forge(custom_dir / "checkpoint-00000500.tgck", dir / "custom.tgck", twice);
@@ -134,14 +145,17 @@ TEST_CASE("cli files: NaN weights, a step of 2^62 and a hostile name are refused
   };
   const std::vector<Forgery> forgeries = {
       {"nan", "holds 1 non-finite values (NaN or Inf)",
-       [](Checkpoint& c) { c.parameters.front().values[0] = std::numeric_limits<double>::quiet_NaN(); }},
-      {"inf", "non-finite values", [](Checkpoint& c) { c.parameters.back().values.back() = -INFINITY; }},
+       [](Checkpoint& c) { weight(weights(c).front())[0] = std::numeric_limits<float>::quiet_NaN(); }},
+      {"inf", "non-finite values", [](Checkpoint& c) {
+         Tensor& last = weight(weights(c).back());
+         last[last.numel() - 1] = -INFINITY;
+       }},
       {"step", "the trainer is at step 4611686018427387904, outside its run of",
        [](Checkpoint& c) {
-         if (c.training) c.training->trainer.step = std::int64_t{1} << 62;
-         else c.parameters.front().values[0] = NAN;  // a weights-only file: refused for its NaN instead
+         if (StateEntry* step = c.find("trainer.step")) step->value = std::vector<std::int64_t>{std::int64_t{1} << 62};
+         else weight(weights(c).front())[0] = NAN;  // a weights-only file: refused for its NaN instead
        }},
-      {"escape", "\\x1b[2J", [](Checkpoint& c) { c.parameters.front().name += "\x1b[2J\n"; }},
+      {"escape", "\\x1b[2J", [](Checkpoint& c) { weights(c).front()->name += "\x1b[2J\n"; }},
   };
   for (const auto& f : forgeries) {
     const fs::path t = forge(t_source, dir / (f.name + "_train.tgck"), f.change);
@@ -207,16 +221,18 @@ TEST_CASE("cli files: settings by the hundred thousand and counts past the file'
   CHECK(predicted.err.size() < 2000);
   // 60,000 optimizer hyperparameters: predict does not need them and goes on, in bounded time.
   const fs::path hyper = forge(custom_dir / "checkpoint-00000500.tgck", dir / "hyper.tgck", [](Checkpoint& c) {
-    for (int i = 0; i < 60000; ++i) c.training->optimizer.hyperparameters.push_back({fmt::format("h{}", i), "1"});
+    for (int i = 0; i < 60000; ++i)
+      c.entries.push_back({fmt::format("optimizer.hyperparameters.h{}", i), std::vector<std::string>{"1"}});
   });
   check_ok(run(custom({"predict", hyper.string()})));
   check_refused(run(custom({"resume", hyper.string(), "--out", (dir / "r").string()})), ExitCode::bad_input,
                 "and 59990 more", true, "custom_model");
-  // A payload of 8 MB whose parameter list claims as many records as it has bytes: refused at once.
+  // A payload of 8 MB whose entry list claims as many entries as it has bytes: refused at once.
   Checkpoint empty;
   std::vector<std::byte> bytes = encode_checkpoint(empty);
-  // cereal's endianness byte, the format, the version, the kind, the settings' count: then the parameters'.
-  std::size_t at = 28 + 1 + 4 + 8 + empty.tapegrad_version.size() + 8 + 8;
+  // cereal's endianness byte, the format, the version, the kind, the settings' count, the metadata's count:
+  // then the entries'.
+  std::size_t at = 28 + 1 + 4 + 8 + empty.tapegrad_version.size() + 8 + 8 + 8;
   bytes.resize(bytes.size() + (8u << 20));
   const std::uint64_t claimed = 8u << 20;
   for (std::size_t i = 0; i < 8; ++i) bytes[at + i] = static_cast<std::byte>((claimed >> (8 * i)) & 0xff);
@@ -337,10 +353,9 @@ TEST_CASE("cli files: --sample-from refuses sampling past its stated limit, nami
   // A legal model of 1024 positions whose end symbol never wins: every word runs to the limit.
   const fs::path file = forge(lm_dir / "learnable_seed0.tgck", lm_dir.parent_path() / "long.tgck", [](Checkpoint& c) {
     set_setting(c, "max_len", "1024");
-    TensorRecord& pos = parameter(c, "pos.");
-    const Index width = pos.shape.cols;
-    pos.shape = Shape::mat(1024, width);
-    pos.values.assign(static_cast<std::size_t>(1024 * width), 0.0);
+    StateEntry& pos = parameter(c, "pos.");
+    const Index width = std::get<Tensor>(pos.value).cols();
+    pos.value = Tensor(Shape::mat(1024, width));
   });
   const Outcome r = run(char_lm({"--sample-from", file.string(), "--count", "100000"}));
   check_refused(r, ExitCode::bad_input, "ask for at most", true, "char_lm");
@@ -515,8 +530,7 @@ TEST_CASE("cli files: gpt --sample-from refuses weights whose logits overflow, a
   // the products overflow. (By 1000, as the issue's default-sized model did, this tiny model's logits
   // overflow with one build's kernels and not another's.)
   const fs::path scaled = forge(dir / "learnable.tgck", dir.parent_path() / "scaled.tgck", [](Checkpoint& c) {
-    for (auto& p : c.parameters)
-      for (double& v : p.values) v *= 1e30;
+    for (StateEntry* e : weights(c)) weight(e).array() *= 1e30f;
   });
   for (const char* cache : {"", "--no-cache"}) {
     CAPTURE(cache);

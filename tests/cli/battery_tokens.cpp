@@ -119,6 +119,6 @@ TEST_CASE("cli tokens: a resume against changed data is refused in one line, and
   CHECK(same.out.find("prepared from this data before") != std::string::npos);
   std::ofstream(data / "proverbs", std::ios::app) << "%\nOne more fortune.\n";
   check_refused(run(gpt({"--resume", checkpoint, "--out", (root / "changed").string()})), ExitCode::bad_input,
-                "resume: the training data differs from the data the checkpoint was trained on", true, "gpt");
+                "resume: trainer: the training data differs from the data the checkpoint was trained on", true, "gpt");
   CHECK_FALSE(fs::exists(root / "changed"));
 }

@@ -1,16 +1,18 @@
 # examples/resumable_loop as a user runs it, each step a fresh process: a straight run of the loop by hand;
 # the same run killed with SIGKILL at step 250, after its checkpoint at 200; that checkpoint resumed in
-# another process. The resumed run must end with the straight run's weights, bit for bit (their CRC-32).
+# another process. The resumed run must end with the straight run's weights and everything else the loop
+# carries (Adam's state, the sampler, both random streams, the moving average, the step), bit for bit
+# (their CRC-32s).
 # -DPROGRAM=path -DWORK=dir
 file(REMOVE_RECURSE ${WORK})
 include(${CMAKE_CURRENT_LIST_DIR}/run_program.cmake)
 
 run(${PROGRAM} train ${WORK}/straight)
-if(NOT output MATCHES "step 400: mse ([0-9.]+)\nweights crc32 ([0-9a-f]+)")
-  message(FATAL_ERROR "no final mse and weights in:\n${output}")
+if(NOT output MATCHES "step 400: mse ([0-9.]+)\nweights crc32 ([0-9a-f]+)\nstate crc32 ([0-9a-f]+)")
+  message(FATAL_ERROR "no final mse, weights and state in:\n${output}")
 endif()
 set(mse ${CMAKE_MATCH_1})
-set(straight ${CMAKE_MATCH_2})
+set(straight "${CMAKE_MATCH_2} ${CMAKE_MATCH_3}")
 if(mse GREATER_EQUAL 0.01)
   message(FATAL_ERROR "the loop should fit y = x0 x1 (mse below 0.01), got ${mse}:\n${output}")
 endif()
@@ -25,11 +27,11 @@ if(NOT EXISTS ${WORK}/killed/checkpoint-00000200.tgck OR EXISTS ${WORK}/killed/c
 endif()
 
 run(${PROGRAM} resume ${WORK}/killed/checkpoint-00000200.tgck)
-if(NOT output MATCHES "step 400: mse [0-9.]+\nweights crc32 ([0-9a-f]+)")
-  message(FATAL_ERROR "no final weights in:\n${output}")
+if(NOT output MATCHES "step 400: mse [0-9.]+\nweights crc32 ([0-9a-f]+)\nstate crc32 ([0-9a-f]+)")
+  message(FATAL_ERROR "no final weights and state in:\n${output}")
 endif()
-if(NOT CMAKE_MATCH_1 STREQUAL straight)
-  message(FATAL_ERROR "the resumed loop should end bit for bit where the straight run ended: weights ${straight} "
-                      "straight, ${CMAKE_MATCH_1} resumed:\n${output}")
+if(NOT "${CMAKE_MATCH_1} ${CMAKE_MATCH_2}" STREQUAL straight)
+  message(FATAL_ERROR "the resumed loop should end bit for bit where the straight run ended: weights and state "
+                      "${straight} straight, ${CMAKE_MATCH_1} ${CMAKE_MATCH_2} resumed:\n${output}")
 endif()
-message(STATUS "resumable_loop: killed at 250, resumed from 200, weights ${straight} as the straight run's")
+message(STATUS "resumable_loop: killed at 250, resumed from 200, weights and state ${straight} as the straight run's")

@@ -32,7 +32,7 @@ endif()
 
 if(INSPECT)
   run(${INSPECT} inspect ${WORK}/lion/model.tgck)
-  if(NOT output MATCHES "optimizer: lion after 400 steps \\(lr 0.01, beta1 0.9, beta2 0.99, weight_decay 0.01\\)")
+  if(NOT output MATCHES "optimizer: lion after 400 steps \\(lr 0.005, beta1 0.9, beta2 0.99, weight_decay 0.01\\)")
     message(FATAL_ERROR "inspect should name the optimizer 'lion' and show its hyperparameters:\n${output}")
   endif()
 endif()

@@ -5,7 +5,8 @@
 //
 // Input byte 0 selects how the rest is used: bit 0 set = re-seal the header (length and CRC-32 fitted
 // to the payload), so mutations reach the payload decoder instead of stopping at the checksum;
-// bit 1 set = load non-strictly.
+// bit 1 set = load non-strictly. Each decoded file is loaded into a model, rebuilt as one, and restored
+// into the parts of a loop by hand (a model, an optimizer, a sampler, a stream, a step).
 //
 // The mutator is structure-aware (checkpoint_mutations.hpp): three times in four it decodes the input,
 // applies one to three of a forger's changes (a record duplicated, a count or shape changed, names
@@ -46,6 +47,23 @@ void load_or_refuse(const Checkpoint& c, M& model, LoadOptions options) {
   }
 }
 
+// A loop by hand, as the files it meets might have been saved by: a refused restore must leave every part
+// as it was, bit for bit.
+void restore_or_refuse(const Checkpoint& c, bool strict) {
+  ToyModel<float> model(ModelConfig{.vocab = 25, .labels = 8, .max_len = 8});
+  Adam<float> adam(model.parameters());
+  Sampler batches(50, 8, 1);
+  Rng noise(2);
+  Index step = 0;
+  const StateParts parts = {{"model", model}, {"optimizer", adam}, {"data_order", batches}, {"rng", noise}, {"step", step}};
+  const std::vector<std::byte> before = encode_checkpoint(snapshot(parts));
+  try {
+    restore(c, parts, {.strict = strict});
+  } catch (const Error&) {
+    if (encode_checkpoint(snapshot(parts)) != before) __builtin_trap();
+  }
+}
+
 }  // namespace
 
 extern "C" std::size_t LLVMFuzzerMutate(std::uint8_t* data, std::size_t size, std::size_t max_size);
@@ -81,6 +99,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)checkpoint_json(c);
     ToyModel<float> model(ModelConfig{.vocab = 25, .labels = 8, .max_len = 8});
     load_or_refuse(c, model, {.strict = (mode & 2) == 0, .allow_non_finite = (mode & 4) != 0});
+    restore_or_refuse(c, (mode & 2) == 0);
     try {
       (void)model_from_checkpoint<ToyModel<float>>(c);
     } catch (const Error&) {

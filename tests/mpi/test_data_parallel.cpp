@@ -215,7 +215,7 @@ TEST_CASE("data-parallel: a checkpoint resumed on as many ranks is bit-identical
   }, .on_evaluation = {}});
   REQUIRE(at35);
   ToyRun resumed(config, data.train, &data.test);
-  load_training(*at35, resumed.trainer());
+  restore(*at35, resumed.trainer());
   resumed.trainer().set_collective(world);
   resumed.trainer().run();
   CHECK(weights_crc(resumed.model()) == weights_crc(straight.model()));
@@ -239,7 +239,7 @@ TEST_CASE("data-parallel: a 2-rank checkpoint resumes in one process and a one-p
 
   SUBCASE("the ranks' checkpoint, one process") {
     ToyRun resumed(config, data.train, &data.test);  // no collective: the one-process loop
-    load_training(read_checkpoint(dir / "ranks.tgck"), resumed.trainer());
+    restore(read_checkpoint(dir / "ranks.tgck"), resumed.trainer());
     resumed.trainer().run();
     const double difference = curve_difference(resumed.trainer().curve(), parallel.trainer().curve());
     MESSAGE(fmt::format("rank {}: 2 ranks to step 35, then one process: curve within {:.3g} of 2 ranks'", world->rank(), difference));
@@ -250,7 +250,7 @@ TEST_CASE("data-parallel: a 2-rank checkpoint resumes in one process and a one-p
   }
   SUBCASE("one process's checkpoint, the ranks") {
     ToyRun resumed(config, data.train, &data.test);
-    load_training(read_checkpoint(dir / "single.tgck"), resumed.trainer());
+    restore(read_checkpoint(dir / "single.tgck"), resumed.trainer());
     resumed.trainer().set_collective(world);
     resumed.trainer().run();
     const double difference = curve_difference(resumed.trainer().curve(), single.trainer().curve());

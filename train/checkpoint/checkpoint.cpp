@@ -1,10 +1,12 @@
-// Checkpoints: the file format (header + CRC-32), atomic writes, and strict all-or-nothing loading of
-// any model and any training run. The payload's layout is in serialize.hpp (format 2) and
-// format1.cpp (format 1). See checkpoint.hpp.
+// Checkpoints: the file format (header + CRC-32), atomic writes, the invariants every checkpoint keeps,
+// what `inspect` shows, and rebuilding a model from its record. The payload's layout is in serialize.hpp
+// (format 3) and legacy.hpp (formats 1 and 2); the parts' entries, snapshot and restore in state.cpp. See
+// checkpoint.hpp.
 #include "tapegrad/train/checkpoint/checkpoint.hpp"
 
 #include <algorithm>
 #include <bit>
+#include <variant>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -46,219 +48,6 @@ std::string hex_prefix(std::span<const std::byte> bytes) {
   return s;
 }
 
-// ---- building and applying --------------------------------------------------------------------------
-
-template <class T>
-std::string dtype_of() {
-  return std::is_same_v<T, float> ? "f32" : "f64";
-}
-
-template <class T>
-TensorRecord record(const std::string& name, const TensorT<T>& t) {
-  return {name, dtype_of<T>(), t.shape(), std::vector<double>(t.data(), t.data() + t.numel())};
-}
-
-// The record's values into a tensor of its shape (check_checkpoint has made sure they fit).
-template <class T>
-void copy_values(const TensorRecord& r, TensorT<T>& t) {
-  if (r.shape != t.shape() || static_cast<Index>(r.values.size()) != t.numel())
-    fail<FormatError>("load: tensor '{}' holds {} values for {}, not {}", escaped(r.name), r.values.size(), r.shape, t.shape());
-  for (Index i = 0; i < t.numel(); ++i) t[i] = static_cast<T>(r.values[static_cast<std::size_t>(i)]);
-}
-
-std::size_t count_non_finite(const TensorRecord& r) {
-  return static_cast<std::size_t>(std::count_if(r.values.begin(), r.values.end(), [](double v) { return !std::isfinite(v); }));
-}
-
-// FormatError naming the first of `records` (those whose names are in `names`, or all when it is null) that
-// holds a NaN or Inf, unless the caller allows it.
-void refuse_non_finite(const std::vector<TensorRecord>& records, const std::set<std::string>* names, const char* what,
-                       const LoadOptions& options) {
-  if (options.allow_non_finite) return;
-  for (const auto& r : records)
-    if (!names || names->count(r.name))
-      if (const std::size_t bad = count_non_finite(r); bad > 0)
-        fail<FormatError>("load: {} '{}' holds {} non-finite values (NaN or Inf) of {}; nothing was loaded "
-                          "(LoadOptions::allow_non_finite loads it anyway)",
-                          what, escaped(r.name), bad, r.values.size());
-}
-
-// Names of `items` that occur more than once, in order, each once: a sort, not a quadratic scan (a forged
-// file may hold a hundred thousand).
-template <class Items, class NameOf>
-std::vector<std::string> repeated_names(const Items& items, NameOf name_of) {
-  std::vector<std::string_view> names;
-  names.reserve(items.size());
-  for (const auto& item : items) names.push_back(name_of(item));
-  std::sort(names.begin(), names.end());
-  std::vector<std::string> repeated;
-  for (std::size_t i = 1; i < names.size(); ++i)
-    if (names[i] == names[i - 1] && (repeated.empty() || repeated.back() != names[i])) repeated.emplace_back(names[i]);
-  return repeated;
-}
-
-void check_unique(const std::vector<TensorRecord>& records, const char* what) {
-  const auto repeated = repeated_names(records, [](const TensorRecord& r) -> std::string_view { return r.name; });
-  if (!repeated.empty()) fail<FormatError>("checkpoint: {} {} more than once", what, quoted_list(repeated));
-}
-
-void check_unique(const Settings& settings, const char* what) {
-  const auto repeated = repeated_names(settings, [](const Setting& s) -> std::string_view { return s.name; });
-  if (!repeated.empty()) fail<FormatError>("checkpoint: {} {} more than once", what, quoted_list(repeated));
-}
-
-void check_record(const TensorRecord& r, const char* what) {
-  if (r.dtype != "f32" && r.dtype != "f64")
-    fail<FormatError>("checkpoint: {} '{}' has the element type '{}'; f32 and f64 are known", what, escaped(r.name),
-                      escaped(r.dtype));
-  if (!r.shape.valid())
-    fail<FormatError>("checkpoint: {} '{}' has an invalid shape (rank {}, {} x {} x {})", what, escaped(r.name),
-                      r.shape.rank, r.shape.batch, r.shape.rows, r.shape.cols);
-  if (static_cast<Index>(r.values.size()) != r.shape.numel())
-    fail<FormatError>("checkpoint: {} '{}' is {} ({} values) but holds {} values", what, escaped(r.name), r.shape,
-                      r.shape.numel(), r.values.size());
-}
-
-void check_training(const TrainingRecord& t) {
-  const OptimizerRecord& o = t.optimizer;
-  check_unique(o.hyperparameters, "the optimizer's hyperparameters name");
-  check_unique(o.schedule.settings, "the schedule's settings name");
-  for (const auto& b : o.buffers) {
-    check_record(b, "optimizer buffer");
-    const auto slash = b.name.rfind('/');
-    if (slash == std::string::npos || slash == 0 || slash + 1 == b.name.size())
-      fail<FormatError>("checkpoint: optimizer buffer '{}' is not named '<parameter>/<buffer>'", escaped(b.name));
-  }
-  check_unique(o.buffers, "the optimizer buffers name");
-  const double max_steps = TrainOptions::kMaxSteps;
-  if (o.step < 0 || static_cast<double>(o.step) > max_steps)
-    fail<FormatError>("checkpoint: the optimizer's step is {}, outside [0, {}]", o.step, to_text(max_steps));
-  const TrainerState& s = t.trainer;
-  try {
-    check_fields(s.options, "checkpoint: the trainer's options");
-  } catch (const ValueError& e) {
-    throw FormatError(e.what());
-  }
-  if (s.step < 0 || s.step > s.options.steps)
-    fail<FormatError>("checkpoint: the trainer is at step {}, outside its run of {} steps", s.step, s.options.steps);
-  if (s.window_steps < 0 || s.window_steps > s.step)
-    fail<FormatError>("checkpoint: the trainer's window holds {} steps, outside [0, {}]", s.window_steps, s.step);
-  const auto& order = s.data_order;
-  // An empty order is a computed one (Sampler): its position is checked against the data when it resumes.
-  if (order.epoch < 0 || order.cursor < 0 || (!order.order.empty() && order.cursor > static_cast<Index>(order.order.size())))
-    fail<FormatError>("checkpoint: the data order is at epoch {}, position {} of {}", order.epoch, order.cursor,
-                      order.order.size());
-  Index previous = 0;
-  for (const CurvePoint& p : s.curve) {
-    if (p.step < previous || p.step > s.step)
-      fail<FormatError>("checkpoint: a curve point is at step {}, out of order or past the trainer's step {}", p.step, s.step);
-    previous = p.step;
-  }
-}
-
-// Matches the file's parameters against the model's, without changing anything. Another element type is
-// a mismatch unless the options convert it.
-template <class T>
-LoadReport match(const Checkpoint& c, const std::vector<Parameter<T>*>& params, const LoadOptions& options) {
-  LoadReport report;
-  std::map<std::string, const TensorRecord*> by_name;
-  for (const auto& r : c.parameters) by_name.emplace(r.name, &r);
-  std::set<std::string> seen;
-  for (const auto* p : params) {
-    const auto it = by_name.find(p->name);
-    if (it == by_name.end()) {
-      report.missing.push_back(p->name);
-      continue;
-    }
-    seen.insert(p->name);
-    const TensorRecord& r = *it->second;
-    const bool same_dtype = r.dtype == dtype_of<T>();
-    if (!same_dtype && !options.convert_dtype)
-      report.mismatched.push_back(fmt::format("'{}' is {} {} in the file but {} {} in the model", escaped(p->name), r.dtype,
-                                              r.shape, dtype_of<T>(), p->value.shape()));
-    else if (r.shape != p->value.shape())
-      report.mismatched.push_back(
-          fmt::format("'{}' is {} in the file but {} in the model", escaped(p->name), r.shape, p->value.shape()));
-    else {
-      report.loaded.push_back(p->name);
-      if (!same_dtype)
-        report.converted.push_back(fmt::format("'{}' from {} to {}", escaped(p->name), r.dtype, dtype_of<T>()));
-    }
-  }
-  for (const auto& r : c.parameters)
-    if (!seen.count(r.name)) report.unexpected.push_back(r.name);
-  return report;
-}
-
-template <class T>
-void apply_weights(const Checkpoint& c, const std::vector<Parameter<T>*>& params, const LoadReport& report) {
-  const std::set<std::string> load(report.loaded.begin(), report.loaded.end());
-  std::map<std::string_view, Parameter<T>*> by_name;
-  for (auto* p : params) by_name.emplace(p->name, p);
-  for (const auto& r : c.parameters)
-    if (load.count(r.name)) copy_values(r, by_name.at(r.name)->value);
-}
-
-template <class T>
-OptimizerState<T> optimizer_state(const OptimizerRecord& o) {
-  OptimizerState<T> s;
-  s.kind = o.kind;
-  s.hyperparameters = o.hyperparameters;
-  s.schedule = o.schedule;
-  s.step = o.step;
-  for (const auto& b : o.buffers) {
-    const auto slash = b.name.rfind('/');
-    if (slash == std::string::npos)
-      fail<FormatError>("optimizer buffer '{}' is not named '<parameter>/<buffer>'", escaped(b.name));
-    TensorT<T> tensor(b.shape);
-    copy_values(b, tensor);
-    s.per_param[b.name.substr(0, slash)][b.name.substr(slash + 1)] = std::move(tensor);
-  }
-  return s;
-}
-
-// "setting 'residual' is true in the file but false in the model; ..." for two records of one kind.
-std::string record_differences(const ModelRecord& file, const ModelRecord& model) {
-  if (file.kind != model.kind)
-    return fmt::format("the file holds a model of kind '{}' but the trainer's is of kind '{}'",
-                       file.kind.empty() ? "(not described)" : escaped(file.kind),
-                       model.kind.empty() ? "(not described)" : escaped(model.kind));
-  std::vector<std::string> out;
-  for (const auto& s : model.config) {
-    const std::string* theirs = find_setting(file.config, s.name);
-    if (!theirs)
-      out.push_back(fmt::format("setting '{}' is missing from the file", s.name));
-    else if (*theirs != s.value)
-      out.push_back(fmt::format("setting '{}' is {} in the file but {} in the model", s.name, escaped(*theirs), s.value));
-  }
-  std::vector<std::string> unknown;
-  for (const auto& s : file.config)
-    if (!find_setting(model.config, s.name)) unknown.push_back(s.name);
-  if (!unknown.empty()) out.push_back("the model has no setting " + quoted_list(unknown));
-  return fmt::format("{}", fmt::join(out, "; "));
-}
-
-double norm(const TensorRecord& r) {
-  double sq = 0;
-  for (double v : r.values) sq += v * v;
-  return std::sqrt(sq);
-}
-
-}  // namespace
-
-// ---- public API ----------------------------------------------------------------------------------------
-
-std::string_view tapegrad_version() { return TAPEGRAD_VERSION; }  // defined by CMakeLists.txt
-
-void check_checkpoint(const Checkpoint& c) {
-  check_unique(c.model.config, "the model's configuration names");
-  for (const auto& r : c.parameters) check_record(r, "parameter");
-  check_unique(c.parameters, "the parameter list names");
-  if (c.training) check_training(*c.training);
-}
-
-namespace {
-
 // An output stream buffer that appends to a byte vector: the payload is written once, where the file's
 // bytes will be, not into a string stream that is then copied twice (its growth, then str()).
 class AppendBytes final : public std::streambuf {
@@ -278,18 +67,17 @@ class AppendBytes final : public std::streambuf {
   std::vector<std::byte>& out_;
 };
 
-// The payload's size before it is written, to reserve it: the values dominate (a float or a double each);
-// the names, shapes, settings and curve are small beside them.
+// The payload's size before it is written, to reserve it: the values dominate; the names, shapes and
+// settings are small beside them.
 std::size_t payload_estimate(const Checkpoint& c) {
   std::size_t bytes = 4096;
-  auto add = [&](const std::vector<TensorRecord>& records) {
-    for (const TensorRecord& t : records) bytes += 64 + t.name.size() + t.values.size() * (t.dtype == "f32" ? 4 : 8);
-  };
-  add(c.parameters);
-  if (c.training) {
-    add(c.training->optimizer.buffers);
-    bytes += 8 * c.training->trainer.data_order.order.size() + 64 * c.training->trainer.curve.size();
-  }
+  for (const StateEntry& e : c.entries)
+    bytes += 64 + e.name.size() + std::visit([](const auto& v) -> std::size_t {
+               using V = std::remove_cvref_t<decltype(v)>;
+               if constexpr (requires { v.numel(); }) return static_cast<std::size_t>(v.numel()) * sizeof(typename V::Scalar);
+               else if constexpr (std::is_same_v<V, std::vector<std::string>>) return 16 * v.size();
+               else return 8 * v.size();
+             }, e.value);
   return bytes;
 }
 
@@ -355,10 +143,10 @@ Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view 
     ar(c.format_version);
     if (c.format_version != version)
       fail<FormatError>("the payload says format {} but the header {}", c.format_version, version);
-    if (version == 1)
-      load_format1(ar, c);
+    if (version < 3)
+      load_legacy(ar, version, c);
     else
-      load_format2(ar, c);
+      load_format3(ar, c);
     if (in.peek() != std::char_traits<char>::eof()) fail<FormatError>("the payload has bytes after the checkpoint");
   } catch (const FormatError& e) {
     fail<FormatError>("load '{}': corrupt payload: {}", source, e.what());
@@ -387,120 +175,175 @@ Checkpoint read_checkpoint(const std::filesystem::path& path, std::size_t max_by
   return decode_checkpoint(std::as_bytes(std::span<const char>(bytes)), path.string());
 }
 
-template <class T>
-Checkpoint snapshot(const Module<T>& model) {
-  Checkpoint c;
-  c.model = model.model_record();
-  for (const auto* p : model.parameters()) c.parameters.push_back(record(p->name, p->value));
-  return c;
-}
+// ---- the invariants, the parts -------------------------------------------------------------------------
 
 namespace {
-template <class T>
-OptimizerRecord optimizer_record(const Optimizer<T>& optimizer) {
-  const OptimizerState<T> s = optimizer.state();
-  OptimizerRecord r;
-  r.kind = s.kind;
-  r.hyperparameters = s.hyperparameters;
-  r.schedule = s.schedule;
-  r.step = s.step;
-  for (const auto& [param, buffers] : s.per_param)
-    for (const auto& [buffer, tensor] : buffers) r.buffers.push_back(record(param + "/" + buffer, tensor));
-  return r;
+
+// The model part's tensors, in the file's order.
+std::vector<const StateEntry*> model_weights(const Checkpoint& c) {
+  std::vector<const StateEntry*> out;
+  const std::string prefix = std::string(kModelPart) + ".";
+  for (const StateEntry& e : c.entries)
+    if (e.name.starts_with(prefix) && e.value.index() <= 1) out.push_back(&e);
+  return out;
 }
+
+double norm(const StateValue& v) {
+  double sq = 0;
+  for_each_number(v, [&](double x) { sq += x * x; });
+  return std::sqrt(sq);
+}
+
+std::string_view part_of(std::string_view name) { return name.substr(0, name.find('.')); }
+
 }  // namespace
 
-Checkpoint snapshot(const TrainerBase& trainer) {
-  Checkpoint c = snapshot(trainer.model());
-  c.training = TrainingRecord{optimizer_record(trainer.optimizer()), trainer.state()};
-  return c;
+std::string_view tapegrad_version() { return TAPEGRAD_VERSION; }  // defined by CMakeLists.txt
+
+std::vector<std::string> Checkpoint::parts() const {
+  std::vector<std::string> out;
+  std::set<std::string_view> seen;
+  for (const StateEntry& e : entries)
+    if (seen.insert(part_of(e.name)).second) out.emplace_back(part_of(e.name));
+  return out;
 }
 
-template <class T>
-Checkpoint snapshot(const Module<T>& model, const Optimizer<T>& optimizer, const LoopState& loop) {
-  if (loop.step < 0 || static_cast<double>(loop.step) > TrainOptions::kMaxSteps)
-    fail<ValueError>("snapshot: the loop's step must be in [0, {}], got {}", to_text(TrainOptions::kMaxSteps), loop.step);
-  Checkpoint c = snapshot(model);
-  TrainingRecord t{optimizer_record(optimizer), TrainerState{}};
-  // A loop has no run length of its own: recorded as a run that has reached its step, so the counters'
-  // checks hold, and a Trainer, whose options differ, refuses to resume it.
-  t.trainer.options.steps = loop.step;
-  t.trainer.step = loop.step;
-  t.trainer.rng = loop.rng;
-  t.trainer.data_order = loop.data_order;
-  c.training = std::move(t);
-  c.metadata[std::string(kLoopMetadata)] = "a training loop of the program's own";
-  check_checkpoint(c);  // a data order whose position is past its permutation, say
-  return c;
+bool Checkpoint::has(std::string_view part) const {
+  return std::any_of(entries.begin(), entries.end(), [&](const StateEntry& e) { return part_of(e.name) == part; });
 }
 
-template <class T>
-LoopState load_loop(const Checkpoint& c, Module<T>& model, Optimizer<T>& optimizer, LoadOptions options) {
-  check_checkpoint(c);
-  if (!c.training) fail<FormatError>("load_loop: the checkpoint holds weights only, not the state of training");
-  const TrainingRecord& t = *c.training;
-  const ModelRecord model_record = model.model_record();
-  if (!(c.model == model_record)) fail<FormatError>("load_loop: {}", record_differences(c.model, model_record));
-  // Every part checked before any changes: weights, then the optimizer's state.
-  const auto params = model.parameters();
-  options.strict = true;
-  const LoadReport report = match(c, params, options);
-  if (!report.clean()) fail<FormatError>("load_loop: {}; nothing was loaded", report.problems());
-  refuse_non_finite(c.parameters, nullptr, "parameter", options);
-  refuse_non_finite(t.optimizer.buffers, nullptr, "optimizer buffer", options);
-  const OptimizerState<T> state = optimizer_state<T>(t.optimizer);
-  optimizer.check_state(state);
-  apply_weights(c, params, report);
-  optimizer.load_state(state);
-  return {.step = t.trainer.step, .rng = t.trainer.rng, .data_order = t.trainer.data_order};
+const StateEntry* Checkpoint::find(std::string_view name) const {
+  const auto it = std::find_if(entries.begin(), entries.end(), [&](const StateEntry& e) { return e.name == name; });
+  return it == entries.end() ? nullptr : &*it;
 }
 
-template <class T>
-LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions options) {
-  check_checkpoint(c);  // a Checkpoint built in memory is checked as a file's is
-  const auto params = model.parameters();
-  LoadReport report = match(c, params, options);
-  if (options.strict && !report.clean()) {
-    const bool other_dtype = std::any_of(c.parameters.begin(), c.parameters.end(),
-                                         [](const TensorRecord& r) { return r.dtype != dtype_of<T>(); });
-    fail<FormatError>("load: {}; nothing was loaded{}", report.problems(),
-                      other_dtype && !options.convert_dtype ? " (LoadOptions::convert_dtype converts the element type)" : "");
+StateEntry* Checkpoint::find(std::string_view name) {
+  return const_cast<StateEntry*>(std::as_const(*this).find(name));
+}
+
+void check_checkpoint(const Checkpoint& c) {
+  std::vector<std::string_view> names;
+  for (const Setting& s : c.model.config) names.push_back(s.name);
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> repeated;
+  for (std::size_t i = 1; i < names.size(); ++i)
+    if (names[i] == names[i - 1] && (repeated.empty() || repeated.back() != names[i])) repeated.emplace_back(names[i]);
+  if (!repeated.empty())
+    fail<FormatError>("checkpoint: the model's configuration names {} more than once", quoted_list(repeated));
+  (void)detail::StateIndex(c.entries);  // unique names, none empty
+}
+
+// ---- what a file holds, for people -------------------------------------------------------------------
+
+namespace {
+
+// "1, 2, 3" or "4 values": an entry's values when there are few, escaped.
+std::string shown_values(const StateValue& v) {
+  constexpr std::size_t kShown = 8;
+  return std::visit([&](const auto& x) -> std::string {
+    using V = std::remove_cvref_t<decltype(x)>;
+    if constexpr (requires { x.numel(); }) {
+      return fmt::format("norm {:.6g}", norm(v));
+    } else {
+      if (x.size() > kShown) return fmt::format("{} values", x.size());
+      std::vector<std::string> text;
+      for (const auto& item : x) {
+        if constexpr (std::is_same_v<V, std::vector<std::string>>) text.push_back(escaped(item, 60));
+        else text.push_back(fmt::format("{}", item));
+      }
+      return fmt::format("{}", fmt::join(text, ", "));
+    }
+  }, v);
+}
+
+void describe_training(const Checkpoint& c, std::string& s) {
+  const auto p = [](std::string_view text) { return escaped(text); };
+  if (c.has("trainer")) {
+    try {
+      const TrainerState t = read_trainer_state(c);
+      s += fmt::format("training: step {} of {} ({}), data fingerprint {:08x}{}{}\n", t.step, t.options.steps,
+                       describe_settings(to_settings(t.options)), t.data_fingerprint,
+                       c.format_version == 1 ? " (format 1: see the metadata)" : "",
+                       t.eval_fingerprint ? fmt::format(", evaluation data fingerprint {:08x}", *t.eval_fingerprint) : "");
+    } catch (const FormatError& e) {
+      s += fmt::format("training: the part 'trainer' does not read as a Trainer's state: {}\n", e.what());
+    }
   }
-  const std::set<std::string> loading(report.loaded.begin(), report.loaded.end());
-  refuse_non_finite(c.parameters, &loading, "parameter", options);
-  apply_weights(c, params, report);
-  return report;
-}
-
-LoadReport load_training(const Checkpoint& c, TrainerBase& trainer, LoadOptions options) {
-  check_checkpoint(c);
-  if (!c.training) fail<FormatError>("resume: the checkpoint holds weights only, not the state of training");
-  const TrainingRecord& t = *c.training;
-  Module<float>& model = trainer.model();
-  const ModelRecord model_record = model.model_record();
-  if (!(c.model == model_record)) fail<FormatError>("resume: {}", record_differences(c.model, model_record));
-  // Check every part before changing any: weights, optimizer state, trainer state.
-  const auto params = model.parameters();
-  LoadReport report = match(c, params, options);
-  if (!report.clean()) fail<FormatError>("resume: {}; nothing was loaded", report.problems());
-  refuse_non_finite(c.parameters, nullptr, "parameter", options);
-  refuse_non_finite(t.optimizer.buffers, nullptr, "optimizer buffer", options);
-  const OptimizerState<float> state = optimizer_state<float>(t.optimizer);
-  trainer.optimizer().check_state(state);
-  TrainerState saved = t.trainer;
-  if (c.format_version == 1) {  // its data was recorded otherwise: the program compares it (format1.cpp)
-    const TrainerState mine = trainer.state();
-    saved.data_fingerprint = mine.data_fingerprint;
-    saved.eval_fingerprint = mine.eval_fingerprint;
+  if (c.has("optimizer")) {
+    try {
+      const OptimizerState<double> o = read_optimizer_state<double>(c);
+      std::size_t buffers = 0;
+      for (const auto& entry : o.per_param) buffers += entry.second.size();
+      s += fmt::format("optimizer: {} after {} steps ({}); schedule {}; {} buffers\n", p(o.kind), o.step,
+                       p(describe_settings(o.hyperparameters)), p(o.schedule.describe()), buffers);
+      for (const auto& [param, named] : o.per_param)
+        for (const auto& [buffer, tensor] : named) {
+          const StateValue v = tensor;
+          const Index bad = non_finite_count(v);
+          s += fmt::format("  {:<32} {:>10}  norm {:.6g}{}\n", p(param + "." + buffer), tensor.shape().str(), norm(v),
+                           bad ? fmt::format("  ({} non-finite values: NaN or Inf)", bad) : "");
+        }
+    } catch (const FormatError& e) {
+      s += fmt::format("optimizer: the part 'optimizer' does not read as an optimizer's state: {}\n", e.what());
+    }
   }
-  trainer.check_state(saved);
-
-  apply_weights(c, params, report);
-  trainer.optimizer().load_state(state);
-  trainer.set_state(saved);
-  report.training_state = true;
-  return report;
+  if (c.has("trainer")) {
+    try {
+      const TrainerState t = read_trainer_state(c);
+      if (t.data_order.order.empty())
+        s += fmt::format("data order: epoch {}, position {} (computed, a keyed bijection; nothing stored)\n",
+                         t.data_order.epoch, t.data_order.cursor);
+      else
+        s += fmt::format("data order: epoch {}, position {} of {}\n", t.data_order.epoch, t.data_order.cursor,
+                         t.data_order.order.size());
+      if (!t.curve.empty()) {
+        const CurvePoint& last = t.curve.back();
+        std::string values;
+        for (const auto& v : last.values) values += fmt::format(", {} {:.4f}", p(v.name), v.value);
+        s += fmt::format("last evaluation: step {}{}\n", last.step, values);
+      }
+    } catch (const FormatError&) {  // said above
+    }
+  }
 }
+
+}  // namespace
+
+std::string describe_checkpoint(const Checkpoint& c) {
+  const auto p = [](std::string_view text) { return escaped(text); };
+  std::string s = fmt::format("tapegrad checkpoint, format {}, written by tapegrad {}\nmodel: {}\n", c.format_version,
+                              p(c.tapegrad_version), p(c.model.describe()));
+  const std::vector<const StateEntry*> weights = model_weights(c);
+  Index scalars = 0;
+  for (const StateEntry* e : weights) scalars += value_count(e->value);
+  s += fmt::format("parameters: {} tensors, {} values, crc32 {:08x}\n", weights.size(), scalars, weights_crc32(c));
+  Index non_finite = 0;
+  for (const StateEntry* e : weights) {
+    const Index bad = non_finite_count(e->value);
+    non_finite += bad;
+    const std::string_view name = std::string_view(e->name).substr(kModelPart.size() + 1);
+    const std::string kind_shape = describe_value(e->value);  // "f32 2x8"
+    s += fmt::format("  {:<20} {} {:>10}  norm {:.6g}{}\n", p(name), kind_shape.substr(0, 3), kind_shape.substr(4),
+                     norm(e->value), bad ? fmt::format("  ({} non-finite values: NaN or Inf)", bad) : "");
+  }
+  if (non_finite)
+    s += fmt::format("warning: {} parameter values are not finite; loading refuses them unless asked\n", non_finite);
+  for (const auto& [k, v] : c.metadata) s += fmt::format("metadata: {} = {}\n", p(k), p(v));
+  const std::vector<std::string> parts = c.parts();
+  if (parts.empty() || (parts.size() == 1 && parts[0] == kModelPart)) return s + "training state: none (weights only)\n";
+  describe_training(c, s);
+  // Every other part, entry by entry (a loop's step, streams and data order, a user's own).
+  for (const std::string& part : parts) {
+    if (part == kModelPart || part == "optimizer" || part == "trainer") continue;
+    s += fmt::format("part {}:\n", p(part));
+    for (const StateEntry& e : c.entries)
+      if (part_of(e.name) == part)
+        s += fmt::format("  {:<32} {:<14} {}\n", p(e.name), describe_value(e.value), shown_values(e.value));
+  }
+  return s;
+}
+
+// ---- model_from_checkpoint's helpers, reports, checksums -----------------------------------------------
 
 namespace detail {
 
@@ -513,11 +356,12 @@ const Settings& model_config_of(const Checkpoint& c, std::string_view kind) {
 
 Index parameter_values_held(const Checkpoint& c) {
   Index held = 0;
-  for (const auto& p : c.parameters) held += p.shape.numel();
+  for (const StateEntry* e : model_weights(c))
+    held += value_count(e->value);
   return held;
 }
 
-void refuse_implied_count(const ModelRecord& record, Index implied, Index held) {
+void refuse_count(const ModelRecord& record, Index implied, Index held) {
   fail<FormatError>("load: the configuration {} implies {} parameter values but the file holds {}", record.describe(),
                     implied, held);
 }
@@ -546,8 +390,8 @@ std::uint32_t checksum(const TensorT<T>& t) {
 
 std::uint32_t weights_crc32(const Checkpoint& c) {
   Crc32 crc;
-  for (const auto& p : c.parameters)
-    for (double v : p.values) crc.add_le(std::bit_cast<std::uint64_t>(v));
+  for (const StateEntry* e : model_weights(c))
+    for_each_number(e->value, [&](double v) { crc.add_le(std::bit_cast<std::uint64_t>(v)); });
   return crc.value();
 }
 
@@ -562,70 +406,23 @@ std::string LoadReport::problems() const {
 }
 
 std::string LoadReport::str() const {
-  std::string s = fmt::format("loaded {} parameters", loaded.size());
+  std::string s;
+  if (!restored.empty()) {
+    s = "restored " + quoted_list(restored);
+    if (!unexpected.empty()) s += "; left the file's " + quoted_list(unexpected);
+    for (const auto& c : converted) s += "; converted " + c;
+    return s;
+  }
+  s = fmt::format("loaded {} parameters", loaded.size());
   if (!missing.empty()) s += "; not in the file: " + quoted_list(missing);
   if (!unexpected.empty()) s += "; not in the model: " + quoted_list(unexpected);
   constexpr std::size_t kShown = 10;
   for (std::size_t i = 0; i < mismatched.size() && i < kShown; ++i) s += "; skipped " + mismatched[i];
   if (mismatched.size() > kShown) s += fmt::format("; {} more skipped", mismatched.size() - kShown);
   for (const auto& c : converted) s += "; converted " + c;
-  if (training_state) s += "; optimizer state, data order, step and curve restored";
   return s;
 }
 
-std::string describe_checkpoint(const Checkpoint& c) {
-  const auto p = [](std::string_view text) { return escaped(text); };
-  std::string s = fmt::format("tapegrad checkpoint, format {}, written by tapegrad {}\nmodel: {}\n", c.format_version,
-                              p(c.tapegrad_version), p(c.model.describe()));
-  Index scalars = 0;
-  for (const auto& r : c.parameters) scalars += r.shape.numel();
-  s += fmt::format("parameters: {} tensors, {} values, crc32 {:08x}\n", c.parameters.size(), scalars, weights_crc32(c));
-  std::size_t non_finite = 0;
-  for (const auto& r : c.parameters) {
-    const std::size_t bad = count_non_finite(r);
-    non_finite += bad;
-    s += fmt::format("  {:<20} {} {:>10}  norm {:.6g}{}\n", p(r.name), p(r.dtype), r.shape.str(), norm(r),
-                     bad ? fmt::format("  ({} non-finite values: NaN or Inf)", bad) : "");
-  }
-  if (non_finite)
-    s += fmt::format("warning: {} parameter values are not finite; loading refuses them unless asked\n", non_finite);
-  for (const auto& [k, v] : c.metadata) s += fmt::format("metadata: {} = {}\n", p(k), p(v));
-  if (!c.training) return s + "training state: none (weights only)\n";
-  const OptimizerRecord& o = c.training->optimizer;
-  const TrainerState& t = c.training->trainer;
-  s += fmt::format("training: step {} of {} ({}), data fingerprint {:08x}{}{}\n", t.step, t.options.steps,
-                   describe_settings(to_settings(t.options)), t.data_fingerprint, c.format_version == 1 ? " (format 1: see the metadata)" : "",
-                   t.eval_fingerprint ? fmt::format(", evaluation data fingerprint {:08x}", *t.eval_fingerprint) : "");
-  s += fmt::format("optimizer: {} after {} steps ({}); schedule {}; {} buffers\n", p(o.kind), o.step,
-                   p(describe_settings(o.hyperparameters)), p(o.schedule.describe()), o.buffers.size());
-  for (const auto& b : o.buffers) {
-    const std::size_t bad = count_non_finite(b);
-    s += fmt::format("  {:<32} {:>10}  norm {:.6g}{}\n", p(b.name), b.shape.str(), norm(b),
-                     bad ? fmt::format("  ({} non-finite values: NaN or Inf)", bad) : "");
-  }
-  if (t.data_order.order.empty())
-    s += fmt::format("data order: epoch {}, position {} (computed, a keyed bijection; nothing stored)\n",
-                     t.data_order.epoch, t.data_order.cursor);
-  else
-    s += fmt::format("data order: epoch {}, position {} of {}\n", t.data_order.epoch, t.data_order.cursor,
-                     t.data_order.order.size());
-  if (!t.curve.empty()) {
-    const CurvePoint& last = t.curve.back();
-    std::string values;
-    for (const auto& v : last.values) values += fmt::format(", {} {:.4f}", p(v.name), v.value);
-    s += fmt::format("last evaluation: step {}{}\n", last.step, values);
-  }
-  return s;
-}
-
-template Checkpoint snapshot(const Module<float>&);
-template Checkpoint snapshot(const Module<double>&);
-template Checkpoint snapshot(const Module<float>&, const Optimizer<float>&, const LoopState&);
-template Checkpoint snapshot(const Module<double>&, const Optimizer<double>&, const LoopState&);
-template LoopState load_loop(const Checkpoint&, Module<float>&, Optimizer<float>&, LoadOptions);
-template LoopState load_loop(const Checkpoint&, Module<double>&, Optimizer<double>&, LoadOptions);
-template LoadReport load_weights(const Checkpoint&, Module<float>&, LoadOptions);
-template LoadReport load_weights(const Checkpoint&, Module<double>&, LoadOptions);
 template std::uint32_t checksum(const TensorT<float>&);
 template std::uint32_t checksum(const TensorT<double>&);
 

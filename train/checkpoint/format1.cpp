@@ -10,9 +10,9 @@
 #include <cmath>
 #include <string_view>
 
-#include "tapegrad/train/checkpoint/serialize.hpp"
+#include "tapegrad/train/checkpoint/legacy.hpp"
 
-namespace tapegrad::checkpoint_detail {
+namespace tapegrad::checkpoint_detail::legacy {
 namespace {
 
 // Enum values as format 1 stored them (int32 indices) and the names they have now.
@@ -143,7 +143,7 @@ void load_trainer(InArchive& ar, TrainerState& s, const TrainOptions& options) {
 
 }  // namespace
 
-void load_format1(InArchive& ar, Checkpoint& c) {
+void load_format1(InArchive& ar, File& c) {
   load(ar, c.tapegrad_version);
   c.model = load_model(ar);
   load_records(ar, c.parameters, "the parameter list");
@@ -164,8 +164,8 @@ void load_format1(InArchive& ar, Checkpoint& c) {
   load_trainer(ar, t.trainer, config.options);
   // Format 1 recorded its data as metadata ("data.fingerprint": the examples' ids, examples_crc32 in
   // hexadecimal), not as this release's fingerprint, and not its evaluation data at all: the metadata
-  // stays for the program that knows the data to compare (the trainer CLI does), and load_training does
-  // not compare the trainer's fingerprints with a format-1 file's.
+  // stays for the program that knows the data to compare (the trainer CLI does), and restoring a Trainer
+  // does not compare its fingerprints with a format-1 file's.
   if (const auto fingerprint = c.metadata.find("data.fingerprint"); fingerprint != c.metadata.end()) {
     std::uint32_t v = 0;
     const auto [end, ec] = std::from_chars(fingerprint->second.data(), fingerprint->second.data() + fingerprint->second.size(), v, 16);
@@ -175,4 +175,4 @@ void load_format1(InArchive& ar, Checkpoint& c) {
   c.training = std::move(t);
 }
 
-}  // namespace tapegrad::checkpoint_detail
+}  // namespace tapegrad::checkpoint_detail::legacy

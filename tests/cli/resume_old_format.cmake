@@ -1,9 +1,10 @@
-# A checkpoint written by tapegrad 0.1 (format 1), resumed by this release's trainer in a fresh process: it
-# must carry on from the file's step 10 to step 20, its curve up to step 10 must be the file's, as 0.1 wrote
-# it (tests/data/v1/expected.txt), and the later rows must be there. Whether the final weights are 0.1's bit
-# for bit depends on the CPU and build (float kernels differ in the last bits), so that is reported, not
-# required; tests/test_checkpoint.cpp compares them with 0.1's to float rounding.
-# -DTRAIN=path -DWORK=dir -DFIXTURE=tests/data/v1/<name>.tgck -DEXPECTED=tests/data/v1/expected.txt
+# A checkpoint written by an earlier release (tapegrad 0.1: format 1, tests/data/v1; 0.2: format 2,
+# tests/data/v2), resumed by this release's trainer in a fresh process: it must carry on from the file's
+# step 10 to step 20, its curve up to step 10 must be the file's, as that release wrote it (expected.txt
+# beside it), and the later rows must be there. Whether the final weights are that release's bit for bit
+# depends on the CPU and build (float kernels differ in the last bits), so that is reported, not required;
+# tests/test_checkpoint.cpp compares them with 0.1's to float rounding.
+# -DTRAIN=path -DWORK=dir -DFIXTURE=tests/data/v<N>/<name>.tgck -DEXPECTED=tests/data/v<N>/expected.txt
 file(REMOVE_RECURSE ${WORK})
 get_filename_component(name ${FIXTURE} NAME)
 execute_process(COMMAND ${TRAIN} --resume ${FIXTURE} --out ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -32,10 +33,10 @@ endforeach()
 string(REGEX MATCH "^0,[^\n]*\n5,[^\n]*\n10,[^\n]*\n" head "${curve}")
 string(REGEX MATCH "^0,[^\n]*\n5,[^\n]*\n10,[^\n]*\n" want_head "${want_curve}")
 if(NOT head STREQUAL want_head OR NOT curve MATCHES "\n15,[^\n]*\n20,[^\n]*\n$")
-  message(FATAL_ERROR "${name} did not carry on from 0.1's curve to step 20:\n--- curve now\n${curve}--- curve of 0.1\n${want_curve}")
+  message(FATAL_ERROR "${name} did not carry on from its release's curve to step 20:\n--- curve now\n${curve}--- curve then\n${want_curve}")
 endif()
 if(crc STREQUAL want_crc)
-  message(STATUS "${name}: resumed to 0.1's own final weights, bit for bit (crc32 ${crc})")
+  message(STATUS "${name}: resumed to its release's own final weights, bit for bit (crc32 ${crc})")
 else()
-  message(STATUS "${name}: resumed to weights with crc32 ${crc}; 0.1 on its machine had ${want_crc} (float kernels differ)")
+  message(STATUS "${name}: resumed to weights with crc32 ${crc}; its release on its machine had ${want_crc} (float kernels differ)")
 endif()

@@ -1,0 +1,399 @@
+// train/checkpoint/state.hpp: the open state. A loop by hand saves what it holds by name (a model, an
+// optimizer, two random streams, a sampler, a moving average of its own, a counter) and resumes bit for bit;
+// a forged or mismatched entry is refused in one line with nothing loaded; a user's object joins with two
+// functions and is put back when its own load refuses; an optimizer saved before its first step
+// round-trips; a loop's file given to a Trainer is named for what it is; the files of format 2 (tapegrad
+// 0.2), a loop's among them, load through the converter and resume.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include "helpers.hpp"
+#include "lesson/tasks.hpp"
+#include "lesson/toy_run.hpp"
+#include "user_models.hpp"
+#include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
+
+using namespace tapegrad;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A user's object: an exponential moving average of the model's weights, saved by parameter name.
+struct Average {
+  test::Mlp& model;
+  std::vector<Tensor> weights;
+
+  explicit Average(test::Mlp& m) : model(m) {
+    for (const auto* p : m.parameters()) weights.push_back(p->value);
+  }
+  void update() {
+    const auto params = model.parameters();
+    for (std::size_t i = 0; i < weights.size(); ++i)
+      weights[i].array() = 0.9f * weights[i].array() + 0.1f * params[i]->value.array();
+  }
+  void save_state(State& out) const {
+    const auto params = model.parameters();
+    for (std::size_t i = 0; i < weights.size(); ++i) out.put(params[i]->name, weights[i]);
+  }
+  void load_state(const State& in) {
+    const auto params = model.parameters();
+    for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = in.get<Tensor>(params[i]->name);
+  }
+};
+
+// A loop by hand and everything it carries from step to step: the MLP on batches a Sampler draws, inputs
+// with noise from one stream, targets with jitter from another, Adam, the moving average, the step.
+struct HandLoop {
+  test::Mlp model{{.seed = 4}};
+  Adam<float> adam{model.parameters(), {.lr = 0.02}};
+  Sampler batches{20, 4, 9};
+  Rng noise{5}, jitter{6};
+  Average average{model};
+  Index step = 0;
+
+  StateParts parts() {
+    return {{"model", model}, {"optimizer", adam}, {"batches", batches}, {"noise", noise},
+            {"jitter", jitter}, {"average", average}, {"step", step}};
+  }
+  void run(int steps) {
+    Tape<float> tape;
+    Tensor x(Shape::mat(4, 2)), y(Shape::mat(4, 2));
+    for (int s = 0; s < steps; ++s, ++step) {
+      const std::span<const Index> rows = batches.next();
+      for (Index r = 0; r < 4; ++r)
+        for (Index c = 0; c < 2; ++c) {
+          x.at(r, c) = static_cast<float>(rows[static_cast<std::size_t>(r)] % 5) + static_cast<float>(noise.normal());
+          y.at(r, c) = static_cast<float>(c) + static_cast<float>(0.1 * jitter.normal());
+        }
+      tape.reset();
+      tape.backward(mse(model.forward(tape.constant(x)), tape.constant(y)));
+      adam.step();
+      adam.zero_grad();
+      average.update();
+    }
+  }
+  // Every bit the loop carries.
+  std::vector<std::byte> state() { return encode_checkpoint(snapshot(parts())); }
+  // Other weights, hyperparameters, order, streams and step than a fresh loop's: what a load must replace.
+  void scramble() {
+    for (auto* p : model.parameters()) p->value.fill(0.25f);
+    adam.set_lr(0.5);
+    batches = Sampler(20, 4, 1);
+    noise = Rng(11);
+    jitter = Rng(12);
+    for (auto& w : average.weights) w.fill(-1.0f);
+    step = 99;
+  }
+};
+
+// A counter that refuses a negative value in its own load_state, after the library's checks have passed.
+struct Picky {
+  Index count = 0;
+  void save_state(State& out) const { out.put("count", count); }
+  void load_state(const State& in) {
+    const auto v = in.get<Index>("count");
+    if (v < 0) fail<ValueError>("picky: a count of {} is no count", v);
+    count = v;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("checkpoint state: a hand loop's model, optimizer, two streams, sampler, average and step resume bit for bit") {
+  HandLoop straight;
+  straight.run(30);
+  HandLoop first;
+  first.run(12);
+  const fs::path dir = test::scratch_dir("checkpoint_state", "loop");
+  save_checkpoint(dir / "loop.tgck", first.parts());
+  const Checkpoint file = read_checkpoint(dir / "loop.tgck");
+  CHECK(file.parts() == std::vector<std::string>{"model", "optimizer", "batches", "noise", "jitter", "average", "step"});
+  CHECK(std::get<std::vector<std::int64_t>>(file.find("step")->value) == std::vector<std::int64_t>{12});
+  CHECK(std::get<Tensor>(file.find("average.hidden.weight")->value) == first.average.weights[0]);
+
+  HandLoop resumed;
+  resumed.scramble();
+  const LoadReport report = load_checkpoint(dir / "loop.tgck", resumed.parts());
+  CHECK(report.restored == file.parts());
+  CHECK(resumed.step == 12);
+  CHECK(resumed.adam.steps_taken() == 12);
+  CHECK(resumed.adam.lr() == doctest::Approx(0.02));
+  CHECK(resumed.state() == first.state());
+  resumed.run(18);
+  CHECK(resumed.state() == straight.state());  // every part, bit for bit
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint state: a forged or mismatched entry is refused in one line, naming it, and nothing is loaded") {
+  HandLoop source;
+  source.run(3);
+  const Checkpoint good = snapshot(source.parts());
+  HandLoop target;
+  target.run(1);
+  const std::vector<std::byte> before = target.state();
+  auto refused = [&](const Checkpoint& c, const std::string& says) {
+    INFO(says);
+    try {
+      restore(c, target.parts());
+      FAIL("a forged file loaded");
+    } catch (const FormatError& e) {
+      const std::string what = e.what();
+      CHECK(what.find(says) != std::string::npos);
+      CHECK(what.find('\n') == std::string::npos);
+      CHECK(what.ends_with("; nothing was loaded"));
+      CHECK(what.size() < 1000);
+    }
+    CHECK(target.state() == before);
+  };
+  using Ints = std::vector<std::int64_t>;
+  Checkpoint c = good;
+  std::get<Tensor>(c.find("average.out.weight")->value) = Tensor(Shape::mat(3, 2));
+  refused(c, "average: 'average.out.weight' is f32 3x2 in the file but f32 8x2 here");
+  c = good;
+  std::get<Tensor>(c.find("average.out.bias")->value)[1] = std::numeric_limits<float>::quiet_NaN();
+  refused(c, "average: 'average.out.bias' holds 1 non-finite values (NaN or Inf)");
+  c = good;
+  std::get<Ints>(c.find("noise")->value).pop_back();
+  refused(c, "noise: entry 'noise' holds 3 words; a random stream (xoshiro256**) has 4");
+  c = good;
+  std::get<Ints>(c.find("jitter")->value) = {0, 0, 0, 0};
+  refused(c, "jitter: rng: the all-zero state is invalid for xoshiro256**");
+  c = good;
+  std::get<Ints>(c.find("batches.order")->value)[0] = 7777;
+  refused(c, "batches: sampler: the saved data order is not a permutation of the dataset's 20 examples");
+  c = good;
+  c.find("step")->value = std::vector<std::string>{"12"};
+  refused(c, "step: entry 'step' holds texts (1), not ints");
+  c = good;
+  c.entries.push_back({"dropout", Ints{1, 2, 3, 4}});
+  refused(c, "nothing given takes the file's 'dropout'");
+  c = good;
+  std::erase_if(c.entries, [](const StateEntry& e) { return e.name.starts_with("average."); });
+  refused(c, "the file has no 'average' (it holds 'model', 'optimizer', 'batches', 'noise', 'jitter', 'step')");
+  c = good;
+  c.entries.push_back({"model.extra", Tensor(Shape::vec(2))});
+  std::get<Tensor>(c.find("model.hidden.bias")->value) = Tensor(Shape::vec(3));
+  refused(c, "model: the model has no 'extra'; 'hidden.bias' is 3 in the file but 8 in the model");
+  // Several problems at once: each named, in one line (docs/checkpoints.md shows this one).
+  c = good;
+  std::get<Ints>(c.find("jitter")->value) = {0, 0, 0, 0};
+  std::get<Ints>(c.find("step")->value) = {1, 2};
+  refused(c, "load: jitter: rng: the all-zero state is invalid for xoshiro256** (it would only produce zeros); step: entry "
+             "'step' holds 2 values, not one; nothing was loaded");
+}
+
+TEST_CASE("checkpoint state: loading is all or nothing: an all-zero stream or a bad data order is refused before any weight changes") {
+  // The model and the optimizer come first in the list; the stream and the sampler that follow them are
+  // checked before either is loaded.
+  HandLoop source;
+  source.run(3);
+  for (const char* forged : {"noise", "batches.order"}) {
+    CAPTURE(forged);
+    Checkpoint c = snapshot(source.parts());
+    auto& v = std::get<std::vector<std::int64_t>>(c.find(forged)->value);
+    std::fill(v.begin(), v.end(), 0);  // an all-zero stream; an order that is no permutation
+    HandLoop target;
+    const auto weights = target.model.parameters()[0]->value;
+    CHECK_THROWS_AS(restore(c, target.parts()), FormatError);
+    CHECK(target.model.parameters()[0]->value == weights);
+    CHECK(target.adam.steps_taken() == 0);
+    CHECK(target.step == 0);
+  }
+}
+
+TEST_CASE("checkpoint state: an optimizer saved before its first step round-trips, in a loop and in a Trainer") {
+  // A loop's checkpoint at step 0: Adam has made no buffers yet.
+  HandLoop fresh, resumed, straight;
+  const Checkpoint at0 = snapshot(fresh.parts());
+  resumed.scramble();
+  restore(at0, resumed.parts());
+  CHECK(resumed.adam.steps_taken() == 0);
+  CHECK(resumed.state() == fresh.state());
+  resumed.run(5);
+  straight.run(5);
+  CHECK(resumed.state() == straight.state());
+  // A Trainer's checkpoint before run(), through a file.
+  const TensorSource data = test::classification_data(64, 1);
+  auto make = [&](test::Mlp& m, Optimizer<float>& o) {
+    return Trainer<TensorBatch>(m, o, data, [&m](Tape<float>& t, const TensorBatch& b) -> StepOutput<float> {
+      return cross_entropy(m.forward(t.constant(b.features)), b.labels);
+    }, {.steps = 20, .batch = 8, .eval_every = 10, .seed = 3});
+  };
+  test::Mlp m1({.seed = 2}), m2({.seed = 2}), m3({.seed = 2});
+  SGD<float> o1(m1.parameters(), {.lr = 0.1, .momentum = 0.9}), o2(m2.parameters(), {.lr = 0.1, .momentum = 0.9}),
+      o3(m3.parameters(), {.lr = 0.1, .momentum = 0.9});
+  Trainer<TensorBatch> t1 = make(m1, o1), t2 = make(m2, o2), t3 = make(m3, o3);
+  const fs::path dir = test::scratch_dir("checkpoint_state", "before_first_step");
+  save_checkpoint(dir / "start.tgck", snapshot(t1));
+  CHECK(restore(read_checkpoint(dir / "start.tgck"), t2).restored.size() == 3);
+  t2.run();
+  t3.run();
+  CHECK(weights_crc32(snapshot(m2)) == weights_crc32(snapshot(m3)));
+  CHECK(o2.state().per_param == o3.state().per_param);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint state: a user's object that refuses in its own load_state leaves every part as it was") {
+  HandLoop source;
+  source.run(3);
+  Picky picky{.count = -4};  // saved as it is; refused by its own load
+  Average* average = &source.average;
+  Checkpoint c = snapshot({{"average", *average}, {"picky", picky}, {"model", source.model}});
+  HandLoop target;
+  Picky mine{.count = 2};
+  const auto weights = target.average.weights;
+  const auto model = target.model.parameters()[0]->value;
+  CHECK_THROWS_WITH_AS(restore(c, {{"average", target.average}, {"picky", mine}, {"model", target.model}}),
+                       "load: picky: picky: a count of -4 is no count; nothing was loaded", FormatError);
+  CHECK(target.average.weights == weights);  // loaded first, then put back from what it saved
+  CHECK(mine.count == 2);
+  CHECK(target.model.parameters()[0]->value == model);  // the library's parts load after the user's
+  std::get<std::vector<std::int64_t>>(c.find("picky.count")->value) = {7};
+  restore(c, {{"average", target.average}, {"picky", mine}, {"model", target.model}});
+  CHECK(mine.count == 7);
+  CHECK(target.average.weights == source.average.weights);
+}
+
+TEST_CASE("checkpoint state: part names are checked, a const part is only saved, and a part may be left unloaded") {
+  HandLoop loop;
+  CHECK_THROWS_WITH_AS(snapshot({{"a.b", loop.step}}), "snapshot: the part name 'a.b' is empty or has a '.'", NameError);
+  CHECK_THROWS_WITH_AS(snapshot({{"", loop.step}}), "snapshot: the part name '' is empty or has a '.'", NameError);
+  CHECK_THROWS_WITH_AS(snapshot({{"x", loop.step}, {"x", loop.noise}}), "snapshot: the part name 'x' is given twice", NameError);
+  struct Twice {
+    void save_state(State& out) const {
+      out.put("a", 1);
+      out.put("a", 2);
+    }
+    void load_state(const State&) {}
+  } twice;
+  CHECK_THROWS_WITH_AS(snapshot({{"twice", twice}}), "snapshot: the entries name 'twice.a' more than once", NameError);
+  const HandLoop& frozen = loop;
+  const Checkpoint c = snapshot({{"model", frozen.model}, {"step", frozen.step}});  // saving takes const objects
+  CHECK_THROWS_WITH_AS(restore(c, {{"model", frozen.model}, {"step", loop.step}}),
+                       "restore: the part 'model' was given as const: it cannot be loaded into", UsageError);
+  // Not strict: the file's parts that nothing takes are left, and named.
+  HandLoop other;
+  other.run(2);
+  const LoadReport report = restore(snapshot(other.parts()), {{"model", loop.model}}, {.strict = false});
+  CHECK(report.unexpected == std::vector<std::string>{"optimizer", "batches", "noise", "jitter", "average", "step"});
+  CHECK(loop.model.parameters()[0]->value == other.model.parameters()[0]->value);
+  CHECK(report.str() == "restored 'model'; left the file's 'optimizer', 'batches', 'noise', 'jitter', 'average', 'step'");
+}
+
+TEST_CASE("checkpoint state: a loop's file given to a Trainer is named for what it is, not blamed on its data") {
+  const TensorSource data = test::classification_data(20, 1);
+  test::Mlp model({.seed = 4});
+  Adam<float> adam(model.parameters(), {.lr = 0.02});
+  Trainer<TensorBatch> trainer(model, adam, data, [&model](Tape<float>& t, const TensorBatch& b) -> StepOutput<float> {
+    return cross_entropy(model.forward(t.constant(b.features)), b.labels);
+  }, {.steps = 10, .batch = 4});
+  HandLoop loop;
+  loop.run(2);
+  for (const Checkpoint& c : {snapshot(loop.parts()), read_checkpoint(TAPEGRAD_TEST_DATA "/v2/loop_step200.tgck")}) {
+    try {
+      restore(c, trainer);
+      FAIL("a loop's file resumed a Trainer");
+    } catch (const FormatError& e) {
+      const std::string what = e.what();
+      INFO(what);
+      CHECK(what.starts_with("resume: the file has no 'trainer' (it holds 'model', 'optimizer', "));
+      CHECK(what.find("fingerprint") == std::string::npos);
+      CHECK(what.find("trainer's") == std::string::npos);
+    }
+  }
+  // Another model is named as this one, whoever loads it.
+  lesson::ToyModel<float> toy({.vocab = 4, .labels = 2, .max_len = 3});
+  CHECK_THROWS_WITH_AS(restore(snapshot(loop.model), {{"model", toy}}),
+                       doctest::Contains("load: model: the file holds a model of kind 'test_mlp' but this one is of kind "
+                                         "'toy_model'"),
+                       FormatError);
+  CHECK(trainer.steps_done() == 0);
+}
+
+namespace {
+
+// tapegrad 0.2's examples/first_steps/2_resumable_loop.cpp, whose files tests/data/v2/loop_*.tgck are: its
+// MLP, Adam, its data and the steps of its loop, to resume one of its files here.
+struct Loop02 {
+  struct Mlp : Module<float> {
+    Rng rng{0};
+    Linear<float> hidden{"hidden", {.in = 2, .out = 16}, rng}, out{"out", {.in = 16, .out = 1}, rng};
+    Mlp() {
+      register_child(hidden);
+      register_child(out);
+    }
+    Var<float> forward(Var<float> x) { return out.forward(tanh(hidden.forward(x))); }
+  } model;
+  Adam<float> optimizer{model.parameters(), {.lr = 0.01}};
+  Sampler batches{256, 16, 3};
+  Rng noise{7};
+  Index step = 0;
+
+  void run_to(Index last) {
+    Rng rng(1);
+    Tensor x(Shape::mat(256, 2)), y(Shape::mat(256, 1));
+    for (Index i = 0; i < 256; ++i) {
+      x.at(i, 0) = static_cast<float>(rng.uniform(-1, 1));
+      x.at(i, 1) = static_cast<float>(rng.uniform(-1, 1));
+      y.at(i, 0) = x.at(i, 0) * x.at(i, 1);
+    }
+    Tensor xb(Shape::mat(16, 2)), yb(Shape::mat(16, 1));
+    Tape<float> tape;
+    for (; step < last; ++step) {
+      const std::span<const Index> rows = batches.next();
+      for (Index r = 0; r < 16; ++r) {
+        const Index i = rows[static_cast<std::size_t>(r)];
+        for (Index c = 0; c < 2; ++c) xb.at(r, c) = x.at(i, c) + static_cast<float>(0.01 * noise.normal());
+        yb.at(r, 0) = y.at(i, 0);
+      }
+      tape.reset();
+      tape.backward(mse(model.forward(tape.constant(xb)), tape.constant(yb)));
+      optimizer.step();
+      optimizer.zero_grad();
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("checkpoint state: files of format 2 load through the converter: a Trainer's by its parts, a loop's by its own") {
+  // tests/data/v2/expected.txt says how each file was made.
+  const Checkpoint trainer = read_checkpoint(TAPEGRAD_TEST_DATA "/v2/adam_cycle_step10.tgck");
+  CHECK(trainer.format_version == 2);
+  CHECK(trainer.parts() == std::vector<std::string>{"model", "optimizer", "trainer"});
+  CHECK(read_trainer_state(trainer).step == 10);
+  CHECK(read_optimizer_state<float>(trainer).per_param.at("attn.wq").size() == 2);  // exp_avg, exp_avg_sq
+  CHECK(describe_checkpoint(trainer).find("training: step 10 of 20") != std::string::npos);
+
+  // A loop's file (0.2 marked it in the metadata): its step, stream and data order are parts of their own.
+  const Checkpoint at200 = read_checkpoint(TAPEGRAD_TEST_DATA "/v2/loop_step200.tgck");
+  const Checkpoint at400 = read_checkpoint(TAPEGRAD_TEST_DATA "/v2/loop_step400.tgck");
+  CHECK(at200.parts() == std::vector<std::string>{"model", "optimizer", "step", "rng", "data_order"});
+  CHECK(at200.metadata.empty());
+  CHECK(fmt::format("{:08x}", weights_crc32(at200)) == "58f57ae0");  // what 0.2's inspect printed: read exactly
+  Loop02 loop;
+  restore(at200, {{"model", loop.model}, {"optimizer", loop.optimizer}, {"step", loop.step}, {"rng", loop.noise},
+                  {"data_order", loop.batches}});
+  CHECK(loop.step == 200);
+  CHECK(loop.optimizer.steps_taken() == 200);
+  loop.run_to(400);
+  // 0.2's own step 400, from the same run: the data order and stream exactly; the weights to float rounding
+  // (bit for bit where the float kernels are the writer's).
+  Loop02 theirs;
+  restore(at400, {{"model", theirs.model}, {"optimizer", theirs.optimizer}, {"step", theirs.step}, {"rng", theirs.noise},
+                  {"data_order", theirs.batches}});
+  CHECK(loop.noise.state() == theirs.noise.state());
+  CHECK(loop.batches.state().order == theirs.batches.state().order);
+  CHECK(loop.batches.state().cursor == theirs.batches.state().cursor);
+  const auto ours = loop.model.parameters(), old = theirs.model.parameters();
+  for (std::size_t i = 0; i < ours.size(); ++i) {
+    CAPTURE(ours[i]->name);
+    const double scale = old[i]->value.array().abs().maxCoeff();
+    CHECK((ours[i]->value.array() - old[i]->value.array()).abs().maxCoeff() <= 1e-5 * scale);
+  }
+  const bool same = weights_crc32(snapshot(loop.model)) == weights_crc32(at400);
+  const std::string how = same ? "bit-identical to" : "to float rounding of";
+  MESSAGE("a loop's file of format 2, resumed to step 400: weights ", how, " 0.2's (crc32 2c83fce9 there)");
+}

@@ -1,0 +1,86 @@
+#pragma once
+// Files of formats 1 (tapegrad 0.1) and 2 (tapegrad 0.2), read into the structures those releases had and
+// then converted, by one function (legacy.cpp: convert), into today's Checkpoint of named parts. Internal to
+// train/checkpoint/. The layouts are frozen: every record here is the formats', not the current code's.
+//
+// Format 2's payload: the tapegrad version, the model's kind and settings, the parameters (name, element
+// type, shape, values as f32 or f64), the metadata, and, when the file holds the state of training, the
+// optimizer (kind, hyperparameters, schedule and its settings, step, buffers named "<parameter>/<buffer>")
+// and the trainer (options, step, data fingerprints, data order, random stream, windows, curve). A loop of
+// one's own (2_resumable_loop.cpp of that release) stored its step, stream and data order in the trainer's
+// record and marked the file "tapegrad.loop" in the metadata. Format 1 (format1.cpp) maps onto the same.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tapegrad/train/checkpoint/serialize.hpp"
+
+namespace tapegrad::checkpoint_detail::legacy {
+
+// A tensor by name: element type ("f32" or "f64"), shape, values (doubles hold either type exactly).
+struct TensorRecord {
+  std::string name;
+  std::string dtype;
+  Shape shape;
+  std::vector<double> values;
+};
+
+struct OptimizerRecord {
+  std::string kind;
+  Settings hyperparameters;
+  ScheduleRecord schedule;
+  std::int64_t step = 0;
+  std::vector<TensorRecord> buffers;  // named "<parameter>/<buffer>"
+};
+
+struct TrainingRecord {
+  OptimizerRecord optimizer;
+  TrainerState trainer;
+};
+
+struct File {
+  std::uint32_t format_version = 2;
+  std::string tapegrad_version;
+  ModelRecord model;
+  std::vector<TensorRecord> parameters;
+  std::map<std::string, std::string> metadata;
+  std::optional<TrainingRecord> training;
+};
+
+// The metadata key with which format 2 marked a loop's file (its trainer record the loop's, not a Trainer's).
+inline constexpr std::string_view kLoopMetadata = "tapegrad.loop";
+
+// The fewest bytes each record takes (a size tag is 8 bytes).
+inline constexpr std::size_t kMinTensorBytes = 2 * kMinStringBytes + kMinShapeBytes + kSizeTagBytes;
+inline constexpr std::size_t kMinNamedValueBytes = kMinStringBytes + 8;
+inline constexpr std::size_t kMinMetricWindowBytes = kMinStringBytes + 2 * 8;
+inline constexpr std::size_t kMinCurvePointBytes = 3 * 8 + kSizeTagBytes;
+
+template <class Record>
+constexpr std::size_t min_record_bytes();
+template <> constexpr std::size_t min_record_bytes<TensorRecord>() { return kMinTensorBytes; }
+template <> constexpr std::size_t min_record_bytes<NamedValue>() { return kMinNamedValueBytes; }
+template <> constexpr std::size_t min_record_bytes<MetricWindow>() { return kMinMetricWindowBytes; }
+template <> constexpr std::size_t min_record_bytes<CurvePoint>() { return kMinCurvePointBytes; }
+
+void load(InArchive& ar, TensorRecord& t);
+void load(InArchive& ar, NamedValue& v);
+void load(InArchive& ar, MetricWindow& w);
+void load(InArchive& ar, CurvePoint& p);
+
+// Containers of records, the same way cereal's vector saves them.
+template <class Record>
+void load_records(InArchive& ar, std::vector<Record>& out, std::string_view what) {
+  out.resize(read_size(ar, min_record_bytes<Record>(), what));
+  for (auto& r : out) load(ar, r);
+}
+
+// epoch, cursor, order, RNG: the sampler's state, laid out alike in formats 1 and 2.
+void load_data_order(InArchive& ar, Sampler::State& s);
+
+// The payloads after their format version.
+void load_format1(InArchive& ar, File& f);
+void load_format2(InArchive& ar, File& f);
+
+}  // namespace tapegrad::checkpoint_detail::legacy

@@ -1,0 +1,419 @@
+// The open state: entries by name (State, StateIndex), and the entries of the library's objects, one function
+// each way (an optimizer's, a random stream's, a sampler's, a trainer's). How parts are checked and loaded:
+// parts.cpp. See state.hpp.
+#include "tapegrad/train/checkpoint/state.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <set>
+
+
+namespace tapegrad {
+
+std::string_view kind_name(const StateValue& value) {
+  static constexpr std::string_view names[] = {"f32", "f64", "ints", "numbers", "texts"};
+  return names[value.index()];
+}
+
+std::string describe_value(const StateValue& value) {
+  return std::visit(
+      [](const auto& v) -> std::string {
+        using V = std::remove_cvref_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, TensorT<float>>) return fmt::format("f32 {}", v.shape());
+        else if constexpr (std::is_same_v<V, TensorT<double>>) return fmt::format("f64 {}", v.shape());
+        else if constexpr (std::is_same_v<V, std::vector<std::int64_t>>) return fmt::format("ints ({})", v.size());
+        else if constexpr (std::is_same_v<V, std::vector<double>>) return fmt::format("numbers ({})", v.size());
+        else return fmt::format("texts ({})", v.size());
+      },
+      value);
+}
+
+std::optional<Shape> tensor_shape(const StateValue& value) {
+  return std::visit([](const auto& x) -> std::optional<Shape> {
+    if constexpr (requires { x.shape(); }) return x.shape(); else return std::nullopt;
+  }, value);
+}
+
+Index value_count(const StateValue& value) {
+  return std::visit([](const auto& x) -> Index {
+    if constexpr (requires { x.numel(); }) return x.numel(); else return static_cast<Index>(x.size());
+  }, value);
+}
+
+Index non_finite_count(const StateValue& value) {
+  Index bad = 0;
+  for_each_number(value, [&](double x) { bad += std::isfinite(x) ? 0 : 1; });
+  return bad;
+}
+
+// ---- State ---------------------------------------------------------------------------------------------
+
+State State::writer(std::vector<StateEntry>& out, std::string prefix) {
+  State s;
+  s.out_ = &out;
+  s.prefix_ = std::move(prefix);
+  return s;
+}
+
+State State::reader(const detail::StateIndex& in, std::string prefix) {
+  State s;
+  s.in_ = &in;
+  s.prefix_ = std::move(prefix);
+  return s;
+}
+
+std::string State::full_name(std::string_view name) const {
+  if (prefix_.empty()) return std::string(name);
+  if (name.empty()) return prefix_;
+  return prefix_ + "." + std::string(name);
+}
+
+State State::at(std::string_view name) const {
+  State s = *this;
+  s.prefix_ = full_name(name);
+  return s;
+}
+
+void State::put(std::string_view name, StateValue value) {
+  if (!out_) fail<UsageError>("State::put: '{}': this state is read from a checkpoint, not written", escaped(full_name(name)));
+  out_->push_back({full_name(name), std::move(value)});
+}
+
+const StateValue& State::value(std::string_view name) const {
+  if (!in_) fail<UsageError>("State::get: '{}': this state is being written, not read", escaped(full_name(name)));
+  const std::string full = full_name(name);
+  const StateEntry* e = in_->find(full);
+  if (!e) fail<FormatError>("the checkpoint has no entry '{}'", escaped(full));
+  return e->value;
+}
+
+const StateValue& State::find(std::string_view name, std::size_t kind) const {
+  const StateValue& v = value(name);
+  if (v.index() != kind) {
+    static constexpr std::string_view names[] = {"f32", "f64", "ints", "numbers", "texts"};
+    fail<FormatError>("entry '{}' holds {}, not {}", escaped(full_name(name)), describe_value(v), names[kind]);
+  }
+  return v;
+}
+
+bool State::contains(std::string_view name) const { return in_ && in_->find(full_name(name)) != nullptr; }
+
+std::vector<std::string> State::names(std::string_view under) const {
+  std::vector<std::string> out;
+  if (!in_) return out;
+  const std::string prefix = full_name(under);
+  for (const StateEntry* e : in_->under(prefix))
+    out.push_back(e->name.size() == prefix.size() ? std::string() : e->name.substr(prefix.empty() ? 0 : prefix.size() + 1));
+  return out;
+}
+
+void State::not_single(std::string_view name, std::size_t size) const {
+  fail<FormatError>("entry '{}' holds {} values, not one", escaped(full_name(name)), size);
+}
+
+void State::out_of_range(std::string_view name, std::int64_t v) const {
+  fail<FormatError>("entry '{}' holds {}, out of its range", escaped(full_name(name)), v);
+}
+
+namespace detail {
+
+StateIndex::StateIndex(const std::vector<StateEntry>& entries) : entries_(&entries) {
+  sorted_.reserve(entries.size());
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const std::string& name = entries[i].name;
+    if (name.empty() || name.front() == '.')
+      fail<FormatError>("checkpoint: entry {} is named '{}': an entry's name starts with its part's", i, escaped(name));
+    sorted_.emplace_back(name, i);
+  }
+  std::sort(sorted_.begin(), sorted_.end());
+  std::vector<std::string> repeated;
+  for (std::size_t i = 1; i < sorted_.size(); ++i)
+    if (sorted_[i].first == sorted_[i - 1].first && (repeated.empty() || repeated.back() != sorted_[i].first))
+      repeated.emplace_back(sorted_[i].first);
+  if (!repeated.empty()) fail<FormatError>("checkpoint: the entries name {} more than once", quoted_list(repeated));
+}
+
+const StateEntry* StateIndex::find(std::string_view name) const {
+  const auto it = std::lower_bound(sorted_.begin(), sorted_.end(), name,
+                                   [](const auto& a, std::string_view b) { return a.first < b; });
+  return it != sorted_.end() && it->first == name ? &(*entries_)[it->second] : nullptr;
+}
+
+std::vector<const StateEntry*> StateIndex::under(std::string_view prefix) const {
+  std::vector<std::size_t> at;
+  if (prefix.empty()) {
+    for (std::size_t i = 0; i < entries_->size(); ++i) at.push_back(i);
+  } else {
+    // "<prefix>" and "<prefix>.*" sort together: from "<prefix>" up to the first name that does not start so.
+    auto it = std::lower_bound(sorted_.begin(), sorted_.end(), prefix,
+                               [](const auto& a, std::string_view b) { return a.first < b; });
+    for (; it != sorted_.end() && it->first.starts_with(prefix); ++it)
+      if (it->first.size() == prefix.size() || it->first[prefix.size()] == '.') at.push_back(it->second);
+    std::sort(at.begin(), at.end());
+  }
+  std::vector<const StateEntry*> out;
+  for (std::size_t i : at) out.push_back(&(*entries_)[i]);
+  return out;
+}
+
+std::vector<std::string> StateIndex::parts() const {
+  std::vector<std::string> out;
+  std::set<std::string_view> seen;
+  for (const StateEntry& e : *entries_) {
+    const std::string_view part = std::string_view(e.name).substr(0, e.name.find('.'));
+    if (seen.insert(part).second) out.emplace_back(part);
+  }
+  return out;
+}
+
+}  // namespace detail
+
+
+// ---- the library's objects' entries ------------------------------------------------------------------
+
+namespace {
+
+// FormatError naming the entries of `in` that none of `known` (a name, or "<name>.*" for all below it)
+// accounts for: a part's reader takes what it knows and refuses the rest.
+void refuse_others(const State& in, std::initializer_list<std::string_view> known) {
+  std::vector<std::string> others;
+  for (const std::string& name : in.names()) {
+    const bool ok = std::any_of(known.begin(), known.end(), [&](std::string_view k) {
+      if (k.ends_with(".*")) return name.starts_with(k.substr(0, k.size() - 1));
+      return name == k;
+    });
+    if (!ok) others.push_back(in.full_name(name));
+  }
+  if (!others.empty()) fail<FormatError>("unexpected entries {}", quoted_list(others));
+}
+
+// Settings, one text entry each under `in`, in order.
+Settings read_settings(const State& in) {
+  Settings out;
+  for (const std::string& name : in.names())
+    if (!name.empty()) out.push_back({name, in.get<std::string>(name)});
+  return out;
+}
+
+void put_settings(State out, const Settings& settings) {
+  for (const Setting& s : settings) out.put(s.name, s.value);
+}
+
+// A tensor entry as a TensorT<T>, converted from the other element type if it is of that one.
+template <class T>
+TensorT<T> tensor_as(const State& in, std::string_view name) {
+  const StateValue& v = in.value(name);
+  if (const auto* t = std::get_if<TensorT<T>>(&v)) return *t;
+  const auto convert = [](const auto& from) {
+    TensorT<T> out(from.shape());
+    out.array() = from.array().template cast<T>();
+    return out;
+  };
+  if (const auto* f = std::get_if<TensorT<float>>(&v)) return convert(*f);
+  if (const auto* d = std::get_if<TensorT<double>>(&v)) return convert(*d);
+  fail<FormatError>("entry '{}' holds {}, not a tensor", escaped(in.full_name(name)), describe_value(v));
+}
+
+std::uint32_t fingerprint(const State& in, std::string_view name) {
+  const auto v = in.get<std::int64_t>(name);
+  if (!std::in_range<std::uint32_t>(v))
+    fail<FormatError>("entry '{}' holds {}, not a 32-bit fingerprint", escaped(in.full_name(name)), v);
+  return static_cast<std::uint32_t>(v);
+}
+
+}  // namespace
+
+template <class T>
+void put_optimizer_state(State& out, OptimizerState<T> s) {
+  out.put("kind", s.kind);
+  std::vector<std::string> params;
+  for (const auto& entry : s.per_param) params.push_back(entry.first);
+  out.put("params", StateValue(std::move(params)));  // every parameter, whether its buffers are made or not
+  put_settings(out.at("hyperparameters"), s.hyperparameters);
+  State schedule = out.at("schedule");
+  schedule.put("", s.schedule.kind);
+  put_settings(schedule, s.schedule.settings);
+  out.put("step", s.step);
+  State buffers = out.at("state");
+  for (auto& [param, named] : s.per_param)
+    for (auto& [buffer, tensor] : named) buffers.put(param + "." + buffer, StateValue(std::move(tensor)));
+}
+
+template <class T>
+OptimizerState<T> read_optimizer_state(const State& in) {
+  refuse_others(in, {"kind", "params", "hyperparameters.*", "schedule", "schedule.*", "step", "state.*"});
+  OptimizerState<T> s;
+  s.kind = in.get<std::string>("kind");
+  for (const std::string& p : in.get<std::vector<std::string>>("params"))
+    if (!s.per_param.emplace(p, std::map<std::string, TensorT<T>>{}).second)
+      fail<FormatError>("entry '{}' names the parameter '{}' twice", escaped(in.full_name("params")), escaped(p));
+  s.hyperparameters = read_settings(in.at("hyperparameters"));
+  s.schedule.kind = in.get<std::string>("schedule");
+  s.schedule.settings = read_settings(in.at("schedule"));
+  s.step = in.get<std::int64_t>("step");
+  if (s.step < 0 || static_cast<double>(s.step) > TrainOptions::kMaxSteps)
+    fail<FormatError>("the optimizer's step is {}, outside [0, {}]", s.step, to_text(TrainOptions::kMaxSteps));
+  const State buffers = in.at("state");
+  for (const std::string& name : buffers.names()) {
+    const auto dot = name.rfind('.');
+    if (dot == std::string::npos || dot == 0 || dot + 1 == name.size())
+      fail<FormatError>("optimizer buffer '{}' is not named '<parameter>.<buffer>'", escaped(buffers.full_name(name)));
+    // A buffer of a parameter the list does not name is kept: check_state names it.
+    s.per_param[name.substr(0, dot)][name.substr(dot + 1)] = tensor_as<T>(buffers, name);
+  }
+  return s;
+}
+
+void put_rng_state(State& out, const Rng::State& state) {
+  std::vector<std::int64_t> words;
+  for (std::uint64_t w : state.words) words.push_back(std::bit_cast<std::int64_t>(w));
+  out.put("", StateValue(std::move(words)));
+}
+
+Rng::State read_rng_state(const State& in) {
+  refuse_others(in, {""});
+  const auto& words = in.get<std::vector<std::int64_t>>("");
+  if (words.size() != 4)
+    fail<FormatError>("entry '{}' holds {} words; a random stream (xoshiro256**) has 4", escaped(in.full_name("")), words.size());
+  Rng::State s;
+  for (std::size_t i = 0; i < 4; ++i) s.words[i] = std::bit_cast<std::uint64_t>(words[i]);
+  return s;
+}
+
+// Every field of Sampler::State, here and only here.
+void put_sampler_state(State& out, const Sampler::State& state) {
+  out.put("epoch", state.epoch);
+  out.put("cursor", state.cursor);
+  out.put("order", StateValue(std::vector<std::int64_t>(state.order.begin(), state.order.end())));
+  out.put("examples", state.examples);  // what the order is for: a state of another n is refused
+  State rng = out.at("rng");
+  put_rng_state(rng, state.rng);
+}
+
+Sampler::State read_sampler_state(const State& in) {
+  refuse_others(in, {"epoch", "cursor", "order", "examples", "rng"});
+  Sampler::State s;
+  s.epoch = in.get<std::int64_t>("epoch");
+  s.cursor = in.get<Index>("cursor");
+  const auto& order = in.get<std::vector<std::int64_t>>("order");
+  s.order.assign(order.begin(), order.end());
+  s.examples = in.get<Index>("examples");
+  s.rng = read_rng_state(in.at("rng"));
+  return s;
+}
+
+void put_trainer_state(State& out, const TrainerState& s) {
+  put_settings(out.at("options"), to_settings(s.options));
+  out.put("step", s.step);
+  out.put("data_fingerprint", s.data_fingerprint);
+  std::vector<std::int64_t> eval;
+  if (s.eval_fingerprint) eval.push_back(*s.eval_fingerprint);
+  out.put("eval_fingerprint", StateValue(std::move(eval)));  // none without evaluation data
+  State order = out.at("data_order"), rng = out.at("rng");
+  put_sampler_state(order, s.data_order);
+  put_rng_state(rng, s.rng);
+  out.put("window_loss", s.window_loss);
+  out.put("window_steps", s.window_steps);
+  std::vector<std::string> metrics;
+  std::vector<double> sums, counts;
+  for (const MetricWindow& w : s.window_metrics) {
+    metrics.push_back(w.name);
+    sums.push_back(w.tally.sum);
+    counts.push_back(w.tally.count);
+  }
+  out.put("metrics", StateValue(std::move(metrics)));
+  out.put("metric_sums", StateValue(std::move(sums)));
+  out.put("metric_counts", StateValue(std::move(counts)));
+  // The curve as columns: every point names the same values (the trainer's columns), kept once.
+  std::vector<std::int64_t> steps;
+  std::vector<double> lr, seconds, values;
+  std::vector<std::string> columns;
+  if (!s.curve.empty())
+    for (const NamedValue& v : s.curve.front().values) columns.push_back(v.name);
+  for (const CurvePoint& p : s.curve) {
+    steps.push_back(p.step);
+    lr.push_back(p.lr);
+    seconds.push_back(p.seconds);
+    if (p.values.size() != columns.size())
+      fail<FormatError>("the curve's point at step {} has {} values, the first has {}", p.step, p.values.size(), columns.size());
+    for (std::size_t k = 0; k < columns.size(); ++k) {
+      if (p.values[k].name != columns[k])
+        fail<FormatError>("the curve's point at step {} names '{}' where the first names '{}'", p.step,
+                          escaped(p.values[k].name), escaped(columns[k]));
+      values.push_back(p.values[k].value);
+    }
+  }
+  State curve = out.at("curve");
+  curve.put("step", StateValue(std::move(steps)));
+  curve.put("lr", StateValue(std::move(lr)));
+  curve.put("seconds", StateValue(std::move(seconds)));
+  curve.put("columns", StateValue(std::move(columns)));
+  curve.put("values", StateValue(std::move(values)));
+}
+
+TrainerState read_trainer_state(const State& in) {
+  refuse_others(in, {"options.*", "step", "data_fingerprint", "eval_fingerprint", "data_order.*", "rng", "window_loss",
+                     "window_steps", "metrics", "metric_sums", "metric_counts", "curve.step", "curve.lr", "curve.seconds",
+                     "curve.columns", "curve.values"});
+  TrainerState s;
+  try {
+    s.options = from_settings<TrainOptions>(read_settings(in.at("options")), "the trainer's options");
+  } catch (const FormatError&) {
+    throw;
+  } catch (const Error& e) {
+    throw FormatError(e.what());
+  }
+  s.step = in.get<Index>("step");
+  s.data_fingerprint = fingerprint(in, "data_fingerprint");
+  const auto& eval = in.get<std::vector<std::int64_t>>("eval_fingerprint");
+  if (eval.size() > 1) fail<FormatError>("entry '{}' holds {} fingerprints, not 0 or 1", escaped(in.full_name("eval_fingerprint")), eval.size());
+  if (!eval.empty()) s.eval_fingerprint = fingerprint(in, "eval_fingerprint");
+  s.data_order = read_sampler_state(in.at("data_order"));
+  s.rng = read_rng_state(in.at("rng"));
+  s.window_loss = in.get<double>("window_loss");
+  s.window_steps = in.get<Index>("window_steps");
+  const auto& metrics = in.get<std::vector<std::string>>("metrics");
+  const auto& sums = in.get<std::vector<double>>("metric_sums");
+  const auto& counts = in.get<std::vector<double>>("metric_counts");
+  if (sums.size() != metrics.size() || counts.size() != metrics.size())
+    fail<FormatError>("the trainer's windows hold {} metrics, {} sums and {} counts", metrics.size(), sums.size(), counts.size());
+  for (std::size_t k = 0; k < metrics.size(); ++k) s.window_metrics.push_back({metrics[k], {sums[k], counts[k]}});
+  const State curve = in.at("curve");
+  const auto& steps = curve.get<std::vector<std::int64_t>>("step");
+  const auto& lr = curve.get<std::vector<double>>("lr");
+  const auto& seconds = curve.get<std::vector<double>>("seconds");
+  const auto& columns = curve.get<std::vector<std::string>>("columns");
+  const auto& values = curve.get<std::vector<double>>("values");
+  const std::size_t n = steps.size(), k = columns.size();
+  if (lr.size() != n || seconds.size() != n || (k > 0 && values.size() / k != n) || values.size() != n * k)
+    fail<FormatError>("the curve holds {} steps, {} rates, {} times and {} values of {} columns", n, lr.size(),
+                      seconds.size(), values.size(), k);
+  // The counters of a run that could have been: 0 <= step <= the run's steps; windows, the data order and
+  // the curve within the steps taken.
+  if (s.step < 0 || s.step > s.options.steps)
+    fail<FormatError>("the trainer is at step {}, outside its run of {} steps", s.step, s.options.steps);
+  if (s.window_steps < 0 || s.window_steps > s.step)
+    fail<FormatError>("the trainer's window holds {} steps, outside [0, {}]", s.window_steps, s.step);
+  const Sampler::State& order = s.data_order;
+  // An empty order is a computed one (Sampler): its position is checked against the data when it resumes.
+  if (order.epoch < 0 || order.cursor < 0 || (!order.order.empty() && order.cursor > static_cast<Index>(order.order.size())))
+    fail<FormatError>("the data order is at epoch {}, position {} of {}", order.epoch, order.cursor, order.order.size());
+  Index previous = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (steps[i] < previous || steps[i] > s.step)
+      fail<FormatError>("a curve point is at step {}, out of order or past the trainer's step {}", steps[i], s.step);
+    previous = steps[i];
+    CurvePoint p{.step = steps[i], .lr = lr[i], .seconds = seconds[i], .values = {}};
+    for (std::size_t c = 0; c < k; ++c) p.values.push_back({columns[c], values[i * k + c]});
+    s.curve.push_back(std::move(p));
+  }
+  return s;
+}
+
+template void put_optimizer_state(State&, OptimizerState<float>);
+template void put_optimizer_state(State&, OptimizerState<double>);
+template OptimizerState<float> read_optimizer_state(const State&);
+template OptimizerState<double> read_optimizer_state(const State&);
+
+}  // namespace tapegrad
