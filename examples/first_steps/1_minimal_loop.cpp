@@ -14,10 +14,7 @@ using namespace tapegrad;
 struct Mlp : Module<float> {
   Rng rng{0};  // the initial weights
   Linear<float> hidden{"hidden", {.in = 2, .out = 16}, rng}, out{"out", {.in = 16, .out = 1}, rng};
-  Mlp() {
-    register_child(hidden);
-    register_child(out);
-  }
+  Mlp() { register_children(hidden, out); }
   Var<float> forward(Var<float> x) { return out.forward(tanh(hidden.forward(x))); }
 };
 
