@@ -126,6 +126,40 @@ TEST_CASE("safetensors: a module's weights go out and back bit for bit, in float
   fs::remove_all(dir);
 }
 
+TEST_CASE("safetensors: read_safetensors gives a file's names, dtypes, shapes and tensors") {
+  const fs::path dir = test::scratch_dir("safetensors", "read");
+  Rng rng(3);
+  Linear<float> layer("", {.in = 3, .out = 2}, rng);
+  save_safetensors(dir / "linear.safetensors", layer);
+  const SafetensorsFile f = read_safetensors(dir / "linear.safetensors");
+  REQUIRE(f.tensors().size() == 2);
+  CHECK(f.tensors()[0].name == "weight");
+  CHECK(f.tensors()[0].dtype == SafetensorsDtype::f32);
+  CHECK(f.tensors()[0].shape == std::vector<std::uint64_t>{3, 2});
+  CHECK(f.tensor<float>("weight") == layer.weight().value);  // bit for bit
+  CHECK(f.tensor<double>("bias").shape() == Shape::vec(2));
+  CHECK(f.tensor<double>("bias")[1] == static_cast<double>(layer.bias().value[1]));
+  const SafetensorsFile copy = f;  // shares the bytes its views point into
+  CHECK(copy.tensor<float>("bias") == layer.bias().value);
+  const std::string where = (dir / "linear.safetensors").string();
+  CHECK_THROWS_WITH_AS(f.tensor<float>("nope"), fmt::format("safetensors '{}': no tensor named 'nope' (2 tensors)", where).c_str(),
+                       NameError);
+  // A rank the library's tensors do not have, and a dtype it does not read: named, not guessed.
+  write_file(dir / "odd.safetensors",
+             st_file(object({entry("four", "F32", "[1,1,1,2]", "[0,8]"), entry("ints", "I32", "[2]", "[8,16]")}),
+                     f32_bytes({1, 2}) + std::string(8, '\0')));
+  const SafetensorsFile odd = read_safetensors(dir / "odd.safetensors");
+  const std::string odd_path = (dir / "odd.safetensors").string();
+  CHECK_THROWS_WITH_AS(odd.tensor<float>("four"),
+                       fmt::format("safetensors '{}': 'four' is 1x1x1x2, of rank 4; a tensor has rank 3 at most",
+                                   odd_path).c_str(),
+                       FormatError);
+  CHECK_THROWS_WITH_AS(odd.tensor<float>("ints"),
+                       fmt::format("safetensors '{}': 'ints' is I32; tapegrad reads F16, BF16, F32 and F64", odd_path).c_str(),
+                       FormatError);
+  CHECK_THROWS_AS(read_safetensors(dir / "missing.safetensors"), FileError);
+}
+
 TEST_CASE("safetensors: tapegrad writes F32 or F64 only, and keeps its own metadata keys") {
   test::Mlp model({.in = 2, .hidden = 2, .out = 2});
   CHECK_THROWS_WITH_AS(encode_safetensors(model, {.dtype = SafetensorsDtype::f16}),

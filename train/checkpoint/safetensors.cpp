@@ -734,6 +734,47 @@ LoadReport load_safetensors(const std::filesystem::path& path, Module<T>& model,
   return load_into(file, model, options, path.string());
 }
 
+SafetensorsFile read_safetensors(const std::filesystem::path& path, std::size_t max_bytes) {
+  SafetensorsFile f;
+  f.source = path.string();
+  f.bytes = std::make_shared<const std::string>(read_file(path, max_bytes, "read_safetensors"));
+  f.view = decode_safetensors(std::as_bytes(std::span<const char>(*f.bytes)), f.source);
+  return f;
+}
+
+template <class T>
+TensorT<T> SafetensorsFile::tensor(std::string_view name) const {
+  const auto it = std::find_if(view.tensors.begin(), view.tensors.end(), [&](const auto& t) { return t.name == name; });
+  if (it == view.tensors.end())
+    fail<NameError>("safetensors '{}': no tensor named '{}' ({} tensors)", escaped(source), escaped(name),
+                    view.tensors.size());
+  const SafetensorsTensor& t = *it;
+  const ReadElement read = reader_of(t.dtype);
+  if (!read)
+    fail<FormatError>("safetensors '{}': '{}' is {}; tapegrad reads {}", escaped(source), escaped(name),
+                      to_string(t.dtype), kLoadable);
+  if (t.shape.size() > 3)
+    fail<FormatError>("safetensors '{}': '{}' is {}, of rank {}; a tensor has rank 3 at most", escaped(source),
+                      escaped(name), dims_str(t.shape), t.shape.size());
+  for (const std::uint64_t d : t.shape)
+    if (d > static_cast<std::uint64_t>(std::numeric_limits<Index>::max()))
+      fail<FormatError>("safetensors '{}': '{}' is {}, a dimension past what a tensor can index", escaped(source),
+                        escaped(name), dims_str(t.shape));
+  const auto dim = [&](std::size_t from_end) {
+    return from_end < t.shape.size() ? static_cast<Index>(t.shape[t.shape.size() - 1 - from_end]) : Index{1};
+  };
+  const Shape shape = t.shape.size() == 3 ? Shape::batched(dim(2), dim(1), dim(0))
+                      : t.shape.size() == 2 ? Shape::mat(dim(1), dim(0))
+                      : t.shape.size() == 1 ? Shape::vec(dim(0))
+                                            : Shape::scalar();
+  TensorT<T> out(shape);
+  const std::size_t size = element_bytes(t.dtype);
+  for (Index i = 0; i < out.numel(); ++i) out[i] = static_cast<T>(read(t.data.data() + static_cast<std::size_t>(i) * size));
+  return out;
+}
+
+template TensorT<float> SafetensorsFile::tensor(std::string_view) const;
+template TensorT<double> SafetensorsFile::tensor(std::string_view) const;
 template std::vector<std::byte> encode_safetensors(const Module<float>&, const SafetensorsSaveOptions&);
 template std::vector<std::byte> encode_safetensors(const Module<double>&, const SafetensorsSaveOptions&);
 template void save_safetensors(const std::filesystem::path&, const Module<float>&, const SafetensorsSaveOptions&);

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -103,6 +104,25 @@ SafetensorsView decode_safetensors(std::span<const std::byte> bytes, std::string
 // a name twice, a name or metadata that is not UTF-8, a tensor named "__metadata__", bytes that do not fit
 // a tensor's dtype and shape.
 std::vector<std::byte> encode_safetensors(const SafetensorsView& file);
+
+// ---- files --------------------------------------------------------------------------------------------
+
+// A safetensors file read whole and checked (decode_safetensors): its names, dtypes, shapes and metadata,
+// and each tensor's values on request. Copies share the bytes.
+struct SafetensorsFile {
+  std::string source;                       // the path, for errors
+  std::shared_ptr<const std::string> bytes;  // the file; the view's tensors point into it
+  SafetensorsView view;
+  const std::vector<SafetensorsTensor>& tensors() const { return view.tensors; }
+  // The tensor `name` converted to T from F16, BF16, F32 or F64 (exactly, or rounded to nearest for f64 to
+  // float), in its shape: rank 0 to 3. NameError for a name the file lacks; FormatError naming it for
+  // another dtype or a rank above 3.
+  template <class T>
+  TensorT<T> tensor(std::string_view name) const;
+};
+// FileError for a file that cannot be read, LimitError over max_bytes, FormatError as decode_safetensors.
+//   for (const auto& t : f.tensors()) fmt::print("{} {} {}\n", t.name, to_string(t.dtype), t.shape.size());
+SafetensorsFile read_safetensors(const std::filesystem::path& path, std::size_t max_bytes = kMaxSafetensorsBytes);
 
 // ---- modules --------------------------------------------------------------------------------------------
 
