@@ -8,6 +8,10 @@
 
 namespace tapegrad::examples {
 
+std::string must_be(std::string_view what, std::string_view text) {
+  return fmt::format("must be {}, got '{}'", what, escaped(text, 40));
+}
+
 namespace {
 
 // CLI11 2.1 reads an integer with strtoull or strtoll: "-1" wraps to 2^64 - 1 in an unsigned flag, and a
@@ -32,10 +36,7 @@ void check_integers(CLI::App& app) {
             r = std::from_chars(text.data(), end, v);
           }
           if (r.ec == std::errc() && r.ptr == end) return {};
-          const std::string shown = escaped(text, 40);
-          if (is_unsigned)
-            return fmt::format("must be a whole number from 0 to {}, got '{}'", UINT64_MAX, shown);
-          return fmt::format("must be a whole number from {} to {}, got '{}'", INT64_MIN, INT64_MAX, shown);
+          return must_be(is_unsigned ? whole_numbers<std::uint64_t>() : whole_numbers<std::int64_t>(), text);
         },
         ""));
   }

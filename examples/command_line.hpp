@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,27 +16,36 @@
 
 namespace tapegrad::examples {
 
-// A check for a flag that must be positive and finite; its message reads as the others do ("--keep: must be
-// positive, got '0'"), where CLI::PositiveNumber's prints the whole range of a double.
+// The one wording of a refused flag value in every program, "must be <what>, got '<text>'", the text
+// escaped and cut short (command_line.cpp): CLI11 prefixes the flag ("--lr: must be finite and > 0, got
+// 'inf'"), and `what` is worded as Bounds::describe words a bound.
+std::string must_be(std::string_view what, std::string_view text);
+// What an integer flag of type V must be: "a whole number from 0 to 18446744073709551615".
+template <class V>
+std::string whole_numbers() {
+  return fmt::format("a whole number from {} to {}", std::numeric_limits<V>::min(), std::numeric_limits<V>::max());
+}
+
+// A check for a flag that must be positive and finite, where CLI::PositiveNumber's message prints the whole
+// range of a double.
 inline const CLI::Validator positive(
     [](std::string& text) -> std::string {
       char* end = nullptr;
       const double v = std::strtod(text.c_str(), &end);
-      if (end == text.c_str() || *end != '\0' || !(v > 0)) return fmt::format("must be positive, got '{}'", text);
-      if (!std::isfinite(v)) return fmt::format("must be finite, got '{}'", text);
+      if (end == text.c_str() || *end != '\0' || !(v > 0) || !std::isfinite(v)) return must_be("finite and > 0", text);
       return {};
     },
     "POSITIVE");
 
-// A check for a number in [lo, hi] whose message reads as `positive`'s ("--dropout: must be in [0, 0.9], got
-// '1'"), where CLI::Range prints six decimals.
+// A check for a number in [lo, hi] ("--dropout: must be in [0, 0.9], got '1'"), where CLI::Range prints six
+// decimals.
 inline CLI::Validator within(double lo, double hi) {
   return CLI::Validator(
       [lo, hi](std::string& text) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(text.c_str(), &end);
         if (end == text.c_str() || *end != '\0' || !(v >= lo && v <= hi))
-          return fmt::format("must be in [{:g}, {:g}], got '{}'", lo, hi, text);
+          return must_be(fmt::format("in [{:g}, {:g}]", lo, hi), text);
         return {};
       },
       fmt::format("[{:g}, {:g}]", lo, hi));

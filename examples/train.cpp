@@ -84,8 +84,7 @@ CLI::Option* add_enum(CLI::App& app, const std::string& flag, E& value, const st
       ->check(CLI::Validator(
           [](std::string& name) -> std::string {
             E e{};
-            return parse_enum(name, e) ? std::string()
-                                       : fmt::format("must be {}, got '{}'", enum_choices<E>(), escaped(name));
+            return parse_enum(name, e) ? std::string() : examples::must_be(enum_choices<E>(), name);
           },
           ""));
 }
@@ -432,11 +431,11 @@ int main(int argc, char** argv) {
   add_enum(app, "--schedule", o.schedule, "Learning-rate schedule (cosine: 5% warm-up, then decay to 0)")->group("Schedule");
 
   TableFlags flags(app);
-  flags.add<SgdOptions>("Optimizer");
-  flags.add<AdamOptions>("Optimizer");
+  flags.add<SgdOptions>("Optimizer", {.lr = kLessonLr, .momentum = kLessonMomentum});  // the defaults this program uses
+  flags.add<AdamOptions>("Optimizer", {.lr = kLessonLr});
   flags.add<StepLrOptions>("Schedule");
   flags.add<CosineOptions>("Schedule");
-  flags.add<TrainOptions>("Training");
+  flags.add<TrainOptions>("Training", {.steps = kLessonSteps});
 
   app.add_option("--out", o.out, "Folder for the run's files: curve.csv, model.tgck, checkpoints/ (the run locks it)");
   app.add_flag("--overwrite", o.overwrite, "Replace the files of an earlier run in --out");

@@ -12,6 +12,7 @@
 //
 // Header-only: programs that use it link CLI11 themselves (the library does not depend on it).
 
+#include <cmath>
 #include <map>
 #include <string>
 #include <string_view>
@@ -19,6 +20,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "command_line.hpp"
 #include "tapegrad/core/settings.hpp"
 
 namespace tapegrad::lesson {
@@ -27,11 +29,10 @@ class TableFlags {
  public:
   explicit TableFlags(CLI::App& app) : app_(app) {}
 
-  // Registers a flag for each field of Options, under the --help section `group`. A field that a table
-  // registered before (the same name) is shared.
+  // Registers a flag for each field of Options, under the --help section `group`, its default shown as
+  // the program's `defaults` hold it. A field that a table registered before (the same name) is shared.
   template <class Options>
-  void add(const std::string& group) {
-    const Options defaults{};
+  void add(const std::string& group, const Options& defaults = {}) {
     Options::fields(defaults, [&](const char* name, const auto& value, const char* help, Bounds bounds = {}) {
       if (flags_.contains(name)) {
         flags_[name].groups.push_back(group);
@@ -44,7 +45,10 @@ class TableFlags {
       if constexpr (std::is_same_v<V, bool>) {
         app_.add_flag(f.name, f.on, help)->group(group);
       } else {
-        app_.add_option(f.name, f.text, fmt::format("{} ({})", help, kind_of_value<V>()))->group(group)->check(validator<V>(bounds));
+        app_.add_option(f.name, f.text, fmt::format("{} ({})", help, kind_of_value<V>()))
+            ->group(group)
+            ->default_str(to_text(value))
+            ->check(validator<V>(bounds));
       }
     });
   }
@@ -91,15 +95,23 @@ class TableFlags {
     return out.empty() ? "none" : out;
   }
 
-  // The value must read as a V within the field's bounds: "must be finite and >= 0, got -1".
+  // The value must read as a V within the field's bounds, refused in the programs' one wording
+  // (examples::must_be): "must be finite and >= 0, got '-1'".
   template <class V>
   static CLI::Validator validator(Bounds bounds) {
     return CLI::Validator(
         [bounds](std::string& text) -> std::string {
           V v{};
-          if (!from_text(text, v)) return fmt::format("must be {}, got '{}'", kind_of_value<V>(), text);
+          if (!from_text(text, v)) {
+            if constexpr (std::is_integral_v<V> && !std::is_same_v<V, bool>)
+              return examples::must_be(std::isfinite(bounds.lo) && std::isfinite(bounds.hi)
+                                           ? "a whole number " + bounds.describe()
+                                           : examples::whole_numbers<V>(),
+                                       text);
+            return examples::must_be(kind_of_value<V>(), text);
+          }
           if constexpr (std::is_arithmetic_v<V>)
-            if (!bounds.contains(static_cast<double>(v))) return fmt::format("must be {}, got {}", bounds.describe(), text);
+            if (!bounds.contains(static_cast<double>(v))) return examples::must_be(bounds.describe(), text);
           return {};
         },
         "");

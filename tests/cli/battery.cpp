@@ -21,10 +21,10 @@ namespace fs = std::filesystem;
 TEST_CASE("cli: bad flags and values are refused in one line with exit 2, before anything runs") {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--bogus"}, "The following argument was not expected: --bogus"},
-      {{"--task", "cycle", "--lr", "inf"}, "--lr: must be finite and >= 0, got inf"},
+      {{"--task", "cycle", "--lr", "inf"}, "--lr: must be finite and >= 0, got 'inf'"},
       {{"--task", "cycle", "--lr", "nan"}, "--lr: must be finite"},
-      {{"--task", "cycle", "--clip", "inf"}, "--clip: must be finite and >= 0, got inf"},
-      {{"--task", "cycle", "--seed", "-1"}, "--seed: must be a whole number >= 0, got '-1'"},
+      {{"--task", "cycle", "--clip", "inf"}, "--clip: must be finite and >= 0, got 'inf'"},
+      {{"--task", "cycle", "--seed", "-1"}, "--seed: must be a whole number from 0 to 18446744073709551615, got '-1'"},
       {{"--task", "cycle", "--steps", "99999999999999999999"}, "--steps: must be a whole number"},
       {{"--task", "cycle", "--batch", "9223372036854775807"}, "--batch: must be in [1, 16777216]"},
       {{"--task", "cycle", "--keep", "0", "--checkpoint-every", "5", "--out", "x"}, "--keep"},
@@ -33,8 +33,8 @@ TEST_CASE("cli: bad flags and values are refused in one line with exit 2, before
        "would take about 504.7 GB, more than the limit of 4.0 GB; --max-memory 505 (GB) raises it"},
       {{"--task", "cycle", "--features", "learned", "--d-model", "33", "--heads", "2"}, "give d_head"},
       {{"--task", "cycle", "--features", "learned", "--d-model", "33", "--heads", "2", "--d-head", "0"},
-       "--d-head: must be positive, got '0'"},
-      {{"--task", "cycle", "--heads", "0"}, "--heads: must be positive, got '0'"},
+       "--d-head: must be finite and > 0, got '0'"},
+      {{"--task", "cycle", "--heads", "0"}, "--heads: must be finite and > 0, got '0'"},
       {{"--task", "cycle", "--heads", "100000000"}, "heads"},
       {{"--task", "parity"}, "--task: parity not in"},
       {{"inspect"}, "file is required"},
@@ -64,7 +64,7 @@ TEST_CASE("cli: every program turns bad flags into exit 2 and one line") {
     check_refused(run(with(program, args)), ExitCode::bad_input, "The following argument was not expected: --bogus", true, name);
   }
   check_refused(run(with(TAPEGRAD_CUSTOM, {})), ExitCode::bad_input, "A subcommand is required", true, "custom_model");
-  check_refused(run(with(TAPEGRAD_DEMO, {"--steps", "0"})), ExitCode::bad_input, "--steps: must be positive, got '0'", true,
+  check_refused(run(with(TAPEGRAD_DEMO, {"--steps", "0"})), ExitCode::bad_input, "--steps: must be finite and > 0, got '0'", true,
                 "param_free_vs_learned");
   check_refused(run(with(TAPEGRAD_DEMO, {"--jobs", "0"})), ExitCode::bad_input, "--jobs", true, "param_free_vs_learned");
   const Outcome predict = run(with(TAPEGRAD_CUSTOM, {"predict", "/dev/zero"}));
@@ -501,10 +501,10 @@ TEST_CASE("cli: integers out of range and non-finite rates are refused by every 
   const std::vector<std::tuple<const char*, std::vector<std::string>, std::string>> cases = {
       {TAPEGRAD_GPT, {"--seed", "-1"}, "--seed: must be a whole number from 0 to 18446744073709551615, got '-1'"},
       {TAPEGRAD_GPT, {"--train-seed", "18446744073709551616"}, "--train-seed: must be a whole number from 0 to"},
-      {TAPEGRAD_GPT, {"--lr", "inf"}, "--lr: must be finite, got 'inf'"},
-      {TAPEGRAD_GPT, {"--lr", "nan"}, "--lr: must be positive, got 'nan'"},
+      {TAPEGRAD_GPT, {"--lr", "inf"}, "--lr: must be finite and > 0, got 'inf'"},
+      {TAPEGRAD_GPT, {"--lr", "nan"}, "--lr: must be finite and > 0, got 'nan'"},
       {TAPEGRAD_CHAR_LM, {"--seed", "-1"}, "--seed: must be a whole number from 0 to"},
-      {TAPEGRAD_CHAR_LM, {"--lr", "inf"}, "--lr: must be finite, got 'inf'"},
+      {TAPEGRAD_CHAR_LM, {"--lr", "inf"}, "--lr: must be finite and > 0, got 'inf'"},
       {TAPEGRAD_DEMO, {"--steps", "18446744073709551617"}, "--steps: must be a whole number from"},
   };
   for (const auto& entry : cases) {  // not a structured binding: clang 14 cannot capture one in INFO's lambda
