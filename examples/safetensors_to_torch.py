@@ -16,7 +16,7 @@ from the tensors' shapes. Kinds:
 With --check, the inputs and tapegrad's outputs are read from the .txt beside each file (ctest's
 safetensors_to_torch writes both with tests/safetensors_export.cpp), and the twin's outputs must agree
 within 1e-12 (F64 files) or 1e-5 (F32), absolute plus relative. Exit status 0 when every file loads (and
-agrees), 1 otherwise.
+agrees), 1 otherwise; run by a Python without PyTorch or numpy, it says so in one line, exit status 1.
 
 Nothing is built before the file is checked: its structure (the rules of tapegrad's reader that matter here),
 its dtypes (F64, F32, F16 and BF16 load; another is named), every setting the twin is built from (an integer
@@ -37,8 +37,14 @@ import re
 import struct
 import sys
 
-import numpy
-import torch
+try:
+    import numpy
+    import torch
+except ImportError as missing:  # run as a program: one line, not a traceback; imported: the caller's to handle
+    if __name__ != "__main__":
+        raise
+    sys.exit(f"safetensors_to_torch.py: this Python ({sys.executable or 'python3'}) cannot import {missing.name}; run "
+             f"the script with one that has PyTorch and numpy (Debian's python3-torch: /usr/bin/python3)")
 
 # The format's dtypes and their sizes in bytes; those this script loads, as numpy reads their bits (BF16,
 # which numpy lacks, as 16-bit integers reinterpreted by torch).
