@@ -8,6 +8,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -75,90 +76,103 @@ double median_us(int samples, F f) {
   return *middle;
 }
 
-double from_environment(const char* name, double measured) {
+// The TAPEGRAD_PARALLEL_* settings, each unset or checked.
+struct EnvironmentSettings {
+  std::optional<double> min_macs, min_elements, wake_us;
+  std::optional<bool> back_off;
+};
+
+std::optional<double> number_from_environment(const char* name) {
   const char* v = std::getenv(name);
-  if (!v || !*v) return measured;
+  if (!v || !*v) return std::nullopt;
   char* end = nullptr;
   const double x = std::strtod(v, &end);
   if (*end != '\0' || !(x >= 0)) fail<ValueError>("{}: expected a number >= 0, got '{}'", name, escaped(std::string_view(v)));
   return x;
 }
 
+EnvironmentSettings read_environment() {
+  EnvironmentSettings e;
+  e.min_macs = number_from_environment("TAPEGRAD_PARALLEL_MIN_MACS");
+  e.min_elements = number_from_environment("TAPEGRAD_PARALLEL_MIN_ELEMENTS");
+  e.wake_us = number_from_environment("TAPEGRAD_PARALLEL_WAKE_US");
+  if (const char* v = std::getenv("TAPEGRAD_PARALLEL_BACK_OFF"); v && *v) {
+    if (std::string_view(v) != "0" && std::string_view(v) != "1")
+      fail<ValueError>("TAPEGRAD_PARALLEL_BACK_OFF: expected 0 or 1, got '{}'", escaped(std::string_view(v)));
+    e.back_off = std::string_view(v) == "1";
+  }
+  return e;
+}
+
 ParallelCrossover measure_crossover() {
+  const EnvironmentSettings settings = read_environment();  // a malformed value is refused before any timing
   ParallelCrossover c;
   volatile float sink = 0;
   const int threads = num_threads();
   if (threads > 1) {
-    // A job of one piece per thread over the pool (below), each piece waiting until every thread has taken
-    // one: the start and the join over all the threads, as an OpenMP region measures (its barrier), not
-    // the caller alone taking empty pieces before a worker looks. (200 us at most: a worker the scheduler
-    // has parked is not waited for.)
+    // A job of one piece per thread over the pool, each piece waiting until every thread has taken one:
+    // the start and the join over all the threads, as an OpenMP region measures (its barrier), not the
+    // caller alone taking empty pieces before a worker looks. The wait ends at one deadline for the whole
+    // region, so a region costs about kPatience however many threads there are, and the measurement as a
+    // whole stops at kBudget: its cost does not grow with the thread count, even far above the cores.
+    constexpr auto kPatience = std::chrono::microseconds(200);
+    constexpr auto kBudget = std::chrono::milliseconds(100);
+    const auto measurement_start = Clock::now();
+    auto over_budget = [&] { return Clock::now() - measurement_start > kBudget; };
     struct Rendezvous {
       std::atomic<int> arrived{0};
       int threads = 0;
-      Clock::duration patience{};
+      Clock::time_point deadline{};
     } meet;
     auto region = [&](int pieces, Clock::duration patience) {
       meet.arrived.store(0, std::memory_order_relaxed);
       meet.threads = pieces;
-      meet.patience = patience;
+      meet.deadline = Clock::now() + patience;
       split_job(
           pieces, 1, pieces,
           [](void* context, Index begin, Index end) {
             auto& m = *static_cast<Rendezvous*>(context);
             if (end - begin > 1) return;  // run on this thread alone (not split): nothing to meet
             m.arrived.fetch_add(1, std::memory_order_acq_rel);
-            const auto start = Clock::now();
-            while (m.arrived.load(std::memory_order_acquire) < m.threads && Clock::now() - start < m.patience) {
+            while (m.arrived.load(std::memory_order_acquire) < m.threads && Clock::now() < m.deadline) {
             }
           },
           &meet, true);
     };
-    for (int i = 0; i < 20; ++i) region(threads, std::chrono::microseconds(200));  // the workers exist and are awake
-    // The median of the regions in which the worker came, not of all of them: in some processes the
-    // scheduler keeps the worker on the caller's CPU through most of the measurement, and a region there
-    // costs the 200 us wait, where a step's back-to-back regions, the worker spinning on its own core, cost
-    // about 1 us. From the median of all, the crossover came out some 200 times too high in half of the
-    // processes on an idle 2-core machine (4 of 8; the char GPT's step then split 24 of its 164 ops and
-    // gained 1.1x from the second thread instead of 1.4x); from the fastest region, now and then 4 times
-    // too low (0.26 us against 0.8-1.5 us; the smallest workload, W1, then split 13 ops and took twice its
-    // one-thread time). So rounds of 101 are measured until 21 regions came in under 50 us, at most
-    // three rounds (docs/performance.md, "A back-off for a parked thread").
-    constexpr double kCame = 50;  // us: a region this fast did not wait out the 200 us for its worker
+    for (int i = 0; i < 20 && !over_budget(); ++i) region(threads, kPatience);  // the workers exist and are awake
+    // The median of the regions in which every worker came, not of all of them: a region in which the
+    // scheduler kept a worker off a core measured that moment's other load, which the back-off answers
+    // split by split, not the cost of a region; and the median, not the fastest, which is an outlier low.
+    // Enough such regions or the budget, whichever comes first.
+    constexpr double kCame = 50;  // us: a region this fast did not wait out kPatience for a worker
     std::vector<double> came;
-    for (int round = 0; round < 3 && came.size() < 21; ++round)
-      for (int i = 0; i < 101; ++i) {
-        const auto start = Clock::now();
-        region(threads, std::chrono::microseconds(200));
-        const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-        if (us < kCame) came.push_back(us);
-      }
+    for (int i = 0; i < 303 && came.size() < 21 && !over_budget(); ++i) {
+      const auto start = Clock::now();
+      region(threads, kPatience);
+      const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+      if (us < kCame) came.push_back(us);
+    }
     if (came.size() >= 21) {
       const auto middle = came.begin() + static_cast<std::ptrdiff_t>(came.size() / 2);
       std::nth_element(came.begin(), middle, came.end());
       c.region_us = *middle;
     } else {
-      // No worker met the caller in time in most of 303 regions: the other load of that moment was
-      // measured, not a region. Kept, it would make this process split almost nothing for its whole life
-      // (the char GPT's step: 24 regions of its 164, in one of three runs started on a loaded host), long
-      // after the load has gone; a machine busy while the work runs is the back-off's to handle
-      // (detail::BackOff), split by split. So a region is assumed to cost kAssumedRegionUs, about what the
-      // 2-core EPYC of docs/performance.md measures when it can (1.2-1.7 us).
+      // Too few regions met in time: the machine was busy, and what was timed was its load. Kept, that
+      // would make the process split almost nothing for its whole life, long after the load has gone;
+      // so a region is assumed to cost what it does on an idle small machine, and a machine busy while
+      // the work runs is the back-off's to handle (detail::BackOff).
       constexpr double kAssumedRegionUs = 2;
       c.region_us = kAssumedRegionUs;
       c.region_assumed = true;
     }
     // Waking a worker asleep deeply (ParallelCrossover::wake_us), the fastest of five: this thread sleeps
-    // 300 us (a worker goes to sleep kSpin after its last job, so it has then slept past kDeepSleepUs) and
-    // times a job of two pieces, one of which waits for the worker to take the other (at most 1 ms): the
-    // call that wakes it and its way back. The fastest, as other load only adds to a wake: the median
-    // was 1 ms (no worker came) in 1 of 10 processes on the 2-core EPYC, where the others measured
-    // 72-81 us, and a process that measured that would keep every op under a millisecond on one thread
-    // whenever its worker had slept. No worker in any of the five: assumed kAssumedWakeUs.
+    // past kDeepSleepUs (a worker goes to sleep kSpin after its last job) and times a job of two pieces,
+    // one of which waits for the worker to take the other. The fastest, as other load only adds to a
+    // wake. No worker in any of the five: assumed kAssumedWakeUs.
     constexpr double kAssumedWakeUs = 100;
     double fastest = 1e3;
     for (int i = 0; i < 5; ++i) {
-      std::this_thread::sleep_for(std::chrono::microseconds(300));
+      std::this_thread::sleep_for(std::chrono::microseconds(2 * static_cast<int>(kDeepSleepUs)));
       const auto start = Clock::now();
       region(2, std::chrono::milliseconds(1));
       fastest = std::min(fastest, std::chrono::duration<double, std::micro>(Clock::now() - start).count());
@@ -187,14 +201,10 @@ ParallelCrossover measure_crossover() {
     c.elements_per_us = static_cast<double>(n) / median_us(21, pass);
   }
   // Two threads halve the time of work w (at speed r) and add a region (R): worth it when w / 2r >= 2R.
-  c.min_macs = from_environment("TAPEGRAD_PARALLEL_MIN_MACS", 4 * c.region_us * c.macs_per_us);
-  c.min_elements = from_environment("TAPEGRAD_PARALLEL_MIN_ELEMENTS", 4 * c.region_us * c.elements_per_us);
-  c.wake_us = from_environment("TAPEGRAD_PARALLEL_WAKE_US", c.wake_us);
-  if (const char* v = std::getenv("TAPEGRAD_PARALLEL_BACK_OFF"); v && *v) {
-    if (std::string_view(v) != "0" && std::string_view(v) != "1")
-      fail<ValueError>("TAPEGRAD_PARALLEL_BACK_OFF: expected 0 or 1, got '{}'", escaped(std::string_view(v)));
-    c.back_off = std::string_view(v) == "1";
-  }
+  c.min_macs = settings.min_macs.value_or(4 * c.region_us * c.macs_per_us);
+  c.min_elements = settings.min_elements.value_or(4 * c.region_us * c.elements_per_us);
+  c.wake_us = settings.wake_us.value_or(c.wake_us);
+  c.back_off = settings.back_off.value_or(c.back_off);
   return c;
 }
 
@@ -204,6 +214,8 @@ namespace {
 std::once_flag measured;
 ParallelCrossover crossover;
 }  // namespace
+
+void check_parallel_environment() { (void)read_environment(); }
 
 const ParallelCrossover& parallel_crossover() {
   std::call_once(measured, [] { crossover = measure_crossover(); });

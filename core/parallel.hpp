@@ -30,8 +30,8 @@ bool have_openmp();
 // a share that saves at least twice what starting and joining a parallel region costs, and never more
 // than num_threads(). So a small product runs on one thread, a larger one on two, and only work worth it
 // spreads over all of a big machine's cores, which would otherwise spend more on the region than they
-// save. The grain comes from a measurement on the machine that runs it, once per process, the first time
-// it is asked for (about a millisecond): the cost of a job over all the pool's threads against this thread's
+// save. The grain comes from a measurement on the machine that runs it, once per process, at the first
+// split (bounded in time whatever the thread count): the cost of a job over all the pool's threads against this thread's
 // speed on a matrix product and on an elementwise pass. `TAPEGRAD_PARALLEL_MIN_MACS` /
 // `TAPEGRAD_PARALLEL_MIN_ELEMENTS` in the environment override the measurement (0: every thread for any
 // work).
@@ -50,18 +50,21 @@ struct ParallelCrossover {
   bool back_off = true;
   // What waking a worker that has slept longer than kDeepSleepUs costs the split, microseconds: the caller's
   // call to wake it and the time until it takes a piece. Work that one thread does in less time runs on
-  // the calling thread alone while the workers sleep that deeply (they stay asleep). On a virtual machine
-  // a worker asleep past the host's halt-polling window costs the caller 37-45 us to wake and runs 77-92 us
-  // later, where one asleep for less costs 7-9 and runs after 11-12 (docs/performance.md, "Waking a
-  // sleeping worker"): a step whose parallel work comes in short jobs far apart (W2) was slower at two
-  // threads than at one. Measured with the rest; `TAPEGRAD_PARALLEL_WAKE_US` overrides it, and 0 (as
-  // tests that count regions set it) splits whatever the workers are doing.
+  // the calling thread alone while the workers sleep that deeply (they stay asleep): a virtual machine's
+  // host lets a vCPU halt after a short idle window, and waking one past it costs several times a split's
+  // usual start, more than short jobs far apart save (docs/performance.md, "A busy core"). Measured with
+  // the rest; `TAPEGRAD_PARALLEL_WAKE_US` overrides it, and 0 (as tests that count regions set it) splits
+  // whatever the workers are doing.
   double wake_us = 0;
 };
-// A worker asleep for longer than this is asleep deeply (ParallelCrossover::wake_us): about where the
-// cost of waking one steps up on the 2-core EPYC virtual machine (between 150 and 200 us).
+// A worker asleep for longer than this, in microseconds, is asleep deeply (ParallelCrossover::wake_us):
+// about where the cost of waking one steps up on the virtual machines measured.
 inline constexpr double kDeepSleepUs = 150;
 const ParallelCrossover& parallel_crossover();
+// Reads the TAPEGRAD_PARALLEL_* variables and refuses a malformed one (ValueError), measuring nothing: a
+// program calls it before it prints, and the measurement waits for the first split, after the program
+// has applied its own thread count (with one thread, it times no region at all).
+void check_parallel_environment();
 // Replaces the measured crossover (tests force splitting with minimums of 0; a user may pin one machine's
 // figures). Not synchronised with work in flight: call it before, not during, a computation.
 void set_parallel_crossover(const ParallelCrossover& c);  // ValueError on a negative minimum
@@ -83,18 +86,17 @@ std::byte* thread_scratch_bytes(std::size_t slot, std::size_t bytes);
 void equalize_thread_scratch();
 
 // A thread that the scheduler parks in the middle of a piece (its core given to another process) holds
-// up the split until it runs again, a scheduler slice of milliseconds (2.5-4.4 ms a time beside a busy
-// core on the 2-core EPYC), where a region of a step lasts tens of microseconds. So when a split's caller has
+// up the split until it runs again, a scheduler slice of milliseconds, where a region of a step lasts
+// tens of microseconds. So when a split's caller has
 // waited for a piece another thread held more than twice as long as its own longest piece took (plus
 // kSlack), the splits of the next `length` use one helper fewer than that split had (on two cores: none;
 // the step runs on the caller as on one thread, its worker asleep, and the busy core is the other
 // program's). The length starts at kShortest and doubles, up to kLongest, while straggles recur within
 // four lengths of the last back-off's end; a straggle during a back-off takes one helper more. Short, on
-// purpose: on a machine whose cores are ours a straggle is rare (about one in 15 steps of the char GPT),
-// but on a shared host a burst of other load makes several, and a back-off of 10 to 160 ms then cut the
-// char GPT's two-thread step from 164 regions to 62-131 and made it 21% and 34% slower in two of three
-// runs, alone (docs/performance.md, "A back-off for a parked thread"); each back-off ends by itself, and
-// the first split after it has every helper again. A backed-off split keeps its pieces (fewer threads
+// purpose: on a machine whose cores are ours a straggle is rare, but a burst of other load on a shared
+// host makes several, and longer back-offs then cost a step alone more than the straggles did
+// (docs/performance.md, "A busy core"); each back-off ends by itself, and the first split after it has
+// every helper again. A backed-off split keeps its pieces (fewer threads
 // run them), so that no op meets a scratch size the steps before it did not. Which threads run which pieces never
 // changes a result, so neither does this. Kept apart from the pool so that a test can drive it with its
 // own clock.

@@ -23,9 +23,9 @@ int run_program(std::string_view program, const std::function<int()>& body, cons
   // it with SIGXFSZ: ignored, those writes fail with EFBIG and the program reports it (exit 4).
   ::signal(SIGXFSZ, SIG_IGN);
   try {
-    // Reads TAPEGRAD_PARALLEL_MIN_* (and measures the crossover) now, so a malformed value is refused
-    // before the program has done or printed anything.
-    parallel_crossover();
+    // A malformed TAPEGRAD_PARALLEL_* is refused before the program has done or printed anything; the
+    // crossover is measured at the first split, after the program has applied its own thread count.
+    check_parallel_environment();
     return body();
   } catch (const NonFiniteError& e) {
     return report(e.what(), ExitCode::training_stopped);
