@@ -194,9 +194,8 @@ constexpr Index kBlockRows = 64, kBlockCols = 64, kBlockDepth = 256;
 // A product of at least kPackMinRows rows reads op(B) from column panels packed ahead of its blocks
 // (pack_panels): every block of a column re-reads the same kBlockCols x k panel, and in place that
 // panel's rows lie b.stride apart, which at a stride of 1024 floats (4 KB) puts 16 of its rows on each
-// set of a 512 KB 8-way L2, so it cannot stay there: with such an L2, 1024 x 256 x 1024 ran at less than
-// half the rate of 256^3 in place, and twice as fast packed (OMP_NUM_THREADS=2 build/bench/gemm_threads).
-// Packed, a panel is contiguous. Only the addresses the kernels read change, not what they compute:
+// set of a 512 KB 8-way L2, so it cannot stay there and the kernels wait on memory. Packed, a panel is
+// contiguous (docs/performance.md, "Figures behind choices in the code": the rates in place and packed). Only the addresses the kernels read change, not what they compute:
 // results are bit for bit those of the unpacked grid.
 //
 // The same holds for op(A) of a^T b (a weight's gradient, X^T dY), which the kernel reads transposed: a

@@ -289,9 +289,8 @@ class HeaderReader {
 
 // How many times the key "data_offsets" appears in the header: the number of tensors in a header that is
 // well formed, more in one that also has it as a value. Reserving that many before the parse keeps the
-// view's vector from moving as it grows: a million tensors decode in 2.0-2.7 times the time of nlohmann's
-// parse alone instead of 2.8-3.2, at a peak of 188 MB instead of 204 (docs/performance.md, "Decoding
-// safetensors headers"). Inside a JSON string a quote is escaped, so the quoted key matches only a whole
+// view's vector from moving (and copying every entry) as it grows, which costs a large header both time
+// and peak memory (docs/performance.md, "Decoding safetensors headers"). Inside a JSON string a quote is escaped, so the quoted key matches only a whole
 // string, and a header holds at most one in 15 bytes; room reserved and never filled is address space,
 // not memory.
 std::size_t data_offsets_keys(std::string_view text) {
