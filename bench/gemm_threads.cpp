@@ -1,10 +1,9 @@
 // Where does a second thread start to pay for a matrix product? Times tapegrad's matmul (recorded on a
 // tape, gradients off) at one thread and at num_threads() threads, over products from 2^18 to 2^28
 // multiply-adds in the shapes the toy model and the benchmark workloads use, and prints the ratio beside
-// the crossover tapegrad measured on this machine at start-up (core/parallel.hpp) and whether it splits
-// the product. Splitting changes speed only: the products are bit-identical at any thread count. Where
-// tapegrad runs libxsmm's kernels, it also times Eigen's (autograd/gemm.hpp) at one thread, and prints
-// the two kernels' ratio. "cold" is the one-thread time when each product reads one of 16 sets of operands
+// whether tapegrad's policy (core/parallel.hpp) splits the product. Splitting changes speed only: the
+// products are bit-identical at any thread count. Where tapegrad runs libxsmm's kernels, it also times
+// Eigen's (autograd/gemm.hpp) at one thread, and prints the two kernels' ratio. "cold" is the one-thread time when each product reads one of 16 sets of operands
 // in turn, so that they come from L3 or memory as a training step's do, not from the core's caches.
 //
 //   OMP_NUM_THREADS=2 build/bench/gemm_threads
@@ -29,13 +28,9 @@ int main() {
                have_openmp() ? "OMP_NUM_THREADS or the CPU count" : "built without OpenMP");
     return 0;
   }
-  const ParallelCrossover& c = parallel_crossover();
-  fmt::print("crossover measured at start-up: a parallel region costs {:.2f} us{}; one thread does {:.0f} multiply-adds/us "
-             "and {:.0f} elementwise elements/us; so products split from {:.0f} multiply-adds, elementwise passes "
-             "from {:.0f} elements; while the workers sleep deeply, work one thread does in less than {:.0f} us (waking "
-             "them) runs on the caller\n",
-             c.region_us, c.region_assumed ? " (assumed: too busy to measure)" : "", c.macs_per_us, c.elements_per_us,
-             c.min_macs, c.min_elements, c.wake_us);
+  fmt::print("tapegrad splits a product from {:.0f} multiply-adds on two threads (core/parallel.hpp, kMinMacs), one "
+             "more thread for each further half of it\n",
+             parallel_crossover().min_macs);
   // m x k times k x n
   const std::vector<std::array<Index, 3>> shapes = {
       {64, 64, 64},    {256, 33, 33},   {128, 128, 128}, {512, 64, 64},     {256, 256, 32},    {256, 32, 256},
@@ -82,8 +77,8 @@ int main() {
     }
     set_num_threads(threads);
     const double many = bench::median_seconds(15, rounds, product, 1) * 1e6;
-    // Whether it split, as counted, not as predicted from the shape (the rules for rows, tiles and a
-    // sleeping worker are the library's): the regions one more product starts, its panels' copy included.
+    // Whether it split, as counted, not as predicted from the shape (the rules for rows and tiles are the
+    // library's): the regions one more product starts, its panels' copy included.
     const std::uint64_t regions = parallel_regions_started();
     product();
     const std::uint64_t started = parallel_regions_started() - regions;

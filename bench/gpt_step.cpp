@@ -54,13 +54,13 @@ int main(int argc, char** argv) {
     for (int i = 0; i < warmup; ++i) trainer.step();
     std::vector<double> per_step, against_per_step;
     double loss = 0;
-    bench::PoolCounters counted;  // over the timed steps at the main count
+    std::uint64_t regions_counted = 0;  // over the timed steps at the main count
     for (int r = 0; r < repeats; ++r) {
-      const auto before = bench::PoolCounters::now();
+      const std::uint64_t before = parallel_regions_started();
       const auto start = bench::Clock::now();
       for (int i = 0; i < steps; ++i) loss = trainer.step();
       per_step.push_back(bench::seconds_since(start) / steps);
-      counted += bench::PoolCounters::now() - before;
+      regions_counted += parallel_regions_started() - before;
       if (against > 0) {  // a turn at the other count; the first step after each change untimed (it wakes or idles the workers)
         set_num_threads(against);
         trainer.step();
@@ -73,16 +73,12 @@ int main(int argc, char** argv) {
     }
     const double seconds = bench::median(per_step);
     const double timed = static_cast<double>(steps) * repeats;
-    // Parallel regions a step (core/parallel.hpp): each is a start and a wait for every thread.
-    const double regions = static_cast<double>(counted.regions) / timed;
-    // ... and those that waited for a thread the scheduler had parked (detail::BackOff)
-    const double straggles = static_cast<double>(counted.straggles) / timed;
-    const double straggle_ms = 1e-3 * counted.straggle_wait_us / timed;
+    // Parallel regions a step (core/parallel.hpp): each is a start and a wait for the pieces of every thread.
+    const double regions = static_cast<double>(regions_counted) / timed;
     fmt::print("{{\"program\": \"tapegrad\", \"attention\": \"{}\", \"parameters\": {}, \"batch\": {}, \"context\": {}, "
-               "\"threads\": {}, \"step_ms\": {:.3f}, \"chars_per_second\": {:.0f}, \"loss\": {:.4f}, \"regions_per_step\": {:.1f}, "
-               "\"straggles_per_step\": {:.3g}, \"straggle_ms_per_step\": {:.3g}{}}}\n",
+               "\"threads\": {}, \"step_ms\": {:.3f}, \"chars_per_second\": {:.0f}, \"loss\": {:.4f}, \"regions_per_step\": {:.1f}{}}}\n",
                attention, model.count_parameters(), kBatch, kContext, num_threads(), 1e3 * seconds,
-               static_cast<double>(kBatch * kContext) / seconds, loss, regions, straggles, straggle_ms,
+               static_cast<double>(kBatch * kContext) / seconds, loss, regions,
                against > 0 ? fmt::format(", \"against_threads\": {}, \"against_step_ms\": {:.3f}, \"x_against\": {:.3f}", against,
                                          1e3 * bench::median(against_per_step), seconds / bench::median(against_per_step))
                            : std::string());

@@ -54,15 +54,15 @@ namespace {
 struct StepTiming {
   double median_ms = 0;
   std::size_t steps = 0;
-  double allocations = 0, regions = 0, straggles = 0, straggle_ms = 0;  // per step
+  double allocations = 0, regions = 0;  // per step
   double against_ms = 0;  // with --against-threads: the median step at that thread count
 };
 
 // Times `step` (after 5 untimed steps that size every buffer). With `against` > 0, also at `against`
 // threads, in turns: blocks of steps at num_threads() and at `against` alternate, each block's first step
 // untimed (it wakes or idles the pool's workers), so that both counts meet the same moments of a shared
-// machine, whose speed can change by a third from one minute to the next (docs/performance.md, "Waking a
-// sleeping worker"); the counters are the main count's steps. Runs of separate processes a minute
+// machine, whose speed can change by a third from one minute to the next (docs/performance.md,
+// "Threads"); the counters are the main count's steps. Runs of separate processes a minute
 // apart compare two machines, not two thread counts.
 template <class Step>
 StepTiming time_steps(Step step, double seconds, std::size_t max_steps, int against) {
@@ -82,7 +82,7 @@ StepTiming time_steps(Step step, double seconds, std::size_t max_steps, int agai
   std::vector<double> times[2];
   for (auto& t : times) t.reserve(max_steps + block);  // the timing must not allocate while allocations are counted
   const long allocations_before = test::allocation_count();
-  bench::PoolCounters counted;  // over the timed steps at the main count
+  std::uint64_t regions = 0;  // over the timed steps at the main count
   std::size_t untimed = 0;
   const auto start = Clock::now();
   while (times[0].size() < 10 || (bench::seconds_since(start) < seconds && times[0].size() < max_steps)) {
@@ -92,13 +92,13 @@ StepTiming time_steps(Step step, double seconds, std::size_t max_steps, int agai
         ++untimed;
         step();  // untimed: the first step after a change of count wakes or idles the pool's workers
       }
-      const auto before = bench::PoolCounters::now();
+      const std::uint64_t before = parallel_regions_started();
       for (std::size_t i = 0; i < block; ++i) {
         const auto t0 = Clock::now();
         step();
         times[turn].push_back(bench::seconds_since(t0) * 1e3);  // ms
       }
-      if (turn == 0) counted += bench::PoolCounters::now() - before;
+      if (turn == 0) regions += parallel_regions_started() - before;
     }
   }
   set_num_threads(threads);
@@ -110,10 +110,7 @@ StepTiming time_steps(Step step, double seconds, std::size_t max_steps, int agai
   r.steps = static_cast<std::size_t>(steps);
   r.allocations = allocations;  // a step of either count, the untimed ones included
   // Parallel regions a step starts: 0 when nothing in it is worth a second thread (core/parallel.hpp).
-  r.regions = static_cast<double>(counted.regions) / steps;
-  // ... and how many of them waited for a thread the scheduler had parked (detail::BackOff).
-  r.straggles = static_cast<double>(counted.straggles) / steps;
-  r.straggle_ms = 1e-3 * counted.straggle_wait_us / steps;
+  r.regions = static_cast<double>(regions) / steps;
   if (turns > 1) r.against_ms = bench::median(std::move(times[1]));
   return r;
 }
@@ -232,13 +229,11 @@ int main(int argc, char** argv) {
       bounds += fmt::format(", \"shape_bound_ms\": {:.5f}, \"x_shape_bound\": {:.3f}", shape_ms, ms / shape_ms);
     }
     fmt::print("{{\"kind\": \"step\", \"workload\": \"{}\", \"threads\": {}, \"median_ms\": {:.5f}, \"steps\": {}, "
-               "\"gflops\": {:.2f}, \"allocations_per_step\": {}, \"regions_per_step\": {}, \"straggles_per_step\": {:.3g}, "
-               "\"straggle_ms_per_step\": {:.3g}, "
-               "\"params\": {}, "
+               "\"gflops\": {:.2f}, \"allocations_per_step\": {}, \"regions_per_step\": {}, \"params\": {}, "
                "\"peak_rss_mb\": {:.1f}, \"rss_growth_mb\": {:.1f}, \"tape_bytes\": {}, \"release_grads\": {}, "
                "\"checkpoint_every\": {}{}}}\n",
                w.name, threads, ms, m.timing.steps, w.flops() / (ms * 1e-3) / 1e9, m.timing.allocations,
-               m.timing.regions, m.timing.straggles, m.timing.straggle_ms, m.params, rss, rss - rss_before, m.tape_bytes, !keep_grads,
+               m.timing.regions, m.params, rss, rss - rss_before, m.tape_bytes, !keep_grads,
                w.model == "stack" ? checkpoint_every : 0, bounds);
     std::fflush(stdout);  // a line per workload as it ends, for a reader of a long run
   }

@@ -8,7 +8,6 @@
 #include <utility>
 #include <vector>
 
-#include "tapegrad/core/parallel.hpp"
 #include "tapegrad/core/tensor.hpp"
 
 namespace tapegrad::bench {
@@ -48,24 +47,5 @@ inline double gemm_seconds(const RowMatrix<float>& a, const RowMatrix<float>& b,
                            int rounds, int warmup = 0) {
   return median_seconds(repeats, rounds, [&] { c.noalias() = a * b; }, warmup);
 }
-
-// The thread pool's counters (core/parallel.hpp) at one moment: the difference of two is what the steps
-// between them did, a sum of differences what several stretches did.
-struct PoolCounters {
-  std::uint64_t regions = 0;    // parallel regions started
-  std::uint64_t straggles = 0;  // ... that waited for a thread the scheduler had parked
-  double straggle_wait_us = 0;  // ... for this long in all
-
-  static PoolCounters now() { return {parallel_regions_started(), parallel_straggles(), parallel_straggle_wait_us()}; }
-  PoolCounters operator-(const PoolCounters& o) const {
-    return {regions - o.regions, straggles - o.straggles, straggle_wait_us - o.straggle_wait_us};
-  }
-  PoolCounters& operator+=(const PoolCounters& o) {
-    regions += o.regions;
-    straggles += o.straggles;
-    straggle_wait_us += o.straggle_wait_us;
-    return *this;
-  }
-};
 
 }  // namespace tapegrad::bench

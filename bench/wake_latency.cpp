@@ -1,6 +1,6 @@
 // What waking a sleeping thread costs, by how long it has slept: the pool's idle workers sleep in
 // std::atomic::wait (a futex on Linux), and a split whose worker sleeps pays for the call that wakes it and
-// then waits for the worker to come (core/parallel.hpp, ParallelCrossover::wake_us). One thread keeps
+// then waits for the worker to come (core/parallel.cpp, kSpin). One thread keeps
 // its core busy for `asleep` microseconds (a worker's caller is busy with the step), then wakes the other
 // and times its own call and the time until the other runs; 101 times a length, medians and the 10th
 // and 90th percentiles. On a virtual machine the cost steps up where the host stops polling for the idle

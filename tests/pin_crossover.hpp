@@ -12,19 +12,11 @@ struct RestoreThreads {
   ~RestoreThreads() { set_num_threads(saved); }
 };
 
-// Pins the crossover for a test and restores the measured one after. Without a back-off by default, and
-// without the rule for sleeping workers: a test that counts regions or pieces must not find its splits run
-// on one thread because an earlier split waited for a thread the machine's other load had parked
-// (detail::BackOff), or because the pool's worker had slept long (ParallelCrossover::wake_us).
+// Pins the crossover for a test and restores the one before after.
 struct PinCrossover {
   ParallelCrossover saved = parallel_crossover();
-  explicit PinCrossover(double min_macs, double min_elements, bool back_off = false) {
-    ParallelCrossover c = saved;
-    c.min_macs = min_macs;
-    c.min_elements = min_elements;
-    c.back_off = back_off;
-    c.wake_us = 0;  // the work's size alone decides, not how long a worker has slept
-    set_parallel_crossover(c);
+  PinCrossover(double min_macs, double min_elements) {
+    set_parallel_crossover({.min_macs = min_macs, .min_elements = min_elements});
   }
   ~PinCrossover() { set_parallel_crossover(saved); }
   PinCrossover(const PinCrossover&) = delete;

@@ -10,7 +10,6 @@
 
 #include "alloc_counter.hpp"
 #include "pin_crossover.hpp"
-#include "straggle.hpp"
 #include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/parallel.hpp"
@@ -336,33 +335,6 @@ TEST_CASE("alloc: a worker handed a piece that needs a scratch size met first on
     in_thread = test::allocation_count() - start;
   }).join();
   CHECK(in_thread == 0);
-}
-
-TEST_CASE("alloc: a split backed off to the caller alone runs its usual pieces, so it meets no new scratch size") {
-  // After a straggle the pool runs splits on fewer threads for a while (detail::BackOff). Had it run a
-  // backed-off job as one piece, an op whose scratch is sized by its piece (a product's rows) would ask
-  // for a size no step had asked before, mid-training.
-  constexpr std::size_t slot = detail::kScratchSlots - 1;  // no op's slot
-  const test::RestoreThreads restore;
-  set_num_threads(2);
-  const test::PinCrossover with_back_off(parallel_crossover().min_macs, parallel_crossover().min_elements,
-                                         /*back_off=*/true);
-  auto job = [&] {  // 8 pieces of 8 of 64 indices: 8 KB of scratch a row of a piece
-    parallel_for(64, 2, [&](Index first, Index last) {
-      detail::thread_scratch_bytes(slot, static_cast<std::size_t>(last - first) << 13)[0] = std::byte{1};
-    });
-  };
-  job();
-  job();
-  detail::equalize_thread_scratch();  // (Tape::reset does this between steps)
-  bool straggled = false;
-  for (int attempt = 0; attempt < 5 && !straggled; ++attempt) straggled = test::cause_straggle();
-  REQUIRE(straggled);
-  const long before = test::allocation_count();
-  job();  // backed off (checked below), on the caller alone
-  const bool backed_off = std::chrono::steady_clock::now() < detail::parallel_back_off().until;
-  CHECK(test::allocation_count() - before == 0);
-  if (!backed_off) MESSAGE("the back-off had ended before the job returned (a loaded machine)");
 }
 
 TEST_CASE("alloc: the counter does count (a check that cannot fail would prove nothing)") {

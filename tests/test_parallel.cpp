@@ -22,7 +22,6 @@
 #include "tapegrad/train/optimizer.hpp"
 #include "helpers.hpp"
 #include "pin_crossover.hpp"
-#include "straggle.hpp"
 
 using namespace tapegrad;
 
@@ -159,8 +158,8 @@ TEST_CASE("parallel: split products, softmax, elementwise ops, layer norm, losse
     CAPTURE(min);
     if (have_openmp()) {
       set_num_threads(2);
-      CHECK(split_product(1e6) == (min <= 1e6));
-      CHECK(split_elements(1e6) == (min <= 1e6));
+      CHECK((threads_for_product(1e6) > 1) == (min <= 1e6));
+      CHECK((threads_for_elements(1e6) > 1) == (min <= 1e6));
     }
     const auto two = attention_like(2);
     REQUIRE(two.size() == one.size());
@@ -185,11 +184,10 @@ TEST_CASE("parallel: parallel_for covers every index once, in pieces, and a nega
   ParallelCrossover bad = parallel_crossover();
   bad.min_macs = -1;
   const std::string expected =
-      fmt::format("set_parallel_crossover: the minimums and the wake must be >= 0, got -1 multiply-adds, {} elements and {} us",
-                  bad.min_elements, bad.wake_us);
+      fmt::format("set_parallel_crossover: the minimums must be >= 0, got -1 multiply-adds and {} elements", bad.min_elements);
   CHECK_THROWS_WITH_AS(set_parallel_crossover(bad), expected.c_str(), ValueError);
   bad = parallel_crossover();
-  bad.wake_us = -1;
+  bad.min_elements = std::nan("");
   CHECK_THROWS_AS(set_parallel_crossover(bad), ValueError);
 }
 
@@ -371,8 +369,6 @@ TEST_CASE("parallel: each piece of work gets the threads its size is worth, and 
   CHECK(threads_for_elements(399) == 1);
   CHECK(threads_for_elements(600) == 3);
   CHECK(threads_for_elements(1e9) == 8);
-  CHECK(split_product(1000));
-  CHECK_FALSE(split_product(999));
   set_num_threads(3);
   CHECK(threads_for_product(1e12) == 3);
   set_num_threads(1);
@@ -440,7 +436,6 @@ TEST_CASE("parallel: each piece of work gets the threads its size is worth, and 
 
 TEST_CASE("parallel: work split inside a piece runs on that piece's thread, and the pool follows the thread count") {
   RestoreThreads restore;
-  const PinCrossover no_back_off(parallel_crossover().min_macs, parallel_crossover().min_elements);
   for (const int threads : {4, 2, 3, 2}) {  // the pool is resized each time
     set_num_threads(threads);
     CAPTURE(threads);
@@ -466,7 +461,7 @@ TEST_CASE("parallel: training steps beside a thread that keeps a core busy are b
   // A competitor that never sleeps: on a machine of two cores, one of the two threads of each split is
   // parked half the time, and its pieces go to the other. The schedule changes; the bits must not.
   RestoreThreads restore;
-  const PinCrossover every_split(0, 0, /*back_off=*/true);  // pieces on either thread, or on the caller alone
+  const PinCrossover every_split(0, 0);  // pieces on either thread
   const auto one = attention_like(1);
   std::atomic<bool> stop{false};
   std::thread spinner([&] {
@@ -484,129 +479,6 @@ TEST_CASE("parallel: training steps beside a thread that keeps a core busy are b
       CHECK(t[i] == one[i]);
     }
   }
-}
-
-TEST_CASE("parallel: the back-off takes a helper away after a straggle, doubles its length while they recur, then ends") {
-  using namespace std::chrono_literals;
-  using B = detail::BackOff;
-  // A wait is a straggle when it is more than twice the caller's own longest piece, plus 100 us.
-  CHECK_FALSE(B::straggled(160us, 30us));
-  CHECK(B::straggled(161us, 30us));
-  CHECK_FALSE(B::straggled(2100us, 1ms));  // long pieces wait long: not a parked thread
-  CHECK(B::straggled(3ms, 1ms));
-
-  B b;
-  const B::Clock::time_point t0{};  // the policy's own clock: any origin
-  CHECK(b.helpers(15, t0) == 15);   // nothing straggled yet
-  b.after_straggle(15, t0);
-  CHECK(b.length == B::kShortest);
-  CHECK(b.helpers(15, t0 + 1ms) == 14);  // one helper fewer than the straggling split had
-  CHECK(b.helpers(3, t0 + 1ms) == 3);    // never more than asked
-  CHECK(b.helpers(15, t0 + B::kShortest) == 15);  // over
-  // A straggle during the back-off takes one more helper away.
-  b.after_straggle(14, t0 + 1ms);
-  CHECK(b.helpers(15, t0 + 2ms) == 13);
-  // Straggling again soon after each back-off ends (within four of its lengths): twice as long each time,
-  // up to kLongest.
-  B::Clock::time_point now = b.until + 1ms;
-  const B::Clock::duration before = b.length;
-  b.after_straggle(15, now);
-  CHECK(b.length == 2 * before);
-  CHECK(b.until == now + 2 * before);
-  for (int i = 0; i < 12; ++i) {
-    now = b.until + 1ms;
-    b.after_straggle(1, now);
-  }
-  CHECK(b.length == B::kLongest);
-  CHECK(b.helpers(1, now + 1ms) == 0);  // two threads: back to the caller alone
-  CHECK(b.helpers(1, now + B::kLongest) == 1);
-  // A straggle long after the last back-off ended starts again from the shortest.
-  b.after_straggle(1, b.until + 4 * B::kLongest + 1ms);
-  CHECK(b.length == B::kShortest);
-}
-
-TEST_CASE("parallel: a split that waits for a parked worker's piece is counted, and the next splits run on the caller") {
-  if (!have_openmp()) return;
-  RestoreThreads restore;
-  set_num_threads(2);
-  const PinCrossover pin(0, 0, /*back_off=*/true);
-  const std::thread::id caller = std::this_thread::get_id();
-  // The parked worker: a piece that sleeps (tests/straggle.hpp). (A machine loaded enough to park the
-  // caller itself that long could hide one straggle, so up to five tries.)
-  bool straggled = false;
-  for (int attempt = 0; attempt < 5 && !straggled; ++attempt) straggled = test::cause_straggle();
-  REQUIRE(straggled);
-  const detail::BackOff b = detail::parallel_back_off();
-  CHECK(b.cap == 0);  // one helper fewer than one
-  CHECK(b.length >= detail::BackOff::kShortest);
-  // A split asked for before the back-off ends runs on the caller alone, in order, in the pieces it has
-  // without a back-off (8 of 13, the last one 9: two threads, four pieces each), so that no op meets a
-  // new size of scratch and a step still allocates nothing. (Asked for before: the clock read after the
-  // call returns is still short of the end, so the split's own reading was.)
-  std::vector<std::pair<Index, Index>> pieces;
-  bool all_here = true;
-  std::mutex m;  // (after the back-off, a worker may take pieces too)
-  parallel_for(Index{100}, 2, [&](Index first, Index last) {
-    const std::lock_guard<std::mutex> hold(m);
-    all_here = all_here && std::this_thread::get_id() == caller;
-    pieces.emplace_back(first, last);
-  });
-  if (std::chrono::steady_clock::now() < b.until) {
-    CHECK(all_here);
-    REQUIRE(pieces.size() == 8);
-    for (std::size_t i = 0; i < pieces.size(); ++i) {
-      CAPTURE(i);
-      CHECK(pieces[i].first == static_cast<Index>(13 * i));
-      CHECK(pieces[i].second == std::min<Index>(100, static_cast<Index>(13 * (i + 1))));
-    }
-  } else {
-    MESSAGE("the back-off had ended before the split returned (a loaded machine): its serial run not checked");
-  }
-}
-
-TEST_CASE("parallel: work shorter than waking a deeply asleep worker runs on the caller, and longer work or a worker awake splits") {
-  if (!have_openmp()) return;
-  using Clock = std::chrono::steady_clock;
-  RestoreThreads restore;
-  set_num_threads(2);
-  const PinCrossover pin(0, 0);  // by size, every op splits
-  ParallelCrossover c = parallel_crossover();
-  c.macs_per_us = c.elements_per_us = 1;  // work of n takes one thread n us
-  c.wake_us = 1000;
-  set_parallel_crossover(c);
-  parallel_for(Index{8}, 2, [](Index, Index) {});  // the pool and its worker exist
-  // A worker sleeps kSpin after its last job, deeply kDeepSleepUs later (polled: a loaded machine may keep
-  // it from running to its sleep for a while).
-  const auto give_up = Clock::now() + std::chrono::seconds(5);
-  while (threads_for_product(999) != 1 && Clock::now() < give_up) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  REQUIRE(threads_for_product(999) == 1);  // shorter than the wake: on the caller
-  CHECK(threads_for_elements(999) == 1);
-  CHECK(threads_for_product(1000) == 2);  // as long as the wake or longer: split, which wakes it
-  CHECK(threads_for_elements(1e6) == 2);
-  c.wake_us = 0;  // the rule off: the size alone
-  set_parallel_crossover(c);
-  CHECK(threads_for_product(999) == 2);
-  c.wake_us = 1000;
-  set_parallel_crossover(c);
-  CHECK(threads_for_product(999) == 1);  // nothing has woken it
-
-  // Awake: asked from a third thread while the worker runs a piece of a split.
-  const std::thread::id caller = std::this_thread::get_id();
-  std::atomic<bool> worker_in{false}, asked{false};
-  std::atomic<int> threads_while_awake{0};
-  std::thread asker([&] {
-    while (!worker_in.load() && Clock::now() < give_up + std::chrono::seconds(2)) std::this_thread::yield();
-    threads_while_awake = threads_for_product(999);
-    asked = true;
-  });
-  parallel_for(Index{8}, 2, [&](Index, Index) {  // two threads asked for: split however long the worker slept
-    const auto deadline = Clock::now() + std::chrono::seconds(2);
-    if (std::this_thread::get_id() != caller) worker_in = true;
-    while (!asked.load() && Clock::now() < deadline) std::this_thread::yield();
-  });
-  asker.join();
-  REQUIRE(worker_in);
-  CHECK(threads_while_awake.load() == 2);
 }
 
 TEST_CASE("parallel: column sums (a bias's, layer norm's gamma and beta gradients) split over threads keep their bits") {

@@ -71,21 +71,6 @@ TEST_CASE("cli: every program turns bad flags into exit 2 and one line") {
   check_refused(predict, ExitCode::bad_input, "not a regular file", true, "custom_model");
 }
 
-TEST_CASE("cli: a malformed parallel crossover in the environment is refused in one line, naming the variable") {
-  for (const char* name : {"TAPEGRAD_PARALLEL_MIN_MACS", "TAPEGRAD_PARALLEL_MIN_ELEMENTS", "TAPEGRAD_PARALLEL_WAKE_US"}) {
-    INFO(name);
-    RunOptions o;
-    o.env = {{"OMP_NUM_THREADS", "2"}, {name, "lots"}};
-    const fs::path dir = scratch(std::string("bad_crossover_") + name);
-    check_refused(run(train({"--task", "cycle", "--steps", "2", "--out", (dir / "run").string()}), o), ExitCode::bad_input,
-                  fmt::format("{}: expected a number >= 0, got 'lots'", name));
-    o.env = {{"OMP_NUM_THREADS", "2"}, {name, "0"}};  // split everything: trains as usual
-    check_ok(run(train({"--task", "cycle", "--steps", "2", "--out", (dir / "ok").string()}), o));
-  }
-}
-
-// ---- output folders ---------------------------------------------------------------------------------
-
 TEST_CASE("cli: an --out that cannot be a run's folder is refused before training, and nothing in it is touched") {
   const fs::path dir = scratch("bad_out");
   write_text(dir / "file", "a user's file");

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include "tapegrad/core/error.hpp"
-#include "tapegrad/core/parallel.hpp"
 #include "tapegrad/train/collective.hpp"  // DivergenceError
 
 namespace tapegrad {
@@ -23,9 +22,6 @@ int run_program(std::string_view program, const std::function<int()>& body, cons
   // it with SIGXFSZ: ignored, those writes fail with EFBIG and the program reports it (exit 4).
   ::signal(SIGXFSZ, SIG_IGN);
   try {
-    // A malformed TAPEGRAD_PARALLEL_* is refused before the program has done or printed anything; the
-    // crossover is measured at the first split, after the program has applied its own thread count.
-    check_parallel_environment();
     return body();
   } catch (const NonFiniteError& e) {
     return report(e.what(), ExitCode::training_stopped);

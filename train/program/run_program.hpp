@@ -23,10 +23,9 @@ enum class ExitCode : int {
 // message that already starts with "<program>: " is not prefixed again), and its exit code:
 // NonFiniteError -> training_stopped, IoError, ResourceError and std::bad_alloc -> system_failed, any other
 // tapegrad::Error -> bad_input, anything else -> system_failed ("internal error: ..."). Nothing escapes.
-// It ignores SIGXFSZ, so that a file-size limit is a write error (exit 4), not a kill.
-// It first reads the parallel crossover (core/parallel.hpp), so a malformed TAPEGRAD_PARALLEL_* in the
-// environment is refused before the body runs. `where`, when it says something ("rank 1" in a
-// data-parallel run), is asked at the failure and follows the program's name: "<program>: rank 1: <message>".
+// It ignores SIGXFSZ, so that a file-size limit is a write error (exit 4), not a kill. `where`, when it
+// says something ("rank 1" in a data-parallel run), is asked at the failure and follows the program's
+// name: "<program>: rank 1: <message>".
 // A DivergenceError (the ranks of a data-parallel run no longer agree) -> check_failed.
 int run_program(std::string_view program, const std::function<int()>& body,
                 const std::function<std::string()>& where = {});
