@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     const TokenWindows train = TokenWindows::training(prepared_data.train, kContext, vocabulary.map());
     gpt::Gpt<float> model({.vocabulary = vocabulary.hex(), .context = kContext,
                            .attention = parse_enum<AttentionMode>(attention)});
-    AdamW<float> adamw(model.parameters(), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1}, DecayOn::matrices);
+    AdamW<float> adamw(model.parameters(), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1, .decay_on = DecayOn::matrices});
     const Index total = warmup + static_cast<Index>(steps) * repeats;
     adamw.set_schedule(CosineWithWarmup({.warmup_steps = 100, .total_steps = std::max<Index>(total, 100), .min_lr = 1e-4}));
     Trainer trainer(model, adamw, train, [&](Tape<float>& tape, const SequenceBatch& b) { return model.loss(tape, b); },

@@ -13,8 +13,7 @@
 
 #include "lesson/toy_model.hpp"
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/layers/embedding.hpp"
-#include "tapegrad/layers/transformer.hpp"
+#include "tapegrad/layers/decoder_lm.hpp"
 #include "tapegrad/train/data_source.hpp"
 
 namespace tapegrad {
@@ -43,35 +42,19 @@ inline const std::vector<Workload> kWorkloads = {{"W1", 32, 8, 16, 1, 16},
                                           {"W6", 16, 256, 512, 8, 256, "stack", 6, 2048},
                                           {"W7", 32, 256, 768, 12, 256, "stack", 12, 3072, false}};
 
-// W5's model: embedding + learned positions -> TransformerStack (causal, pre-norm) -> LmHead.
-class StackModel : public Module<float> {
+// W5's model: the library's decoder LM (embedding + learned positions -> TransformerStack, causal,
+// pre-norm -> LmHead with its own weight and bias), PyTorch's initial weights.
+class StackModel : public DecoderLm<float> {
  public:
   // checkpoint_every: TransformerStackOptions::checkpoint_every (0: every block's activations kept).
-  explicit StackModel(const Workload& w, Index checkpoint_every = 0) : rng_(1) {
-    embed_ = std::make_unique<Embedding<float>>("embed", EmbeddingOptions{.vocab = w.V, .dim = w.d}, rng_);
-    this->register_child(*embed_);
-    pos_ = std::make_unique<Positions<float>>(
-        "pos", PositionOptions{.kind = PositionEncoding::learned, .max_len = w.T, .d_model = w.d}, rng_);
-    this->register_child(*pos_);
-    const TransformerBlockOptions block{.mode = AttentionMode::learnable, .d_model = w.d, .n_heads = w.H, .d_ff = w.ffn,
-                                        .causal = true, .layernorm = true, .mlp = true, .dropout = 0};
-    stack_ = std::make_unique<TransformerStack<float>>("stack", TransformerStackOptions{.n_layers = w.layers, .block = block, .checkpoint_every = checkpoint_every},
-                                                       rng_);
-    this->register_child(*stack_);
-    head_ = std::make_unique<LmHead<float>>("head", LmHeadOptions{.d_model = w.d, .vocab = w.V}, rng_);
-    this->register_child(*head_);
+  explicit StackModel(const Workload& w, Index checkpoint_every = 0)
+      : DecoderLm<float>({.vocab = w.V, .context = w.T, .d_model = w.d, .n_heads = w.H, .n_layers = w.layers,
+                          .d_ff = w.ffn, .attention = AttentionMode::learnable, .seed = 1}) {
+    stack().set_checkpoint_every(checkpoint_every);
   }
   Var<float> loss(Tape<float>& tape, const SequenceBatch& batch) {
-    Var<float> x = pos_->forward(embed_->forward(tape, batch.tokens));         // (B, T, d)
-    return cross_entropy(head_->forward(stack_->forward(x)), batch.labels);  // (B, T, V) -> scalar
+    return cross_entropy(forward(tape, batch.tokens, nullptr), batch.labels);  // (B, T, V) -> scalar
   }
-
- private:
-  Rng rng_;
-  std::unique_ptr<Embedding<float>> embed_;
-  std::unique_ptr<Positions<float>> pos_;
-  std::unique_ptr<TransformerStack<float>> stack_;
-  std::unique_ptr<LmHead<float>> head_;
 };
 
 // W1-W4's model: the lesson's toy model in the shape of the workload.

@@ -1,7 +1,7 @@
 #include "tapegrad/layers/decoder_lm.hpp"
 
+#include <algorithm>
 #include <cmath>
-
 
 namespace tapegrad {
 
@@ -88,6 +88,49 @@ template <class T>
 std::vector<std::int32_t> DecoderLm<T>::generate(std::span<const std::int32_t> prompt, const SampleOptions& options) {
   const EvalModeGuard<T> eval_mode(*this);  // the caller's mode back, also when sampling throws
   return sample<T>(*this, prompt, options);
+}
+
+namespace {
+// Every attention layer of a stack set to keep its weights, each put back as it was when this goes out
+// of scope, however the forward between ends.
+template <class T>
+class KeepingWeights {
+ public:
+  explicit KeepingWeights(TransformerStack<T>& stack) : stack_(stack) {
+    for (std::size_t i = 0; i < stack.size(); ++i) {
+      SelfAttention<T>& attention = stack.block(i).attention();
+      kept_before_.push_back(attention.keeps_weights());
+      attention.keep_weights(true);
+    }
+  }
+  ~KeepingWeights() {
+    for (std::size_t i = 0; i < kept_before_.size(); ++i) stack_.block(i).attention().keep_weights(kept_before_[i]);
+  }
+  KeepingWeights(const KeepingWeights&) = delete;
+  KeepingWeights& operator=(const KeepingWeights&) = delete;
+
+ private:
+  TransformerStack<T>& stack_;
+  std::vector<bool> kept_before_;
+};
+}  // namespace
+
+template <class T>
+std::vector<std::vector<TensorT<T>>> DecoderLm<T>::attention_maps(std::span<const std::int32_t> tokens) {
+  if (tokens.empty()) fail<ValueError>("attention_maps: no tokens; give 1 to {} (the context)", config_.context);
+  const EvalModeGuard<T> eval_mode(*this);  // no dropout on the weights shown
+  const KeepingWeights<T> keeping(*stack_);
+  const auto n = static_cast<Index>(tokens.size());
+  Ids ids(Shape::mat(1, n));
+  std::copy(tokens.begin(), tokens.end(), ids.data());
+  Tape<T> tape;
+  NoGradGuard<T> no_grad(tape);
+  (void)forward(tape, ids, nullptr);  // the embedding and the positions refuse tokens it cannot read
+  std::vector<std::vector<TensorT<T>>> maps(stack_->size());
+  for (std::size_t layer = 0; layer < stack_->size(); ++layer)
+    for (const TensorT<T>& head : stack_->block(layer).attention().attention_weights())  // (1, T, T)
+      maps[layer].emplace_back(Shape::mat(n, n), head.span());
+  return maps;
 }
 
 template class DecoderLm<float>;

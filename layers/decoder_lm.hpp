@@ -11,8 +11,7 @@
 // Its Config is all it takes to rebuild it: a checkpoint keeps it as the model's settings (model_record()
 // kind "decoder_lm"; model_from_checkpoint<DecoderLm<float>> rebuilds it), and examples/safetensors_to_torch.py
 // builds its PyTorch twin from the same settings. A program that keeps a configuration of its own (the
-// examples' char_lm and gpt, whose checkpoints name their own kinds) derives from DecoderLm and gives the
-// constructor the DecoderLmConfig its configuration means.
+// examples' char_lm and gpt, whose checkpoints name their own kinds) is a ConfiguredLm, below.
 //
 // It is a LanguageModel (layers/generate.hpp): training, evaluation and sampling run its one forward, the
 // last two with gradients off, sampling with or without a KvCache (generate()).
@@ -25,6 +24,7 @@
 #include <vector>
 
 #include "tapegrad/core/enum_names.hpp"
+#include "tapegrad/core/settings.hpp"
 #include "tapegrad/layers/embedding.hpp"
 #include "tapegrad/layers/generate.hpp"
 #include "tapegrad/layers/transformer.hpp"
@@ -62,15 +62,22 @@ struct DecoderLmConfig {
   static void fields(S& s, F&& field) {
     field("vocab", s.vocab, "tokens in the vocabulary", in_range(1, 1 << 24));
     field("context", s.context, "positions: the longest sequence", in_range(1, 1 << 16));
+    transformer_fields(s, field);
+    field("positions", s.positions, "positions: learned, sinusoidal or none");
+    field("tie", s.tie, "the output head reuses the embedding table");
+    field("head_bias", s.head_bias, "the output head adds a bias");
+    field("init", s.init, "initial weights: pytorch or gpt2");
+  }
+  // The transformer's settings (its sizes, attention mode and dropout) and the initial weights' seed, by
+  // these names: what a program's own configuration (ConfiguredLm, below) lists with this, on a struct of
+  // its own with these members, beside the settings it names itself.
+  template <class S, class F>
+  static void transformer_fields(S& s, F&& field) {
     field("d_model", s.d_model, "width of the residual stream", in_range(1, 1 << 16));
     field("n_heads", s.n_heads, "attention heads", in_range(1, 1 << 12));
     field("n_layers", s.n_layers, "transformer blocks", in_range(1, 1 << 10));
     field("d_ff", s.d_ff, "hidden width of the MLP (0: 4 d_model)", in_range(0, 1 << 20));
     field("attention", s.attention, "attention: learnable or parameter_free");
-    field("positions", s.positions, "positions: learned, sinusoidal or none");
-    field("tie", s.tie, "the output head reuses the embedding table");
-    field("head_bias", s.head_bias, "the output head adds a bias");
-    field("init", s.init, "initial weights: pytorch or gpt2");
     field("dropout", s.dropout, "dropout probability", in_range(0, 1, true));
     field("seed", s.seed, "seed of the initial weights");
   }
@@ -103,6 +110,12 @@ class DecoderLm : public Module<T>, public LanguageModel<T> {
   // the model's mode is restored afterwards.
   std::vector<std::int32_t> generate(std::span<const std::int32_t> prompt, const SampleOptions& options);
 
+  // What each head of each block reads in `tokens` (1 to context() of them, at positions 0 on): the
+  // attention weights of one forward in evaluation mode with gradients off, [layer][head], each (T, T),
+  // row = query, column = key. The model's modes and the layers' keep_weights come back as they were,
+  // also when the forward throws.
+  std::vector<std::vector<TensorT<T>>> attention_maps(std::span<const std::int32_t> tokens);
+
   ModelRecord model_record() const override { return {std::string(kind), to_settings(config_)}; }
   const Config& lm_config() const { return config_; }
   Embedding<T>& embedding() { return *embed_; }
@@ -125,5 +138,41 @@ class DecoderLm : public Module<T>, public LanguageModel<T> {
 
 extern template class DecoderLm<float>;
 extern template class DecoderLm<double>;
+
+// A DecoderLm with a configuration of a program's own (examples/char_lm, examples/gpt): C names the settings
+// the program keeps, its checkpoints keep them as the model's settings (model_record() kind C::kind), and
+// lists them with fields(), usually its own fields beside DecoderLmConfig::transformer_fields; C::decoder(c)
+// is the DecoderLmConfig they mean, and C::stream the initial weights' random stream. A C with a check()
+// has it run between its fields' bounds and the model's. model_from_checkpoint<ConfiguredLm<T, C>> (or of a
+// class derived from it) rebuilds it from a file.
+template <class T, class C>
+class ConfiguredLm : public DecoderLm<T> {
+ public:
+  using Config = C;
+  static constexpr std::string_view kind = C::kind;
+
+  // ValueError for a configuration that does not fit together (check_config), before anything is allocated.
+  explicit ConfiguredLm(const C& config) : DecoderLm<T>((check_config(config), C::decoder(config)), C::stream), config_(config) {}
+  // The constructor's checks alone: C's bounds first, so that a refusal names the program's setting, then
+  // the model's. Nothing is allocated.
+  static void check_config(const C& config) {
+    check_fields(config, C::kind);
+    if constexpr (requires { config.check(); }) config.check();
+    DecoderLm<T>::check_config(C::decoder(config));
+  }
+  // The parameter values a configuration implies, without building it (model_from_checkpoint compares it
+  // with the file first); ValueError as check_config.
+  static Index count_parameters(const C& config) {
+    check_config(config);
+    return DecoderLm<T>::count_parameters(C::decoder(config));
+  }
+  using Module<T>::count_parameters;  // a built model's
+
+  ModelRecord model_record() const override { return {std::string(C::kind), to_settings(config_)}; }
+  const C& config() const { return config_; }
+
+ private:
+  C config_;
+};
 
 }  // namespace tapegrad

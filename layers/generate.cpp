@@ -99,11 +99,13 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
     if (prompt[i] < 0 || prompt[i] >= V)
       fail<ValueError>("sample: prompt token {} at position {} is outside the vocabulary of {}", prompt[i], i, V);
   if (o.count < 0) fail<ValueError>("sample: count must be >= 0, got {}", o.count);
+  if (o.stop < -1 || o.stop >= V)
+    fail<ValueError>("sample: the stop token {} is outside the vocabulary of {} (-1: none)", o.stop, V);
   if (!(o.temperature > 0) || !std::isfinite(o.temperature))
     fail<ValueError>("sample: the temperature must be positive and finite, got {}", o.temperature);
 
   std::vector<std::int32_t> tokens(prompt.begin(), prompt.end());
-  Rng rng(o.seed);
+  Rng rng(o.seed, o.stream);
   std::optional<KvCache<T>> cache;
   if (o.cache) cache.emplace(context);
   Tape<T> tape;  // reset for every draw, its buffers reused: values only
@@ -143,6 +145,7 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
     }
     tokens.push_back(draw(logits, o.temperature, rng.uniform(), p));
     if (o.on_token) o.on_token(tokens.back());
+    if (tokens.back() == o.stop) break;
   }
   return {tokens.begin() + static_cast<std::ptrdiff_t>(prompt.size()), tokens.end()};
 }

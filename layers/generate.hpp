@@ -49,8 +49,10 @@ class LanguageModel {
 };
 
 struct SampleOptions {
-  Index count = 0;           // tokens to draw
-  std::uint64_t seed = 0;    // the draws' random stream, Rng(seed)
+  Index count = 0;           // tokens to draw, at most
+  std::uint64_t seed = 0;    // the draws' random numbers: Rng(seed, stream)
+  std::uint64_t stream = 0;  // ... so that texts sampled apart (one word each) draw from streams of one seed
+  std::int32_t stop = -1;    // a token that ends the text once drawn (it is the last one returned); -1: none
   double temperature = 1.0;  // logits are divided by it: below 1 sharper, above 1 flatter
   bool cache = true;         // false: a forward of the whole window for every token
   // Called with each token as it is drawn (a program streams the text instead of holding it until the
@@ -62,8 +64,9 @@ struct SampleOptions {
   std::function<void(std::span<const double>)> on_logits = {};
 };
 
-// `count` tokens drawn after `prompt`, the new ones only. ValueError for an empty prompt, a prompt token
-// outside the vocabulary, a negative count or a temperature that is not positive and finite;
+// `count` tokens drawn after `prompt` (fewer when `stop` is drawn), the new ones only. ValueError for an
+// empty prompt, a prompt token outside the vocabulary, a negative count, a stop token outside the
+// vocabulary (other than -1) or a temperature that is not positive and finite;
 // NonFiniteError, naming the token being drawn, when the model's logits are not all finite (weights that
 // overflow: every draw would otherwise fall on the last token).
 template <class T>

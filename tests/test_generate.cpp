@@ -557,3 +557,28 @@ TEST_CASE("generate: on_token sees each token as it is drawn, in order, and what
                        "stdout: closed", IoError);
   CHECK(calls == 3);
 }
+
+TEST_CASE("generate: a stop token ends the text once drawn; streams of one seed draw apart; refusals") {
+  TinyOptions o;
+  TinyLm<double> model(o);
+  model.eval();
+  const std::vector<std::int32_t> prompt = {1};
+  const auto whole = sample(model, prompt, {.count = 40, .seed = 6});
+  // Stop at the first token that occurs after the first draw: the text is the whole one's prefix through it.
+  const std::int32_t stop = whole[3];
+  const auto first = static_cast<std::size_t>(std::find(whole.begin(), whole.end(), stop) - whole.begin());
+  for (const bool cache : {true, false}) {
+    CAPTURE(cache);
+    const auto stopped = sample(model, prompt, {.count = 40, .seed = 6, .stop = stop, .cache = cache});
+    CHECK(stopped == std::vector<std::int32_t>(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(first) + 1));
+  }
+  // Stream 0 is the seed's own stream; other streams draw other texts, each fixed by (seed, stream).
+  CHECK(sample(model, prompt, {.count = 40, .seed = 6, .stream = 0}) == whole);
+  const auto other = sample(model, prompt, {.count = 40, .seed = 6, .stream = 1});
+  CHECK(other != whole);
+  CHECK(other == sample(model, prompt, {.count = 40, .seed = 6, .stream = 1, .cache = false}));
+  CHECK_THROWS_WITH_AS(sample(model, prompt, {.count = 3, .stop = o.vocab}),
+                       "sample: the stop token 11 is outside the vocabulary of 11 (-1: none)", ValueError);
+  CHECK_THROWS_WITH_AS(sample(model, prompt, {.count = 3, .stop = -2}),
+                       "sample: the stop token -2 is outside the vocabulary of 11 (-1: none)", ValueError);
+}

@@ -589,7 +589,7 @@ TEST_CASE("optimizer: Adam and AdamW decay the matrices only when asked, save th
   // With zero gradients an AdamW step is its decay alone (m = v = 0 add nothing): p *= 1 - lr wd.
   TwoParams m(9);
   const TensorD wq = m.wq.value, bias = m.bias.value;
-  AdamW<double> matrices(m.ptrs(), {.lr = 0.1, .weight_decay = 0.5}, DecayOn::matrices);
+  AdamW<double> matrices(m.ptrs(), {.lr = 0.1, .weight_decay = 0.5, .decay_on = DecayOn::matrices});
   m.wq.zero_grad();
   m.bias.zero_grad();
   matrices.step();
@@ -606,7 +606,7 @@ TEST_CASE("optimizer: Adam and AdamW decay the matrices only when asked, save th
   // sees no gradient at all and does not move.
   TwoParams n(10);
   const TensorD n_bias = n.bias.value;
-  Adam<double> adam(n.ptrs(), {.lr = 0.1, .weight_decay = 0.5}, DecayOn::matrices);
+  Adam<double> adam(n.ptrs(), {.lr = 0.1, .weight_decay = 0.5, .decay_on = DecayOn::matrices});
   n.wq.zero_grad();
   n.bias.zero_grad();
   adam.step();
@@ -616,13 +616,13 @@ TEST_CASE("optimizer: Adam and AdamW decay the matrices only when asked, save th
   // A resume is exact, through load_state and through make_optimizer (a checkpoint's hyperparameters).
   TwoParams a(11), b(11), c(11);
   Rng rng(111);
-  AdamW<double> original(a.ptrs(), {.lr = 0.03, .weight_decay = 0.2}, DecayOn::matrices);
+  AdamW<double> original(a.ptrs(), {.lr = 0.03, .weight_decay = 0.2, .decay_on = DecayOn::matrices});
   take_steps(original, a, rng, 3);
   for (TwoParams* copy : {&b, &c}) {
     copy->wq.value = a.wq.value;
     copy->bias.value = a.bias.value;
   }
-  AdamW<double> resumed(b.ptrs(), {}, DecayOn::matrices);
+  AdamW<double> resumed(b.ptrs(), {.decay_on = DecayOn::matrices});
   resumed.load_state(original.state());
   auto rebuilt = make_optimizer<double>(OptimizerKind::adamw, c.ptrs(), original.state().hyperparameters);
   rebuilt->load_state(original.state());

@@ -275,19 +275,25 @@ std::pair<Settings, DecayOn> split_decay_on(const Settings& h, std::string_view 
   }
   return {std::move(rest), on};
 }
+
+AdamOptions adam_options(const Settings& h, std::string_view what) {
+  auto [rest, on] = split_decay_on(h, what);
+  AdamOptions options = from_settings<AdamOptions>(rest, what);
+  options.decay_on = on;
+  return options;
+}
 }  // namespace
 
 template <class T>
 AdamFamily<T>::AdamFamily(std::vector<Parameter<T>*> params, AdamOptions options, bool decoupled_decay,
-                          OptimizerKind kind, DecayOn decay_on)
+                          OptimizerKind kind)
     : OptimizerWith<T, AdamOptions>(std::move(params), options, std::string(to_string(kind)), {"exp_avg", "exp_avg_sq"}),
-      decoupled_decay_(decoupled_decay),
-      decay_on_(decay_on) {}
+      decoupled_decay_(decoupled_decay) {}
 
 template <class T>
 Settings AdamFamily<T>::hyperparameters() const {
   Settings h = OptimizerWith<T, AdamOptions>::hyperparameters();
-  if (decay_on_ != DecayOn::all) h.push_back({std::string(kDecayOn), to_text(decay_on_)});
+  if (decay_on() != DecayOn::all) h.push_back({std::string(kDecayOn), to_text(decay_on())});
   return h;
 }
 
@@ -300,12 +306,12 @@ template <class T>
 void AdamFamily<T>::apply_hyperparameters(const Settings& h) {
   auto [rest, on] = split_decay_on(h, "load_state");
   OptimizerWith<T, AdamOptions>::apply_hyperparameters(rest);
-  decay_on_ = on;
+  this->options_.decay_on = on;
 }
 
 template <class T>
 bool AdamFamily<T>::decays(std::size_t i) const {
-  return decay_on_ == DecayOn::all || this->params()[i]->value.rank() >= 2;
+  return decay_on() == DecayOn::all || this->params()[i]->value.rank() >= 2;
 }
 
 template <class T>
@@ -344,12 +350,12 @@ void AdamFamily<T>::update(double lr, std::int64_t step) {
 }
 
 template <class T>
-Adam<T>::Adam(std::vector<Parameter<T>*> params, AdamOptions options, DecayOn decay_on)
-    : AdamFamily<T>(std::move(params), options, false, OptimizerKind::adam, decay_on) {}
+Adam<T>::Adam(std::vector<Parameter<T>*> params, AdamOptions options)
+    : AdamFamily<T>(std::move(params), options, false, OptimizerKind::adam) {}
 
 template <class T>
-AdamW<T>::AdamW(std::vector<Parameter<T>*> params, AdamOptions options, DecayOn decay_on)
-    : AdamFamily<T>(std::move(params), options, true, OptimizerKind::adamw, decay_on) {}
+AdamW<T>::AdamW(std::vector<Parameter<T>*> params, AdamOptions options)
+    : AdamFamily<T>(std::move(params), options, true, OptimizerKind::adamw) {}
 
 // ---------------------------------------------------------------------------------------------
 // By name
@@ -361,14 +367,10 @@ std::unique_ptr<Optimizer<T>> make_optimizer(OptimizerKind kind, std::vector<Par
   switch (kind) {
     case OptimizerKind::sgd:
       return std::make_unique<SGD<T>>(std::move(params), from_settings<SgdOptions>(hyperparameters, what));
-    case OptimizerKind::adam: {
-      const auto [options, on] = split_decay_on(hyperparameters, what);
-      return std::make_unique<Adam<T>>(std::move(params), from_settings<AdamOptions>(options, what), on);
-    }
-    case OptimizerKind::adamw: {
-      const auto [options, on] = split_decay_on(hyperparameters, what);
-      return std::make_unique<AdamW<T>>(std::move(params), from_settings<AdamOptions>(options, what), on);
-    }
+    case OptimizerKind::adam:
+      return std::make_unique<Adam<T>>(std::move(params), adam_options(hyperparameters, what));
+    case OptimizerKind::adamw:
+      return std::make_unique<AdamW<T>>(std::move(params), adam_options(hyperparameters, what));
   }
   fail<NameError>("{}: no such optimizer", what);
 }

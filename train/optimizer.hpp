@@ -93,6 +93,11 @@ struct AdamOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0;
+  // Which parameters the decay applies to. Not among fields(): a state saves it, as "decay_on = matrices",
+  // only when it is not `all`, so that one that decays every parameter saves, prints and loads exactly
+  // what it did before the choice existed; a state and an optimizer that differ in it are refused by
+  // load_state (the name is missing on one side).
+  DecayOn decay_on = DecayOn::all;
 
   template <class S, class F>
   static void fields(S& s, F&& field) {
@@ -270,19 +275,15 @@ class SGD final : public OptimizerWith<T, SgdOptions> {
 };
 
 // Adam and AdamW share everything but where weight decay enters. Buffers: "exp_avg", "exp_avg_sq".
-// Decay on the matrices only is saved among the hyperparameters as "decay_on = matrices", and only then,
-// so an optimizer that decays every parameter saves, prints and loads exactly what it did before the
-// choice existed; a state and an optimizer that differ in it are refused by load_state (the name is
-// missing on one side).
+// Hyperparameters: AdamOptions' fields, and "decay_on = matrices" when options().decay_on is matrices.
 template <class T>
 class AdamFamily : public OptimizerWith<T, AdamOptions> {
  public:
-  DecayOn decay_on() const { return decay_on_; }
+  DecayOn decay_on() const { return this->options_.decay_on; }
   Settings hyperparameters() const override;
 
  protected:
-  AdamFamily(std::vector<Parameter<T>*> params, AdamOptions options, bool decoupled_decay, OptimizerKind kind,
-             DecayOn decay_on);
+  AdamFamily(std::vector<Parameter<T>*> params, AdamOptions options, bool decoupled_decay, OptimizerKind kind);
 
  private:
   void update(double lr, std::int64_t t) override;
@@ -291,21 +292,20 @@ class AdamFamily : public OptimizerWith<T, AdamOptions> {
   bool decays(std::size_t i) const;  // whether parameter i's weight decay applies
 
   bool decoupled_decay_;  // AdamW: p *= 1 - lr wd, apart from the gradient
-  DecayOn decay_on_;
 };
 
 // torch.optim.Adam: weight decay is added to the gradient (L2 regularisation).
 template <class T>
 class Adam final : public AdamFamily<T> {
  public:
-  explicit Adam(std::vector<Parameter<T>*> params, AdamOptions options = {}, DecayOn decay_on = DecayOn::all);
+  explicit Adam(std::vector<Parameter<T>*> params, AdamOptions options = {});
 };
 
 // torch.optim.AdamW: decoupled weight decay (Loshchilov & Hutter).
 template <class T>
 class AdamW final : public AdamFamily<T> {
  public:
-  explicit AdamW(std::vector<Parameter<T>*> params, AdamOptions options = {}, DecayOn decay_on = DecayOn::all);
+  explicit AdamW(std::vector<Parameter<T>*> params, AdamOptions options = {});
 };
 
 // An optimizer of a named kind from its hyperparameters (as a checkpoint or a command line holds them):

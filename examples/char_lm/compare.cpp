@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "command_line.hpp"
+#include "lm_programs.hpp"
 #include "memory_limit.hpp"
 #include "tapegrad/core/file_io.hpp"
 #include "tapegrad/program/output_folder.hpp"
@@ -36,9 +37,9 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 constexpr Index kEvalBatch = 256;        // words per evaluation batch
 // The learnable model's memory (the larger of the two) within the examples' limit.
-void check_memory(CharLm<float>::Config c, Index batch) {
+void check_memory(CharLmConfig c, Index batch) {
   c.attention = AttentionMode::learnable;
-  examples::check_lm_memory(CharLm<float>::decoder_config(c), batch, "--d-model, --d-ff, --layers or --batch");
+  examples::check_lm_memory(CharLmConfig::decoder(c), batch, "--d-model, --d-ff, --layers or --batch");
 }
 
 Index eval_every(const Options& o) { return o.eval_every > 0 ? o.eval_every : std::max<Index>(1, o.steps / 10); }
@@ -52,7 +53,7 @@ struct LmRun {
   AdamW<float> optimizer;
   Trainer<SequenceBatch> trainer;
 
-  LmRun(const CharLm<float>::Config& config, const WordSource& train, const WordSource& validation, const Options& o)
+  LmRun(const CharLmConfig& config, const WordSource& train, const WordSource& validation, const Options& o)
       : model(config), optimizer(model.parameters(), {.lr = o.lr, .weight_decay = o.weight_decay}),
         trainer(model, optimizer, train, [this](Tape<float>& tape, const SequenceBatch& batch) { return model.loss(tape, batch); },
                 {.steps = o.steps, .batch = o.batch, .eval_every = eval_every(o), .eval_batch = kEvalBatch, .seed = config.seed}) {
@@ -70,8 +71,8 @@ struct RunResult {
   double seconds = 0;     // training, with its evaluations
   std::vector<CurvePoint> curve = {};
   std::vector<std::string> samples = {};
-  std::vector<std::vector<std::vector<double>>> maps = {};  // [layer][head] on the validation word (seed 0)
-  bool reload_matches = false;  // the saved file, read back, samples the same words
+  std::vector<std::vector<Tensor>> maps = {};  // [layer][head] on the validation word (seed 0)
+  bool reload_matches = false;  // the saved file, read back, samples the same words without the cache
 };
 
 struct MeanSd {
@@ -85,13 +86,13 @@ MeanSd mean_sd(const std::vector<double>& v) {
   return m;
 }
 
-std::string checkpoint_name(AttentionMode mode, int seed) { return fmt::format("{}_seed{}.tgck", mode_file_name(mode), seed); }
+std::string checkpoint_name(AttentionMode mode, int seed) { return fmt::format("{}_seed{}.tgck", to_string(mode), seed); }
 std::string safetensors_name(AttentionMode mode, int seed) {
-  return fmt::format("{}_seed{}.safetensors", mode_file_name(mode), seed);
+  return fmt::format("{}_seed{}.safetensors", to_string(mode), seed);
 }
-std::string samples_name(AttentionMode mode, int seed) { return fmt::format("samples_{}_seed{}.txt", mode_file_name(mode), seed); }
+std::string samples_name(AttentionMode mode, int seed) { return fmt::format("samples_{}_seed{}.txt", to_string(mode), seed); }
 std::string attention_name(AttentionMode mode, std::size_t layer) {
-  return fmt::format("attention_{}_layer{}.svg", mode_file_name(mode), layer);
+  return fmt::format("attention_{}_layer{}.svg", to_string(mode), layer);
 }
 
 std::string lines(const std::vector<std::string>& words) {
@@ -113,7 +114,7 @@ bool is_leader(const Collective* collective) { return collective == nullptr || c
 RunResult train_one(const Options& o, AttentionMode mode, int seed, Index max_len, const WordSource& train,
                     const WordSource& validation, const std::string& shown_word, OutputFolder* out,
                     const fs::path& data_file, Collective* collective) {
-  CharLm<float>::Config config = o.model;
+  CharLmConfig config = o.model;
   config.max_len = max_len;
   config.attention = mode;
   config.seed = static_cast<std::uint64_t>(seed);
@@ -121,7 +122,7 @@ RunResult train_one(const Options& o, AttentionMode mode, int seed, Index max_le
   run.trainer.set_collective(collective);  // every rank trains this model together
   const bool terminal = isatty(fileno(stderr)) != 0;
   Progress progress(stderr, terminal && is_leader(collective) ? Progress::Style::bar : Progress::Style::quiet, o.steps,
-                    fmt::format("{} seed {}", mode_title(mode), seed));
+                    fmt::format("{} seed {}", examples::attention_title(mode), seed));
   const auto start = std::chrono::steady_clock::now();
   examples::with_nan_hint("lower --lr", [&] { run.trainer.run(progress.callbacks()); });
   progress.finish();
@@ -130,7 +131,7 @@ RunResult train_one(const Options& o, AttentionMode mode, int seed, Index max_le
   r.curve = run.trainer.curve();
   r.validation = value_of(r.curve.back().values, "eval_loss");
   if (!is_leader(collective)) return r;  // the others' replicas are rank 0's: it samples, saves and reports
-  r.samples = sample_words(next_symbol(run.model), max_len, o.count, o.sample_seed);
+  r.samples = sample_words(run.model, max_len, o.count, o.sample_seed);
   if (seed == 0) r.maps = attention_maps(run.model, shown_word);
 
   Checkpoint checkpoint = snapshot(run.trainer);
@@ -147,10 +148,11 @@ RunResult train_one(const Options& o, AttentionMode mode, int seed, Index max_le
   out->write(safetensors_name(mode, seed), {reinterpret_cast<const char*>(exported.data()), exported.size()},
              Durability::durable);
   out->write(samples_name(mode, seed), lines(r.samples));
-  // What --sample-from will do in a fresh process: the saved model must sample the same words.
+  // What --sample-from will do in a fresh process: the saved model must sample the same words, and so must
+  // its forward over each whole window (no cache) the cached forward sampled them with.
   const auto reloaded = model_from_checkpoint<CharLm<float>>(read_checkpoint(out->path(file)));
-  r.reload_matches = sample_words(next_symbol(*reloaded), max_len, o.count, o.sample_seed) == r.samples;
-  fmt::print("  {:<14} seed {}: validation {:.4f} nats/char after {} steps ({:.1f} s); saved {}{}\n", mode_title(mode), seed,
+  r.reload_matches = sample_words(*reloaded, max_len, o.count, o.sample_seed, false) == r.samples;
+  fmt::print("  {:<14} seed {}: validation {:.4f} nats/char after {} steps ({:.1f} s); saved {}{}\n", examples::attention_title(mode), seed,
              r.validation, o.steps, r.seconds, file,
              r.reload_matches ? "" : " -- RELOADED, IT SAMPLES OTHER WORDS");
   std::fflush(stdout);
@@ -188,7 +190,7 @@ std::string curves_svg(const std::vector<RunResult>& seed0, double bigram, Index
   LineChart chart{.title = "next-character NLL (seed 0)", .x_label = "step", .y_label = "nats per character"};
   for (const RunResult& r : seed0)
     for (const char* which : {"train_loss", "eval_loss"}) {
-      Series s{.name = fmt::format("{} {}", mode_title(r.mode), which[0] == 't' ? "train" : "validation")};
+      Series s{.name = fmt::format("{} {}", examples::attention_title(r.mode), which[0] == 't' ? "train" : "validation")};
       for (const CurvePoint& p : r.curve) {
         s.x.push_back(static_cast<double>(p.step));
         s.y.push_back(value_of(p.values, which));
@@ -203,14 +205,9 @@ std::string curves_svg(const std::vector<RunResult>& seed0, double bigram, Index
 std::string attention_svg(const RunResult& r, std::size_t layer, const std::string& word) {
   std::vector<std::string> labels = {"."};
   for (char c : word) labels.emplace_back(1, c);
-  std::vector<std::string> heads;
-  for (std::size_t h = 0; h < r.maps[layer].size(); ++h)
-    heads.push_back(heatmap_svg({.title = fmt::format("{} attention, layer {}, head {}: '{}'", mode_title(r.mode), layer, h, word),
-                                 .row_labels = labels,
-                                 .col_labels = labels,
-                                 .values = r.maps[layer][h],
-                                 .show_values = labels.size() <= 12}));
-  return svg_row(heads);
+  return examples::attention_layer_svg(
+      r.maps[layer], labels, fmt::format("{} attention, layer {}: '{}'", examples::attention_title(r.mode), layer, word),
+      labels.size() <= 12);
 }
 
 std::string samples_block(const std::vector<std::pair<std::string, std::vector<std::string>>>& samples, bool markdown) {
@@ -242,7 +239,7 @@ int run_comparison(const Options& o, Collective* collective) {
   const WordList list = read_words(data_file, "--data");
   const Split split = split_words(list.words, o.data_seed);
   const Index max_len = std::max(longest_sequence(split.train), longest_sequence(split.validation));
-  CharLm<float>::Config shape = o.model;
+  CharLmConfig shape = o.model;
   shape.max_len = max_len;
   CharLm<float>::check_config(shape);  // before the folder is taken
   check_memory(shape, std::max<Index>(o.batch, kEvalBatch));
@@ -285,7 +282,8 @@ int run_comparison(const Options& o, Collective* collective) {
   const Bigram bigram(split.train);
   const double bigram_nll = bigram.nll(split.validation);
   const double bigram_seconds = seconds_since(bigram_start);
-  const std::vector<std::string> bigram_samples = sample_words(next_symbol(bigram), max_len, o.count, o.sample_seed);
+  examples::BigramModel<Bigram> bigram_model(bigram);
+  const std::vector<std::string> bigram_samples = sample_words(bigram_model, max_len, o.count, o.sample_seed);
   if (leader) out->write("samples_bigram.txt", lines(bigram_samples));
 
   std::vector<std::vector<RunResult>> results(std::size(kModes));
@@ -299,10 +297,10 @@ int run_comparison(const Options& o, Collective* collective) {
   for (const auto& runs : results) {
     double seconds = 0;
     for (const auto& r : runs) seconds += r.seconds;
-    rows.push_back({std::string(mode_title(runs[0].mode)), runs[0].parameters, nll_cell(runs), seconds});
+    rows.push_back({std::string(examples::attention_title(runs[0].mode)), runs[0].parameters, nll_cell(runs), seconds});
   }
   std::vector<std::pair<std::string, std::vector<std::string>>> samples = {{"bigram", bigram_samples}};
-  for (const auto& runs : results) samples.emplace_back(std::string(mode_title(runs[0].mode)), runs[0].samples);
+  for (const auto& runs : results) samples.emplace_back(std::string(examples::attention_title(runs[0].mode)), runs[0].samples);
 
   // Pictures: the curves, and each attention model's maps on the validation word, one file per layer.
   std::vector<std::string> pictures = {"curves.svg"};
@@ -346,18 +344,20 @@ int run_comparison(const Options& o, Collective* collective) {
   fmt::print("wrote {}/: report.md, {}, {} checkpoints, samples_*.txt  ({:.0f} s in all)\n", escaped(out->folder()),
              fmt::join(pictures, ", "), o.seeds * 2, seconds_since(start));
   fmt::print("each saved model, read back into a fresh model, samples {}\n",
-             reloads_match ? "the same words" : "OTHER WORDS than the trained one (see above)");
+             reloads_match ? "the same words recomputing each window as the trained one did through its cache"
+                           : "OTHER WORDS than the trained one (see above)");
   return static_cast<int>(reloads_match ? ExitCode::ok : ExitCode::check_failed);
 }
 
-// What --sample-from may ask of the machine: each symbol of a word recomputes the model on the whole prefix,
-// so a word cut at L letters costs about L^2 / 2 positions; count x (L + 1)(L + 2) / 2 positions in all
-// (a model that never ends a word reaches that). The limit lets the default model (words up to 23 letters)
+// What --sample-from may ask of the machine: recomputing (--no-cache), each symbol of a word runs the model
+// on the whole prefix, so a word cut at L letters costs about L^2 / 2 positions; count x (L + 1)(L + 2) / 2
+// positions in all (a model that never ends a word reaches that). Through the cache a symbol is one
+// position, but one forward each: the same bound serves both. The limit lets the default model (words up to 23 letters)
 // sample the largest --count, and stops a 1024-letter model at about a hundred words (16 took 34 s);
 // more is refused before it starts, naming --count, and long sampling shows its progress.
 constexpr double kMaxSamplePositions = 4e7;
 
-int sample_from(const fs::path& file, Index count, std::uint64_t seed) {
+int sample_from(const fs::path& file, Index count, std::uint64_t seed, bool cache) {
   const auto model = model_from_checkpoint<CharLm<float>>(read_checkpoint(file));
   const Index max_len = model->config().max_len;
   const double positions = static_cast<double>(count) * static_cast<double>((max_len + 1) * (max_len + 2)) / 2;
@@ -368,10 +368,11 @@ int sample_from(const fs::path& file, Index count, std::uint64_t seed) {
                      static_cast<Index>(kMaxSamplePositions / (static_cast<double>((max_len + 1) * (max_len + 2)) / 2)));
   Progress progress(stderr, Progress::Style::automatic, count, "sampling");
   const std::vector<std::string> words =
-      sample_words(next_symbol(*model), max_len, count, seed, [&](Index done) { progress.on_step(done); });
+      sample_words(*model, max_len, count, seed, cache, [&](Index done) { progress.on_step(done); });
   progress.finish();
   fmt::print("{}", lines(words));
-  fmt::print(stderr, "char_lm: {} words from {} ({}; seed {})\n", count, escaped(file), describe(model->config()), seed);
+  fmt::print(stderr, "char_lm: {} words from {} ({}; seed {}; {})\n", count, escaped(file), describe(model->config()), seed,
+             cache ? "through the cache" : "recomputing each window");
   return 0;
 }
 

@@ -27,7 +27,7 @@ struct Options {
   Index eval_every = 0;            // 0: steps / 10
   double lr = 3e-3;
   double weight_decay = 0.01;
-  CharLm<float>::Config model{.d_model = 64, .n_heads = 4, .n_layers = 2};  // max_len, attention, seed set per run
+  CharLmConfig model{.d_model = 64, .n_heads = 4, .n_layers = 2};  // max_len, attention, seed set per run
   Index count = 20;                // words sampled from each model
   std::uint64_t sample_seed = 0;
 };
@@ -37,7 +37,8 @@ struct Options {
 int run_comparison(const Options& o, tapegrad::Collective* collective = nullptr);
 
 // Rebuilds the model saved in `file` and prints `count` sampled words, one per line, exactly as the
-// training run sampled them with the same seed.
-int sample_from(const std::filesystem::path& file, Index count, std::uint64_t seed);
+// training run sampled them with the same seed, through the model's cache or (`cache` false) recomputing
+// each word's window for every letter: the same words.
+int sample_from(const std::filesystem::path& file, Index count, std::uint64_t seed, bool cache);
 
 }  // namespace char_lm

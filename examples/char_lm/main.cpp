@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   std::string sample_file;
   int threads = 0;
   bool data_parallel = false;
+  bool no_cache = false;
   auto* data = app.add_option("--data", o.data, "Word list, one word per line")->capture_default_str();
   auto* out = app.add_option("--out", o.out, "Folder for checkpoints, samples, pictures and report.md")->capture_default_str();
   auto* overwrite = app.add_flag("--overwrite", o.overwrite, "Replace the files of an earlier run in --out");
@@ -61,6 +62,9 @@ int main(int argc, char** argv) {
   auto* sample = app.add_option("--sample-from", sample_file,
                                 "Rebuild the model saved in this checkpoint and print --count words sampled with --seed "
                                 "(the words the training run sampled, with the same seed); trains nothing");
+  auto* recompute = app.add_flag("--no-cache", no_cache,
+                                 "With --sample-from: recompute each word's window for every letter instead of reading "
+                                 "the model's key-value cache (the same words, slower)");
   app.footer("Examples:\n"
              "  char_lm                                  # the default comparison, into char_lm_out/\n"
              "  char_lm --data names.txt --out runs/names --steps 3000 --tie\n"
@@ -72,9 +76,11 @@ int main(int argc, char** argv) {
     for (const CLI::Option* training : {data, out, overwrite, seeds, data_seed, steps, batch, eval, layers, width, heads, d_ff,
                                         tie, lr, decay, dropout, parallel})
       if (sample->count() > 0 && training->count() > 0)
-        fail<ValueError>("{} is a training flag; --sample-from takes only --count, --seed and --threads", training->get_name());
+        fail<ValueError>("{} is a training flag; --sample-from takes only --count, --seed, --no-cache and --threads",
+                         training->get_name());
+    if (recompute->count() > 0 && sample->count() == 0) fail<ValueError>("--no-cache goes with --sample-from");
     if (threads > 0) set_num_threads(threads);
-    if (sample->count() > 0) return char_lm::sample_from(sample_file, o.count, o.sample_seed);
+    if (sample->count() > 0) return char_lm::sample_from(sample_file, o.count, o.sample_seed, !no_cache);
     return char_lm::run_comparison(o, job.collective());
   });
 }

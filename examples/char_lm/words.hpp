@@ -80,6 +80,7 @@ class Bigram {
   // Mean negative log-likelihood per predicted symbol (each letter and each end), in nats.
   double nll(const std::vector<std::string>& words) const;
   static constexpr Index count_parameters() { return kVocab * kVocab; }  // the counts
+  static constexpr Index vocab() { return kVocab; }
 
  private:
   static std::size_t idx(std::int32_t a, std::int32_t b) { return static_cast<std::size_t>(a * kVocab + b); }

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "command_line.hpp"
+#include "lm_programs.hpp"
 #include "gpt/outputs.hpp"
 #include "gpt/prepare.hpp"
 #include "memory_limit.hpp"
@@ -152,9 +153,9 @@ std::unique_ptr<Data> load_data(const fs::path& path, const fs::path& prepared_d
 }
 
 // The learnable model's memory (the larger of the two) within the examples' limit.
-void check_memory(Gpt<float>::Config c, Index batch) {
+void check_memory(GptConfig c, Index batch) {
   c.attention = AttentionMode::learnable;
-  examples::check_lm_memory(Gpt<float>::decoder_config(c), batch, "--d-model, --d-ff, --layers, --context or --batch");
+  examples::check_lm_memory(GptConfig::decoder(c), batch, "--d-model, --d-ff, --layers, --context or --batch");
 }
 
 // ---- one model's training ------------------------------------------------------------------------------
@@ -168,7 +169,7 @@ struct LmRun {
   std::unique_ptr<Optimizer<float>> optimizer;
   Trainer<SequenceBatch> trainer;
 
-  LmRun(const Gpt<float>::Config& config, const OptimizerFactory& make_optimizer, const TrainOptions& options,
+  LmRun(const GptConfig& config, const OptimizerFactory& make_optimizer, const TrainOptions& options,
         const Data& data)
       : model(config), optimizer(make_optimizer(model)),
         trainer(model, *optimizer, data.train_source(),
@@ -183,8 +184,8 @@ Index warmup_steps(const Options& o) { return std::min(o.warmup, o.steps); }
 OptimizerFactory new_optimizer(const Options& o) {
   return [&o](Gpt<float>& model) {
     auto adamw = std::make_unique<AdamW<float>>(
-        model.parameters(), AdamOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .weight_decay = o.weight_decay},
-        o.decay_on);
+        model.parameters(), AdamOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .weight_decay = o.weight_decay,
+                                        .decay_on = o.decay_on});
     adamw->set_schedule(CosineWithWarmup({.warmup_steps = warmup_steps(o), .total_steps = std::max<Index>(1, o.steps),
                                           .min_lr = o.min_lr}));
     return adamw;
@@ -295,7 +296,7 @@ struct ModelResult {
   double chars_per_second = 0;  // bytes of training windows (steps x batch x context) a second
   std::vector<CurvePoint> curve = {};
   std::string samples = {};  // the prompt and what the model wrote after it
-  std::vector<std::vector<std::vector<double>>> maps = {};  // [layer][head] on the attention sentence
+  std::vector<std::vector<Tensor>> maps = {};  // [layer][head] on the attention sentence
   bool reload_matches = true;  // the saved file, read back, samples the same text
 };
 
@@ -313,7 +314,7 @@ std::string sample_text(LanguageModel<T>& model, const ByteVocabulary& vocabular
 ModelResult train_to_end(LmRun& run, const Data& data, const Options& o, RunFolder* folder, Collective* collective,
                          std::string_view sentence) {
   Gpt<float>& model = run.model;
-  const std::string title(mode_title(model.config().attention)), name(mode_file_name(model.config().attention));
+  const std::string title(examples::attention_title(model.config().attention)), name(to_string(model.config().attention));
   const bool leader = is_leader(collective);
   const TrainOptions& options = run.trainer.options();
   const Index first_step = run.trainer.steps_done();
@@ -367,15 +368,8 @@ std::vector<std::string> byte_labels(std::string_view text) {
 
 // One layer's heads side by side: rows are queries, columns keys.
 std::string attention_svg(const ModelResult& r, std::size_t layer, std::string_view sentence) {
-  const std::vector<std::string> labels = byte_labels(sentence);
-  std::vector<std::string> heads;
-  for (std::size_t h = 0; h < r.maps[layer].size(); ++h)
-    heads.push_back(heatmap_svg({.title = fmt::format("{} attention, layer {}, head {}", r.title, layer, h),
-                                 .row_labels = labels,
-                                 .col_labels = labels,
-                                 .values = r.maps[layer][h],
-                                 .show_values = false}));
-  return svg_row(heads);
+  return examples::attention_layer_svg(r.maps[layer], byte_labels(sentence),
+                                       fmt::format("{} attention, layer {}", r.title, layer), false);
 }
 
 std::string attention_name(const ModelResult& r, std::size_t layer) {
@@ -449,7 +443,7 @@ std::string describe_training(const Options& o, const Data& d) {
                      o.eval_every, describe_evaluation(d));
 }
 
-std::string describe_model(const Gpt<float>::Config& c) {
+std::string describe_model(const GptConfig& c) {
   return fmt::format("embedding {} x {} + learned positions ({}) -> {} causal pre-norm block{} (width {}, {} heads, MLP {}, "
                      "GELU, biases) -> LayerNorm -> head tied to the embedding; dropout {:g}",
                      c.vocabulary.size() / 2, c.d_model, c.context, c.n_layers, c.n_layers == 1 ? "" : "s", c.d_model,
@@ -470,7 +464,7 @@ std::string visible(std::string_view prompt) {
   return out;
 }
 
-std::string report(const Options& o, const Data& d, const Gpt<float>::Config& c, const std::vector<ModelResult>& rows,
+std::string report(const Options& o, const Data& d, const GptConfig& c, const std::vector<ModelResult>& rows,
                    const std::vector<ModelResult>& trained, std::string_view sentence, const std::vector<std::string>& pictures,
                    double total_seconds) {
   std::string out = fmt::format(
@@ -516,9 +510,9 @@ FolderPlan plan_of(const Options& o, const Data& data, const std::vector<Attenti
   plan.last_step = steps;
   plan.checkpoints = o.checkpoint_every > 0;
   for (const AttentionMode mode : modes) {
-    plan.models.emplace_back(mode_file_name(mode));
+    plan.models.emplace_back(to_string(mode));
     for (Index layer = 0; layer < o.model.n_layers; ++layer)
-      plan.pictures.push_back(fmt::format("attention_{}_layer{}.svg", mode_file_name(mode), layer));
+      plan.pictures.push_back(fmt::format("attention_{}_layer{}.svg", to_string(mode), layer));
   }
   return plan;
 }
@@ -533,7 +527,7 @@ int run_comparison(const Options& o, Collective* collective) {
                 {.context = o.model.context, .curve_windows = o.curve_windows, .eval_windows = o.eval_windows,
                  .seed = o.train_seed},
                 "--data");
-  Gpt<float>::Config config = o.model;
+  GptConfig config = o.model;
   config.vocabulary = data->vocabulary().hex();
   Gpt<float>::check_config(config);  // before the folder is taken
   check_memory(config, o.batch);  // evaluation goes in batches of the same size
@@ -552,7 +546,7 @@ int run_comparison(const Options& o, Collective* collective) {
   ModelResult floor{.title = "bigram", .file_name = "bigram", .parameters = bigram.count_parameters(),
                     .validation = bigram_table(bigram, data->validation)};
   floor.seconds = seconds_since(bigram_start);
-  BigramModel bigram_model(bigram);
+  examples::BigramModel<Bigram> bigram_model(bigram);
   floor.samples = sample_text(bigram_model, data->vocabulary(), o, false);
   if (leader) folder->write("samples_bigram.txt", floor.samples);
 
@@ -599,7 +593,7 @@ int resume(const Options& o, Collective* collective) {
     fail<FormatError>("--resume: '{}' is not a training checkpoint of this program (it needs the state of training and "
                       "the data it was trained on)",
                       escaped(fs::path(o.resume)));
-  const Gpt<float>::Config config = model_config_from<Gpt<float>>(checkpoint);
+  const GptConfig config = model_config_from<Gpt<float>>(checkpoint);
   const auto number = [&](const std::string& key) {
     Index n = 0;
     if (!checkpoint.metadata.contains(key))

@@ -23,7 +23,7 @@ struct Options {
   std::string out = "gpt_out";
   bool overwrite = false;
   std::string attention = "both";  // which models: both, learnable or parameter_free
-  Gpt<float>::Config model;        // vocabulary and attention are set per run
+  GptConfig model;        // vocabulary and attention are set per run
   Index steps = 2000;
   Index batch = 12;
   double lr = 1e-3;

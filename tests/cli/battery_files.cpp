@@ -43,7 +43,7 @@ fs::path custom_run(const std::string& name) {
   return dir;
 }
 
-// A tiny char_lm run on the test word list (learnable_seed0.tgck, free_seed0.tgck, report.md, ...).
+// A tiny char_lm run on the test word list (learnable_seed0.tgck, parameter_free_seed0.tgck, report.md, ...).
 fs::path char_lm_run(const fs::path& dir, std::vector<std::string> extra = {}, const std::string& data = TAPEGRAD_CHAR_LM_WORDS) {
   std::vector<std::string> args = {"--data", data, "--steps", "3", "--d-model", "8", "--heads", "1",
                                    "--layers", "1", "--seeds", "1", "--count", "3", "--out", dir.string()};

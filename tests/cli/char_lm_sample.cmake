@@ -1,6 +1,7 @@
 # examples/char_lm as a user runs it, each step a fresh process: a tiny comparison run saves its models and
-# the words it sampled from them; --sample-from, on each saved model with the same seed, prints exactly those
-# words; a second run into the same folder is refused. -DPROGRAM=path -DDATA=word-list -DWORK=dir
+# the words it sampled from them (through the library's sampler and the models' KV cache); --sample-from, on
+# each saved model with the same seed, prints exactly those words, and so does --sample-from --no-cache,
+# which recomputes each word's window for every letter; a second run into the same folder is refused. -DPROGRAM=path -DDATA=word-list -DWORK=dir
 file(REMOVE_RECURSE ${WORK})
 include(${CMAKE_CURRENT_LIST_DIR}/run_program.cmake)
 
@@ -12,17 +13,25 @@ foreach(row "bigram \\(add-one\\) +729 " "parameter-free +[0-9]+ +[0-9.]+ \\(1 s
     message(FATAL_ERROR "no table row '${row}' in:\n${trained}")
   endif()
 endforeach()
-foreach(file report.md curves.svg attention_free_layer0.svg attention_learnable_layer0.svg samples_bigram.txt)
+foreach(file report.md curves.svg attention_parameter_free_layer0.svg attention_learnable_layer0.svg samples_bigram.txt)
   if(NOT EXISTS ${WORK}/run/${file})
     message(FATAL_ERROR "the run wrote no ${file}")
   endif()
 endforeach()
 
-foreach(model free learnable)
+if(NOT trained MATCHES "each saved model, read back into a fresh model, samples the same words recomputing each window")
+  message(FATAL_ERROR "the run did not report its saved models sampling the same words without the cache:\n${trained}")
+endif()
+
+foreach(model parameter_free learnable)
   file(READ ${WORK}/run/samples_${model}_seed0.txt expected)
   run(${PROGRAM} --sample-from ${WORK}/run/${model}_seed0.tgck --count 12 --seed 7)
   if(NOT output STREQUAL expected)
     message(FATAL_ERROR "${model}: --sample-from printed\n${output}\nbut the training run sampled\n${expected}")
+  endif()
+  run(${PROGRAM} --sample-from ${WORK}/run/${model}_seed0.tgck --count 12 --seed 7 --no-cache)
+  if(NOT output STREQUAL expected)
+    message(FATAL_ERROR "${model}: --sample-from --no-cache printed\n${output}\nbut the cached sampling gave\n${expected}")
   endif()
   string(REGEX MATCHALL "\n" words "${output}")
   list(LENGTH words n)
