@@ -165,3 +165,39 @@ TEST_CASE("decoder lm: a checkpoint rebuilds it by its kind, with its settings a
   other.seed = 6;
   CHECK(DecoderLm<float>(other).parameters()[0]->value != a[0]->value);
 }
+
+TEST_CASE("decoder lm: attention_maps are each head's softmax weights, causal, in evaluation mode, and leave the model as it was") {
+  for (const AttentionMode mode : {AttentionMode::learnable, AttentionMode::parameter_free}) {
+    CAPTURE(to_string(mode));
+    DecoderLm<double> model({.vocab = 9, .context = 6, .d_model = 8, .n_heads = 2, .n_layers = 2, .attention = mode,
+                             .dropout = 0.5, .seed = 3});
+    const std::vector<std::int32_t> tokens = {1, 4, 2, 8};
+    const auto maps = model.attention_maps(tokens);
+    REQUIRE(maps.size() == 2);
+    for (const auto& layer : maps) {
+      REQUIRE(layer.size() == 2);
+      for (const TensorD& head : layer) {
+        REQUIRE(head.shape() == Shape::mat(4, 4));
+        for (Index q = 0; q < 4; ++q) {
+          double sum = 0;
+          for (Index k = 0; k < 4; ++k) {
+            if (k > q) CHECK(head.at(q, k) == 0);  // a query never reads a later key
+            sum += head.at(q, k);
+          }
+          CHECK(sum == doctest::Approx(1).epsilon(1e-12));  // no dropout on the weights shown
+        }
+      }
+    }
+    // The same maps again: nothing drawn, no state left behind; the model still training, its layers not
+    // keeping weights.
+    const auto again = model.attention_maps(tokens);
+    CHECK(again[1][1].span()[5] == maps[1][1].span()[5]);
+    CHECK(model.training());
+    CHECK_FALSE(model.stack().block(0).attention().keeps_weights());
+    CHECK_THROWS_WITH_AS(model.attention_maps({}), "attention_maps: no tokens; give 1 to 6 (the context)", ValueError);
+    CHECK_THROWS_AS(model.attention_maps(std::vector<std::int32_t>(7, 1)), ShapeError);  // past the context
+    CHECK_THROWS_AS(model.attention_maps(std::vector<std::int32_t>{9}), ValueError);     // outside the vocabulary
+    CHECK(model.training());
+    CHECK_FALSE(model.stack().block(1).attention().keeps_weights());
+  }
+}

@@ -558,7 +558,7 @@ TEST_CASE("generate: on_token sees each token as it is drawn, in order, and what
   CHECK(calls == 3);
 }
 
-TEST_CASE("generate: a stop token ends the text once drawn; streams of one seed draw apart; refusals") {
+TEST_CASE("generate: a stop token ends the text once drawn, streams of one seed draw apart, and refusals") {
   TinyOptions o;
   TinyLm<double> model(o);
   model.eval();
@@ -577,7 +577,7 @@ TEST_CASE("generate: a stop token ends the text once drawn; streams of one seed 
   const auto other = sample(model, prompt, {.count = 40, .seed = 6, .stream = 1});
   CHECK(other != whole);
   CHECK(other == sample(model, prompt, {.count = 40, .seed = 6, .stream = 1, .cache = false}));
-  CHECK_THROWS_WITH_AS(sample(model, prompt, {.count = 3, .stop = o.vocab}),
+  CHECK_THROWS_WITH_AS(sample(model, prompt, {.count = 3, .stop = static_cast<std::int32_t>(o.vocab)}),
                        "sample: the stop token 11 is outside the vocabulary of 11 (-1: none)", ValueError);
   CHECK_THROWS_WITH_AS(sample(model, prompt, {.count = 3, .stop = -2}),
                        "sample: the stop token -2 is outside the vocabulary of 11 (-1: none)", ValueError);

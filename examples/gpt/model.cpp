@@ -1,6 +1,5 @@
 #include "gpt/model.hpp"
 
-#include "lm_programs.hpp"
 #include "tapegrad/autograd/ops.hpp"
 
 namespace gpt {
@@ -26,13 +25,6 @@ StepOutput<T> Gpt<T>::loss(Tape<T>& tape, const SequenceBatch& batch) {
 }
 
 template class Gpt<float>;
-
-std::string describe(const GptConfig& c) {
-  return fmt::format("{} attention, {} block{} of width {}, {} heads, MLP {}, context {}, {} bytes{}",
-                     examples::attention_title(c.attention), c.n_layers, c.n_layers == 1 ? "" : "s", c.d_model, c.n_heads,
-                     feed_forward_width(c.d_model, c.d_ff), c.context, c.vocabulary.size() / 2,
-                     c.dropout > 0 ? fmt::format(", dropout {}", c.dropout) : "");
-}
 
 std::vector<std::vector<Tensor>> attention_maps(Gpt<float>& model, std::string_view text) {
   return model.attention_maps(model.vocabulary().encode(text, "attention_maps"));

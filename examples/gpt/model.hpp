@@ -74,8 +74,6 @@ class Gpt : public tapegrad::ConfiguredLm<T, GptConfig> {
 
 extern template class Gpt<float>;
 
-std::string describe(const GptConfig& c);  // one line: sizes, attention, dropout
-
 // The model's attention weights on a text (its bytes in the vocabulary): [layer][head], each (T, T).
 std::vector<std::vector<tapegrad::Tensor>> attention_maps(Gpt<float>& model, std::string_view text);
 

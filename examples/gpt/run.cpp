@@ -31,6 +31,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// One line: sizes, attention, dropout.
+std::string describe(const GptConfig& c) {
+  return fmt::format("{} attention, {} block{} of width {}, {} heads, MLP {}, context {}, {} bytes{}",
+                     examples::attention_title(c.attention), c.n_layers, c.n_layers == 1 ? "" : "s", c.d_model, c.n_heads,
+                     feed_forward_width(c.d_model, c.d_ff), c.context, c.vocabulary.size() / 2,
+                     c.dropout > 0 ? fmt::format(", dropout {}", c.dropout) : "");
+}
+
 constexpr std::string_view kProgram = "gpt";
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
