@@ -1,8 +1,9 @@
 #!/bin/sh
 # Two builds of tapegrad timed against each other in one run: each round runs step_bench's workloads and
-# gpt_step at each thread count in BEFORE's build, then in AFTER's, so the machine's changes of speed fall
-# on both; the table gives each build's median over the rounds and the median of the rounds' ratios
-# (after / before: below 1 is faster). What a change that must not cost speed is measured with.
+# gpt_step at each thread count in both builds, one right after the other (BEFORE first in odd rounds,
+# AFTER first in even ones), so the machine's changes of speed fall on both; the table gives each build's
+# median over the rounds and the median of the rounds' ratios (after / before: below 1 is faster). What a
+# change that must not cost speed is measured with.
 #
 #   bench/ab_builds.sh BEFORE AFTER       # build folders holding bench/step_bench and bench/gpt_step
 #   ROUNDS=5 THREADS="1 2" WORKLOADS="W1 W2 W3 W4 W5 W6" SECONDS_PER=1 GPT_STEPS=100 bench/ab_builds.sh ...
@@ -52,8 +53,16 @@ while [ $r -lt "$rounds" ]; do
   r=$((r + 1))
   for name in $names; do
     for n in $threads; do
-      cell "$name" "$n" before "$before"
-      cell "$name" "$n" after "$after"
+      # The builds' order alternates from round to round: the second process of a pair can be the slower
+      # for being second (W6 at two threads, a build against itself in either order: 6-8%), so with an even
+      # number of rounds neither build always pays it.
+      if [ $((r % 2)) -eq 1 ]; then
+        cell "$name" "$n" before "$before"
+        cell "$name" "$n" after "$after"
+      else
+        cell "$name" "$n" after "$after"
+        cell "$name" "$n" before "$before"
+      fi
     done
   done
 done
