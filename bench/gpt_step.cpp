@@ -43,8 +43,8 @@ int main(int argc, char** argv) {
     const gpt::Prepared prepared_data = gpt::prepare_data(data, prepared, "--data");
     const gpt::ByteVocabulary& vocabulary = prepared_data.vocabulary;
     const TokenWindows train = TokenWindows::training(prepared_data.train, kContext, vocabulary.map());
-    gpt::Gpt<float> model({.vocabulary = vocabulary.hex(), .context = kContext,
-                           .attention = parse_enum<AttentionMode>(attention)});
+    gpt::GptConfig config{{.context = kContext, .attention = parse_enum<AttentionMode>(attention)}, vocabulary.hex()};
+    gpt::Gpt<float> model(config);
     AdamW<float> adamw(model.parameters(), {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1, .decay_on = DecayOn::matrices});
     const Index total = warmup + static_cast<Index>(steps) * repeats;
     adamw.set_schedule(CosineWithWarmup({.warmup_steps = 100, .total_steps = std::max<Index>(total, 100), .min_lr = 1e-4}));

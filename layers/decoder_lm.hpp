@@ -69,8 +69,8 @@ struct DecoderLmConfig {
     field("init", s.init, "initial weights: pytorch or gpt2");
   }
   // The transformer's settings (its sizes, attention mode and dropout) and the initial weights' seed, by
-  // these names: what a program's own configuration (ConfiguredLm, below) lists with this, on a struct of
-  // its own with these members, beside the settings it names itself.
+  // these names: what a program's own configuration (ConfiguredLm, below) lists with this beside the
+  // settings it names itself.
   template <class S, class F>
   static void transformer_fields(S& s, F&& field) {
     field("d_model", s.d_model, "width of the residual stream", in_range(1, 1 << 16));
@@ -139,10 +139,11 @@ class DecoderLm : public Module<T>, public LanguageModel<T> {
 extern template class DecoderLm<float>;
 extern template class DecoderLm<double>;
 
-// A DecoderLm with a configuration of a program's own (examples/char_lm, examples/gpt): C names the settings
-// the program keeps, its checkpoints keep them as the model's settings (model_record() kind C::kind), and
-// lists them with fields(), usually its own fields beside DecoderLmConfig::transformer_fields; C::decoder(c)
-// is the DecoderLmConfig they mean, and C::stream the initial weights' random stream. A C with a check()
+// A DecoderLm with a configuration of a program's own (examples/char_lm, examples/gpt): C, usually a
+// DecoderLmConfig with fields() of its own, names the settings the program keeps (its checkpoints keep them
+// as the model's settings, model_record() kind C::kind; DecoderLmConfig::transformer_fields lists the
+// transformer's); C::decoder(c) is the DecoderLmConfig they mean, the settings the program does not name
+// set by it, and C::stream the initial weights' random stream. A C with a check()
 // has it run between its fields' bounds and the model's. model_from_checkpoint<ConfiguredLm<T, C>> (or of a
 // class derived from it) rebuilds it from a file.
 template <class T, class C>

@@ -323,7 +323,8 @@ TEST_CASE("gpt model: nanoGPT's parameters and initialisation") {
   // "0.80M" (it leaves out the 64 x 128 positions).
   std::string hex;
   for (int b = 0; b < 65; ++b) hex += fmt::format("{:02x}", b + 32);
-  gpt::Gpt<float>::Config c{.vocabulary = hex};
+  gpt::Gpt<float>::Config c;
+  c.vocabulary = hex;
   gpt::Gpt<float> model(c);
   CHECK(model.count_parameters() == 809856);
   CHECK(gpt::Gpt<float>::count_parameters(c) == 809856);
@@ -346,8 +347,8 @@ TEST_CASE("gpt model: the same text sampled with and without the cache, past the
   const gpt::ByteVocabulary v = gpt::ByteVocabulary::of("abcdefgh %\n", "");
   for (AttentionMode mode : {AttentionMode::learnable, AttentionMode::parameter_free}) {
     CAPTURE(to_string(mode));
-    gpt::Gpt<float> model({.vocabulary = v.hex(), .context = 8, .d_model = 16, .n_heads = 2, .n_layers = 2, .attention = mode,
-                      .seed = 4});
+    gpt::Gpt<float> model(
+        {{.context = 8, .d_model = 16, .n_heads = 2, .n_layers = 2, .attention = mode, .seed = 4}, v.hex()});
     for (auto* p : model.parameters()) p->value.array() *= 4;  // further from uniform than at the start
     model.eval();
     const std::vector<std::int32_t> prompt = v.encode("%\n", "prompt");

@@ -115,7 +115,7 @@ RunResult train_one(const Options& o, AttentionMode mode, int seed, Index max_le
                     const WordSource& validation, const std::string& shown_word, OutputFolder* out,
                     const fs::path& data_file, Collective* collective) {
   CharLmConfig config = o.model;
-  config.max_len = max_len;
+  config.context = max_len;
   config.attention = mode;
   config.seed = static_cast<std::uint64_t>(seed);
   LmRun run(config, train, validation, o);
@@ -240,7 +240,7 @@ int run_comparison(const Options& o, Collective* collective) {
   const Split split = split_words(list.words, o.data_seed);
   const Index max_len = std::max(longest_sequence(split.train), longest_sequence(split.validation));
   CharLmConfig shape = o.model;
-  shape.max_len = max_len;
+  shape.context = max_len;
   CharLm<float>::check_config(shape);  // before the folder is taken
   check_memory(shape, std::max<Index>(o.batch, kEvalBatch));
 
@@ -359,7 +359,7 @@ constexpr double kMaxSamplePositions = 4e7;
 
 int sample_from(const fs::path& file, Index count, std::uint64_t seed, bool cache) {
   const auto model = model_from_checkpoint<CharLm<float>>(read_checkpoint(file));
-  const Index max_len = model->config().max_len;
+  const Index max_len = model->config().context;
   const double positions = static_cast<double>(count) * static_cast<double>((max_len + 1) * (max_len + 2)) / 2;
   if (positions > kMaxSamplePositions)
     fail<LimitError>("--sample-from: {} words of up to {} letters could take {:.3g} positions of the model, more than the "

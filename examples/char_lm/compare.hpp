@@ -27,7 +27,7 @@ struct Options {
   Index eval_every = 0;            // 0: steps / 10
   double lr = 3e-3;
   double weight_decay = 0.01;
-  CharLmConfig model{.d_model = 64, .n_heads = 4, .n_layers = 2};  // max_len, attention, seed set per run
+  CharLmConfig model{{.context = 23, .d_model = 64, .n_heads = 4, .n_layers = 2}};  // context (max_len), attention, seed set per run
   Index count = 20;                // words sampled from each model
   std::uint64_t sample_seed = 0;
 };

@@ -10,9 +10,12 @@ namespace char_lm {
 using namespace tapegrad;
 
 DecoderLmConfig CharLmConfig::decoder(const CharLmConfig& c) {
-  return {.vocab = kVocab, .context = c.max_len, .d_model = c.d_model, .n_heads = c.n_heads, .n_layers = c.n_layers,
-          .d_ff = c.d_ff, .attention = c.attention, .positions = PositionEncoding::learned, .tie = c.tie,
-          .head_bias = true, .init = LmInit::pytorch, .dropout = c.dropout, .seed = c.seed};
+  DecoderLmConfig d = c;
+  d.vocab = kVocab;
+  d.positions = PositionEncoding::learned;
+  d.head_bias = true;
+  d.init = LmInit::pytorch;
+  return d;
 }
 
 template <class T>
@@ -26,7 +29,7 @@ template class CharLm<float>;
 std::string describe(const CharLmConfig& c) {
   return fmt::format("{} attention, {} block{} of width {}, {} heads, MLP {}, max_len {}, {} head{}",
                      examples::attention_title(c.attention), c.n_layers, c.n_layers == 1 ? "" : "s", c.d_model, c.n_heads,
-                     feed_forward_width(c.d_model, c.d_ff), c.max_len, c.tie ? "tied" : "untied",
+                     feed_forward_width(c.d_model, c.d_ff), c.context, c.tie ? "tied" : "untied",
                      c.dropout > 0 ? fmt::format(", dropout {}", c.dropout) : "");
 }
 

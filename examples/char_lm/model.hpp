@@ -25,23 +25,16 @@ namespace char_lm {
 using tapegrad::AttentionMode;
 using tapegrad::Index;
 
-// All it takes to rebuild the model: checkpoints keep it as the model's settings, kind "char_lm".
-struct CharLmConfig {
-  Index max_len = 23;  // longest sequence: the longest training word's letters + 1
-  Index d_model = 64;
-  Index n_heads = 4;
-  Index n_layers = 2;
-  Index d_ff = 0;  // 0: 4 d_model
-  AttentionMode attention = AttentionMode::learnable;
-  double dropout = 0;
-  std::uint64_t seed = 0;  // initial weights
-  bool tie = false;        // the head reuses the embedding table (h E^T)
-
+// All it takes to rebuild the model: checkpoints keep it as the model's settings, kind "char_lm". The
+// library's DecoderLmConfig, of which this program names the longest sequence ("max_len": the context),
+// the transformer's settings and the tie; the vocabulary, the positions, the head's bias and the initial
+// weights are this program's, set by decoder().
+struct CharLmConfig : tapegrad::DecoderLmConfig {
   static constexpr std::string_view kind = "char_lm";
   static constexpr std::uint64_t stream = 0x636861726c6d;  // "charlm": the initial weights' random stream
   template <class S, class F>
   static void fields(S& s, F&& field) {
-    field("max_len", s.max_len, "longest sequence (letters + 1)", tapegrad::in_range(2, 1024));
+    field("max_len", s.context, "longest sequence (letters + 1)", tapegrad::in_range(2, 1024));
     tapegrad::DecoderLmConfig::transformer_fields(s, field);
     field("tie", s.tie, "the output head reuses the embedding table");
   }

@@ -9,10 +9,13 @@ using namespace tapegrad;
 void GptConfig::check() const { (void)ByteVocabulary::from_hex(vocabulary, "gpt"); }
 
 DecoderLmConfig GptConfig::decoder(const GptConfig& c) {
-  return {.vocab = static_cast<Index>(c.vocabulary.size() / 2), .context = c.context, .d_model = c.d_model,
-          .n_heads = c.n_heads, .n_layers = c.n_layers, .d_ff = c.d_ff, .attention = c.attention,
-          .positions = PositionEncoding::learned, .tie = true, .head_bias = false, .init = LmInit::gpt2,
-          .dropout = c.dropout, .seed = c.seed};
+  DecoderLmConfig d = c;
+  d.vocab = static_cast<Index>(c.vocabulary.size() / 2);
+  d.positions = PositionEncoding::learned;
+  d.tie = true;
+  d.head_bias = false;
+  d.init = LmInit::gpt2;
+  return d;
 }
 
 template <class T>

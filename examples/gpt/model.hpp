@@ -33,17 +33,12 @@ namespace gpt {
 
 using tapegrad::AttentionMode;
 
-// All it takes to rebuild the model: checkpoints keep it as the model's settings, kind "gpt".
-struct GptConfig {
+// All it takes to rebuild the model: checkpoints keep it as the model's settings, kind "gpt". The
+// library's DecoderLmConfig, of which this program names the vocabulary's bytes, the context and the
+// transformer's settings; the rest (learned positions, a tied head without a bias, GPT-2's initial
+// weights) is this program's, set by decoder().
+struct GptConfig : tapegrad::DecoderLmConfig {
   std::string vocabulary;  // the byte vocabulary, ByteVocabulary::hex(): which byte each token is
-  Index context = 64;      // positions: the longest window
-  Index d_model = 128;
-  Index n_heads = 4;
-  Index n_layers = 4;
-  Index d_ff = 0;  // 0: 4 d_model
-  AttentionMode attention = AttentionMode::learnable;
-  double dropout = 0;
-  std::uint64_t seed = 0;  // initial weights
 
   static constexpr std::string_view kind = "gpt";
   static constexpr std::uint64_t stream = 0x677074;  // "gpt": the initial weights' random stream
@@ -54,8 +49,6 @@ struct GptConfig {
     tapegrad::DecoderLmConfig::transformer_fields(s, field);
   }
   void check() const;  // ValueError unless the vocabulary is ByteVocabulary::hex()'s form
-  // The library's model this means: the vocabulary's bytes, learned positions, GPT-2's initial weights, a
-  // head tied to the embedding without a bias.
   static tapegrad::DecoderLmConfig decoder(const GptConfig& c);
 };
 
