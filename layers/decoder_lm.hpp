@@ -153,12 +153,12 @@ class ConfiguredLm : public DecoderLm<T> {
   static constexpr std::string_view kind = C::kind;
 
   // ValueError for a configuration that does not fit together (check_config), before anything is allocated.
-  explicit ConfiguredLm(const C& config) : DecoderLm<T>((check_config(config), C::decoder(config)), C::stream), config_(config) {}
+  // (C's own checks first; DecoderLm's constructor then checks the model it means.)
+  explicit ConfiguredLm(const C& config) : DecoderLm<T>((check_own(config), C::decoder(config)), C::stream), config_(config) {}
   // The constructor's checks alone: C's bounds first, so that a refusal names the program's setting, then
   // the model's. Nothing is allocated.
   static void check_config(const C& config) {
-    check_fields(config, C::kind);
-    if constexpr (requires { config.check(); }) config.check();
+    check_own(config);
     DecoderLm<T>::check_config(C::decoder(config));
   }
   // The parameter values a configuration implies, without building it (model_from_checkpoint compares it
@@ -173,6 +173,11 @@ class ConfiguredLm : public DecoderLm<T> {
   const C& config() const { return config_; }
 
  private:
+  static void check_own(const C& config) {
+    check_fields(config, C::kind);
+    if constexpr (requires { config.check(); }) config.check();
+  }
+
   C config_;
 };
 
