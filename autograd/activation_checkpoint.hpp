@@ -92,9 +92,10 @@ template <class T, class F>
 Var<T> run_region(F& fn, Tape<T>& sub, Var<T> outer_x) {
   const Var<T> y = fn(sub.outer_input(outer_x));
   if (y.tape != &sub)
-    fail<UsageError>("checkpoint: the function returned a Var of {}; it must compute its result from the Var it is "
-                     "given (on the tape's sub-tape), not return a Var recorded elsewhere",
-                     y.tape ? "another tape" : "no tape (an empty Var)");
+    fail<UsageError>(
+        "checkpoint: the function returned a Var of {}; it must compute its result from the Var it is "
+        "given (on the tape's sub-tape), not return a Var recorded elsewhere",
+        y.tape ? "another tape" : "no tape (an empty Var)");
   return y;
 }
 
@@ -165,8 +166,8 @@ struct CheckpointOp {
 // fn(x), with fn's intermediates recomputed in backward instead of kept (see above). x (any shape) ->
 // fn's output (any shape). fn: Var<T>(Var<T>).
 template <class T, class F>
-  requires std::invocable<F&, Var<T>> && std::same_as<std::invoke_result_t<F&, Var<T>>, Var<T>>
-Var<T> checkpoint(Var<T> x, Rng* rng, F&& fn, Where where = Where::current()) {
+requires std::invocable<F&, Var<T>> && std::same_as<std::invoke_result_t<F&, Var<T>>, Var<T>> Var<T> checkpoint(
+    Var<T> x, Rng* rng, F&& fn, Where where = Where::current()) {
   Tape<T>& t = Tape<T>::of("checkpoint", {{"x", x}});
   if (!t.grad_enabled()) return fn(x);
   std::decay_t<F> region(std::forward<F>(fn));

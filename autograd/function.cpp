@@ -6,30 +6,34 @@ namespace tapegrad::detail {
 void refuse_function(const char* op, const char* what) { fail<UsageError>("{}: {}", op, what); }
 
 void refuse_saved(const std::string& op) {
-  fail<UsageError>("saved: the backward rule of {} asked for saved state that its forward did not save in this "
-                   "recording; save it in the forward (ctx.saved())",
-                   op);
+  fail<UsageError>(
+      "saved: the backward rule of {} asked for saved state that its forward did not save in this "
+      "recording; save it in the forward (ctx.saved())",
+      op);
 }
 
 void refuse_gradient_shape(const char* op, const char* input, Index rows, Index cols, const Shape& shape) {
-  fail<ShapeError>("{}: backward gave a {}x{} gradient for {}, which is {} ({} elements in order, or {}x{} rows)",
-                   op, rows, cols, input, shape, shape.numel(), shape.flat_rows(), shape.cols);
+  fail<ShapeError>("{}: backward gave a {}x{} gradient for {}, which is {} ({} elements in order, or {}x{} rows)", op,
+                   rows, cols, input, shape, shape.numel(), shape.flat_rows(), shape.cols);
 }
 
 void refuse_gradient_part(const char* op, const char* input, Index values, const Shape& shape) {
-  fail<ShapeError>("{}: backward gave {} values for a range of the gradient of {}, which is {}; part(from, count) "
-                   "must give count values",
-                   op, values, input, shape);
+  fail<ShapeError>(
+      "{}: backward gave {} values for a range of the gradient of {}, which is {}; part(from, count) "
+      "must give count values",
+      op, values, input, shape);
 }
 
 void refuse_recompute(const Shape& first, const Shape& again) {
   if (first != again)
-    fail<UsageError>("checkpoint: the region gave a {} output when recomputed in backward but {} in the forward; it "
-                     "must compute the same thing both times",
-                     again, first);
-  fail<UsageError>("checkpoint: the region's output recomputed in backward differs from its forward's; it must "
-                   "compute the same thing both times: pass the random stream it draws from (dropout) as checkpoint's "
-                   "rng, and change nothing it reads before backward");
+    fail<UsageError>(
+        "checkpoint: the region gave a {} output when recomputed in backward but {} in the forward; it "
+        "must compute the same thing both times",
+        again, first);
+  fail<UsageError>(
+      "checkpoint: the region's output recomputed in backward differs from its forward's; it must "
+      "compute the same thing both times: pass the random stream it draws from (dropout) as checkpoint's "
+      "rng, and change nothing it reads before backward");
 }
 
 }  // namespace tapegrad::detail

@@ -56,7 +56,7 @@ struct SavedOf {
   using type = NoSavedState;
 };
 template <class Op>
-  requires requires { typename Op::Saved; }
+requires requires { typename Op::Saved; }
 struct SavedOf<Op> {
   using type = typename Op::Saved;
 };
@@ -104,9 +104,7 @@ class ForwardContext {
   // The state the backward rule reads with ctx.saved(), after output(): kept with the node, with its
   // buffers, and reused by the op recorded in this place next step (assign into its buffers, do not
   // replace them, and steady-state steps allocate nothing).
-  Saved& saved()
-    requires(!std::is_same_v<Saved, NoSavedState>)
-  {
+  Saved& saved() requires(!std::is_same_v<Saved, NoSavedState>) {
     if (!node_) detail::refuse_function(op_, "its forward asked for saved() before output(shape)");
     return node_->saved.template hold<Saved>();
   }
@@ -134,9 +132,7 @@ class BackwardContext {
   const TensorT<T>& grad_output() const { return node_.grad; }  // d loss / d output, the output's shape
   const TensorT<T>& output() const { return node_.value; }      // the forward's value
   // What the forward saved (a UsageError naming the op if it saved nothing in this recording).
-  Saved& saved()
-    requires(!std::is_same_v<Saved, NoSavedState>)
-  {
+  Saved& saved() requires(!std::is_same_v<Saved, NoSavedState>) {
     if (Saved* s = node_.saved.template get<Saved>()) return *s;
     detail::refuse_saved(Tape<T>::describe(node_));
   }
@@ -191,12 +187,15 @@ class InputGrad {
   void add_parallel(F&& part, double cost = 1) const {
     if (!node_->requires_grad) return;
     const GradWrite<T> w = node_->take_grad();
-    parallel_rows(w.tensor->numel(), 1, [&](Index from, Index count) {
-      const auto g = part(from, count);  // may throw, on any thread: parallel_rows carries it out
-      if (g.rows() != count || g.cols() != 1)
-        detail::refuse_gradient_part(op_, input_, g.rows() * g.cols(), node_->val().shape());
-      w.add(w.tensor->array().segment(from, count), g);
-    }, cost);
+    parallel_rows(
+        w.tensor->numel(), 1,
+        [&](Index from, Index count) {
+          const auto g = part(from, count);  // may throw, on any thread: parallel_rows carries it out
+          if (g.rows() != count || g.cols() != 1)
+            detail::refuse_gradient_part(op_, input_, g.rows() * g.cols(), node_->val().shape());
+          w.add(w.tensor->array().segment(from, count), g);
+        },
+        cost);
   }
 
   // For a rule that writes every element in pieces of its own layout (blocks of rows over the threads, a
@@ -266,7 +265,8 @@ struct FunctionEngine {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       Node<T>* in[N] = {&tape.input_node(node, I)...};
       Op::backward(ctx, OpInput<T>{in[I]->val(), InputGrad<T>(*in[I], Op::name, Op::inputs[I])}...);
-    }(std::make_index_sequence<N>{});
+    }
+    (std::make_index_sequence<N>{});
   }
   template <class Op, class T>
   static void backward_list(Tape<T>& tape, Node<T>& node) {
@@ -309,7 +309,8 @@ struct FunctionEngine {
     return record(tape, ctx, Op::name, &backward<Op, T, N>, [&] {
       [&]<std::size_t... I>(std::index_sequence<I...>) {
         op.forward(ctx, tape.node(inputs[I]).val()...);  // nodes never move: the values outlive the record
-      }(std::make_index_sequence<N>{});
+      }
+      (std::make_index_sequence<N>{});
     });
   }
 
@@ -335,10 +336,14 @@ using Same = T;
 
 template <class Op>
 void check_op_names() {
-  static_assert(requires { { Op::name } -> std::convertible_to<const char*>; },
-                "an op needs its name: static constexpr const char* name = \"...\";");
-  static_assert(requires { std::size(Op::inputs); },
-                "an op needs its inputs' names: static constexpr const char* inputs[] = {\"x\", ...};");
+  static_assert(
+      requires {
+        { Op::name } -> std::convertible_to<const char*>;
+      },
+      "an op needs its name: static constexpr const char* name = \"...\";");
+  static_assert(
+      requires { std::size(Op::inputs); },
+      "an op needs its inputs' names: static constexpr const char* inputs[] = {\"x\", ...};");
 }
 
 }  // namespace detail
@@ -361,7 +366,8 @@ Var<T> apply(const Op& op, const Var<T> (&inputs)[N], Where where = Where::curre
     static_assert(detail::HasBackward<Op, T, Saved, detail::Same<OpInput<T>, I>...>,
                   "an op needs static void backward(BackwardContext<T, Saved>&, const OpInput<T>&... one per input)");
     return detail::FunctionEngine::apply(op, inputs, where);
-  }(std::make_index_sequence<N>{});
+  }
+  (std::make_index_sequence<N>{});
 }
 
 // The same for an op over a list of inputs of any length (at least one): Op::inputs names one, the list's

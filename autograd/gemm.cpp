@@ -58,7 +58,8 @@ void transpose_into(T* out, Index out_stride, const T* in, Index in_stride, Inde
     // What the tiles left: the columns right of them (all rows), and the rows below them.
     constexpr bool smaller = unpacket_traits<Half>::size < N;
     using Next = std::conditional_t<smaller, Half, T>;
-    transpose_into<T, Next>(out + full_cols * out_stride, out_stride, in + full_cols, in_stride, rows, cols - full_cols);
+    transpose_into<T, Next>(out + full_cols * out_stride, out_stride, in + full_cols, in_stride, rows,
+                            cols - full_cols);
     transpose_into<T, Next>(out + full_rows, out_stride, in + full_rows * in_stride, in_stride, rows - full_rows,
                             full_cols);
   }
@@ -119,9 +120,15 @@ void eigen_gemm_kept(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, In
   using Col = std::integral_constant<int, ColMajor>;
   using Row = std::integral_constant<int, RowMajor>;
   switch (form) {
-    case Form::ab: run(Col{}, Col{}); break;   // B^T: b (k x n) read column-major; A^T likewise
-    case Form::atb: run(Col{}, Row{}); break;  // (A^T)^T = A: a (k x m) stored row-major, read as is
-    case Form::abt: run(Row{}, Col{}); break;  // (B^T)^T = B: b (n x k) row-major, read as is
+    case Form::ab:
+      run(Col{}, Col{});
+      break;  // B^T: b (k x n) read column-major; A^T likewise
+    case Form::atb:
+      run(Col{}, Row{});
+      break;  // (A^T)^T = A: a (k x m) stored row-major, read as is
+    case Form::abt:
+      run(Row{}, Col{});
+      break;  // (B^T)^T = B: b (n x k) row-major, read as is
   }
 }
 
@@ -164,9 +171,15 @@ void eigen_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c
       C.noalias() = product;
   };
   switch (form) {
-    case Form::ab: into(A * B); break;
-    case Form::atb: into(A.transpose() * B); break;
-    case Form::abt: into(A * B.transpose()); break;
+    case Form::ab:
+      into(A * B);
+      break;
+    case Form::atb:
+      into(A.transpose() * B);
+      break;
+    case Form::abt:
+      into(A * B.transpose());
+      break;
   }
   add_bias_rows(c, c_stride, bias, 0, d.m, d.n);
 }
@@ -195,8 +208,8 @@ constexpr Index kBlockRows = 64, kBlockCols = 64, kBlockDepth = 256;
 // (pack_panels): every block of a column re-reads the same kBlockCols x k panel, and in place that
 // panel's rows lie b.stride apart, which at a stride of 1024 floats (4 KB) puts 16 of its rows on each
 // set of a 512 KB 8-way L2, so it cannot stay there and the kernels wait on memory. Packed, a panel is
-// contiguous (docs/performance.md, "Figures behind choices in the code": the rates in place and packed). Only the addresses the kernels read change, not what they compute:
-// results are bit for bit those of the unpacked grid.
+// contiguous (docs/performance.md, "Figures behind choices in the code": the rates in place and packed). Only the
+// addresses the kernels read change, not what they compute: results are bit for bit those of the unpacked grid.
 //
 // The same holds for op(A) of a^T b (a weight's gradient, X^T dY), which the kernel reads transposed: a
 // block of 64 of C's rows is 64 columns of a, a strip k rows deep and a.stride apart; at a feed-forward's
@@ -304,8 +317,14 @@ Grid<T> make_grid(Dims d, Index lda, Index ldb, Index ldc, bool transpose_b) {
     for (const Index col : {Index{0}, (d.n - 1) / kBlockCols * kBlockCols})
       for (const Index p : {Index{0}, std::min(kBlockDepth, (d.k - 1) / kBlockDepth * kBlockDepth),
                             (d.k - 1) / kBlockDepth * kBlockDepth}) {
-        const KernelKey key{std::min(kBlockCols, d.n - col), std::min(kBlockRows, d.m - row),
-                            std::min(kBlockDepth, d.k - p), lda, ldb, ldc, p > 0, transpose_b};
+        const KernelKey key{std::min(kBlockCols, d.n - col),
+                            std::min(kBlockRows, d.m - row),
+                            std::min(kBlockDepth, d.k - p),
+                            lda,
+                            ldb,
+                            ldc,
+                            p > 0,
+                            transpose_b};
         Kernel<T>& slot = g.fn[d.m - row < kBlockRows][d.n - col < kBlockCols][Grid<T>::depth_kind(p, d.k)];
         if (slot) continue;
         slot = kernel<T>(key);
@@ -394,8 +413,8 @@ inline Index column_groups(Index row_blocks, Index col_blocks, int threads) {
 
 // Returns false, having done nothing, if libxsmm has no kernel for one of the product's blocks.
 template <class T>
-bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_stride, bool accumulate,
-               bool may_split, const T* bias) {
+bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_stride, bool accumulate, bool may_split,
+               const T* bias) {
   const bool transposed_b = form == Form::abt;
   // A product of one block (the toy model's) is one kernel call: none of the grid's bookkeeping, which
   // costs as much as such a kernel runs.
@@ -490,8 +509,9 @@ GemmKernels gemm_kernels() { return have_libxsmm() && !eigen_chosen ? GemmKernel
 
 void set_gemm_kernels(GemmKernels kernels) {
   if (kernels == GemmKernels::libxsmm && !have_libxsmm())
-    fail<ValueError>("set_gemm_kernels: libxsmm's kernels are not available ({})",
-                     kBuiltWithLibxsmm ? "its JIT made no kernel on this machine" : "tapegrad was built without libxsmm");
+    fail<ValueError>(
+        "set_gemm_kernels: libxsmm's kernels are not available ({})",
+        kBuiltWithLibxsmm ? "its JIT made no kernel on this machine" : "tapegrad was built without libxsmm");
   eigen_chosen = kernels == GemmKernels::eigen;
 }
 

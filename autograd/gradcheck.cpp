@@ -35,8 +35,8 @@ struct ParamRestore {
 
 class Checker {
  public:
-  Checker(const GradcheckFn& f, const std::vector<GradcheckInput>& inputs,
-          std::span<Parameter<double>* const> params, const GradcheckOptions& opts)
+  Checker(const GradcheckFn& f, const std::vector<GradcheckInput>& inputs, std::span<Parameter<double>* const> params,
+          const GradcheckOptions& opts)
       : f_(f), inputs_(inputs), params_(params), opts_(opts), rng_(opts.seed, 0x67726164) {}
 
   GradcheckReport run() {
@@ -110,8 +110,12 @@ class Checker {
 
   void compare(GradcheckTensorSummary& summary, const std::string& name, Index index, std::string position,
                double analytic, double numeric) {
-    GradcheckEntry e{.tensor = name, .index = index, .position = std::move(position), .analytic = analytic,
-                     .numeric = numeric, .abs_error = std::abs(analytic - numeric)};
+    GradcheckEntry e{.tensor = name,
+                     .index = index,
+                     .position = std::move(position),
+                     .analytic = analytic,
+                     .numeric = numeric,
+                     .abs_error = std::abs(analytic - numeric)};
     // Below atol, magnitudes are finite-difference noise: dividing by them would report noise as 100%.
     const double scale = std::max({std::abs(analytic), std::abs(numeric), opts_.atol});
     e.rel_error = scale > 0 ? e.abs_error / scale : 0;
@@ -157,20 +161,21 @@ GradcheckReport gradcheck(const GradcheckFn& f, const std::vector<GradcheckInput
 }
 
 std::string GradcheckReport::str() const {
-  if (checked == 0)
-    return "gradcheck FAILED: there was nothing to check: the inputs and parameters hold no elements\n";
-  std::string s = fmt::format("gradcheck {}: {} derivatives checked, {} failed ({} mode, eps {:g}, atol {:g}, rtol {:g})\n",
-                              ok() ? "passed" : "FAILED", checked, failed, options.fast ? "fast" : "full",
-                              options.eps, options.atol, options.rtol);
+  if (checked == 0) return "gradcheck FAILED: there was nothing to check: the inputs and parameters hold no elements\n";
+  std::string s =
+      fmt::format("gradcheck {}: {} derivatives checked, {} failed ({} mode, eps {:g}, atol {:g}, rtol {:g})\n",
+                  ok() ? "passed" : "FAILED", checked, failed, options.fast ? "fast" : "full", options.eps,
+                  options.atol, options.rtol);
   for (const auto& t : tensors)
-    s += fmt::format("  {:<16} {:>10}  {:>6} checked  {:>4} failed  max abs error {:.2e}  max rel error {:.2e}  "
-                     "up to {:.0f}% of the tolerance\n",
-                     t.name, t.shape, t.checked, t.failed, t.max_abs_error, t.max_rel_error,
-                     100 * t.max_tolerance_used);
+    s += fmt::format(
+        "  {:<16} {:>10}  {:>6} checked  {:>4} failed  max abs error {:.2e}  max rel error {:.2e}  "
+        "up to {:.0f}% of the tolerance\n",
+        t.name, t.shape, t.checked, t.failed, t.max_abs_error, t.max_rel_error, 100 * t.max_tolerance_used);
   auto line = [](const GradcheckEntry& e) {
-    return fmt::format("{}{}: analytic {:.10g}, numeric {:.10g}, abs error {:.2e}, rel error {:.2e}, "
-                       "{:.0f}% of its tolerance",
-                       e.tensor, e.position, e.analytic, e.numeric, e.abs_error, e.rel_error, 100 * e.tolerance_used);
+    return fmt::format(
+        "{}{}: analytic {:.10g}, numeric {:.10g}, abs error {:.2e}, rel error {:.2e}, "
+        "{:.0f}% of its tolerance",
+        e.tensor, e.position, e.analytic, e.numeric, e.abs_error, e.rel_error, 100 * e.tolerance_used);
   };
   if (checked > 0) s += fmt::format("  closest to its tolerance: {}\n", line(closest_to_tolerance));
   for (const auto& e : failures) s += fmt::format("  MISMATCH {}\n", line(e));

@@ -20,29 +20,43 @@ namespace tapegrad {
 // a and b are 2-D (M,K)x(K,N), both batched (B,M,K)x(B,K,N), or a batched times a shared 2-D
 // weight (B,M,K)x(K,N), computed as one (B*M,K)x(K,N) product. The transposed forms read their
 // operand transposed in place (no copy).
-template <class T> Var<T> matmul(Var<T> a, Var<T> b, Where where = Where::current());     // a b
-template <class T> Var<T> matmul_bt(Var<T> a, Var<T> b, Where where = Where::current());  // a b^T
-template <class T> Var<T> matmul_at(Var<T> a, Var<T> b, Where where = Where::current());  // a^T b
+template <class T>
+Var<T> matmul(Var<T> a, Var<T> b, Where where = Where::current());  // a b
+template <class T>
+Var<T> matmul_bt(Var<T> a, Var<T> b, Where where = Where::current());  // a b^T
+template <class T>
+Var<T> matmul_at(Var<T> a, Var<T> b, Where where = Where::current());  // a^T b
 // x w + b: x (M,K) or (B,M,K) times a 2-D weight w (K,N), plus b, a row of N values ((N) or (1,N)) added
 // to every row: a linear layer in one node. The values and gradients are add(matmul(x, w), b)'s, bit
 // for bit, without add's pass over the product forward and its copy of the gradient backward (the
 // bias is added to each block of rows as its product completes).
-template <class T> Var<T> affine(Var<T> x, Var<T> w, Var<T> b, Where where = Where::current());
+template <class T>
+Var<T> affine(Var<T> x, Var<T> w, Var<T> b, Where where = Where::current());
 
 // ---- elementwise (ops_elementwise.cpp) ---------------------------------------------------------
 // b either has a's shape, or is a row of a's width (rank 1, or 1 x cols) added to every row (a bias),
 // or, when a is batched (B,T,D), a (T,D) matrix shared by every batch item (positions), or a column
 // (.., 1) with a's leading dimensions, (N,1) for a (N,D) and (B,T,1) for a (B,T,D), one value per row.
-template <class T> Var<T> add(Var<T> a, Var<T> b, Where where = Where::current());
-template <class T> Var<T> sub(Var<T> a, Var<T> b, Where where = Where::current());
-template <class T> Var<T> mul(Var<T> a, Var<T> b, Where where = Where::current());
-template <class T> Var<T> scale(Var<T> a, double factor, Where where = Where::current());
-template <class T> Var<T> relu(Var<T> a, Where where = Where::current());
-template <class T> Var<T> tanh(Var<T> a, Where where = Where::current());
-template <class T> Var<T> gelu(Var<T> a, Where where = Where::current());  // exact (erf) form
-template <class T> Var<T> sum(Var<T> a, Where where = Where::current());   // -> one element
-template <class T> Var<T> mean(Var<T> a, Where where = Where::current());  // -> one element
-template <class T> Var<T> transpose(Var<T> a, Where where = Where::current());  // per batch item
+template <class T>
+Var<T> add(Var<T> a, Var<T> b, Where where = Where::current());
+template <class T>
+Var<T> sub(Var<T> a, Var<T> b, Where where = Where::current());
+template <class T>
+Var<T> mul(Var<T> a, Var<T> b, Where where = Where::current());
+template <class T>
+Var<T> scale(Var<T> a, double factor, Where where = Where::current());
+template <class T>
+Var<T> relu(Var<T> a, Where where = Where::current());
+template <class T>
+Var<T> tanh(Var<T> a, Where where = Where::current());
+template <class T>
+Var<T> gelu(Var<T> a, Where where = Where::current());  // exact (erf) form
+template <class T>
+Var<T> sum(Var<T> a, Where where = Where::current());  // -> one element
+template <class T>
+Var<T> mean(Var<T> a, Where where = Where::current());  // -> one element
+template <class T>
+Var<T> transpose(Var<T> a, Where where = Where::current());  // per batch item
 
 // ---- softmax (ops_softmax.cpp) -----------------------------------------------------------------
 // Row-wise softmax of `scale` * x (the scale fused in: attention's 1/sqrt(d) costs no extra pass). An
@@ -52,7 +66,8 @@ template <class T> Var<T> transpose(Var<T> a, Where where = Where::current());  
 // The mask is read during the call only.
 template <class T>
 Var<T> softmax_rows(Var<T> x, const Mask* mask = nullptr, double scale = 1.0, Where where = Where::current());
-template <class T> Var<T> log_softmax_rows(Var<T> x, Where where = Where::current());
+template <class T>
+Var<T> log_softmax_rows(Var<T> x, Where where = Where::current());
 
 // ---- attention (ops_attention.cpp) -------------------------------------------------------------
 // Scaled dot-product attention over `heads` heads, fused: for every batch item and head h,
@@ -78,45 +93,60 @@ template <class T>
 Var<T> cross_entropy(Var<T> logits, const Ids& targets, std::int32_t ignore_label = kIgnoreLabel,
                      Where where = Where::current());
 // Mean of (a - b)^2 over all elements; a and b of the same shape.
-template <class T> Var<T> mse(Var<T> a, Var<T> b, Where where = Where::current());
+template <class T>
+Var<T> mse(Var<T> a, Var<T> b, Where where = Where::current());
 
 // ---- indexing (ops_indexing.cpp) ---------------------------------------------------------------
 // Columns [begin, begin + count) of every row (one attention head's slice of Q, K or V).
-template <class T> Var<T> slice_cols(Var<T> x, Index begin, Index count, Where where = Where::current());
+template <class T>
+Var<T> slice_cols(Var<T> x, Index begin, Index count, Where where = Where::current());
 // Inputs side by side along the columns; all share batch and rows (heads back to one width).
-template <class T> Var<T> concat_cols(std::span<const Var<T>> parts, Where where = Where::current());
+template <class T>
+Var<T> concat_cols(std::span<const Var<T>> parts, Where where = Where::current());
 // Rows of a 2-D table (V,D) picked by ids: ids (N) -> (N,D), ids (B,T) -> (B,T,D). The backward
 // rule scatter-adds into the picked rows (an embedding lookup).
-template <class T> Var<T> gather_rows(Var<T> table, const Ids& ids, Where where = Where::current());
+template <class T>
+Var<T> gather_rows(Var<T> table, const Ids& ids, Where where = Where::current());
 
 // ---- shapes (ops_shape.cpp) --------------------------------------------------------------------
 // The same elements in row-major order under another shape of equal size: (B, T, D) -> (B*T, D) and
 // back. The tensors are contiguous, so no element moves (the value is one copy into the node's buffer).
-template <class T> Var<T> reshape(Var<T> x, Shape shape, Where where = Where::current());
+template <class T>
+Var<T> reshape(Var<T> x, Shape shape, Where where = Where::current());
 // One position per sequence: x (B, T, D), positions (B) with 0 <= positions[b] < T -> (B, D), row b
 // being x[b, positions[b], :] (a sequence's last real token, a classification token).
-template <class T> Var<T> pick_positions(Var<T> x, const Ids& positions, Where where = Where::current());
+template <class T>
+Var<T> pick_positions(Var<T> x, const Ids& positions, Where where = Where::current());
 
 // ---- row-wise reductions (ops_rowwise.cpp) -------------------------------------------------------
 // Over the last axis, keeping it with width 1: (N, D) -> (N, 1), (B, T, D) -> (B, T, 1). A (.., 1)
 // result broadcasts back over the rows in add, sub, mul and div (b of shape (.., 1) with a's leading
 // dimensions: a column).
-template <class T> Var<T> row_sum(Var<T> x, Where where = Where::current());
-template <class T> Var<T> row_mean(Var<T> x, Where where = Where::current());
+template <class T>
+Var<T> row_sum(Var<T> x, Where where = Where::current());
+template <class T>
+Var<T> row_mean(Var<T> x, Where where = Where::current());
 // The gradient goes to the first maximal element of each row (as PyTorch's max(dim) picks one index).
-template <class T> Var<T> row_max(Var<T> x, Where where = Where::current());
+template <class T>
+Var<T> row_max(Var<T> x, Where where = Where::current());
 
 // ---- more elementwise (ops_elementwise.cpp) -----------------------------------------------------------
-template <class T> Var<T> exp(Var<T> a, Where where = Where::current());
+template <class T>
+Var<T> exp(Var<T> a, Where where = Where::current());
 // log and sqrt are defined for a > 0 and a >= 0: outside, the value is NaN (or -Inf at log 0), which
 // anomaly detection reports, as in PyTorch.
-template <class T> Var<T> log(Var<T> a, Where where = Where::current());
-template <class T> Var<T> sqrt(Var<T> a, Where where = Where::current());
-template <class T> Var<T> sigmoid(Var<T> a, Where where = Where::current());
+template <class T>
+Var<T> log(Var<T> a, Where where = Where::current());
+template <class T>
+Var<T> sqrt(Var<T> a, Where where = Where::current());
+template <class T>
+Var<T> sigmoid(Var<T> a, Where where = Where::current());
 // a sigmoid(a) (SiLU, swish): SwiGLU's gate, silu(gate(h)) * up(h).
-template <class T> Var<T> silu(Var<T> a, Where where = Where::current());
+template <class T>
+Var<T> silu(Var<T> a, Where where = Where::current());
 // a / b with b broadcast as in add (same shape, a row, the batch-shared matrix, or a column).
-template <class T> Var<T> div(Var<T> a, Var<T> b, Where where = Where::current());
+template <class T>
+Var<T> div(Var<T> a, Var<T> b, Where where = Where::current());
 
 // ---- dropout and layer norm (ops_norm.cpp) -------------------------------------------------------
 // Inverted dropout: each element is zeroed with probability p (rng.uniform() < p) and the others are
@@ -124,7 +154,8 @@ template <class T> Var<T> div(Var<T> a, Var<T> b, Where where = Where::current()
 // one uniform per element in row-major order, so a seeded stream (the trainer's, saved in checkpoints)
 // gives the same mask again. p = 0 draws nothing and returns x unchanged. This op always drops:
 // evaluation mode is the caller's (Dropout, layers/dropout.hpp) decision not to call it.
-template <class T> Var<T> dropout(Var<T> x, double p, Rng& rng, Where where = Where::current());
+template <class T>
+Var<T> dropout(Var<T> x, double p, Rng& rng, Where where = Where::current());
 // Layer normalisation over the last axis, fused: y = (x - mean) / sqrt(var + eps) * gamma + beta with
 // the biased variance (as PyTorch); gamma and beta are rows of x's width. One pass forward, one back.
 template <class T>
@@ -148,26 +179,66 @@ struct ScalarHere {
   Where where;
   ScalarHere(double v, Where w = Where::current()) : value(v), where(w) {}  // NOLINT: converts on purpose
 };
-template <class T> Var<T> add_scalar(Var<T> a, double s, Where where);  // a + s
-template <class T> Var<T> div_scalar(Var<T> a, double s, Where where);  // a / s
-template <class T> Var<T> scalar_sub(double s, Var<T> a, Where where);  // s - a
-template <class T> Var<T> scalar_div(double s, Var<T> a, Where where);  // s / a
+template <class T>
+Var<T> add_scalar(Var<T> a, double s, Where where);  // a + s
+template <class T>
+Var<T> div_scalar(Var<T> a, double s, Where where);  // a / s
+template <class T>
+Var<T> scalar_sub(double s, Var<T> a, Where where);  // s - a
+template <class T>
+Var<T> scalar_div(double s, Var<T> a, Where where);  // s / a
 template <class T>
 using Operand = std::type_identity_t<VarHere<T>>;  // not deduced: T comes from the left operand
 }  // namespace detail
 
-template <class T> Var<T> operator+(Var<T> a, detail::Operand<T> b) { return add(a, b.var, b.where); }
-template <class T> Var<T> operator-(Var<T> a, detail::Operand<T> b) { return sub(a, b.var, b.where); }
-template <class T> Var<T> operator*(Var<T> a, detail::Operand<T> b) { return mul(a, b.var, b.where); }
-template <class T> Var<T> operator/(Var<T> a, detail::Operand<T> b) { return div(a, b.var, b.where); }
-template <class T> Var<T> operator+(Var<T> a, detail::ScalarHere s) { return detail::add_scalar(a, s.value, s.where); }
-template <class T> Var<T> operator+(detail::ScalarHere s, Var<T> a) { return detail::add_scalar(a, s.value, s.where); }
-template <class T> Var<T> operator-(Var<T> a, detail::ScalarHere s) { return detail::add_scalar(a, -s.value, s.where); }
-template <class T> Var<T> operator-(detail::ScalarHere s, Var<T> a) { return detail::scalar_sub(s.value, a, s.where); }
-template <class T> Var<T> operator*(Var<T> a, detail::ScalarHere s) { return scale(a, s.value, s.where); }
-template <class T> Var<T> operator*(detail::ScalarHere s, Var<T> a) { return scale(a, s.value, s.where); }
-template <class T> Var<T> operator/(Var<T> a, detail::ScalarHere s) { return detail::div_scalar(a, s.value, s.where); }
-template <class T> Var<T> operator/(detail::ScalarHere s, Var<T> a) { return detail::scalar_div(s.value, a, s.where); }
+template <class T>
+Var<T> operator+(Var<T> a, detail::Operand<T> b) {
+  return add(a, b.var, b.where);
+}
+template <class T>
+Var<T> operator-(Var<T> a, detail::Operand<T> b) {
+  return sub(a, b.var, b.where);
+}
+template <class T>
+Var<T> operator*(Var<T> a, detail::Operand<T> b) {
+  return mul(a, b.var, b.where);
+}
+template <class T>
+Var<T> operator/(Var<T> a, detail::Operand<T> b) {
+  return div(a, b.var, b.where);
+}
+template <class T>
+Var<T> operator+(Var<T> a, detail::ScalarHere s) {
+  return detail::add_scalar(a, s.value, s.where);
+}
+template <class T>
+Var<T> operator+(detail::ScalarHere s, Var<T> a) {
+  return detail::add_scalar(a, s.value, s.where);
+}
+template <class T>
+Var<T> operator-(Var<T> a, detail::ScalarHere s) {
+  return detail::add_scalar(a, -s.value, s.where);
+}
+template <class T>
+Var<T> operator-(detail::ScalarHere s, Var<T> a) {
+  return detail::scalar_sub(s.value, a, s.where);
+}
+template <class T>
+Var<T> operator*(Var<T> a, detail::ScalarHere s) {
+  return scale(a, s.value, s.where);
+}
+template <class T>
+Var<T> operator*(detail::ScalarHere s, Var<T> a) {
+  return scale(a, s.value, s.where);
+}
+template <class T>
+Var<T> operator/(Var<T> a, detail::ScalarHere s) {
+  return detail::div_scalar(a, s.value, s.where);
+}
+template <class T>
+Var<T> operator/(detail::ScalarHere s, Var<T> a) {
+  return detail::scalar_div(s.value, a, s.where);
+}
 // Unary minus has one operand, so it is written for each element type (a template would not convert it).
 inline Var<float> operator-(detail::VarHere<float> a) { return scale(a.var, -1.0, a.where); }
 inline Var<double> operator-(detail::VarHere<double> a) { return scale(a.var, -1.0, a.where); }

@@ -192,8 +192,8 @@ void attention_backward(const AttentionSaved<T>& saved, const TensorT<T>& grad_o
         const Index k0 = kb * kSkip, keys = std::min(kSkip, l.tk - k0), q0 = query_start[kb];
         T* out = w.tensor->data() + offset + k0 * stride;
         if (q0 < l.tq)
-          detail::gemm<T>(ProductForm::atb, keys, width, l.tq - q0, {a + q0 * l.tk + k0, l.tk}, {b + q0 * stride, stride},
-                          out, stride, w.accumulate, false);
+          detail::gemm<T>(ProductForm::atb, keys, width, l.tq - q0, {a + q0 * l.tk + k0, l.tk},
+                          {b + q0 * stride, stride}, out, stride, w.accumulate, false);
         else if (!w.accumulate)
           zero_rows(out, keys, width, stride);
       }
@@ -203,8 +203,8 @@ void attention_backward(const AttentionSaved<T>& saved, const TensorT<T>& grad_o
       const Index r0 = rb * kSkip, rows = std::min(kSkip, l.tq - r0), depth = keys_seen[rb];
       T* out = dq.tensor->data() + oq + r0 * wq;
       if (depth > 0)
-        detail::gemm<T>(ProductForm::ab, rows, l.dk, depth, {ds + r0 * l.tk, l.tk}, {k + ok, wq}, out, wq, dq.accumulate,
-                        false);
+        detail::gemm<T>(ProductForm::ab, rows, l.dk, depth, {ds + r0 * l.tk, l.tk}, {k + ok, wq}, out, wq,
+                        dq.accumulate, false);
       else if (!dq.accumulate)
         zero_rows(out, rows, l.dk, wq);
     }
@@ -215,16 +215,18 @@ void attention_backward(const AttentionSaved<T>& saved, const TensorT<T>& grad_o
 // The layout of attention(q, k, v), or a ShapeError naming the shapes.
 Layout attention_layout(const Shape& q, const Shape& k, const Shape& v, Index heads) {
   if (q.rank == 1 || q.rank != k.rank || q.rank != v.rank || q.batch != k.batch || q.batch != v.batch)
-    fail<ShapeError>("attention: q is {}, k is {} and v is {}; they must all be (batch, tokens, width) or all "
-                     "(tokens, width), with one batch size",
-                     q, k, v);
+    fail<ShapeError>(
+        "attention: q is {}, k is {} and v is {}; they must all be (batch, tokens, width) or all "
+        "(tokens, width), with one batch size",
+        q, k, v);
   if (k.rows != v.rows)
     fail<ShapeError>("attention: k is {} but v is {}; keys and values must have the same tokens", k, v);
   if (heads < 1) fail<ValueError>("attention: heads must be >= 1, got {}", heads);
   if (q.cols != k.cols || q.cols % heads != 0 || v.cols % heads != 0)
-    fail<ShapeError>("attention: q is {}, k is {} and v is {} for {} heads; q and k must have the same width, and "
-                     "q's and v's widths must be multiples of the heads",
-                     q, k, v, heads);
+    fail<ShapeError>(
+        "attention: q is {}, k is {} and v is {} for {} heads; q and k must have the same width, and "
+        "q's and v's widths must be multiples of the heads",
+        q, k, v, heads);
   return {q.rank == 3 ? q.batch : 1, q.rows, k.rows, heads, q.cols / heads, v.cols / heads};
 }
 
@@ -243,9 +245,10 @@ struct Attention {
     const Shape sq = Q.shape(), sk = K.shape(), sv = V.shape();
     const Layout l = attention_layout(sq, sk, sv, heads);
     if (mask && mask->shape() != Shape::mat(l.tq, l.tk) && mask->shape() != Shape::batched(l.batch, l.tq, l.tk))
-      fail<ShapeError>("attention: the mask is {} but q is {} and k is {}; it must be {}x{} (shared by the batch) or "
-                       "{}x{}x{}",
-                       mask->shape(), sq, sk, l.tq, l.tk, l.batch, l.tq, l.tk);
+      fail<ShapeError>(
+          "attention: the mask is {} but q is {} and k is {}; it must be {}x{} (shared by the batch) or "
+          "{}x{}x{}",
+          mask->shape(), sq, sk, l.tq, l.tk, l.batch, l.tq, l.tk);
     if (!(scale > 0) || !std::isfinite(scale))
       fail<ValueError>("attention: the scale must be positive and finite, got {}", scale);
     if (!weights.empty() && static_cast<Index>(weights.size()) != heads)
@@ -300,8 +303,8 @@ struct Attention {
       const Index oq = l.offset(i, l.tq, l.dk), ok = l.offset(i, l.tk, l.dk);
       const Index ov = l.offset(i, l.tk, l.dv), oo = l.offset(i, l.tq, l.dv);
       const Index first_mask_row = per_item_mask ? (i / heads) * l.tq : 0;
-      const detail::RowMask m = mask ? detail::RowMask{mask->data() + first_mask_row * l.tk, open + first_mask_row, l.tq}
-                                     : detail::RowMask{};
+      const detail::RowMask m =
+          mask ? detail::RowMask{mask->data() + first_mask_row * l.tk, open + first_mask_row, l.tq} : detail::RowMask{};
       if (!reach) {
         detail::gemm<T>(ProductForm::abt, l.tq, l.tk, l.dk, {qd + oq, wq}, {kd + ok, wq}, p, l.tk, false, may_split);
         detail::softmax_forward(p, p, l.tq, l.tk, static_cast<T>(scale), m, may_split);
@@ -321,7 +324,8 @@ struct Attention {
           const Index r0 = rb * kSkip, rows = std::min(kSkip, l.tq - r0), depth = keys_seen[rb];
           T* o = od + oo + r0 * wv;
           if (depth > 0)
-            detail::gemm<T>(ProductForm::ab, rows, l.dv, depth, {p + r0 * l.tk, l.tk}, {vd + ov, wv}, o, wv, false, false);
+            detail::gemm<T>(ProductForm::ab, rows, l.dv, depth, {p + r0 * l.tk, l.tk}, {vd + ov, wv}, o, wv, false,
+                            false);
           else
             zero_rows(o, rows, l.dv, wv);
         }

@@ -26,14 +26,16 @@ Broadcast broadcast_of(const char* op, const Shape& a, const Shape& b) {
   Shape col = a;
   col.cols = 1;
   if (a.rank == 3)
-    fail<ShapeError>("{}: shapes do not broadcast: a is {}, b is {} (b must be {}, a row of {} values, a "
-                     "{}x{} matrix shared by the batch, or a {} column)",
-                     op, a, b, a, a.cols, a.rows, a.cols, col);
+    fail<ShapeError>(
+        "{}: shapes do not broadcast: a is {}, b is {} (b must be {}, a row of {} values, a "
+        "{}x{} matrix shared by the batch, or a {} column)",
+        op, a, b, a, a.cols, a.rows, a.cols, col);
   if (a.rank == 2)
     fail<ShapeError>("{}: shapes do not broadcast: a is {}, b is {} (b must be {}, a row of {} values, or a {} column)",
                      op, a, b, a, a.cols, col);
-  fail<ShapeError>("{}: shapes do not broadcast: a is {}, b is {} (b must be {}, a row of {} values, or a single value)",
-                   op, a, b, a, a.cols);
+  fail<ShapeError>(
+      "{}: shapes do not broadcast: a is {}, b is {} (b must be {}, a row of {} values, or a single value)", op, a, b,
+      a, a.cols);
 }
 
 // out (+)= f(A, B) where B is broadcast to A's shape according to `bc`; split over threads by rows (or
@@ -97,13 +99,16 @@ void reduce_into(Broadcast bc, const TensorT<T>& dC, const TensorT<T>& A, const 
       if (A.batch() == 0 && !dB.accumulate) dB.tensor->set_zero();
       // In ranges of B's rows over the threads (learned positions' gradient, every step): each element
       // still sums the batch in order, on one thread; item 0 is added as dB is, the others always added.
-      parallel_rows(B.rows(), B.cols(), [&](Index r, Index k) {
-        for (Index i = 0; i < A.batch(); ++i)
-          b_term<Kind>(dC.mat(i).middleRows(r, k).array(), A.mat(i).middleRows(r, k).array(),
-                       B.mat().middleRows(r, k).array(), [&](const auto& g) {
-                         write_grad(dB.tensor->mat().middleRows(r, k).array(), g, !dB.accumulate && i == 0);
-                       });
-      }, static_cast<double>(std::max<Index>(A.batch(), 1)));
+      parallel_rows(
+          B.rows(), B.cols(),
+          [&](Index r, Index k) {
+            for (Index i = 0; i < A.batch(); ++i)
+              b_term<Kind>(dC.mat(i).middleRows(r, k).array(), A.mat(i).middleRows(r, k).array(),
+                           B.mat().middleRows(r, k).array(), [&](const auto& g) {
+                             write_grad(dB.tensor->mat().middleRows(r, k).array(), g, !dB.accumulate && i == 0);
+                           });
+          },
+          static_cast<double>(std::max<Index>(A.batch(), 1)));
       break;
     case Broadcast::col:  // every column of row r lands on B's row r: row sums
       b_term<Kind>(dc, a, B.flat().col(0).array().replicate(1, dc.cols()),
@@ -114,10 +119,14 @@ void reduce_into(Broadcast bc, const TensorT<T>& dC, const TensorT<T>& A, const 
 
 constexpr const char* binary_name(Binary kind) {
   switch (kind) {
-    case Binary::add: return "add";
-    case Binary::sub: return "sub";
-    case Binary::mul: return "mul";
-    case Binary::div: return "div";
+    case Binary::add:
+      return "add";
+    case Binary::sub:
+      return "sub";
+    case Binary::mul:
+      return "mul";
+    case Binary::div:
+      return "div";
   }
   return "";
 }
@@ -156,20 +165,25 @@ struct BinaryOp {
         // Both gradients in one pass over dC (a residual connection's add, twice a block): one parallel
         // region, not two. The same expressions per element as below, in the same order when a and b are one node.
         const GradWrite<T> dA = a.grad.pieces(), dB = b.grad.pieces();
-        parallel_rows(dC.shape().flat_rows(), dC.cols(), [&](Index r, Index k) {
-          const auto g = dC.flat().middleRows(r, k).array();
-          if (dA) dA.add(dA.tensor->flat().middleRows(r, k).array(), g);
-          if (dB && Kind == Binary::add) dB.add(dB.tensor->flat().middleRows(r, k).array(), g);
-          if (dB && Kind == Binary::sub) dB.add(dB.tensor->flat().middleRows(r, k).array(), -g);
-        }, dA && dB ? 2 : 1);
+        parallel_rows(
+            dC.shape().flat_rows(), dC.cols(),
+            [&](Index r, Index k) {
+              const auto g = dC.flat().middleRows(r, k).array();
+              if (dA) dA.add(dA.tensor->flat().middleRows(r, k).array(), g);
+              if (dB && Kind == Binary::add) dB.add(dB.tensor->flat().middleRows(r, k).array(), g);
+              if (dB && Kind == Binary::sub) dB.add(dB.tensor->flat().middleRows(r, k).array(), -g);
+            },
+            dA && dB ? 2 : 1);
         return;
       }
     }
     if (const GradWrite<T> dA = a.grad.pieces()) {
       if constexpr (Kind == Binary::mul)
-        broadcast_apply(bc, dC, b.value, *dA.tensor, [&](auto o, auto g, auto y) { dA.add(o.array(), g.array() * y.array()); });
+        broadcast_apply(bc, dC, b.value, *dA.tensor,
+                        [&](auto o, auto g, auto y) { dA.add(o.array(), g.array() * y.array()); });
       else if constexpr (Kind == Binary::div)
-        broadcast_apply(bc, dC, b.value, *dA.tensor, [&](auto o, auto g, auto y) { dA.add(o.array(), g.array() / y.array()); });
+        broadcast_apply(bc, dC, b.value, *dA.tensor,
+                        [&](auto o, auto g, auto y) { dA.add(o.array(), g.array() / y.array()); });
       else
         parallel_rows(dC.shape().flat_rows(), dC.cols(), [&](Index r, Index k) {
           dA.add(dA.tensor->flat().middleRows(r, k).array(), dC.flat().middleRows(r, k).array());
@@ -190,11 +204,16 @@ enum class WithScalar { add, mul, div, sub_from, div_into };
 
 constexpr const char* scalar_op_name(WithScalar kind) {
   switch (kind) {
-    case WithScalar::add: return "add_scalar";
-    case WithScalar::mul: return "scale";
-    case WithScalar::div: return "div_scalar";
-    case WithScalar::sub_from: return "scalar_sub";
-    case WithScalar::div_into: return "scalar_div";
+    case WithScalar::add:
+      return "add_scalar";
+    case WithScalar::mul:
+      return "scale";
+    case WithScalar::div:
+      return "div_scalar";
+    case WithScalar::sub_from:
+      return "scalar_sub";
+    case WithScalar::div_into:
+      return "scalar_div";
   }
   return "";
 }
@@ -277,10 +296,13 @@ struct Tanh {
 // y = x Phi(x), elementwise: gelu's forward (y may be x).
 template <class T>
 void gelu_values(const TensorT<T>& x, TensorT<T>& y) {
-  parallel_rows(x.numel(), 1, [&](Index from, Index count) {
-    const auto v = x.array().segment(from, count);
-    y.array().segment(from, count) = v * normal_cdf(v);
-  }, kErfCost);
+  parallel_rows(
+      x.numel(), 1,
+      [&](Index from, Index count) {
+        const auto v = x.array().segment(from, count);
+        y.array().segment(from, count) = v * normal_cdf(v);
+      },
+      kErfCost);
 }
 
 // C = A Phi(A) (Phi: standard normal cdf, PyTorch's exact gelu);  dA += dC (Phi(A) + A phi(A))
@@ -288,14 +310,14 @@ template <class T>
 struct Gelu {
   static constexpr const char* name = "gelu";
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) {
-    gelu_values(a, ctx.output(a.shape()));
-  }
+  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) { gelu_values(a, ctx.output(a.shape())); }
   static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
-    a.grad.add_parallel([&](Index from, Index count) {
-      const auto x = a.value.array().segment(from, count);
-      return ctx.grad_output().array().segment(from, count) * (normal_cdf(x) + x * normal_pdf(x));
-    }, kErfCost);
+    a.grad.add_parallel(
+        [&](Index from, Index count) {
+          const auto x = a.value.array().segment(from, count);
+          return ctx.grad_output().array().segment(from, count) * (normal_cdf(x) + x * normal_pdf(x));
+        },
+        kErfCost);
   }
 };
 
@@ -358,11 +380,13 @@ struct Silu {
     ctx.output(a.shape()).array() = a.array() * (T(1) / (T(1) + (-a.array()).exp()));
   }
   static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
-    a.grad.add_parallel([&](Index from, Index count) {
-      const auto x = a.value.array().segment(from, count);
-      const auto s = T(1) / (T(1) + (-x).exp());
-      return ctx.grad_output().array().segment(from, count) * s * (T(1) + x * (T(1) - s));
-    }, 4);
+    a.grad.add_parallel(
+        [&](Index from, Index count) {
+          const auto x = a.value.array().segment(from, count);
+          const auto s = T(1) / (T(1) + (-x).exp());
+          return ctx.grad_output().array().segment(from, count) * s * (T(1) + x * (T(1) - s));
+        },
+        4);
   }
 };
 
@@ -380,7 +404,6 @@ struct ReduceAll {
     a.grad.add(Eigen::Array<T, Eigen::Dynamic, 1>::Constant(a.value.numel(), g));
   }
 };
-
 
 // C_i = A_i^T per batch item;  dA_i += dC_i^T
 template <class T>
@@ -487,23 +510,23 @@ Var<T> scalar_div(double s, Var<T> a, Where where) {
 }
 }  // namespace detail
 
-#define TAPEGRAD_INSTANTIATE(T)                      \
-  template Var<T> add(Var<T>, Var<T>, Where);        \
-  template Var<T> sub(Var<T>, Var<T>, Where);        \
-  template Var<T> mul(Var<T>, Var<T>, Where);        \
-  template Var<T> div(Var<T>, Var<T>, Where);        \
-  template Var<T> scale(Var<T>, double, Where);      \
-  template Var<T> relu(Var<T>, Where);               \
-  template Var<T> tanh(Var<T>, Where);               \
-  template Var<T> gelu(Var<T>, Where);               \
-  template Var<T> exp(Var<T>, Where);                \
-  template Var<T> log(Var<T>, Where);                \
-  template Var<T> sqrt(Var<T>, Where);               \
-  template Var<T> sigmoid(Var<T>, Where);            \
-  template Var<T> silu(Var<T>, Where);               \
-  template Var<T> sum(Var<T>, Where);                \
-  template Var<T> mean(Var<T>, Where);               \
-  template Var<T> transpose(Var<T>, Where);          \
+#define TAPEGRAD_INSTANTIATE(T)                              \
+  template Var<T> add(Var<T>, Var<T>, Where);                \
+  template Var<T> sub(Var<T>, Var<T>, Where);                \
+  template Var<T> mul(Var<T>, Var<T>, Where);                \
+  template Var<T> div(Var<T>, Var<T>, Where);                \
+  template Var<T> scale(Var<T>, double, Where);              \
+  template Var<T> relu(Var<T>, Where);                       \
+  template Var<T> tanh(Var<T>, Where);                       \
+  template Var<T> gelu(Var<T>, Where);                       \
+  template Var<T> exp(Var<T>, Where);                        \
+  template Var<T> log(Var<T>, Where);                        \
+  template Var<T> sqrt(Var<T>, Where);                       \
+  template Var<T> sigmoid(Var<T>, Where);                    \
+  template Var<T> silu(Var<T>, Where);                       \
+  template Var<T> sum(Var<T>, Where);                        \
+  template Var<T> mean(Var<T>, Where);                       \
+  template Var<T> transpose(Var<T>, Where);                  \
   template Var<T> detail::add_scalar(Var<T>, double, Where); \
   template Var<T> detail::div_scalar(Var<T>, double, Where); \
   template Var<T> detail::scalar_sub(double, Var<T>, Where); \

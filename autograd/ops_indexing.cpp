@@ -22,9 +22,10 @@ struct SliceCols {
     const Shape s = x.shape();
     if (begin < 0 || count < 0 || begin > s.cols || count > s.cols - begin) {  // not begin + count: it may overflow
       Index end = 0;
-      const std::string end_text = __builtin_add_overflow(begin, count, &end) ? fmt::format("{} + {}", begin, count)
-                                                                              : fmt::format("{}", end);
-      fail<ShapeError>("slice_cols: columns [{}, {}) are outside x, which is {} ({} columns)", begin, end_text, s, s.cols);
+      const std::string end_text =
+          __builtin_add_overflow(begin, count, &end) ? fmt::format("{} + {}", begin, count) : fmt::format("{}", end);
+      fail<ShapeError>("slice_cols: columns [{}, {}) are outside x, which is {} ({} columns)", begin, end_text, s,
+                       s.cols);
     }
     Shape out = s;
     out.cols = count;
@@ -104,7 +105,8 @@ struct GatherRows {
     for (Index i = 0; i < ids->numel(); ++i)
       if ((*ids)[i] < 0 || (*ids)[i] >= s.rows)
         fail<ValueError>("gather_rows: id {} at position {} is outside the table's {} rows", (*ids)[i], i, s.rows);
-    const Shape out = ids->rank() == 2 ? Shape::batched(ids->rows(), ids->cols(), s.cols) : Shape::mat(ids->cols(), s.cols);
+    const Shape out =
+        ids->rank() == 2 ? Shape::batched(ids->rows(), ids->cols(), s.cols) : Shape::mat(ids->cols(), s.cols);
     auto C = ctx.output(out).flat();
     const auto Tab = table.mat();
     for (Index i = 0; i < ids->numel(); ++i) C.row(i) = Tab.row((*ids)[i]);
@@ -137,9 +139,9 @@ Var<T> gather_rows(Var<T> table, const Ids& ids, Where where) {
   return apply(GatherRows<T>{.ids = &ids}, {table}, where);
 }
 
-#define TAPEGRAD_INSTANTIATE(T)                                          \
-  template Var<T> slice_cols(Var<T>, Index, Index, Where);              \
-  template Var<T> concat_cols(std::span<const Var<T>>, Where);          \
+#define TAPEGRAD_INSTANTIATE(T)                                \
+  template Var<T> slice_cols(Var<T>, Index, Index, Where);     \
+  template Var<T> concat_cols(std::span<const Var<T>>, Where); \
   template Var<T> gather_rows(Var<T>, const Ids&, Where);
 TAPEGRAD_INSTANTIATE(float)
 TAPEGRAD_INSTANTIATE(double)

@@ -34,21 +34,22 @@ struct CrossEntropy {
   void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& logits) const {
     const Shape s = logits.shape();
     if (s.rank == 1)
-      fail<ShapeError>("cross_entropy: logits are a vector of {}; they must be (rows, classes) or (batch, rows, "
-                       "classes)",
-                       s);
+      fail<ShapeError>(
+          "cross_entropy: logits are a vector of {}; they must be (rows, classes) or (batch, rows, "
+          "classes)",
+          s);
     if (s.cols == 0) fail<ShapeError>("cross_entropy: logits are {}, with no classes", s);
     const Shape expected = s.rank == 3 ? Shape::mat(s.batch, s.rows) : Shape::vec(s.rows);
     if (targets->shape() != expected && targets->shape() != Shape::vec(s.flat_rows()))
-      fail<ShapeError>("cross_entropy: targets are {} but logits are {}; give one target per row: {}",
-                       targets->shape(), s, expected);
+      fail<ShapeError>("cross_entropy: targets are {} but logits are {}; give one target per row: {}", targets->shape(),
+                       s, expected);
     Index count = 0;
     for (Index r = 0; r < targets->numel(); ++r) {
       const std::int32_t target = (*targets)[r];
       if (target == ignore_label) continue;
       if (target < 0 || target >= s.cols)
-        fail<ValueError>("cross_entropy: target {} at row {} is outside [0, {}) and is not the ignore label {}",
-                         target, r, s.cols, ignore_label);
+        fail<ValueError>("cross_entropy: target {} at row {} is outside [0, {}) and is not the ignore label {}", target,
+                         r, s.cols, ignore_label);
       ++count;
     }
 
@@ -70,17 +71,20 @@ struct CrossEntropy {
     auto top = saved.row_stats.flat().col(0);
     auto sums = saved.row_stats.flat().col(1);
     // In row ranges over the threads when large (core/parallel.hpp: the ranges keep the packets in place).
-    parallel_rows(X.rows(), X.cols(), [&](Index first, Index rows) {
-      for (Index r = first; r < first + rows; ++r) {  // row by row: a row is one aligned packet
-        top(r) = X.row(r).maxCoeff();
-        P.row(r).array() = X.row(r).array() - top(r);
-      }
-      P.middleRows(first, rows).array() = P.middleRows(first, rows).array().exp();  // contiguous, vectorised
-      for (Index r = first; r < first + rows; ++r) {
-        sums(r) = P.row(r).sum();
-        P.row(r) /= sums(r);
-      }
-    }, 4);
+    parallel_rows(
+        X.rows(), X.cols(),
+        [&](Index first, Index rows) {
+          for (Index r = first; r < first + rows; ++r) {  // row by row: a row is one aligned packet
+            top(r) = X.row(r).maxCoeff();
+            P.row(r).array() = X.row(r).array() - top(r);
+          }
+          P.middleRows(first, rows).array() = P.middleRows(first, rows).array().exp();  // contiguous, vectorised
+          for (Index r = first; r < first + rows; ++r) {
+            sums(r) = P.row(r).sum();
+            P.row(r) /= sums(r);
+          }
+        },
+        4);
     double total = 0;  // summed in double: a float sum over many rows would lose digits
     for (Index r = 0; r < X.rows(); ++r) {
       const std::int32_t target = (*targets)[r];
@@ -146,8 +150,8 @@ Var<T> mse(Var<T> a, Var<T> b, Where where) {
   return apply(Mse<T>{}, {a, b}, where);
 }
 
-#define TAPEGRAD_INSTANTIATE(T)                                                 \
-  template Var<T> cross_entropy(Var<T>, const Ids&, std::int32_t, Where);      \
+#define TAPEGRAD_INSTANTIATE(T)                                           \
+  template Var<T> cross_entropy(Var<T>, const Ids&, std::int32_t, Where); \
   template Var<T> mse(Var<T>, Var<T>, Where);
 TAPEGRAD_INSTANTIATE(float)
 TAPEGRAD_INSTANTIATE(double)

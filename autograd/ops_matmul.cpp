@@ -15,8 +15,8 @@ using Form = detail::ProductForm;  // a b, a^T b or a b^T
 // is read transposed. autograd/gemm.hpp does the arithmetic and splits C's rows over threads when it
 // pays and `may_split`.
 template <class T>
-void gemm(Form form, const T* a, Index a_rows, Index a_cols, const T* b, Index b_rows, Index b_cols, T* c,
-          bool assign, bool may_split = true) {
+void gemm(Form form, const T* a, Index a_rows, Index a_cols, const T* b, Index b_rows, Index b_cols, T* c, bool assign,
+          bool may_split = true) {
   const Index m = form == Form::atb ? a_cols : a_rows;
   const Index k = form == Form::atb ? a_rows : a_cols;
   const Index n = form == Form::abt ? b_rows : b_cols;
@@ -31,13 +31,12 @@ double product_macs(Index items, Index m, Index n, Index k) {
 // The product's shape, or a ShapeError naming both operands.
 Shape product_shape(const char* op, Form form, const Shape& sa, const Shape& sb) {
   if (sa.rank == 1 || sb.rank == 1)
-    fail<ShapeError>("{}: a is {} and b is {}; both must be matrices (2-D) or batches of matrices (3-D)", op, sa,
-                     sb);
+    fail<ShapeError>("{}: a is {} and b is {}; both must be matrices (2-D) or batches of matrices (3-D)", op, sa, sb);
   if (sa.rank == 2 && sb.rank == 3)
     fail<ShapeError>("{}: a is {} (one matrix) but b is {} (a batch); put the batched operand first", op, sa, sb);
   if (sa.rank == 3 && sb.rank == 2 && form == Form::atb)
-    fail<ShapeError>("{}: a is {} (a batch) and b is {} (one matrix); a^T b needs both batched or both 2-D", op,
-                     sa, sb);
+    fail<ShapeError>("{}: a is {} (a batch) and b is {} (one matrix); a^T b needs both batched or both 2-D", op, sa,
+                     sb);
   if (sa.rank == 3 && sb.rank == 3 && sa.batch != sb.batch)
     fail<ShapeError>("{}: batch sizes differ: a is {}, b is {}", op, sa, sb);
   const Index a_inner = form == Form::atb ? sa.rows : sa.cols;
@@ -64,9 +63,12 @@ void ab_grads(const T* a, const T* b, const T* dc, Index rows, Index k, Index co
 
 constexpr const char* product_name(Form form) {
   switch (form) {
-    case Form::ab: return "matmul";
-    case Form::abt: return "matmul_bt";
-    case Form::atb: return "matmul_at";
+    case Form::ab:
+      return "matmul";
+    case Form::abt:
+      return "matmul_bt";
+    case Form::atb:
+      return "matmul_at";
   }
   return "";
 }

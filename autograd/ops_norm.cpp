@@ -51,25 +51,28 @@ inline Eigen::Map<Eigen::ArrayXd> double_row(Index cols) {
 template <class T>
 void normalize_rows(const TensorT<T>& x, const TensorT<T>& gamma, const TensorT<T>& beta, double eps,
                     TensorT<double>& stats, TensorT<T>& y) {
-  const auto X = x.flat();                       // (rows, D)
-  const auto G = gamma.flat().row(0).array();    // (D)
-  const auto Bt = beta.flat().row(0).array();    // (D)
+  const auto X = x.flat();                     // (rows, D)
+  const auto G = gamma.flat().row(0).array();  // (D)
+  const auto Bt = beta.flat().row(0).array();  // (D)
   auto Y = y.flat();
-  parallel_rows(X.rows(), X.cols(), [&](Index first, Index rows) {  // row by row: split in row ranges when large
-    // The row in double, converted once: read through a lazy cast, each of the three passes would convert
-    // it again, element by element, at several times the cost for the same values.
-    auto xr = double_row(X.cols());
-    for (Index r = first; r < first + rows; ++r) {
-      xr = X.row(r).transpose().array().template cast<double>();
-      const double mean = xr.mean();
-      xr -= mean;
-      const double rstd = 1 / std::sqrt(xr.square().mean() + eps);
-      stats[2 * r] = mean;
-      stats[2 * r + 1] = rstd;
-      Y.row(r).array() = (xr * rstd).transpose().template cast<T>();  // xhat as xhat_row forms it, then y in place
-      Y.row(r).array() = Y.row(r).array() * G + Bt;
-    }
-  }, 4);
+  parallel_rows(
+      X.rows(), X.cols(),
+      [&](Index first, Index rows) {  // row by row: split in row ranges when large
+        // The row in double, converted once: read through a lazy cast, each of the three passes would convert
+        // it again, element by element, at several times the cost for the same values.
+        auto xr = double_row(X.cols());
+        for (Index r = first; r < first + rows; ++r) {
+          xr = X.row(r).transpose().array().template cast<double>();
+          const double mean = xr.mean();
+          xr -= mean;
+          const double rstd = 1 / std::sqrt(xr.square().mean() + eps);
+          stats[2 * r] = mean;
+          stats[2 * r + 1] = rstd;
+          Y.row(r).array() = (xr * rstd).transpose().template cast<T>();  // xhat as xhat_row forms it, then y in place
+          Y.row(r).array() = Y.row(r).array() * G + Bt;
+        }
+      },
+      4);
 }
 
 // C = X * F, F = [u >= p] / (1 - p) per element (u: the next rng.uniform());  dX += dC * F
@@ -115,13 +118,15 @@ struct LayerNorm {
   using Saved = LayerNormSaved<T>;
   double eps = 1e-5;
 
-  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x, const TensorT<T>& gamma, const TensorT<T>& beta) const {
+  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x, const TensorT<T>& gamma,
+               const TensorT<T>& beta) const {
     const Shape s = x.shape();
     const Shape sg = gamma.shape(), sb = beta.shape();
     if (s.cols == 0) fail<ShapeError>("layer_norm: x is {}; its rows have no entries to normalise", s);
     if (!is_row_of(sg, s.cols) || !is_row_of(sb, s.cols))
-      fail<ShapeError>("layer_norm: gamma is {} and beta is {} but x is {}; both must be rows of {} values ({} or 1x{})",
-                       sg, sb, s, s.cols, s.cols, s.cols);
+      fail<ShapeError>(
+          "layer_norm: gamma is {} and beta is {} but x is {}; both must be rows of {} values ({} or 1x{})", sg, sb, s,
+          s.cols, s.cols, s.cols);
     if (!(eps > 0) || !std::isfinite(eps)) fail<ValueError>("layer_norm: eps must be positive and finite, got {}", eps);
     TensorT<T>& y = ctx.output(s);
     Saved& saved = ctx.saved();
@@ -145,18 +150,22 @@ struct LayerNorm {
         rows, cols);
     if (need_xhat) {
       const auto Gam = gamma.value.flat().row(0).array();
-      parallel_rows(rows, cols, [&](Index first, Index count) {
-        auto xr = double_row(cols);
-        for (Index r = first; r < first + count; ++r) {
-          xhat_row<T>(X.row(r), stats[2 * r], stats[2 * r + 1], xr, XHat.row(r).array());
-          if (!dX) continue;
-          const auto dxhat = dY.row(r).array() * Gam;
-          const T mean_dxhat = dxhat.mean();
-          const T mean_dxhat_xhat = (dxhat * XHat.row(r).array()).mean();
-          const T rstd = static_cast<T>(stats[2 * r + 1]);
-          dX.add(dX.tensor->flat().row(r).array(), rstd * (dxhat - mean_dxhat - XHat.row(r).array() * mean_dxhat_xhat));
-        }
-      }, dX ? 5 : 2);
+      parallel_rows(
+          rows, cols,
+          [&](Index first, Index count) {
+            auto xr = double_row(cols);
+            for (Index r = first; r < first + count; ++r) {
+              xhat_row<T>(X.row(r), stats[2 * r], stats[2 * r + 1], xr, XHat.row(r).array());
+              if (!dX) continue;
+              const auto dxhat = dY.row(r).array() * Gam;
+              const T mean_dxhat = dxhat.mean();
+              const T mean_dxhat_xhat = (dxhat * XHat.row(r).array()).mean();
+              const T rstd = static_cast<T>(stats[2 * r + 1]);
+              dX.add(dX.tensor->flat().row(r).array(),
+                     rstd * (dxhat - mean_dxhat - XHat.row(r).array() * mean_dxhat_xhat));
+            }
+          },
+          dX ? 5 : 2);
     }
     if (!dGamma && !dBeta) return;
     // Both sums in one pass over the columns, each column summed as write_column_sums sums it (same bits).
@@ -182,8 +191,8 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) 
   return apply(LayerNorm<T>{.eps = eps}, {x, gamma, beta}, where);
 }
 
-#define TAPEGRAD_INSTANTIATE(T)                                           \
-  template Var<T> dropout(Var<T>, double, Rng&, Where);                  \
+#define TAPEGRAD_INSTANTIATE(T)                         \
+  template Var<T> dropout(Var<T>, double, Rng&, Where); \
   template Var<T> layer_norm(Var<T>, Var<T>, Var<T>, double, Where);
 TAPEGRAD_INSTANTIATE(float)
 TAPEGRAD_INSTANTIATE(double)

@@ -100,9 +100,9 @@ Var<T> row_max(Var<T> x, Where where) {
   return apply(RowMax<T>{}, {x}, where);
 }
 
-#define TAPEGRAD_INSTANTIATE(T)                    \
-  template Var<T> row_sum(Var<T>, Where);          \
-  template Var<T> row_mean(Var<T>, Where);         \
+#define TAPEGRAD_INSTANTIATE(T)            \
+  template Var<T> row_sum(Var<T>, Where);  \
+  template Var<T> row_mean(Var<T>, Where); \
   template Var<T> row_max(Var<T>, Where);
 TAPEGRAD_INSTANTIATE(float)
 TAPEGRAD_INSTANTIATE(double)

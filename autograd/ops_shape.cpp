@@ -52,8 +52,8 @@ struct PickPositions {
                        positions->shape(), s, s.batch);
     for (Index b = 0; b < s.batch; ++b)
       if ((*positions)[b] < 0 || (*positions)[b] >= s.rows)
-        fail<ValueError>("pick_positions: position {} of batch item {} is outside [0, {}): x is {}", (*positions)[b],
-                         b, s.rows, s);
+        fail<ValueError>("pick_positions: position {} of batch item {} is outside [0, {}): x is {}", (*positions)[b], b,
+                         s.rows, s);
     auto C = ctx.output(Shape::mat(s.batch, s.cols)).mat();  // (B, D); recorded once every check has passed
     for (Index b = 0; b < s.batch; ++b) C.row(b) = x.mat(b).row((*positions)[b]);
     if (ctx.needs_grad()) ctx.saved().positions.assign(positions->data(), positions->data() + positions->numel());
@@ -80,8 +80,8 @@ Var<T> reshape(Var<T> x, Shape shape, Where where) {
   return apply(Reshape<T>{.shape = shape}, {x}, where);
 }
 
-#define TAPEGRAD_INSTANTIATE(T)                                      \
-  template Var<T> reshape(Var<T>, Shape, Where);                    \
+#define TAPEGRAD_INSTANTIATE(T)                  \
+  template Var<T> reshape(Var<T>, Shape, Where); \
   template Var<T> pick_positions(Var<T>, const Ids&, Where);
 TAPEGRAD_INSTANTIATE(float)
 TAPEGRAD_INSTANTIATE(double)

@@ -26,8 +26,8 @@ detail::RowMask row_mask(const Mask* mask, const Shape& x) {
   else if (m.rank == 2 && m.rows == x.rows && m.cols == x.cols)
     period = std::max<Index>(x.rows, 1);
   else
-    fail<ShapeError>("softmax_rows: the mask is {} but x is {}; the mask must be {}x{} (shared by the batch) or {}",
-                     m, x, x.rows, x.cols, x);
+    fail<ShapeError>("softmax_rows: the mask is {} but x is {}; the mask must be {}x{} (shared by the batch) or {}", m,
+                     x, x.rows, x.cols, x);
   auto* rows = detail::thread_scratch<detail::MaskRow>(detail::Scratch::mask_rows, static_cast<std::size_t>(period));
   detail::read_mask_rows(mask->data(), m.numel() == 0 ? 0 : period, x.cols, rows);
   return {mask->data(), rows, period};
@@ -144,18 +144,19 @@ void softmax_backward(const T* y, const T* dy, T* dx, Index rows, Index cols, T 
   const ConstMatrixMap<T> Y(y, rows, cols), dY(dy, rows, cols);
   MatrixMap<T> dX(dx, rows, cols);
   if (cols < kShortRow) {  // short rows: whole-matrix expressions (see softmax_forward)
-    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> dot(thread_scratch<T>(Scratch::softmax_row_dots, static_cast<std::size_t>(rows)),
-                                                        rows);
+    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> dot(
+        thread_scratch<T>(Scratch::softmax_row_dots, static_cast<std::size_t>(rows)), rows);
     dot = (Y.array() * dY.array()).rowwise().sum().matrix();
     write_grad(dX.array(), s * Y.array() * (dY.colwise() - dot).array(), assign);
     return;
   }
-  parallel_for(rows, may_split ? threads_for_elements(3.0 * static_cast<double>(rows * cols)) : 1, [&](Index first, Index last) {
-    for (Index r = first; r < last; ++r) {
-      const T dot = Y.row(r).dot(dY.row(r));
-      write_grad(dX.row(r).array(), s * Y.row(r).array() * (dY.row(r).array() - dot), assign);
-    }
-  });
+  parallel_for(rows, may_split ? threads_for_elements(3.0 * static_cast<double>(rows * cols)) : 1,
+               [&](Index first, Index last) {
+                 for (Index r = first; r < last; ++r) {
+                   const T dot = Y.row(r).dot(dY.row(r));
+                   write_grad(dX.row(r).array(), s * Y.row(r).array() * (dY.row(r).array() - dot), assign);
+                 }
+               });
 }
 
 template void softmax_forward(const float*, float*, Index, Index, float, RowMask, bool);
@@ -240,8 +241,8 @@ Var<T> log_softmax_rows(Var<T> x, Where where) {
   return apply(LogSoftmaxRows<T>{}, {x}, where);
 }
 
-#define TAPEGRAD_INSTANTIATE(T)                                    \
-  template Var<T> softmax_rows(Var<T>, const Mask*, double, Where);       \
+#define TAPEGRAD_INSTANTIATE(T)                                     \
+  template Var<T> softmax_rows(Var<T>, const Mask*, double, Where); \
   template Var<T> log_softmax_rows(Var<T>, Where);
 TAPEGRAD_INSTANTIATE(float)
 TAPEGRAD_INSTANTIATE(double)

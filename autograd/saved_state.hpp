@@ -60,8 +60,8 @@ class SavedState {
   static constexpr char tag = 0;  // one address per type: get<S>() compares a pointer
   static constexpr std::size_t kInlineBytes = 32;
   template <class S>
-  static constexpr bool kInline = sizeof(S) <= kInlineBytes && alignof(S) <= alignof(std::max_align_t) &&
-                                  std::is_trivially_destructible_v<S>;
+  static constexpr bool kInline = sizeof(S) <= kInlineBytes &&
+                                  alignof(S) <= alignof(std::max_align_t) && std::is_trivially_destructible_v<S>;
 
   template <class S>
   void make() {

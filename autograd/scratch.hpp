@@ -21,12 +21,12 @@ enum class Scratch : std::size_t {
   product,             // gemm: a product formed before it is added into C
   eigen_packed_lhs,    // gemm: Eigen's packing buffers, kept from product to product
   eigen_packed_rhs,
-  attention_block,     // attention: one item's (Tq, Tk) scores or their gradient
-  softmax_row_dots,    // softmax backward: each short row's sum(dy y)
-  mask_rows,           // softmax_rows, attention: what each row of a mask leaves open (MaskRow)
-  attention_reach,     // attention: the keys each block of queries sees, when nothing is recorded
-  norm_row,            // layer_norm: one row of x in double, for its statistics
-  norm_xhat,           // layer_norm backward: the normalised input, recomputed from x
+  attention_block,   // attention: one item's (Tq, Tk) scores or their gradient
+  softmax_row_dots,  // softmax backward: each short row's sum(dy y)
+  mask_rows,         // softmax_rows, attention: what each row of a mask leaves open (MaskRow)
+  attention_reach,   // attention: the keys each block of queries sees, when nothing is recorded
+  norm_row,          // layer_norm: one row of x in double, for its statistics
+  norm_xhat,         // layer_norm backward: the normalised input, recomputed from x
   count
 };
 static_assert(static_cast<std::size_t>(Scratch::count) <= kScratchSlots);

@@ -13,9 +13,10 @@ void Tape<T>::backward(Var<T> loss) {
   check(loss, "backward", "the loss");
   const Shape& s = at(loss.index).val().shape();
   if (s.numel() != 1)
-    fail<ShapeError>("backward: the loss must hold one element, but it is {}; give a seed gradient to start "
-                     "from a larger output",
-                     s);
+    fail<ShapeError>(
+        "backward: the loss must hold one element, but it is {}; give a seed gradient to start "
+        "from a larger output",
+        s);
   unit_seed_.resize(s);  // a member, so the steady state allocates nothing here either
   unit_seed_.fill(T(1));
   backward(loss, unit_seed_);
@@ -56,16 +57,18 @@ Node<T>& Tape<T>::start_walk(Var<T> output, const TensorT<T>& seed) {
   check_thread("backward", false);
   check(output, "backward", "the output");
   if (walked_)
-    fail<UsageError>("backward: this tape was already walked back since its last reset(); again would add every "
-                     "gradient a second time (add the losses before one backward, or reset() and record again)");
+    fail<UsageError>(
+        "backward: this tape was already walked back since its last reset(); again would add every "
+        "gradient a second time (add the losses before one backward, or reset() and record again)");
   Node<T>& out = at(output.index);
   if (seed.shape() != out.val().shape())
     fail<ShapeError>("backward: the seed gradient is {} but the output {} is {}", seed.shape(), describe(out),
                      out.val().shape());
   if (!out.requires_grad)
-    fail<UsageError>("backward: {} depends on no input or parameter that takes a gradient (or it was "
-                     "recorded with gradients disabled)",
-                     describe(out));
+    fail<UsageError>(
+        "backward: {} depends on no input or parameter that takes a gradient (or it was "
+        "recorded with gradients disabled)",
+        describe(out));
   walked_ = true;  // from here on gradients are written: even a walk that fails part way may not be repeated
   for (std::size_t i = 0; i <= output.index; ++i) {
     Node<T>& n = at(i);  // grad_released is false: push() cleared it, and a recording is walked once
@@ -150,9 +153,10 @@ void Tape<T>::check_backward_anomaly(Node<T>& n) {
     Node<T>& in = input_node(n, k);
     const TensorT<T>* g = in.zeroed_grad();
     if (g && !all_finite(*g))
-      fail<NonFiniteError>("anomaly: the backward rule of {} produced a non-finite gradient (NaN or Inf) for its "
-                           "input {}, {}",
-                           describe(n), k, describe(in));
+      fail<NonFiniteError>(
+          "anomaly: the backward rule of {} produced a non-finite gradient (NaN or Inf) for its "
+          "input {}, {}",
+          describe(n), k, describe(in));
   }
 }
 
@@ -203,9 +207,10 @@ Var<T> Tape<T>::outer_input(Var<T> outer, Where where) {
   Node<T>& from = outer.tape->node(outer);
   const bool linked = grad_enabled_ && from.requires_grad;
   if (linked && !outer.tape->walking_)
-    fail<UsageError>("outer_input: {} takes a gradient, which exists only while its tape is walked back; record "
-                     "with gradients off here (NoGradGuard), or from within that tape's backward()",
-                     describe(from));
+    fail<UsageError>(
+        "outer_input: {} takes a gradient, which exists only while its tape is walked back; record "
+        "with gradients off here (NoGradGuard), or from within that tape's backward()",
+        describe(from));
   Node<T>& n = push("outer_input", Shape::vec(0), where);  // the value lives in the outer node
   n.in_place.value = &from.val();
   if (linked) {
@@ -237,13 +242,15 @@ const TensorT<T>& Tape<T>::grad(Var<T> v) const {
   if (!n.requires_grad)
     fail<UsageError>("grad: {} takes no gradient (a constant, or recorded with gradients disabled)", describe(n));
   if (v.index >= grads_valid_until_)
-    fail<UsageError>("grad: no gradient has been computed for {} yet; call backward() on an output that "
-                     "depends on it",
-                     describe(n));
+    fail<UsageError>(
+        "grad: no gradient has been computed for {} yet; call backward() on an output that "
+        "depends on it",
+        describe(n));
   if (n.grad_released)
-    fail<UsageError>("grad: {} is not a leaf, and this tape releases such gradients once backward has passed "
-                     "them (set_release_grads(false) keeps them)",
-                     describe(n));
+    fail<UsageError>(
+        "grad: {} is not a leaf, and this tape releases such gradients once backward has passed "
+        "them (set_release_grads(false) keeps them)",
+        describe(n));
   return n.in_place.grad ? *n.in_place.grad : n.grad;
 }
 
@@ -269,7 +276,8 @@ const TensorT<T>* Tape<T>::grad_at(std::size_t i) const {
 template <class T>
 std::string Tape<T>::describe(const Node<T>& n) {
   if (n.parameter)
-    return fmt::format("parameter '{}' (read at {}:{})", escaped(n.parameter->name), n.where.short_file(), n.where.line);
+    return fmt::format("parameter '{}' (read at {}:{})", escaped(n.parameter->name), n.where.short_file(),
+                       n.where.line);
   return fmt::format("{} (recorded at {}:{})", n.op, n.where.short_file(), n.where.line);
 }
 
@@ -277,9 +285,10 @@ std::string Tape<T>::describe(const Node<T>& n) {
 
 template <class T>
 void Tape<T>::refuse_thread(const char* op) const {
-  fail<UsageError>("{}: tape {} holds {} nodes that another thread is recording; a tape belongs to the thread that "
-                   "records on it until reset(): give each thread its own tape",
-                   op, static_cast<const void*>(this), used_);
+  fail<UsageError>(
+      "{}: tape {} holds {} nodes that another thread is recording; a tape belongs to the thread that "
+      "records on it until reset(): give each thread its own tape",
+      op, static_cast<const void*>(this), used_);
 }
 
 template <class T>
@@ -295,8 +304,8 @@ template <class T>
 void Tape<T>::make_room(const char* op) {
   if (pending_) drop_pending();  // the op that recorded it threw before committing
   if (used_ == kMaxTapeNodes)
-    fail<UsageError>("{}: the tape already holds {} nodes, as many as a Var can address; reset() it between steps",
-                     op, kMaxTapeNodes);
+    fail<UsageError>("{}: the tape already holds {} nodes, as many as a Var can address; reset() it between steps", op,
+                     kMaxTapeNodes);
   if (used_ == capacity_) {
     chunks_.push_back(std::make_unique<Node<T>[]>(kChunk));
     capacity_ += kChunk;

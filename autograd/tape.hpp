@@ -298,23 +298,23 @@ class Tape {
   Node<T>& at(std::size_t i) { return chunks_[i >> kChunkBits][i & (kChunk - 1)]; }
   const Node<T>& at(std::size_t i) const { return chunks_[i >> kChunkBits][i & (kChunk - 1)]; }
   std::vector<std::unique_ptr<Node<T>[]>> chunks_;
-  std::size_t capacity_ = 0;            // chunks_.size() * kChunk
-  std::vector<std::uint32_t> inputs_;   // input indices of every live node, back to back
+  std::size_t capacity_ = 0;           // chunks_.size() * kChunk
+  std::vector<std::uint32_t> inputs_;  // input indices of every live node, back to back
   std::size_t used_ = 0;
-  bool pending_ = false;                // node used_ - 1 is recorded but not committed ...
-  Node<T>* pending_node_ = nullptr;     // ... and this is it (nullptr when none is pending)
-  bool walked_ = false;                 // backward() ran since the last reset()
-  bool walking_ = false;                // backward() is running: the gradients of outer_input leaves exist
-  std::uint64_t generation_ = 1;        // bumped by reset(), stamped into every Var (40 bits of it)
-  std::size_t grads_valid_until_ = 0;   // backward() filled gradients of nodes [0, this)
-  TensorT<T> unit_seed_;                // d loss / d loss = 1
+  bool pending_ = false;                          // node used_ - 1 is recorded but not committed ...
+  Node<T>* pending_node_ = nullptr;               // ... and this is it (nullptr when none is pending)
+  bool walked_ = false;                           // backward() ran since the last reset()
+  bool walking_ = false;                          // backward() is running: the gradients of outer_input leaves exist
+  std::uint64_t generation_ = 1;                  // bumped by reset(), stamped into every Var (40 bits of it)
+  std::size_t grads_valid_until_ = 0;             // backward() filled gradients of nodes [0, this)
+  TensorT<T> unit_seed_;                          // d loss / d loss = 1
   std::vector<const Parameter<T>*> params_read_;  // by param(), since the last reset()
   std::atomic<const void*> owner_{nullptr};       // this_thread_token() of the thread recording since reset()
   bool grad_enabled_ = true;
   bool anomaly_detection_ = false;
   bool release_grads_ = false;
   std::vector<TensorT<T>> grad_pool_;  // free gradient buffers (set_release_grads)
-  std::unique_ptr<Tape> sub_;  // sub_tape(), made on first use
+  std::unique_ptr<Tape> sub_;          // sub_tape(), made on first use
 };
 
 // The per-op calls, inline: a tiny op's cost is mostly this bookkeeping (bench/tape_overhead).
@@ -391,9 +391,7 @@ Var<T> Tape<T>::constant(const char* name, const Shape& shape, Fill&& fill, Wher
 template <class T>
 class NoGradGuard {
  public:
-  explicit NoGradGuard(Tape<T>& tape) : tape_(tape), previous_(tape.grad_enabled()) {
-    tape.set_grad_enabled(false);
-  }
+  explicit NoGradGuard(Tape<T>& tape) : tape_(tape), previous_(tape.grad_enabled()) { tape.set_grad_enabled(false); }
   ~NoGradGuard() { tape_.set_grad_enabled(previous_); }
   NoGradGuard(const NoGradGuard&) = delete;
   NoGradGuard& operator=(const NoGradGuard&) = delete;

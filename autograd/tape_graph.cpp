@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 
 #include "tapegrad/core/error.hpp"
+#include "tapegrad/core/escape.hpp"
 #include "tapegrad/core/file_io.hpp"
 #include "tapegrad/core/process.hpp"
-#include "tapegrad/core/escape.hpp"
 
 namespace tapegrad {
 namespace {
@@ -25,13 +25,26 @@ std::string html(std::string_view text) {
   std::string out;
   for (const char c : escaped(text)) {
     switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -57,10 +70,14 @@ Kind kind_of(const Node<T>& n) {
 // The node's attributes after its label: shape and colours by kind.
 std::string_view style_of(Kind kind, bool takes_grad) {
   switch (kind) {
-    case Kind::parameter: return R"(shape=cylinder, style=filled, fillcolor="#ffd8a8", color="#c05600")";
-    case Kind::input: return R"(shape=box, style=filled, fillcolor="#cfe2f8", color="#2f5f98")";
-    case Kind::constant: return R"(shape=box, style="filled,dashed", fillcolor="#eeeeee", color="#777777")";
-    case Kind::op: break;
+    case Kind::parameter:
+      return R"(shape=cylinder, style=filled, fillcolor="#ffd8a8", color="#c05600")";
+    case Kind::input:
+      return R"(shape=box, style=filled, fillcolor="#cfe2f8", color="#2f5f98")";
+    case Kind::constant:
+      return R"(shape=box, style="filled,dashed", fillcolor="#eeeeee", color="#777777")";
+    case Kind::op:
+      break;
   }
   return takes_grad ? R"(shape=box, style=rounded)" : R"(shape=box, style="rounded,dashed", color="#777777")";
 }
@@ -71,12 +88,14 @@ template <class T>
 std::string tape_dot(const Tape<T>& tape, const TapeGraphOptions& options) {
   const std::size_t count = tape.size();
   if (count > options.max_nodes)
-    fail<LimitError>("tape_dot: the tape holds {} nodes, more than the {} a picture is drawn for "
-                     "(TapeGraphOptions::max_nodes); draw a smaller recording (one layer, a short batch)",
-                     count, options.max_nodes);
+    fail<LimitError>(
+        "tape_dot: the tape holds {} nodes, more than the {} a picture is drawn for "
+        "(TapeGraphOptions::max_nodes); draw a smaller recording (one layer, a short batch)",
+        count, options.max_nodes);
   fmt::memory_buffer out;
   auto put = std::back_inserter(out);
-  fmt::format_to(put, "// A tapegrad tape of {} nodes (autograd/tape_graph.hpp); draw it with: dot -Tsvg -O FILE\n", count);
+  fmt::format_to(put, "// A tapegrad tape of {} nodes (autograd/tape_graph.hpp); draw it with: dot -Tsvg -O FILE\n",
+                 count);
   fmt::format_to(put, "digraph tape {{\n");
   fmt::format_to(put, "  graph [fontname=\"Helvetica\", fontsize=12, labelloc=t");
   if (!options.title.empty()) fmt::format_to(put, ", label=<<B>{}</B>>", html(options.title));
@@ -124,8 +143,8 @@ namespace {
 
 std::string draw_svg(std::string_view dot, const DotOptions& options, std::string_view op) {
   const std::vector<std::string> argv = {options.program, "-Tsvg"};
-  std::string svg = run_filter(argv, dot, {.op = op, .timeout_seconds = options.timeout_seconds,
-                                           .install_hint = kGraphvizHint});
+  std::string svg =
+      run_filter(argv, dot, {.op = op, .timeout_seconds = options.timeout_seconds, .install_hint = kGraphvizHint});
   if (svg.find("<svg") == std::string::npos)
     fail<ProcessError>("{}: '{}' exited with status 0 but wrote no SVG ({} bytes, no <svg> element)", op,
                        escaped(options.program), svg.size());
@@ -147,10 +166,11 @@ template <class T>
 void write_tape_svg(const Tape<T>& tape, const std::filesystem::path& path, const TapeGraphOptions& options,
                     const DotOptions& dot) {
   if (tape.size() > dot.max_nodes)
-    fail<LimitError>("write_tape_svg: the tape holds {} nodes, more than the {} that dot is asked to lay out "
-                     "(DotOptions::max_nodes: its time grows about as the square of the nodes); write it as DOT with "
-                     "write_tape_dot, or draw a smaller recording",
-                     tape.size(), dot.max_nodes);
+    fail<LimitError>(
+        "write_tape_svg: the tape holds {} nodes, more than the {} that dot is asked to lay out "
+        "(DotOptions::max_nodes: its time grows about as the square of the nodes); write it as DOT with "
+        "write_tape_dot, or draw a smaller recording",
+        tape.size(), dot.max_nodes);
   write_file(path, draw_svg(tape_dot(tape, options), dot, "write_tape_svg"), Durability::replace, "write_tape_svg");
 }
 
@@ -158,7 +178,9 @@ template std::string tape_dot(const Tape<float>&, const TapeGraphOptions&);
 template std::string tape_dot(const Tape<double>&, const TapeGraphOptions&);
 template void write_tape_dot(const Tape<float>&, const std::filesystem::path&, const TapeGraphOptions&);
 template void write_tape_dot(const Tape<double>&, const std::filesystem::path&, const TapeGraphOptions&);
-template void write_tape_svg(const Tape<float>&, const std::filesystem::path&, const TapeGraphOptions&, const DotOptions&);
-template void write_tape_svg(const Tape<double>&, const std::filesystem::path&, const TapeGraphOptions&, const DotOptions&);
+template void write_tape_svg(const Tape<float>&, const std::filesystem::path&, const TapeGraphOptions&,
+                             const DotOptions&);
+template void write_tape_svg(const Tape<double>&, const std::filesystem::path&, const TapeGraphOptions&,
+                             const DotOptions&);
 
 }  // namespace tapegrad

@@ -3,9 +3,10 @@
 // (Debian's graphviz). Each node shows its op, its shape and the source line that recorded it, and
 // optionally the norm of its value and, after backward(), of its gradient; an edge runs from each input
 // to the op that read it, labelled, when the op has several inputs, with the positions it fills
-// (attention(q, k, v): 0, 1, 2; parameter-free attention(x, x, x): one edge from x labelled "0,1,2"). Leaves are drawn apart from ops: parameters as orange cylinders (learned, they outlive the
-// tape), inputs as blue boxes, constants as grey dashed boxes, ops as white rounded boxes (dashed when
-// they take no gradient, as they keep no inputs: autograd/tape.hpp, inputs_of).
+// (attention(q, k, v): 0, 1, 2; parameter-free attention(x, x, x): one edge from x labelled "0,1,2"). Leaves are drawn
+// apart from ops: parameters as orange cylinders (learned, they outlive the tape), inputs as blue boxes, constants as
+// grey dashed boxes, ops as white rounded boxes (dashed when they take no gradient, as they keep no inputs:
+// autograd/tape.hpp, inputs_of).
 //
 //   Tape<double> tape;
 //   Var<double> loss = sum(attention.forward(tape.input(x)));
@@ -32,8 +33,8 @@ inline constexpr std::size_t kMaxGraphNodes = 1'000'000;
 inline constexpr std::size_t kMaxSvgNodes = 5'000;
 
 struct TapeGraphOptions {
-  bool norms = false;      // each node's value norm, and its gradient's where backward() computed one
-  std::string title = {};  // above the graph
+  bool norms = false;                      // each node's value norm, and its gradient's where backward() computed one
+  std::string title = {};                  // above the graph
   std::size_t max_nodes = kMaxGraphNodes;  // a larger tape is refused (LimitError)
 };
 

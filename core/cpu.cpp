@@ -31,11 +31,22 @@ bool cpu_has(const char* feature) {
   // __builtin_cpu_supports takes a literal: one branch per name it may be asked.
   const std::string_view f = feature;
 #define TAPEGRAD_FEATURE(name) \
-  if (f == name) return __builtin_cpu_supports(name);
-  TAPEGRAD_FEATURE("sse3") TAPEGRAD_FEATURE("ssse3") TAPEGRAD_FEATURE("sse4.1") TAPEGRAD_FEATURE("sse4.2")
-  TAPEGRAD_FEATURE("popcnt") TAPEGRAD_FEATURE("avx") TAPEGRAD_FEATURE("avx2") TAPEGRAD_FEATURE("fma")
-  TAPEGRAD_FEATURE("bmi") TAPEGRAD_FEATURE("bmi2") TAPEGRAD_FEATURE("avx512f") TAPEGRAD_FEATURE("avx512bw")
-  TAPEGRAD_FEATURE("avx512cd") TAPEGRAD_FEATURE("avx512dq") TAPEGRAD_FEATURE("avx512vl")
+  if (f == name) return __builtin_cpu_supports(name)
+  TAPEGRAD_FEATURE("sse3");
+  TAPEGRAD_FEATURE("ssse3");
+  TAPEGRAD_FEATURE("sse4.1");
+  TAPEGRAD_FEATURE("sse4.2");
+  TAPEGRAD_FEATURE("popcnt");
+  TAPEGRAD_FEATURE("avx");
+  TAPEGRAD_FEATURE("avx2");
+  TAPEGRAD_FEATURE("fma");
+  TAPEGRAD_FEATURE("bmi");
+  TAPEGRAD_FEATURE("bmi2");
+  TAPEGRAD_FEATURE("avx512f");
+  TAPEGRAD_FEATURE("avx512bw");
+  TAPEGRAD_FEATURE("avx512cd");
+  TAPEGRAD_FEATURE("avx512dq");
+  TAPEGRAD_FEATURE("avx512vl");
 #undef TAPEGRAD_FEATURE
   return true;
 }

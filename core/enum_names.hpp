@@ -68,8 +68,7 @@ template <NamedEnum E>
 std::string enum_choices() {
   const auto names = enum_names<E>();
   std::string s;
-  for (std::size_t i = 0; i < names.size(); ++i)
-    s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  for (std::size_t i = 0; i < names.size(); ++i) s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
   return s;
 }
 

@@ -15,14 +15,22 @@ std::size_t utf8_length(std::string_view text, std::size_t i) {
   const unsigned char b0 = byte(i);
   std::size_t n = 0;
   unsigned lo = 0x80, hi = 0xbf;  // the range of the second byte
-  if (b0 >= 0xc2 && b0 <= 0xdf) n = 2;
-  else if (b0 == 0xe0) n = 3, lo = 0xa0;
-  else if (b0 == 0xed) n = 3, hi = 0x9f;
-  else if (b0 >= 0xe1 && b0 <= 0xef) n = 3;
-  else if (b0 == 0xf0) n = 4, lo = 0x90;
-  else if (b0 == 0xf4) n = 4, hi = 0x8f;
-  else if (b0 >= 0xf1 && b0 <= 0xf3) n = 4;
-  else return 0;
+  if (b0 >= 0xc2 && b0 <= 0xdf)
+    n = 2;
+  else if (b0 == 0xe0)
+    n = 3, lo = 0xa0;
+  else if (b0 == 0xed)
+    n = 3, hi = 0x9f;
+  else if (b0 >= 0xe1 && b0 <= 0xef)
+    n = 3;
+  else if (b0 == 0xf0)
+    n = 4, lo = 0x90;
+  else if (b0 == 0xf4)
+    n = 4, hi = 0x8f;
+  else if (b0 >= 0xf1 && b0 <= 0xf3)
+    n = 4;
+  else
+    return 0;
   if (i + n > text.size()) return 0;
   if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
   for (std::size_t k = 2; k < n; ++k)
@@ -44,9 +52,9 @@ char32_t code_point(std::string_view text, std::size_t i, std::size_t n) {
 // U+2066-U+2069) that make a name read as another, and the zero-width and invisible ones.
 bool hidden_code_point(char32_t c) {
   static constexpr std::pair<char32_t, char32_t> kRanges[] = {
-      {0x80, 0x9f},       {0xad, 0xad},       {0x600, 0x605},     {0x61c, 0x61c},   {0x6dd, 0x6dd},
-      {0x70f, 0x70f},     {0x890, 0x891},     {0x8e2, 0x8e2},     {0x180e, 0x180e}, {0x200b, 0x200f},
-      {0x2028, 0x202e},   {0x2060, 0x2064},   {0x2066, 0x206f},   {0xfeff, 0xfeff}, {0xfff9, 0xfffb},
+      {0x80, 0x9f},       {0xad, 0xad},       {0x600, 0x605},     {0x61c, 0x61c},     {0x6dd, 0x6dd},
+      {0x70f, 0x70f},     {0x890, 0x891},     {0x8e2, 0x8e2},     {0x180e, 0x180e},   {0x200b, 0x200f},
+      {0x2028, 0x202e},   {0x2060, 0x2064},   {0x2066, 0x206f},   {0xfeff, 0xfeff},   {0xfff9, 0xfffb},
       {0x110bd, 0x110bd}, {0x110cd, 0x110cd}, {0x13430, 0x13438}, {0x1bca0, 0x1bca3}, {0x1d173, 0x1d17a},
       {0xe0001, 0xe0001}, {0xe0020, 0xe007f}};
   for (const auto& [lo, hi] : kRanges)
@@ -96,7 +104,8 @@ std::string escaped(std::string_view text, std::size_t max_bytes) {
 
 std::string quoted_list(const std::vector<std::string>& names, std::size_t max_items) {
   std::string out;
-  for (std::size_t k = 0; k < names.size() && k < max_items; ++k) out += fmt::format("{}'{}'", k ? ", " : "", escaped(names[k]));
+  for (std::size_t k = 0; k < names.size() && k < max_items; ++k)
+    out += fmt::format("{}'{}'", k ? ", " : "", escaped(names[k]));
   if (names.size() > max_items) out += fmt::format(", ... and {} more", names.size() - max_items);
   return out;
 }

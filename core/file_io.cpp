@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -62,7 +62,9 @@ void write_file(const std::filesystem::path& path, std::string_view content, Dur
   if (ec)
     fail<IoError>("{}: cannot create the folder '{}' for '{}': {}", op, escaped(dir), escaped(path), ec.message());
   const detail::Descriptor folder(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!folder.open()) fail<IoError>("{}: cannot open the folder '{}' for '{}': {}", op, escaped(dir), escaped(path), std::strerror(errno));
+  if (!folder.open())
+    fail<IoError>("{}: cannot open the folder '{}' for '{}': {}", op, escaped(dir), escaped(path),
+                  std::strerror(errno));
   write_file_at(folder.get(), path.filename().native(), content, durability, op, path);
 }
 
@@ -96,7 +98,8 @@ void write_file_at(int folder, std::string_view name, std::string_view content, 
   if (durability == Durability::durable && ::fsync(fd.get()) != 0) fail_io("fsync");
   if (fd.close_checked() != 0) fail_io("closing");
   try {
-    refuse_non_regular_target(folder, target.c_str(), shown, op);  // again: something may have taken its place meanwhile
+    // Again: something may have taken its place meanwhile.
+    refuse_non_regular_target(folder, target.c_str(), shown, op);
   } catch (...) {
     ::unlinkat(folder, tmp.c_str(), 0);
     throw;
@@ -125,18 +128,21 @@ void check_writable(const std::filesystem::path& path, std::string_view op) {
   const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) fail<FileError>("{}: cannot create the folder '{}' for '{}': {}", op, escaped(dir), escaped(path), ec.message());
+  if (ec)
+    fail<FileError>("{}: cannot create the folder '{}' for '{}': {}", op, escaped(dir), escaped(path), ec.message());
   // The longest name the write gives the file system is its temporary file's.
   const fs::path tmp = temporary_path(path);
   const long name_max = path_limit(dir, _PC_NAME_MAX, NAME_MAX), path_max = path_limit(dir, _PC_PATH_MAX, PATH_MAX);
   if (static_cast<long>(tmp.filename().native().size()) > name_max)
-    fail<FileError>("{}: '{}' could not be written: its temporary file's name would be longer than the {} bytes the file "
-                    "system allows",
-                    op, escaped(path), name_max);
+    fail<FileError>(
+        "{}: '{}' could not be written: its temporary file's name would be longer than the {} bytes the file "
+        "system allows",
+        op, escaped(path), name_max);
   if (static_cast<long>(tmp.native().size()) >= path_max)
-    fail<FileError>("{}: '{}' could not be written: the path would be {} bytes, and the system takes paths shorter than "
-                    "{}; choose a shorter folder",
-                    op, escaped(path), tmp.native().size(), path_max);
+    fail<FileError>(
+        "{}: '{}' could not be written: the path would be {} bytes, and the system takes paths shorter than "
+        "{}; choose a shorter folder",
+        op, escaped(path), tmp.native().size(), path_max);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0 && errno != EEXIST)
     fail<FileError>("{}: '{}' could not be written: {}", op, escaped(path), std::strerror(errno));
@@ -151,7 +157,8 @@ namespace {
 // The open descriptor and size of the regular file `path`, refused as read_file's comment says.
 std::pair<detail::Descriptor, std::size_t> open_regular(const std::filesystem::path& path, std::size_t max_bytes,
                                                         std::string_view op) {
-  detail::Descriptor f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};  // O_NONBLOCK: a FIFO does not hang the open
+  detail::Descriptor f{
+      ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};  // O_NONBLOCK: a FIFO does not hang the open
   if (!f.open()) fail<FileError>("{}: cannot open '{}': {}", op, escaped(path), std::strerror(errno));
   struct stat st {};
   if (::fstat(f.get(), &st) != 0) fail<FileError>("{}: cannot read '{}': {}", op, escaped(path), std::strerror(errno));
@@ -159,8 +166,8 @@ std::pair<detail::Descriptor, std::size_t> open_regular(const std::filesystem::p
     fail<FileError>("{}: '{}' is not a regular file ({})", op, escaped(path), kind_of(st.st_mode));
   const auto size = static_cast<std::size_t>(st.st_size);
   if (size > max_bytes)
-    fail<LimitError>("{}: '{}' holds {}, more than the limit of {}", op, escaped(path), format_bytes(static_cast<double>(size)),
-                     format_bytes(static_cast<double>(max_bytes)));
+    fail<LimitError>("{}: '{}' holds {}, more than the limit of {}", op, escaped(path),
+                     format_bytes(static_cast<double>(size)), format_bytes(static_cast<double>(max_bytes)));
   return {std::move(f), size};
 }
 

@@ -53,6 +53,7 @@ std::string read_file(const std::filesystem::path& path, std::size_t max_bytes, 
 // read_file does, before the first piece; more than `max_bytes` is a LimitError naming the file and the
 // limit, when the first byte past it is read. Returns the bytes read.
 std::size_t read_file_pieces(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op,
-                             const std::function<void(std::string_view)>& piece, std::size_t piece_bytes = std::size_t{1} << 20);
+                             const std::function<void(std::string_view)>& piece,
+                             std::size_t piece_bytes = std::size_t{1} << 20);
 
 }  // namespace tapegrad

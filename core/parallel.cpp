@@ -69,8 +69,8 @@ const ParallelCrossover& parallel_crossover() { return crossover; }
 
 void set_parallel_crossover(const ParallelCrossover& c) {
   if (!(c.min_macs >= 0) || !(c.min_elements >= 0))
-    fail<ValueError>("set_parallel_crossover: the minimums must be >= 0, got {} multiply-adds and {} elements", c.min_macs,
-                     c.min_elements);
+    fail<ValueError>("set_parallel_crossover: the minimums must be >= 0, got {} multiply-adds and {} elements",
+                     c.min_macs, c.min_elements);
   crossover = c;
 }
 
@@ -192,8 +192,8 @@ class Pool {
 
   std::uint64_t generation_ = 0;
   alignas(64) std::atomic<std::uint64_t> counter_{0};
-  alignas(64) std::atomic<std::uint32_t> done_{0};   // pieces of the current job done
-  alignas(64) std::atomic<std::uint32_t> wake_{0};   // bumped per job: sleeping workers wait on it
+  alignas(64) std::atomic<std::uint32_t> done_{0};  // pieces of the current job done
+  alignas(64) std::atomic<std::uint32_t> wake_{0};  // bumped per job: sleeping workers wait on it
   std::atomic<bool> stop_{false};
   std::atomic<bool> busy_{false};
   std::vector<std::thread> workers_;
@@ -288,8 +288,8 @@ void Pool::work(int index) {
   }
 }
 
-std::exception_ptr Pool::run(Index n, Index piece, std::uint64_t pieces, int helpers,
-                             void (*body)(void*, Index, Index), void* context) {
+std::exception_ptr Pool::run(Index n, Index piece, std::uint64_t pieces, int helpers, void (*body)(void*, Index, Index),
+                             void* context) {
   // The last job is done (every piece counted, with acquire): no worker holds a pointer into its scratch
   // until this job is published below, so growing their buffers here races with nothing.
   for (int i = 0; i < helpers; ++i) scratch_[static_cast<std::size_t>(i)]->grow_to_longest();
@@ -354,7 +354,8 @@ void detail::parallel_chunks(Index n, Index grain, int most, void (*body)(void*,
   const Index per_piece = (grains + per_thread - 1) / per_thread;  // grains
   const Index pieces = (grains + per_piece - 1) / per_piece;
   regions_started.fetch_add(1, std::memory_order_relaxed);
-  const std::exception_ptr error = p.run(n, per_piece * grain, static_cast<std::uint64_t>(pieces), helpers, body, context);
+  const std::exception_ptr error =
+      p.run(n, per_piece * grain, static_cast<std::uint64_t>(pieces), helpers, body, context);
   if (error) std::rethrow_exception(error);
 }
 

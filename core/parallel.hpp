@@ -88,9 +88,9 @@ void parallel_for(Index n, int threads, F&& body, Index grain = 1) {
     body(Index{0}, n);
     return;
   }
-  detail::parallel_chunks(n, grain, threads,
-                          [](void* f, Index b, Index e) { (*static_cast<std::remove_reference_t<F>*>(f))(b, e); },
-                          static_cast<void*>(&body));
+  detail::parallel_chunks(
+      n, grain, threads, [](void* f, Index b, Index e) { (*static_cast<std::remove_reference_t<F>*>(f))(b, e); },
+      static_cast<void*>(&body));
 }
 
 // f(first, count) over the rows of a (rows x cols) pass whose elements cost `cost` elementwise

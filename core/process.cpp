@@ -96,9 +96,11 @@ std::string run_filter(const std::vector<std::string>& argv, std::string_view in
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
     fail<ProcessError>("{}: cannot make a pipe for '{}': {}", op, name, std::strerror(errno));
   Descriptor to_child(above_stdio(pair[0])), child_in(above_stdio(pair[1]));
-  if (::pipe2(out, O_CLOEXEC) != 0) fail<ProcessError>("{}: cannot make a pipe for '{}': {}", op, name, std::strerror(errno));
+  if (::pipe2(out, O_CLOEXEC) != 0)
+    fail<ProcessError>("{}: cannot make a pipe for '{}': {}", op, name, std::strerror(errno));
   Descriptor from_out(above_stdio(out[0])), child_out(above_stdio(out[1]));
-  if (::pipe2(err, O_CLOEXEC) != 0) fail<ProcessError>("{}: cannot make a pipe for '{}': {}", op, name, std::strerror(errno));
+  if (::pipe2(err, O_CLOEXEC) != 0)
+    fail<ProcessError>("{}: cannot make a pipe for '{}': {}", op, name, std::strerror(errno));
   Descriptor from_err(above_stdio(err[0])), child_err(above_stdio(err[1]));
   for (const Descriptor* fd : {&to_child, &child_in, &from_out, &child_out, &from_err, &child_err})
     if (!fd->open()) fail<ProcessError>("{}: cannot make a pipe for '{}': {}", op, name, std::strerror(errno));
@@ -121,11 +123,13 @@ std::string run_filter(const std::vector<std::string>& argv, std::string_view in
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));  // posix_spawnp does not write them
   args.push_back(nullptr);
   Child child;
-  if (const int rc = ::posix_spawnp(&child.pid, argv[0].c_str(), &setup.actions, &setup.attributes, args.data(), environ);
+  if (const int rc =
+          ::posix_spawnp(&child.pid, argv[0].c_str(), &setup.actions, &setup.attributes, args.data(), environ);
       rc != 0) {
     child.pid = -1;
     const std::string hint = options.install_hint.empty() ? std::string() : fmt::format("; {}", options.install_hint);
-    if (rc == ENOENT && argv[0].find('/') == std::string::npos) fail<ProcessError>("{}: '{}' is not on PATH{}", op, name, hint);
+    if (rc == ENOENT && argv[0].find('/') == std::string::npos)
+      fail<ProcessError>("{}: '{}' is not on PATH{}", op, name, hint);
     fail<ProcessError>("{}: cannot run '{}': {}{}", op, name, std::strerror(rc), rc == ENOENT ? hint : std::string());
   }
   child_in.close();
@@ -152,7 +156,8 @@ std::string run_filter(const std::vector<std::string>& argv, std::string_view in
     if (to_child.open()) fds[n++] = {to_child.get(), POLLOUT, 0};
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
     const int ready = ::poll(fds, n, static_cast<int>(std::clamp<long long>(left, 0, INT_MAX)));
-    if (ready < 0 && errno != EINTR) fail<ProcessError>("{}: waiting for '{}' failed: {}", op, name, std::strerror(errno));
+    if (ready < 0 && errno != EINTR)
+      fail<ProcessError>("{}: waiting for '{}' failed: {}", op, name, std::strerror(errno));
     for (nfds_t k = 0; ready > 0 && k < n; ++k) {
       if (fds[k].revents == 0) continue;
       if (fds[k].fd == to_child.get()) {
@@ -175,7 +180,8 @@ std::string run_filter(const std::vector<std::string>& argv, std::string_view in
           fail<LimitError>("{}: '{}' wrote more than {} to its standard output, the limit; it was stopped", op, name,
                            format_bytes(static_cast<double>(options.max_output_bytes)));
       } else {
-        errors.append(buffer, std::min(static_cast<std::size_t>(got), kMaxErrorBytes - std::min(errors.size(), kMaxErrorBytes)));
+        errors.append(
+            buffer, std::min(static_cast<std::size_t>(got), kMaxErrorBytes - std::min(errors.size(), kMaxErrorBytes)));
       }
     }
   }
@@ -185,14 +191,15 @@ std::string run_filter(const std::vector<std::string>& argv, std::string_view in
   for (;;) {
     const pid_t done = ::waitpid(child.pid, &status, WNOHANG);
     if (done == child.pid) break;
-    if (done < 0 && errno != EINTR) fail<ProcessError>("{}: waiting for '{}' failed: {}", op, name, std::strerror(errno));
+    if (done < 0 && errno != EINTR)
+      fail<ProcessError>("{}: waiting for '{}' failed: {}", op, name, std::strerror(errno));
     refuse_if_late();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   child.pid = -1;
   if (WIFSIGNALED(status))
-    fail<ProcessError>("{}: '{}' was killed by signal {} ({}){}", op, name, WTERMSIG(status), strsignal(WTERMSIG(status)),
-                       first_line(errors));
+    fail<ProcessError>("{}: '{}' was killed by signal {} ({}){}", op, name, WTERMSIG(status),
+                       strsignal(WTERMSIG(status)), first_line(errors));
   if (WEXITSTATUS(status) != 0)
     fail<ProcessError>("{}: '{}' exited with status {}{}", op, name, WEXITSTATUS(status), first_line(errors));
   return output;

@@ -17,10 +17,10 @@
 namespace tapegrad {
 
 struct FilterOptions {
-  std::string_view op = "run_filter";     // starts every message
-  double timeout_seconds = 60;            // then the program is killed (SIGKILL) and the run refused
+  std::string_view op = "run_filter";                   // starts every message
+  double timeout_seconds = 60;                          // then the program is killed (SIGKILL) and the run refused
   std::size_t max_output_bytes = std::size_t{1} << 30;  // more on its standard output: killed, LimitError
-  std::string_view install_hint = {};     // for a program not found: "install Debian's graphviz (...)"
+  std::string_view install_hint = {};                   // for a program not found: "install Debian's graphviz (...)"
 };
 
 // Runs argv[0] (looked up on PATH unless it holds a '/') with the arguments argv[1..], writes `input` to

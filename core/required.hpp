@@ -34,7 +34,7 @@ struct Required {
   // From another struct's required field of the same type (`.d_model = block.d_model`).
   template <FieldName Other>
   constexpr Required(const Required<V, Other>& other) : value(other.value) {}  // NOLINT: implicit on purpose
-  constexpr operator V() const { return value; }  // NOLINT: implicit on purpose
+  constexpr operator V() const { return value; }                               // NOLINT: implicit on purpose
   static constexpr std::string_view field() { return Name.view(); }
 };
 

@@ -32,8 +32,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "tapegrad/core/error.hpp"
 #include "tapegrad/core/enum_names.hpp"
+#include "tapegrad/core/error.hpp"
 
 namespace tapegrad {
 
@@ -65,7 +65,9 @@ struct Bounds {
 };
 constexpr Bounds at_least(double lo) { return {.lo = lo}; }
 constexpr Bounds above(double lo) { return {.lo = lo, .lo_open = true}; }
-constexpr Bounds in_range(double lo, double hi, bool hi_open = false) { return {.lo = lo, .hi = hi, .hi_open = hi_open}; }
+constexpr Bounds in_range(double lo, double hi, bool hi_open = false) {
+  return {.lo = lo, .hi = hi, .hi_open = hi_open};
+}
 
 // ---- one value as text ----------------------------------------------------------------------------
 
@@ -73,10 +75,7 @@ std::string to_text(double v);
 std::string to_text(bool v);
 inline std::string to_text(const std::string& v) { return v; }
 template <std::integral I>
-  requires(!std::same_as<I, bool>)
-std::string to_text(I v) {
-  return fmt::format("{}", v);
-}
+requires(!std::same_as<I, bool>) std::string to_text(I v) { return fmt::format("{}", v); }
 template <NamedEnum E>
 std::string to_text(E v) {
   return std::string(to_string(v));
@@ -90,8 +89,7 @@ inline bool from_text(std::string_view text, std::string& out) {
   return true;
 }
 template <std::integral I>
-  requires(!std::same_as<I, bool>)
-bool from_text(std::string_view text, I& out) {
+requires(!std::same_as<I, bool>) bool from_text(std::string_view text, I& out) {
   I v{};
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return false;
@@ -126,7 +124,9 @@ std::string kind_of_value() {
 template <class S>
 Settings to_settings(const S& s) {
   Settings out;
-  S::fields(s, [&](const char* name, const auto& value, const char*, Bounds = {}) { out.push_back({name, to_text(value)}); });
+  S::fields(s, [&](const char* name, const auto& value, const char*, Bounds = {}) {
+    out.push_back({name, to_text(value)});
+  });
   return out;
 }
 
@@ -161,7 +161,8 @@ S from_settings(const Settings& settings, std::string_view what) {
     if (std::find(known.begin(), known.end(), s.name) == known.end()) unknown.push_back(s.name);
   std::vector<std::string> problems;
   if (!missing.empty()) problems.push_back("missing " + quoted_list(missing));
-  if (!unknown.empty()) problems.push_back(fmt::format("unknown {} (known: {})", quoted_list(unknown), fmt::join(known, ", ")));
+  if (!unknown.empty())
+    problems.push_back(fmt::format("unknown {} (known: {})", quoted_list(unknown), fmt::join(known, ", ")));
   if (!repeated.empty()) problems.push_back("given twice: " + quoted_list(repeated));
   if (!problems.empty()) fail<NameError>("{}: {}", what, fmt::join(problems, "; "));
   S::fields(out, [&](const char* name, auto& value, const char*, Bounds = {}) {

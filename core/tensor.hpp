@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <initializer_list>
 #include <new>
-#include <string>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -86,8 +86,7 @@ class TensorT {
   TensorT(Shape shape, std::span<const T> values) {
     check_shape(shape, "tensor");
     if (static_cast<Index>(values.size()) != shape.numel())
-      fail<ShapeError>("tensor: {} values given for shape {} ({} elements)", values.size(), shape,
-                       shape.numel());
+      fail<ShapeError>("tensor: {} values given for shape {} ({} elements)", values.size(), shape, shape.numel());
     shape_ = shape;
     data_.assign(values.begin(), values.end());
   }
@@ -151,8 +150,8 @@ class TensorT {
  private:
   static void check_shape(const Shape& s, const char* what) {
     if (!s.valid())
-      fail<ShapeError>("{}: invalid shape (rank {}, batch {}, rows {}, cols {})", what, s.rank, s.batch,
-                       s.rows, s.cols);
+      fail<ShapeError>("{}: invalid shape (rank {}, batch {}, rows {}, cols {})", what, s.rank, s.batch, s.rows,
+                       s.cols);
   }
   std::size_t offset(Index b, Index r, Index c) const {
     return static_cast<std::size_t>((b * rows() + r) * cols() + c);

@@ -1,8 +1,8 @@
 #include "tapegrad/core/tensor_budget.hpp"
 
 #include "tapegrad/core/error.hpp"
-#include "tapegrad/core/tensor.hpp"  // detail::charge_tensor_bytes
 #include "tapegrad/core/escape.hpp"
+#include "tapegrad/core/tensor.hpp"  // detail::charge_tensor_bytes
 
 namespace tapegrad {
 namespace {

@@ -8,8 +8,14 @@ namespace tapegrad {
 namespace {
 
 TransformerBlockOptions block_options(const DecoderLmConfig& c) {
-  TransformerBlockOptions block{.mode = c.attention, .d_model = c.d_model, .n_heads = c.n_heads, .d_ff = c.d_ff,
-                                .causal = true, .layernorm = true, .mlp = true, .dropout = c.dropout};
+  TransformerBlockOptions block{.mode = c.attention,
+                                .d_model = c.d_model,
+                                .n_heads = c.n_heads,
+                                .d_ff = c.d_ff,
+                                .causal = true,
+                                .layernorm = true,
+                                .mlp = true,
+                                .dropout = c.dropout};
   if (c.init == LmInit::gpt2) block.init = Initializer::normal(0.02);
   return block;
 }
@@ -31,11 +37,11 @@ Index DecoderLm<T>::count_parameters(const Config& c) {
   check_config(c);
   const Index V = c.vocab, D = c.d_model, F = feed_forward_width(c.d_model, c.d_ff);
   const Index attention = c.attention == AttentionMode::learnable ? 4 * D * D + 4 * D : 0;  // Wq Wk Wv Wo, biases
-  const Index block = 2 * D + attention + 2 * D + (D * F + F + F * D + D);  // LN1, attention, LN2, MLP
-  return V * D                                                           // the embedding
-         + (c.positions == PositionEncoding::learned ? c.context * D : 0)  // learned positions
-         + c.n_layers * block + 2 * D                                   // the blocks, the final LayerNorm
-         + (c.tie ? 0 : D * V) + (c.head_bias ? V : 0);                 // the head
+  const Index block = 2 * D + attention + 2 * D + (D * F + F + F * D + D);                  // LN1, attention, LN2, MLP
+  return V * D                                                                              // the embedding
+         + (c.positions == PositionEncoding::learned ? c.context * D : 0)                   // learned positions
+         + c.n_layers * block + 2 * D                    // the blocks, the final LayerNorm
+         + (c.tie ? 0 : D * V) + (c.head_bias ? V : 0);  // the head
 }
 
 template <class T>
@@ -80,7 +86,7 @@ Var<T> DecoderLm<T>::forward(Tape<T>& tape, const Ids& tokens, KvCache<T>* cache
   // No key-padding mask: in a causal model a query never sees later keys, so padding after a sequence's
   // end changes none of its positions' logits.
   Var<T> x = pos_->forward(embed_->forward(tape, tokens), cache);  // (B, T, D), at positions cache->length() on
-  return head_->forward(stack_->forward(x, nullptr, cache));        // (B, T, V)
+  return head_->forward(stack_->forward(x, nullptr, cache));       // (B, T, V)
 }
 // [readme:decoder_lm-end]
 

@@ -44,16 +44,16 @@ struct EnumNames<LmInit> {
 };
 
 struct DecoderLmConfig {
-  Index vocab = 0;      // tokens 0 .. vocab-1
-  Index context = 64;   // positions: the longest sequence
+  Index vocab = 0;     // tokens 0 .. vocab-1
+  Index context = 64;  // positions: the longest sequence
   Index d_model = 128;
   Index n_heads = 4;
   Index n_layers = 4;
   Index d_ff = 0;  // 0: 4 d_model
   AttentionMode attention = AttentionMode::learnable;
   PositionEncoding positions = PositionEncoding::learned;  // learned, sinusoidal or none
-  bool tie = false;       // the head reuses the embedding table (h E^T)
-  bool head_bias = true;  // the head adds a bias (nanoGPT's has none)
+  bool tie = false;                                        // the head reuses the embedding table (h E^T)
+  bool head_bias = true;                                   // the head adds a bias (nanoGPT's has none)
   LmInit init = LmInit::pytorch;
   double dropout = 0;
   std::uint64_t seed = 0;  // initial weights
@@ -154,7 +154,8 @@ class ConfiguredLm : public DecoderLm<T> {
 
   // ValueError for a configuration that does not fit together (check_config), before anything is allocated.
   // (C's own checks first; DecoderLm's constructor then checks the model it means.)
-  explicit ConfiguredLm(const C& config) : DecoderLm<T>((check_own(config), C::decoder(config)), C::stream), config_(config) {}
+  explicit ConfiguredLm(const C& config)
+      : DecoderLm<T>((check_own(config), C::decoder(config)), C::stream), config_(config) {}
   // The constructor's checks alone: C's bounds first, so that a refusal names the program's setting, then
   // the model's. Nothing is allocated.
   static void check_config(const C& config) {

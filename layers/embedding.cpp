@@ -30,11 +30,12 @@ OneHotTokens<T>::OneHotTokens(std::string name, Index vocab) : Module<T>(std::mo
 
 template <class T>
 Var<T> OneHotTokens<T>::forward(Tape<T>& tape, const Ids& ids) {
-  if (ids.rank() == 3) fail<ShapeError>("one_hot_tokens '{}': ids are {}; they must be (N) or (batch, rows)", this->name(), ids.shape());
+  if (ids.rank() == 3)
+    fail<ShapeError>("one_hot_tokens '{}': ids are {}; they must be (N) or (batch, rows)", this->name(), ids.shape());
   for (Index i = 0; i < ids.numel(); ++i)
     if (ids[i] < 0 || ids[i] >= vocab_)
-      fail<ValueError>("one_hot_tokens '{}': id {} at position {} is outside the vocabulary of {}", this->name(), ids[i], i,
-                       vocab_);
+      fail<ValueError>("one_hot_tokens '{}': id {} at position {} is outside the vocabulary of {}", this->name(),
+                       ids[i], i, vocab_);
   // A constant built in place on the tape (no buffer here to copy from, no vocab x vocab table).
   const Shape shape = ids.rank() == 2 ? Shape::batched(ids.rows(), ids.cols(), vocab_) : Shape::mat(ids.cols(), vocab_);
   return tape.constant("one_hot_tokens", shape, [&](TensorT<T>& one_hot) {
@@ -48,19 +49,23 @@ Positions<T>::Positions(std::string name, const PositionOptions& options, Rng& r
     : Positions(std::move(name), options, &rng) {}
 
 template <class T>
-Positions<T>::Positions(std::string name, const PositionOptions& options) : Positions(std::move(name), options, nullptr) {}
+Positions<T>::Positions(std::string name, const PositionOptions& options)
+    : Positions(std::move(name), options, nullptr) {}
 
 template <class T>
 Positions<T>::Positions(std::string name, const PositionOptions& options, Rng* rng)
     : Module<T>(std::move(name)), options_(options) {
-  if (options.max_len <= 0) fail<ValueError>("positions '{}': max_len must be positive, got {}", this->name(), options.max_len);
+  if (options.max_len <= 0)
+    fail<ValueError>("positions '{}': max_len must be positive, got {}", this->name(), options.max_len);
   if (options.kind != PositionEncoding::none && options.d_model <= 0)
     fail<ValueError>("positions '{}': {} positions need d_model > 0, got {}", this->name(), to_string(options.kind),
                      options.d_model);
   const Index L = options.max_len, D = options.d_model;
   switch (options.kind) {
-    case PositionEncoding::none: break;
-    case PositionEncoding::onehot: break;  // built per batch: (B, T, max_len), no (max_len, max_len) table
+    case PositionEncoding::none:
+      break;
+    case PositionEncoding::onehot:
+      break;  // built per batch: (B, T, max_len), no (max_len, max_len) table
     case PositionEncoding::learned: {
       if (!rng)
         fail<ValueError>("positions '{}': learned positions initialise a table, so they need an Rng", this->name());
@@ -74,7 +79,8 @@ Positions<T>::Positions(std::string name, const PositionOptions& options, Rng* r
       table_.resize(Shape::mat(L, D));
       for (Index t = 0; t < L; ++t)
         for (Index c = 0; c < D; ++c) {
-          const double angle = static_cast<double>(t) / std::pow(10000.0, static_cast<double>(c - c % 2) / static_cast<double>(D));
+          const double angle =
+              static_cast<double>(t) / std::pow(10000.0, static_cast<double>(c - c % 2) / static_cast<double>(D));
           table_.at(t, c) = static_cast<T>(c % 2 == 0 ? std::sin(angle) : std::cos(angle));
         }
       break;

@@ -61,8 +61,8 @@ struct EnumNames<PositionEncoding> {
 
 struct PositionOptions {
   PositionEncoding kind = PositionEncoding::none;
-  Index max_len = 0;   // longest sequence the layer accepts
-  Index d_model = 0;   // width of x; learned and sinusoidal add a (T, d_model) table
+  Index max_len = 0;                             // longest sequence the layer accepts
+  Index d_model = 0;                             // width of x; learned and sinusoidal add a (T, d_model) table
   Initializer init = Initializer::normal(0.02);  // learned positions only
 };
 
@@ -90,8 +90,8 @@ class Positions : public Module<T> {
 
   PositionOptions options_;
   Parameter<T>* learned_ = nullptr;
-  TensorT<T> table_;     // sinusoidal: (max_len, d_model)
-  Ids positions_;        // 0 .. T-1 for learned positions; reused from call to call
+  TensorT<T> table_;  // sinusoidal: (max_len, d_model)
+  Ids positions_;     // 0 .. T-1 for learned positions; reused from call to call
 };
 
 extern template class Embedding<float>;

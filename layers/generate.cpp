@@ -68,15 +68,18 @@ void check_cache_grew(LanguageModel<T>& model, const KvCache<T>& cache, const Ta
   for (std::size_t i = 0; i < tape.size(); ++i) attention_ops += std::strcmp(tape.node_at(i).op, "attention") == 0;
   if (wrong < 0 && attention_ops <= cache.layers()) return;  // (a model without attention appends nothing)
   const auto* module = dynamic_cast<const Module<T>*>(&model);
-  const std::string name = module && !module->path().empty() ? fmt::format("model '{}'", escaped(module->path())) : "the model";
+  const std::string name =
+      module && !module->path().empty() ? fmt::format("model '{}'", escaped(module->path())) : "the model";
   if (wrong >= 0)
-    fail<UsageError>("sample: the cached forward of {} left attention layer {} of {} holding {} positions where it "
-                     "should hold {} ({} before, {} fed); its forward must pass the cache on to every attention layer, "
-                     "once per step (or sample with cache = false)",
-                     name, wrong, cache.layers(), cache.layer(wrong).length(), held + fed, held, fed);
-  fail<UsageError>("sample: the cached forward of {} ran {} attention op{} but only {} took the cache; its forward must "
-                   "pass the cache on to every attention layer (or sample with cache = false)",
-                   name, attention_ops, attention_ops == 1 ? "" : "s", cache.layers());
+    fail<UsageError>(
+        "sample: the cached forward of {} left attention layer {} of {} holding {} positions where it "
+        "should hold {} ({} before, {} fed); its forward must pass the cache on to every attention layer, "
+        "once per step (or sample with cache = false)",
+        name, wrong, cache.layers(), cache.layer(wrong).length(), held + fed, held, fed);
+  fail<UsageError>(
+      "sample: the cached forward of {} ran {} attention op{} but only {} took the cache; its forward must "
+      "pass the cache on to every attention layer (or sample with cache = false)",
+      name, attention_ops, attention_ops == 1 ? "" : "s", cache.layers());
 }
 
 }  // namespace
@@ -86,13 +89,15 @@ std::int32_t draw_token(const TensorT<T>& logits, double temperature, double u) 
   const Index V = logits.numel();
   if (V == 0) fail<ShapeError>("draw_token: the logits are empty");
   if (const Index v = first_non_finite(logits.span()); v >= 0)
-    fail<NonFiniteError>("draw_token: the logit of token {} of {} is {}; {}", v, V, static_cast<double>(logits[v]), kOverflow);
+    fail<NonFiniteError>("draw_token: the logit of token {} of {} is {}; {}", v, V, static_cast<double>(logits[v]),
+                         kOverflow);
   std::vector<double> p;
   return draw(logits.span(), temperature, u, p);
 }
 
 template <class T>
-std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::int32_t> prompt, const SampleOptions& o) {
+std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::int32_t> prompt,
+                                 const SampleOptions& o) {
   const Index V = model.vocab(), context = model.context();
   if (prompt.empty()) fail<ValueError>("sample: the prompt is empty; give at least one token to start from");
   for (std::size_t i = 0; i < prompt.size(); ++i)
@@ -112,7 +117,7 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
   NoGradGuard<T> no_grad(tape);
   Ids fed;
   std::vector<double> p, seen;  // the draw's probabilities; the logits on_logits sees
-  Index cached_from = -1;  // the cache holds tokens [cached_from, cached_from + cache->length())
+  Index cached_from = -1;       // the cache holds tokens [cached_from, cached_from + cache->length())
   for (Index i = 0; i < o.count; ++i) {
     const Index n = static_cast<Index>(tokens.size());
     const Index start = window_start(n, context);
@@ -136,9 +141,10 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
                        feed.size(), V);
     const std::span<const T> logits(all.data() + all.numel() - V, static_cast<std::size_t>(V));  // after the last token
     if (const Index v = first_non_finite(logits); v >= 0)
-      fail<NonFiniteError>("sample: drawing token {} of {} (position {} of the text), the model's logit of token {} of {} is "
-                           "{}; {}", i + 1, o.count, n, v, V, static_cast<double>(logits[static_cast<std::size_t>(v)]),
-                           kOverflow);
+      fail<NonFiniteError>(
+          "sample: drawing token {} of {} (position {} of the text), the model's logit of token {} of {} is "
+          "{}; {}",
+          i + 1, o.count, n, v, V, static_cast<double>(logits[static_cast<std::size_t>(v)]), kOverflow);
     if (o.on_logits) {
       seen.assign(logits.begin(), logits.end());
       o.on_logits(seen);

@@ -70,7 +70,8 @@ struct SampleOptions {
 // NonFiniteError, naming the token being drawn, when the model's logits are not all finite (weights that
 // overflow: every draw would otherwise fall on the last token).
 template <class T>
-std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::int32_t> prompt, const SampleOptions& options);
+std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::int32_t> prompt,
+                                 const SampleOptions& options);
 
 // The token whose cumulative probability first exceeds u, for probabilities from softmax(logits /
 // temperature) computed in double: the draw itself, shared by every sampler. NonFiniteError naming the
@@ -80,8 +81,10 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
 template <class T>
 std::int32_t draw_token(const TensorT<T>& logits, double temperature, double u);
 
-extern template std::vector<std::int32_t> sample(LanguageModel<float>&, std::span<const std::int32_t>, const SampleOptions&);
-extern template std::vector<std::int32_t> sample(LanguageModel<double>&, std::span<const std::int32_t>, const SampleOptions&);
+extern template std::vector<std::int32_t> sample(LanguageModel<float>&, std::span<const std::int32_t>,
+                                                 const SampleOptions&);
+extern template std::vector<std::int32_t> sample(LanguageModel<double>&, std::span<const std::int32_t>,
+                                                 const SampleOptions&);
 extern template std::int32_t draw_token(const TensorT<float>&, double, double);
 extern template std::int32_t draw_token(const TensorT<double>&, double, double);
 

@@ -13,17 +13,19 @@ template <class T>
 void AttentionCache<T>::append(const TensorT<T>& keys, const TensorT<T>& values) {
   if (keys.rank() < 2 || values.rank() < 2 || keys.shape().flat_rows() != values.shape().flat_rows() ||
       (keys.rank() == 3 && keys.batch() != 1) || (values.rank() == 3 && values.batch() != 1))
-    fail<ShapeError>("attention_cache: the keys are {} and the values {}; they must be rows of as many positions "
-                     "of one sequence",
-                     keys.shape(), values.shape());
+    fail<ShapeError>(
+        "attention_cache: the keys are {} and the values {}; they must be rows of as many positions "
+        "of one sequence",
+        keys.shape(), values.shape());
   if (length_ > 0 && (keys.cols() != keys_.cols() || values.cols() != values_.cols()))
     fail<ShapeError>("attention_cache: the keys are {} and the values {} but the cache holds rows of {} and {}",
                      keys.shape(), values.shape(), keys_.cols(), values_.cols());
   const Index n = keys.shape().flat_rows();
   if (n > capacity_ - length_)
-    fail<UsageError>("attention_cache: {} more {} not fit: it holds {} of {} (the longest sequence it was made for); "
-                     "clear it and feed a shorter window",
-                     n, n == 1 ? "position does" : "positions do", length_, capacity_);
+    fail<UsageError>(
+        "attention_cache: {} more {} not fit: it holds {} of {} (the longest sequence it was made for); "
+        "clear it and feed a shorter window",
+        n, n == 1 ? "position does" : "positions do", length_, capacity_);
   if (keys_.capacity() < static_cast<std::size_t>(capacity_ * keys.cols()) ||
       values_.capacity() < static_cast<std::size_t>(capacity_ * values.cols())) {  // the first append: room for all
     keys_.resize(Shape::batched(1, capacity_, keys.cols()));
@@ -76,7 +78,8 @@ AttentionCache<T>& KvCache<T>::of(const void* layer) {
 template <class T>
 const AttentionCache<T>& KvCache<T>::layer(Index i) const {
   if (i < 0 || i >= layers())
-    fail<ValueError>("kv_cache: layer {} asked of a cache that {} layer{} used", i, layers(), layers() == 1 ? " has" : "s have");
+    fail<ValueError>("kv_cache: layer {} asked of a cache that {} layer{} used", i, layers(),
+                     layers() == 1 ? " has" : "s have");
   return *layers_[static_cast<std::size_t>(i)];
 }
 

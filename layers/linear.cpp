@@ -5,7 +5,8 @@
 namespace tapegrad {
 
 template <class T>
-Linear<T>::Linear(std::string name, const LinearOptions& options, Rng& rng) : Module<T>(std::move(name)), options_(options) {
+Linear<T>::Linear(std::string name, const LinearOptions& options, Rng& rng)
+    : Module<T>(std::move(name)), options_(options) {
   if (options.in <= 0 || options.out <= 0)
     fail<ValueError>("linear '{}': in and out must be positive, got in {} and out {}", this->path(), options.in,
                      options.out);
@@ -20,8 +21,8 @@ Var<T> Linear<T>::forward(Var<T> x) {
   Tape<T>& t = Tape<T>::of("linear", {{"x", x}});
   const Shape s = x.shape();
   if (s.rank == 1 || s.cols != options_.in)
-    fail<ShapeError>("linear '{}': x is {} but the layer maps rows of {} features to {}", this->path(), s,
-                     options_.in, options_.out);
+    fail<ShapeError>("linear '{}': x is {} but the layer maps rows of {} features to {}", this->path(), s, options_.in,
+                     options_.out);
   return bias_ ? affine(x, t.param(*weight_), t.param(*bias_)) : matmul(x, t.param(*weight_));
 }
 

@@ -95,7 +95,8 @@ namespace {
 // class's own name, without its namespaces and template arguments.
 std::string type_name(const std::type_info& type) {
   int status = 0;
-  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(type.name(), nullptr, nullptr, &status), std::free);
+  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(type.name(), nullptr, nullptr, &status),
+                                                   std::free);
   const std::string full = status == 0 && demangled ? demangled.get() : type.name();
   std::string name;  // without template arguments, at any depth ("Outer<int>::Inner" -> "Outer::Inner")
   int depth = 0;
@@ -213,9 +214,10 @@ template <class T>
 void check_registered(const Tape<T>& tape, std::span<const Parameter<T>* const> registered) {
   for (const Parameter<T>* p : tape.parameters_read())
     if (!std::binary_search(registered.begin(), registered.end(), p))
-      fail<UsageError>("check_registered: the tape read parameter '{}', which the model does not list: a layer used in "
-                       "forward() but not registered (register_child) is never trained, saved or zeroed",
-                       escaped(p->name));
+      fail<UsageError>(
+          "check_registered: the tape read parameter '{}', which the model does not list: a layer used in "
+          "forward() but not registered (register_child) is never trained, saved or zeroed",
+          escaped(p->name));
 }
 
 template <class T>

@@ -139,7 +139,8 @@ class Module {
     out.emplace_back(this, training_);
     for (auto* c : children_) c->collect_modes(out);
   }
-  void collect_torch_names(const std::string& prefix, std::vector<std::pair<const Parameter<T>*, TorchName>>& out) const;
+  void collect_torch_names(const std::string& prefix,
+                           std::vector<std::pair<const Parameter<T>*, TorchName>>& out) const;
 
   std::string name_;
   std::string prefix_;  // "outer.inner." for a nested child, "" at the root

@@ -16,16 +16,18 @@ void SelfAttention<T>::check(std::string_view name, const SelfAttentionOptions& 
   if (options.d_head < 0) fail<ValueError>("self_attention '{}': d_head must be >= 0, got {}", name, options.d_head);
   const bool learnable = options.mode == AttentionMode::learnable;
   if (!learnable && (D % H != 0 || (options.d_head != 0 && options.d_head != D / H)))
-    fail<ValueError>("self_attention '{}': the parameter-free mode splits X into heads, so d_model ({}) must be "
-                     "n_heads ({}) times d_head ({})",
-                     name, D, H, options.d_head == 0 ? D / H : options.d_head);
+    fail<ValueError>(
+        "self_attention '{}': the parameter-free mode splits X into heads, so d_model ({}) must be "
+        "n_heads ({}) times d_head ({})",
+        name, D, H, options.d_head == 0 ? D / H : options.d_head);
   if (!learnable && (options.bias || options.output_projection))
-    fail<ValueError>("self_attention '{}': the parameter-free mode has no parameters, so no bias and no output "
-                     "projection",
-                     name);
+    fail<ValueError>(
+        "self_attention '{}': the parameter-free mode has no parameters, so no bias and no output "
+        "projection",
+        name);
   if (learnable && options.d_head == 0 && D % H != 0)
-    fail<ValueError>("self_attention '{}': d_model {} is not divisible by n_heads {}; give d_head explicitly",
-                     name, D, H);
+    fail<ValueError>("self_attention '{}': d_model {} is not divisible by n_heads {}; give d_head explicitly", name, D,
+                     H);
 }
 
 template <class T>
@@ -64,7 +66,8 @@ SelfAttention<T>::SelfAttention(std::string name, const SelfAttentionOptions& op
     : Module<T>(std::move(name)), options_(options) {
   check(this->name(), options);
   if (options.mode == AttentionMode::learnable)
-    fail<ValueError>("self_attention '{}': the learnable mode initialises Wq, Wk and Wv, so it needs an Rng", this->name());
+    fail<ValueError>("self_attention '{}': the learnable mode initialises Wq, Wk and Wv, so it needs an Rng",
+                     this->name());
   d_head_ = options.d_head != 0 ? options.d_head : options.d_model / options.n_heads;
   weights_.resize(static_cast<std::size_t>(options.n_heads));
 }
@@ -74,8 +77,8 @@ Parameter<T>& SelfAttention<T>::need(Parameter<T>* p, const char* what) {
   if (!p)
     fail<NameError>("self_attention '{}': has no {} ({})", this->path(), what,
                     options_.mode == AttentionMode::parameter_free ? "the parameter-free mode has no parameters"
-                    : what[0] == 'b'                                ? "it was built without bias"
-                                                                    : "it was built without the output projection");
+                    : what[0] == 'b'                               ? "it was built without bias"
+                                                                   : "it was built without the output projection");
   return *p;
 }
 
@@ -83,8 +86,9 @@ template <class T>
 const std::vector<TensorT<T>>& SelfAttention<T>::attention_weights() const {
   if (!kept_)
     fail<UsageError>("self_attention '{}': {}; call keep_weights(true) before the forward whose weights you want",
-                     this->path(), keep_weights_ ? "no forward has kept its weights since keep_weights(true)"
-                                                 : "the layer keeps no attention weights");
+                     this->path(),
+                     keep_weights_ ? "no forward has kept its weights since keep_weights(true)"
+                                   : "the layer keeps no attention weights");
   return weights_;
 }
 
@@ -96,9 +100,12 @@ Index SelfAttention<T>::output_width() const {
 template <class T>
 double SelfAttention<T>::scale_factor() const {
   switch (options_.scale) {
-    case AttentionScale::inv_sqrt_d_head: return 1.0 / std::sqrt(static_cast<double>(d_head_));
-    case AttentionScale::none: return 1.0;
-    case AttentionScale::inv_d_head: return 1.0 / static_cast<double>(d_head_);
+    case AttentionScale::inv_sqrt_d_head:
+      return 1.0 / std::sqrt(static_cast<double>(d_head_));
+    case AttentionScale::none:
+      return 1.0;
+    case AttentionScale::inv_d_head:
+      return 1.0 / static_cast<double>(d_head_);
   }
   return 1.0;
 }
@@ -131,7 +138,7 @@ Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding, KvCache<T>* 
                      this->name(), key_padding->shape(), s, s.batch, s.rows);
   if (kv_cache) check_cached(t, s, key_padding);
   AttentionCache<T>* cache = kv_cache ? &kv_cache->of(this) : nullptr;  // this layer's keys and values
-  const Index first = cache ? cache->length() : 0;  // the position of x's first token
+  const Index first = cache ? cache->length() : 0;                      // the position of x's first token
   const Mask* mask = build_mask(s, key_padding, first);
 
   // in w + b in one affine node (as Linear computes it), or in w without biases.
@@ -163,17 +170,20 @@ Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding, KvCache<T>* 
 template <class T>
 void SelfAttention<T>::check_cached(const Tape<T>& t, const Shape& s, const Mask* key_padding) const {
   if (!options_.causal)
-    fail<UsageError>("self_attention '{}': a cache feeds the newest tokens only, which needs a causal layer (here every "
-                     "token attends to later ones too)",
-                     this->path());
+    fail<UsageError>(
+        "self_attention '{}': a cache feeds the newest tokens only, which needs a causal layer (here every "
+        "token attends to later ones too)",
+        this->path());
   if (t.grad_enabled())
-    fail<UsageError>("self_attention '{}': a cached forward takes no gradient (the cache's keys are values, not a "
-                     "recording); run it with gradients off (NoGradGuard)",
-                     this->path());
+    fail<UsageError>(
+        "self_attention '{}': a cached forward takes no gradient (the cache's keys are values, not a "
+        "recording); run it with gradients off (NoGradGuard)",
+        this->path());
   if (s.batch != 1 || key_padding)
-    fail<ShapeError>("self_attention '{}': a cached forward reads one sequence's newest tokens, (1, tokens, {}) and no "
-                     "padding; x is {}",
-                     this->path(), options_.d_model, s);
+    fail<ShapeError>(
+        "self_attention '{}': a cached forward reads one sequence's newest tokens, (1, tokens, {}) and no "
+        "padding; x is {}",
+        this->path(), options_.d_model, s);
 }
 
 template <class T>
@@ -188,9 +198,10 @@ TorchName SelfAttention<T>::torch_name(std::string_view local_name) const {
   else if (options_.scale != AttentionScale::inv_sqrt_d_head)
     differs = fmt::format("scales scores by 1/sqrt(d_head) and this layer by '{}'", to_string(options_.scale));
   if (!differs.empty())
-    fail<ValueError>("self_attention '{}': has no twin in PyTorch: nn.MultiheadAttention {}; save it in the tapegrad "
-                     "layout",
-                     this->path(), differs);
+    fail<ValueError>(
+        "self_attention '{}': has no twin in PyTorch: nn.MultiheadAttention {}; save it in the tapegrad "
+        "layout",
+        this->path(), differs);
   static constexpr std::array<std::string_view, 3> weights = {"wq", "wk", "wv"}, biases = {"bq", "bk", "bv"};
   for (int k = 0; k < 3; ++k) {
     if (local_name == weights[static_cast<std::size_t>(k)]) return {"in_proj_weight", true, k, 3};

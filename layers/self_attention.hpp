@@ -30,7 +30,6 @@ enum class AttentionMode { parameter_free, learnable };
 // The factor s on the scores: 1/sqrt(dh) (the standard), none (note 001), 1/dh (note 002).
 enum class AttentionScale { inv_sqrt_d_head, none, inv_d_head };
 
-
 template <>
 struct EnumNames<AttentionMode> {
   static constexpr std::string_view what = "attention mode";
@@ -126,7 +125,7 @@ class SelfAttention : public Module<T> {
   Parameter<T>* bk_ = nullptr;
   Parameter<T>* bv_ = nullptr;
   Parameter<T>* bo_ = nullptr;
-  Mask mask_;                       // causal and/or padding, rebuilt per forward without allocating
+  Mask mask_;                        // causal and/or padding, rebuilt per forward without allocating
   std::vector<TensorT<T>> weights_;  // per head, (B, T, T), of the last forward that kept them
   bool keep_weights_ = false;
   bool kept_ = false;  // whether the last forward kept its weights

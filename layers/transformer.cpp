@@ -12,8 +12,10 @@ namespace tapegrad {
 template <class T>
 FeedForward<T>::FeedForward(std::string name, const FeedForwardOptions& o, Rng& rng)
     : Module<T>(std::move(name)),
-      linear1_("linear1", {.in = o.d_model, .out = feed_forward_width(o.d_model, o.d_hidden), .weight_init = o.init}, rng),
-      linear2_("linear2", {.in = feed_forward_width(o.d_model, o.d_hidden), .out = o.d_model, .weight_init = o.init}, rng),
+      linear1_("linear1", {.in = o.d_model, .out = feed_forward_width(o.d_model, o.d_hidden), .weight_init = o.init},
+               rng),
+      linear2_("linear2", {.in = feed_forward_width(o.d_model, o.d_hidden), .out = o.d_model, .weight_init = o.init},
+               rng),
       drop_("dropout", o.dropout) {
   this->register_child(linear1_);
   this->register_child(linear2_);
@@ -40,9 +42,10 @@ void TransformerBlock<T>::check(std::string_view name, const TransformerBlockOpt
   if (!(o.eps > 0) || !std::isfinite(o.eps))
     fail<ValueError>("transformer_block '{}': eps must be a positive number, got {}", name, o.eps);
   if (o.mode == AttentionMode::parameter_free && (o.bias.value_or(false) || o.output_projection.value_or(false)))
-    fail<ValueError>("transformer_block '{}': parameter-free attention has no parameters, so no bias and no output "
-                     "projection",
-                     name);
+    fail<ValueError>(
+        "transformer_block '{}': parameter-free attention has no parameters, so no bias and no output "
+        "projection",
+        name);
 }
 
 namespace {
@@ -60,7 +63,10 @@ SelfAttentionOptions block_attention(const TransformerBlockOptions& o) {
 
 template <class T>
 TransformerBlock<T>::TransformerBlock(std::string name, const TransformerBlockOptions& o, Rng& rng)
-    : Module<T>((check(name, o), std::move(name))), options_(o), drop1_("dropout1", o.dropout), drop2_("dropout2", o.dropout) {
+    : Module<T>((check(name, o), std::move(name))),
+      options_(o),
+      drop1_("dropout1", o.dropout),
+      drop2_("dropout2", o.dropout) {
   // Registered in PyTorch's order of the encoder layer: attention, FFN, norms.
   attn_ = o.mode == AttentionMode::learnable ? std::make_unique<SelfAttention<T>>("attn", block_attention(o), rng)
                                              : std::make_unique<SelfAttention<T>>("attn", block_attention(o));
@@ -175,9 +181,10 @@ LmHead<T>::LmHead(std::string name, const LmHeadOptions& o, Embedding<T>& tied)
     : Module<T>(std::move(name)), options_(o), tied_(&tied) {
   const Shape table = tied.table().value.shape();
   if (table != Shape::mat(o.vocab, o.d_model))
-    fail<ShapeError>("lm_head '{}': tied to the embedding '{}' of shape {}, but the head maps {} features to {} "
-                     "tokens (it needs {}x{})",
-                     this->path(), tied.path(), table, o.d_model, o.vocab, o.vocab, o.d_model);
+    fail<ShapeError>(
+        "lm_head '{}': tied to the embedding '{}' of shape {}, but the head maps {} features to {} "
+        "tokens (it needs {}x{})",
+        this->path(), tied.path(), table, o.d_model, o.vocab, o.vocab, o.d_model);
   if (o.bias) bias_ = &this->register_parameter("bias", TensorT<T>(Shape::vec(o.vocab)));
 }
 

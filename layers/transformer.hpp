@@ -41,8 +41,8 @@ inline Index feed_forward_width(Index d_model, Index d_hidden) { return d_hidden
 
 struct FeedForwardOptions {
   Required<Index, "FeedForwardOptions::d_model"> d_model;
-  Index d_hidden = 0;   // 0: 4 d_model
-  double dropout = 0;   // after the GELU
+  Index d_hidden = 0;  // 0: 4 d_model
+  double dropout = 0;  // after the GELU
   Initializer init = Initializer::xavier_uniform();
 };
 
@@ -63,16 +63,16 @@ struct TransformerBlockOptions {
   AttentionMode mode = AttentionMode::learnable;
   Required<Index, "TransformerBlockOptions::d_model"> d_model;
   Index n_heads = 1;
-  Index d_ff = 0;          // the FFN's hidden width; 0: 4 d_model
+  Index d_ff = 0;  // the FFN's hidden width; 0: 4 d_model
   // Attention's biases (bq, bk, bv, bo) and output projection (Wo). Unset: as nn.TransformerEncoderLayer,
   // both in the learnable mode; the parameter-free mode has neither (setting either there is a ValueError).
   std::optional<bool> bias = std::nullopt;
   std::optional<bool> output_projection = std::nullopt;
-  bool causal = true;      // token t sees tokens <= t (a language model)
-  bool layernorm = true;   // pre-norm LN1, LN2; false: none
-  bool mlp = true;         // the FFN sub-layer
-  double dropout = 0;      // on both residual branches and after the FFN's GELU
-  double eps = 1e-5;       // the LayerNorms'
+  bool causal = true;                                // token t sees tokens <= t (a language model)
+  bool layernorm = true;                             // pre-norm LN1, LN2; false: none
+  bool mlp = true;                                   // the FFN sub-layer
+  double dropout = 0;                                // on both residual branches and after the FFN's GELU
+  double eps = 1e-5;                                 // the LayerNorms'
   Initializer init = Initializer::xavier_uniform();  // attention and FFN weights
 };
 

@@ -42,12 +42,14 @@ Index Dataset::max_len() const {
 
 Index Dataset::labelled_positions() const {
   Index n = 0;
-  for (const auto& e : examples) n += std::count_if(e.labels.begin(), e.labels.end(), [](auto l) { return l != kIgnoreLabel; });
+  for (const auto& e : examples)
+    n += std::count_if(e.labels.begin(), e.labels.end(), [](auto l) { return l != kIgnoreLabel; });
   return n;
 }
 
 Sampler::Sampler(Index n, Index batch, std::uint64_t seed) : n_(n), rng_(seed, 0x73616d706c65) {
-  if (n <= 0 || batch <= 0) fail<ValueError>("sampler: needs examples and a positive batch size, got {} and {}", n, batch);
+  if (n <= 0 || batch <= 0)
+    fail<ValueError>("sampler: needs examples and a positive batch size, got {} and {}", n, batch);
   current_.resize(static_cast<std::size_t>(batch));
   // The Feistel network permutes [0, 4^half_bits_), the smallest such range that covers n: at most 4n, so
   // a draw walks fewer than 4 times on average. Counted in bits, not by shifting until the range covers
@@ -101,7 +103,8 @@ Index Sampler::feistel(std::uint64_t x) const {
 }
 
 Index Sampler::order_at(Index position) const {
-  return stored_order() ? state_.order[static_cast<std::size_t>(position)] : feistel(static_cast<std::uint64_t>(position));
+  return stored_order() ? state_.order[static_cast<std::size_t>(position)]
+                        : feistel(static_cast<std::uint64_t>(position));
 }
 
 Index Sampler::at(Index position) const {
@@ -129,8 +132,9 @@ Sampler::State Sampler::state() const {
 void Sampler::check_state(const State& s) const {
   const bool computed = s.order.empty();
   if (computed && (s.cursor < 0 || s.cursor > n_ || s.epoch < 0))
-    fail<ValueError>("sampler: the saved data order (computed) is at epoch {} position {} but this dataset has {} examples",
-                     s.epoch, s.cursor, n_);
+    fail<ValueError>(
+        "sampler: the saved data order (computed) is at epoch {} position {} but this dataset has {} examples", s.epoch,
+        s.cursor, n_);
   if (!computed && (static_cast<Index>(s.order.size()) != n_ || s.cursor < 0 || s.cursor > n_ || s.epoch < 0))
     fail<ValueError>("sampler: the saved data order covers {} examples at position {} but this dataset has {}",
                      s.order.size(), s.cursor, n_);
@@ -138,9 +142,10 @@ void Sampler::check_state(const State& s) const {
     fail<ValueError>("sampler: the saved data order ({}) is of {} examples but this dataset has {}",
                      computed ? "computed" : "stored", s.examples, n_);
   if (computed && n_ <= kStoredOrderLimit)
-    fail<ValueError>("sampler: the saved data order is a computed one, but a dataset of {} examples has a stored order "
-                     "(computed orders are of more than {})",
-                     n_, kStoredOrderLimit);
+    fail<ValueError>(
+        "sampler: the saved data order is a computed one, but a dataset of {} examples has a stored order "
+        "(computed orders are of more than {})",
+        n_, kStoredOrderLimit);
   std::vector<char> seen(s.order.size(), 0);
   for (Index i : s.order) {
     if (i < 0 || i >= n_ || seen[static_cast<std::size_t>(i)])

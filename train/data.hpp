@@ -25,7 +25,7 @@ class Vocabulary {
   Vocabulary() = default;
   explicit Vocabulary(std::vector<std::string> names);  // NameError on a duplicate
 
-  std::int32_t add(std::string_view name);  // the id of name, added if new
+  std::int32_t add(std::string_view name);       // the id of name, added if new
   std::int32_t id(std::string_view name) const;  // NameError naming the unknown name
   bool contains(std::string_view name) const { return index_.contains(name); }
   const std::string& name(std::int32_t id) const;
@@ -88,7 +88,7 @@ class Sampler {
   std::span<const Index> next();
 
   State state() const;
-  void set_state(const State& s);  // ValueError (and no change) if it does not fit this sampler
+  void set_state(const State& s);          // ValueError (and no change) if it does not fit this sampler
   void check_state(const State& s) const;  // set_state's checks alone
   bool stored_order() const { return !state_.order.empty(); }
   // The index at `position` of the current epoch's order (0 <= position < n).

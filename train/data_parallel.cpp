@@ -15,7 +15,8 @@ constexpr std::uint64_t kShardStream = 0x7368617264;  // "shard": + rank, a rank
 // A CRC-32 of every parameter's values, in the model's order.
 std::uint32_t parameters_crc32(std::span<Parameter<float>* const> params) {
   Crc32 crc;
-  for (const Parameter<float>* p : params) crc.add(p->value.data(), static_cast<std::size_t>(p->value.numel()) * sizeof(float));
+  for (const Parameter<float>* p : params)
+    crc.add(p->value.data(), static_cast<std::size_t>(p->value.numel()) * sizeof(float));
   return crc.value();
 }
 
@@ -25,7 +26,8 @@ std::string rank_list(const std::vector<int>& ranks) { return fmt::format("{}", 
 std::string shortened(const std::string& text) { return text.size() <= 300 ? text : text.substr(0, 300) + " ..."; }
 
 const DataParallelOptions& checked(const DataParallelOptions& options) {
-  if (options.check_every < 1) fail<ValueError>("set_collective: check_every must be >= 1, got {}", options.check_every);
+  if (options.check_every < 1)
+    fail<ValueError>("set_collective: check_every must be >= 1, got {}", options.check_every);
   return options;
 }
 
@@ -36,7 +38,8 @@ std::vector<std::pair<std::string, std::string>> configuration_of(const TrainerB
   const Optimizer<float>& optimizer = trainer.optimizer();
   std::vector<std::string> options, shapes;
   for (const auto& s : to_settings(trainer.options())) options.push_back(fmt::format("{} {}", s.name, s.value));
-  for (const Parameter<float>* p : optimizer.params()) shapes.push_back(fmt::format("{} {}", p->name, p->value.shape().str()));
+  for (const Parameter<float>* p : optimizer.params())
+    shapes.push_back(fmt::format("{} {}", p->name, p->value.shape().str()));
   const Sampler::State& order = state.data_order;
   Crc32 order_crc, rng_crc;
   for (Index i : order.order) order_crc.add_le(static_cast<std::uint64_t>(i));
@@ -52,10 +55,12 @@ std::vector<std::pair<std::string, std::string>> configuration_of(const TrainerB
                                     order.order.empty() ? std::string("a computed order")
                                                         : fmt::format("{} examples", order.order.size()),
                                     state.data_fingerprint)},
-      {"evaluation data", state.eval_fingerprint ? fmt::format("fingerprint {:08x}", *state.eval_fingerprint) : std::string("none")},
+      {"evaluation data",
+       state.eval_fingerprint ? fmt::format("fingerprint {:08x}", *state.eval_fingerprint) : std::string("none")},
       {"metrics", metrics.empty() ? std::string("none") : fmt::format("{}", fmt::join(metrics, ", "))},
-      {"training state", fmt::format("step {}, data order at epoch {} position {} (crc32 {:08x}), random stream crc32 {:08x}",
-                                     state.step, order.epoch, order.cursor, order_crc.value(), rng_crc.value())},
+      {"training state",
+       fmt::format("step {}, data order at epoch {} position {} (crc32 {:08x}), random stream crc32 {:08x}", state.step,
+                   order.epoch, order.cursor, order_crc.value(), rng_crc.value())},
   };
 }
 
@@ -114,9 +119,10 @@ void DataParallel::refuse_mismatch(const std::vector<std::pair<std::string, std:
     first.resize(length);
     collective_.broadcast(std::as_writable_bytes(std::span(first.data(), first.size())), 0);
     const bool odd = mine[k] != all[k];
-    fail<ValueError>("data-parallel: the ranks were started with different {}: rank{} {} differ{} from rank 0{}; rank 0 has: {}",
-                     configuration[k].first, differ.size() > 1 ? "s" : "", rank_list(differ), differ.size() > 1 ? "" : "s",
-                     odd ? fmt::format(" (rank {} has: {})", rank, shortened(configuration[k].second)) : "", shortened(first));
+    fail<ValueError>(
+        "data-parallel: the ranks were started with different {}: rank{} {} differ{} from rank 0{}; rank 0 has: {}",
+        configuration[k].first, differ.size() > 1 ? "s" : "", rank_list(differ), differ.size() > 1 ? "" : "s",
+        odd ? fmt::format(" (rank {} has: {})", rank, shortened(configuration[k].second)) : "", shortened(first));
   }
 }
 
@@ -133,8 +139,9 @@ std::span<const Index> DataParallel::shard(std::span<const Index> batch, Rng& tr
 double DataParallel::reduce(std::span<Parameter<float>* const> params, std::optional<double> loss, double weight,
                             std::span<Tally> tallies) {
   if (tallies.size() != metrics_)
-    fail<UsageError>("data-parallel: a metric was added after the ranks started; add metrics before the first step, "
-                     "run() or evaluate()");
+    fail<UsageError>(
+        "data-parallel: a metric was added after the ranks started; add metrics before the first step, "
+        "run() or evaluate()");
   const auto w = static_cast<float>(weight);
   const bool have_gradient = loss && std::isfinite(*loss);
   float* at = fused_.data();
@@ -176,10 +183,11 @@ void DataParallel::check_replicas(std::span<Parameter<float>* const> params, Ind
   for (std::size_t r = 1; r < replica_crcs_.size(); ++r)
     if (replica_crcs_[r] != replica_crcs_[0]) differ.push_back(static_cast<int>(r));
   if (!differ.empty())
-    fail<DivergenceError>("data-parallel: after step {} the parameters of rank{} {} differ from rank 0's (crc32 {:08x} on "
-                          "rank 0, {:08x} on rank {}); the replicas diverged",
-                          step, differ.size() > 1 ? "s" : "", rank_list(differ), replica_crcs_[0],
-                          replica_crcs_[static_cast<std::size_t>(differ[0])], differ[0]);
+    fail<DivergenceError>(
+        "data-parallel: after step {} the parameters of rank{} {} differ from rank 0's (crc32 {:08x} on "
+        "rank 0, {:08x} on rank {}); the replicas diverged",
+        step, differ.size() > 1 ? "s" : "", rank_list(differ), replica_crcs_[0],
+        replica_crcs_[static_cast<std::size_t>(differ[0])], differ[0]);
 }
 
 }  // namespace tapegrad

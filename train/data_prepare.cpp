@@ -4,7 +4,8 @@
 
 namespace tapegrad {
 
-TextSplitWriter::TextSplitWriter(const std::filesystem::path& train, const std::filesystem::path& validation, Options options)
+TextSplitWriter::TextSplitWriter(const std::filesystem::path& train, const std::filesystem::path& validation,
+                                 Options options)
     : options_(std::move(options)), train_(train, 1, 256, options_.op), validation_(validation, 1, 256, options_.op) {
   if (options_.validation_every < 1)
     fail<ValueError>("{}: every {}-th document to validation; give 1 or more", options_.op, options_.validation_every);

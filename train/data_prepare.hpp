@@ -33,10 +33,10 @@ class TextSplitWriter {
   };
   // What went by, for the vocabulary and the statistics a program reports.
   struct Summary {
-    Index documents[2] = {0, 0};  // training, validation
-    Index bytes[2] = {0, 0};      // the ids of each file, separators included
+    Index documents[2] = {0, 0};                   // training, validation
+    Index bytes[2] = {0, 0};                       // the ids of each file, separators included
     std::array<std::uint64_t, 256> byte_counts{};  // of both files
-    std::vector<std::uint64_t> train_pairs;        // [a * 256 + b]: how often byte b follows byte a in the training file
+    std::vector<std::uint64_t> train_pairs;  // [a * 256 + b]: how often byte b follows byte a in the training file
   };
 
   TextSplitWriter(const std::filesystem::path& train, const std::filesystem::path& validation, Options options);

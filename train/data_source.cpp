@@ -11,9 +11,12 @@ namespace {
 // The shape of `count` examples of a tensor shaped like `s`.
 Shape first_dim(const Shape& s, Index count) {
   switch (s.rank) {
-    case 1: return Shape::vec(count);
-    case 2: return Shape::mat(count, s.cols);
-    default: return Shape::batched(count, s.rows, s.cols);
+    case 1:
+      return Shape::vec(count);
+    case 2:
+      return Shape::mat(count, s.cols);
+    default:
+      return Shape::batched(count, s.rows, s.cols);
   }
 }
 
@@ -105,7 +108,8 @@ std::uint32_t SequenceSource::fingerprint() const {
   add_examples(crc, data_);
   for (const Vocabulary* v : {&data_.tokens, &data_.labels}) {
     crc.add_le(static_cast<std::uint64_t>(v->size()));
-    for (const auto& name : v->names()) crc.add_le(static_cast<std::uint64_t>(name.size())).add(name.data(), name.size());
+    for (const auto& name : v->names())
+      crc.add_le(static_cast<std::uint64_t>(name.size())).add(name.data(), name.size());
   }
   return crc.value();
 }
@@ -114,9 +118,16 @@ std::uint32_t SequenceSource::fingerprint() const {
 
 Index consecutive_windows(Index n, Index context) { return n > 0 ? (n - 1) / context : 0; }
 
-TokenWindows::TokenWindows(Kind kind, File file, Index context, Index stride, Index count, std::vector<std::int32_t> map)
-    : kind_(kind), file_(std::move(file)), name_(file_->path().string()), context_(context), stride_(stride),
-      count_(count), population_(count), map_(std::move(map)) {
+TokenWindows::TokenWindows(Kind kind, File file, Index context, Index stride, Index count,
+                           std::vector<std::int32_t> map)
+    : kind_(kind),
+      file_(std::move(file)),
+      name_(file_->path().string()),
+      context_(context),
+      stride_(stride),
+      count_(count),
+      population_(count),
+      map_(std::move(map)) {
   if (context_ < 1) fail<ValueError>("{}: windows of a context of {}; give 1 or more", file_->op(), context_);
   if (file_->size() < context_ + 1)
     fail<FormatError>("{}: '{}' holds {} ids, fewer than one window of {} (a context of {} and the id after it)",
@@ -141,7 +152,8 @@ TokenWindows TokenWindows::consecutive(File file, Index context, Index every, st
   return TokenWindows(Kind::consecutive, std::move(file), context, context * every, count, std::move(map));
 }
 
-TokenWindows TokenWindows::sample(File file, Index context, Index count, std::uint64_t seed, std::vector<std::int32_t> map) {
+TokenWindows TokenWindows::sample(File file, Index context, Index count, std::uint64_t seed,
+                                  std::vector<std::int32_t> map) {
   const Index all = consecutive_windows(file->size(), context);
   if (count < 1) fail<ValueError>("{}: a sample of {} windows; give 1 or more", file->op(), count);
   if (count >= all) return consecutive(std::move(file), context, 1, std::move(map));
@@ -153,7 +165,8 @@ TokenWindows TokenWindows::sample(File file, Index context, Index count, std::ui
 }
 
 Index TokenWindows::start(Index k) const {
-  if (k < 0 || k >= count_) fail<ValueError>("fill: window {} is outside '{}' of {} windows", k, escaped(name_), count_);
+  if (k < 0 || k >= count_)
+    fail<ValueError>("fill: window {} is outside '{}' of {} windows", k, escaped(name_), count_);
   return sampler_ ? sampler_->at(k) * context_ : k * stride_;
 }
 
@@ -215,9 +228,10 @@ TensorSource::TensorSource(std::string name, Tensor features, Tensor targets)
 
 Index TensorSource::count_examples() const {
   if (features_.rank() == 1)
-    fail<ShapeError>("data source '{}': features are a vector of {}; give (examples, features) or (examples, rows, "
-                     "cols)",
-                     name_, features_.shape());
+    fail<ShapeError>(
+        "data source '{}': features are a vector of {}; give (examples, features) or (examples, rows, "
+        "cols)",
+        name_, features_.shape());
   const Index n = leading_count(features_.shape());
   const bool classes = labels_.numel() > 0;
   const Shape other = classes ? labels_.shape() : targets_.shape();

@@ -45,10 +45,10 @@ class DataSource {
 // past an example's end, which get token 0 and no label.
 struct SequenceBatch {
   Ids tokens;
-  Ids labels;                // class per position, kIgnoreLabel where there is none
+  Ids labels;  // class per position, kIgnoreLabel where there is none
   Mask padding;
-  bool padded = false;       // whether any position is padding (attention can skip the mask if not)
-  Index labelled = 0;        // positions with a label
+  bool padded = false;  // whether any position is padding (attention can skip the mask if not)
+  Index labelled = 0;   // positions with a label
 
   Index batch() const { return tokens.rows(); }
   Index length() const { return tokens.cols(); }
@@ -68,7 +68,7 @@ class SequenceSource final : public DataSource<SequenceBatch> {
   std::string_view name() const override { return data_.name; }
   Index size() const override { return data_.size(); }
   void fill(std::span<const Index> indices, SequenceBatch& out) const override;
-  std::uint32_t fingerprint() const override;           // the examples' ids and the vocabularies' names
+  std::uint32_t fingerprint() const override;  // the examples' ids and the vocabularies' names
   Index length() const { return length_; }
   const Dataset& dataset() const { return data_; }
 
@@ -100,7 +100,8 @@ class TokenWindows final : public DataSource<SequenceBatch> {
   using File = std::shared_ptr<const TokenFile>;
   static TokenWindows training(File file, Index context, std::vector<std::int32_t> map = {});
   static TokenWindows consecutive(File file, Index context, Index every = 1, std::vector<std::int32_t> map = {});
-  static TokenWindows sample(File file, Index context, Index count, std::uint64_t seed, std::vector<std::int32_t> map = {});
+  static TokenWindows sample(File file, Index context, Index count, std::uint64_t seed,
+                             std::vector<std::int32_t> map = {});
 
   std::string_view name() const override { return name_; }
   Index size() const override { return count_; }
@@ -114,7 +115,9 @@ class TokenWindows final : public DataSource<SequenceBatch> {
   void window(Index k, std::span<std::int32_t> out) const;
   Index start(Index k) const;  // where window k starts in the file
   Index context() const { return context_; }
-  Index stride() const { return stride_; }  // between consecutive starts (a sample's: between the windows it samples from)
+  Index stride() const {
+    return stride_;
+  }  // between consecutive starts (a sample's: between the windows it samples from)
   Index predicted() const { return count_ * context_; }  // ids whose loss a pass over every window averages
   Index population() const { return population_; }       // the windows a sample was drawn from (size() otherwise)
   bool sampled() const { return sampler_.has_value(); }
@@ -143,8 +146,8 @@ Index consecutive_windows(Index n, Index context);
 // B examples of a TensorSource: features (B, ...) and either labels (B) or (B, T), or targets (B, ...).
 struct TensorBatch {
   Tensor features;
-  Ids labels;      // classification: a class per example (or per position), kIgnoreLabel = none
-  Tensor targets;  // regression: a value (or a row of them) per example
+  Ids labels;          // classification: a class per example (or per position), kIgnoreLabel = none
+  Tensor targets;      // regression: a value (or a row of them) per example
   Index labelled = 0;  // labels that are not kIgnoreLabel (with labels)
   Index examples = 0;
 
@@ -155,7 +158,7 @@ struct TensorBatch {
 // (N, T); targets (N), (N, K) or (N, R, C). Holds its own copies.
 class TensorSource final : public DataSource<TensorBatch> {
  public:
-  TensorSource(std::string name, Tensor features, Ids labels);     // ShapeError if the counts differ
+  TensorSource(std::string name, Tensor features, Ids labels);  // ShapeError if the counts differ
   TensorSource(std::string name, Tensor features, Tensor targets);
   std::string_view name() const override { return name_; }
   Index size() const override { return size_; }

@@ -43,9 +43,12 @@ std::uint32_t header_crc(const Header& h) {
 // The id of `width` little-endian bytes at p.
 std::int64_t id_at(const unsigned char* p, int width) {
   switch (width) {
-    case 1: return p[0];
-    case 2: return get_le<std::uint16_t>(p);
-    default: return get_le<std::uint32_t>(p);
+    case 1:
+      return p[0];
+    case 2:
+      return get_le<std::uint16_t>(p);
+    default:
+      return get_le<std::uint32_t>(p);
   }
 }
 
@@ -68,10 +71,14 @@ std::size_t pread_all(int fd, unsigned char* to, std::size_t want, std::int64_t 
 
 Index TokenFileFormat::max_vocab(int width) {
   switch (width) {
-    case 1: return Index{1} << 8;
-    case 2: return Index{1} << 16;
-    case 4: return Index{1} << 31;  // ids are int32 once read
-    default: return 0;
+    case 1:
+      return Index{1} << 8;
+    case 2:
+      return Index{1} << 16;
+    case 4:
+      return Index{1} << 31;  // ids are int32 once read
+    default:
+      return 0;
   }
 }
 
@@ -81,7 +88,8 @@ TokenFile::TokenFile(fs::path path, std::string op) : path_(std::move(path)), op
   detail::Descriptor f(::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));  // O_NONBLOCK: a FIFO does not hang
   if (!f.open()) fail<FileError>("{}: cannot open '{}': {}", op_, escaped(path_), std::strerror(errno));
   struct stat st {};
-  if (::fstat(f.get(), &st) != 0) fail<FileError>("{}: cannot read '{}': {}", op_, escaped(path_), std::strerror(errno));
+  if (::fstat(f.get(), &st) != 0)
+    fail<FileError>("{}: cannot read '{}': {}", op_, escaped(path_), std::strerror(errno));
   if (!S_ISREG(st.st_mode)) fail<FileError>("{}: '{}' is not a regular file", op_, escaped(path_));
   bytes_ = st.st_size;
   modified_ = st.st_mtim;
@@ -102,16 +110,18 @@ TokenFile::TokenFile(fs::path path, std::string op) : path_(std::move(path)), op
   const auto width = get_le<std::uint32_t>(h.data() + 12);
   const auto vocab = get_le<std::uint64_t>(h.data() + 16), count = get_le<std::uint64_t>(h.data() + 24);
   if (width != 1 && width != 2 && width != 4)
-    fail<FormatError>("{}: '{}' says its ids are {} bytes wide; a token file's are 1, 2 or 4", op_, escaped(path_), width);
+    fail<FormatError>("{}: '{}' says its ids are {} bytes wide; a token file's are 1, 2 or 4", op_, escaped(path_),
+                      width);
   width_ = static_cast<int>(width);
   const auto most = static_cast<std::uint64_t>(TokenFileFormat::max_vocab(width_));
   if (vocab < 1 || vocab > most)
-    fail<FormatError>("{}: '{}' says its vocabulary has {} ids; ids of {} byte{} name 1 to {}", op_, escaped(path_), vocab,
-                      width, width == 1 ? "" : "s", most);
-  const auto payload = static_cast<std::uint64_t>(std::max<std::int64_t>(0, bytes_ - static_cast<std::int64_t>(h.size())));
+    fail<FormatError>("{}: '{}' says its vocabulary has {} ids; ids of {} byte{} name 1 to {}", op_, escaped(path_),
+                      vocab, width, width == 1 ? "" : "s", most);
+  const auto payload =
+      static_cast<std::uint64_t>(std::max<std::int64_t>(0, bytes_ - static_cast<std::int64_t>(h.size())));
   if (payload % width != 0)
-    fail<FormatError>("{}: '{}' holds {} bytes after its header, not a whole number of {}-byte ids", op_, escaped(path_),
-                      payload, width);
+    fail<FormatError>("{}: '{}' holds {} bytes after its header, not a whole number of {}-byte ids", op_,
+                      escaped(path_), payload, width);
   if (count < 1 || count != payload / width)
     fail<FormatError>("{}: '{}' says it holds {} ids of {} byte{}, but {} bytes follow its header ({} ids)", op_,
                       escaped(path_), count, width, width == 1 ? "" : "s", payload, payload / width);
@@ -129,15 +139,24 @@ TokenFile::~TokenFile() {
 }
 
 TokenFile::TokenFile(TokenFile&& o) noexcept
-    : path_(std::move(o.path_)), op_(std::move(o.op_)), fd_(std::exchange(o.fd_, -1)), width_(o.width_), vocab_(o.vocab_),
-      count_(o.count_), ids_crc_(o.ids_crc_), header_crc_(o.header_crc_), bytes_(o.bytes_), modified_(o.modified_) {}
+    : path_(std::move(o.path_)),
+      op_(std::move(o.op_)),
+      fd_(std::exchange(o.fd_, -1)),
+      width_(o.width_),
+      vocab_(o.vocab_),
+      count_(o.count_),
+      ids_crc_(o.ids_crc_),
+      header_crc_(o.header_crc_),
+      bytes_(o.bytes_),
+      modified_(o.modified_) {}
 
 void TokenFile::check_unchanged() const {
   struct stat st {};
   if (::fstat(fd_, &st) != 0) fail<IoError>("{}: cannot read '{}': {}", op_, escaped(path_), std::strerror(errno));
   if (st.st_size != bytes_)
-    fail<FormatError>("{}: '{}' changed while in use: it holds {} bytes, {} when it was opened (truncated or rewritten)",
-                      op_, escaped(path_), st.st_size, bytes_);
+    fail<FormatError>(
+        "{}: '{}' changed while in use: it holds {} bytes, {} when it was opened (truncated or rewritten)", op_,
+        escaped(path_), st.st_size, bytes_);
   if (st.st_mtim.tv_sec != modified_.tv_sec || st.st_mtim.tv_nsec != modified_.tv_nsec)
     fail<FormatError>("{}: '{}' changed while in use: it was modified after it was opened (rewritten)", op_,
                       escaped(path_));
@@ -148,17 +167,19 @@ void TokenFile::read_bytes(Index first, Index count, unsigned char* to) const {
     fail<ValueError>("{}: ids [{}, {}) are outside '{}' of {} ids", op_, first, first + count, escaped(path_), count_);
   check_unchanged();
   const auto want = static_cast<std::size_t>(count * width_);
-  const std::size_t got = pread_all(fd_, to, want, static_cast<std::int64_t>(TokenFileFormat::kHeaderBytes) + first * width_);
+  const std::size_t got =
+      pread_all(fd_, to, want, static_cast<std::int64_t>(TokenFileFormat::kHeaderBytes) + first * width_);
   if (got == std::numeric_limits<std::size_t>::max())
     fail<IoError>("{}: reading '{}' failed: {}", op_, escaped(path_), std::strerror(errno));
   if (got < want)  // shortened between the check and the read
-    fail<FormatError>("{}: '{}' changed while in use: it ends before id {} of the {} it held when it was opened (truncated)",
-                      op_, escaped(path_), first + static_cast<Index>(got) / width_, count_);
+    fail<FormatError>(
+        "{}: '{}' changed while in use: it ends before id {} of the {} it held when it was opened (truncated)", op_,
+        escaped(path_), first + static_cast<Index>(got) / width_, count_);
 }
 
 void TokenFile::id_outside(std::int64_t id, Index position) const {
-  fail<FormatError>("{}: '{}' holds id {} at position {}, outside its vocabulary of {}", op_, escaped(path_), id, position,
-                    vocab_);
+  fail<FormatError>("{}: '{}' holds id {} at position {}, outside its vocabulary of {}", op_, escaped(path_), id,
+                    position, vocab_);
 }
 
 void TokenFile::read(Index first, std::span<std::int32_t> out) const {
@@ -174,7 +195,8 @@ void TokenFile::read(Index first, std::span<std::int32_t> out) const {
   }
 }
 
-void TokenFile::scan(Index first, Index count, const std::function<void(Index, std::span<const std::int32_t>)>& piece) const {
+void TokenFile::scan(Index first, Index count,
+                     const std::function<void(Index, std::span<const std::int32_t>)>& piece) const {
   std::vector<std::int32_t> ids(static_cast<std::size_t>(std::min(count, kPieceIds)));
   for (Index at = first; at < first + count; at += kPieceIds) {
     const std::span<std::int32_t> part(ids.data(), static_cast<std::size_t>(std::min(kPieceIds, first + count - at)));
@@ -194,8 +216,8 @@ void TokenFile::verify(std::span<const std::int32_t> map) const {
       const std::int64_t id = id_at(raw.data() + i * width_, width_);
       if (id >= vocab_) id_outside(id, at + i);
       if (!map.empty() && (id >= static_cast<std::int64_t>(map.size()) || map[static_cast<std::size_t>(id)] < 0))
-        fail<FormatError>("{}: '{}' holds id {} at position {}, which the vocabulary it is read with does not have", op_,
-                          escaped(path_), id, at + i);
+        fail<FormatError>("{}: '{}' holds id {} at position {}, which the vocabulary it is read with does not have",
+                          op_, escaped(path_), id, at + i);
     }
   }
   if (crc.value() != ids_crc_)
@@ -208,13 +230,16 @@ void TokenFile::verify(std::span<const std::int32_t> map) const {
 TokenFileWriter::TokenFileWriter(fs::path path, int width, Index vocab, std::string op)
     : path_(std::move(path)), temporary_(temporary_path(path_)), op_(std::move(op)), width_(width), vocab_(vocab) {
   const Index most = TokenFileFormat::max_vocab(width);
-  if (most == 0) fail<ValueError>("{}: '{}': ids of {} bytes; a token file's are 1, 2 or 4", op_, escaped(path_), width);
+  if (most == 0)
+    fail<ValueError>("{}: '{}': ids of {} bytes; a token file's are 1, 2 or 4", op_, escaped(path_), width);
   if (vocab < 1 || vocab > most)
     fail<ValueError>("{}: '{}': a vocabulary of {} does not fit ids of {} byte{} (1 to {})", op_, escaped(path_), vocab,
                      width, width == 1 ? "" : "s", most);
   // O_NOFOLLOW: a link planted at the temporary file's name is not written through.
   fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail<IoError>("{}: cannot create '{}' (for '{}'): {}", op_, escaped(temporary_), escaped(path_), std::strerror(errno));
+  if (fd_ < 0)
+    fail<IoError>("{}: cannot create '{}' (for '{}'): {}", op_, escaped(temporary_), escaped(path_),
+                  std::strerror(errno));
   buffer_.resize(std::size_t{1} << 20);
   fill_ = TokenFileFormat::kHeaderBytes;  // room for the header, written by finish()
   std::fill_n(buffer_.begin(), fill_, 0);
@@ -253,7 +278,8 @@ void TokenFileWriter::append(std::span<const std::int32_t> ids) {
 }
 
 void TokenFileWriter::append_bytes(std::string_view bytes) {
-  if (width_ != 1) fail<UsageError>("{}: append_bytes writes ids of 1 byte; '{}' holds {}-byte ids", op_, escaped(path_), width_);
+  if (width_ != 1)
+    fail<UsageError>("{}: append_bytes writes ids of 1 byte; '{}' holds {}-byte ids", op_, escaped(path_), width_);
   std::size_t at = 0;
   while (at < bytes.size()) {
     if (fill_ == buffer_.size()) flush();
@@ -261,7 +287,8 @@ void TokenFileWriter::append_bytes(std::string_view bytes) {
     const auto* from = reinterpret_cast<const unsigned char*>(bytes.data() + at);
     if (vocab_ < 256)
       for (std::size_t i = 0; i < n; ++i)
-        if (from[i] >= vocab_) fail<ValueError>("{}: id {} for '{}' is outside its vocabulary of {}", op_, from[i], escaped(path_), vocab_);
+        if (from[i] >= vocab_)
+          fail<ValueError>("{}: id {} for '{}' is outside its vocabulary of {}", op_, from[i], escaped(path_), vocab_);
     std::copy_n(from, n, buffer_.data() + fill_);
     fill_ += n;
     at += n;

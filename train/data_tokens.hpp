@@ -79,7 +79,8 @@ class TokenFile {
   void verify(std::span<const std::int32_t> map = {}) const;
   // Ids [first, first + count) handed to `piece` in order, in pieces of constant size (`at` is the
   // position of the piece's first id), each checked as read() checks it.
-  void scan(Index first, Index count, const std::function<void(Index at, std::span<const std::int32_t> ids)>& piece) const;
+  void scan(Index first, Index count,
+            const std::function<void(Index at, std::span<const std::int32_t> ids)>& piece) const;
 
  private:
   void check_unchanged() const;  // FormatError if the file's size or modification time moved since it was opened
@@ -133,7 +134,8 @@ class TokenFileWriter {
   Crc32 crc_;  // of the ids written so far
   std::vector<unsigned char> buffer_;
   std::size_t fill_ = 0;
-  std::size_t ids_from_ = TokenFileFormat::kHeaderBytes;  // where the buffer's ids start: after the header's room at first
+  std::size_t ids_from_ =
+      TokenFileFormat::kHeaderBytes;  // where the buffer's ids start: after the header's room at first
   bool finished_ = false;
 };
 

@@ -1,6 +1,5 @@
 #include "tapegrad/train/dataset_file.hpp"
 
-
 #include "tapegrad/autograd/ops.hpp"  // kIgnoreLabel
 #include "tapegrad/core/file_io.hpp"
 
@@ -71,13 +70,12 @@ Dataset parse(std::string_view text, std::string_view name, Vocabulary tokens, V
   return data;
 }
 
-
-
 }  // namespace
 
 Dataset parse_dataset(std::string_view text, std::string_view name) { return parse(text, name, {}, {}, false); }
 
-Dataset parse_dataset(std::string_view text, std::string_view name, const Vocabulary& tokens, const Vocabulary& labels) {
+Dataset parse_dataset(std::string_view text, std::string_view name, const Vocabulary& tokens,
+                      const Vocabulary& labels) {
   return parse(text, name, tokens, labels, true);
 }
 
@@ -97,14 +95,16 @@ std::string read_dataset_text(const std::filesystem::path& path, double max_memo
   // The text itself first: a file larger than the limit is refused before it is read.
   if (std::error_code ec; static_cast<double>(std::filesystem::file_size(path, ec)) > max_memory_bytes && !ec)
     fail<LimitError>("read_dataset: '{}' holds {}, more than the {} the run may take", escaped(path),
-                     format_bytes(static_cast<double>(std::filesystem::file_size(path))), format_bytes(max_memory_bytes));
+                     format_bytes(static_cast<double>(std::filesystem::file_size(path))),
+                     format_bytes(max_memory_bytes));
   std::string text = read_file(path, max_bytes, "read_dataset");
   const DatasetExtent extent = measure_dataset(text);
   if (extent.memory_bytes() > max_memory_bytes)
-    fail<LimitError>("read_dataset: '{}' ({}, {} lines, {} tokens and labels) could take {} to parse, more than the {} "
-                     "the run may take",
-                     escaped(path), format_bytes(static_cast<double>(extent.bytes)), extent.lines, extent.tokens,
-                     format_bytes(extent.memory_bytes()), format_bytes(max_memory_bytes));
+    fail<LimitError>(
+        "read_dataset: '{}' ({}, {} lines, {} tokens and labels) could take {} to parse, more than the {} "
+        "the run may take",
+        escaped(path), format_bytes(static_cast<double>(extent.bytes)), extent.lines, extent.tokens,
+        format_bytes(extent.memory_bytes()), format_bytes(max_memory_bytes));
   return text;
 }
 

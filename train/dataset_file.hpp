@@ -38,7 +38,8 @@ struct DatasetExtent {
 DatasetExtent measure_dataset(std::string_view text);
 // The text of a data file, refused (LimitError naming the file, its size and `max_memory_bytes`) when
 // parsing it would take more than that, before it is parsed.
-std::string read_dataset_text(const std::filesystem::path& path, double max_memory_bytes, std::size_t max_bytes = kMaxDataBytes);
+std::string read_dataset_text(const std::filesystem::path& path, double max_memory_bytes,
+                              std::size_t max_bytes = kMaxDataBytes);
 
 // Builds the vocabularies from the data. The file must be a regular file (not a folder, a device or a
 // pipe: FileError) of at most max_bytes (LimitError). A UTF-8 byte-order mark at its start is skipped.

@@ -29,7 +29,8 @@ Tally count_correct(const Tensor& output, const Ids& labels) {
 Tally squared_error(const Tensor& output, const Tensor& targets) {
   if (output.shape() != targets.shape())
     fail<ShapeError>("mean_squared_error: the output is {} but the targets are {}", output.shape(), targets.shape());
-  return {(output.array() - targets.array()).template cast<double>().square().sum(), static_cast<double>(output.numel())};
+  return {(output.array() - targets.array()).template cast<double>().square().sum(),
+          static_cast<double>(output.numel())};
 }
 
 double value_of(const NamedValues& values, std::string_view name) {

@@ -39,7 +39,9 @@ Tally squared_error(const Tensor& output, const Tensor& targets);
 // The library's metrics, for any batch type with `labels` (Ids) or `targets` (Tensor). In their own
 // namespace, so that a variable named `accuracy` does not shadow them.
 namespace metrics {
-inline constexpr auto accuracy = [](const Tensor& output, const auto& batch) { return count_correct(output, batch.labels); };
+inline constexpr auto accuracy = [](const Tensor& output, const auto& batch) {
+  return count_correct(output, batch.labels);
+};
 inline constexpr auto mean_squared_error = [](const Tensor& output, const auto& batch) {
   return squared_error(output, batch.targets);
 };

@@ -8,15 +8,15 @@
 #include <set>
 #include <utility>
 
-#include "tapegrad/core/parallel.hpp"
 #include "tapegrad/core/escape.hpp"
+#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 
 void SgdOptions::check(std::string_view op) const {
   if (nesterov && (momentum <= 0 || dampening != 0))
-    fail<ValueError>("{}: Nesterov momentum needs momentum > 0 and dampening 0, got momentum {} and dampening {}",
-                     op, momentum, dampening);
+    fail<ValueError>("{}: Nesterov momentum needs momentum > 0 and dampening 0, got momentum {} and dampening {}", op,
+                     momentum, dampening);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -34,7 +34,8 @@ Optimizer<T>::Optimizer(std::vector<Parameter<T>*> params, std::string kind, std
   for (std::size_t k = 0; k < buffer_names_.size(); ++k) {
     const std::string& b = buffer_names_[k];
     if (b.empty() || b.find('.') != std::string::npos ||
-        std::find(buffer_names_.begin(), buffer_names_.begin() + static_cast<std::ptrdiff_t>(k), b) != buffer_names_.begin() + static_cast<std::ptrdiff_t>(k))
+        std::find(buffer_names_.begin(), buffer_names_.begin() + static_cast<std::ptrdiff_t>(k), b) !=
+            buffer_names_.begin() + static_cast<std::ptrdiff_t>(k))
       fail<NameError>("{}: buffer name '{}' is empty, has a '.' or is given twice", op, escaped(b));
   }
   if (params_.empty()) fail<ValueError>("{}: no parameters to optimize", op);
@@ -77,8 +78,7 @@ void Optimizer<T>::set_schedule(const LrSchedule& schedule) {
 
 template <class T>
 std::string Optimizer<T>::describe() const {
-  return fmt::format("{} ({}), schedule {}", kind(), describe_settings(hyperparameters()),
-                     schedule_->describe());
+  return fmt::format("{} ({}), schedule {}", kind(), describe_settings(hyperparameters()), schedule_->describe());
 }
 
 template <class T>
@@ -145,7 +145,8 @@ void Optimizer<T>::check_state(const OptimizerState<T>& s, std::string_view op) 
   for (const auto& entry : s.per_param)
     if (!model_names.contains(entry.first)) unexpected.push_back(entry.first);
   if (!missing.empty()) problems.push_back("parameters missing from the state: " + quoted_list(missing));
-  if (!unexpected.empty()) problems.push_back("parameters in the state but not in the model: " + quoted_list(unexpected));
+  if (!unexpected.empty())
+    problems.push_back("parameters in the state but not in the model: " + quoted_list(unexpected));
 
   std::vector<std::string> unknown_buffers, missing_buffers, shapes;
   const std::set<std::string_view> known(buffer_names_.begin(), buffer_names_.end());
@@ -160,8 +161,8 @@ void Optimizer<T>::check_state(const OptimizerState<T>& s, std::string_view op) 
       }
       has_known = true;
       if (tensor.shape() != p->value.shape())
-        shapes.push_back(fmt::format("'{}' {} is {} in the state but {} in the model", p->name, buffer,
-                                     tensor.shape(), p->value.shape()));
+        shapes.push_back(fmt::format("'{}' {} is {} in the state but {} in the model", p->name, buffer, tensor.shape(),
+                                     p->value.shape()));
     }
     // A parameter has all its buffers (it has been stepped) or none.
     for (const auto& buffer : buffer_names_)
@@ -287,7 +288,8 @@ AdamOptions adam_options(const Settings& h, std::string_view what) {
 template <class T>
 AdamFamily<T>::AdamFamily(std::vector<Parameter<T>*> params, AdamOptions options, bool decoupled_decay,
                           OptimizerKind kind)
-    : OptimizerWith<T, AdamOptions>(std::move(params), options, std::string(to_string(kind)), {"exp_avg", "exp_avg_sq"}),
+    : OptimizerWith<T, AdamOptions>(std::move(params), options, std::string(to_string(kind)),
+                                    {"exp_avg", "exp_avg_sq"}),
       decoupled_decay_(decoupled_decay) {}
 
 template <class T>
@@ -327,7 +329,8 @@ void AdamFamily<T>::update(double lr, std::int64_t step) {
   const T eps = static_cast<T>(o.eps), weight_decay = static_cast<T>(o.weight_decay);
   const T decay = static_cast<T>(1 - lr * o.weight_decay);
   const auto& params = this->params();
-  for (std::size_t i = 0; i < params.size(); ++i) (void)this->buffers(i);  // m = v = 0 the first time, before the region
+  for (std::size_t i = 0; i < params.size(); ++i)
+    (void)this->buffers(i);  // m = v = 0 the first time, before the region
   // Every parameter in one parallel region, in element ranges (Optimizer::for_each_range).
   this->for_each_range([&](std::size_t i, Index from, Index count) {
     auto p = params[i]->value.array().segment(from, count);
@@ -413,8 +416,10 @@ template class Adam<float>;
 template class Adam<double>;
 template class AdamW<float>;
 template class AdamW<double>;
-template std::unique_ptr<Optimizer<float>> make_optimizer(OptimizerKind, std::vector<Parameter<float>*>, const Settings&);
-template std::unique_ptr<Optimizer<double>> make_optimizer(OptimizerKind, std::vector<Parameter<double>*>, const Settings&);
+template std::unique_ptr<Optimizer<float>> make_optimizer(OptimizerKind, std::vector<Parameter<float>*>,
+                                                          const Settings&);
+template std::unique_ptr<Optimizer<double>> make_optimizer(OptimizerKind, std::vector<Parameter<double>*>,
+                                                           const Settings&);
 template double clip_grad_norm<float>(std::span<Parameter<float>* const>, double);
 template double clip_grad_norm<double>(std::span<Parameter<double>* const>, double);
 

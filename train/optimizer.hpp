@@ -204,7 +204,8 @@ class Optimizer {
         total, threads_for_elements(static_cast<double>(total)),
         [&](Index begin, Index end) {
           // The last parameter starting at or before `begin` (those of no elements start where the next does).
-          auto i = static_cast<std::size_t>(std::upper_bound(starts_.begin(), starts_.end(), begin) - starts_.begin()) - 1;
+          auto i =
+              static_cast<std::size_t>(std::upper_bound(starts_.begin(), starts_.end(), begin) - starts_.begin()) - 1;
           for (; i < n && starts_[i] < end; ++i) {
             const Index from = std::max(begin, starts_[i]) - starts_[i];
             const Index to = std::min(end - starts_[i], params_[i]->value.numel());

@@ -69,11 +69,12 @@ std::unique_ptr<LrSchedule> make_schedule(const ScheduleRecord& r) {
   const std::string what = fmt::format("schedule '{}'", r.kind);
   switch (parse_enum<ScheduleKind>(r.kind)) {
     case ScheduleKind::constant:
-      if (!r.settings.empty())
-        fail<NameError>("{}: takes no settings, got {}", what, describe_settings(r.settings));
+      if (!r.settings.empty()) fail<NameError>("{}: takes no settings, got {}", what, describe_settings(r.settings));
       return std::make_unique<ConstantLr>();
-    case ScheduleKind::step: return std::make_unique<StepLr>(from_settings<StepLrOptions>(r.settings, what));
-    case ScheduleKind::cosine: return std::make_unique<CosineWithWarmup>(from_settings<CosineOptions>(r.settings, what));
+    case ScheduleKind::step:
+      return std::make_unique<StepLr>(from_settings<StepLrOptions>(r.settings, what));
+    case ScheduleKind::cosine:
+      return std::make_unique<CosineWithWarmup>(from_settings<CosineOptions>(r.settings, what));
   }
   fail<NameError>("{}: no such schedule", what);
 }

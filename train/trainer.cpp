@@ -28,7 +28,8 @@ constexpr std::uint64_t kTrainingStream = 0x747261696e;  // "train": the Rng str
 // "train: the loss is NaN at step 2 (lr 0.01); ..." unless the loss is finite.
 void check_loss(double loss, Index step, double lr) {
   if (!std::isfinite(loss))
-    fail<NonFiniteError>("train: the loss is {} at step {} (lr {:g}); the step was not taken", non_finite(loss), step, lr);
+    fail<NonFiniteError>("train: the loss is {} at step {} (lr {:g}); the step was not taken", non_finite(loss), step,
+                         lr);
 }
 
 }  // namespace
@@ -77,8 +78,12 @@ void TrainerBase::set_steps(Index steps) {
 void TrainerBase::add_metric_name(std::string name) {
   if (step_ > 0 || !curve_.empty())
     fail<UsageError>("add_metric: '{}' comes after training started; add metrics before the first step", name);
-  if (name.empty() || name == "loss" || std::find(metric_names_.begin(), metric_names_.end(), name) != metric_names_.end())
-    fail<NameError>("add_metric: '{}' is {}", name, name.empty() ? "an empty name" : name == "loss" ? "reserved for the loss" : "already a metric");
+  if (name.empty() || name == "loss" ||
+      std::find(metric_names_.begin(), metric_names_.end(), name) != metric_names_.end())
+    fail<NameError>("add_metric: '{}' is {}", name,
+                    name.empty()     ? "an empty name"
+                    : name == "loss" ? "reserved for the loss"
+                                     : "already a metric");
   metric_names_.push_back(name);
   window_metrics_.push_back({std::move(name), {}});
 }
@@ -110,8 +115,8 @@ void TrainerBase::update(double loss, double lr) {
     const double norm = clip_grad_norm(optimizer_.params(), options_.clip);
     if (!std::isfinite(norm)) {
       optimizer_.zero_grad();  // nothing of this step stays behind
-      fail<NonFiniteError>("train: the gradient norm is {} at step {} (lr {:g}); the step was not taken", non_finite(norm),
-                           step_ + 1, lr);
+      fail<NonFiniteError>("train: the gradient norm is {} at step {} (lr {:g}); the step was not taken",
+                           non_finite(norm), step_ + 1, lr);
     }
   }
   optimizer_.step();
@@ -183,14 +188,16 @@ TrainerState TrainerBase::state() const {
 void TrainerBase::check_state(const TrainerState& s, std::string_view op) const {
   const std::uint32_t fingerprint = data_fingerprint_;
   if (s.data_fingerprint != fingerprint)
-    fail<ValueError>("{}: the training data differs from the data the checkpoint was trained on (fingerprint "
-                     "{:08x} in the file, {:08x} now)",
-                     op, s.data_fingerprint, fingerprint);
+    fail<ValueError>(
+        "{}: the training data differs from the data the checkpoint was trained on (fingerprint "
+        "{:08x} in the file, {:08x} now)",
+        op, s.data_fingerprint, fingerprint);
   const auto text = [](std::optional<std::uint32_t> f) { return f ? fmt::format("{:08x}", *f) : std::string("none"); };
   if (s.eval_fingerprint != eval_fingerprint_)
-    fail<ValueError>("{}: the evaluation data differs from the checkpoint's (fingerprint {} in the file, {} now); "
-                     "one curve must not mix two evaluation sets",
-                     op, text(s.eval_fingerprint), text(eval_fingerprint_));
+    fail<ValueError>(
+        "{}: the evaluation data differs from the checkpoint's (fingerprint {} in the file, {} now); "
+        "one curve must not mix two evaluation sets",
+        op, text(s.eval_fingerprint), text(eval_fingerprint_));
   // Every option but steps (a run may be extended) and anomaly (a debugging aid) shapes the run.
   std::vector<std::string> differ;
   TrainOptions mine = options_, theirs = s.options;
@@ -204,8 +211,8 @@ void TrainerBase::check_state(const TrainerState& s, std::string_view op) const 
   std::vector<std::string> names;
   for (const auto& w : s.window_metrics) names.push_back(w.name);
   if (names != metric_names_)
-    fail<ValueError>("{}: the checkpoint measured the metrics [{}], the trainer measures [{}]", op, fmt::join(names, ", "),
-                     fmt::join(metric_names_, ", "));
+    fail<ValueError>("{}: the checkpoint measured the metrics [{}], the trainer measures [{}]", op,
+                     fmt::join(names, ", "), fmt::join(metric_names_, ", "));
   const bool tallies_ok = std::all_of(s.window_metrics.begin(), s.window_metrics.end(), [](const MetricWindow& w) {
     return std::isfinite(w.tally.sum) && std::isfinite(w.tally.count) && w.tally.count >= 0;
   });

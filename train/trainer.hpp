@@ -57,14 +57,14 @@ namespace tapegrad {
 
 struct TrainOptions {
   static constexpr double kMaxBatch = 1 << 24;  // far beyond a CPU batch; keeps a forged size from allocating
-  static constexpr double kMaxSteps = 1e12;      // years of the fastest step; a forged count reads as forged
+  static constexpr double kMaxSteps = 1e12;     // years of the fastest step; a forged count reads as forged
   Index steps = 1000;
   Index batch = 32;
-  Index eval_every = 100;   // evaluate (and record a curve point) every N steps
-  Index eval_batch = 256;   // examples per batch when evaluating
-  std::uint64_t seed = 0;   // the data order and the training random stream (rng())
-  double clip = 0;          // clip gradients to this global norm; 0 = no clipping
-  bool anomaly = false;     // every op checks its output for NaN and Inf
+  Index eval_every = 100;  // evaluate (and record a curve point) every N steps
+  Index eval_batch = 256;  // examples per batch when evaluating
+  std::uint64_t seed = 0;  // the data order and the training random stream (rng())
+  double clip = 0;         // clip gradients to this global norm; 0 = no clipping
+  bool anomaly = false;    // every op checks its output for NaN and Inf
 
   template <class S, class F>
   static void fields(S& s, F&& field) {
@@ -111,11 +111,11 @@ struct TrainCallbacks {
 struct TrainerState {
   TrainOptions options;
   Index step = 0;
-  std::uint32_t data_fingerprint = 0;  // of the training data (DataSource::fingerprint)
+  std::uint32_t data_fingerprint = 0;             // of the training data (DataSource::fingerprint)
   std::optional<std::uint32_t> eval_fingerprint;  // of the evaluation data; none without it
   Sampler::State data_order;
-  Rng::State rng;                      // the training random stream
-  double window_loss = 0;              // sum of losses since the last curve point
+  Rng::State rng;          // the training random stream
+  double window_loss = 0;  // sum of losses since the last curve point
   Index window_steps = 0;
   std::vector<MetricWindow> window_metrics;
   std::vector<CurvePoint> curve;
@@ -271,12 +271,12 @@ Trainer(Module<float>&, Optimizer<float>&, const DataSource<B>&, F, TrainOptions
 template <class B>
 Trainer<B>::Trainer(Module<float>& model, Optimizer<float>& optimizer, const DataSource<B>& train, LossFn loss,
                     TrainOptions options)
-    : TrainerBase(model, optimizer, train.size(), train.fingerprint(), options),
-      train_(train),
-      loss_(std::move(loss)) {
-  static_assert(requires(const B& b) {
-    { b.weight() } -> std::convertible_to<double>;
-  }, "a batch type needs weight(): how many items its loss averages over");
+    : TrainerBase(model, optimizer, train.size(), train.fingerprint(), options), train_(train), loss_(std::move(loss)) {
+  static_assert(
+      requires(const B& b) {
+        { b.weight() } -> std::convertible_to<double>;
+      },
+      "a batch type needs weight(): how many items its loss averages over");
   if (!loss_) fail<ValueError>("train: the loss function is empty");
 }
 

@@ -6,12 +6,12 @@
 
 #include <algorithm>
 #include <bit>
-#include <variant>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <variant>
 
 #include "tapegrad/core/crc32.hpp"
 #include "tapegrad/core/file_io.hpp"
@@ -72,12 +72,18 @@ class AppendBytes final : public std::streambuf {
 std::size_t payload_estimate(const Checkpoint& c) {
   std::size_t bytes = 4096;
   for (const StateEntry& e : c.entries)
-    bytes += 64 + e.name.size() + std::visit([](const auto& v) -> std::size_t {
-               using V = std::remove_cvref_t<decltype(v)>;
-               if constexpr (requires { v.numel(); }) return static_cast<std::size_t>(v.numel()) * sizeof(typename V::Scalar);
-               else if constexpr (std::is_same_v<V, std::vector<std::string>>) return 16 * v.size();
-               else return 8 * v.size();
-             }, e.value);
+    bytes += 64 + e.name.size() +
+             std::visit(
+                 [](const auto& v) -> std::size_t {
+                   using V = std::remove_cvref_t<decltype(v)>;
+                   if constexpr (requires { v.numel(); })
+                     return static_cast<std::size_t>(v.numel()) * sizeof(typename V::Scalar);
+                   else if constexpr (std::is_same_v<V, std::vector<std::string>>)
+                     return 16 * v.size();
+                   else
+                     return 8 * v.size();
+                 },
+                 e.value);
   return bytes;
 }
 
@@ -109,12 +115,15 @@ Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view 
   if (bytes.empty()) fail<FormatError>("load '{}': the file is empty", source);
   if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
     if (bytes.size() < sizeof kMagic && std::memcmp(bytes.data(), kMagic, bytes.size()) == 0)
-      fail<FormatError>("load '{}': truncated: {} bytes, not even the {}-byte header", source, bytes.size(), kHeaderBytes);
-    fail<FormatError>("load '{}': not a tapegrad checkpoint (it starts with {}, a checkpoint with 54 47 43 4b 50 54 0d 0a)",
-                      source, hex_prefix(bytes));
+      fail<FormatError>("load '{}': truncated: {} bytes, not even the {}-byte header", source, bytes.size(),
+                        kHeaderBytes);
+    fail<FormatError>(
+        "load '{}': not a tapegrad checkpoint (it starts with {}, a checkpoint with 54 47 43 4b 50 54 0d 0a)", source,
+        hex_prefix(bytes));
   }
   if (bytes.size() < kHeaderBytes)
-    fail<FormatError>("load '{}': truncated: {} bytes, not even the {}-byte header", source, bytes.size(), kHeaderBytes);
+    fail<FormatError>("load '{}': truncated: {} bytes, not even the {}-byte header", source, bytes.size(),
+                      kHeaderBytes);
   const auto version = get_le<std::uint32_t>(bytes.data() + 8);
   const auto flags = get_le<std::uint32_t>(bytes.data() + 12);
   const auto length = get_le<std::uint64_t>(bytes.data() + 16);
@@ -133,8 +142,9 @@ Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view 
   const std::byte* payload = bytes.data() + kHeaderBytes;
   const std::uint32_t actual = crc32_of(payload, available);
   if (actual != crc)
-    fail<FormatError>("load '{}': checksum mismatch (the header says {:08x}, the payload has {:08x}): the file is corrupt",
-                      source, crc, actual);
+    fail<FormatError>(
+        "load '{}': checksum mismatch (the header says {:08x}, the payload has {:08x}): the file is corrupt", source,
+        crc, actual);
 
   Checkpoint c;
   try {
@@ -217,9 +227,7 @@ const StateEntry* Checkpoint::find(std::string_view name) const {
   return it == entries.end() ? nullptr : &*it;
 }
 
-StateEntry* Checkpoint::find(std::string_view name) {
-  return const_cast<StateEntry*>(std::as_const(*this).find(name));
-}
+StateEntry* Checkpoint::find(std::string_view name) { return const_cast<StateEntry*>(std::as_const(*this).find(name)); }
 
 void check_checkpoint(const Checkpoint& c) {
   std::vector<std::string_view> names;
@@ -240,20 +248,24 @@ namespace {
 // "1, 2, 3" or "4 values": an entry's values when there are few, escaped.
 std::string shown_values(const StateValue& v) {
   constexpr std::size_t kShown = 8;
-  return std::visit([&](const auto& x) -> std::string {
-    using V = std::remove_cvref_t<decltype(x)>;
-    if constexpr (requires { x.numel(); }) {
-      return fmt::format("norm {:.6g}", norm(v));
-    } else {
-      if (x.size() > kShown) return fmt::format("{} values", x.size());
-      std::vector<std::string> text;
-      for (const auto& item : x) {
-        if constexpr (std::is_same_v<V, std::vector<std::string>>) text.push_back(escaped(item, 60));
-        else text.push_back(fmt::format("{}", item));
-      }
-      return fmt::format("{}", fmt::join(text, ", "));
-    }
-  }, v);
+  return std::visit(
+      [&](const auto& x) -> std::string {
+        using V = std::remove_cvref_t<decltype(x)>;
+        if constexpr (requires { x.numel(); }) {
+          return fmt::format("norm {:.6g}", norm(v));
+        } else {
+          if (x.size() > kShown) return fmt::format("{} values", x.size());
+          std::vector<std::string> text;
+          for (const auto& item : x) {
+            if constexpr (std::is_same_v<V, std::vector<std::string>>)
+              text.push_back(escaped(item, 60));
+            else
+              text.push_back(fmt::format("{}", item));
+          }
+          return fmt::format("{}", fmt::join(text, ", "));
+        }
+      },
+      v);
 }
 
 void describe_training(const Checkpoint& c, std::string& s) {
@@ -261,10 +273,11 @@ void describe_training(const Checkpoint& c, std::string& s) {
   if (c.has("trainer")) {
     try {
       const TrainerState t = read_trainer_state(c);
-      s += fmt::format("training: step {} of {} ({}), data fingerprint {:08x}{}{}\n", t.step, t.options.steps,
-                       describe_settings(to_settings(t.options)), t.data_fingerprint,
-                       c.format_version == 1 ? " (format 1: see the metadata)" : "",
-                       t.eval_fingerprint ? fmt::format(", evaluation data fingerprint {:08x}", *t.eval_fingerprint) : "");
+      s += fmt::format(
+          "training: step {} of {} ({}), data fingerprint {:08x}{}{}\n", t.step, t.options.steps,
+          describe_settings(to_settings(t.options)), t.data_fingerprint,
+          c.format_version == 1 ? " (format 1: see the metadata)" : "",
+          t.eval_fingerprint ? fmt::format(", evaluation data fingerprint {:08x}", *t.eval_fingerprint) : "");
     } catch (const FormatError& e) {
       s += fmt::format("training: the part 'trainer' does not read as a Trainer's state: {}\n", e.what());
     }
@@ -330,7 +343,8 @@ std::string describe_checkpoint(const Checkpoint& c) {
     s += fmt::format("warning: {} parameter values are not finite; loading refuses them unless asked\n", non_finite);
   for (const auto& [k, v] : c.metadata) s += fmt::format("metadata: {} = {}\n", p(k), p(v));
   const std::vector<std::string> parts = c.parts();
-  if (parts.empty() || (parts.size() == 1 && parts[0] == kModelPart)) return s + "training state: none (weights only)\n";
+  if (parts.empty() || (parts.size() == 1 && parts[0] == kModelPart))
+    return s + "training state: none (weights only)\n";
   describe_training(c, s);
   // Every other part, entry by entry (a loop's step, streams and data order, a user's own).
   for (const std::string& part : parts) {
@@ -356,8 +370,7 @@ const Settings& model_config_of(const Checkpoint& c, std::string_view kind) {
 
 Index parameter_values_held(const Checkpoint& c) {
   Index held = 0;
-  for (const StateEntry* e : model_weights(c))
-    held += value_count(e->value);
+  for (const StateEntry* e : model_weights(c)) held += value_count(e->value);
   return held;
 }
 

@@ -36,10 +36,10 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <stdexcept>
 #include <span>
-#include <utility>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tapegrad/core/tensor_budget.hpp"
@@ -61,8 +61,8 @@ inline constexpr std::string_view kModelPart = "model";
 struct Checkpoint {
   std::uint32_t format_version = kCheckpointFormat;  // of the file it was read from
   std::string tapegrad_version = std::string(tapegrad::tapegrad_version());
-  ModelRecord model;                      // the kind and configuration of the part "model" (empty: not described)
-  std::vector<StateEntry> entries;        // every part's, in the order the parts saved them
+  ModelRecord model;                            // the kind and configuration of the part "model" (empty: not described)
+  std::vector<StateEntry> entries;              // every part's, in the order the parts saved them
   std::map<std::string, std::string> metadata;  // the program's own: where the data came from, ...
 
   // The parts the entries belong to ("model" for "model.attn.wq"), in order of first appearance.
@@ -209,8 +209,8 @@ Index parameter_values_held(const Checkpoint& c);
 [[noreturn]] void refuse_count(const ModelRecord& record, Index implied, Index held);
 // The budget of building the model a checkpoint describes (see model_from_checkpoint).
 std::size_t build_budget_bytes(const Checkpoint& c);
-std::string build_description(const Checkpoint& c);  // "load: building <kind> (<settings>) from the file"
-[[noreturn]] void refuse_build(const Checkpoint& c);   // LimitError: a tensor larger than memory can address
+std::string build_description(const Checkpoint& c);   // "load: building <kind> (<settings>) from the file"
+[[noreturn]] void refuse_build(const Checkpoint& c);  // LimitError: a tensor larger than memory can address
 
 // The configuration alone: settings parsed strictly, check_config, the implied count.
 template <class M>
@@ -218,7 +218,7 @@ typename M::Config config_of(const Checkpoint& c) {
   check_checkpoint(c);
   Settings settings = model_config_of(c, M::kind);
   // A configuration that grew fields may fill in, for files written before, the values they implied.
-  if constexpr (requires(Settings& s) { M::Config::complete_settings(s); }) M::Config::complete_settings(settings);
+  if constexpr (requires(Settings & s) { M::Config::complete_settings(s); }) M::Config::complete_settings(settings);
   typename M::Config config;
   try {
     config = from_settings<typename M::Config>(settings, fmt::format("load: the model's configuration ({})", M::kind));
@@ -226,7 +226,9 @@ typename M::Config config_of(const Checkpoint& c) {
   } catch (const Error& e) {
     throw FormatError(e.what());
   }
-  if constexpr (requires { { M::count_parameters(config) } -> std::convertible_to<Index>; }) {
+  if constexpr (requires {
+                  { M::count_parameters(config) } -> std::convertible_to<Index>;
+                }) {
     Index implied = 0;
     try {
       implied = M::count_parameters(config);

@@ -79,7 +79,7 @@ TrainConfig1 load_train_config(InArchive& ar) {
   // 0.1: cosine decay to 0 after a linear warm-up of 5% of the steps (at least one); constant otherwise.
   if (cosine && c.options.steps > 0)
     c.schedule = {"cosine", to_settings(CosineOptions{.warmup_steps = std::max<std::int64_t>(1, c.options.steps / 20),
-                                                     .total_steps = c.options.steps})};
+                                                      .total_steps = c.options.steps})};
   return c;
 }
 
@@ -92,10 +92,13 @@ Settings hyperparameters(const std::string& kind, const std::map<std::string, do
     return it->second;
   };
   if (kind == "sgd")
-    return to_settings(SgdOptions{.lr = lr, .momentum = get("momentum"), .dampening = get("dampening"),
-                                  .weight_decay = get("weight_decay"), .nesterov = get("nesterov") != 0});
-  return to_settings(AdamOptions{.lr = lr, .beta1 = get("beta1"), .beta2 = get("beta2"), .eps = get("eps"),
-                                 .weight_decay = get("weight_decay")});
+    return to_settings(SgdOptions{.lr = lr,
+                                  .momentum = get("momentum"),
+                                  .dampening = get("dampening"),
+                                  .weight_decay = get("weight_decay"),
+                                  .nesterov = get("nesterov") != 0});
+  return to_settings(AdamOptions{
+      .lr = lr, .beta1 = get("beta1"), .beta2 = get("beta2"), .eps = get("eps"), .weight_decay = get("weight_decay")});
 }
 
 struct CurvePoint1 {
@@ -168,7 +171,8 @@ void load_format1(InArchive& ar, File& c) {
   // does not compare its fingerprints with a format-1 file's.
   if (const auto fingerprint = c.metadata.find("data.fingerprint"); fingerprint != c.metadata.end()) {
     std::uint32_t v = 0;
-    const auto [end, ec] = std::from_chars(fingerprint->second.data(), fingerprint->second.data() + fingerprint->second.size(), v, 16);
+    const auto [end, ec] =
+        std::from_chars(fingerprint->second.data(), fingerprint->second.data() + fingerprint->second.size(), v, 16);
     if (ec != std::errc() || end != fingerprint->second.data() + fingerprint->second.size())
       fail<FormatError>("the data fingerprint '{}' is not a hexadecimal number", escaped(fingerprint->second));
   }

@@ -18,7 +18,8 @@ void load(InArchive& ar, TensorRecord& t) {
   } else if (t.dtype == "f64") {
     load_numbers(ar, t.values, fmt::format("tensor '{}'", escaped(t.name)));
   } else {
-    fail<FormatError>("tensor '{}' has the element type '{}'; f32 and f64 are known", escaped(t.name), escaped(t.dtype));
+    fail<FormatError>("tensor '{}' has the element type '{}'; f32 and f64 are known", escaped(t.name),
+                      escaped(t.dtype));
   }
   if (static_cast<Index>(t.values.size()) != t.shape.numel())
     fail<FormatError>("tensor '{}' is {} ({} elements) but holds {} values", escaped(t.name), t.shape, t.shape.numel(),
@@ -147,7 +148,8 @@ void put_tensor(State& out, const std::string& name, const TensorRecord& r) {
 template <class T>
 void put_optimizer(State& out, const File& f) {
   const OptimizerRecord& o = f.training->optimizer;
-  OptimizerState<T> s{.kind = o.kind, .hyperparameters = o.hyperparameters, .schedule = o.schedule, .step = o.step, .per_param = {}};
+  OptimizerState<T> s{
+      .kind = o.kind, .hyperparameters = o.hyperparameters, .schedule = o.schedule, .step = o.step, .per_param = {}};
   for (const auto& p : f.parameters) s.per_param[p.name];
   for (const auto& b : o.buffers) {
     if (b.dtype != o.buffers.front().dtype)

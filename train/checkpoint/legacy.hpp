@@ -59,10 +59,22 @@ inline constexpr std::size_t kMinCurvePointBytes = 3 * 8 + kSizeTagBytes;
 
 template <class Record>
 constexpr std::size_t min_record_bytes();
-template <> constexpr std::size_t min_record_bytes<TensorRecord>() { return kMinTensorBytes; }
-template <> constexpr std::size_t min_record_bytes<NamedValue>() { return kMinNamedValueBytes; }
-template <> constexpr std::size_t min_record_bytes<MetricWindow>() { return kMinMetricWindowBytes; }
-template <> constexpr std::size_t min_record_bytes<CurvePoint>() { return kMinCurvePointBytes; }
+template <>
+constexpr std::size_t min_record_bytes<TensorRecord>() {
+  return kMinTensorBytes;
+}
+template <>
+constexpr std::size_t min_record_bytes<NamedValue>() {
+  return kMinNamedValueBytes;
+}
+template <>
+constexpr std::size_t min_record_bytes<MetricWindow>() {
+  return kMinMetricWindowBytes;
+}
+template <>
+constexpr std::size_t min_record_bytes<CurvePoint>() {
+  return kMinCurvePointBytes;
+}
 
 void load(InArchive& ar, TensorRecord& t);
 void load(InArchive& ar, NamedValue& v);

@@ -23,9 +23,10 @@ void refuse_non_finite(const State& in, const std::vector<std::string>& names, s
   for (const std::string& name : names) {
     const StateValue& v = in.value(name);
     if (const Index bad = non_finite_count(v); bad > 0)
-      context.problems.push_back(fmt::format("{}: {} '{}' holds {} non-finite values (NaN or Inf) of {} "
-                                             "(LoadOptions::allow_non_finite loads it anyway)",
-                                             part, what, escaped(name), bad, value_count(v)));
+      context.problems.push_back(
+          fmt::format("{}: {} '{}' holds {} non-finite values (NaN or Inf) of {} "
+                      "(LoadOptions::allow_non_finite loads it anyway)",
+                      part, what, escaped(name), bad, value_count(v)));
   }
 }
 
@@ -42,7 +43,8 @@ std::string record_differences(const ModelRecord& file, const ModelRecord& model
     if (!theirs)
       out.push_back(fmt::format("setting '{}' is missing from the file", s.name));
     else if (*theirs != s.value)
-      out.push_back(fmt::format("setting '{}' is {} in the file but {} in the model", s.name, escaped(*theirs), s.value));
+      out.push_back(
+          fmt::format("setting '{}' is {} in the file but {} in the model", s.name, escaped(*theirs), s.value));
   }
   std::vector<std::string> unknown;
   for (const auto& s : file.config)
@@ -108,7 +110,8 @@ detail::Prepared prepare_module(void* object, std::string_view part, const State
   refuse_non_finite(in, matched.loaded, part, "parameter", context);
   if (context.problems.size() != before) return {};
   for (auto& c : matched.converted) context.report.converted.push_back(std::move(c));
-  return {[in, params = std::move(params), loaded = std::move(matched.loaded)] { apply_weights(in, params, loaded); }, {}};
+  return {[in, params = std::move(params), loaded = std::move(matched.loaded)] { apply_weights(in, params, loaded); },
+          {}};
 }
 
 template <class T>
@@ -161,19 +164,21 @@ namespace detail {
 
 template <class T>
 const PartType& module_part() {
-  static const PartType type{
-      [](const void* object, State& out) {
-        for (const Parameter<T>* p : static_cast<const Module<T>*>(object)->parameters()) out.put(p->name, p->value);
-      },
-      prepare_module<T>, [](const void* object) { return static_cast<const Module<T>*>(object)->model_record(); }};
+  static const PartType type{[](const void* object, State& out) {
+                               for (const Parameter<T>* p : static_cast<const Module<T>*>(object)->parameters())
+                                 out.put(p->name, p->value);
+                             },
+                             prepare_module<T>,
+                             [](const void* object) { return static_cast<const Module<T>*>(object)->model_record(); }};
   return type;
 }
 
 template <class T>
 const PartType& optimizer_part() {
-  static const PartType type{
-      [](const void* object, State& out) { put_optimizer_state(out, static_cast<const Optimizer<T>*>(object)->state()); },
-      prepare_optimizer<T>, nullptr};
+  static const PartType type{[](const void* object, State& out) {
+                               put_optimizer_state(out, static_cast<const Optimizer<T>*>(object)->state());
+                             },
+                             prepare_optimizer<T>, nullptr};
   return type;
 }
 
@@ -197,7 +202,8 @@ const PartType& sampler_part() {
       [](void* object, std::string_view part, const State& in, LoadContext& context) {
         Sampler& sampler = *static_cast<Sampler*>(object);
         return prepare_with<Sampler::State>(
-            part, context, [&] { return read_sampler_state(in); }, [&sampler](const Sampler::State& s) { sampler.check_state(s); },
+            part, context, [&] { return read_sampler_state(in); },
+            [&sampler](const Sampler::State& s) { sampler.check_state(s); },
             [&sampler](const Sampler::State& s) { sampler.set_state(s); });
       },
       nullptr};
@@ -251,12 +257,15 @@ Prepared prepare_by_comparison(std::string_view part, const State& in, std::vect
   constexpr std::size_t kShown = 10;  // a message stays a line
   for (std::size_t i = 0; i < mismatched.size() && i < kShown; ++i)
     context.problems.push_back(fmt::format("{}: {}", part, mismatched[i]));
-  if (mismatched.size() > kShown) context.problems.push_back(fmt::format("{}: {} more mismatched", part, mismatched.size() - kShown));
+  if (mismatched.size() > kShown)
+    context.problems.push_back(fmt::format("{}: {} more mismatched", part, mismatched.size() - kShown));
   if (!context.options.allow_non_finite)
     for (const std::string& name : in.names())
       if (const Index bad = non_finite_count(in.value(name)); bad > 0) {
-        context.problems.push_back(fmt::format("{}: '{}' holds {} non-finite values (NaN or Inf) (LoadOptions::allow_non_finite "
-                                               "loads it anyway)", part, escaped(in.full_name(name)), bad));
+        context.problems.push_back(
+            fmt::format("{}: '{}' holds {} non-finite values (NaN or Inf) (LoadOptions::allow_non_finite "
+                        "loads it anyway)",
+                        part, escaped(in.full_name(name)), bad));
         break;
       }
   if (context.problems.size() != before) return {};
@@ -292,7 +301,8 @@ void check_part_names(const StateParts& parts, std::string_view op) {
   }
 }
 
-LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const LoadOptions& options, std::string_view op) {
+LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const LoadOptions& options,
+                         std::string_view op) {
   check_checkpoint(c);
   check_part_names(parts, op);
   const detail::StateIndex index(c.entries);
@@ -354,7 +364,8 @@ Checkpoint snapshot(const StateParts& parts) {
   try {
     check_checkpoint(c);
   } catch (const FormatError& e) {  // a part that put one name twice: the program's mistake, not a file's
-    throw NameError(fmt::format("snapshot: {}", std::string_view(e.what()).substr(std::string_view("checkpoint: ").size())));
+    throw NameError(
+        fmt::format("snapshot: {}", std::string_view(e.what()).substr(std::string_view("checkpoint: ").size())));
   }
   return c;
 }
@@ -365,7 +376,8 @@ Checkpoint snapshot(const Module<T>& model) {
 }
 
 Checkpoint snapshot(const TrainerBase& trainer) {
-  return snapshot({{std::string(kModelPart), trainer.model()}, {"optimizer", trainer.optimizer()}, {"trainer", trainer}});
+  return snapshot(
+      {{std::string(kModelPart), trainer.model()}, {"optimizer", trainer.optimizer()}, {"trainer", trainer}});
 }
 
 LoadReport restore(const Checkpoint& c, const StateParts& parts, LoadOptions options) {
@@ -374,11 +386,14 @@ LoadReport restore(const Checkpoint& c, const StateParts& parts, LoadOptions opt
 
 LoadReport restore(const Checkpoint& c, TrainerBase& trainer, LoadOptions options) {
   options.strict = true;
-  return restore_parts(c, {{std::string(kModelPart), trainer.model()}, {"optimizer", trainer.optimizer()}, {"trainer", trainer}},
-                       options, "resume");
+  return restore_parts(
+      c, {{std::string(kModelPart), trainer.model()}, {"optimizer", trainer.optimizer()}, {"trainer", trainer}},
+      options, "resume");
 }
 
-void save_checkpoint(const std::filesystem::path& path, const StateParts& parts) { save_checkpoint(path, snapshot(parts)); }
+void save_checkpoint(const std::filesystem::path& path, const StateParts& parts) {
+  save_checkpoint(path, snapshot(parts));
+}
 
 LoadReport load_checkpoint(const std::filesystem::path& path, const StateParts& parts, LoadOptions options) {
   return restore(read_checkpoint(path), parts, options);
@@ -395,15 +410,17 @@ LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions optio
     const bool other_dtype = std::any_of(params.begin(), params.end(), [&](const Parameter<T>* p) {
       return in.contains(p->name) && in.value(p->name).index() == (std::is_same_v<T, float> ? 1u : 0u);
     });
-    fail<FormatError>("load: {}; nothing was loaded{}", report.problems(),
-                      other_dtype && !options.convert_dtype ? " (LoadOptions::convert_dtype converts the element type)" : "");
+    fail<FormatError>(
+        "load: {}; nothing was loaded{}", report.problems(),
+        other_dtype && !options.convert_dtype ? " (LoadOptions::convert_dtype converts the element type)" : "");
   }
   if (!options.allow_non_finite)
     for (const std::string& name : report.loaded)
       if (const Index bad = non_finite_count(in.value(name)); bad > 0)
-        fail<FormatError>("load: parameter '{}' holds {} non-finite values (NaN or Inf) of {}; nothing was loaded "
-                          "(LoadOptions::allow_non_finite loads it anyway)",
-                          escaped(name), bad, value_count(in.value(name)));
+        fail<FormatError>(
+            "load: parameter '{}' holds {} non-finite values (NaN or Inf) of {}; nothing was loaded "
+            "(LoadOptions::allow_non_finite loads it anyway)",
+            escaped(name), bad, value_count(in.value(name)));
   apply_weights(in, params, report.loaded);
   return report;
 }

@@ -69,12 +69,18 @@ class Refusal {
 // "an array", "a number": what a JSON value is, as a message says it.
 std::string_view kind_of(Json::value_t type) {
   switch (type) {
-    case Json::value_t::null: return "a null";
-    case Json::value_t::boolean: return "a boolean";
-    case Json::value_t::string: return "a string";
-    case Json::value_t::array: return "an array";
-    case Json::value_t::object: return "an object";
-    default: return "a number";
+    case Json::value_t::null:
+      return "a null";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::object:
+      return "an object";
+    default:
+      return "a number";
   }
 }
 
@@ -150,7 +156,10 @@ class HeaderReader {
       if (!fresh) return fail("the entry '{}' has the key '{}' twice", kMetadataKey, escaped(k));
       metadata_value_ = it;
     } else {
-      field_ = k == "dtype" ? Field::dtype : k == "shape" ? Field::shape : k == "data_offsets" ? Field::data_offsets : Field::none;
+      field_ = k == "dtype"          ? Field::dtype
+               : k == "shape"        ? Field::shape
+               : k == "data_offsets" ? Field::data_offsets
+                                     : Field::none;
       if (field_ == Field::none)
         return fail("tensor '{}' has the unknown key '{}'; a tensor has dtype, shape and data_offsets", escaped(name_),
                     escaped(k));
@@ -167,7 +176,8 @@ class HeaderReader {
   bool start_array(std::size_t) {
     if (!problem_.empty()) return true;
     if (depth_ == 1 || (depth_ == 2 && place_ == Place::metadata)) return scalar(Json::value_t::array, "");
-    if (depth_ >= 3) return fail("the entry '{}' nests a list deeper than a safetensors header has any", escaped(name_));
+    if (depth_ >= 3)
+      return fail("the entry '{}' nests a list deeper than a safetensors header has any", escaped(name_));
     if (field_ == Field::dtype) dtype_is_list_ = true;  // reported as a list, not echoed
     if (field_ == Field::shape) shape_.is_list = true;
     if (field_ == Field::data_offsets) offsets_.is_list = true;
@@ -217,7 +227,7 @@ class HeaderReader {
       if (field_ == Field::data_offsets) offsets_.not_list = kind;
       return true;
     }
-    if (field_ == Field::dtype) return true;  // a list, refused as one
+    if (field_ == Field::dtype) return true;                  // a list, refused as one
     List& list = field_ == Field::shape ? shape_ : offsets_;  // an element of a list
     if (list.bad.empty()) list.bad = std::move(json);
     ++list.count;
@@ -239,7 +249,10 @@ class HeaderReader {
     const auto n = [this] { return escaped(name_); };  // only for a message: most tensors need none
     for (const Field f : {Field::dtype, Field::shape, Field::data_offsets})
       if (!seen_[static_cast<int>(f)])
-        return void(fail("tensor '{}' has no {}", n(), f == Field::dtype ? "dtype" : f == Field::shape ? "shape" : "data_offsets"));
+        return void(fail("tensor '{}' has no {}", n(),
+                         f == Field::dtype   ? "dtype"
+                         : f == Field::shape ? "shape"
+                                             : "data_offsets"));
     if (dtype_is_list_)
       return void(fail("tensor '{}' has a dtype that is a list, not a string; the format's are {}", n(),
                        enum_choices<SafetensorsDtype>()));
@@ -249,30 +262,35 @@ class HeaderReader {
     for (const auto& [list, what] : {std::pair{&shape_, "shape"}, std::pair{&offsets_, "data_offsets"}}) {
       if (!list->is_list) return void(fail("tensor '{}' has a {} that is {}, not a list", n(), what, list->not_list));
       if (!list->bad.empty())
-        return void(fail("tensor '{}' has a {} with {}, not a non-negative integer below 2^64", n(), what, escaped(list->bad)));
+        return void(
+            fail("tensor '{}' has a {} with {}, not a non-negative integer below 2^64", n(), what, escaped(list->bad)));
     }
     if (offsets_.count != 2)
       return void(fail("tensor '{}' has {} data_offsets; it must have two, [begin, end]", n(), offsets_.count));
     const std::uint64_t begin = offset_values_[0], end = offset_values_[1];
-    if (end < begin) return void(fail("tensor '{}' has data_offsets [{}, {}], which end before they begin", n(), begin, end));
+    if (end < begin)
+      return void(fail("tensor '{}' has data_offsets [{}, {}], which end before they begin", n(), begin, end));
     std::uint64_t numel = 0, bytes = 0;
     if (!sizes_of(shape_values_, element_bytes(dtype_), numel, bytes))
       return void(fail("tensor '{}' has the shape {}, whose size overflows 64 bits", n(), dims_str(shape_values_)));
     if (end - begin != bytes)
-      return void(fail("tensor '{}' is {} {} ({} bytes) but its data_offsets [{}, {}] hold {} bytes", n(), to_string(dtype_),
-                       dims_str(shape_values_), bytes, begin, end, end - begin));
+      return void(fail("tensor '{}' is {} {} ({} bytes) but its data_offsets [{}, {}] hold {} bytes", n(),
+                       to_string(dtype_), dims_str(shape_values_), bytes, begin, end, end - begin));
     if (end > data_.size())
-      return void(fail("tensor '{}' has data_offsets [{}, {}], past the end of the {}-byte data buffer (the file is truncated)",
-                       n(), begin, end, data_.size()));
-    out_.tensors.push_back({name_, dtype_, {shape_values_.begin(), shape_values_.end()},  // an exact copy: no spare capacity
+      return void(
+          fail("tensor '{}' has data_offsets [{}, {}], past the end of the {}-byte data buffer (the file is truncated)",
+               n(), begin, end, data_.size()));
+    out_.tensors.push_back({name_,
+                            dtype_,
+                            {shape_values_.begin(), shape_values_.end()},  // an exact copy: no spare capacity
                             data_.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(bytes))});
   }
 
   SafetensorsView& out_;
   std::span<const std::byte> data_;
   std::string problem_, syntax_error_;
-  int depth_ = 0;            // of the containers open: 1 in the header's object, 2 in an entry's, 3 in a list in it
-  std::string name_;         // the entry being read
+  int depth_ = 0;     // of the containers open: 1 in the header's object, 2 in an entry's, 3 in a list in it
+  std::string name_;  // the entry being read
   Place place_ = Place::tensor;
   bool metadata_seen_ = false;
   std::map<std::string, std::string>::iterator metadata_value_;  // the metadata key being read
@@ -290,9 +308,9 @@ class HeaderReader {
 // How many times the key "data_offsets" appears in the header: the number of tensors in a header that is
 // well formed, more in one that also has it as a value. Reserving that many before the parse keeps the
 // view's vector from moving (and copying every entry) as it grows, which costs a large header both time
-// and peak memory (docs/performance.md, "Decoding safetensors headers"). Inside a JSON string a quote is escaped, so the quoted key matches only a whole
-// string, and a header holds at most one in 15 bytes; room reserved and never filled is address space,
-// not memory.
+// and peak memory (docs/performance.md, "Decoding safetensors headers"). Inside a JSON string a quote is escaped, so
+// the quoted key matches only a whole string, and a header holds at most one in 15 bytes; room reserved and never
+// filled is address space, not memory.
 std::size_t data_offsets_keys(std::string_view text) {
   constexpr std::string_view key = R"("data_offsets")";
   const std::boyer_moore_horspool_searcher search(key.begin(), key.end());
@@ -320,9 +338,8 @@ void check_unique_names(const std::vector<SafetensorsTensor>& tensors, const Ref
   std::vector<std::uint64_t> keys(tensors.size());  // the name's hash (32 bits), then the tensor's position
   for (std::size_t i = 0; i < keys.size(); ++i)
     keys[i] = (std::hash<std::string_view>{}(tensors[i].name) & 0xffffffff00000000) | i;
-  std::sort(keys.begin(), keys.end(), [&](std::uint64_t a, std::uint64_t b) {
-    return (a >> 32) != (b >> 32) ? a < b : name(a) < name(b);
-  });
+  std::sort(keys.begin(), keys.end(),
+            [&](std::uint64_t a, std::uint64_t b) { return (a >> 32) != (b >> 32) ? a < b : name(a) < name(b); });
   const auto twice = std::adjacent_find(keys.begin(), keys.end(), [&](std::uint64_t a, std::uint64_t b) {
     return (a >> 32) == (b >> 32) && name(a) == name(b);
   });
@@ -366,17 +383,21 @@ std::size_t element_bytes(SafetensorsDtype dtype) {
     case SafetensorsDtype::u8:
     case SafetensorsDtype::i8:
     case SafetensorsDtype::f8_e5m2:
-    case SafetensorsDtype::f8_e4m3: return 1;
+    case SafetensorsDtype::f8_e4m3:
+      return 1;
     case SafetensorsDtype::i16:
     case SafetensorsDtype::u16:
     case SafetensorsDtype::f16:
-    case SafetensorsDtype::bf16: return 2;
+    case SafetensorsDtype::bf16:
+      return 2;
     case SafetensorsDtype::i32:
     case SafetensorsDtype::u32:
-    case SafetensorsDtype::f32: return 4;
+    case SafetensorsDtype::f32:
+      return 4;
     case SafetensorsDtype::i64:
     case SafetensorsDtype::u64:
-    case SafetensorsDtype::f64: return 8;
+    case SafetensorsDtype::f64:
+      return 8;
   }
   return 0;
 }
@@ -402,7 +423,8 @@ SafetensorsView decode_safetensors(std::span<const std::byte> bytes, std::string
            text.empty() ? std::string("nothing: its length is 0")
                         : fmt::format("the byte {:#04x}", static_cast<unsigned char>(text.front())));
   if (const std::size_t bad = invalid_utf8_at(text); bad != std::string_view::npos)
-    refuse("the header is not valid UTF-8 (byte {} of the header, {:#04x})", bad, static_cast<unsigned char>(text[bad]));
+    refuse("the header is not valid UTF-8 (byte {} of the header, {:#04x})", bad,
+           static_cast<unsigned char>(text[bad]));
   const std::span<const std::byte> data = bytes.subspan(8 + static_cast<std::size_t>(n));  // the rest of the file
 
   SafetensorsView out;
@@ -544,10 +566,10 @@ using ReadElement = double (*)(const std::byte*);
 double read_f16(const std::byte* p) {
   const auto h = get_le<std::uint16_t>(p);
   const int exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
-  const double magnitude = exponent == 0    ? std::ldexp(mantissa, -24)  // subnormal
-                           : exponent == 31 ? (mantissa ? std::numeric_limits<double>::quiet_NaN()
-                                                        : std::numeric_limits<double>::infinity())
-                                            : std::ldexp(mantissa + 1024, exponent - 25);
+  const double magnitude =
+      exponent == 0    ? std::ldexp(mantissa, -24)  // subnormal
+      : exponent == 31 ? (mantissa ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity())
+                       : std::ldexp(mantissa + 1024, exponent - 25);
   return (h & 0x8000) ? -magnitude : magnitude;
 }
 double read_bf16(const std::byte* p) { return std::bit_cast<float>(std::uint32_t{get_le<std::uint16_t>(p)} << 16); }
@@ -556,11 +578,16 @@ double read_f64(const std::byte* p) { return std::bit_cast<double>(get_le<std::u
 
 ReadElement reader_of(SafetensorsDtype dtype) {
   switch (dtype) {
-    case SafetensorsDtype::f16: return read_f16;
-    case SafetensorsDtype::bf16: return read_bf16;
-    case SafetensorsDtype::f32: return read_f32;
-    case SafetensorsDtype::f64: return read_f64;
-    default: return nullptr;
+    case SafetensorsDtype::f16:
+      return read_f16;
+    case SafetensorsDtype::bf16:
+      return read_bf16;
+    case SafetensorsDtype::f32:
+      return read_f32;
+    case SafetensorsDtype::f64:
+      return read_f64;
+    default:
+      return nullptr;
   }
 }
 
@@ -610,9 +637,11 @@ std::string convert(const SafetensorsTensor& t, const Expected<T>& e, std::vecto
                                  ? fmt::format(" (the model's {})", e.parameters())
                                  : std::string();
   const ReadElement read = reader_of(t.dtype);
-  if (!read) return fmt::format("'{}'{} is {} in the file; tapegrad loads {}", name, params, to_string(t.dtype), kLoadable);
+  if (!read)
+    return fmt::format("'{}'{} is {} in the file; tapegrad loads {}", name, params, to_string(t.dtype), kLoadable);
   if (t.shape != e.shape)
-    return fmt::format("'{}'{} is {} in the file but {} in the model", name, params, dims_str(t.shape), dims_str(e.shape));
+    return fmt::format("'{}'{} is {} in the file but {} in the model", name, params, dims_str(t.shape),
+                       dims_str(e.shape));
   for (const Slot<T>& slot : e.slots) {
     TensorT<T> v = slot_value(t, slot, read);
     for (Index i = 0; i < v.numel(); ++i)
@@ -634,9 +663,10 @@ LoadReport load_into(const SafetensorsView& file, Module<T>& model, const Safete
   // writes them) is read as asked.
   if (const auto written = file.metadata.find("tapegrad.layout");
       written != file.metadata.end() && written->second != to_string(options.layout))
-    fail<FormatError>("{}: the file's weights are in the '{}' layout (its tapegrad.layout metadata) and this load asked "
-                      "for the '{}' layout; nothing was loaded",
-                      op, escaped(written->second), to_string(options.layout));
+    fail<FormatError>(
+        "{}: the file's weights are in the '{}' layout (its tapegrad.layout metadata) and this load asked "
+        "for the '{}' layout; nothing was loaded",
+        op, escaped(written->second), to_string(options.layout));
   const std::vector<Expected<T>> expected = expected_tensors(std::as_const(model), options.layout, op);
   std::map<std::string_view, const SafetensorsTensor*> by_name;
   for (const auto& t : file.tensors) by_name.emplace(t.name, &t);
@@ -716,9 +746,11 @@ std::vector<std::byte> encode_safetensors(const Module<T>& model, const Safetens
 }
 
 template <class T>
-void save_safetensors(const std::filesystem::path& path, const Module<T>& model, const SafetensorsSaveOptions& options) {
+void save_safetensors(const std::filesystem::path& path, const Module<T>& model,
+                      const SafetensorsSaveOptions& options) {
   const std::vector<std::byte> bytes = encode_safetensors(model, options);
-  write_file(path, {reinterpret_cast<const char*>(bytes.data()), bytes.size()}, Durability::durable, "save_safetensors");
+  write_file(path, {reinterpret_cast<const char*>(bytes.data()), bytes.size()}, Durability::durable,
+             "save_safetensors");
 }
 
 template <class T>
@@ -727,7 +759,8 @@ LoadReport load_safetensors(const SafetensorsView& file, Module<T>& model, const
 }
 
 template <class T>
-LoadReport load_safetensors(const std::filesystem::path& path, Module<T>& model, const SafetensorsLoadOptions& options) {
+LoadReport load_safetensors(const std::filesystem::path& path, Module<T>& model,
+                            const SafetensorsLoadOptions& options) {
   const std::string bytes = read_file(path, options.max_bytes, "load_safetensors");
   const SafetensorsView file = decode_safetensors(std::as_bytes(std::span<const char>(bytes)), path.string());
   return load_into(file, model, options, path.string());
@@ -762,13 +795,14 @@ TensorT<T> SafetensorsFile::tensor(std::string_view name) const {
   const auto dim = [&](std::size_t from_end) {
     return from_end < t.shape.size() ? static_cast<Index>(t.shape[t.shape.size() - 1 - from_end]) : Index{1};
   };
-  const Shape shape = t.shape.size() == 3 ? Shape::batched(dim(2), dim(1), dim(0))
+  const Shape shape = t.shape.size() == 3   ? Shape::batched(dim(2), dim(1), dim(0))
                       : t.shape.size() == 2 ? Shape::mat(dim(1), dim(0))
                       : t.shape.size() == 1 ? Shape::vec(dim(0))
                                             : Shape::scalar();
   TensorT<T> out(shape);
   const std::size_t size = element_bytes(t.dtype);
-  for (Index i = 0; i < out.numel(); ++i) out[i] = static_cast<T>(read(t.data.data() + static_cast<std::size_t>(i) * size));
+  for (Index i = 0; i < out.numel(); ++i)
+    out[i] = static_cast<T>(read(t.data.data() + static_cast<std::size_t>(i) * size));
   return out;
 }
 

@@ -53,11 +53,20 @@ template <>
 struct EnumNames<SafetensorsDtype> {
   static constexpr std::string_view what = "safetensors dtype";
   static constexpr std::array<EnumName<SafetensorsDtype>, 15> names = {{
-      {SafetensorsDtype::boolean, "BOOL"},    {SafetensorsDtype::u8, "U8"},     {SafetensorsDtype::i8, "I8"},
-      {SafetensorsDtype::f8_e5m2, "F8_E5M2"}, {SafetensorsDtype::f8_e4m3, "F8_E4M3"},
-      {SafetensorsDtype::i16, "I16"},         {SafetensorsDtype::u16, "U16"},   {SafetensorsDtype::f16, "F16"},
-      {SafetensorsDtype::bf16, "BF16"},       {SafetensorsDtype::i32, "I32"},   {SafetensorsDtype::u32, "U32"},
-      {SafetensorsDtype::f32, "F32"},         {SafetensorsDtype::i64, "I64"},   {SafetensorsDtype::u64, "U64"},
+      {SafetensorsDtype::boolean, "BOOL"},
+      {SafetensorsDtype::u8, "U8"},
+      {SafetensorsDtype::i8, "I8"},
+      {SafetensorsDtype::f8_e5m2, "F8_E5M2"},
+      {SafetensorsDtype::f8_e4m3, "F8_E4M3"},
+      {SafetensorsDtype::i16, "I16"},
+      {SafetensorsDtype::u16, "U16"},
+      {SafetensorsDtype::f16, "F16"},
+      {SafetensorsDtype::bf16, "BF16"},
+      {SafetensorsDtype::i32, "I32"},
+      {SafetensorsDtype::u32, "U32"},
+      {SafetensorsDtype::f32, "F32"},
+      {SafetensorsDtype::i64, "I64"},
+      {SafetensorsDtype::u64, "U64"},
       {SafetensorsDtype::f64, "F64"},
   }};
 };
@@ -110,7 +119,7 @@ std::vector<std::byte> encode_safetensors(const SafetensorsView& file);
 // A safetensors file read whole and checked (decode_safetensors): its names, dtypes, shapes and metadata,
 // and each tensor's values on request. Copies share the bytes.
 struct SafetensorsFile {
-  std::string source;                       // the path, for errors
+  std::string source;                        // the path, for errors
   std::shared_ptr<const std::string> bytes;  // the file; the view's tensors point into it
   SafetensorsView view;
   const std::vector<SafetensorsTensor>& tensors() const { return view.tensors; }
@@ -139,7 +148,7 @@ struct SafetensorsSaveOptions {
 
 struct SafetensorsLoadOptions {
   WeightLayout layout = WeightLayout::tapegrad;
-  bool strict = true;  // false: load the tensors whose name and shape match, report the rest
+  bool strict = true;                            // false: load the tensors whose name and shape match, report the rest
   std::size_t max_bytes = kMaxSafetensorsBytes;  // the largest file load_safetensors(path, ...) reads
 };
 

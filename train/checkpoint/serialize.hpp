@@ -102,7 +102,8 @@ inline double load_double(InArchive& ar) {
 template <class Value>
 void load_map(InArchive& ar, std::map<std::string, Value>& out, std::string_view what) {
   out.clear();
-  const std::size_t n = read_size(ar, kMinStringBytes + (std::is_same_v<Value, std::string> ? kMinStringBytes : sizeof(Value)), what);
+  const std::size_t n =
+      read_size(ar, kMinStringBytes + (std::is_same_v<Value, std::string> ? kMinStringBytes : sizeof(Value)), what);
   for (std::size_t i = 0; i < n; ++i) {
     std::string key;
     Value value{};
@@ -129,7 +130,8 @@ inline void load(InArchive& ar, Shape& s) {
   ar(rank);
   const std::int64_t batch = load_i64(ar), rows = load_i64(ar), cols = load_i64(ar);
   const Shape read{rank, batch, rows, cols};
-  if (!read.valid()) fail<FormatError>("a tensor has an invalid shape (rank {}, {} x {} x {})", rank, batch, rows, cols);
+  if (!read.valid())
+    fail<FormatError>("a tensor has an invalid shape (rank {}, {} x {} x {})", rank, batch, rows, cols);
   s = read;
 }
 
@@ -170,7 +172,9 @@ void save_values(A& ar, const N* data, std::size_t n) {
       if (!std::all_of(data, data + n, [](N v) { return std::isfinite(v); })) {
         std::vector<std::string> text;
         for (std::size_t i = 0; i < n; ++i)
-          text.push_back(std::isnan(data[i]) ? "NaN" : std::isinf(data[i]) ? (data[i] > 0 ? "Inf" : "-Inf") : fmt::format("{}", data[i]));
+          text.push_back(std::isnan(data[i])   ? "NaN"
+                         : std::isinf(data[i]) ? (data[i] > 0 ? "Inf" : "-Inf")
+                                               : fmt::format("{}", data[i]));
         ar(make_nvp("values", text));
         return;
       }
@@ -222,8 +226,10 @@ inline void load(InArchive& ar, StateEntry& e) {
   ar(kind);
   const std::string what = fmt::format("entry '{}'", escaped(e.name));
   switch (static_cast<EntryKind>(kind)) {
-    case EntryKind::f32: return load_tensor<float>(ar, e);
-    case EntryKind::f64: return load_tensor<double>(ar, e);
+    case EntryKind::f32:
+      return load_tensor<float>(ar, e);
+    case EntryKind::f64:
+      return load_tensor<double>(ar, e);
     case EntryKind::ints: {
       std::vector<std::int64_t> v;
       load_numbers(ar, v, what);
@@ -243,7 +249,8 @@ inline void load(InArchive& ar, StateEntry& e) {
       return;
     }
   }
-  fail<FormatError>("entry '{}' has the kind {}; 0 to 4 (f32, f64, ints, numbers, texts) are known", escaped(e.name), kind);
+  fail<FormatError>("entry '{}' has the kind {}; 0 to 4 (f32, f64, ints, numbers, texts) are known", escaped(e.name),
+                    kind);
 }
 
 // The checkpoint with `format_version` in its version field: the encoder writes today's format whatever

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <set>
 
-
 namespace tapegrad {
 
 std::string_view kind_name(const StateValue& value) {
@@ -20,25 +19,40 @@ std::string describe_value(const StateValue& value) {
   return std::visit(
       [](const auto& v) -> std::string {
         using V = std::remove_cvref_t<decltype(v)>;
-        if constexpr (std::is_same_v<V, TensorT<float>>) return fmt::format("f32 {}", v.shape());
-        else if constexpr (std::is_same_v<V, TensorT<double>>) return fmt::format("f64 {}", v.shape());
-        else if constexpr (std::is_same_v<V, std::vector<std::int64_t>>) return fmt::format("ints ({})", v.size());
-        else if constexpr (std::is_same_v<V, std::vector<double>>) return fmt::format("numbers ({})", v.size());
-        else return fmt::format("texts ({})", v.size());
+        if constexpr (std::is_same_v<V, TensorT<float>>)
+          return fmt::format("f32 {}", v.shape());
+        else if constexpr (std::is_same_v<V, TensorT<double>>)
+          return fmt::format("f64 {}", v.shape());
+        else if constexpr (std::is_same_v<V, std::vector<std::int64_t>>)
+          return fmt::format("ints ({})", v.size());
+        else if constexpr (std::is_same_v<V, std::vector<double>>)
+          return fmt::format("numbers ({})", v.size());
+        else
+          return fmt::format("texts ({})", v.size());
       },
       value);
 }
 
 std::optional<Shape> tensor_shape(const StateValue& value) {
-  return std::visit([](const auto& x) -> std::optional<Shape> {
-    if constexpr (requires { x.shape(); }) return x.shape(); else return std::nullopt;
-  }, value);
+  return std::visit(
+      [](const auto& x) -> std::optional<Shape> {
+        if constexpr (requires { x.shape(); })
+          return x.shape();
+        else
+          return std::nullopt;
+      },
+      value);
 }
 
 Index value_count(const StateValue& value) {
-  return std::visit([](const auto& x) -> Index {
-    if constexpr (requires { x.numel(); }) return x.numel(); else return static_cast<Index>(x.size());
-  }, value);
+  return std::visit(
+      [](const auto& x) -> Index {
+        if constexpr (requires { x.numel(); })
+          return x.numel();
+        else
+          return static_cast<Index>(x.size());
+      },
+      value);
 }
 
 Index non_finite_count(const StateValue& value) {
@@ -76,7 +90,8 @@ State State::at(std::string_view name) const {
 }
 
 void State::put(std::string_view name, StateValue value) {
-  if (!out_) fail<UsageError>("State::put: '{}': this state is read from a checkpoint, not written", escaped(full_name(name)));
+  if (!out_)
+    fail<UsageError>("State::put: '{}': this state is read from a checkpoint, not written", escaped(full_name(name)));
   out_->push_back({full_name(name), std::move(value)});
 }
 
@@ -104,7 +119,8 @@ std::vector<std::string> State::names(std::string_view under) const {
   if (!in_) return out;
   const std::string prefix = full_name(under);
   for (const StateEntry* e : in_->under(prefix))
-    out.push_back(e->name.size() == prefix.size() ? std::string() : e->name.substr(prefix.empty() ? 0 : prefix.size() + 1));
+    out.push_back(e->name.size() == prefix.size() ? std::string()
+                                                  : e->name.substr(prefix.empty() ? 0 : prefix.size() + 1));
   return out;
 }
 
@@ -168,7 +184,6 @@ std::vector<std::string> StateIndex::parts() const {
 }
 
 }  // namespace detail
-
 
 // ---- the library's objects' entries ------------------------------------------------------------------
 
@@ -275,7 +290,8 @@ Rng::State read_rng_state(const State& in) {
   refuse_others(in, {""});
   const auto& words = in.get<std::vector<std::int64_t>>("");
   if (words.size() != 4)
-    fail<FormatError>("entry '{}' holds {} words; a random stream (xoshiro256**) has 4", escaped(in.full_name("")), words.size());
+    fail<FormatError>("entry '{}' holds {} words; a random stream (xoshiro256**) has 4", escaped(in.full_name("")),
+                      words.size());
   Rng::State s;
   for (std::size_t i = 0; i < 4; ++i) s.words[i] = std::bit_cast<std::uint64_t>(words[i]);
   return s;
@@ -336,7 +352,8 @@ void put_trainer_state(State& out, const TrainerState& s) {
     lr.push_back(p.lr);
     seconds.push_back(p.seconds);
     if (p.values.size() != columns.size())
-      fail<FormatError>("the curve's point at step {} has {} values, the first has {}", p.step, p.values.size(), columns.size());
+      fail<FormatError>("the curve's point at step {} has {} values, the first has {}", p.step, p.values.size(),
+                        columns.size());
     for (std::size_t k = 0; k < columns.size(); ++k) {
       if (p.values[k].name != columns[k])
         fail<FormatError>("the curve's point at step {} names '{}' where the first names '{}'", p.step,
@@ -354,8 +371,8 @@ void put_trainer_state(State& out, const TrainerState& s) {
 
 TrainerState read_trainer_state(const State& in) {
   refuse_others(in, {"options.*", "step", "data_fingerprint", "eval_fingerprint", "data_order.*", "rng", "window_loss",
-                     "window_steps", "metrics", "metric_sums", "metric_counts", "curve.step", "curve.lr", "curve.seconds",
-                     "curve.columns", "curve.values"});
+                     "window_steps", "metrics", "metric_sums", "metric_counts", "curve.step", "curve.lr",
+                     "curve.seconds", "curve.columns", "curve.values"});
   TrainerState s;
   try {
     s.options = from_settings<TrainOptions>(read_settings(in.at("options")), "the trainer's options");
@@ -367,7 +384,9 @@ TrainerState read_trainer_state(const State& in) {
   s.step = in.get<Index>("step");
   s.data_fingerprint = fingerprint(in, "data_fingerprint");
   const auto& eval = in.get<std::vector<std::int64_t>>("eval_fingerprint");
-  if (eval.size() > 1) fail<FormatError>("entry '{}' holds {} fingerprints, not 0 or 1", escaped(in.full_name("eval_fingerprint")), eval.size());
+  if (eval.size() > 1)
+    fail<FormatError>("entry '{}' holds {} fingerprints, not 0 or 1", escaped(in.full_name("eval_fingerprint")),
+                      eval.size());
   if (!eval.empty()) s.eval_fingerprint = fingerprint(in, "eval_fingerprint");
   s.data_order = read_sampler_state(in.at("data_order"));
   s.rng = read_rng_state(in.at("rng"));
@@ -377,7 +396,8 @@ TrainerState read_trainer_state(const State& in) {
   const auto& sums = in.get<std::vector<double>>("metric_sums");
   const auto& counts = in.get<std::vector<double>>("metric_counts");
   if (sums.size() != metrics.size() || counts.size() != metrics.size())
-    fail<FormatError>("the trainer's windows hold {} metrics, {} sums and {} counts", metrics.size(), sums.size(), counts.size());
+    fail<FormatError>("the trainer's windows hold {} metrics, {} sums and {} counts", metrics.size(), sums.size(),
+                      counts.size());
   for (std::size_t k = 0; k < metrics.size(); ++k) s.window_metrics.push_back({metrics[k], {sums[k], counts[k]}});
   const State curve = in.at("curve");
   const auto& steps = curve.get<std::vector<std::int64_t>>("step");
@@ -397,8 +417,10 @@ TrainerState read_trainer_state(const State& in) {
     fail<FormatError>("the trainer's window holds {} steps, outside [0, {}]", s.window_steps, s.step);
   const Sampler::State& order = s.data_order;
   // An empty order is a computed one (Sampler): its position is checked against the data when it resumes.
-  if (order.epoch < 0 || order.cursor < 0 || (!order.order.empty() && order.cursor > static_cast<Index>(order.order.size())))
-    fail<FormatError>("the data order is at epoch {}, position {} of {}", order.epoch, order.cursor, order.order.size());
+  if (order.epoch < 0 || order.cursor < 0 ||
+      (!order.order.empty() && order.cursor > static_cast<Index>(order.order.size())))
+    fail<FormatError>("the data order is at epoch {}, position {} of {}", order.epoch, order.cursor,
+                      order.order.size());
   Index previous = 0;
   for (std::size_t i = 0; i < n; ++i) {
     if (steps[i] < previous || steps[i] > s.step)

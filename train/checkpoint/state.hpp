@@ -51,8 +51,8 @@ namespace tapegrad {
 
 // What an entry holds: a tensor of its own element type, integers, numbers or texts (a single integer,
 // number or text is a list of one).
-using StateValue =
-    std::variant<TensorT<float>, TensorT<double>, std::vector<std::int64_t>, std::vector<double>, std::vector<std::string>>;
+using StateValue = std::variant<TensorT<float>, TensorT<double>, std::vector<std::int64_t>, std::vector<double>,
+                                std::vector<std::string>>;
 
 struct StateEntry {
   std::string name;  // "<part>" or "<part>.<name>"
@@ -70,12 +70,14 @@ Index value_count(const StateValue& value);
 // f(x) for each number of a tensor or a list of numbers, as a double, in order (nothing for other lists).
 template <class F>
 void for_each_number(const StateValue& value, F f) {
-  std::visit([&](const auto& x) {
-    if constexpr (requires { x.numel(); })
-      for (Index i = 0; i < x.numel(); ++i) f(static_cast<double>(x.data()[i]));
-    else if constexpr (std::is_same_v<std::remove_cvref_t<decltype(x)>, std::vector<double>>)
-      for (double d : x) f(d);
-  }, value);
+  std::visit(
+      [&](const auto& x) {
+        if constexpr (requires { x.numel(); })
+          for (Index i = 0; i < x.numel(); ++i) f(static_cast<double>(x.data()[i]));
+        else if constexpr (std::is_same_v<std::remove_cvref_t<decltype(x)>, std::vector<double>>)
+          for (double d : x) f(d);
+      },
+      value);
 }
 // How many of those are NaN or Inf.
 Index non_finite_count(const StateValue& value);
@@ -98,7 +100,9 @@ class State {
   void put(std::string_view name, F value) {
     put(name, StateValue(std::vector<double>{static_cast<double>(value)}));
   }
-  void put(std::string_view name, std::string_view text) { put(name, StateValue(std::vector<std::string>{std::string(text)})); }
+  void put(std::string_view name, std::string_view text) {
+    put(name, StateValue(std::vector<std::string>{std::string(text)}));
+  }
   void put(std::string_view name, const char* text) { put(name, std::string_view(text)); }
 
   // The entry's value: V is a kind (TensorT<float>, TensorT<double>, std::vector of std::int64_t, double or
@@ -137,10 +141,14 @@ class State {
   State() = default;
   template <class V>
   static constexpr std::size_t kind_of() {
-    if constexpr (std::is_same_v<V, TensorT<float>>) return 0;
-    else if constexpr (std::is_same_v<V, TensorT<double>>) return 1;
-    else if constexpr (std::is_same_v<V, std::vector<std::int64_t>>) return 2;
-    else if constexpr (std::is_same_v<V, std::vector<double>>) return 3;
+    if constexpr (std::is_same_v<V, TensorT<float>>)
+      return 0;
+    else if constexpr (std::is_same_v<V, TensorT<double>>)
+      return 1;
+    else if constexpr (std::is_same_v<V, std::vector<std::int64_t>>)
+      return 2;
+    else if constexpr (std::is_same_v<V, std::vector<double>>)
+      return 3;
     else {
       static_assert(std::is_same_v<V, std::vector<std::string>>, "State::get: not a kind an entry holds");
       return 4;
@@ -229,8 +237,10 @@ struct PartType {
   ModelRecord (*model_record)(const void* object);  // a model's record; null for the other parts
 };
 
-template <class T> const PartType& module_part();
-template <class T> const PartType& optimizer_part();
+template <class T>
+const PartType& module_part();
+template <class T>
+const PartType& optimizer_part();
 const PartType& rng_part();
 const PartType& sampler_part();
 const PartType& trainer_part();
@@ -243,16 +253,16 @@ Prepared prepare_by_comparison(std::string_view part, const State& in, std::vect
 
 template <class X>
 const PartType& user_part() {
-  static const PartType type{
-      [](const void* object, State& out) { static_cast<const X*>(object)->save_state(out); },
-      [](void* object, std::string_view part, const State& in, LoadContext& context) {
-        X& x = *static_cast<X*>(object);
-        std::vector<StateEntry> own;
-        State writer = State::writer(own, std::string(part));
-        std::as_const(x).save_state(writer);
-        return prepare_by_comparison(part, in, std::move(own), [&x](const State& s) { x.load_state(s); }, context);
-      },
-      nullptr};
+  static const PartType type{[](const void* object, State& out) { static_cast<const X*>(object)->save_state(out); },
+                             [](void* object, std::string_view part, const State& in, LoadContext& context) {
+                               X& x = *static_cast<X*>(object);
+                               std::vector<StateEntry> own;
+                               State writer = State::writer(own, std::string(part));
+                               std::as_const(x).save_state(writer);
+                               return prepare_by_comparison(
+                                   part, in, std::move(own), [&x](const State& s) { x.load_state(s); }, context);
+                             },
+                             nullptr};
   return type;
 }
 
@@ -300,11 +310,13 @@ class StatePart {
     } else if constexpr (std::is_integral_v<Y> && !std::is_same_v<Y, bool>) {
       set(object, detail::integer_part<Y>());
     } else {
-      static_assert(requires(const Y& c, Y& m, State& out, const State& in) {
-        c.save_state(out);
-        m.load_state(in);
-      }, "a checkpoint part is a Module, an Optimizer, a Trainer, an Rng, a Sampler, an integer, or an object with "
-         "`void save_state(State&) const` and `void load_state(const State&)`");
+      static_assert(
+          requires(const Y& c, Y& m, State& out, const State& in) {
+            c.save_state(out);
+            m.load_state(in);
+          },
+          "a checkpoint part is a Module, an Optimizer, a Trainer, an Rng, a Sampler, an integer, or an object with "
+          "`void save_state(State&) const` and `void load_state(const State&)`");
       set(object, detail::user_part<Y>());
     }
   }

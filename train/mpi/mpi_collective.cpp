@@ -36,7 +36,8 @@ bool started_by_mpi_launcher() {
 MpiCollective::MpiCollective(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
-  if (initialized) fail<UsageError>("data-parallel: MPI is already initialised in this process; make one MpiCollective");
+  if (initialized)
+    fail<UsageError>("data-parallel: MPI is already initialised in this process; make one MpiCollective");
   int provided = 0;
   check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
   // Errors come back as codes (then exceptions) instead of ending the process inside MPI.
@@ -48,12 +49,14 @@ MpiCollective::MpiCollective(int* argc, char*** argv) {
 MpiCollective::~MpiCollective() { MPI_Finalize(); }
 
 void MpiCollective::all_reduce_sum(std::span<float> data) {
-  check(MPI_Allreduce(MPI_IN_PLACE, data.data(), count_of(data.size(), "MPI_Allreduce"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+  check(MPI_Allreduce(MPI_IN_PLACE, data.data(), count_of(data.size(), "MPI_Allreduce"), MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD),
         "MPI_Allreduce");
 }
 
 void MpiCollective::all_reduce_sum(std::span<double> data) {
-  check(MPI_Allreduce(MPI_IN_PLACE, data.data(), count_of(data.size(), "MPI_Allreduce"), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
+  check(MPI_Allreduce(MPI_IN_PLACE, data.data(), count_of(data.size(), "MPI_Allreduce"), MPI_DOUBLE, MPI_SUM,
+                      MPI_COMM_WORLD),
         "MPI_Allreduce");
 }
 
@@ -63,8 +66,8 @@ void MpiCollective::broadcast(std::span<std::byte> data, int root) {
 
 void MpiCollective::all_gather(std::span<const std::uint32_t> mine, std::span<std::uint32_t> all) {
   if (all.size() != mine.size() * static_cast<std::size_t>(size_))
-    fail<ValueError>("data-parallel: all_gather of {} values from {} ranks needs room for {}, got {}", mine.size(), size_,
-                     mine.size() * static_cast<std::size_t>(size_), all.size());
+    fail<ValueError>("data-parallel: all_gather of {} values from {} ranks needs room for {}, got {}", mine.size(),
+                     size_, mine.size() * static_cast<std::size_t>(size_), all.size());
   const int n = count_of(mine.size(), "MPI_Allgather");
   check(MPI_Allgather(mine.data(), n, MPI_UINT32_T, all.data(), n, MPI_UINT32_T, MPI_COMM_WORLD), "MPI_Allgather");
 }

@@ -15,8 +15,8 @@
 namespace tapegrad {
 namespace {
 
-constexpr double kPad = 12;         // outer margin of every document
-constexpr double kFont = 12;        // labels, ticks, legend
+constexpr double kPad = 12;   // outer margin of every document
+constexpr double kFont = 12;  // labels, ticks, legend
 constexpr double kTitleFont = 15;
 
 template <class... Args>
@@ -34,14 +34,30 @@ std::string xml_escape(std::string_view text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20)
           put(out, "\\x{:02x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
@@ -216,8 +232,8 @@ void heatmap_cells(std::string& out, const Heatmap& map, const HeatmapLayout& l)
       const double x = l.left + l.cell * static_cast<double>(c), y = l.top + l.cell * static_cast<double>(r);
       const Rgb colour = std::isnan(v) ? Rgb{224, 224, 224} : blues((v - map.vmin) / (map.vmax - map.vmin));
       // The tooltip (hover in a browser) keeps the full labels and more digits.
-      put(out, "<rect class=\"cell\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" stroke=\"white\">",
-          px(x), px(y), l.cell, l.cell, hex(colour));
+      put(out, "<rect class=\"cell\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" stroke=\"white\">", px(x),
+          px(y), l.cell, l.cell, hex(colour));
       put(out, "<title>{} {} / {} {}: {}</title></rect>\n", xml_escape(map.row_title), xml_escape(map.row_labels[r]),
           xml_escape(map.col_title), xml_escape(map.col_labels[c]), fmt::format("{:.4g}", v));
       if (std::isnan(v)) nan_cell(out, x, y, l.cell);
@@ -247,7 +263,8 @@ void heatmap_labels(std::string& out, const Heatmap& map, const HeatmapLayout& l
   for (std::size_t r = 0; r < l.rows.size(); ++r) {
     const double yc = l.top + l.cell * (static_cast<double>(r) + 0.5);
     const bool marked = std::find(map.marked_rows.begin(), map.marked_rows.end(), r) != map.marked_rows.end();
-    text(out, l.left - 6, yc + 0.35 * kFont, l.rows[r], marked ? "text-anchor=\"end\" font-weight=\"bold\"" : "text-anchor=\"end\"");
+    text(out, l.left - 6, yc + 0.35 * kFont, l.rows[r],
+         marked ? "text-anchor=\"end\" font-weight=\"bold\"" : "text-anchor=\"end\"");
     if (!marked) continue;
     const double tip = l.left - 6 - text_width(l.rows[r], kFont) - 3;  // a triangle pointing at the label
     put(out, "<path class=\"marked-row\" d=\"M{} {}L{} {}L{} {}Z\" fill=\"{}\"/>\n", px(tip), px(yc), px(tip - 8),
@@ -269,9 +286,11 @@ void heatmap_labels(std::string& out, const Heatmap& map, const HeatmapLayout& l
                      px(x), px(yc)));
   }
   for (const auto& [r, c] : map.marked_cells)  // drawn over the cells, inside their edges
-    put(out, "<rect class=\"marked-cell\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"{}\" "
-        "stroke-width=\"3\"/>\n", px(l.left + l.cell * static_cast<double>(c) + 1.5),
-        px(l.top + l.cell * static_cast<double>(r) + 1.5), px(l.cell - 3), px(l.cell - 3), kMarkColour);
+    put(out,
+        "<rect class=\"marked-cell\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"{}\" "
+        "stroke-width=\"3\"/>\n",
+        px(l.left + l.cell * static_cast<double>(c) + 1.5), px(l.top + l.cell * static_cast<double>(r) + 1.5),
+        px(l.cell - 3), px(l.cell - 3), kMarkColour);
   for (std::size_t i = 0; i < map.notes.size(); ++i)
     text(out, kPad, l.notes_y + kNoteLine * static_cast<double>(i), map.notes[i]);
 }
@@ -480,8 +499,7 @@ void chart_axes(std::string& out, const LineChart& chart, const ChartLayout& l) 
 void chart_series(std::string& out, const LineChart& chart, const ChartLayout& l, double inset) {
   // Points far outside a fixed y range are pulled in to 1e5 px, so their coordinates stay short.
   const auto pos = [&](double x, double y) {
-    return std::pair(inset + l.x.unit(x) * l.plot_w,
-                     std::clamp(inset + (1 - l.y.unit(y)) * l.plot_h, -1e5, 1e5));
+    return std::pair(inset + l.x.unit(x) * l.plot_w, std::clamp(inset + (1 - l.y.unit(y)) * l.plot_h, -1e5, 1e5));
   };
   for (std::size_t s = 0; s < chart.series.size(); ++s) {
     const Series& series = chart.series[s];
@@ -536,10 +554,13 @@ void scatter_field(std::string& out, const ScatterPlot& plot, const ChartLayout&
   const auto value = [&](std::size_t r, std::size_t c) { return plot.field[r * cols + c]; };
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t c = 0; c < cols; ++c)  // half a pixel of overlap, so anti-aliasing leaves no seams
-      put(out, "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>\n", px(inset + cw * static_cast<double>(c)),
-          px(inset + l.plot_h - ch * static_cast<double>(r + 1)), px(cw + 0.5), px(ch + 0.5), field_colour(value(r, c)));
+      put(out, "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>\n",
+          px(inset + cw * static_cast<double>(c)), px(inset + l.plot_h - ch * static_cast<double>(r + 1)), px(cw + 0.5),
+          px(ch + 0.5), field_colour(value(r, c)));
   // Centre of cell (r, c) in pixels; (r, c) fractional along an edge.
-  const auto at = [&](double r, double c) { return std::pair(inset + cw * (c + 0.5), inset + l.plot_h - ch * (r + 0.5)); };
+  const auto at = [&](double r, double c) {
+    return std::pair(inset + cw * (c + 0.5), inset + l.plot_h - ch * (r + 0.5));
+  };
   std::string d;
   for (std::size_t r = 0; r + 1 < rows; ++r)
     for (std::size_t c = 0; c + 1 < cols; ++c) {
@@ -558,7 +579,8 @@ void scatter_field(std::string& out, const ScatterPlot& plot, const ChartLayout&
       for (std::size_t h = 0; h + 1 < hits.size(); h += 2)  // 2 crossings, or 4 at a saddle: pair them in order
         put(d, "M{} {}L{} {}", px(hits[h].first), px(hits[h].second), px(hits[h + 1].first), px(hits[h + 1].second));
     }
-  if (!d.empty()) put(out, "<path class=\"boundary\" d=\"{}\" fill=\"none\" stroke=\"#333333\" stroke-width=\"1.5\"/>\n", d);
+  if (!d.empty())
+    put(out, "<path class=\"boundary\" d=\"{}\" fill=\"none\" stroke=\"#333333\" stroke-width=\"1.5\"/>\n", d);
 }
 
 void scatter_points(std::string& out, const ScatterPlot& plot, const ChartLayout& l, double inset) {
@@ -655,13 +677,19 @@ std::string line_chart_svg(const LineChart& chart) {
 }
 
 std::string scatter_svg(const ScatterPlot& plot) {
-  if (!plot.field.empty() && (plot.field.size() != plot.field_rows * plot.field_cols || plot.field_rows < 2 ||
-                              plot.field_cols < 2))
+  if (!plot.field.empty() &&
+      (plot.field.size() != plot.field_rows * plot.field_cols || plot.field_rows < 2 || plot.field_cols < 2))
     fail<ShapeError>("scatter_svg: the field has {} values for {} x {} cells (at least 2 x 2)", plot.field.size(),
                      plot.field_rows, plot.field_cols);
   // The axes, labels and legend of a line chart over the fixed range.
-  const LineChart chart{.title = plot.title, .x_label = plot.x_label, .y_label = plot.y_label, .series = plot.series,
-                        .y_min = plot.y_min, .y_max = plot.y_max, .x_min = plot.x_min, .x_max = plot.x_max};
+  const LineChart chart{.title = plot.title,
+                        .x_label = plot.x_label,
+                        .y_label = plot.y_label,
+                        .series = plot.series,
+                        .y_min = plot.y_min,
+                        .y_max = plot.y_max,
+                        .x_min = plot.x_min,
+                        .x_max = plot.x_max};
   check_chart(chart);
   ChartLayout layout = chart_layout(chart);
   std::string out;

@@ -75,7 +75,7 @@ std::string line_chart_svg(const LineChart& chart);
 // through white (0.5) to the second's (1), with its 0.5 contour (the decision boundary) drawn as a line.
 struct ScatterPlot {
   std::string title = {}, x_label = {}, y_label = {};
-  std::vector<Series> series = {};  // points (x[i], y[i]), drawn as dots
+  std::vector<Series> series = {};                    // points (x[i], y[i]), drawn as dots
   double x_min = 0, x_max = 1, y_min = 0, y_max = 1;  // the plotted range (fixed)
   // field_rows x field_cols values in [0, 1], row-major, cell (r, c) centred at x_min + (c + 0.5) dx,
   // y_min + (r + 0.5) dy (row 0 at the bottom); empty for no field.

@@ -76,7 +76,8 @@ struct Place {
 Place place_of(int top, std::string_view relative, bool create, const fs::path& folder, std::string_view flag) {
   Place place;
   place.folder = detail::Descriptor(::fcntl(top, F_DUPFD_CLOEXEC, 0));
-  if (!place.folder.open()) fail<IoError>("{}: cannot use the folder '{}': {}", flag, escaped(folder), std::strerror(errno));
+  if (!place.folder.open())
+    fail<IoError>("{}: cannot use the folder '{}': {}", flag, escaped(folder), std::strerror(errno));
   std::size_t start = 0;
   for (std::size_t slash; (slash = relative.find('/', start)) != std::string_view::npos; start = slash + 1) {
     const std::string part(relative.substr(start, slash - start));
@@ -91,7 +92,8 @@ Place place_of(int top, std::string_view relative, bool create, const fs::path& 
     if (std::string_view(kind.what) != "a folder")
       fail<FileError>("{}: '{}' is {}, not a folder of the run; nothing is written or removed through it", flag,
                       escaped(shown), kind.what);
-    detail::Descriptor next(::openat(place.folder.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    detail::Descriptor next(
+        ::openat(place.folder.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!next.open())  // replaced by a link since the look: the same refusal
       fail<FileError>("{}: cannot open the folder '{}' without following a link: {}", flag, escaped(shown),
                       std::strerror(errno));
@@ -132,9 +134,10 @@ Manifest parse_manifest(const std::string& text, const fs::path& where, std::str
   int number = 0;
   std::set<std::string> seen;
   auto damaged = [&](std::string_view why) {
-    fail<FileError>("{}: the run manifest '{}' is damaged (line {}: {}); it lists the files of the run in that folder: "
-                    "remove it by hand only if the folder holds nothing you want kept",
-                    flag, escaped(where), number, why);
+    fail<FileError>(
+        "{}: the run manifest '{}' is damaged (line {}: {}); it lists the files of the run in that folder: "
+        "remove it by hand only if the folder holds nothing you want kept",
+        flag, escaped(where), number, why);
   };
   while (std::getline(in, line)) {
     ++number;
@@ -164,11 +167,14 @@ FolderLock::FolderLock(std::filesystem::path folder, std::string_view op) : fold
   std::error_code ec;
   // "run/" would name the folder a link "run" points to: the folder's own name, without the slash.
   fs::path own = folder_;
-  while (own.native().size() > 1 && own.native().back() == '/') own = fs::path(own.native().substr(0, own.native().size() - 1));
+  while (own.native().size() > 1 && own.native().back() == '/')
+    own = fs::path(own.native().substr(0, own.native().size() - 1));
   const PathKind kind = kind_at(AT_FDCWD, own.c_str());
   if (kind.exists && std::string_view(kind.what) == "a symbolic link")
-    fail<FileError>("{}: '{}' is a symbolic link; give the folder itself (a link can be moved to another folder "
-                    "while the run writes)", op, escaped(folder_));
+    fail<FileError>(
+        "{}: '{}' is a symbolic link; give the folder itself (a link can be moved to another folder "
+        "while the run writes)",
+        op, escaped(folder_));
   if (kind.exists && std::string_view(kind.what) != "a folder")
     fail<FileError>("{}: '{}' is not a folder; give a folder for the run's files", op, escaped(folder_));
   fs::create_directories(folder_, ec);
@@ -176,7 +182,8 @@ FolderLock::FolderLock(std::filesystem::path folder, std::string_view op) : fold
   // Opened once, not through a link; every later name of the run is resolved from this descriptor.
   detail::Descriptor folder_fd(::open(own.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!folder_fd.open())
-    fail<FileError>("{}: cannot open the folder '{}' (not following a link): {}", op, escaped(folder_), std::strerror(errno));
+    fail<FileError>("{}: cannot open the folder '{}' (not following a link): {}", op, escaped(folder_),
+                    std::strerror(errno));
   // The lock file is the folder's own, never a link (which would have us truncate its target) nor a file
   // with another name elsewhere (a hard link): O_NOFOLLOW, then a regular file with one link, before a
   // byte of it is changed. O_NONBLOCK: a pipe planted there does not hang the open.
@@ -187,14 +194,16 @@ FolderLock::FolderLock(std::filesystem::path folder, std::string_view op) : fold
     const int saved = errno;
     const PathKind what = kind_at(folder_fd.get(), ".tapegrad.lock");
     if (what.exists && !what.regular)
-      fail<FileError>("{}: the lock file '{}' is {}, not a regular file; the folder is not used (remove it by hand if "
-                      "you made it)", op, escaped(lock), what.what);
+      fail<FileError>(
+          "{}: the lock file '{}' is {}, not a regular file; the folder is not used (remove it by hand if "
+          "you made it)",
+          op, escaped(lock), what.what);
     fail<FileError>("{}: cannot write in the folder '{}': {}", op, escaped(folder_), std::strerror(saved));
   }
   struct stat st {};
   if (::fstat(lock_fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1)
-    fail<FileError>("{}: the lock file '{}' is not a regular file of its own (it is {}); the folder is not used",
-                    op, escaped(lock), S_ISREG(st.st_mode) ? "a hard link to another name" : "not a regular file");
+    fail<FileError>("{}: the lock file '{}' is not a regular file of its own (it is {}); the folder is not used", op,
+                    escaped(lock), S_ISREG(st.st_mode) ? "a hard link to another name" : "not a regular file");
   if (::flock(lock_fd.get(), LOCK_EX | LOCK_NB) != 0) {
     const int saved = errno;
     char pid[32] = {};
@@ -222,9 +231,11 @@ int remove_stale_temporaries(const std::filesystem::path& folder) {
   return fd.open() ? remove_stale_temporaries_at(fd.get()) : 0;
 }
 
-OutputFolder::OutputFolder(fs::path folder, OutputFolderOptions options) : folder_(std::move(folder)), options_(std::move(options)) {
+OutputFolder::OutputFolder(fs::path folder, OutputFolderOptions options)
+    : folder_(std::move(folder)), options_(std::move(options)) {
   if (!valid_program(options_.program))
-    fail<UsageError>("OutputFolder: '{}' is not a program name (letters, digits, '.', '_', '-')", escaped(options_.program));
+    fail<UsageError>("OutputFolder: '{}' is not a program name (letters, digits, '.', '_', '-')",
+                     escaped(options_.program));
   lock_ = std::make_unique<FolderLock>(folder_, options_.flag);
   const int top = lock_->folder_fd();
   const fs::path manifest_path = folder_ / kManifestName;
@@ -233,7 +244,8 @@ OutputFolder::OutputFolder(fs::path folder, OutputFolderOptions options) : folde
   if (manifest_kind.exists && !manifest_kind.regular)
     fail<FileError>("{}: '{}' is {}, not a run manifest", options_.flag, escaped(manifest_path), manifest_kind.what);
   Manifest manifest;
-  if (manifest_kind.exists) manifest = parse_manifest(read_file(manifest_path, kMaxManifestBytes, options_.flag), manifest_path, options_.flag);
+  if (manifest_kind.exists)
+    manifest = parse_manifest(read_file(manifest_path, kMaxManifestBytes, options_.flag), manifest_path, options_.flag);
   // Each listed file's place, found without following a link (a listed path through a link is refused
   // here, before anything is removed); the ones still there are the earlier run's.
   std::vector<std::string> present;
@@ -255,16 +267,17 @@ OutputFolder::OutputFolder(fs::path folder, OutputFolderOptions options) : folde
     return;
   }
   if (!options_.overwrite)
-    fail<FileError>("{}: '{}' holds the files of an earlier {} run ({}); choose a new folder, or --overwrite to replace them",
-                    options_.flag, escaped(folder_), options_.program, quoted_list(present, 3));
+    fail<FileError>(
+        "{}: '{}' holds the files of an earlier {} run ({}); choose a new folder, or --overwrite to replace them",
+        options_.flag, escaped(folder_), options_.program, quoted_list(present, 3));
   // --overwrite: exactly the listed files go, after checking that none is an input of this run.
   files_ = present;
   for (const auto& f : present) check_replaceable(f);
   files_.clear();
   for (std::size_t i = 0; i < present.size(); ++i) {
     const Place& place = places[i];
-    if (kind_at(place.folder.get(), place.name.c_str()).regular && ::unlinkat(place.folder.get(), place.name.c_str(), 0) != 0 &&
-        errno != ENOENT)
+    if (kind_at(place.folder.get(), place.name.c_str()).regular &&
+        ::unlinkat(place.folder.get(), place.name.c_str(), 0) != 0 && errno != ENOENT)
       fail<FileError>("{}: cannot remove the earlier run's '{}': {}", options_.flag, escaped(folder_ / present[i]),
                       std::strerror(errno));
   }
@@ -275,8 +288,9 @@ OutputFolder::~OutputFolder() = default;
 
 void OutputFolder::check_name(std::string_view relative) const {
   if (!valid_name(relative) || relative == kManifestName)
-    fail<UsageError>("OutputFolder: '{}' is not a name a run can write (letters, digits, '.', '_', '-', '/' between folders)",
-                     escaped(relative));
+    fail<UsageError>(
+        "OutputFolder: '{}' is not a name a run can write (letters, digits, '.', '_', '-', '/' between folders)",
+        escaped(relative));
 }
 
 fs::path OutputFolder::path(std::string_view relative) const {
@@ -295,7 +309,8 @@ void OutputFolder::check_replaceable(std::string_view relative) const {
   const PathKind kind = kind_at(place.folder.get(), place.name.c_str());
   if (!kind.exists) return;
   if (!kind.regular)
-    fail<FileError>("{}: '{}' is {}, not a regular file; the run does not replace it", options_.flag, escaped(full), kind.what);
+    fail<FileError>("{}: '{}' is {}, not a regular file; the run does not replace it", options_.flag, escaped(full),
+                    kind.what);
   for (const auto& input : options_.inputs) {
     std::error_code ec;
     if (fs::equivalent(full, input, ec))
@@ -303,9 +318,10 @@ void OutputFolder::check_replaceable(std::string_view relative) const {
                       options_.flag, escaped(input), escaped(relative));
   }
   if (!listed(relative))
-    fail<FileError>("{}: '{}' is there and no earlier {} run in this folder wrote it; it is not replaced (move it away or "
-                    "choose another folder)",
-                    options_.flag, escaped(full), options_.program);
+    fail<FileError>(
+        "{}: '{}' is there and no earlier {} run in this folder wrote it; it is not replaced (move it away or "
+        "choose another folder)",
+        options_.flag, escaped(full), options_.program);
 }
 
 void OutputFolder::plan(const std::vector<std::string>& relative) const {

@@ -63,11 +63,11 @@ class FolderLock {
 int remove_stale_temporaries(const std::filesystem::path& folder);
 
 struct OutputFolderOptions {
-  std::string program;                       // the manifest's owner: "train", "char_lm", a user's program
-  bool overwrite = false;                    // replace (remove first) an earlier run's files
-  bool resume = false;                       // a run that goes on: its own listed files may be replaced
+  std::string program;                             // the manifest's owner: "train", "char_lm", a user's program
+  bool overwrite = false;                          // replace (remove first) an earlier run's files
+  bool resume = false;                             // a run that goes on: its own listed files may be replaced
   std::vector<std::filesystem::path> inputs = {};  // files this run reads: never removed
-  std::string flag = "--out";                // how messages name the folder's option
+  std::string flag = "--out";                      // how messages name the folder's option
 };
 
 class OutputFolder {
@@ -106,7 +106,7 @@ class OutputFolder {
   std::filesystem::path folder_;
   OutputFolderOptions options_;
   std::unique_ptr<FolderLock> lock_;
-  std::vector<std::string> files_;         // this program's files in the folder, by the manifest
+  std::vector<std::string> files_;  // this program's files in the folder, by the manifest
 };
 
 }  // namespace tapegrad

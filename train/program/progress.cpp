@@ -3,11 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
-
 
 namespace tapegrad {
 namespace {
@@ -30,7 +29,8 @@ Progress::Progress(std::FILE* out, Style style, Index total_steps, std::string t
 Progress::~Progress() { finish(); }
 
 void Progress::show_rate_of(double per_step, std::string unit) {
-  if (!(per_step > 0) || !std::isfinite(per_step)) fail<ValueError>("progress: items per step must be positive, got {}", per_step);
+  if (!(per_step > 0) || !std::isfinite(per_step))
+    fail<ValueError>("progress: items per step must be positive, got {}", per_step);
   per_step_ = per_step;
   unit_ = std::move(unit);
 }
@@ -48,7 +48,8 @@ void Progress::draw(Index step) {
   std::string metrics;
   if (have_point_ && !last_.values.empty() && !std::isnan(last_.values.front().value)) {
     metrics = fmt::format("  {} {:.4f}", last_.values.front().name, last_.values.front().value);
-    if (last_.values.size() > 1) metrics += fmt::format("  {} {:.4f}", last_.values.back().name, last_.values.back().value);
+    if (last_.values.size() > 1)
+      metrics += fmt::format("  {} {:.4f}", last_.values.back().name, last_.values.back().value);
   }
   fmt::print(out_, "\r{} [{}] {}/{}  {:.0f} {}/s  ETA {}{}\x1b[K", title_, bar, step, total_, rate * per_step_, unit_,
              format_duration(eta), metrics);
@@ -71,8 +72,9 @@ void Progress::on_evaluation(const CurvePoint& p) {
     std::string values;
     // "-": nothing measured yet (the training values before the first step); a NaN measured is "nan".
     for (const auto& v : p.values)
-      values += std::isnan(v.value) && p.step == 0 && v.name.starts_with("train_") ? fmt::format("  {} -", v.name)
-                                                                                  : fmt::format("  {} {:.4f}", v.name, v.value);
+      values += std::isnan(v.value) && p.step == 0 && v.name.starts_with("train_")
+                    ? fmt::format("  {} -", v.name)
+                    : fmt::format("  {} {:.4f}", v.name, v.value);
     fmt::print(out_, "{} step {:>6}/{}{}  lr {:.3g}  {:.1f}s\n", title_, p.step, total_, values, p.lr, p.seconds);
     std::fflush(out_);
   } else if (style_ == Style::bar) {

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tapegrad/plot/plot.hpp"
@@ -23,10 +23,10 @@ class Progress {
 
   // The bar's rate in items a second ("chars/s") instead of steps a second, for `per_step` items a step.
   void show_rate_of(double per_step, std::string unit);
-  void on_step(Index step);                // the bar redraws at most 10 times a second
+  void on_step(Index step);                 // the bar redraws at most 10 times a second
   void on_evaluation(const CurvePoint& p);  // lines: one per evaluation
-  void finish();                           // ends the bar's line
-  TrainCallbacks callbacks();              // both, for Trainer::run
+  void finish();                            // ends the bar's line
+  TrainCallbacks callbacks();               // both, for Trainer::run
 
  private:
   void draw(Index step);
