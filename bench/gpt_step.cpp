@@ -13,8 +13,8 @@
 #include "gpt/model.hpp"
 #include "gpt/prepare.hpp"
 #include "tapegrad/core/parallel.hpp"
-#include "tapegrad/program/progress.hpp"
-#include "tapegrad/program/run_program.hpp"
+#include "tapegrad/train/program/progress.hpp"
+#include "tapegrad/train/program/run_program.hpp"
 #include "tapegrad/train/schedule.hpp"
 #include "timing.hpp"
 

@@ -9,10 +9,10 @@ install(TARGETS tapegrad tapegrad_plot tapegrad_program EXPORT tapegradTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 # The public headers (cmake/TapegradHeaders.cmake) under include/tapegrad/, the umbrella header, and the
-# headers of tapegrad::plot and tapegrad::program (include/tapegrad/plot/, include/tapegrad/program/).
+# headers of tapegrad::plot and tapegrad::program (include/tapegrad/train/plot/, .../train/program/).
 foreach(h IN LISTS TAPEGRAD_PUBLIC_HEADERS TAPEGRAD_PLOT_HEADERS TAPEGRAD_PROGRAM_HEADERS)
   get_filename_component(dir ${h} DIRECTORY)
-  install(FILES ${PROJECT_SOURCE_DIR}/${TAPEGRAD_HEADER_SOURCE_${h}} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad/${dir})
+  install(FILES ${PROJECT_SOURCE_DIR}/${h} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad/${dir})
 endforeach()
 install(FILES ${TAPEGRAD_UMBRELLA} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad)
 
@@ -25,7 +25,7 @@ if(TAPEGRAD_HAVE_MPI)
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
   foreach(h IN LISTS TAPEGRAD_MPI_HEADERS)
     get_filename_component(dir ${h} DIRECTORY)
-    install(FILES ${PROJECT_SOURCE_DIR}/${TAPEGRAD_HEADER_SOURCE_${h}} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad/${dir})
+    install(FILES ${PROJECT_SOURCE_DIR}/${h} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad/${dir})
   endforeach()
   install(EXPORT tapegradMpiTargets NAMESPACE tapegrad:: DESTINATION ${config_dir})
 endif()

@@ -11,8 +11,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "tapegrad/program/progress.hpp"
-#include "tapegrad/program/run_program.hpp"
+#include "tapegrad/train/program/progress.hpp"
+#include "tapegrad/train/program/run_program.hpp"
 
 namespace tapegrad::examples {
 

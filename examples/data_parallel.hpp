@@ -14,8 +14,8 @@
 #include <fmt/format.h>
 
 #include "tapegrad/train/collective.hpp"
-#include "tapegrad/program/progress.hpp"
-#include "tapegrad/program/run_program.hpp"
+#include "tapegrad/train/program/progress.hpp"
+#include "tapegrad/train/program/run_program.hpp"
 #ifdef TAPEGRAD_HAVE_MPI
 #include "tapegrad/train/mpi/mpi_collective.hpp"
 #endif

@@ -13,8 +13,8 @@
 #include "tapegrad/autograd/gradcheck.hpp"
 #include "catalogue/op_checks.hpp"
 #include "tapegrad/core/rng.hpp"
-#include "tapegrad/program/progress.hpp"
-#include "tapegrad/program/run_program.hpp"
+#include "tapegrad/train/program/progress.hpp"
+#include "tapegrad/train/program/run_program.hpp"
 #include "catalogue/layer_checks.hpp"
 #include "command_line.hpp"
 

@@ -12,7 +12,7 @@
 
 #include "tapegrad/layers/generate.hpp"
 #include "tapegrad/layers/self_attention.hpp"
-#include "tapegrad/plot/plot.hpp"
+#include "tapegrad/train/plot/plot.hpp"
 
 namespace tapegrad::examples {
 

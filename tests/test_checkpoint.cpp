@@ -21,7 +21,7 @@
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/core/file_io.hpp"
 #include "tapegrad/train/checkpoint/checkpoint.hpp"
-#include "tapegrad/program/checkpoint_dir.hpp"
+#include "tapegrad/train/program/checkpoint_dir.hpp"
 
 using namespace tapegrad;
 using namespace tapegrad::lesson;

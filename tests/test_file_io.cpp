@@ -15,7 +15,7 @@
 #include "helpers.hpp"
 #include "tapegrad/core/error.hpp"
 #include "tapegrad/core/file_io.hpp"
-#include "tapegrad/program/output_folder.hpp"
+#include "tapegrad/train/program/output_folder.hpp"
 
 using namespace tapegrad;
 namespace fs = std::filesystem;

@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/program/job_pool.hpp"
+#include "tapegrad/train/program/job_pool.hpp"
 #include "tapegrad/core/parallel.hpp"
 #include "helpers.hpp"
 

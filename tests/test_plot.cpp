@@ -15,7 +15,7 @@
 #include <fmt/format.h>
 
 #include "tapegrad/core/error.hpp"
-#include "tapegrad/plot/plot.hpp"
+#include "tapegrad/train/plot/plot.hpp"
 
 using namespace tapegrad;
 

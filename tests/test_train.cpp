@@ -18,8 +18,8 @@
 #include "user_models.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/train/dataset_file.hpp"
-#include "tapegrad/program/progress.hpp"
-#include "tapegrad/program/run_program.hpp"
+#include "tapegrad/train/program/progress.hpp"
+#include "tapegrad/train/program/run_program.hpp"
 #include "tapegrad/train/data_parallel.hpp"
 #include "tapegrad/train/trainer.hpp"
 

@@ -13,14 +13,14 @@
 #include "lm_programs.hpp"
 #include "memory_limit.hpp"
 #include "tapegrad/core/file_io.hpp"
-#include "tapegrad/program/output_folder.hpp"
+#include "tapegrad/train/program/output_folder.hpp"
 #include "tapegrad/train/checkpoint/checkpoint.hpp"
 #include "tapegrad/train/checkpoint/safetensors.hpp"
-#include "tapegrad/plot/plot.hpp"
-#include "tapegrad/program/progress.hpp"
-#include "tapegrad/program/run_program.hpp"
+#include "tapegrad/train/plot/plot.hpp"
+#include "tapegrad/train/program/progress.hpp"
+#include "tapegrad/train/program/run_program.hpp"
 #include "tapegrad/train/schedule.hpp"
-#include "tapegrad/program/checkpoint_dir.hpp"
+#include "tapegrad/train/program/checkpoint_dir.hpp"
 
 namespace char_lm {
 

@@ -16,8 +16,8 @@
 #include "command_line.hpp"
 #include "data_parallel.hpp"
 #include "tapegrad/core/parallel.hpp"
-#include "tapegrad/program/progress.hpp"
-#include "tapegrad/program/run_program.hpp"
+#include "tapegrad/train/program/progress.hpp"
+#include "tapegrad/train/program/run_program.hpp"
 
 using namespace tapegrad;
 

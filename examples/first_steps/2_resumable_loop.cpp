@@ -13,9 +13,9 @@
 // Both end by printing the CRC-32 of the final weights and of everything the loop carries: equal numbers
 // mean a bit-identical resume (tests/cli/resumable_loop.cmake kills a run and compares them).
 #include <tapegrad/tapegrad.hpp>
-#include <tapegrad/program/checkpoint_dir.hpp>
-#include <tapegrad/program/output_folder.hpp>
-#include <tapegrad/program/run_program.hpp>
+#include <tapegrad/train/program/checkpoint_dir.hpp>
+#include <tapegrad/train/program/output_folder.hpp>
+#include <tapegrad/train/program/run_program.hpp>
 
 #include <signal.h>
 

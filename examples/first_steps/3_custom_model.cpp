@@ -13,11 +13,11 @@
 // `train` and `resume` print the CRC-32 of the final weights, `train` and `predict` that of the test-set
 // logits: equal numbers mean bit-identical results (tests/cli/custom_model.cmake compares them).
 #include <tapegrad/tapegrad.hpp>
-#include <tapegrad/plot/plot.hpp>
-#include <tapegrad/program/checkpoint_dir.hpp>
-#include <tapegrad/program/output_folder.hpp>
-#include <tapegrad/program/progress.hpp>
-#include <tapegrad/program/run_program.hpp>
+#include <tapegrad/train/plot/plot.hpp>
+#include <tapegrad/train/program/checkpoint_dir.hpp>
+#include <tapegrad/train/program/output_folder.hpp>
+#include <tapegrad/train/program/progress.hpp>
+#include <tapegrad/train/program/run_program.hpp>
 
 #include <CLI/CLI.hpp>
 #include <cmath>

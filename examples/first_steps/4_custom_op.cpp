@@ -8,7 +8,7 @@
 //
 // It exits 1 if a gradient check fails.
 #include <tapegrad/tapegrad.hpp>
-#include <tapegrad/program/run_program.hpp>
+#include <tapegrad/train/program/run_program.hpp>
 
 #include <cmath>
 #include <numbers>

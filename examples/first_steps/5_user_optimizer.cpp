@@ -11,9 +11,9 @@
 // Both print the CRC-32 of the final weights: equal numbers mean a bit-identical resume
 // (tests/cli/user_optimizer.cmake compares them).
 #include <tapegrad/tapegrad.hpp>
-#include <tapegrad/program/checkpoint_dir.hpp>
-#include <tapegrad/program/output_folder.hpp>
-#include <tapegrad/program/run_program.hpp>
+#include <tapegrad/train/program/checkpoint_dir.hpp>
+#include <tapegrad/train/program/output_folder.hpp>
+#include <tapegrad/train/program/run_program.hpp>
 
 #include <cmath>
 #include <string>

@@ -8,7 +8,7 @@
 //
 //   build/examples/custom_lm      # the loss as it trains, then the samples; exit 1 if they differ
 #include <tapegrad/tapegrad.hpp>
-#include <tapegrad/program/run_program.hpp>
+#include <tapegrad/train/program/run_program.hpp>
 
 #include <string>
 #include <string_view>

@@ -17,8 +17,8 @@
 #include "data_parallel.hpp"
 #include "gpt/run.hpp"
 #include "tapegrad/core/parallel.hpp"
-#include "tapegrad/program/progress.hpp"
-#include "tapegrad/program/run_program.hpp"
+#include "tapegrad/train/program/progress.hpp"
+#include "tapegrad/train/program/run_program.hpp"
 
 using namespace tapegrad;
 

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "tapegrad/layers/module.hpp"
-#include "tapegrad/program/checkpoint_dir.hpp"
-#include "tapegrad/program/output_folder.hpp"
+#include "tapegrad/train/program/checkpoint_dir.hpp"
+#include "tapegrad/train/program/output_folder.hpp"
 #include "tapegrad/train/checkpoint/safetensors.hpp"
 
 namespace gpt {

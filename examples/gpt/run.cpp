@@ -19,9 +19,9 @@
 #include "gpt/prepare.hpp"
 #include "memory_limit.hpp"
 #include "tapegrad/train/checkpoint/checkpoint.hpp"
-#include "tapegrad/plot/plot.hpp"
-#include "tapegrad/program/progress.hpp"
-#include "tapegrad/program/run_program.hpp"
+#include "tapegrad/train/plot/plot.hpp"
+#include "tapegrad/train/program/progress.hpp"
+#include "tapegrad/train/program/run_program.hpp"
 #include "tapegrad/train/schedule.hpp"
 
 namespace gpt {

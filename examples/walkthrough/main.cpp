@@ -16,8 +16,8 @@
 
 #include "tapegrad/autograd/tape_graph.hpp"
 #include "tapegrad/core/file_io.hpp"
-#include "tapegrad/program/progress.hpp"
-#include "tapegrad/program/run_program.hpp"
+#include "tapegrad/train/program/progress.hpp"
+#include "tapegrad/train/program/run_program.hpp"
 #include "command_line.hpp"
 #include "walkthrough/graphs.hpp"
 #include "walkthrough/notes.hpp"

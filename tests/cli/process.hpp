@@ -29,8 +29,8 @@
 #include "tapegrad/core/parallel.hpp"
 #include "tapegrad/core/rng.hpp"
 #include "tapegrad/train/checkpoint/checkpoint.hpp"
-#include "tapegrad/program/progress.hpp"
-#include "tapegrad/program/run_program.hpp"
+#include "tapegrad/train/program/progress.hpp"
+#include "tapegrad/train/program/run_program.hpp"
 
 namespace tapegrad::cli {
 

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "tapegrad/core/error.hpp"
-#include "tapegrad/program/output_folder.hpp"
+#include "tapegrad/train/program/output_folder.hpp"
 
 using namespace tapegrad;
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-#include "tapegrad/plot/plot.hpp"
+#include "tapegrad/train/plot/plot.hpp"
 
 #include <algorithm>
 #include <array>

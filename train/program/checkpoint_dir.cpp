@@ -1,4 +1,4 @@
-#include "tapegrad/program/checkpoint_dir.hpp"
+#include "tapegrad/train/program/checkpoint_dir.hpp"
 
 #include <algorithm>
 

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "tapegrad/program/output_folder.hpp"
 #include "tapegrad/train/checkpoint/checkpoint.hpp"
+#include "tapegrad/train/program/output_folder.hpp"
 
 namespace tapegrad {
 

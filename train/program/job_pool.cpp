@@ -1,4 +1,4 @@
-#include "tapegrad/program/job_pool.hpp"
+#include "tapegrad/train/program/job_pool.hpp"
 
 #include <sched.h>
 

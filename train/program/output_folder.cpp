@@ -1,4 +1,4 @@
-#include "tapegrad/program/output_folder.hpp"
+#include "tapegrad/train/program/output_folder.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "tapegrad/program/progress.hpp"
+#include "tapegrad/train/program/progress.hpp"
 
 #include <unistd.h>
 

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tapegrad/plot/plot.hpp"
+#include "tapegrad/train/plot/plot.hpp"
 #include "tapegrad/train/trainer.hpp"
 
 namespace tapegrad {

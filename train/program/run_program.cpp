@@ -1,4 +1,4 @@
-#include "tapegrad/program/run_program.hpp"
+#include "tapegrad/train/program/run_program.hpp"
 
 #include <signal.h>
 
