@@ -5,11 +5,11 @@
 // (tests/downstream).
 //
 //   build/examples/minimal_loop
+// [readme:minimal-loop]
 #include <tapegrad/tapegrad.hpp>
 
 using namespace tapegrad;
 
-// [readme:minimal-loop]
 // x (N, 2) -> tanh(x W1 + b1) W2 + b2 (N, 1): parameters "hidden.weight", "hidden.bias", "out.weight", "out.bias".
 struct Mlp : Module<float> {
   Rng rng{0};  // the initial weights

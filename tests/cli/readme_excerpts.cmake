@@ -64,6 +64,18 @@ function(check_excerpts page)
       message(FATAL_ERROR "${page}'s excerpt '${name}' differs from ${path}:\n--- ${page}\n${shown}--- ${path}\n${region}"
                           "(cmake -DROOT=. -DUPDATE=ON -P tests/cli/readme_excerpts.cmake rewrites it)")
     endif()
+    # A block that shows main() is a program shown whole: it must compile as shown, so the file may hold
+    # nothing outside the markers but comments and blank lines.
+    if(region MATCHES "\nint main\\(")
+      string(SUBSTRING "${source}" 0 ${a} outside_before)
+      string(SUBSTRING "${source}" ${b} -1 outside_after)
+      string(REGEX REPLACE "\n[ \t]*//[^\n]*" "" outside "\n${outside_before}\n${outside_after}")
+      string(REGEX REPLACE "[ \t\n]" "" outside "${outside}")
+      if(NOT outside STREQUAL "")
+        message(FATAL_ERROR "${page}'s excerpt '${name}' shows main() but ${path} has code outside its markers "
+                            "(${outside}): a program shown whole must compile as shown; put the markers around all of it")
+      endif()
+    endif()
     message(STATUS "${page}: excerpt ${path} '${name}' is the file's code")
   endforeach()
   if(changed)
