@@ -32,7 +32,9 @@ endif()
 install(EXPORT tapegradTargets NAMESPACE tapegrad:: DESTINATION ${config_dir})
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/tapegradConfig.cmake.in
   ${PROJECT_BINARY_DIR}/tapegradConfig.cmake INSTALL_DESTINATION ${config_dir})
+# Semantic versioning from 1.0 (CHANGELOG.md): a 1.x release adds to 1.0 and breaks nothing of it, so
+# find_package(tapegrad 1.0) takes any 1.x, and never a 2.0.
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/tapegradConfigVersion.cmake
-  COMPATIBILITY SameMinorVersion)
+  COMPATIBILITY SameMajorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/tapegradConfig.cmake ${PROJECT_BINARY_DIR}/tapegradConfigVersion.cmake
   ${PROJECT_SOURCE_DIR}/cmake/TapegradLibxsmm.cmake DESTINATION ${config_dir})
