@@ -104,9 +104,4 @@ template <class E, class... Args>
   throw E(fmt::format(format, std::forward<Args>(args)...));
 }
 
-// Throws ValueError ("<op>: <name> must be finite and >= 0, got <x>") unless x is.
-inline void require_non_negative(std::string_view op, std::string_view name, double x) {
-  if (!(std::isfinite(x) && x >= 0)) fail<ValueError>("{}: {} must be finite and >= 0, got {}", op, name, x);
-}
-
 }  // namespace tapegrad
