@@ -94,13 +94,10 @@ template <class T>
 Var<T> Positions<T>::forward_from(Var<T> x, Index first) {
   Tape<T>& tape = Tape<T>::of("positions", {{"x", x}});
   const Shape s = x.shape();
-  if (s.rank != 3 || s.cols != options_.d_model)
+  if (s.rank != 3 || s.cols != options_.d_model || (first == 0 && s.rows > options_.max_len))
     fail<ShapeError>("positions '{}': x is {} but the layer takes (batch, T <= {}, {}) inputs", this->name(), s,
                      options_.max_len, options_.d_model);
   if (first < 0 || first > options_.max_len - s.rows) {
-    if (first == 0)
-      fail<ShapeError>("positions '{}': x is {} but the layer takes (batch, T <= {}, {}) inputs", this->name(), s,
-                       options_.max_len, options_.d_model);
     if (s.rows == 1)
       fail<ValueError>("positions '{}': position {} is past the longest sequence, max_len {}", this->path(), first,
                        options_.max_len);
