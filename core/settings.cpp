@@ -46,14 +46,6 @@ std::string to_text(double v) { return fmt::format("{}", v); }
 
 std::string to_text(bool v) { return v ? "true" : "false"; }
 
-bool from_text(std::string_view text, double& out) {
-  double v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return false;
-  out = v;
-  return true;
-}
-
 bool from_text(std::string_view text, bool& out) {
   if (text == "true") {
     out = true;

@@ -19,7 +19,10 @@
 //
 // Values are written so that they read back exactly: doubles in the shortest form that round-trips,
 // integers in decimal, bools as true/false, enums by their names (core/enum_names.hpp), strings as they are.
-// Field types: double, any integer, bool, std::string and named enums.
+// Field types: double, any integer, bool, std::string, named enums, and std::optional of an integer: a
+// size whose default follows from other fields (d_ff: 4 d_model when empty). An empty one is written 0,
+// as files wrote such a size before it was optional, so its bounds (a value it holds must be within them)
+// must leave 0 out: check_fields refuses bounds that do not.
 
 #include <algorithm>
 #include <charconv>
@@ -27,6 +30,7 @@
 #include <concepts>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -65,9 +69,13 @@ struct Bounds {
 };
 constexpr Bounds at_least(double lo) { return {.lo = lo}; }
 constexpr Bounds above(double lo) { return {.lo = lo, .lo_open = true}; }
-constexpr Bounds in_range(double lo, double hi, bool hi_open = false) {
-  return {.lo = lo, .hi = hi, .hi_open = hi_open};
-}
+constexpr Bounds in_range(double lo, double hi) { return {.lo = lo, .hi = hi}; }                         // [lo, hi]
+constexpr Bounds at_least_below(double lo, double hi) { return {.lo = lo, .hi = hi, .hi_open = true}; }  // [lo, hi)
+
+// std::optional of an integer, the one optional type a field may have.
+template <class V>
+concept OptionalInteger =
+    std::same_as<V, std::optional<typename V::value_type>> && std::integral<typename V::value_type>;
 
 // ---- one value as text ----------------------------------------------------------------------------
 
@@ -80,17 +88,21 @@ template <NamedEnum E>
 std::string to_text(E v) {
   return std::string(to_string(v));
 }
+template <OptionalInteger V>
+std::string to_text(const V& v) {
+  return v ? to_text(*v) : "0";
+}
 
 // Parse the whole of `text`; false (out unchanged) if it is not one value of the type.
-bool from_text(std::string_view text, double& out);
 bool from_text(std::string_view text, bool& out);
 inline bool from_text(std::string_view text, std::string& out) {
   out = std::string(text);
   return true;
 }
-template <std::integral I>
-requires(!std::same_as<I, bool>) bool from_text(std::string_view text, I& out) {
-  I v{};
+template <class N>
+requires(std::floating_point<N> || (std::integral<N> && !std::same_as<N, bool>)) bool from_text(std::string_view text,
+                                                                                                N& out) {
+  N v{};
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return false;
   out = v;
@@ -99,6 +111,13 @@ requires(!std::same_as<I, bool>) bool from_text(std::string_view text, I& out) {
 template <NamedEnum E>
 bool from_text(std::string_view text, E& out) {
   return parse_enum(text, out);
+}
+template <OptionalInteger V>
+bool from_text(std::string_view text, V& out) {
+  typename V::value_type v{};
+  if (!from_text(text, v)) return false;
+  out = v == 0 ? V() : V(v);
+  return true;
 }
 
 // "a number", "an integer", "true or false", "one of a, b or c": what a value of the type must be.
@@ -114,6 +133,8 @@ std::string kind_of_value() {
     return "a whole number";
   else if constexpr (NamedEnum<V>)
     return "one of " + enum_choices<V>();
+  else if constexpr (OptionalInteger<V>)
+    return kind_of_value<typename V::value_type>();
   else
     return "text";
 }
@@ -131,12 +152,16 @@ Settings to_settings(const S& s) {
 }
 
 // Throws ValueError "<what>: <field> must be <bounds>, got <value>" for the first numeric field out of
-// its bounds.
+// its bounds (an empty optional has no value to check).
 template <class S>
 void check_fields(const S& s, std::string_view what) {
   S::fields(s, [&](const char* name, const auto& value, const char*, Bounds bounds = {}) {
     using V = std::remove_cvref_t<decltype(value)>;
-    if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>) {
+    if constexpr (OptionalInteger<V>) {
+      if (bounds.contains(0)) fail<UsageError>("{}: {} is optional, so its bounds must leave out 0", what, name);
+      if (value && !bounds.contains(static_cast<double>(*value)))
+        fail<ValueError>("{}: {} must be {}, got {}", what, name, bounds.describe(), *value);
+    } else if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>) {
       if (!bounds.contains(static_cast<double>(value)))
         fail<ValueError>("{}: {} must be {}, got {}", what, name, bounds.describe(), to_text(value));
     }

@@ -36,7 +36,7 @@ inline void check_lm_memory(const LmSize& s, std::string_view flags) {
 // check_lm_memory for a decoder language model, its parameters counted by the library (which reads them
 // off the constructor, building nothing of the configuration's size).
 inline void check_lm_memory(const DecoderLmConfig& c, Index batch, std::string_view flags) {
-  const Index parameters = DecoderLm<float>::count_parameters(c);
+  const Index parameters = DecoderLm<float>::count_parameters_of(c);
   check_lm_memory({.parameters = static_cast<double>(parameters), .batch = batch, .positions = c.context,
                    .layers = c.n_layers, .d_model = c.d_model, .d_ff = feed_forward_width(c.d_model, c.d_ff),
                    .heads = c.n_heads},

@@ -66,7 +66,8 @@ struct Options {
   PositionEncoding positions = PositionEncoding::onehot;
   OptimizerKind optimizer = OptimizerKind::adam;
   ScheduleKind schedule = ScheduleKind::constant;
-  Index heads = 1, d_model = 0, d_head = 0;
+  Index heads = 1, d_model = 0;
+  std::optional<Index> d_head;  // unset: the model width / --heads
   bool residual = false;
   Index layers = 1;
   bool mlp = false, layernorm = false;

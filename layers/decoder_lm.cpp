@@ -33,7 +33,7 @@ void DecoderLm<T>::check_config(const Config& c) {
 // What the constructor below builds, counted (tests/test_decoder_lm.cpp compares it with built models of
 // every kind): within check_config's bounds every product fits an Index.
 template <class T>
-Index DecoderLm<T>::count_parameters(const Config& c) {
+Index DecoderLm<T>::count_parameters_of(const Config& c) {
   check_config(c);
   const Index V = c.vocab, D = c.d_model, F = feed_forward_width(c.d_model, c.d_ff);
   const Index attention = c.attention == AttentionMode::learnable ? 4 * D * D + 4 * D : 0;  // Wq Wk Wv Wo, biases

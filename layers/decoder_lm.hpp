@@ -19,11 +19,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
 
 #include "tapegrad/core/enum_names.hpp"
+#include "tapegrad/core/hooks.hpp"
 #include "tapegrad/core/settings.hpp"
 #include "tapegrad/layers/embedding.hpp"
 #include "tapegrad/layers/generate.hpp"
@@ -49,7 +51,7 @@ struct DecoderLmConfig {
   Index d_model = 128;
   Index n_heads = 4;
   Index n_layers = 4;
-  Index d_ff = 0;  // 0: 4 d_model
+  std::optional<Index> d_ff = std::nullopt;  // unset: 4 d_model (a checkpoint writes 0)
   AttentionMode attention = AttentionMode::learnable;
   PositionEncoding positions = PositionEncoding::learned;  // learned, sinusoidal or none
   bool tie = false;                                        // the head reuses the embedding table (h E^T)
@@ -76,9 +78,9 @@ struct DecoderLmConfig {
     field("d_model", s.d_model, "width of the residual stream", in_range(1, 1 << 16));
     field("n_heads", s.n_heads, "attention heads", in_range(1, 1 << 12));
     field("n_layers", s.n_layers, "transformer blocks", in_range(1, 1 << 10));
-    field("d_ff", s.d_ff, "hidden width of the MLP (0: 4 d_model)", in_range(0, 1 << 20));
+    field("d_ff", s.d_ff, "hidden width of the MLP (0: 4 d_model)", in_range(1, 1 << 20));
     field("attention", s.attention, "attention: learnable or parameter_free");
-    field("dropout", s.dropout, "dropout probability", in_range(0, 1, true));
+    field("dropout", s.dropout, "dropout probability", at_least_below(0, 1));
     field("seed", s.seed, "seed of the initial weights");
   }
 };
@@ -94,10 +96,9 @@ class DecoderLm : public Module<T>, public LanguageModel<T> {
   // The constructor's checks alone: ValueError naming what does not fit, nothing allocated.
   static void check_config(const Config& config);
   // The parameter values `config` builds, without building it (the formula beside the constructor, which
-  // tests/test_decoder_lm.cpp compares with built models of every kind); ValueError as check_config.
-  // model_from_checkpoint compares it with what a file holds before it builds anything.
-  static Index count_parameters(const Config& config);
-  using Module<T>::count_parameters;  // a built model's: model.count_parameters()
+  // tests/test_decoder_lm.cpp compares with built models of every kind): what a program bounds its memory
+  // by before it builds. ValueError as check_config. A built model's is model.count_parameters().
+  static Index count_parameters_of(const Config& config);
 
   // The logits (B, T) -> (B, T, V). Without a cache the tokens are at positions 0 .. T-1; with one
   // (gradients off, B = 1), they are the newest tokens of a sequence, at positions cache->length() on, and
@@ -143,9 +144,15 @@ extern template class DecoderLm<double>;
 // DecoderLmConfig with fields() of its own, names the settings the program keeps (its checkpoints keep them
 // as the model's settings, model_record() kind C::kind; DecoderLmConfig::transformer_fields lists the
 // transformer's); C::decoder(c) is the DecoderLmConfig they mean, the settings the program does not name
-// set by it, and C::stream the initial weights' random stream. A C with a check()
-// has it run between its fields' bounds and the model's. model_from_checkpoint<ConfiguredLm<T, C>> (or of a
-// class derived from it) rebuilds it from a file.
+// set by it, and C::stream the initial weights' random stream. A C may declare `void check() const` (the
+// hook ChecksItself), a condition between its own fields, run after their bounds and before the model's
+// checks. model_from_checkpoint<ConfiguredLm<T, C>> (or of a class derived from it) rebuilds it from a file.
+template <class C>
+concept ChecksItself = requires {
+  &C::check;
+}
+&&hook_signature<"void check() const", decltype(&C::check), void (C::*)() const>();
+
 template <class T, class C>
 class ConfiguredLm : public DecoderLm<T> {
  public:
@@ -153,30 +160,23 @@ class ConfiguredLm : public DecoderLm<T> {
   static constexpr std::string_view kind = C::kind;
 
   // ValueError for a configuration that does not fit together (check_config), before anything is allocated.
-  // (C's own checks first; DecoderLm's constructor then checks the model it means.)
-  explicit ConfiguredLm(const C& config)
-      : DecoderLm<T>((check_own(config), C::decoder(config)), C::stream), config_(config) {}
-  // The constructor's checks alone: C's bounds first, so that a refusal names the program's setting, then
-  // the model's. Nothing is allocated.
-  static void check_config(const C& config) {
-    check_own(config);
-    DecoderLm<T>::check_config(C::decoder(config));
+  explicit ConfiguredLm(const C& config) : DecoderLm<T>(checked_decoder(config), C::stream), config_(config) {}
+  // The constructor's checks alone, nothing allocated.
+  static void check_config(const C& config) { DecoderLm<T>::check_config(checked_decoder(config)); }
+  static Index count_parameters_of(const C& config) {
+    return DecoderLm<T>::count_parameters_of(checked_decoder(config));
   }
-  // The parameter values a configuration implies, without building it (model_from_checkpoint compares it
-  // with the file first); ValueError as check_config.
-  static Index count_parameters(const C& config) {
-    check_config(config);
-    return DecoderLm<T>::count_parameters(C::decoder(config));
-  }
-  using Module<T>::count_parameters;  // a built model's
 
   ModelRecord model_record() const override { return {std::string(C::kind), to_settings(config_)}; }
   const C& config() const { return config_; }
 
  private:
-  static void check_own(const C& config) {
+  // The model C means, after C's own checks (its fields' bounds, then its check()), so that a refusal
+  // names the program's setting before the model's checks name the model's.
+  static DecoderLmConfig checked_decoder(const C& config) {
     check_fields(config, C::kind);
-    if constexpr (requires { config.check(); }) config.check();
+    if constexpr (ChecksItself<C>) config.check();
+    return C::decoder(config);
   }
 
   C config_;

@@ -55,11 +55,9 @@ Positions<T>::Positions(std::string name, const PositionOptions& options)
 template <class T>
 Positions<T>::Positions(std::string name, const PositionOptions& options, Rng* rng)
     : Module<T>(std::move(name)), options_(options) {
-  if (options.max_len <= 0)
-    fail<ValueError>("positions '{}': max_len must be positive, got {}", this->name(), options.max_len);
-  if (options.kind != PositionEncoding::none && options.d_model <= 0)
-    fail<ValueError>("positions '{}': {} positions need d_model > 0, got {}", this->name(), to_string(options.kind),
-                     options.d_model);
+  if (options.max_len <= 0 || options.d_model <= 0)
+    fail<ValueError>("positions '{}': max_len and d_model must be positive, got {} and {}", this->name(),
+                     options.max_len, options.d_model);
   const Index L = options.max_len, D = options.d_model;
   switch (options.kind) {
     case PositionEncoding::none:
@@ -89,20 +87,17 @@ Positions<T>::Positions(std::string name, const PositionOptions& options, Rng* r
 
 template <class T>
 Index Positions<T>::output_width() const {
-  return options_.kind == PositionEncoding::onehot ? options_.d_model + options_.max_len : options_.d_model;
+  return options_.kind == PositionEncoding::onehot ? options_.d_model + options_.max_len : Index{options_.d_model};
 }
 
 template <class T>
 Var<T> Positions<T>::forward_from(Var<T> x, Index first) {
   Tape<T>& tape = Tape<T>::of("positions", {{"x", x}});
   const Shape s = x.shape();
-  if (s.rank != 3 || s.cols != options_.d_model)
+  if (s.rank != 3 || s.cols != options_.d_model || (first == 0 && s.rows > options_.max_len))
     fail<ShapeError>("positions '{}': x is {} but the layer takes (batch, T <= {}, {}) inputs", this->name(), s,
                      options_.max_len, options_.d_model);
   if (first < 0 || first > options_.max_len - s.rows) {
-    if (first == 0)
-      fail<ShapeError>("positions '{}': x is {} but the layer takes (batch, T <= {}, {}) inputs", this->name(), s,
-                       options_.max_len, options_.d_model);
     if (s.rows == 1)
       fail<ValueError>("positions '{}': position {} is past the longest sequence, max_len {}", this->path(), first,
                        options_.max_len);

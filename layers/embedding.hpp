@@ -61,9 +61,9 @@ struct EnumNames<PositionEncoding> {
 
 struct PositionOptions {
   PositionEncoding kind = PositionEncoding::none;
-  Index max_len = 0;                             // longest sequence the layer accepts
-  Index d_model = 0;                             // width of x; learned and sinusoidal add a (T, d_model) table
-  Initializer init = Initializer::normal(0.02);  // learned positions only
+  Required<Index, "PositionOptions::max_len"> max_len;  // longest sequence the layer accepts
+  Required<Index, "PositionOptions::d_model"> d_model;  // width of x; learned and sinusoidal add a (T, d_model) table
+  Initializer init = Initializer::normal(0.02);         // learned positions only
 };
 
 template <class T>

@@ -2,14 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <limits>
 #include <optional>
 #include <span>
 #include <vector>
 
-#include "tapegrad/core/escape.hpp"
 #include "tapegrad/core/rng.hpp"
-#include "tapegrad/layers/module.hpp"
 
 namespace tapegrad {
 
@@ -54,32 +52,51 @@ std::int32_t draw(std::span<const T> logits, double temperature, double u, std::
   return static_cast<std::int32_t>(V - 1);
 }
 
-// A cached forward must have appended the `fed` tokens to every attention layer's cache, each then holding
-// held + fed positions: a model whose block forgot to pass the cache on would otherwise attend to this step's
-// tokens alone, and sample another text than its recomputing forward, silently. A layer that was given no
-// cache has no entry in it, but its attention op is on the tape: more attention ops than layers that grew
-// means one ran without the cache.
+// The logits after the last of `tokens` (vocab() values) by the model's forward on `tape`, through `cache`
+// when it is given; ShapeError unless the forward gives (1, N, vocab) logits.
 template <class T>
-void check_cache_grew(LanguageModel<T>& model, const KvCache<T>& cache, const Tape<T>& tape, Index held, Index fed) {
-  Index wrong = -1;
-  for (Index i = 0; i < cache.layers() && wrong < 0; ++i)
-    if (cache.layer(i).length() != held + fed) wrong = i;
-  Index attention_ops = 0;
-  for (std::size_t i = 0; i < tape.size(); ++i) attention_ops += std::strcmp(tape.node_at(i).op, "attention") == 0;
-  if (wrong < 0 && attention_ops <= cache.layers()) return;  // (a model without attention appends nothing)
-  const auto* module = dynamic_cast<const Module<T>*>(&model);
-  const std::string name =
-      module && !module->path().empty() ? fmt::format("model '{}'", escaped(module->path())) : "the model";
-  if (wrong >= 0)
+std::span<const T> next_logits(LanguageModel<T>& model, Tape<T>& tape, std::span<const std::int32_t> tokens,
+                               KvCache<T>* cache, Ids& ids) {
+  const Index V = model.vocab(), N = static_cast<Index>(tokens.size());
+  ids.resize(Shape::mat(1, N));
+  std::copy(tokens.begin(), tokens.end(), ids.data());
+  const TensorT<T>& all = model.forward(tape, ids, cache).value();  // (1, N, V)
+  if (all.numel() != N * V || all.cols() != V)
+    fail<ShapeError>("sample: the model gave logits of shape {} for {} tokens and a vocabulary of {}", all.shape(), N,
+                     V);
+  return {all.data() + all.numel() - V, static_cast<std::size_t>(V)};
+}
+
+// A layer that reads earlier tokens but is not handed the cache (a block that does not pass it on, an
+// attention written from matmul_bt, softmax_rows and matmul) sees only the tokens fed at a step, and the
+// cached path would sample another text than the recomputing one, silently. So the logits of the first step
+// that reads tokens the cache holds are compared with those of its window recomputed without the cache.
+// Rounding in another order moves the logits by units in the last place of their scale, times a factor
+// that grows with the depth of the computation: half the element type's digits of that scale
+// (sqrt(epsilon)) leaves room for any depth, and a layer that ignores the cache moves them far more.
+template <class T>
+void check_cached_logits(LanguageModel<T>& model, std::span<const std::int32_t> window, std::span<const T> cached) {
+  Tape<T> tape;
+  NoGradGuard<T> no_grad(tape);
+  Ids ids;
+  const std::span<const T> recomputed = next_logits<T>(model, tape, window, nullptr, ids);
+  double scale = 1, largest = 0;
+  std::size_t at = 0;
+  for (std::size_t v = 0; v < cached.size(); ++v) {
+    scale = std::max(scale, std::abs(static_cast<double>(recomputed[v])));
+    const double difference = std::abs(static_cast<double>(cached[v]) - static_cast<double>(recomputed[v]));
+    if (difference > largest) {
+      largest = difference;
+      at = v;
+    }
+  }
+  const double allowed = std::sqrt(std::numeric_limits<T>::epsilon()) * scale;
+  if (largest > allowed)
     fail<UsageError>(
-        "sample: the cached forward of {} left attention layer {} of {} holding {} positions where it "
-        "should hold {} ({} before, {} fed); its forward must pass the cache on to every attention layer, "
-        "once per step (or sample with cache = false)",
-        name, wrong, cache.layers(), cache.layer(wrong).length(), held + fed, held, fed);
-  fail<UsageError>(
-      "sample: the cached forward of {} ran {} attention op{} but only {} took the cache; its forward must "
-      "pass the cache on to every attention layer (or sample with cache = false)",
-      name, attention_ops, attention_ops == 1 ? "" : "s", cache.layers());
+        "sample: the model's forward with a cache gives other logits than without one (largest difference {:.3g} "
+        "at token {}, where rounding allows {:.3g}): a layer that reads earlier tokens must take the cache "
+        "(SelfAttention does), or sample with cache = false",
+        largest, at, allowed);
 }
 
 }  // namespace
@@ -104,8 +121,8 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
     if (prompt[i] < 0 || prompt[i] >= V)
       fail<ValueError>("sample: prompt token {} at position {} is outside the vocabulary of {}", prompt[i], i, V);
   if (o.count < 0) fail<ValueError>("sample: count must be >= 0, got {}", o.count);
-  if (o.stop < -1 || o.stop >= V)
-    fail<ValueError>("sample: the stop token {} is outside the vocabulary of {} (-1: none)", o.stop, V);
+  if (o.stop && (*o.stop < 0 || *o.stop >= V))
+    fail<ValueError>("sample: the stop token {} is outside the vocabulary of {}", *o.stop, V);
   if (!(o.temperature > 0) || !std::isfinite(o.temperature))
     fail<ValueError>("sample: the temperature must be positive and finite, got {}", o.temperature);
 
@@ -118,6 +135,7 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
   Ids fed;
   std::vector<double> p, seen;  // the draw's probabilities; the logits on_logits sees
   Index cached_from = -1;       // the cache holds tokens [cached_from, cached_from + cache->length())
+  bool compared = false;        // whether the cached logits were compared with recomputed ones
   for (Index i = 0; i < o.count; ++i) {
     const Index n = static_cast<Index>(tokens.size());
     const Index start = window_start(n, context);
@@ -130,28 +148,26 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
       // The window's tokens not fed yet: the last drawn one, or the whole window after a jump (the prompt first).
       feed = std::span<const std::int32_t>(tokens).subspan(static_cast<std::size_t>(cached_from + cache->length()));
     }
-    fed.resize(Shape::mat(1, static_cast<Index>(feed.size())));
-    std::copy(feed.begin(), feed.end(), fed.data());
     tape.reset();
-    const Index held = cache ? cache->length() : 0;
-    const TensorT<T>& all = model.forward(tape, fed, cache ? &*cache : nullptr).value();  // (1, N, V)
-    if (cache) check_cache_grew(model, *cache, tape, held, fed.numel());
-    if (all.numel() != static_cast<Index>(feed.size()) * V || all.cols() != V)
-      fail<ShapeError>("sample: the model gave logits of shape {} for {} tokens and a vocabulary of {}", all.shape(),
-                       feed.size(), V);
-    const std::span<const T> logits(all.data() + all.numel() - V, static_cast<std::size_t>(V));  // after the last token
+    const bool reads_cache = cache && cache->length() > 0;
+    const std::span<const T> logits = next_logits(model, tape, feed, cache ? &*cache : nullptr, fed);
     if (const Index v = first_non_finite(logits); v >= 0)
       fail<NonFiniteError>(
           "sample: drawing token {} of {} (position {} of the text), the model's logit of token {} of {} is "
           "{}; {}",
           i + 1, o.count, n, v, V, static_cast<double>(logits[static_cast<std::size_t>(v)]), kOverflow);
+    if (reads_cache && !compared) {
+      check_cached_logits(model, std::span<const std::int32_t>(tokens).subspan(static_cast<std::size_t>(start)),
+                          logits);
+      compared = true;
+    }
     if (o.on_logits) {
       seen.assign(logits.begin(), logits.end());
       o.on_logits(seen);
     }
     tokens.push_back(draw(logits, o.temperature, rng.uniform(), p));
     if (o.on_token) o.on_token(tokens.back());
-    if (tokens.back() == o.stop) break;
+    if (o.stop == tokens.back()) break;
   }
   return {tokens.begin() + static_cast<std::ptrdiff_t>(prompt.size()), tokens.end()};
 }

@@ -19,10 +19,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "tapegrad/autograd/tape.hpp"
+#include "tapegrad/core/required.hpp"
 #include "tapegrad/core/tensor.hpp"
 #include "tapegrad/layers/kv_cache.hpp"
 
@@ -44,15 +46,17 @@ class LanguageModel {
   // tokens of a sequence whose earlier ones the cache holds, at positions cache->length() on, and the
   // forward appends their keys and values: it passes the cache on to its Positions, its TransformerStack or
   // its blocks' SelfAttention layers. The sampler runs it with gradients off, and refuses a model whose
-  // cached forward did not append the tokens it was fed to every attention layer's cache.
+  // forward with a cache gives other logits than without one (a layer that reads earlier tokens but does not
+  // take the cache), comparing the two once, at the first token drawn through a cache that holds tokens.
   virtual Var<T> forward(Tape<T>& tape, const Ids& tokens, KvCache<T>* cache) = 0;
 };
 
 struct SampleOptions {
-  Index count = 0;           // tokens to draw, at most
-  std::uint64_t seed = 0;    // the draws' random numbers: Rng(seed, stream)
+  Required<Index, "SampleOptions::count"> count;  // tokens to draw, at most
+  std::uint64_t seed = 0;                         // the draws' random numbers: Rng(seed, stream)
   std::uint64_t stream = 0;  // ... so that texts sampled apart (one word each) draw from streams of one seed
-  std::int32_t stop = -1;    // a token that ends the text once drawn (it is the last one returned); -1: none
+  std::optional<std::int32_t> stop =
+      std::nullopt;          // a token that ends the text once drawn (it is the last one returned)
   double temperature = 1.0;  // logits are divided by it: below 1 sharper, above 1 flatter
   bool cache = true;         // false: a forward of the whole window for every token
   // Called with each token as it is drawn (a program streams the text instead of holding it until the
@@ -66,9 +70,10 @@ struct SampleOptions {
 
 // `count` tokens drawn after `prompt` (fewer when `stop` is drawn), the new ones only. ValueError for an
 // empty prompt, a prompt token outside the vocabulary, a negative count, a stop token outside the
-// vocabulary (other than -1) or a temperature that is not positive and finite;
-// NonFiniteError, naming the token being drawn, when the model's logits are not all finite (weights that
-// overflow: every draw would otherwise fall on the last token).
+// vocabulary or a temperature that is not positive and finite; NonFiniteError, naming the token being
+// drawn, when the model's logits are not all finite (weights that overflow: every draw would otherwise
+// fall on the last token); UsageError when the model's logits through the cache are not its logits without
+// it (LanguageModel::forward).
 template <class T>
 std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::int32_t> prompt,
                                  const SampleOptions& options);

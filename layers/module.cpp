@@ -146,14 +146,6 @@ void Module<T>::set_rng(Rng* rng) {
 }
 
 template <class T>
-bool Module<T>::has_local_name(std::string_view local_name) const {
-  return std::find(own_local_names_.begin(), own_local_names_.end(), local_name) != own_local_names_.end() ||
-         std::any_of(children_.begin(), children_.end(), [&](auto* c) {
-           return c->name_.empty() ? c->has_local_name(local_name) : c->name_ == local_name;
-         });
-}
-
-template <class T>
 std::vector<std::string> Module<T>::local_names() const {
   std::vector<std::string> out = own_local_names_;
   for (const auto* c : children_) {
@@ -170,7 +162,8 @@ template <class T>
 void Module<T>::check_new_name(std::string_view local_name, const char* what) const {
   if (local_name.empty() || local_name.find('.') != std::string_view::npos)
     fail<NameError>("{}: '{}' is not a valid local name in {} (non-empty, without '.')", what, local_name, label());
-  if (has_local_name(local_name))
+  const std::vector<std::string> taken = local_names();
+  if (std::find(taken.begin(), taken.end(), local_name) != taken.end())
     fail<NameError>("{}: {} already has a parameter or child named '{}'", what, label(), local_name);
 }
 

@@ -124,9 +124,8 @@ class Module {
 
  private:
   void check_new_name(std::string_view local_name, const char* what) const;
-  // Whether a parameter or named child of this module, or of an unnamed child, has this local name.
-  bool has_local_name(std::string_view local_name) const;
-  std::vector<std::string> local_names() const;  // those names, in registration order
+  // The names of this module's parameters and named children, and of an unnamed child's, in registration order.
+  std::vector<std::string> local_names() const;
   std::string child_prefix(const Module<T>& child) const {
     return child.name_.empty() ? prefix_ : prefix_ + child.name_ + ".";
   }

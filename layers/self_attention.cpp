@@ -13,63 +13,61 @@ void SelfAttention<T>::check(std::string_view name, const SelfAttentionOptions& 
   const Index D = options.d_model, H = options.n_heads;
   if (D <= 0 || H <= 0)
     fail<ValueError>("self_attention '{}': d_model and n_heads must be positive, got {} and {}", name, D, H);
-  if (options.d_head < 0) fail<ValueError>("self_attention '{}': d_head must be >= 0, got {}", name, options.d_head);
+  if (options.d_head && *options.d_head <= 0)
+    fail<ValueError>("self_attention '{}': d_head must be positive, got {}", name, *options.d_head);
   const bool learnable = options.mode == AttentionMode::learnable;
-  if (!learnable && (D % H != 0 || (options.d_head != 0 && options.d_head != D / H)))
+  if (!learnable && (D % H != 0 || options.d_head.value_or(D / H) != D / H))
     fail<ValueError>(
         "self_attention '{}': the parameter-free mode splits X into heads, so d_model ({}) must be "
         "n_heads ({}) times d_head ({})",
-        name, D, H, options.d_head == 0 ? D / H : options.d_head);
+        name, D, H, options.d_head.value_or(D / H));
   if (!learnable && (options.bias || options.output_projection))
     fail<ValueError>(
         "self_attention '{}': the parameter-free mode has no parameters, so no bias and no output "
         "projection",
         name);
-  if (learnable && options.d_head == 0 && D % H != 0)
+  if (learnable && !options.d_head && D % H != 0)
     fail<ValueError>("self_attention '{}': d_model {} is not divisible by n_heads {}; give d_head explicitly", name, D,
                      H);
 }
 
 template <class T>
 SelfAttention<T>::SelfAttention(std::string name, const SelfAttentionOptions& options, Rng& rng)
-    : Module<T>(std::move(name)), options_(options) {
-  check(this->name(), options);
-  const Index D = options.d_model, H = options.n_heads;
-  const bool learnable = options.mode == AttentionMode::learnable;
-  d_head_ = options.d_head != 0 ? options.d_head : D / H;
-
-  if (learnable) {
-    auto weight = [&](std::string_view local, Index rows, Index cols) {
-      TensorT<T> w(Shape::mat(rows, cols));
-      options.init.apply(w, rng);
-      return &this->register_parameter(local, std::move(w));
-    };
-    const Index width = H * d_head_;
-    wq_ = weight("wq", D, width);
-    wk_ = weight("wk", D, width);
-    wv_ = weight("wv", D, width);
-    if (options.bias) {
-      bq_ = &this->register_parameter("bq", TensorT<T>(Shape::vec(width)));
-      bk_ = &this->register_parameter("bk", TensorT<T>(Shape::vec(width)));
-      bv_ = &this->register_parameter("bv", TensorT<T>(Shape::vec(width)));
-    }
-    if (options.output_projection) {
-      wo_ = weight("wo", width, D);
-      if (options.bias) bo_ = &this->register_parameter("bo", TensorT<T>(Shape::vec(D)));
-    }
-  }
-  weights_.resize(static_cast<std::size_t>(H));
-}
+    : SelfAttention(std::move(name), options, &rng) {}
 
 template <class T>
 SelfAttention<T>::SelfAttention(std::string name, const SelfAttentionOptions& options)
+    : SelfAttention(std::move(name), options, nullptr) {}
+
+template <class T>
+SelfAttention<T>::SelfAttention(std::string name, const SelfAttentionOptions& options, Rng* rng)
     : Module<T>(std::move(name)), options_(options) {
   check(this->name(), options);
-  if (options.mode == AttentionMode::learnable)
+  const Index D = options.d_model, H = options.n_heads;
+  d_head_ = options.d_head.value_or(D / H);
+  weights_.resize(static_cast<std::size_t>(H));
+  if (options.mode == AttentionMode::parameter_free) return;
+  if (!rng)
     fail<ValueError>("self_attention '{}': the learnable mode initialises Wq, Wk and Wv, so it needs an Rng",
                      this->name());
-  d_head_ = options.d_head != 0 ? options.d_head : options.d_model / options.n_heads;
-  weights_.resize(static_cast<std::size_t>(options.n_heads));
+  auto weight = [&](std::string_view local, Index rows, Index cols) {
+    TensorT<T> w(Shape::mat(rows, cols));
+    options.init.apply(w, *rng);
+    return &this->register_parameter(local, std::move(w));
+  };
+  const Index width = H * d_head_;
+  wq_ = weight("wq", D, width);
+  wk_ = weight("wk", D, width);
+  wv_ = weight("wv", D, width);
+  if (options.bias) {
+    bq_ = &this->register_parameter("bq", TensorT<T>(Shape::vec(width)));
+    bk_ = &this->register_parameter("bk", TensorT<T>(Shape::vec(width)));
+    bv_ = &this->register_parameter("bv", TensorT<T>(Shape::vec(width)));
+  }
+  if (options.output_projection) {
+    wo_ = weight("wo", width, D);
+    if (options.bias) bo_ = &this->register_parameter("bo", TensorT<T>(Shape::vec(D)));
+  }
 }
 
 template <class T>

@@ -14,6 +14,7 @@
 // With Wq = Wk = Wv = I (one head, dh = D, no Wo, no biases) the learnable mode gives exactly the
 // parameter-free result, outputs and input gradients bit for bit (tests/test_layers.cpp checks it).
 
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -53,10 +54,10 @@ struct SelfAttentionOptions {
   AttentionMode mode = AttentionMode::learnable;
   Required<Index, "SelfAttentionOptions::d_model"> d_model;
   Index n_heads = 1;
-  Index d_head = 0;                // 0: d_model / n_heads
-  bool bias = false;               // bq, bk, bv (and bo with the output projection)
-  bool output_projection = false;  // Wo: (n_heads * d_head, d_model)
-  bool causal = false;             // token t attends to tokens <= t only
+  std::optional<Index> d_head = std::nullopt;  // unset: d_model / n_heads
+  bool bias = false;                           // bq, bk, bv (and bo with the output projection)
+  bool output_projection = false;              // Wo: (n_heads * d_head, d_model)
+  bool causal = false;                         // token t attends to tokens <= t only
   AttentionScale scale = AttentionScale::inv_sqrt_d_head;
   Initializer init = Initializer::xavier_uniform();  // Wq, Wk, Wv, Wo
 };
@@ -111,6 +112,7 @@ class SelfAttention : public Module<T> {
   TorchName torch_name(std::string_view local_name) const override;
 
  private:
+  SelfAttention(std::string name, const SelfAttentionOptions& options, Rng* rng);
   Parameter<T>& need(Parameter<T>* p, const char* what);
   const Mask* build_mask(const Shape& x, const Mask* key_padding, Index first);
   void check_cached(const Tape<T>& t, const Shape& x, const Mask* key_padding) const;

@@ -30,13 +30,13 @@ Var<T> FeedForward<T>::forward(Var<T> x) {
 // ---- TransformerBlock -----------------------------------------------------------------------------
 
 template <class T>
-void TransformerBlock<T>::check(std::string_view name, const TransformerBlockOptions& o) {
+const TransformerBlockOptions& TransformerBlock<T>::check(std::string_view name, const TransformerBlockOptions& o) {
   if (o.d_model <= 0 || o.n_heads <= 0)
     fail<ValueError>("transformer_block '{}': d_model and n_heads must be positive, got {} and {}", name, o.d_model,
                      o.n_heads);
   if (o.d_model % o.n_heads != 0)
     fail<ValueError>("transformer_block '{}': d_model {} is not divisible by n_heads {}", name, o.d_model, o.n_heads);
-  if (o.d_ff < 0) fail<ValueError>("transformer_block '{}': d_ff must be >= 0, got {}", name, o.d_ff);
+  if (o.d_ff && *o.d_ff <= 0) fail<ValueError>("transformer_block '{}': d_ff must be positive, got {}", name, *o.d_ff);
   if (!(o.dropout >= 0 && o.dropout < 1))
     fail<ValueError>("transformer_block '{}': dropout must be in [0, 1), got {}", name, o.dropout);
   if (!(o.eps > 0) || !std::isfinite(o.eps))
@@ -46,6 +46,7 @@ void TransformerBlock<T>::check(std::string_view name, const TransformerBlockOpt
         "transformer_block '{}': parameter-free attention has no parameters, so no bias and no output "
         "projection",
         name);
+  return o;
 }
 
 namespace {
@@ -63,8 +64,8 @@ SelfAttentionOptions block_attention(const TransformerBlockOptions& o) {
 
 template <class T>
 TransformerBlock<T>::TransformerBlock(std::string name, const TransformerBlockOptions& o, Rng& rng)
-    : Module<T>((check(name, o), std::move(name))),
-      options_(o),
+    : Module<T>(std::move(name)),
+      options_(check(this->name(), o)),
       drop1_("dropout1", o.dropout),
       drop2_("dropout2", o.dropout) {
   // Registered in PyTorch's order of the encoder layer: attention, FFN, norms.

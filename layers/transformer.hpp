@@ -35,14 +35,14 @@
 
 namespace tapegrad {
 
-// The hidden width of a FeedForward: d_hidden, or 4 d_model when d_hidden is 0 (as FeedForwardOptions and
-// the blocks' d_ff say), for code that sizes a model before building it.
-inline Index feed_forward_width(Index d_model, Index d_hidden) { return d_hidden != 0 ? d_hidden : 4 * d_model; }
+// The hidden width of a FeedForward: d_hidden, or 4 d_model when it is unset (as FeedForwardOptions and the
+// blocks' d_ff say), for code that sizes a model before building it.
+inline Index feed_forward_width(Index d_model, std::optional<Index> d_hidden) { return d_hidden.value_or(4 * d_model); }
 
 struct FeedForwardOptions {
   Required<Index, "FeedForwardOptions::d_model"> d_model;
-  Index d_hidden = 0;  // 0: 4 d_model
-  double dropout = 0;  // after the GELU
+  std::optional<Index> d_hidden = std::nullopt;  // unset: 4 d_model
+  double dropout = 0;                            // after the GELU
   Initializer init = Initializer::xavier_uniform();
 };
 
@@ -63,7 +63,7 @@ struct TransformerBlockOptions {
   AttentionMode mode = AttentionMode::learnable;
   Required<Index, "TransformerBlockOptions::d_model"> d_model;
   Index n_heads = 1;
-  Index d_ff = 0;  // the FFN's hidden width; 0: 4 d_model
+  std::optional<Index> d_ff = std::nullopt;  // the FFN's hidden width; unset: 4 d_model
   // Attention's biases (bq, bk, bv, bo) and output projection (Wo). Unset: as nn.TransformerEncoderLayer,
   // both in the learnable mode; the parameter-free mode has neither (setting either there is a ValueError).
   std::optional<bool> bias = std::nullopt;
@@ -80,8 +80,8 @@ template <class T>
 class TransformerBlock : public Module<T> {
  public:
   TransformerBlock(std::string name, const TransformerBlockOptions& options, Rng& rng);
-  // The checks of the options alone: ValueError naming the block, nothing built.
-  static void check(std::string_view name, const TransformerBlockOptions& options);
+  // The checks of the options alone: ValueError naming the block, nothing built; `options` back.
+  static const TransformerBlockOptions& check(std::string_view name, const TransformerBlockOptions& options);
   // x (B, T, d_model) -> (B, T, d_model); key_padding (B, T) and `cache` as SelfAttention's (with a cache,
   // x is the newest tokens of one sequence).
   Var<T> forward(Var<T> x, const Mask* key_padding = nullptr, KvCache<T>* cache = nullptr);

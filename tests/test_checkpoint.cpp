@@ -73,7 +73,7 @@ struct SignumOptions {
   template <class S, class F>
   static void fields(S& s, F&& field) {
     field("lr", s.lr, "learning rate", at_least(0));
-    field("beta", s.beta, "decay of the momentum", in_range(0, 1, true));
+    field("beta", s.beta, "decay of the momentum", at_least_below(0, 1));
   }
   void check(std::string_view op) const { check_fields(*this, op); }
 };

@@ -308,14 +308,18 @@ TEST_CASE("kv cache: a user's own blocks (RMSNorm as a Function, SwiGLU) generat
   CHECK(model.parameters().front()->grad.array().abs().maxCoeff() > 0);
 }
 
-TEST_CASE("generate: a model whose block is not handed the cache is refused, naming it, not sampled from silently") {
+TEST_CASE("generate: a model whose block is not handed the cache is refused, naming why, not sampled from silently") {
   UserLm<double> model;
   model.eval();
   model.forget_cache = true;
   const std::vector<std::int32_t> prompt = {1, 2, 3};
   CHECK_THROWS_WITH_AS(sample(model, prompt, {.count = 4, .seed = 5, .cache = true}),
-                       "sample: the cached forward of the model ran 2 attention ops but only 1 took the cache; its "
-                       "forward must pass the cache on to every attention layer (or sample with cache = false)",
+                       doctest::Contains("sample: the model's forward with a cache gives other logits than without one "
+                                         "(largest difference "),
+                       UsageError);
+  CHECK_THROWS_WITH_AS(sample(model, prompt, {.count = 4, .seed = 5, .cache = true}),
+                       doctest::Contains("): a layer that reads earlier tokens must take the cache (SelfAttention does), "
+                                         "or sample with cache = false"),
                        UsageError);
   CHECK(sample(model, prompt, {.count = 4, .seed = 5, .cache = false}).size() == 4);  // recomputing needs no cache
   model.forget_cache = false;
@@ -578,7 +582,69 @@ TEST_CASE("generate: a stop token ends the text once drawn, streams of one seed 
   CHECK(other != whole);
   CHECK(other == sample(model, prompt, {.count = 40, .seed = 6, .stream = 1, .cache = false}));
   CHECK_THROWS_WITH_AS(sample(model, prompt, {.count = 3, .stop = static_cast<std::int32_t>(o.vocab)}),
-                       "sample: the stop token 11 is outside the vocabulary of 11 (-1: none)", ValueError);
-  CHECK_THROWS_WITH_AS(sample(model, prompt, {.count = 3, .stop = -2}),
-                       "sample: the stop token -2 is outside the vocabulary of 11 (-1: none)", ValueError);
+                       "sample: the stop token 11 is outside the vocabulary of 11", ValueError);
+  CHECK_THROWS_WITH_AS(sample(model, prompt, {.count = 3, .stop = -1}),
+                       "sample: the stop token -1 is outside the vocabulary of 11", ValueError);  // no token means none
+}
+
+namespace {
+
+// Finding 09: attention written by hand from the ops (matmul_bt, softmax_rows, matmul), parameter-free and
+// causal, that does not take the cache, after a SelfAttention that does (optional). With the SelfAttention
+// the cache holds the tokens read, so the sampler feeds only the newest one, which is all the hand-written
+// attention then sees.
+template <class T>
+class HandWrittenLm : public Module<T>, public LanguageModel<T> {
+ public:
+  static constexpr Index kVocab = 9, kWidth = 6, kContext = 8;
+  explicit HandWrittenLm(bool self_attention)
+      : rng_(4), embed_("embed", {.vocab = kVocab, .dim = kWidth, .init = Initializer::normal(0.5)}, rng_),
+        pos_("pos", {.kind = PositionEncoding::learned, .max_len = kContext, .d_model = kWidth}, rng_),
+        head_("head", {.d_model = kWidth, .vocab = kVocab}, rng_) {
+    this->register_children(embed_, pos_, head_);
+    if (self_attention) {
+      attn_ = std::make_unique<SelfAttention<T>>("attn", SelfAttentionOptions{.d_model = kWidth, .causal = true}, rng_);
+      this->register_child(*attn_);
+    }
+  }
+  Var<T> forward(Tape<T>& tape, const Ids& tokens, KvCache<T>* cache) override {
+    Var<T> x = pos_.forward(embed_.forward(tape, tokens), cache);  // (1, N, D)
+    if (attn_) x = x + attn_->forward(x, nullptr, cache);
+    const Index n = x.shape().rows;
+    causal_.resize(Shape::mat(n, n));
+    for (Index i = 0; i < n; ++i)
+      for (Index j = 0; j < n; ++j) causal_.at(i, j) = static_cast<std::uint8_t>(j > i);
+    const Var<T> weights = softmax_rows(matmul_bt(x, x), &causal_, 1 / std::sqrt(static_cast<double>(kWidth)));
+    return head_.forward(x + matmul(weights, x));  // softmax(x x^T / sqrt(D)) x over the tokens given only
+  }
+  Index vocab() const override { return kVocab; }
+  Index context() const override { return kContext; }
+
+ private:
+  Rng rng_;
+  Embedding<T> embed_;
+  Positions<T> pos_;
+  LmHead<T> head_;
+  std::unique_ptr<SelfAttention<T>> attn_;
+  Mask causal_;
+};
+
+}  // namespace
+
+TEST_CASE("generate: a model whose attention is written by hand and does not take the cache is refused (finding 09)") {
+  const std::vector<std::int32_t> prompt = {1, 2, 3};
+  HandWrittenLm<double> d(true);
+  d.eval();
+  CHECK(cached_against_recomputed(d, 1) > 1e-2);  // what the cache would sample from is not the model's
+  CHECK_THROWS_WITH_AS(sample(d, prompt, {.count = 6, .seed = 5}),
+                       doctest::Contains("sample: the model's forward with a cache gives other logits than without one"),
+                       UsageError);
+  CHECK(sample(d, prompt, {.count = 6, .seed = 5, .cache = false}).size() == 6);
+  HandWrittenLm<float> f(true);
+  f.eval();
+  CHECK_THROWS_AS(sample(f, prompt, {.count = 6, .seed = 5}), UsageError);
+  // Without a layer that takes the cache it holds nothing, so every step feeds the whole window: the same text.
+  HandWrittenLm<double> alone(false);
+  alone.eval();
+  CHECK(sample(alone, prompt, {.count = 20, .seed = 5}) == sample(alone, prompt, {.count = 20, .seed = 5, .cache = false}));
 }

@@ -327,7 +327,7 @@ TEST_CASE("gpt model: nanoGPT's parameters and initialisation") {
   c.vocabulary = hex;
   gpt::Gpt<float> model(c);
   CHECK(model.count_parameters() == 809856);
-  CHECK(gpt::Gpt<float>::count_parameters(c) == 809856);
+  CHECK(gpt::Gpt<float>::count_parameters_of(c) == 809856);
   c.attention = AttentionMode::parameter_free;
   CHECK(gpt::Gpt<float>(c).count_parameters() == 809856 - 4 * (4 * 128 * 128 + 4 * 128));
   auto sd = [](const Tensor& t) { return std::sqrt(t.array().template cast<double>().square().mean()); };
@@ -339,7 +339,7 @@ TEST_CASE("gpt model: nanoGPT's parameters and initialisation") {
   CHECK(model.parameter("stack.norm.weight").value.array().minCoeff() == 1);
   gpt::Gpt<float>::Config bad = c;
   bad.vocabulary = "zz";
-  CHECK_THROWS_AS(gpt::Gpt<float>::count_parameters(bad), ValueError);
+  CHECK_THROWS_AS(gpt::Gpt<float>::count_parameters_of(bad), ValueError);
   CHECK_THROWS_AS(gpt::Gpt<float>{bad}, ValueError);
 }
 

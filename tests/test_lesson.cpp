@@ -234,7 +234,7 @@ TEST_CASE("model: configurations that do not fit together are refused, the toy m
                        ValueError);
   CHECK(parse_enum<FeatureKind>("learned") == FeatureKind::learned);
   CHECK_THROWS_WITH_AS(parse_enum<FeatureKind>("bag"), "features: unknown name 'bag'; choose onehot or learned", NameError);
-  c.d_head = 0;
+  c.d_head = std::nullopt;
   c.vocab = 0;
   CHECK_THROWS_WITH_AS(ToyModel<double>{c}, "model: vocab must be in [1, 16777216), got 0", ValueError);
 

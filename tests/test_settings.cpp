@@ -23,7 +23,7 @@ struct Sample {
   std::string label = "x y";
   template <class S, class F>
   static void fields(S& s, F&& field) {
-    field("rate", s.rate, "a rate", in_range(0, 1, true));
+    field("rate", s.rate, "a rate", at_least_below(0, 1));
     field("count", s.count, "a count", at_least(1));
     field("seed", s.seed, "a seed");
     field("flag", s.flag, "a flag");
@@ -107,10 +107,46 @@ TEST_CASE("settings: parsing is strict and names every missing, unknown or repea
 TEST_CASE("settings: bounds describe themselves and refuse what is not finite") {
   CHECK(at_least(0).describe() == "finite and >= 0");
   CHECK(above(0).describe() == "finite and > 0");
-  CHECK(in_range(0, 1, true).describe() == "in [0, 1)");
+  CHECK(at_least_below(0, 1).describe() == "in [0, 1)");
   CHECK(Bounds{}.describe() == "finite");
   CHECK_FALSE(at_least(0).contains(std::numeric_limits<double>::infinity()));
   CHECK_FALSE(Bounds{}.contains(std::nan("")));
   CHECK(above(0).contains(1e-300));
   CHECK_FALSE(above(0).contains(0));
+}
+
+namespace {
+// A size whose default follows from another field, as DecoderLmConfig's d_ff (unset: 4 d_model).
+struct Sized {
+  std::int64_t width = 8;
+  std::optional<std::int64_t> hidden;
+  template <class S, class F>
+  static void fields(S& s, F&& field) {
+    field("width", s.width, "a width", at_least(1));
+    field("hidden", s.hidden, "a hidden width (0: 4 width)", in_range(1, 100));
+  }
+};
+// The same with bounds that hold 0, which would be the text of both an empty field and of 0.
+struct ZeroInBounds {
+  std::optional<int> n;
+  template <class S, class F>
+  static void fields(S& s, F&& field) {
+    field("n", s.n, "a size", at_least(0));
+  }
+};
+}  // namespace
+
+TEST_CASE("settings: an optional size is written 0 when empty, as files wrote it before, and read back") {
+  CHECK(to_settings(Sized{}) == Settings{{"width", "8"}, {"hidden", "0"}});
+  CHECK_FALSE(from_settings<Sized>({{"width", "8"}, {"hidden", "0"}}, "sized").hidden.has_value());
+  const Sized given{.hidden = 32};
+  CHECK(to_settings(given) == Settings{{"width", "8"}, {"hidden", "32"}});
+  CHECK(from_settings<Sized>(to_settings(given), "sized").hidden == 32);
+  CHECK_THROWS_WITH_AS(from_settings<Sized>({{"width", "8"}, {"hidden", "101"}}, "sized"),
+                       "sized: hidden must be in [1, 100], got 101", ValueError);
+  CHECK_THROWS_WITH_AS(from_settings<Sized>({{"width", "8"}, {"hidden", "big"}}, "sized"),
+                       "sized: hidden is 'big', which is not a whole number", ValueError);
+  CHECK_THROWS_WITH_AS(check_fields(Sized{.hidden = -3}, "sized"), "sized: hidden must be in [1, 100], got -3", ValueError);
+  CHECK_THROWS_WITH_AS(check_fields(ZeroInBounds{}, "zero"), "zero: n is optional, so its bounds must leave out 0",
+                       UsageError);
 }

@@ -102,8 +102,8 @@ struct AdamOptions {
   template <class S, class F>
   static void fields(S& s, F&& field) {
     field("lr", s.lr, "learning rate", at_least(0));
-    field("beta1", s.beta1, "decay of the gradient's running mean", in_range(0, 1, true));
-    field("beta2", s.beta2, "decay of the squared gradient's running mean", in_range(0, 1, true));
+    field("beta1", s.beta1, "decay of the gradient's running mean", at_least_below(0, 1));
+    field("beta2", s.beta2, "decay of the squared gradient's running mean", at_least_below(0, 1));
     field("eps", s.eps, "added to the denominator", at_least(0));
     field("weight_decay", s.weight_decay, "Adam: L2 penalty added to the gradient; AdamW: decoupled decay",
           at_least(0));

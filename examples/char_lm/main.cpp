@@ -46,8 +46,8 @@ int main(int argc, char** argv) {
                     ->capture_default_str()->check(CLI::Range(1, 4096));
   auto* heads = app.add_option("--heads", o.model.n_heads, "Attention heads (dividing --d-model)")
                     ->capture_default_str()->check(CLI::Range(1, 256));
-  auto* d_ff = app.add_option("--d-ff", o.model.d_ff, "Hidden width of the MLP (0: 4 x --d-model)")
-                   ->capture_default_str()->check(CLI::Range(0, 65536));
+  auto* d_ff = app.add_option("--d-ff", o.model.d_ff, "Hidden width of the MLP (default: 4 x --d-model)")
+                   ->check(CLI::Range(1, 65536));
   auto* tie = app.add_flag("--tie", o.model.tie, "Tie the output head to the embedding (logits h E^T); default: its own weight");
   auto* lr = app.add_option("--lr", o.lr, "AdamW learning rate (warm-up, then cosine to a tenth)")
                  ->capture_default_str()->check(examples::positive);

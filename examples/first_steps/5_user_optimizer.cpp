@@ -35,8 +35,8 @@ struct LionOptions {
   template <class S, class F>
   static void fields(S& s, F&& field) {
     field("lr", s.lr, "learning rate", at_least(0));
-    field("beta1", s.beta1, "interpolation of the update", in_range(0, 1, true));
-    field("beta2", s.beta2, "decay of the momentum", in_range(0, 1, true));
+    field("beta1", s.beta1, "interpolation of the update", at_least_below(0, 1));
+    field("beta2", s.beta2, "decay of the momentum", at_least_below(0, 1));
     field("weight_decay", s.weight_decay, "decoupled weight decay", at_least(0));
   }
 };

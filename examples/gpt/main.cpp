@@ -62,8 +62,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 4096));
   training(app.add_option("--heads", o.model.n_heads, "Attention heads (dividing --d-model)"), model_group)
       ->capture_default_str()->check(CLI::Range(1, 256));
-  training(app.add_option("--d-ff", o.model.d_ff, "Hidden width of the MLP (0: 4 x --d-model)"), model_group)
-      ->capture_default_str()->check(CLI::Range(0, 65536));
+  training(app.add_option("--d-ff", o.model.d_ff, "Hidden width of the MLP (default: 4 x --d-model)"), model_group)
+      ->check(CLI::Range(1, 65536));
   training(app.add_option("--dropout", o.model.dropout, "Dropout in the blocks, in [0, 0.9]"), model_group)
       ->capture_default_str()->check(examples::within(0, 0.9));
   auto* steps = app.add_option("--steps", o.steps, "Training steps per model (with --resume: the new last step)")

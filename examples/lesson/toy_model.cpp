@@ -31,7 +31,7 @@ ModelWidths model_widths(const ModelConfig& c) {
   ModelWidths w;
   w.input = c.features == FeatureKind::onehot ? c.vocab : c.d_embed;
   w.d_model = c.positions == PositionEncoding::onehot ? w.input + c.max_len : w.input;
-  w.d_head = c.d_head != 0 ? c.d_head : w.d_model / c.heads;
+  w.d_head = c.d_head.value_or(w.d_model / c.heads);
   w.attention = c.output_projection || c.blocks() ? w.d_model : c.heads * w.d_head;
   return w;
 }
@@ -55,7 +55,7 @@ void ToyModel<T>::check_config(const ModelConfig& c) {
   const ModelWidths w = model_widths(c);
   if (c.blocks()) {
     const ModelConfig plain;
-    if (c.d_head != 0 || c.scale != plain.scale || c.output_projection)
+    if (c.d_head || c.scale != plain.scale || c.output_projection)
       fail<ValueError>("model: transformer blocks (layers {}{}{}{}) fix d_head = d_model / heads, the 1/sqrt(d_head) "
                        "scale and the output projection (learnable mode); leave d_head, scale and output_projection "
                        "at their defaults",

@@ -54,7 +54,7 @@ struct ModelConfig {
   PositionEncoding positions = PositionEncoding::onehot;
   AttentionMode attention = AttentionMode::learnable;
   Index heads = 1;
-  Index d_head = 0;  // 0: d_model / heads
+  std::optional<Index> d_head = std::nullopt;  // unset: d_model / heads (a checkpoint writes 0)
   AttentionScale scale = AttentionScale::inv_sqrt_d_head;
   bool output_projection = false;
   bool residual = false;   // readout sees x + attention(x)
@@ -69,15 +69,15 @@ struct ModelConfig {
   template <class S, class F>
   static void fields(S& s, F&& field) {
     constexpr double kMaxSize = 1 << 24;
-    field("vocab", s.vocab, "number of token ids", in_range(1, kMaxSize, true));
-    field("labels", s.labels, "number of classes", in_range(1, kMaxSize, true));
-    field("max_len", s.max_len, "longest sequence", in_range(1, kMaxSize, true));
+    field("vocab", s.vocab, "number of token ids", at_least_below(1, kMaxSize));
+    field("labels", s.labels, "number of classes", at_least_below(1, kMaxSize));
+    field("max_len", s.max_len, "longest sequence", at_least_below(1, kMaxSize));
     field("features", s.features, "token features");
-    field("d_embed", s.d_embed, "width of learned token embeddings", in_range(1, kMaxSize, true));
+    field("d_embed", s.d_embed, "width of learned token embeddings", at_least_below(1, kMaxSize));
     field("positions", s.positions, "position encoding");
     field("attention", s.attention, "attention mode");
-    field("heads", s.heads, "attention heads", in_range(1, kMaxSize, true));
-    field("d_head", s.d_head, "width of a head (0: d_model / heads)", in_range(0, kMaxSize, true));
+    field("heads", s.heads, "attention heads", at_least_below(1, kMaxSize));
+    field("d_head", s.d_head, "width of a head (0: d_model / heads)", at_least_below(1, kMaxSize));
     field("scale", s.scale, "scale of the attention scores");
     field("output_projection", s.output_projection, "Wo after the heads");
     field("residual", s.residual, "readout sees x + attention(x)");
@@ -85,7 +85,7 @@ struct ModelConfig {
     field("layers", s.layers, "attention layers (transformer blocks when > 1)", in_range(1, 64));
     field("mlp", s.mlp, "an MLP after each attention (transformer blocks)");
     field("layernorm", s.layernorm, "pre-norm LayerNorms (transformer blocks)");
-    field("dropout", s.dropout, "dropout in the blocks while training", in_range(0, 1, true));
+    field("dropout", s.dropout, "dropout in the blocks while training", at_least_below(0, 1));
   }
   bool operator==(const ModelConfig&) const = default;
   std::string describe() const;  // one line
