@@ -12,6 +12,8 @@
 #include <new>
 #include <type_traits>
 
+#include "tapegrad/core/hooks.hpp"
+
 namespace tapegrad {
 
 // The heap bytes of buffers (TensorT, std::vector: anything with capacity() and data()), by capacity, as
@@ -21,6 +23,14 @@ template <class... Buffers>
 std::size_t buffer_bytes(const Buffers&... buffers) {
   return (std::size_t{0} + ... + (buffers.capacity() * sizeof(*buffers.data())));
 }
+
+// A saved state's optional hook (core/hooks.hpp: declared, then exactly so): the heap bytes its buffers hold
+// (buffer_bytes of them), so Tape::bytes() counts them; without one, only sizeof(S) is counted.
+template <class S>
+concept ReportsHeapBytes = requires {
+  &S::heap_bytes;
+}
+&&hook_signature<"std::size_t heap_bytes() const", decltype(&S::heap_bytes), std::size_t (S::*)() const>();
 
 class SavedState {
  public:
@@ -50,7 +60,7 @@ class SavedState {
   struct Heap final : HeapBase {
     S state{};
     std::size_t bytes() const override {
-      if constexpr (requires { state.heap_bytes(); })
+      if constexpr (ReportsHeapBytes<S>)
         return sizeof(*this) + state.heap_bytes();
       else
         return sizeof(*this);

@@ -256,7 +256,7 @@ TEST_CASE("model: configurations that do not fit together are refused, the toy m
   }
 }
 
-TEST_CASE("model: count_parameters(config) agrees with the parameters a model of that config has") {
+TEST_CASE("model: count_parameters_of(config) agrees with the parameters a model of that config has") {
   Index checked = 0;
   for (auto features : {FeatureKind::onehot, FeatureKind::learned})
     for (auto positions : {PositionEncoding::none, PositionEncoding::onehot, PositionEncoding::learned, PositionEncoding::sinusoidal})
@@ -269,10 +269,10 @@ TEST_CASE("model: count_parameters(config) agrees with the parameters a model of
                                   .output_projection = wo, .residual = residual};
               try {
                 ToyModel<float> model(c);
-                CHECK(ToyModel<float>::count_parameters(c) == model.count_parameters());
+                CHECK(ToyModel<float>::count_parameters_of(c) == model.count_parameters());
                 ++checked;
               } catch (const ValueError&) {
-                CHECK_THROWS_AS(ToyModel<float>::count_parameters(c), ValueError);  // refused by both
+                CHECK_THROWS_AS(ToyModel<float>::count_parameters_of(c), ValueError);  // refused by both
               }
             }
   CHECK(checked > 40);
@@ -316,7 +316,7 @@ TEST_CASE("toy model: transformer blocks (--layers, --mlp, --layernorm, --dropou
   // readout 6*4 + 4
   const Index expected = 42 + 30 + 2 * (144 + 24 + 288 + 30 + 24) + 12 + 28;
   CHECK(model.count_parameters() == expected);
-  CHECK(ToyModel<float>::count_parameters(c) == expected);
+  CHECK(ToyModel<float>::count_parameters_of(c) == expected);
   const auto back = model_from_checkpoint<ToyModel<float>>(snapshot<float>(model));
   CHECK(back->config() == c);
   CHECK(back->model_record() == record);
@@ -325,7 +325,7 @@ TEST_CASE("toy model: transformer blocks (--layers, --mlp, --layernorm, --dropou
     free.attention = mode;
     free.layers = 3;
     free.dropout = 0;
-    CHECK(ToyModel<float>(free).count_parameters() == ToyModel<float>::count_parameters(free));
+    CHECK(ToyModel<float>(free).count_parameters() == ToyModel<float>::count_parameters_of(free));
   }
   ModelConfig bad = c;
   bad.d_head = 4;

@@ -31,6 +31,7 @@
 
 #include "tapegrad/autograd/parameter.hpp"
 #include "tapegrad/core/enum_names.hpp"
+#include "tapegrad/core/hooks.hpp"
 #include "tapegrad/core/parallel.hpp"
 #include "tapegrad/core/settings.hpp"
 #include "tapegrad/core/tensor.hpp"
@@ -228,10 +229,17 @@ class Optimizer {
   std::int64_t step_ = 0;
 };
 
+// An options struct's optional hook (core/hooks.hpp: declared, then exactly so): a condition between its
+// fields (SGD's Nesterov), a ValueError naming `op`.
+template <class O>
+concept OptionsCheckThemselves = requires {
+  &O::check;
+}
+&&hook_signature<"void check(std::string_view op) const", decltype(&O::check), void (O::*)(std::string_view) const>();
+
 // The part every optimizer with an options struct O shares: O is the one home of the hyperparameters.
-// O has a `double lr` and a fields() table (core/settings.hpp), whose bounds are checked; it may add
-// `void check(std::string_view op) const` for a condition between fields (SGD's Nesterov). A user's
-// options struct is the same.
+// O has a `double lr` and a fields() table (core/settings.hpp), whose bounds are checked, and may have the
+// hook OptionsCheckThemselves. A user's options struct is the same.
 template <class T, class O>
 class OptimizerWith : public Optimizer<T> {
  public:
@@ -257,7 +265,7 @@ class OptimizerWith : public Optimizer<T> {
  private:
   static O checked(O options, std::string_view op) {
     check_fields(options, op);
-    if constexpr (requires { options.check(op); }) options.check(op);
+    if constexpr (OptionsCheckThemselves<O>) options.check(op);
     return options;
   }
   static O read(const Settings& h) { return checked(from_settings<O>(h, "load_state"), "load_state"); }

@@ -108,7 +108,7 @@ ToyModel<T>::ToyModel(const ModelConfig& c) : Module<T>(), config_(c) {
 }
 
 template <class T>
-Index ToyModel<T>::count_parameters(const ModelConfig& c) {
+Index ToyModel<T>::count_parameters_of(const ModelConfig& c) {
   check_config(c);
   // Mirrors the constructor: embedding table, learned positions, attention projections, readout.
   const ModelWidths w = model_widths(c);

@@ -128,8 +128,8 @@ class ToyModel : public Module<T> {
   // How many parameter values a model of this configuration has, from the configuration alone (no
   // allocation); ValueError for a configuration the constructor would refuse. Loaders compare it with
   // what a file holds before they build anything.
-  static Index count_parameters(const ModelConfig& c);
-  using Module<T>::count_parameters;  // a built model's
+  // (A built model's is model.count_parameters().)
+  static Index count_parameters_of(const ModelConfig& c);
   // The single attention layer; UsageError for a model of transformer blocks (see stack()).
   SelfAttention<T>& attention();
   // Attention layer k (0-based) of either kind of model.

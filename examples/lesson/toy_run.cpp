@@ -19,7 +19,7 @@ Index padded_length(const Dataset& train, const Dataset* eval) {
 
 double estimated_bytes(const ToyRunConfig& config, Index length, Index examples) {
   const ModelConfig& m = config.model;
-  const Index parameters = ToyModel<float>::count_parameters(m);  // ValueError for one that does not fit together
+  const Index parameters = ToyModel<float>::count_parameters_of(m);  // ValueError for one that does not fit together
   const auto d = [](Index v) { return static_cast<double>(v); };
   const ModelWidths w = model_widths(m);  // a valid configuration: count_parameters checked it
   const double width_in = d(w.input), d_model = d(w.d_model), d_head = d(w.d_head), heads = d(m.heads);

@@ -42,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "tapegrad/core/hooks.hpp"
 #include "tapegrad/core/tensor_budget.hpp"
 #include "tapegrad/layers/module.hpp"
 #include "tapegrad/train/checkpoint/state.hpp"
@@ -173,7 +174,7 @@ TrainerState read_trainer_state(const Checkpoint& c, std::string_view part = "tr
 // FormatError if the record is of another kind, a setting is missing, unknown or invalid, the
 // configuration does not fit together (M::check_config, when M has it), or it implies other parameters
 // than the file holds. To know the last for any M, it builds the model once, within the budget below,
-// and drops it (a model that declares `static Index count_parameters(const Config&)` is not built).
+// and drops it (a model with the hook CountsParametersOf, below, is not built).
 template <class M>
 typename M::Config model_config_from(const Checkpoint& c);
 
@@ -184,9 +185,9 @@ typename M::Config model_config_from(const Checkpoint& c);
 // constructor from it. It is built within a TensorBudget of what the file's parameters take (three times,
 // for values, gradients and a model's own buffers, plus kBuildSlackBytes), so a configuration forged to
 // ask for more than the file holds is a LimitError before the memory is taken, whatever M is; then its
-// parameter count must equal the file's. `static Index count_parameters(const Config&)` (optional: a model
-// with one says `using Module<T>::count_parameters;` too) lets the count be compared before anything is
-// built; `static void check_config(const Config&)` (optional) names what does not fit together.
+// parameter count must equal the file's. Its optional hooks (core/hooks.hpp: declared, then exactly so):
+// CountsParametersOf lets the count be compared before anything is built, ChecksConfig names what does not
+// fit together, CompletesSettings fills in, for older files, the settings a configuration grew.
 template <class M>
 std::unique_ptr<M> model_from_checkpoint(const Checkpoint& c, LoadOptions options = {});
 
@@ -199,6 +200,27 @@ std::uint32_t checksum(const TensorT<T>& t);
 // The CRC-32 of every weight of the part "model" as float64 bytes, in the file's order: what `inspect`
 // prints (the same number for the same weights in every format).
 std::uint32_t weights_crc32(const Checkpoint& c);
+
+// model_from_checkpoint's optional hooks, each a concept (core/hooks.hpp): a model that declares a member
+// of the hook's name declares it with the hook's signature, or compilation stops naming the hook.
+template <class M>
+concept ChecksConfig = requires {
+  &M::check_config;
+}
+&&hook_signature<"static void check_config(const Config&)", decltype(&M::check_config),
+                 void (*)(const typename M::Config&)>();
+template <class M>
+concept CountsParametersOf = requires {
+  &M::count_parameters_of;
+}
+&&hook_signature<"static Index count_parameters_of(const Config&)", decltype(&M::count_parameters_of),
+                 Index (*)(const typename M::Config&)>();
+template <class M>
+concept CompletesSettings = requires {
+  &M::Config::complete_settings;
+}
+&&hook_signature<"static void complete_settings(Settings&)", decltype(&M::Config::complete_settings),
+                 void (*)(Settings&)>();
 
 // ---- model_from_checkpoint --------------------------------------------------------------------------
 
@@ -218,20 +240,18 @@ typename M::Config config_of(const Checkpoint& c) {
   check_checkpoint(c);
   Settings settings = model_config_of(c, M::kind);
   // A configuration that grew fields may fill in, for files written before, the values they implied.
-  if constexpr (requires(Settings & s) { M::Config::complete_settings(s); }) M::Config::complete_settings(settings);
+  if constexpr (CompletesSettings<M>) M::Config::complete_settings(settings);
   typename M::Config config;
   try {
     config = from_settings<typename M::Config>(settings, fmt::format("load: the model's configuration ({})", M::kind));
-    if constexpr (requires { M::check_config(config); }) M::check_config(config);
+    if constexpr (ChecksConfig<M>) M::check_config(config);
   } catch (const Error& e) {
     throw FormatError(e.what());
   }
-  if constexpr (requires {
-                  { M::count_parameters(config) } -> std::convertible_to<Index>;
-                }) {
+  if constexpr (CountsParametersOf<M>) {
     Index implied = 0;
     try {
-      implied = M::count_parameters(config);
+      implied = M::count_parameters_of(config);
     } catch (const Error& e) {
       throw FormatError(e.what());
     }
@@ -260,8 +280,7 @@ std::unique_ptr<M> build_within(const Checkpoint& c, const typename M::Config& c
 template <class M>
 typename M::Config model_config_from(const Checkpoint& c) {
   typename M::Config config = detail::config_of<M>(c);
-  if constexpr (!requires { M::count_parameters(std::declval<const typename M::Config&>()); })
-    (void)detail::build_within<M>(c, config);
+  if constexpr (!CountsParametersOf<M>) (void)detail::build_within<M>(c, config);
   return config;
 }
 
