@@ -35,19 +35,23 @@ void Tape<T>::backward(Var<T> output, const TensorT<T>& seed) {
   } walking{walking_};
   for (std::size_t i = output.index + 1; i-- > 0;) {
     Node<T>& n = at(i);
-    if (!n.requires_grad || n.backward == nullptr) continue;  // leaves keep their gradients
-    if (!n.grad_fresh) run_rule(n);  // else nothing reached it: its gradient is zero, it passes nothing on
-    if (release_grads_) release_grad(n);
+    if (n.requires_grad && n.backward != nullptr) run_rule(n);  // leaves keep their gradients
   }
   finish_walk(output.index + 1);
 }
 
+// n's rule, with the devices around it: a node nothing reached has a zero gradient that was never filled
+// (grad_fresh) and passes nothing on; with release on, its inputs' gradients are held before the rule
+// writes them (from their last reader's rule, this one, to their own) and its own is given back after.
 template <class T>
 void Tape<T>::run_rule(Node<T>& n) {
-  if (release_grads_)  // an input's gradient lives from its last reader's rule (this one, first) to its own
-    for (std::uint32_t k = 0; k < n.input_count; ++k) hold_grad(input_node(n, k));
-  n.backward(*this, n);
-  if (anomaly_detection_) check_backward_anomaly(n);
+  if (!n.grad_fresh) {
+    if (release_grads_)
+      for (std::uint32_t k = 0; k < n.input_count; ++k) hold_grad(input_node(n, k));
+    n.backward(*this, n);
+    if (anomaly_detection_) check_backward_anomaly(n);
+  }
+  if (release_grads_) release_grad(n);
 }
 
 // The checks, then gradients zero without being filled (the first rule to write one assigns: take_grad) and

@@ -27,9 +27,10 @@
 // UsageError naming the tape (two threads at once would corrupt it); one tape per thread is the rule
 // (a Trainer's tapes are its own). Handing a tape to another thread between steps, after reset(), is fine.
 //
-// Reading order: Var, Node's first block and Tape's public part are the idea. The parts marked "devices"
-// (leaves read in place, gradients that start without being zeroed or go back to a pool, the chunked
-// node store) are for speed and memory; a first reading may skip them.
+// Reading order: Var, Node's first block, and Tape's first part (the leaves, backward, reset, and how an
+// op is recorded: record() and commit()) are the idea; tape.cpp opens with the walk. The parts marked
+// "devices" (leaves read in place, gradients that start without being zeroed or go back to a pool, the
+// chunked node store, the thread check) are for speed and memory; a first reading may skip them.
 
 #include <atomic>
 #include <cstddef>
@@ -185,6 +186,41 @@ class Tape {
   void reset();
   std::size_t size() const { return used_ - (pending_ ? 1 : 0); }  // committed nodes
 
+ private:
+  // Recording, for apply() (autograd/function.hpp) alone: record() appends a pending node for `op` whose
+  // output has `shape` (nodes never move, so references to input values stay valid); the op's forward fills
+  // its value; commit() turns it into a Var (in anomaly mode checking its value). If the op throws in
+  // between, the node is dropped, so a failing op leaves the tape as it was. A node keeps its inputs, to
+  // walk back to, only when one of them takes a gradient. `takes_grad`: the node takes a gradient even if
+  // no input does (a region that read parameters on another tape). The inputs were checked by apply().
+  friend struct detail::FunctionEngine;
+  template <class, class>
+  friend class ForwardContext;
+  Node<T>& record(const char* op, std::span<const Var<T>> inputs, Shape shape, Where where, bool takes_grad = false) {
+    bool any = takes_grad;
+    for (const auto& v : inputs) any = any || at(v.index).requires_grad;
+    Node<T>& n = push(op, shape, where);  // the next node slot, cleared (push: the devices below)
+    if (grad_enabled_ && any) {
+      n.requires_grad = true;
+      for (const auto& v : inputs) inputs_.push_back(v.index);
+      n.input_count = static_cast<std::uint32_t>(inputs.size());
+    }
+    return n;
+  }
+  Var<T> commit(Node<T>& n) {
+    const auto index = static_cast<std::uint32_t>(used_ - 1);
+    if (&n != pending_node_) refuse_commit(n);
+    if (anomaly_detection_) refuse_non_finite(n);
+    pending_ = false;
+    pending_node_ = nullptr;
+    Var<T> v;  // the masks change nothing (push and reset keep within the limits); they state the widths
+    v.tape = this;
+    v.index = index & (kMaxTapeNodes - 1);
+    v.generation = generation_ & kMaxTapeGeneration;
+    return v;
+  }
+
+ public:
   // With gradients disabled (evaluation) ops compute values but record no inputs, no backward
   // rules and no saved state, and backward() refuses to run.
   bool grad_enabled() const { return grad_enabled_; }
@@ -253,16 +289,6 @@ class Tape {
   }
 
  private:
-  // Recording, for apply() (autograd/function.hpp) alone: record() appends a pending node for `op` whose
-  // output has `shape` (nodes never move, so references to input values stay valid); commit() turns it
-  // into a Var (in anomaly mode checking its value). If the op throws in between, the node is dropped, so a
-  // failing op leaves the tape as it was. `takes_grad`: the node takes a gradient even if no input does
-  // (a region that read parameters on another tape).
-  friend struct detail::FunctionEngine;
-  template <class, class>
-  friend class ForwardContext;
-  Node<T>& record(const char* op, std::span<const Var<T>> inputs, Shape shape, Where where, bool takes_grad = false);
-  Var<T> commit(Node<T>& node);
   Node<T>& node(Var<T> v) { return at(v.index); }
   Node<T>& input_node(const Node<T>& n, std::uint32_t k) { return at(inputs_[n.first_input + k]); }  // its k-th input
 
@@ -348,35 +374,6 @@ inline Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
   n.grad_released = false;
   n.saved.new_recording();
   return n;
-}
-
-// The inputs were checked by the caller (apply).
-template <class T>
-inline Node<T>& Tape<T>::record(const char* op, std::span<const Var<T>> inputs, Shape shape, Where where,
-                                bool takes_grad) {
-  bool any = takes_grad;
-  for (const auto& v : inputs) any = any || at(v.index).requires_grad;
-  Node<T>& n = push(op, shape, where);
-  if (grad_enabled_ && any) {
-    n.requires_grad = true;
-    for (const auto& v : inputs) inputs_.push_back(v.index);
-    n.input_count = static_cast<std::uint32_t>(inputs.size());
-  }
-  return n;
-}
-
-template <class T>
-inline Var<T> Tape<T>::commit(Node<T>& n) {
-  const auto index = static_cast<std::uint32_t>(used_ - 1);
-  if (&n != pending_node_) refuse_commit(n);
-  if (anomaly_detection_) refuse_non_finite(n);
-  pending_ = false;
-  pending_node_ = nullptr;
-  Var<T> v;  // the masks change nothing (push and reset keep within the limits); they state the widths
-  v.tape = this;
-  v.index = index & (kMaxTapeNodes - 1);
-  v.generation = generation_ & kMaxTapeGeneration;
-  return v;
 }
 
 template <class T>
