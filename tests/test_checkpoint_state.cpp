@@ -7,12 +7,14 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <limits>
 
 #include "helpers.hpp"
 #include "lesson/tasks.hpp"
 #include "lesson/toy_run.hpp"
 #include "user_models.hpp"
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/layers/decoder_lm.hpp"
 #include "tapegrad/train/checkpoint/checkpoint.hpp"
 
 using namespace tapegrad;
@@ -396,4 +398,43 @@ TEST_CASE("checkpoint state: files of format 2 load through the converter: a Tra
   const bool same = weights_crc32(snapshot(loop.model)) == weights_crc32(at400);
   const std::string how = same ? "bit-identical to" : "to float rounding of";
   MESSAGE("a loop's file of format 2, resumed to step 400: weights ", how, " 0.2's (crc32 2c83fce9 there)");
+}
+
+// ---- issue 56, item 8: hostile findings in the checkpoint layer ----------------------------------------
+
+namespace {
+
+// A user's object that changes itself, then refuses: its load_state stops halfway.
+struct HalfLoader {
+  Index first = 0, second = 0;
+  void save_state(State& out) const {
+    out.put("first", first);
+    out.put("second", second);
+  }
+  void load_state(const State& in) {
+    first = in.get<Index>("first");
+    const auto v = in.get<Index>("second");
+    if (v < 0) fail<ValueError>("half: a second of {} is no count", v);
+    second = v;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("checkpoint state: a user's object whose load_state throws halfway is put back, not left half loaded") {
+  HalfLoader source{.first = 5, .second = -1}, target{.first = 1, .second = 2};
+  CHECK_THROWS_WITH_AS(restore(snapshot({{"half", source}}), {{"half", target}}),
+                       "load: half: half: a second of -1 is no count; nothing was loaded", FormatError);
+  CHECK(target.first == 1);  // it had loaded 5 before it refused
+  CHECK(target.second == 2);
+  // Beside another user's object loaded before it, and the library's parts after: all as they were.
+  HandLoop loop;
+  const auto weights = loop.average.weights;
+  Checkpoint c = snapshot({{"average", loop.average}, {"half", source}, {"step", loop.step}});
+  loop.scramble();
+  const auto scrambled = loop.average.weights;
+  CHECK_THROWS_AS(restore(c, {{"average", loop.average}, {"half", target}, {"step", loop.step}}), FormatError);
+  CHECK(loop.average.weights == scrambled);
+  CHECK(target.first == 1);
+  CHECK(loop.step == 99);
 }

@@ -338,13 +338,13 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
   std::vector<const detail::Prepared*> done;
   for (std::size_t i = 0; i < prepared.size(); ++i) {
     if (!prepared[i].undo) continue;
+    done.push_back(&prepared[i]);  // one that throws halfway is put back too
     try {
       prepared[i].apply();
     } catch (const std::exception& e) {
       for (auto it = done.rbegin(); it != done.rend(); ++it) (*it)->undo();
       fail<FormatError>("{}: {}: {}; nothing was loaded", op, report.restored[i], e.what());
     }
-    done.push_back(&prepared[i]);
   }
   for (const detail::Prepared& p : prepared)
     if (!p.undo) p.apply();

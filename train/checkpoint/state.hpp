@@ -25,8 +25,8 @@
 // all zeros, a sampler that its order is a permutation of its data, a user's object that its entries are
 // the names, kinds and shapes it saves itself); one FormatError then names every problem. A user's
 // load_state runs once every check has passed, before the library's parts load; should it refuse a value by
-// a rule of its own, the user's parts loaded before it are put back from what they saved, and nothing else
-// has changed.
+// a rule of its own, even halfway through, it and the user's parts loaded before it are put back from what
+// they saved, and nothing else has changed.
 
 #include <cstdint>
 #include <functional>
