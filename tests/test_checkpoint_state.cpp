@@ -438,3 +438,39 @@ TEST_CASE("checkpoint state: a user's object whose load_state throws halfway is 
   CHECK(target.first == 1);
   CHECK(loop.step == 99);
 }
+
+namespace {
+
+// A user's object holding 64-bit unsigned values: hashes and seeds use the whole range.
+struct Seeds {
+  std::uint64_t seed = 0;
+  std::vector<std::uint64_t> more;
+  void save_state(State& out) const {
+    out.put("seed", seed);
+    std::vector<std::int64_t> words;
+    for (std::uint64_t w : more) words.push_back(static_cast<std::int64_t>(w));
+    out.put("more", StateValue(std::move(words)));
+  }
+  void load_state(const State& in) { seed = in.get<std::uint64_t>("seed"); }
+};
+
+}  // namespace
+
+TEST_CASE("checkpoint state: a 64-bit unsigned value a part saves is one it loads, 2^63 and above included") {
+  for (const std::uint64_t v : {std::uint64_t{0}, std::uint64_t{1} << 63, (std::uint64_t{1} << 63) + 5,
+                                std::numeric_limits<std::uint64_t>::max()}) {
+    CAPTURE(v);
+    std::uint64_t counter = v, back = 1;
+    const Checkpoint c = decode_checkpoint(encode_checkpoint(snapshot({{"counter", counter}})), "counter");
+    restore(c, {{"counter", back}});
+    CHECK(back == v);
+    Seeds mine{.seed = v, .more = {}}, theirs;
+    restore(decode_checkpoint(encode_checkpoint(snapshot({{"seeds", mine}})), "seeds"), {{"seeds", theirs}});
+    CHECK(theirs.seed == v);
+  }
+  // A narrower type still refuses what it cannot hold.
+  std::uint64_t big = std::uint64_t{1} << 40;
+  std::uint32_t small = 0;
+  CHECK_THROWS_WITH_AS(restore(snapshot({{"n", big}}), {{"n", small}}),
+                       "load: n: entry 'n' holds 1099511627776, out of its range; nothing was loaded", FormatError);
+}

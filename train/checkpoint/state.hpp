@@ -90,7 +90,8 @@ class StateIndex;
 // the part "ema" is the entry "ema.weights"); "" names the part's own single value.
 class State {
  public:
-  // Adds an entry. Tensors keep their element type; a single integer, number or text is a list of one.
+  // Adds an entry. Tensors keep their element type; a single integer, number or text is a list of one (a 64-bit
+  // unsigned one as its bits: `inspect` shows 2^63 and above as negative, get() gives it back whole).
   void put(std::string_view name, StateValue value);
   template <std::integral I>
   void put(std::string_view name, I value) {
@@ -164,6 +165,7 @@ class State {
   [[noreturn]] void not_single(std::string_view name, std::size_t size) const;
   template <class I>
   I narrow(std::string_view name, std::int64_t v) const {
+    if constexpr (std::is_unsigned_v<I> && sizeof(I) == sizeof(v)) return static_cast<I>(v);  // put() kept its bits
     if (!std::in_range<I>(v)) out_of_range(name, v);
     return static_cast<I>(v);
   }
