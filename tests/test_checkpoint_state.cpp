@@ -474,3 +474,46 @@ TEST_CASE("checkpoint state: a 64-bit unsigned value a part saves is one it load
   CHECK_THROWS_WITH_AS(restore(snapshot({{"n", big}}), {{"n", small}}),
                        "load: n: entry 'n' holds 1099511627776, out of its range; nothing was loaded", FormatError);
 }
+
+TEST_CASE("checkpoint state: a float64 weight past float32's range is refused on a converting load, as Inf is") {
+  test::Mlp model({.seed = 1});
+  const Checkpoint good = snapshot(model);
+  Checkpoint c = good;
+  StateEntry& w = *c.find("model.out.weight");
+  TensorT<double> wide(std::get<Tensor>(w.value).shape());
+  wide.array() = std::get<Tensor>(w.value).array().cast<double>();
+  wide[3] = 1e300;  // finite as a double; +Inf as a float
+  w.value = wide;
+  test::Mlp target({.seed = 1});
+  for (auto* p : target.parameters()) p->value.fill(0.25f);
+  const auto before = weights_crc32(snapshot(target));
+  CHECK_THROWS_WITH_AS(load_weights(c, target, {.convert_dtype = true}),
+                       "load: parameter 'out.weight' holds 1 non-finite values (NaN or Inf) of 16 as f32; nothing "
+                       "was loaded (LoadOptions::allow_non_finite loads it anyway)",
+                       FormatError);
+  CHECK_THROWS_WITH_AS(restore(c, {{"model", target}}, {.convert_dtype = true}),
+                       doctest::Contains("model: parameter 'out.weight' holds 1 non-finite values (NaN or Inf) of 16 as f32"),
+                       FormatError);
+  CHECK(weights_crc32(snapshot(target)) == before);
+  // An optimizer's float64 buffer narrowed into a float optimizer, the same.
+  Adam<float> adam(model.parameters(), {.lr = 0.01});
+  Tape<float> tape;
+  tape.backward(sum(model.forward(tape.constant(Tensor(Shape::mat(1, 2), 1.0f)))));
+  adam.step();
+  Checkpoint run = snapshot({{"model", model}, {"optimizer", adam}});
+  StateEntry& m = *run.find("optimizer.state.out.weight.exp_avg");
+  TensorT<double> m_wide(std::get<Tensor>(m.value).shape());
+  m_wide.array() = 1e300;
+  m.value = m_wide;
+  Adam<float> other(target.parameters(), {.lr = 0.01});
+  CHECK_THROWS_WITH_AS(restore(run, {{"model", target}, {"optimizer", other}}),
+                       doctest::Contains("optimizer: buffer 'out.weight.exp_avg' holds 16 non-finite values (NaN or "
+                                         "Inf) of 16 as f32"),
+                       FormatError);
+  CHECK(other.steps_taken() == 0);
+  // Within float32's range it converts and loads.
+  c = good;
+  c.find("model.out.weight")->value = TensorT<double>(std::get<Tensor>(good.find("model.out.weight")->value).shape(), 3e38);
+  load_weights(c, target, {.convert_dtype = true});
+  CHECK(target.parameters()[2]->value[0] == 3e38f);
+}

@@ -55,12 +55,6 @@ Index value_count(const StateValue& value) {
       value);
 }
 
-Index non_finite_count(const StateValue& value) {
-  Index bad = 0;
-  for_each_number(value, [&](double x) { bad += std::isfinite(x) ? 0 : 1; });
-  return bad;
-}
-
 // ---- State ---------------------------------------------------------------------------------------------
 
 State State::writer(std::vector<StateEntry>& out, std::string prefix) {

@@ -28,6 +28,7 @@
 // a rule of its own, even halfway through, it and the user's parts loaded before it are put back from what
 // they saved, and nothing else has changed.
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -79,8 +80,13 @@ void for_each_number(const StateValue& value, F f) {
       },
       value);
 }
-// How many of those are NaN or Inf.
-Index non_finite_count(const StateValue& value);
+// How many of those are NaN or Inf, or become so as a T (a float64 past float32's range, narrowed).
+template <class T = double>
+Index non_finite_count(const StateValue& value) {
+  Index bad = 0;
+  for_each_number(value, [&](double x) { bad += std::isfinite(static_cast<T>(x)) ? 0 : 1; });
+  return bad;
+}
 
 namespace detail {
 class StateIndex;
