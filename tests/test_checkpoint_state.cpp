@@ -517,3 +517,28 @@ TEST_CASE("checkpoint state: a float64 weight past float32's range is refused on
   load_weights(c, target, {.convert_dtype = true});
   CHECK(target.parameters()[2]->value[0] == 3e38f);
 }
+
+TEST_CASE("checkpoint state: part names are escaped and bounded in every message, a refusing user's object's too") {
+  const std::string nul("a\0b", 3);
+  Picky source{.count = -1}, target;
+  try {
+    restore(snapshot({{nul, source}}), {{nul, target}});
+    FAIL("a refused count loaded");
+  } catch (const FormatError& e) {
+    CHECK(std::string(e.what()) == "load: a\\x00b: picky: a count of -1 is no count; nothing was loaded");
+  }
+  const std::string long_name(100000, 'p');
+  for (const bool refuses_itself : {true, false}) {
+    CAPTURE(refuses_itself);
+    Checkpoint c = snapshot({{long_name, source}});
+    if (!refuses_itself) c.entries.push_back({long_name + ".extra", std::vector<std::int64_t>{1}});
+    try {
+      restore(c, {{long_name, target}});
+      FAIL("a refused part loaded");
+    } catch (const FormatError& e) {
+      const std::string what = e.what();
+      CHECK(what.size() < 1000);
+      CHECK(what.find("more bytes)") != std::string::npos);
+    }
+  }
+}

@@ -212,7 +212,7 @@ void TrainerBase::check_state(const TrainerState& s, std::string_view op) const 
   for (const auto& w : s.window_metrics) names.push_back(w.name);
   if (names != metric_names_)
     fail<ValueError>("{}: the checkpoint measured the metrics [{}], the trainer measures [{}]", op,
-                     fmt::join(names, ", "), fmt::join(metric_names_, ", "));
+                     escaped(fmt::format("{}", fmt::join(names, ", "))), fmt::join(metric_names_, ", "));
   const bool tallies_ok = std::all_of(s.window_metrics.begin(), s.window_metrics.end(), [](const MetricWindow& w) {
     return std::isfinite(w.tally.sum) && std::isfinite(w.tally.count) && w.tally.count >= 0;
   });

@@ -244,7 +244,7 @@ Prepared prepare_by_comparison(std::string_view part, const State& in, std::vect
                                std::function<void(const State&)> load, LoadContext& context) {
   const auto saved = std::make_shared<std::vector<StateEntry>>(std::move(own));
   const StateIndex mine(*saved);
-  const State now = State::reader(mine, std::string(part));
+  const State now = State::reader(mine, in.full_name(""));
   std::vector<std::string> missing, unexpected, mismatched;
   for (const std::string& name : now.names())
     if (!in.contains(name)) missing.push_back(in.full_name(name));
@@ -277,9 +277,9 @@ Prepared prepare_by_comparison(std::string_view part, const State& in, std::vect
       }
   if (context.problems.size() != before) return {};
   return {[load, in] { load(in); },
-          [load, saved, part = std::string(part)] {
+          [load, saved, prefix = in.full_name("")] {
             const StateIndex index(*saved);
-            load(State::reader(index, part));
+            load(State::reader(index, prefix));
           }};
 }
 
@@ -337,7 +337,8 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
   std::vector<detail::Prepared> prepared;
   for (const StatePart& p : parts) {
     if (!file_parts.contains(p.name())) continue;
-    prepared.push_back(p.type().prepare(p.mutable_object(), p.name(), State::reader(index, p.name()), context));
+    prepared.push_back(
+        p.type().prepare(p.mutable_object(), escaped(p.name()), State::reader(index, p.name()), context));
     report.restored.push_back(p.name());
   }
   if (!context.problems.empty()) fail<FormatError>("{}: {}; nothing was loaded", op, fmt::join(context.problems, "; "));
@@ -350,7 +351,7 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
       prepared[i].apply();
     } catch (const std::exception& e) {
       for (auto it = done.rbegin(); it != done.rend(); ++it) (*it)->undo();
-      fail<FormatError>("{}: {}: {}; nothing was loaded", op, report.restored[i], e.what());
+      fail<FormatError>("{}: {}: {}; nothing was loaded", op, escaped(report.restored[i]), e.what());
     }
   }
   for (const detail::Prepared& p : prepared)

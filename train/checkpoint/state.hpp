@@ -239,8 +239,8 @@ struct LoadContext {
 // How the library saves, checks and loads one type of part.
 struct PartType {
   void (*save)(const void* object, State& out);
-  // Checks `in` without changing the object: problems go to the context (each naming the part), and the
-  // result's apply is empty when there are any.
+  // Checks `in` without changing the object: problems go to the context (each naming the part: `part` is its
+  // name escaped, as messages show it), and the result's apply is empty when there are any.
   Prepared (*prepare)(void* object, std::string_view part, const State& in, LoadContext& context);
   ModelRecord (*model_record)(const void* object);  // a model's record; null for the other parts
 };
@@ -265,7 +265,7 @@ const PartType& user_part() {
                              [](void* object, std::string_view part, const State& in, LoadContext& context) {
                                X& x = *static_cast<X*>(object);
                                std::vector<StateEntry> own;
-                               State writer = State::writer(own, std::string(part));
+                               State writer = State::writer(own, in.full_name(""));
                                std::as_const(x).save_state(writer);
                                return prepare_by_comparison(
                                    part, in, std::move(own), [&x](const State& s) { x.load_state(s); }, context);
