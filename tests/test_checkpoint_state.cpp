@@ -542,3 +542,45 @@ TEST_CASE("checkpoint state: part names are escaped and bounded in every message
     }
   }
 }
+
+TEST_CASE("checkpoint state: a forged Trainer's curve cannot make its reader copy a long column name into every point") {
+  const TensorSource data = test::classification_data(32, 1);
+  test::Mlp model({.seed = 2});
+  SGD<float> sgd(model.parameters(), {.lr = 0.1});
+  Trainer<TensorBatch> trainer(model, sgd, data, [&model](Tape<float>& t, const TensorBatch& b) -> StepOutput<float> {
+    return cross_entropy(model.forward(t.constant(b.features)), b.labels);
+  }, {.steps = 4, .batch = 8, .eval_every = 2});
+  trainer.run();
+  const Checkpoint good = snapshot(trainer);
+  // 1,000 points of one column named by 100,000 bytes: a 1 MB file that a reader copying the name into every
+  // point would make 100 MB of.
+  Checkpoint c = good;
+  constexpr std::size_t kPoints = 1000;
+  c.find("trainer.curve.columns")->value = std::vector<std::string>{std::string(100000, 'x')};
+  c.find("trainer.curve.step")->value = std::vector<std::int64_t>(kPoints, 0);
+  for (const char* name : {"trainer.curve.lr", "trainer.curve.seconds", "trainer.curve.values"})
+    c.find(name)->value = std::vector<double>(kPoints, 0.5);
+  try {
+    (void)read_trainer_state(c);
+    FAIL("a curve column of 100,000 bytes was read");
+  } catch (const FormatError& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.starts_with("trainer: the curve's column 'xxx"));
+    CHECK(what.find("more bytes)' is longer than a metric's column") != std::string::npos);
+    CHECK(what.size() < 400);
+  }
+  CHECK_THROWS_AS(restore(c, trainer), FormatError);
+  CHECK(describe_checkpoint(c).find("training: the part 'trainer' does not read as a Trainer's state") !=
+        std::string::npos);
+  // A metric's name has the same bound where the program gives it, so what a trainer saves it loads.
+  Trainer<TensorBatch> fresh(model, sgd, data, [&model](Tape<float>& t, const TensorBatch& b) -> StepOutput<float> {
+    return cross_entropy(model.forward(t.constant(b.features)), b.labels);
+  }, {.steps = 4, .batch = 8, .eval_every = 2});
+  const std::string longest(TrainerBase::kMaxMetricName, 'm');
+  CHECK_THROWS_AS(fresh.add_metric(longest + "m", [](const Tensor&, const TensorBatch&) { return Tally{}; }), NameError);
+  fresh.add_metric(longest, [](const Tensor&, const TensorBatch&) { return Tally{1, 1}; });
+  fresh.evaluate_on(data);
+  fresh.run();
+  CHECK(read_trainer_state(snapshot(fresh)).curve.back().values.size() == 4);
+}
