@@ -584,3 +584,28 @@ TEST_CASE("checkpoint state: a forged Trainer's curve cannot make its reader cop
   fresh.run();
   CHECK(read_trainer_state(snapshot(fresh)).curve.back().values.size() == 4);
 }
+
+TEST_CASE("checkpoint state: a model record whose settings a later release reordered loads; one that differs names the setting") {
+  const DecoderLmConfig config{.vocab = 11, .context = 6, .d_model = 8, .n_heads = 2, .n_layers = 1};
+  DecoderLm<float> source(config);
+  Checkpoint c = snapshot(source);
+  // tapegrad 0.2 wrote decoder_lm's settings in this order (positions, tie, head_bias and init before dropout).
+  const std::vector<std::string> order02 = {"vocab",     "context",   "d_model",   "n_heads", "n_layers",
+                                            "d_ff",      "attention", "positions", "tie",     "head_bias",
+                                            "init",      "dropout",   "seed"};
+  Settings old;
+  for (const std::string& name : order02) old.push_back({name, *find_setting(c.model.config, name)});
+  REQUIRE(old.size() == c.model.config.size());
+  REQUIRE(old != c.model.config);
+  c.model.config = old;
+  DecoderLm<float> target(config);
+  for (auto* p : target.parameters()) p->value.fill(0.5f);
+  restore(c, {{"model", target}});
+  CHECK(weights_crc32(snapshot(target)) == weights_crc32(snapshot(source)));
+  CHECK(model_from_checkpoint<DecoderLm<float>>(c)->lm_config().d_model == 8);
+  // A real difference is named, in the old order or the new.
+  DecoderLm<float> other(DecoderLmConfig{.vocab = 11, .context = 6, .d_model = 8, .n_heads = 2, .n_layers = 1, .init = LmInit::gpt2});
+  CHECK_THROWS_WITH_AS(restore(c, {{"model", other}}),
+                       doctest::Contains("load: model: setting 'init' is pytorch in the file but gpt2 in the model"),
+                       FormatError);
+}

@@ -108,9 +108,9 @@ template <class T>
 detail::Prepared prepare_module(void* object, std::string_view part, const State& in, detail::LoadContext& context) {
   Module<T>& model = *static_cast<Module<T>*>(object);
   const std::size_t before = context.problems.size();
-  if (part == kModelPart)
-    if (const ModelRecord mine = model.model_record(); !(context.file_model == mine))
-      context.problems.push_back(fmt::format("{}: {}", part, record_differences(context.file_model, mine)));
+  if (part == kModelPart)  // by the settings' names: a release may list them in another order
+    if (const std::string differ = record_differences(context.file_model, model.model_record()); !differ.empty())
+      context.problems.push_back(fmt::format("{}: {}", part, differ));
   std::vector<Parameter<T>*> params = model.parameters();
   LoadReport matched = match_weights(in, params, context.options);
   if (!matched.clean()) context.problems.push_back(fmt::format("{}: {}", part, matched.problems()));
