@@ -7,12 +7,14 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <limits>
 
 #include "helpers.hpp"
 #include "lesson/tasks.hpp"
 #include "lesson/toy_run.hpp"
 #include "user_models.hpp"
 #include "tapegrad/autograd/ops.hpp"
+#include "tapegrad/layers/decoder_lm.hpp"
 #include "tapegrad/train/checkpoint/checkpoint.hpp"
 
 using namespace tapegrad;
@@ -396,4 +398,214 @@ TEST_CASE("checkpoint state: files of format 2 load through the converter: a Tra
   const bool same = weights_crc32(snapshot(loop.model)) == weights_crc32(at400);
   const std::string how = same ? "bit-identical to" : "to float rounding of";
   MESSAGE("a loop's file of format 2, resumed to step 400: weights ", how, " 0.2's (crc32 2c83fce9 there)");
+}
+
+// ---- issue 56, item 8: hostile findings in the checkpoint layer ----------------------------------------
+
+namespace {
+
+// A user's object that changes itself, then refuses: its load_state stops halfway.
+struct HalfLoader {
+  Index first = 0, second = 0;
+  void save_state(State& out) const {
+    out.put("first", first);
+    out.put("second", second);
+  }
+  void load_state(const State& in) {
+    first = in.get<Index>("first");
+    const auto v = in.get<Index>("second");
+    if (v < 0) fail<ValueError>("half: a second of {} is no count", v);
+    second = v;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("checkpoint state: a user's object whose load_state throws halfway is put back, not left half loaded") {
+  HalfLoader source{.first = 5, .second = -1}, target{.first = 1, .second = 2};
+  CHECK_THROWS_WITH_AS(restore(snapshot({{"half", source}}), {{"half", target}}),
+                       "load: half: half: a second of -1 is no count; nothing was loaded", FormatError);
+  CHECK(target.first == 1);  // it had loaded 5 before it refused
+  CHECK(target.second == 2);
+  // Beside another user's object loaded before it, and the library's parts after: all as they were.
+  HandLoop loop;
+  const auto weights = loop.average.weights;
+  Checkpoint c = snapshot({{"average", loop.average}, {"half", source}, {"step", loop.step}});
+  loop.scramble();
+  const auto scrambled = loop.average.weights;
+  CHECK_THROWS_AS(restore(c, {{"average", loop.average}, {"half", target}, {"step", loop.step}}), FormatError);
+  CHECK(loop.average.weights == scrambled);
+  CHECK(target.first == 1);
+  CHECK(loop.step == 99);
+}
+
+namespace {
+
+// A user's object holding 64-bit unsigned values: hashes and seeds use the whole range.
+struct Seeds {
+  std::uint64_t seed = 0;
+  std::vector<std::uint64_t> more;
+  void save_state(State& out) const {
+    out.put("seed", seed);
+    std::vector<std::int64_t> words;
+    for (std::uint64_t w : more) words.push_back(static_cast<std::int64_t>(w));
+    out.put("more", StateValue(std::move(words)));
+  }
+  void load_state(const State& in) { seed = in.get<std::uint64_t>("seed"); }
+};
+
+}  // namespace
+
+TEST_CASE("checkpoint state: a 64-bit unsigned value a part saves is one it loads, 2^63 and above included") {
+  for (const std::uint64_t v : {std::uint64_t{0}, std::uint64_t{1} << 63, (std::uint64_t{1} << 63) + 5,
+                                std::numeric_limits<std::uint64_t>::max()}) {
+    CAPTURE(v);
+    std::uint64_t counter = v, back = 1;
+    const Checkpoint c = decode_checkpoint(encode_checkpoint(snapshot({{"counter", counter}})), "counter");
+    restore(c, {{"counter", back}});
+    CHECK(back == v);
+    Seeds mine{.seed = v, .more = {}}, theirs;
+    restore(decode_checkpoint(encode_checkpoint(snapshot({{"seeds", mine}})), "seeds"), {{"seeds", theirs}});
+    CHECK(theirs.seed == v);
+  }
+  // A narrower type still refuses what it cannot hold.
+  std::uint64_t big = std::uint64_t{1} << 40;
+  std::uint32_t small = 0;
+  CHECK_THROWS_WITH_AS(restore(snapshot({{"n", big}}), {{"n", small}}),
+                       "load: n: entry 'n' holds 1099511627776, out of its range; nothing was loaded", FormatError);
+}
+
+TEST_CASE("checkpoint state: a float64 weight past float32's range is refused on a converting load, as Inf is") {
+  test::Mlp model({.seed = 1});
+  const Checkpoint good = snapshot(model);
+  Checkpoint c = good;
+  StateEntry& w = *c.find("model.out.weight");
+  TensorT<double> wide(std::get<Tensor>(w.value).shape());
+  wide.array() = std::get<Tensor>(w.value).array().cast<double>();
+  wide[3] = 1e300;  // finite as a double; +Inf as a float
+  w.value = wide;
+  test::Mlp target({.seed = 1});
+  for (auto* p : target.parameters()) p->value.fill(0.25f);
+  const auto before = weights_crc32(snapshot(target));
+  CHECK_THROWS_WITH_AS(load_weights(c, target, {.convert_dtype = true}),
+                       "load: parameter 'out.weight' holds 1 non-finite values (NaN or Inf) of 16 as f32; nothing "
+                       "was loaded (LoadOptions::allow_non_finite loads it anyway)",
+                       FormatError);
+  CHECK_THROWS_WITH_AS(restore(c, {{"model", target}}, {.convert_dtype = true}),
+                       doctest::Contains("model: parameter 'out.weight' holds 1 non-finite values (NaN or Inf) of 16 as f32"),
+                       FormatError);
+  CHECK(weights_crc32(snapshot(target)) == before);
+  // An optimizer's float64 buffer narrowed into a float optimizer, the same.
+  Adam<float> adam(model.parameters(), {.lr = 0.01});
+  Tape<float> tape;
+  tape.backward(sum(model.forward(tape.constant(Tensor(Shape::mat(1, 2), 1.0f)))));
+  adam.step();
+  Checkpoint run = snapshot({{"model", model}, {"optimizer", adam}});
+  StateEntry& m = *run.find("optimizer.state.out.weight.exp_avg");
+  TensorT<double> m_wide(std::get<Tensor>(m.value).shape());
+  m_wide.array() = 1e300;
+  m.value = m_wide;
+  Adam<float> other(target.parameters(), {.lr = 0.01});
+  CHECK_THROWS_WITH_AS(restore(run, {{"model", target}, {"optimizer", other}}),
+                       doctest::Contains("optimizer: buffer 'out.weight.exp_avg' holds 16 non-finite values (NaN or "
+                                         "Inf) of 16 as f32"),
+                       FormatError);
+  CHECK(other.steps_taken() == 0);
+  // Within float32's range it converts and loads.
+  c = good;
+  c.find("model.out.weight")->value = TensorT<double>(std::get<Tensor>(good.find("model.out.weight")->value).shape(), 3e38);
+  load_weights(c, target, {.convert_dtype = true});
+  CHECK(target.parameters()[2]->value[0] == 3e38f);
+}
+
+TEST_CASE("checkpoint state: part names are escaped and bounded in every message, a refusing user's object's too") {
+  const std::string nul("a\0b", 3);
+  Picky source{.count = -1}, target;
+  try {
+    restore(snapshot({{nul, source}}), {{nul, target}});
+    FAIL("a refused count loaded");
+  } catch (const FormatError& e) {
+    CHECK(std::string(e.what()) == "load: a\\x00b: picky: a count of -1 is no count; nothing was loaded");
+  }
+  const std::string long_name(100000, 'p');
+  for (const bool refuses_itself : {true, false}) {
+    CAPTURE(refuses_itself);
+    Checkpoint c = snapshot({{long_name, source}});
+    if (!refuses_itself) c.entries.push_back({long_name + ".extra", std::vector<std::int64_t>{1}});
+    try {
+      restore(c, {{long_name, target}});
+      FAIL("a refused part loaded");
+    } catch (const FormatError& e) {
+      const std::string what = e.what();
+      CHECK(what.size() < 1000);
+      CHECK(what.find("more bytes)") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("checkpoint state: a forged Trainer's curve cannot make its reader copy a long column name into every point") {
+  const TensorSource data = test::classification_data(32, 1);
+  test::Mlp model({.seed = 2});
+  SGD<float> sgd(model.parameters(), {.lr = 0.1});
+  Trainer<TensorBatch> trainer(model, sgd, data, [&model](Tape<float>& t, const TensorBatch& b) -> StepOutput<float> {
+    return cross_entropy(model.forward(t.constant(b.features)), b.labels);
+  }, {.steps = 4, .batch = 8, .eval_every = 2});
+  trainer.run();
+  const Checkpoint good = snapshot(trainer);
+  // 1,000 points of one column named by 100,000 bytes: a 1 MB file that a reader copying the name into every
+  // point would make 100 MB of.
+  Checkpoint c = good;
+  constexpr std::size_t kPoints = 1000;
+  c.find("trainer.curve.columns")->value = std::vector<std::string>{std::string(100000, 'x')};
+  c.find("trainer.curve.step")->value = std::vector<std::int64_t>(kPoints, 0);
+  for (const char* name : {"trainer.curve.lr", "trainer.curve.seconds", "trainer.curve.values"})
+    c.find(name)->value = std::vector<double>(kPoints, 0.5);
+  try {
+    (void)read_trainer_state(c);
+    FAIL("a curve column of 100,000 bytes was read");
+  } catch (const FormatError& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.starts_with("trainer: the curve's column 'xxx"));
+    CHECK(what.find("more bytes)' is longer than a metric's column") != std::string::npos);
+    CHECK(what.size() < 400);
+  }
+  CHECK_THROWS_AS(restore(c, trainer), FormatError);
+  CHECK(describe_checkpoint(c).find("training: the part 'trainer' does not read as a Trainer's state") !=
+        std::string::npos);
+  // A metric's name has the same bound where the program gives it, so what a trainer saves it loads.
+  Trainer<TensorBatch> fresh(model, sgd, data, [&model](Tape<float>& t, const TensorBatch& b) -> StepOutput<float> {
+    return cross_entropy(model.forward(t.constant(b.features)), b.labels);
+  }, {.steps = 4, .batch = 8, .eval_every = 2});
+  const std::string longest(TrainerBase::kMaxMetricName, 'm');
+  CHECK_THROWS_AS(fresh.add_metric(longest + "m", [](const Tensor&, const TensorBatch&) { return Tally{}; }), NameError);
+  fresh.add_metric(longest, [](const Tensor&, const TensorBatch&) { return Tally{1, 1}; });
+  fresh.evaluate_on(data);
+  fresh.run();
+  CHECK(read_trainer_state(snapshot(fresh)).curve.back().values.size() == 4);
+}
+
+TEST_CASE("checkpoint state: a model record whose settings a later release reordered loads; one that differs names the setting") {
+  const DecoderLmConfig config{.vocab = 11, .context = 6, .d_model = 8, .n_heads = 2, .n_layers = 1};
+  DecoderLm<float> source(config);
+  Checkpoint c = snapshot(source);
+  // tapegrad 0.2 wrote decoder_lm's settings in this order (positions, tie, head_bias and init before dropout).
+  const std::vector<std::string> order02 = {"vocab",     "context",   "d_model",   "n_heads", "n_layers",
+                                            "d_ff",      "attention", "positions", "tie",     "head_bias",
+                                            "init",      "dropout",   "seed"};
+  Settings old;
+  for (const std::string& name : order02) old.push_back({name, *find_setting(c.model.config, name)});
+  REQUIRE(old.size() == c.model.config.size());
+  REQUIRE(old != c.model.config);
+  c.model.config = old;
+  DecoderLm<float> target(config);
+  for (auto* p : target.parameters()) p->value.fill(0.5f);
+  restore(c, {{"model", target}});
+  CHECK(weights_crc32(snapshot(target)) == weights_crc32(snapshot(source)));
+  CHECK(model_from_checkpoint<DecoderLm<float>>(c)->lm_config().d_model == 8);
+  // A real difference is named, in the old order or the new.
+  DecoderLm<float> other(DecoderLmConfig{.vocab = 11, .context = 6, .d_model = 8, .n_heads = 2, .n_layers = 1, .init = LmInit::gpt2});
+  CHECK_THROWS_WITH_AS(restore(c, {{"model", other}}),
+                       doctest::Contains("load: model: setting 'init' is pytorch in the file but gpt2 in the model"),
+                       FormatError);
 }

@@ -78,12 +78,13 @@ void TrainerBase::set_steps(Index steps) {
 void TrainerBase::add_metric_name(std::string name) {
   if (step_ > 0 || !curve_.empty())
     fail<UsageError>("add_metric: '{}' comes after training started; add metrics before the first step", name);
-  if (name.empty() || name == "loss" ||
+  if (name.empty() || name == "loss" || name.size() > kMaxMetricName ||
       std::find(metric_names_.begin(), metric_names_.end(), name) != metric_names_.end())
-    fail<NameError>("add_metric: '{}' is {}", name,
-                    name.empty()     ? "an empty name"
-                    : name == "loss" ? "reserved for the loss"
-                                     : "already a metric");
+    fail<NameError>("add_metric: '{}' is {}", escaped(name),
+                    name.empty()                   ? "an empty name"
+                    : name == "loss"               ? "reserved for the loss"
+                    : name.size() > kMaxMetricName ? fmt::format("longer than {} bytes", kMaxMetricName)
+                                                   : "already a metric");
   metric_names_.push_back(name);
   window_metrics_.push_back({std::move(name), {}});
 }
@@ -212,7 +213,7 @@ void TrainerBase::check_state(const TrainerState& s, std::string_view op) const 
   for (const auto& w : s.window_metrics) names.push_back(w.name);
   if (names != metric_names_)
     fail<ValueError>("{}: the checkpoint measured the metrics [{}], the trainer measures [{}]", op,
-                     fmt::join(names, ", "), fmt::join(metric_names_, ", "));
+                     escaped(fmt::format("{}", fmt::join(names, ", "))), fmt::join(metric_names_, ", "));
   const bool tallies_ok = std::all_of(s.window_metrics.begin(), s.window_metrics.end(), [](const MetricWindow& w) {
     return std::isfinite(w.tally.sum) && std::isfinite(w.tally.count) && w.tally.count >= 0;
   });

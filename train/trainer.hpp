@@ -155,6 +155,9 @@ class TrainerBase {
   static Rng::State initial_rng_state(std::uint64_t seed);
   std::uint32_t data_fingerprint() const { return data_fingerprint_; }
   const std::vector<std::string>& metric_names() const { return metric_names_; }
+  // The longest name of a metric: every curve point holds its columns' names ("train_<name>"), so a file's
+  // longer column is refused (a forged one copied into every point would take many times the file).
+  static constexpr std::size_t kMaxMetricName = 64;
 
   TrainerState state() const;
   // Restores a state (from a checkpoint): step, data order, random stream, windows, curve. ValueError
@@ -238,7 +241,8 @@ class Trainer final : public TrainerBase {
     set_eval_fingerprint(data.fingerprint());
   }
   // A metric measured on training batches and evaluation data, named `name` ("train_<name>",
-  // "eval_<name>" in the curve). Before the first step only; NameError for a repeated or reserved name.
+  // "eval_<name>" in the curve). Before the first step only; NameError for a repeated or reserved name, or
+  // one longer than kMaxMetricName.
   void add_metric(std::string name, MetricFn measure);
 
   double step() override;

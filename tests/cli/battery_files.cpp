@@ -14,6 +14,7 @@
 
 #include "cli/process.hpp"
 #include "fuzz/checkpoint_mutations.hpp"
+#include "tapegrad/core/process.hpp"
 
 using namespace tapegrad;
 using namespace tapegrad::cli;
@@ -241,6 +242,42 @@ TEST_CASE("cli files: settings by the hundred thousand and counts past the file'
   const Outcome counted = run(train({"inspect", (dir / "count.tgck").string()}));
   check_refused(counted, ExitCode::bad_input, "corrupt payload");
   CHECK(counted.peak_mb < 200);  // it peaked at 968 MB when counts were bounded by bytes, not records
+}
+
+// The instructions `argv` runs, as valgrind's cachegrind counts them ("I refs"): a measure of work that the
+// machine's load does not change.
+long long instructions(const std::vector<std::string>& argv) {
+  std::vector<std::string> counted = {"/usr/bin/env", "valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"};
+  counted.insert(counted.end(), argv.begin(), argv.end());
+  const Outcome r = run(counted);
+  INFO(describe(r));
+  REQUIRE(r.code == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(r.err, m, std::regex(R"(I\s+refs:\s+([0-9,]+))")));
+  std::string digits = m[1];
+  std::erase(digits, ',');
+  return std::stoll(digits);
+}
+
+TEST_CASE("cli files: inspect of ten times the parts takes about ten times the work, not a hundred") {
+  // A checkpoint of many small parts (120,000 took 100 s when every part scanned every entry).
+  if (kSanitized || !program_on_path("valgrind")) {
+    MESSAGE("not measured: valgrind is not installed, or cannot host this sanitized build");
+    return;
+  }
+  const fs::path dir = scratch("many_parts");
+  const auto file_of = [&](int parts) {
+    Checkpoint c;
+    for (int i = 0; i < parts; ++i) c.entries.push_back({fmt::format("p{}", i), std::vector<std::int64_t>{i}});
+    const fs::path path = dir / fmt::format("parts{}.tgck", parts);
+    save_checkpoint(path, c);
+    return path.string();
+  };
+  const long long none = instructions(train({"inspect", file_of(1)}));
+  const long long once = instructions(train({"inspect", file_of(3000)})) - none;
+  const long long tenfold = instructions(train({"inspect", file_of(30000)})) - none;
+  INFO("instructions beyond a file of one part: ", once, " for 3,000 parts, ", tenfold, " for 30,000");
+  CHECK(tenfold < 20 * once);  // linear (a sort's log n aside): about 10; every part scanning every entry: 100
 }
 
 // ---- outputs belong to the run ------------------------------------------------------------------------

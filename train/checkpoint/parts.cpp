@@ -15,18 +15,25 @@ std::string_view dtype_of() {
   return std::is_same_v<T, float> ? "f32" : "f64";
 }
 
+// " as f32" for values of the other element type: what they become is what is checked.
+template <class T>
+std::string as_dtype(const StateValue& v) {
+  return kind_name(v) == dtype_of<T>() ? "" : fmt::format(" as {}", dtype_of<T>());
+}
+
 // "<part>: 'w' holds 1 non-finite values (NaN or Inf) of 16 (...)" for each tensor of `names` (relative to
-// `in`) that holds NaN or Inf, unless the options allow them.
+// `in`) that holds NaN or Inf as a T, unless the options allow them.
+template <class T>
 void refuse_non_finite(const State& in, const std::vector<std::string>& names, std::string_view part, const char* what,
                        detail::LoadContext& context) {
   if (context.options.allow_non_finite) return;
   for (const std::string& name : names) {
     const StateValue& v = in.value(name);
-    if (const Index bad = non_finite_count(v); bad > 0)
+    if (const Index bad = non_finite_count<T>(v); bad > 0)
       context.problems.push_back(
-          fmt::format("{}: {} '{}' holds {} non-finite values (NaN or Inf) of {} "
+          fmt::format("{}: {} '{}' holds {} non-finite values (NaN or Inf) of {}{} "
                       "(LoadOptions::allow_non_finite loads it anyway)",
-                      part, what, escaped(name), bad, value_count(v)));
+                      part, what, escaped(name), bad, value_count(v), as_dtype<T>(v)));
   }
 }
 
@@ -101,13 +108,13 @@ template <class T>
 detail::Prepared prepare_module(void* object, std::string_view part, const State& in, detail::LoadContext& context) {
   Module<T>& model = *static_cast<Module<T>*>(object);
   const std::size_t before = context.problems.size();
-  if (part == kModelPart)
-    if (const ModelRecord mine = model.model_record(); !(context.file_model == mine))
-      context.problems.push_back(fmt::format("{}: {}", part, record_differences(context.file_model, mine)));
+  if (part == kModelPart)  // by the settings' names: a release may list them in another order
+    if (const std::string differ = record_differences(context.file_model, model.model_record()); !differ.empty())
+      context.problems.push_back(fmt::format("{}: {}", part, differ));
   std::vector<Parameter<T>*> params = model.parameters();
   LoadReport matched = match_weights(in, params, context.options);
   if (!matched.clean()) context.problems.push_back(fmt::format("{}: {}", part, matched.problems()));
-  refuse_non_finite(in, matched.loaded, part, "parameter", context);
+  refuse_non_finite<T>(in, matched.loaded, part, "parameter", context);
   if (context.problems.size() != before) return {};
   for (auto& c : matched.converted) context.report.converted.push_back(std::move(c));
   return {[in, params = std::move(params), loaded = std::move(matched.loaded)] { apply_weights(in, params, loaded); },
@@ -132,7 +139,7 @@ detail::Prepared prepare_optimizer(void* object, std::string_view part, const St
   }
   const std::size_t before = context.problems.size();
   const State buffers = in.at("state");
-  refuse_non_finite(buffers, buffers.names(), part, "buffer", context);
+  refuse_non_finite<T>(buffers, buffers.names(), part, "buffer", context);
   if (context.problems.size() != before) return {};
   return {[&optimizer, state] { optimizer.load_state(*state); }, {}};
 }
@@ -237,7 +244,7 @@ Prepared prepare_by_comparison(std::string_view part, const State& in, std::vect
                                std::function<void(const State&)> load, LoadContext& context) {
   const auto saved = std::make_shared<std::vector<StateEntry>>(std::move(own));
   const StateIndex mine(*saved);
-  const State now = State::reader(mine, std::string(part));
+  const State now = State::reader(mine, in.full_name(""));
   std::vector<std::string> missing, unexpected, mismatched;
   for (const std::string& name : now.names())
     if (!in.contains(name)) missing.push_back(in.full_name(name));
@@ -270,9 +277,9 @@ Prepared prepare_by_comparison(std::string_view part, const State& in, std::vect
       }
   if (context.problems.size() != before) return {};
   return {[load, in] { load(in); },
-          [load, saved, part = std::string(part)] {
+          [load, saved, prefix = in.full_name("")] {
             const StateIndex index(*saved);
-            load(State::reader(index, part));
+            load(State::reader(index, prefix));
           }};
 }
 
@@ -330,7 +337,8 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
   std::vector<detail::Prepared> prepared;
   for (const StatePart& p : parts) {
     if (!file_parts.contains(p.name())) continue;
-    prepared.push_back(p.type().prepare(p.mutable_object(), p.name(), State::reader(index, p.name()), context));
+    prepared.push_back(
+        p.type().prepare(p.mutable_object(), escaped(p.name()), State::reader(index, p.name()), context));
     report.restored.push_back(p.name());
   }
   if (!context.problems.empty()) fail<FormatError>("{}: {}; nothing was loaded", op, fmt::join(context.problems, "; "));
@@ -338,13 +346,13 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
   std::vector<const detail::Prepared*> done;
   for (std::size_t i = 0; i < prepared.size(); ++i) {
     if (!prepared[i].undo) continue;
+    done.push_back(&prepared[i]);  // one that throws halfway is put back too
     try {
       prepared[i].apply();
     } catch (const std::exception& e) {
       for (auto it = done.rbegin(); it != done.rend(); ++it) (*it)->undo();
-      fail<FormatError>("{}: {}: {}; nothing was loaded", op, report.restored[i], e.what());
+      fail<FormatError>("{}: {}: {}; nothing was loaded", op, escaped(report.restored[i]), e.what());
     }
-    done.push_back(&prepared[i]);
   }
   for (const detail::Prepared& p : prepared)
     if (!p.undo) p.apply();
@@ -416,11 +424,11 @@ LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions optio
   }
   if (!options.allow_non_finite)
     for (const std::string& name : report.loaded)
-      if (const Index bad = non_finite_count(in.value(name)); bad > 0)
+      if (const Index bad = non_finite_count<T>(in.value(name)); bad > 0)
         fail<FormatError>(
-            "load: parameter '{}' holds {} non-finite values (NaN or Inf) of {}; nothing was loaded "
+            "load: parameter '{}' holds {} non-finite values (NaN or Inf) of {}{}; nothing was loaded "
             "(LoadOptions::allow_non_finite loads it anyway)",
-            escaped(name), bad, value_count(in.value(name)));
+            escaped(name), bad, value_count(in.value(name)), as_dtype<T>(in.value(name)));
   apply_weights(in, params, report.loaded);
   return report;
 }

@@ -55,12 +55,6 @@ Index value_count(const StateValue& value) {
       value);
 }
 
-Index non_finite_count(const StateValue& value) {
-  Index bad = 0;
-  for_each_number(value, [&](double x) { bad += std::isfinite(x) ? 0 : 1; });
-  return bad;
-}
-
 // ---- State ---------------------------------------------------------------------------------------------
 
 State State::writer(std::vector<StateEntry>& out, std::string prefix) {
@@ -405,6 +399,9 @@ TrainerState read_trainer_state(const State& in) {
   const auto& seconds = curve.get<std::vector<double>>("seconds");
   const auto& columns = curve.get<std::vector<std::string>>("columns");
   const auto& values = curve.get<std::vector<double>>("values");
+  for (const std::string& column : columns)
+    if (column.size() > TrainerBase::kMaxMetricName + std::string_view("train_").size())
+      fail<FormatError>("the curve's column '{}' is longer than a metric's column", escaped(column));
   const std::size_t n = steps.size(), k = columns.size();
   if (lr.size() != n || seconds.size() != n || (k > 0 && values.size() / k != n) || values.size() != n * k)
     fail<FormatError>("the curve holds {} steps, {} rates, {} times and {} values of {} columns", n, lr.size(),

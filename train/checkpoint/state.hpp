@@ -25,9 +25,10 @@
 // all zeros, a sampler that its order is a permutation of its data, a user's object that its entries are
 // the names, kinds and shapes it saves itself); one FormatError then names every problem. A user's
 // load_state runs once every check has passed, before the library's parts load; should it refuse a value by
-// a rule of its own, the user's parts loaded before it are put back from what they saved, and nothing else
-// has changed.
+// a rule of its own, even halfway through, it and the user's parts loaded before it are put back from what
+// they saved, and nothing else has changed.
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -79,8 +80,13 @@ void for_each_number(const StateValue& value, F f) {
       },
       value);
 }
-// How many of those are NaN or Inf.
-Index non_finite_count(const StateValue& value);
+// How many of those are NaN or Inf, or become so as a T (a float64 past float32's range, narrowed).
+template <class T = double>
+Index non_finite_count(const StateValue& value) {
+  Index bad = 0;
+  for_each_number(value, [&](double x) { bad += std::isfinite(static_cast<T>(x)) ? 0 : 1; });
+  return bad;
+}
 
 namespace detail {
 class StateIndex;
@@ -90,7 +96,8 @@ class StateIndex;
 // the part "ema" is the entry "ema.weights"); "" names the part's own single value.
 class State {
  public:
-  // Adds an entry. Tensors keep their element type; a single integer, number or text is a list of one.
+  // Adds an entry. Tensors keep their element type; a single integer, number or text is a list of one (a 64-bit
+  // unsigned one as its bits: `inspect` shows 2^63 and above as negative, get() gives it back whole).
   void put(std::string_view name, StateValue value);
   template <std::integral I>
   void put(std::string_view name, I value) {
@@ -164,6 +171,7 @@ class State {
   [[noreturn]] void not_single(std::string_view name, std::size_t size) const;
   template <class I>
   I narrow(std::string_view name, std::int64_t v) const {
+    if constexpr (std::is_unsigned_v<I> && sizeof(I) == sizeof(v)) return static_cast<I>(v);  // put() kept its bits
     if (!std::in_range<I>(v)) out_of_range(name, v);
     return static_cast<I>(v);
   }
@@ -231,8 +239,8 @@ struct LoadContext {
 // How the library saves, checks and loads one type of part.
 struct PartType {
   void (*save)(const void* object, State& out);
-  // Checks `in` without changing the object: problems go to the context (each naming the part), and the
-  // result's apply is empty when there are any.
+  // Checks `in` without changing the object: problems go to the context (each naming the part: `part` is its
+  // name escaped, as messages show it), and the result's apply is empty when there are any.
   Prepared (*prepare)(void* object, std::string_view part, const State& in, LoadContext& context);
   ModelRecord (*model_record)(const void* object);  // a model's record; null for the other parts
 };
@@ -257,7 +265,7 @@ const PartType& user_part() {
                              [](void* object, std::string_view part, const State& in, LoadContext& context) {
                                X& x = *static_cast<X*>(object);
                                std::vector<StateEntry> own;
-                               State writer = State::writer(own, std::string(part));
+                               State writer = State::writer(own, in.full_name(""));
                                std::as_const(x).save_state(writer);
                                return prepare_by_comparison(
                                    part, in, std::move(own), [&x](const State& s) { x.load_state(s); }, context);
