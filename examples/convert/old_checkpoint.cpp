@@ -69,12 +69,12 @@ legacy::File read_payload(std::span<const std::byte> payload, std::uint32_t form
 }
 
 // A format-1 Trainer's part names its data as today's does, once the program's data is the file's.
-void name_training_data(Checkpoint& c, const TrainingData& data) {
+void name_training_data(Checkpoint& c, const TrainingData& data, std::string_view source) {
   if (const auto it = c.metadata.find("data.fingerprint"); it != c.metadata.end())  // format1.cpp: hexadecimal
     if (std::stoul(it->second, nullptr, 16) != data.examples_crc32)
-      fail<FormatError>("convert: the training data differs from the data the checkpoint was trained on (fingerprint "
-                        "{} in the file, {:08x} now)",
-                        escaped(it->second), data.examples_crc32);
+      fail<FormatError>("convert '{}': the training data differs from the data the checkpoint was trained on "
+                        "(fingerprint {} in the file, {:08x} now)",
+                        escaped(source), escaped(it->second), data.examples_crc32);
   TrainerState t = read_trainer_state(c);
   t.data_fingerprint = data.fingerprint;
   t.eval_fingerprint = data.eval_fingerprint;
@@ -109,7 +109,7 @@ OldCheckpoint convert_checkpoint(std::span<const std::byte> bytes, std::string_v
       fail<FormatError>("convert '{}': a training checkpoint of tapegrad 0.1 names its data in a way only the trainer "
                         "that wrote it reads; convert it with the data at hand",
                         escaped(source));
-    name_training_data(old.checkpoint, data_of(old.checkpoint));
+    name_training_data(old.checkpoint, data_of(old.checkpoint), source);
   }
   return old;
 }

@@ -41,7 +41,7 @@ struct OldCheckpoint {
 // The file's bytes, checked as the library checks a checkpoint's (magic, version, length, CRC-32, every size
 // bounded by the payload), converted. FormatError "convert '<source>': ..." for a file of format 3 (nothing
 // to convert), of another format, or corrupt; for a training checkpoint of format 1 without `data_of`; and,
-// "convert: the training data differs ...", for data other than the file's.
+// "convert '<source>': the training data differs ...", for data other than the file's.
 OldCheckpoint convert_checkpoint(std::span<const std::byte> bytes, std::string_view source, const DataOf& data_of = {});
 
 }  // namespace tapegrad::convert
