@@ -25,7 +25,6 @@ set(TAPEGRAD_INTERNAL_HEADERS
   autograd/scratch.hpp               # per-thread buffers of the products, attention and softmax
   autograd/column_sums.hpp           # the column sums of a broadcast row's gradient (add, affine, layer_norm)
   train/checkpoint/serialize.hpp     # the cereal layout of checkpoint files
-  train/checkpoint/legacy.hpp        # the layouts of formats 1 and 2, converted on reading
 )
 
 file(MAKE_DIRECTORY ${TAPEGRAD_INCLUDE_ROOT}/tapegrad)

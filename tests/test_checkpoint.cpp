@@ -16,6 +16,7 @@
 #include "helpers.hpp"
 #include "lesson/tasks.hpp"
 #include "lesson/toy_run.hpp"
+#include "old_checkpoints.hpp"
 #include "reseal.hpp"
 #include "user_models.hpp"
 #include "tapegrad/autograd/ops.hpp"
@@ -146,7 +147,6 @@ TEST_CASE("checkpoint: a trainer's checkpoint round-trips through bytes and a fi
   Checkpoint c = snapshot(run.trainer());
   c.metadata["task"] = "cycle";
   const Checkpoint back = decode_checkpoint(bytes_of(c), "memory");
-  CHECK(back.format_version == 3);
   CHECK(back.model == c.model);
   CHECK(back.model.kind == "toy_model");
   CHECK(back.parts() == std::vector<std::string>{"model", "optimizer", "trainer"});
@@ -380,15 +380,14 @@ std::size_t offset_of(const std::vector<std::byte>& bytes, std::string_view text
 TEST_CASE("checkpoint: what the fuzzer found stays fixed: an empty file, a byte that is no boolean or no kind") {
   CHECK_THROWS_WITH_AS(decode_checkpoint(std::vector<std::byte>{}, "x.tgck"), "load 'x.tgck': the file is empty", FormatError);
   // In a weights-only file of format 1 the last payload byte is the has-training flag; 48 is no bool
-  // (reading it into one was undefined behaviour, which UBSan reported).
-  const std::string v1 = read_file(TAPEGRAD_TEST_DATA "/v1/cycle_learned_weights.tgck", 1 << 20, "test");
+  // (reading it into one was undefined behaviour, which UBSan reported). The converter reads format 1 now.
+  const std::string v1 = test::old_file_bytes(TAPEGRAD_TEST_DATA "/v1/cycle_learned_weights.tgck");
   std::vector<std::byte> bad(reinterpret_cast<const std::byte*>(v1.data()), reinterpret_cast<const std::byte*>(v1.data()) + v1.size());
   REQUIRE(bad.back() == std::byte{0});
   bad.back() = std::byte{48};
   reseal(bad);
-  CHECK_THROWS_WITH_AS(decode_checkpoint(bad, "x.tgck"),
-                       "load 'x.tgck': corrupt payload: the has-training flag has the byte 48, not a boolean (0 or 1)",
-                       FormatError);
+  CHECK_THROWS_WITH_AS(convert::convert_checkpoint(bad, "x.tgck"),
+                       "convert 'x.tgck': the has-training flag has the byte 48, not a boolean (0 or 1)", FormatError);
   // Format 3: an entry's kind is one of five bytes; any other is refused by name, before its value is read.
   Index step = 5;
   auto forged = bytes_of(snapshot({{"step", step}}));
@@ -654,11 +653,44 @@ TEST_CASE("checkpoint: resuming refuses weights-only files, other data, another 
                        FormatError);
 }
 
-TEST_CASE("checkpoint: files of format 1 (tapegrad 0.1) load, and resume to the state 0.1 itself reached") {
+TEST_CASE("checkpoint: a file of format 1 or 2 is refused in one line that names the command converting it") {
+  for (const char* name : {"v1/cycle_learned_weights.tgck", "v1/adam_cycle_step10.tgck", "v2/loop_step200.tgck"}) {
+    CAPTURE(name);
+    const std::string path = std::string(TAPEGRAD_TEST_DATA "/") + name;
+    const char format = name[1];
+    CHECK_THROWS_WITH_AS(read_checkpoint(path),
+                         fmt::format("load '{0}': a tapegrad 0.{1} checkpoint (format {1}); convert it with: "
+                                     "build/examples/convert_checkpoint '{0}' NEW",
+                                     path, format)
+                             .c_str(),
+                         FormatError);
+  }
+  // The path as every message quotes a name from outside: escaped.
+  const std::string v2 = test::old_file_bytes(TAPEGRAD_TEST_DATA "/v2/loop_step200.tgck");
+  CHECK_THROWS_WITH_AS(decode_checkpoint(std::as_bytes(std::span<const char>(v2)), "a\n.tgck"),
+                       "load 'a\\x0a.tgck': a tapegrad 0.2 checkpoint (format 2); convert it with: "
+                       "build/examples/convert_checkpoint 'a\\x0a.tgck' NEW",
+                       FormatError);
+  // The converter takes no file of today's format, and names a 0.1 trainer's file that needs its data.
+  const std::vector<std::byte> today = encode_checkpoint(Checkpoint{});
+  CHECK_THROWS_WITH_AS(convert::convert_checkpoint(today, "new.tgck"),
+                       doctest::Contains("convert 'new.tgck': it is a checkpoint of format 3 already"), FormatError);
+  const std::string v1 = test::old_file_bytes(TAPEGRAD_TEST_DATA "/v1/adam_cycle_step10.tgck");
+  CHECK_THROWS_WITH_AS(convert::convert_checkpoint(std::as_bytes(std::span<const char>(v1)), "old.tgck"),
+                       doctest::Contains("convert 'old.tgck': a training checkpoint of tapegrad 0.1 names its data"),
+                       FormatError);
+  // Other data than the file's (0.1 recorded its examples' CRC-32) is refused, as train --resume refused it.
+  const convert::DataOf other_data = [](const Checkpoint&) { return convert::TrainingData{.examples_crc32 = 1}; };
+  CHECK_THROWS_WITH_AS(convert::convert_checkpoint(std::as_bytes(std::span<const char>(v1)), "old.tgck", other_data),
+                       doctest::Contains("convert 'old.tgck': the training data differs from the data the checkpoint "
+                                         "was trained on (fingerprint "),
+                       FormatError);
+}
+
+TEST_CASE("checkpoint: files of format 1 (tapegrad 0.1) convert, and resume to the state 0.1 itself reached") {
   // tests/data/v1/expected.txt says how each file was made.
   // Weights only: the demo's trained model, into a fresh model rebuilt from the file's configuration.
-  const Checkpoint weights = read_checkpoint(TAPEGRAD_TEST_DATA "/v1/cycle_learned_weights.tgck");
-  CHECK(weights.format_version == 1);
+  const Checkpoint weights = test::converted(TAPEGRAD_TEST_DATA "/v1/cycle_learned_weights.tgck");
   CHECK(weights.model.kind == "toy_model");
   CHECK(fmt::format("{:08x}", weights_crc32(weights)) == "feb33759");  // what 0.1's inspect printed: read exactly
   const auto model = model_from_checkpoint<ToyModel<float>>(weights);
@@ -685,11 +717,20 @@ TEST_CASE("checkpoint: files of format 1 (tapegrad 0.1) load, and resume to the 
   // taken for lr, another warm-up, another data order) moves them by 1e-3 or more. On the machine and
   // build that wrote the files the results are bit-identical (the ctest cli_train_resume_format1_* shows
   // the CRC-32).
+  // The run's data, as the trainer CLI makes it again from the file's metadata: 0.1 named it by its
+  // examples' CRC-32, the converted file as a Trainer names it.
+  const TaskSplit data = make_task_split(*task, 4000, 0, 1000, 1000);
+  const convert::DataOf data_of = [&](const Checkpoint& old) {
+    CHECK(old.metadata.at("task.seed") == "0");
+    return convert::TrainingData{.examples_crc32 = convert::examples_crc32(data.train),
+                                 .fingerprint = SequenceSource(data.train).fingerprint(),
+                                 .eval_fingerprint = SequenceSource(data.test).fingerprint()};
+  };
   for (const std::string stem : {"adam_cycle", "sgd_cosine_clip_cycle"}) {
     CAPTURE(stem);
-    const Checkpoint c = read_checkpoint(fs::path(TAPEGRAD_TEST_DATA "/v1") / (stem + "_step10.tgck"));
-    const Checkpoint end = read_checkpoint(fs::path(TAPEGRAD_TEST_DATA "/v1") / (stem + "_step20.tgck"));
-    CHECK(c.format_version == 1);
+    const std::string dir = TAPEGRAD_TEST_DATA "/v1/";
+    const Checkpoint c = test::converted(dir + stem + "_step10.tgck", data_of);
+    const Checkpoint end = test::converted(dir + stem + "_step20.tgck", data_of);
     CHECK(c.parts() == std::vector<std::string>{"model", "optimizer", "trainer"});
     CHECK(c.metadata.at("task") == "cycle");
     const TrainerState at10 = read_trainer_state(c);
@@ -701,7 +742,6 @@ TEST_CASE("checkpoint: files of format 1 (tapegrad 0.1) load, and resume to the 
     CHECK(*find_setting(optimizer.hyperparameters, "lr") == (sgd ? "0.1" : "0.01"));
     CHECK(optimizer.schedule.describe() == (sgd ? "cosine (warmup_steps 1, total_steps 20, min_lr 0)" : "constant"));
     // The run 0.1's trainer made, rebuilt from the file alone, then resumed here to step 20.
-    const TaskSplit data = make_task_split(*task, 4000, 0, 1000, 1000);
     ToyRunConfig config{.model = model_config_from<ToyModel<float>>(c),
                         .optimizer = parse_enum<OptimizerKind>(optimizer.kind),
                         .hyperparameters = optimizer.hyperparameters,

@@ -3,7 +3,7 @@
 // a forged or mismatched entry is refused in one line with nothing loaded; a user's object joins with two
 // functions and is put back when its own load refuses; an optimizer saved before its first step
 // round-trips; a loop's file given to a Trainer is named for what it is; the files of format 2 (tapegrad
-// 0.2), a loop's among them, load through the converter and resume.
+// 0.2), a loop's among them, convert (build/examples/convert_checkpoint) and resume.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -12,6 +12,7 @@
 #include "helpers.hpp"
 #include "lesson/tasks.hpp"
 #include "lesson/toy_run.hpp"
+#include "old_checkpoints.hpp"
 #include "user_models.hpp"
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/layers/decoder_lm.hpp"
@@ -293,7 +294,7 @@ TEST_CASE("checkpoint state: a loop's file given to a Trainer is named for what 
   }, {.steps = 10, .batch = 4});
   HandLoop loop;
   loop.run(2);
-  for (const Checkpoint& c : {snapshot(loop.parts()), read_checkpoint(TAPEGRAD_TEST_DATA "/v2/loop_step200.tgck")}) {
+  for (const Checkpoint& c : {snapshot(loop.parts()), test::converted(TAPEGRAD_TEST_DATA "/v2/loop_step200.tgck")}) {
     try {
       restore(c, trainer);
       FAIL("a loop's file resumed a Trainer");
@@ -360,18 +361,17 @@ struct Loop02 {
 
 }  // namespace
 
-TEST_CASE("checkpoint state: files of format 2 load through the converter: a Trainer's by its parts, a loop's by its own") {
+TEST_CASE("checkpoint state: files of format 2 convert: a Trainer's by its parts, a loop's by its own") {
   // tests/data/v2/expected.txt says how each file was made.
-  const Checkpoint trainer = read_checkpoint(TAPEGRAD_TEST_DATA "/v2/adam_cycle_step10.tgck");
-  CHECK(trainer.format_version == 2);
+  const Checkpoint trainer = test::converted(TAPEGRAD_TEST_DATA "/v2/adam_cycle_step10.tgck");
   CHECK(trainer.parts() == std::vector<std::string>{"model", "optimizer", "trainer"});
   CHECK(read_trainer_state(trainer).step == 10);
   CHECK(read_optimizer_state<float>(trainer).per_param.at("attn.wq").size() == 2);  // exp_avg, exp_avg_sq
   CHECK(describe_checkpoint(trainer).find("training: step 10 of 20") != std::string::npos);
 
   // A loop's file (0.2 marked it in the metadata): its step, stream and data order are parts of their own.
-  const Checkpoint at200 = read_checkpoint(TAPEGRAD_TEST_DATA "/v2/loop_step200.tgck");
-  const Checkpoint at400 = read_checkpoint(TAPEGRAD_TEST_DATA "/v2/loop_step400.tgck");
+  const Checkpoint at200 = test::converted(TAPEGRAD_TEST_DATA "/v2/loop_step200.tgck");
+  const Checkpoint at400 = test::converted(TAPEGRAD_TEST_DATA "/v2/loop_step400.tgck");
   CHECK(at200.parts() == std::vector<std::string>{"model", "optimizer", "step", "rng", "data_order"});
   CHECK(at200.metadata.empty());
   CHECK(fmt::format("{:08x}", weights_crc32(at200)) == "58f57ae0");  // what 0.2's inspect printed: read exactly

@@ -85,27 +85,15 @@ void SequenceSource::fill(std::span<const Index> indices, SequenceBatch& out) co
   }
 }
 
-namespace {
-void add_examples(Crc32& crc, const Dataset& data) {
-  for (const auto& e : data.examples) {
-    crc.add_le(static_cast<std::uint32_t>(e.tokens.size()));
-    for (auto t : e.tokens) crc.add_le(static_cast<std::uint32_t>(t));
-    for (auto l : e.labels) crc.add_le(static_cast<std::uint32_t>(l));
-  }
-}
-}  // namespace
-
-std::uint32_t examples_crc32(const Dataset& data) {
-  Crc32 crc;
-  add_examples(crc, data);
-  return crc.value();
-}
-
 // Every example's length, token ids and label ids, then every name of both vocabularies, each with its
 // length: the same ids under swapped label names are other data.
 std::uint32_t SequenceSource::fingerprint() const {
   Crc32 crc;
-  add_examples(crc, data_);
+  for (const auto& e : data_.examples) {
+    crc.add_le(static_cast<std::uint32_t>(e.tokens.size()));
+    for (auto t : e.tokens) crc.add_le(static_cast<std::uint32_t>(t));
+    for (auto l : e.labels) crc.add_le(static_cast<std::uint32_t>(l));
+  }
   for (const Vocabulary* v : {&data_.tokens, &data_.labels}) {
     crc.add_le(static_cast<std::uint64_t>(v->size()));
     for (const auto& name : v->names())

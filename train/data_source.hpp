@@ -58,10 +58,6 @@ struct SequenceBatch {
 // The examples of a Dataset, each batch padded to `length` (default: the dataset's longest example;
 // give a longer one to pad training and evaluation batches alike). Keeps a reference: the dataset must
 // outlive the source.
-// A CRC-32 of a dataset's examples alone (each one's length, token ids and label ids), without the
-// vocabularies' names that SequenceSource::fingerprint() adds: what tapegrad 0.1's checkpoints recorded.
-std::uint32_t examples_crc32(const Dataset& data);
-
 class SequenceSource final : public DataSource<SequenceBatch> {
  public:
   explicit SequenceSource(const Dataset& data, Index length = 0);

@@ -1,16 +1,19 @@
 # gpt resumes checkpoints that the build of 2aadbfd wrote (tests/data/gpt_2aadbfd/README.md: the text held
-# in memory, the data named by the CRC-32 of every id, a computed and a stored data order) and ends on the
-# weights and validation loss of that build's uninterrupted runs. Run from the source root: one file
-# records its data path relative to it.
-# -DPROGRAM=path -DFILES=tests/data/gpt_2aadbfd -DWORK=dir [-DBITS=OFF: a build that rounds otherwise than
+# in memory, the data named by the CRC-32 of every id, a computed and a stored data order), once
+# build/examples/convert_checkpoint has converted them from format 2, and ends on the weights and validation
+# loss of that build's uninterrupted runs. Run from the source root: one file records its data path
+# relative to it.
+# -DPROGRAM=path -DCONVERT=path -DFILES=tests/data/gpt_2aadbfd -DWORK=dir [-DBITS=OFF: a build that rounds otherwise than
 # 2aadbfd's g++ and libxsmm build checks the validation loss to the digits printed, not the weights' bits]
 file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK})
 include(${CMAKE_CURRENT_LIST_DIR}/run_program.cmake)
 foreach(case "fortunes;4.6660;f966897c" "test_fortunes;3.9016;cbab0e89")
   list(GET case 0 name)
   list(GET case 1 loss)
   list(GET case 2 crc)
-  run(${PROGRAM} --resume ${FILES}/${name}_step10.tgck --length 20 --prepared ${WORK}/${name}_data --out ${WORK}/${name})
+  run(${CONVERT} ${FILES}/${name}_step10.tgck ${WORK}/${name}_step10.tgck)
+  run(${PROGRAM} --resume ${WORK}/${name}_step10.tgck --length 20 --prepared ${WORK}/${name}_data --out ${WORK}/${name})
   if(DEFINED BITS AND NOT BITS)
     set(crc "[0-9a-f]+")
   endif()

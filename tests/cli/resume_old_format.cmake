@@ -1,17 +1,31 @@
 # A checkpoint written by an earlier release (tapegrad 0.1: format 1, tests/data/v1; 0.2: format 2,
-# tests/data/v2), resumed by this release's trainer in a fresh process: it must carry on from the file's
-# step 10 to step 20, its curve up to step 10 must be the file's, as that release wrote it (expected.txt
-# beside it), and the later rows must be there. Whether the final weights are that release's bit for bit
-# depends on the CPU and build (float kernels differ in the last bits), so that is reported, not required;
-# tests/test_checkpoint.cpp compares them with 0.1's to float rounding.
-# -DTRAIN=path -DWORK=dir -DFIXTURE=tests/data/v<N>/<name>.tgck -DEXPECTED=tests/data/v<N>/expected.txt
+# tests/data/v2): this release's trainer refuses it in one line naming the command that converts it; that
+# command converts it (build/examples/convert_checkpoint), and the trainer resumes the converted file in a
+# fresh process: it must carry on from the file's step 10 to step 20, its curve up to step 10 must be the
+# file's, as that release wrote it (expected.txt beside it), and the later rows must be there. Whether the
+# final weights are that release's bit for bit depends on the CPU and build (float kernels differ in the
+# last bits), so that is reported, not required; tests/test_checkpoint.cpp compares them with 0.1's to float
+# rounding.
+# -DTRAIN=path -DCONVERT=path -DWORK=dir -DFIXTURE=tests/data/v<N>/<name>.tgck -DEXPECTED=tests/data/v<N>/expected.txt
 file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK})
 get_filename_component(name ${FIXTURE} NAME)
-execute_process(COMMAND ${TRAIN} --resume ${FIXTURE} --out ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "resuming ${name} failed (${rc}):\n${out}\n${err}")
+string(REGEX MATCH "/v([12])/" _ "${FIXTURE}")
+set(format ${CMAKE_MATCH_1})
+execute_process(COMMAND ${TRAIN} --resume ${FIXTURE} --out ${WORK}/refused RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+set(refusal "train: load '${FIXTURE}': a tapegrad 0.${format} checkpoint (format ${format}); convert it with: build/examples/convert_checkpoint '${FIXTURE}' NEW\n")
+if(rc EQUAL 0 OR NOT err STREQUAL refusal OR EXISTS ${WORK}/refused/model.tgck)
+  message(FATAL_ERROR "the trainer did not refuse ${name} unconverted in one line (${rc}):\n${out}\n${err}--- expected\n${refusal}")
 endif()
-execute_process(COMMAND ${TRAIN} inspect ${WORK}/model.tgck OUTPUT_VARIABLE summary RESULT_VARIABLE rc)
+execute_process(COMMAND ${CONVERT} ${FIXTURE} ${WORK}/converted.tgck RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "^converted '[^']*${name}' \\(tapegrad 0\\.${format}\\.0, format ${format}\\) to '[^']*converted.tgck' \\(format 3\\)")
+  message(FATAL_ERROR "converting ${name} failed (${rc}):\n${out}\n${err}")
+endif()
+execute_process(COMMAND ${TRAIN} --resume ${WORK}/converted.tgck --out ${WORK}/run RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "resuming ${name}, converted, failed (${rc}):\n${out}\n${err}")
+endif()
+execute_process(COMMAND ${TRAIN} inspect ${WORK}/run/model.tgck OUTPUT_VARIABLE summary RESULT_VARIABLE rc)
 string(REGEX MATCH "crc32 ([0-9a-f]+)" crc "${summary}")
 set(crc ${CMAKE_MATCH_1})
 file(STRINGS ${EXPECTED} expected REGEX "^${name} ")
@@ -23,7 +37,7 @@ foreach(line IN LISTS expected)
     string(APPEND want_curve "${CMAKE_MATCH_1}\n")
   endif()
 endforeach()
-file(STRINGS ${WORK}/curve.csv rows)
+file(STRINGS ${WORK}/run/curve.csv rows)
 list(POP_FRONT rows)  # the header
 set(curve "")
 foreach(row IN LISTS rows)

@@ -6,7 +6,9 @@
 // Input byte 0 selects how the rest is used: bit 0 set = re-seal the header (length and CRC-32 fitted
 // to the payload), so mutations reach the payload decoder instead of stopping at the checksum;
 // bit 1 set = load non-strictly. Each decoded file is loaded into a model, rebuilt as one, and restored
-// into the parts of a loop by hand (a model, an optimizer, a sampler, a stream, a step).
+// into the parts of a loop by hand (a model, an optimizer, a sampler, a stream, a step). A file of format 1
+// or 2 (the seeds of tests/data/v1 and v2), which the library refuses, is read by the converter
+// (examples/convert) as build/examples/convert_checkpoint reads it, and the result goes the same way.
 //
 // The mutator is structure-aware (checkpoint_mutations.hpp): three times in four it decodes the input,
 // applies one to three of a forger's changes (a record duplicated, a count or shape changed, names
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "checkpoint_mutations.hpp"
+#include "convert/old_checkpoint.hpp"
 #include "lesson/toy_model.hpp"
 #include "reseal.hpp"
 #include "user_models.hpp"
@@ -94,7 +97,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<std::byte> file(reinterpret_cast<const std::byte*>(data + 1), reinterpret_cast<const std::byte*>(data + size));
   if (mode & 1) test::reseal(file, zlib_crc32);
   try {
-    const Checkpoint c = decode_checkpoint(file, "fuzz");
+    // A 0.1 trainer's data is the one its file names (the program would compare the data it makes again).
+    const auto as_recorded = [](const Checkpoint& old) {
+      const auto it = old.metadata.find("data.fingerprint");
+      return convert::TrainingData{
+          .examples_crc32 = it == old.metadata.end() ? 0u : static_cast<std::uint32_t>(std::stoul(it->second, nullptr, 16))};
+    };
+    const bool old = file.size() > 8 && (file[8] == std::byte{1} || file[8] == std::byte{2});
+    const Checkpoint c = old ? convert::convert_checkpoint(file, "fuzz", as_recorded).checkpoint : decode_checkpoint(file, "fuzz");
     (void)describe_checkpoint(c);
     (void)checkpoint_json(c);
     ToyModel<float> model(ModelConfig{.vocab = 25, .labels = 8, .max_len = 8});

@@ -1,7 +1,6 @@
 // Checkpoints: the file format (header + CRC-32), atomic writes, the invariants every checkpoint keeps,
-// what `inspect` shows, and rebuilding a model from its record. The payload's layout is in serialize.hpp
-// (format 3) and legacy.hpp (formats 1 and 2); the parts' entries, snapshot and restore in state.cpp. See
-// checkpoint.hpp.
+// what `inspect` shows, and rebuilding a model from its record. The payload's layout is in serialize.hpp;
+// the parts' entries, snapshot and restore in state.cpp. See checkpoint.hpp.
 #include "tapegrad/train/checkpoint/checkpoint.hpp"
 
 #include <algorithm>
@@ -97,7 +96,7 @@ std::vector<std::byte> encode_checkpoint(const Checkpoint& c) {
     std::ostream payload_stream(&sink);
     cereal::PortableBinaryOutputArchive ar(payload_stream);
     NodeFree node_free(ar);
-    save_as(node_free, c, kCheckpointFormat);  // whatever it was read from, it is written as today's
+    save(node_free, c);
   }
   const std::size_t payload = out.size() - kHeaderBytes;
   std::vector<std::byte> header;
@@ -132,6 +131,11 @@ Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view 
     fail<FormatError>("load '{}': format version {} is newer than this tapegrad reads ({}); update tapegrad", source,
                       version, kCheckpointFormat);
   if (version == 0) fail<FormatError>("load '{}': format version 0 does not exist; the header is corrupt", source);
+  if (version < kCheckpointFormat)  // tapegrad 0.1 and 0.2: examples/convert reads them
+    fail<FormatError>(
+        "load '{}': a tapegrad 0.{} checkpoint (format {}); convert it with: "
+        "build/examples/convert_checkpoint '{}' NEW",
+        source, version, version, source);
   if (flags != 0) fail<FormatError>("load '{}': unknown flags {:#x} in the header", source, flags);
   const std::size_t available = bytes.size() - kHeaderBytes;
   if (length > available)
@@ -150,13 +154,10 @@ Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view 
   try {
     std::istringstream in(std::string(reinterpret_cast<const char*>(payload), available), std::ios::binary);
     InArchive ar(in, available);
-    ar(c.format_version);
-    if (c.format_version != version)
-      fail<FormatError>("the payload says format {} but the header {}", c.format_version, version);
-    if (version < 3)
-      load_legacy(ar, version, c);
-    else
-      load_format3(ar, c);
+    std::uint32_t said = 0;
+    ar(said);
+    if (said != version) fail<FormatError>("the payload says format {} but the header {}", said, version);
+    load_format3(ar, c);
     if (in.peek() != std::char_traits<char>::eof()) fail<FormatError>("the payload has bytes after the checkpoint");
   } catch (const FormatError& e) {
     fail<FormatError>("load '{}': corrupt payload: {}", source, e.what());
@@ -274,9 +275,8 @@ void describe_training(const Checkpoint& c, std::string& s) {
     try {
       const TrainerState t = read_trainer_state(c);
       s += fmt::format(
-          "training: step {} of {} ({}), data fingerprint {:08x}{}{}\n", t.step, t.options.steps,
+          "training: step {} of {} ({}), data fingerprint {:08x}{}\n", t.step, t.options.steps,
           describe_settings(to_settings(t.options)), t.data_fingerprint,
-          c.format_version == 1 ? " (format 1: see the metadata)" : "",
           t.eval_fingerprint ? fmt::format(", evaluation data fingerprint {:08x}", *t.eval_fingerprint) : "");
     } catch (const FormatError& e) {
       s += fmt::format("training: the part 'trainer' does not read as a Trainer's state: {}\n", e.what());
@@ -324,7 +324,7 @@ void describe_training(const Checkpoint& c, std::string& s) {
 
 std::string describe_checkpoint(const Checkpoint& c) {
   const auto p = [](std::string_view text) { return escaped(text); };
-  std::string s = fmt::format("tapegrad checkpoint, format {}, written by tapegrad {}\nmodel: {}\n", c.format_version,
+  std::string s = fmt::format("tapegrad checkpoint, format {}, written by tapegrad {}\nmodel: {}\n", kCheckpointFormat,
                               p(c.tapegrad_version), p(c.model.describe()));
   const std::vector<const StateEntry*> weights = model_weights(c);
   Index scalars = 0;

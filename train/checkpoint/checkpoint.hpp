@@ -6,16 +6,15 @@
 //
 // File layout (all integers little-endian):
 //   0   8 bytes  magic "TGCKPT\r\n" (the \r\n catches text-mode mangling, as PNG's signature does)
-//   8   u32      format version (kCheckpointFormat; formats 1 and 2, written by tapegrad 0.1 and 0.2, still read)
+//   8   u32      format version (kCheckpointFormat; formats 1 and 2 are tapegrad 0.1's and 0.2's, refused)
 //   12  u32      flags (0)
 //   16  u64      payload length
 //   24  u32      CRC-32 of the payload
 //   28  payload  a cereal portable-binary archive of the Checkpoint below (serialize.hpp)
 // A reader checks magic, version, length and checksum before it decodes a byte of the payload, and
 // bounds every size it decodes by the payload's length, so a corrupt file is a clear FormatError, never
-// a crash or a huge allocation. Files of formats 1 and 2 are read into the same Checkpoint by one converter
-// (legacy.cpp): their parts are "model", "optimizer" and "trainer" (a loop's file of format 2: "model",
-// "optimizer", "step", "rng" and "data_order").
+// a crash or a huge allocation. A file of format 1 or 2 is refused in one line naming the program that
+// converts it (build/examples/convert_checkpoint OLD NEW: examples/convert, the one converter).
 //
 // Saving is atomic: a temporary file in the same folder, flushed and fsync'd, renamed over the target,
 // then the folder fsync'd; a crash leaves the old file or the new one. Loading is strict and all-or-nothing:
@@ -60,7 +59,6 @@ std::string_view tapegrad_version();
 inline constexpr std::string_view kModelPart = "model";
 
 struct Checkpoint {
-  std::uint32_t format_version = kCheckpointFormat;  // of the file it was read from
   std::string tapegrad_version = std::string(tapegrad::tapegrad_version());
   ModelRecord model;                            // the kind and configuration of the part "model" (empty: not described)
   std::vector<StateEntry> entries;              // every part's, in the order the parts saved them
@@ -85,8 +83,8 @@ void check_checkpoint(const Checkpoint& c);
 // ---- bytes and files --------------------------------------------------------------------------------
 
 std::vector<std::byte> encode_checkpoint(const Checkpoint& c);
-// FormatError naming `source` (a file name) for anything that is not a valid checkpoint. Files of
-// formats 1 and 2 are read into the same structure.
+// FormatError naming `source` (a file name) for anything that is not a valid checkpoint of format 3 (one of
+// format 1 or 2 names the command that converts it).
 Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view source);
 
 // The largest checkpoint read_checkpoint takes by default (a larger one is a LimitError, before it is read).

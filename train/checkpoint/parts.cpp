@@ -222,17 +222,8 @@ const PartType& trainer_part() {
       [](const void* object, State& out) { put_trainer_state(out, static_cast<const TrainerBase*>(object)->state()); },
       [](void* object, std::string_view part, const State& in, LoadContext& context) {
         TrainerBase& trainer = *static_cast<TrainerBase*>(object);
-        const bool format1 = context.format_version == 1;
         return prepare_with<TrainerState>(
-            part, context,
-            [&] {
-              TrainerState s = read_trainer_state(in);
-              if (format1) {  // its data was recorded otherwise: the program compares it (format1.cpp)
-                s.data_fingerprint = trainer.data_fingerprint();
-                s.eval_fingerprint = trainer.state().eval_fingerprint;
-              }
-              return s;
-            },
+            part, context, [&] { return read_trainer_state(in); },
             [&](const TrainerState& s) { trainer.check_state(s, part); },  // "<part>: ..."
             [&trainer](const TrainerState& s) { trainer.set_state(s); }, true);
       },
@@ -314,7 +305,7 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
   check_part_names(parts, op);
   const detail::StateIndex index(c.entries);
   LoadReport report;
-  detail::LoadContext context{options, c.format_version, c.model, report, {}};
+  detail::LoadContext context{options, c.model, report, {}};
   const std::vector<std::string> in_file = index.parts();
   const std::set<std::string_view> file_parts(in_file.begin(), in_file.end());
   std::set<std::string_view> given;

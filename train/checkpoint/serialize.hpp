@@ -1,6 +1,6 @@
 #pragma once
-// The cereal serialization of checkpoints, shared by checkpoint.cpp (portable binary files), json.cpp (JSON
-// for people) and legacy.cpp (formats 1 and 2). Internal to train/.
+// The cereal serialization of checkpoints, shared by checkpoint.cpp (portable binary files) and json.cpp (JSON
+// for people). Internal to train/.
 //
 // Format 3's payload, after the format version: the tapegrad version, the model's kind and settings, the
 // metadata, then the entries (state.hpp), each its name, a kind byte (EntryKind) and its value: a tensor's
@@ -253,11 +253,9 @@ inline void load(InArchive& ar, StateEntry& e) {
                     kind);
 }
 
-// The checkpoint with `format_version` in its version field: the encoder writes today's format whatever
-// the file was read from, without copying the checkpoint to change one number.
 template <class A>
-void save_as(A& ar, const Checkpoint& c, std::uint32_t format_version) {
-  ar(make_nvp("format_version", format_version), make_nvp("tapegrad_version", c.tapegrad_version));
+void save(A& ar, const Checkpoint& c) {
+  ar(make_nvp("format_version", kCheckpointFormat), make_nvp("tapegrad_version", c.tapegrad_version));
   ar(make_nvp("model", c.model.kind));
   save_settings(ar, "model_config", c.model.config);
   ar(make_nvp("metadata", c.metadata));
@@ -272,11 +270,6 @@ void save_as(A& ar, const Checkpoint& c, std::uint32_t format_version) {
   ar.finishNode();
 }
 
-template <class A>
-void save(A& ar, const Checkpoint& c) {
-  save_as(ar, c, c.format_version);
-}
-
 // The payload of a format-3 file (after its format version, which the caller read).
 inline void load_format3(InArchive& ar, Checkpoint& c) {
   load(ar, c.tapegrad_version);
@@ -286,9 +279,6 @@ inline void load_format3(InArchive& ar, Checkpoint& c) {
   c.entries.resize(read_size(ar, kMinEntryBytes, "the entry list"));
   for (auto& e : c.entries) load(ar, e);
 }
-
-// The payload of a file of format 1 or 2 (after its format version), converted to today's (legacy.cpp).
-void load_legacy(InArchive& ar, std::uint32_t format_version, Checkpoint& c);
 
 // cereal's binary archives have no nodes; these make the save() functions above archive-neutral.
 struct NodeFree {

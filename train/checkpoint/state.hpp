@@ -184,7 +184,7 @@ class State {
 
 // ---- the library's objects' entries ------------------------------------------------------------------
 // One function each way, so that a field added to a state is one place to change; the part loaders below and
-// the converter of older files (legacy.cpp) go through them.
+// the converter of older files (examples/convert) go through them.
 
 template <class T>
 void put_optimizer_state(State& out, OptimizerState<T> state);
@@ -227,10 +227,9 @@ struct Prepared {
   std::function<void()> undo;
 };
 
-// What the parts' checks share: the options, the file's format and model record, the problems found.
+// What the parts' checks share: the options, the file's model record, the problems found.
 struct LoadContext {
   const LoadOptions& options;
-  std::uint32_t format_version;
   const ModelRecord& file_model;
   LoadReport& report;
   std::vector<std::string> problems;

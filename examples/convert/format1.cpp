@@ -10,9 +10,9 @@
 #include <cmath>
 #include <string_view>
 
-#include "tapegrad/train/checkpoint/legacy.hpp"
+#include "convert/legacy.hpp"
 
-namespace tapegrad::checkpoint_detail::legacy {
+namespace tapegrad::convert::legacy {
 namespace {
 
 // Enum values as format 1 stored them (int32 indices) and the names they have now.
@@ -179,4 +179,4 @@ void load_format1(InArchive& ar, File& c) {
   c.training = std::move(t);
 }
 
-}  // namespace tapegrad::checkpoint_detail::legacy
+}  // namespace tapegrad::convert::legacy

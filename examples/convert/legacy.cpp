@@ -1,16 +1,68 @@
-// Files of formats 1 and 2: format 2's reader, the invariants those files kept, and the one converter that
-// turns either into today's Checkpoint of named parts (legacy.hpp).
-#include "tapegrad/train/checkpoint/legacy.hpp"
+// Files of formats 1 and 2: their bounded reads, format 2's reader, the invariants those files kept, and the
+// one converter that turns either into today's Checkpoint of named parts (legacy.hpp), which the library
+// saves as format 3.
+#include "convert/legacy.hpp"
 
 #include <algorithm>
 
-namespace tapegrad::checkpoint_detail {
-namespace legacy {
+namespace tapegrad::convert::legacy {
+
+std::size_t read_size(InArchive& ar, std::size_t min_element_bytes, std::string_view what) {
+  cereal::size_type n = 0;
+  ar(cereal::make_size_tag(n));
+  const std::size_t left = ar.bytes_left();
+  if (n > left / std::max<std::size_t>(min_element_bytes, 1))
+    fail<FormatError>("{} claims {} elements of at least {} bytes, more than the {} bytes left can hold", what, n,
+                      min_element_bytes, left);
+  return static_cast<std::size_t>(n);
+}
+
+void load(InArchive& ar, std::string& s) {
+  s.resize(read_size(ar, 1, "a string"));
+  ar(cereal::binary_data(s.data(), s.size()));
+}
+
+bool load_bool(InArchive& ar, std::string_view what) {
+  std::uint8_t v = 0;
+  ar(v);
+  if (v > 1) fail<FormatError>("{} has the byte {}, not a boolean (0 or 1)", what, v);
+  return v == 1;
+}
+
+std::int64_t load_i64(InArchive& ar) {
+  std::int64_t v = 0;
+  ar(v);
+  return v;
+}
+
+double load_double(InArchive& ar) {
+  double v = 0;
+  ar(v);
+  return v;
+}
+
+void load(InArchive& ar, Shape& s) {
+  std::int32_t rank = 0;
+  ar(rank);
+  const std::int64_t batch = load_i64(ar), rows = load_i64(ar), cols = load_i64(ar);
+  const Shape read{rank, batch, rows, cols};
+  if (!read.valid())
+    fail<FormatError>("a tensor has an invalid shape (rank {}, {} x {} x {})", rank, batch, rows, cols);
+  s = read;
+}
+
+void load_settings(InArchive& ar, Settings& out, std::string_view what) {
+  out.resize(read_size(ar, kMinSettingBytes, what));
+  for (auto& s : out) {
+    load(ar, s.name);
+    load(ar, s.value);
+  }
+}
 
 void load(InArchive& ar, TensorRecord& t) {
-  checkpoint_detail::load(ar, t.name);
-  checkpoint_detail::load(ar, t.dtype);
-  checkpoint_detail::load(ar, t.shape);
+  legacy::load(ar, t.name);
+  legacy::load(ar, t.dtype);
+  legacy::load(ar, t.shape);
   if (t.dtype == "f32") {
     std::vector<float> v;
     load_numbers(ar, v, fmt::format("tensor '{}'", escaped(t.name)));
@@ -27,12 +79,12 @@ void load(InArchive& ar, TensorRecord& t) {
 }
 
 void load(InArchive& ar, NamedValue& v) {
-  checkpoint_detail::load(ar, v.name);
+  legacy::load(ar, v.name);
   v.value = load_double(ar);
 }
 
 void load(InArchive& ar, MetricWindow& w) {
-  checkpoint_detail::load(ar, w.name);
+  legacy::load(ar, w.name);
   w.tally.sum = load_double(ar);
   w.tally.count = load_double(ar);
 }
@@ -78,9 +130,9 @@ void load(InArchive& ar, TrainerState& s) {
 }
 
 void load(InArchive& ar, OptimizerRecord& o) {
-  checkpoint_detail::load(ar, o.kind);
+  legacy::load(ar, o.kind);
   load_settings(ar, o.hyperparameters, "the optimizer's hyperparameters");
-  checkpoint_detail::load(ar, o.schedule.kind);
+  legacy::load(ar, o.schedule.kind);
   load_settings(ar, o.schedule.settings, "the schedule's settings");
   o.step = load_i64(ar);
   load_records(ar, o.buffers, "the optimizer buffers");
@@ -161,10 +213,11 @@ void put_optimizer(State& out, const File& f) {
   put_optimizer_state(out, std::move(s));
 }
 
+}  // namespace
+
 Checkpoint convert(File f) {
   check(f);
   Checkpoint c;
-  c.format_version = f.format_version;
   c.tapegrad_version = std::move(f.tapegrad_version);
   c.model = std::move(f.model);
   c.metadata = std::move(f.metadata);
@@ -200,8 +253,6 @@ Checkpoint convert(File f) {
   return c;
 }
 
-}  // namespace
-
 void load_data_order(InArchive& ar, Sampler::State& s) {
   ar(s.epoch);
   s.cursor = load_i64(ar);
@@ -215,8 +266,8 @@ void load_data_order(InArchive& ar, Sampler::State& s) {
 }
 
 void load_format2(InArchive& ar, File& f) {
-  checkpoint_detail::load(ar, f.tapegrad_version);
-  checkpoint_detail::load(ar, f.model.kind);
+  legacy::load(ar, f.tapegrad_version);
+  legacy::load(ar, f.model.kind);
   load_settings(ar, f.model.config, "the model's configuration");
   load_records(ar, f.parameters, "the parameter list");
   load_map(ar, f.metadata, "the metadata");
@@ -227,16 +278,4 @@ void load_format2(InArchive& ar, File& f) {
   }
 }
 
-}  // namespace legacy
-
-void load_legacy(InArchive& ar, std::uint32_t format_version, Checkpoint& c) {
-  legacy::File f;
-  f.format_version = format_version;
-  if (format_version == 1)
-    legacy::load_format1(ar, f);
-  else
-    legacy::load_format2(ar, f);
-  c = legacy::convert(std::move(f));
-}
-
-}  // namespace tapegrad::checkpoint_detail
+}  // namespace tapegrad::convert::legacy
