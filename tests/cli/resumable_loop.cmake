@@ -3,7 +3,9 @@
 # another process. The resumed run must end with the straight run's weights and everything else the loop
 # carries (Adam's state, the sampler, both random streams, the moving average, the step), bit for bit
 # (their CRC-32s).
-# -DPROGRAM=path -DWORK=dir
+# A loop's checkpoint given to the trainer CLI is refused in the words restore() uses for it (one refusal, one
+# wording), naming the parts it lacks and those it holds, and nothing is written.
+# -DPROGRAM=path -DTRAIN=path (build/examples/train) -DWORK=dir
 file(REMOVE_RECURSE ${WORK})
 include(${CMAKE_CURRENT_LIST_DIR}/run_program.cmake)
 
@@ -33,5 +35,13 @@ endif()
 if(NOT "${CMAKE_MATCH_1} ${CMAKE_MATCH_2}" STREQUAL straight)
   message(FATAL_ERROR "the resumed loop should end bit for bit where the straight run ended: weights and state "
                       "${straight} straight, ${CMAKE_MATCH_1} ${CMAKE_MATCH_2} resumed:\n${output}")
+endif()
+execute_process(COMMAND ${TRAIN} --resume ${WORK}/killed/checkpoint-00000200.tgck --out ${WORK}/as_trainer
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+set(expected "train: resume: '${WORK}/killed/checkpoint-00000200.tgck': the file has no 'trainer' (it holds \
+'model', 'optimizer', 'batches', 'noise', 'dropout', 'ema', 'step'); nothing was loaded\n")
+if(rc EQUAL 0 OR NOT err STREQUAL expected OR EXISTS ${WORK}/as_trainer)
+  message(FATAL_ERROR "train --resume of a loop's checkpoint should be refused as restore() words it, writing "
+                      "nothing; exit ${rc}, stderr:\n${err}\nexpected:\n${expected}")
 endif()
 message(STATUS "resumable_loop: killed at 250, resumed from 200, weights and state ${straight} as the straight run's")
