@@ -249,6 +249,30 @@ TEST_CASE("cli tokens: a preparation is whole or absent: one refused or failed l
     check_ok(again);
     CHECK(again.out.find("found prepared") != std::string::npos);
   }
+  // A crash (SIGKILL) while a new preparation is built beside the folder: the earlier one stays, and the
+  // folder the crash left is removed by the next run that takes the lock.
+  fs::create_directories(root / "large");
+  {
+    std::string block;
+    for (int i = 0; i < 2000; ++i) block += fmt::format("fortune {} of a large text\n%\n", i);
+    std::ofstream large(root / "large" / "a", std::ios::binary);
+    for (int k = 0; k < 600; ++k) large << block;  // 35 MB: a second or so to prepare
+  }
+  Process crash = start(gpt({"--prepare-only", "--data", (root / "large").string(), "--prepared", prepared.string()}));
+  const fs::path building = root / fmt::format(".prepared.tmp-{}", crash.pid);
+  const auto begun = std::chrono::steady_clock::now();
+  while (!fs::exists(building) && still_running(crash) &&
+         std::chrono::steady_clock::now() - begun < std::chrono::seconds(30))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ::kill(crash.pid, SIGKILL);
+  CHECK(finish(crash).signal == SIGKILL);
+  CHECK(fs::exists(building));
+  CHECK(snapshot_files(prepared) == before);
+  const Outcome after = run(gpt({"--prepare-only", "--data", TAPEGRAD_GPT_FORTUNES, "--prepared", prepared.string()}));
+  check_ok(after);
+  CHECK(after.out.starts_with("gpt: found prepared"));
+  CHECK_FALSE(fs::exists(building));
+  fs::remove_all(root / "large");
   std::set<std::string> names;  // nothing left beside the folder
   for (const auto& e : fs::directory_iterator(root)) names.insert(e.path().filename().string());
   CHECK(names == std::set<std::string>{"few", "nul", "prepared"});
