@@ -207,15 +207,23 @@ struct StreamCounts {
   int previous = -1;
   bool line_start = true, percent = false;  // the last byte ended a line; the line so far is "%"
 
-  void add(std::span<const std::int32_t> ids) {
+  void add(std::span<const std::int32_t> ids) {  // on locals: a store to `pairs` could otherwise be `fortunes`
+    std::uint64_t* const pair = pairs.empty() ? nullptr : pairs.data();
+    Index n = fortunes;
+    int before = previous;
+    bool start = line_start, after_percent = percent;
     for (const std::int32_t b : ids) {
       occurs[static_cast<std::size_t>(b)] = true;
-      fortunes += percent && b == '\n';
-      percent = line_start && b == '%';
-      line_start = b == '\n';
-      if (!pairs.empty() && previous >= 0) ++pairs[static_cast<std::size_t>(previous * 256 + b)];
-      previous = b;
+      n += after_percent && b == '\n';
+      after_percent = start && b == '%';
+      start = b == '\n';
+      if (pair && before >= 0) ++pair[static_cast<std::size_t>(before * 256 + b)];
+      before = b;
     }
+    fortunes = n;
+    previous = before;
+    line_start = start;
+    percent = after_percent;
   }
 };
 
