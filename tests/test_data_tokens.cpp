@@ -3,6 +3,12 @@
 // refuse (each in one line naming the file, never a crash), preparing text in one streaming pass; and
 // the sampler's state, which says what it is for (issue 52's findings).
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -233,6 +239,28 @@ TEST_CASE("token files: a file truncated or rewritten under a reader is an error
   CHECK(tail == std::vector<std::int32_t>{995 % 256, 996 % 256, 997 % 256, 998 % 256, 999 % 256});
 }
 
+TEST_CASE("token files: ids changed in place with their size and modification time kept (touch -r) are an error under a reader") {
+  const fs::path dir = test::scratch_dir("tokens", "changed_in_place");
+  written(dir / "t.bin", 1, 256, 10'000);
+  const TokenFile file(dir / "t.bin", "--data");
+  std::vector<std::int32_t> ids(10);
+  file.read(0, ids);
+  struct stat before {};
+  REQUIRE(::stat((dir / "t.bin").c_str(), &before) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // past the file system's clock tick
+  {
+    std::fstream f(dir / "t.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('x');
+  }
+  const timespec times[2] = {before.st_atim, before.st_mtim};  // touch -r: the times put back
+  REQUIRE(::utimensat(AT_FDCWD, (dir / "t.bin").c_str(), times, 0) == 0);
+  CHECK(fs::file_size(dir / "t.bin") == 10'064);
+  CHECK(test::message_of([&] { file.read(0, ids); }) ==
+        "--data: '" + (dir / "t.bin").string() +
+            "' changed while in use: it was modified after it was opened (rewritten, or its times set back)");
+}
+
 TEST_CASE("token windows: training starts anywhere, consecutive windows advance by T, a sample is seeded") {
   const fs::path dir = test::scratch_dir("tokens", "windows");
   const auto file = std::make_shared<const TokenFile>(written(dir / "w.bin", 2, 1000, 23));
@@ -318,6 +346,41 @@ TEST_CASE("prepare: documents stream into two token files, every k-th to validat
     CHECK_THROWS_AS(few.finish(), ValueError);
   }
   CHECK(fs::is_empty(none));
+}
+
+TEST_CASE("prepare: a write that fails (a full disk, a file-size limit) leaves the earlier pair of files, never half a pair") {
+  const fs::path dir = test::scratch_dir("tokens", "prepare_half");
+  const auto prepare = [&](std::string_view training, std::size_t validation_bytes) {
+    TextSplitWriter out(dir / "train.bin", dir / "val.bin", {.validation_every = 2, .separator = "|"});
+    out.bytes(training);
+    out.end_document();
+    out.bytes(std::string(validation_bytes, 'v'));
+    out.end_document();
+    out.finish();
+  };
+  prepare("the earlier training document", 10);
+  const std::string train = slurp(dir / "train.bin"), validation = slurp(dir / "val.bin");
+  // In a child, under a file-size limit that the training file fits and the validation file does not.
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{8192, 8192};
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(9);
+    try {
+      prepare("a new training document", 20'000);
+    } catch (const IoError&) {
+      ::_exit(0);
+    }
+    ::_exit(1);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(slurp(dir / "train.bin") == train);  // the earlier pair, both files
+  CHECK(slurp(dir / "val.bin") == validation);
+  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 2);  // no temporary file left
 }
 
 TEST_CASE("read_file_pieces reads to the end a file whose size the system reports as 0 (/proc), and names its limit") {

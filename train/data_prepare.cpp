@@ -39,8 +39,7 @@ void TextSplitWriter::end_document() {
 }
 
 TextSplitWriter::Summary TextSplitWriter::finish() {
-  for (const TokenFileWriter* w : {&train_, &validation_})  // both or neither: checked before either is in place
-    if (w->size() == 0) fail<ValueError>("{}: '{}' would hold no ids", options_.op, escaped(w->path()));
+  for (TokenFileWriter* w : {&train_, &validation_}) w->complete();  // both whole on disk before either is in place
   train_.finish();
   validation_.finish();
   return summary_;

@@ -93,6 +93,8 @@ TokenFile::TokenFile(fs::path path, std::string op) : path_(std::move(path)), op
   if (!S_ISREG(st.st_mode)) fail<FileError>("{}: '{}' is not a regular file", op_, escaped(path_));
   bytes_ = st.st_size;
   modified_ = st.st_mtim;
+  changed_ = st.st_ctim;
+  links_ = st.st_nlink;
   Header h{};
   const std::size_t got = pread_all(f.get(), h.data(), h.size(), 0);
   if (got == std::numeric_limits<std::size_t>::max())
@@ -148,7 +150,9 @@ TokenFile::TokenFile(TokenFile&& o) noexcept
       ids_crc_(o.ids_crc_),
       header_crc_(o.header_crc_),
       bytes_(o.bytes_),
-      modified_(o.modified_) {}
+      modified_(o.modified_),
+      changed_(o.changed_),
+      links_(o.links_) {}
 
 void TokenFile::check_unchanged() const {
   struct stat st {};
@@ -157,9 +161,13 @@ void TokenFile::check_unchanged() const {
     fail<FormatError>(
         "{}: '{}' changed while in use: it holds {} bytes, {} when it was opened (truncated or rewritten)", op_,
         escaped(path_), st.st_size, bytes_);
-  if (st.st_mtim.tv_sec != modified_.tv_sec || st.st_mtim.tv_nsec != modified_.tv_nsec)
-    fail<FormatError>("{}: '{}' changed while in use: it was modified after it was opened (rewritten)", op_,
-                      escaped(path_));
+  const auto moved = [](std::timespec a, std::timespec b) { return a.tv_sec != b.tv_sec || a.tv_nsec != b.tv_nsec; };
+  // The last link going moves the change time too: a file renamed over this one is no change to it.
+  if (moved(st.st_mtim, modified_) || (moved(st.st_ctim, changed_) && st.st_nlink == links_))
+    fail<FormatError>(
+        "{}: '{}' changed while in use: it was modified after it was opened (rewritten, or its times "
+        "set back)",
+        op_, escaped(path_));
 }
 
 void TokenFile::read_bytes(Index first, Index count, unsigned char* to) const {
@@ -205,8 +213,10 @@ void TokenFile::scan(Index first, Index count,
   }
 }
 
-void TokenFile::verify(std::span<const std::int32_t> map) const {
+void TokenFile::verify(std::span<const std::int32_t> map,
+                       const std::function<void(std::span<const std::int32_t>)>& piece) const {
   std::vector<unsigned char> raw(static_cast<std::size_t>(kPieceIds * width_));
+  std::vector<std::int32_t> ids(piece ? static_cast<std::size_t>(kPieceIds) : 0);
   Crc32 crc;
   for (Index at = 0; at < count_; at += kPieceIds) {
     const Index n = std::min(kPieceIds, count_ - at);
@@ -218,7 +228,9 @@ void TokenFile::verify(std::span<const std::int32_t> map) const {
       if (!map.empty() && (id >= static_cast<std::int64_t>(map.size()) || map[static_cast<std::size_t>(id)] < 0))
         fail<FormatError>("{}: '{}' holds id {} at position {}, which the vocabulary it is read with does not have",
                           op_, escaped(path_), id, at + i);
+      if (piece) ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(id);
     }
+    if (piece) piece(std::span<const std::int32_t>(ids.data(), static_cast<std::size_t>(n)));
   }
   if (crc.value() != ids_crc_)
     fail<FormatError>("{}: '{}' holds other ids than it was written with (their CRC-32 is {:08x}, its header's {:08x})",
@@ -296,7 +308,8 @@ void TokenFileWriter::append_bytes(std::string_view bytes) {
   }
 }
 
-void TokenFileWriter::finish() {
+void TokenFileWriter::complete() {
+  if (fd_ < 0) return;  // completed
   if (count_ == 0) fail<ValueError>("{}: '{}' would hold no ids", op_, escaped(path_));
   flush();
   Header h{};
@@ -314,9 +327,15 @@ void TokenFileWriter::finish() {
     const detail::FileSizeSignalHeld held;
     if (::pwrite(fd_, h.data(), h.size(), 0) != static_cast<ssize_t>(h.size())) fail_io("writing the header of");
   }
+  if (::fsync(fd_) != 0) fail_io("syncing");
   const int fd = std::exchange(fd_, -1);
   if (::close(fd) != 0) fail_io("closing");
-  if (::rename(temporary_.c_str(), path_.c_str()) != 0) fail_io("renaming into place");
+}
+
+void TokenFileWriter::finish() {
+  complete();
+  if (::rename(temporary_.c_str(), path_.c_str()) != 0)
+    fail<IoError>("{}: renaming into place '{}' failed: {}", op_, escaped(path_), std::strerror(errno));
   finished_ = true;
 }
 

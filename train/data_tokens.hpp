@@ -25,7 +25,9 @@
 // allow, and a size other than the header's count of ids; verify() reads every id once, in constant
 // memory, and refuses an id outside the vocabulary and ids other than those the header's CRC was computed
 // over (a file changed after it was written); every read refuses an id outside the vocabulary, and a file
-// whose size or modification time changed since it was opened (truncated or rewritten under the reader).
+// that changed since it was opened as the system reports it: its size, modification time or change time
+// (truncated, rewritten, or written with its times set back; not the last link going, as when a new file
+// is renamed over it).
 
 #include <cstdint>
 #include <ctime>
@@ -75,15 +77,17 @@ class TokenFile {
   void read(Index first, std::span<std::int32_t> out) const;
   // Reads every id once in pieces (constant memory) and checks it: below the vocabulary, and, when `map`
   // is given (an id for each of the file's, -1 for none, as TokenWindows reads it), one that maps; and
-  // the CRC of all of them against the header's.
-  void verify(std::span<const std::int32_t> map = {}) const;
+  // the CRC of all of them against the header's. Each piece of ids goes to `piece` too, if given: a
+  // caller's own counts in the same pass.
+  void verify(std::span<const std::int32_t> map = {},
+              const std::function<void(std::span<const std::int32_t> ids)>& piece = {}) const;
   // Ids [first, first + count) handed to `piece` in order, in pieces of constant size (`at` is the
   // position of the piece's first id), each checked as read() checks it.
   void scan(Index first, Index count,
             const std::function<void(Index at, std::span<const std::int32_t> ids)>& piece) const;
 
  private:
-  void check_unchanged() const;  // FormatError if the file's size or modification time moved since it was opened
+  void check_unchanged() const;  // FormatError if the system reports a change since the file was opened
   void read_bytes(Index first, Index count, unsigned char* to) const;
   [[noreturn]] void id_outside(std::int64_t id, Index position) const;
 
@@ -95,7 +99,8 @@ class TokenFile {
   std::uint32_t ids_crc_ = 0, header_crc_ = 0;
   // The file as it was opened, against which every read checks that it is still that file.
   std::int64_t bytes_ = 0;
-  std::timespec modified_{};
+  std::timespec modified_{}, changed_{};
+  std::uint64_t links_ = 0;
 };
 
 // Writes a token file as its ids come, in constant memory: into a temporary file beside `path`
@@ -115,8 +120,10 @@ class TokenFileWriter {
   void append_bytes(std::string_view bytes);       // width 1: each byte is its id
   Index size() const { return count_; }
   const std::filesystem::path& path() const { return path_; }
-  // Writes the header and renames the file into place. ValueError for a file of no ids; IoError naming
-  // the file when the system fails a write (a full disk, a file-size limit).
+  // Writes the header and syncs the file to disk under its temporary name; finish() renames it into place
+  // (completing it first if it was not). ValueError for a file of no ids; IoError naming the file when the
+  // system fails a write (a full disk, a file-size limit).
+  void complete();
   void finish();
 
  private:

@@ -45,8 +45,9 @@ int main(int argc, char** argv) {
                        data_group)->capture_default_str();
   auto* prepared = app.add_option("--prepared", o.prepared,
                                   "Folder of the prepared data (train.bin, val.bin, meta.json), made from --data once "
-                                  "and used as long as --data is unchanged; --data may also name such a folder")
-                       ->capture_default_str()->group(data_group);
+                                  "and used as long as --data is unchanged; --data may also name such a folder "
+                                  "[default: gpt_data/<name>-<CRC-32 of --data's absolute path>]")
+                       ->group(data_group);
   auto* prepare = app.add_flag("--prepare-only", prepare_only, "Prepare --data in --prepared and stop (nanoGPT's prepare.py)")
                       ->group(data_group);
   auto* out = app.add_option("--out", o.out, "Folder for checkpoints, samples, pictures and report.md")

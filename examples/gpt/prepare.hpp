@@ -8,10 +8,15 @@
 //                        stream (the bigram's counts)
 //
 // A folder that holds the preparation of the same data (the same files, sizes and modification times,
-// token files that are the ones meta.json names) is used as it is, its ids checked in one pass (verify);
-// --data may also name a prepared folder itself. Preparing into a folder takes its lock (.lock), so two
-// runs never write it at once; each keeps the files it opened, whatever a later preparation puts there.
-// A --prepared folder holds nothing else: one with other files is refused, not written into.
+// token files that are the ones meta.json names) is used as it is, its ids checked in one pass (verify)
+// that also counts what meta.json claims of them (the fortunes, the byte set, the pairs): a claim they
+// contradict is refused naming meta.json and the field. --data may also name a prepared folder itself.
+// A preparation is whole or absent: it is built in a folder beside --prepared (".<name>.tmp-<pid>"),
+// synced, and swapped with it in one rename (renameat2 RENAME_EXCHANGE), so a refusal, a crash or a full
+// disk leaves the earlier one as it was. Preparing takes the folder's lock (.lock), so two runs never
+// write it at once; each keeps the files it opened, whatever a later preparation puts there. A --prepared
+// folder holds nothing else: one with other files is refused, not written into. One this process may not
+// write (read-only) is used if it holds this data's preparation.
 
 #include <cstdint>
 #include <filesystem>
@@ -43,9 +48,17 @@ inline constexpr std::string_view kMetaFile = "meta.json";
 // from. Refusals as read_corpus's were: a missing path, a folder with no file to read, a file that is not
 // text (NUL bytes), fewer than 10 fortunes; and a prepared folder whose files are not what meta.json says,
 // or whose token files are hostile (TokenFile's checks, naming the file).
-Prepared prepare_data(const std::filesystem::path& data, const std::filesystem::path& prepared, std::string_view flag);
+// With `may_write` false (a resume's recorded folder), `prepared` is only read: data not prepared there is
+// refused, and nothing is written.
+Prepared prepare_data(const std::filesystem::path& data, const std::filesystem::path& prepared, std::string_view flag,
+                      bool may_write = true);
 
-// Whether `dir` is a folder holding a meta.json this program wrote.
+// Whether `dir` is a prepared folder: a meta.json and gpt's other files alone (whatever meta.json holds:
+// reading it says what is wrong with it).
 bool is_prepared_folder(const std::filesystem::path& dir);
+
+// Where --data is prepared when --prepared is not given: gpt_data/<name>-<CRC-32 of its absolute path>
+// in the working folder (nanoGPT's data/<name>/), so two data sets used from one folder keep theirs.
+std::filesystem::path default_prepared(const std::filesystem::path& data);
 
 }  // namespace gpt

@@ -128,10 +128,16 @@ std::string validation_head(const TokenFile& validation) {
   return head;
 }
 
+// Where a run prepares `data`: --prepared, or the default place keyed by the data.
+fs::path prepared_folder(const Options& o, const fs::path& data) {
+  return o.prepared_given ? fs::path(o.prepared) : default_prepared(data);
+}
+
 // `source` names where the path came from in messages: "--data", or the checkpoint a resumed run read it from.
+// With `may_write` false, prepared_dir is only read (a resume's recorded folder).
 std::unique_ptr<Data> load_data(const fs::path& path, const fs::path& prepared_dir, const DataSettings& s,
-                                const std::string& source) {
-  Prepared prepared = prepare_data(path, prepared_dir, source);
+                                const std::string& source, bool may_write = true) {
+  Prepared prepared = prepare_data(path, prepared_dir, source, may_write);
   const Index T = s.context;
   for (const auto& [file, what] : {std::pair{prepared.train, "training"}, std::pair{prepared.validation, "validation"}})
     if (file->size() < T + 1)
@@ -214,7 +220,7 @@ OptimizerFactory saved_optimizer(const OptimizerState<float>& r) {
 Checkpoint checkpoint_of(const LmRun& run, const Data& data) {
   Checkpoint c = snapshot(run.trainer);
   c.metadata["program"] = std::string(kProgram);
-  c.metadata["data"] = data.path.string();
+  c.metadata["data"] = fs::absolute(data.path).lexically_normal().string();  // a resume from any folder finds it
   c.metadata["prepared"] = fs::absolute(data.prepared.dir).lexically_normal().string();
   c.metadata["curve_windows"] = to_text(data.settings.curve_windows);
   c.metadata["eval_windows"] = to_text(data.settings.eval_windows);
@@ -243,10 +249,11 @@ class Slice final : public DataSource<SequenceBatch> {
 };
 
 // A loss over validation windows: exact over every window (no standard error), or a sample's mean with
-// its standard error.
+// its standard error (none from a sample of one window).
 struct Estimate {
   double mean = 0;
   double standard_error = std::numeric_limits<double>::quiet_NaN();
+  bool sampled = false;
 };
 
 // The weighted mean of group means m_j (w_j windows each, drawn at random without replacement from
@@ -259,7 +266,7 @@ Estimate sample_estimate(const std::vector<double>& means, const std::vector<dou
     total += weights[j];
     weighted += weights[j] * means[j];
   }
-  Estimate e{.mean = weighted / total};
+  Estimate e{.mean = weighted / total, .sampled = true};
   const auto g = static_cast<double>(means.size());
   if (means.size() < 2) return e;
   double spread = 0;
@@ -269,11 +276,12 @@ Estimate sample_estimate(const std::vector<double>& means, const std::vector<dou
 }
 
 // The model's loss over the table's windows: every window's at once, or, for a sample, batch by batch
-// (the trainer's evaluation batch), each batch's mean a group of the estimate.
+// (the trainer's evaluation batch), each batch's mean a group of the estimate; a sample that one batch
+// holds goes window by window, so that it has groups to estimate its error from.
 Estimate evaluate_table(Trainer<SequenceBatch>& trainer, const TokenWindows& windows) {
   if (!windows.sampled()) return {.mean = value_of(trainer.evaluate(windows), "eval_loss")};
   std::vector<double> means, weights;
-  const Index batch = trainer.options().eval_batch;
+  const Index batch = windows.size() > trainer.options().eval_batch ? trainer.options().eval_batch : 1;
   for (Index begin = 0; begin < windows.size(); begin += batch) {
     const Slice slice(windows, begin, std::min(windows.size(), begin + batch));
     means.push_back(value_of(trainer.evaluate(slice), "eval_loss"));
@@ -290,9 +298,11 @@ Estimate bigram_table(const Bigram& bigram, const TokenWindows& windows) {
   return sample_estimate(per_window, std::vector<double>(per_window.size(), 1.0), windows.population());
 }
 
-// "2.0407", or "2.0407 ± 0.0049" for a sample.
+// "2.0407", or "2.0407 ± 0.0049" for a sample, "2.0407 (one window: no error)" for a sample of one.
 std::string loss_text(const Estimate& e) {
-  return std::isnan(e.standard_error) ? fmt::format("{:.4f}", e.mean) : fmt::format("{:.4f} \u00b1 {:.4f}", e.mean, e.standard_error);
+  if (!e.sampled) return fmt::format("{:.4f}", e.mean);
+  return std::isnan(e.standard_error) ? fmt::format("{:.4f} (one window: no error)", e.mean)
+                                      : fmt::format("{:.4f} \u00b1 {:.4f}", e.mean, e.standard_error);
 }
 
 struct ModelResult {
@@ -531,7 +541,7 @@ int run_comparison(const Options& o, Collective* collective) {
   if (o.model.d_model % o.model.n_heads != 0)
     fail<ValueError>("--d-model {} is not divisible by --heads {}", o.model.d_model, o.model.n_heads);
   const std::unique_ptr<Data> data =
-      load_data(o.data, o.prepared,
+      load_data(o.data, prepared_folder(o, o.data),
                 {.context = o.model.context, .curve_windows = o.curve_windows, .eval_windows = o.eval_windows,
                  .seed = o.train_seed},
                 "--data");
@@ -616,10 +626,15 @@ int resume(const Options& o, Collective* collective) {
   const bool held = !checkpoint.metadata.contains("prepared");
   const DataSettings settings{.context = config.context, .curve_windows = number("curve_windows"),
                               .eval_windows = held ? 0 : number("eval_windows"), .seed = config.seed, .held = held};
-  const fs::path prepared = o.prepared_given || held ? fs::path(o.prepared) : fs::path(checkpoint.metadata.at("prepared"));
+  // The data is read where the checkpoint says it was prepared, and nothing is written there: a
+  // checkpoint's metadata names no new place to write (--prepared does, and a checkpoint of before token
+  // files prepares where a first run would).
+  const fs::path data_path = checkpoint.metadata.at("data");
+  const bool may_write = o.prepared_given || held;
   const std::unique_ptr<Data> data =
-      load_data(checkpoint.metadata.at("data"), prepared, settings,
-                fmt::format("--resume: the data path that '{}' records", escaped(fs::path(o.resume))));
+      load_data(data_path, may_write ? prepared_folder(o, data_path) : fs::path(checkpoint.metadata.at("prepared")),
+                settings, fmt::format("--resume: the data path that '{}' records", escaped(fs::path(o.resume))),
+                may_write);
   if (data->vocabulary().hex() != config.vocabulary)
     fail<ValueError>("--resume: the data '{}' has other bytes than the model was trained on", escaped(data->path));
   (void)data->vocabulary().encode(o.prompt, "--prompt");
@@ -647,7 +662,7 @@ int resume(const Options& o, Collective* collective) {
 
 int prepare_only(const Options& o) {
   const auto start = std::chrono::steady_clock::now();
-  const Prepared p = prepare_data(o.data, o.prepared, "--data");
+  const Prepared p = prepare_data(o.data, prepared_folder(o, o.data), "--data");
   const double mb = static_cast<double>(p.text_bytes) / 1e6;
   fmt::print("gpt: {} {}: {} and {} ({} and {} bytes, {} byte symbols) from {:.1f} MB of text in {:.2f} s ({:.0f} "
              "MB/s)\n",

@@ -18,8 +18,8 @@ namespace gpt {
 // gradients clipped at norm 1 (config/train_shakespeare_char.py and train.py). --help shows them.
 struct Options {
   std::string data = std::string(kFortunes);
-  std::string prepared = "gpt_data";  // where --data is prepared (gpt/prepare.hpp)
-  bool prepared_given = false;        // --prepared was given (with --resume: instead of the checkpoint's)
+  std::string prepared;         // where --data is prepared when given (else default_prepared, gpt/prepare.hpp)
+  bool prepared_given = false;  // --prepared was given (with --resume: instead of the checkpoint's)
   std::string out = "gpt_out";
   bool overwrite = false;
   std::string attention = "both";  // which models: both, learnable or parameter_free
@@ -56,7 +56,7 @@ int run_comparison(const Options& o, tapegrad::Collective* collective = nullptr)
 // Trains the model of a checkpoint written by this program (<model>.tgck or checkpoints/...) on to
 // o.steps (the checkpoint's own if not given: 0), with every other setting the checkpoint's.
 int resume(const Options& o, tapegrad::Collective* collective = nullptr);
-// Prepares o.data in o.prepared (or finds it prepared) and says so: nanoGPT's prepare.py, alone.
+// Prepares o.data in its prepared folder (or finds it prepared) and says so: nanoGPT's prepare.py, alone.
 int prepare_only(const Options& o);
 // Rebuilds the model saved in `file` and prints o.prompt and o.length bytes sampled after it, exactly as
 // the training run sampled them for the same settings; the rate goes to stderr.
