@@ -585,7 +585,7 @@ TEST_CASE("checkpoint state: a forged Trainer's curve cannot make its reader cop
   CHECK(read_trainer_state(snapshot(fresh)).curve.back().values.size() == 4);
 }
 
-TEST_CASE("checkpoint state: a model record whose settings a later release reordered loads; one that differs names the setting") {
+TEST_CASE("checkpoint state: a model record whose settings a later release reordered loads, and one that differs names the setting") {
   const DecoderLmConfig config{.vocab = 11, .context = 6, .d_model = 8, .n_heads = 2, .n_layers = 1};
   DecoderLm<float> source(config);
   Checkpoint c = snapshot(source);
