@@ -239,8 +239,10 @@ TEST_CASE("cli tokens: a preparation is whole or absent: one refused or failed l
   write_text(root / "nul" / "a", std::string("one\n%\ntwo\0\n", 11));
   fs::create_directories(root / "few");
   write_text(root / "few" / "a", "one\n%\ntwo\n%\nthree\n");
-  for (const auto& [data, says] : {std::pair{std::string("nul"), std::string("holds NUL bytes")},
-                                   std::pair{std::string("few"), std::string("holds 3 fortunes")}}) {
+  for (const auto& refused : {std::pair{std::string("nul"), std::string("holds NUL bytes")},
+                              std::pair{std::string("few"), std::string("holds 3 fortunes")}}) {
+    const std::string& data = refused.first;  // a named reference, not a structured binding: clang 14's
+    const std::string& says = refused.second;  // lambdas (CAPTURE) cannot capture one
     CAPTURE(data);
     check_refused(run(gpt({"--prepare-only", "--data", (root / data).string(), "--prepared", prepared.string()})),
                   ExitCode::bad_input, says, true, "gpt");
