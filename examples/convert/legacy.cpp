@@ -1,63 +1,11 @@
-// Files of formats 1 and 2: their bounded reads, format 2's reader, the invariants those files kept, and the
-// one converter that turns either into today's Checkpoint of named parts (legacy.hpp), which the library
-// saves as format 3.
+// Files of formats 1 and 2: format 2's reader (its bounded reads are the library's), the invariants those
+// files kept, and the one converter that turns either into today's Checkpoint of named parts (legacy.hpp),
+// which the library saves as format 3.
 #include "convert/legacy.hpp"
 
 #include <algorithm>
 
 namespace tapegrad::convert::legacy {
-
-std::size_t read_size(InArchive& ar, std::size_t min_element_bytes, std::string_view what) {
-  cereal::size_type n = 0;
-  ar(cereal::make_size_tag(n));
-  const std::size_t left = ar.bytes_left();
-  if (n > left / std::max<std::size_t>(min_element_bytes, 1))
-    fail<FormatError>("{} claims {} elements of at least {} bytes, more than the {} bytes left can hold", what, n,
-                      min_element_bytes, left);
-  return static_cast<std::size_t>(n);
-}
-
-void load(InArchive& ar, std::string& s) {
-  s.resize(read_size(ar, 1, "a string"));
-  ar(cereal::binary_data(s.data(), s.size()));
-}
-
-bool load_bool(InArchive& ar, std::string_view what) {
-  std::uint8_t v = 0;
-  ar(v);
-  if (v > 1) fail<FormatError>("{} has the byte {}, not a boolean (0 or 1)", what, v);
-  return v == 1;
-}
-
-std::int64_t load_i64(InArchive& ar) {
-  std::int64_t v = 0;
-  ar(v);
-  return v;
-}
-
-double load_double(InArchive& ar) {
-  double v = 0;
-  ar(v);
-  return v;
-}
-
-void load(InArchive& ar, Shape& s) {
-  std::int32_t rank = 0;
-  ar(rank);
-  const std::int64_t batch = load_i64(ar), rows = load_i64(ar), cols = load_i64(ar);
-  const Shape read{rank, batch, rows, cols};
-  if (!read.valid())
-    fail<FormatError>("a tensor has an invalid shape (rank {}, {} x {} x {})", rank, batch, rows, cols);
-  s = read;
-}
-
-void load_settings(InArchive& ar, Settings& out, std::string_view what) {
-  out.resize(read_size(ar, kMinSettingBytes, what));
-  for (auto& s : out) {
-    load(ar, s.name);
-    load(ar, s.value);
-  }
-}
 
 void load(InArchive& ar, TensorRecord& t) {
   legacy::load(ar, t.name);

@@ -22,63 +22,27 @@
 #include <cereal/types/string.hpp>
 
 #include "tapegrad/train/checkpoint/checkpoint.hpp"
+#include "tapegrad/train/checkpoint/serialize.hpp"
 
 namespace tapegrad::convert::legacy {
 
 // ---- bounded reads -----------------------------------------------------------------------------------
-// The portable binary archive of the payload, which knows the payload's length: every count decoded is
-// bounded by the bytes left before anything is allocated for it, so a corrupt size is a FormatError.
-class InArchive : public cereal::PortableBinaryInputArchive {
- public:
-  InArchive(std::istream& in, std::size_t payload_bytes)
-      : cereal::PortableBinaryInputArchive(in), in_(in), payload_bytes_(payload_bytes) {}
-  std::size_t bytes_left() const {
-    const auto at = in_.tellg();
-    return at < 0 ? 0 : payload_bytes_ - std::min(payload_bytes_, static_cast<std::size_t>(at));
-  }
-
- private:
-  std::istream& in_;
-  std::size_t payload_bytes_;
-};
-
-// The fewest bytes a record takes (cereal's size tags are 8 bytes).
-inline constexpr std::size_t kSizeTagBytes = 8;
-inline constexpr std::size_t kMinStringBytes = kSizeTagBytes;
-inline constexpr std::size_t kMinShapeBytes = 4 + 3 * 8;
-inline constexpr std::size_t kMinSettingBytes = 2 * kMinStringBytes;
-
-std::size_t read_size(InArchive& ar, std::size_t min_element_bytes, std::string_view what);
-void load(InArchive& ar, std::string& s);
-bool load_bool(InArchive& ar, std::string_view what);  // a byte, 0 or 1: any other is refused
-std::int64_t load_i64(InArchive& ar);
-double load_double(InArchive& ar);
-void load(InArchive& ar, Shape& s);
-void load_settings(InArchive& ar, Settings& out, std::string_view what);
-
-template <class N>
-void load_numbers(InArchive& ar, std::vector<N>& v, std::string_view what) {
-  v.resize(read_size(ar, sizeof(N), what));
-  ar(cereal::binary_data(v.data(), v.size() * sizeof(N)));
-}
-
-template <class Value>
-void load_map(InArchive& ar, std::map<std::string, Value>& out, std::string_view what) {
-  out.clear();
-  const std::size_t n =
-      read_size(ar, kMinStringBytes + (std::is_same_v<Value, std::string> ? kMinStringBytes : sizeof(Value)), what);
-  for (std::size_t i = 0; i < n; ++i) {
-    std::string key;
-    Value value{};
-    load(ar, key);
-    if constexpr (std::is_same_v<Value, std::string>)
-      load(ar, value);
-    else
-      ar(value);
-    if (out.contains(key)) fail<FormatError>("{} has the key '{}' twice", what, escaped(key));
-    out.emplace(std::move(key), std::move(value));
-  }
-}
+// The library's own (train/checkpoint/serialize.hpp): formats 1 and 2 lay out their size tags, strings,
+// shapes and settings as format 3 does, so one reader bounds every count by the bytes left before
+// anything is allocated for it, and a corrupt size is a FormatError in every format.
+using checkpoint_detail::InArchive;
+using checkpoint_detail::kMinSettingBytes;
+using checkpoint_detail::kMinShapeBytes;
+using checkpoint_detail::kMinStringBytes;
+using checkpoint_detail::kSizeTagBytes;
+using checkpoint_detail::load;
+using checkpoint_detail::load_bool;
+using checkpoint_detail::load_double;
+using checkpoint_detail::load_i64;
+using checkpoint_detail::load_map;
+using checkpoint_detail::load_numbers;
+using checkpoint_detail::load_settings;
+using checkpoint_detail::read_size;
 
 // ---- the records of formats 1 and 2 ---------------------------------------------------------------------
 
