@@ -24,6 +24,15 @@ void refuse_gradient_part(const char* op, const char* input, Index values, const
       op, values, input, shape);
 }
 
+void refuse_piece(const char* op, const char* input, Index rows, Index cols, Index piece_rows, Index piece_cols,
+                  const Shape& shape) {
+  if (rows != piece_rows || cols != piece_cols)
+    fail<ShapeError>("{}: backward wrote {}x{} values into a {}x{} piece of the gradient of {}, which is {}", op, rows,
+                     cols, piece_rows, piece_cols, input, shape);
+  fail<ShapeError>("{}: backward wrote a {}x{} piece outside the gradient of {}, which is {}", op, rows, cols, input,
+                   shape);
+}
+
 void refuse_recompute(const Shape& first, const Shape& again) {
   if (first != again)
     fail<UsageError>(

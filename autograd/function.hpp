@@ -30,13 +30,15 @@
 // node and reused with its buffers step after step. The backward reads it back as the same type; asking
 // for state the forward did not save this recording is a UsageError naming the op.
 //
-// Beyond add(g) (a whole gradient from one expression), x.grad offers the same `+=` for rules that need
-// more: add_parallel() in element ranges over the threads; pieces() for a rule that lays out its own
-// blocks (rows over the threads, a product kernel that adds or assigns); buffer() for a rule that adds
-// into some elements only (a scatter). An op over any number of inputs (concat_cols) is recorded by apply_list.
+// x.grad.add(part, cost) is the same `+=` in element ranges split over the threads, for a large gradient.
+// Both check the size of what they are given. (The library's fastest rules write in layouts of their own,
+// through detail::pieces and detail::zeroed_grad below, each write checked against the gradient's shape.)
+// In anomaly mode the output is NaN until the forward writes it, so an element left unwritten is caught
+// as a non-finite value naming the op. An op over any number of inputs (concat_cols) is recorded by apply_list.
 
 #include <cstddef>
 #include <iterator>
+#include <limits>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -45,6 +47,9 @@
 #include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
+
+template <class T>
+class InputGrad;
 
 // The Saved of an op that keeps nothing for its backward rule.
 struct NoSavedState {};
@@ -72,11 +77,17 @@ template <class G>
 inline constexpr bool kMatrixExpression = decltype(matrix_expression(static_cast<const G*>(nullptr)))::value;
 template <class G>
 inline constexpr bool kArrayExpression = decltype(array_expression(static_cast<const G*>(nullptr)))::value;
+template <class G>
+concept EigenExpression = kMatrixExpression<std::remove_cvref_t<G>> || kArrayExpression<std::remove_cvref_t<G>>;
 
 [[noreturn]] void refuse_function(const char* op, const char* what);
 [[noreturn]] void refuse_saved(const std::string& op);
 [[noreturn]] void refuse_gradient_shape(const char* op, const char* input, Index rows, Index cols, const Shape& shape);
 [[noreturn]] void refuse_gradient_part(const char* op, const char* input, Index values, const Shape& shape);
+template <class T>
+GradWrite<T> pieces(const InputGrad<T>& g);  // for the library's own rules, below
+template <class T>
+TensorT<T>* zeroed_grad(const InputGrad<T>& g);
 }  // namespace detail
 
 // What the forward of an op sees besides its inputs' values.
@@ -84,11 +95,14 @@ template <class T, class Saved = NoSavedState>
 class ForwardContext {
  public:
   // Records the op's node with an output of `shape` and returns that output, for the forward to fill
-  // (every element). Once per forward, after checking the arguments (a forward that throws later still
-  // leaves the tape as it was).
+  // (every element: in anomaly mode it holds NaN until then). Once per forward, after checking the
+  // arguments (a forward that throws later still leaves the tape as it was); from here until the forward
+  // returns, recording anything else on this tape is refused.
   TensorT<T>& output(const Shape& shape) {
     if (node_) detail::refuse_function(op_, "its forward asked for output() twice");
     node_ = &tape_.record(op_, inputs_, shape, where_, takes_grad_);
+    tape_.forward_open_ = true;
+    if (tape_.anomaly_detection()) node_->value.fill(std::numeric_limits<T>::quiet_NaN());
     return node_->value;
   }
   // Whether the backward rule will run for this node (an input takes a gradient and gradients are
@@ -158,9 +172,8 @@ class InputGrad {
   // product is evaluated straight into the gradient, without a temporary). Its size is checked
   // (ShapeError naming the op and the input).
   template <class G>
+  requires detail::EigenExpression<G>
   void add(const G& g) const {
-    static_assert(detail::kMatrixExpression<G> || detail::kArrayExpression<G>,
-                  "InputGrad::add takes an Eigen array or matrix expression");
     if (!node_->requires_grad) return;
     // The buffer first, as the size check reads its shape (a refused size ends the backward pass anyway).
     const GradWrite<T> w = node_->take_grad();
@@ -168,23 +181,23 @@ class InputGrad {
     if constexpr (detail::kMatrixExpression<G>) {
       if (g.rows() != d.shape().flat_rows() || g.cols() != d.cols())
         detail::refuse_gradient_shape(op_, input_, g.rows(), g.cols(), d.shape());
-      w.add(d.flat().noalias(), g);
+      write_grad(d.flat().noalias(), g, !w.accumulate);
     } else if constexpr (G::ColsAtCompileTime == 1) {  // a column: every element in order
       if (g.rows() != d.numel()) detail::refuse_gradient_shape(op_, input_, g.rows(), 1, d.shape());
-      w.add(d.array(), g);
+      write_grad(d.array(), g, !w.accumulate);
     } else {
       if (g.rows() != d.shape().flat_rows() || g.cols() != d.cols())
         detail::refuse_gradient_shape(op_, input_, g.rows(), g.cols(), d.shape());
-      w.add(d.flat().array(), g);
+      write_grad(d.flat().array(), g, !w.accumulate);
     }
   }
 
-  // The same over element ranges, split over threads when the gradient is large (`cost`: elementwise
+  // The same in element ranges, split over threads when the gradient is large (`cost`: elementwise
   // operations per element, as core/parallel.hpp counts them): part(from, count) is an array expression
   // of the gradient's elements [from, from + count). Ranges start where a pass over the whole tensor
   // would start its vector packets, so the result is the same bits at any thread count.
   template <class F>
-  void add_parallel(F&& part, double cost = 1) const {
+  requires(!detail::EigenExpression<F>) void add(F&& part, double cost = 1) const {
     if (!node_->requires_grad) return;
     const GradWrite<T> w = node_->take_grad();
     parallel_rows(
@@ -193,24 +206,15 @@ class InputGrad {
           const auto g = part(from, count);  // may throw, on any thread: parallel_rows carries it out
           if (g.rows() != count || g.cols() != 1)
             detail::refuse_gradient_part(op_, input_, g.rows() * g.cols(), node_->val().shape());
-          w.add(w.tensor->array().segment(from, count), g);
+          write_grad(w.tensor->array().segment(from, count), g, !w.accumulate);
         },
         cost);
   }
 
-  // For a rule that writes every element in pieces of its own layout (blocks of rows over the threads, a
-  // product kernel): the buffer and w.add(piece, g), piece += g, or w.accumulate for a kernel that either
-  // adds into its output or overwrites it. Take the pieces of each input once, in the order the rule writes
-  // them: when one node is two inputs (x * x), the first taken assigns and the second adds.
-  GradWrite<T> pieces() const { return node_->take_grad(); }
-
-  // For a rule that adds into some elements only (a scatter, a slice): the whole gradient, zero where
-  // nothing has been written this pass (a pass of zeros on the first write), to add (+=) into; nullptr if
-  // not needed.
-  TensorT<T>* buffer() const { return node_->zeroed_grad(); }
-
  private:
   friend struct detail::FunctionEngine;
+  friend GradWrite<T> detail::pieces<T>(const InputGrad&);
+  friend TensorT<T>* detail::zeroed_grad<T>(const InputGrad&);
   InputGrad(Node<T>& node, const char* op, const char* input) : node_(&node), op_(op), input_(input) {}
   // (The refusals are given the names, not `this`: an accessor whose address is never taken lives in
   // registers.)
@@ -295,6 +299,11 @@ struct FunctionEngine {
 
   template <class T, class Ctx, class Forward>
   static Var<T> record(Tape<T>& tape, Ctx& ctx, const char* op, typename Node<T>::BackwardFn rule, Forward&& forward) {
+    struct Close {  // however the forward ends, the tape is as open as before it (an op inside another's)
+      Tape<T>& tape;
+      bool was;
+      ~Close() { tape.forward_open_ = was; }
+    } close{tape, tape.forward_open_};
     forward();
     if (!ctx.node_) refuse_function(op, "its forward returned without calling output(shape)");
     ctx.node_->backward = rule;
@@ -328,6 +337,10 @@ concept HasForward = requires(const Op& op, ForwardContext<T, Saved>& ctx, const
   op.forward(ctx, x...);
 };
 template <class Op, class T, class Saved, class... Inputs>
+concept StaticForward = requires(ForwardContext<T, Saved>& ctx, const Inputs&... x) {
+  Op::forward(ctx, x...);
+};
+template <class Op, class T, class Saved, class... Inputs>
 concept HasBackward = requires(BackwardContext<T, Saved>& ctx, const Inputs&... x) {
   Op::backward(ctx, x...);
 };
@@ -353,6 +366,25 @@ OpInput<T> InputList<T>::operator[](std::size_t k) const {
   return detail::FunctionEngine::input(tape_, node_, k, op_, input_);
 }
 
+namespace detail {
+// For the library's own rules that write a gradient in a layout of their own (rows over the threads, a
+// product kernel that adds or assigns). pieces(x.grad): where and how to write, piece += g through its
+// add() (each write checked against the gradient's shape, naming the op and the input), or `accumulate`
+// for a kernel that adds into its output or overwrites it; take each input's once, in the order the rule
+// writes them: when one node is two inputs (x * x), the first taken assigns and the second adds.
+// zeroed_grad(x.grad): the whole gradient, zero where nothing was written this pass, for a rule that adds
+// into some elements only (a scatter); nullptr if not needed.
+template <class T>
+GradWrite<T> pieces(const InputGrad<T>& g) {
+  const GradWrite<T> w = g.node_->take_grad();
+  return {w.tensor, w.accumulate, g.op_, g.input_};
+}
+template <class T>
+TensorT<T>* zeroed_grad(const InputGrad<T>& g) {
+  return g.node_->zeroed_grad();
+}
+}  // namespace detail
+
 // Records `op` on the inputs' tape: forward now, backward in tape.backward(). `where` is the caller's
 // line (an op's own wrapper takes it as a defaulted last argument and passes it on, as the library's do).
 template <class Op, class T, std::size_t N>
@@ -361,8 +393,10 @@ Var<T> apply(const Op& op, const Var<T> (&inputs)[N], Where where = Where::curre
   detail::check_op_names<Op>();
   static_assert(std::size(Op::inputs) == N, "apply: give the op as many inputs as Op::inputs names");
   return [&]<std::size_t... I>(std::index_sequence<I...>) {
-    static_assert(detail::HasForward<Op, T, Saved, detail::Same<TensorT<T>, I>...>,
-                  "an op needs void forward(ForwardContext<T, Saved>&, const TensorT<T>&... one per input) const");
+    static_assert(
+        detail::HasForward<Op, T, Saved, detail::Same<TensorT<T>, I>...> &&
+            !detail::StaticForward<Op, T, Saved, detail::Same<TensorT<T>, I>...>,
+        "an op needs void forward(ForwardContext<T, Saved>&, const TensorT<T>&... one per input) const, not static");
     static_assert(detail::HasBackward<Op, T, Saved, detail::Same<OpInput<T>, I>...>,
                   "an op needs static void backward(BackwardContext<T, Saved>&, const OpInput<T>&... one per input)");
     return detail::FunctionEngine::apply(op, inputs, where);
@@ -378,7 +412,7 @@ Var<T> apply_list(const Op& op, std::span<const Var<T>> inputs, Where where = Wh
   using Saved = typename detail::SavedOf<Op>::type;
   detail::check_op_names<Op>();
   static_assert(std::size(Op::inputs) == 1, "apply over a list: Op::inputs names the list's inputs, once");
-  static_assert(detail::HasForward<Op, T, Saved, ValueList<T>>,
+  static_assert(detail::HasForward<Op, T, Saved, ValueList<T>> && !detail::StaticForward<Op, T, Saved, ValueList<T>>,
                 "an op over a list needs void forward(ForwardContext<T, Saved>&, const ValueList<T>&) const");
   static_assert(detail::HasBackward<Op, T, Saved, InputList<T>>,
                 "an op over a list needs static void backward(BackwardContext<T, Saved>&, const InputList<T>&)");

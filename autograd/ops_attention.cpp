@@ -128,7 +128,7 @@ template <class T>
 void attention_backward(const AttentionSaved<T>& saved, const TensorT<T>& grad_output, const OpInput<T>& q_in,
                         const OpInput<T>& k_in, const OpInput<T>& v_in) {
   const Layout l = saved.layout;
-  const GradWrite<T> dv = v_in.grad.pieces(), dq = q_in.grad.pieces(), dk = k_in.grad.pieces();
+  const GradWrite<T> dv = detail::pieces(v_in.grad), dq = detail::pieces(q_in.grad), dk = detail::pieces(k_in.grad);
   if (!dv && !dq && !dk) return;
   if (l.tq == 0 || l.tk == 0) {  // no query or no key: nothing flows back, but a first write must write
     for (const GradWrite<T>* w : {&dv, &dq, &dk})

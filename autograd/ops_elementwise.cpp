@@ -117,19 +117,7 @@ void reduce_into(Broadcast bc, const TensorT<T>& dC, const TensorT<T>& A, const 
   }
 }
 
-constexpr const char* binary_name(Binary kind) {
-  switch (kind) {
-    case Binary::add:
-      return "add";
-    case Binary::sub:
-      return "sub";
-    case Binary::mul:
-      return "mul";
-    case Binary::div:
-      return "div";
-  }
-  return "";
-}
+constexpr const char* kBinaryNames[] = {"add", "sub", "mul", "div"};
 
 // C = A + B, A - B, A * B or A / B, B broadcast over A (see ops.hpp). Backward:
 //   add: dA += dC,      dB += reduce(dC)
@@ -139,7 +127,7 @@ constexpr const char* binary_name(Binary kind) {
 // where reduce() sums over the dimensions along which B was broadcast.
 template <class T, Binary Kind>
 struct BinaryOp {
-  static constexpr const char* name = binary_name(Kind);
+  static constexpr const char* name = kBinaryNames[static_cast<int>(Kind)];
   static constexpr const char* inputs[] = {"a", "b"};
   struct Saved {
     Broadcast broadcast = Broadcast::same;
@@ -164,7 +152,7 @@ struct BinaryOp {
       if (bc == Broadcast::same) {
         // Both gradients in one pass over dC (a residual connection's add, twice a block): one parallel
         // region, not two. The same expressions per element as below, in the same order when a and b are one node.
-        const GradWrite<T> dA = a.grad.pieces(), dB = b.grad.pieces();
+        const GradWrite<T> dA = detail::pieces(a.grad), dB = detail::pieces(b.grad);
         parallel_rows(
             dC.shape().flat_rows(), dC.cols(),
             [&](Index r, Index k) {
@@ -177,7 +165,7 @@ struct BinaryOp {
         return;
       }
     }
-    if (const GradWrite<T> dA = a.grad.pieces()) {
+    if (const GradWrite<T> dA = detail::pieces(a.grad)) {
       if constexpr (Kind == Binary::mul)
         broadcast_apply(bc, dC, b.value, *dA.tensor,
                         [&](auto o, auto g, auto y) { dA.add(o.array(), g.array() * y.array()); });
@@ -189,40 +177,21 @@ struct BinaryOp {
           dA.add(dA.tensor->flat().middleRows(r, k).array(), dC.flat().middleRows(r, k).array());
         });
     }
-    if (const GradWrite<T> dB = b.grad.pieces()) reduce_into<Kind>(bc, dC, a.value, b.value, dB);
+    if (const GradWrite<T> dB = detail::pieces(b.grad)) reduce_into<Kind>(bc, dC, a.value, b.value, dB);
   }
 };
-
-template <Binary Kind, class T>
-Var<T> binary(Var<T> a, Var<T> b, Where where) {
-  return apply(BinaryOp<T, Kind>{}, {a, b}, where);
-}
 
 // ---- a scalar on one side (the operators of ops.hpp) --------------------------------------------------
 
 enum class WithScalar { add, mul, div, sub_from, div_into };
 
-constexpr const char* scalar_op_name(WithScalar kind) {
-  switch (kind) {
-    case WithScalar::add:
-      return "add_scalar";
-    case WithScalar::mul:
-      return "scale";
-    case WithScalar::div:
-      return "div_scalar";
-    case WithScalar::sub_from:
-      return "scalar_sub";
-    case WithScalar::div_into:
-      return "scalar_div";
-  }
-  return "";
-}
+constexpr const char* kScalarOpNames[] = {"add_scalar", "scale", "div_scalar", "scalar_sub", "scalar_div"};
 
 // C = A + s, A s, A / s, s - A or s / A (s a number, in A's type). Backward:
 //   dA += dC,  dC s,  dC / s,  -dC,  -dC s / A^2 (= -dC C / A)
 template <class T, WithScalar Kind>
 struct ScalarOp {
-  static constexpr const char* name = scalar_op_name(Kind);
+  static constexpr const char* name = kScalarOpNames[static_cast<int>(Kind)];
   static constexpr const char* inputs[] = {"x"};
   struct Saved {
     T s = 0;
@@ -269,27 +238,36 @@ auto normal_pdf(const A& x) {
   return (T(-0.5) * x.square()).exp() * T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
 }
 
-// C = max(A, 0);  dA += dC [A > 0]
-template <class T>
-struct Relu {
-  static constexpr const char* name = "relu";
-  static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) {
-    ctx.output(a.shape()).array() = a.array().max(T(0));
-  }
-  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
-    a.grad.add((a.value.array() > T(0)).select(ctx.grad_output().array(), T(0)));
-  }
-};
+// C = f(A), elementwise, and dA += dC f'(A):
+//   relu: max(A, 0), dC [A > 0];   tanh: dC (1 - C^2);   exp: e^A, dC C;
+//   log: NaN for A < 0, -Inf at 0 (as std::log), dC / A;   sqrt: NaN for A < 0, dC / (2 C) (Inf at A = 0,
+//   where the slope is unbounded);   sigmoid: 1 / (1 + e^-A), dC C (1 - C): e^-A overflows to Inf for very
+//   negative A, giving exactly 0, and underflows to 0 for large A, giving 1: no NaN either way.
+enum class Unary { relu, tanh, exp, log, sqrt, sigmoid };
+constexpr const char* kUnaryNames[] = {"relu", "tanh", "exp", "log", "sqrt", "sigmoid"};
 
-// C = tanh(A);  dA += dC (1 - C^2)
-template <class T>
-struct Tanh {
-  static constexpr const char* name = "tanh";
+template <class T, Unary Kind>
+struct UnaryOp {
+  static constexpr const char* name = kUnaryNames[static_cast<int>(Kind)];
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) { ctx.output(a.shape()).array() = a.array().tanh(); }
-  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
-    a.grad.add(ctx.grad_output().array() * (T(1) - ctx.output().array().square()));
+  void forward(ForwardContext<T>& ctx, const TensorT<T>& x) const {
+    const auto A = x.array();
+    auto C = ctx.output(x.shape()).array();
+    if constexpr (Kind == Unary::relu) C = A.max(T(0));
+    if constexpr (Kind == Unary::tanh) C = A.tanh();
+    if constexpr (Kind == Unary::exp) C = A.exp();
+    if constexpr (Kind == Unary::log) C = A.log();
+    if constexpr (Kind == Unary::sqrt) C = A.sqrt();
+    if constexpr (Kind == Unary::sigmoid) C = T(1) / (T(1) + (-A).exp());
+  }
+  static void backward(BackwardContext<T>& ctx, const OpInput<T>& x) {
+    const auto A = x.value.array(), C = ctx.output().array(), dC = ctx.grad_output().array();
+    if constexpr (Kind == Unary::relu) x.grad.add((A > T(0)).select(dC, T(0)));
+    if constexpr (Kind == Unary::tanh) x.grad.add(dC * (T(1) - C.square()));
+    if constexpr (Kind == Unary::exp) x.grad.add(dC * C);
+    if constexpr (Kind == Unary::log) x.grad.add(dC / A);
+    if constexpr (Kind == Unary::sqrt) x.grad.add(dC * T(0.5) / C);
+    if constexpr (Kind == Unary::sigmoid) x.grad.add(dC * C * (T(1) - C));
   }
 };
 
@@ -310,63 +288,14 @@ template <class T>
 struct Gelu {
   static constexpr const char* name = "gelu";
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) { gelu_values(a, ctx.output(a.shape())); }
+  void forward(ForwardContext<T>& ctx, const TensorT<T>& a) const { gelu_values(a, ctx.output(a.shape())); }
   static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
-    a.grad.add_parallel(
+    a.grad.add(
         [&](Index from, Index count) {
           const auto x = a.value.array().segment(from, count);
           return ctx.grad_output().array().segment(from, count) * (normal_cdf(x) + x * normal_pdf(x));
         },
         kErfCost);
-  }
-};
-
-// C = e^A;  dA += dC C
-template <class T>
-struct Exp {
-  static constexpr const char* name = "exp";
-  static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) { ctx.output(a.shape()).array() = a.array().exp(); }
-  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
-    a.grad.add(ctx.grad_output().array() * ctx.output().array());
-  }
-};
-
-// C = log A (NaN for A < 0, -Inf at 0, as std::log);  dA += dC / A
-template <class T>
-struct Log {
-  static constexpr const char* name = "log";
-  static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) { ctx.output(a.shape()).array() = a.array().log(); }
-  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
-    a.grad.add(ctx.grad_output().array() / a.value.array());
-  }
-};
-
-// C = sqrt(A) (NaN for A < 0);  dA += dC / (2 C)  (Inf at A = 0, where the slope is unbounded)
-template <class T>
-struct Sqrt {
-  static constexpr const char* name = "sqrt";
-  static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) { ctx.output(a.shape()).array() = a.array().sqrt(); }
-  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
-    a.grad.add(ctx.grad_output().array() * T(0.5) / ctx.output().array());
-  }
-};
-
-// C = 1 / (1 + e^-A);  dA += dC C (1 - C)
-template <class T>
-struct Sigmoid {
-  static constexpr const char* name = "sigmoid";
-  static constexpr const char* inputs[] = {"x"};
-  // e^-A overflows to Inf for very negative A, giving exactly 0, and underflows to 0 for large A, giving
-  // 1: no NaN either way.
-  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) {
-    ctx.output(a.shape()).array() = T(1) / (T(1) + (-a.array()).exp());
-  }
-  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
-    const auto C = ctx.output().array();
-    a.grad.add(ctx.grad_output().array() * C * (T(1) - C));
   }
 };
 
@@ -376,11 +305,11 @@ template <class T>
 struct Silu {
   static constexpr const char* name = "silu";
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) {
+  void forward(ForwardContext<T>& ctx, const TensorT<T>& a) const {
     ctx.output(a.shape()).array() = a.array() * (T(1) / (T(1) + (-a.array()).exp()));
   }
   static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
-    a.grad.add_parallel(
+    a.grad.add(
         [&](Index from, Index count) {
           const auto x = a.value.array().segment(from, count);
           const auto s = T(1) / (T(1) + (-x).exp());
@@ -395,7 +324,7 @@ template <class T, bool Mean>
 struct ReduceAll {
   static constexpr const char* name = Mean ? "mean" : "sum";
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) {
+  void forward(ForwardContext<T>& ctx, const TensorT<T>& a) const {
     if (Mean && a.numel() == 0) fail<ShapeError>("{}: x is {}, which has no elements to average", name, a.shape());
     ctx.output(Shape::scalar())[0] = Mean ? a.array().mean() : a.array().sum();
   }
@@ -410,14 +339,14 @@ template <class T>
 struct Transpose {
   static constexpr const char* name = "transpose";
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a) {
+  void forward(ForwardContext<T>& ctx, const TensorT<T>& a) const {
     const Shape s = a.shape();
     if (s.rank == 1) fail<ShapeError>("transpose: x is a vector of {}; transpose needs a 2-D or batched 3-D x", s);
     TensorT<T>& C = ctx.output(s.rank == 3 ? Shape::batched(s.batch, s.cols, s.rows) : Shape::mat(s.cols, s.rows));
     for (Index i = 0; i < s.batch; ++i) C.mat(i) = a.mat(i).transpose();
   }
   static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
-    if (const GradWrite<T> dA = a.grad.pieces())
+    if (const GradWrite<T> dA = detail::pieces(a.grad))
       for (Index i = 0; i < dA.tensor->batch(); ++i) dA.add(dA.tensor->mat(i), ctx.grad_output().mat(i).transpose());
   }
 };
@@ -426,20 +355,20 @@ struct Transpose {
 
 template <class T>
 Var<T> add(Var<T> a, Var<T> b, Where where) {
-  return binary<Binary::add>(a, b, where);
+  return apply(BinaryOp<T, Binary::add>{}, {a, b}, where);
 }
 template <class T>
 Var<T> sub(Var<T> a, Var<T> b, Where where) {
-  return binary<Binary::sub>(a, b, where);
+  return apply(BinaryOp<T, Binary::sub>{}, {a, b}, where);
 }
 template <class T>
 Var<T> mul(Var<T> a, Var<T> b, Where where) {
-  return binary<Binary::mul>(a, b, where);
+  return apply(BinaryOp<T, Binary::mul>{}, {a, b}, where);
 }
 // Declared with exp, log, sqrt and sigmoid in ops.hpp; a binary op beside add, whose broadcasting it shares.
 template <class T>
 Var<T> div(Var<T> a, Var<T> b, Where where) {
-  return binary<Binary::div>(a, b, where);
+  return apply(BinaryOp<T, Binary::div>{}, {a, b}, where);
 }
 
 template <class T>
@@ -448,11 +377,11 @@ Var<T> scale(Var<T> a, double factor, Where where) {
 }
 template <class T>
 Var<T> relu(Var<T> a, Where where) {
-  return apply(Relu<T>{}, {a}, where);
+  return apply(UnaryOp<T, Unary::relu>{}, {a}, where);
 }
 template <class T>
 Var<T> tanh(Var<T> a, Where where) {
-  return apply(Tanh<T>{}, {a}, where);
+  return apply(UnaryOp<T, Unary::tanh>{}, {a}, where);
 }
 template <class T>
 Var<T> gelu(Var<T> a, Where where) {
@@ -460,19 +389,19 @@ Var<T> gelu(Var<T> a, Where where) {
 }
 template <class T>
 Var<T> exp(Var<T> a, Where where) {
-  return apply(Exp<T>{}, {a}, where);
+  return apply(UnaryOp<T, Unary::exp>{}, {a}, where);
 }
 template <class T>
 Var<T> log(Var<T> a, Where where) {
-  return apply(Log<T>{}, {a}, where);
+  return apply(UnaryOp<T, Unary::log>{}, {a}, where);
 }
 template <class T>
 Var<T> sqrt(Var<T> a, Where where) {
-  return apply(Sqrt<T>{}, {a}, where);
+  return apply(UnaryOp<T, Unary::sqrt>{}, {a}, where);
 }
 template <class T>
 Var<T> sigmoid(Var<T> a, Where where) {
-  return apply(Sigmoid<T>{}, {a}, where);
+  return apply(UnaryOp<T, Unary::sigmoid>{}, {a}, where);
 }
 template <class T>
 Var<T> silu(Var<T> a, Where where) {

@@ -36,7 +36,7 @@ struct SliceCols {
     });
   }
   static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x) {
-    TensorT<T>* dX = x.grad.buffer();  // a band of columns: the rest stay zero
+    TensorT<T>* dX = detail::zeroed_grad(x.grad);  // a band of columns: the rest stay zero
     if (!dX) return;
     const Index from = ctx.saved().begin;
     const TensorT<T>& dC = ctx.grad_output();
@@ -52,7 +52,7 @@ struct ConcatCols {
   static constexpr const char* name = "concat_cols";
   static constexpr const char* inputs[] = {"part"};
 
-  static void forward(ForwardContext<T>& ctx, const ValueList<T>& parts) {
+  void forward(ForwardContext<T>& ctx, const ValueList<T>& parts) const {
     const Shape first = parts[0].shape();
     Shape out = first;
     out.cols = 0;
@@ -78,7 +78,7 @@ struct ConcatCols {
     for (std::size_t k = 0; k < parts.size(); ++k) {
       const OpInput<T> part = parts[k];
       const Index width = part.value.cols();
-      if (const GradWrite<T> dP = part.grad.pieces())
+      if (const GradWrite<T> dP = detail::pieces(part.grad))
         parallel_rows(dC.shape().flat_rows(), width, [&](Index r, Index rows) {
           dP.add(dP.tensor->flat().middleRows(r, rows), dC.flat().middleRows(r, rows).middleCols(at, width));
         });
@@ -113,7 +113,7 @@ struct GatherRows {
     if (ctx.needs_grad()) ctx.saved().ids.assign(ids->data(), ids->data() + ids->numel());
   }
   static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& table) {
-    TensorT<T>* dTab = table.grad.buffer();  // the picked rows only
+    TensorT<T>* dTab = detail::zeroed_grad(table.grad);  // the picked rows only
     if (!dTab) return;
     const auto& picked = ctx.saved().ids;
     const auto dC = ctx.grad_output().flat();

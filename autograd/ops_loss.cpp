@@ -101,7 +101,7 @@ struct CrossEntropy {
   static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& logits) {
     const Saved& saved = ctx.saved();
     if (saved.labelled == 0) return;  // no labelled row: a zero gradient, as one never taken reads
-    const GradWrite<T> dX = logits.grad.pieces();
+    const GradWrite<T> dX = detail::pieces(logits.grad);
     if (!dX) return;
     const T g = ctx.grad_output()[0] / static_cast<T>(saved.labelled);
     const auto P = saved.probabilities.flat();
@@ -125,7 +125,7 @@ template <class T>
 struct Mse {
   static constexpr const char* name = "mse";
   static constexpr const char* inputs[] = {"a", "b"};
-  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a, const TensorT<T>& b) {
+  void forward(ForwardContext<T>& ctx, const TensorT<T>& a, const TensorT<T>& b) const {
     if (a.shape() != b.shape())
       fail<ShapeError>("mse: a is {} but b is {}; they must have the same shape", a.shape(), b.shape());
     if (a.numel() == 0) fail<ShapeError>("mse: a and b are {}, with no elements to average", a.shape());

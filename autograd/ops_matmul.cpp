@@ -83,7 +83,7 @@ struct Product {
   static constexpr const char* name = product_name(F);
   static constexpr const char* inputs[] = {"a", "b"};
 
-  static void forward(ForwardContext<T>& ctx, const TensorT<T>& A, const TensorT<T>& B) {
+  void forward(ForwardContext<T>& ctx, const TensorT<T>& A, const TensorT<T>& B) const {
     const Shape sa = A.shape(), sb = B.shape();
     TensorT<T>& C = ctx.output(product_shape(name, F, sa, sb));
     const bool shared = sa.rank == 3 && sb.rank == 2;  // one (B*M, K) x (K, N) product
@@ -103,7 +103,7 @@ struct Product {
     const TensorT<T>& B = b.value;
     const TensorT<T>& dC = ctx.grad_output();
     // Both written whole (when a is b, the first write assigns and the second adds).
-    const GradWrite<T> dA = a.grad.pieces(), dB = b.grad.pieces();
+    const GradWrite<T> dA = detail::pieces(a.grad), dB = detail::pieces(b.grad);
     const bool shared = A.rank() == 3 && B.rank() == 2;
     const Index items = shared ? 1 : A.batch();
     const Index ar = shared ? A.shape().flat_rows() : A.rows(), ac = A.cols(), br = B.rows(), bc = B.cols();
@@ -146,7 +146,7 @@ struct Affine {
   static constexpr const char* name = "affine";
   static constexpr const char* inputs[] = {"x", "w", "b"};
 
-  static void forward(ForwardContext<T>& ctx, const TensorT<T>& X, const TensorT<T>& W, const TensorT<T>& b) {
+  void forward(ForwardContext<T>& ctx, const TensorT<T>& X, const TensorT<T>& W, const TensorT<T>& b) const {
     const Shape sx = X.shape(), sw = W.shape(), sb = b.shape();
     if (sx.rank == 1 || sw.rank != 2)
       fail<ShapeError>("affine: x is {} and w is {}; x must be a matrix or a batch of matrices and w a matrix", sx, sw);
@@ -166,8 +166,8 @@ struct Affine {
     const TensorT<T>& dY = ctx.grad_output();
     const Index rows = X.shape().flat_rows(), k = w.value.rows(), cols = w.value.cols();
     // In the order of the writes (the first write to a gradient assigns, when one node has two roles).
-    if (const GradWrite<T> db = b.grad.pieces()) detail::write_column_sums(db, dY.flat().array());
-    const GradWrite<T> dX = x.grad.pieces(), dW = w.grad.pieces();
+    if (const GradWrite<T> db = detail::pieces(b.grad)) detail::write_column_sums(db, dY.flat().array());
+    const GradWrite<T> dX = detail::pieces(x.grad), dW = detail::pieces(w.grad);
     ab_grads(X.data(), w.value.data(), dY.data(), rows, k, cols, dX ? dX.tensor->data() : nullptr, !dX.accumulate,
              dW ? dW.tensor->data() : nullptr, !dW.accumulate, true);
   }

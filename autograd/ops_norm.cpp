@@ -140,7 +140,8 @@ struct LayerNorm {
     const auto dY = ctx.grad_output().flat();  // (rows, D)
     const auto X = x.value.flat();
     const Index rows = dY.rows(), cols = dY.cols();
-    const GradWrite<T> dX = x.grad.pieces(), dGamma = gamma.grad.pieces(), dBeta = beta.grad.pieces();
+    const GradWrite<T> dX = detail::pieces(x.grad), dGamma = detail::pieces(gamma.grad),
+                       dBeta = detail::pieces(beta.grad);
     // One pass over the rows recomputes xhat (into the calling thread's scratch: one buffer for every
     // layer_norm's backward, not a copy per node) and forms dx from it; one pass over the columns sums
     // dgamma and dbeta: two parallel regions, not three or four.

@@ -22,7 +22,7 @@ template <class T, bool Mean>
 struct RowReduce {
   static constexpr const char* name = Mean ? "row_mean" : "row_sum";
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<T>& ctx, const TensorT<T>& x) {
+  void forward(ForwardContext<T>& ctx, const TensorT<T>& x) const {
     const Shape s = x.shape();
     if (Mean && s.cols == 0 && s.flat_rows() > 0)
       fail<ShapeError>("{}: x is {}; its rows have no entries to average", name, s);
@@ -52,7 +52,7 @@ struct RowMax {
     std::size_t heap_bytes() const { return buffer_bytes(argmax); }
   };
 
-  static void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x) {
+  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x) const {
     const Shape s = x.shape();
     if (s.cols == 0 && s.flat_rows() > 0)
       fail<ShapeError>("row_max: x is {}; its rows have no entries to take a maximum of", s);
@@ -74,7 +74,7 @@ struct RowMax {
     }
   }
   static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x) {
-    TensorT<T>* dX = x.grad.buffer();  // one entry per row: the rest stay zero
+    TensorT<T>* dX = detail::zeroed_grad(x.grad);  // one entry per row: the rest stay zero
     if (!dX) return;
     const auto& at = ctx.saved().argmax;
     const auto dC = ctx.grad_output().flat();

@@ -59,7 +59,7 @@ struct PickPositions {
     if (ctx.needs_grad()) ctx.saved().positions.assign(positions->data(), positions->data() + positions->numel());
   }
   static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x) {
-    TensorT<T>* dX = x.grad.buffer();  // only the picked rows are added to: the rest stay zero
+    TensorT<T>* dX = detail::zeroed_grad(x.grad);  // only the picked rows are added to: the rest stay zero
     if (!dX) return;
     const auto& picked = ctx.saved().positions;
     const auto dC = ctx.grad_output().mat();  // (B, D)

@@ -191,7 +191,7 @@ struct SoftmaxRows {
     detail::softmax_forward(x.data(), y.data(), s.flat_rows(), s.cols, static_cast<T>(scale), masks, true);
   }
   static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x) {
-    const GradWrite<T> dX = x.grad.pieces();
+    const GradWrite<T> dX = detail::pieces(x.grad);
     if (!dX) return;
     const Shape& s = ctx.output().shape();
     detail::softmax_backward(ctx.output().data(), ctx.grad_output().data(), dX.tensor->data(), s.flat_rows(), s.cols,
@@ -204,7 +204,7 @@ template <class T>
 struct LogSoftmaxRows {
   static constexpr const char* name = "log_softmax_rows";
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<T>& ctx, const TensorT<T>& x) {
+  void forward(ForwardContext<T>& ctx, const TensorT<T>& x) const {
     const Shape s = x.shape();
     if (s.cols == 0 && s.numel() == 0 && s.flat_rows() > 0)
       fail<ShapeError>("log_softmax_rows: x is {}; its rows have no entries to normalise", s);
@@ -217,7 +217,7 @@ struct LogSoftmaxRows {
     }
   }
   static void backward(BackwardContext<T>& ctx, const OpInput<T>& x) {
-    const GradWrite<T> dX = x.grad.pieces();
+    const GradWrite<T> dX = detail::pieces(x.grad);
     if (!dX) return;
     const auto Y = ctx.output().flat();
     const auto dY = ctx.grad_output().flat();

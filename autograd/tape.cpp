@@ -306,6 +306,11 @@ void Tape<T>::refuse(Var<T> v, const char* op, const char* arg, Index position) 
 // The slow part of push(): a node dropped, a limit reached, a chunk to make.
 template <class T>
 void Tape<T>::make_room(const char* op) {
+  if (pending_ && forward_open_)
+    fail<UsageError>(
+        "{}: recorded on the tape while the forward of {} runs, after its output(); an op's forward computes "
+        "its output from its inputs' values and records nothing (record other ops before or after it)",
+        op, describe(*pending_node_));
   if (pending_) drop_pending();  // the op that recorded it threw before committing
   if (used_ == kMaxTapeNodes)
     fail<UsageError>("{}: the tape already holds {} nodes, as many as a Var can address; reset() it between steps", op,

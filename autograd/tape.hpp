@@ -190,9 +190,10 @@ class Tape {
   // Recording, for apply() (autograd/function.hpp) alone: record() appends a pending node for `op` whose
   // output has `shape` (nodes never move, so references to input values stay valid); the op's forward fills
   // its value; commit() turns it into a Var (in anomaly mode checking its value). If the op throws in
-  // between, the node is dropped, so a failing op leaves the tape as it was. A node keeps its inputs, to
-  // walk back to, only when one of them takes a gradient. `takes_grad`: the node takes a gradient even if
-  // no input does (a region that read parameters on another tape). The inputs were checked by apply().
+  // between, the node is dropped, so a failing op leaves the tape as it was. While its forward runs, any
+  // other record on this tape is refused, naming the op (its node stays: nothing overwritten). A node keeps its inputs,
+  // to walk back to, only when one of them takes a gradient. `takes_grad`: the node takes a gradient even if no input
+  // does (a region that read parameters on another tape). The inputs were checked by apply().
   friend struct detail::FunctionEngine;
   template <class, class>
   friend class ForwardContext;
@@ -329,6 +330,7 @@ class Tape {
   std::size_t used_ = 0;
   bool pending_ = false;                          // node used_ - 1 is recorded but not committed ...
   Node<T>* pending_node_ = nullptr;               // ... and this is it (nullptr when none is pending)
+  bool forward_open_ = false;                     // ... and its op's forward is running: nothing else records
   bool walked_ = false;                           // backward() ran since the last reset()
   bool walking_ = false;                          // backward() is running: the gradients of outer_input leaves exist
   std::uint64_t generation_ = 1;                  // bumped by reset(), stamped into every Var (40 bits of it)

@@ -23,7 +23,7 @@ template <class T>
 struct Product {
   static constexpr const char* name = "product";
   static constexpr const char* inputs[] = {"a", "b"};
-  static void forward(ForwardContext<T>& ctx, const TensorT<T>& a, const TensorT<T>& b) {
+  void forward(ForwardContext<T>& ctx, const TensorT<T>& a, const TensorT<T>& b) const {
     if (a.shape() != b.shape()) fail<ShapeError>("product: a is {} but b is {}", a.shape(), b.shape());
     ctx.output(a.shape()).array() = a.array() * b.array();
   }
@@ -40,7 +40,7 @@ Var<double> product(Var<double> a, Var<double> b, Where where = Where::current()
 struct Doubled {
   static constexpr const char* name = "doubled";
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<double>& ctx, const TensorD& x) { ctx.output(x.shape()).array() = 2 * x.array(); }
+  void forward(ForwardContext<double>& ctx, const TensorD& x) const { ctx.output(x.shape()).array() = 2 * x.array(); }
   static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
     x.grad.add(ctx.grad_output().array());
     x.grad.add(ctx.grad_output().flat());  // a matrix of the flat() view, evaluated into the gradient
@@ -81,13 +81,13 @@ struct RowScale {
 struct NoOutput {
   static constexpr const char* name = "no_output";
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<double>&, const TensorD&) {}
+  void forward(ForwardContext<double>&, const TensorD&) const {}
   static void backward(BackwardContext<double>&, const OpInput<double>&) {}
 };
 struct OutputTwice {
   static constexpr const char* name = "output_twice";
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<double>& ctx, const TensorD& x) {
+  void forward(ForwardContext<double>& ctx, const TensorD& x) const {
     ctx.output(x.shape());
     ctx.output(x.shape());
   }
@@ -96,7 +96,7 @@ struct OutputTwice {
 struct WrongGradientSize {
   static constexpr const char* name = "wrong_size";
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<double>& ctx, const TensorD& x) { ctx.output(x.shape()).array() = x.array(); }
+  void forward(ForwardContext<double>& ctx, const TensorD& x) const { ctx.output(x.shape()).array() = x.array(); }
   static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
     x.grad.add(ctx.grad_output().array().head(3));
   }
@@ -123,7 +123,7 @@ struct SavesOnce {
 struct Reciprocal {
   static constexpr const char* name = "reciprocal";
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<double>& ctx, const TensorD& x) { ctx.output(x.shape()).array() = 1 / x.array(); }
+  void forward(ForwardContext<double>& ctx, const TensorD& x) const { ctx.output(x.shape()).array() = 1 / x.array(); }
   static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
     x.grad.add(-ctx.grad_output().array() * ctx.output().array().square());
   }
@@ -131,7 +131,7 @@ struct Reciprocal {
 struct NanBackward {
   static constexpr const char* name = "nan_backward";
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<double>& ctx, const TensorD& x) { ctx.output(x.shape()).array() = x.array(); }
+  void forward(ForwardContext<double>& ctx, const TensorD& x) const { ctx.output(x.shape()).array() = x.array(); }
   static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
     x.grad.add(ctx.grad_output().array() * std::numeric_limits<double>::quiet_NaN());
   }
@@ -267,17 +267,17 @@ TEST_CASE("function: anomaly mode names the op and the line that recorded it, fo
 
 namespace {
 
-// y = a b (same shapes), its gradients written row by row through pieces(), in the rule's own layout.
+// y = a b (same shapes), its gradients written row by row through detail::pieces, as the library's fast rules do.
 struct RowsCopy {
   static constexpr const char* name = "rows_copy";
   static constexpr const char* inputs[] = {"a", "b"};
-  static void forward(ForwardContext<double>& ctx, const TensorD& a, const TensorD& b) {
+  void forward(ForwardContext<double>& ctx, const TensorD& a, const TensorD& b) const {
     ctx.output(a.shape()).array() = a.array() * b.array();
   }
   // Forward was y = a b. The rule takes b's pieces first, so with one node as both inputs the second adds.
   static void backward(BackwardContext<double>& ctx, const OpInput<double>& a, const OpInput<double>& b) {
     const auto dY = ctx.grad_output().flat();
-    const GradWrite<double> db = b.grad.pieces(), da = a.grad.pieces();
+    const GradWrite<double> db = detail::pieces(b.grad), da = detail::pieces(a.grad);
     for (Index r = 0; r < dY.rows(); ++r) {
       if (db) db.add(db.tensor->flat().row(r).array(), dY.row(r).array() * a.value.flat().row(r).array());
       if (da) da.add(da.tensor->flat().row(r).array(), dY.row(r).array() * b.value.flat().row(r).array());
@@ -285,13 +285,13 @@ struct RowsCopy {
   }
 };
 
-// y = x[0] (a scatter back): only element 0 of x's gradient is added to, through buffer().
+// y = x[0] (a scatter back): only element 0 of x's gradient is added to, through detail::zeroed_grad.
 struct First {
   static constexpr const char* name = "first";
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<double>& ctx, const TensorD& x) { ctx.output(Shape::scalar())[0] = x[0]; }
+  void forward(ForwardContext<double>& ctx, const TensorD& x) const { ctx.output(Shape::scalar())[0] = x[0]; }
   static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
-    if (TensorD* dx = x.grad.buffer()) (*dx)[0] += ctx.grad_output()[0];
+    if (TensorD* dx = detail::zeroed_grad(x.grad)) (*dx)[0] += ctx.grad_output()[0];
   }
 };
 
@@ -299,7 +299,7 @@ struct First {
 struct SumOfList {
   static constexpr const char* name = "sum_of_list";
   static constexpr const char* inputs[] = {"term"};
-  static void forward(ForwardContext<double>& ctx, const ValueList<double>& terms) {
+  void forward(ForwardContext<double>& ctx, const ValueList<double>& terms) const {
     for (std::size_t k = 1; k < terms.size(); ++k)
       if (terms[k].shape() != terms[0].shape())
         fail<ShapeError>("sum_of_list: term {} is {} but term 0 is {}", k, terms[k].shape(), terms[0].shape());
@@ -314,7 +314,7 @@ struct SumOfList {
 
 }  // namespace
 
-TEST_CASE("function: pieces() assigns on a pass's first write and adds after, in the order the rule takes them") {
+TEST_CASE("function: detail::pieces assigns on a pass's first write and adds after, in the order taken") {
   Rng rng(63);
   const TensorD value = random_tensor(Shape::mat(3, 4), rng), seed = random_tensor(Shape::mat(3, 4), rng);
   Tape<double> tape;
@@ -330,7 +330,7 @@ TEST_CASE("function: pieces() assigns on a pass's first write and adds after, in
   CHECK_MESSAGE(report.ok(), report.str());
 }
 
-TEST_CASE("function: buffer() is zero where nothing was written, after a pass that wrote everywhere") {
+TEST_CASE("function: detail::zeroed_grad is zero where nothing was written, after a pass that wrote everywhere") {
   Tape<double> tape;
   for (int pass = 0; pass < 2; ++pass) {
     tape.reset();
@@ -363,4 +363,86 @@ TEST_CASE("function: an op over a list of inputs names each input by its positio
       [](Tape<double>&, std::span<const Var<double>> in) { return apply_list(SumOfList{}, in); },
       {{"a", a}, {"b", b}}, {}, kStrictGradcheck);
   CHECK_MESSAGE(report.ok(), report.str());
+}
+
+namespace {
+
+// A rule that writes 3 values into the first 3 of x's 5 through a piece of the whole gradient (finding 07):
+// refused, naming the op and the input, instead of leaving 2 elements stale.
+struct ShortPiece {
+  static constexpr const char* name = "short_piece";
+  static constexpr const char* inputs[] = {"x"};
+  void forward(ForwardContext<double>& ctx, const TensorD& x) const { ctx.output(x.shape()).array() = x.array(); }
+  static void backward(BackwardContext<double>&, const OpInput<double>& x) {
+    const GradWrite<double> dx = detail::pieces(x.grad);
+    const Eigen::ArrayXd three = Eigen::ArrayXd::Ones(3);
+    dx.add(dx.tensor->array(), three);
+  }
+};
+
+// y = x with its last element left unwritten (a forward that forgets part of its output).
+struct LeavesLast {
+  static constexpr const char* name = "leaves_last";
+  static constexpr const char* inputs[] = {"x"};
+  void forward(ForwardContext<double>& ctx, const TensorD& x) const {
+    TensorD& y = ctx.output(x.shape());
+    for (Index i = 0; i + 1 < x.numel(); ++i) y[i] = x[i];
+  }
+  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) { x.grad.add(ctx.grad_output().array()); }
+};
+
+// An op whose forward records another op (scale of a Var it was given) after its output() (finding 08).
+struct RecordsInside {
+  static constexpr const char* name = "records_inside";
+  static constexpr const char* inputs[] = {"x"};
+  Var<double> other;
+  void forward(ForwardContext<double>& ctx, const TensorD& x) const {
+    ctx.output(x.shape()).array() = x.array();
+    scale(other, 2.0);
+  }
+  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) { x.grad.add(ctx.grad_output().array()); }
+};
+
+}  // namespace
+
+TEST_CASE("function: a gradient piece of the wrong size is refused naming the op and the input") {
+  Tape<double> tape;
+  Var<double> x = tape.input(TensorD(Shape::vec(5), 1.0));
+  CHECK_THROWS_WITH_AS(tape.backward(sum(apply(ShortPiece{}, {x}))),
+                       "short_piece: backward wrote 3x1 values into a 5x1 piece of the gradient of x, which is 5",
+                       ShapeError);
+}
+
+TEST_CASE("function: in anomaly mode an output element the forward leaves unwritten is caught, naming the op") {
+  Tape<double> tape;
+  tape.set_anomaly_detection(true);
+  Var<double> x = tape.input(TensorD(Shape::vec(3), {1.0, 2.0, 3.0}));
+  (void)scale(x, 2.0);  // the next step's op in this place finds these finite values in its buffer
+  tape.reset();
+  x = tape.input(TensorD(Shape::vec(3), {1.0, 2.0, 3.0}));
+  const std::string message = fmt::format(
+      "anomaly: leaves_last (recorded at tests/test_function.cpp:{}) produced a non-finite value (NaN or Inf) in its 3 "
+      "output",
+      __LINE__ + 1);
+  CHECK_THROWS_WITH_AS(apply(LeavesLast{}, {x}), message.c_str(), NonFiniteError);
+}
+
+TEST_CASE("function: an op recorded inside another op's forward is refused naming the outer op, nothing overwritten") {
+  Tape<double> tape;
+  Var<double> x = tape.input(TensorD(Shape::vec(2), {1.0, 2.0}));
+  Var<double> y = scale(x, 3.0);
+  const auto before = tape.size();
+  const std::string message = fmt::format(
+      "scale: recorded on the tape while the forward of records_inside (recorded at tests/test_function.cpp:{}) "
+      "runs, after its output(); an op's forward computes its output from its inputs' values and records nothing "
+      "(record other ops before or after it)",
+      __LINE__ + 1);
+  CHECK_THROWS_WITH_AS(apply(RecordsInside{.other = x}, {y}), message.c_str(), UsageError);
+  CHECK(tape.size() == before);
+  // The tape is as it was: the next op records and its Var reads its own values.
+  Var<double> z = scale(y, 2.0);
+  CHECK(z.value() == TensorD(Shape::vec(2), {6.0, 12.0}));
+  CHECK(y.value() == TensorD(Shape::vec(2), {3.0, 6.0}));
+  tape.backward(sum(z));
+  CHECK(x.grad() == TensorD(Shape::vec(2), 6.0));
 }

@@ -16,7 +16,7 @@ namespace {
 struct SoftmaxWithoutBackward {
   static constexpr const char* name = "softmax_no_backward";
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<double>& ctx, const TensorD& x) {
+  void forward(ForwardContext<double>& ctx, const TensorD& x) const {
     TensorD& y = ctx.output(x.shape());
     for (Index r = 0; r < x.shape().flat_rows(); ++r) {
       auto row = x.flat().row(r).array();
@@ -33,7 +33,7 @@ Var<double> softmax_without_backward(Var<double> x, Where where = Where::current
 struct WrongSquare {
   static constexpr const char* name = "wrong_square";
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<double>& ctx, const TensorD& x) { ctx.output(x.shape()).array() = x.array().square(); }
+  void forward(ForwardContext<double>& ctx, const TensorD& x) const { ctx.output(x.shape()).array() = x.array().square(); }
   static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
     x.grad.add(ctx.grad_output().array() * x.value.array());  // should be 2x
   }

@@ -511,15 +511,15 @@ TEST_CASE("parallel: column sums (a bias's, layer norm's gamma and beta gradient
 }
 
 namespace {
-// y = x; its gradient written through add_parallel by a part that throws on the chunk holding the last
+// y = x; its gradient written through the ranged add by a part that throws on the chunk holding the last
 // element: a user's mistake (here a ValueError) on whichever thread runs that chunk.
 struct ThrowsInPart {
   static constexpr const char* name = "throws_in_part";
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<double>& ctx, const TensorD& x) { ctx.output(x.shape()).array() = x.array(); }
+  void forward(ForwardContext<double>& ctx, const TensorD& x) const { ctx.output(x.shape()).array() = x.array(); }
   static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
     const Index n = x.value.numel();
-    x.grad.add_parallel([&](Index from, Index count) {
+    x.grad.add([&](Index from, Index count) {
       if (from + count == n) fail<ValueError>("throws_in_part: refused the chunk ending at {}", n);
       return ctx.grad_output().array().segment(from, count);
     });
@@ -543,7 +543,7 @@ TEST_CASE("parallel: an exception thrown by any thread of a split comes out on t
   CHECK(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }));
   CHECK_THROWS_AS(parallel_for(Index{1000}, 2, [](Index, Index) { fail<UsageError>("body: every chunk refuses"); }),
                   UsageError);
-  // A Function's add_parallel part (a user's code): the backward pass ends in the part's own error.
+  // A Function's ranged add part (a user's code): the backward pass ends in the part's own error.
   Tape<double> tape;
   Rng rng(3);
   Var<double> x = tape.input(test::random_tensor<double>(Shape::mat(64, 64), rng));

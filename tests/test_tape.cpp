@@ -264,7 +264,7 @@ namespace {
 struct Broken {
   static constexpr const char* name = "broken";
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<double>& ctx, const TensorD&) {
+  void forward(ForwardContext<double>& ctx, const TensorD&) const {
     ctx.output(Shape::vec(2));
     throw ValueError("broken: fails after recording");
   }
@@ -323,7 +323,7 @@ namespace {
 struct SquareNan {
   static constexpr const char* name = "square_nan";
   static constexpr const char* inputs[] = {"x"};
-  static void forward(ForwardContext<double>& ctx, const TensorD& x) {
+  void forward(ForwardContext<double>& ctx, const TensorD& x) const {
     ctx.output(x.shape()).array() = x.array().square();
   }
   static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
