@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "tapegrad/core/error.hpp"
+#include "tapegrad/core/escape.hpp"
 
 namespace tapegrad {
 namespace {
@@ -26,47 +27,6 @@ void put(std::string& out, fmt::format_string<Args...> format, Args&&... args) {
 
 // A tenth of a pixel is below what any screen shows, and keeps long series short.
 std::string px(double v) { return fmt::format("{:.1f}", v); }
-
-// An SVG <text> is one line and XML 1.0 forbids most control characters even as references, so
-// control characters (a newline token, say) are shown as C escapes.
-std::string xml_escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20)
-          put(out, "\\x{:02x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
-        else
-          out += c;
-    }
-  }
-  return out;
-}
 
 bool is_utf8_continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
 
@@ -98,14 +58,14 @@ void open_svg(std::string& out, double width, double height, std::string_view ti
       "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"{0}\" height=\"{1}\" "
       "viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" font-size=\"{2}\">\n",
       w, h, kFont);
-  if (!title.empty()) put(out, "<title>{}</title>\n", xml_escape(title));
+  if (!title.empty()) put(out, "<title>{}</title>\n", xml_escaped(title));
   put(out, "<rect width=\"{}\" height=\"{}\" fill=\"white\"/>\n", w, h);
 }
 
 // A one-line text; `extra` holds further attributes (anchor, weight, transform).
 void text(std::string& out, double x, double y, std::string_view content, std::string_view extra = {}) {
   put(out, "<text x=\"{}\" y=\"{}\"{}{}>{}</text>\n", px(x), px(y), extra.empty() ? "" : " ", extra,
-      xml_escape(content));
+      xml_escaped(content));
 }
 
 // ---- colours ----
@@ -234,8 +194,8 @@ void heatmap_cells(std::string& out, const Heatmap& map, const HeatmapLayout& l)
       // The tooltip (hover in a browser) keeps the full labels and more digits.
       put(out, "<rect class=\"cell\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" stroke=\"white\">", px(x),
           px(y), l.cell, l.cell, hex(colour));
-      put(out, "<title>{} {} / {} {}: {}</title></rect>\n", xml_escape(map.row_title), xml_escape(map.row_labels[r]),
-          xml_escape(map.col_title), xml_escape(map.col_labels[c]), fmt::format("{:.4g}", v));
+      put(out, "<title>{} {} / {} {}: {}</title></rect>\n", xml_escaped(map.row_title), xml_escaped(map.row_labels[r]),
+          xml_escaped(map.col_title), xml_escaped(map.col_labels[c]), fmt::format("{:.4g}", v));
       if (std::isnan(v)) nan_cell(out, x, y, l.cell);
       if (!map.show_values && !std::isnan(v)) continue;
       const std::string label = std::isnan(v) ? "nan" : cell_value(v);
