@@ -23,29 +23,9 @@ namespace {
 // (so &#92; would not do), and \\ alone shows one backslash.
 std::string html(std::string_view text) {
   std::string out;
-  for (const char c : escaped(text)) {
-    switch (c) {
-      case '\\':
-        out += "\\\\";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
+  for (const char c : xml_escaped(escaped(text))) {
+    out += c;
+    if (c == '\\') out += c;
   }
   return out;
 }

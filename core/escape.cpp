@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <utility>
 
 namespace tapegrad {
@@ -13,26 +15,12 @@ namespace {
 std::size_t utf8_length(std::string_view text, std::size_t i) {
   const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
   const unsigned char b0 = byte(i);
-  std::size_t n = 0;
-  unsigned lo = 0x80, hi = 0xbf;  // the range of the second byte
-  if (b0 >= 0xc2 && b0 <= 0xdf)
-    n = 2;
-  else if (b0 == 0xe0)
-    n = 3, lo = 0xa0;
-  else if (b0 == 0xed)
-    n = 3, hi = 0x9f;
-  else if (b0 >= 0xe1 && b0 <= 0xef)
-    n = 3;
-  else if (b0 == 0xf0)
-    n = 4, lo = 0x90;
-  else if (b0 == 0xf4)
-    n = 4, hi = 0x8f;
-  else if (b0 >= 0xf1 && b0 <= 0xf3)
-    n = 4;
-  else
-    return 0;
-  if (i + n > text.size()) return 0;
-  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  const std::size_t n = b0 >= 0xf0 ? 4 : b0 >= 0xe0 ? 3 : 2;
+  // The second byte's range (Unicode's table 3-7) is narrower after E0 and F0 (no overlong form), ED (no
+  // surrogate) and F4 (nothing past U+10FFFF).
+  const unsigned lo = b0 == 0xe0 ? 0xa0 : b0 == 0xf0 ? 0x90 : 0x80;
+  const unsigned hi = b0 == 0xed ? 0x9f : b0 == 0xf4 ? 0x8f : 0xbf;
+  if (b0 < 0xc2 || b0 > 0xf4 || i + n > text.size() || byte(i + 1) < lo || byte(i + 1) > hi) return 0;
   for (std::size_t k = 2; k < n; ++k)
     if (byte(i + k) < 0x80 || byte(i + k) > 0xbf) return 0;
   return n;
@@ -65,10 +53,9 @@ bool hidden_code_point(char32_t c) {
 }  // namespace
 
 std::size_t invalid_utf8_at(std::string_view text) {
-  for (std::size_t i = 0; i < text.size();) {
-    const std::size_t n = static_cast<unsigned char>(text[i]) < 0x80 ? 1 : utf8_length(text, i);
+  for (std::size_t i = 0, n = 0; i < text.size(); i += n) {
+    n = static_cast<unsigned char>(text[i]) < 0x80 ? 1 : utf8_length(text, i);
     if (n == 0) return i;
-    i += n;
   }
   return std::string_view::npos;
 }
@@ -86,12 +73,10 @@ std::string escaped(std::string_view text, std::size_t max_bytes) {
       out += text[i++];
     } else if (const std::size_t n = u >= 0x80 ? utf8_length(text, i) : 0; n > 0 && i + n <= end) {
       const auto c = static_cast<std::uint32_t>(code_point(text, i, n));
-      if (hidden_code_point(c) && c > 0xffff)
-        out += fmt::format("\\U{:08x}", c);
-      else if (hidden_code_point(c))
-        out += fmt::format("\\u{:04x}", c);
-      else
+      if (!hidden_code_point(c))
         out.append(text.substr(i, n));
+      else
+        out += c > 0xffff ? fmt::format("\\U{:08x}", c) : fmt::format("\\u{:04x}", c);
       i += n;
     } else {
       out += fmt::format("\\x{:02x}", u);
@@ -107,6 +92,23 @@ std::string quoted_list(const std::vector<std::string>& names, std::size_t max_i
   for (std::size_t k = 0; k < names.size() && k < max_items; ++k)
     out += fmt::format("{}'{}'", k ? ", " : "", escaped(names[k]));
   if (names.size() > max_items) out += fmt::format(", ... and {} more", names.size() - max_items);
+  return out;
+}
+
+std::string xml_escaped(std::string_view text) {
+  static constexpr std::pair<char, std::string_view> kEscapes[] = {{'&', "&amp;"},  {'<', "&lt;"},   {'>', "&gt;"},
+                                                                   {'"', "&quot;"}, {'\'', "&#39;"}, {'\n', "\\n"},
+                                                                   {'\t', "\\t"},   {'\r', "\\r"}};
+  std::string out;
+  for (const char c : text) {
+    const auto* e = std::find_if(std::begin(kEscapes), std::end(kEscapes), [c](const auto& p) { return p.first == c; });
+    if (e != std::end(kEscapes))
+      out += e->second;
+    else if (static_cast<unsigned char>(c) < 0x20)
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+    else
+      out += c;
+  }
   return out;
 }
 

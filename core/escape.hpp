@@ -42,6 +42,11 @@ std::size_t invalid_utf8_at(std::string_view text);
 // "'a', 'b', 'c'": names as messages list them, each escaped; past `max_items` names, "... and N more".
 std::string quoted_list(const std::vector<std::string>& names, std::size_t max_items = kMaxListed);
 
+// `text` as XML character data or an attribute value: & < > " ' as entities (' as &#39;, which HTML
+// labels read too), and control characters, which XML 1.0 forbids even as references, as C escapes
+// (\n, \t, \r, \xNN). Everything else as it is: no length bound, valid UTF-8 kept.
+std::string xml_escaped(std::string_view text);
+
 // "1.5 GB", "37 KB": a byte count as messages give it.
 std::string format_bytes(double bytes);
 

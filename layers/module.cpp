@@ -34,20 +34,19 @@ std::string Module<T>::label() const {
 }
 
 template <class T>
-std::vector<Parameter<T>*> Module<T>::parameters() {
-  std::vector<Parameter<T>*> out;
-  for (auto& p : own_) out.push_back(&p);
-  for (auto* c : children_)
-    for (auto* p : c->parameters()) out.push_back(p);
-  return out;
-}
-
-template <class T>
 std::vector<const Parameter<T>*> Module<T>::parameters() const {
   std::vector<const Parameter<T>*> out;
   for (const auto& p : own_) out.push_back(&p);
   for (const auto* c : children_)
-    for (const auto* p : std::as_const(*c).parameters()) out.push_back(p);
+    for (const auto* p : c->parameters()) out.push_back(p);
+  return out;
+}
+
+// The same walk, on a module that is not const: its parameters are not either.
+template <class T>
+std::vector<Parameter<T>*> Module<T>::parameters() {
+  std::vector<Parameter<T>*> out;
+  for (const auto* p : std::as_const(*this).parameters()) out.push_back(const_cast<Parameter<T>*>(p));
   return out;
 }
 

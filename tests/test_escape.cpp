@@ -30,3 +30,10 @@ TEST_CASE("escaped: bidirectional controls, invisible format characters and C1 c
   // Other text of any script stays as it is.
   CHECK(escaped("Zürich, Ελλάδα, 日本, עברית, 🙂") == "Zürich, Ελλάδα, 日本, עברית, 🙂");
 }
+
+TEST_CASE("xml_escaped: markup characters as entities, control characters as C escapes, the rest as it is") {
+  CHECK(xml_escaped(R"(<b>&"it's")") == "&lt;b&gt;&amp;&quot;it&#39;s&quot;");
+  CHECK(xml_escaped("a\nb\tc\rd\x01") == "a\\nb\\tc\\rd\\x01");
+  CHECK(xml_escaped("Zürich \\N") == "Zürich \\N");
+  CHECK(xml_escaped(std::string(500, 'a')) == std::string(500, 'a'));
+}

@@ -33,7 +33,7 @@ std::string well_formed(std::string_view svg) {
   for (std::size_t i = 0; (i = svg.find('&', i)) != std::string_view::npos; ++i) {
     const std::string_view rest = svg.substr(i);
     if (!rest.starts_with("&amp;") && !rest.starts_with("&lt;") && !rest.starts_with("&gt;") &&
-        !rest.starts_with("&quot;") && !rest.starts_with("&apos;"))
+        !rest.starts_with("&quot;") && !rest.starts_with("&#39;"))
       return fmt::format("a bare '&' at offset {}", i);
   }
   for (std::size_t i = 0; (i = svg.find('<', i)) != std::string_view::npos;) {

@@ -25,13 +25,6 @@ const TrainOptions& checked(const TrainOptions& o) {
 
 constexpr std::uint64_t kTrainingStream = 0x747261696e;  // "train": the Rng stream of rng()
 
-// "train: the loss is NaN at step 2 (lr 0.01); ..." unless the loss is finite.
-void check_loss(double loss, Index step, double lr) {
-  if (!std::isfinite(loss))
-    fail<NonFiniteError>("train: the loss is {} at step {} (lr {:g}); the step was not taken", non_finite(loss), step,
-                         lr);
-}
-
 }  // namespace
 
 std::string TrainOptions::describe() const {
@@ -103,7 +96,8 @@ double TrainerBase::finish_step(Var<float> loss, double weight, std::span<Tally>
   const double lr = optimizer_.current_lr();
   if (!std::isfinite(value)) {
     optimizer_.zero_grad();  // nothing of this step stays behind, on any process
-    check_loss(value, step_ + 1, lr);
+    fail<NonFiniteError>("train: the loss is {} at step {} (lr {:g}); the step was not taken", non_finite(value),
+                         step_ + 1, lr);
   }
   update(value, lr);  // clipping reads the reduced gradient: every process clips, or stops, alike
   for (std::size_t k = 0; k < window_metrics_.size(); ++k) window_metrics_[k].tally += tallies[k];
@@ -155,16 +149,14 @@ CurvePoint TrainerBase::record_point() {
 void TrainerBase::run(const TrainCallbacks& callbacks) {
   stop_requested_ = false;
   reducer_->start(*this);
-  if (curve_.empty() && step_ == 0) {  // where training starts from (no training loss yet)
+  const auto evaluate = [&] {
     const CurvePoint p = record_point();
     if (callbacks.on_evaluation) callbacks.on_evaluation(p);
-  }
+  };
+  if (curve_.empty() && step_ == 0) evaluate();  // where training starts from (no training loss yet)
   while (step_ < options_.steps && !stop_requested_) {
     step();
-    if (step_ % options_.eval_every == 0 || step_ == options_.steps) {
-      const CurvePoint p = record_point();
-      if (callbacks.on_evaluation) callbacks.on_evaluation(p);
-    }
+    if (step_ % options_.eval_every == 0 || step_ == options_.steps) evaluate();
     // After the evaluation: a checkpoint taken here holds that step's curve point and the fresh window.
     if (callbacks.on_step) callbacks.on_step(step_);
   }

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "tapegrad/core/error.hpp"
+#include "tapegrad/core/escape.hpp"
 
 namespace tapegrad {
 namespace {
@@ -26,47 +27,6 @@ void put(std::string& out, fmt::format_string<Args...> format, Args&&... args) {
 
 // A tenth of a pixel is below what any screen shows, and keeps long series short.
 std::string px(double v) { return fmt::format("{:.1f}", v); }
-
-// An SVG <text> is one line and XML 1.0 forbids most control characters even as references, so
-// control characters (a newline token, say) are shown as C escapes.
-std::string xml_escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20)
-          put(out, "\\x{:02x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
-        else
-          out += c;
-    }
-  }
-  return out;
-}
 
 bool is_utf8_continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
 
@@ -98,14 +58,23 @@ void open_svg(std::string& out, double width, double height, std::string_view ti
       "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"{0}\" height=\"{1}\" "
       "viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" font-size=\"{2}\">\n",
       w, h, kFont);
-  if (!title.empty()) put(out, "<title>{}</title>\n", xml_escape(title));
+  if (!title.empty()) put(out, "<title>{}</title>\n", xml_escaped(title));
   put(out, "<rect width=\"{}\" height=\"{}\" fill=\"white\"/>\n", w, h);
 }
 
 // A one-line text; `extra` holds further attributes (anchor, weight, transform).
 void text(std::string& out, double x, double y, std::string_view content, std::string_view extra = {}) {
   put(out, "<text x=\"{}\" y=\"{}\"{}{}>{}</text>\n", px(x), px(y), extra.empty() ? "" : " ", extra,
-      xml_escape(content));
+      xml_escaped(content));
+}
+
+// Text turned a quarter to the left about its anchor (x, y), read from the bottom up: an axis title.
+void vertical_text(std::string& out, double x, double y, std::string_view content, std::string_view extra) {
+  text(out, x, y, content, fmt::format("{} transform=\"rotate(-90 {} {})\"", extra, px(x), px(y)));
+}
+
+void title_text(std::string& out, double x, double y, std::string_view title) {
+  text(out, x, y, title, fmt::format("text-anchor=\"middle\" font-size=\"{}\" font-weight=\"bold\"", kTitleFont));
 }
 
 // ---- colours ----
@@ -234,8 +203,8 @@ void heatmap_cells(std::string& out, const Heatmap& map, const HeatmapLayout& l)
       // The tooltip (hover in a browser) keeps the full labels and more digits.
       put(out, "<rect class=\"cell\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" stroke=\"white\">", px(x),
           px(y), l.cell, l.cell, hex(colour));
-      put(out, "<title>{} {} / {} {}: {}</title></rect>\n", xml_escape(map.row_title), xml_escape(map.row_labels[r]),
-          xml_escape(map.col_title), xml_escape(map.col_labels[c]), fmt::format("{:.4g}", v));
+      put(out, "<title>{} {} / {} {}: {}</title></rect>\n", xml_escaped(map.row_title), xml_escaped(map.row_labels[r]),
+          xml_escaped(map.col_title), xml_escaped(map.col_labels[c]), fmt::format("{:.4g}", v));
       if (std::isnan(v)) nan_cell(out, x, y, l.cell);
       if (!map.show_values && !std::isnan(v)) continue;
       const std::string label = std::isnan(v) ? "nan" : cell_value(v);
@@ -253,8 +222,7 @@ void heatmap_labels(std::string& out, const Heatmap& map, const HeatmapLayout& l
   double y = kPad;
   if (!map.title.empty()) {
     y += kTitleFont;
-    text(out, l.width / 2, y, map.title,
-         fmt::format("text-anchor=\"middle\" font-size=\"{}\" font-weight=\"bold\"", kTitleFont));
+    title_text(out, l.width / 2, y, map.title);
     y += 10;
   }
   if (!map.col_title.empty())
@@ -280,10 +248,8 @@ void heatmap_labels(std::string& out, const Heatmap& map, const HeatmapLayout& l
     }
   }
   if (!map.row_title.empty()) {
-    const double x = kPad + kFont, yc = l.top + grid_h / 2;
-    text(out, x, yc, map.row_title,
-         fmt::format("text-anchor=\"middle\" font-style=\"italic\" fill=\"#555555\" transform=\"rotate(-90 {} {})\"",
-                     px(x), px(yc)));
+    vertical_text(out, kPad + kFont, l.top + grid_h / 2, map.row_title,
+                  "text-anchor=\"middle\" font-style=\"italic\" fill=\"#555555\"");
   }
   for (const auto& [r, c] : map.marked_cells)  // drawn over the cells, inside their edges
     put(out,
@@ -313,10 +279,8 @@ void colour_bar(std::string& out, const Heatmap& map, const HeatmapLayout& l) {
   if (map.value_title.empty()) return;
   const double bar_label_w =
       std::max(text_width(scale_label(map.vmin), kFont), text_width(scale_label(map.vmax), kFont));
-  const double x = l.bar_x + 20 + bar_label_w + 6 + kFont, yc = l.top + l.bar_h / 2;
-  text(out, x, yc, map.value_title,
-       fmt::format("class=\"value-title\" text-anchor=\"middle\" fill=\"#555555\" transform=\"rotate(-90 {} {})\"",
-                   px(x), px(yc)));
+  vertical_text(out, l.bar_x + 20 + bar_label_w + 6 + kFont, l.top + l.bar_h / 2, map.value_title,
+                "class=\"value-title\" text-anchor=\"middle\" fill=\"#555555\"");
 }
 
 // ---- line chart ----
@@ -482,15 +446,11 @@ void chart_axes(std::string& out, const LineChart& chart, const ChartLayout& l) 
   }
   put(out, "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#888888\"/>\n", px(l.left),
       px(l.top), l.plot_w, l.plot_h);
-  if (!chart.title.empty())
-    text(out, l.width / 2, kPad + kTitleFont, chart.title,
-         fmt::format("text-anchor=\"middle\" font-size=\"{}\" font-weight=\"bold\"", kTitleFont));
+  if (!chart.title.empty()) title_text(out, l.width / 2, kPad + kTitleFont, chart.title);
   if (!chart.x_label.empty())
     text(out, l.left + l.plot_w / 2, bottom + 8 + 2 * kFont + 6, chart.x_label, "text-anchor=\"middle\"");
-  if (!chart.y_label.empty()) {
-    const double x = kPad + kFont, y = l.top + l.plot_h / 2;
-    text(out, x, y, chart.y_label, fmt::format("text-anchor=\"middle\" transform=\"rotate(-90 {} {})\"", px(x), px(y)));
-  }
+  if (!chart.y_label.empty())
+    vertical_text(out, kPad + kFont, l.top + l.plot_h / 2, chart.y_label, "text-anchor=\"middle\"");
 }
 
 // One <path class="series"> per series with a drawable point: a skipped point starts a new subpath
@@ -525,11 +485,16 @@ void chart_series(std::string& out, const LineChart& chart, const ChartLayout& l
   }
 }
 
-void chart_legend(std::string& out, const LineChart& chart, const ChartLayout& l) {
+// A line per series, or a dot for a scatter plot's.
+void chart_legend(std::string& out, const LineChart& chart, const ChartLayout& l, bool dots) {
   for (std::size_t s = 0; s < chart.series.size(); ++s) {
     const double y = l.top + 9 + 18 * static_cast<double>(s);
-    put(out, "<line x1=\"{0}\" y1=\"{2}\" x2=\"{1}\" y2=\"{2}\" {3} stroke-width=\"2\"/>\n", px(l.legend_x),
-        px(l.legend_x + 22), px(y), series_style(s));
+    if (dots)
+      put(out, "<circle cx=\"{}\" cy=\"{}\" r=\"4\" fill=\"{}\"/>\n", px(l.legend_x + 11), px(y),
+          kPalette[s % kPalette.size()]);
+    else
+      put(out, "<line x1=\"{0}\" y1=\"{2}\" x2=\"{1}\" y2=\"{2}\" {3} stroke-width=\"2\"/>\n", px(l.legend_x),
+          px(l.legend_x + 22), px(y), series_style(s));
     text(out, l.legend_x + 28, y + 0.35 * kFont, legend_name(chart, s));
   }
 }
@@ -671,7 +636,7 @@ std::string line_chart_svg(const LineChart& chart) {
       layout.plot_w + 2 * inset, layout.plot_h + 2 * inset);
   chart_series(out, chart, layout, inset);
   out += "</svg>\n";
-  chart_legend(out, chart, layout);
+  chart_legend(out, chart, layout, false);
   out += "</svg>\n";
   return out;
 }
@@ -701,12 +666,7 @@ std::string scatter_svg(const ScatterPlot& plot) {
   scatter_points(out, plot, layout, inset);
   out += "</svg>\n";
   chart_axes(out, chart, layout);
-  for (std::size_t s = 0; s < plot.series.size(); ++s) {  // the legend: a dot per series
-    const double y = layout.top + 9 + 18 * static_cast<double>(s);
-    put(out, "<circle cx=\"{}\" cy=\"{}\" r=\"4\" fill=\"{}\"/>\n", px(layout.legend_x + 11), px(y),
-        kPalette[s % kPalette.size()]);
-    text(out, layout.legend_x + 28, y + 0.35 * kFont, legend_name(chart, s));
-  }
+  chart_legend(out, chart, layout, true);
   out += "</svg>\n";
   return out;
 }

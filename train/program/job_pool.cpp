@@ -35,27 +35,20 @@ JobPool::JobPool(int workers) {
   }
 }
 
+// Also the destructor's: the queued jobs are dropped, the running ones end, the workers are joined.
 void JobPool::stop_workers() {
+  std::deque<std::function<void()>> dropped;
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    dropped.swap(queue_);
   }
-  ready_.notify_all();
-  threads_.clear();  // joins
-}
-
-JobPool::~JobPool() {
-  {
-    std::deque<std::function<void()>> dropped;
-    {
-      std::lock_guard lock(mutex_);
-      stopping_ = true;
-      dropped.swap(queue_);
-    }
-  }  // the dropped jobs go here, before the wait below: their futures report broken_promise at once
+  dropped.clear();  // before the join below: the dropped jobs' futures report broken_promise at once
   ready_.notify_all();
   threads_.clear();  // joins, once the running jobs end
 }
+
+JobPool::~JobPool() { stop_workers(); }
 
 void JobPool::push(std::function<void()> job) {
   {

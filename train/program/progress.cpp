@@ -46,7 +46,7 @@ void Progress::draw(Index step) {
   bar.resize(width, '.');
   // The training loss and the last value of the point (an evaluation metric, when there is one).
   std::string metrics;
-  if (have_point_ && !last_.values.empty() && !std::isnan(last_.values.front().value)) {
+  if (!last_.values.empty() && !std::isnan(last_.values.front().value)) {
     metrics = fmt::format("  {} {:.4f}", last_.values.front().name, last_.values.front().value);
     if (last_.values.size() > 1)
       metrics += fmt::format("  {} {:.4f}", last_.values.back().name, last_.values.back().value);
@@ -67,7 +67,6 @@ void Progress::on_step(Index step) {
 
 void Progress::on_evaluation(const CurvePoint& p) {
   last_ = p;
-  have_point_ = true;
   if (style_ == Style::lines) {
     std::string values;
     // "-": nothing measured yet (the training values before the first step); a NaN measured is "nan".

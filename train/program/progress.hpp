@@ -36,7 +36,6 @@ class Progress {
   Index total_;
   std::string title_;
   CurvePoint last_{};
-  bool have_point_ = false;
   double start_, last_draw_ = -1;
   Index first_step_ = -1;  // the steps done before the first on_step (a resumed run's), which the rate leaves out
   double per_step_ = 1;
