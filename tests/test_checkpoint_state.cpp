@@ -110,7 +110,7 @@ TEST_CASE("checkpoint state: a hand loop's model, optimizer, two streams, sample
   HandLoop first;
   first.run(12);
   const fs::path dir = test::scratch_dir("checkpoint_state", "loop");
-  save_checkpoint(dir / "loop.tgck", first.parts());
+  save_checkpoint(dir / "loop.tgck", snapshot(first.parts()));
   const Checkpoint file = read_checkpoint(dir / "loop.tgck");
   CHECK(file.parts() == std::vector<std::string>{"model", "optimizer", "batches", "noise", "jitter", "average", "step"});
   CHECK(std::get<std::vector<std::int64_t>>(file.find("step")->value) == std::vector<std::int64_t>{12});
@@ -118,7 +118,7 @@ TEST_CASE("checkpoint state: a hand loop's model, optimizer, two streams, sample
 
   HandLoop resumed;
   resumed.scramble();
-  const LoadReport report = load_checkpoint(dir / "loop.tgck", resumed.parts());
+  const LoadReport report = restore(read_checkpoint(dir / "loop.tgck"), resumed.parts());
   CHECK(report.restored == file.parts());
   CHECK(resumed.step == 12);
   CHECK(resumed.adam.steps_taken() == 12);
@@ -439,6 +439,22 @@ TEST_CASE("checkpoint state: a user's object whose load_state throws halfway is 
   CHECK(loop.step == 99);
 }
 
+TEST_CASE("checkpoint state: a vector of tensors is a part, loaded only into as many tensors of its shapes") {
+  const std::vector<Tensor> saved = {Tensor(Shape::mat(2, 3), 1.5f), Tensor(Shape::vec(4), -2.0f)};
+  const Checkpoint c = snapshot({{"ema", saved}});
+  CHECK(c.parts() == std::vector<std::string>{"ema"});
+  CHECK(std::get<Tensor>(c.find("ema.1")->value) == saved[1]);
+  std::vector<Tensor> loaded = {Tensor(Shape::mat(2, 3)), Tensor(Shape::vec(4))};
+  restore(c, {{"ema", loaded}});
+  CHECK(loaded == saved);
+  std::vector<Tensor> other = {Tensor(Shape::mat(2, 3)), Tensor(Shape::vec(5))}, fewer = {Tensor(Shape::mat(2, 3))};
+  CHECK_THROWS_WITH_AS(restore(c, {{"ema", other}}),
+                       "load: ema: 'ema.1' is f32 4 in the file but f32 5 here; nothing was loaded", FormatError);
+  CHECK_THROWS_WITH_AS(restore(c, {{"ema", fewer}}), "load: ema: it has no 'ema.1'; nothing was loaded", FormatError);
+  CHECK(other[1] == Tensor(Shape::vec(5)));
+  CHECK(fewer[0] == Tensor(Shape::mat(2, 3)));
+}
+
 namespace {
 
 // A user's object holding 64-bit unsigned values: hashes and seeds use the whole range.
@@ -492,7 +508,7 @@ TEST_CASE("checkpoint state: a float64 weight past float32's range is refused on
                        "was loaded (LoadOptions::allow_non_finite loads it anyway)",
                        FormatError);
   CHECK_THROWS_WITH_AS(restore(c, {{"model", target}}, {.convert_dtype = true}),
-                       doctest::Contains("model: parameter 'out.weight' holds 1 non-finite values (NaN or Inf) of 16 as f32"),
+                       doctest::Contains("model: 'model.out.weight' holds 1 non-finite values (NaN or Inf) of 16 as f32"),
                        FormatError);
   CHECK(weights_crc32(snapshot(target)) == before);
   // An optimizer's float64 buffer narrowed into a float optimizer, the same.
@@ -507,8 +523,8 @@ TEST_CASE("checkpoint state: a float64 weight past float32's range is refused on
   m.value = m_wide;
   Adam<float> other(target.parameters(), {.lr = 0.01});
   CHECK_THROWS_WITH_AS(restore(run, {{"model", target}, {"optimizer", other}}),
-                       doctest::Contains("optimizer: buffer 'out.weight.exp_avg' holds 16 non-finite values (NaN or "
-                                         "Inf) of 16 as f32"),
+                       doctest::Contains("optimizer: entry 'optimizer.state.out.weight.exp_avg' holds 16 non-finite "
+                                         "values (NaN or Inf) of 16 as f32"),
                        FormatError);
   CHECK(other.steps_taken() == 0);
   // Within float32's range it converts and loads.

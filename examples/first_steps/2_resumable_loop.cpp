@@ -1,10 +1,9 @@
 // First steps, 2: the loop by hand (as 1_minimal_loop.cpp) that checkpoints and resumes without a Trainer.
 // Every 100 steps it saves what it carries from step to step, each part under a name: the model, Adam's
 // state, the order it draws minibatches in (a Sampler), two random streams (noise on the inputs, the
-// dropout masks), a moving average of the weights (an object of its own, which joins with two functions)
-// and its step. `resume` goes on from such a file in a fresh process to the same last step, bit for bit. It
-// includes the installed umbrella header and, for its main() and its run's folder, program support
-// (tapegrad::program).
+// dropout masks), a moving average of the weights (tensors of its own) and its step. `resume` goes on from
+// such a file in a fresh process to the same last step, bit for bit. It includes the installed umbrella
+// header and, for its main() and its run's folder, program support (tapegrad::program).
 //
 //   build/examples/resumable_loop train runs/loop                  # checkpoint-00000100.tgck ... -00000400
 //   build/examples/resumable_loop train runs/killed --kill-at 250  # killed (SIGKILL) after the 200 checkpoint
@@ -42,8 +41,8 @@ struct Mlp : Module<float> {
 };
 
 // [readme:resumable-loop]
-// An exponential moving average of the weights: an object of the loop's own. A checkpoint holds it through
-// its two functions, as it holds the library's objects.
+// An exponential moving average of the weights: tensors of the loop's own, which a checkpoint holds as it
+// holds the library's objects.
 struct Ema {
   Mlp& model;
   std::vector<Tensor> average = initial(model);
@@ -56,12 +55,6 @@ struct Ema {
   void update() {  // average = 0.99 average + 0.01 weights
     for (std::size_t i = 0; i < average.size(); ++i)
       average[i].array() = 0.99f * average[i].array() + 0.01f * model.parameters()[i]->value.array();
-  }
-  void save_state(State& out) const {
-    for (std::size_t i = 0; i < average.size(); ++i) out.put(model.parameters()[i]->name, average[i]);
-  }
-  void load_state(const State& in) {
-    for (std::size_t i = 0; i < average.size(); ++i) average[i] = in.get<Tensor>(model.parameters()[i]->name);
   }
 };
 
@@ -76,10 +69,10 @@ struct Run {
   Index step = 0;
   Run() { model.set_rng(&dropout); }
 
-  // What a checkpoint holds, by name: save_checkpoint(folder, file, parts()), load_checkpoint(file, parts()).
+  // What a checkpoint holds, by name: snapshot(parts()) saves it, restore(checkpoint, parts()) loads it.
   StateParts parts() {
     return {{"model", model}, {"optimizer", optimizer}, {"batches", batches}, {"noise", noise},
-            {"dropout", dropout}, {"ema", ema},         {"step", step}};
+            {"dropout", dropout}, {"ema", ema.average}, {"step", step}};
   }
 };
 // [readme:resumable-loop-end]
@@ -150,7 +143,7 @@ int main(int argc, char** argv) {
       return finish(run);
     }
     if (args.size() == 2 && args[0] == "resume") {
-      load_checkpoint(args[1], run.parts());  // strict, all or nothing: every part, or none
+      restore(read_checkpoint(args[1]), run.parts());  // strict, all or nothing: every part, or none
       train_to_end(run, nullptr, -1);
       return finish(run);
     }

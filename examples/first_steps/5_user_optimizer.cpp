@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (args.size() == 2 && args[0] == "resume") {  // a fresh process: strict, a state of another name is refused
-      load_checkpoint(args[1], run.parts());
+      restore(read_checkpoint(args[1]), run.parts());
       print_result(run, train_to_end(run, nullptr));
       return 0;
     }

@@ -271,7 +271,7 @@ std::string shown_values(const StateValue& v) {
 
 void describe_training(const Checkpoint& c, std::string& s) {
   const auto p = [](std::string_view text) { return escaped(text); };
-  if (c.has("trainer")) {
+  if (c.has(kTrainerPart)) {
     try {
       const TrainerState t = read_trainer_state(c);
       s += fmt::format(
@@ -282,7 +282,7 @@ void describe_training(const Checkpoint& c, std::string& s) {
       s += fmt::format("training: the part 'trainer' does not read as a Trainer's state: {}\n", e.what());
     }
   }
-  if (c.has("optimizer")) {
+  if (c.has(kOptimizerPart)) {
     try {
       const OptimizerState<double> o = read_optimizer_state<double>(c);
       std::size_t buffers = 0;
@@ -300,7 +300,7 @@ void describe_training(const Checkpoint& c, std::string& s) {
       s += fmt::format("optimizer: the part 'optimizer' does not read as an optimizer's state: {}\n", e.what());
     }
   }
-  if (c.has("trainer")) {
+  if (c.has(kTrainerPart)) {
     try {
       const TrainerState t = read_trainer_state(c);
       if (t.data_order.order.empty())
@@ -350,7 +350,8 @@ std::string describe_checkpoint(const Checkpoint& c) {
   // the entries: a file of many parts is described in time linear in its size.
   std::map<std::string_view, std::string> listed;
   for (const StateEntry& e : c.entries)
-    if (const std::string_view part = part_of(e.name); part != kModelPart && part != "optimizer" && part != "trainer")
+    if (const std::string_view part = part_of(e.name);
+        part != kModelPart && part != kOptimizerPart && part != kTrainerPart)
       listed[part] += fmt::format("  {:<32} {:<14} {}\n", p(e.name), describe_value(e.value), shown_values(e.value));
   for (const std::string& part : parts)
     if (const auto it = listed.find(part); it != listed.end()) s += fmt::format("part {}:\n{}", p(part), it->second);

@@ -20,8 +20,9 @@
 // then the folder fsync'd; a crash leaves the old file or the new one. Loading is strict and all-or-nothing:
 // it names every missing, unexpected or mismatched entry, and on any error leaves every part as it was.
 //
-//   save_checkpoint("loop.tgck", {{"model", model}, {"optimizer", adam}, {"noise", noise}, {"step", step}});
-//   load_checkpoint("loop.tgck", {{"model", model}, {"optimizer", adam}, {"noise", noise}, {"step", step}});
+//   const StateParts parts = {{"model", model}, {"optimizer", adam}, {"noise", noise}, {"step", step}};
+//   save_checkpoint("loop.tgck", snapshot(parts));
+//   restore(read_checkpoint("loop.tgck"), parts);                // strict, all or nothing
 //   save_checkpoint("run.tgck", snapshot(trainer));             // the model, the optimizer and the trainer's own
 //   restore(read_checkpoint("run.tgck"), trainer);               // strict, all or nothing
 //   auto model = model_from_checkpoint<Mlp>(read_checkpoint("model.tgck"));  // rebuilt from its record
@@ -54,9 +55,13 @@ inline constexpr std::uint32_t kCheckpointFormat = 3;
 // The version of this build of tapegrad: CMake's project(VERSION), the one source of it.
 std::string_view tapegrad_version();
 
-// The part whose record is the file's model and whose weights load_weights, model_from_checkpoint and
-// `inspect` read: a run's model is saved under this name.
+// The part names programs share, here and nowhere else. A run's model is saved as kModelPart: its record is
+// the file's, and load_weights, model_from_checkpoint and `inspect` read its weights. A Trainer's run
+// (snapshot(trainer)) adds its optimizer as kOptimizerPart and its own state as kTrainerPart, which `inspect`
+// describes and read_optimizer_state / read_trainer_state read by default. Other parts are the program's.
 inline constexpr std::string_view kModelPart = "model";
+inline constexpr std::string_view kOptimizerPart = "optimizer";
+inline constexpr std::string_view kTrainerPart = "trainer";
 
 struct Checkpoint {
   std::string tapegrad_version = std::string(tapegrad::tapegrad_version());
@@ -142,17 +147,14 @@ struct LoadReport {
 };
 
 // Every part back from the checkpoint, strictly and all or nothing: each part given must be in the file, each
-// part of the file must be given (unless options.strict is false), and each part checks its entries before
-// any changes (state.hpp). The part "model" must also have the file's model record. One FormatError
-// "load: ...; nothing was loaded" names every problem, and then no part has changed.
+// part of the file must be given (unless options.strict is false), the part "model" must have the file's
+// model record, and every tensor must be finite (as the part's element type) unless the options allow it.
+// Then every part loads through its load_state; if a check or any load refused, every part loads back what
+// it held (state.hpp), and one FormatError "load: ...; nothing was loaded" names every problem.
 LoadReport restore(const Checkpoint& c, const StateParts& parts, LoadOptions options = {});
 // A Trainer's run: its model, optimizer and own state, as snapshot(trainer) saved them ("resume: ..." when
 // it refuses). A data-parallel group compares the restored state before it goes on.
 LoadReport restore(const Checkpoint& c, TrainerBase& trainer, LoadOptions options = {});
-
-// The same with a file: save_checkpoint(path, snapshot(parts)), restore(read_checkpoint(path), parts).
-void save_checkpoint(const std::filesystem::path& path, const StateParts& parts);
-LoadReport load_checkpoint(const std::filesystem::path& path, const StateParts& parts, LoadOptions options = {});
 
 // Weights into an existing model. Strict: every name must be there with its shape and element type
 // (or, with convert_dtype, another element type), or a FormatError lists every problem and nothing is loaded.
@@ -165,8 +167,8 @@ LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions optio
 // reads to rebuild its objects (the optimizer of the kind and hyperparameters the file names, the trainer's
 // options and step). FormatError naming what is missing or malformed.
 template <class T>
-OptimizerState<T> read_optimizer_state(const Checkpoint& c, std::string_view part = "optimizer");
-TrainerState read_trainer_state(const Checkpoint& c, std::string_view part = "trainer");
+OptimizerState<T> read_optimizer_state(const Checkpoint& c, std::string_view part = kOptimizerPart);
+TrainerState read_trainer_state(const Checkpoint& c, std::string_view part = kTrainerPart);
 
 // The configuration of a model of type M from the checkpoint's record (M as for model_from_checkpoint):
 // FormatError if the record is of another kind, a setting is missing, unknown or invalid, the

@@ -1,6 +1,5 @@
-// The parts of a checkpoint: how each kind (a model, an optimizer, a stream, a sampler, a trainer, a user's
-// object) is checked against its entries and then loaded, and snapshot / restore / load_weights over them.
-// See state.hpp.
+// The parts of a checkpoint: the library's objects' two functions, and snapshot / restore / load_weights over
+// any parts. See state.hpp.
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -19,22 +18,6 @@ std::string_view dtype_of() {
 template <class T>
 std::string as_dtype(const StateValue& v) {
   return kind_name(v) == dtype_of<T>() ? "" : fmt::format(" as {}", dtype_of<T>());
-}
-
-// "<part>: 'w' holds 1 non-finite values (NaN or Inf) of 16 (...)" for each tensor of `names` (relative to
-// `in`) that holds NaN or Inf as a T, unless the options allow them.
-template <class T>
-void refuse_non_finite(const State& in, const std::vector<std::string>& names, std::string_view part, const char* what,
-                       detail::LoadContext& context) {
-  if (context.options.allow_non_finite) return;
-  for (const std::string& name : names) {
-    const StateValue& v = in.value(name);
-    if (const Index bad = non_finite_count<T>(v); bad > 0)
-      context.problems.push_back(
-          fmt::format("{}: {} '{}' holds {} non-finite values (NaN or Inf) of {}{} "
-                      "(LoadOptions::allow_non_finite loads it anyway)",
-                      part, what, escaped(name), bad, value_count(v), as_dtype<T>(v)));
-  }
 }
 
 // "the file holds a model of kind 'x' but this one is of kind 'y'"; "setting 'residual' is true in the file
@@ -104,139 +87,91 @@ void apply_weights(const State& in, const std::vector<Parameter<T>*>& params, co
           in.value(p->name));
 }
 
-template <class T>
-detail::Prepared prepare_module(void* object, std::string_view part, const State& in, detail::LoadContext& context) {
-  Module<T>& model = *static_cast<Module<T>*>(object);
-  const std::size_t before = context.problems.size();
-  if (part == kModelPart)  // by the settings' names: a release may list them in another order
-    if (const std::string differ = record_differences(context.file_model, model.model_record()); !differ.empty())
-      context.problems.push_back(fmt::format("{}: {}", part, differ));
-  std::vector<Parameter<T>*> params = model.parameters();
-  LoadReport matched = match_weights(in, params, context.options);
-  if (!matched.clean()) context.problems.push_back(fmt::format("{}: {}", part, matched.problems()));
-  refuse_non_finite<T>(in, matched.loaded, part, "parameter", context);
-  if (context.problems.size() != before) return {};
-  for (auto& c : matched.converted) context.report.converted.push_back(std::move(c));
-  return {[in, params = std::move(params), loaded = std::move(matched.loaded)] { apply_weights(in, params, loaded); },
-          {}};
-}
+// A refusal whose message names its part already ("<part>: ..."): restore does not name it again.
+struct NamedError : FormatError {
+  using FormatError::FormatError;
+};
 
-template <class T>
-detail::Prepared prepare_optimizer(void* object, std::string_view part, const State& in, detail::LoadContext& context) {
-  Optimizer<T>& optimizer = *static_cast<Optimizer<T>*>(object);
-  auto state = std::make_shared<OptimizerState<T>>();
+// check(part) of an object that names the part itself (an optimizer's or a trainer's check_state).
+template <class Check>
+void check_naming_part(const State& in, Check check) {
   try {
-    *state = read_optimizer_state<T>(in);
+    check(escaped(in.full_name("")));
   } catch (const Error& e) {
-    context.problems.push_back(fmt::format("{}: {}", part, e.what()));
-    return {};
+    throw NamedError(e.what());
   }
-  try {
-    optimizer.check_state(*state, part);  // "<part>: ..."
-  } catch (const Error& e) {
-    context.problems.emplace_back(e.what());
-    return {};
-  }
-  const std::size_t before = context.problems.size();
-  const State buffers = in.at("state");
-  refuse_non_finite<T>(buffers, buffers.names(), part, "buffer", context);
-  if (context.problems.size() != before) return {};
-  return {[&optimizer, state] { optimizer.load_state(*state); }, {}};
-}
-
-// A part read by `read` and checked by `check` (each throwing an Error, which names the part after it
-// unless the check names it itself), applied by `apply`.
-template <class S, class Read, class Check, class Apply>
-detail::Prepared prepare_with(std::string_view part, detail::LoadContext& context, Read read, Check check, Apply apply,
-                              bool check_names_part = false) {
-  S state;
-  try {
-    state = read();
-  } catch (const Error& e) {
-    context.problems.push_back(fmt::format("{}: {}", part, e.what()));
-    return {};
-  }
-  try {
-    check(state);
-  } catch (const Error& e) {
-    context.problems.push_back(check_names_part ? std::string(e.what()) : fmt::format("{}: {}", part, e.what()));
-    return {};
-  }
-  return {[apply, state = std::move(state)] { apply(state); }, {}};
 }
 
 }  // namespace
 
-namespace detail {
-
 template <class T>
-const PartType& module_part() {
-  static const PartType type{[](const void* object, State& out) {
-                               for (const Parameter<T>* p : static_cast<const Module<T>*>(object)->parameters())
-                                 out.put(p->name, p->value);
-                             },
-                             prepare_module<T>,
-                             [](const void* object) { return static_cast<const Module<T>*>(object)->model_record(); }};
-  return type;
+void save_state(const Module<T>& model, State& out) {
+  for (const Parameter<T>* p : model.parameters()) out.put(p->name, p->value);
 }
 
 template <class T>
-const PartType& optimizer_part() {
-  static const PartType type{[](const void* object, State& out) {
-                               put_optimizer_state(out, static_cast<const Optimizer<T>*>(object)->state());
-                             },
-                             prepare_optimizer<T>, nullptr};
-  return type;
+void load_state(Module<T>& model, const State& in) {
+  const std::vector<Parameter<T>*> params = model.parameters();
+  const LoadReport matched = match_weights(in, params, {});
+  if (!matched.clean()) throw FormatError(matched.problems());
+  apply_weights(in, params, matched.loaded);
 }
 
-const PartType& rng_part() {
-  static const PartType type{
-      [](const void* object, State& out) { put_rng_state(out, static_cast<const Rng*>(object)->state()); },
-      [](void* object, std::string_view part, const State& in, LoadContext& context) {
-        Rng& rng = *static_cast<Rng*>(object);
-        return prepare_with<Rng::State>(
-            part, context, [&] { return read_rng_state(in); },
-            [](const Rng::State& s) { Rng().set_state(s); },  // the generator's own check: not all zeros
-            [&rng](const Rng::State& s) { rng.set_state(s); });
-      },
-      nullptr};
-  return type;
+template <class T>
+void save_state(const Optimizer<T>& optimizer, State& out) {
+  put_optimizer_state(out, optimizer.state());
 }
 
-const PartType& sampler_part() {
-  static const PartType type{
-      [](const void* object, State& out) { put_sampler_state(out, static_cast<const Sampler*>(object)->state()); },
-      [](void* object, std::string_view part, const State& in, LoadContext& context) {
-        Sampler& sampler = *static_cast<Sampler*>(object);
-        return prepare_with<Sampler::State>(
-            part, context, [&] { return read_sampler_state(in); },
-            [&sampler](const Sampler::State& s) { sampler.check_state(s); },
-            [&sampler](const Sampler::State& s) { sampler.set_state(s); });
-      },
-      nullptr};
-  return type;
+template <class T>
+void load_state(Optimizer<T>& optimizer, const State& in) {
+  const OptimizerState<T> state = read_optimizer_state<T>(in);
+  check_naming_part(in, [&](const std::string& part) { optimizer.check_state(state, part); });
+  optimizer.load_state(state);
 }
 
-const PartType& trainer_part() {
-  static const PartType type{
-      [](const void* object, State& out) { put_trainer_state(out, static_cast<const TrainerBase*>(object)->state()); },
-      [](void* object, std::string_view part, const State& in, LoadContext& context) {
-        TrainerBase& trainer = *static_cast<TrainerBase*>(object);
-        return prepare_with<TrainerState>(
-            part, context, [&] { return read_trainer_state(in); },
-            [&](const TrainerState& s) { trainer.check_state(s, part); },  // "<part>: ..."
-            [&trainer](const TrainerState& s) { trainer.set_state(s); }, true);
-      },
-      nullptr};
-  return type;
+void save_state(const Rng& rng, State& out) { put_rng_state(out, rng.state()); }
+void load_state(Rng& rng, const State& in) { rng.set_state(read_rng_state(in)); }
+void save_state(const Sampler& sampler, State& out) { put_sampler_state(out, sampler.state()); }
+void load_state(Sampler& sampler, const State& in) { sampler.set_state(read_sampler_state(in)); }
+void save_state(const TrainerBase& trainer, State& out) { put_trainer_state(out, trainer.state()); }
+
+void load_state(TrainerBase& trainer, const State& in) {
+  const TrainerState state = read_trainer_state(in);
+  check_naming_part(in, [&](const std::string& part) { trainer.check_state(state, part); });
+  trainer.set_state(state);
 }
 
-Prepared prepare_by_comparison(std::string_view part, const State& in, std::vector<StateEntry> own,
-                               std::function<void(const State&)> load, LoadContext& context) {
-  const auto saved = std::make_shared<std::vector<StateEntry>>(std::move(own));
-  const StateIndex mine(*saved);
+template <class T>
+void save_state(const std::vector<TensorT<T>>& tensors, State& out) {
+  for (std::size_t i = 0; i < tensors.size(); ++i) out.put(std::to_string(i), tensors[i]);
+}
+
+template <class T>
+void load_state(std::vector<TensorT<T>>& tensors, const State& in) {
+  std::vector<StateEntry> own;
+  State now = State::writer(own, in.full_name(""));
+  save_state(tensors, now);
+  detail::check_like(in, own);
+  for (std::size_t i = 0; i < tensors.size(); ++i) tensors[i] = in.get<TensorT<T>>(std::to_string(i));
+}
+
+template void save_state(const std::vector<TensorT<float>>&, State&);
+template void save_state(const std::vector<TensorT<double>>&, State&);
+template void load_state(std::vector<TensorT<float>>&, const State&);
+template void load_state(std::vector<TensorT<double>>&, const State&);
+template void save_state(const Module<float>&, State&);
+template void save_state(const Module<double>&, State&);
+template void load_state(Module<float>&, const State&);
+template void load_state(Module<double>&, const State&);
+template void save_state(const Optimizer<float>&, State&);
+template void save_state(const Optimizer<double>&, State&);
+template void load_state(Optimizer<float>&, const State&);
+template void load_state(Optimizer<double>&, const State&);
+
+void detail::check_like(const State& in, const std::vector<StateEntry>& own) {
+  const StateIndex mine(own);
   const State now = State::reader(mine, in.full_name(""));
-  std::vector<std::string> missing, unexpected, mismatched;
+  std::vector<std::string> missing, unexpected, problems;
   for (const std::string& name : now.names())
     if (!in.contains(name)) missing.push_back(in.full_name(name));
   for (const std::string& name : in.names()) {
@@ -246,44 +181,18 @@ Prepared prepare_by_comparison(std::string_view part, const State& in, std::vect
     }
     const StateValue &theirs = in.value(name), &ours = now.value(name);
     if (theirs.index() != ours.index() || tensor_shape(theirs) != tensor_shape(ours))
-      mismatched.push_back(fmt::format("'{}' is {} in the file but {} here", escaped(in.full_name(name)),
-                                       describe_value(theirs), describe_value(ours)));
+      problems.push_back(fmt::format("'{}' is {} in the file but {} here", escaped(in.full_name(name)),
+                                     describe_value(theirs), describe_value(ours)));
   }
-  const std::size_t before = context.problems.size();
-  if (!missing.empty()) context.problems.push_back(fmt::format("{}: the file lacks {}", part, quoted_list(missing)));
-  if (!unexpected.empty()) context.problems.push_back(fmt::format("{}: it has no {}", part, quoted_list(unexpected)));
+  if (!unexpected.empty()) problems.insert(problems.begin(), "it has no " + quoted_list(unexpected));
+  if (!missing.empty()) problems.insert(problems.begin(), "the file lacks " + quoted_list(missing));
   constexpr std::size_t kShown = 10;  // a message stays a line
-  for (std::size_t i = 0; i < mismatched.size() && i < kShown; ++i)
-    context.problems.push_back(fmt::format("{}: {}", part, mismatched[i]));
-  if (mismatched.size() > kShown)
-    context.problems.push_back(fmt::format("{}: {} more mismatched", part, mismatched.size() - kShown));
-  if (!context.options.allow_non_finite)
-    for (const std::string& name : in.names())
-      if (const Index bad = non_finite_count(in.value(name)); bad > 0) {
-        context.problems.push_back(
-            fmt::format("{}: '{}' holds {} non-finite values (NaN or Inf) (LoadOptions::allow_non_finite "
-                        "loads it anyway)",
-                        part, escaped(in.full_name(name)), bad));
-        break;
-      }
-  if (context.problems.size() != before) return {};
-  return {[load, in] { load(in); },
-          [load, saved, prefix = in.full_name("")] {
-            const StateIndex index(*saved);
-            load(State::reader(index, prefix));
-          }};
-}
-
-template const PartType& module_part<float>();
-template const PartType& module_part<double>();
-template const PartType& optimizer_part<float>();
-template const PartType& optimizer_part<double>();
-
-}  // namespace detail
-
-void* StatePart::mutable_object() const {
-  if (const_) fail<UsageError>("restore: the part '{}' was given as const: it cannot be loaded into", escaped(name_));
-  return const_cast<void*>(object_);
+  if (problems.size() > kShown) {
+    const std::size_t more = problems.size() - kShown;
+    problems.resize(kShown);
+    problems.push_back(fmt::format("{} more mismatched", more));
+  }
+  if (!problems.empty()) fail<FormatError>("{}", fmt::join(problems, "; "));
 }
 
 // ---- snapshot, restore, load_weights ---------------------------------------------------------------------
@@ -299,14 +208,31 @@ void check_part_names(const StateParts& parts, std::string_view op) {
   }
 }
 
+// A tensor in the other element type (f32 to f64 exactly, f64 to f32 rounded to nearest).
+StateValue other_dtype(const StateValue& v) {
+  const auto convert = [](const auto& from, auto to) {
+    to.resize(from.shape());
+    to.array() = from.array().template cast<typename decltype(to)::Scalar>();
+    return StateValue(std::move(to));
+  };
+  if (const auto* f = std::get_if<TensorT<float>>(&v)) return convert(*f, TensorT<double>());
+  return convert(std::get<TensorT<double>>(v), TensorT<float>());
+}
+
 LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const LoadOptions& options,
                          std::string_view op) {
   check_checkpoint(c);
   check_part_names(parts, op);
-  const detail::StateIndex index(c.entries);
+  for (const StatePart& p : parts)
+    if (p.is_const())
+      fail<UsageError>("restore: the part '{}' was given as const: it cannot be loaded into", escaped(p.name()));
+  // What every part holds now: the element types the file's tensors are checked as, and what puts the parts
+  // back should one of them refuse to load.
+  const Checkpoint before = snapshot(parts);
+  const detail::StateIndex now(before.entries);
   LoadReport report;
-  detail::LoadContext context{options, c.model, report, {}};
-  const std::vector<std::string> in_file = index.parts();
+  std::vector<std::string> problems;
+  const std::vector<std::string> in_file = c.parts();
   const std::set<std::string_view> file_parts(in_file.begin(), in_file.end());
   std::set<std::string_view> given;
   std::vector<std::string> missing, unexpected;
@@ -317,37 +243,56 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
   for (const std::string& part : in_file)
     if (!given.contains(part)) unexpected.push_back(part);
   if (!missing.empty())
-    context.problems.push_back(fmt::format("the file has no {} (it holds {})", quoted_list(missing),
-                                           in_file.empty() ? std::string("nothing") : quoted_list(in_file)));
+    problems.push_back(fmt::format("the file has no {} (it holds {})", quoted_list(missing),
+                                   in_file.empty() ? std::string("nothing") : quoted_list(in_file)));
   if (!unexpected.empty()) {
     if (options.strict)
-      context.problems.push_back(fmt::format("nothing given takes the file's {}", quoted_list(unexpected)));
+      problems.push_back(fmt::format("nothing given takes the file's {}", quoted_list(unexpected)));
     else
       report.unexpected = unexpected;
   }
-  std::vector<detail::Prepared> prepared;
+  if (given.contains(kModelPart) && file_parts.contains(kModelPart))  // by the settings' names, in any order
+    if (const std::string differ = record_differences(c.model, before.model); !differ.empty())
+      problems.push_back(fmt::format("{}: {}", kModelPart, differ));
+  // Each tensor of a part given, as the part's element type (converted when the options say so), finite
+  // unless the options allow otherwise.
+  std::vector<StateEntry> converted;
+  if (options.convert_dtype) converted = c.entries;
+  const std::vector<StateEntry>& entries = options.convert_dtype ? converted : c.entries;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const std::string_view name = entries[i].name, part = name.substr(0, name.find('.'));
+    if (!given.contains(part) || !tensor_shape(entries[i].value)) continue;
+    std::string as;
+    const StateEntry* mine = now.find(name);
+    if (options.convert_dtype && mine && tensor_shape(mine->value) && mine->value.index() != entries[i].value.index()) {
+      as = fmt::format(" as {}", kind_name(mine->value));
+      report.converted.push_back(
+          fmt::format("'{}' from {} to {}", escaped(name), kind_name(entries[i].value), kind_name(mine->value)));
+      converted[i].value = other_dtype(entries[i].value);
+    }
+    if (const Index bad = non_finite_count(entries[i].value); bad > 0 && !options.allow_non_finite)
+      problems.push_back(fmt::format(
+          "{}: '{}' holds {} non-finite values (NaN or Inf) of {}{} (LoadOptions::allow_non_finite loads it anyway)",
+          escaped(part), escaped(name), bad, value_count(entries[i].value), as));
+  }
+  // Every part loads (each checks what it reads before it changes anything); if any refused, or a check
+  // above did, every part loads again what it held.
+  const detail::StateIndex index(entries);
   for (const StatePart& p : parts) {
     if (!file_parts.contains(p.name())) continue;
-    prepared.push_back(
-        p.type().prepare(p.mutable_object(), escaped(p.name()), State::reader(index, p.name()), context));
     report.restored.push_back(p.name());
-  }
-  if (!context.problems.empty()) fail<FormatError>("{}: {}; nothing was loaded", op, fmt::join(context.problems, "; "));
-  // A user's load_state may still refuse: those run first, and put back what they loaded if one does.
-  std::vector<const detail::Prepared*> done;
-  for (std::size_t i = 0; i < prepared.size(); ++i) {
-    if (!prepared[i].undo) continue;
-    done.push_back(&prepared[i]);  // one that throws halfway is put back too
     try {
-      prepared[i].apply();
+      p.load(State::reader(index, p.name()));
+    } catch (const NamedError& e) {
+      problems.emplace_back(e.what());
     } catch (const std::exception& e) {
-      for (auto it = done.rbegin(); it != done.rend(); ++it) (*it)->undo();
-      fail<FormatError>("{}: {}: {}; nothing was loaded", op, escaped(report.restored[i]), e.what());
+      problems.push_back(fmt::format("{}: {}", escaped(p.name()), e.what()));
     }
   }
-  for (const detail::Prepared& p : prepared)
-    if (!p.undo) p.apply();
-  return report;
+  if (problems.empty()) return report;
+  for (const StatePart& p : parts)
+    if (file_parts.contains(p.name())) p.load(State::reader(now, p.name()));
+  fail<FormatError>("{}: {}; nothing was loaded", op, fmt::join(problems, "; "));
 }
 
 }  // namespace
@@ -357,8 +302,8 @@ Checkpoint snapshot(const StateParts& parts) {
   Checkpoint c;
   for (const StatePart& p : parts) {
     State out = State::writer(c.entries, p.name());
-    p.type().save(p.object(), out);
-    if (p.name() == kModelPart && p.type().model_record) c.model = p.type().model_record(p.object());
+    p.save(out);
+    if (p.name() == kModelPart) c.model = p.record();
   }
   try {
     check_checkpoint(c);
@@ -375,8 +320,9 @@ Checkpoint snapshot(const Module<T>& model) {
 }
 
 Checkpoint snapshot(const TrainerBase& trainer) {
-  return snapshot(
-      {{std::string(kModelPart), trainer.model()}, {"optimizer", trainer.optimizer()}, {"trainer", trainer}});
+  return snapshot({{std::string(kModelPart), trainer.model()},
+                   {std::string(kOptimizerPart), trainer.optimizer()},
+                   {std::string(kTrainerPart), trainer}});
 }
 
 LoadReport restore(const Checkpoint& c, const StateParts& parts, LoadOptions options) {
@@ -385,17 +331,11 @@ LoadReport restore(const Checkpoint& c, const StateParts& parts, LoadOptions opt
 
 LoadReport restore(const Checkpoint& c, TrainerBase& trainer, LoadOptions options) {
   options.strict = true;
-  return restore_parts(
-      c, {{std::string(kModelPart), trainer.model()}, {"optimizer", trainer.optimizer()}, {"trainer", trainer}},
-      options, "resume");
-}
-
-void save_checkpoint(const std::filesystem::path& path, const StateParts& parts) {
-  save_checkpoint(path, snapshot(parts));
-}
-
-LoadReport load_checkpoint(const std::filesystem::path& path, const StateParts& parts, LoadOptions options) {
-  return restore(read_checkpoint(path), parts, options);
+  return restore_parts(c,
+                       {{std::string(kModelPart), trainer.model()},
+                        {std::string(kOptimizerPart), trainer.optimizer()},
+                        {std::string(kTrainerPart), trainer}},
+                       options, "resume");
 }
 
 template <class T>

@@ -167,16 +167,6 @@ std::vector<const StateEntry*> StateIndex::under(std::string_view prefix) const 
   return out;
 }
 
-std::vector<std::string> StateIndex::parts() const {
-  std::vector<std::string> out;
-  std::set<std::string_view> seen;
-  for (const StateEntry& e : *entries_) {
-    const std::string_view part = std::string_view(e.name).substr(0, e.name.find('.'));
-    if (seen.insert(part).second) out.emplace_back(part);
-  }
-  return out;
-}
-
 }  // namespace detail
 
 // ---- the library's objects' entries ------------------------------------------------------------------
@@ -209,19 +199,27 @@ void put_settings(State out, const Settings& settings) {
   for (const Setting& s : settings) out.put(s.name, s.value);
 }
 
-// A tensor entry as a TensorT<T>, converted from the other element type if it is of that one.
+// A tensor entry as a TensorT<T>, converted from the other element type if it is of that one; FormatError for
+// finite values that narrowing makes NaN or Inf.
 template <class T>
 TensorT<T> tensor_as(const State& in, std::string_view name) {
   const StateValue& v = in.value(name);
   if (const auto* t = std::get_if<TensorT<T>>(&v)) return *t;
-  const auto convert = [](const auto& from) {
-    TensorT<T> out(from.shape());
-    out.array() = from.array().template cast<T>();
-    return out;
-  };
-  if (const auto* f = std::get_if<TensorT<float>>(&v)) return convert(*f);
-  if (const auto* d = std::get_if<TensorT<double>>(&v)) return convert(*d);
-  fail<FormatError>("entry '{}' holds {}, not a tensor", escaped(in.full_name(name)), describe_value(v));
+  if (!tensor_shape(v))
+    fail<FormatError>("entry '{}' holds {}, not a tensor", escaped(in.full_name(name)), describe_value(v));
+  if (const Index bad = non_finite_count<T>(v); bad > non_finite_count(v))
+    fail<FormatError>("entry '{}' holds {} non-finite values (NaN or Inf) of {} as {}", escaped(in.full_name(name)),
+                      bad, value_count(v), std::is_same_v<T, float> ? "f32" : "f64");
+  return std::visit(
+      [](const auto& from) {
+        TensorT<T> out;
+        if constexpr (requires { from.shape(); }) {
+          out.resize(from.shape());
+          out.array() = from.array().template cast<T>();
+        }
+        return out;
+      },
+      v);
 }
 
 std::uint32_t fingerprint(const State& in, std::string_view name) {

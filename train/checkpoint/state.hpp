@@ -2,31 +2,30 @@
 // The open state of a checkpoint (PyTorch's state_dict is the anchor): named entries that each object a run
 // holds contributes and reads back. A run names its parts, and a checkpoint is what they save:
 //
-//   save_checkpoint(path, {{"model", model}, {"optimizer", adam}, {"noise", noise}, {"batches", sampler},
-//                          {"ema", ema}, {"step", step}});
-//   load_checkpoint(path, {{"model", model}, {"optimizer", adam}, ...});   // strict, all or nothing
+//   const StateParts parts = {{"model", model}, {"optimizer", adam}, {"noise", noise}, {"batches", sampler},
+//                             {"ema", ema}, {"step", step}};
+//   save_checkpoint(path, snapshot(parts));
+//   restore(read_checkpoint(path), parts);   // strict, all or nothing
 //
-// A part is a model (any Module), an optimizer (any Optimizer, a user's included), a random stream (Rng), a
-// data sampler (Sampler), a Trainer's own state, a counter (an integer), or an object of the user's own with
-// two functions, as a torch.nn.Module has state_dict() and load_state_dict():
+// Every part saves and loads through two functions. A user's object has them as members, as a
+// torch.nn.Module has state_dict() and load_state_dict():
 //
 //   struct Ema {
 //     void save_state(State& out) const { out.put("weights", weights); }
 //     void load_state(const State& in) { weights = in.get<Tensor>("weights"); }
 //   };
 //
+// and the library's objects (a Module, an Optimizer, an Rng, a Sampler, a Trainer's own state, an integer, a
+// std::vector of tensors) have them as the functions save_state(object, out) and load_state(object, in) below.
+//
 // Each part's entries are named "<part>.<name>" ("ema.weights", "model.attn.wq") or, for a part of one value
 // (a stream, a counter), "<part>". An entry holds a tensor in its own element type (f32 or f64), integers,
 // numbers or texts.
 //
-// Loading is strict and all or nothing (checkpoint.hpp): every part must be in the file and every part of the
-// file must be given; each part checks its entries before any part changes (a model its weights' names,
-// shapes, element types and finiteness, an optimizer its kind, schedule and buffers, a stream that it is not
-// all zeros, a sampler that its order is a permutation of its data, a user's object that its entries are
-// the names, kinds and shapes it saves itself); one FormatError then names every problem. A user's
-// load_state runs once every check has passed, before the library's parts load; should it refuse a value by
-// a rule of its own, even halfway through, it and the user's parts loaded before it are put back from what
-// they saved, and nothing else has changed.
+// Loading (restore, checkpoint.hpp) is strict and all or nothing: every part must be in the file and every
+// part of the file given; a user's object's entries must have the names, kinds and shapes it saves itself;
+// each library object checks what it reads before it changes. Should any part refuse, a user's load_state
+// halfway through included, every part loads back what it held, and one FormatError names every problem.
 
 #include <cmath>
 #include <cstdint>
@@ -199,9 +198,6 @@ void put_trainer_state(State& out, const TrainerState& state);
 // Also checks the counters (0 <= step <= the run's steps, windows and curve within them).
 TrainerState read_trainer_state(const State& in);
 
-struct LoadOptions;
-struct LoadReport;
-
 namespace detail {
 
 // The names of a checkpoint's entries, sorted, to find an entry or a part's entries in O(log n). FormatError
@@ -212,139 +208,103 @@ class StateIndex {
   const StateEntry* find(std::string_view name) const;
   // Entries named `prefix` or "<prefix>.*" ("" for all), in the file's order.
   std::vector<const StateEntry*> under(std::string_view prefix) const;
-  // The parts of the entries (their first name component), in order of first appearance.
-  std::vector<std::string> parts() const;
 
  private:
   const std::vector<StateEntry>* entries_;
   std::vector<std::pair<std::string_view, std::size_t>> sorted_;  // name -> position
 };
 
-// A part's checks passed: how to apply its entries, and (for a user's object, whose load_state may refuse)
-// how to put it back.
-struct Prepared {
-  std::function<void()> apply;
-  std::function<void()> undo;
-};
-
-// What the parts' checks share: the options, the file's model record, the problems found.
-struct LoadContext {
-  const LoadOptions& options;
-  const ModelRecord& file_model;
-  LoadReport& report;
-  std::vector<std::string> problems;
-};
-
-// How the library saves, checks and loads one type of part.
-struct PartType {
-  void (*save)(const void* object, State& out);
-  // Checks `in` without changing the object: problems go to the context (each naming the part: `part` is its
-  // name escaped, as messages show it), and the result's apply is empty when there are any.
-  Prepared (*prepare)(void* object, std::string_view part, const State& in, LoadContext& context);
-  ModelRecord (*model_record)(const void* object);  // a model's record; null for the other parts
-};
-
-template <class T>
-const PartType& module_part();
-template <class T>
-const PartType& optimizer_part();
-const PartType& rng_part();
-const PartType& sampler_part();
-const PartType& trainer_part();
-
-// A user's object: its own entries, as it saves them now, are what the file's must match (names, kinds,
-// tensors' element types and shapes); its load_state then reads them, and `save` puts it back if a later
-// part refuses.
-Prepared prepare_by_comparison(std::string_view part, const State& in, std::vector<StateEntry> own,
-                               std::function<void(const State&)> load, LoadContext& context);
-
-template <class X>
-const PartType& user_part() {
-  static const PartType type{[](const void* object, State& out) { static_cast<const X*>(object)->save_state(out); },
-                             [](void* object, std::string_view part, const State& in, LoadContext& context) {
-                               X& x = *static_cast<X*>(object);
-                               std::vector<StateEntry> own;
-                               State writer = State::writer(own, in.full_name(""));
-                               std::as_const(x).save_state(writer);
-                               return prepare_by_comparison(
-                                   part, in, std::move(own), [&x](const State& s) { x.load_state(s); }, context);
-                             },
-                             nullptr};
-  return type;
-}
-
-// A counter: one integer.
-template <class I>
-const PartType& integer_part() {
-  static const PartType type{
-      [](const void* object, State& out) { out.put("", *static_cast<const I*>(object)); },
-      [](void* object, std::string_view part, const State& in, LoadContext& context) -> Prepared {
-        try {
-          const I value = in.get<I>("");
-          return {[object, value] { *static_cast<I*>(object) = value; }, {}};
-        } catch (const Error& e) {
-          context.problems.push_back(fmt::format("{}: {}", part, e.what()));
-          return {};
-        }
-      },
-      nullptr};
-  return type;
-}
+// FormatError unless `in` holds the names, kinds and tensor shapes of `own` (what the object saves now):
+// what a user's object is checked against before its load_state reads it.
+void check_like(const State& in, const std::vector<StateEntry>& own);
 
 }  // namespace detail
 
+// ---- the library's objects as parts ------------------------------------------------------------------
+// The two functions a user's object has, for the library's objects: each load_state checks everything it
+// reads before it changes anything (a model its parameters' names, shapes and element types; an optimizer,
+// a stream, a sampler and a trainer what their own load checks).
+
+template <class T>
+void save_state(const Module<T>& model, State& out);
+template <class T>
+void load_state(Module<T>& model, const State& in);
+template <class T>
+void save_state(const Optimizer<T>& optimizer, State& out);
+template <class T>
+void load_state(Optimizer<T>& optimizer, const State& in);
+void save_state(const Rng& rng, State& out);
+void load_state(Rng& rng, const State& in);
+void save_state(const Sampler& sampler, State& out);
+void load_state(Sampler& sampler, const State& in);
+void save_state(const TrainerBase& trainer, State& out);  // the trainer's own state, not its model's or optimizer's
+void load_state(TrainerBase& trainer, const State& in);
+// Tensors of a run's own (a moving average of the weights), saved as "<part>.0", "<part>.1", ...; loaded only
+// into as many tensors of the same shapes and element type.
+template <class T>
+void save_state(const std::vector<TensorT<T>>& tensors, State& out);
+template <class T>
+void load_state(std::vector<TensorT<T>>& tensors, const State& in);
+template <std::integral I>
+requires(!std::is_same_v<I, bool>) void save_state(const I& counter, State& out) { out.put("", counter); }
+template <std::integral I>
+requires(!std::is_same_v<I, bool>) void load_state(I& counter, const State& in) { counter = in.get<I>(""); }
+
+// An object with the two functions, as members (a user's) or as the library's functions above.
+template <class X>
+concept Stateful = requires(const X& c, X& m, State& out, const State& in) {
+  c.save_state(out);
+  m.load_state(in);
+}
+|| requires(const X& c, X& m, State& out, const State& in) {
+  save_state(c, out);
+  load_state(m, in);
+};
+
 // One object a checkpoint holds, under a name (non-empty, without '.'): {"model", model}. It refers to the
-// object, which must outlive it. The object's type says how it is saved and loaded: see the top of this file.
+// object, which must outlive it, and saves and loads it through its two functions. A user's object is
+// first checked against what it saves itself (detail::check_like), as its load_state may trust its entries.
 class StatePart {
  public:
   template <class X>
-  StatePart(std::string name, X& object) : name_(std::move(name)), const_(std::is_const_v<X>) {
+  StatePart(std::string name, X& object) : name_(std::move(name)) {
     using Y = std::remove_const_t<X>;
-    if constexpr (std::is_base_of_v<Module<float>, Y>) {
-      set(static_cast<const Module<float>&>(object), detail::module_part<float>());
-    } else if constexpr (std::is_base_of_v<Module<double>, Y>) {
-      set(static_cast<const Module<double>&>(object), detail::module_part<double>());
-    } else if constexpr (std::is_base_of_v<Optimizer<float>, Y>) {
-      set(static_cast<const Optimizer<float>&>(object), detail::optimizer_part<float>());
-    } else if constexpr (std::is_base_of_v<Optimizer<double>, Y>) {
-      set(static_cast<const Optimizer<double>&>(object), detail::optimizer_part<double>());
-    } else if constexpr (std::is_base_of_v<TrainerBase, Y>) {
-      set(static_cast<const TrainerBase&>(object), detail::trainer_part());
-    } else if constexpr (std::is_same_v<Y, Rng>) {
-      set(object, detail::rng_part());
-    } else if constexpr (std::is_same_v<Y, Sampler>) {
-      set(object, detail::sampler_part());
-    } else if constexpr (std::is_integral_v<Y> && !std::is_same_v<Y, bool>) {
-      set(object, detail::integer_part<Y>());
-    } else {
-      static_assert(
-          requires(const Y& c, Y& m, State& out, const State& in) {
-            c.save_state(out);
-            m.load_state(in);
-          },
-          "a checkpoint part is a Module, an Optimizer, a Trainer, an Rng, a Sampler, an integer, or an object with "
-          "`void save_state(State&) const` and `void load_state(const State&)`");
-      set(object, detail::user_part<Y>());
-    }
+    static_assert(Stateful<Y>,
+                  "a checkpoint part is a Module, an Optimizer, a Trainer, an Rng, a Sampler, an integer, a vector of "
+                  "tensors, or an object "
+                  "with `void save_state(State&) const` and `void load_state(const State&)`");
+    const Y& saved = object;
+    if constexpr (requires(State & out) { saved.save_state(out); })
+      save_ = [&saved](State& out) { saved.save_state(out); };
+    else
+      save_ = [&saved](State& out) { save_state(saved, out); };
+    if constexpr (requires { saved.model_record(); }) record_ = [&saved] { return saved.model_record(); };
+    if constexpr (std::is_const_v<X>)
+      return;
+    else if constexpr (requires(const State& in) { object.load_state(in); })
+      load_ = [&object](const State& in) {
+        std::vector<StateEntry> own;
+        State now = State::writer(own, in.full_name(""));
+        object.save_state(now);
+        detail::check_like(in, own);
+        object.load_state(in);
+      };
+    else
+      load_ = [&object](const State& in) { load_state(object, in); };
   }
 
   const std::string& name() const { return name_; }
-  // For the library.
-  const detail::PartType& type() const { return *type_; }
-  const void* object() const { return object_; }
-  void* mutable_object() const;  // UsageError for a part given as const
+  bool is_const() const { return !load_; }
+  void save(State& out) const { save_(out); }
+  void load(const State& in) const { load_(in); }
+  // A model's record (its kind and configuration); empty for the other parts.
+  ModelRecord record() const { return record_ ? record_() : ModelRecord{}; }
 
  private:
-  template <class Y>
-  void set(const Y& object, const detail::PartType& type) {
-    object_ = &object;
-    type_ = &type;
-  }
-
   std::string name_;
-  const void* object_ = nullptr;
-  bool const_ = false;
-  const detail::PartType* type_ = nullptr;
+  std::function<void(State&)> save_;
+  std::function<ModelRecord()> record_;
+  std::function<void(const State&)> load_;
 };
 
 }  // namespace tapegrad
