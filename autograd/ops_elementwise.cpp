@@ -25,17 +25,10 @@ Broadcast broadcast_of(const char* op, const Shape& a, const Shape& b) {
   if (b.rank == a.rank && b.batch == a.batch && b.rows == a.rows && b.cols == 1) return Broadcast::col;
   Shape col = a;
   col.cols = 1;
-  if (a.rank == 3)
-    fail<ShapeError>(
-        "{}: shapes do not broadcast: a is {}, b is {} (b must be {}, a row of {} values, a "
-        "{}x{} matrix shared by the batch, or a {} column)",
-        op, a, b, a, a.cols, a.rows, a.cols, col);
-  if (a.rank == 2)
-    fail<ShapeError>("{}: shapes do not broadcast: a is {}, b is {} (b must be {}, a row of {} values, or a {} column)",
-                     op, a, b, a, a.cols, col);
-  fail<ShapeError>(
-      "{}: shapes do not broadcast: a is {}, b is {} (b must be {}, a row of {} values, or a single value)", op, a, b,
-      a, a.cols);
+  const std::string shared = a.rank == 3 ? fmt::format(", a {}x{} matrix shared by the batch", a.rows, a.cols) : "";
+  const std::string last = a.rank == 1 ? "a single value" : fmt::format("a {} column", col);
+  fail<ShapeError>("{}: shapes do not broadcast: a is {}, b is {} (b must be {}, a row of {} values{}, or {})", op, a,
+                   b, a, a.cols, shared, last);
 }
 
 // out (+)= f(A, B) where B is broadcast to A's shape according to `bc`; split over threads by rows (or
