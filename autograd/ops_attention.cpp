@@ -152,59 +152,47 @@ void attention_backward(const AttentionSaved<T>& saved, const TensorT<T>& grad_o
     // order of the computations differs: each gradient block gets the same value, written in the same
     // order, v, q, k.
     T* ds = block_scratch<T>(l);  // dP (Tq, Tk) = dO_h V_h^T, then dS in place
-    if (saved.reach.empty()) {
-      if (dq || dk) {
-        detail::gemm<T>(ProductForm::abt, l.tq, l.tk, l.dv, {dout + oo, wv}, {v + ov, wv}, ds, l.tk, false, may_split);
-        detail::softmax_backward(p, ds, ds, l.tq, l.tk, s, true, may_split);
-      }
-      if (dv)  // dV_h (Tk, dv) = P^T (Tk, Tq) dO_h (Tq, dv)
-        detail::gemm<T>(ProductForm::atb, l.tk, l.dv, l.tq, {p, l.tk}, {dout + oo, wv}, dv.tensor->data() + ov, wv,
-                        dv.accumulate, may_split);
-      if (dq)  // dQ_h (Tq, dk) = dS (Tq, Tk) K_h (Tk, dk)
-        detail::gemm<T>(ProductForm::ab, l.tq, l.dk, l.tk, {ds, l.tk}, {k + ok, wq}, dq.tensor->data() + oq, wq,
-                        dq.accumulate, may_split);
-      if (dk)  // dK_h (Tk, dk) = dS^T (Tk, Tq) Q_h (Tq, dk)
-        detail::gemm<T>(ProductForm::atb, l.tk, l.dk, l.tq, {ds, l.tk}, {q + oq, wq}, dk.tensor->data() + ok, wq,
-                        dk.accumulate, may_split);
-      return;
-    }
-    // The same products, each block of rows over the keys its queries see, each block of keys over the
-    // queries that see it (block_reach). A block that gets nothing is written 0 where it is assigned.
-    const Index* keys_seen = reach_of(saved.reach.data(), l, saved.per_item_reach, i);
-    const Index* query_start = keys_seen + blocks_of(l.tq);
+    // Each block of rows over the keys its queries see, each block of keys over the queries that see it
+    // (block_reach); without a reach, one block of every query and key. A block that gets nothing is
+    // written 0 where it is assigned. (A reach exists for several items only: may_split is false there.)
+    const bool whole = saved.reach.empty();
+    const Index row_step = whole ? l.tq : kSkip, key_step = whole ? l.tk : kSkip;
+    const Index all_keys[2] = {l.tk, 0};  // keys_seen, then query_start, of the one block
+    const Index* keys_seen = whole ? all_keys : reach_of(saved.reach.data(), l, saved.per_item_reach, i);
+    const Index* query_start = whole ? all_keys + 1 : keys_seen + blocks_of(l.tq);
     if (dq || dk) {
-      for (Index rb = 0; rb < blocks_of(l.tq); ++rb) {
-        const Index r0 = rb * kSkip, rows = std::min(kSkip, l.tq - r0), cols = cut_columns ? keys_seen[rb] : l.tk;
+      for (Index rb = 0, r0 = 0; r0 < l.tq; ++rb, r0 += row_step) {
+        const Index rows = std::min(row_step, l.tq - r0), cols = cut_columns ? keys_seen[rb] : l.tk;
         if (cols > 0)
           detail::gemm<T>(ProductForm::abt, rows, cols, l.dv, {dout + oo + r0 * wv, wv}, {v + ov, wv}, ds + r0 * l.tk,
-                          l.tk, false, false);
+                          l.tk, false, may_split);
         // Past `cols` the weights are 0 and so is dS, whatever dP is; dP is set there only so that the
         // softmax backward's row sums read finite numbers.
         for (Index r = r0; r < r0 + rows; ++r) std::fill(ds + r * l.tk + cols, ds + (r + 1) * l.tk, T(0));
       }
-      detail::softmax_backward(p, ds, ds, l.tq, l.tk, s, true, false);
+      detail::softmax_backward(p, ds, ds, l.tq, l.tk, s, true, may_split);
     }
     // dV_h = P^T dO_h and dK_h = dS^T Q_h, block of keys by block of keys, each from its query_start: the
     // gradient `w` (rows `stride` apart, from `offset`) of a^T b over the queries.
     const auto key_blocks = [&](const GradWrite<T>& w, const T* a, const T* b, Index stride, Index width,
                                 Index offset) {
-      for (Index kb = 0; kb < blocks_of(l.tk); ++kb) {
-        const Index k0 = kb * kSkip, keys = std::min(kSkip, l.tk - k0), q0 = query_start[kb];
+      for (Index kb = 0, k0 = 0; k0 < l.tk; ++kb, k0 += key_step) {
+        const Index keys = std::min(key_step, l.tk - k0), q0 = query_start[kb];
         T* out = w.tensor->data() + offset + k0 * stride;
         if (q0 < l.tq)
           detail::gemm<T>(ProductForm::atb, keys, width, l.tq - q0, {a + q0 * l.tk + k0, l.tk},
-                          {b + q0 * stride, stride}, out, stride, w.accumulate, false);
+                          {b + q0 * stride, stride}, out, stride, w.accumulate, may_split);
         else if (!w.accumulate)
           zero_rows(out, keys, width, stride);
       }
     };
     if (dv) key_blocks(dv, p, dout + oo, wv, l.dv, ov);
-    for (Index rb = 0; dq && rb < blocks_of(l.tq); ++rb) {  // dQ_h = dS K_h, row block rb
-      const Index r0 = rb * kSkip, rows = std::min(kSkip, l.tq - r0), depth = keys_seen[rb];
+    for (Index rb = 0, r0 = 0; dq && r0 < l.tq; ++rb, r0 += row_step) {  // dQ_h = dS K_h, row block rb
+      const Index rows = std::min(row_step, l.tq - r0), depth = keys_seen[rb];
       T* out = dq.tensor->data() + oq + r0 * wq;
       if (depth > 0)
         detail::gemm<T>(ProductForm::ab, rows, l.dk, depth, {ds + r0 * l.tk, l.tk}, {k + ok, wq}, out, wq,
-                        dq.accumulate, false);
+                        dq.accumulate, may_split);
       else if (!dq.accumulate)
         zero_rows(out, rows, l.dk, wq);
     }
@@ -305,30 +293,26 @@ struct Attention {
       const Index first_mask_row = per_item_mask ? (i / heads) * l.tq : 0;
       const detail::RowMask m =
           mask ? detail::RowMask{mask->data() + first_mask_row * l.tk, open + first_mask_row, l.tq} : detail::RowMask{};
-      if (!reach) {
-        detail::gemm<T>(ProductForm::abt, l.tq, l.tk, l.dk, {qd + oq, wq}, {kd + ok, wq}, p, l.tk, false, may_split);
-        detail::softmax_forward(p, p, l.tq, l.tk, static_cast<T>(scale), m, may_split);
-        detail::gemm<T>(ProductForm::ab, l.tq, l.dv, l.tk, {p, l.tk}, {vd + ov, wv}, od + oo, wv, false, may_split);
-      } else {
-        // Each block of queries over the keys it sees. The scores past them are not computed: the softmax
-        // reads a row only up to its last open key (exp_end rounds up to 16 entries, within the block).
-        const Index* keys_seen = reach_of(reach, l, per_item_mask, i);
-        for (Index rb = 0; rb < blocks_of(l.tq); ++rb) {
-          const Index r0 = rb * kSkip, rows = std::min(kSkip, l.tq - r0), cols = cut_columns ? keys_seen[rb] : l.tk;
-          if (cols > 0)
-            detail::gemm<T>(ProductForm::abt, rows, cols, l.dk, {qd + oq + r0 * wq, wq}, {kd + ok, wq}, p + r0 * l.tk,
-                            l.tk, false, false);
-        }
-        detail::softmax_forward(p, p, l.tq, l.tk, static_cast<T>(scale), m, false);
-        for (Index rb = 0; rb < blocks_of(l.tq); ++rb) {
-          const Index r0 = rb * kSkip, rows = std::min(kSkip, l.tq - r0), depth = keys_seen[rb];
-          T* o = od + oo + r0 * wv;
-          if (depth > 0)
-            detail::gemm<T>(ProductForm::ab, rows, l.dv, depth, {p + r0 * l.tk, l.tk}, {vd + ov, wv}, o, wv, false,
-                            false);
-          else
-            zero_rows(o, rows, l.dv, wv);
-        }
+      // Each block of queries over the keys it sees (block_reach), or without a reach one block of every
+      // query and key. The scores past them are not computed: the softmax reads a row only up to its last
+      // open key (exp_end rounds up to 16 entries, within the block). A reach exists for several items only.
+      const Index all_keys = l.tk, row_step = reach ? kSkip : l.tq;
+      const Index* keys_seen = reach ? reach_of(reach, l, per_item_mask, i) : &all_keys;
+      for (Index rb = 0, r0 = 0; r0 < l.tq; ++rb, r0 += row_step) {
+        const Index rows = std::min(row_step, l.tq - r0), cols = cut_columns ? keys_seen[rb] : l.tk;
+        if (cols > 0)
+          detail::gemm<T>(ProductForm::abt, rows, cols, l.dk, {qd + oq + r0 * wq, wq}, {kd + ok, wq}, p + r0 * l.tk,
+                          l.tk, false, may_split);
+      }
+      detail::softmax_forward(p, p, l.tq, l.tk, static_cast<T>(scale), m, may_split);
+      for (Index rb = 0, r0 = 0; r0 < l.tq; ++rb, r0 += row_step) {
+        const Index rows = std::min(row_step, l.tq - r0), depth = keys_seen[rb];
+        T* o = od + oo + r0 * wv;
+        if (depth > 0)
+          detail::gemm<T>(ProductForm::ab, rows, l.dv, depth, {p + r0 * l.tk, l.tk}, {vd + ov, wv}, o, wv, false,
+                          may_split);
+        else
+          zero_rows(o, rows, l.dv, wv);
       }
       if (!weights.empty())
         std::copy_n(p, l.tq * l.tk, weights[static_cast<std::size_t>(i % heads)].data() + (i / heads) * l.tq * l.tk);

@@ -25,17 +25,10 @@ Broadcast broadcast_of(const char* op, const Shape& a, const Shape& b) {
   if (b.rank == a.rank && b.batch == a.batch && b.rows == a.rows && b.cols == 1) return Broadcast::col;
   Shape col = a;
   col.cols = 1;
-  if (a.rank == 3)
-    fail<ShapeError>(
-        "{}: shapes do not broadcast: a is {}, b is {} (b must be {}, a row of {} values, a "
-        "{}x{} matrix shared by the batch, or a {} column)",
-        op, a, b, a, a.cols, a.rows, a.cols, col);
-  if (a.rank == 2)
-    fail<ShapeError>("{}: shapes do not broadcast: a is {}, b is {} (b must be {}, a row of {} values, or a {} column)",
-                     op, a, b, a, a.cols, col);
-  fail<ShapeError>(
-      "{}: shapes do not broadcast: a is {}, b is {} (b must be {}, a row of {} values, or a single value)", op, a, b,
-      a, a.cols);
+  const std::string shared = a.rank == 3 ? fmt::format(", a {}x{} matrix shared by the batch", a.rows, a.cols) : "";
+  const std::string last = a.rank == 1 ? "a single value" : fmt::format("a {} column", col);
+  fail<ShapeError>("{}: shapes do not broadcast: a is {}, b is {} (b must be {}, a row of {} values{}, or {})", op, a,
+                   b, a, a.cols, shared, last);
 }
 
 // out (+)= f(A, B) where B is broadcast to A's shape according to `bc`; split over threads by rows (or
@@ -221,9 +214,6 @@ struct ScalarOp {
 
 // ---- unary ops and full reductions ----------------------------------------------------------------
 
-// gelu's erf and exp per element, in elementwise passes' worth (for the split, core/parallel.hpp).
-constexpr double kErfCost = 8;
-
 // Standard normal cdf and density, for gelu, over whole arrays: Eigen's erf and exp are vectorised for
 // float (a scalar std::erf per element was a third of a small transformer's training step, and slower
 // still once activations grow into its slow paths); for double Eigen's erf is std::erf.
@@ -242,80 +232,54 @@ auto normal_pdf(const A& x) {
 //   relu: max(A, 0), dC [A > 0];   tanh: dC (1 - C^2);   exp: e^A, dC C;
 //   log: NaN for A < 0, -Inf at 0 (as std::log), dC / A;   sqrt: NaN for A < 0, dC / (2 C) (Inf at A = 0,
 //   where the slope is unbounded);   sigmoid: 1 / (1 + e^-A), dC C (1 - C): e^-A overflows to Inf for very
-//   negative A, giving exactly 0, and underflows to 0 for large A, giving 1: no NaN either way.
-enum class Unary { relu, tanh, exp, log, sqrt, sigmoid };
-constexpr const char* kUnaryNames[] = {"relu", "tanh", "exp", "log", "sqrt", "sigmoid"};
+//   negative A, giving exactly 0, and underflows to 0 for large A, giving 1: no NaN either way;
+//   gelu: A Phi(A) (Phi: standard normal cdf, PyTorch's exact gelu), dC (Phi(A) + A phi(A));
+//   silu: A s(A), s the sigmoid, dC s (1 + A (1 - s)), s computed again from A: one exp an element against
+//   keeping a tensor of them.
+// In element ranges over the threads when large (the same bits however it is split: core/parallel.hpp).
+enum class Unary { relu, tanh, exp, log, sqrt, sigmoid, gelu, silu };
+constexpr const char* kUnaryNames[] = {"relu", "tanh", "exp", "log", "sqrt", "sigmoid", "gelu", "silu"};
 
 template <class T, Unary Kind>
 struct UnaryOp {
   static constexpr const char* name = kUnaryNames[static_cast<int>(Kind)];
   static constexpr const char* inputs[] = {"x"};
+  // An element's work in elementwise passes' worth (for the split): gelu's erf and exp, silu's exp.
+  static constexpr double kCost = Kind == Unary::gelu ? 8 : Kind == Unary::silu ? 4 : 1;
   void forward(ForwardContext<T>& ctx, const TensorT<T>& x) const {
-    const auto A = x.array();
-    auto C = ctx.output(x.shape()).array();
-    if constexpr (Kind == Unary::relu) C = A.max(T(0));
-    if constexpr (Kind == Unary::tanh) C = A.tanh();
-    if constexpr (Kind == Unary::exp) C = A.exp();
-    if constexpr (Kind == Unary::log) C = A.log();
-    if constexpr (Kind == Unary::sqrt) C = A.sqrt();
-    if constexpr (Kind == Unary::sigmoid) C = T(1) / (T(1) + (-A).exp());
+    TensorT<T>& y = ctx.output(x.shape());
+    parallel_rows(
+        x.numel(), 1,
+        [&](Index from, Index count) {
+          const auto A = x.array().segment(from, count);
+          auto C = y.array().segment(from, count);
+          if constexpr (Kind == Unary::relu) C = A.max(T(0));
+          if constexpr (Kind == Unary::tanh) C = A.tanh();
+          if constexpr (Kind == Unary::exp) C = A.exp();
+          if constexpr (Kind == Unary::log) C = A.log();
+          if constexpr (Kind == Unary::sqrt) C = A.sqrt();
+          if constexpr (Kind == Unary::sigmoid) C = T(1) / (T(1) + (-A).exp());
+          if constexpr (Kind == Unary::gelu) C = A * normal_cdf(A);
+          if constexpr (Kind == Unary::silu) C = A * (T(1) / (T(1) + (-A).exp()));
+        },
+        kCost);
   }
   static void backward(BackwardContext<T>& ctx, const OpInput<T>& x) {
-    const auto A = x.value.array(), C = ctx.output().array(), dC = ctx.grad_output().array();
-    if constexpr (Kind == Unary::relu) x.grad.add((A > T(0)).select(dC, T(0)));
-    if constexpr (Kind == Unary::tanh) x.grad.add(dC * (T(1) - C.square()));
-    if constexpr (Kind == Unary::exp) x.grad.add(dC * C);
-    if constexpr (Kind == Unary::log) x.grad.add(dC / A);
-    if constexpr (Kind == Unary::sqrt) x.grad.add(dC * T(0.5) / C);
-    if constexpr (Kind == Unary::sigmoid) x.grad.add(dC * C * (T(1) - C));
-  }
-};
-
-// y = x Phi(x), elementwise: gelu's forward (y may be x).
-template <class T>
-void gelu_values(const TensorT<T>& x, TensorT<T>& y) {
-  parallel_rows(
-      x.numel(), 1,
-      [&](Index from, Index count) {
-        const auto v = x.array().segment(from, count);
-        y.array().segment(from, count) = v * normal_cdf(v);
-      },
-      kErfCost);
-}
-
-// C = A Phi(A) (Phi: standard normal cdf, PyTorch's exact gelu);  dA += dC (Phi(A) + A phi(A))
-template <class T>
-struct Gelu {
-  static constexpr const char* name = "gelu";
-  static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<T>& ctx, const TensorT<T>& a) const { gelu_values(a, ctx.output(a.shape())); }
-  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
-    a.grad.add(
+    x.grad.add(
         [&](Index from, Index count) {
-          const auto x = a.value.array().segment(from, count);
-          return ctx.grad_output().array().segment(from, count) * (normal_cdf(x) + x * normal_pdf(x));
+          const auto A = x.value.array().segment(from, count), C = ctx.output().array().segment(from, count);
+          const auto dC = ctx.grad_output().array().segment(from, count);
+          const auto s = T(1) / (T(1) + (-A).exp());  // silu's sigmoid (an expression: computed where used)
+          if constexpr (Kind == Unary::relu) return (A > T(0)).select(dC, T(0));
+          if constexpr (Kind == Unary::tanh) return dC * (T(1) - C.square());
+          if constexpr (Kind == Unary::exp) return dC * C;
+          if constexpr (Kind == Unary::log) return dC / A;
+          if constexpr (Kind == Unary::sqrt) return dC * T(0.5) / C;
+          if constexpr (Kind == Unary::sigmoid) return dC * C * (T(1) - C);
+          if constexpr (Kind == Unary::gelu) return dC * (normal_cdf(A) + A * normal_pdf(A));
+          if constexpr (Kind == Unary::silu) return dC * s * (T(1) + A * (T(1) - s));
         },
-        kErfCost);
-  }
-};
-
-// C = A s(A), s the sigmoid;  dA += dC s (1 + A (1 - s)). The backward rule computes s again from A: one
-// exp a element against keeping a tensor of them.
-template <class T>
-struct Silu {
-  static constexpr const char* name = "silu";
-  static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<T>& ctx, const TensorT<T>& a) const {
-    ctx.output(a.shape()).array() = a.array() * (T(1) / (T(1) + (-a.array()).exp()));
-  }
-  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
-    a.grad.add(
-        [&](Index from, Index count) {
-          const auto x = a.value.array().segment(from, count);
-          const auto s = T(1) / (T(1) + (-x).exp());
-          return ctx.grad_output().array().segment(from, count) * s * (T(1) + x * (T(1) - s));
-        },
-        4);
+        kCost);
   }
 };
 
@@ -385,7 +349,7 @@ Var<T> tanh(Var<T> a, Where where) {
 }
 template <class T>
 Var<T> gelu(Var<T> a, Where where) {
-  return apply(Gelu<T>{}, {a}, where);
+  return apply(UnaryOp<T, Unary::gelu>{}, {a}, where);
 }
 template <class T>
 Var<T> exp(Var<T> a, Where where) {
@@ -405,7 +369,7 @@ Var<T> sigmoid(Var<T> a, Where where) {
 }
 template <class T>
 Var<T> silu(Var<T> a, Where where) {
-  return apply(Silu<T>{}, {a}, where);
+  return apply(UnaryOp<T, Unary::silu>{}, {a}, where);
 }
 template <class T>
 Var<T> sum(Var<T> a, Where where) {

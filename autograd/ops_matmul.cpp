@@ -61,17 +61,7 @@ void ab_grads(const T* a, const T* b, const T* dc, Index rows, Index k, Index co
   if (db) gemm(Form::atb, a, rows, k, dc, rows, cols, db, db_assign, may_split);
 }
 
-constexpr const char* product_name(Form form) {
-  switch (form) {
-    case Form::ab:
-      return "matmul";
-    case Form::abt:
-      return "matmul_bt";
-    case Form::atb:
-      return "matmul_at";
-  }
-  return "";
-}
+constexpr const char* kProductNames[] = {"matmul", "matmul_at", "matmul_bt"};  // by Form: ab, atb, abt
 
 // C = op(A) op(B), per batch item (a shared 2-D B: A and C viewed flat, (B*M, K) and (B*M, N), one product).
 // Backward, per batch item:
@@ -80,7 +70,7 @@ constexpr const char* product_name(Form form) {
 //   C = A^T B:  dA += B dC^T,  dB += A dC
 template <class T, Form F>
 struct Product {
-  static constexpr const char* name = product_name(F);
+  static constexpr const char* name = kProductNames[static_cast<int>(F)];
   static constexpr const char* inputs[] = {"a", "b"};
 
   void forward(ForwardContext<T>& ctx, const TensorT<T>& A, const TensorT<T>& B) const {
@@ -120,18 +110,14 @@ struct Product {
         const T* dc = dC.mat(i).data();
         T* da = dA ? dA.tensor->mat(i).data() : nullptr;
         T* db = dB ? dB.tensor->mat(i).data() : nullptr;
-        switch (F) {
-          case Form::ab:
-            ab_grads(a_i, b_i, dc, ar, ac, bc, da, !dA.accumulate, db, !dB.accumulate, may_split);
-            break;
-          case Form::abt:
-            if (da) gemm(Form::ab, dc, cr, cc, b_i, br, bc, da, !dA.accumulate, may_split);
-            if (db) gemm(Form::atb, dc, cr, cc, a_i, ar, ac, db, !dB.accumulate, may_split);
-            break;
-          case Form::atb:
-            if (da) gemm(Form::abt, b_i, br, bc, dc, cr, cc, da, !dA.accumulate, may_split);
-            if (db) gemm(Form::ab, a_i, ar, ac, dc, cr, cc, db, !dB.accumulate, may_split);
-            break;
+        if constexpr (F == Form::ab) {
+          ab_grads(a_i, b_i, dc, ar, ac, bc, da, !dA.accumulate, db, !dB.accumulate, may_split);
+        } else if constexpr (F == Form::abt) {
+          if (da) gemm(Form::ab, dc, cr, cc, b_i, br, bc, da, !dA.accumulate, may_split);
+          if (db) gemm(Form::atb, dc, cr, cc, a_i, ar, ac, db, !dB.accumulate, may_split);
+        } else {
+          if (da) gemm(Form::abt, b_i, br, bc, dc, cr, cc, da, !dA.accumulate, may_split);
+          if (db) gemm(Form::ab, a_i, ar, ac, dc, cr, cc, db, !dB.accumulate, may_split);
         }
       }
     });

@@ -58,18 +58,15 @@ DecoderLm<T>::DecoderLm(const Config& c, std::uint64_t stream) : Module<T>(), co
   EmbeddingOptions embedding{.vocab = c.vocab, .dim = c.d_model};
   if (gpt2) embedding.init = Initializer::normal(0.02);
   embed_ = std::make_unique<Embedding<T>>("embed", embedding, rng_);
-  this->register_child(*embed_);
   const PositionOptions positions{.kind = c.positions, .max_len = c.context, .d_model = c.d_model};
   pos_ = c.positions == PositionEncoding::learned ? std::make_unique<Positions<T>>("pos", positions, rng_)
                                                   : std::make_unique<Positions<T>>("pos", positions);
-  this->register_child(*pos_);
   stack_ = std::make_unique<TransformerStack<T>>(
       "stack", TransformerStackOptions{.n_layers = c.n_layers, .block = block_options(c)}, rng_);
-  this->register_child(*stack_);
   LmHeadOptions head{.d_model = c.d_model, .vocab = c.vocab, .bias = c.head_bias};
   if (gpt2) head.init = Initializer::normal(0.02);
   head_ = c.tie ? std::make_unique<LmHead<T>>("head", head, *embed_) : std::make_unique<LmHead<T>>("head", head, rng_);
-  this->register_child(*head_);
+  this->register_children(*embed_, *pos_, *stack_, *head_);
   if (gpt2) {
     // Each block adds two projections to the residual stream, so its variance grows with 2 N terms of this size.
     const Initializer residual = Initializer::normal(0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layers)));

@@ -17,9 +17,7 @@ FeedForward<T>::FeedForward(std::string name, const FeedForwardOptions& o, Rng& 
       linear2_("linear2", {.in = feed_forward_width(o.d_model, o.d_hidden), .out = o.d_model, .weight_init = o.init},
                rng),
       drop_("dropout", o.dropout) {
-  this->register_child(linear1_);
-  this->register_child(linear2_);
-  this->register_child(drop_);
+  this->register_children(linear1_, linear2_, drop_);
 }
 
 template <class T>
@@ -85,8 +83,7 @@ TransformerBlock<T>::TransformerBlock(std::string name, const TransformerBlockOp
       this->register_child(*norm2_);
     }
   }
-  this->register_child(drop1_);
-  this->register_child(drop2_);
+  this->register_children(drop1_, drop2_);
 }
 
 template <class T>

@@ -170,6 +170,27 @@ TEST_CASE("parallel: split products, softmax, elementwise ops, layer norm, losse
   }
 }
 
+TEST_CASE("parallel: the unary ops split over the threads give one thread's values and gradients, bit for bit") {
+  // Every unary op runs in element ranges over the threads (ops_elementwise.cpp): vectorised exp, tanh, erf
+  // and their scalar tails must fall on the elements a pass over the whole tensor gives them.
+  RestoreThreads restore;
+  const PinCrossover pin(0, 0);  // split every pass there are threads for
+  auto run = [](int threads) {
+    set_num_threads(threads);
+    Rng rng(11);
+    const Tensor x0 = test::random_tensor<float>(Shape::mat(37, 29), rng, 3.0);  // 1073: no whole packets a half
+    const Tensor r0 = test::random_tensor<float>(Shape::mat(37, 29), rng);
+    Tape<float> tape;
+    const Var<float> x = tape.input(x0);
+    const Var<float> y = relu(x) + tanh(x) + exp(x) + sigmoid(x) + silu(x) + gelu(x) + log(sqrt(x * x + 1.0));
+    tape.backward(sum(y * tape.constant(r0)));
+    return std::vector<Tensor>{y.value(), tape.grad(x)};
+  };
+  const auto one = run(1), two = run(2);
+  CHECK(two[0] == one[0]);
+  CHECK(two[1] == one[1]);
+}
+
 TEST_CASE("parallel: parallel_for covers every index once, in pieces, and a negative crossover is refused") {
   RestoreThreads restore;
   set_num_threads(2);
