@@ -119,12 +119,17 @@ void eigen_gemm_kept(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, In
   };
   using Col = std::integral_constant<int, ColMajor>;
   using Row = std::integral_constant<int, RowMajor>;
-  if (form == Form::ab)
-    run(Col{}, Col{});  // B^T: b (k x n) read column-major; A^T likewise
-  else if (form == Form::atb)
-    run(Col{}, Row{});  // (A^T)^T = A: a (k x m) stored row-major, read as is
-  else
-    run(Row{}, Col{});  // (B^T)^T = B: b (n x k) row-major, read as is
+  switch (form) {
+    case Form::ab:
+      run(Col{}, Col{});
+      break;  // B^T: b (k x n) read column-major; A^T likewise
+    case Form::atb:
+      run(Col{}, Row{});
+      break;  // (A^T)^T = A: a (k x m) stored row-major, read as is
+    case Form::abt:
+      run(Row{}, Col{});
+      break;  // (B^T)^T = B: b (n x k) row-major, read as is
+  }
 }
 
 // Eigen's kernels. Where Eigen's product would run its GEMM (not a vector product, not the
@@ -165,12 +170,17 @@ void eigen_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c
     else
       C.noalias() = product;
   };
-  if (form == Form::ab)
-    into(A * B);
-  else if (form == Form::atb)
-    into(A.transpose() * B);
-  else
-    into(A * B.transpose());
+  switch (form) {
+    case Form::ab:
+      into(A * B);
+      break;
+    case Form::atb:
+      into(A.transpose() * B);
+      break;
+    case Form::abt:
+      into(A * B.transpose());
+      break;
+  }
   add_bias_rows(c, c_stride, bias, 0, d.m, d.n);
 }
 
