@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -59,10 +60,12 @@ class FileSizeSignalHeld {
   }
   ~FileSizeSignalHeld() {
     if (sigismember(&before_, SIGXFSZ)) return;  // blocked already: the caller's to handle
+    const int error = errno;                     // the failed write's, which the writer reports
     const timespec now{};
     while (::sigtimedwait(&xfsz_, nullptr, &now) == SIGXFSZ) {
     }
     ::pthread_sigmask(SIG_SETMASK, &before_, nullptr);
+    errno = error;
   }
   FileSizeSignalHeld(const FileSizeSignalHeld&) = delete;
   FileSizeSignalHeld& operator=(const FileSizeSignalHeld&) = delete;
