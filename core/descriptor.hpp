@@ -1,11 +1,21 @@
 #pragma once
 // A file descriptor owned by one object: closed when it goes out of scope (writing and reading a file,
-// the pipes to a child process, a run's output folder held open); and the hold on SIGXFSZ that the
-// library's file writers (write_file, token files) write under. Internal: not part of the umbrella header.
+// the pipes to a child process, a run's output folder held open); the hold on SIGXFSZ that the
+// library's file writers (write_file, token files) write under; and the loops of whole reads and writes
+// those writers and readers share. Internal: not part of the umbrella header.
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <string_view>
+#include <utility>
 
 namespace tapegrad::detail {
 
@@ -17,18 +27,12 @@ class Descriptor {
   Descriptor& operator=(const Descriptor&) = delete;
   Descriptor(Descriptor&& other) noexcept : fd_(other.release()) {}
   Descriptor& operator=(Descriptor&& other) noexcept {
-    if (this != &other) {
-      close();
-      fd_ = other.release();
-    }
+    close();
+    fd_ = other.release();
     return *this;
   }
   ~Descriptor() { close(); }
-  int release() {  // the descriptor, no longer owned
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
+  int release() { return std::exchange(fd_, -1); }  // the descriptor, no longer owned
   int get() const { return fd_; }
   bool open() const { return fd_ >= 0; }
   void close() {
@@ -37,11 +41,7 @@ class Descriptor {
   }
   // Closes it now and says how that went (0, or -1 with errno): for a file just written, whose close
   // can report a write the kernel deferred.
-  int close_checked() {
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
+  int close_checked() { return ::close(std::exchange(fd_, -1)); }
 
  private:
   int fd_ = -1;
@@ -60,10 +60,12 @@ class FileSizeSignalHeld {
   }
   ~FileSizeSignalHeld() {
     if (sigismember(&before_, SIGXFSZ)) return;  // blocked already: the caller's to handle
+    const int error = errno;                     // the failed write's, which the writer reports
     const timespec now{};
     while (::sigtimedwait(&xfsz_, nullptr, &now) == SIGXFSZ) {
     }
     ::pthread_sigmask(SIG_SETMASK, &before_, nullptr);
+    errno = error;
   }
   FileSizeSignalHeld(const FileSizeSignalHeld&) = delete;
   FileSizeSignalHeld& operator=(const FileSizeSignalHeld&) = delete;
@@ -72,5 +74,20 @@ class FileSizeSignalHeld {
   sigset_t xfsz_{};
   sigset_t before_{};
 };
+
+// All `n` bytes written at `offset` (pwrite; offset < 0: write, at the current position), retrying after
+// a signal, under FileSizeSignalHeld; false, with errno set, if the system failed a write (ENOSPC for one
+// that makes no progress: a full device).
+bool write_all(int fd, const void* data, std::size_t n, std::int64_t offset = -1);
+// Up to `n` bytes read into `to` at `offset` (pread; offset < 0: read, from the current position),
+// retrying after a signal: fewer only where the file ends. IoError "<op>: reading '<path>' failed: <why>".
+std::size_t read_all(int fd, void* to, std::size_t n, std::int64_t offset, const std::filesystem::path& path,
+                     std::string_view op);
+// `path` opened for reading, if it is a regular file of at most `max_bytes` (its status in `st`), before a
+// byte is read. FileError for one that cannot be opened or is not a regular file (a folder, a device, a
+// pipe: O_NONBLOCK, so that a FIFO does not hang the open), LimitError for a larger one, each starting
+// "<op>: " and naming the path.
+Descriptor open_regular(const std::filesystem::path& path, std::string_view op, struct stat& st,
+                        std::size_t max_bytes = std::numeric_limits<std::size_t>::max());
 
 }  // namespace tapegrad::detail

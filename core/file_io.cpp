@@ -4,8 +4,6 @@
 
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,7 +11,6 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
-#include <utility>
 
 #include "tapegrad/core/error.hpp"
 
@@ -80,21 +77,11 @@ void write_file_at(int folder, std::string_view name, std::string_view content, 
     ::unlinkat(folder, tmp.c_str(), 0);
     fail<IoError>("{}: {} failed for '{}': {}", op, what, escaped(shown), reason);
   };
-  const detail::FileSizeSignalHeld held;  // a file-size limit is an error here, not the end of the process
   // fail_io reads errno before it throws; the descriptor is closed after, as the exception leaves. O_NOFOLLOW:
   // a link planted at the temporary file's name is not written through.
   detail::Descriptor fd(::openat(folder, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (!fd.open()) fail_io("creating the temporary file");
-  std::size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t n = ::write(fd.get(), content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n == 0) errno = ENOSPC;  // a write that makes no progress is a full device
-      fail_io("writing");
-    }
-    done += static_cast<std::size_t>(n);
-  }
+  if (!detail::write_all(fd.get(), content.data(), content.size())) fail_io("writing");
   if (durability == Durability::durable && ::fsync(fd.get()) != 0) fail_io("fsync");
   if (fd.close_checked() != 0) fail_io("closing");
   try {
@@ -152,58 +139,71 @@ void check_writable(const std::filesystem::path& path, std::string_view op) {
   }
 }
 
-namespace {
+namespace detail {
 
-// The open descriptor and size of the regular file `path`, refused as read_file's comment says.
-std::pair<detail::Descriptor, std::size_t> open_regular(const std::filesystem::path& path, std::size_t max_bytes,
-                                                        std::string_view op) {
-  detail::Descriptor f{
-      ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};  // O_NONBLOCK: a FIFO does not hang the open
-  if (!f.open()) fail<FileError>("{}: cannot open '{}': {}", op, escaped(path), std::strerror(errno));
-  struct stat st {};
-  if (::fstat(f.get(), &st) != 0) fail<FileError>("{}: cannot read '{}': {}", op, escaped(path), std::strerror(errno));
-  if (!S_ISREG(st.st_mode))
-    fail<FileError>("{}: '{}' is not a regular file ({})", op, escaped(path), kind_of(st.st_mode));
-  const auto size = static_cast<std::size_t>(st.st_size);
-  if (size > max_bytes)
-    fail<LimitError>("{}: '{}' holds {}, more than the limit of {}", op, escaped(path),
-                     format_bytes(static_cast<double>(size)), format_bytes(static_cast<double>(max_bytes)));
-  return {std::move(f), size};
+bool write_all(int fd, const void* data, std::size_t n, std::int64_t offset) {
+  const FileSizeSignalHeld held;  // a file-size limit is an error here, not the end of the process
+  const auto* from = static_cast<const char*>(data);
+  for (std::size_t done = 0; done < n;) {
+    const ssize_t k = offset < 0 ? ::write(fd, from + done, n - done)
+                                 : ::pwrite(fd, from + done, n - done, static_cast<off_t>(offset + done));
+    if (k < 0 && errno == EINTR) continue;
+    if (k == 0) errno = ENOSPC;  // a write that makes no progress is a full device
+    if (k <= 0) return false;
+    done += static_cast<std::size_t>(k);
+  }
+  return true;
 }
 
-// Up to `want` bytes into `to`: fewer only at the end of the file.
-std::size_t read_some(const detail::Descriptor& f, char* to, std::size_t want, const std::filesystem::path& path,
-                      std::string_view op) {
+std::size_t read_all(int fd, void* to, std::size_t n, std::int64_t offset, const std::filesystem::path& path,
+                     std::string_view op) {
+  auto* into = static_cast<char*>(to);
   std::size_t done = 0;
-  while (done < want) {
-    const ssize_t n = ::read(f.get(), to + done, want - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail<IoError>("{}: reading '{}' failed: {}", op, escaped(path), std::strerror(errno));
-    if (n == 0) break;
-    done += static_cast<std::size_t>(n);
+  while (done < n) {
+    const ssize_t k = offset < 0 ? ::read(fd, into + done, n - done)
+                                 : ::pread(fd, into + done, n - done, static_cast<off_t>(offset + done));
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) fail<IoError>("{}: reading '{}' failed: {}", op, escaped(path), std::strerror(errno));
+    if (k == 0) break;
+    done += static_cast<std::size_t>(k);
   }
   return done;
 }
 
-}  // namespace
+Descriptor open_regular(const std::filesystem::path& path, std::string_view op, struct stat& st,
+                        std::size_t max_bytes) {
+  Descriptor f(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!f.open()) fail<FileError>("{}: cannot open '{}': {}", op, escaped(path), std::strerror(errno));
+  if (::fstat(f.get(), &st) != 0) fail<FileError>("{}: cannot read '{}': {}", op, escaped(path), std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    fail<FileError>("{}: '{}' is not a regular file ({})", op, escaped(path), kind_of(st.st_mode));
+  if (static_cast<std::size_t>(st.st_size) > max_bytes)
+    fail<LimitError>("{}: '{}' holds {}, more than the limit of {}", op, escaped(path),
+                     format_bytes(static_cast<double>(st.st_size)), format_bytes(static_cast<double>(max_bytes)));
+  return f;
+}
+
+}  // namespace detail
 
 std::string read_file(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op) {
-  const auto [f, size] = open_regular(path, max_bytes, op);
-  std::string out(size, '\0');
-  out.resize(read_some(f, out.data(), size, path, op));  // shorter if it shrank a moment ago
+  struct stat st {};
+  const detail::Descriptor f = detail::open_regular(path, op, st, max_bytes);
+  std::string out(static_cast<std::size_t>(st.st_size), '\0');
+  out.resize(detail::read_all(f.get(), out.data(), out.size(), -1, path, op));  // shorter if it shrank a moment ago
   return out;
 }
 
 std::size_t read_file_pieces(const std::filesystem::path& path, std::size_t max_bytes, std::string_view op,
                              const std::function<void(std::string_view)>& piece, std::size_t piece_bytes) {
-  const auto f = open_regular(path, max_bytes, op).first;
+  struct stat st {};
+  const detail::Descriptor f = detail::open_regular(path, op, st, max_bytes);
   // To the end of the file, not to the size fstat gave: a file in /proc reports 0 and holds text. One byte
   // past the limit is read to tell a file at the limit from a larger one.
   std::string buffer(std::max<std::size_t>(1, piece_bytes), '\0');
   std::size_t total = 0;
   for (;;) {
     const std::size_t want = std::min(buffer.size(), max_bytes - total + (max_bytes - total < buffer.size() ? 1 : 0));
-    const std::size_t n = read_some(f, buffer.data(), want, path, op);
+    const std::size_t n = detail::read_all(f.get(), buffer.data(), want, -1, path, op);
     if (n == 0) break;
     if (n > max_bytes - total)
       fail<LimitError>("{}: '{}' holds more than the limit of {}", op, escaped(path),

@@ -44,34 +44,26 @@ int above_stdio(int fd) {
   return moved;
 }
 
-// The child, killed and reaped on the way out unless it was reaped: whatever throws, no program is left
-// running and no zombie is left behind.
-struct Child {
+// posix_spawn's settings, and the child it started, killed and reaped on the way out unless it was
+// reaped: whatever throws, no program is left running and no zombie is left behind.
+struct Spawn {
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attributes;
   pid_t pid = -1;
-  Child() = default;
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  ~Child() {
+  Spawn() {
+    posix_spawn_file_actions_init(&actions);
+    posix_spawnattr_init(&attributes);
+  }
+  ~Spawn() {
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attributes);
     if (pid <= 0) return;
     ::kill(pid, SIGKILL);
     while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
   }
-};
-
-struct SpawnSetup {
-  posix_spawn_file_actions_t actions;
-  posix_spawnattr_t attributes;
-  SpawnSetup() {
-    posix_spawn_file_actions_init(&actions);
-    posix_spawnattr_init(&attributes);
-  }
-  ~SpawnSetup() {
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attributes);
-  }
-  SpawnSetup(const SpawnSetup&) = delete;
-  SpawnSetup& operator=(const SpawnSetup&) = delete;
+  Spawn(const Spawn&) = delete;
+  Spawn& operator=(const Spawn&) = delete;
 };
 
 // The first line the program wrote to its standard error, as a message quotes it: ": Error: ...", or
@@ -107,26 +99,25 @@ std::string run_filter(const std::vector<std::string>& argv, std::string_view in
 
   // The child gets the three ends as its standard streams; every other descriptor of ours is
   // close-on-exec. Its signal mask is cleared and SIGPIPE set back to the default, whatever ours are.
-  SpawnSetup setup;
-  posix_spawn_file_actions_adddup2(&setup.actions, child_in.get(), 0);
-  posix_spawn_file_actions_adddup2(&setup.actions, child_out.get(), 1);
-  posix_spawn_file_actions_adddup2(&setup.actions, child_err.get(), 2);
+  Spawn spawn;
+  posix_spawn_file_actions_adddup2(&spawn.actions, child_in.get(), 0);
+  posix_spawn_file_actions_adddup2(&spawn.actions, child_out.get(), 1);
+  posix_spawn_file_actions_adddup2(&spawn.actions, child_err.get(), 2);
   sigset_t none, pipe_signal;
   sigemptyset(&none);
   sigemptyset(&pipe_signal);
   sigaddset(&pipe_signal, SIGPIPE);
-  posix_spawnattr_setsigmask(&setup.attributes, &none);
-  posix_spawnattr_setsigdefault(&setup.attributes, &pipe_signal);
-  posix_spawnattr_setflags(&setup.attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setsigmask(&spawn.attributes, &none);
+  posix_spawnattr_setsigdefault(&spawn.attributes, &pipe_signal);
+  posix_spawnattr_setflags(&spawn.attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
 
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));  // posix_spawnp does not write them
   args.push_back(nullptr);
-  Child child;
   if (const int rc =
-          ::posix_spawnp(&child.pid, argv[0].c_str(), &setup.actions, &setup.attributes, args.data(), environ);
+          ::posix_spawnp(&spawn.pid, argv[0].c_str(), &spawn.actions, &spawn.attributes, args.data(), environ);
       rc != 0) {
-    child.pid = -1;
+    spawn.pid = -1;
     const std::string hint = options.install_hint.empty() ? std::string() : fmt::format("; {}", options.install_hint);
     if (rc == ENOENT && argv[0].find('/') == std::string::npos)
       fail<ProcessError>("{}: '{}' is not on PATH{}", op, name, hint);
@@ -189,14 +180,14 @@ std::string run_filter(const std::vector<std::string>& argv, std::string_view in
 
   int status = 0;
   for (;;) {
-    const pid_t done = ::waitpid(child.pid, &status, WNOHANG);
-    if (done == child.pid) break;
+    const pid_t done = ::waitpid(spawn.pid, &status, WNOHANG);
+    if (done == spawn.pid) break;
     if (done < 0 && errno != EINTR)
       fail<ProcessError>("{}: waiting for '{}' failed: {}", op, name, std::strerror(errno));
     refuse_if_late();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  child.pid = -1;
+  spawn.pid = -1;
   if (WIFSIGNALED(status))
     fail<ProcessError>("{}: '{}' was killed by signal {} ({}){}", op, name, WTERMSIG(status),
                        strsignal(WTERMSIG(status)), first_line(errors));

@@ -193,6 +193,16 @@ TEST_CASE("token files: ids outside the vocabulary and ids changed after writing
   SequenceBatch b;
   CHECK_NOTHROW(through.fill(std::vector<Index>{0}, b));
   CHECK_THROWS_AS(through.fill(std::vector<Index>{195}, b), FormatError);
+  // read() through a map (as TokenWindows reads): the map's ids, and verify's refusal at the id's position.
+  const TokenFile mapped(dir / "mapped");
+  std::vector<std::int32_t> shifted(256, -1), ids(3);
+  for (int id = 0; id < 200; ++id) shifted[static_cast<std::size_t>(id)] = 1000 + id;
+  mapped.read(197, ids, shifted);
+  CHECK(ids == std::vector<std::int32_t>{1197, 1198, 1199});
+  CHECK_THROWS_WITH_AS(mapped.read(198, ids, shifted),
+                       ("token file: '" + (dir / "mapped").string() +
+                        "' holds id 200 at position 200, which the vocabulary it is read with does not have").c_str(),
+                       FormatError);
   // Ids changed in place, the header kept: verify's CRC tells.
   written(dir / "changed", 2, 1000, 5000);
   {

@@ -161,16 +161,7 @@ Index TokenWindows::start(Index k) const {
 void TokenWindows::window(Index k, std::span<std::int32_t> out) const {
   if (static_cast<Index>(out.size()) != context_ + 1)
     fail<ValueError>("{}: a window of {} ids read into room for {}", file_->op(), context_ + 1, out.size());
-  const Index s = start(k);
-  file_->read(s, out);
-  if (map_.empty()) return;
-  for (std::size_t t = 0; t < out.size(); ++t) {
-    const std::int32_t id = map_[static_cast<std::size_t>(out[t])];
-    if (id < 0)
-      fail<FormatError>("{}: '{}' holds id {} at position {}, which the vocabulary it is read with does not have",
-                        file_->op(), escaped(file_->path()), out[t], s + static_cast<Index>(t));
-    out[t] = id;
-  }
+  file_->read(start(k), out, map_);
 }
 
 void TokenWindows::fill(std::span<const Index> indices, SequenceBatch& out) const {

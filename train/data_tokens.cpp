@@ -1,14 +1,12 @@
 #include "tapegrad/train/data_tokens.hpp"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
-#include <limits>
 
 #include "tapegrad/core/crc32.hpp"
 #include "tapegrad/core/descriptor.hpp"
@@ -54,19 +52,6 @@ std::int64_t id_at(const unsigned char* p, int width) {
 
 // Ids a pass reads at once: a constant piece whatever the file's size.
 constexpr Index kPieceIds = Index{1} << 18;
-
-// The whole of `want` bytes at `offset`, or fewer where the file ends.
-std::size_t pread_all(int fd, unsigned char* to, std::size_t want, std::int64_t offset) {
-  std::size_t done = 0;
-  while (done < want) {
-    const ssize_t n = ::pread(fd, to + done, want - done, static_cast<off_t>(offset + static_cast<std::int64_t>(done)));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return n < 0 ? std::numeric_limits<std::size_t>::max() : done;
-    done += static_cast<std::size_t>(n);
-  }
-  return done;
-}
-
 }  // namespace
 
 Index TokenFileFormat::max_vocab(int width) {
@@ -85,20 +70,9 @@ Index TokenFileFormat::max_vocab(int width) {
 // ---- TokenFile -------------------------------------------------------------------------------------------
 
 TokenFile::TokenFile(fs::path path, std::string op) : path_(std::move(path)), op_(std::move(op)) {
-  detail::Descriptor f(::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));  // O_NONBLOCK: a FIFO does not hang
-  if (!f.open()) fail<FileError>("{}: cannot open '{}': {}", op_, escaped(path_), std::strerror(errno));
-  struct stat st {};
-  if (::fstat(f.get(), &st) != 0)
-    fail<FileError>("{}: cannot read '{}': {}", op_, escaped(path_), std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) fail<FileError>("{}: '{}' is not a regular file", op_, escaped(path_));
-  bytes_ = st.st_size;
-  modified_ = st.st_mtim;
-  changed_ = st.st_ctim;
-  links_ = st.st_nlink;
+  detail::Descriptor f = detail::open_regular(path_, op_, opened_);
   Header h{};
-  const std::size_t got = pread_all(f.get(), h.data(), h.size(), 0);
-  if (got == std::numeric_limits<std::size_t>::max())
-    fail<IoError>("{}: reading '{}' failed: {}", op_, escaped(path_), std::strerror(errno));
+  const std::size_t got = detail::read_all(f.get(), h.data(), h.size(), 0, path_, op_);
   const std::string_view magic(reinterpret_cast<const char*>(h.data()), TokenFileFormat::kMagic.size());
   if (got < h.size() || magic != TokenFileFormat::kMagic)
     fail<FormatError>("{}: '{}' is not a token file (it does not start with the {}-byte header '{}...')", op_,
@@ -120,7 +94,7 @@ TokenFile::TokenFile(fs::path path, std::string op) : path_(std::move(path)), op
     fail<FormatError>("{}: '{}' says its vocabulary has {} ids; ids of {} byte{} name 1 to {}", op_, escaped(path_),
                       vocab, width, width == 1 ? "" : "s", most);
   const auto payload =
-      static_cast<std::uint64_t>(std::max<std::int64_t>(0, bytes_ - static_cast<std::int64_t>(h.size())));
+      static_cast<std::uint64_t>(std::max<std::int64_t>(0, opened_.st_size - static_cast<std::int64_t>(h.size())));
   if (payload % width != 0)
     fail<FormatError>("{}: '{}' holds {} bytes after its header, not a whole number of {}-byte ids", op_,
                       escaped(path_), payload, width);
@@ -149,21 +123,18 @@ TokenFile::TokenFile(TokenFile&& o) noexcept
       count_(o.count_),
       ids_crc_(o.ids_crc_),
       header_crc_(o.header_crc_),
-      bytes_(o.bytes_),
-      modified_(o.modified_),
-      changed_(o.changed_),
-      links_(o.links_) {}
+      opened_(o.opened_) {}
 
 void TokenFile::check_unchanged() const {
   struct stat st {};
   if (::fstat(fd_, &st) != 0) fail<IoError>("{}: cannot read '{}': {}", op_, escaped(path_), std::strerror(errno));
-  if (st.st_size != bytes_)
+  if (st.st_size != opened_.st_size)
     fail<FormatError>(
         "{}: '{}' changed while in use: it holds {} bytes, {} when it was opened (truncated or rewritten)", op_,
-        escaped(path_), st.st_size, bytes_);
+        escaped(path_), st.st_size, opened_.st_size);
   const auto moved = [](std::timespec a, std::timespec b) { return a.tv_sec != b.tv_sec || a.tv_nsec != b.tv_nsec; };
   // The last link going moves the change time too: a file renamed over this one is no change to it.
-  if (moved(st.st_mtim, modified_) || (moved(st.st_ctim, changed_) && st.st_nlink == links_))
+  if (moved(st.st_mtim, opened_.st_mtim) || (moved(st.st_ctim, opened_.st_ctim) && st.st_nlink == opened_.st_nlink))
     fail<FormatError>(
         "{}: '{}' changed while in use: it was modified after it was opened (rewritten, or its times "
         "set back)",
@@ -175,32 +146,32 @@ void TokenFile::read_bytes(Index first, Index count, unsigned char* to) const {
     fail<ValueError>("{}: ids [{}, {}) are outside '{}' of {} ids", op_, first, first + count, escaped(path_), count_);
   check_unchanged();
   const auto want = static_cast<std::size_t>(count * width_);
-  const std::size_t got =
-      pread_all(fd_, to, want, static_cast<std::int64_t>(TokenFileFormat::kHeaderBytes) + first * width_);
-  if (got == std::numeric_limits<std::size_t>::max())
-    fail<IoError>("{}: reading '{}' failed: {}", op_, escaped(path_), std::strerror(errno));
+  const std::size_t got = detail::read_all(
+      fd_, to, want, static_cast<std::int64_t>(TokenFileFormat::kHeaderBytes) + first * width_, path_, op_);
   if (got < want)  // shortened between the check and the read
     fail<FormatError>(
         "{}: '{}' changed while in use: it ends before id {} of the {} it held when it was opened (truncated)", op_,
         escaped(path_), first + static_cast<Index>(got) / width_, count_);
 }
 
-void TokenFile::id_outside(std::int64_t id, Index position) const {
-  fail<FormatError>("{}: '{}' holds id {} at position {}, outside its vocabulary of {}", op_, escaped(path_), id,
-                    position, vocab_);
+std::int32_t TokenFile::mapped(std::int64_t id, Index position, std::span<const std::int32_t> map) const {
+  if (id >= vocab_)
+    fail<FormatError>("{}: '{}' holds id {} at position {}, outside its vocabulary of {}", op_, escaped(path_), id,
+                      position, vocab_);
+  if (!map.empty() && (id >= static_cast<std::int64_t>(map.size()) || map[static_cast<std::size_t>(id)] < 0))
+    fail<FormatError>("{}: '{}' holds id {} at position {}, which the vocabulary it is read with does not have", op_,
+                      escaped(path_), id, position);
+  return static_cast<std::int32_t>(map.empty() ? id : map[static_cast<std::size_t>(id)]);
 }
 
-void TokenFile::read(Index first, std::span<std::int32_t> out) const {
+void TokenFile::read(Index first, std::span<std::int32_t> out, std::span<const std::int32_t> map) const {
   const auto n = static_cast<Index>(out.size());
   // The raw ids go into the front of `out`, then are widened from the last back: id i's 4 bytes are
   // written only after every narrower id before it was read.
   auto* raw = reinterpret_cast<unsigned char*>(out.data());
   read_bytes(first, n, raw);
-  for (Index i = n - 1; i >= 0; --i) {
-    const std::int64_t id = id_at(raw + i * width_, width_);
-    if (id >= vocab_) id_outside(id, first + i);
-    out[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(id);
-  }
+  for (Index i = n - 1; i >= 0; --i)
+    out[static_cast<std::size_t>(i)] = mapped(id_at(raw + i * width_, width_), first + i, map);
 }
 
 void TokenFile::scan(Index first, Index count,
@@ -224,10 +195,7 @@ void TokenFile::verify(std::span<const std::int32_t> map,
     crc.add(raw.data(), static_cast<std::size_t>(n * width_));
     for (Index i = 0; i < n; ++i) {
       const std::int64_t id = id_at(raw.data() + i * width_, width_);
-      if (id >= vocab_) id_outside(id, at + i);
-      if (!map.empty() && (id >= static_cast<std::int64_t>(map.size()) || map[static_cast<std::size_t>(id)] < 0))
-        fail<FormatError>("{}: '{}' holds id {} at position {}, which the vocabulary it is read with does not have",
-                          op_, escaped(path_), id, at + i);
+      mapped(id, at + i, map);
       if (piece) ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(id);
     }
     if (piece) piece(std::span<const std::int32_t>(ids.data(), static_cast<std::size_t>(n)));
@@ -265,17 +233,8 @@ TokenFileWriter::~TokenFileWriter() {
 void TokenFileWriter::flush() {
   crc_.add(buffer_.data() + ids_from_, fill_ - ids_from_);  // the ids' CRC: what follows the header
   ids_from_ = 0;
-  const detail::FileSizeSignalHeld held;  // a file-size limit is an error here, not the end of the process
-  std::size_t done = 0;
-  while (done < fill_) {
-    const ssize_t n = ::write(fd_, buffer_.data() + done, fill_ - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n == 0) errno = ENOSPC;  // a write that makes no progress is a full device
-      fail<IoError>("{}: writing '{}' failed: {}", op_, escaped(path_), std::strerror(errno));
-    }
-    done += static_cast<std::size_t>(n);
-  }
+  if (!detail::write_all(fd_, buffer_.data(), fill_))
+    fail<IoError>("{}: writing '{}' failed: {}", op_, escaped(path_), std::strerror(errno));
   fill_ = 0;
 }
 
@@ -323,10 +282,7 @@ void TokenFileWriter::complete() {
   const auto fail_io = [&](const char* what) {
     fail<IoError>("{}: {} '{}' failed: {}", op_, what, escaped(path_), std::strerror(errno));
   };
-  {
-    const detail::FileSizeSignalHeld held;
-    if (::pwrite(fd_, h.data(), h.size(), 0) != static_cast<ssize_t>(h.size())) fail_io("writing the header of");
-  }
+  if (!detail::write_all(fd_, h.data(), h.size(), 0)) fail_io("writing the header of");
   if (::fsync(fd_) != 0) fail_io("syncing");
   const int fd = std::exchange(fd_, -1);
   if (::close(fd) != 0) fail_io("closing");

@@ -29,8 +29,9 @@
 // (truncated, rewritten, or written with its times set back; not the last link going, as when a new file
 // is renamed over it).
 
+#include <sys/stat.h>
+
 #include <cstdint>
-#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <span>
@@ -73,8 +74,10 @@ class TokenFile {
   // what verify() refuses.
   std::uint32_t fingerprint() const { return header_crc_; }
 
-  // Ids [first, first + out.size()) into `out`, each checked against the vocabulary. Allocates nothing.
-  void read(Index first, std::span<std::int32_t> out) const;
+  // Ids [first, first + out.size()) into `out`, each checked against the vocabulary, and through `map`
+  // when it is given (as verify() takes it: a FormatError naming the position for an id it has none for).
+  // Allocates nothing.
+  void read(Index first, std::span<std::int32_t> out, std::span<const std::int32_t> map = {}) const;
   // Reads every id once in pieces (constant memory) and checks it: below the vocabulary, and, when `map`
   // is given (an id for each of the file's, -1 for none, as TokenWindows reads it), one that maps; and
   // the CRC of all of them against the header's. Each piece of ids goes to `piece` too, if given: a
@@ -89,7 +92,8 @@ class TokenFile {
  private:
   void check_unchanged() const;  // FormatError if the system reports a change since the file was opened
   void read_bytes(Index first, Index count, unsigned char* to) const;
-  [[noreturn]] void id_outside(std::int64_t id, Index position) const;
+  // `id`, read at `position`, through `map` if there is one: FormatError outside the vocabulary or the map.
+  std::int32_t mapped(std::int64_t id, Index position, std::span<const std::int32_t> map) const;
 
   std::filesystem::path path_;
   std::string op_;
@@ -97,10 +101,7 @@ class TokenFile {
   int width_ = 0;
   Index vocab_ = 0, count_ = 0;
   std::uint32_t ids_crc_ = 0, header_crc_ = 0;
-  // The file as it was opened, against which every read checks that it is still that file.
-  std::int64_t bytes_ = 0;
-  std::timespec modified_{}, changed_{};
-  std::uint64_t links_ = 0;
+  struct stat opened_ {};  // the file as it was opened: every read checks that it is still that file
 };
 
 // Writes a token file as its ids come, in constant memory: into a temporary file beside `path`

@@ -11,10 +11,6 @@
 namespace tapegrad {
 namespace {
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // "NaN", "Inf" or "-Inf" (fmt would print a NaN with its sign bit as "-nan").
 std::string non_finite(double v) { return std::isnan(v) ? "NaN" : v > 0 ? "Inf" : "-Inf"; }
 
@@ -43,14 +39,12 @@ TrainerBase::TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Inde
     : model_(model),
       registered_(registered_sorted(std::as_const(model))),
       optimizer_(optimizer),
-      options_(checked(options)),
-      data_fingerprint_(fingerprint),
-      sampler_(train_size, options_.batch, options_.seed),
-      rng_(options_.seed, kTrainingStream),
-      start_seconds_(now_seconds()),
+      sampler_(train_size, checked(options).batch, options.seed),
+      rng_(options.seed, kTrainingStream),
       reducer_(std::make_unique<SingleProcess>()) {
-  model_.set_rng(&rng_);  // dropout draws from the stream checkpoints save
-  tape_.set_anomaly_detection(options_.anomaly);
+  state_.options = options;
+  state_.data_fingerprint = fingerprint;
+  model_.set_rng(&rng_);          // dropout draws from the stream checkpoints save
   tape_.set_release_grads(true);  // nothing reads a step's inner gradients: the walk holds the live ones only
   optimizer_.zero_grad();
 }
@@ -65,11 +59,11 @@ Rng::State TrainerBase::initial_rng_state(std::uint64_t seed) { return Rng(seed,
 void TrainerBase::set_steps(Index steps) {
   if (steps < 0 || static_cast<double>(steps) > TrainOptions::kMaxSteps)
     fail<ValueError>("train: steps must be in [0, {}], got {}", to_text(TrainOptions::kMaxSteps), steps);
-  options_.steps = steps;
+  state_.options.steps = steps;
 }
 
 void TrainerBase::add_metric_name(std::string name) {
-  if (step_ > 0 || !curve_.empty())
+  if (state_.step > 0 || !state_.curve.empty())
     fail<UsageError>("add_metric: '{}' comes after training started; add metrics before the first step", name);
   if (name.empty() || name == "loss" || name.size() > kMaxMetricName ||
       std::find(metric_names_.begin(), metric_names_.end(), name) != metric_names_.end())
@@ -79,7 +73,7 @@ void TrainerBase::add_metric_name(std::string name) {
                     : name.size() > kMaxMetricName ? fmt::format("longer than {} bytes", kMaxMetricName)
                                                    : "already a metric");
   metric_names_.push_back(name);
-  window_metrics_.push_back({std::move(name), {}});
+  state_.window_metrics.push_back({std::move(name), {}});
 }
 
 double TrainerBase::finish_step(Var<float> loss, double weight, std::span<Tally> tallies) {
@@ -97,28 +91,28 @@ double TrainerBase::finish_step(Var<float> loss, double weight, std::span<Tally>
   if (!std::isfinite(value)) {
     optimizer_.zero_grad();  // nothing of this step stays behind, on any process
     fail<NonFiniteError>("train: the loss is {} at step {} (lr {:g}); the step was not taken", non_finite(value),
-                         step_ + 1, lr);
+                         state_.step + 1, lr);
   }
   update(value, lr);  // clipping reads the reduced gradient: every process clips, or stops, alike
-  for (std::size_t k = 0; k < window_metrics_.size(); ++k) window_metrics_[k].tally += tallies[k];
-  reducer_->after_step(params, step_);
+  for (std::size_t k = 0; k < state_.window_metrics.size(); ++k) state_.window_metrics[k].tally += tallies[k];
+  reducer_->after_step(params, state_.step);
   return value;
 }
 
 void TrainerBase::update(double loss, double lr) {
-  if (options_.clip > 0) {
-    const double norm = clip_grad_norm(optimizer_.params(), options_.clip);
+  if (state_.options.clip > 0) {
+    const double norm = clip_grad_norm(optimizer_.params(), state_.options.clip);
     if (!std::isfinite(norm)) {
       optimizer_.zero_grad();  // nothing of this step stays behind
       fail<NonFiniteError>("train: the gradient norm is {} at step {} (lr {:g}); the step was not taken",
-                           non_finite(norm), step_ + 1, lr);
+                           non_finite(norm), state_.step + 1, lr);
     }
   }
   optimizer_.step();
   optimizer_.zero_grad();
-  ++step_;
-  window_loss_ += loss;
-  ++window_steps_;
+  ++state_.step;
+  state_.window_loss += loss;
+  ++state_.window_steps;
 }
 
 void TrainerBase::set_reducer(std::unique_ptr<StepReducer> reducer) {
@@ -132,17 +126,17 @@ void TrainerBase::set_collective(Collective* collective, DataParallelOptions opt
 
 CurvePoint TrainerBase::record_point() {
   CurvePoint p;
-  p.step = step_;
-  p.values.push_back({"train_loss", Tally{window_loss_, static_cast<double>(window_steps_)}.mean()});
-  for (const auto& w : window_metrics_) p.values.push_back({"train_" + w.name, w.tally.mean()});
+  p.step = state_.step;
+  p.values.push_back({"train_loss", Tally{state_.window_loss, static_cast<double>(state_.window_steps)}.mean()});
+  for (const auto& w : state_.window_metrics) p.values.push_back({"train_" + w.name, w.tally.mean()});
   if (has_eval())
     for (auto& v : evaluate_for_curve()) p.values.push_back(std::move(v));  // "eval_loss", "eval_<metric>"
-  p.lr = step_ > 0 ? optimizer_.schedule().lr_at(optimizer_.lr(), step_ - 1) : optimizer_.current_lr();
-  p.seconds = now_seconds() - start_seconds_;
-  window_loss_ = 0;
-  window_steps_ = 0;
-  for (auto& w : window_metrics_) w.tally = {};
-  curve_.push_back(p);
+  p.lr = state_.step > 0 ? optimizer_.schedule().lr_at(optimizer_.lr(), state_.step - 1) : optimizer_.current_lr();
+  p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  state_.window_loss = 0;
+  state_.window_steps = 0;
+  for (auto& w : state_.window_metrics) w.tally = {};
+  state_.curve.push_back(p);
   return p;
 }
 
@@ -153,47 +147,39 @@ void TrainerBase::run(const TrainCallbacks& callbacks) {
     const CurvePoint p = record_point();
     if (callbacks.on_evaluation) callbacks.on_evaluation(p);
   };
-  if (curve_.empty() && step_ == 0) evaluate();  // where training starts from (no training loss yet)
-  while (step_ < options_.steps && !stop_requested_) {
+  if (state_.curve.empty() && state_.step == 0) evaluate();  // where training starts from (no training loss yet)
+  while (state_.step < state_.options.steps && !stop_requested_) {
     step();
-    if (step_ % options_.eval_every == 0 || step_ == options_.steps) evaluate();
+    if (state_.step % state_.options.eval_every == 0 || state_.step == state_.options.steps) evaluate();
     // After the evaluation: a checkpoint taken here holds that step's curve point and the fresh window.
-    if (callbacks.on_step) callbacks.on_step(step_);
+    if (callbacks.on_step) callbacks.on_step(state_.step);
   }
-  reducer_->after_run(optimizer_.params(), step_);
+  reducer_->after_run(optimizer_.params(), state_.step);
 }
 
 TrainerState TrainerBase::state() const {
-  TrainerState s;
-  s.options = options_;
-  s.step = step_;
-  s.data_fingerprint = data_fingerprint_;
-  s.eval_fingerprint = eval_fingerprint_;
+  TrainerState s = state_;
   s.data_order = sampler_.state();
   s.rng = rng_.state();
-  s.window_loss = window_loss_;
-  s.window_steps = window_steps_;
-  s.window_metrics = window_metrics_;
-  s.curve = curve_;
   return s;
 }
 
 void TrainerBase::check_state(const TrainerState& s, std::string_view op) const {
-  const std::uint32_t fingerprint = data_fingerprint_;
+  const std::uint32_t fingerprint = state_.data_fingerprint;
   if (s.data_fingerprint != fingerprint)
     fail<ValueError>(
         "{}: the training data differs from the data the checkpoint was trained on (fingerprint "
         "{:08x} in the file, {:08x} now)",
         op, s.data_fingerprint, fingerprint);
   const auto text = [](std::optional<std::uint32_t> f) { return f ? fmt::format("{:08x}", *f) : std::string("none"); };
-  if (s.eval_fingerprint != eval_fingerprint_)
+  if (s.eval_fingerprint != state_.eval_fingerprint)
     fail<ValueError>(
         "{}: the evaluation data differs from the checkpoint's (fingerprint {} in the file, {} now); "
         "one curve must not mix two evaluation sets",
-        op, text(s.eval_fingerprint), text(eval_fingerprint_));
+        op, text(s.eval_fingerprint), text(state_.eval_fingerprint));
   // Every option but steps (a run may be extended) and anomaly (a debugging aid) shapes the run.
   std::vector<std::string> differ;
-  TrainOptions mine = options_, theirs = s.options;
+  TrainOptions mine = state_.options, theirs = s.options;
   mine.steps = theirs.steps;
   mine.anomaly = theirs.anomaly;
   const Settings a = to_settings(theirs), b = to_settings(mine);
@@ -225,11 +211,9 @@ void TrainerBase::set_state(const TrainerState& s) {
   check_state(s);
   sampler_.set_state(s.data_order);
   rng_.set_state(s.rng);
-  step_ = s.step;
-  window_loss_ = s.window_loss;
-  window_steps_ = s.window_steps;
-  window_metrics_ = s.window_metrics;
-  curve_ = s.curve;
+  const TrainOptions options = state_.options;  // the trainer keeps its own steps and anomaly
+  state_ = s;
+  state_.options = options;
   reducer_->restart();  // a group compares the new state before it goes on
 }
 

@@ -30,6 +30,7 @@
 // for float rounding).
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
@@ -139,13 +140,13 @@ class TrainerBase {
   virtual double step() = 0;
   void stop() { stop_requested_ = true; }
 
-  Index steps_done() const { return step_; }
-  const std::vector<CurvePoint>& curve() const { return curve_; }
+  Index steps_done() const { return state_.step; }
+  const std::vector<CurvePoint>& curve() const { return state_.curve; }
   Module<float>& model() { return model_; }
   const Module<float>& model() const { return model_; }
   Optimizer<float>& optimizer() { return optimizer_; }
   const Optimizer<float>& optimizer() const { return optimizer_; }
-  const TrainOptions& options() const { return options_; }
+  const TrainOptions& options() const { return state_.options; }
   // Extends (or shortens) the run: the one option a resumed run may change.
   void set_steps(Index steps);
   // The training random stream (dropout masks, ...): seeded from options().seed, saved in checkpoints.
@@ -153,7 +154,7 @@ class TrainerBase {
   Rng& rng() { return rng_; }
   // That stream's state before anything drew from it, for a seed.
   static Rng::State initial_rng_state(std::uint64_t seed);
-  std::uint32_t data_fingerprint() const { return data_fingerprint_; }
+  std::uint32_t data_fingerprint() const { return state_.data_fingerprint; }
   const std::vector<std::string>& metric_names() const { return metric_names_; }
   // The longest name of a metric: every curve point holds its columns' names ("train_<name>"), so a file's
   // longer column is refused (a forged one copied into every point would take many times the file).
@@ -183,7 +184,7 @@ class TrainerBase {
   // `fingerprint` is the training data's (DataSource::fingerprint).
   TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Index train_size, std::uint32_t fingerprint,
               TrainOptions options);
-  void set_eval_fingerprint(std::optional<std::uint32_t> f) { eval_fingerprint_ = f; }
+  void set_eval_fingerprint(std::optional<std::uint32_t> f) { state_.eval_fingerprint = f; }
 
   // For Trainer<B>::step(): the global batch's indices (reducer().shard() takes this process's part),
   // then, once this process's loss is on tape() (empty when it computed nothing) with its shard's weight
@@ -206,19 +207,14 @@ class TrainerBase {
   Module<float>& model_;
   std::vector<const Parameter<float>*> registered_;  // model_.parameters(), sorted: check_registered each step
   Optimizer<float>& optimizer_;
-  TrainOptions options_;
-  std::uint32_t data_fingerprint_;
-  std::optional<std::uint32_t> eval_fingerprint_;
+  // Options, step, fingerprints, windows and curve; the data order and the random stream are sampler_'s
+  // and rng_'s (state() reads them there).
+  TrainerState state_;
   Sampler sampler_;
   Rng rng_;
   Tape<float> tape_;
-  Index step_ = 0;
-  double window_loss_ = 0;
-  Index window_steps_ = 0;
   std::vector<std::string> metric_names_;
-  std::vector<MetricWindow> window_metrics_;
-  std::vector<CurvePoint> curve_;
-  double start_seconds_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   bool stop_requested_ = false;
   std::unique_ptr<StepReducer> reducer_;  // SingleProcess unless set_reducer() says otherwise
 };
@@ -296,6 +292,7 @@ template <class B>
 StepOutput<float> Trainer<B>::forward_batch() {
   if (!model().training()) model().train();
   tape().reset();
+  tape().set_anomaly_detection(options().anomaly);  // evaluation turns it off
   return loss_(tape(), batch_);
 }
 
@@ -325,15 +322,10 @@ NamedValues Trainer<B>::evaluate(const DataSource<B>& data) {
   reducer.start(*this);
   // On the training tape, which a step has already sized: values only, in buffers training holds anyway,
   // so evaluating in batches no larger than training's costs time and no memory of its own.
-  // Anomaly detection is training's (options().anomaly): a non-finite evaluation is reported, not thrown,
-  // as when evaluation had a tape of its own.
+  // Anomaly detection is training's (options().anomaly, which a step turns back on): a non-finite
+  // evaluation is reported, not thrown, as when evaluation had a tape of its own.
   Tape<float>& tape = this->tape();
   NoGradGuard<float> guard(tape);
-  struct NoAnomaly {
-    Tape<float>& t;
-    bool was = t.anomaly_detection();
-    ~NoAnomaly() { t.set_anomaly_detection(was); }
-  } no_anomaly{tape};
   tape.set_anomaly_detection(false);
   // loss * weight and weight, then each metric's sum and count, over this process's part of the data;
   // then over every process's.
