@@ -28,15 +28,16 @@ bool have_openmp();
 // elementwise pass; a pass that costs k operations an element counts k w) runs on floor(2 w / min)
 // threads, at least 1 and at most num_threads(). Two threads from `min`, the work whose halves each take a
 // thread about twice as long as a split costs; one more for each further half of it, so that every
-// thread's share is worth its part of the cost. A split costs more than starting and joining threads:
-// the other thread reads its share of the operands from this one's cache and writes its results into its
-// own, where the next op reads them back, a cost in bytes that grows with the work. So `min` is a work
-// whose operands have outgrown a core's cache (an elementwise pass of 2^18 floats reads 1 MB) or whose
-// multiply-adds outweigh their bytes (a product of 2^22 has halves of 10-20 µs on one core). Small work
-// stays on one thread, and only work worth it spreads over all of a big machine's cores. The measurements
-// behind the constants are in docs/performance.md ("Threads").
-inline constexpr double kMinMacs = 1 << 22;      // `min` for a product, in multiply-adds
-inline constexpr double kMinElements = 1 << 18;  // `min` for an elementwise pass, in elements
+// thread's share is worth its part of the cost. A split costs more than starting and joining awake
+// threads: a worker idle since the last split sleeps and takes a while to wake, and the other thread reads
+// its share of the operands from this one's cache and writes results that the next op reads back, a cost
+// in bytes. So `min` is work whose halves outweigh a wake and their bytes: a product of 2^23 multiply-adds
+// (a small model's projections, 2^21, and its attention, stay on one thread) or a pass over 2^17 elements
+// (half a megabyte of floats), counted in work, not timed on the machine at hand. Small work stays on one
+// thread, and only work worth it spreads over all of a big machine's cores. The measurements behind the
+// constants are in docs/performance.md ("Threads").
+inline constexpr double kMinMacs = 1 << 23;      // `min` for a product, in multiply-adds
+inline constexpr double kMinElements = 1 << 17;  // `min` for an elementwise pass, in elements
 
 // The policy's figures, for tests that force or forbid splits; a user may pin another machine's. Not
 // synchronised with work in flight: set them before, not during, a computation.
