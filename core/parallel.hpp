@@ -27,12 +27,17 @@ bool have_openmp();
 // By its size alone, with nothing measured: work of w multiply-adds (one product) or w elements (one
 // elementwise pass; a pass that costs k operations an element counts k w) runs on floor(2 w / min)
 // threads, at least 1 and at most num_threads(). Two threads from `min`, the work whose halves each take a
-// thread about twice as long as a split costs to start and join; one more for each further half of it,
-// so that every thread's share is worth its part of the start. Small work stays on one thread, and only
-// work worth it spreads over all of a big machine's cores. The measurements behind the constants are in
-// docs/performance.md ("Threads").
-inline constexpr double kMinMacs = 1 << 18;      // `min` for a product, in multiply-adds
-inline constexpr double kMinElements = 1 << 16;  // `min` for an elementwise pass, in elements
+// thread about twice as long as a split costs; one more for each further half of it, so that every
+// thread's share is worth its part of the cost. A split costs more than starting and joining awake
+// threads: a worker idle since the last split sleeps and takes a while to wake, and the other thread reads
+// its share of the operands from this one's cache and writes results that the next op reads back, a cost
+// in bytes. So `min` is work whose halves outweigh a wake and their bytes: a product of 2^23 multiply-adds
+// (a small model's projections, 2^21, and its attention, stay on one thread) or a pass over 2^17 elements
+// (half a megabyte of floats), counted in work, not timed on the machine at hand. Small work stays on one
+// thread, and only work worth it spreads over all of a big machine's cores. The measurements behind the
+// constants are in docs/performance.md ("Threads").
+inline constexpr double kMinMacs = 1 << 23;      // `min` for a product, in multiply-adds
+inline constexpr double kMinElements = 1 << 17;  // `min` for an elementwise pass, in elements
 
 // The policy's figures, for tests that force or forbid splits; a user may pin another machine's. Not
 // synchronised with work in flight: set them before, not during, a computation.

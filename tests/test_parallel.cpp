@@ -370,6 +370,21 @@ TEST_CASE("cpu: each level's features are checked, and only its own") {
   CHECK(missing_cpu_features().empty());
 }
 
+TEST_CASE("parallel: a small model's products and passes stay on one thread by default; larger ones split") {
+  // A split moves its operands and results between cores' caches: on 2 threads W2's step (512 x 64
+  // activations) was slower than on 1 while its products and its residual add's gradients split (issue 56).
+  if (!have_openmp()) return;
+  RestoreThreads restore;
+  const PinCrossover defaults(kMinMacs, kMinElements);
+  set_num_threads(2);
+  CHECK(threads_for_product(512.0 * 64 * 64) == 1);     // W2's projections and their gradients
+  CHECK(threads_for_product(2 * 64 * 32.0 * 32 * 32) == 1);  // W2's attention backward: 64 items of 32 x 32
+  CHECK(threads_for_elements(2 * 512.0 * 64) == 1);     // W2's residual add backward: both gradients
+  CHECK(threads_for_elements(4 * 512.0 * 32) == 1);     // W2's cross-entropy: 4 operations an element
+  CHECK(threads_for_product(1024.0 * 128 * 128) == 2);  // W3's projections
+  CHECK(threads_for_elements(4096.0 * 512) == 2);       // W6's activations
+}
+
 TEST_CASE("parallel: each piece of work gets the threads its size is worth, and parallel_for runs on that many") {
   // Two threads at the crossover, one more for each further half of it, never more than there are.
   RestoreThreads restore;

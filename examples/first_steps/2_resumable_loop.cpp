@@ -110,7 +110,8 @@ void train_to_end(Run& run, OutputFolder* out, Index kill_at) {
     run.optimizer.zero_grad();
     run.ema.update();
     ++run.step;
-    if (out && run.step % kEvery == 0) save_checkpoint(*out, fmt::format("checkpoint-{:08}.tgck", run.step), run.parts());
+    if (out && run.step % kEvery == 0)
+      save_checkpoint(*out, fmt::format("checkpoint-{:08}.tgck", run.step), snapshot(run.parts()));
     if (run.step == kill_at) ::raise(SIGKILL);
   }
 }

@@ -102,13 +102,13 @@ double train_to_end(Run& run, OutputFolder* out) {
     Var<float> loss = mse(run.model.forward(tape.constant(x)), tape.constant(y));
     error = loss.value()[0];
     if (run.step == 0) fmt::print("step 0: mse {:.5f}\n", error);
-    if (out && run.step == kCheckpointAt) save_checkpoint(*out, kHalfWay, run.parts());
+    if (out && run.step == kCheckpointAt) save_checkpoint(*out, kHalfWay, snapshot(run.parts()));
     if (run.step == kSteps) break;
     tape.backward(loss);
     run.optimizer.step();
     run.optimizer.zero_grad();
   }
-  if (out) save_checkpoint(*out, "model.tgck", run.parts());
+  if (out) save_checkpoint(*out, "model.tgck", snapshot(run.parts()));
   return error;
 }
 

@@ -11,10 +11,6 @@ void save_checkpoint(OutputFolder& out, std::string_view relative, const Checkpo
   out.write(relative, {reinterpret_cast<const char*>(bytes.data()), bytes.size()}, Durability::durable);
 }
 
-void save_checkpoint(OutputFolder& out, std::string_view relative, const StateParts& parts) {
-  save_checkpoint(out, relative, snapshot(parts));
-}
-
 CheckpointDir::CheckpointDir(std::filesystem::path dir, int keep) : dir_(std::move(dir)), keep_(keep) {
   if (keep < 1) fail<ValueError>("checkpoints: keep must be at least 1, got {}", keep);
 }

@@ -15,10 +15,9 @@
 
 namespace tapegrad {
 
-// Into a run's folder (durable, atomic, listed as the run's: program/output_folder.hpp); the second saves
-// what the parts hold now (snapshot(parts)).
+// Into a run's folder (durable, atomic, listed as the run's: program/output_folder.hpp); what parts hold
+// now is save_checkpoint(out, relative, snapshot(parts)).
 void save_checkpoint(OutputFolder& out, std::string_view relative, const Checkpoint& c);
-void save_checkpoint(OutputFolder& out, std::string_view relative, const StateParts& parts);
 
 // Checkpoints of one run in a folder: checkpoint-<step>.tgck. Keeping the newest `keep` counts only the
 // files this object saved, so another run's checkpoints, or a user's file of that name, are never deleted.
