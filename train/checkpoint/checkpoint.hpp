@@ -115,7 +115,9 @@ using StateParts = std::vector<StatePart>;
 Checkpoint snapshot(const StateParts& parts);
 // A model's weights and record: snapshot({{"model", model}}).
 template <class T>
-Checkpoint snapshot(const Module<T>& model);
+Checkpoint snapshot(const Module<T>& model) {
+  return snapshot({{std::string(kModelPart), model}});
+}
 // A Trainer's run: snapshot({{"model", model}, {"optimizer", optimizer}, {"trainer", trainer}}), the last
 // the trainer's own state (step, data order, random stream, windows, curve, options, data fingerprints).
 Checkpoint snapshot(const TrainerBase& trainer);
