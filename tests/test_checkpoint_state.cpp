@@ -249,7 +249,7 @@ TEST_CASE("checkpoint state: a user's object that refuses in its own load_state 
   const auto weights = target.average.weights;
   const auto model = target.model.parameters()[0]->value;
   CHECK_THROWS_WITH_AS(restore(c, {{"average", target.average}, {"picky", mine}, {"model", target.model}}),
-                       "load: picky: picky: a count of -4 is no count; nothing was loaded", FormatError);
+                       "load: picky: a count of -4 is no count; nothing was loaded", FormatError);
   CHECK(target.average.weights == weights);  // loaded first, then put back from what it saved
   CHECK(mine.count == 2);
   CHECK(target.model.parameters()[0]->value == model);  // the library's parts load after the user's
@@ -424,7 +424,7 @@ struct HalfLoader {
 TEST_CASE("checkpoint state: a user's object whose load_state throws halfway is put back, not left half loaded") {
   HalfLoader source{.first = 5, .second = -1}, target{.first = 1, .second = 2};
   CHECK_THROWS_WITH_AS(restore(snapshot({{"half", source}}), {{"half", target}}),
-                       "load: half: half: a second of -1 is no count; nothing was loaded", FormatError);
+                       "load: half: a second of -1 is no count; nothing was loaded", FormatError);
   CHECK(target.first == 1);  // it had loaded 5 before it refused
   CHECK(target.second == 2);
   // Beside another user's object loaded before it, and the library's parts after: all as they were.

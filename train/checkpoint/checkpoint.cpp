@@ -27,8 +27,8 @@ constexpr std::size_t kHeaderBytes = 28;
 // ---- bytes ------------------------------------------------------------------------------------------
 
 template <class U>
-void put_le(std::vector<std::byte>& out, U v) {
-  for (std::size_t i = 0; i < sizeof(U); ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
+void put_le(std::byte* p, U v) {
+  for (std::size_t i = 0; i < sizeof(U); ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
 }
 
 std::uint32_t crc32_of(const std::byte* data, std::size_t n) { return Crc32().add(data, n).value(); }
@@ -38,13 +38,6 @@ U get_le(const std::byte* p) {
   U v = 0;
   for (std::size_t i = 0; i < sizeof(U); ++i) v |= static_cast<U>(std::to_integer<unsigned>(p[i])) << (8 * i);
   return v;
-}
-
-std::string hex_prefix(std::span<const std::byte> bytes) {
-  std::string s;
-  for (std::size_t i = 0; i < std::min<std::size_t>(bytes.size(), 8); ++i)
-    s += fmt::format("{}{:02x}", i ? " " : "", std::to_integer<unsigned>(bytes[i]));
-  return s;
 }
 
 // An output stream buffer that appends to a byte vector: the payload is written once, where the file's
@@ -99,27 +92,23 @@ std::vector<std::byte> encode_checkpoint(const Checkpoint& c) {
     save(node_free, c);
   }
   const std::size_t payload = out.size() - kHeaderBytes;
-  std::vector<std::byte> header;
-  for (char m : kMagic) header.push_back(static_cast<std::byte>(m));
-  put_le<std::uint32_t>(header, kCheckpointFormat);
-  put_le<std::uint32_t>(header, 0);
-  put_le<std::uint64_t>(header, payload);
-  put_le<std::uint32_t>(header, crc32_of(out.data() + kHeaderBytes, payload));
-  std::copy(header.begin(), header.end(), out.begin());
+  std::memcpy(out.data(), kMagic, sizeof kMagic);
+  put_le<std::uint32_t>(out.data() + 8, kCheckpointFormat);  // the flags, at 12, stay 0
+  put_le<std::uint64_t>(out.data() + 16, payload);
+  put_le<std::uint32_t>(out.data() + 24, crc32_of(out.data() + kHeaderBytes, payload));
   return out;
 }
 
 Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view source_name) {
   const std::string source = escaped(source_name);  // a file name: the user's, and any bytes may be in it
   if (bytes.empty()) fail<FormatError>("load '{}': the file is empty", source);
-  if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
-    if (bytes.size() < sizeof kMagic && std::memcmp(bytes.data(), kMagic, bytes.size()) == 0)
-      fail<FormatError>("load '{}': truncated: {} bytes, not even the {}-byte header", source, bytes.size(),
-                        kHeaderBytes);
+  if (std::memcmp(bytes.data(), kMagic, std::min(bytes.size(), sizeof kMagic)) != 0)
     fail<FormatError>(
-        "load '{}': not a tapegrad checkpoint (it starts with {}, a checkpoint with 54 47 43 4b 50 54 0d 0a)", source,
-        hex_prefix(bytes));
-  }
+        "load '{}': not a tapegrad checkpoint (it starts with {:02x}, a checkpoint with 54 47 43 4b 50 54 0d 0a)",
+        source,
+        fmt::join(
+            std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), std::min<std::size_t>(bytes.size(), 8)),
+            " "));
   if (bytes.size() < kHeaderBytes)
     fail<FormatError>("load '{}': truncated: {} bytes, not even the {}-byte header", source, bytes.size(),
                       kHeaderBytes);
@@ -231,14 +220,13 @@ const StateEntry* Checkpoint::find(std::string_view name) const {
 StateEntry* Checkpoint::find(std::string_view name) { return const_cast<StateEntry*>(std::as_const(*this).find(name)); }
 
 void check_checkpoint(const Checkpoint& c) {
-  std::vector<std::string_view> names;
-  for (const Setting& s : c.model.config) names.push_back(s.name);
-  std::sort(names.begin(), names.end());
-  std::vector<std::string> repeated;
-  for (std::size_t i = 1; i < names.size(); ++i)
-    if (names[i] == names[i - 1] && (repeated.empty() || repeated.back() != names[i])) repeated.emplace_back(names[i]);
+  std::set<std::string_view> seen;
+  std::set<std::string> repeated;
+  for (const Setting& s : c.model.config)
+    if (!seen.insert(s.name).second) repeated.insert(s.name);
   if (!repeated.empty())
-    fail<FormatError>("checkpoint: the model's configuration names {} more than once", quoted_list(repeated));
+    fail<FormatError>("checkpoint: the model's configuration names {} more than once",
+                      quoted_list({repeated.begin(), repeated.end()}));
   (void)detail::StateIndex(c.entries);  // unique names, none empty
 }
 
@@ -271,13 +259,14 @@ std::string shown_values(const StateValue& v) {
 
 void describe_training(const Checkpoint& c, std::string& s) {
   const auto p = [](std::string_view text) { return escaped(text); };
+  std::optional<TrainerState> t;
   if (c.has(kTrainerPart)) {
     try {
-      const TrainerState t = read_trainer_state(c);
+      t = read_trainer_state(c);
       s += fmt::format(
-          "training: step {} of {} ({}), data fingerprint {:08x}{}\n", t.step, t.options.steps,
-          describe_settings(to_settings(t.options)), t.data_fingerprint,
-          t.eval_fingerprint ? fmt::format(", evaluation data fingerprint {:08x}", *t.eval_fingerprint) : "");
+          "training: step {} of {} ({}), data fingerprint {:08x}{}\n", t->step, t->options.steps,
+          describe_settings(to_settings(t->options)), t->data_fingerprint,
+          t->eval_fingerprint ? fmt::format(", evaluation data fingerprint {:08x}", *t->eval_fingerprint) : "");
     } catch (const FormatError& e) {
       s += fmt::format("training: the part 'trainer' does not read as a Trainer's state: {}\n", e.what());
     }
@@ -300,23 +289,18 @@ void describe_training(const Checkpoint& c, std::string& s) {
       s += fmt::format("optimizer: the part 'optimizer' does not read as an optimizer's state: {}\n", e.what());
     }
   }
-  if (c.has(kTrainerPart)) {
-    try {
-      const TrainerState t = read_trainer_state(c);
-      if (t.data_order.order.empty())
-        s += fmt::format("data order: epoch {}, position {} (computed, a keyed bijection; nothing stored)\n",
-                         t.data_order.epoch, t.data_order.cursor);
-      else
-        s += fmt::format("data order: epoch {}, position {} of {}\n", t.data_order.epoch, t.data_order.cursor,
-                         t.data_order.order.size());
-      if (!t.curve.empty()) {
-        const CurvePoint& last = t.curve.back();
-        std::string values;
-        for (const auto& v : last.values) values += fmt::format(", {} {:.4f}", p(v.name), v.value);
-        s += fmt::format("last evaluation: step {}{}\n", last.step, values);
-      }
-    } catch (const FormatError&) {  // said above
-    }
+  if (!t) return;
+  if (t->data_order.order.empty())
+    s += fmt::format("data order: epoch {}, position {} (computed, a keyed bijection; nothing stored)\n",
+                     t->data_order.epoch, t->data_order.cursor);
+  else
+    s += fmt::format("data order: epoch {}, position {} of {}\n", t->data_order.epoch, t->data_order.cursor,
+                     t->data_order.order.size());
+  if (!t->curve.empty()) {
+    const CurvePoint& last = t->curve.back();
+    std::string values;
+    for (const auto& v : last.values) values += fmt::format(", {} {:.4f}", p(v.name), v.value);
+    s += fmt::format("last evaluation: step {}{}\n", last.step, values);
   }
 }
 
@@ -375,22 +359,24 @@ Index parameter_values_held(const Checkpoint& c) {
   return held;
 }
 
-void refuse_count(const ModelRecord& record, Index implied, Index held) {
-  fail<FormatError>("load: the configuration {} implies {} parameter values but the file holds {}", record.describe(),
-                    implied, held);
+void check_count(const Checkpoint& c, Index count) {
+  if (const Index held = parameter_values_held(c); count != held)
+    fail<FormatError>("load: the configuration {} implies {} parameter values but the file holds {}",
+                      c.model.describe(), count, held);
 }
 
-std::size_t build_budget_bytes(const Checkpoint& c) {
-  return 3 * sizeof(double) * static_cast<std::size_t>(parameter_values_held(c)) + kBuildSlackBytes;
+std::string build_description(const Checkpoint& c) {  // "load: building <kind> (<settings>) from the file"
+  return fmt::format("load: building the model {} from a file of {} parameter values", c.model.describe(),
+                     parameter_values_held(c));
+}
+
+TensorBudget build_budget(const Checkpoint& c) {
+  return TensorBudget(3 * sizeof(double) * static_cast<std::size_t>(parameter_values_held(c)) + kBuildSlackBytes,
+                      build_description(c));
 }
 
 void refuse_build(const Checkpoint& c) {
   fail<LimitError>("{}: one of its tensors would be larger than memory can address", build_description(c));
-}
-
-std::string build_description(const Checkpoint& c) {
-  return fmt::format("load: building the model {} from a file of {} parameter values", c.model.describe(),
-                     parameter_values_held(c));
 }
 
 }  // namespace detail

@@ -115,7 +115,9 @@ using StateParts = std::vector<StatePart>;
 Checkpoint snapshot(const StateParts& parts);
 // A model's weights and record: snapshot({{"model", model}}).
 template <class T>
-Checkpoint snapshot(const Module<T>& model);
+Checkpoint snapshot(const Module<T>& model) {
+  return snapshot({{std::string(kModelPart), model}});
+}
 // A Trainer's run: snapshot({{"model", model}, {"optimizer", optimizer}, {"trainer", trainer}}), the last
 // the trainer's own state (step, data order, random stream, windows, curve, options, data fingerprints).
 Checkpoint snapshot(const TrainerBase& trainer);
@@ -227,11 +229,10 @@ concept CompletesSettings = requires {
 namespace detail {
 // FormatError unless the file's record is of `kind`; the configuration's settings otherwise.
 const Settings& model_config_of(const Checkpoint& c, std::string_view kind);
-Index parameter_values_held(const Checkpoint& c);
-[[noreturn]] void refuse_count(const ModelRecord& record, Index implied, Index held);
+// FormatError unless a model of `count` parameter values is what the file holds.
+void check_count(const Checkpoint& c, Index count);
 // The budget of building the model a checkpoint describes (see model_from_checkpoint).
-std::size_t build_budget_bytes(const Checkpoint& c);
-std::string build_description(const Checkpoint& c);   // "load: building <kind> (<settings>) from the file"
+TensorBudget build_budget(const Checkpoint& c);
 [[noreturn]] void refuse_build(const Checkpoint& c);  // LimitError: a tensor larger than memory can address
 
 // The configuration alone: settings parsed strictly, check_config, the implied count.
@@ -241,24 +242,15 @@ typename M::Config config_of(const Checkpoint& c) {
   Settings settings = model_config_of(c, M::kind);
   // A configuration that grew fields may fill in, for files written before, the values they implied.
   if constexpr (CompletesSettings<M>) M::Config::complete_settings(settings);
-  typename M::Config config;
   try {
-    config = from_settings<typename M::Config>(settings, fmt::format("load: the model's configuration ({})", M::kind));
+    auto config =
+        from_settings<typename M::Config>(settings, fmt::format("load: the model's configuration ({})", M::kind));
     if constexpr (ChecksConfig<M>) M::check_config(config);
+    if constexpr (CountsParametersOf<M>) check_count(c, M::count_parameters_of(config));
+    return config;
   } catch (const Error& e) {
     throw FormatError(e.what());
   }
-  if constexpr (CountsParametersOf<M>) {
-    Index implied = 0;
-    try {
-      implied = M::count_parameters_of(config);
-    } catch (const Error& e) {
-      throw FormatError(e.what());
-    }
-    const Index held = parameter_values_held(c);
-    if (implied != held) refuse_count(c.model, implied, held);
-  }
-  return config;
 }
 
 // The model built within the checkpoint's budget, its parameter count checked against the file's.
@@ -266,13 +258,12 @@ template <class M>
 std::unique_ptr<M> build_within(const Checkpoint& c, const typename M::Config& config) {
   std::unique_ptr<M> model;
   try {
-    const TensorBudget budget(build_budget_bytes(c), build_description(c));
+    const TensorBudget budget = build_budget(c);
     model = std::make_unique<M>(config);
   } catch (const std::length_error&) {  // a size no vector can hold: refused before any budget is asked
     refuse_build(c);
   }
-  const Index built = model->count_parameters(), held = parameter_values_held(c);
-  if (built != held) refuse_count(c.model, built, held);
+  check_count(c, model->count_parameters());
   return model;
 }
 }  // namespace detail

@@ -87,27 +87,7 @@ void apply_weights(const State& in, const std::vector<Parameter<T>*>& params, co
           in.value(p->name));
 }
 
-// A refusal whose message names its part already ("<part>: ..."): restore does not name it again.
-struct NamedError : FormatError {
-  using FormatError::FormatError;
-};
-
-// check(part) of an object that names the part itself (an optimizer's or a trainer's check_state).
-template <class Check>
-void check_naming_part(const State& in, Check check) {
-  try {
-    check(escaped(in.full_name("")));
-  } catch (const Error& e) {
-    throw NamedError(e.what());
-  }
-}
-
 }  // namespace
-
-template <class T>
-void save_state(const Module<T>& model, State& out) {
-  for (const Parameter<T>* p : model.parameters()) out.put(p->name, p->value);
-}
 
 template <class T>
 void load_state(Module<T>& model, const State& in) {
@@ -118,14 +98,9 @@ void load_state(Module<T>& model, const State& in) {
 }
 
 template <class T>
-void save_state(const Optimizer<T>& optimizer, State& out) {
-  put_optimizer_state(out, optimizer.state());
-}
-
-template <class T>
 void load_state(Optimizer<T>& optimizer, const State& in) {
   const OptimizerState<T> state = read_optimizer_state<T>(in);
-  check_naming_part(in, [&](const std::string& part) { optimizer.check_state(state, part); });
+  optimizer.check_state(state, escaped(in.full_name("")));  // "optimizer: ...": restore names the part no more
   optimizer.load_state(state);
 }
 
@@ -137,38 +112,19 @@ void save_state(const TrainerBase& trainer, State& out) { put_trainer_state(out,
 
 void load_state(TrainerBase& trainer, const State& in) {
   const TrainerState state = read_trainer_state(in);
-  check_naming_part(in, [&](const std::string& part) { trainer.check_state(state, part); });
+  trainer.check_state(state, escaped(in.full_name("")));
   trainer.set_state(state);
 }
 
-template <class T>
-void save_state(const std::vector<TensorT<T>>& tensors, State& out) {
-  for (std::size_t i = 0; i < tensors.size(); ++i) out.put(std::to_string(i), tensors[i]);
-}
-
-template <class T>
-void load_state(std::vector<TensorT<T>>& tensors, const State& in) {
-  std::vector<StateEntry> own;
-  State now = State::writer(own, in.full_name(""));
-  save_state(tensors, now);
-  detail::check_like(in, own);
-  for (std::size_t i = 0; i < tensors.size(); ++i) tensors[i] = in.get<TensorT<T>>(std::to_string(i));
-}
-
-template void save_state(const std::vector<TensorT<float>>&, State&);
-template void save_state(const std::vector<TensorT<double>>&, State&);
-template void load_state(std::vector<TensorT<float>>&, const State&);
-template void load_state(std::vector<TensorT<double>>&, const State&);
-template void save_state(const Module<float>&, State&);
-template void save_state(const Module<double>&, State&);
 template void load_state(Module<float>&, const State&);
 template void load_state(Module<double>&, const State&);
-template void save_state(const Optimizer<float>&, State&);
-template void save_state(const Optimizer<double>&, State&);
 template void load_state(Optimizer<float>&, const State&);
 template void load_state(Optimizer<double>&, const State&);
 
-void detail::check_like(const State& in, const std::vector<StateEntry>& own) {
+void detail::check_like(const State& in, const std::function<void(State&)>& save) {
+  std::vector<StateEntry> own;
+  State writer = State::writer(own, in.full_name(""));
+  save(writer);
   const StateIndex mine(own);
   const State now = State::reader(mine, in.full_name(""));
   std::vector<std::string> missing, unexpected, problems;
@@ -199,30 +155,41 @@ void detail::check_like(const State& in, const std::vector<StateEntry>& own) {
 
 namespace {
 
-void check_part_names(const StateParts& parts, std::string_view op) {
+// The parts' names; NameError naming one that is empty, has a '.' or is given twice.
+std::set<std::string_view> check_part_names(const StateParts& parts, std::string_view op) {
   std::set<std::string_view> seen;
   for (const StatePart& p : parts) {
     if (p.name().empty() || p.name().find('.') != std::string::npos)
       fail<NameError>("{}: the part name '{}' is empty or has a '.'", op, escaped(p.name()));
     if (!seen.insert(p.name()).second) fail<NameError>("{}: the part name '{}' is given twice", op, escaped(p.name()));
   }
+  return seen;
 }
 
-// A tensor in the other element type (f32 to f64 exactly, f64 to f32 rounded to nearest).
-StateValue other_dtype(const StateValue& v) {
-  const auto convert = [](const auto& from, auto to) {
-    to.resize(from.shape());
-    to.array() = from.array().template cast<typename decltype(to)::Scalar>();
-    return StateValue(std::move(to));
-  };
-  if (const auto* f = std::get_if<TensorT<float>>(&v)) return convert(*f, TensorT<double>());
-  return convert(std::get<TensorT<double>>(v), TensorT<float>());
+// A Trainer's run: its model, its optimizer and its own state (const parts of a const trainer).
+template <class Trainer>
+StateParts parts_of(Trainer& trainer) {
+  return {{std::string(kModelPart), trainer.model()},
+          {std::string(kOptimizerPart), trainer.optimizer()},
+          {std::string(kTrainerPart), trainer}};
+}
+
+// The part's entries read by `read` (read_optimizer_state, read_trainer_state); FormatError naming the part.
+template <class Read>
+auto read_part(const Checkpoint& c, std::string_view part, Read read) {
+  check_checkpoint(c);
+  const detail::StateIndex index(c.entries);
+  try {
+    return read(State::reader(index, std::string(part)));
+  } catch (const FormatError& e) {
+    fail<FormatError>("{}: {}", escaped(part), e.what());
+  }
 }
 
 LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const LoadOptions& options,
                          std::string_view op) {
   check_checkpoint(c);
-  check_part_names(parts, op);
+  const std::set<std::string_view> given = check_part_names(parts, op);
   for (const StatePart& p : parts)
     if (p.is_const())
       fail<UsageError>("restore: the part '{}' was given as const: it cannot be loaded into", escaped(p.name()));
@@ -234,12 +201,9 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
   std::vector<std::string> problems;
   const std::vector<std::string> in_file = c.parts();
   const std::set<std::string_view> file_parts(in_file.begin(), in_file.end());
-  std::set<std::string_view> given;
   std::vector<std::string> missing, unexpected;
-  for (const StatePart& p : parts) {
-    given.insert(p.name());
+  for (const StatePart& p : parts)
     if (!file_parts.contains(p.name())) missing.push_back(p.name());
-  }
   for (const std::string& part : in_file)
     if (!given.contains(part)) unexpected.push_back(part);
   if (!missing.empty())
@@ -268,7 +232,8 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
       as = fmt::format(" as {}", kind_name(mine->value));
       report.converted.push_back(
           fmt::format("'{}' from {} to {}", escaped(name), kind_name(entries[i].value), kind_name(mine->value)));
-      converted[i].value = other_dtype(entries[i].value);
+      converted[i].value = mine->value.index() == 0 ? StateValue(tensor_as<float>(entries[i].value))
+                                                    : StateValue(tensor_as<double>(entries[i].value));
     }
     if (const Index bad = non_finite_count(entries[i].value); bad > 0 && !options.allow_non_finite)
       problems.push_back(fmt::format(
@@ -283,10 +248,9 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
     report.restored.push_back(p.name());
     try {
       p.load(State::reader(index, p.name()));
-    } catch (const NamedError& e) {
-      problems.emplace_back(e.what());
-    } catch (const std::exception& e) {
-      problems.push_back(fmt::format("{}: {}", escaped(p.name()), e.what()));
+    } catch (const std::exception& e) {  // named by its part, unless the message starts so
+      const std::string part = escaped(p.name()) + ": ";
+      problems.push_back(std::string_view(e.what()).starts_with(part) ? e.what() : part + e.what());
     }
   }
   if (problems.empty()) return report;
@@ -314,16 +278,7 @@ Checkpoint snapshot(const StateParts& parts) {
   return c;
 }
 
-template <class T>
-Checkpoint snapshot(const Module<T>& model) {
-  return snapshot({{std::string(kModelPart), model}});
-}
-
-Checkpoint snapshot(const TrainerBase& trainer) {
-  return snapshot({{std::string(kModelPart), trainer.model()},
-                   {std::string(kOptimizerPart), trainer.optimizer()},
-                   {std::string(kTrainerPart), trainer}});
-}
+Checkpoint snapshot(const TrainerBase& trainer) { return snapshot(parts_of(trainer)); }
 
 LoadReport restore(const Checkpoint& c, const StateParts& parts, LoadOptions options) {
   return restore_parts(c, parts, options, "load");
@@ -331,11 +286,7 @@ LoadReport restore(const Checkpoint& c, const StateParts& parts, LoadOptions opt
 
 LoadReport restore(const Checkpoint& c, TrainerBase& trainer, LoadOptions options) {
   options.strict = true;
-  return restore_parts(c,
-                       {{std::string(kModelPart), trainer.model()},
-                        {std::string(kOptimizerPart), trainer.optimizer()},
-                        {std::string(kTrainerPart), trainer}},
-                       options, "resume");
+  return restore_parts(c, parts_of(trainer), options, "resume");
 }
 
 template <class T>
@@ -366,27 +317,13 @@ LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions optio
 
 template <class T>
 OptimizerState<T> read_optimizer_state(const Checkpoint& c, std::string_view part) {
-  check_checkpoint(c);
-  const detail::StateIndex index(c.entries);
-  try {
-    return read_optimizer_state<T>(State::reader(index, std::string(part)));
-  } catch (const FormatError& e) {
-    fail<FormatError>("{}: {}", escaped(part), e.what());
-  }
+  return read_part(c, part, [](const State& in) { return read_optimizer_state<T>(in); });
 }
 
 TrainerState read_trainer_state(const Checkpoint& c, std::string_view part) {
-  check_checkpoint(c);
-  const detail::StateIndex index(c.entries);
-  try {
-    return read_trainer_state(State::reader(index, std::string(part)));
-  } catch (const FormatError& e) {
-    fail<FormatError>("{}: {}", escaped(part), e.what());
-  }
+  return read_part(c, part, [](const State& in) { return read_trainer_state(in); });
 }
 
-template Checkpoint snapshot(const Module<float>&);
-template Checkpoint snapshot(const Module<double>&);
 template LoadReport load_weights(const Checkpoint&, Module<float>&, LoadOptions);
 template LoadReport load_weights(const Checkpoint&, Module<double>&, LoadOptions);
 template OptimizerState<float> read_optimizer_state(const Checkpoint&, std::string_view);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -67,21 +68,9 @@ class Refusal {
 };
 
 // "an array", "a number": what a JSON value is, as a message says it.
-std::string_view kind_of(Json::value_t type) {
-  switch (type) {
-    case Json::value_t::null:
-      return "a null";
-    case Json::value_t::boolean:
-      return "a boolean";
-    case Json::value_t::string:
-      return "a string";
-    case Json::value_t::array:
-      return "an array";
-    case Json::value_t::object:
-      return "an object";
-    default:
-      return "a number";
-  }
+std::string kind_of(Json::value_t type) {
+  const std::string_view name = Json(type).type_name();  // "array", "number", ...
+  return fmt::format("{} {}", name == "array" || name == "object" ? "an" : "a", name);
 }
 
 // The header, read as nlohmann's parser walks it (its SAX interface) straight into a SafetensorsView,
@@ -156,10 +145,7 @@ class HeaderReader {
       if (!fresh) return fail("the entry '{}' has the key '{}' twice", kMetadataKey, escaped(k));
       metadata_value_ = it;
     } else {
-      field_ = k == "dtype"          ? Field::dtype
-               : k == "shape"        ? Field::shape
-               : k == "data_offsets" ? Field::data_offsets
-                                     : Field::none;
+      field_ = static_cast<Field>(std::find(kFields.begin(), kFields.end(), k) - kFields.begin());
       if (field_ == Field::none)
         return fail("tensor '{}' has the unknown key '{}'; a tensor has dtype, shape and data_offsets", escaped(name_),
                     escaped(k));
@@ -196,6 +182,7 @@ class HeaderReader {
  private:
   enum class Place { metadata, tensor };
   enum class Field { dtype, shape, data_offsets, none };
+  static constexpr std::array<std::string_view, 3> kFields = {"dtype", "shape", "data_offsets"};  // by Field
   // A shape or data_offsets as it is read: a list, how many elements, the first that is not a size.
   struct List {
     bool is_list = false;
@@ -214,7 +201,7 @@ class HeaderReader {
   // wherever it is: `json` is how it reads in the header.
   bool scalar(Json::value_t type, std::string json) {
     if (!problem_.empty()) return true;
-    const std::string_view kind = kind_of(type);
+    const std::string kind = kind_of(type);
     if (depth_ == 1 && place_ == Place::metadata)
       return fail("__metadata__ is {}, not a map of strings to strings", kind);
     if (depth_ == 1)
@@ -247,12 +234,8 @@ class HeaderReader {
   // The tensor's checks, in the order a reader would name its problems: its keys, then each value.
   void end_tensor() {
     const auto n = [this] { return escaped(name_); };  // only for a message: most tensors need none
-    for (const Field f : {Field::dtype, Field::shape, Field::data_offsets})
-      if (!seen_[static_cast<int>(f)])
-        return void(fail("tensor '{}' has no {}", n(),
-                         f == Field::dtype   ? "dtype"
-                         : f == Field::shape ? "shape"
-                                             : "data_offsets"));
+    for (std::size_t f = 0; f < kFields.size(); ++f)
+      if (!seen_[f]) return void(fail("tensor '{}' has no {}", n(), kFields[f]));
     if (dtype_is_list_)
       return void(fail("tensor '{}' has a dtype that is a list, not a string; the format's are {}", n(),
                        enum_choices<SafetensorsDtype>()));
@@ -378,34 +361,14 @@ void tile(std::vector<SafetensorsTensor>& tensors, std::span<const std::byte> da
 }  // namespace
 
 std::size_t element_bytes(SafetensorsDtype dtype) {
-  switch (dtype) {
-    case SafetensorsDtype::boolean:
-    case SafetensorsDtype::u8:
-    case SafetensorsDtype::i8:
-    case SafetensorsDtype::f8_e5m2:
-    case SafetensorsDtype::f8_e4m3:
-      return 1;
-    case SafetensorsDtype::i16:
-    case SafetensorsDtype::u16:
-    case SafetensorsDtype::f16:
-    case SafetensorsDtype::bf16:
-      return 2;
-    case SafetensorsDtype::i32:
-    case SafetensorsDtype::u32:
-    case SafetensorsDtype::f32:
-      return 4;
-    case SafetensorsDtype::i64:
-    case SafetensorsDtype::u64:
-    case SafetensorsDtype::f64:
-      return 8;
-  }
-  return 0;
+  // In the order of SafetensorsDtype: BOOL, U8, I8, F8_E5M2, F8_E4M3, I16, U16, F16, BF16, I32, U32, F32, I64, U64,
+  // F64.
+  constexpr std::array<std::size_t, 15> bytes = {1, 1, 1, 1, 1, 2, 2, 2, 2, 4, 4, 4, 8, 8, 8};
+  return bytes.at(static_cast<std::size_t>(dtype));
 }
 
 std::uint64_t SafetensorsTensor::numel() const {
-  std::uint64_t n = 1;
-  for (std::uint64_t d : shape) n *= d;
-  return n;
+  return std::accumulate(shape.begin(), shape.end(), std::uint64_t{1}, std::multiplies<>());
 }
 
 SafetensorsView decode_safetensors(std::span<const std::byte> bytes, std::string_view source) {
@@ -591,14 +554,13 @@ ReadElement reader_of(SafetensorsDtype dtype) {
   }
 }
 
-// The value of one slot from the file tensor's bytes: its block, transposed back when the file holds W^T.
+// Block `part` of the file tensor's bytes as a tensor of `shape`, transposed back when the file holds W^T.
 template <class T>
-TensorT<T> slot_value(const SafetensorsTensor& t, const Slot<T>& slot, ReadElement read) {
-  const Shape shape = slot.param->value.shape();
+TensorT<T> read_block(const SafetensorsTensor& t, Shape shape, int part, bool transposed, ReadElement read) {
   TensorT<T> out(shape);
   const std::size_t size = element_bytes(t.dtype), n = static_cast<std::size_t>(out.numel());
-  const std::byte* block = t.data.data() + static_cast<std::size_t>(slot.part) * n * size;
-  if (slot.transposed) {  // the file's block is (cols, rows): W[i][j] = block[j][i]
+  const std::byte* block = t.data.data() + static_cast<std::size_t>(part) * n * size;
+  if (transposed) {  // the file's block is (cols, rows): W[i][j] = block[j][i]
     for (Index i = 0; i < shape.rows; ++i)
       for (Index j = 0; j < shape.cols; ++j)
         out.at(i, j) = static_cast<T>(read(block + static_cast<std::size_t>(j * shape.rows + i) * size));
@@ -643,7 +605,7 @@ std::string convert(const SafetensorsTensor& t, const Expected<T>& e, std::vecto
     return fmt::format("'{}'{} is {} in the file but {} in the model", name, params, dims_str(t.shape),
                        dims_str(e.shape));
   for (const Slot<T>& slot : e.slots) {
-    TensorT<T> v = slot_value(t, slot, read);
+    TensorT<T> v = read_block<T>(t, slot.param->value.shape(), slot.part, slot.transposed, read);
     for (Index i = 0; i < v.numel(); ++i)
       if (!std::isfinite(v[i]))
         return fmt::format("'{}'{} holds {} as {} at element {} of '{}'; a weight must be finite", name, params, v[i],
@@ -792,18 +754,12 @@ TensorT<T> SafetensorsFile::tensor(std::string_view name) const {
     if (d > static_cast<std::uint64_t>(std::numeric_limits<Index>::max()))
       fail<FormatError>("safetensors '{}': '{}' is {}, a dimension past what a tensor can index", escaped(source),
                         escaped(name), dims_str(t.shape));
-  const auto dim = [&](std::size_t from_end) {
-    return from_end < t.shape.size() ? static_cast<Index>(t.shape[t.shape.size() - 1 - from_end]) : Index{1};
-  };
-  const Shape shape = t.shape.size() == 3   ? Shape::batched(dim(2), dim(1), dim(0))
-                      : t.shape.size() == 2 ? Shape::mat(dim(1), dim(0))
-                      : t.shape.size() == 1 ? Shape::vec(dim(0))
+  const auto d = [&](std::size_t i) { return static_cast<Index>(t.shape[i]); };
+  const Shape shape = t.shape.size() == 3   ? Shape::batched(d(0), d(1), d(2))
+                      : t.shape.size() == 2 ? Shape::mat(d(0), d(1))
+                      : t.shape.size() == 1 ? Shape::vec(d(0))
                                             : Shape::scalar();
-  TensorT<T> out(shape);
-  const std::size_t size = element_bytes(t.dtype);
-  for (Index i = 0; i < out.numel(); ++i)
-    out[i] = static_cast<T>(read(t.data.data() + static_cast<std::size_t>(i) * size));
-  return out;
+  return read_block<T>(t, shape, 0, false, read);
 }
 
 template TensorT<float> SafetensorsFile::tensor(std::string_view) const;

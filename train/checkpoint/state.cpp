@@ -16,21 +16,8 @@ std::string_view kind_name(const StateValue& value) {
 }
 
 std::string describe_value(const StateValue& value) {
-  return std::visit(
-      [](const auto& v) -> std::string {
-        using V = std::remove_cvref_t<decltype(v)>;
-        if constexpr (std::is_same_v<V, TensorT<float>>)
-          return fmt::format("f32 {}", v.shape());
-        else if constexpr (std::is_same_v<V, TensorT<double>>)
-          return fmt::format("f64 {}", v.shape());
-        else if constexpr (std::is_same_v<V, std::vector<std::int64_t>>)
-          return fmt::format("ints ({})", v.size());
-        else if constexpr (std::is_same_v<V, std::vector<double>>)
-          return fmt::format("numbers ({})", v.size());
-        else
-          return fmt::format("texts ({})", v.size());
-      },
-      value);
+  if (const auto shape = tensor_shape(value)) return fmt::format("{} {}", kind_name(value), *shape);
+  return fmt::format("{} ({})", kind_name(value), value_count(value));
 }
 
 std::optional<Shape> tensor_shape(const StateValue& value) {
@@ -97,13 +84,9 @@ const StateValue& State::value(std::string_view name) const {
   return e->value;
 }
 
-const StateValue& State::find(std::string_view name, std::size_t kind) const {
-  const StateValue& v = value(name);
-  if (v.index() != kind) {
-    static constexpr std::string_view names[] = {"f32", "f64", "ints", "numbers", "texts"};
-    fail<FormatError>("entry '{}' holds {}, not {}", escaped(full_name(name)), describe_value(v), names[kind]);
-  }
-  return v;
+void State::wrong_kind(std::string_view name, const StateValue& wanted) const {
+  fail<FormatError>("entry '{}' holds {}, not {}", escaped(full_name(name)), describe_value(value(name)),
+                    kind_name(wanted));
 }
 
 bool State::contains(std::string_view name) const { return in_ && in_->find(full_name(name)) != nullptr; }
@@ -151,17 +134,14 @@ const StateEntry* StateIndex::find(std::string_view name) const {
 }
 
 std::vector<const StateEntry*> StateIndex::under(std::string_view prefix) const {
+  // "<prefix>" and "<prefix>.*" sort together: from "<prefix>" up to the first name that does not start so.
   std::vector<std::size_t> at;
-  if (prefix.empty()) {
-    for (std::size_t i = 0; i < entries_->size(); ++i) at.push_back(i);
-  } else {
-    // "<prefix>" and "<prefix>.*" sort together: from "<prefix>" up to the first name that does not start so.
-    auto it = std::lower_bound(sorted_.begin(), sorted_.end(), prefix,
-                               [](const auto& a, std::string_view b) { return a.first < b; });
-    for (; it != sorted_.end() && it->first.starts_with(prefix); ++it)
-      if (it->first.size() == prefix.size() || it->first[prefix.size()] == '.') at.push_back(it->second);
-    std::sort(at.begin(), at.end());
-  }
+  auto it = std::lower_bound(sorted_.begin(), sorted_.end(), prefix,
+                             [](const auto& a, std::string_view b) { return a.first < b; });
+  for (; it != sorted_.end() && it->first.starts_with(prefix); ++it)
+    if (prefix.empty() || it->first.size() == prefix.size() || it->first[prefix.size()] == '.')
+      at.push_back(it->second);
+  std::sort(at.begin(), at.end());
   std::vector<const StateEntry*> out;
   for (std::size_t i : at) out.push_back(&(*entries_)[i]);
   return out;
@@ -199,27 +179,17 @@ void put_settings(State out, const Settings& settings) {
   for (const Setting& s : settings) out.put(s.name, s.value);
 }
 
-// A tensor entry as a TensorT<T>, converted from the other element type if it is of that one; FormatError for
-// finite values that narrowing makes NaN or Inf.
+// A tensor entry as a TensorT<T> (tensor_as); FormatError for a list, or for finite values that narrowing makes NaN
+// or Inf.
 template <class T>
-TensorT<T> tensor_as(const State& in, std::string_view name) {
+TensorT<T> tensor_entry(const State& in, std::string_view name) {
   const StateValue& v = in.value(name);
-  if (const auto* t = std::get_if<TensorT<T>>(&v)) return *t;
   if (!tensor_shape(v))
     fail<FormatError>("entry '{}' holds {}, not a tensor", escaped(in.full_name(name)), describe_value(v));
   if (const Index bad = non_finite_count<T>(v); bad > non_finite_count(v))
     fail<FormatError>("entry '{}' holds {} non-finite values (NaN or Inf) of {} as {}", escaped(in.full_name(name)),
                       bad, value_count(v), std::is_same_v<T, float> ? "f32" : "f64");
-  return std::visit(
-      [](const auto& from) {
-        TensorT<T> out;
-        if constexpr (requires { from.shape(); }) {
-          out.resize(from.shape());
-          out.array() = from.array().template cast<T>();
-        }
-        return out;
-      },
-      v);
+  return tensor_as<T>(v);
 }
 
 std::uint32_t fingerprint(const State& in, std::string_view name) {
@@ -267,7 +237,7 @@ OptimizerState<T> read_optimizer_state(const State& in) {
     if (dot == std::string::npos || dot == 0 || dot + 1 == name.size())
       fail<FormatError>("optimizer buffer '{}' is not named '<parameter>.<buffer>'", escaped(buffers.full_name(name)));
     // A buffer of a parameter the list does not name is kept: check_state names it.
-    s.per_param[name.substr(0, dot)][name.substr(dot + 1)] = tensor_as<T>(buffers, name);
+    s.per_param[name.substr(0, dot)][name.substr(dot + 1)] = tensor_entry<T>(buffers, name);
   }
   return s;
 }

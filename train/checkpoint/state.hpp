@@ -87,6 +87,22 @@ Index non_finite_count(const StateValue& value) {
   return bad;
 }
 
+// A tensor entry as a TensorT<T>, converted from the other element type (f32 to f64 exactly, f64 to f32
+// rounded to nearest); an empty tensor for a list.
+template <class T>
+TensorT<T> tensor_as(const StateValue& value) {
+  TensorT<T> out;
+  std::visit(
+      [&](const auto& from) {
+        if constexpr (requires { from.shape(); }) {
+          out.resize(from.shape());
+          out.array() = from.array().template cast<T>();
+        }
+      },
+      value);
+  return out;
+}
+
 namespace detail {
 class StateIndex;
 }
@@ -116,16 +132,17 @@ class State {
   // is missing, of another kind or, for one value, not a list of one.
   template <class V>
   decltype(auto) get(std::string_view name) const {
-    if constexpr (std::is_same_v<V, bool>) {
-      static_assert(!std::is_same_v<V, bool>, "State::get: save a flag as an integer (0 or 1)");
-    } else if constexpr (std::is_integral_v<V>) {
+    static_assert(!std::is_same_v<V, bool>, "State::get: save a flag as an integer (0 or 1)");
+    if constexpr (std::is_integral_v<V>) {
       return narrow<V>(name, single<std::int64_t>(name));
     } else if constexpr (std::is_floating_point_v<V>) {
       return static_cast<V>(single<double>(name));
     } else if constexpr (std::is_same_v<V, std::string>) {
       return std::string(single<std::string>(name));
     } else {
-      return std::get<V>(find(name, kind_of<V>()));
+      const StateValue& v = value(name);
+      if (!std::holds_alternative<V>(v)) wrong_kind(name, StateValue(std::in_place_type<V>));
+      return std::get<V>(v);
     }
   }
   // The entry's value, whatever its kind. FormatError if it is missing.
@@ -145,25 +162,11 @@ class State {
 
  private:
   State() = default;
-  template <class V>
-  static constexpr std::size_t kind_of() {
-    if constexpr (std::is_same_v<V, TensorT<float>>)
-      return 0;
-    else if constexpr (std::is_same_v<V, TensorT<double>>)
-      return 1;
-    else if constexpr (std::is_same_v<V, std::vector<std::int64_t>>)
-      return 2;
-    else if constexpr (std::is_same_v<V, std::vector<double>>)
-      return 3;
-    else {
-      static_assert(std::is_same_v<V, std::vector<std::string>>, "State::get: not a kind an entry holds");
-      return 4;
-    }
-  }
-  const StateValue& find(std::string_view name, std::size_t kind) const;
+  // FormatError: the entry holds another kind than `wanted`'s.
+  [[noreturn]] void wrong_kind(std::string_view name, const StateValue& wanted) const;
   template <class V>
   const V& single(std::string_view name) const {
-    const auto& list = std::get<std::vector<V>>(find(name, kind_of<std::vector<V>>()));
+    const auto& list = get<std::vector<V>>(name);
     if (list.size() != 1) not_single(name, list.size());
     return list[0];
   }
@@ -214,9 +217,9 @@ class StateIndex {
   std::vector<std::pair<std::string_view, std::size_t>> sorted_;  // name -> position
 };
 
-// FormatError unless `in` holds the names, kinds and tensor shapes of `own` (what the object saves now):
-// what a user's object is checked against before its load_state reads it.
-void check_like(const State& in, const std::vector<StateEntry>& own);
+// FormatError unless `in` holds the names, kinds and tensor shapes of what `save` saves now: what a user's
+// object is checked against before its load_state reads it.
+void check_like(const State& in, const std::function<void(State&)>& save);
 
 }  // namespace detail
 
@@ -226,11 +229,15 @@ void check_like(const State& in, const std::vector<StateEntry>& own);
 // a stream, a sampler and a trainer what their own load checks).
 
 template <class T>
-void save_state(const Module<T>& model, State& out);
+void save_state(const Module<T>& model, State& out) {
+  for (const Parameter<T>* p : model.parameters()) out.put(p->name, p->value);
+}
 template <class T>
 void load_state(Module<T>& model, const State& in);
 template <class T>
-void save_state(const Optimizer<T>& optimizer, State& out);
+void save_state(const Optimizer<T>& optimizer, State& out) {
+  put_optimizer_state(out, optimizer.state());
+}
 template <class T>
 void load_state(Optimizer<T>& optimizer, const State& in);
 void save_state(const Rng& rng, State& out);
@@ -242,9 +249,14 @@ void load_state(TrainerBase& trainer, const State& in);
 // Tensors of a run's own (a moving average of the weights), saved as "<part>.0", "<part>.1", ...; loaded only
 // into as many tensors of the same shapes and element type.
 template <class T>
-void save_state(const std::vector<TensorT<T>>& tensors, State& out);
+void save_state(const std::vector<TensorT<T>>& tensors, State& out) {
+  for (std::size_t i = 0; i < tensors.size(); ++i) out.put(std::to_string(i), tensors[i]);
+}
 template <class T>
-void load_state(std::vector<TensorT<T>>& tensors, const State& in);
+void load_state(std::vector<TensorT<T>>& tensors, const State& in) {
+  detail::check_like(in, [&](State& now) { save_state(tensors, now); });
+  for (std::size_t i = 0; i < tensors.size(); ++i) tensors[i] = in.get<TensorT<T>>(std::to_string(i));
+}
 template <std::integral I>
 requires(!std::is_same_v<I, bool>) void save_state(const I& counter, State& out) { out.put("", counter); }
 template <std::integral I>
@@ -283,10 +295,7 @@ class StatePart {
       return;
     else if constexpr (requires(const State& in) { object.load_state(in); })
       load_ = [&object](const State& in) {
-        std::vector<StateEntry> own;
-        State now = State::writer(own, in.full_name(""));
-        object.save_state(now);
-        detail::check_like(in, own);
+        detail::check_like(in, [&](State& now) { object.save_state(now); });
         object.load_state(in);
       };
     else
