@@ -85,13 +85,11 @@ class Signum final : public OptimizerWith<float, SignumOptions> {
       : OptimizerWith(std::move(params), options, "signum", {"momentum"}) {}
 
  private:
-  void update(double lr, std::int64_t) override {
-    const auto beta = static_cast<float>(options_.beta), rate = static_cast<float>(lr);
-    for (std::size_t i = 0; i < params().size(); ++i) {
-      auto m = buffers(i)[0].array();
-      m = beta * m + (1 - beta) * std::as_const(params()[i]->grad).array();
-      params()[i]->value.array() -= rate * m.sign();
-    }
+  void update(const SignumOptions& o, std::int64_t, ParamSlice<float> s) const override {
+    const auto beta = static_cast<float>(o.beta), rate = static_cast<float>(o.lr);
+    auto m = s.buffer(0);
+    m = beta * m + (1 - beta) * s.grad;
+    s.value -= rate * m.sign();
   }
 };
 

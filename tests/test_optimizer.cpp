@@ -14,6 +14,7 @@
 
 #include "golden_file.hpp"
 #include "helpers.hpp"
+#include "pin_crossover.hpp"
 #include "tapegrad/train/optimizer.hpp"
 #include "tapegrad/train/schedule.hpp"
 
@@ -746,4 +747,61 @@ TEST_CASE("optimizer: make_optimizer rebuilds each kind from its hyperparameters
                        "sgd: has no setting 'beta1' (it has lr, momentum, dampening, weight_decay, nesterov)", NameError);
   SGD<double> sgd(m.ptrs(), {.lr = 0.1, .momentum = 0.9});
   CHECK(sgd.describe() == "sgd (lr 0.1, momentum 0.9, dampening 0, weight_decay 0, nesterov false), schedule constant");
+}
+
+namespace {
+
+// A user's optimizer that writes down what the library hands its update(): the rate and the step number into
+// the values, a count of visits and of fresh buffers into its two buffers.
+struct ProbeOptions {
+  double lr = 1;
+  template <class S, class F>
+  static void fields(S& s, F&& field) {
+    field("lr", s.lr, "learning rate", at_least(0));
+  }
+};
+
+class Probe final : public OptimizerWith<double, ProbeOptions> {
+ public:
+  explicit Probe(std::vector<Parameter<double>*> params) : OptimizerWith(std::move(params), {}, "probe", {"visits", "fresh"}) {}
+
+ private:
+  void update(const ProbeOptions& o, std::int64_t t, ParamSlice<double> s) const override {
+    s.value += o.lr * static_cast<double>(t);  // p += rate_t t
+    s.buffer(0) += 1;
+    if (s.fresh) s.buffer(1) += 1;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("optimizer: a user's update() sees each element once a step, the scheduled rate and fresh zero buffers") {
+  test::RestoreThreads restore;
+  const test::PinCrossover pin(0, 0);  // split whatever the size: ranges that cut parameters
+  set_num_threads(have_openmp() ? 2 : 1);
+  Rng rng(5);
+  const std::vector<Shape> shapes = {Shape::vec(1), Shape::mat(0, 3), Shape::mat(33, 7), Shape::vec(17),
+                                     Shape::mat(64, 65)};
+  std::vector<std::unique_ptr<Parameter<double>>> params;
+  std::vector<Parameter<double>*> ptrs;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    params.push_back(std::make_unique<Parameter<double>>(fmt::format("p{}", i), random_tensor<double>(shapes[i], rng)));
+    ptrs.push_back(params.back().get());
+  }
+  std::vector<TensorD> expected;  // p + 1 * 1, + 0.5 * 2, + 0.25 * 3
+  for (auto* p : ptrs) {
+    expected.push_back(p->value);
+    for (double add : {1.0, 1.0, 0.75}) expected.back().array() += add;
+  }
+  Probe probe(ptrs);
+  probe.set_schedule(StepLr({.step_size = 1, .gamma = 0.5}));  // rates 1, 0.5, 0.25
+  CHECK(probe.state().per_param.at("p2").empty());             // no buffers before the first step
+  for (int step = 0; step < 3; ++step) probe.step();
+  const auto state = probe.state();
+  for (std::size_t i = 0; i < ptrs.size(); ++i) {
+    CAPTURE(i);
+    CHECK(ptrs[i]->value == expected[i]);
+    CHECK(state.per_param.at(ptrs[i]->name).at("visits").array().isConstant(3));  // every element, once a step
+    CHECK(state.per_param.at(ptrs[i]->name).at("fresh").array().isConstant(1));   // fresh on the first step only
+  }
 }

@@ -622,7 +622,7 @@ TEST_CASE("parallel: a residual add's backward takes one region, layer_norm's tw
 }
 
 TEST_CASE("parallel: an optimizer's one-region update equals each parameter updated alone, bit for bit") {
-  // The parameters are laid end to end and cut in pieces across them (Optimizer::for_each_range): every
+  // The parameters are laid end to end and cut in pieces across them (Optimizer::for_each_slice): every
   // element must be updated once, by its own parameter's rule, as a pass over that parameter alone does.
   RestoreThreads restore;
   const PinCrossover pin(0, 0);

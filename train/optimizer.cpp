@@ -56,7 +56,7 @@ Optimizer<T>::~Optimizer() = default;
 template <class T>
 void Optimizer<T>::step() {
   check_shapes();
-  update(current_lr(), step_ + 1);
+  update_all(current_lr(), step_ + 1);
   ++step_;
 }
 
@@ -92,12 +92,6 @@ void Optimizer<T>::check_shapes() const {
         fail<ShapeError>("{} step: '{}' {} is {} but its value is {}", kind_, p.name, buffer_names_[k],
                          buffers_[i][k].shape(), p.value.shape());
   }
-}
-
-template <class T>
-std::vector<TensorT<T>>& Optimizer<T>::buffers(std::size_t i) {
-  if (buffers_[i].empty()) buffers_[i].assign(buffer_names_.size(), TensorT<T>(params_[i]->value.shape()));
-  return buffers_[i];
 }
 
 template <class T>
@@ -214,42 +208,30 @@ SGD<T>::SGD(std::vector<Parameter<T>*> params, SgdOptions options)
                                    {"momentum_buffer"}) {}
 
 template <class T>
-void SGD<T>::update(double lr_now, std::int64_t) {
-  const SgdOptions& o = this->options_;
-  const T lr = static_cast<T>(lr_now), momentum = static_cast<T>(o.momentum);
+void SGD<T>::update(const SgdOptions& o, std::int64_t, ParamSlice<T> s) const {
+  const T lr = static_cast<T>(o.lr), momentum = static_cast<T>(o.momentum);
   const T keep = static_cast<T>(1 - o.dampening), weight_decay = static_cast<T>(o.weight_decay);
-  const auto& params = this->params();
-  first_.resize(params.size());  // allocates on the first update only
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    first_[i] = o.momentum != 0 && !this->has_buffers(i);
-    if (first_[i]) (void)this->buffers(i);  // made here, before the parallel region reads them
-  }
-  // Every parameter in one parallel region, in element ranges (Optimizer::for_each_range).
-  this->for_each_range([&](std::size_t i, Index from, Index count) {
-    auto p = params[i]->value.array().segment(from, count);
-    const auto grad = std::as_const(params[i]->grad).array().segment(from, count);
-    const bool first = first_[i] != 0;
-    // d_p is an expression (grad or grad + wd p), evaluated where it is used.
-    auto update = [&](const auto& d_p) {
-      if (o.momentum == 0) {
-        p -= lr * d_p;  // p -= lr d_p
-        return;
-      }
-      auto buf = this->buffers(i)[0].array().segment(from, count);  // made before the region
-      if (first)
-        buf = d_p;  // first step: buf = d_p (no dampening)
-      else
-        buf = momentum * buf + keep * d_p;  // buf = momentum buf + (1 - dampening) d_p
-      if (o.nesterov)
-        p -= lr * (d_p + momentum * buf);  // p -= lr (d_p + momentum buf)
-      else
-        p -= lr * buf;  // p -= lr buf
-    };
-    if (o.weight_decay != 0)
-      update(grad + weight_decay * p);  // d_p = grad + wd p
+  auto p = s.value;
+  // d_p is an expression (grad or grad + wd p), evaluated where it is used.
+  auto update = [&](const auto& d_p) {
+    if (o.momentum == 0) {
+      p -= lr * d_p;  // p -= lr d_p
+      return;
+    }
+    auto buf = s.buffer(0);
+    if (s.fresh)
+      buf = d_p;  // first step: buf = d_p (no dampening)
     else
-      update(grad);  // d_p = grad (torch skips the addition, so p = inf stays out of it)
-  });
+      buf = momentum * buf + keep * d_p;  // buf = momentum buf + (1 - dampening) d_p
+    if (o.nesterov)
+      p -= lr * (d_p + momentum * buf);  // p -= lr (d_p + momentum buf)
+    else
+      p -= lr * buf;  // p -= lr buf
+  };
+  if (o.weight_decay != 0)
+    update(s.grad + weight_decay * p);  // d_p = grad + wd p
+  else
+    update(s.grad);  // d_p = grad (torch skips the addition, so p = inf stays out of it)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -286,79 +268,64 @@ AdamOptions adam_options(const Settings& h, std::string_view what) {
 }  // namespace
 
 template <class T>
-AdamFamily<T>::AdamFamily(std::vector<Parameter<T>*> params, AdamOptions options, bool decoupled_decay,
-                          OptimizerKind kind)
+Adam<T>::Adam(std::vector<Parameter<T>*> params, AdamOptions options, OptimizerKind kind)
     : OptimizerWith<T, AdamOptions>(std::move(params), options, std::string(to_string(kind)),
                                     {"exp_avg", "exp_avg_sq"}),
-      decoupled_decay_(decoupled_decay) {}
+      decoupled_decay_(kind == OptimizerKind::adamw) {}
 
 template <class T>
-Settings AdamFamily<T>::hyperparameters() const {
+Adam<T>::Adam(std::vector<Parameter<T>*> params, AdamOptions options)
+    : Adam(std::move(params), options, OptimizerKind::adam) {}
+
+template <class T>
+AdamW<T>::AdamW(std::vector<Parameter<T>*> params, AdamOptions options)
+    : Adam<T>(std::move(params), options, OptimizerKind::adamw) {}
+
+template <class T>
+Settings Adam<T>::hyperparameters() const {
   Settings h = OptimizerWith<T, AdamOptions>::hyperparameters();
   if (decay_on() != DecayOn::all) h.push_back({std::string(kDecayOn), to_text(decay_on())});
   return h;
 }
 
 template <class T>
-void AdamFamily<T>::check_hyperparameters(const Settings& h) const {
+void Adam<T>::check_hyperparameters(const Settings& h) const {
   OptimizerWith<T, AdamOptions>::check_hyperparameters(split_decay_on(h, "load_state").first);
 }
 
 template <class T>
-void AdamFamily<T>::apply_hyperparameters(const Settings& h) {
+void Adam<T>::apply_hyperparameters(const Settings& h) {
   auto [rest, on] = split_decay_on(h, "load_state");
   OptimizerWith<T, AdamOptions>::apply_hyperparameters(rest);
   this->options_.decay_on = on;
 }
 
 template <class T>
-bool AdamFamily<T>::decays(std::size_t i) const {
-  return decay_on() == DecayOn::all || this->params()[i]->value.rank() >= 2;
-}
-
-template <class T>
-void AdamFamily<T>::update(double lr, std::int64_t step) {
-  const AdamOptions& o = this->options_;
+void Adam<T>::update(const AdamOptions& o, std::int64_t step, ParamSlice<T> s) const {
   const double t = static_cast<double>(step);
   const double bias_correction1 = 1 - std::pow(o.beta1, t);  // 1 - beta1^t
   const double bias_correction2 = 1 - std::pow(o.beta2, t);  // 1 - beta2^t
   const T beta1 = static_cast<T>(o.beta1), beta2 = static_cast<T>(o.beta2);
   const T one_minus_beta1 = static_cast<T>(1 - o.beta1), one_minus_beta2 = static_cast<T>(1 - o.beta2);
-  const T neg_step_size = static_cast<T>(-(lr / bias_correction1));
+  const T neg_step_size = static_cast<T>(-(o.lr / bias_correction1));
   const T bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
   const T eps = static_cast<T>(o.eps), weight_decay = static_cast<T>(o.weight_decay);
-  const T decay = static_cast<T>(1 - lr * o.weight_decay);
-  const auto& params = this->params();
-  for (std::size_t i = 0; i < params.size(); ++i)
-    (void)this->buffers(i);  // m = v = 0 the first time, before the region
-  // Every parameter in one parallel region, in element ranges (Optimizer::for_each_range).
-  this->for_each_range([&](std::size_t i, Index from, Index count) {
-    auto p = params[i]->value.array().segment(from, count);
-    const auto grad = std::as_const(params[i]->grad).array().segment(from, count);
-    auto& buffers = this->buffers(i);
-    auto m = buffers[0].array().segment(from, count), v = buffers[1].array().segment(from, count);
-    // AdamW: p *= 1 - lr wd (torch does it even for wd = 0: a no-op, so skipping it changes no bit)
-    if (decoupled_decay_ && decays(i)) p *= decay;
-    auto update = [&](const auto& g) {
-      m = beta1 * m + one_minus_beta1 * g;        // m = beta1 m + (1 - beta1) g
-      v = beta2 * v + (one_minus_beta2 * g) * g;  // v = beta2 v + (1 - beta2) g^2
-      // p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-      p += (neg_step_size * m) / (v.sqrt() / bias_correction2_sqrt + eps);
-    };
-    if (!decoupled_decay_ && o.weight_decay != 0 && decays(i))
-      update(grad + weight_decay * p);  // Adam: g = grad + wd p
-    else
-      update(grad);
-  });
+  const bool decays = o.decay_on == DecayOn::all || s.parameter.value.rank() >= 2;
+  auto p = s.value;
+  auto m = s.buffer(0), v = s.buffer(1);
+  // AdamW: p *= 1 - lr wd (torch does it even for wd = 0: a no-op, so skipping it changes no bit)
+  if (decoupled_decay_ && decays) p *= static_cast<T>(1 - o.lr * o.weight_decay);
+  auto update = [&](const auto& g) {
+    m = beta1 * m + one_minus_beta1 * g;        // m = beta1 m + (1 - beta1) g
+    v = beta2 * v + (one_minus_beta2 * g) * g;  // v = beta2 v + (1 - beta2) g^2
+    // p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+    p += (neg_step_size * m) / (v.sqrt() / bias_correction2_sqrt + eps);
+  };
+  if (!decoupled_decay_ && o.weight_decay != 0 && decays)
+    update(s.grad + weight_decay * p);  // Adam: g = grad + wd p
+  else
+    update(s.grad);
 }
-
-template <class T>
-Adam<T>::Adam(std::vector<Parameter<T>*> params, AdamOptions options)
-    : AdamFamily<T>(std::move(params), options, false, OptimizerKind::adam) {}
-
-template <class T>
-AdamW<T>::AdamW(std::vector<Parameter<T>*> params, AdamOptions options)
-    : AdamFamily<T>(std::move(params), options, true, OptimizerKind::adamw) {}
 
 // ---------------------------------------------------------------------------------------------
 // By name
@@ -404,14 +371,8 @@ double clip_grad_norm(std::span<Parameter<T>* const> params, double max_norm) {
 
 template class Optimizer<float>;
 template class Optimizer<double>;
-template class OptimizerWith<float, SgdOptions>;
-template class OptimizerWith<double, SgdOptions>;
-template class OptimizerWith<float, AdamOptions>;
-template class OptimizerWith<double, AdamOptions>;
 template class SGD<float>;
 template class SGD<double>;
-template class AdamFamily<float>;
-template class AdamFamily<double>;
 template class Adam<float>;
 template class Adam<double>;
 template class AdamW<float>;

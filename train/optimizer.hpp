@@ -4,9 +4,9 @@
 // checked against it step by step in tests/test_optimizer.cpp; and clip_grad_norm.
 //
 // A user's optimizer is written with the same public pieces: derive from OptimizerWith<T, YourOptions>, give
-// the constructor its name and its buffers' names, and write update(); a checkpoint saves and resumes it under
-// that name, and `inspect` shows its hyperparameters (examples/first_steps/5_user_optimizer.cpp writes Lion
-// that way).
+// the constructor its name and its buffers' names, and write update() for one range of one parameter; a
+// checkpoint saves and resumes it under that name, and `inspect` shows its hyperparameters
+// (examples/first_steps/5_user_optimizer.cpp writes Lion that way).
 //
 // An optimizer reads Parameter::grad and updates Parameter::value. Its hyperparameters are one options
 // struct whose fields() list is their one table (core/settings.hpp): the constructor checks it, state()
@@ -16,8 +16,8 @@
 //
 // The optimizer's state (hyperparameters, schedule, step count, per-parameter buffers) is keyed by
 // parameter name, so a checkpoint can save any model's and a strict load_state() can say exactly what
-// does not match. A parameter's buffers are made (zeros) when update() first asks for them; after that
-// step() makes no heap allocation.
+// does not match. A parameter's buffers are made (zeros) at its first step; after that step() makes no heap
+// allocation.
 
 #include <algorithm>
 #include <array>
@@ -119,11 +119,26 @@ struct OptimizerState {
   ScheduleRecord schedule;   // the schedule that turns lr into each step's rate
   std::int64_t step = 0;     // steps taken
   // parameter name -> buffer name -> buffer (same shape as the parameter). Every parameter has an
-  // entry; it is empty until update() first asks for the buffers ("momentum_buffer"; "exp_avg",
-  // "exp_avg_sq").
+  // entry; it is empty until the parameter's first step ("momentum_buffer"; "exp_avg", "exp_avg_sq").
   std::map<std::string, std::map<std::string, TensorT<T>>> per_param;
 };
 
+// A range of one parameter's elements, as an optimizer's update() sees it: Eigen arrays of one length over
+// its values, its gradient and its buffers, elements [from, from + count) of each. A range is part of a
+// parameter, not all of it: an update is elementwise.
+template <class T>
+struct ParamSlice {
+  const Parameter<T>& parameter;  // the whole parameter: its name and shape
+  ArrayMap<T> value;              // what update() changes
+  ConstArrayMap<T> grad;
+  bool fresh;  // its buffers were made (zeros) for this step: the parameter's first update
+  Index from, count;
+  std::vector<TensorT<T>>& buffers;  // the parameter's, in the order of their names; buffer(k) is this range of one
+
+  ArrayMap<T> buffer(std::size_t k) const { return {buffers[k].data() + from, count}; }
+};
+
+// An optimizer, as a training loop and a checkpoint see it; an optimizer is written on OptimizerWith, below.
 template <class T>
 class Optimizer {
  public:
@@ -167,38 +182,35 @@ class Optimizer {
 
  protected:
   // `kind` names the optimizer in checkpoints and messages ("sgd", "lion"); buffer_names are the
-  // per-parameter buffers the subclass keeps (without '.'), in the order of buffers(i).
+  // per-parameter buffers it keeps (without '.'), in the order of ParamSlice::buffer(k).
   Optimizer(std::vector<Parameter<T>*> params, std::string kind, std::vector<std::string> buffer_names);
 
   // One update at rate `lr`; `t` is the number of this step, from 1. Shapes are already checked.
-  virtual void update(double lr, std::int64_t t) = 0;
+  virtual void update_all(double lr, std::int64_t t) = 0;
   // Checks a state's hyperparameters and throws, changing nothing, if they are not this optimizer's
   // or one is invalid; apply_hyperparameters() then sets them.
   virtual void check_hyperparameters(const Settings& h) const = 0;
   virtual void apply_hyperparameters(const Settings& h) = 0;
 
-  // The buffers of parameter i, one per buffer name, the parameter's shape: zeros when first asked for (the
-  // only allocation; ask before a parallel region, as update()'s of SGD and Adam do).
-  std::vector<TensorT<T>>& buffers(std::size_t i);
-  // Whether parameter i has its buffers yet (SGD's first momentum step copies the gradient instead).
-  bool has_buffers(std::size_t i) const { return !buffers_[i].empty(); }
-
-  // f(i, from, count) over the elements of every parameter (i: its index in params(); [from, from + count):
-  // a range of its elements), in one parallel region for the whole update rather than one per parameter
-  // (a region is a start and a wait, and a step had dozens of them here: docs/performance.md). The
-  // parameters are laid end to end, each starting on a multiple of 16 elements, and cut into pieces on
-  // multiples of 16, so a range starts where a pass over the whole parameter has a packet boundary
-  // (core/parallel.hpp, parallel_rows): an elementwise update has the same bits at any thread count. f
-  // runs on several threads at once, on disjoint ranges. Allocates nothing after the first call.
+  // f(slice) over every parameter's elements in ranges, in one parallel region for the whole update rather
+  // than one per parameter (a region is a start and a wait: docs/performance.md); a parameter's buffers are
+  // made first (zeros, the only allocation) when `with_buffers` and it has none. The parameters are laid end
+  // to end, each starting on a multiple of 16 elements, and cut into pieces on multiples of 16, so a range
+  // starts where a pass over the whole parameter has a packet boundary (core/parallel.hpp, parallel_rows):
+  // an elementwise update has the same bits at any thread count. f runs on several threads at once, on
+  // disjoint ranges.
   template <class F>
-  void for_each_range(F&& f) {
+  void for_each_slice(bool with_buffers, F&& f) {
     constexpr Index kAlign = 16;
     const std::size_t n = params_.size();
     starts_.resize(n + 1);
+    fresh_.resize(n);
     Index total = 0;
     for (std::size_t i = 0; i < n; ++i) {
       starts_[i] = total;
       total += (params_[i]->value.numel() + kAlign - 1) / kAlign * kAlign;
+      fresh_[i] = with_buffers && buffers_[i].empty();
+      if (fresh_[i]) buffers_[i].assign(buffer_names_.size(), TensorT<T>(params_[i]->value.shape()));
     }
     starts_[n] = total;
     parallel_for(
@@ -208,9 +220,17 @@ class Optimizer {
           auto i =
               static_cast<std::size_t>(std::upper_bound(starts_.begin(), starts_.end(), begin) - starts_.begin()) - 1;
           for (; i < n && starts_[i] < end; ++i) {
+            Parameter<T>& p = *params_[i];
             const Index from = std::max(begin, starts_[i]) - starts_[i];
-            const Index to = std::min(end - starts_[i], params_[i]->value.numel());
-            if (to > from) f(i, from, to - from);
+            const Index to = std::min(end - starts_[i], p.value.numel());
+            if (to > from)
+              f(ParamSlice<T>{p,
+                              {p.value.data() + from, to - from},
+                              {p.grad.data() + from, to - from},
+                              fresh_[i] != 0,
+                              from,
+                              to - from,
+                              buffers_[i]});
           }
         },
         kAlign);
@@ -219,7 +239,8 @@ class Optimizer {
  private:
   void check_shapes() const;
 
-  std::vector<Index> starts_;  // for_each_range: where each parameter starts among all the elements
+  std::vector<Index> starts_;  // for_each_slice: where each parameter starts among all the elements
+  std::vector<char> fresh_;    // for_each_slice: per parameter, its buffers were made for this step
 
   std::vector<Parameter<T>*> params_;
   std::string kind_;
@@ -237,9 +258,11 @@ concept OptionsCheckThemselves = requires {
 }
 &&hook_signature<"void check(std::string_view op) const", decltype(&O::check), void (O::*)(std::string_view) const>();
 
-// The part every optimizer with an options struct O shares: O is the one home of the hyperparameters.
-// O has a `double lr` and a fields() table (core/settings.hpp), whose bounds are checked, and may have the
-// hook OptionsCheckThemselves. A user's options struct is the same.
+// An optimizer with an options struct O, the one home of its hyperparameters: O has a `double lr` and a
+// fields() table (core/settings.hpp), whose bounds are checked, and may have the hook OptionsCheckThemselves.
+// The optimizer writes one thing, update(), for one range of one parameter; this class owns the rest: the loop
+// over the parameters and its parallel split, the buffers (named at construction, made at a parameter's first
+// step), state() and load_state(), so a checkpoint saves and resumes it under its kind.
 template <class T, class O>
 class OptimizerWith : public Optimizer<T> {
  public:
@@ -257,18 +280,33 @@ class OptimizerWith : public Optimizer<T> {
  protected:
   OptimizerWith(std::vector<Parameter<T>*> params, O options, std::string kind, std::vector<std::string> buffer_names)
       : Optimizer<T>(std::move(params), kind, std::move(buffer_names)), options_(checked(std::move(options), kind)) {}
+
+  // The update of one range of one parameter, at step t (from 1) with the options o, whose lr is this step's
+  // rate (the schedule's). It runs on several threads at once, on disjoint ranges.
+  virtual void update(const O& o, std::int64_t t, ParamSlice<T> s) const = 0;
+  // Whether the parameters need their buffers (made at their first step) under options o; SGD without
+  // momentum keeps none.
+  virtual bool keeps_buffers(const O&) const { return true; }
+
   void check_hyperparameters(const Settings& h) const override { (void)read(h); }
   void apply_hyperparameters(const Settings& h) override { options_ = read(h); }
 
   O options_;
 
  private:
+  void update_all(double lr, std::int64_t t) final {
+    now_ = options_;  // an assignment: a string field keeps its storage, so a step allocates nothing
+    now_.lr = lr;
+    this->for_each_slice(keeps_buffers(now_), [&](ParamSlice<T> s) { update(now_, t, s); });
+  }
   static O checked(O options, std::string_view op) {
     check_fields(options, op);
     if constexpr (OptionsCheckThemselves<O>) options.check(op);
     return options;
   }
   static O read(const Settings& h) { return checked(from_settings<O>(h, "load_state"), "load_state"); }
+
+  O now_;  // this step's options: options_ with the schedule's rate
 };
 
 // torch.optim.SGD. Buffer: "momentum_buffer" (only with momentum != 0).
@@ -278,41 +316,34 @@ class SGD final : public OptimizerWith<T, SgdOptions> {
   explicit SGD(std::vector<Parameter<T>*> params, SgdOptions options = {});
 
  private:
-  void update(double lr, std::int64_t t) override;
-
-  std::vector<char> first_;  // per parameter: this update creates its momentum buffer (buf = d_p)
+  void update(const SgdOptions& o, std::int64_t t, ParamSlice<T> s) const override;
+  bool keeps_buffers(const SgdOptions& o) const override { return o.momentum != 0; }
 };
 
-// Adam and AdamW share everything but where weight decay enters. Buffers: "exp_avg", "exp_avg_sq".
-// Hyperparameters: AdamOptions' fields, and "decay_on = matrices" when options().decay_on is matrices.
+// torch.optim.Adam: weight decay is added to the gradient (L2 regularisation). Buffers: "exp_avg",
+// "exp_avg_sq". Hyperparameters: AdamOptions' fields, and "decay_on = matrices" when options().decay_on is
+// matrices.
 template <class T>
-class AdamFamily : public OptimizerWith<T, AdamOptions> {
+class Adam : public OptimizerWith<T, AdamOptions> {
  public:
+  explicit Adam(std::vector<Parameter<T>*> params, AdamOptions options = {});
   DecayOn decay_on() const { return this->options_.decay_on; }
   Settings hyperparameters() const override;
 
  protected:
-  AdamFamily(std::vector<Parameter<T>*> params, AdamOptions options, bool decoupled_decay, OptimizerKind kind);
+  Adam(std::vector<Parameter<T>*> params, AdamOptions options, OptimizerKind kind);
 
  private:
-  void update(double lr, std::int64_t t) override;
+  void update(const AdamOptions& o, std::int64_t t, ParamSlice<T> s) const override;
   void check_hyperparameters(const Settings& h) const override;
   void apply_hyperparameters(const Settings& h) override;
-  bool decays(std::size_t i) const;  // whether parameter i's weight decay applies
 
   bool decoupled_decay_;  // AdamW: p *= 1 - lr wd, apart from the gradient
 };
 
-// torch.optim.Adam: weight decay is added to the gradient (L2 regularisation).
+// torch.optim.AdamW: Adam with decoupled weight decay (Loshchilov & Hutter).
 template <class T>
-class Adam final : public AdamFamily<T> {
- public:
-  explicit Adam(std::vector<Parameter<T>*> params, AdamOptions options = {});
-};
-
-// torch.optim.AdamW: decoupled weight decay (Loshchilov & Hutter).
-template <class T>
-class AdamW final : public AdamFamily<T> {
+class AdamW final : public Adam<T> {
  public:
   explicit AdamW(std::vector<Parameter<T>*> params, AdamOptions options = {});
 };
@@ -341,14 +372,8 @@ double clip_grad_norm(const std::vector<Parameter<T>*>& params, double max_norm)
 
 extern template class Optimizer<float>;
 extern template class Optimizer<double>;
-extern template class OptimizerWith<float, SgdOptions>;
-extern template class OptimizerWith<double, SgdOptions>;
-extern template class OptimizerWith<float, AdamOptions>;
-extern template class OptimizerWith<double, AdamOptions>;
 extern template class SGD<float>;
 extern template class SGD<double>;
-extern template class AdamFamily<float>;
-extern template class AdamFamily<double>;
 extern template class Adam<float>;
 extern template class Adam<double>;
 extern template class AdamW<float>;

@@ -41,25 +41,22 @@ struct LionOptions {
   }
 };
 
-// The update, per parameter, with the momentum m (one buffer, "exp_avg", the parameter's shape):
+// The update, elementwise, with the momentum m (one buffer, "exp_avg", the parameter's shape):
 //   p -= lr (sign(beta1 m + (1 - beta1) g) + wd p);   m = beta2 m + (1 - beta2) g
+// The library calls update() for each range of each parameter's elements (in parallel), with o.lr this step's
+// rate; it makes the buffer, saves and loads it.
 class Lion final : public OptimizerWith<float, LionOptions> {
  public:
   explicit Lion(std::vector<Parameter<float>*> params, LionOptions options = {})
       : OptimizerWith(std::move(params), options, "lion", {"exp_avg"}) {}  // its name in checkpoints, its buffers
 
  private:
-  void update(double lr, std::int64_t) override {
-    const LionOptions& o = options();
+  void update(const LionOptions& o, std::int64_t, ParamSlice<float> s) const override {
     const auto beta1 = static_cast<float>(o.beta1), beta2 = static_cast<float>(o.beta2);
-    const auto rate = static_cast<float>(lr), decay = static_cast<float>(1 - lr * o.weight_decay);
-    for (std::size_t i = 0; i < params().size(); ++i) {
-      auto p = params()[i]->value.array();
-      const auto g = std::as_const(params()[i]->grad).array();
-      auto m = buffers(i)[0].array();  // zeros on the first step
-      p = decay * p - rate * (beta1 * m + (1 - beta1) * g).sign();
-      m = beta2 * m + (1 - beta2) * g;
-    }
+    const auto rate = static_cast<float>(o.lr), decay = static_cast<float>(1 - o.lr * o.weight_decay);
+    auto m = s.buffer(0);  // zeros on the first step
+    s.value = decay * s.value - rate * (beta1 * m + (1 - beta1) * s.grad).sign();
+    m = beta2 * m + (1 - beta2) * s.grad;
   }
 };
 // [readme:optimizer-end]
