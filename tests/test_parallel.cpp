@@ -370,7 +370,7 @@ TEST_CASE("cpu: each level's features are checked, and only its own") {
   CHECK(missing_cpu_features().empty());
 }
 
-TEST_CASE("parallel: a small model's products and passes stay on one thread by default; larger ones split") {
+TEST_CASE("parallel: a small model's products and passes stay on one thread by default, larger ones split") {
   // A split moves its operands and results between cores' caches: on 2 threads W2's step (512 x 64
   // activations) was slower than on 1 while its products and its residual add's gradients split (issue 56).
   if (!have_openmp()) return;
