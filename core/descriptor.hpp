@@ -27,8 +27,9 @@ class Descriptor {
   Descriptor& operator=(const Descriptor&) = delete;
   Descriptor(Descriptor&& other) noexcept : fd_(other.release()) {}
   Descriptor& operator=(Descriptor&& other) noexcept {
+    const int fd = other.release();  // before close(): a move into itself keeps its descriptor open
     close();
-    fd_ = other.release();
+    fd_ = fd;
     return *this;
   }
   ~Descriptor() { close(); }
@@ -36,8 +37,7 @@ class Descriptor {
   int get() const { return fd_; }
   bool open() const { return fd_ >= 0; }
   void close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
+    if (fd_ >= 0) ::close(std::exchange(fd_, -1));
   }
   // Closes it now and says how that went (0, or -1 with errno): for a file just written, whose close
   // can report a write the kernel deferred.

@@ -2,6 +2,7 @@
 // lock that gives a run its output folder (a second holder is refused, naming the first; a dead holder
 // leaves no lock behind), and the cleanup of a killed writer's temporary files.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -13,6 +14,7 @@
 #include <fstream>
 
 #include "helpers.hpp"
+#include "tapegrad/core/descriptor.hpp"
 #include "tapegrad/core/error.hpp"
 #include "tapegrad/core/file_io.hpp"
 #include "tapegrad/train/program/output_folder.hpp"
@@ -59,6 +61,23 @@ TEST_CASE("read_file: the whole file under the limit, a device, a folder, a pipe
                        fmt::format("op: cannot open '{}': No such file or directory", (dir / "missing").string()).c_str(),
                        FileError);
   fs::remove_all(dir);
+}
+
+TEST_CASE("Descriptor: moved into itself it keeps its file open, moved to another it is closed once, by the other") {
+  detail::Descriptor d(::open("/dev/null", O_RDONLY));
+  REQUIRE(d.open());
+  const int fd = d.get();
+  detail::Descriptor& same = d;  // a self-move through a reference, as a swap of two slots can make one
+  d = std::move(same);
+  CHECK(d.get() == fd);
+  CHECK(::fcntl(fd, F_GETFD) != -1);  // still open
+  {
+    detail::Descriptor other;
+    other = std::move(d);
+    CHECK(other.get() == fd);
+    CHECK_FALSE(d.open());
+  }
+  CHECK(::fcntl(fd, F_GETFD) == -1);  // closed when `other` went
 }
 
 TEST_CASE("format_bytes: sizes as the messages give them, in decimal units") {
