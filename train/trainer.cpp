@@ -39,11 +39,10 @@ TrainerBase::TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Inde
     : model_(model),
       registered_(registered_sorted(std::as_const(model))),
       optimizer_(optimizer),
-      sampler_(train_size, checked(options).batch, options.seed),
+      state_{.options = checked(options), .data_fingerprint = fingerprint},
+      sampler_(train_size, options.batch, options.seed),
       rng_(options.seed, kTrainingStream),
       reducer_(std::make_unique<SingleProcess>()) {
-  state_.options = options;
-  state_.data_fingerprint = fingerprint;
   model_.set_rng(&rng_);          // dropout draws from the stream checkpoints save
   tape_.set_release_grads(true);  // nothing reads a step's inner gradients: the walk holds the live ones only
   optimizer_.zero_grad();
