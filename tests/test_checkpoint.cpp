@@ -678,7 +678,9 @@ TEST_CASE("checkpoint: a file of format 1 or 2 is refused in one line that names
                        doctest::Contains("convert 'old.tgck': a training checkpoint of tapegrad 0.1 names its data"),
                        FormatError);
   // Other data than the file's (0.1 recorded its examples' CRC-32) is refused, as train --resume refused it.
-  const convert::DataOf other_data = [](const Checkpoint&) { return convert::TrainingData{.examples_crc32 = 1}; };
+  const convert::DataOf other_data = [](const Checkpoint&) {
+    return convert::TrainingData{.examples_crc32 = 1, .fingerprint = 0, .eval_fingerprint = {}};
+  };
   CHECK_THROWS_WITH_AS(convert::convert_checkpoint(std::as_bytes(std::span<const char>(v1)), "old.tgck", other_data),
                        doctest::Contains("convert 'old.tgck': the training data differs from the data the checkpoint "
                                          "was trained on (fingerprint "),
