@@ -14,12 +14,6 @@ std::string_view dtype_of() {
   return std::is_same_v<T, float> ? "f32" : "f64";
 }
 
-// " as f32" for values of the other element type: what they become is what is checked.
-template <class T>
-std::string as_dtype(const StateValue& v) {
-  return kind_name(v) == dtype_of<T>() ? "" : fmt::format(" as {}", dtype_of<T>());
-}
-
 // "the file holds a model of kind 'x' but this one is of kind 'y'"; "setting 'residual' is true in the file
 // but false in the model; ..." for two records of one kind.
 std::string record_differences(const ModelRecord& file, const ModelRecord& model) {
@@ -310,7 +304,8 @@ LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions optio
         fail<FormatError>(
             "load: parameter '{}' holds {} non-finite values (NaN or Inf) of {}{}; nothing was loaded "
             "(LoadOptions::allow_non_finite loads it anyway)",
-            escaped(name), bad, value_count(in.value(name)), as_dtype<T>(in.value(name)));
+            escaped(name), bad, value_count(in.value(name)),
+            kind_name(in.value(name)) == dtype_of<T>() ? "" : fmt::format(" as {}", dtype_of<T>()));  // what is checked
   apply_weights(in, params, report.loaded);
   return report;
 }

@@ -338,9 +338,7 @@ TrainerState read_trainer_state(const State& in) {
   TrainerState s;
   try {
     s.options = from_settings<TrainOptions>(read_settings(in.at("options")), "the trainer's options");
-  } catch (const FormatError&) {
-    throw;
-  } catch (const Error& e) {
+  } catch (const Error& e) {  // a FormatError, whatever the setting's check threw
     throw FormatError(e.what());
   }
   s.step = in.get<Index>("step");
