@@ -218,7 +218,7 @@ void load_format2(InArchive& ar, File& f) {
   legacy::load(ar, f.model.kind);
   load_settings(ar, f.model.config, "the model's configuration");
   load_records(ar, f.parameters, "the parameter list");
-  load_map(ar, f.metadata, "the metadata");
+  load_metadata(ar, f.metadata);
   if (load_bool(ar, "the has-training flag")) {
     f.training.emplace();
     load(ar, f.training->optimizer);
