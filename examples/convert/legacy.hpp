@@ -32,7 +32,6 @@ namespace tapegrad::convert::legacy {
 // anything is allocated for it, and a corrupt size is a FormatError in every format.
 using checkpoint_detail::InArchive;
 using checkpoint_detail::kMinSettingBytes;
-using checkpoint_detail::kMinShapeBytes;
 using checkpoint_detail::kMinStringBytes;
 using checkpoint_detail::kSizeTagBytes;
 using checkpoint_detail::load;
@@ -94,6 +93,7 @@ struct File {
 inline constexpr std::string_view kLoopMetadata = "tapegrad.loop";
 
 // The fewest bytes each record takes (a size tag is 8 bytes).
+inline constexpr std::size_t kMinShapeBytes = 4 + 3 * 8;  // rank, then batch, rows and cols
 inline constexpr std::size_t kMinTensorBytes = 2 * kMinStringBytes + kMinShapeBytes + kSizeTagBytes;
 inline constexpr std::size_t kMinNamedValueBytes = kMinStringBytes + 8;
 inline constexpr std::size_t kMinMetricWindowBytes = kMinStringBytes + 2 * 8;

@@ -53,7 +53,6 @@ constexpr bool is_json = std::is_same_v<A, cereal::JSONOutputArchive>;
 // anything is reserved for them, so a 1 KB file never makes the reader allocate gigabytes.
 inline constexpr std::size_t kSizeTagBytes = 8;
 inline constexpr std::size_t kMinStringBytes = kSizeTagBytes;
-inline constexpr std::size_t kMinShapeBytes = 4 + 3 * 8;
 inline constexpr std::size_t kMinSettingBytes = 2 * kMinStringBytes;
 inline constexpr std::size_t kMinEntryBytes = kMinStringBytes + 1 + kSizeTagBytes;  // name, kind, a list's size
 
@@ -73,9 +72,10 @@ inline void load(InArchive& ar, std::string& s) {
 }
 
 template <class N>
-void load_numbers(InArchive& ar, std::vector<N>& v, std::string_view what) {
-  v.resize(read_size(ar, sizeof(N), what));
+std::vector<N> load_numbers(InArchive& ar, std::string_view what) {
+  std::vector<N> v(read_size(ar, sizeof(N), what));
   ar(cereal::binary_data(v.data(), v.size() * sizeof(N)));
+  return v;
 }
 
 inline std::int64_t load_i64(InArchive& ar) {
@@ -210,18 +210,12 @@ inline void load(InArchive& ar, StateEntry& e) {
       return load_tensor<float>(ar, e);
     case EntryKind::f64:
       return load_tensor<double>(ar, e);
-    case EntryKind::ints: {
-      std::vector<std::int64_t> v;
-      load_numbers(ar, v, what);
-      e.value = std::move(v);
+    case EntryKind::ints:
+      e.value = load_numbers<std::int64_t>(ar, what);
       return;
-    }
-    case EntryKind::numbers: {
-      std::vector<double> v;
-      load_numbers(ar, v, what);
-      e.value = std::move(v);
+    case EntryKind::numbers:
+      e.value = load_numbers<double>(ar, what);
       return;
-    }
     case EntryKind::texts: {
       std::vector<std::string> v(read_size(ar, kMinStringBytes, what));
       for (auto& s : v) load(ar, s);
