@@ -31,8 +31,6 @@ void put_le(std::byte* p, U v) {
   for (std::size_t i = 0; i < sizeof(U); ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
 }
 
-std::uint32_t crc32_of(const std::byte* data, std::size_t n) { return Crc32().add(data, n).value(); }
-
 template <class U>
 U get_le(const std::byte* p) {
   U v = 0;
@@ -90,7 +88,7 @@ std::vector<std::byte> encode_checkpoint(const Checkpoint& c) {
   std::memcpy(out.data(), kMagic, sizeof kMagic);
   put_le<std::uint32_t>(out.data() + 8, kCheckpointFormat);  // the flags, at 12, stay 0
   put_le<std::uint64_t>(out.data() + 16, payload);
-  put_le<std::uint32_t>(out.data() + 24, crc32_of(out.data() + kHeaderBytes, payload));
+  put_le<std::uint32_t>(out.data() + 24, Crc32().add(out.data() + kHeaderBytes, payload).value());
   return out;
 }
 
@@ -128,7 +126,7 @@ Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view 
   if (length < available)
     fail<FormatError>("load '{}': {} stray bytes after the {}-byte payload", source, available - length, length);
   const std::byte* payload = bytes.data() + kHeaderBytes;
-  const std::uint32_t actual = crc32_of(payload, available);
+  const std::uint32_t actual = Crc32().add(payload, available).value();
   if (actual != crc)
     fail<FormatError>(
         "load '{}': checksum mismatch (the header says {:08x}, the payload has {:08x}): the file is corrupt", source,
@@ -181,6 +179,12 @@ std::vector<const StateEntry*> model_weights(const Checkpoint& c) {
   for (const StateEntry& e : c.entries)
     if (e.name.starts_with(prefix) && e.value.index() <= 1) out.push_back(&e);
   return out;
+}
+
+Index parameter_values_held(const Checkpoint& c) {
+  Index held = 0;
+  for (const StateEntry* e : model_weights(c)) held += value_count(e->value);
+  return held;
 }
 
 double norm(const StateValue& v) {
@@ -306,9 +310,8 @@ std::string describe_checkpoint(const Checkpoint& c) {
   std::string s = fmt::format("tapegrad checkpoint, format {}, written by tapegrad {}\nmodel: {}\n", kCheckpointFormat,
                               p(c.tapegrad_version), p(c.model.describe()));
   const std::vector<const StateEntry*> weights = model_weights(c);
-  Index scalars = 0;
-  for (const StateEntry* e : weights) scalars += value_count(e->value);
-  s += fmt::format("parameters: {} tensors, {} values, crc32 {:08x}\n", weights.size(), scalars, weights_crc32(c));
+  s += fmt::format("parameters: {} tensors, {} values, crc32 {:08x}\n", weights.size(), parameter_values_held(c),
+                   weights_crc32(c));
   Index non_finite = 0;
   for (const StateEntry* e : weights) {
     const Index bad = non_finite_count(e->value);
@@ -346,12 +349,6 @@ const Settings& model_config_of(const Checkpoint& c, std::string_view kind) {
     fail<FormatError>("load: the file holds a model of kind '{}', not '{}'",
                       c.model.kind.empty() ? "(not described)" : escaped(c.model.kind), kind);
   return c.model.config;
-}
-
-Index parameter_values_held(const Checkpoint& c) {
-  Index held = 0;
-  for (const StateEntry* e : model_weights(c)) held += value_count(e->value);
-  return held;
 }
 
 void check_count(const Checkpoint& c, Index count) {

@@ -21,14 +21,9 @@ std::string describe_value(const StateValue& value) {
 }
 
 std::optional<Shape> tensor_shape(const StateValue& value) {
-  return std::visit(
-      [](const auto& x) -> std::optional<Shape> {
-        if constexpr (requires { x.shape(); })
-          return x.shape();
-        else
-          return std::nullopt;
-      },
-      value);
+  if (const auto* t = std::get_if<TensorT<float>>(&value)) return t->shape();
+  if (const auto* t = std::get_if<TensorT<double>>(&value)) return t->shape();
+  return std::nullopt;
 }
 
 Index value_count(const StateValue& value) {
@@ -43,20 +38,6 @@ Index value_count(const StateValue& value) {
 }
 
 // ---- State ---------------------------------------------------------------------------------------------
-
-State State::writer(std::vector<StateEntry>& out, std::string prefix) {
-  State s;
-  s.out_ = &out;
-  s.prefix_ = std::move(prefix);
-  return s;
-}
-
-State State::reader(const detail::StateIndex& in, std::string prefix) {
-  State s;
-  s.in_ = &in;
-  s.prefix_ = std::move(prefix);
-  return s;
-}
 
 std::string State::full_name(std::string_view name) const {
   if (prefix_.empty()) return std::string(name);
