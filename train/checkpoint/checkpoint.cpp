@@ -317,8 +317,7 @@ std::string describe_checkpoint(const Checkpoint& c) {
     const Index bad = non_finite_count(e->value);
     non_finite += bad;
     const std::string_view name = std::string_view(e->name).substr(kModelPart.size() + 1);
-    const std::string kind_shape = describe_value(e->value);  // "f32 2x8"
-    s += fmt::format("  {:<20} {} {:>10}  norm {:.6g}{}\n", p(name), kind_shape.substr(0, 3), kind_shape.substr(4),
+    s += fmt::format("  {:<20} {} {:>10}  norm {:.6g}{}\n", p(name), kind_name(e->value), tensor_shape(e->value)->str(),
                      norm(e->value), bad ? fmt::format("  ({} non-finite values: NaN or Inf)", bad) : "");
   }
   if (non_finite)
@@ -402,15 +401,14 @@ std::string LoadReport::str() const {
   if (!restored.empty()) {
     s = "restored " + quoted_list(restored);
     if (!unexpected.empty()) s += "; left the file's " + quoted_list(unexpected);
-    for (const auto& c : converted) s += "; converted " + c;
-    return s;
+  } else {
+    s = fmt::format("loaded {} parameters", loaded.size());
+    if (!missing.empty()) s += "; not in the file: " + quoted_list(missing);
+    if (!unexpected.empty()) s += "; not in the model: " + quoted_list(unexpected);
+    constexpr std::size_t kShown = 10;
+    for (std::size_t i = 0; i < mismatched.size() && i < kShown; ++i) s += "; skipped " + mismatched[i];
+    if (mismatched.size() > kShown) s += fmt::format("; {} more skipped", mismatched.size() - kShown);
   }
-  s = fmt::format("loaded {} parameters", loaded.size());
-  if (!missing.empty()) s += "; not in the file: " + quoted_list(missing);
-  if (!unexpected.empty()) s += "; not in the model: " + quoted_list(unexpected);
-  constexpr std::size_t kShown = 10;
-  for (std::size_t i = 0; i < mismatched.size() && i < kShown; ++i) s += "; skipped " + mismatched[i];
-  if (mismatched.size() > kShown) s += fmt::format("; {} more skipped", mismatched.size() - kShown);
   for (const auto& c : converted) s += "; converted " + c;
   return s;
 }

@@ -109,22 +109,18 @@ StateIndex::StateIndex(const std::vector<StateEntry>& entries) : entries_(&entri
 }
 
 const StateEntry* StateIndex::find(std::string_view name) const {
-  const auto it = std::lower_bound(sorted_.begin(), sorted_.end(), name,
-                                   [](const auto& a, std::string_view b) { return a.first < b; });
+  const auto it = std::lower_bound(sorted_.begin(), sorted_.end(), std::pair(name, std::size_t{0}));
   return it != sorted_.end() && it->first == name ? &(*entries_)[it->second] : nullptr;
 }
 
 std::vector<const StateEntry*> StateIndex::under(std::string_view prefix) const {
   // "<prefix>" and "<prefix>.*" sort together: from "<prefix>" up to the first name that does not start so.
-  std::vector<std::size_t> at;
-  auto it = std::lower_bound(sorted_.begin(), sorted_.end(), prefix,
-                             [](const auto& a, std::string_view b) { return a.first < b; });
-  for (; it != sorted_.end() && it->first.starts_with(prefix); ++it)
-    if (prefix.empty() || it->first.size() == prefix.size() || it->first[prefix.size()] == '.')
-      at.push_back(it->second);
-  std::sort(at.begin(), at.end());
   std::vector<const StateEntry*> out;
-  for (std::size_t i : at) out.push_back(&(*entries_)[i]);
+  for (auto it = std::lower_bound(sorted_.begin(), sorted_.end(), std::pair(prefix, std::size_t{0}));
+       it != sorted_.end() && it->first.starts_with(prefix); ++it)
+    if (prefix.empty() || it->first.size() == prefix.size() || it->first[prefix.size()] == '.')
+      out.push_back(&(*entries_)[it->second]);
+  std::sort(out.begin(), out.end());  // in the file's order: the entries are one vector
   return out;
 }
 
