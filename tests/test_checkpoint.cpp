@@ -399,6 +399,17 @@ TEST_CASE("checkpoint: what the fuzzer found stays fixed: an empty file, a byte 
                        FormatError);
 }
 
+TEST_CASE("checkpoint: a metadata key given twice is refused (a map keeps one of them, and readers would differ)") {
+  Index step = 5;
+  Checkpoint c = snapshot({{"step", step}});
+  c.metadata = {{"key_a", "first"}, {"key_b", "second"}};
+  std::vector<std::byte> bytes = encode_checkpoint(c);
+  bytes[offset_of(bytes, "key_b") + 4] = std::byte{'a'};  // "key_b" becomes a second "key_a"
+  reseal(bytes);
+  CHECK_THROWS_WITH_AS(decode_checkpoint(bytes, "x.tgck"), "load 'x.tgck': corrupt payload: the metadata has the key 'key_a' twice",
+                       FormatError);
+}
+
 TEST_CASE("checkpoint: a shape whose element count overflows is refused before anything multiplies it") {
   // Three dimensions of 2^30: each plausible alone, their product (2^90) no integer holds. Computing it
   // was undefined behaviour that a forged file could reach.

@@ -83,6 +83,20 @@ TrainConfig1 load_train_config(InArchive& ar) {
   return c;
 }
 
+// 0.1's hyperparameters: a size tag, then (name, number) pairs, no name twice.
+std::map<std::string, double> load_hyperparameters(InArchive& ar) {
+  std::map<std::string, double> out;
+  const std::size_t n = read_size(ar, kMinStringBytes + sizeof(double), "the hyperparameters");
+  for (std::size_t i = 0; i < n; ++i) {
+    std::string name;
+    load(ar, name);
+    const double value = load_double(ar);
+    if (!out.emplace(name, value).second)
+      fail<FormatError>("the hyperparameters has the key '{}' twice", escaped(name));
+  }
+  return out;
+}
+
 // 0.1 saved the hyperparameters as numbers, lr being the rate of the last step (the schedule had set
 // it); today's are the options' fields as text, lr being the optimizer's own.
 Settings hyperparameters(const std::string& kind, const std::map<std::string, double>& h, double lr) {
@@ -150,7 +164,7 @@ void load_format1(InArchive& ar, File& c) {
   load(ar, c.tapegrad_version);
   c.model = load_model(ar);
   load_records(ar, c.parameters, "the parameter list");
-  load_map(ar, c.metadata, "the metadata");
+  load_metadata(ar, c.metadata);
   if (!load_bool(ar, "the has-training flag")) return;
   TrainConfig1 config = load_train_config(ar);
   TrainingRecord t;
@@ -158,9 +172,7 @@ void load_format1(InArchive& ar, File& c) {
   if (t.optimizer.kind != config.optimizer)
     fail<FormatError>("the optimizer is '{}' in the training configuration but '{}' in its state", config.optimizer,
                       t.optimizer.kind);
-  std::map<std::string, double> h;
-  load_map(ar, h, "the hyperparameters");
-  t.optimizer.hyperparameters = hyperparameters(t.optimizer.kind, h, config.lr);
+  t.optimizer.hyperparameters = hyperparameters(t.optimizer.kind, load_hyperparameters(ar), config.lr);
   t.optimizer.schedule = config.schedule;
   t.optimizer.step = load_i64(ar);
   load_records(ar, t.optimizer.buffers, "the optimizer buffers");

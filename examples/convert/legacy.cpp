@@ -12,11 +12,10 @@ void load(InArchive& ar, TensorRecord& t) {
   legacy::load(ar, t.dtype);
   legacy::load(ar, t.shape);
   if (t.dtype == "f32") {
-    std::vector<float> v;
-    load_numbers(ar, v, fmt::format("tensor '{}'", escaped(t.name)));
+    const auto v = load_numbers<float>(ar, fmt::format("tensor '{}'", escaped(t.name)));
     t.values.assign(v.begin(), v.end());
   } else if (t.dtype == "f64") {
-    load_numbers(ar, t.values, fmt::format("tensor '{}'", escaped(t.name)));
+    t.values = load_numbers<double>(ar, fmt::format("tensor '{}'", escaped(t.name)));
   } else {
     fail<FormatError>("tensor '{}' has the element type '{}'; f32 and f64 are known", escaped(t.name),
                       escaped(t.dtype));
@@ -47,8 +46,7 @@ void load(InArchive& ar, CurvePoint& p) {
 namespace {
 
 Rng::State load_rng(InArchive& ar, std::string_view what) {
-  std::vector<std::uint64_t> words;
-  load_numbers(ar, words, what);
+  const auto words = load_numbers<std::uint64_t>(ar, what);
   if (words.size() != 4) fail<FormatError>("{} has {} words; xoshiro256** has 4", what, words.size());
   Rng::State s;
   std::copy(words.begin(), words.end(), s.words.begin());
@@ -204,8 +202,7 @@ Checkpoint convert(File f) {
 void load_data_order(InArchive& ar, Sampler::State& s) {
   ar(s.epoch);
   s.cursor = load_i64(ar);
-  std::vector<std::int64_t> order;
-  load_numbers(ar, order, "the data order");
+  const auto order = load_numbers<std::int64_t>(ar, "the data order");
   s.order.assign(order.begin(), order.end());
   // A stored order is for as many examples as it holds; a computed one (empty) is of unknown size in these
   // formats (Sampler::State::examples 0).
@@ -218,7 +215,7 @@ void load_format2(InArchive& ar, File& f) {
   legacy::load(ar, f.model.kind);
   load_settings(ar, f.model.config, "the model's configuration");
   load_records(ar, f.parameters, "the parameter list");
-  load_map(ar, f.metadata, "the metadata");
+  load_metadata(ar, f.metadata);
   if (load_bool(ar, "the has-training flag")) {
     f.training.emplace();
     load(ar, f.training->optimizer);

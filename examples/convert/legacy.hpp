@@ -32,17 +32,30 @@ namespace tapegrad::convert::legacy {
 // anything is allocated for it, and a corrupt size is a FormatError in every format.
 using checkpoint_detail::InArchive;
 using checkpoint_detail::kMinSettingBytes;
-using checkpoint_detail::kMinShapeBytes;
 using checkpoint_detail::kMinStringBytes;
 using checkpoint_detail::kSizeTagBytes;
 using checkpoint_detail::load;
-using checkpoint_detail::load_bool;
-using checkpoint_detail::load_double;
 using checkpoint_detail::load_i64;
-using checkpoint_detail::load_map;
+using checkpoint_detail::load_metadata;
 using checkpoint_detail::load_numbers;
 using checkpoint_detail::load_settings;
 using checkpoint_detail::read_size;
+
+// Flags and numbers outside entries, which format 3 no longer has. A bool is saved as one byte; reading that
+// byte straight into a bool would make any other value undefined behaviour, so it is read as a byte and
+// checked.
+inline bool load_bool(InArchive& ar, std::string_view what) {
+  std::uint8_t v = 0;
+  ar(v);
+  if (v > 1) fail<FormatError>("{} has the byte {}, not a boolean (0 or 1)", what, v);
+  return v == 1;
+}
+
+inline double load_double(InArchive& ar) {
+  double v = 0;
+  ar(v);
+  return v;
+}
 
 // ---- the records of formats 1 and 2 ---------------------------------------------------------------------
 
@@ -80,6 +93,7 @@ struct File {
 inline constexpr std::string_view kLoopMetadata = "tapegrad.loop";
 
 // The fewest bytes each record takes (a size tag is 8 bytes).
+inline constexpr std::size_t kMinShapeBytes = 4 + 3 * 8;  // rank, then batch, rows and cols
 inline constexpr std::size_t kMinTensorBytes = 2 * kMinStringBytes + kMinShapeBytes + kSizeTagBytes;
 inline constexpr std::size_t kMinNamedValueBytes = kMinStringBytes + 8;
 inline constexpr std::size_t kMinMetricWindowBytes = kMinStringBytes + 2 * 8;

@@ -31,8 +31,6 @@ void put_le(std::byte* p, U v) {
   for (std::size_t i = 0; i < sizeof(U); ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
 }
 
-std::uint32_t crc32_of(const std::byte* data, std::size_t n) { return Crc32().add(data, n).value(); }
-
 template <class U>
 U get_le(const std::byte* p) {
   U v = 0;
@@ -59,23 +57,18 @@ class AppendBytes final : public std::streambuf {
   std::vector<std::byte>& out_;
 };
 
+// What one value of an entry takes in the payload: 4 or 8 bytes, a text some 16.
+std::size_t each_bytes(const StateValue& v) {
+  if (std::holds_alternative<TensorT<float>>(v)) return sizeof(float);
+  return std::holds_alternative<std::vector<std::string>>(v) ? 16 : 8;
+}
+
 // The payload's size before it is written, to reserve it: the values dominate; the names, shapes and
 // settings are small beside them.
 std::size_t payload_estimate(const Checkpoint& c) {
   std::size_t bytes = 4096;
   for (const StateEntry& e : c.entries)
-    bytes += 64 + e.name.size() +
-             std::visit(
-                 [](const auto& v) -> std::size_t {
-                   using V = std::remove_cvref_t<decltype(v)>;
-                   if constexpr (requires { v.numel(); })
-                     return static_cast<std::size_t>(v.numel()) * sizeof(typename V::Scalar);
-                   else if constexpr (std::is_same_v<V, std::vector<std::string>>)
-                     return 16 * v.size();
-                   else
-                     return 8 * v.size();
-                 },
-                 e.value);
+    bytes += 64 + e.name.size() + each_bytes(e.value) * static_cast<std::size_t>(value_count(e.value));
   return bytes;
 }
 
@@ -95,7 +88,7 @@ std::vector<std::byte> encode_checkpoint(const Checkpoint& c) {
   std::memcpy(out.data(), kMagic, sizeof kMagic);
   put_le<std::uint32_t>(out.data() + 8, kCheckpointFormat);  // the flags, at 12, stay 0
   put_le<std::uint64_t>(out.data() + 16, payload);
-  put_le<std::uint32_t>(out.data() + 24, crc32_of(out.data() + kHeaderBytes, payload));
+  put_le<std::uint32_t>(out.data() + 24, Crc32().add(out.data() + kHeaderBytes, payload).value());
   return out;
 }
 
@@ -133,7 +126,7 @@ Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view 
   if (length < available)
     fail<FormatError>("load '{}': {} stray bytes after the {}-byte payload", source, available - length, length);
   const std::byte* payload = bytes.data() + kHeaderBytes;
-  const std::uint32_t actual = crc32_of(payload, available);
+  const std::uint32_t actual = Crc32().add(payload, available).value();
   if (actual != crc)
     fail<FormatError>(
         "load '{}': checksum mismatch (the header says {:08x}, the payload has {:08x}): the file is corrupt", source,
@@ -186,6 +179,12 @@ std::vector<const StateEntry*> model_weights(const Checkpoint& c) {
   for (const StateEntry& e : c.entries)
     if (e.name.starts_with(prefix) && e.value.index() <= 1) out.push_back(&e);
   return out;
+}
+
+Index parameter_values_held(const Checkpoint& c) {
+  Index held = 0;
+  for (const StateEntry* e : model_weights(c)) held += value_count(e->value);
+  return held;
 }
 
 double norm(const StateValue& v) {
@@ -311,16 +310,14 @@ std::string describe_checkpoint(const Checkpoint& c) {
   std::string s = fmt::format("tapegrad checkpoint, format {}, written by tapegrad {}\nmodel: {}\n", kCheckpointFormat,
                               p(c.tapegrad_version), p(c.model.describe()));
   const std::vector<const StateEntry*> weights = model_weights(c);
-  Index scalars = 0;
-  for (const StateEntry* e : weights) scalars += value_count(e->value);
-  s += fmt::format("parameters: {} tensors, {} values, crc32 {:08x}\n", weights.size(), scalars, weights_crc32(c));
+  s += fmt::format("parameters: {} tensors, {} values, crc32 {:08x}\n", weights.size(), parameter_values_held(c),
+                   weights_crc32(c));
   Index non_finite = 0;
   for (const StateEntry* e : weights) {
     const Index bad = non_finite_count(e->value);
     non_finite += bad;
     const std::string_view name = std::string_view(e->name).substr(kModelPart.size() + 1);
-    const std::string kind_shape = describe_value(e->value);  // "f32 2x8"
-    s += fmt::format("  {:<20} {} {:>10}  norm {:.6g}{}\n", p(name), kind_shape.substr(0, 3), kind_shape.substr(4),
+    s += fmt::format("  {:<20} {} {:>10}  norm {:.6g}{}\n", p(name), kind_name(e->value), tensor_shape(e->value)->str(),
                      norm(e->value), bad ? fmt::format("  ({} non-finite values: NaN or Inf)", bad) : "");
   }
   if (non_finite)
@@ -351,12 +348,6 @@ const Settings& model_config_of(const Checkpoint& c, std::string_view kind) {
     fail<FormatError>("load: the file holds a model of kind '{}', not '{}'",
                       c.model.kind.empty() ? "(not described)" : escaped(c.model.kind), kind);
   return c.model.config;
-}
-
-Index parameter_values_held(const Checkpoint& c) {
-  Index held = 0;
-  for (const StateEntry* e : model_weights(c)) held += value_count(e->value);
-  return held;
 }
 
 void check_count(const Checkpoint& c, Index count) {
@@ -410,15 +401,14 @@ std::string LoadReport::str() const {
   if (!restored.empty()) {
     s = "restored " + quoted_list(restored);
     if (!unexpected.empty()) s += "; left the file's " + quoted_list(unexpected);
-    for (const auto& c : converted) s += "; converted " + c;
-    return s;
+  } else {
+    s = fmt::format("loaded {} parameters", loaded.size());
+    if (!missing.empty()) s += "; not in the file: " + quoted_list(missing);
+    if (!unexpected.empty()) s += "; not in the model: " + quoted_list(unexpected);
+    constexpr std::size_t kShown = 10;
+    for (std::size_t i = 0; i < mismatched.size() && i < kShown; ++i) s += "; skipped " + mismatched[i];
+    if (mismatched.size() > kShown) s += fmt::format("; {} more skipped", mismatched.size() - kShown);
   }
-  s = fmt::format("loaded {} parameters", loaded.size());
-  if (!missing.empty()) s += "; not in the file: " + quoted_list(missing);
-  if (!unexpected.empty()) s += "; not in the model: " + quoted_list(unexpected);
-  constexpr std::size_t kShown = 10;
-  for (std::size_t i = 0; i < mismatched.size() && i < kShown; ++i) s += "; skipped " + mismatched[i];
-  if (mismatched.size() > kShown) s += fmt::format("; {} more skipped", mismatched.size() - kShown);
   for (const auto& c : converted) s += "; converted " + c;
   return s;
 }

@@ -14,12 +14,6 @@ std::string_view dtype_of() {
   return std::is_same_v<T, float> ? "f32" : "f64";
 }
 
-// " as f32" for values of the other element type: what they become is what is checked.
-template <class T>
-std::string as_dtype(const StateValue& v) {
-  return kind_name(v) == dtype_of<T>() ? "" : fmt::format(" as {}", dtype_of<T>());
-}
-
 // "the file holds a model of kind 'x' but this one is of kind 'y'"; "setting 'residual' is true in the file
 // but false in the model; ..." for two records of one kind.
 std::string record_differences(const ModelRecord& file, const ModelRecord& model) {
@@ -201,20 +195,16 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
   std::vector<std::string> problems;
   const std::vector<std::string> in_file = c.parts();
   const std::set<std::string_view> file_parts(in_file.begin(), in_file.end());
-  std::vector<std::string> missing, unexpected;
+  std::vector<std::string> missing;
   for (const StatePart& p : parts)
     if (!file_parts.contains(p.name())) missing.push_back(p.name());
   for (const std::string& part : in_file)
-    if (!given.contains(part)) unexpected.push_back(part);
+    if (!given.contains(part)) report.unexpected.push_back(part);  // left in the file, unless strict refuses them
   if (!missing.empty())
     problems.push_back(fmt::format("the file has no {} (it holds {})", quoted_list(missing),
                                    in_file.empty() ? std::string("nothing") : quoted_list(in_file)));
-  if (!unexpected.empty()) {
-    if (options.strict)
-      problems.push_back(fmt::format("nothing given takes the file's {}", quoted_list(unexpected)));
-    else
-      report.unexpected = unexpected;
-  }
+  if (options.strict && !report.unexpected.empty())
+    problems.push_back(fmt::format("nothing given takes the file's {}", quoted_list(report.unexpected)));
   if (given.contains(kModelPart) && file_parts.contains(kModelPart))  // by the settings' names, in any order
     if (const std::string differ = record_differences(c.model, before.model); !differ.empty())
       problems.push_back(fmt::format("{}: {}", kModelPart, differ));
@@ -310,7 +300,8 @@ LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions optio
         fail<FormatError>(
             "load: parameter '{}' holds {} non-finite values (NaN or Inf) of {}{}; nothing was loaded "
             "(LoadOptions::allow_non_finite loads it anyway)",
-            escaped(name), bad, value_count(in.value(name)), as_dtype<T>(in.value(name)));
+            escaped(name), bad, value_count(in.value(name)),
+            kind_name(in.value(name)) == dtype_of<T>() ? "" : fmt::format(" as {}", dtype_of<T>()));  // what is checked
   apply_weights(in, params, report.loaded);
   return report;
 }

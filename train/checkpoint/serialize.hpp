@@ -53,7 +53,6 @@ constexpr bool is_json = std::is_same_v<A, cereal::JSONOutputArchive>;
 // anything is reserved for them, so a 1 KB file never makes the reader allocate gigabytes.
 inline constexpr std::size_t kSizeTagBytes = 8;
 inline constexpr std::size_t kMinStringBytes = kSizeTagBytes;
-inline constexpr std::size_t kMinShapeBytes = 4 + 3 * 8;
 inline constexpr std::size_t kMinSettingBytes = 2 * kMinStringBytes;
 inline constexpr std::size_t kMinEntryBytes = kMinStringBytes + 1 + kSizeTagBytes;  // name, kind, a list's size
 
@@ -73,18 +72,10 @@ inline void load(InArchive& ar, std::string& s) {
 }
 
 template <class N>
-void load_numbers(InArchive& ar, std::vector<N>& v, std::string_view what) {
-  v.resize(read_size(ar, sizeof(N), what));
+std::vector<N> load_numbers(InArchive& ar, std::string_view what) {
+  std::vector<N> v(read_size(ar, sizeof(N), what));
   ar(cereal::binary_data(v.data(), v.size() * sizeof(N)));
-}
-
-// A bool is saved as one byte; reading that byte straight into a bool would make any other value
-// undefined behaviour, so it is read as a byte and checked.
-inline bool load_bool(InArchive& ar, std::string_view what) {
-  std::uint8_t v = 0;
-  ar(v);
-  if (v > 1) fail<FormatError>("{} has the byte {}, not a boolean (0 or 1)", what, v);
-  return v == 1;
+  return v;
 }
 
 inline std::int64_t load_i64(InArchive& ar) {
@@ -93,27 +84,16 @@ inline std::int64_t load_i64(InArchive& ar) {
   return v;
 }
 
-inline double load_double(InArchive& ar) {
-  double v = 0;
-  ar(v);
-  return v;
-}
-
-template <class Value>
-void load_map(InArchive& ar, std::map<std::string, Value>& out, std::string_view what) {
+// The metadata: a size tag, then (key, value) pairs, no key twice.
+inline void load_metadata(InArchive& ar, std::map<std::string, std::string>& out) {
   out.clear();
-  const std::size_t n =
-      read_size(ar, kMinStringBytes + (std::is_same_v<Value, std::string> ? kMinStringBytes : sizeof(Value)), what);
+  const std::size_t n = read_size(ar, 2 * kMinStringBytes, "the metadata");
   for (std::size_t i = 0; i < n; ++i) {
     std::string key;
-    Value value{};
     load(ar, key);
-    if constexpr (std::is_same_v<Value, std::string>)
-      load(ar, value);
-    else
-      ar(value);
-    if (out.contains(key)) fail<FormatError>("{} has the key '{}' twice", what, escaped(key));
-    out.emplace(std::move(key), std::move(value));
+    const auto added = out.try_emplace(key);
+    if (!added.second) fail<FormatError>("the metadata has the key '{}' twice", escaped(key));
+    load(ar, added.first->second);
   }
 }
 
@@ -230,18 +210,12 @@ inline void load(InArchive& ar, StateEntry& e) {
       return load_tensor<float>(ar, e);
     case EntryKind::f64:
       return load_tensor<double>(ar, e);
-    case EntryKind::ints: {
-      std::vector<std::int64_t> v;
-      load_numbers(ar, v, what);
-      e.value = std::move(v);
+    case EntryKind::ints:
+      e.value = load_numbers<std::int64_t>(ar, what);
       return;
-    }
-    case EntryKind::numbers: {
-      std::vector<double> v;
-      load_numbers(ar, v, what);
-      e.value = std::move(v);
+    case EntryKind::numbers:
+      e.value = load_numbers<double>(ar, what);
       return;
-    }
     case EntryKind::texts: {
       std::vector<std::string> v(read_size(ar, kMinStringBytes, what));
       for (auto& s : v) load(ar, s);
@@ -275,7 +249,7 @@ inline void load_format3(InArchive& ar, Checkpoint& c) {
   load(ar, c.tapegrad_version);
   load(ar, c.model.kind);
   load_settings(ar, c.model.config, "the model's configuration");
-  load_map(ar, c.metadata, "the metadata");
+  load_metadata(ar, c.metadata);
   c.entries.resize(read_size(ar, kMinEntryBytes, "the entry list"));
   for (auto& e : c.entries) load(ar, e);
 }

@@ -21,14 +21,9 @@ std::string describe_value(const StateValue& value) {
 }
 
 std::optional<Shape> tensor_shape(const StateValue& value) {
-  return std::visit(
-      [](const auto& x) -> std::optional<Shape> {
-        if constexpr (requires { x.shape(); })
-          return x.shape();
-        else
-          return std::nullopt;
-      },
-      value);
+  if (const auto* t = std::get_if<TensorT<float>>(&value)) return t->shape();
+  if (const auto* t = std::get_if<TensorT<double>>(&value)) return t->shape();
+  return std::nullopt;
 }
 
 Index value_count(const StateValue& value) {
@@ -43,20 +38,6 @@ Index value_count(const StateValue& value) {
 }
 
 // ---- State ---------------------------------------------------------------------------------------------
-
-State State::writer(std::vector<StateEntry>& out, std::string prefix) {
-  State s;
-  s.out_ = &out;
-  s.prefix_ = std::move(prefix);
-  return s;
-}
-
-State State::reader(const detail::StateIndex& in, std::string prefix) {
-  State s;
-  s.in_ = &in;
-  s.prefix_ = std::move(prefix);
-  return s;
-}
 
 std::string State::full_name(std::string_view name) const {
   if (prefix_.empty()) return std::string(name);
@@ -128,22 +109,18 @@ StateIndex::StateIndex(const std::vector<StateEntry>& entries) : entries_(&entri
 }
 
 const StateEntry* StateIndex::find(std::string_view name) const {
-  const auto it = std::lower_bound(sorted_.begin(), sorted_.end(), name,
-                                   [](const auto& a, std::string_view b) { return a.first < b; });
+  const auto it = std::lower_bound(sorted_.begin(), sorted_.end(), std::pair(name, std::size_t{0}));
   return it != sorted_.end() && it->first == name ? &(*entries_)[it->second] : nullptr;
 }
 
 std::vector<const StateEntry*> StateIndex::under(std::string_view prefix) const {
   // "<prefix>" and "<prefix>.*" sort together: from "<prefix>" up to the first name that does not start so.
-  std::vector<std::size_t> at;
-  auto it = std::lower_bound(sorted_.begin(), sorted_.end(), prefix,
-                             [](const auto& a, std::string_view b) { return a.first < b; });
-  for (; it != sorted_.end() && it->first.starts_with(prefix); ++it)
-    if (prefix.empty() || it->first.size() == prefix.size() || it->first[prefix.size()] == '.')
-      at.push_back(it->second);
-  std::sort(at.begin(), at.end());
   std::vector<const StateEntry*> out;
-  for (std::size_t i : at) out.push_back(&(*entries_)[i]);
+  for (auto it = std::lower_bound(sorted_.begin(), sorted_.end(), std::pair(prefix, std::size_t{0}));
+       it != sorted_.end() && it->first.starts_with(prefix); ++it)
+    if (prefix.empty() || it->first.size() == prefix.size() || it->first[prefix.size()] == '.')
+      out.push_back(&(*entries_)[it->second]);
+  std::sort(out.begin(), out.end());  // in the file's order: the entries are one vector
   return out;
 }
 
@@ -338,9 +315,7 @@ TrainerState read_trainer_state(const State& in) {
   TrainerState s;
   try {
     s.options = from_settings<TrainOptions>(read_settings(in.at("options")), "the trainer's options");
-  } catch (const FormatError&) {
-    throw;
-  } catch (const Error& e) {
+  } catch (const Error& e) {  // a FormatError, whatever the setting's check threw
     throw FormatError(e.what());
   }
   s.step = in.get<Index>("step");

@@ -157,11 +157,12 @@ class State {
   std::string full_name(std::string_view name) const;
 
   // For the library: a State that adds to `out`, or reads from `in`, under `prefix` ("" for the whole).
-  static State writer(std::vector<StateEntry>& out, std::string prefix);
-  static State reader(const detail::StateIndex& in, std::string prefix);
+  static State writer(std::vector<StateEntry>& out, std::string prefix) { return {&out, nullptr, std::move(prefix)}; }
+  static State reader(const detail::StateIndex& in, std::string prefix) { return {nullptr, &in, std::move(prefix)}; }
 
  private:
-  State() = default;
+  State(std::vector<StateEntry>* out, const detail::StateIndex* in, std::string prefix)
+      : out_(out), in_(in), prefix_(std::move(prefix)) {}
   // FormatError: the entry holds another kind than `wanted`'s.
   [[noreturn]] void wrong_kind(std::string_view name, const StateValue& wanted) const;
   template <class V>
@@ -283,8 +284,7 @@ class StatePart {
     using Y = std::remove_const_t<X>;
     static_assert(Stateful<Y>,
                   "a checkpoint part is a Module, an Optimizer, a Trainer, an Rng, a Sampler, an integer, a vector of "
-                  "tensors, or an object "
-                  "with `void save_state(State&) const` and `void load_state(const State&)`");
+                  "tensors, or an object with `void save_state(State&) const` and `void load_state(const State&)`");
     const Y& saved = object;
     if constexpr (requires(State & out) { saved.save_state(out); })
       save_ = [&saved](State& out) { saved.save_state(out); };

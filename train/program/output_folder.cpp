@@ -37,9 +37,8 @@ bool valid_name(std::string_view name) {
   return true;
 }
 
-bool valid_program(std::string_view program) {
-  return !program.empty() && program.size() <= 200 && program.find_first_of(" \t\r\n/") == std::string_view::npos &&
-         valid_name(program);
+bool valid_program(std::string_view program) {  // a name without folders
+  return program.size() <= 200 && program.find('/') == std::string_view::npos && valid_name(program);
 }
 
 // fstatat's view of a name in a folder, not following a link: missing, a regular file, or something
@@ -101,6 +100,13 @@ Place place_of(int top, std::string_view relative, bool create, const fs::path& 
   }
   place.name = std::string(relative.substr(start));
   return place;
+}
+
+// Removes the place's file if it is a regular file (anything else there is left alone); false, with errno
+// set, if the system refused.
+bool remove_regular_at(const Place& place) {
+  return !place.folder.open() || !kind_at(place.folder.get(), place.name.c_str()).regular ||
+         ::unlinkat(place.folder.get(), place.name.c_str(), 0) == 0 || errno == ENOENT;
 }
 
 // Removes write_file's temporary files (".<name>.tmp-<pid>") from the open folder `folder`, regular files
@@ -274,13 +280,10 @@ OutputFolder::OutputFolder(fs::path folder, OutputFolderOptions options)
   files_ = present;
   for (const auto& f : present) check_replaceable(f);
   files_.clear();
-  for (std::size_t i = 0; i < present.size(); ++i) {
-    const Place& place = places[i];
-    if (kind_at(place.folder.get(), place.name.c_str()).regular &&
-        ::unlinkat(place.folder.get(), place.name.c_str(), 0) != 0 && errno != ENOENT)
+  for (std::size_t i = 0; i < present.size(); ++i)
+    if (!remove_regular_at(places[i]))
       fail<FileError>("{}: cannot remove the earlier run's '{}': {}", options_.flag, escaped(folder_ / present[i]),
                       std::strerror(errno));
-  }
   save_manifest();
 }
 
@@ -363,9 +366,7 @@ void OutputFolder::remove(std::string_view relative) {
   const fs::path full = path(relative);
   if (!listed(relative))
     fail<UsageError>("OutputFolder: '{}' is not a file of this run; it is not removed", escaped(full));
-  const Place place = place_of(lock_->folder_fd(), relative, false, folder_, options_.flag);
-  if (place.folder.open() && kind_at(place.folder.get(), place.name.c_str()).regular &&
-      ::unlinkat(place.folder.get(), place.name.c_str(), 0) != 0 && errno != ENOENT)
+  if (!remove_regular_at(place_of(lock_->folder_fd(), relative, false, folder_, options_.flag)))
     fail<IoError>("{}: removing '{}' failed: {}", options_.flag, escaped(full), std::strerror(errno));
   std::erase(files_, std::string(relative));
   save_manifest();

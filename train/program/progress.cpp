@@ -4,14 +4,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 
 namespace tapegrad {
 namespace {
-
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
@@ -22,7 +19,7 @@ std::string format_duration(double s) {
 }  // namespace
 
 Progress::Progress(std::FILE* out, Style style, Index total_steps, std::string title)
-    : out_(out), style_(style), total_(total_steps), title_(std::move(title)), start_(now()) {
+    : out_(out), style_(style), total_(total_steps), title_(std::move(title)) {
   if (style_ == Style::automatic) style_ = isatty(fileno(out)) ? Style::bar : Style::lines;
 }
 
@@ -37,7 +34,7 @@ void Progress::show_rate_of(double per_step, std::string unit) {
 
 void Progress::draw(Index step) {
   if (first_step_ < 0) first_step_ = std::max<Index>(0, step - 1);
-  const double elapsed = now() - start_;
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const double rate = elapsed > 0 ? static_cast<double>(step - first_step_) / elapsed : 0;  // steps a second
   const double eta = rate > 0 ? static_cast<double>(total_ - step) / rate : NAN;
   constexpr int width = 24;
@@ -59,8 +56,8 @@ void Progress::draw(Index step) {
 
 void Progress::on_step(Index step) {
   if (style_ != Style::bar) return;
-  const double t = now();
-  if (t - last_draw_ < 0.1 && step != total_) return;
+  const auto t = std::chrono::steady_clock::now();
+  if (t - last_draw_ < std::chrono::milliseconds(100) && step != total_) return;
   last_draw_ = t;
   draw(step);
 }

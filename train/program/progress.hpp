@@ -3,6 +3,7 @@
 // output is not a terminal (a log file, CI), and a CSV file of the curve. Program support
 // (tapegrad::program): the library itself never writes to the terminal.
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -36,7 +37,7 @@ class Progress {
   Index total_;
   std::string title_;
   CurvePoint last_{};
-  double start_, last_draw_ = -1;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_draw_{};
   Index first_step_ = -1;  // the steps done before the first on_step (a resumed run's), which the rate leaves out
   double per_step_ = 1;
   std::string unit_ = "steps";
