@@ -267,8 +267,7 @@ struct FunctionEngine {
   static void backward(Tape<T>& tape, Node<T>& node) {
     BackwardContext<T, typename SavedOf<Op>::type> ctx(node);
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      Node<T>* in[N] = {&tape.input_node(node, I)...};
-      Op::backward(ctx, OpInput<T>{in[I]->val(), InputGrad<T>(*in[I], Op::name, Op::inputs[I])}...);
+      Op::backward(ctx, input(tape, node, I, Op::name, Op::inputs[I])...);
     }
     (std::make_index_sequence<N>{});
   }
@@ -289,11 +288,8 @@ struct FunctionEngine {
     if (inputs[0].tape == nullptr)
       fail<UsageError>("{}: {}{} is an empty Var (default-constructed)", Op::name, Op::inputs[0], list ? " 0" : "");
     Tape<T>& tape = *inputs[0].tape;
-    for (std::size_t k = 0; k < inputs.size(); ++k)
-      if (list)
-        tape.check(inputs[k], Op::name, Op::inputs[0], static_cast<Index>(k));
-      else
-        tape.check(inputs[k], Op::name, Op::inputs[k]);
+    for (std::size_t k = 0; k < inputs.size(); ++k)  // a list's inputs are "part 0", "part 1", ...
+      tape.check(inputs[k], Op::name, Op::inputs[list ? 0 : k], list ? static_cast<Index>(k) : -1);
     return tape;
   }
 
