@@ -100,7 +100,7 @@ class ForwardContext {
   // returns, recording anything else on this tape is refused.
   TensorT<T>& output(const Shape& shape) {
     if (node_) detail::refuse_function(op_, "its forward asked for output() twice");
-    node_ = &tape_.record(op_, inputs_, shape, where_, takes_grad_);
+    node_ = &tape_.record(op_, inputs_, shape, where_, needs_grad());
     tape_.forward_open_ = true;
     if (tape_.anomaly_detection()) node_->value.fill(std::numeric_limits<T>::quiet_NaN());
     return node_->value;
@@ -178,17 +178,16 @@ class InputGrad {
     // The buffer first, as the size check reads its shape (a refused size ends the backward pass anyway).
     const GradWrite<T> w = node_->take_grad();
     TensorT<T>& d = *w.tensor;
-    if constexpr (detail::kMatrixExpression<G>) {
-      if (g.rows() != d.shape().flat_rows() || g.cols() != d.cols())
-        detail::refuse_gradient_shape(op_, input_, g.rows(), g.cols(), d.shape());
-      write_grad(d.flat().noalias(), g, !w.accumulate);
-    } else if constexpr (G::ColsAtCompileTime == 1) {  // a column: every element in order
+    if constexpr (!detail::kMatrixExpression<G> && G::ColsAtCompileTime == 1) {  // a column: every element in order
       if (g.rows() != d.numel()) detail::refuse_gradient_shape(op_, input_, g.rows(), 1, d.shape());
       write_grad(d.array(), g, !w.accumulate);
-    } else {
+    } else {  // (rows, cols) of the flat view
       if (g.rows() != d.shape().flat_rows() || g.cols() != d.cols())
         detail::refuse_gradient_shape(op_, input_, g.rows(), g.cols(), d.shape());
-      write_grad(d.flat().array(), g, !w.accumulate);
+      if constexpr (detail::kMatrixExpression<G>)
+        write_grad(d.flat().noalias(), g, !w.accumulate);
+      else
+        write_grad(d.flat().array(), g, !w.accumulate);
     }
   }
 
