@@ -62,23 +62,13 @@ struct CheckpointSaved {
   Rng::State rng_state{};
 };
 
-// Sets `rng` to `state` for a scope, then back to where it was, however the scope ends.
-class RngReplay {
- public:
-  RngReplay(Rng* rng, const Rng::State& state) : rng_(rng) {
-    if (!rng_) return;
-    now_ = rng_->state();
-    rng_->set_state(state);
+// Puts `rng` back to `now` when the scope ends, however it ends (nothing when rng is null).
+struct RngRestore {
+  Rng* rng;
+  Rng::State now;
+  ~RngRestore() {
+    if (rng) rng->set_state(now);
   }
-  ~RngReplay() {
-    if (rng_) rng_->set_state(now_);
-  }
-  RngReplay(const RngReplay&) = delete;
-  RngReplay& operator=(const RngReplay&) = delete;
-
- private:
-  Rng* rng_;
-  Rng::State now_{};
 };
 
 // The unsigned integer of T's size: outputs are compared bit for bit (NaN == NaN, -0 != 0).
@@ -146,7 +136,8 @@ struct CheckpointOp {
     region.set_release_grads(outer.release_grads());  // as the outer tape's walk does
     Var<T> again;
     {
-      RngReplay replay(s.rng, s.rng_state);  // the same dropout masks as the forward drew
+      const RngRestore restore{s.rng, s.rng ? s.rng->state() : Rng::State{}};
+      if (s.rng) s.rng->set_state(s.rng_state);  // the same dropout masks as the forward drew
       again = run_region<T>(*s.fn, region, s.input);
     }
     // A region that computes something else the second time (a random stream not passed as `rng`, state

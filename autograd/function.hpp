@@ -100,7 +100,7 @@ class ForwardContext {
   // returns, recording anything else on this tape is refused.
   TensorT<T>& output(const Shape& shape) {
     if (node_) detail::refuse_function(op_, "its forward asked for output() twice");
-    node_ = &tape_.record(op_, inputs_, shape, where_, takes_grad_);
+    node_ = &tape_.record(op_, inputs_, shape, where_, needs_grad());
     tape_.forward_open_ = true;
     if (tape_.anomaly_detection()) node_->value.fill(std::numeric_limits<T>::quiet_NaN());
     return node_->value;
@@ -178,17 +178,16 @@ class InputGrad {
     // The buffer first, as the size check reads its shape (a refused size ends the backward pass anyway).
     const GradWrite<T> w = node_->take_grad();
     TensorT<T>& d = *w.tensor;
-    if constexpr (detail::kMatrixExpression<G>) {
-      if (g.rows() != d.shape().flat_rows() || g.cols() != d.cols())
-        detail::refuse_gradient_shape(op_, input_, g.rows(), g.cols(), d.shape());
-      write_grad(d.flat().noalias(), g, !w.accumulate);
-    } else if constexpr (G::ColsAtCompileTime == 1) {  // a column: every element in order
+    if constexpr (!detail::kMatrixExpression<G> && G::ColsAtCompileTime == 1) {  // a column: every element in order
       if (g.rows() != d.numel()) detail::refuse_gradient_shape(op_, input_, g.rows(), 1, d.shape());
       write_grad(d.array(), g, !w.accumulate);
-    } else {
+    } else {  // (rows, cols) of the flat view
       if (g.rows() != d.shape().flat_rows() || g.cols() != d.cols())
         detail::refuse_gradient_shape(op_, input_, g.rows(), g.cols(), d.shape());
-      write_grad(d.flat().array(), g, !w.accumulate);
+      if constexpr (detail::kMatrixExpression<G>)
+        write_grad(d.flat().noalias(), g, !w.accumulate);
+      else
+        write_grad(d.flat().array(), g, !w.accumulate);
     }
   }
 
@@ -267,8 +266,7 @@ struct FunctionEngine {
   static void backward(Tape<T>& tape, Node<T>& node) {
     BackwardContext<T, typename SavedOf<Op>::type> ctx(node);
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      Node<T>* in[N] = {&tape.input_node(node, I)...};
-      Op::backward(ctx, OpInput<T>{in[I]->val(), InputGrad<T>(*in[I], Op::name, Op::inputs[I])}...);
+      Op::backward(ctx, input(tape, node, I, Op::name, Op::inputs[I])...);
     }
     (std::make_index_sequence<N>{});
   }
@@ -289,11 +287,8 @@ struct FunctionEngine {
     if (inputs[0].tape == nullptr)
       fail<UsageError>("{}: {}{} is an empty Var (default-constructed)", Op::name, Op::inputs[0], list ? " 0" : "");
     Tape<T>& tape = *inputs[0].tape;
-    for (std::size_t k = 0; k < inputs.size(); ++k)
-      if (list)
-        tape.check(inputs[k], Op::name, Op::inputs[0], static_cast<Index>(k));
-      else
-        tape.check(inputs[k], Op::name, Op::inputs[k]);
+    for (std::size_t k = 0; k < inputs.size(); ++k)  // a list's inputs are "part 0", "part 1", ...
+      tape.check(inputs[k], Op::name, Op::inputs[list ? 0 : k], list ? static_cast<Index>(k) : -1);
     return tape;
   }
 

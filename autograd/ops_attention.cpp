@@ -259,18 +259,13 @@ struct Attention {
     const Index wq = l.q_width(), wv = l.v_width();
     // What each row of the mask leaves open (the softmax skips what it blocks), read once for every item.
     const bool per_item_mask = mask && mask->rank() == 3;
-    const Index mask_rows = mask && l.tk > 0 ? mask->shape().flat_rows() : 0;
-    detail::MaskRow* open = nullptr;
-    if (mask_rows > 0) {
-      open = detail::thread_scratch<detail::MaskRow>(detail::Scratch::mask_rows, static_cast<std::size_t>(mask_rows));
-      detail::read_mask_rows(mask->data(), mask_rows, l.tk, open);
-    }
+    const detail::MaskRow* open = mask ? detail::read_mask_rows(*mask) : nullptr;
     // Where the mask lets the products skip (block_reach): not for one item alone, whose whole products
     // split over the threads, where blocks of 64 rows would not.
     const Index reach_sets = per_item_mask ? l.batch : 1, set_size = reach_size(l);
     Index* reach = nullptr;
     if (saved) saved->reach.clear();  // from the node's last step, if any; keeps its memory
-    if (mask_rows > 0 && l.items() > 1 && l.tq > 0) {
+    if (mask && l.tk > 0 && l.items() > 1 && l.tq > 0) {
       reach = saved ? (saved->reach.resize(static_cast<std::size_t>(reach_sets * set_size)), saved->reach.data())
                     : detail::thread_scratch<Index>(detail::Scratch::attention_reach,
                                                     static_cast<std::size_t>(reach_sets * set_size));

@@ -28,9 +28,7 @@ detail::RowMask row_mask(const Mask* mask, const Shape& x) {
   else
     fail<ShapeError>("softmax_rows: the mask is {} but x is {}; the mask must be {}x{} (shared by the batch) or {}", m,
                      x, x.rows, x.cols, x);
-  auto* rows = detail::thread_scratch<detail::MaskRow>(detail::Scratch::mask_rows, static_cast<std::size_t>(period));
-  detail::read_mask_rows(mask->data(), m.numel() == 0 ? 0 : period, x.cols, rows);
-  return {mask->data(), rows, period};
+  return {mask->data(), detail::read_mask_rows(*mask), period};
 }
 
 }  // namespace
@@ -98,14 +96,17 @@ void masked_row(const T* x, T* y, Index cols, T k, const std::uint8_t* blocked, 
 
 }  // namespace
 
-void read_mask_rows(const std::uint8_t* blocked, Index rows, Index cols, MaskRow* out) {
+const MaskRow* read_mask_rows(const Mask& mask) {
+  const Index rows = mask.shape().flat_rows(), cols = mask.cols();
+  MaskRow* out = thread_scratch<MaskRow>(Scratch::mask_rows, static_cast<std::size_t>(std::max<Index>(rows, 1)));
   for (Index r = 0; r < rows; ++r) {
-    const std::uint8_t* row = blocked + r * cols;
+    const std::uint8_t* row = mask.data() + r * cols;
     Index reach = cols;
     while (reach > 0 && row[reach - 1]) --reach;
     const Index open = static_cast<Index>(std::count(row, row + reach, std::uint8_t{0}));
     out[r] = {reach, open == reach};
   }
+  return out;
 }
 
 template <class T>

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "tapegrad/core/shape.hpp"
+#include "tapegrad/core/tensor.hpp"
 
 namespace tapegrad::detail {
 
@@ -18,8 +18,9 @@ struct MaskRow {
   bool prefix = false;
 };
 
-// rows[r] for each row r of a (rows x cols) mask.
-void read_mask_rows(const std::uint8_t* blocked, Index rows, Index cols, MaskRow* out);
+// What each row of `mask` (its flat view: every row of every batch item) leaves open, in the calling
+// thread's scratch (autograd/scratch.hpp), which holds it until the thread reads another mask.
+const MaskRow* read_mask_rows(const Mask& mask);
 
 // A mask as the softmax reads it: for row r of x, its entries at blocked + (r % period) * cols and
 // what they leave open at rows[r % period]. No mask when `blocked` is null.

@@ -192,16 +192,15 @@ class Tape {
   // its value; commit() turns it into a Var (in anomaly mode checking its value). If the op throws in
   // between, the node is dropped, so a failing op leaves the tape as it was. While its forward runs, any
   // other record on this tape is refused, naming the op (its node stays: nothing overwritten). A node keeps its inputs,
-  // to walk back to, only when one of them takes a gradient. `takes_grad`: the node takes a gradient even if no input
-  // does (a region that read parameters on another tape). The inputs were checked by apply().
+  // to walk back to, only when it takes a gradient (`requires_grad`, as ForwardContext::needs_grad() decides it:
+  // gradients on, and an input takes one or the forward read parameters on another tape). The inputs were checked
+  // by apply().
   friend struct detail::FunctionEngine;
   template <class, class>
   friend class ForwardContext;
-  Node<T>& record(const char* op, std::span<const Var<T>> inputs, Shape shape, Where where, bool takes_grad = false) {
-    bool any = takes_grad;
-    for (const auto& v : inputs) any = any || at(v.index).requires_grad;
+  Node<T>& record(const char* op, std::span<const Var<T>> inputs, Shape shape, Where where, bool requires_grad) {
     Node<T>& n = push(op, shape, where);  // the next node slot, cleared (push: the devices below)
-    if (grad_enabled_ && any) {
+    if (requires_grad) {
       n.requires_grad = true;
       for (const auto& v : inputs) inputs_.push_back(v.index);
       n.input_count = static_cast<std::uint32_t>(inputs.size());

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
-#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -81,7 +80,6 @@ std::string tape_dot(const Tape<T>& tape, const TapeGraphOptions& options) {
   if (!options.title.empty()) fmt::format_to(put, ", label=<<B>{}</B>>", html(options.title));
   fmt::format_to(put, "];\n  node [fontname=\"Helvetica\", fontsize=11, margin=\"0.12,0.04\"];\n");
   fmt::format_to(put, "  edge [fontname=\"Helvetica\", fontsize=9, color=\"#555555\"];\n");
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> sources;  // (input node, position), per op
   for (std::size_t i = 0; i < count; ++i) {
     const Node<T>& n = tape.node_at(i);
     const Kind kind = kind_of(n);
@@ -100,19 +98,15 @@ std::string tape_dot(const Tape<T>& tape, const TapeGraphOptions& options) {
     }
     fmt::format_to(put, ">, {}];\n", style_of(kind, n.requires_grad));
     // One edge from each input node, labelled, when the op has several inputs, with the positions that
-    // node fills: parameter-free attention(x, x, x) has one edge "0,1,2".
+    // node fills, drawn at the first of them: parameter-free attention(x, x, x) has one edge "0,1,2".
     const auto inputs = tape.inputs_of(i);
-    if (inputs.size() == 1) fmt::format_to(put, "  n{} -> n{};\n", inputs[0], i);
-    if (inputs.size() < 2) continue;
-    sources.clear();
-    for (std::uint32_t k = 0; k < inputs.size(); ++k) sources.push_back({inputs[k], k});
-    std::sort(sources.begin(), sources.end());
-    for (std::size_t k = 0; k < sources.size(); ++k) {
-      const bool first = k == 0 || sources[k].first != sources[k - 1].first;
-      const bool last = k + 1 == sources.size() || sources[k].first != sources[k + 1].first;
-      if (first) fmt::format_to(put, "  n{} -> n{} [label=\"", sources[k].first, i);
-      fmt::format_to(put, "{}{}", first ? "" : ",", sources[k].second);
-      if (last) fmt::format_to(put, "\"];\n");
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      if (std::find(inputs.begin(), inputs.begin() + k, inputs[k]) != inputs.begin() + k) continue;
+      fmt::format_to(put, "  n{} -> n{}", inputs[k], i);
+      if (inputs.size() > 1) fmt::format_to(put, " [label=\"{}", k);
+      for (std::size_t j = k + 1; j < inputs.size(); ++j)
+        if (inputs[j] == inputs[k]) fmt::format_to(put, ",{}", j);
+      fmt::format_to(put, "{}", inputs.size() > 1 ? "\"];\n" : ";\n");
     }
   }
   fmt::format_to(put, "}}\n");

@@ -160,6 +160,18 @@ TEST_CASE("tape_dot: an op that takes no gradient is dashed and keeps no edges, 
   CHECK(dot.find(", label=<") == std::string::npos);  // no title, no graph label
 }
 
+TEST_CASE("tape_dot: an input that fills several positions, not side by side, has one edge listing them") {
+  Tape<double> tape;
+  Var<double> x = tape.input(TensorD(Shape::mat(2, 2), {1, 2, 3, 4}));  // n0
+  Var<double> y = tape.input(TensorD(Shape::mat(2, 2), {5, 6, 7, 8}));  // n1
+  static_cast<void>(attention(x, y, x, 1));                             // n2: q and v are x, k is y
+  const std::string dot = tape_dot(tape);
+  CAPTURE(dot);
+  CHECK(dot.find("  n0 -> n2 [label=\"0,2\"];\n") != std::string::npos);
+  CHECK(dot.find("  n1 -> n2 [label=\"1\"];\n") != std::string::npos);
+  CHECK(count(dot, " -> ") == 2);
+}
+
 TEST_CASE("tape_dot: a hostile parameter name is escaped, stays on its line and is drawn as text") {
   // Quotes, a backslash, HTML, a newline and DOT that would add an edge, a terminal escape, and \N, which
   // Graphviz would replace by the node's id.
