@@ -125,18 +125,20 @@ struct OptimizerState {
 };
 
 // A range of one parameter's elements, as an optimizer's update() sees it: Eigen arrays of one length over
-// its values, its gradient and its buffers, elements [from, from + count) of each. A range is part of a
-// parameter, not all of it: an update is elementwise.
+// its values, its gradient and its buffers, the same elements of each. A range is part of a parameter, not all
+// of it: an update is elementwise.
 template <class T>
 struct ParamSlice {
   const Parameter<T>& parameter;  // the whole parameter: its name and shape
   ArrayMap<T> value;              // what update() changes
   ConstArrayMap<T> grad;
-  bool fresh;  // its buffers were made (zeros) for this step: the parameter's first update
-  Index from, count;
+  bool fresh;                        // its buffers were made (zeros) for this step: the parameter's first update
   std::vector<TensorT<T>>& buffers;  // the parameter's, in the order of their names; buffer(k) is this range of one
 
-  ArrayMap<T> buffer(std::size_t k) const { return {buffers[k].data() + from, count}; }
+  // The range of buffer k that `value` is of the parameter's values.
+  ArrayMap<T> buffer(std::size_t k) const {
+    return {buffers[k].data() + (value.data() - parameter.value.data()), value.size()};
+  }
 };
 
 // An optimizer, as a training loop and a checkpoint see it; an optimizer is written on OptimizerWith, below.
@@ -229,8 +231,6 @@ class Optimizer {
                               {p.value.data() + from, to - from},
                               {p.grad.data() + from, to - from},
                               fresh_[i] != 0,
-                              from,
-                              to - from,
                               buffers_[i]});
           }
         },
