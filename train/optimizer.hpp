@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -124,18 +125,20 @@ struct OptimizerState {
 };
 
 // A range of one parameter's elements, as an optimizer's update() sees it: Eigen arrays of one length over
-// its values, its gradient and its buffers, elements [from, from + count) of each. A range is part of a
-// parameter, not all of it: an update is elementwise.
+// its values, its gradient and its buffers, the same elements of each. A range is part of a parameter, not all
+// of it: an update is elementwise.
 template <class T>
 struct ParamSlice {
   const Parameter<T>& parameter;  // the whole parameter: its name and shape
   ArrayMap<T> value;              // what update() changes
   ConstArrayMap<T> grad;
-  bool fresh;  // its buffers were made (zeros) for this step: the parameter's first update
-  Index from, count;
+  bool fresh;                        // its buffers were made (zeros) for this step: the parameter's first update
   std::vector<TensorT<T>>& buffers;  // the parameter's, in the order of their names; buffer(k) is this range of one
 
-  ArrayMap<T> buffer(std::size_t k) const { return {buffers[k].data() + from, count}; }
+  // The range of buffer k that `value` is of the parameter's values.
+  ArrayMap<T> buffer(std::size_t k) const {
+    return {buffers[k].data() + (value.data() - parameter.value.data()), value.size()};
+  }
 };
 
 // An optimizer, as a training loop and a checkpoint see it; an optimizer is written on OptimizerWith, below.
@@ -228,8 +231,6 @@ class Optimizer {
                               {p.value.data() + from, to - from},
                               {p.grad.data() + from, to - from},
                               fresh_[i] != 0,
-                              from,
-                              to - from,
                               buffers_[i]});
           }
         },
@@ -293,12 +294,15 @@ class OptimizerWith : public Optimizer<T> {
 
   O options_;
 
- private:
-  void update_all(double lr, std::int64_t t) final {
+  // update() of every range of every parameter, with the options at rate lr. An optimizer whose update reads
+  // scalars of the step that cost more than a cast (Adam's bias corrections) computes them here, then calls this.
+  void update_all(double lr, std::int64_t t) override {
     now_ = options_;  // an assignment: a string field keeps its storage, so a step allocates nothing
     now_.lr = lr;
     this->for_each_slice(keeps_buffers(now_), [&](ParamSlice<T> s) { update(now_, t, s); });
   }
+
+ private:
   static O checked(O options, std::string_view op) {
     check_fields(options, op);
     if constexpr (OptionsCheckThemselves<O>) options.check(op);
@@ -326,7 +330,8 @@ class SGD final : public OptimizerWith<T, SgdOptions> {
 template <class T>
 class Adam : public OptimizerWith<T, AdamOptions> {
  public:
-  explicit Adam(std::vector<Parameter<T>*> params, AdamOptions options = {});
+  explicit Adam(std::vector<Parameter<T>*> params, AdamOptions options = {})
+      : Adam(std::move(params), options, OptimizerKind::adam) {}
   DecayOn decay_on() const { return this->options_.decay_on; }
   Settings hyperparameters() const override;
 
@@ -334,11 +339,19 @@ class Adam : public OptimizerWith<T, AdamOptions> {
   Adam(std::vector<Parameter<T>*> params, AdamOptions options, OptimizerKind kind);
 
  private:
+  // The step's scalars from t, once for all the ranges: lr / (1 - beta1^t) and sqrt(1 - beta2^t), in double as
+  // torch computes them, cast to T.
+  void update_all(double lr, std::int64_t t) override {
+    neg_step_size_ = static_cast<T>(-(lr / (1 - std::pow(this->options_.beta1, t))));
+    bias_correction2_sqrt_ = static_cast<T>(std::sqrt(1 - std::pow(this->options_.beta2, t)));
+    OptimizerWith<T, AdamOptions>::update_all(lr, t);
+  }
   void update(const AdamOptions& o, std::int64_t t, ParamSlice<T> s) const override;
   void check_hyperparameters(const Settings& h) const override;
   void apply_hyperparameters(const Settings& h) override;
 
-  bool decoupled_decay_;  // AdamW: p *= 1 - lr wd, apart from the gradient
+  bool decoupled_decay_;                         // AdamW: p *= 1 - lr wd, apart from the gradient
+  T neg_step_size_{}, bias_correction2_sqrt_{};  // this step's: -lr / (1 - beta1^t), sqrt(1 - beta2^t)
 };
 
 // torch.optim.AdamW: Adam with decoupled weight decay (Loshchilov & Hutter).
