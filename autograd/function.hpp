@@ -95,9 +95,9 @@ template <class T, class Saved = NoSavedState>
 class ForwardContext {
  public:
   // Records the op's node with an output of `shape` and returns that output, for the forward to fill
-  // (every element: in anomaly mode it holds NaN until then). Once per forward, after checking the
-  // arguments (a forward that throws later still leaves the tape as it was); from here until the forward
-  // returns, recording anything else on this tape is refused.
+  // (every element: in anomaly mode it holds NaN until then). Once per forward; a forward that throws,
+  // before or after it, leaves the tape as it was. From here until the forward returns, recording anything
+  // else on this tape is refused.
   TensorT<T>& output(const Shape& shape) {
     if (node_) detail::refuse_function(op_, "its forward asked for output() twice");
     node_ = &tape_.record(op_, inputs_, shape, where_, needs_grad());
