@@ -112,14 +112,14 @@ struct TrainCallbacks {
 struct TrainerState {
   TrainOptions options;
   Index step = 0;
-  std::uint32_t data_fingerprint = 0;             // of the training data (DataSource::fingerprint)
-  std::optional<std::uint32_t> eval_fingerprint;  // of the evaluation data; none without it
-  Sampler::State data_order;
-  Rng::State rng;          // the training random stream
+  std::uint32_t data_fingerprint = 0;               // of the training data (DataSource::fingerprint)
+  std::optional<std::uint32_t> eval_fingerprint{};  // of the evaluation data; none without it
+  Sampler::State data_order{};
+  Rng::State rng{};        // the training random stream
   double window_loss = 0;  // sum of losses since the last curve point
   Index window_steps = 0;
-  std::vector<MetricWindow> window_metrics;
-  std::vector<CurvePoint> curve;
+  std::vector<MetricWindow> window_metrics{};
+  std::vector<CurvePoint> curve{};
 };
 
 // The loop's bookkeeping, whatever the batch type: step count, data order, random stream, clipping,
