@@ -274,6 +274,10 @@ Adam<T>::Adam(std::vector<Parameter<T>*> params, AdamOptions options, OptimizerK
       decoupled_decay_(kind == OptimizerKind::adamw) {}
 
 template <class T>
+Adam<T>::Adam(std::vector<Parameter<T>*> params, AdamOptions options)
+    : Adam(std::move(params), options, OptimizerKind::adam) {}
+
+template <class T>
 AdamW<T>::AdamW(std::vector<Parameter<T>*> params, AdamOptions options)
     : Adam<T>(std::move(params), options, OptimizerKind::adamw) {}
 
@@ -297,9 +301,14 @@ void Adam<T>::apply_hyperparameters(const Settings& h) {
 }
 
 template <class T>
-void Adam<T>::update(const AdamOptions& o, std::int64_t, ParamSlice<T> s) const {
+void Adam<T>::update(const AdamOptions& o, std::int64_t step, ParamSlice<T> s) const {
+  const double t = static_cast<double>(step);
+  const double bias_correction1 = 1 - std::pow(o.beta1, t);  // 1 - beta1^t
+  const double bias_correction2 = 1 - std::pow(o.beta2, t);  // 1 - beta2^t
   const T beta1 = static_cast<T>(o.beta1), beta2 = static_cast<T>(o.beta2);
   const T one_minus_beta1 = static_cast<T>(1 - o.beta1), one_minus_beta2 = static_cast<T>(1 - o.beta2);
+  const T neg_step_size = static_cast<T>(-(o.lr / bias_correction1));
+  const T bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
   const T eps = static_cast<T>(o.eps), weight_decay = static_cast<T>(o.weight_decay);
   const bool decays = o.decay_on == DecayOn::all || s.parameter.value.rank() >= 2;
   auto p = s.value;
@@ -310,7 +319,7 @@ void Adam<T>::update(const AdamOptions& o, std::int64_t, ParamSlice<T> s) const 
     m = beta1 * m + one_minus_beta1 * g;        // m = beta1 m + (1 - beta1) g
     v = beta2 * v + (one_minus_beta2 * g) * g;  // v = beta2 v + (1 - beta2) g^2
     // p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-    p += (neg_step_size_ * m) / (v.sqrt() / bias_correction2_sqrt_ + eps);
+    p += (neg_step_size * m) / (v.sqrt() / bias_correction2_sqrt + eps);
   };
   if (!decoupled_decay_ && o.weight_decay != 0 && decays)
     update(s.grad + weight_decay * p);  // Adam: g = grad + wd p

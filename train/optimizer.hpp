@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -294,15 +293,12 @@ class OptimizerWith : public Optimizer<T> {
 
   O options_;
 
-  // update() of every range of every parameter, with the options at rate lr. An optimizer whose update reads
-  // scalars of the step that cost more than a cast (Adam's bias corrections) computes them here, then calls this.
-  void update_all(double lr, std::int64_t t) override {
+ private:
+  void update_all(double lr, std::int64_t t) final {
     now_ = options_;  // an assignment: a string field keeps its storage, so a step allocates nothing
     now_.lr = lr;
     this->for_each_slice(keeps_buffers(now_), [&](ParamSlice<T> s) { update(now_, t, s); });
   }
-
- private:
   static O checked(O options, std::string_view op) {
     check_fields(options, op);
     if constexpr (OptionsCheckThemselves<O>) options.check(op);
@@ -330,8 +326,7 @@ class SGD final : public OptimizerWith<T, SgdOptions> {
 template <class T>
 class Adam : public OptimizerWith<T, AdamOptions> {
  public:
-  explicit Adam(std::vector<Parameter<T>*> params, AdamOptions options = {})
-      : Adam(std::move(params), options, OptimizerKind::adam) {}
+  explicit Adam(std::vector<Parameter<T>*> params, AdamOptions options = {});
   DecayOn decay_on() const { return this->options_.decay_on; }
   Settings hyperparameters() const override;
 
@@ -339,19 +334,11 @@ class Adam : public OptimizerWith<T, AdamOptions> {
   Adam(std::vector<Parameter<T>*> params, AdamOptions options, OptimizerKind kind);
 
  private:
-  // The step's scalars from t, once for all the ranges: lr / (1 - beta1^t) and sqrt(1 - beta2^t), in double as
-  // torch computes them, cast to T.
-  void update_all(double lr, std::int64_t t) override {
-    neg_step_size_ = static_cast<T>(-(lr / (1 - std::pow(this->options_.beta1, t))));
-    bias_correction2_sqrt_ = static_cast<T>(std::sqrt(1 - std::pow(this->options_.beta2, t)));
-    OptimizerWith<T, AdamOptions>::update_all(lr, t);
-  }
   void update(const AdamOptions& o, std::int64_t t, ParamSlice<T> s) const override;
   void check_hyperparameters(const Settings& h) const override;
   void apply_hyperparameters(const Settings& h) override;
 
-  bool decoupled_decay_;                         // AdamW: p *= 1 - lr wd, apart from the gradient
-  T neg_step_size_{}, bias_correction2_sqrt_{};  // this step's: -lr / (1 - beta1^t), sqrt(1 - beta2^t)
+  bool decoupled_decay_;  // AdamW: p *= 1 - lr wd, apart from the gradient
 };
 
 // torch.optim.AdamW: Adam with decoupled weight decay (Loshchilov & Hutter).
