@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -830,18 +831,31 @@ TEST_CASE("checkpoint: a crash at any moment of a save leaves the old file or th
   fs::remove_all(dir);
 }
 
+namespace {
+// The names of the files in `dir`, sorted.
+std::vector<std::string> checkpoints_in(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+}  // namespace
+
 TEST_CASE("checkpoint: a checkpoint folder keeps the newest N") {
   Fixture f;
   ToyModel<float> model(f.config());
   const Checkpoint c = snapshot<float>(model);
   const fs::path dir = scratch("keep");
-  CheckpointDir keep(dir, 3);
+  OutputFolder out(dir, {.program = "train"});
+  CheckpointDir keep(out, "checkpoints", 3);
   for (std::int64_t step : {100, 200, 300, 400, 500}) keep.save(c, step);
-  const auto files = keep.list();
-  REQUIRE(files.size() == 3);
-  CHECK(files[0].filename() == "checkpoint-00000300.tgck");
-  CHECK(keep.latest()->filename() == "checkpoint-00000500.tgck");
-  CHECK_THROWS_WITH_AS(CheckpointDir(dir, 0), "checkpoints: keep must be at least 1, got 0", ValueError);
+  CHECK(checkpoints_in(dir / "checkpoints") ==
+        std::vector<std::string>{"checkpoint-00000300.tgck", "checkpoint-00000400.tgck", "checkpoint-00000500.tgck"});
+  CHECK(out.files() == std::vector<std::string>{"checkpoints/checkpoint-00000300.tgck",
+                                                "checkpoints/checkpoint-00000400.tgck",
+                                                "checkpoints/checkpoint-00000500.tgck"});
+  CHECK(keep.saved().back() == dir / "checkpoints/checkpoint-00000500.tgck");
+  CHECK_THROWS_WITH_AS(CheckpointDir(out, "checkpoints", 0), "checkpoints: keep must be at least 1, got 0", ValueError);
   fs::remove_all(dir);
 }
 
@@ -851,28 +865,26 @@ TEST_CASE("checkpoint: keeping N counts this run's files only, another run's, a 
   const Checkpoint c = snapshot<float>(model);
   const fs::path dir = scratch("keep_by_run");
   {  // an earlier run that went to step 20
-    CheckpointDir earlier(dir, 5);
+    OutputFolder out(dir, {.program = "train"});
+    CheckpointDir earlier(out, "checkpoints", 5);
     for (std::int64_t step : {10, 20}) earlier.save(c, step);
   }
   // A user's file with a huge step, and names that are not a step a checkpoint can have.
   for (const char* name : {"checkpoint-99999999.tgck", "checkpoint-99999999999999999999.tgck", "checkpoint-.tgck",
                            "checkpoint--5.tgck", "checkpoint-1e3.tgck"})
-    std::ofstream(dir / name) << "mine";
+    std::ofstream(dir / "checkpoints" / name) << "mine";
   // Resumed from step 10 with keep 1: its step 15 survives; the stale step 20 and the user's files stay.
-  CheckpointDir resumed(dir, 1);
+  OutputFolder out(dir, {.program = "train", .resume = true});
+  CheckpointDir resumed(out, "checkpoints", 1);
   resumed.save(c, 15);
-  CHECK(fs::exists(dir / "checkpoint-00000015.tgck"));
+  CHECK(fs::exists(dir / "checkpoints/checkpoint-00000015.tgck"));
   resumed.save(c, 16);
-  CHECK_FALSE(fs::exists(dir / "checkpoint-00000015.tgck"));
-  CHECK(resumed.saved() == std::vector<fs::path>{dir / "checkpoint-00000016.tgck"});
-  for (const char* kept : {"checkpoint-00000010.tgck", "checkpoint-00000020.tgck", "checkpoint-99999999.tgck",
-                           "checkpoint-99999999999999999999.tgck", "checkpoint--5.tgck"})
-    CHECK(fs::exists(dir / kept));
-  // list() sees every checkpoint-<step>.tgck whose step fits, in step order, and skips the rest.
-  std::vector<std::string> listed;
-  for (const auto& p : resumed.list()) listed.push_back(p.filename().string());
-  CHECK(listed == std::vector<std::string>{"checkpoint-00000010.tgck", "checkpoint-00000016.tgck",
-                                           "checkpoint-00000020.tgck", "checkpoint-99999999.tgck"});
+  CHECK_FALSE(fs::exists(dir / "checkpoints/checkpoint-00000015.tgck"));
+  CHECK(resumed.saved() == std::vector<fs::path>{dir / "checkpoints/checkpoint-00000016.tgck"});
+  CHECK(checkpoints_in(dir / "checkpoints") ==
+        std::vector<std::string>{"checkpoint--5.tgck", "checkpoint-.tgck", "checkpoint-00000010.tgck",
+                                 "checkpoint-00000016.tgck", "checkpoint-00000020.tgck", "checkpoint-1e3.tgck",
+                                 "checkpoint-99999999.tgck", "checkpoint-99999999999999999999.tgck"});
   fs::remove_all(dir);
 }
 

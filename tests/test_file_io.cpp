@@ -166,12 +166,12 @@ TEST_CASE("is_temporary_name: write_file's temporary names, and no user's dot-fi
   CHECK_FALSE(is_temporary_name(".bashrc"));
 }
 
-TEST_CASE("remove_stale_temporaries: a killed writer's .<name>.tmp-<pid> files go, nothing else does") {
+TEST_CASE("OutputFolder: opening the folder removes a killed writer's .<name>.tmp-<pid> files, nothing else") {
   const fs::path dir = scratch("stale");
   for (const char* name : {".model.tgck.tmp-123", ".curve.csv.tmp-99999", ".notes.tmp-draft", ".tmp-12", "model.tgck",
                            "keep.tmp-5"})
     write_text(dir / name, "x");
-  CHECK(remove_stale_temporaries(dir) == 2);
+  { const OutputFolder out(dir, {.program = "train"}); }
   CHECK_FALSE(fs::exists(dir / ".model.tgck.tmp-123"));
   CHECK_FALSE(fs::exists(dir / ".curve.csv.tmp-99999"));
   for (const char* kept : {".notes.tmp-draft", ".tmp-12", "model.tgck", "keep.tmp-5"}) CHECK(fs::exists(dir / kept));

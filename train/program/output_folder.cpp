@@ -110,22 +110,20 @@ bool remove_regular_at(const Place& place) {
 }
 
 // Removes write_file's temporary files (".<name>.tmp-<pid>") from the open folder `folder`, regular files
-// only, never following a link. Returns how many it removed.
-int remove_stale_temporaries_at(int folder) {
+// only, never following a link.
+void remove_stale_temporaries_at(int folder) {
   const int listing = ::fcntl(folder, F_DUPFD_CLOEXEC, 0);  // closedir closes it; `folder` stays open
-  if (listing < 0) return 0;
+  if (listing < 0) return;
   DIR* d = ::fdopendir(listing);
   if (!d) {
     ::close(listing);
-    return 0;
+    return;
   }
   std::vector<std::string> stale;
   while (const dirent* e = ::readdir(d))
     if (is_temporary_name(e->d_name) && kind_at(folder, e->d_name).regular) stale.emplace_back(e->d_name);
   ::closedir(d);
-  int removed = 0;
-  for (const auto& name : stale) removed += ::unlinkat(folder, name.c_str(), 0) == 0 ? 1 : 0;
-  return removed;
+  for (const auto& name : stale) ::unlinkat(folder, name.c_str(), 0);
 }
 
 struct Manifest {
@@ -230,11 +228,6 @@ FolderLock::FolderLock(std::filesystem::path folder, std::string_view op) : fold
 FolderLock::~FolderLock() {
   ::close(lock_fd_);  // drops the lock; the file stays, harmless
   ::close(folder_fd_);
-}
-
-int remove_stale_temporaries(const std::filesystem::path& folder) {
-  const detail::Descriptor fd(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  return fd.open() ? remove_stale_temporaries_at(fd.get()) : 0;
 }
 
 OutputFolder::OutputFolder(fs::path folder, OutputFolderOptions options)

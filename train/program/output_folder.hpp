@@ -10,6 +10,8 @@
 //   CsvLog log(out.claim("curve.csv"));                    // a file the caller writes itself
 //
 // - The folder is made if missing and locked for the run (FolderLock): a second run on it is a BusyError.
+//   Once locked, the temporary files a killed writer left (".<name>.tmp-<pid>") are removed from it and
+//   from the folders of its listed files: no other writer can be using them.
 // - Its manifest, `.tapegrad-run`, names the program and lists every file a run of it wrote there (listed
 //   before the file is written, so a run killed mid-write leaves nothing unlisted). The manifest is the
 //   whole of what a later run may replace or remove.
@@ -56,11 +58,6 @@ class FolderLock {
   int folder_fd_ = -1;
   int lock_fd_ = -1;  // flock()ed while open
 };
-
-// Removes the temporary files write_file leaves when a process dies mid-write (".<name>.tmp-<pid>") from
-// `folder`. Only for a folder this process owns (a FolderLock): no other writer can be using them.
-// Returns how many it removed.
-int remove_stale_temporaries(const std::filesystem::path& folder);
 
 struct OutputFolderOptions {
   std::string program;                             // the manifest's owner: "train", "char_lm", a user's program
