@@ -1,8 +1,9 @@
 #pragma once
 // A file descriptor owned by one object: closed when it goes out of scope (writing and reading a file,
 // the pipes to a child process, a run's output folder held open); the hold on SIGXFSZ that the
-// library's file writers (write_file, token files) write under; and the loops of whole reads and writes
-// those writers and readers share. Internal: not part of the umbrella header.
+// library's file writers (write_file, token files) write under; the loops of whole reads and writes
+// those writers and readers share; the little-endian fields of their formats; and what a path that is not
+// a regular file is, in their messages. Internal: not part of the umbrella header.
 
 #include <pthread.h>
 #include <signal.h>
@@ -89,5 +90,22 @@ std::size_t read_all(int fd, void* to, std::size_t n, std::int64_t offset, const
 // "<op>: " and naming the path.
 Descriptor open_regular(const std::filesystem::path& path, std::string_view op, struct stat& st,
                         std::size_t max_bytes = std::numeric_limits<std::size_t>::max());
+
+// An unsigned integer as `sizeof(U)` bytes at p, least significant first, whatever the machine's order.
+template <class U>
+U get_le(const void* p) {
+  std::uint64_t v = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i) v |= std::uint64_t{static_cast<const unsigned char*>(p)[i]} << (8 * i);
+  return static_cast<U>(v);
+}
+
+template <class U>
+void put_le(void* p, U v) {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    static_cast<unsigned char*>(p)[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+
+// What a file of this mode is, for messages: "a regular file", "a folder", "a pipe", "a symbolic link", ...
+const char* kind_of(mode_t mode);
 
 }  // namespace tapegrad::detail

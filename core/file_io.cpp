@@ -17,17 +17,6 @@
 namespace tapegrad {
 namespace {
 
-// "a folder", "a character device", ...: what a path that is not a regular file is, for messages.
-const char* kind_of(mode_t mode) {
-  return S_ISDIR(mode)    ? "a folder"
-         : S_ISCHR(mode)  ? "a character device"
-         : S_ISBLK(mode)  ? "a block device"
-         : S_ISFIFO(mode) ? "a pipe"
-         : S_ISLNK(mode)  ? "a symbolic link"
-         : S_ISSOCK(mode) ? "a socket"
-                          : "not a regular file";
-}
-
 // FileError unless `name` in `folder` is missing or a regular file (not following a link): an atomic
 // write renames over its target, which would replace a device node (as root, /dev/null), a pipe or a
 // symbolic link (leaving its target stale) with a plain file. `shown` is the path messages give.
@@ -36,7 +25,7 @@ void refuse_non_regular_target(int folder, const char* name, const std::filesyst
   if (::fstatat(folder, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return;  // missing: it will be created
   if (S_ISREG(st.st_mode)) return;
   fail<FileError>("{}: '{}' is {}, not a regular file; it is not replaced (write to a regular file's own path)", op,
-                  escaped(shown), kind_of(st.st_mode));
+                  escaped(shown), detail::kind_of(st.st_mode));
 }
 
 void refuse_non_regular_target(const std::filesystem::path& path, std::string_view op) {
@@ -168,6 +157,17 @@ std::size_t read_all(int fd, void* to, std::size_t n, std::int64_t offset, const
     done += static_cast<std::size_t>(k);
   }
   return done;
+}
+
+const char* kind_of(mode_t mode) {
+  return S_ISREG(mode)    ? "a regular file"
+         : S_ISDIR(mode)  ? "a folder"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+         : S_ISFIFO(mode) ? "a pipe"
+         : S_ISLNK(mode)  ? "a symbolic link"
+         : S_ISSOCK(mode) ? "a socket"
+                          : "not a regular file";
 }
 
 Descriptor open_regular(const std::filesystem::path& path, std::string_view op, struct stat& st,

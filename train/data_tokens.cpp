@@ -17,21 +17,10 @@ namespace tapegrad {
 namespace {
 
 namespace fs = std::filesystem;
+using detail::get_le;
+using detail::put_le;
 
 using Header = std::array<unsigned char, TokenFileFormat::kHeaderBytes>;
-
-// Fields of the header, little-endian whatever the machine's order.
-template <class U>
-void put_le(Header& h, std::size_t at, U v) {
-  for (std::size_t i = 0; i < sizeof(U); ++i) h[at + i] = static_cast<unsigned char>((v >> (8 * i)) & 0xff);
-}
-
-template <class U>
-U get_le(const unsigned char* p) {
-  U v = 0;
-  for (std::size_t i = 0; i < sizeof(U); ++i) v |= static_cast<U>(p[i]) << (8 * i);
-  return v;
-}
 
 // The CRC-32 of the header's bytes but its own (36 to 39).
 std::uint32_t header_crc(const Header& h) {
@@ -273,12 +262,12 @@ void TokenFileWriter::complete() {
   flush();
   Header h{};
   std::copy(TokenFileFormat::kMagic.begin(), TokenFileFormat::kMagic.end(), h.begin());
-  put_le(h, 8, TokenFileFormat::kVersion);
-  put_le(h, 12, static_cast<std::uint32_t>(width_));
-  put_le(h, 16, static_cast<std::uint64_t>(vocab_));
-  put_le(h, 24, static_cast<std::uint64_t>(count_));
-  put_le(h, 32, crc_.value());
-  put_le(h, 36, header_crc(h));
+  put_le(h.data() + 8, TokenFileFormat::kVersion);
+  put_le(h.data() + 12, static_cast<std::uint32_t>(width_));
+  put_le(h.data() + 16, static_cast<std::uint64_t>(vocab_));
+  put_le(h.data() + 24, static_cast<std::uint64_t>(count_));
+  put_le(h.data() + 32, crc_.value());
+  put_le(h.data() + 36, header_crc(h));
   const auto fail_io = [&](const char* what) {
     fail<IoError>("{}: {} '{}' failed: {}", op_, what, escaped(path_), std::strerror(errno));
   };

@@ -13,6 +13,7 @@
 #include <variant>
 
 #include "tapegrad/core/crc32.hpp"
+#include "tapegrad/core/descriptor.hpp"
 #include "tapegrad/core/file_io.hpp"
 #include "tapegrad/train/checkpoint/serialize.hpp"
 
@@ -20,23 +21,13 @@ namespace tapegrad {
 namespace {
 
 using namespace checkpoint_detail;
+using detail::get_le;
+using detail::put_le;
 
 constexpr char kMagic[8] = {'T', 'G', 'C', 'K', 'P', 'T', '\r', '\n'};
 constexpr std::size_t kHeaderBytes = 28;
 
 // ---- bytes ------------------------------------------------------------------------------------------
-
-template <class U>
-void put_le(std::byte* p, U v) {
-  for (std::size_t i = 0; i < sizeof(U); ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
-}
-
-template <class U>
-U get_le(const std::byte* p) {
-  U v = 0;
-  for (std::size_t i = 0; i < sizeof(U); ++i) v |= static_cast<U>(std::to_integer<unsigned>(p[i])) << (8 * i);
-  return v;
-}
 
 // An output stream buffer that appends to a byte vector: the payload is written once, where the file's
 // bytes will be, not into a string stream that is then copied twice (its growth, then str()).

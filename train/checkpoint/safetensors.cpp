@@ -16,28 +16,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tapegrad/core/descriptor.hpp"
 #include "tapegrad/core/file_io.hpp"
 
 namespace tapegrad {
 namespace {
 
+using detail::get_le;
+using detail::put_le;
 using Json = nlohmann::json;
 // Written in the order given: __metadata__ first, then the tensors in the order of their bytes.
 using OrderedJson = nlohmann::ordered_json;
 
 constexpr std::string_view kMetadataKey = "__metadata__";
-
-template <class U>
-U get_le(const std::byte* p) {
-  std::uint64_t v = 0;
-  for (std::size_t i = 0; i < sizeof(U); ++i) v |= std::uint64_t{std::to_integer<std::uint8_t>(p[i])} << (8 * i);
-  return static_cast<U>(v);
-}
-
-template <class U>
-void put_le(std::byte* p, U v) {
-  for (std::size_t i = 0; i < sizeof(U); ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
-}
 
 // "2x3" as tapegrad's shapes print, "a scalar" for [].
 std::string dims_str(const std::vector<std::uint64_t>& dims) {

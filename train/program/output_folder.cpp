@@ -52,14 +52,7 @@ struct PathKind {
 PathKind kind_at(int folder, const char* name) {
   struct stat st {};
   if (::fstatat(folder, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return {};
-  return {true, S_ISREG(st.st_mode) != 0,
-          S_ISDIR(st.st_mode)    ? "a folder"
-          : S_ISCHR(st.st_mode)  ? "a character device"
-          : S_ISBLK(st.st_mode)  ? "a block device"
-          : S_ISFIFO(st.st_mode) ? "a pipe"
-          : S_ISLNK(st.st_mode)  ? "a symbolic link"
-          : S_ISSOCK(st.st_mode) ? "a socket"
-                                 : "a regular file"};
+  return {true, S_ISREG(st.st_mode) != 0, detail::kind_of(st.st_mode)};
 }
 
 // The folder that holds a run's file, open, and the file's own name in it.
