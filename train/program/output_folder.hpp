@@ -10,8 +10,9 @@
 //   CsvLog log(out.claim("curve.csv"));                    // a file the caller writes itself
 //
 // - The folder is made if missing and locked for the run (FolderLock): a second run on it is a BusyError.
-//   Once locked, the temporary files a killed writer left (".<name>.tmp-<pid>") are removed from it and
-//   from the folders of its listed files: no other writer can be using them.
+//   Once it is locked, and not another program's, the temporary files a killed writer left
+//   (".<name>.tmp-<pid>") are removed from it and from the folder of each listed file still there: no other
+//   writer can be using them.
 // - Its manifest, `.tapegrad-run`, names the program and lists every file a run of it wrote there (listed
 //   before the file is written, so a run killed mid-write leaves nothing unlisted). The manifest is the
 //   whole of what a later run may replace or remove.
