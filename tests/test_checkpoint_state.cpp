@@ -367,7 +367,7 @@ TEST_CASE("checkpoint state: files of format 2 convert: a Trainer's by its parts
   CHECK(trainer.parts() == std::vector<std::string>{"model", "optimizer", "trainer"});
   CHECK(read_trainer_state(trainer).step == 10);
   CHECK(read_optimizer_state<float>(trainer).per_param.at("attn.wq").size() == 2);  // exp_avg, exp_avg_sq
-  CHECK(describe_checkpoint(trainer).find("training: step 10 of 20") != std::string::npos);
+  CHECK(describe_checkpoint(trainer).find("  trainer.step                     ints (1)       10\n") != std::string::npos);
 
   // A loop's file (0.2 marked it in the metadata): its step, stream and data order are parts of their own.
   const Checkpoint at200 = test::converted(TAPEGRAD_TEST_DATA "/v2/loop_step200.tgck");
@@ -587,8 +587,9 @@ TEST_CASE("checkpoint state: a forged Trainer's curve cannot make its reader cop
     CHECK(what.size() < 400);
   }
   CHECK_THROWS_AS(restore(c, trainer), FormatError);
-  CHECK(describe_checkpoint(c).find("training: the part 'trainer' does not read as a Trainer's state") !=
-        std::string::npos);
+  const std::string described = describe_checkpoint(c);  // listed entry by entry, a long text cut short
+  CHECK(described.find("  trainer.curve.columns            texts (1)      xxxx") != std::string::npos);
+  CHECK(described.size() < 20'000);
   // A metric's name has the same bound where the program gives it, so what a trainer saves it loads.
   Trainer<TensorBatch> fresh(model, sgd, data, [&model](Tape<float>& t, const TensorBatch& b) -> StepOutput<float> {
     return cross_entropy(model.forward(t.constant(b.features)), b.labels);

@@ -224,14 +224,17 @@ void check_checkpoint(const Checkpoint& c) {
 
 namespace {
 
-// "1, 2, 3" or "4 values": an entry's values when there are few, escaped.
+// "1, 2, 3" or "4 values": an entry's values when there are few, escaped; a tensor's norm and how many of its values
+// are not finite.
 std::string shown_values(const StateValue& v) {
   constexpr std::size_t kShown = 8;
   return std::visit(
       [&](const auto& x) -> std::string {
         using V = std::remove_cvref_t<decltype(x)>;
         if constexpr (requires { x.numel(); }) {
-          return fmt::format("norm {:.6g}", norm(v));
+          const Index bad = non_finite_count(v);
+          return fmt::format("norm {:.6g}{}", norm(v),
+                             bad ? fmt::format("  ({} non-finite values: NaN or Inf)", bad) : "");
         } else {
           if (x.size() > kShown) return fmt::format("{} values", x.size());
           std::vector<std::string> text;
@@ -247,50 +250,16 @@ std::string shown_values(const StateValue& v) {
       v);
 }
 
-void describe_training(const Checkpoint& c, std::string& s) {
-  const auto p = [](std::string_view text) { return escaped(text); };
-  std::optional<TrainerState> t;
-  if (c.has(kTrainerPart)) {
-    try {
-      t = read_trainer_state(c);
-      s += fmt::format(
-          "training: step {} of {} ({}), data fingerprint {:08x}{}\n", t->step, t->options.steps,
-          describe_settings(to_settings(t->options)), t->data_fingerprint,
-          t->eval_fingerprint ? fmt::format(", evaluation data fingerprint {:08x}", *t->eval_fingerprint) : "");
-    } catch (const FormatError& e) {
-      s += fmt::format("training: the part 'trainer' does not read as a Trainer's state: {}\n", e.what());
-    }
-  }
-  if (c.has(kOptimizerPart)) {
-    try {
-      const OptimizerState<double> o = read_optimizer_state<double>(c);
-      std::size_t buffers = 0;
-      for (const auto& entry : o.per_param) buffers += entry.second.size();
-      s += fmt::format("optimizer: {} after {} steps ({}); schedule {}; {} buffers\n", p(o.kind), o.step,
-                       p(describe_settings(o.hyperparameters)), p(o.schedule.describe()), buffers);
-      for (const auto& [param, named] : o.per_param)
-        for (const auto& [buffer, tensor] : named) {
-          const StateValue v = tensor;
-          const Index bad = non_finite_count(v);
-          s += fmt::format("  {:<32} {:>10}  norm {:.6g}{}\n", p(param + "." + buffer), tensor.shape().str(), norm(v),
-                           bad ? fmt::format("  ({} non-finite values: NaN or Inf)", bad) : "");
-        }
-    } catch (const FormatError& e) {
-      s += fmt::format("optimizer: the part 'optimizer' does not read as an optimizer's state: {}\n", e.what());
-    }
-  }
-  if (!t) return;
-  if (t->data_order.order.empty())
-    s += fmt::format("data order: epoch {}, position {} (computed, a keyed bijection; nothing stored)\n",
-                     t->data_order.epoch, t->data_order.cursor);
-  else
-    s += fmt::format("data order: epoch {}, position {} of {}\n", t->data_order.epoch, t->data_order.cursor,
-                     t->data_order.order.size());
-  if (!t->curve.empty()) {
-    const CurvePoint& last = t->curve.back();
-    std::string values;
-    for (const auto& v : last.values) values += fmt::format(", {} {:.4f}", p(v.name), v.value);
-    s += fmt::format("last evaluation: step {}{}\n", last.step, values);
+// "optimizer: adam after 40 steps (lr 0.01, ...); schedule constant; 12 buffers": the optimizer's part in a line.
+std::string describe_optimizer(const Checkpoint& c) {
+  try {
+    const OptimizerState<double> o = read_optimizer_state<double>(c);
+    std::size_t buffers = 0;
+    for (const auto& entry : o.per_param) buffers += entry.second.size();
+    return fmt::format("optimizer: {} after {} steps ({}); schedule {}; {} buffers\n", escaped(o.kind), o.step,
+                       escaped(describe_settings(o.hyperparameters)), escaped(o.schedule.describe()), buffers);
+  } catch (const FormatError& e) {
+    return fmt::format("optimizer: the part 'optimizer' does not read as an optimizer's state: {}\n", e.what());
   }
 }
 
@@ -317,13 +286,13 @@ std::string describe_checkpoint(const Checkpoint& c) {
   const std::vector<std::string> parts = c.parts();
   if (parts.empty() || (parts.size() == 1 && parts[0] == kModelPart))
     return s + "training state: none (weights only)\n";
-  describe_training(c, s);
-  // Every other part, entry by entry (a loop's step, streams and data order, a user's own), in one pass over
-  // the entries: a file of many parts is described in time linear in its size.
+  if (c.has(kOptimizerPart)) s += describe_optimizer(c);
+  // Every other part entry by entry (a trainer's options, step, data order and curve, an optimizer's buffers, a
+  // loop's step and streams, a user's own), in one pass over the entries: a file of many parts is described in
+  // time linear in its size.
   std::map<std::string_view, std::string> listed;
   for (const StateEntry& e : c.entries)
-    if (const std::string_view part = part_of(e.name);
-        part != kModelPart && part != kOptimizerPart && part != kTrainerPart)
+    if (const std::string_view part = part_of(e.name); part != kModelPart)
       listed[part] += fmt::format("  {:<32} {:<14} {}\n", p(e.name), describe_value(e.value), shown_values(e.value));
   for (const std::string& part : parts)
     if (const auto it = listed.find(part); it != listed.end()) s += fmt::format("part {}:\n{}", p(part), it->second);

@@ -9,10 +9,7 @@
 namespace tapegrad {
 namespace {
 
-template <class T>
-std::string_view dtype_of() {
-  return std::is_same_v<T, float> ? "f32" : "f64";
-}
+using detail::dtype_of;
 
 // "the file holds a model of kind 'x' but this one is of kind 'y'"; "setting 'residual' is true in the file
 // but false in the model; ..." for two records of one kind.

@@ -165,7 +165,7 @@ TensorT<T> tensor_entry(const State& in, std::string_view name) {
     fail<FormatError>("entry '{}' holds {}, not a tensor", escaped(in.full_name(name)), describe_value(v));
   if (const Index bad = non_finite_count<T>(v); bad > non_finite_count(v))
     fail<FormatError>("entry '{}' holds {} non-finite values (NaN or Inf) of {} as {}", escaped(in.full_name(name)),
-                      bad, value_count(v), std::is_same_v<T, float> ? "f32" : "f64");
+                      bad, value_count(v), detail::dtype_of<T>());
   return tensor_as<T>(v);
 }
 

@@ -218,6 +218,12 @@ class StateIndex {
   std::vector<std::pair<std::string_view, std::size_t>> sorted_;  // name -> position
 };
 
+// "f32" or "f64": the kind of a TensorT<T> entry, as messages name an element type.
+template <class T>
+constexpr std::string_view dtype_of() {
+  return std::is_same_v<T, float> ? "f32" : "f64";
+}
+
 // FormatError unless `in` holds the names, kinds and tensor shapes of what `save` saves now: what a user's
 // object is checked against before its load_state reads it.
 void check_like(const State& in, const std::function<void(State&)>& save);
