@@ -62,12 +62,18 @@ struct CheckpointSaved {
   Rng::State rng_state{};
 };
 
-// Puts `rng` back to `now` when the scope ends, however it ends (nothing when rng is null).
+// Sets `rng` to `state` for the scope and puts back the state it had, however the scope ends (nothing
+// when rng is null).
 struct RngRestore {
   Rng* rng;
-  Rng::State now;
+  Rng::State before{};
+  RngRestore(Rng* r, const Rng::State& state) : rng(r) {
+    if (!rng) return;
+    before = rng->state();
+    rng->set_state(state);
+  }
   ~RngRestore() {
-    if (rng) rng->set_state(now);
+    if (rng) rng->set_state(before);
   }
 };
 
@@ -136,8 +142,7 @@ struct CheckpointOp {
     region.set_release_grads(outer.release_grads());  // as the outer tape's walk does
     Var<T> again;
     {
-      const RngRestore restore{s.rng, s.rng ? s.rng->state() : Rng::State{}};
-      if (s.rng) s.rng->set_state(s.rng_state);  // the same dropout masks as the forward drew
+      const RngRestore restore(s.rng, s.rng_state);  // the same dropout masks as the forward drew
       again = run_region<T>(*s.fn, region, s.input);
     }
     // A region that computes something else the second time (a random stream not passed as `rng`, state

@@ -284,8 +284,7 @@ struct FunctionEngine {
   template <class Op, class T>
   static Tape<T>& checked_tape(std::span<const Var<T>> inputs, bool list) {
     if (inputs.empty()) refuse_function(Op::name, "no inputs were given");
-    if (inputs[0].tape == nullptr)
-      fail<UsageError>("{}: {}{} is an empty Var (default-constructed)", Op::name, Op::inputs[0], list ? " 0" : "");
+    if (inputs[0].tape == nullptr) Tape<T>::refuse(nullptr, inputs[0], Op::name, Op::inputs[0], list ? 0 : -1);
     Tape<T>& tape = *inputs[0].tape;
     for (std::size_t k = 0; k < inputs.size(); ++k)  // a list's inputs are "part 0", "part 1", ...
       tape.check(inputs[k], Op::name, Op::inputs[list ? 0 : k], list ? static_cast<Index>(k) : -1);

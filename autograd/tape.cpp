@@ -296,10 +296,10 @@ void Tape<T>::refuse_thread(const char* op) const {
 }
 
 template <class T>
-void Tape<T>::refuse(Var<T> v, const char* op, const char* arg, Index position) const {
+void Tape<T>::refuse(const Tape* tape, Var<T> v, const char* op, const char* arg, Index position) {
   const std::string name = position < 0 ? std::string(arg) : fmt::format("{} {}", arg, position);
   if (v.tape == nullptr) fail<UsageError>("{}: {} is an empty Var (default-constructed)", op, name);
-  if (v.tape != this) fail<UsageError>("{}: {} belongs to a different tape than the op's other arguments", op, name);
+  if (v.tape != tape) fail<UsageError>("{}: {} belongs to a different tape than the op's other arguments", op, name);
   fail<UsageError>("{}: {} was recorded before the last reset() of its tape; record it again", op, name);
 }
 

@@ -256,7 +256,7 @@ class Tape {
   // Throws UsageError unless v is a live Var of this tape; names it "{arg}" or "{arg} {position}".
   void check(Var<T> v, const char* op, const char* arg, Index position = -1) const {
     if (v.tape == this && v.generation == generation_ && v.index < used_) return;  // inline: every op checks
-    refuse(v, op, arg, position);
+    refuse(this, v, op, arg, position);
   }
 
   // ---- devices for memory (skip on a first reading) ----
@@ -298,7 +298,8 @@ class Tape {
   void run_rule(Node<T>& n);
   void release_grad(Node<T>& n);
 
-  [[noreturn]] void refuse(Var<T> v, const char* op, const char* arg, Index position) const;
+  // Why v is not a live Var of `tape`: empty (of no tape, which `tape` may be too), another tape's, stale.
+  [[noreturn]] static void refuse(const Tape* tape, Var<T> v, const char* op, const char* arg, Index position);
   [[noreturn]] void refuse_thread(const char* op) const;
   // UsageError unless the calling thread owns the tape (or nothing is recorded); `claim` makes it the
   // owner when the tape is empty.
@@ -348,7 +349,7 @@ class Tape {
 template <class T>
 inline Tape<T>& Tape<T>::of(const char* op, std::initializer_list<NamedVar<T>> args) {
   const NamedVar<T>& first = *args.begin();
-  if (first.var.tape == nullptr) fail<UsageError>("{}: {} is an empty Var (default-constructed)", op, first.name);
+  if (first.var.tape == nullptr) refuse(nullptr, first.var, op, first.name, -1);
   Tape<T>& tape = *first.var.tape;
   for (const auto& a : args) tape.check(a.var, op, a.name);
   return tape;

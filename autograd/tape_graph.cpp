@@ -36,29 +36,15 @@ double norm(const TensorT<T>& t) {
   return std::sqrt(squares);
 }
 
-enum class Kind { parameter, input, constant, op };
-
+// The node's attributes after its label: shape and colours by what it is, parameter, input, constant or op.
 template <class T>
-Kind kind_of(const Node<T>& n) {
-  if (n.parameter) return Kind::parameter;
-  if (n.input_count == 0 && std::strcmp(n.op, "input") == 0) return Kind::input;
-  if (n.input_count == 0 && std::strcmp(n.op, "constant") == 0) return Kind::constant;
-  return Kind::op;
-}
-
-// The node's attributes after its label: shape and colours by kind.
-std::string_view style_of(Kind kind, bool takes_grad) {
-  switch (kind) {
-    case Kind::parameter:
-      return R"(shape=cylinder, style=filled, fillcolor="#ffd8a8", color="#c05600")";
-    case Kind::input:
-      return R"(shape=box, style=filled, fillcolor="#cfe2f8", color="#2f5f98")";
-    case Kind::constant:
-      return R"(shape=box, style="filled,dashed", fillcolor="#eeeeee", color="#777777")";
-    case Kind::op:
-      break;
-  }
-  return takes_grad ? R"(shape=box, style=rounded)" : R"(shape=box, style="rounded,dashed", color="#777777")";
+std::string_view style_of(const Node<T>& n) {
+  if (n.parameter) return R"(shape=cylinder, style=filled, fillcolor="#ffd8a8", color="#c05600")";
+  if (n.input_count == 0 && std::strcmp(n.op, "input") == 0)
+    return R"(shape=box, style=filled, fillcolor="#cfe2f8", color="#2f5f98")";
+  if (n.input_count == 0 && std::strcmp(n.op, "constant") == 0)
+    return R"(shape=box, style="filled,dashed", fillcolor="#eeeeee", color="#777777")";
+  return n.requires_grad ? R"(shape=box, style=rounded)" : R"(shape=box, style="rounded,dashed", color="#777777")";
 }
 
 }  // namespace
@@ -80,12 +66,14 @@ std::string tape_dot(const Tape<T>& tape, const TapeGraphOptions& options) {
   if (!options.title.empty()) fmt::format_to(put, ", label=<<B>{}</B>>", html(options.title));
   fmt::format_to(put, "];\n  node [fontname=\"Helvetica\", fontsize=11, margin=\"0.12,0.04\"];\n");
   fmt::format_to(put, "  edge [fontname=\"Helvetica\", fontsize=9, color=\"#555555\"];\n");
+  // Per node, the op whose edges last met it (count: none yet) and its edge there; that op's edges.
+  std::vector<std::size_t> edge_op(count, count), edge_of(count);
+  std::vector<std::pair<std::uint32_t, std::string>> edges;  // input node, the positions it fills
   for (std::size_t i = 0; i < count; ++i) {
     const Node<T>& n = tape.node_at(i);
-    const Kind kind = kind_of(n);
     const TensorT<T>& value = n.val();
     // First line: the parameter's name, or the op; then what it is and its shape; then where.
-    if (kind == Kind::parameter)
+    if (n.parameter)
       fmt::format_to(put, "  n{} [label=<<B>{}</B><BR/>parameter {}", i, html(n.parameter->name), value.shape());
     else
       fmt::format_to(put, "  n{} [label=<<B>{}</B><BR/>{}", i, html(n.op), value.shape());
@@ -96,18 +84,25 @@ std::string tape_dot(const Tape<T>& tape, const TapeGraphOptions& options) {
       if (const TensorT<T>* grad = tape.grad_at(i)) fmt::format_to(put, ", |grad| {:.4g}", norm(*grad));
       fmt::format_to(put, "</FONT>");
     }
-    fmt::format_to(put, ">, {}];\n", style_of(kind, n.requires_grad));
+    fmt::format_to(put, ">, {}];\n", style_of(n));
     // One edge from each input node, labelled, when the op has several inputs, with the positions that
     // node fills, drawn at the first of them: parameter-free attention(x, x, x) has one edge "0,1,2".
+    // One pass over the inputs: a node met again adds its position to the edge it already has.
     const auto inputs = tape.inputs_of(i);
+    edges.clear();
     for (std::size_t k = 0; k < inputs.size(); ++k) {
-      if (std::find(inputs.begin(), inputs.begin() + k, inputs[k]) != inputs.begin() + k) continue;
-      fmt::format_to(put, "  n{} -> n{}", inputs[k], i);
-      if (inputs.size() > 1) fmt::format_to(put, " [label=\"{}", k);
-      for (std::size_t j = k + 1; j < inputs.size(); ++j)
-        if (inputs[j] == inputs[k]) fmt::format_to(put, ",{}", j);
-      fmt::format_to(put, "{}", inputs.size() > 1 ? "\"];\n" : ";\n");
+      const std::uint32_t from = inputs[k];
+      if (edge_op[from] == i) {
+        fmt::format_to(std::back_inserter(edges[edge_of[from]].second), ",{}", k);
+        continue;
+      }
+      edge_op[from] = i;
+      edge_of[from] = edges.size();
+      edges.emplace_back(from, fmt::format("{}", k));
     }
+    for (const auto& [from, positions] : edges)
+      fmt::format_to(put, "  n{} -> n{}{}", from, i,
+                     inputs.size() > 1 ? fmt::format(" [label=\"{}\"];\n", positions) : std::string(";\n"));
   }
   fmt::format_to(put, "}}\n");
   return fmt::to_string(out);

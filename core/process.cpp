@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <climits>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -13,9 +12,8 @@
 #include <utility>
 
 #include <fcntl.h>
-#include <poll.h>
 #include <spawn.h>
-#include <sys/socket.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,14 +29,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kMaxErrorBytes = 4096;  // of the program's standard error, kept for the message
-constexpr std::size_t kChunkBytes = 64 * 1024;
 
 using detail::Descriptor;
 
 // A descriptor moved above 0, 1 and 2 (free when this process was started with one of them closed), so
 // that the child's dup2 onto its standard streams never meets the descriptor itself.
 int above_stdio(int fd) {
-  if (fd > 2) return fd;
+  if (fd < 0 || fd > 2) return fd;
   const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
   ::close(fd);
   return moved;
@@ -84,25 +81,26 @@ std::string run_filter(const std::vector<std::string>& argv, std::string_view in
     fail<ValueError>("{}: the timeout must be a positive number of seconds, got {}", op, options.timeout_seconds);
   const std::string name = escaped(argv[0]);
 
-  int pair[2], out[2], err[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
-    fail<ProcessError>("{}: cannot make a pipe for '{}': {}", op, name, std::strerror(errno));
-  Descriptor to_child(above_stdio(pair[0])), child_in(above_stdio(pair[1]));
-  if (::pipe2(out, O_CLOEXEC) != 0)
-    fail<ProcessError>("{}: cannot make a pipe for '{}': {}", op, name, std::strerror(errno));
-  Descriptor from_out(above_stdio(out[0])), child_out(above_stdio(out[1]));
-  if (::pipe2(err, O_CLOEXEC) != 0)
-    fail<ProcessError>("{}: cannot make a pipe for '{}': {}", op, name, std::strerror(errno));
-  Descriptor from_err(above_stdio(err[0])), child_err(above_stdio(err[1]));
-  for (const Descriptor* fd : {&to_child, &child_in, &from_out, &child_out, &from_err, &child_err})
-    if (!fd->open()) fail<ProcessError>("{}: cannot make a pipe for '{}': {}", op, name, std::strerror(errno));
+  // The program's three standard streams are files in memory: its input, written whole and rewound
+  // before it starts, and its output and errors, read after it ends. Neither side ever waits on the
+  // other, and a program that exits without reading its input meets no closed pipe.
+  auto memory_file = [&](const char* stream) {
+    Descriptor fd(above_stdio(::memfd_create(stream, MFD_CLOEXEC)));
+    if (!fd.open())
+      fail<ProcessError>("{}: cannot make a file for the {} of '{}': {}", op, stream, name, std::strerror(errno));
+    return fd;
+  };
+  Descriptor in = memory_file("input");
+  const Descriptor out = memory_file("output"), err = memory_file("errors");
+  if (!detail::write_all(in.get(), input.data(), input.size()) || ::lseek(in.get(), 0, SEEK_SET) != 0)
+    fail<ProcessError>("{}: cannot write the input of '{}': {}", op, name, std::strerror(errno));
 
-  // The child gets the three ends as its standard streams; every other descriptor of ours is
+  // The child gets the three files as its standard streams; every other descriptor of ours is
   // close-on-exec. Its signal mask is cleared and SIGPIPE set back to the default, whatever ours are.
   Spawn spawn;
-  posix_spawn_file_actions_adddup2(&spawn.actions, child_in.get(), 0);
-  posix_spawn_file_actions_adddup2(&spawn.actions, child_out.get(), 1);
-  posix_spawn_file_actions_adddup2(&spawn.actions, child_err.get(), 2);
+  posix_spawn_file_actions_adddup2(&spawn.actions, in.get(), 0);
+  posix_spawn_file_actions_adddup2(&spawn.actions, out.get(), 1);
+  posix_spawn_file_actions_adddup2(&spawn.actions, err.get(), 2);
   sigset_t none, pipe_signal;
   sigemptyset(&none);
   sigemptyset(&pipe_signal);
@@ -123,77 +121,42 @@ std::string run_filter(const std::vector<std::string>& argv, std::string_view in
       fail<ProcessError>("{}: '{}' is not on PATH{}", op, name, hint);
     fail<ProcessError>("{}: cannot run '{}': {}{}", op, name, std::strerror(rc), rc == ENOENT ? hint : std::string());
   }
-  child_in.close();
-  child_out.close();
-  child_err.close();
+  in.close();  // the program holds its own: the input's memory goes when it ends
 
+  // Wait for it to end, stopping it past the deadline or once its output is over the limit (fstat: the
+  // file's offset is the program's, shared, and is not moved here).
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(std::min(options.timeout_seconds, 1e9)));
-  auto refuse_if_late = [&] {
-    if (Clock::now() >= deadline)
-      fail<ProcessError>("{}: '{}' ran past its time limit of {} s and was stopped", op, name, options.timeout_seconds);
+  auto size_of = [](const Descriptor& fd) {
+    struct stat st {};
+    return ::fstat(fd.get(), &st) == 0 ? static_cast<std::size_t>(st.st_size) : std::size_t{0};
   };
-  std::string output, errors;
-  std::size_t written = 0;
-  if (input.empty()) to_child.close();
-  char buffer[kChunkBytes];
-  // Read whichever of standard output and error has data, write input whenever the program takes it.
-  while (from_out.open() || from_err.open()) {
-    refuse_if_late();
-    pollfd fds[3];
-    nfds_t n = 0;
-    for (const Descriptor* fd : {&from_out, &from_err})
-      if (fd->open()) fds[n++] = {fd->get(), POLLIN, 0};
-    if (to_child.open()) fds[n++] = {to_child.get(), POLLOUT, 0};
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    const int ready = ::poll(fds, n, static_cast<int>(std::clamp<long long>(left, 0, INT_MAX)));
-    if (ready < 0 && errno != EINTR)
-      fail<ProcessError>("{}: waiting for '{}' failed: {}", op, name, std::strerror(errno));
-    for (nfds_t k = 0; ready > 0 && k < n; ++k) {
-      if (fds[k].revents == 0) continue;
-      if (fds[k].fd == to_child.get()) {
-        const std::size_t chunk = std::min(input.size() - written, kChunkBytes);
-        const ssize_t sent = ::send(to_child.get(), input.data() + written, chunk, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (sent > 0) written += static_cast<std::size_t>(sent);
-        // EPIPE: the program stopped reading; its exit status says why.
-        if (written == input.size() || (sent < 0 && errno != EAGAIN && errno != EINTR)) to_child.close();
-        continue;
-      }
-      Descriptor& from = fds[k].fd == from_out.get() ? from_out : from_err;
-      const ssize_t got = ::read(from.get(), buffer, sizeof buffer);
-      if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      if (got < 0) fail<ProcessError>("{}: reading the output of '{}' failed: {}", op, name, std::strerror(errno));
-      if (got == 0) {
-        from.close();
-      } else if (&from == &from_out) {
-        output.append(buffer, static_cast<std::size_t>(got));
-        if (output.size() > options.max_output_bytes)
-          fail<LimitError>("{}: '{}' wrote more than {} to its standard output, the limit; it was stopped", op, name,
-                           format_bytes(static_cast<double>(options.max_output_bytes)));
-      } else {
-        errors.append(
-            buffer, std::min(static_cast<std::size_t>(got), kMaxErrorBytes - std::min(errors.size(), kMaxErrorBytes)));
-      }
-    }
-  }
-  to_child.close();
-
   int status = 0;
   for (;;) {
     const pid_t done = ::waitpid(spawn.pid, &status, WNOHANG);
-    if (done == spawn.pid) break;
+    if (done == spawn.pid) spawn.pid = -1;  // reaped: nothing left to kill
     if (done < 0 && errno != EINTR)
       fail<ProcessError>("{}: waiting for '{}' failed: {}", op, name, std::strerror(errno));
-    refuse_if_late();
+    if (size_of(out) > options.max_output_bytes)
+      fail<LimitError>("{}: '{}' wrote more than {} to its standard output, the limit; it was stopped", op, name,
+                       format_bytes(static_cast<double>(options.max_output_bytes)));
+    if (spawn.pid < 0) break;
+    if (Clock::now() >= deadline)
+      fail<ProcessError>("{}: '{}' ran past its time limit of {} s and was stopped", op, name, options.timeout_seconds);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  spawn.pid = -1;
+  auto contents = [&](const Descriptor& fd, std::size_t max) {
+    std::string text(std::min(size_of(fd), max), '\0');
+    text.resize(detail::read_all(fd.get(), text.data(), text.size(), 0, fmt::format("the output of {}", argv[0]), op));
+    return text;
+  };
+  const std::string errors = contents(err, kMaxErrorBytes);
   if (WIFSIGNALED(status))
     fail<ProcessError>("{}: '{}' was killed by signal {} ({}){}", op, name, WTERMSIG(status),
                        strsignal(WTERMSIG(status)), first_line(errors));
   if (WEXITSTATUS(status) != 0)
     fail<ProcessError>("{}: '{}' exited with status {}{}", op, name, WEXITSTATUS(status), first_line(errors));
-  return output;
+  return contents(out, options.max_output_bytes);
 }
 
 bool program_on_path(std::string_view program) {

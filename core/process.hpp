@@ -1,11 +1,11 @@
 #pragma once
 // Another program as a filter: text in on its standard input, its standard output back as a string
 // (Graphviz's dot turning a tape's DOT text into SVG). The program is started from an argument list,
-// never through a shell, so no name or argument is ever parsed as a command. Its input is written while
-// its output and errors are read, so neither side waits for ever on a full pipe; a program that exits
-// without reading all its input does not end this process with SIGPIPE: its exit status decides. A
-// program that cannot run or fails is a ProcessError (core/error.hpp) naming it and the reason, and the
-// run is bounded in time and output size.
+// never through a shell, so no name or argument is ever parsed as a command. Its standard input, output
+// and errors are files in memory (Linux's memfd), the input written whole before it starts and the
+// output read after it ends, so neither side waits on the other and a program that exits without reading
+// all its input is no SIGPIPE here: its exit status decides. A program that cannot run or fails is a
+// ProcessError (core/error.hpp) naming it and the reason, and the run is bounded in time and output size.
 //
 //   const std::string svg = run_filter({"dot", "-Tsvg"}, dot_text, {.op = "dot_to_svg"});
 

@@ -104,6 +104,15 @@ std::string text_tag(std::string_view svg, std::string_view content) {
   return std::string(svg.substr(start, at - start));
 }
 
+// The labels of the y axis's ticks, bottom to top.
+std::vector<std::string> y_tick_labels(std::string_view svg) {
+  constexpr std::string_view key = " text-anchor=\"end\" fill=\"#444444\">";
+  std::vector<std::string> out;
+  for (auto i = svg.find(key); i != std::string_view::npos; i = svg.find(key, i + 1))
+    out.emplace_back(svg.substr(i + key.size(), svg.find('<', i) - i - key.size()));
+  return out;
+}
+
 Heatmap small_heatmap() {
   // (3, 4): vmin and vmax cells, values beyond both ends, a NaN.
   return Heatmap{.title = "head 0",
@@ -217,19 +226,21 @@ TEST_CASE("plot: heatmap marks rows and cells, titles its colour bar and writes 
   CHECK_THROWS_WITH_AS(heatmap_svg(map), "heatmap_svg: marked cell (0, 4) is outside the 3 x 4 grid", ShapeError);
 }
 
-TEST_CASE("plot: nice_ticks are 1, 2 or 5 times a power of ten apart and cover the range") {
-  using V = std::vector<double>;
-  CHECK(nice_ticks(0.03, 0.97) == V{0, 0.2, 0.4, 0.6, 0.8, 1.0});
-  CHECK(nice_ticks(0, 100) == V{0, 20, 40, 60, 80, 100});
-  CHECK(nice_ticks(1, 50) == V{0, 10, 20, 30, 40, 50});
-  CHECK(nice_ticks(2.3, 4.1) == V{2, 2.5, 3, 3.5, 4, 4.5});
-  CHECK(nice_ticks(-0.7, 0.2) == V{-0.8, -0.6, -0.4, -0.2, 0, 0.2});
-  CHECK(nice_ticks(0.001, 0.0042) == V{0.001, 0.0015, 0.002, 0.0025, 0.003, 0.0035, 0.004, 0.0045});
-  CHECK(nice_ticks(0, 1, 2) == V{0, 0.5, 1});
-  CHECK(nice_ticks(0.5, 0.5) == V{0.5});
-  CHECK_THROWS_WITH_AS(nice_ticks(1, 0),
-                       "nice_ticks: need finite lo <= hi and target >= 1, got lo 1, hi 0, target 5", ValueError);
-  CHECK_THROWS_AS(nice_ticks(0, std::numeric_limits<double>::infinity()), ValueError);
+TEST_CASE("plot: a value axis has ticks 1, 2 or 5 times a power of ten apart that cover the data") {
+  using V = std::vector<std::string>;
+  const auto ticks = [](double lo, double hi) {
+    return y_tick_labels(checked(line_chart_svg(LineChart{.series = {Series{.x = {0, 1}, .y = {lo, hi}}}})));
+  };
+  CHECK(ticks(0.03, 0.97) == V{"0.0", "0.2", "0.4", "0.6", "0.8", "1.0"});
+  CHECK(ticks(0, 100) == V{"0", "20", "40", "60", "80", "100"});
+  CHECK(ticks(1, 50) == V{"0", "10", "20", "30", "40", "50"});
+  CHECK(ticks(2.3, 4.1) == V{"2.0", "2.5", "3.0", "3.5", "4.0", "4.5"});
+  CHECK(ticks(-0.7, 0.2) == V{"-0.8", "-0.6", "-0.4", "-0.2", "0.0", "0.2"});
+  CHECK(ticks(0.001, 0.0042) == V{"0.0010", "0.0015", "0.0020", "0.0025", "0.0030", "0.0035", "0.0040", "0.0045"});
+  // Data a double cannot span is refused, not drawn with garbage ticks.
+  CHECK_THROWS_WITH_AS(line_chart_svg(LineChart{.series = {Series{.x = {-1e308, 1e308}, .y = {0, 1}}}}),
+                       "nice_ticks: need finite lo <= hi and target >= 1, got lo -1e+308, hi 1e+308, target 5",
+                       ValueError);
 }
 
 TEST_CASE("plot: line chart draws one path per non-empty series, a legend and nice ticks") {

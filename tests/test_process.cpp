@@ -57,6 +57,9 @@ TEST_CASE("run_filter: a program past its time is stopped and named, and so is o
   CHECK_THROWS_WITH_AS(run_filter({"sleep", "30"}, "", {.op = "draw", .timeout_seconds = 0.2}),
                        "draw: 'sleep' ran past its time limit of 0.2 s and was stopped", ProcessError);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));  // not the 30 s it asked for
+  // A process the program leaves behind with its standard output open does not hold the run: it ends
+  // when the program does.
+  CHECK(run_filter({"sh", "-c", "sleep 5 & echo done"}, "", {.timeout_seconds = 2}) == "done\n");
   CHECK_THROWS_WITH_AS(run_filter({"cat"}, std::string(100'000, 'x'), {.op = "draw", .max_output_bytes = 500}),
                        "draw: 'cat' wrote more than 500 bytes to its standard output, the limit; it was stopped",
                        LimitError);

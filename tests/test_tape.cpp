@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tapegrad/autograd/activation_checkpoint.hpp"
 #include "tapegrad/autograd/function.hpp"
@@ -205,6 +206,12 @@ TEST_CASE("tape: misused Vars are clear errors, not undefined behaviour") {
                        UsageError);
   CHECK_THROWS_WITH_AS(add(a, Var<double>{}), "add: b is an empty Var (default-constructed)", UsageError);
   CHECK_THROWS_WITH_AS(relu(Var<double>{}), "relu: x is an empty Var (default-constructed)", UsageError);
+  // A list's first part and a layer's argument (Tape::of) are refused in the same words.
+  const std::vector<Var<double>> parts = {Var<double>{}, a};
+  CHECK_THROWS_WITH_AS(concat_cols(std::span<const Var<double>>(parts)),
+                       "concat_cols: part 0 is an empty Var (default-constructed)", UsageError);
+  CHECK_THROWS_WITH_AS(Tape<double>::of("my_layer", {{"x", Var<double>{}}, {"h", a}}),
+                       "my_layer: x is an empty Var (default-constructed)", UsageError);
   tape.reset();
   CHECK_THROWS_WITH_AS(relu(a), "relu: x was recorded before the last reset() of its tape; record it again",
                        UsageError);

@@ -289,6 +289,33 @@ void colour_bar(std::string& out, const Heatmap& map, const HeatmapLayout& l) {
 // 10^22), where pow(10, k) may round differently.
 double pow10(int k) { return k >= 0 ? std::pow(10.0, k) : 1.0 / std::pow(10.0, -k); }
 
+// About `target` round tick values (1, 2 or 5 times a power of ten apart) that cover [lo, hi]: the
+// first is <= lo and the last >= hi. nice_ticks(0.03, 0.97) is 0, 0.2, 0.4, 0.6, 0.8, 1. A single
+// tick when lo == hi. Throws ValueError for non-finite bounds, lo > hi, or target < 1.
+std::vector<double> nice_ticks(double lo, double hi, int target) {
+  if (!std::isfinite(hi - lo) || lo > hi || target < 1)  // hi - lo: finite bounds, and no overflow
+    fail<ValueError>("nice_ticks: need finite lo <= hi and target >= 1, got lo {}, hi {}, target {}", lo, hi, target);
+  if (lo == hi) return {lo};
+  // Step = 1, 2, 5 or 10 times 10^k, the nearest to (hi - lo) / target.
+  const double raw = (hi - lo) / target;
+  const int k = static_cast<int>(std::floor(std::log10(raw)));
+  const double norm = raw / pow10(k);
+  const double mult = norm < 1.5 ? 1 : norm < 3 ? 2 : norm < 7 ? 5 : 10;
+  const double step = mult * pow10(k);
+  // Tick i is i * mult * 10^k, computed as (i * mult) / 10^-k for k < 0: an integer over an exact
+  // power of ten is the double nearest the decimal, so 3 * 0.2 prints as 0.6, not 0.6000000000000001.
+  const auto tick = [&](long long i) {
+    const double n = static_cast<double>(i) * mult;
+    return k >= 0 ? n * pow10(k) : n / pow10(-k);
+  };
+  const auto first = static_cast<long long>(std::floor(lo / step + 1e-9));
+  const auto last = static_cast<long long>(std::ceil(hi / step - 1e-9));
+  std::vector<double> ticks;
+  for (long long i = first; i <= last; ++i) ticks.push_back(tick(i));
+  ticks.erase(std::unique(ticks.begin(), ticks.end()), ticks.end());  // steps below double precision
+  return ticks;
+}
+
 // Powers of ten covering [lo, hi] (lo > 0), every stride-th decade so that about `target` remain,
 // with 2 and 5 in between when the range spans at most two decades.
 std::vector<double> log_ticks(double lo, double hi, int target) {
@@ -576,30 +603,6 @@ std::optional<double> pixel_attribute(std::string_view tag, std::string_view nam
 }
 
 }  // namespace
-
-std::vector<double> nice_ticks(double lo, double hi, int target) {
-  if (!std::isfinite(hi - lo) || lo > hi || target < 1)  // hi - lo: finite bounds, and no overflow
-    fail<ValueError>("nice_ticks: need finite lo <= hi and target >= 1, got lo {}, hi {}, target {}", lo, hi, target);
-  if (lo == hi) return {lo};
-  // Step = 1, 2, 5 or 10 times 10^k, the nearest to (hi - lo) / target.
-  const double raw = (hi - lo) / target;
-  const int k = static_cast<int>(std::floor(std::log10(raw)));
-  const double norm = raw / pow10(k);
-  const double mult = norm < 1.5 ? 1 : norm < 3 ? 2 : norm < 7 ? 5 : 10;
-  const double step = mult * pow10(k);
-  // Tick i is i * mult * 10^k, computed as (i * mult) / 10^-k for k < 0: an integer over an exact
-  // power of ten is the double nearest the decimal, so 3 * 0.2 prints as 0.6, not 0.6000000000000001.
-  const auto tick = [&](long long i) {
-    const double n = static_cast<double>(i) * mult;
-    return k >= 0 ? n * pow10(k) : n / pow10(-k);
-  };
-  const auto first = static_cast<long long>(std::floor(lo / step + 1e-9));
-  const auto last = static_cast<long long>(std::ceil(hi / step - 1e-9));
-  std::vector<double> ticks;
-  for (long long i = first; i <= last; ++i) ticks.push_back(tick(i));
-  ticks.erase(std::unique(ticks.begin(), ticks.end()), ticks.end());  // steps below double precision
-  return ticks;
-}
 
 std::string heatmap_svg(const Heatmap& map) {
   const std::size_t rows = map.row_labels.size(), cols = map.col_labels.size();

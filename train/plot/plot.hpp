@@ -87,11 +87,6 @@ struct ScatterPlot {
 // for a range that is not finite and ordered.
 std::string scatter_svg(const ScatterPlot& plot);
 
-// About `target` round tick values (1, 2 or 5 times a power of ten apart) that cover [lo, hi]: the
-// first is <= lo and the last >= hi. nice_ticks(0.03, 0.97) is 0, 0.2, 0.4, 0.6, 0.8, 1. A single
-// tick when lo == hi. Throws ValueError for non-finite bounds, lo > hi, or target < 1.
-std::vector<double> nice_ticks(double lo, double hi, int target = 5);
-
 // Places complete SVG documents (from the functions above, or any SVG whose root has its width and
 // height in pixels) left to right, `gap` pixels apart, in one document as wide as all of them.
 // Throws ValueError for an empty list, a negative gap or a document without a pixel width/height.
