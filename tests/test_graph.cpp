@@ -4,7 +4,6 @@
 // and the errors when dot is missing or fails; the walkthrough's two attention graphs.
 #include <doctest/doctest.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <span>
 #include <string>
@@ -175,28 +174,16 @@ TEST_CASE("tape_dot: an input that fills several positions, not side by side, ha
   CHECK(count(dot, " -> ") == 2);
 }
 
-TEST_CASE("tape_dot: an op of 2 x 10^5 inputs is drawn in one pass over them, not a scan per input") {
-  const auto time_to_draw = [](const Tape<float>& tape, std::string& dot) {
-    const auto start = std::chrono::steady_clock::now();
-    dot = tape_dot(tape);
-    return std::chrono::steady_clock::now() - start;
-  };
-  Tape<float> one_op, pairs;
+TEST_CASE("tape_dot: an op of 2 x 10^5 inputs, one of them given twice, has an edge per input and one listing both places") {
+  // How long drawing takes is a benchmark's question, not this test's: the scan per input that this picture once
+  // took (13.7 times as long as the same edges in ops of two, 1.0-1.2 since c6dcda6) is in that commit's message.
+  Tape<float> tape;
   std::vector<Var<float>> parts;
-  for (int k = 0; k < 200'000; ++k) parts.push_back(one_op.input(Tensor(Shape::mat(1, 1), 1.0f)));  // n0 ...
-  parts.push_back(parts[3]);                                                                          // again, last
-  static_cast<void>(concat_cols(std::span<const Var<float>>(parts)));                                 // n200000
-  // The same inputs in ops of two: as many edges and more nodes, and no op of many inputs.
-  for (int k = 0; k < 100'000; ++k)
-    static_cast<void>(add(pairs.input(Tensor(Shape::mat(1, 1), 1.0f)), pairs.input(Tensor(Shape::mat(1, 1), 1.0f))));
-  std::string dot, baseline_dot;
-  const auto took = time_to_draw(one_op, dot);
-  const auto baseline = time_to_draw(pairs, baseline_dot);
-  // A ratio, so a slower machine or build moves both: one pass takes about as long as the pairs (1), a
-  // scan of the other inputs per input (4 x 10^10 comparisons) over ten times as long.
-  CHECK(took < 4 * baseline);
+  for (int k = 0; k < 200'000; ++k) parts.push_back(tape.input(Tensor(Shape::mat(1, 1), 1.0f)));  // n0 ...
+  parts.push_back(parts[3]);                                                                       // again, last
+  static_cast<void>(concat_cols(std::span<const Var<float>>(parts)));                              // n200000
+  const std::string dot = tape_dot(tape);
   CHECK(count(dot, " -> ") == 200'000);
-  CHECK(count(baseline_dot, " -> ") == 200'000);
   CHECK(dot.find("  n3 -> n200000 [label=\"3,200000\"];\n") != std::string::npos);
   CHECK(dot.find("  n199999 -> n200000 [label=\"199999\"];\n") != std::string::npos);
 }
