@@ -29,7 +29,7 @@ bool valid_name(std::string_view name) {
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' || c == '/')) return false;
   // No empty, "." or ".." component: between slashes added at both ends, none is "//", "/./" or "/../" (a
   // leading or trailing '/' makes an empty one).
-  const std::string slashed = "/" + std::string(name) + "/";
+  const std::string slashed = fmt::format("/{}/", name);
   return slashed.find("//") == std::string::npos && slashed.find("/./") == std::string::npos &&
          slashed.find("/../") == std::string::npos;
 }
