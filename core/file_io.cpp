@@ -28,10 +28,6 @@ void refuse_non_regular_target(int folder, const char* name, const std::filesyst
                   escaped(shown), detail::kind_of(st.st_mode));
 }
 
-void refuse_non_regular_target(const std::filesystem::path& path, std::string_view op) {
-  refuse_non_regular_target(AT_FDCWD, path.c_str(), path, op);
-}
-
 }  // namespace
 
 std::filesystem::path temporary_path(const std::filesystem::path& path) {
@@ -100,7 +96,7 @@ bool is_temporary_name(std::string_view name) {
 
 void check_writable(const std::filesystem::path& path, std::string_view op) {
   namespace fs = std::filesystem;
-  refuse_non_regular_target(path, op);
+  refuse_non_regular_target(AT_FDCWD, path.c_str(), path, op);
   const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -119,13 +115,10 @@ void check_writable(const std::filesystem::path& path, std::string_view op) {
         "{}: '{}' could not be written: the path would be {} bytes, and the system takes paths shorter than "
         "{}; choose a shorter folder",
         op, escaped(path), tmp.native().size(), path_max);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0 && errno != EEXIST)
+  const detail::Descriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (!fd.open() && errno != EEXIST)
     fail<FileError>("{}: '{}' could not be written: {}", op, escaped(path), std::strerror(errno));
-  if (fd >= 0) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-  }
+  if (fd.open()) ::unlink(tmp.c_str());
 }
 
 namespace detail {

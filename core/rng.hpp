@@ -51,6 +51,16 @@ class Rng {
   State state_;
 };
 
+// splitmix64's finaliser: every bit of the result depends on every bit of x (Rng's seeding; the round
+// function of the sampler's Feistel network, which needs that to look random after a few rounds).
+inline std::uint64_t mix64(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
 // Natural logarithm for x > 0 from a fixed series: the same bits on every platform, unlike
 // std::log, whose last bit depends on the C library. Relative error below 2e-16.
 double portable_log(double x);

@@ -47,15 +47,9 @@ std::string to_text(double v) { return fmt::format("{}", v); }
 std::string to_text(bool v) { return v ? "true" : "false"; }
 
 bool from_text(std::string_view text, bool& out) {
-  if (text == "true") {
-    out = true;
-    return true;
-  }
-  if (text == "false") {
-    out = false;
-    return true;
-  }
-  return false;
+  if (text != "true" && text != "false") return false;
+  out = text == "true";
+  return true;
 }
 
 }  // namespace tapegrad

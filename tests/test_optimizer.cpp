@@ -503,6 +503,14 @@ TEST_CASE("optimizer: load_state refuses a mismatched state, names every offende
   bad.step = -1;
   CHECK_THROWS_WITH_AS(opt.load_state(bad), "load_state: step must be >= 0, got -1", ValueError);
   unchanged();
+
+  // The caller's operation starts every refusal, the options reader's too (a value, a repeated name).
+  bad = before;
+  set(bad.hyperparameters, "lr", "-1");
+  CHECK_THROWS_WITH_AS(opt.check_state(bad, "resume"), "resume: lr must be finite and >= 0, got -1", ValueError);
+  bad = before;
+  bad.hyperparameters.push_back(bad.hyperparameters.front());
+  CHECK_THROWS_WITH_AS(opt.check_state(bad, "resume"), "resume: given twice: 'lr'", NameError);
 }
 
 TEST_CASE("optimizer: load_state refuses an Adam state with half a parameter's buffers") {

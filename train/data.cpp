@@ -75,20 +75,6 @@ void Sampler::draw_keys() {
   for (auto& k : keys_) k = rng_.next_u64();
 }
 
-namespace {
-
-// splitmix64's finaliser: every bit of the result depends on every bit of x, which a Feistel round
-// function needs for the network to look random after a few rounds.
-std::uint64_t mix64(std::uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
 Index Sampler::feistel(std::uint64_t x) const {
   const std::uint64_t mask = (std::uint64_t{1} << half_bits_) - 1;
   do {  // cycle walking: x < n on entry, so the walk ends, on the next member of x's cycle inside [0, n)

@@ -8,16 +8,11 @@
 namespace tapegrad {
 namespace {
 
-// The shape of `count` examples of a tensor shaped like `s`.
-Shape first_dim(const Shape& s, Index count) {
-  switch (s.rank) {
-    case 1:
-      return Shape::vec(count);
-    case 2:
-      return Shape::mat(count, s.cols);
-    default:
-      return Shape::batched(count, s.rows, s.cols);
-  }
+// The shape of `count` examples of a tensor shaped like `s`: its leading dimension (leading_count) is count.
+Shape first_dim(Shape s, Index count) {
+  Index& leading = s.rank == 1 ? s.cols : s.rank == 2 ? s.rows : s.batch;
+  leading = count;
+  return s;
 }
 
 // out = the examples of `all` at `indices`, each a contiguous block of numel / N values.

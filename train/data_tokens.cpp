@@ -29,14 +29,7 @@ std::uint32_t header_crc(const Header& h) {
 
 // The id of `width` little-endian bytes at p.
 std::int64_t id_at(const unsigned char* p, int width) {
-  switch (width) {
-    case 1:
-      return p[0];
-    case 2:
-      return get_le<std::uint16_t>(p);
-    default:
-      return get_le<std::uint32_t>(p);
-  }
+  return width == 1 ? p[0] : width == 2 ? get_le<std::uint16_t>(p) : get_le<std::uint32_t>(p);
 }
 
 // Ids a pass reads at once: a constant piece whatever the file's size.
@@ -44,16 +37,8 @@ constexpr Index kPieceIds = Index{1} << 18;
 }  // namespace
 
 Index TokenFileFormat::max_vocab(int width) {
-  switch (width) {
-    case 1:
-      return Index{1} << 8;
-    case 2:
-      return Index{1} << 16;
-    case 4:
-      return Index{1} << 31;  // ids are int32 once read
-    default:
-      return 0;
-  }
+  if (width != 1 && width != 2 && width != 4) return 0;
+  return Index{1} << std::min(8 * width, 31);  // ids are int32 once read
 }
 
 // ---- TokenFile -------------------------------------------------------------------------------------------

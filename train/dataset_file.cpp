@@ -26,15 +26,18 @@ Dataset parse(std::string_view text, std::string_view name, Vocabulary tokens, V
   if (!fixed) tokens.add(kPadToken);
   if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // a UTF-8 byte-order mark is not a token
   std::size_t line_no = 0, start = 0;
+  // The id of `word` in `vocab`: added to it, or, when the vocabularies are fixed, found in it.
+  const auto id_in = [&](Vocabulary& vocab, std::string_view word, const char* what) {
+    if (fixed && !vocab.contains(word))
+      fail<FormatError>("{}:{}: {} '{}' does not occur in the training data", name, line_no, what, escaped(word));
+    return fixed ? vocab.id(word) : vocab.add(word);
+  };
   while (start <= text.size()) {
     const std::size_t end = std::min(text.find('\n', start), text.size());
     const std::string_view line = text.substr(start, end - start);
-    start = end + 1;
+    start = end + 1;  // past the text's end after its last line: the loop ends
     ++line_no;
-    if (split_spaces(line).empty() || line.front() == '#') {
-      if (end == text.size()) break;
-      continue;
-    }
+    if (split_spaces(line).empty() || line.front() == '#') continue;
     const std::size_t tab = line.find('\t');
     if (tab == std::string_view::npos)
       fail<FormatError>("{}:{}: expected tokens, a TAB, then one label per token; this line has no TAB", name, line_no);
@@ -49,19 +52,10 @@ Dataset parse(std::string_view text, std::string_view name, Vocabulary tokens, V
     Example e;
     for (std::size_t k = 0; k < words.size(); ++k) {
       if (words[k] == kPadToken) fail<FormatError>("{}:{}: '{}' is reserved for padding", name, line_no, kPadToken);
-      if (fixed && !tokens.contains(words[k]))
-        fail<FormatError>("{}:{}: token '{}' does not occur in the training data", name, line_no, escaped(words[k]));
-      e.tokens.push_back(fixed ? tokens.id(words[k]) : tokens.add(words[k]));
-      if (tags[k] == kNoLabel) {
-        e.labels.push_back(kIgnoreLabel);
-      } else {
-        if (fixed && !labels.contains(tags[k]))
-          fail<FormatError>("{}:{}: label '{}' does not occur in the training data", name, line_no, escaped(tags[k]));
-        e.labels.push_back(fixed ? labels.id(tags[k]) : labels.add(tags[k]));
-      }
+      e.tokens.push_back(id_in(tokens, words[k], "token"));
+      e.labels.push_back(tags[k] == kNoLabel ? kIgnoreLabel : id_in(labels, tags[k], "label"));
     }
     data.examples.push_back(std::move(e));
-    if (end == text.size()) break;
   }
   if (data.examples.empty()) fail<FormatError>("{}: no examples (every line is blank or a comment)", name);
   if (data.labelled_positions() == 0) fail<FormatError>("{}: no labels at all: every label is '{}'", name, kNoLabel);

@@ -171,13 +171,7 @@ void Optimizer<T>::check_state(const OptimizerState<T>& s, std::string_view op) 
   if (!problems.empty()) fail<NameError>("{}: {}", op, fmt::join(problems, "; "));
 
   // Then values and shapes.
-  try {
-    check_hyperparameters(s.hyperparameters);
-  } catch (const ValueError& e) {  // "load_state: lr must be ...": under the caller's op
-    std::string_view why = e.what();
-    if (why.starts_with("load_state: ")) why.remove_prefix(12);
-    fail<ValueError>("{}: {}", op, why);
-  }
+  check_hyperparameters(s.hyperparameters, op);
   if (s.step < 0) fail<ValueError>("{}: step must be >= 0, got {}", op, s.step);
   if (!shapes.empty()) fail<ShapeError>("{}: {}", op, fmt::join(shapes, "; "));
 }
@@ -289,8 +283,8 @@ Settings Adam<T>::hyperparameters() const {
 }
 
 template <class T>
-void Adam<T>::check_hyperparameters(const Settings& h) const {
-  OptimizerWith<T, AdamOptions>::check_hyperparameters(split_decay_on(h, "load_state").first);
+void Adam<T>::check_hyperparameters(const Settings& h, std::string_view op) const {
+  OptimizerWith<T, AdamOptions>::check_hyperparameters(split_decay_on(h, op).first, op);
 }
 
 template <class T>

@@ -190,8 +190,8 @@ class Optimizer {
   // One update at rate `lr`; `t` is the number of this step, from 1. Shapes are already checked.
   virtual void update_all(double lr, std::int64_t t) = 0;
   // Checks a state's hyperparameters and throws, changing nothing, if they are not this optimizer's
-  // or one is invalid; apply_hyperparameters() then sets them.
-  virtual void check_hyperparameters(const Settings& h) const = 0;
+  // or one is invalid (each message starting "<op>: "); apply_hyperparameters() then sets them.
+  virtual void check_hyperparameters(const Settings& h, std::string_view op) const = 0;
   virtual void apply_hyperparameters(const Settings& h) = 0;
 
   // f(slice) over every parameter's elements in ranges, in one parallel region for the whole update rather
@@ -288,8 +288,8 @@ class OptimizerWith : public Optimizer<T> {
   // momentum keeps none.
   virtual bool keeps_buffers(const O&) const { return true; }
 
-  void check_hyperparameters(const Settings& h) const override { (void)read(h); }
-  void apply_hyperparameters(const Settings& h) override { options_ = read(h); }
+  void check_hyperparameters(const Settings& h, std::string_view op) const override { (void)read(h, op); }
+  void apply_hyperparameters(const Settings& h) override { options_ = read(h, "load_state"); }
 
   O options_;
 
@@ -304,7 +304,7 @@ class OptimizerWith : public Optimizer<T> {
     if constexpr (OptionsCheckThemselves<O>) options.check(op);
     return options;
   }
-  static O read(const Settings& h) { return checked(from_settings<O>(h, "load_state"), "load_state"); }
+  static O read(const Settings& h, std::string_view op) { return checked(from_settings<O>(h, op), op); }
 
   O now_;  // this step's options: options_ with the schedule's rate
 };
@@ -335,7 +335,7 @@ class Adam : public OptimizerWith<T, AdamOptions> {
 
  private:
   void update(const AdamOptions& o, std::int64_t t, ParamSlice<T> s) const override;
-  void check_hyperparameters(const Settings& h) const override;
+  void check_hyperparameters(const Settings& h, std::string_view op) const override;
   void apply_hyperparameters(const Settings& h) override;
 
   bool decoupled_decay_;  // AdamW: p *= 1 - lr wd, apart from the gradient

@@ -24,17 +24,14 @@ constexpr std::string_view kManifestHeader = "tapegrad-run 1";
 constexpr std::size_t kMaxManifestBytes = std::size_t{1} << 20;
 
 bool valid_name(std::string_view name) {
-  if (name.empty() || name.size() > 4096 || name.front() == '/' || name.back() == '/') return false;
+  if (name.empty() || name.size() > 4096) return false;
   for (char c : name)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' || c == '/')) return false;
-  std::size_t start = 0;
-  while (start <= name.size()) {  // no empty, "." or ".." component
-    const std::size_t end = std::min(name.find('/', start), name.size());
-    const std::string_view part = name.substr(start, end - start);
-    if (part.empty() || part == "." || part == "..") return false;
-    start = end + 1;
-  }
-  return true;
+  // No empty, "." or ".." component: between slashes added at both ends, none is "//", "/./" or "/../" (a
+  // leading or trailing '/' makes an empty one).
+  const std::string slashed = fmt::format("/{}/", name);
+  return slashed.find("//") == std::string::npos && slashed.find("/./") == std::string::npos &&
+         slashed.find("/../") == std::string::npos;
 }
 
 bool valid_program(std::string_view program) {  // a name without folders
