@@ -90,40 +90,53 @@ template <class T>
 TensorT<T>* zeroed_grad(const InputGrad<T>& g);
 }  // namespace detail
 
-// What the forward of an op sees besides its inputs' values. Its node is recorded before the forward runs, so
-// output() and saved() may come in any order, and a forward that throws leaves the tape as it was. Until the
-// forward returns, recording anything else on this tape is refused, naming this op.
+// What the forward of an op sees besides its inputs' values.
 template <class T, class Saved = NoSavedState>
 class ForwardContext {
  public:
-  // The op's output, of `shape`, for the forward to fill (every element: in anomaly mode it holds NaN until
-  // then). A second call gives the same tensor, resized.
+  // Records the op's node with an output of `shape` and returns that output, for the forward to fill
+  // (every element: in anomaly mode it holds NaN until then). Once per forward; a forward that throws,
+  // before or after it, leaves the tape as it was. From here until the forward returns, recording anything
+  // else on this tape is refused.
   TensorT<T>& output(const Shape& shape) {
-    node_.value.resize(shape);
-    if (tape_.anomaly_detection()) node_.value.fill(std::numeric_limits<T>::quiet_NaN());
-    has_output_ = true;
-    return node_.value;
+    if (node_) detail::refuse_function(op_, "its forward asked for output() twice");
+    node_ = &tape_.record(op_, inputs_, shape, where_, needs_grad());
+    tape_.forward_open_ = true;
+    if (tape_.anomaly_detection()) node_->value.fill(std::numeric_limits<T>::quiet_NaN());
+    return node_->value;
   }
   // Whether the backward rule will run for this node (an input takes a gradient and gradients are
   // enabled): saving state can be skipped when it will not.
-  bool needs_grad() const { return node_.requires_grad; }
-  // The state the backward rule reads with ctx.saved(): kept with the node, with its buffers, and reused by
-  // the op recorded in this place next step (assign into its buffers, do not replace them, and steady-state
-  // steps allocate nothing).
-  Saved& saved() requires(!std::is_same_v<Saved, NoSavedState>) { return node_.saved.template hold<Saved>(); }
-  // The node takes a gradient (its backward rule runs) even if no input does, because the forward read
-  // parameters on another tape (activation_checkpoint.hpp's region).
-  void takes_grad_regardless() { tape_.take_inputs(node_, inputs_); }
+  bool needs_grad() const {
+    if (node_) return node_->requires_grad;
+    if (!tape_.grad_enabled()) return false;
+    if (takes_grad_) return true;
+    for (const Var<T>& v : inputs_)
+      if (tape_.node(v).requires_grad) return true;
+    return false;
+  }
+  // The state the backward rule reads with ctx.saved(), after output(): kept with the node, with its
+  // buffers, and reused by the op recorded in this place next step (assign into its buffers, do not
+  // replace them, and steady-state steps allocate nothing).
+  Saved& saved() requires(!std::is_same_v<Saved, NoSavedState>) {
+    if (!node_) detail::refuse_function(op_, "its forward asked for saved() before output(shape)");
+    return node_->saved.template hold<Saved>();
+  }
+  // Before output(): the node takes a gradient (its backward rule runs) even if no input does, because the
+  // forward read parameters on another tape (activation_checkpoint.hpp's region).
+  void takes_grad_regardless() { takes_grad_ = true; }
   Tape<T>& tape() const { return tape_; }  // the inputs' tape
 
  private:
   friend struct detail::FunctionEngine;
-  ForwardContext(Tape<T>& tape, Node<T>& node, std::span<const Var<T>> inputs)
-      : tape_(tape), node_(node), inputs_(inputs) {}
+  ForwardContext(Tape<T>& tape, std::span<const Var<T>> inputs, const char* op, Where where)
+      : tape_(tape), inputs_(inputs), op_(op), where_(where) {}
   Tape<T>& tape_;
-  Node<T>& node_;
   std::span<const Var<T>> inputs_;
-  bool has_output_ = false;
+  const char* op_;
+  Where where_;
+  Node<T>* node_ = nullptr;
+  bool takes_grad_ = false;
 };
 
 // What the backward rule of an op sees besides its inputs.
@@ -278,27 +291,25 @@ struct FunctionEngine {
     return tape;
   }
 
-  // Records the node, runs the forward on it (which nothing else may record during) and commits it.
-  template <class Saved, class T, class Forward>
-  static Var<T> record(Tape<T>& tape, std::span<const Var<T>> inputs, const char* op, Where where,
-                       typename Node<T>::BackwardFn rule, Forward&& forward) {
-    ForwardContext<T, Saved> ctx(tape, tape.record(op, inputs, where), inputs);
+  template <class T, class Ctx, class Forward>
+  static Var<T> record(Tape<T>& tape, Ctx& ctx, const char* op, typename Node<T>::BackwardFn rule, Forward&& forward) {
     struct Close {  // however the forward ends, the tape is as open as before it (an op inside another's)
       Tape<T>& tape;
       bool was;
       ~Close() { tape.forward_open_ = was; }
-    } close{tape, std::exchange(tape.forward_open_, true)};
-    forward(ctx);
-    if (!ctx.has_output_) refuse_function(op, "its forward returned without calling output(shape)");
-    ctx.node_.backward = rule;
-    return tape.commit(ctx.node_);
+    } close{tape, tape.forward_open_};
+    forward();
+    if (!ctx.node_) refuse_function(op, "its forward returned without calling output(shape)");
+    ctx.node_->backward = rule;
+    return tape.commit(*ctx.node_);
   }
 
   template <class Op, class T, std::size_t N>
   static Var<T> apply(const Op& op, const Var<T> (&inputs)[N], Where where) {
     const std::span<const Var<T>> list(inputs, N);
     Tape<T>& tape = checked_tape<Op>(list, false);
-    return record<typename SavedOf<Op>::type>(tape, list, Op::name, where, &backward<Op, T, N>, [&](auto& ctx) {
+    ForwardContext<T, typename SavedOf<Op>::type> ctx(tape, list, Op::name, where);
+    return record(tape, ctx, Op::name, &backward<Op, T, N>, [&] {
       [&]<std::size_t... I>(std::index_sequence<I...>) {
         op.forward(ctx, tape.node(inputs[I]).val()...);  // nodes never move: the values outlive the record
       }
@@ -309,8 +320,8 @@ struct FunctionEngine {
   template <class Op, class T>
   static Var<T> apply_list(const Op& op, std::span<const Var<T>> inputs, Where where) {
     Tape<T>& tape = checked_tape<Op>(inputs, true);
-    return record<typename SavedOf<Op>::type>(tape, inputs, Op::name, where, &backward_list<Op, T>,
-                                              [&](auto& ctx) { op.forward(ctx, ValueList<T>(inputs)); });
+    ForwardContext<T, typename SavedOf<Op>::type> ctx(tape, inputs, Op::name, where);
+    return record(tape, ctx, Op::name, &backward_list<Op, T>, [&] { op.forward(ctx, ValueList<T>(inputs)); });
   }
 };
 

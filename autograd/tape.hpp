@@ -187,27 +187,24 @@ class Tape {
   std::size_t size() const { return used_ - (pending_ ? 1 : 0); }  // committed nodes
 
  private:
-  // Recording, for apply() (autograd/function.hpp) alone: record() appends a pending node for `op` (nodes
-  // never move, so references to input values stay valid), before the op's forward runs and fills its value;
-  // commit() turns it into a Var (in anomaly mode checking its value). If the op throws in between, the node
-  // is dropped, so a failing op leaves the tape as it was. While its forward runs, any other record on this
-  // tape is refused, naming the op (its node stays: nothing overwritten). A node keeps its inputs, to walk
-  // back to, only when it takes a gradient (`requires_grad`: gradients on, and an input takes one, or
-  // take_inputs() says the forward read parameters on another tape). The inputs were checked by apply().
+  // Recording, for apply() (autograd/function.hpp) alone: record() appends a pending node for `op` whose
+  // output has `shape` (nodes never move, so references to input values stay valid); the op's forward fills
+  // its value; commit() turns it into a Var (in anomaly mode checking its value). If the op throws in
+  // between, the node is dropped, so a failing op leaves the tape as it was. While its forward runs, any
+  // other record on this tape is refused, naming the op (its node stays: nothing overwritten). A node keeps its inputs,
+  // to walk back to, only when it takes a gradient (`requires_grad`, as ForwardContext::needs_grad() decides it:
+  // gradients on, and an input takes one or the forward read parameters on another tape). The inputs were checked
+  // by apply().
   friend struct detail::FunctionEngine;
   template <class, class>
   friend class ForwardContext;
-  Node<T>& record(const char* op, std::span<const Var<T>> inputs, Where where) {
-    Node<T>& n = push(op, where);  // the next node slot, cleared (push: the devices below)
-    for (const auto& v : inputs)
-      if (node(v).requires_grad) return take_inputs(n, inputs);
-    return n;
-  }
-  Node<T>& take_inputs(Node<T>& n, std::span<const Var<T>> inputs) {
-    if (n.requires_grad || !grad_enabled_) return n;
-    n.requires_grad = true;
-    for (const auto& v : inputs) inputs_.push_back(v.index);
-    n.input_count = static_cast<std::uint32_t>(inputs.size());
+  Node<T>& record(const char* op, std::span<const Var<T>> inputs, Shape shape, Where where, bool requires_grad) {
+    Node<T>& n = push(op, shape, where);  // the next node slot, cleared (push: the devices below)
+    if (requires_grad) {
+      n.requires_grad = true;
+      for (const auto& v : inputs) inputs_.push_back(v.index);
+      n.input_count = static_cast<std::uint32_t>(inputs.size());
+    }
     return n;
   }
   Var<T> commit(Node<T>& n) {
@@ -315,7 +312,7 @@ class Tape {
   }
   [[noreturn]] void refuse_commit(Node<T>& n);
   void refuse_non_finite(Node<T>& n);
-  Node<T>& push(const char* op, Where where);
+  Node<T>& push(const char* op, Shape shape, Where where);
   void make_room(const char* op);
   void drop_pending();  // forgets the newest node, which was recorded but not committed
   void check_backward_anomaly(Node<T>& n);
@@ -359,10 +356,11 @@ inline Tape<T>& Tape<T>::of(const char* op, std::initializer_list<NamedVar<T>> a
 }
 
 template <class T>
-inline Node<T>& Tape<T>::push(const char* op, Where where) {
+inline Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
   check_thread(op, true);  // first: another thread's op must not touch anything
   if (pending_ || used_ == capacity_ || used_ == kMaxTapeNodes) make_room(op);
   Node<T>& n = at(used_);
+  n.value.resize(shape);  // may throw (a huge shape): before the node counts
   ++used_;
   pending_ = true;
   pending_node_ = &n;
@@ -383,8 +381,7 @@ inline Node<T>& Tape<T>::push(const char* op, Where where) {
 template <class T>
 template <class Fill>
 Var<T> Tape<T>::constant(const char* name, const Shape& shape, Fill&& fill, Where where) {
-  Node<T>& n = push(name, where);
-  n.value.resize(shape);
+  Node<T>& n = push(name, shape, where);
   fill(n.value);  // if it throws, the next record drops the pending node
   return commit(n);
 }
