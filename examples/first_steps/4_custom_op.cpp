@@ -35,7 +35,7 @@ struct RmsNorm {
     if (gain.numel() != x.cols())
       fail<ShapeError>("rms_norm: gain is {} but x is {}; give one gain per column ({})", gain.shape(), x.shape(),
                        x.cols());
-    TensorT<T>& y = ctx.output(x.shape());  // the output, to fill: every element
+    TensorT<T>& y = ctx.output(x.shape());  // records the node (a throw after it leaves no trace)
     TensorT<T>& r = ctx.saved().inv_rms;
     r.resize(Shape::mat(x.shape().flat_rows(), 1));
     const auto X = x.flat().array();  // (rows, D)
