@@ -49,19 +49,14 @@ struct RmsNorm {
     const auto dY = ctx.grad_output().flat().array();
     const auto r = saved.inv_rms.array();
     gain.grad.add(((dY * X).colwise() * r).colwise().sum());  // (1, D): the gain's row
-    if (!x.grad) return;  // x is a constant: skip its work
     const auto g_dy = dY.rowwise() * gain.value.array().transpose();
     saved.coefficient.resize(saved.inv_rms.shape());
     saved.coefficient.array() = r.cube() * (g_dy * X).rowwise().mean();
     x.grad.add(g_dy.colwise() * r - X.colwise() * saved.coefficient.array());
   }
 };
-
-// The op as a function, as the library's are: the caller's line is recorded, for errors and anomaly mode.
-template <class T>
-Var<T> rms_norm(Var<T> x, Var<T> gain, double eps = 1e-6, Where where = Where::current()) {
-  return apply(RmsNorm<T>{.eps = eps}, {x, gain}, where);
-}
+// Used as apply(RmsNorm<T>{.eps = eps}, {x, gain}), which records the line it is called on, for errors and
+// anomaly mode.
 // [readme:op-end]
 
 // [readme:gradcheck]
@@ -72,7 +67,7 @@ bool gradcheck_op() {
   for (double& v : x.span()) v = rng.normal();
   for (double& v : gain.span()) v = 1 + 0.5 * rng.normal();
   const GradcheckReport report = gradcheck(
-      [](Tape<double>&, std::span<const Var<double>> in) { return rms_norm(in[0], in[1]); },
+      [](Tape<double>&, std::span<const Var<double>> in) { return apply(RmsNorm<double>{}, {in[0], in[1]}); },
       {{"x", x}, {"gain", gain}}, {}, kStrictGradcheck);
   fmt::print("rms_norm {}", report.str());
   return report.ok();
@@ -87,7 +82,7 @@ class RmsNormLayer : public Module<T> {
   RmsNormLayer(std::string name, Index dim) : Module<T>(std::move(name)) {
     gain_ = &this->register_parameter("gain", TensorT<T>(Shape::vec(dim), T(1)));
   }
-  Var<T> forward(Var<T> x) { return rms_norm(x, x.tape->param(*gain_)); }
+  Var<T> forward(Var<T> x) { return apply(RmsNorm<T>{}, {x, x.tape->param(*gain_)}); }
 
  private:
   Parameter<T>* gain_ = nullptr;
