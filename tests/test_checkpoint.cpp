@@ -1111,6 +1111,17 @@ TEST_CASE("checkpoint: rebuilding a user's model is bounded by what the file hol
   CHECK(model_config_from<test::Mlp>(good).hidden == 8);
 }
 
+TEST_CASE("checkpoint: a tensor budget that refuses while a file is decoded stays a LimitError, not a corrupt payload") {
+  // The decoder turns its own refusals and cereal's into "corrupt payload"; a budget the caller set is not the
+  // file's fault, and says so in its own words.
+  Fixture f;
+  ToyRun run(f.run(OptimizerKind::adam), f.split.train, &f.split.validation);
+  const std::vector<std::byte> bytes = bytes_of(snapshot<float>(run.model()));
+  const TensorBudget budget(64, "reading");
+  CHECK_THROWS_WITH_AS(static_cast<void>(decode_checkpoint(bytes, "memory")),
+                       doctest::Contains("reading: its tensors would take more than"), LimitError);
+}
+
 TEST_CASE("checkpoint: TensorBudget charges growing tensors on its thread, nests, and refuses before allocating") {
   const TensorBudget outer(1000, "outer");
   Tensor a(Shape::vec(100));  // 400 bytes

@@ -132,10 +132,12 @@ Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view 
     if (said != version) fail<FormatError>("the payload says format {} but the header {}", said, version);
     load_format3(ar, c);
     if (in.peek() != std::char_traits<char>::eof()) fail<FormatError>("the payload has bytes after the checkpoint");
+  } catch (const FormatError& e) {
+    fail<FormatError>("load '{}': corrupt payload: {}", source, e.what());
+  } catch (const cereal::Exception& e) {
+    fail<FormatError>("load '{}': corrupt payload: {}", source, e.what());
   } catch (const std::bad_alloc&) {
     fail<FormatError>("load '{}': corrupt payload: it asks for more memory than there is", source);
-  } catch (const std::exception& e) {  // the decoder's FormatError, cereal::Exception
-    fail<FormatError>("load '{}': corrupt payload: {}", source, e.what());
   }
   try {
     check_checkpoint(c);
