@@ -7,7 +7,7 @@
 namespace tapegrad {
 namespace {
 
-std::uint64_t splitmix64(std::uint64_t& x) { return mix64(x += 0x9E3779B97F4A7C15ull); }
+std::uint64_t splitmix64(std::uint64_t& x) { return detail::mix64(x += 0x9E3779B97F4A7C15ull); }
 
 std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 

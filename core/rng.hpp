@@ -51,6 +51,8 @@ class Rng {
   State state_;
 };
 
+namespace detail {
+
 // splitmix64's finaliser: every bit of the result depends on every bit of x (Rng's seeding; the round
 // function of the sampler's Feistel network, which needs that to look random after a few rounds).
 inline std::uint64_t mix64(std::uint64_t x) {
@@ -60,6 +62,8 @@ inline std::uint64_t mix64(std::uint64_t x) {
   x *= 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
 }
+
+}  // namespace detail
 
 // Natural logarithm for x > 0 from a fixed series: the same bits on every platform, unlike
 // std::log, whose last bit depends on the C library. Relative error below 2e-16.

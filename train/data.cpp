@@ -80,7 +80,7 @@ Index Sampler::feistel(std::uint64_t x) const {
   do {  // cycle walking: x < n on entry, so the walk ends, on the next member of x's cycle inside [0, n)
     std::uint64_t left = x >> half_bits_, right = x & mask;
     for (std::uint64_t key : keys_) {
-      const std::uint64_t f = mix64(right ^ key) & mask;
+      const std::uint64_t f = detail::mix64(right ^ key) & mask;
       left = std::exchange(right, left ^ f);
     }
     x = (left << half_bits_) | right;
