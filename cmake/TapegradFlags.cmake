@@ -67,3 +67,15 @@ function(tapegrad_precompile_reuse target from)
     target_precompile_headers(${target} REUSE_FROM ${from})
   endif()
 endfunction()
+
+# A target of a few files (a support library, a program, the command-line battery) compiled as one unit,
+# as the library is (TAPEGRAD_UNITY): its files parse the same headers and instantiate the same Eigen,
+# fmt and tapegrad templates, once instead of once a file (docs/performance.md, "Build time"). GCC's
+# -Wsubobject-linkage is off there for the reason the library's is (CMakeLists.txt). Off with TAPEGRAD_PCH=OFF,
+# as the tests' units are, so that that build still checks that every file includes what it uses.
+function(tapegrad_unity target)
+  if(TAPEGRAD_UNITY AND TAPEGRAD_PCH)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 0)
+    target_compile_options(${target} PRIVATE $<$<CXX_COMPILER_ID:GNU>:-Wno-subobject-linkage>)
+  endif()
+endfunction()

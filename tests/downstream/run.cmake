@@ -1,8 +1,14 @@
 # Installs the freshly built tapegrad into a scratch prefix, then configures, builds and runs a tiny
 # separate project that uses find_package(tapegrad) and links tapegrad::tapegrad (and, with -DWITH_MPI=ON,
 # one that asks for the mpi component). CXX_FLAGS carries the sanitizer flags when the library under test
-# was built with them; BUILD_TYPE is the projects' CMAKE_BUILD_TYPE.
+# was built with them; BUILD_TYPE is the projects' CMAKE_BUILD_TYPE, and BUILD_TYPE_FLAGS, when given, that
+# build type's flags (CMAKE_CXX_FLAGS_<BUILD_TYPE>).
 file(REMOVE_RECURSE ${WORK_DIR})
+set(build_type_flags "")
+if(DEFINED BUILD_TYPE_FLAGS)
+  string(TOUPPER "${BUILD_TYPE}" upper)
+  set(build_type_flags "-DCMAKE_CXX_FLAGS_${upper}=${BUILD_TYPE_FLAGS}")
+endif()
 set(prefix ${WORK_DIR}/prefix)
 
 function(run)
@@ -36,7 +42,7 @@ foreach(h IN LISTS internal)
 endforeach()
 run(${CMAKE_COMMAND} -S ${DOWNSTREAM_SOURCE_DIR} -B ${WORK_DIR}/build -DCMAKE_PREFIX_PATH=${prefix}
     -DTAPEGRAD_EXAMPLES_DIR=${EXAMPLES_DIR}
-    -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_BUILD_TYPE=${BUILD_TYPE} "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
+    -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_BUILD_TYPE=${BUILD_TYPE} "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}" ${build_type_flags})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build --parallel 2)
 run(${WORK_DIR}/build/downstream)
 # The user's model program, built against the install, as the in-tree ctest runs it.
@@ -57,7 +63,7 @@ endforeach()
 # Data-parallel training from the install, when tapegrad was built with it: the mpi component.
 if(WITH_MPI)
   run(${CMAKE_COMMAND} -S ${DOWNSTREAM_SOURCE_DIR}/mpi -B ${WORK_DIR}/build_mpi -DCMAKE_PREFIX_PATH=${prefix}
-      -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_BUILD_TYPE=${BUILD_TYPE} "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
+      -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_BUILD_TYPE=${BUILD_TYPE} "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}" ${build_type_flags})
   run(${CMAKE_COMMAND} --build ${WORK_DIR}/build_mpi)
   run(${WORK_DIR}/build_mpi/downstream_mpi)
 endif()
