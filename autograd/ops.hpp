@@ -184,9 +184,9 @@ Var<T> add_scalar(Var<T> a, double s, Where where);  // a + s
 template <class T>
 Var<T> div_scalar(Var<T> a, double s, Where where);  // a / s
 template <class T>
-Var<T> scalar_sub(double s, Var<T> a, Where where);  // s - a
+Var<T> scalar_sub(Var<T> a, double s, Where where);  // s - a
 template <class T>
-Var<T> scalar_div(double s, Var<T> a, Where where);  // s / a
+Var<T> scalar_div(Var<T> a, double s, Where where);  // s / a
 template <class T>
 using Operand = std::type_identity_t<VarHere<T>>;  // not deduced: T comes from the left operand
 }  // namespace detail
@@ -221,7 +221,7 @@ Var<T> operator-(Var<T> a, detail::ScalarHere s) {
 }
 template <class T>
 Var<T> operator-(detail::ScalarHere s, Var<T> a) {
-  return detail::scalar_sub(s.value, a, s.where);
+  return detail::scalar_sub(a, s.value, s.where);
 }
 template <class T>
 Var<T> operator*(Var<T> a, detail::ScalarHere s) {
@@ -237,7 +237,7 @@ Var<T> operator/(Var<T> a, detail::ScalarHere s) {
 }
 template <class T>
 Var<T> operator/(detail::ScalarHere s, Var<T> a) {
-  return detail::scalar_div(s.value, a, s.where);
+  return detail::scalar_div(a, s.value, s.where);
 }
 // Unary minus has one operand, so it is written for each element type (a template would not convert it).
 inline Var<float> operator-(detail::VarHere<float> a) { return scale(a.var, -1.0, a.where); }

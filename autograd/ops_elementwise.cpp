@@ -176,7 +176,8 @@ struct BinaryOp {
 
 // ---- a scalar on one side (the operators of ops.hpp) --------------------------------------------------
 
-enum class WithScalar { add, mul, div, sub_from, div_into };
+// Named as the functions that record them (below), as are the kinds of Binary and Unary.
+enum class WithScalar { add_scalar, scale, div_scalar, scalar_sub, scalar_div };
 
 constexpr const char* kScalarOpNames[] = {"add_scalar", "scale", "div_scalar", "scalar_sub", "scalar_div"};
 
@@ -195,20 +196,20 @@ struct ScalarOp {
     const T k = static_cast<T>(s);
     auto C = ctx.output(a.shape()).array();
     ctx.saved().s = k;
-    if constexpr (Kind == WithScalar::add) C = a.array() + k;
-    if constexpr (Kind == WithScalar::mul) C = k * a.array();
-    if constexpr (Kind == WithScalar::div) C = a.array() / k;
-    if constexpr (Kind == WithScalar::sub_from) C = k - a.array();
-    if constexpr (Kind == WithScalar::div_into) C = k / a.array();
+    if constexpr (Kind == WithScalar::add_scalar) C = a.array() + k;
+    if constexpr (Kind == WithScalar::scale) C = k * a.array();
+    if constexpr (Kind == WithScalar::div_scalar) C = a.array() / k;
+    if constexpr (Kind == WithScalar::scalar_sub) C = k - a.array();
+    if constexpr (Kind == WithScalar::scalar_div) C = k / a.array();
   }
   static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& a) {
     const T k = ctx.saved().s;
     const auto dC = ctx.grad_output().array();
-    if constexpr (Kind == WithScalar::add) a.grad.add(dC);
-    if constexpr (Kind == WithScalar::mul) a.grad.add(k * dC);
-    if constexpr (Kind == WithScalar::div) a.grad.add(dC / k);
-    if constexpr (Kind == WithScalar::sub_from) a.grad.add(-dC);
-    if constexpr (Kind == WithScalar::div_into) a.grad.add(-dC * ctx.output().array() / a.value.array());
+    if constexpr (Kind == WithScalar::add_scalar) a.grad.add(dC);
+    if constexpr (Kind == WithScalar::scale) a.grad.add(k * dC);
+    if constexpr (Kind == WithScalar::div_scalar) a.grad.add(dC / k);
+    if constexpr (Kind == WithScalar::scalar_sub) a.grad.add(-dC);
+    if constexpr (Kind == WithScalar::scalar_div) a.grad.add(-dC * ctx.output().array() / a.value.array());
   }
 };
 
@@ -317,60 +318,55 @@ struct Transpose {
 
 }  // namespace
 
-template <class T>
-Var<T> add(Var<T> a, Var<T> b, Where where) {
-  return apply(BinaryOp<T, Binary::add>{}, {a, b}, where);
-}
-template <class T>
-Var<T> sub(Var<T> a, Var<T> b, Where where) {
-  return apply(BinaryOp<T, Binary::sub>{}, {a, b}, where);
-}
-template <class T>
-Var<T> mul(Var<T> a, Var<T> b, Where where) {
-  return apply(BinaryOp<T, Binary::mul>{}, {a, b}, where);
-}
-// Declared with exp, log, sqrt and sigmoid in ops.hpp; a binary op beside add, whose broadcasting it shares.
-template <class T>
-Var<T> div(Var<T> a, Var<T> b, Where where) {
-  return apply(BinaryOp<T, Binary::div>{}, {a, b}, where);
-}
+// The public functions of this file (ops.hpp declares them), each recording the op of the kind that has its
+// name: TAPEGRAD_UNARY(relu) defines relu<T>(a, where) as apply(UnaryOp<T, Unary::relu>{}, {a}, where) and
+// instantiates it for float and double (grep "(relu)" to find it). Macros, because a function template and
+// its explicit instantiations are written out once per function, and that is all these functions are.
+#define TAPEGRAD_UNARY(fn)                             \
+  template <class T>                                   \
+  Var<T> fn(Var<T> a, Where where) {                   \
+    return apply(UnaryOp<T, Unary::fn>{}, {a}, where); \
+  }                                                    \
+  template Var<float> fn(Var<float>, Where);           \
+  template Var<double> fn(Var<double>, Where);
+#define TAPEGRAD_BINARY(fn)                                 \
+  template <class T>                                        \
+  Var<T> fn(Var<T> a, Var<T> b, Where where) {              \
+    return apply(BinaryOp<T, Binary::fn>{}, {a, b}, where); \
+  }                                                         \
+  template Var<float> fn(Var<float>, Var<float>, Where);    \
+  template Var<double> fn(Var<double>, Var<double>, Where);
+#define TAPEGRAD_SCALAR(fn)                                        \
+  template <class T>                                               \
+  Var<T> fn(Var<T> a, double s, Where where) {                     \
+    return apply(ScalarOp<T, WithScalar::fn>{.s = s}, {a}, where); \
+  }                                                                \
+  template Var<float> fn(Var<float>, double, Where);               \
+  template Var<double> fn(Var<double>, double, Where);
 
-template <class T>
-Var<T> scale(Var<T> a, double factor, Where where) {
-  return apply(ScalarOp<T, WithScalar::mul>{.s = factor}, {a}, where);
-}
-template <class T>
-Var<T> relu(Var<T> a, Where where) {
-  return apply(UnaryOp<T, Unary::relu>{}, {a}, where);
-}
-template <class T>
-Var<T> tanh(Var<T> a, Where where) {
-  return apply(UnaryOp<T, Unary::tanh>{}, {a}, where);
-}
-template <class T>
-Var<T> gelu(Var<T> a, Where where) {
-  return apply(UnaryOp<T, Unary::gelu>{}, {a}, where);
-}
-template <class T>
-Var<T> exp(Var<T> a, Where where) {
-  return apply(UnaryOp<T, Unary::exp>{}, {a}, where);
-}
-template <class T>
-Var<T> log(Var<T> a, Where where) {
-  return apply(UnaryOp<T, Unary::log>{}, {a}, where);
-}
-template <class T>
-Var<T> sqrt(Var<T> a, Where where) {
-  return apply(UnaryOp<T, Unary::sqrt>{}, {a}, where);
-}
-template <class T>
-Var<T> sigmoid(Var<T> a, Where where) {
-  return apply(UnaryOp<T, Unary::sigmoid>{}, {a}, where);
-}
-template <class T>
-Var<T> silu(Var<T> a, Where where) {
-  return apply(UnaryOp<T, Unary::silu>{}, {a}, where);
-}
+TAPEGRAD_BINARY(add)
+TAPEGRAD_BINARY(sub)
+TAPEGRAD_BINARY(mul)
+TAPEGRAD_BINARY(div)  // declared in ops.hpp with exp and log; here for add's broadcasting
+TAPEGRAD_SCALAR(scale)
+TAPEGRAD_UNARY(relu)
+TAPEGRAD_UNARY(tanh)
+TAPEGRAD_UNARY(gelu)
+TAPEGRAD_UNARY(exp)
+TAPEGRAD_UNARY(log)
+TAPEGRAD_UNARY(sqrt)
+TAPEGRAD_UNARY(sigmoid)
+TAPEGRAD_UNARY(silu)
+namespace detail {  // the operators' scalar forms (ops.hpp): a + s, a / s, s - a, s / a
+TAPEGRAD_SCALAR(add_scalar)
+TAPEGRAD_SCALAR(div_scalar)
+TAPEGRAD_SCALAR(scalar_sub)
+TAPEGRAD_SCALAR(scalar_div)
+}  // namespace detail
+#undef TAPEGRAD_UNARY  // each file its own: the library is built several files to a unit
+#undef TAPEGRAD_BINARY
+#undef TAPEGRAD_SCALAR
+
 template <class T>
 Var<T> sum(Var<T> a, Where where) {
   return apply(ReduceAll<T, false>{}, {a}, where);
@@ -383,49 +379,11 @@ template <class T>
 Var<T> transpose(Var<T> a, Where where) {
   return apply(Transpose<T>{}, {a}, where);
 }
-
-namespace detail {
-template <class T>
-Var<T> add_scalar(Var<T> a, double s, Where where) {
-  return apply(ScalarOp<T, WithScalar::add>{.s = s}, {a}, where);
-}
-template <class T>
-Var<T> div_scalar(Var<T> a, double s, Where where) {
-  return apply(ScalarOp<T, WithScalar::div>{.s = s}, {a}, where);
-}
-template <class T>
-Var<T> scalar_sub(double s, Var<T> a, Where where) {
-  return apply(ScalarOp<T, WithScalar::sub_from>{.s = s}, {a}, where);
-}
-template <class T>
-Var<T> scalar_div(double s, Var<T> a, Where where) {
-  return apply(ScalarOp<T, WithScalar::div_into>{.s = s}, {a}, where);
-}
-}  // namespace detail
-
-#define TAPEGRAD_INSTANTIATE(T)                              \
-  template Var<T> add(Var<T>, Var<T>, Where);                \
-  template Var<T> sub(Var<T>, Var<T>, Where);                \
-  template Var<T> mul(Var<T>, Var<T>, Where);                \
-  template Var<T> div(Var<T>, Var<T>, Where);                \
-  template Var<T> scale(Var<T>, double, Where);              \
-  template Var<T> relu(Var<T>, Where);                       \
-  template Var<T> tanh(Var<T>, Where);                       \
-  template Var<T> gelu(Var<T>, Where);                       \
-  template Var<T> exp(Var<T>, Where);                        \
-  template Var<T> log(Var<T>, Where);                        \
-  template Var<T> sqrt(Var<T>, Where);                       \
-  template Var<T> sigmoid(Var<T>, Where);                    \
-  template Var<T> silu(Var<T>, Where);                       \
-  template Var<T> sum(Var<T>, Where);                        \
-  template Var<T> mean(Var<T>, Where);                       \
-  template Var<T> transpose(Var<T>, Where);                  \
-  template Var<T> detail::add_scalar(Var<T>, double, Where); \
-  template Var<T> detail::div_scalar(Var<T>, double, Where); \
-  template Var<T> detail::scalar_sub(double, Var<T>, Where); \
-  template Var<T> detail::scalar_div(double, Var<T>, Where);
-TAPEGRAD_INSTANTIATE(float)
-TAPEGRAD_INSTANTIATE(double)
-#undef TAPEGRAD_INSTANTIATE  // each file its own: the library is built several files to a unit
+template Var<float> sum(Var<float>, Where);
+template Var<double> sum(Var<double>, Where);
+template Var<float> mean(Var<float>, Where);
+template Var<double> mean(Var<double>, Where);
+template Var<float> transpose(Var<float>, Where);
+template Var<double> transpose(Var<double>, Where);
 
 }  // namespace tapegrad
