@@ -330,10 +330,9 @@ Var<T> attention(Var<T> q, Var<T> k, Var<T> v, Index heads, const Mask* mask, do
   return apply(Attention<T>{.heads = heads, .mask = mask, .scale = scale, .weights = weights}, {q, k, v}, where);
 }
 
-#define TAPEGRAD_INSTANTIATE(T) \
-  template Var<T> attention(Var<T>, Var<T>, Var<T>, Index, const Mask*, double, std::span<TensorT<T>>, Where);
-TAPEGRAD_INSTANTIATE(float)
-TAPEGRAD_INSTANTIATE(double)
-#undef TAPEGRAD_INSTANTIATE  // each file its own: the library is built several files to a unit
+template Var<float> attention(Var<float>, Var<float>, Var<float>, Index, const Mask*, double, std::span<TensorT<float>>,
+                              Where);
+template Var<double> attention(Var<double>, Var<double>, Var<double>, Index, const Mask*, double,
+                               std::span<TensorT<double>>, Where);
 
 }  // namespace tapegrad

@@ -139,12 +139,11 @@ Var<T> gather_rows(Var<T> table, const Ids& ids, Where where) {
   return apply(GatherRows<T>{.ids = &ids}, {table}, where);
 }
 
-#define TAPEGRAD_INSTANTIATE(T)                                \
-  template Var<T> slice_cols(Var<T>, Index, Index, Where);     \
-  template Var<T> concat_cols(std::span<const Var<T>>, Where); \
-  template Var<T> gather_rows(Var<T>, const Ids&, Where);
-TAPEGRAD_INSTANTIATE(float)
-TAPEGRAD_INSTANTIATE(double)
-#undef TAPEGRAD_INSTANTIATE  // each file its own: the library is built several files to a unit
+template Var<float> slice_cols(Var<float>, Index, Index, Where);
+template Var<double> slice_cols(Var<double>, Index, Index, Where);
+template Var<float> concat_cols(std::span<const Var<float>>, Where);
+template Var<double> concat_cols(std::span<const Var<double>>, Where);
+template Var<float> gather_rows(Var<float>, const Ids&, Where);
+template Var<double> gather_rows(Var<double>, const Ids&, Where);
 
 }  // namespace tapegrad

@@ -150,11 +150,9 @@ Var<T> mse(Var<T> a, Var<T> b, Where where) {
   return apply(Mse<T>{}, {a, b}, where);
 }
 
-#define TAPEGRAD_INSTANTIATE(T)                                           \
-  template Var<T> cross_entropy(Var<T>, const Ids&, std::int32_t, Where); \
-  template Var<T> mse(Var<T>, Var<T>, Where);
-TAPEGRAD_INSTANTIATE(float)
-TAPEGRAD_INSTANTIATE(double)
-#undef TAPEGRAD_INSTANTIATE  // each file its own: the library is built several files to a unit
+template Var<float> cross_entropy(Var<float>, const Ids&, std::int32_t, Where);
+template Var<double> cross_entropy(Var<double>, const Ids&, std::int32_t, Where);
+template Var<float> mse(Var<float>, Var<float>, Where);
+template Var<double> mse(Var<double>, Var<double>, Where);
 
 }  // namespace tapegrad

@@ -181,13 +181,13 @@ Var<T> matmul_at(Var<T> a, Var<T> b, Where where) {
   return apply(Product<T, Form::atb>{}, {a, b}, where);
 }
 
-#define TAPEGRAD_INSTANTIATE(T)                     \
-  template Var<T> matmul(Var<T>, Var<T>, Where);    \
-  template Var<T> matmul_bt(Var<T>, Var<T>, Where); \
-  template Var<T> matmul_at(Var<T>, Var<T>, Where); \
-  template Var<T> affine(Var<T>, Var<T>, Var<T>, Where);
-TAPEGRAD_INSTANTIATE(float)
-TAPEGRAD_INSTANTIATE(double)
-#undef TAPEGRAD_INSTANTIATE  // each file its own: the library is built several files to a unit
+template Var<float> matmul(Var<float>, Var<float>, Where);
+template Var<double> matmul(Var<double>, Var<double>, Where);
+template Var<float> matmul_bt(Var<float>, Var<float>, Where);
+template Var<double> matmul_bt(Var<double>, Var<double>, Where);
+template Var<float> matmul_at(Var<float>, Var<float>, Where);
+template Var<double> matmul_at(Var<double>, Var<double>, Where);
+template Var<float> affine(Var<float>, Var<float>, Var<float>, Where);
+template Var<double> affine(Var<double>, Var<double>, Var<double>, Where);
 
 }  // namespace tapegrad

@@ -192,11 +192,9 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps, Where where) 
   return apply(LayerNorm<T>{.eps = eps}, {x, gamma, beta}, where);
 }
 
-#define TAPEGRAD_INSTANTIATE(T)                         \
-  template Var<T> dropout(Var<T>, double, Rng&, Where); \
-  template Var<T> layer_norm(Var<T>, Var<T>, Var<T>, double, Where);
-TAPEGRAD_INSTANTIATE(float)
-TAPEGRAD_INSTANTIATE(double)
-#undef TAPEGRAD_INSTANTIATE  // each file its own: the library is built several files to a unit
+template Var<float> dropout(Var<float>, double, Rng&, Where);
+template Var<double> dropout(Var<double>, double, Rng&, Where);
+template Var<float> layer_norm(Var<float>, Var<float>, Var<float>, double, Where);
+template Var<double> layer_norm(Var<double>, Var<double>, Var<double>, double, Where);
 
 }  // namespace tapegrad

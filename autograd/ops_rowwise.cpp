@@ -100,12 +100,11 @@ Var<T> row_max(Var<T> x, Where where) {
   return apply(RowMax<T>{}, {x}, where);
 }
 
-#define TAPEGRAD_INSTANTIATE(T)            \
-  template Var<T> row_sum(Var<T>, Where);  \
-  template Var<T> row_mean(Var<T>, Where); \
-  template Var<T> row_max(Var<T>, Where);
-TAPEGRAD_INSTANTIATE(float)
-TAPEGRAD_INSTANTIATE(double)
-#undef TAPEGRAD_INSTANTIATE  // each file its own: the library is built several files to a unit
+template Var<float> row_sum(Var<float>, Where);
+template Var<double> row_sum(Var<double>, Where);
+template Var<float> row_mean(Var<float>, Where);
+template Var<double> row_mean(Var<double>, Where);
+template Var<float> row_max(Var<float>, Where);
+template Var<double> row_max(Var<double>, Where);
 
 }  // namespace tapegrad

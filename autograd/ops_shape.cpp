@@ -80,11 +80,9 @@ Var<T> reshape(Var<T> x, Shape shape, Where where) {
   return apply(Reshape<T>{.shape = shape}, {x}, where);
 }
 
-#define TAPEGRAD_INSTANTIATE(T)                  \
-  template Var<T> reshape(Var<T>, Shape, Where); \
-  template Var<T> pick_positions(Var<T>, const Ids&, Where);
-TAPEGRAD_INSTANTIATE(float)
-TAPEGRAD_INSTANTIATE(double)
-#undef TAPEGRAD_INSTANTIATE  // each file its own: the library is built several files to a unit
+template Var<float> reshape(Var<float>, Shape, Where);
+template Var<double> reshape(Var<double>, Shape, Where);
+template Var<float> pick_positions(Var<float>, const Ids&, Where);
+template Var<double> pick_positions(Var<double>, const Ids&, Where);
 
 }  // namespace tapegrad

@@ -242,11 +242,9 @@ Var<T> log_softmax_rows(Var<T> x, Where where) {
   return apply(LogSoftmaxRows<T>{}, {x}, where);
 }
 
-#define TAPEGRAD_INSTANTIATE(T)                                     \
-  template Var<T> softmax_rows(Var<T>, const Mask*, double, Where); \
-  template Var<T> log_softmax_rows(Var<T>, Where);
-TAPEGRAD_INSTANTIATE(float)
-TAPEGRAD_INSTANTIATE(double)
-#undef TAPEGRAD_INSTANTIATE  // each file its own: the library is built several files to a unit
+template Var<float> softmax_rows(Var<float>, const Mask*, double, Where);
+template Var<double> softmax_rows(Var<double>, const Mask*, double, Where);
+template Var<float> log_softmax_rows(Var<float>, Where);
+template Var<double> log_softmax_rows(Var<double>, Where);
 
 }  // namespace tapegrad
