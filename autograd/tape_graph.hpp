@@ -51,7 +51,8 @@ inline constexpr std::string_view kGraphvizHint = "install Debian's graphviz (ap
 // Whether options.program would be found (core/process.hpp, program_on_path): SVG can be drawn.
 bool dot_available(const DotOptions& options = {});
 
-// The tape's committed nodes as a DOT digraph. LimitError past options.max_nodes.
+// The tape's committed nodes as a DOT digraph. LimitError past options.max_nodes. (tape_dot, write_tape_dot and
+// write_tape_svg exist for Tape<float> and Tape<double>, instantiated in tape_graph.cpp.)
 template <class T>
 std::string tape_dot(const Tape<T>& tape, const TapeGraphOptions& options = {});
 
@@ -67,14 +68,5 @@ void write_tape_dot(const Tape<T>& tape, const std::filesystem::path& path, cons
 template <class T>
 void write_tape_svg(const Tape<T>& tape, const std::filesystem::path& path, const TapeGraphOptions& options = {},
                     const DotOptions& dot = {});
-
-extern template std::string tape_dot(const Tape<float>&, const TapeGraphOptions&);
-extern template std::string tape_dot(const Tape<double>&, const TapeGraphOptions&);
-extern template void write_tape_dot(const Tape<float>&, const std::filesystem::path&, const TapeGraphOptions&);
-extern template void write_tape_dot(const Tape<double>&, const std::filesystem::path&, const TapeGraphOptions&);
-extern template void write_tape_svg(const Tape<float>&, const std::filesystem::path&, const TapeGraphOptions&,
-                                    const DotOptions&);
-extern template void write_tape_svg(const Tape<double>&, const std::filesystem::path&, const TapeGraphOptions&,
-                                    const DotOptions&);
 
 }  // namespace tapegrad
