@@ -163,9 +163,9 @@ class BackwardContext {
 template <class T>
 class InputGrad {
  public:
-  // Whether this input takes a gradient: when not, add() does nothing, and the rule may skip the work.
-  bool needed() const { return node_->requires_grad; }
-  explicit operator bool() const { return needed(); }
+  // Whether this input takes a gradient (`if (x.grad)`): when not, add() does nothing, and the rule may skip
+  // the work.
+  explicit operator bool() const { return node_->requires_grad; }
 
   // gradient += g. g is an Eigen expression of the whole gradient: a column array of every element in
   // order (as TensorT::array() gives), or a (rows, cols) array or matrix of the input's flat() view (a
