@@ -7,6 +7,6 @@
 set -eu
 cd "$(dirname "$0")/.."
 .ci/install-deps python3-torch libopenblas0-openmp
-cmake -S . -B build-native -DTAPEGRAD_NATIVE=ON -DTAPEGRAD_BUILD_TESTS=OFF -DTAPEGRAD_BUILD_EXAMPLES=OFF > /dev/null
+cmake -S . -B build-native -DTAPEGRAD_NATIVE=ON -DTAPEGRAD_BUILD_TESTS=OFF -DTAPEGRAD_BUILD_EXAMPLES=OFF -DTAPEGRAD_BUILD_BENCH=ON > /dev/null
 cmake --build build-native -j2 --target step_bench step_products
 exec /usr/bin/python3 bench/compare.py --tapegrad build-native/bench/step_bench --products build-native/bench/step_products "$@"

@@ -19,7 +19,7 @@ case "$mode" in
 bundle)
   dir=${2:?usage: many_cores.sh bundle DIR}
   cd "$(dirname "$0")/.."
-  cmake -S . -B build-portable -DTAPEGRAD_NATIVE=OFF -DTAPEGRAD_BUILD_TESTS=OFF -DTAPEGRAD_BUILD_EXAMPLES=OFF \
+  cmake -S . -B build-portable -DTAPEGRAD_NATIVE=OFF -DTAPEGRAD_BUILD_TESTS=OFF -DTAPEGRAD_BUILD_EXAMPLES=OFF -DTAPEGRAD_BUILD_BENCH=ON \
     -DTAPEGRAD_MPI=OFF > /dev/null
   cmake --build build-portable -j2 --target step_bench
   mkdir -p "$dir/lib"
