@@ -315,6 +315,26 @@ TEST_CASE("plot: line chart with no data is an empty chart with axes, bad input 
                        "line_chart_svg: y_min 2 must be below y_max 1", ValueError);
 }
 
+TEST_CASE("plot: scatter plot draws its field's boundary and dots, and names itself in its refusals") {
+  const Series a{.name = "a", .x = {0.2, 0.3}, .y = {0.5, 0.6}}, b{.name = "b", .x = {0.8}, .y = {0.5}};
+  const std::string svg = checked(
+      scatter_svg(ScatterPlot{.series = {a, b}, .field = {0, 1, 0, 1}, .field_rows = 2, .field_cols = 2}));
+  CHECK(tags(svg, "<path class=\"boundary\"").size() == 1);  // the 0.5 contour between the two columns
+  CHECK(count(svg, "r=\"3\"") == 3);                         // one dot per point
+
+  // Each axis' fixed bounds are checked alike, and a scatter plot's refusals name scatter_svg.
+  const Series bad{.name = "val", .x = {1, 2, 3}, .y = {1, 2}};
+  CHECK_THROWS_WITH_AS(scatter_svg(ScatterPlot{.series = {bad}}),
+                       "scatter_svg: series 'val' has 3 x values but 2 y values", ShapeError);
+  CHECK_THROWS_WITH_AS(scatter_svg(ScatterPlot{.x_min = 2, .x_max = 1}), "scatter_svg: x_min 2 must be below x_max 1",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(scatter_svg(ScatterPlot{.y_max = kNaN}), "scatter_svg: y_max nan is not finite", ValueError);
+  CHECK_THROWS_WITH_AS(line_chart_svg(LineChart{.x_min = std::numeric_limits<double>::infinity()}),
+                       "line_chart_svg: x_min inf is not finite", ValueError);
+  CHECK_THROWS_WITH_AS(scatter_svg(ScatterPlot{.field = {0, 1, 0}, .field_rows = 2, .field_cols = 2}),
+                       "scatter_svg: the field has 3 values for 2 x 2 cells (at least 2 x 2)", ShapeError);
+}
+
 TEST_CASE("plot: svg_row puts documents side by side, as wide as all of them") {
   const std::string a = checked(heatmap_svg(small_heatmap()));
   const std::string b = checked(line_chart_svg(LineChart{.title = "empty"}));

@@ -8,19 +8,18 @@
 namespace tapegrad {
 namespace {
 
-// The shape of `count` examples of a tensor shaped like `s`: its leading dimension (leading_count) is count.
-Shape first_dim(Shape s, Index count) {
-  Index& leading = s.rank == 1 ? s.cols : s.rank == 2 ? s.rows : s.batch;
-  leading = count;
-  return s;
-}
+// The dimension of a shape that counts its examples: cols for rank 1, rows for rank 2, batch for rank 3.
+Index& leading(Shape& s) { return s.rank == 1 ? s.cols : s.rank == 2 ? s.rows : s.batch; }
+Index leading_count(Shape s) { return leading(s); }
 
 // out = the examples of `all` at `indices`, each a contiguous block of numel / N values.
 template <class T>
 void gather_examples(const TensorT<T>& all, std::span<const Index> indices, TensorT<T>& out) {
   const Index n = leading_count(all.shape());
   const Index per = n > 0 ? all.numel() / n : 0;
-  out.resize(first_dim(all.shape(), static_cast<Index>(indices.size())));
+  Shape shape = all.shape();
+  leading(shape) = static_cast<Index>(indices.size());
+  out.resize(shape);
   for (std::size_t b = 0; b < indices.size(); ++b)
     std::copy_n(all.data() + indices[b] * per, per, out.data() + static_cast<Index>(b) * per);
 }
@@ -38,8 +37,6 @@ void check_indices(std::string_view source, Index size, std::span<const Index> i
 }
 
 }  // namespace
-
-Index leading_count(const Shape& s) { return s.rank == 1 ? s.cols : s.rank == 2 ? s.rows : s.batch; }
 
 // ---- SequenceSource ---------------------------------------------------------------------------------
 

@@ -174,8 +174,4 @@ class TensorSource final : public DataSource<TensorBatch> {
   Index size_ = 0;
 };
 
-// The number of examples a tensor holds along its first dimension: cols for rank 1, rows for rank 2,
-// batch for rank 3.
-Index leading_count(const Shape& s);
-
 }  // namespace tapegrad

@@ -34,12 +34,13 @@ std::int64_t id_at(const unsigned char* p, int width) {
 
 // Ids a pass reads at once: a constant piece whatever the file's size.
 constexpr Index kPieceIds = Index{1} << 18;
-}  // namespace
 
-Index TokenFileFormat::max_vocab(int width) {
+// The largest vocabulary ids of `width` bytes can hold (0 for a width the format does not allow).
+Index max_vocab(int width) {
   if (width != 1 && width != 2 && width != 4) return 0;
   return Index{1} << std::min(8 * width, 31);  // ids are int32 once read
 }
+}  // namespace
 
 // ---- TokenFile -------------------------------------------------------------------------------------------
 
@@ -63,7 +64,7 @@ TokenFile::TokenFile(fs::path path, std::string op) : path_(std::move(path)), op
     fail<FormatError>("{}: '{}' says its ids are {} bytes wide; a token file's are 1, 2 or 4", op_, escaped(path_),
                       width);
   width_ = static_cast<int>(width);
-  const auto most = static_cast<std::uint64_t>(TokenFileFormat::max_vocab(width_));
+  const auto most = static_cast<std::uint64_t>(max_vocab(width_));
   if (vocab < 1 || vocab > most)
     fail<FormatError>("{}: '{}' says its vocabulary has {} ids; ids of {} byte{} name 1 to {}", op_, escaped(path_),
                       vocab, width, width == 1 ? "" : "s", most);
@@ -183,7 +184,7 @@ void TokenFile::verify(std::span<const std::int32_t> map,
 
 TokenFileWriter::TokenFileWriter(fs::path path, int width, Index vocab, std::string op)
     : path_(std::move(path)), temporary_(temporary_path(path_)), op_(std::move(op)), width_(width), vocab_(vocab) {
-  const Index most = TokenFileFormat::max_vocab(width);
+  const Index most = max_vocab(width);
   if (most == 0)
     fail<ValueError>("{}: '{}': ids of {} bytes; a token file's are 1, 2 or 4", op_, escaped(path_), width);
   if (vocab < 1 || vocab > most)

@@ -48,8 +48,6 @@ struct TokenFileFormat {
   static constexpr std::string_view kMagic = "tgtokens";
   static constexpr std::uint32_t kVersion = 1;
   static constexpr std::size_t kHeaderBytes = 64;
-  // The largest vocabulary ids of `width` bytes can hold (0 for a width the format does not allow).
-  static Index max_vocab(int width);
 };
 
 class TokenFile {

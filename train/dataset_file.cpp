@@ -8,13 +8,10 @@ namespace {
 
 std::vector<std::string_view> split_spaces(std::string_view s) {
   std::vector<std::string_view> out;
-  std::size_t i = 0;
-  while (i < s.size()) {
-    while (i < s.size() && (s[i] == ' ' || s[i] == '\r')) ++i;
-    std::size_t j = i;
-    while (j < s.size() && s[j] != ' ' && s[j] != '\r') ++j;
-    if (j > i) out.push_back(s.substr(i, j - i));
-    i = j;
+  for (std::size_t i = s.find_first_not_of(" \r"); i != std::string_view::npos;) {
+    const std::size_t j = std::min(s.find_first_of(" \r", i), s.size());
+    out.push_back(s.substr(i, j - i));
+    i = s.find_first_not_of(" \r", j);
   }
   return out;
 }
@@ -73,18 +70,6 @@ Dataset parse_dataset(std::string_view text, std::string_view name, const Vocabu
   return parse(text, name, tokens, labels, true);
 }
 
-DatasetExtent measure_dataset(std::string_view text) {
-  DatasetExtent e{.bytes = text.size()};
-  bool in_token = false;
-  for (char c : text) {
-    const bool blank = c == ' ' || c == '\t' || c == '\r' || c == '\n';
-    if (!blank && !in_token) ++e.tokens;
-    in_token = !blank;
-    if (c == '\n') ++e.lines;
-  }
-  return e;
-}
-
 std::string read_dataset_text(const std::filesystem::path& path, double max_memory_bytes, std::size_t max_bytes) {
   // The text itself first: a file larger than the limit is refused before it is read.
   if (std::error_code ec; static_cast<double>(std::filesystem::file_size(path, ec)) > max_memory_bytes && !ec)
@@ -92,13 +77,22 @@ std::string read_dataset_text(const std::filesystem::path& path, double max_memo
                      format_bytes(static_cast<double>(std::filesystem::file_size(path))),
                      format_bytes(max_memory_bytes));
   std::string text = read_file(path, max_bytes, "read_dataset");
-  const DatasetExtent extent = measure_dataset(text);
-  if (extent.memory_bytes() > max_memory_bytes)
+  std::size_t lines = 0, tokens = 0;
+  bool in_token = false;
+  for (char c : text) {
+    const bool blank = c == ' ' || c == '\t' || c == '\r' || c == '\n';
+    if (!blank && !in_token) ++tokens;
+    in_token = !blank;
+    if (c == '\n') ++lines;
+  }
+  const double memory =
+      static_cast<double>(text.size()) + 32.0 * static_cast<double>(tokens) + 128.0 * static_cast<double>(lines);
+  if (memory > max_memory_bytes)
     fail<LimitError>(
         "read_dataset: '{}' ({}, {} lines, {} tokens and labels) could take {} to parse, more than the {} "
         "the run may take",
-        escaped(path), format_bytes(static_cast<double>(extent.bytes)), extent.lines, extent.tokens,
-        format_bytes(extent.memory_bytes()), format_bytes(max_memory_bytes));
+        escaped(path), format_bytes(static_cast<double>(text.size())), lines, tokens, format_bytes(memory),
+        format_bytes(max_memory_bytes));
   return text;
 }
 

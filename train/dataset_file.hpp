@@ -25,19 +25,11 @@ inline constexpr std::string_view kNoLabel = "_";
 // The largest data file read_dataset takes by default (a larger one is a LimitError, before it is read).
 inline constexpr std::size_t kMaxDataBytes = std::size_t{1} << 30;  // 1 GiB
 
-// What parsing a file's text will take, from a pass over its bytes that allocates nothing: its lines and
-// tokens (labels included), and a bound on the memory the parsed dataset needs beside the text (each
-// token's id and label, in vectors that may double; each example's vectors; a vocabulary entry per token
-// at worst). A program compares it with its limit before it parses (train --max-memory).
-struct DatasetExtent {
-  std::size_t bytes = 0, lines = 0, tokens = 0;
-  double memory_bytes() const {
-    return static_cast<double>(bytes) + 32.0 * static_cast<double>(tokens) + 128.0 * static_cast<double>(lines);
-  }
-};
-DatasetExtent measure_dataset(std::string_view text);
 // The text of a data file, refused (LimitError naming the file, its size and `max_memory_bytes`) when
-// parsing it would take more than that, before it is parsed.
+// parsing it would take more than that, before it is parsed: a pass over its bytes that allocates nothing
+// counts its lines and tokens (labels included), and bounds the memory the parsed dataset needs beside the
+// text (each token's id and label, in vectors that may double; each example's vectors; a vocabulary entry
+// per token at worst). A program calls it before it parses (train --max-memory).
 std::string read_dataset_text(const std::filesystem::path& path, double max_memory_bytes,
                               std::size_t max_bytes = kMaxDataBytes);
 

@@ -31,13 +31,10 @@ Optimizer<T>::Optimizer(std::vector<Parameter<T>*> params, std::string kind, std
       schedule_(std::make_unique<ConstantLr>()) {
   const std::string_view op = kind_;
   if (kind_.empty()) fail<ValueError>("optimizer: its kind (the name checkpoints save it under) is empty");
-  for (std::size_t k = 0; k < buffer_names_.size(); ++k) {
-    const std::string& b = buffer_names_[k];
-    if (b.empty() || b.find('.') != std::string::npos ||
-        std::find(buffer_names_.begin(), buffer_names_.begin() + static_cast<std::ptrdiff_t>(k), b) !=
-            buffer_names_.begin() + static_cast<std::ptrdiff_t>(k))
+  std::set<std::string_view> buffers;
+  for (const std::string& b : buffer_names_)
+    if (b.empty() || b.find('.') != std::string::npos || !buffers.insert(b).second)
       fail<NameError>("{}: buffer name '{}' is empty, has a '.' or is given twice", op, escaped(b));
-  }
   if (params_.empty()) fail<ValueError>("{}: no parameters to optimize", op);
   std::map<std::string_view, std::size_t> seen;
   for (std::size_t i = 0; i < params_.size(); ++i) {

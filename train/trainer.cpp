@@ -14,6 +14,14 @@ namespace {
 // "NaN", "Inf" or "-Inf" (fmt would print a NaN with its sign bit as "-nan").
 std::string non_finite(double v) { return std::isnan(v) ? "NaN" : v > 0 ? "Inf" : "-Inf"; }
 
+// A step that met a non-finite `what` (the loss, the gradient norm) stops, and nothing of it stays behind,
+// on any process.
+[[noreturn]] void stop_step(Optimizer<float>& optimizer, std::string_view what, double value, Index step, double lr) {
+  optimizer.zero_grad();
+  fail<NonFiniteError>("train: the {} is {} at step {} (lr {:g}); the step was not taken", what, non_finite(value),
+                       step, lr);
+}
+
 const TrainOptions& checked(const TrainOptions& o) {
   check_fields(o, "train");
   return o;
@@ -55,12 +63,6 @@ TrainerBase::~TrainerBase() {
 
 Rng::State TrainerBase::initial_rng_state(std::uint64_t seed) { return Rng(seed, kTrainingStream).state(); }
 
-void TrainerBase::set_steps(Index steps) {
-  if (steps < 0 || static_cast<double>(steps) > TrainOptions::kMaxSteps)
-    fail<ValueError>("train: steps must be in [0, {}], got {}", to_text(TrainOptions::kMaxSteps), steps);
-  state_.options.steps = steps;
-}
-
 void TrainerBase::add_metric_name(std::string name) {
   if (state_.step > 0 || !state_.curve.empty())
     fail<UsageError>("add_metric: '{}' comes after training started; add metrics before the first step", name);
@@ -87,11 +89,7 @@ double TrainerBase::finish_step(Var<float> loss, double weight, std::span<Tally>
   const std::vector<Parameter<float>*>& params = optimizer_.params();
   const double value = reducer_->reduce(params, mine, weight, tallies);
   const double lr = optimizer_.current_lr();
-  if (!std::isfinite(value)) {
-    optimizer_.zero_grad();  // nothing of this step stays behind, on any process
-    fail<NonFiniteError>("train: the loss is {} at step {} (lr {:g}); the step was not taken", non_finite(value),
-                         state_.step + 1, lr);
-  }
+  if (!std::isfinite(value)) stop_step(optimizer_, "loss", value, state_.step + 1, lr);
   update(value, lr);  // clipping reads the reduced gradient: every process clips, or stops, alike
   for (std::size_t k = 0; k < state_.window_metrics.size(); ++k) state_.window_metrics[k].tally += tallies[k];
   reducer_->after_step(params, state_.step);
@@ -101,11 +99,7 @@ double TrainerBase::finish_step(Var<float> loss, double weight, std::span<Tally>
 void TrainerBase::update(double loss, double lr) {
   if (state_.options.clip > 0) {
     const double norm = clip_grad_norm(optimizer_.params(), state_.options.clip);
-    if (!std::isfinite(norm)) {
-      optimizer_.zero_grad();  // nothing of this step stays behind
-      fail<NonFiniteError>("train: the gradient norm is {} at step {} (lr {:g}); the step was not taken",
-                           non_finite(norm), state_.step + 1, lr);
-    }
+    if (!std::isfinite(norm)) stop_step(optimizer_, "gradient norm", norm, state_.step + 1, lr);
   }
   optimizer_.step();
   optimizer_.zero_grad();
@@ -164,12 +158,11 @@ TrainerState TrainerBase::state() const {
 }
 
 void TrainerBase::check_state(const TrainerState& s, std::string_view op) const {
-  const std::uint32_t fingerprint = state_.data_fingerprint;
-  if (s.data_fingerprint != fingerprint)
+  if (s.data_fingerprint != state_.data_fingerprint)
     fail<ValueError>(
         "{}: the training data differs from the data the checkpoint was trained on (fingerprint "
         "{:08x} in the file, {:08x} now)",
-        op, s.data_fingerprint, fingerprint);
+        op, s.data_fingerprint, state_.data_fingerprint);
   const auto text = [](std::optional<std::uint32_t> f) { return f ? fmt::format("{:08x}", *f) : std::string("none"); };
   if (s.eval_fingerprint != state_.eval_fingerprint)
     fail<ValueError>(

@@ -147,8 +147,6 @@ class TrainerBase {
   Optimizer<float>& optimizer() { return optimizer_; }
   const Optimizer<float>& optimizer() const { return optimizer_; }
   const TrainOptions& options() const { return state_.options; }
-  // Extends (or shortens) the run: the one option a resumed run may change.
-  void set_steps(Index steps);
   // The training random stream (dropout masks, ...): seeded from options().seed, saved in checkpoints.
   // The trainer sets it as the model's (Module::set_rng) while the trainer lives.
   Rng& rng() { return rng_; }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <iterator>
 #include <limits>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -39,6 +40,13 @@ std::size_t code_points(std::string_view text) {
 // digits and lower case of DejaVu Sans, the usual sans-serif on Linux.
 double text_width(std::string_view text, double font_size) {
   return 0.62 * font_size * static_cast<double>(code_points(text));
+}
+
+// The width of the widest of `texts`.
+double widest(const std::vector<std::string>& texts, double font_size) {
+  double w = 0;
+  for (const auto& t : texts) w = std::max(w, text_width(t, font_size));
+  return w;
 }
 
 // At most `max_chars` code points, the last one an ellipsis when cut: one long token must not push
@@ -83,6 +91,9 @@ struct Rgb {
   double r, g, b;
 };
 
+// a + f (b - a), channel by channel.
+Rgb mix(Rgb a, Rgb b, double f) { return {a.r + f * (b.r - a.r), a.g + f * (b.g - a.g), a.b + f * (b.b - a.b)}; }
+
 // ColorBrewer "Blues", 9 classes, white to dark blue: sequential, and still ordered in grey-scale print.
 constexpr std::array<Rgb, 9> kBlues = {{{247, 251, 255},
                                         {222, 235, 247},
@@ -98,9 +109,7 @@ constexpr std::array<Rgb, 9> kBlues = {{{247, 251, 255},
 Rgb blues(double t) {
   const double pos = std::clamp(t, 0.0, 1.0) * static_cast<double>(kBlues.size() - 1);
   const auto i = std::min(static_cast<std::size_t>(pos), kBlues.size() - 2);
-  const double f = pos - static_cast<double>(i);
-  const Rgb &a = kBlues[i], &b = kBlues[i + 1];
-  return {a.r + f * (b.r - a.r), a.g + f * (b.g - a.g), a.b + f * (b.b - a.b)};
+  return mix(kBlues[i], kBlues[i + 1], pos - static_cast<double>(i));
 }
 
 std::string hex(Rgb c) {
@@ -131,8 +140,9 @@ struct HeatmapLayout {
   double cell = 0;                      // side of a square cell
   bool rotate_cols = false;             // column labels at 45 degrees when wider than a cell
   double left = 0, top = 0;             // the grid's top-left corner
-  double bar_x = 0, bar_h = 0;          // colour bar
-  double notes_y = 0;                   // baseline of the first note
+  double grid_w = 0, grid_h = 0;
+  double bar_x = 0, bar_h = 0, bar_label_w = 0;  // colour bar, and its widest label
+  double notes_y = 0;                            // baseline of the first note
   double width = 0, height = 0;
 };
 
@@ -143,15 +153,9 @@ std::string scale_label(double v) { return fmt::format("{:.3g}", v); }
 
 HeatmapLayout heatmap_layout(const Heatmap& map) {
   HeatmapLayout l;
-  double row_w = 0, col_w = 0;
-  for (const auto& s : map.row_labels) {
-    l.rows.push_back(shorten(s, kMaxLabelChars));
-    row_w = std::max(row_w, text_width(l.rows.back(), kFont));
-  }
-  for (const auto& s : map.col_labels) {
-    l.cols.push_back(shorten(s, kMaxLabelChars));
-    col_w = std::max(col_w, text_width(l.cols.back(), kFont));
-  }
+  for (const auto& s : map.row_labels) l.rows.push_back(shorten(s, kMaxLabelChars));
+  for (const auto& s : map.col_labels) l.cols.push_back(shorten(s, kMaxLabelChars));
+  const double row_w = widest(l.rows, kFont), col_w = widest(l.cols, kFont);
   l.cell = map.show_values ? 40 : 24;
   l.rotate_cols = col_w > l.cell - 4;
   const double diag = std::sqrt(0.5);
@@ -161,17 +165,14 @@ HeatmapLayout heatmap_layout(const Heatmap& map) {
   const double marker_w = map.marked_rows.empty() ? 0 : kMarkerWidth;
   l.left = kPad + (map.row_title.empty() ? 0 : kFont + 8) + marker_w + row_w + 8;
   l.top = kPad + (map.title.empty() ? 0 : kTitleFont + 10) + (map.col_title.empty() ? 0 : kFont + 8) + col_h + 6;
-  const double grid_w = l.cell * static_cast<double>(l.cols.size());
-  const double grid_h = l.cell * static_cast<double>(l.rows.size());
-  l.bar_x = l.left + grid_w + 16;
-  l.bar_h = std::max(grid_h, 100.0);
-  const double bar_label_w =
-      std::max(text_width(scale_label(map.vmin), kFont), text_width(scale_label(map.vmax), kFont));
+  l.grid_w = l.cell * static_cast<double>(l.cols.size());
+  l.grid_h = l.cell * static_cast<double>(l.rows.size());
+  l.bar_x = l.left + l.grid_w + 16;
+  l.bar_h = std::max(l.grid_h, 100.0);
+  l.bar_label_w = std::max(text_width(scale_label(map.vmin), kFont), text_width(scale_label(map.vmax), kFont));
   const double bar_title_w = map.value_title.empty() ? 0 : kFont + 10;
-  const double right = std::max(l.bar_x + 14 + 6 + bar_label_w + bar_title_w, l.left + grid_w + col_overhang);
-  double notes_w = 0;
-  for (const auto& note : map.notes) notes_w = std::max(notes_w, text_width(note, kFont));
-  l.width = std::max({right + kPad, text_width(map.title, kTitleFont) + 2 * kPad, notes_w + 2 * kPad});
+  const double right = std::max(l.bar_x + 14 + 6 + l.bar_label_w + bar_title_w, l.left + l.grid_w + col_overhang);
+  l.width = std::max({right + kPad, text_width(map.title, kTitleFont) + 2 * kPad, widest(map.notes, kFont) + 2 * kPad});
   l.notes_y = l.top + l.bar_h + 10 + kFont;
   l.height = l.top + l.bar_h + kPad + kNoteLine * static_cast<double>(map.notes.size()) + (map.notes.empty() ? 0 : 6);
   return l;
@@ -217,8 +218,6 @@ void heatmap_cells(std::string& out, const Heatmap& map, const HeatmapLayout& l)
 }
 
 void heatmap_labels(std::string& out, const Heatmap& map, const HeatmapLayout& l) {
-  const double grid_w = l.cell * static_cast<double>(l.cols.size());
-  const double grid_h = l.cell * static_cast<double>(l.rows.size());
   double y = kPad;
   if (!map.title.empty()) {
     y += kTitleFont;
@@ -226,7 +225,7 @@ void heatmap_labels(std::string& out, const Heatmap& map, const HeatmapLayout& l
     y += 10;
   }
   if (!map.col_title.empty())
-    text(out, l.left + grid_w / 2, y + kFont, map.col_title,
+    text(out, l.left + l.grid_w / 2, y + kFont, map.col_title,
          "text-anchor=\"middle\" font-style=\"italic\" fill=\"#555555\"");
   for (std::size_t r = 0; r < l.rows.size(); ++r) {
     const double yc = l.top + l.cell * (static_cast<double>(r) + 0.5);
@@ -248,7 +247,7 @@ void heatmap_labels(std::string& out, const Heatmap& map, const HeatmapLayout& l
     }
   }
   if (!map.row_title.empty()) {
-    vertical_text(out, kPad + kFont, l.top + grid_h / 2, map.row_title,
+    vertical_text(out, kPad + kFont, l.top + l.grid_h / 2, map.row_title,
                   "text-anchor=\"middle\" font-style=\"italic\" fill=\"#555555\"");
   }
   for (const auto& [r, c] : map.marked_cells)  // drawn over the cells, inside their edges
@@ -277,9 +276,7 @@ void colour_bar(std::string& out, const Heatmap& map, const HeatmapLayout& l) {
   text(out, l.bar_x + 20, l.top + kFont * 0.8, scale_label(map.vmax));
   text(out, l.bar_x + 20, l.top + l.bar_h, scale_label(map.vmin));
   if (map.value_title.empty()) return;
-  const double bar_label_w =
-      std::max(text_width(scale_label(map.vmin), kFont), text_width(scale_label(map.vmax), kFont));
-  vertical_text(out, l.bar_x + 20 + bar_label_w + 6 + kFont, l.top + l.bar_h / 2, map.value_title,
+  vertical_text(out, l.bar_x + 20 + l.bar_label_w + 6 + kFont, l.top + l.bar_h / 2, map.value_title,
                 "class=\"value-title\" text-anchor=\"middle\" fill=\"#555555\"");
 }
 
@@ -402,21 +399,20 @@ struct ChartLayout {
   double legend_x = 0, width = 0, height = 0;
 };
 
-void check_chart(const LineChart& chart) {
+// The series' sizes, and each axis' fixed bounds: finite (positive on a log axis) and ordered.
+void check_chart(const LineChart& chart, std::string_view op) {
   for (const Series& s : chart.series)
     if (s.x.size() != s.y.size())
-      fail<ShapeError>("line_chart_svg: series '{}' has {} x values but {} y values", s.name, s.x.size(), s.y.size());
-  const std::pair<const char*, std::optional<double>> bounds[] = {{"y_min", chart.y_min}, {"y_max", chart.y_max}};
-  for (const auto& [name, bound] : bounds)
-    if (bound && (!std::isfinite(*bound) || (chart.log_y && *bound <= 0)))
-      fail<ValueError>("line_chart_svg: {} {} is not {}", name, *bound,
-                       chart.log_y ? "finite and positive on a log axis" : "finite");
-  if (chart.y_min && chart.y_max && !(*chart.y_min < *chart.y_max))
-    fail<ValueError>("line_chart_svg: y_min {} must be below y_max {}", *chart.y_min, *chart.y_max);
-  if ((chart.x_min && !std::isfinite(*chart.x_min)) || (chart.x_max && !std::isfinite(*chart.x_max)) ||
-      (chart.x_min && chart.x_max && !(*chart.x_min < *chart.x_max)))
-    fail<ValueError>("line_chart_svg: x_min {} must be below x_max {}, both finite", chart.x_min.value_or(NAN),
-                     chart.x_max.value_or(NAN));
+      fail<ShapeError>("{}: series '{}' has {} x values but {} y values", op, s.name, s.x.size(), s.y.size());
+  const std::tuple<char, std::optional<double>, std::optional<double>, bool> axes[] = {
+      {'x', chart.x_min, chart.x_max, false}, {'y', chart.y_min, chart.y_max, chart.log_y}};
+  for (const auto& [axis, lo, hi, log] : axes) {
+    for (const auto& [end, bound] : {std::pair("min", lo), std::pair("max", hi)})
+      if (bound && (!std::isfinite(*bound) || (log && *bound <= 0)))
+        fail<ValueError>("{}: {}_{} {} is not {}", op, axis, end, *bound,
+                         log ? "finite and positive on a log axis" : "finite");
+    if (lo && hi && !(*lo < *hi)) fail<ValueError>("{}: {}_min {} must be below {}_max {}", op, axis, *lo, axis, *hi);
+  }
 }
 
 std::string legend_name(const LineChart& chart, std::size_t i) {
@@ -437,13 +433,9 @@ ChartLayout chart_layout(const LineChart& chart) {
   ChartLayout l;
   l.x = make_axis(x_lo, x_hi, chart.x_min, chart.x_max, false);
   l.y = make_axis(y_lo, y_hi, chart.y_min, chart.y_max, chart.log_y);
-  double y_label_w = 0;
   for (double t : l.x.ticks) l.x_labels.push_back(tick_label(l.x, t));
-  for (double t : l.y.ticks) {
-    l.y_labels.push_back(tick_label(l.y, t));
-    y_label_w = std::max(y_label_w, text_width(l.y_labels.back(), kFont));
-  }
-  l.left = kPad + (chart.y_label.empty() ? 0 : kFont + 10) + y_label_w + 8;
+  for (double t : l.y.ticks) l.y_labels.push_back(tick_label(l.y, t));
+  l.left = kPad + (chart.y_label.empty() ? 0 : kFont + 10) + widest(l.y_labels, kFont) + 8;
   l.top = kPad + (chart.title.empty() ? 0 : kTitleFont + 14) + 6;  // room for the top tick's label
   double legend_w = 0;
   for (std::size_t i = 0; i < chart.series.size(); ++i)
@@ -530,11 +522,9 @@ void chart_legend(std::string& out, const LineChart& chart, const ChartLayout& l
 
 // The field's colour: the first palette colour at 0, white at 0.5, the second at 1, paler than the dots.
 std::string field_colour(double v) {
-  const Rgb a{0x4e, 0x79, 0xa7}, b{0xf2, 0x8e, 0x2b}, white{255, 255, 255};
+  const Rgb a{0x4e, 0x79, 0xa7}, b{0xf2, 0x8e, 0x2b};
   const double t = std::clamp(v, 0.0, 1.0);
-  const Rgb& end = t < 0.5 ? a : b;
-  const double f = 0.55 * std::abs(2 * t - 1);  // at most 55% of the way to the colour
-  return hex({white.r + f * (end.r - white.r), white.g + f * (end.g - white.g), white.b + f * (end.b - white.b)});
+  return hex(mix({255, 255, 255}, t < 0.5 ? a : b, 0.55 * std::abs(2 * t - 1)));  // at most 55% of the way
 }
 
 // The cells, and the 0.5 contour by marching squares over the cell centres: each square of four
@@ -627,7 +617,7 @@ std::string heatmap_svg(const Heatmap& map) {
 }
 
 std::string line_chart_svg(const LineChart& chart) {
-  check_chart(chart);
+  check_chart(chart, "line_chart_svg");
   const ChartLayout layout = chart_layout(chart);
   std::string out;
   open_svg(out, layout.width, layout.height, chart.title);
@@ -658,7 +648,7 @@ std::string scatter_svg(const ScatterPlot& plot) {
                         .y_max = plot.y_max,
                         .x_min = plot.x_min,
                         .x_max = plot.x_max};
-  check_chart(chart);
+  check_chart(chart, "scatter_svg");
   ChartLayout layout = chart_layout(chart);
   std::string out;
   open_svg(out, layout.width, layout.height, plot.title);
@@ -677,9 +667,10 @@ std::string scatter_svg(const ScatterPlot& plot) {
 std::string svg_row(const std::vector<std::string>& svgs, double gap) {
   if (svgs.empty()) fail<ValueError>("svg_row: no documents to place side by side");
   if (!std::isfinite(gap) || gap < 0) fail<ValueError>("svg_row: gap {} must be finite and >= 0", gap);
-  std::vector<std::string_view> roots;  // each document from its <svg> on (no XML declaration)
-  double width = gap * static_cast<double>(svgs.size() - 1), height = 0;
-  std::vector<double> widths;
+  // Each document from its <svg> on (no XML declaration), in a translated group, which moves it without
+  // touching its root tag's attributes.
+  std::string groups;
+  double x = 0, width = gap * static_cast<double>(svgs.size() - 1), height = 0;
   for (std::size_t i = 0; i < svgs.size(); ++i) {
     const std::string_view doc = svgs[i];
     const auto start = doc.find("<svg");
@@ -687,19 +678,14 @@ std::string svg_row(const std::vector<std::string>& svgs, double gap) {
     const auto tag = tag_end == std::string_view::npos ? std::string_view() : doc.substr(start, tag_end - start);
     const auto w = pixel_attribute(tag, "width"), h = pixel_attribute(tag, "height");
     if (!w || !h) fail<ValueError>("svg_row: document {} has no <svg> root with a width and height in pixels", i);
-    roots.push_back(doc.substr(start));
-    widths.push_back(*w);
+    put(groups, "<g transform=\"translate({} 0)\">\n{}</g>\n", px(x), doc.substr(start));
+    x += *w + gap;
     width += *w;
     height = std::max(height, *h);
   }
   std::string out;
   open_svg(out, width, height, {});
-  // A translated group moves each document without touching its root tag's attributes.
-  double x = 0;
-  for (std::size_t i = 0; i < roots.size(); ++i) {
-    put(out, "<g transform=\"translate({} 0)\">\n{}</g>\n", px(x), roots[i]);
-    x += widths[i] + gap;
-  }
+  out += groups;
   out += "</svg>\n";
   return out;
 }

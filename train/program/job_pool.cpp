@@ -21,34 +21,21 @@ JobPool::JobPool(int workers) {
   if (workers < 1) fail<ValueError>("JobPool: needs at least 1 worker, got {}", workers);
   try {
     threads_.reserve(static_cast<std::size_t>(workers));
-    for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
+    for (int i = 0; i < workers; ++i) threads_.emplace_back([this](std::stop_token stop) { work(stop); });
   } catch (const std::system_error& e) {
-    // No destructor runs for a constructor that throws: the workers already started must be told to
-    // stop here, or joining them (in threads_' destructor) would wait for ever.
-    const std::size_t started = threads_.size();
-    stop_workers();
-    fail<ResourceError>("JobPool: the system refused worker thread {} of {} ({}); ask for fewer workers", started + 1,
-                        workers, e.what());
-  } catch (const std::bad_alloc&) {
-    stop_workers();
-    throw;
+    // The workers already started stop and are joined as threads_ goes, as in the destructor.
+    fail<ResourceError>("JobPool: the system refused worker thread {} of {} ({}); ask for fewer workers",
+                        threads_.size() + 1, workers, e.what());
   }
 }
 
-// Also the destructor's: the queued jobs are dropped, the running ones end, the workers are joined.
-void JobPool::stop_workers() {
+// The queued jobs are dropped here, so their futures report broken_promise at once; then threads_ goes
+// (each worker asked to stop, and joined once its running job ends).
+JobPool::~JobPool() {
   std::deque<std::function<void()>> dropped;
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-    dropped.swap(queue_);
-  }
-  dropped.clear();  // before the join below: the dropped jobs' futures report broken_promise at once
-  ready_.notify_all();
-  threads_.clear();  // joins, once the running jobs end
+  std::lock_guard lock(mutex_);
+  dropped.swap(queue_);
 }
-
-JobPool::~JobPool() { stop_workers(); }
 
 void JobPool::push(std::function<void()> job) {
   {
@@ -58,14 +45,13 @@ void JobPool::push(std::function<void()> job) {
   ready_.notify_one();
 }
 
-void JobPool::work() {
+void JobPool::work(std::stop_token stop) {
   const SingleThreaded one_thread;  // this worker's OpenMP regions stay on this worker
   for (;;) {
     std::function<void()> job;
     {
       std::unique_lock lock(mutex_);
-      ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping
+      if (!ready_.wait(lock, stop, [&] { return !queue_.empty(); })) return;  // asked to stop
       job = std::move(queue_.front());
       queue_.pop_front();
     }

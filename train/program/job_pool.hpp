@@ -10,6 +10,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <stop_token>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -44,13 +45,13 @@ class JobPool {
 
  private:
   void push(std::function<void()> job);
-  void work();
-  void stop_workers();
+  void work(std::stop_token stop);
 
   std::mutex mutex_;
-  std::condition_variable ready_;
+  std::condition_variable_any ready_;  // wakes a waiting worker when a job comes or it is asked to stop
   std::deque<std::function<void()>> queue_;
-  bool stopping_ = false;
+  // Last, so it goes first, in the destructor and when the constructor throws alike: each jthread asks its
+  // worker to stop, then joins it.
   std::vector<std::jthread> threads_;
 };
 

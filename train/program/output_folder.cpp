@@ -38,18 +38,13 @@ bool valid_program(std::string_view program) {  // a name without folders
   return program.size() <= 200 && program.find('/') == std::string_view::npos && valid_name(program);
 }
 
-// fstatat's view of a name in a folder, not following a link: missing, a regular file, or something
-// else (named for messages).
-struct PathKind {
-  bool exists = false;
-  bool regular = false;
-  const char* what = "";
-};
+// fstatat's view of a name in a folder, not following a link: what is there, as messages name it
+// (detail::kind_of: kRegular, kFolder, "a symbolic link", ...), or "" when nothing is.
+constexpr std::string_view kRegular = "a regular file", kFolder = "a folder";
 
-PathKind kind_at(int folder, const char* name) {
+std::string_view kind_at(int folder, const char* name) {
   struct stat st {};
-  if (::fstatat(folder, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return {};
-  return {true, S_ISREG(st.st_mode) != 0, detail::kind_of(st.st_mode)};
+  return ::fstatat(folder, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? detail::kind_of(st.st_mode) : "";
 }
 
 // The folder that holds a run's file, open, and the file's own name in it.
@@ -73,14 +68,14 @@ Place place_of(int top, std::string_view relative, bool create, const fs::path& 
     const fs::path shown = folder / fs::path(std::string(relative.substr(0, slash)));
     if (create && ::mkdirat(place.folder.get(), part.c_str(), 0755) != 0 && errno != EEXIST)
       fail<FileError>("{}: cannot create the folder '{}': {}", flag, escaped(shown), std::strerror(errno));
-    const PathKind kind = kind_at(place.folder.get(), part.c_str());
-    if (!kind.exists) {
+    const std::string_view kind = kind_at(place.folder.get(), part.c_str());
+    if (kind.empty()) {
       place.folder.close();
       return place;
     }
-    if (std::string_view(kind.what) != "a folder")
+    if (kind != kFolder)
       fail<FileError>("{}: '{}' is {}, not a folder of the run; nothing is written or removed through it", flag,
-                      escaped(shown), kind.what);
+                      escaped(shown), kind);
     detail::Descriptor next(
         ::openat(place.folder.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!next.open())  // replaced by a link since the look: the same refusal
@@ -95,7 +90,7 @@ Place place_of(int top, std::string_view relative, bool create, const fs::path& 
 // Removes the place's file if it is a regular file (anything else there is left alone); false, with errno
 // set, if the system refused.
 bool remove_regular_at(const Place& place) {
-  return !place.folder.open() || !kind_at(place.folder.get(), place.name.c_str()).regular ||
+  return !place.folder.open() || kind_at(place.folder.get(), place.name.c_str()) != kRegular ||
          ::unlinkat(place.folder.get(), place.name.c_str(), 0) == 0 || errno == ENOENT;
 }
 
@@ -111,7 +106,7 @@ void remove_stale_temporaries_at(int folder) {
   }
   std::vector<std::string> stale;
   while (const dirent* e = ::readdir(d))
-    if (is_temporary_name(e->d_name) && kind_at(folder, e->d_name).regular) stale.emplace_back(e->d_name);
+    if (is_temporary_name(e->d_name) && kind_at(folder, e->d_name) == kRegular) stale.emplace_back(e->d_name);
   ::closedir(d);
   for (const auto& name : stale) ::unlinkat(folder, name.c_str(), 0);
 }
@@ -163,13 +158,13 @@ FolderLock::FolderLock(std::filesystem::path folder, std::string_view op) : fold
   fs::path own = folder_;
   while (own.native().size() > 1 && own.native().back() == '/')
     own = fs::path(own.native().substr(0, own.native().size() - 1));
-  const PathKind kind = kind_at(AT_FDCWD, own.c_str());
-  if (kind.exists && std::string_view(kind.what) == "a symbolic link")
+  const std::string_view kind = kind_at(AT_FDCWD, own.c_str());
+  if (kind == "a symbolic link")
     fail<FileError>(
         "{}: '{}' is a symbolic link; give the folder itself (a link can be moved to another folder "
         "while the run writes)",
         op, escaped(folder_));
-  if (kind.exists && std::string_view(kind.what) != "a folder")
+  if (!kind.empty() && kind != kFolder)
     fail<FileError>("{}: '{}' is not a folder; give a folder for the run's files", op, escaped(folder_));
   fs::create_directories(folder_, ec);
   if (ec) fail<FileError>("{}: cannot create the folder '{}': {}", op, escaped(folder_), ec.message());
@@ -186,12 +181,12 @@ FolderLock::FolderLock(std::filesystem::path folder, std::string_view op) : fold
       ::openat(folder_fd.get(), ".tapegrad.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644));
   if (!lock_fd.open()) {
     const int saved = errno;
-    const PathKind what = kind_at(folder_fd.get(), ".tapegrad.lock");
-    if (what.exists && !what.regular)
+    const std::string_view what = kind_at(folder_fd.get(), ".tapegrad.lock");
+    if (!what.empty() && what != kRegular)
       fail<FileError>(
           "{}: the lock file '{}' is {}, not a regular file; the folder is not used (remove it by hand if "
           "you made it)",
-          op, escaped(lock), what.what);
+          op, escaped(lock), what);
     fail<FileError>("{}: cannot write in the folder '{}': {}", op, escaped(folder_), std::strerror(saved));
   }
   struct stat st {};
@@ -228,12 +223,11 @@ OutputFolder::OutputFolder(fs::path folder, OutputFolderOptions options)
   lock_ = std::make_unique<FolderLock>(folder_, options_.flag);
   const int top = lock_->folder_fd();
   const fs::path manifest_path = folder_ / kManifestName;
-  const std::string manifest_name(kManifestName);
-  const PathKind manifest_kind = kind_at(top, manifest_name.c_str());
-  if (manifest_kind.exists && !manifest_kind.regular)
-    fail<FileError>("{}: '{}' is {}, not a run manifest", options_.flag, escaped(manifest_path), manifest_kind.what);
+  const std::string_view manifest_kind = kind_at(top, std::string(kManifestName).c_str());
+  if (!manifest_kind.empty() && manifest_kind != kRegular)
+    fail<FileError>("{}: '{}' is {}, not a run manifest", options_.flag, escaped(manifest_path), manifest_kind);
   Manifest manifest;
-  if (manifest_kind.exists)
+  if (!manifest_kind.empty())
     manifest = parse_manifest(read_file(manifest_path, kMaxManifestBytes, options_.flag), manifest_path, options_.flag);
   // Each listed file's place, found without following a link (a listed path through a link is refused
   // here, before anything is removed); the ones still there are the earlier run's.
@@ -241,12 +235,12 @@ OutputFolder::OutputFolder(fs::path folder, OutputFolderOptions options)
   std::vector<Place> places;
   for (const auto& f : manifest.files) {
     Place place = place_of(top, f, false, folder_, options_.flag);
-    if (place.folder.open() && kind_at(place.folder.get(), place.name.c_str()).exists) {
+    if (place.folder.open() && !kind_at(place.folder.get(), place.name.c_str()).empty()) {
       present.push_back(f);
       places.push_back(std::move(place));
     }
   }
-  if (manifest_kind.exists && manifest.program != options_.program && !present.empty())
+  if (!manifest_kind.empty() && manifest.program != options_.program && !present.empty())
     fail<FileError>("{}: '{}' holds the files of a {} run ({}); choose another folder for this {} run", options_.flag,
                     escaped(folder_), manifest.program, quoted_list(present, 3), options_.program);
   for (const auto& place : places) remove_stale_temporaries_at(place.folder.get());
@@ -272,15 +266,11 @@ OutputFolder::OutputFolder(fs::path folder, OutputFolderOptions options)
 
 OutputFolder::~OutputFolder() = default;
 
-void OutputFolder::check_name(std::string_view relative) const {
+fs::path OutputFolder::path(std::string_view relative) const {
   if (!valid_name(relative) || relative == kManifestName)
     fail<UsageError>(
         "OutputFolder: '{}' is not a name a run can write (letters, digits, '.', '_', '-', '/' between folders)",
         escaped(relative));
-}
-
-fs::path OutputFolder::path(std::string_view relative) const {
-  check_name(relative);
   return folder_ / fs::path(std::string(relative));
 }
 
@@ -292,11 +282,11 @@ void OutputFolder::check_replaceable(std::string_view relative) const {
   const fs::path full = path(relative);
   const Place place = place_of(lock_->folder_fd(), relative, false, folder_, options_.flag);
   if (!place.folder.open()) return;  // its folder is missing: so is the file
-  const PathKind kind = kind_at(place.folder.get(), place.name.c_str());
-  if (!kind.exists) return;
-  if (!kind.regular)
+  const std::string_view kind = kind_at(place.folder.get(), place.name.c_str());
+  if (kind.empty()) return;
+  if (kind != kRegular)
     fail<FileError>("{}: '{}' is {}, not a regular file; the run does not replace it", options_.flag, escaped(full),
-                    kind.what);
+                    kind);
   for (const auto& input : options_.inputs) {
     std::error_code ec;
     if (fs::equivalent(full, input, ec))
@@ -360,7 +350,7 @@ void OutputFolder::rename(std::string_view from, std::string_view to) {
   claim(to);
   const Place source = place_of(lock_->folder_fd(), from, false, folder_, options_.flag);
   const Place target = place_of(lock_->folder_fd(), to, true, folder_, options_.flag);
-  if (!source.folder.open() || !kind_at(source.folder.get(), source.name.c_str()).regular ||
+  if (!source.folder.open() || kind_at(source.folder.get(), source.name.c_str()) != kRegular ||
       ::renameat(source.folder.get(), source.name.c_str(), target.folder.get(), target.name.c_str()) != 0)
     fail<IoError>("{}: renaming '{}' failed: {}", options_.flag, escaped(path(from)),
                   source.folder.open() ? std::strerror(errno) : "it is not there");

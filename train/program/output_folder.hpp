@@ -95,7 +95,6 @@ class OutputFolder {
   const std::vector<std::string>& files() const { return files_; }  // listed, in the order first written
 
  private:
-  void check_name(std::string_view relative) const;
   void check_replaceable(std::string_view relative) const;
   void list_as_ours(std::string_view relative);  // checked replaceable, then in the manifest
   void save_manifest() const;

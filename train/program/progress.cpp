@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 namespace tapegrad {
 namespace {
@@ -132,10 +133,8 @@ void CsvLog::write(const CurvePoint& p) {
 }
 
 void CsvLog::close() {
-  if (!out_) return;
-  std::FILE* f = out_;
-  out_ = nullptr;
-  if (std::fclose(f) != 0) fail<IoError>("csv log: closing '{}' failed: {}", escaped(path_), std::strerror(errno));
+  if (out_ && std::fclose(std::exchange(out_, nullptr)) != 0)
+    fail<IoError>("csv log: closing '{}' failed: {}", escaped(path_), std::strerror(errno));
 }
 
 }  // namespace tapegrad
