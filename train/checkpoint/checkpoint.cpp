@@ -334,33 +334,6 @@ std::uint32_t weights_crc32(const Checkpoint& c) {
   return crc.value();
 }
 
-std::string LoadReport::problems() const {
-  std::vector<std::string> parts;
-  if (!missing.empty()) parts.push_back("the file lacks the model's " + quoted_list(missing));
-  if (!unexpected.empty()) parts.push_back("the model has no " + quoted_list(unexpected));
-  constexpr std::size_t kShown = 10;  // a message stays a line, however many shapes differ
-  for (std::size_t i = 0; i < mismatched.size() && i < kShown; ++i) parts.push_back(mismatched[i]);
-  if (mismatched.size() > kShown) parts.push_back(fmt::format("{} more mismatched", mismatched.size() - kShown));
-  return fmt::format("{}", fmt::join(parts, "; "));
-}
-
-std::string LoadReport::str() const {
-  std::string s;
-  if (!restored.empty()) {
-    s = "restored " + quoted_list(restored);
-    if (!unexpected.empty()) s += "; left the file's " + quoted_list(unexpected);
-  } else {
-    s = fmt::format("loaded {} parameters", loaded.size());
-    if (!missing.empty()) s += "; not in the file: " + quoted_list(missing);
-    if (!unexpected.empty()) s += "; not in the model: " + quoted_list(unexpected);
-    constexpr std::size_t kShown = 10;
-    for (std::size_t i = 0; i < mismatched.size() && i < kShown; ++i) s += "; skipped " + mismatched[i];
-    if (mismatched.size() > kShown) s += fmt::format("; {} more skipped", mismatched.size() - kShown);
-  }
-  for (const auto& c : converted) s += "; converted " + c;
-  return s;
-}
-
 template std::uint32_t checksum(const TensorT<float>&);
 template std::uint32_t checksum(const TensorT<double>&);
 
