@@ -455,6 +455,21 @@ TEST_CASE("checkpoint state: a vector of tensors is a part, loaded only into as 
   CHECK(fewer[0] == Tensor(Shape::mat(2, 3)));
 }
 
+TEST_CASE("checkpoint state: a refusal and a load report name the first 10 mismatches and count the rest") {
+  const std::vector<Tensor> saved(12, Tensor(Shape::vec(2)));
+  std::vector<Tensor> wider(12, Tensor(Shape::vec(3)));
+  CHECK_THROWS_WITH_AS(
+      restore(snapshot({{"ema", saved}}), {{"ema", wider}}),
+      doctest::Contains("'ema.9' is f32 2 in the file but f32 3 here; 2 more mismatched; nothing was loaded"),
+      FormatError);
+  LoadReport report;
+  for (int i = 0; i < 12; ++i) report.mismatched.push_back("'w" + std::to_string(i) + "' differs");
+  CHECK(report.problems().ends_with("'w9' differs; 2 more mismatched"));
+  CHECK(report.str() == "loaded 0 parameters; skipped 'w0' differs; skipped 'w1' differs; skipped 'w2' differs; "
+                        "skipped 'w3' differs; skipped 'w4' differs; skipped 'w5' differs; skipped 'w6' differs; "
+                        "skipped 'w7' differs; skipped 'w8' differs; skipped 'w9' differs; skipped 2 more mismatched");
+}
+
 namespace {
 
 // A user's object holding 64-bit unsigned values: hashes and seeds use the whole range.

@@ -178,12 +178,6 @@ Index parameter_values_held(const Checkpoint& c) {
   return held;
 }
 
-double norm(const StateValue& v) {
-  double sq = 0;
-  for_each_number(v, [&](double x) { sq += x * x; });
-  return std::sqrt(sq);
-}
-
 std::string_view part_of(std::string_view name) { return name.substr(0, name.find('.')); }
 
 }  // namespace
@@ -232,8 +226,10 @@ std::string shown_values(const StateValue& v) {
       [&](const auto& x) -> std::string {
         using V = std::remove_cvref_t<decltype(x)>;
         if constexpr (requires { x.numel(); }) {
+          double sq = 0;
+          for_each_number(v, [&](double e) { sq += e * e; });
           const Index bad = non_finite_count(v);
-          return fmt::format("norm {:.6g}{}", norm(v),
+          return fmt::format("norm {:.6g}{}", std::sqrt(sq),
                              bad ? fmt::format("  ({} non-finite values: NaN or Inf)", bad) : "");
         } else {
           if (x.size() > kShown) return fmt::format("{} values", x.size());
@@ -273,29 +269,21 @@ std::string describe_checkpoint(const Checkpoint& c) {
   s += fmt::format("parameters: {} tensors, {} values, crc32 {:08x}\n", weights.size(), parameter_values_held(c),
                    weights_crc32(c));
   Index non_finite = 0;
-  for (const StateEntry* e : weights) {
-    const Index bad = non_finite_count(e->value);
-    non_finite += bad;
-    const std::string_view name = std::string_view(e->name).substr(kModelPart.size() + 1);
-    s += fmt::format("  {:<20} {} {:>10}  norm {:.6g}{}\n", p(name), kind_name(e->value), tensor_shape(e->value)->str(),
-                     norm(e->value), bad ? fmt::format("  ({} non-finite values: NaN or Inf)", bad) : "");
-  }
+  for (const StateEntry* e : weights) non_finite += non_finite_count(e->value);
   if (non_finite)
     s += fmt::format("warning: {} parameter values are not finite; loading refuses them unless asked\n", non_finite);
   for (const auto& [k, v] : c.metadata) s += fmt::format("metadata: {} = {}\n", p(k), p(v));
   const std::vector<std::string> parts = c.parts();
-  if (parts.empty() || (parts.size() == 1 && parts[0] == kModelPart))
-    return s + "training state: none (weights only)\n";
+  if (parts.empty() || (parts.size() == 1 && parts[0] == kModelPart)) s += "training state: none (weights only)\n";
   if (c.has(kOptimizerPart)) s += describe_optimizer(c);
-  // Every other part entry by entry (a trainer's options, step, data order and curve, an optimizer's buffers, a
-  // loop's step and streams, a user's own), in one pass over the entries: a file of many parts is described in
-  // time linear in its size.
+  // Every part entry by entry (the model's weights, a trainer's options, step, data order and curve, an
+  // optimizer's buffers, a loop's step and streams, a user's own), in one pass over the entries: a file of
+  // many parts is described in time linear in its size.
   std::map<std::string_view, std::string> listed;
   for (const StateEntry& e : c.entries)
-    if (const std::string_view part = part_of(e.name); part != kModelPart)
-      listed[part] += fmt::format("  {:<32} {:<14} {}\n", p(e.name), describe_value(e.value), shown_values(e.value));
-  for (const std::string& part : parts)
-    if (const auto it = listed.find(part); it != listed.end()) s += fmt::format("part {}:\n{}", p(part), it->second);
+    listed[part_of(e.name)] +=
+        fmt::format("  {:<32} {:<14} {}\n", p(e.name), describe_value(e.value), shown_values(e.value));
+  for (const std::string& part : parts) s += fmt::format("part {}:\n{}", p(part), listed[part]);
   return s;
 }
 
@@ -344,33 +332,6 @@ std::uint32_t weights_crc32(const Checkpoint& c) {
   for (const StateEntry* e : model_weights(c))
     for_each_number(e->value, [&](double v) { crc.add_le(std::bit_cast<std::uint64_t>(v)); });
   return crc.value();
-}
-
-std::string LoadReport::problems() const {
-  std::vector<std::string> parts;
-  if (!missing.empty()) parts.push_back("the file lacks the model's " + quoted_list(missing));
-  if (!unexpected.empty()) parts.push_back("the model has no " + quoted_list(unexpected));
-  constexpr std::size_t kShown = 10;  // a message stays a line, however many shapes differ
-  for (std::size_t i = 0; i < mismatched.size() && i < kShown; ++i) parts.push_back(mismatched[i]);
-  if (mismatched.size() > kShown) parts.push_back(fmt::format("{} more mismatched", mismatched.size() - kShown));
-  return fmt::format("{}", fmt::join(parts, "; "));
-}
-
-std::string LoadReport::str() const {
-  std::string s;
-  if (!restored.empty()) {
-    s = "restored " + quoted_list(restored);
-    if (!unexpected.empty()) s += "; left the file's " + quoted_list(unexpected);
-  } else {
-    s = fmt::format("loaded {} parameters", loaded.size());
-    if (!missing.empty()) s += "; not in the file: " + quoted_list(missing);
-    if (!unexpected.empty()) s += "; not in the model: " + quoted_list(unexpected);
-    constexpr std::size_t kShown = 10;
-    for (std::size_t i = 0; i < mismatched.size() && i < kShown; ++i) s += "; skipped " + mismatched[i];
-    if (mismatched.size() > kShown) s += fmt::format("; {} more skipped", mismatched.size() - kShown);
-  }
-  for (const auto& c : converted) s += "; converted " + c;
-  return s;
 }
 
 template std::uint32_t checksum(const TensorT<float>&);

@@ -102,8 +102,9 @@ Checkpoint read_checkpoint(const std::filesystem::path& path, std::size_t max_by
 
 // The whole checkpoint as JSON (cereal's JSON archive), for people to read.
 std::string checkpoint_json(const Checkpoint& c);
-// A summary of what the file holds: the model's record, parameter names, shapes and norms, the optimizer
-// in a line, then every other part's entries (name, kind and size, a few values or a tensor's norm).
+// A summary of what the file holds: the model's record, its weights' count and checksum, the metadata, the
+// optimizer in a line, then every part's entries, the model's too (name, kind and size, a few values or a
+// tensor's norm).
 std::string describe_checkpoint(const Checkpoint& c);
 
 // ---- saving and restoring parts ---------------------------------------------------------------------

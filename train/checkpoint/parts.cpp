@@ -34,6 +34,16 @@ std::string record_differences(const ModelRecord& file, const ModelRecord& model
   return fmt::format("{}", fmt::join(out, "; "));
 }
 
+// The first 10 of `items`, then "<n> more mismatched": a message stays a line, however many differ.
+std::vector<std::string> capped(std::vector<std::string> items) {
+  constexpr std::size_t kShown = 10;
+  if (items.size() > kShown) {
+    items[kShown] = fmt::format("{} more mismatched", items.size() - kShown);
+    items.resize(kShown + 1);
+  }
+  return items;
+}
+
 // The file's weights (the entries of `in`) against the model's parameters, without changing anything.
 // Another element type is a mismatch unless the options convert it.
 template <class T>
@@ -133,13 +143,30 @@ void detail::check_like(const State& in, const std::function<void(State&)>& save
   }
   if (!unexpected.empty()) problems.insert(problems.begin(), "it has no " + quoted_list(unexpected));
   if (!missing.empty()) problems.insert(problems.begin(), "the file lacks " + quoted_list(missing));
-  constexpr std::size_t kShown = 10;  // a message stays a line
-  if (problems.size() > kShown) {
-    const std::size_t more = problems.size() - kShown;
-    problems.resize(kShown);
-    problems.push_back(fmt::format("{} more mismatched", more));
+  if (!problems.empty()) fail<FormatError>("{}", fmt::join(capped(std::move(problems)), "; "));
+}
+
+std::string LoadReport::problems() const {
+  std::vector<std::string> parts;
+  if (!missing.empty()) parts.push_back("the file lacks the model's " + quoted_list(missing));
+  if (!unexpected.empty()) parts.push_back("the model has no " + quoted_list(unexpected));
+  for (std::string& m : capped(mismatched)) parts.push_back(std::move(m));
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+std::string LoadReport::str() const {
+  std::string s;
+  if (!restored.empty()) {
+    s = "restored " + quoted_list(restored);
+    if (!unexpected.empty()) s += "; left the file's " + quoted_list(unexpected);
+  } else {
+    s = fmt::format("loaded {} parameters", loaded.size());
+    if (!missing.empty()) s += "; not in the file: " + quoted_list(missing);
+    if (!unexpected.empty()) s += "; not in the model: " + quoted_list(unexpected);
+    for (const std::string& m : capped(mismatched)) s += "; skipped " + m;
   }
-  if (!problems.empty()) fail<FormatError>("{}", fmt::join(problems, "; "));
+  for (const auto& c : converted) s += "; converted " + c;
+  return s;
 }
 
 // ---- snapshot, restore, load_weights ---------------------------------------------------------------------
