@@ -8,7 +8,7 @@
 #
 # With -DBUILD=<build folder> -DBUILT=<its program folders> (ctest passes its own build and "examples;bench"),
 # the programs the pages run are checked too: `build/examples/train` must be in BUILD (the README's build,
-# `cmake --build build`, makes every program), and a program of a build of another name
+# `cmake --build build`, makes every program; bench/'s with -DTAPEGRAD_BUILD_BENCH=ON), and a program of a build of another name
 # (`build-native/bench/step_bench`) must be one the page says how to make: `-B build-native` is on the page.
 #
 # Code comments too: every repository path named in a comment (`//` or `#`) of the sources, scripts and
