@@ -39,8 +39,9 @@ bool valid_program(std::string_view program) {  // a name without folders
 }
 
 // fstatat's view of a name in a folder, not following a link: what is there, as messages name it
-// (detail::kind_of: kRegular, kFolder, "a symbolic link", ...), or "" when nothing is.
-constexpr std::string_view kRegular = "a regular file", kFolder = "a folder";
+// (detail::kind_of: kRegular, kFolder, "a symbolic link", ...), or "" when nothing is. The two kinds compared
+// are kind_of's own words, so its wording has one home.
+const std::string_view kRegular = detail::kind_of(S_IFREG), kFolder = detail::kind_of(S_IFDIR);
 
 std::string_view kind_at(int folder, const char* name) {
   struct stat st {};
