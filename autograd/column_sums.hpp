@@ -8,6 +8,11 @@
 
 namespace tapegrad::detail {
 
+// Whether `s` is a row of `width` values, (width) or (1, width): what these ops broadcast over every row.
+inline bool is_row_of(const Shape& s, Index width) {
+  return s.rank <= 2 && s.batch == 1 && s.rows == 1 && s.cols == width;
+}
+
 // The pieces of write_column_sums (below), for an op that sums several gradients over the same rows in one
 // pass (layer norm's gamma and beta): body(first, last) for ranges of 16 columns over the threads, as many as
 // `passes` reads of the (rows x cols) values are worth; and the sums of columns [first, last) of `rows`

@@ -24,6 +24,10 @@ void refuse_gradient_part(const char* op, const char* input, Index values, const
       op, values, input, shape);
 }
 
+void require_row_entries(const char* op, const Shape& x, const char* what) {
+  if (x.cols == 0) fail<ShapeError>("{}: x is {}; its rows have no entries to {}", op, x, what);
+}
+
 void refuse_piece(const char* op, const char* input, Index rows, Index cols, Index piece_rows, Index piece_cols,
                   const Shape& shape) {
   if (rows != piece_rows || cols != piece_cols)

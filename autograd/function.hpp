@@ -84,6 +84,9 @@ concept EigenExpression = kMatrixExpression<std::remove_cvref_t<G>> || kArrayExp
 [[noreturn]] void refuse_saved(const std::string& op);
 [[noreturn]] void refuse_gradient_shape(const char* op, const char* input, Index rows, Index cols, const Shape& shape);
 [[noreturn]] void refuse_gradient_part(const char* op, const char* input, Index values, const Shape& shape);
+// A ShapeError "{op}: x is {x}; its rows have no entries to {what}" when x's rows are empty (x.cols == 0),
+// for the ops that reduce or normalise each row.
+void require_row_entries(const char* op, const Shape& x, const char* what);
 template <class T>
 GradWrite<T> pieces(const InputGrad<T>& g);  // for the library's own rules, below
 template <class T>

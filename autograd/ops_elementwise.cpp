@@ -20,7 +20,7 @@ enum class Binary { add, sub, mul, div };
 
 Broadcast broadcast_of(const char* op, const Shape& a, const Shape& b) {
   if (a == b) return Broadcast::same;
-  if (b.rank <= 2 && b.batch == 1 && b.rows == 1 && b.cols == a.cols) return Broadcast::row;
+  if (detail::is_row_of(b, a.cols)) return Broadcast::row;
   if (a.rank == 3 && b.rank == 2 && b.rows == a.rows && b.cols == a.cols) return Broadcast::batch;
   if (b.rank == a.rank && b.batch == a.batch && b.rows == a.rows && b.cols == 1) return Broadcast::col;
   Shape col = a;

@@ -137,7 +137,7 @@ struct Affine {
     if (sx.rank == 1 || sw.rank != 2)
       fail<ShapeError>("affine: x is {} and w is {}; x must be a matrix or a batch of matrices and w a matrix", sx, sw);
     if (sx.cols != sw.rows) fail<ShapeError>("affine: inner dimensions differ: x is {}, w is {}", sx, sw);
-    if (sb.rank > 2 || sb.rows != 1 || sb.cols != sw.cols)
+    if (!detail::is_row_of(sb, sw.cols))
       fail<ShapeError>("affine: b is {} but x w has {} columns; b must be a row of {} values ({} or 1x{})", sb, sw.cols,
                        sw.cols, sw.cols, sw.cols);
     Shape out = sx;

@@ -10,29 +10,8 @@
 namespace tapegrad {
 namespace {
 
-// What dropout keeps: per element, the factor the forward multiplied by (0 where dropped, 1 / (1 - p)
-// where kept). A node's tensor, so it is resized in place step after step, never reallocated.
-template <class T>
-struct DropoutSaved {
-  TensorT<T> factor;  // x's shape
-  std::size_t heap_bytes() const { return buffer_bytes(factor); }
-};
-
-// What layer_norm keeps: each row's mean and 1 / sqrt(var + eps), in the double they were computed in.
-// Not the normalised input: backward recomputes it from x (which the tape keeps anyway, as x's node's
-// value) with the forward's own arithmetic, so it has the same bits, and the op's saved state is two
-// numbers a row instead of a copy of x (as PyTorch's native_layer_norm keeps mean and rstd).
-template <class T>
-struct LayerNormSaved {
-  TensorT<double> stats;  // (rows, 2): mean, rstd per flat row of x
-  std::size_t heap_bytes() const { return buffer_bytes(stats); }
-};
-
-// gamma and beta are rows of x's width: (D) or (1, D).
-bool is_row_of(const Shape& p, Index width) { return p.rank <= 2 && p.batch == 1 && p.rows == 1 && p.cols == width; }
-
 // Row r of xhat = (x - mean) rstd, computed in double from x's row and cast to T, in the arithmetic of
-// normalize_rows, so that backward's recomputed xhat has the forward's bits (the suite's golden values
+// layer_norm's forward, so that backward's recomputed xhat has the forward's bits (the suite's golden values
 // and bit-identity tests would see a difference).
 template <class T, class Row, class Out>
 void xhat_row(const Row& x_row, double mean, double rstd, Eigen::Map<Eigen::ArrayXd>& xr, Out&& out) {
@@ -46,41 +25,17 @@ inline Eigen::Map<Eigen::ArrayXd> double_row(Index cols) {
   return {detail::thread_scratch<double>(detail::Scratch::norm_row, static_cast<std::size_t>(cols)), cols};
 }
 
-// Per row of x: mean and rstd with the statistics in double (saved in stats), y = xhat * gamma + beta.
-// y (x's shape) and stats ((rows, 2)) are sized by the caller.
-template <class T>
-void normalize_rows(const TensorT<T>& x, const TensorT<T>& gamma, const TensorT<T>& beta, double eps,
-                    TensorT<double>& stats, TensorT<T>& y) {
-  const auto X = x.flat();                     // (rows, D)
-  const auto G = gamma.flat().row(0).array();  // (D)
-  const auto Bt = beta.flat().row(0).array();  // (D)
-  auto Y = y.flat();
-  parallel_rows(
-      X.rows(), X.cols(),
-      [&](Index first, Index rows) {  // row by row: split in row ranges when large
-        // The row in double, converted once: read through a lazy cast, each of the three passes would convert
-        // it again, element by element, at several times the cost for the same values.
-        auto xr = double_row(X.cols());
-        for (Index r = first; r < first + rows; ++r) {
-          xr = X.row(r).transpose().array().template cast<double>();
-          const double mean = xr.mean();
-          xr -= mean;
-          const double rstd = 1 / std::sqrt(xr.square().mean() + eps);
-          stats[2 * r] = mean;
-          stats[2 * r + 1] = rstd;
-          Y.row(r).array() = (xr * rstd).transpose().template cast<T>();  // xhat as xhat_row forms it, then y in place
-          Y.row(r).array() = Y.row(r).array() * G + Bt;
-        }
-      },
-      4);
-}
-
 // C = X * F, F = [u >= p] / (1 - p) per element (u: the next rng.uniform());  dX += dC * F
 template <class T>
 struct Dropout {
   static constexpr const char* name = "dropout";
   static constexpr const char* inputs[] = {"x"};
-  using Saved = DropoutSaved<T>;
+  // What dropout keeps: per element, the factor the forward multiplied by (0 where dropped, 1 / (1 - p)
+  // where kept). A node's tensor, so it is resized in place step after step, never reallocated.
+  struct Saved {
+    TensorT<T> factor;  // x's shape
+    std::size_t heap_bytes() const { return buffer_bytes(factor); }
+  };
   double p = 0;
   Rng* rng = nullptr;
 
@@ -115,23 +70,52 @@ template <class T>
 struct LayerNorm {
   static constexpr const char* name = "layer_norm";
   static constexpr const char* inputs[] = {"x", "gamma", "beta"};
-  using Saved = LayerNormSaved<T>;
+  // What layer_norm keeps: each row's mean and 1 / sqrt(var + eps), in the double they were computed in.
+  // Not the normalised input: backward recomputes it from x (which the tape keeps anyway, as x's node's
+  // value) with the forward's own arithmetic, so it has the same bits, and the op's saved state is two
+  // numbers a row instead of a copy of x (as PyTorch's native_layer_norm keeps mean and rstd).
+  struct Saved {
+    TensorT<double> stats;  // (rows, 2): mean, rstd per flat row of x
+    std::size_t heap_bytes() const { return buffer_bytes(stats); }
+  };
   double eps = 1e-5;
 
   void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x, const TensorT<T>& gamma,
                const TensorT<T>& beta) const {
     const Shape s = x.shape();
     const Shape sg = gamma.shape(), sb = beta.shape();
-    if (s.cols == 0) fail<ShapeError>("layer_norm: x is {}; its rows have no entries to normalise", s);
-    if (!is_row_of(sg, s.cols) || !is_row_of(sb, s.cols))
+    detail::require_row_entries(name, s, "normalise");
+    if (!detail::is_row_of(sg, s.cols) || !detail::is_row_of(sb, s.cols))
       fail<ShapeError>(
           "layer_norm: gamma is {} and beta is {} but x is {}; both must be rows of {} values ({} or 1x{})", sg, sb, s,
           s.cols, s.cols, s.cols);
     if (!(eps > 0) || !std::isfinite(eps)) fail<ValueError>("layer_norm: eps must be positive and finite, got {}", eps);
-    TensorT<T>& y = ctx.output(s);
-    Saved& saved = ctx.saved();
-    saved.stats.resize(Shape::mat(s.flat_rows(), 2));
-    normalize_rows(x, gamma, beta, eps, saved.stats, y);
+    // Per row of x: mean and rstd with the statistics in double (saved in stats), y = xhat * gamma + beta.
+    auto Y = ctx.output(s).flat();
+    TensorT<double>& stats = ctx.saved().stats;
+    stats.resize(Shape::mat(s.flat_rows(), 2));
+    const auto X = x.flat();                     // (rows, D)
+    const auto G = gamma.flat().row(0).array();  // (D)
+    const auto Bt = beta.flat().row(0).array();  // (D)
+    parallel_rows(
+        X.rows(), X.cols(),
+        [&](Index first, Index rows) {  // row by row: split in row ranges when large
+          // The row in double, converted once: read through a lazy cast, each of the three passes would convert
+          // it again, element by element, at several times the cost for the same values.
+          auto xr = double_row(X.cols());
+          for (Index r = first; r < first + rows; ++r) {
+            xr = X.row(r).transpose().array().template cast<double>();
+            const double mean = xr.mean();
+            xr -= mean;
+            const double rstd = 1 / std::sqrt(xr.square().mean() + eps);
+            stats[2 * r] = mean;
+            stats[2 * r + 1] = rstd;
+            Y.row(r).array() =
+                (xr * rstd).transpose().template cast<T>();  // xhat as xhat_row forms it, then y in place
+            Y.row(r).array() = Y.row(r).array() * G + Bt;
+          }
+        },
+        4);
   }
 
   static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x, const OpInput<T>& gamma,

@@ -24,8 +24,7 @@ struct RowReduce {
   static constexpr const char* inputs[] = {"x"};
   void forward(ForwardContext<T>& ctx, const TensorT<T>& x) const {
     const Shape s = x.shape();
-    if (Mean && s.cols == 0 && s.flat_rows() > 0)
-      fail<ShapeError>("{}: x is {}; its rows have no entries to average", name, s);
+    if (Mean) detail::require_row_entries(name, s, "average");
     auto C = ctx.output(column_of(s)).flat().col(0);
     if (Mean)
       C = x.flat().rowwise().mean();
@@ -54,8 +53,7 @@ struct RowMax {
 
   void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x) const {
     const Shape s = x.shape();
-    if (s.cols == 0 && s.flat_rows() > 0)
-      fail<ShapeError>("row_max: x is {}; its rows have no entries to take a maximum of", s);
+    detail::require_row_entries(name, s, "take a maximum of");
     auto C = ctx.output(column_of(s)).flat();
     const auto X = x.flat();
     std::vector<Index>* argmax = nullptr;

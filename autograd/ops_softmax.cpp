@@ -207,8 +207,7 @@ struct LogSoftmaxRows {
   static constexpr const char* inputs[] = {"x"};
   void forward(ForwardContext<T>& ctx, const TensorT<T>& x) const {
     const Shape s = x.shape();
-    if (s.cols == 0 && s.numel() == 0 && s.flat_rows() > 0)
-      fail<ShapeError>("log_softmax_rows: x is {}; its rows have no entries to normalise", s);
+    detail::require_row_entries(name, s, "normalise");
     const auto X = x.flat();
     auto Y = ctx.output(s).flat();
     for (Index r = 0; r < X.rows(); ++r) {

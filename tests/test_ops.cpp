@@ -641,11 +641,18 @@ TEST_CASE("ops: layer_norm rows have mean 0 and variance v / (v + eps) with gamm
   }
 }
 
+TEST_CASE("ops: row_sum over rows of no entries is a column of zeros, not refused as row_mean and row_max are") {
+  Tape<double> t;
+  CHECK(row_sum(t.input(TensorD(Shape::mat(0, 0)))).shape() == Shape::mat(0, 1));
+  CHECK(row_sum(t.input(TensorD(Shape::mat(3, 0)))).value().array().isZero());
+}
+
 TEST_CASE("ops: shape, position, p and eps errors of the new ops name what is wrong and leave the tape as it was") {
   Tape<double> t;
   auto v = [&](Shape s) { return t.input(TensorD(s, 1.0)); };
   Var<double> x3 = v(Shape::batched(2, 4, 5)), x2 = v(Shape::mat(4, 5)), empty_rows = v(Shape::mat(4, 0));
   Var<double> row5 = v(Shape::vec(5)), row6 = v(Shape::vec(6)), tall = v(Shape::mat(2, 5)), narrow = v(Shape::mat(4, 2));
+  const Var<double> no_rows = v(Shape::mat(0, 0));
   Rng rng(9);
   const Rng::State rng_state = rng.state();
   const auto before = t.size();
@@ -665,6 +672,12 @@ TEST_CASE("ops: shape, position, p and eps errors of the new ops name what is wr
                        "pick_positions: position -1 of batch item 0 is outside [0, 4): x is 2x4x5", ValueError);
   CHECK_THROWS_WITH_AS(row_mean(empty_rows), "row_mean: x is 4x0; its rows have no entries to average", ShapeError);
   CHECK_THROWS_WITH_AS(row_max(empty_rows), "row_max: x is 4x0; its rows have no entries to take a maximum of",
+                       ShapeError);
+  // No rows of no entries either: refused as layer_norm and cross_entropy refuse them (until 1.0, these three
+  // returned an empty result for a 0x0 x).
+  CHECK_THROWS_WITH_AS(row_mean(no_rows), "row_mean: x is 0x0; its rows have no entries to average", ShapeError);
+  CHECK_THROWS_WITH_AS(row_max(no_rows), "row_max: x is 0x0; its rows have no entries to take a maximum of", ShapeError);
+  CHECK_THROWS_WITH_AS(log_softmax_rows(no_rows), "log_softmax_rows: x is 0x0; its rows have no entries to normalise",
                        ShapeError);
   CHECK_THROWS_WITH_AS(div(x2, narrow),
                        "div: shapes do not broadcast: a is 4x5, b is 4x2 (b must be 4x5, a row of 5 values, or a 4x1 "
