@@ -37,9 +37,8 @@
 // be kept for a backward pass, so there is nothing to save.
 
 #include <algorithm>
-#include <bit>
 #include <concepts>
-#include <cstdint>
+#include <cstring>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -51,16 +50,6 @@
 namespace tapegrad {
 
 namespace detail {
-
-// What a checkpoint node keeps for its backward rule: the region to run again, where it reads its input,
-// and the random stream as the forward found it.
-template <class T, class F>
-struct CheckpointSaved {
-  std::optional<F> fn;  // emplaced each step: a lambda's captures, no allocation
-  Var<T> input;         // x, on the outer tape
-  Rng* rng = nullptr;
-  Rng::State rng_state{};
-};
 
 // Sets `rng` to `state` for the scope and puts back the state it had, however the scope ends (nothing
 // when rng is null).
@@ -76,10 +65,6 @@ struct RngRestore {
     if (rng) rng->set_state(before);
   }
 };
-
-// The unsigned integer of T's size: outputs are compared bit for bit (NaN == NaN, -0 != 0).
-template <class T>
-using equal_bits_t = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
 
 [[noreturn]] void refuse_recompute(const Shape& first, const Shape& again);
 
@@ -103,7 +88,14 @@ template <class T, class F>
 struct CheckpointOp {
   static constexpr const char* name = "checkpoint";
   static constexpr const char* inputs[] = {"x"};
-  using Saved = CheckpointSaved<T, F>;
+  // What the node keeps for its backward rule: the region to run again, where it reads its input, and the
+  // random stream as the forward found it.
+  struct Saved {
+    std::optional<F> fn;  // emplaced each step: a lambda's captures, no allocation
+    Var<T> input;         // x, on the outer tape
+    Rng* rng = nullptr;
+    Rng::State rng_state{};
+  };
   F* fn = nullptr;  // the caller's, moved into the node once it has run
   Var<T> x;         // the region's input, on the outer tape
   Rng* rng = nullptr;
@@ -149,9 +141,10 @@ struct CheckpointOp {
     // that changed in between) would give the gradients of another function, silently.
     const TensorT<T>& first = ctx.output();
     const TensorT<T>& second = again.value();
+    // Compared bit for bit: NaN == NaN, -0 != 0.
     if (second.shape() != first.shape() ||
-        !std::equal(first.data(), first.data() + first.numel(), second.data(),
-                    [](T a, T b) { return std::bit_cast<equal_bits_t<T>>(a) == std::bit_cast<equal_bits_t<T>>(b); }))
+        (first.numel() > 0 &&
+         std::memcmp(first.data(), second.data(), sizeof(T) * static_cast<std::size_t>(first.numel())) != 0))
       refuse_recompute(first.shape(), second.shape());
     if (region.node_at(again.index).requires_grad) region.backward(again, ctx.grad_output());
   }

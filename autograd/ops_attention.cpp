@@ -91,18 +91,6 @@ void zero_rows(T* rows, Index count, Index width, Index stride) {
   for (Index r = 0; r < count; ++r) std::fill_n(rows + r * stride, width, T(0));
 }
 
-// What the backward rule needs: the layout, the scale and every item's weights (the softmax output);
-// where the mask lets the products skip (block_reach, reach_of); `reach` is empty when nothing is skipped.
-template <class T>
-struct AttentionSaved {
-  Layout layout{};
-  double scale = 1;
-  std::vector<T, AlignedAllocator<T>> weights;  // item i's (Tq, Tk) at i * block_stride
-  std::vector<Index> reach;
-  bool per_item_reach = false;  // one set of reach per batch item (else one for all)
-  std::size_t heap_bytes() const { return buffer_bytes(weights, reach); }
-};
-
 // The calling thread's buffer for one item's (Tq, Tk) block (autograd/scratch.hpp).
 template <class T>
 T* block_scratch(const Layout& l) {
@@ -117,86 +105,6 @@ void for_each_item(const Layout& l, double macs, F&& body) {
   const Index items = l.items();
   parallel_for(items, items > 1 ? threads_for_product(macs) : 1, [&](Index first, Index last) {
     for (Index i = first; i < last; ++i) body(i, items == 1);
-  });
-}
-
-// Forward was, per item, S = Q_h K_h^T, P = softmax(s S), O_h = P V_h. So now:
-//   dV_h += P^T dO_h;  dP = dO_h V_h^T;  dS = s P (dP - rowsum(dP P));  dQ_h += dS K_h;  dK_h += dS^T Q_h.
-// The gradients are taken in the order of the writes, v, q, k: when q, k and v are one node
-// (parameter-free attention), its first role assigns and the others add.
-template <class T>
-void attention_backward(const AttentionSaved<T>& saved, const TensorT<T>& grad_output, const OpInput<T>& q_in,
-                        const OpInput<T>& k_in, const OpInput<T>& v_in) {
-  const Layout l = saved.layout;
-  const GradWrite<T> dv = detail::pieces(v_in.grad), dq = detail::pieces(q_in.grad), dk = detail::pieces(k_in.grad);
-  if (!dv && !dq && !dk) return;
-  if (l.tq == 0 || l.tk == 0) {  // no query or no key: nothing flows back, but a first write must write
-    for (const GradWrite<T>* w : {&dv, &dq, &dk})
-      if (*w && !w->accumulate) w->tensor->set_zero();
-    return;
-  }
-  const T* q = q_in.value.data();
-  const T* k = k_in.value.data();
-  const T* v = v_in.value.data();
-  const T* dout = grad_output.data();
-  const Index wq = l.q_width(), wv = l.v_width();
-  const T s = static_cast<T>(saved.scale);
-  const bool cut_columns = detail::product_columns_separable();
-  for_each_item(l, 2 * static_cast<double>(l.items()) * l.macs_per_item(), [&](Index i, bool may_split) {
-    const T* p = saved.weights.data() + i * block_stride(l);  // (Tq, Tk)
-    const Index oq = l.offset(i, l.tq, l.dk), ok = l.offset(i, l.tk, l.dk);
-    const Index ov = l.offset(i, l.tk, l.dv), oo = l.offset(i, l.tq, l.dv);
-    // P was written in the forward pass and has left the cache since (a step's weights outgrow it). The
-    // softmax backward reads it front to back, which the prefetchers follow; dV's product, which reads
-    // it in 64-column strips, then finds it in cache (bench/attention_bench times the orders). Only the
-    // order of the computations differs: each gradient block gets the same value, written in the same
-    // order, v, q, k.
-    T* ds = block_scratch<T>(l);  // dP (Tq, Tk) = dO_h V_h^T, then dS in place
-    // Each block of rows over the keys its queries see, each block of keys over the queries that see it
-    // (block_reach); without a reach, one block of every query and key. A block that gets nothing is
-    // written 0 where it is assigned. (A reach exists for several items only: may_split is false there.)
-    const bool whole = saved.reach.empty();
-    const Index row_step = whole ? l.tq : kSkip, key_step = whole ? l.tk : kSkip;
-    const Index all_keys[2] = {l.tk, 0};  // keys_seen, then query_start, of the one block
-    const Index* keys_seen = whole ? all_keys : reach_of(saved.reach.data(), l, saved.per_item_reach, i);
-    const Index* query_start = whole ? all_keys + 1 : keys_seen + blocks_of(l.tq);
-    if (dq || dk) {
-      for (Index rb = 0, r0 = 0; r0 < l.tq; ++rb, r0 += row_step) {
-        const Index rows = std::min(row_step, l.tq - r0), cols = cut_columns ? keys_seen[rb] : l.tk;
-        if (cols > 0)
-          detail::gemm<T>(ProductForm::abt, rows, cols, l.dv, {dout + oo + r0 * wv, wv}, {v + ov, wv}, ds + r0 * l.tk,
-                          l.tk, false, may_split);
-        // Past `cols` the weights are 0 and so is dS, whatever dP is; dP is set there only so that the
-        // softmax backward's row sums read finite numbers.
-        for (Index r = r0; r < r0 + rows; ++r) std::fill(ds + r * l.tk + cols, ds + (r + 1) * l.tk, T(0));
-      }
-      detail::softmax_backward(p, ds, ds, l.tq, l.tk, s, true, may_split);
-    }
-    // dV_h = P^T dO_h and dK_h = dS^T Q_h, block of keys by block of keys, each from its query_start: the
-    // gradient `w` (rows `stride` apart, from `offset`) of a^T b over the queries.
-    const auto key_blocks = [&](const GradWrite<T>& w, const T* a, const T* b, Index stride, Index width,
-                                Index offset) {
-      for (Index kb = 0, k0 = 0; k0 < l.tk; ++kb, k0 += key_step) {
-        const Index keys = std::min(key_step, l.tk - k0), q0 = query_start[kb];
-        T* out = w.tensor->data() + offset + k0 * stride;
-        if (q0 < l.tq)
-          detail::gemm<T>(ProductForm::atb, keys, width, l.tq - q0, {a + q0 * l.tk + k0, l.tk},
-                          {b + q0 * stride, stride}, out, stride, w.accumulate, may_split);
-        else if (!w.accumulate)
-          zero_rows(out, keys, width, stride);
-      }
-    };
-    if (dv) key_blocks(dv, p, dout + oo, wv, l.dv, ov);
-    for (Index rb = 0, r0 = 0; dq && r0 < l.tq; ++rb, r0 += row_step) {  // dQ_h = dS K_h, row block rb
-      const Index rows = std::min(row_step, l.tq - r0), depth = keys_seen[rb];
-      T* out = dq.tensor->data() + oq + r0 * wq;
-      if (depth > 0)
-        detail::gemm<T>(ProductForm::ab, rows, l.dk, depth, {ds + r0 * l.tk, l.tk}, {k + ok, wq}, out, wq,
-                        dq.accumulate, may_split);
-      else if (!dq.accumulate)
-        zero_rows(out, rows, l.dk, wq);
-    }
-    if (dk) key_blocks(dk, ds, q + oq, wq, l.dk, ok);
   });
 }
 
@@ -218,12 +126,21 @@ Layout attention_layout(const Shape& q, const Shape& k, const Shape& v, Index he
   return {q.rank == 3 ? q.batch : 1, q.rows, k.rows, heads, q.cols / heads, v.cols / heads};
 }
 
-// out_h = softmax(scale Q_h K_h^T, mask) V_h per batch item and head (see ops.hpp); backward above.
+// out_h = softmax(scale Q_h K_h^T, mask) V_h per batch item and head (see ops.hpp), then its backward rule.
 template <class T>
 struct Attention {
   static constexpr const char* name = "attention";
   static constexpr const char* inputs[] = {"q", "k", "v"};
-  using Saved = AttentionSaved<T>;
+  // What the backward rule needs: the layout, the scale and every item's weights (the softmax output);
+  // where the mask lets the products skip (block_reach, reach_of); `reach` is empty when nothing is skipped.
+  struct Saved {
+    Layout layout{};
+    double scale = 1;
+    std::vector<T, AlignedAllocator<T>> weights;  // item i's (Tq, Tk) at i * block_stride
+    std::vector<Index> reach;
+    bool per_item_reach = false;  // one set of reach per batch item (else one for all)
+    std::size_t heap_bytes() const { return buffer_bytes(weights, reach); }
+  };
   Index heads = 1;
   const Mask* mask = nullptr;
   double scale = 1;
@@ -245,7 +162,7 @@ struct Attention {
     for (auto& w : weights) w.resize(sq.rank == 3 ? Shape::batched(l.batch, l.tq, l.tk) : Shape::mat(l.tq, l.tk));
 
     TensorT<T>& output = ctx.output(out);
-    AttentionSaved<T>* saved = nullptr;
+    Saved* saved = nullptr;
     if (ctx.needs_grad()) {  // keep every item's weights for the backward rule
       saved = &ctx.saved();
       saved->layout = l;
@@ -266,9 +183,9 @@ struct Attention {
     Index* reach = nullptr;
     if (saved) saved->reach.clear();  // from the node's last step, if any; keeps its memory
     if (mask && l.tk > 0 && l.items() > 1 && l.tq > 0) {
-      reach = saved ? (saved->reach.resize(static_cast<std::size_t>(reach_sets * set_size)), saved->reach.data())
-                    : detail::thread_scratch<Index>(detail::Scratch::attention_reach,
-                                                    static_cast<std::size_t>(reach_sets * set_size));
+      const auto size = static_cast<std::size_t>(reach_sets * set_size);
+      if (saved) saved->reach.resize(size);
+      reach = saved ? saved->reach.data() : detail::thread_scratch<Index>(detail::Scratch::attention_reach, size);
       bool skips = false;
       for (Index set = 0; set < reach_sets; ++set) {
         Index* keys_seen = reach + set * set_size;
@@ -317,8 +234,84 @@ struct Attention {
     else
       for_each_item(l, static_cast<double>(l.items()) * l.macs_per_item(), attend);
   }
-  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& q, const OpInput<T>& k, const OpInput<T>& v) {
-    attention_backward(ctx.saved(), ctx.grad_output(), q, k, v);
+  // Forward was, per item, S = Q_h K_h^T, P = softmax(s S), O_h = P V_h. So now:
+  //   dV_h += P^T dO_h;  dP = dO_h V_h^T;  dS = s P (dP - rowsum(dP P));  dQ_h += dS K_h;  dK_h += dS^T Q_h.
+  // The gradients are taken in the order of the writes, v, q, k: when q, k and v are one node
+  // (parameter-free attention), its first role assigns and the others add.
+  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& q_in, const OpInput<T>& k_in,
+                       const OpInput<T>& v_in) {
+    const Saved& saved = ctx.saved();
+    const Layout l = saved.layout;
+    const GradWrite<T> dv = detail::pieces(v_in.grad), dq = detail::pieces(q_in.grad), dk = detail::pieces(k_in.grad);
+    if (!dv && !dq && !dk) return;
+    if (l.tq == 0 || l.tk == 0) {  // no query or no key: nothing flows back, but a first write must write
+      for (const GradWrite<T>* w : {&dv, &dq, &dk})
+        if (*w && !w->accumulate) w->tensor->set_zero();
+      return;
+    }
+    const T* q = q_in.value.data();
+    const T* k = k_in.value.data();
+    const T* v = v_in.value.data();
+    const T* dout = ctx.grad_output().data();
+    const Index wq = l.q_width(), wv = l.v_width();
+    const T s = static_cast<T>(saved.scale);
+    const bool cut_columns = detail::product_columns_separable();
+    for_each_item(l, 2 * static_cast<double>(l.items()) * l.macs_per_item(), [&](Index i, bool may_split) {
+      const T* p = saved.weights.data() + i * block_stride(l);  // (Tq, Tk)
+      const Index oq = l.offset(i, l.tq, l.dk), ok = l.offset(i, l.tk, l.dk);
+      const Index ov = l.offset(i, l.tk, l.dv), oo = l.offset(i, l.tq, l.dv);
+      // P was written in the forward pass and has left the cache since (a step's weights outgrow it). The
+      // softmax backward reads it front to back, which the prefetchers follow; dV's product, which reads
+      // it in 64-column strips, then finds it in cache (bench/attention_bench times the orders). Only the
+      // order of the computations differs: each gradient block gets the same value, written in the same
+      // order, v, q, k.
+      T* ds = block_scratch<T>(l);  // dP (Tq, Tk) = dO_h V_h^T, then dS in place
+      // Each block of rows over the keys its queries see, each block of keys over the queries that see it
+      // (block_reach); without a reach, one block of every query and key. A block that gets nothing is
+      // written 0 where it is assigned. (A reach exists for several items only: may_split is false there.)
+      const bool whole = saved.reach.empty();
+      const Index row_step = whole ? l.tq : kSkip, key_step = whole ? l.tk : kSkip;
+      const Index all_keys[2] = {l.tk, 0};  // keys_seen, then query_start, of the one block
+      const Index* keys_seen = whole ? all_keys : reach_of(saved.reach.data(), l, saved.per_item_reach, i);
+      const Index* query_start = whole ? all_keys + 1 : keys_seen + blocks_of(l.tq);
+      if (dq || dk) {
+        for (Index rb = 0, r0 = 0; r0 < l.tq; ++rb, r0 += row_step) {
+          const Index rows = std::min(row_step, l.tq - r0), cols = cut_columns ? keys_seen[rb] : l.tk;
+          if (cols > 0)
+            detail::gemm<T>(ProductForm::abt, rows, cols, l.dv, {dout + oo + r0 * wv, wv}, {v + ov, wv}, ds + r0 * l.tk,
+                            l.tk, false, may_split);
+          // Past `cols` the weights are 0 and so is dS, whatever dP is; dP is set there only so that the
+          // softmax backward's row sums read finite numbers.
+          for (Index r = r0; r < r0 + rows; ++r) std::fill(ds + r * l.tk + cols, ds + (r + 1) * l.tk, T(0));
+        }
+        detail::softmax_backward(p, ds, ds, l.tq, l.tk, s, true, may_split);
+      }
+      // dV_h = P^T dO_h and dK_h = dS^T Q_h, block of keys by block of keys, each from its query_start: the
+      // gradient `w` (rows `stride` apart, from `offset`) of a^T b over the queries.
+      const auto key_blocks = [&](const GradWrite<T>& w, const T* a, const T* b, Index stride, Index width,
+                                  Index offset) {
+        for (Index kb = 0, k0 = 0; k0 < l.tk; ++kb, k0 += key_step) {
+          const Index keys = std::min(key_step, l.tk - k0), q0 = query_start[kb];
+          T* out = w.tensor->data() + offset + k0 * stride;
+          if (q0 < l.tq)
+            detail::gemm<T>(ProductForm::atb, keys, width, l.tq - q0, {a + q0 * l.tk + k0, l.tk},
+                            {b + q0 * stride, stride}, out, stride, w.accumulate, may_split);
+          else if (!w.accumulate)
+            zero_rows(out, keys, width, stride);
+        }
+      };
+      if (dv) key_blocks(dv, p, dout + oo, wv, l.dv, ov);
+      for (Index rb = 0, r0 = 0; dq && r0 < l.tq; ++rb, r0 += row_step) {  // dQ_h = dS K_h, row block rb
+        const Index rows = std::min(row_step, l.tq - r0), depth = keys_seen[rb];
+        T* out = dq.tensor->data() + oq + r0 * wq;
+        if (depth > 0)
+          detail::gemm<T>(ProductForm::ab, rows, l.dk, depth, {ds + r0 * l.tk, l.tk}, {k + ok, wq}, out, wq,
+                          dq.accumulate, may_split);
+        else if (!dq.accumulate)
+          zero_rows(out, rows, l.dk, wq);
+      }
+      if (dk) key_blocks(dk, ds, q + oq, wq, l.dk, ok);
+    });
   }
 };
 

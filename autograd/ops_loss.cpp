@@ -9,25 +9,22 @@
 namespace tapegrad {
 namespace {
 
-// What cross_entropy keeps: the softmax of each labelled row (zeros for ignored rows), each row's max
-// and sum of exponentials (scratch), the targets and how many rows are labelled.
-template <class T>
-struct CrossEntropySaved {
-  TensorT<T> probabilities;  // (rows, classes)
-  TensorT<T> row_stats;      // (rows, 2): max, sum of exp(x - max)
-  std::vector<std::int32_t> targets;
-  std::int32_t ignore_label = kIgnoreLabel;
-  Index labelled = 0;
-  std::size_t heap_bytes() const { return buffer_bytes(probabilities, row_stats, targets); }
-};
-
 // L = mean over labelled rows r of -log softmax(x_r)[t_r], with p_r = softmax(x_r) saved. Backward:
 // dx_r += dL / count * (p_r - onehot(t_r)) for labelled rows; ignored rows get nothing.
 template <class T>
 struct CrossEntropy {
   static constexpr const char* name = "cross_entropy";
   static constexpr const char* inputs[] = {"logits"};
-  using Saved = CrossEntropySaved<T>;
+  // What cross_entropy keeps: the softmax of each labelled row (zeros for ignored rows), each row's max
+  // and sum of exponentials (scratch), the targets and how many rows are labelled.
+  struct Saved {
+    TensorT<T> probabilities;  // (rows, classes)
+    TensorT<T> row_stats;      // (rows, 2): max, sum of exp(x - max)
+    std::vector<std::int32_t> targets;
+    std::int32_t ignore_label = kIgnoreLabel;
+    Index labelled = 0;
+    std::size_t heap_bytes() const { return buffer_bytes(probabilities, row_stats, targets); }
+  };
   const Ids* targets = nullptr;
   std::int32_t ignore_label = kIgnoreLabel;
 
