@@ -103,16 +103,12 @@ void Tape<T>::finish_walk(std::size_t last) {
 
 template <class T>
 TensorT<T>* Node<T>::zeroed_grad() {
-  if (!requires_grad) return nullptr;
-  TensorT<T>* g = in_place.grad ? in_place.grad : &grad;
-  bool* fresh = in_place.grad ? in_place.fresh : &grad_fresh;
-  if (fresh && *fresh) {
-    parallel_rows(g->numel(), 1, [g](Index from, Index count) {  // split when large
+  const GradWrite<T> w = take_grad();  // nothing written yet this pass: zeros are the first write
+  if (w && !w.accumulate)
+    parallel_rows(w.tensor->numel(), 1, [g = w.tensor](Index from, Index count) {  // split when large
       std::fill_n(g->data() + from, count, T(0));
     });
-    *fresh = false;
-  }
-  return g;
+  return w.tensor;
 }
 
 // ---- devices: the gradient pool (set_release_grads) ----
@@ -168,9 +164,8 @@ void Tape<T>::check_backward_anomaly(Node<T>& n) {
 
 template <class T>
 Var<T> Tape<T>::constant(const TensorT<T>& value, Where where) {
-  Node<T>& n = push("constant", value.shape(), where);
-  std::copy(value.data(), value.data() + value.numel(), n.value.data());
-  return commit(n);
+  return constant(
+      "constant", value.shape(), [&](TensorT<T>& v) { v.array() = value.array(); }, where);
 }
 
 template <class T>
@@ -306,12 +301,12 @@ void Tape<T>::refuse(const Tape* tape, Var<T> v, const char* op, const char* arg
 // The slow part of push(): a node dropped, a limit reached, a chunk to make.
 template <class T>
 void Tape<T>::make_room(const char* op) {
-  if (pending_ && forward_open_)
+  if (pending_node_ && forward_open_)
     fail<UsageError>(
         "{}: recorded on the tape while the forward of {} runs, after its output(); an op's forward computes "
         "its output from its inputs' values and records nothing (record other ops before or after it)",
         op, describe(*pending_node_));
-  if (pending_) drop_pending();  // the op that recorded it threw before committing
+  if (pending_node_) drop_pending();  // the op that recorded it threw before committing
   if (used_ == kMaxTapeNodes)
     fail<UsageError>("{}: the tape already holds {} nodes, as many as a Var can address; reset() it between steps", op,
                      kMaxTapeNodes);
@@ -325,7 +320,6 @@ template <class T>
 void Tape<T>::drop_pending() {
   --used_;
   inputs_.resize(at(used_).first_input);
-  pending_ = false;
   pending_node_ = nullptr;
 }
 
@@ -364,7 +358,6 @@ void Tape<T>::reset() {
     for (std::size_t i = 0; i < used_; ++i)
       if (Node<T>& n = at(i); n.grad.capacity() > 0) grad_pool_.push_back(std::move(n.grad));
   used_ = 0;
-  pending_ = false;
   pending_node_ = nullptr;
   walked_ = false;
   // Between steps no op holds a pointer into this thread's scratch: grow it to what the other threads met

@@ -139,13 +139,6 @@ struct NamedVar {
   Var<T> var;
 };
 
-// Which thread this is, as cheaply as the tape can ask on every op it records: the address of a
-// thread-local byte (initial-exec: an offset from the thread pointer, no call).
-inline const void* this_thread_token() {
-  static thread_local char marker __attribute__((tls_model("initial-exec")));
-  return &marker;
-}
-
 template <class T>
 class Tape {
  public:
@@ -184,7 +177,7 @@ class Tape {
 
   // Forgets every node (Vars recorded so far become invalid); keeps all buffers.
   void reset();
-  std::size_t size() const { return used_ - (pending_ ? 1 : 0); }  // committed nodes
+  std::size_t size() const { return used_ - (pending_node_ ? 1 : 0); }  // committed nodes
 
  private:
   // Recording, for apply() (autograd/function.hpp) alone: record() appends a pending node for `op` whose
@@ -211,13 +204,9 @@ class Tape {
     const auto index = static_cast<std::uint32_t>(used_ - 1);
     if (&n != pending_node_) refuse_commit(n);
     if (anomaly_detection_) refuse_non_finite(n);
-    pending_ = false;
     pending_node_ = nullptr;
-    Var<T> v;  // the masks change nothing (push and reset keep within the limits); they state the widths
-    v.tape = this;
-    v.index = index & (kMaxTapeNodes - 1);
-    v.generation = generation_ & kMaxTapeGeneration;
-    return v;
+    // The masks change nothing (push and reset keep within the limits); they state the widths.
+    return {this, index & (kMaxTapeNodes - 1), generation_ & kMaxTapeGeneration};
   }
 
  public:
@@ -304,7 +293,10 @@ class Tape {
   // UsageError unless the calling thread owns the tape (or nothing is recorded); `claim` makes it the
   // owner when the tape is empty.
   void check_thread(const char* op, bool claim) {
-    const void* me = this_thread_token();
+    // Which thread this is, as cheaply as the tape can ask on every op it records: the address of a
+    // thread-local byte (initial-exec: an offset from the thread pointer, no call).
+    static thread_local char marker __attribute__((tls_model("initial-exec")));
+    const void* me = &marker;
     if (used_ == 0 && claim)
       owner_.store(me, std::memory_order_relaxed);
     else if (used_ != 0 && owner_.load(std::memory_order_relaxed) != me)
@@ -328,8 +320,7 @@ class Tape {
   std::size_t capacity_ = 0;           // chunks_.size() * kChunk
   std::vector<std::uint32_t> inputs_;  // input indices of every live node, back to back
   std::size_t used_ = 0;
-  bool pending_ = false;                          // node used_ - 1 is recorded but not committed ...
-  Node<T>* pending_node_ = nullptr;               // ... and this is it (nullptr when none is pending)
+  Node<T>* pending_node_ = nullptr;               // node used_ - 1, recorded but not committed (or nullptr) ...
   bool forward_open_ = false;                     // ... and its op's forward is running: nothing else records
   bool walked_ = false;                           // backward() ran since the last reset()
   bool walking_ = false;                          // backward() is running: the gradients of outer_input leaves exist
@@ -337,7 +328,7 @@ class Tape {
   std::size_t grads_valid_until_ = 0;             // backward() filled gradients of nodes [0, this)
   TensorT<T> unit_seed_;                          // d loss / d loss = 1
   std::vector<const Parameter<T>*> params_read_;  // by param(), since the last reset()
-  std::atomic<const void*> owner_{nullptr};       // this_thread_token() of the thread recording since reset()
+  std::atomic<const void*> owner_{nullptr};       // check_thread's token of the thread recording since reset()
   bool grad_enabled_ = true;
   bool anomaly_detection_ = false;
   bool release_grads_ = false;
@@ -358,11 +349,10 @@ inline Tape<T>& Tape<T>::of(const char* op, std::initializer_list<NamedVar<T>> a
 template <class T>
 inline Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
   check_thread(op, true);  // first: another thread's op must not touch anything
-  if (pending_ || used_ == capacity_ || used_ == kMaxTapeNodes) make_room(op);
+  if (pending_node_ || used_ == capacity_ || used_ == kMaxTapeNodes) make_room(op);
   Node<T>& n = at(used_);
   n.value.resize(shape);  // may throw (a huge shape): before the node counts
   ++used_;
-  pending_ = true;
   pending_node_ = &n;
   n.op = op;
   n.where = where;
