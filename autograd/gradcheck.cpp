@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
+#include <utility>
 
 #include "tapegrad/core/rng.hpp"
 
@@ -15,29 +17,17 @@ std::string position_of(const Shape& s, Index i) {
   return fmt::format("[{}, {}, {}]", b, r, c);
 }
 
-// Restores parameter values and gradients when gradcheck returns or throws.
-struct ParamRestore {
-  std::span<Parameter<double>* const> params;
-  std::vector<TensorD> values, grads;
-  explicit ParamRestore(std::span<Parameter<double>* const> p) : params(p) {
-    for (auto* q : params) {
-      values.push_back(q->value);
-      grads.push_back(q->grad);
-    }
-  }
-  ~ParamRestore() {
-    for (std::size_t k = 0; k < params.size(); ++k) {
-      params[k]->value = values[k];
-      params[k]->grad = grads[k];
-    }
-  }
-};
-
 class Checker {
  public:
   Checker(const GradcheckFn& f, const std::vector<GradcheckInput>& inputs, std::span<Parameter<double>* const> params,
           const GradcheckOptions& opts)
-      : f_(f), inputs_(inputs), params_(params), opts_(opts), rng_(opts.seed, 0x67726164) {}
+      : f_(f), inputs_(inputs), params_(params), opts_(opts), rng_(opts.seed, 0x67726164) {
+    for (auto* p : params_) params_before_.emplace_back(p->value, p->grad);
+  }
+  // The parameters' values and gradients put back as they were, however gradcheck ends.
+  ~Checker() {
+    for (std::size_t k = 0; k < params_.size(); ++k) std::tie(params_[k]->value, params_[k]->grad) = params_before_[k];
+  }
 
   GradcheckReport run() {
     report_.options = opts_;
@@ -86,26 +76,28 @@ class Checker {
         const double norm = std::sqrt(u.array().square().sum());
         if (norm > 0) u.array() /= norm;
         const TensorD original = x;
-        x.array() = original.array() + opts_.eps * u.array();
-        const double plus = phi();
-        x.array() = original.array() - opts_.eps * u.array();
-        const double minus = phi();
+        const double numeric = difference([&](double h) { x.array() = original.array() + h * u.array(); });
         x = original;
-        compare(summary, name, d, fmt::format(" along direction {}", d), (analytic.array() * u.array()).sum(),
-                (plus - minus) / (2 * opts_.eps));
+        compare(summary, name, d, fmt::format(" along direction {}", d), (analytic.array() * u.array()).sum(), numeric);
       }
     } else {
       for (Index i = 0; i < x.numel(); ++i) {
         const double original = x[i];
-        x[i] = original + opts_.eps;
-        const double plus = phi();
-        x[i] = original - opts_.eps;
-        const double minus = phi();
+        const double numeric = difference([&](double h) { x[i] = original + h; });
         x[i] = original;
-        compare(summary, name, i, position_of(x.shape(), i), analytic[i], (plus - minus) / (2 * opts_.eps));
+        compare(summary, name, i, position_of(x.shape(), i), analytic[i], numeric);
       }
     }
     report_.tensors.push_back(summary);
+  }
+
+  // (phi(x + eps u) - phi(x - eps u)) / 2 eps, where step(h) sets x to x + h u (the caller puts x back).
+  template <class Step>
+  double difference(Step&& step) {
+    step(opts_.eps);
+    const double plus = phi();
+    step(-opts_.eps);
+    return (plus - phi()) / (2 * opts_.eps);
   }
 
   void compare(GradcheckTensorSummary& summary, const std::string& name, Index index, std::string position,
@@ -141,6 +133,7 @@ class Checker {
   const GradcheckFn& f_;
   std::vector<GradcheckInput> inputs_;  // a copy: perturbed in place
   std::span<Parameter<double>* const> params_;
+  std::vector<std::pair<TensorD, TensorD>> params_before_;  // each parameter's value and gradient
   GradcheckOptions opts_;
   Rng rng_;
   Tape<double> tape_;
@@ -156,7 +149,6 @@ GradcheckReport gradcheck(const GradcheckFn& f, const std::vector<GradcheckInput
                           std::span<Parameter<double>* const> params, const GradcheckOptions& options) {
   for (std::size_t k = 0; k < params.size(); ++k)
     if (params[k] == nullptr) fail<ValueError>("gradcheck: parameter {} of {} is a null pointer", k, params.size());
-  ParamRestore restore(params);
   return Checker(f, inputs, params, options).run();
 }
 
@@ -177,7 +169,7 @@ std::string GradcheckReport::str() const {
         "{:.0f}% of its tolerance",
         e.tensor, e.position, e.analytic, e.numeric, e.abs_error, e.rel_error, 100 * e.tolerance_used);
   };
-  if (checked > 0) s += fmt::format("  closest to its tolerance: {}\n", line(closest_to_tolerance));
+  s += fmt::format("  closest to its tolerance: {}\n", line(closest_to_tolerance));
   for (const auto& e : failures) s += fmt::format("  MISMATCH {}\n", line(e));
   if (static_cast<std::size_t>(failed) > failures.size())
     s += fmt::format("  ... and {} more mismatches\n", static_cast<std::size_t>(failed) - failures.size());
