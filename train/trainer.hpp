@@ -242,8 +242,6 @@ class Trainer final : public TrainerBase {
 
  private:
   NamedValues evaluate_for_curve() override { return eval_ ? evaluate(*eval_) : NamedValues{}; }
-  // A training step's forward on batch_: the model in training mode, a fresh tape, the loss function.
-  StepOutput<float> forward_batch();
 
   const DataSource<B>& train_;
   const DataSource<B>* eval_ = nullptr;
@@ -276,14 +274,6 @@ void Trainer<B>::add_metric(std::string name, MetricFn measure) {
 }
 
 template <TrainingBatch B>
-StepOutput<float> Trainer<B>::forward_batch() {
-  if (!model().training()) model().train();
-  tape().reset();
-  tape().set_anomaly_detection(options().anomaly);  // evaluation turns it off
-  return loss_(tape(), batch_);
-}
-
-template <TrainingBatch B>
 double Trainer<B>::step() {
   StepReducer& reducer = this->reducer();
   reducer.start(*this);
@@ -293,7 +283,12 @@ double Trainer<B>::step() {
   if (!mine.empty()) {
     train_.fill(mine, batch_);
     weight = batch_.weight();
-    if (reducer.computes(weight)) out.emplace(forward_batch());
+    if (reducer.computes(weight)) {  // the forward: the model in training mode, a fresh tape, the loss function
+      if (!model().training()) model().train();
+      tape().reset();
+      tape().set_anomaly_detection(options().anomaly);  // evaluation turns it off
+      out.emplace(loss_(tape(), batch_));
+    }
   }
   // The output as the forward recorded it. A non-finite loss measures nothing: the step stops.
   const bool measured = out && std::isfinite(out->loss.value()[0]) && out->output.tape;
