@@ -59,8 +59,7 @@ DecoderLm<T>::DecoderLm(const Config& c, std::uint64_t stream) : Module<T>(), co
   if (gpt2) embedding.init = Initializer::normal(0.02);
   embed_ = std::make_unique<Embedding<T>>("embed", embedding, rng_);
   const PositionOptions positions{.kind = c.positions, .max_len = c.context, .d_model = c.d_model};
-  pos_ = c.positions == PositionEncoding::learned ? std::make_unique<Positions<T>>("pos", positions, rng_)
-                                                  : std::make_unique<Positions<T>>("pos", positions);
+  pos_ = std::make_unique<Positions<T>>("pos", positions, rng_);  // draws for learned positions only
   stack_ = std::make_unique<TransformerStack<T>>(
       "stack", TransformerStackOptions{.n_layers = c.n_layers, .block = block_options(c)}, rng_);
   LmHeadOptions head{.d_model = c.d_model, .vocab = c.vocab, .bias = c.head_bias};
@@ -93,42 +92,32 @@ std::vector<std::int32_t> DecoderLm<T>::generate(std::span<const std::int32_t> p
   return sample<T>(*this, prompt, options);
 }
 
-namespace {
-// Every attention layer of a stack set to keep its weights, each put back as it was when this goes out
-// of scope, however the forward between ends.
-template <class T>
-class KeepingWeights {
- public:
-  explicit KeepingWeights(TransformerStack<T>& stack) : stack_(stack) {
-    for (std::size_t i = 0; i < stack.size(); ++i) {
-      SelfAttention<T>& attention = stack.block(i).attention();
-      kept_before_.push_back(attention.keeps_weights());
-      attention.keep_weights(true);
-    }
-  }
-  ~KeepingWeights() {
-    for (std::size_t i = 0; i < kept_before_.size(); ++i) stack_.block(i).attention().keep_weights(kept_before_[i]);
-  }
-  KeepingWeights(const KeepingWeights&) = delete;
-  KeepingWeights& operator=(const KeepingWeights&) = delete;
-
- private:
-  TransformerStack<T>& stack_;
-  std::vector<bool> kept_before_;
-};
-}  // namespace
-
 template <class T>
 std::vector<std::vector<TensorT<T>>> DecoderLm<T>::attention_maps(std::span<const std::int32_t> tokens) {
   if (tokens.empty()) fail<ValueError>("attention_maps: no tokens; give 1 to {} (the context)", config_.context);
   const EvalModeGuard<T> eval_mode(*this);  // no dropout on the weights shown
-  const KeepingWeights<T> keeping(*stack_);
   const auto n = static_cast<Index>(tokens.size());
   Ids ids(Shape::mat(1, n));
   std::copy(tokens.begin(), tokens.end(), ids.data());
   Tape<T> tape;
   NoGradGuard<T> no_grad(tape);
-  (void)forward(tape, ids, nullptr);  // the embedding and the positions refuse tokens it cannot read
+  // Every attention layer keeps its weights for this forward, then each keeps them as it did before, also
+  // when the forward throws (the embedding and the positions refuse tokens it cannot read).
+  std::vector<bool> kept_before;
+  for (std::size_t i = 0; i < stack_->size(); ++i) {
+    kept_before.push_back(stack_->block(i).attention().keeps_weights());
+    stack_->block(i).attention().keep_weights(true);
+  }
+  const auto put_back = [&] {
+    for (std::size_t i = 0; i < kept_before.size(); ++i) stack_->block(i).attention().keep_weights(kept_before[i]);
+  };
+  try {
+    (void)forward(tape, ids, nullptr);
+  } catch (...) {
+    put_back();
+    throw;
+  }
+  put_back();
   std::vector<std::vector<TensorT<T>>> maps(stack_->size());
   for (std::size_t layer = 0; layer < stack_->size(); ++layer)
     for (const TensorT<T>& head : stack_->block(layer).attention().attention_weights())  // (1, T, T)

@@ -61,9 +61,8 @@ Positions<T>::Positions(std::string name, const PositionOptions& options, Rng* r
   const Index L = options.max_len, D = options.d_model;
   switch (options.kind) {
     case PositionEncoding::none:
+    case PositionEncoding::onehot:  // built per batch: (B, T, max_len), no (max_len, max_len) table
       break;
-    case PositionEncoding::onehot:
-      break;  // built per batch: (B, T, max_len), no (max_len, max_len) table
     case PositionEncoding::learned: {
       if (!rng)
         fail<ValueError>("positions '{}': learned positions initialise a table, so they need an Rng", this->name());
@@ -97,13 +96,11 @@ Var<T> Positions<T>::forward_from(Var<T> x, Index first) {
   if (s.rank != 3 || s.cols != options_.d_model || (first == 0 && s.rows > options_.max_len))
     fail<ShapeError>("positions '{}': x is {} but the layer takes (batch, T <= {}, {}) inputs", this->name(), s,
                      options_.max_len, options_.d_model);
-  if (first < 0 || first > options_.max_len - s.rows) {
-    if (s.rows == 1)
-      fail<ValueError>("positions '{}': position {} is past the longest sequence, max_len {}", this->path(), first,
-                       options_.max_len);
-    fail<ValueError>("positions '{}': positions {} to {} go past the longest sequence, max_len {}", this->path(), first,
-                     first + s.rows - 1, options_.max_len);
-  }
+  if (first < 0 || first > options_.max_len - s.rows)
+    fail<ValueError>("positions '{}': {} past the longest sequence, max_len {}", this->path(),
+                     s.rows == 1 ? fmt::format("position {} is", first)
+                                 : fmt::format("positions {} to {} go", first, first + s.rows - 1),
+                     options_.max_len);
   if (options_.kind == PositionEncoding::none) return x;
   if (options_.kind == PositionEncoding::onehot) {
     // (B, T, max_len) with e_(first + t) in row t: a constant built in place on the tape.

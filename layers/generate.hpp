@@ -55,8 +55,8 @@ struct SampleOptions {
   Required<Index, "SampleOptions::count"> count;  // tokens to draw, at most
   std::uint64_t seed = 0;                         // the draws' random numbers: Rng(seed, stream)
   std::uint64_t stream = 0;  // ... so that texts sampled apart (one word each) draw from streams of one seed
-  std::optional<std::int32_t> stop =
-      std::nullopt;          // a token that ends the text once drawn (it is the last one returned)
+  // A token that ends the text once drawn (it is the last one returned).
+  std::optional<std::int32_t> stop = std::nullopt;
   double temperature = 1.0;  // logits are divided by it: below 1 sharper, above 1 flatter
   bool cache = true;         // false: a forward of the whole window for every token
   // Called with each token as it is drawn (a program streams the text instead of holding it until the

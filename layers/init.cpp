@@ -27,28 +27,23 @@ void Initializer::apply(TensorT<T>& t, Rng& rng) const {
   if (scale < 0) fail<ValueError>("init: {} has a negative scale", describe());
   const double fan_in = static_cast<double>(t.rows()), fan_out = static_cast<double>(t.cols());
   const double glorot = std::sqrt(2.0 / (fan_in + fan_out));
-  for (Index r = 0; r < t.rows(); ++r)
-    for (Index c = 0; c < t.cols(); ++c) {
-      double v = 0;
-      switch (kind) {
-        case Kind::zeros:
-          v = 0;
-          break;
-        case Kind::normal:
-          v = scale * rng.normal();
-          break;
-        case Kind::xavier_uniform:
-          v = rng.uniform(-1, 1) * scale * std::sqrt(3.0) * glorot;
-          break;
-        case Kind::xavier_normal:
-          v = rng.normal() * scale * glorot;
-          break;
-        case Kind::identity_plus_noise:
-          v = (r == c ? 1.0 : 0.0) + scale * rng.normal();
-          break;
-      }
-      t.at(r, c) = static_cast<T>(v);
+  const auto draw = [&](Index r, Index c) {  // element (r, c), drawn in row-major order
+    switch (kind) {
+      case Kind::zeros:
+        return 0.0;
+      case Kind::normal:
+        return scale * rng.normal();
+      case Kind::xavier_uniform:
+        return rng.uniform(-1, 1) * scale * std::sqrt(3.0) * glorot;
+      case Kind::xavier_normal:
+        return rng.normal() * scale * glorot;
+      case Kind::identity_plus_noise:
+        return (r == c ? 1.0 : 0.0) + scale * rng.normal();
     }
+    return 0.0;
+  };
+  for (Index r = 0; r < t.rows(); ++r)
+    for (Index c = 0; c < t.cols(); ++c) t.at(r, c) = static_cast<T>(draw(r, c));
 }
 
 template void Initializer::apply(TensorT<float>&, Rng&) const;

@@ -55,8 +55,7 @@ KvCache<T>::KvCache(Index capacity) : capacity_(capacity) {
 
 template <class T>
 Index KvCache<T>::length() const {
-  if (layers_.empty()) return 0;
-  Index fewest = layers_.front()->length();
+  Index fewest = layers_.empty() ? 0 : capacity_;  // no layer holds more than the capacity
   for (const auto& l : layers_) fewest = std::min(fewest, l->length());
   return fewest;
 }

@@ -147,13 +147,8 @@ void Module<T>::set_rng(Rng* rng) {
 template <class T>
 std::vector<std::string> Module<T>::local_names() const {
   std::vector<std::string> out = own_local_names_;
-  for (const auto* c : children_) {
-    if (!c->name_.empty()) {
-      out.push_back(c->name_);
-      continue;
-    }
-    for (auto& name : c->local_names()) out.push_back(std::move(name));
-  }
+  for (const auto* c : children_)
+    for (auto& name : c->names_in_parent()) out.push_back(std::move(name));
   return out;
 }
 
@@ -178,10 +173,7 @@ void Module<T>::register_child(Module<T>& child) {
   if (&child == this) fail<UsageError>("register_child: {} cannot be its own child", label());
   if (std::find(children_.begin(), children_.end(), &child) != children_.end())
     fail<NameError>("register_child: {} already has the child '{}'", label(), child.name_);
-  if (child.name_.empty())  // its names become this module's own
-    for (const auto& name : child.local_names()) check_new_name(name, "register_child");
-  else
-    check_new_name(child.name_, "register_child");
+  for (const auto& name : child.names_in_parent()) check_new_name(name, "register_child");
   child.prefix_names(child_prefix(child));
   child.train(training_);
   child.set_rng(rng_);

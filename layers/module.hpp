@@ -126,6 +126,8 @@ class Module {
   void check_new_name(std::string_view local_name, const char* what) const;
   // The names of this module's parameters and named children, and of an unnamed child's, in registration order.
   std::vector<std::string> local_names() const;
+  // The names this module takes among its parent's: its own, or an unnamed module's local names.
+  std::vector<std::string> names_in_parent() const { return name_.empty() ? local_names() : std::vector{name_}; }
   std::string child_prefix(const Module<T>& child) const {
     return child.name_.empty() ? prefix_ : prefix_ + child.name_ + ".";
   }
@@ -168,7 +170,8 @@ class ModuleList : public Module<T> {
   std::size_t size() const { return items_.size(); }
   // Item i; UsageError naming the list, i and its size past the end.
   Module<T>& operator[](std::size_t i) {
-    if (i >= items_.size()) refuse(i, "");
+    if (i >= items_.size())
+      fail<UsageError>("module_list '{}': item {} asked of a list of {}", escaped(this->path()), i, items_.size());
     return *items_[i];
   }
   // Item i as the type it was built as (emplace<M>): blocks.at<TransformerBlock<float>>(1). UsageError
@@ -176,15 +179,10 @@ class ModuleList : public Module<T> {
   template <class M>
   M& at(std::size_t i) {
     if (auto* item = dynamic_cast<M*>(&(*this)[i])) return *item;
-    refuse(i, "another type than the one asked for");
+    fail<UsageError>("module_list '{}': item {} is another type than the one asked for", escaped(this->path()), i);
   }
 
  private:
-  [[noreturn]] void refuse(std::size_t i, std::string_view why) const {
-    if (why.empty())
-      fail<UsageError>("module_list '{}': item {} asked of a list of {}", escaped(this->path()), i, items_.size());
-    fail<UsageError>("module_list '{}': item {} is {}", escaped(this->path()), i, why);
-  }
   std::vector<std::unique_ptr<Module<T>>> items_;
 };
 

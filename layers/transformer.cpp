@@ -47,29 +47,24 @@ const TransformerBlockOptions& TransformerBlock<T>::check(std::string_view name,
   return o;
 }
 
-namespace {
-SelfAttentionOptions block_attention(const TransformerBlockOptions& o) {
-  const bool learnable = o.mode == AttentionMode::learnable;  // unset: both, as nn.TransformerEncoderLayer
-  return {.mode = o.mode,
-          .d_model = o.d_model,
-          .n_heads = o.n_heads,
-          .bias = o.bias.value_or(learnable),
-          .output_projection = o.output_projection.value_or(learnable),
-          .causal = o.causal,
-          .init = o.init};
-}
-}  // namespace
-
 template <class T>
 TransformerBlock<T>::TransformerBlock(std::string name, const TransformerBlockOptions& o, Rng& rng)
     : Module<T>(std::move(name)),
       options_(check(this->name(), o)),
+      // Biases and the output projection, unset: both in the learnable mode, as nn.TransformerEncoderLayer.
+      attn_("attn",
+            {.mode = o.mode,
+             .d_model = o.d_model,
+             .n_heads = o.n_heads,
+             .bias = o.bias.value_or(o.mode == AttentionMode::learnable),
+             .output_projection = o.output_projection.value_or(o.mode == AttentionMode::learnable),
+             .causal = o.causal,
+             .init = o.init},
+            rng),  // draws in the learnable mode only
       drop1_("dropout1", o.dropout),
       drop2_("dropout2", o.dropout) {
   // Registered in PyTorch's order of the encoder layer: attention, FFN, norms.
-  attn_ = o.mode == AttentionMode::learnable ? std::make_unique<SelfAttention<T>>("attn", block_attention(o), rng)
-                                             : std::make_unique<SelfAttention<T>>("attn", block_attention(o));
-  this->register_child(*attn_);
+  this->register_child(attn_);
   if (o.mlp) {
     ff_ = std::make_unique<FeedForward<T>>(
         "ff", FeedForwardOptions{.d_model = o.d_model, .d_hidden = o.d_ff, .dropout = o.dropout, .init = o.init}, rng);
@@ -93,7 +88,7 @@ Var<T> TransformerBlock<T>::forward(Var<T> x, const Mask* key_padding, KvCache<T
     fail<ShapeError>("transformer_block '{}': x is {} but the block takes (batch, tokens, {}) inputs", this->path(),
                      x.shape(), options_.d_model);
   Var<T> h = norm1_ ? norm1_->forward(x) : x;
-  x = x + drop1_.forward(attn_->forward(h, key_padding, cache));
+  x = x + drop1_.forward(attn_.forward(h, key_padding, cache));
   if (ff_) {
     Var<T> g = norm2_ ? norm2_->forward(x) : x;
     x = x + drop2_.forward(ff_->forward(g));

@@ -87,7 +87,7 @@ class TransformerBlock : public Module<T> {
   Var<T> forward(Var<T> x, const Mask* key_padding = nullptr, KvCache<T>* cache = nullptr);
 
   const TransformerBlockOptions& options() const { return options_; }
-  SelfAttention<T>& attention() { return *attn_; }
+  SelfAttention<T>& attention() { return attn_; }
   // NameError naming the block when it was built without them.
   LayerNorm<T>& norm1();
   LayerNorm<T>& norm2();
@@ -97,8 +97,8 @@ class TransformerBlock : public Module<T> {
 
  private:
   TransformerBlockOptions options_;
+  SelfAttention<T> attn_;
   std::unique_ptr<LayerNorm<T>> norm1_, norm2_;
-  std::unique_ptr<SelfAttention<T>> attn_;
   std::unique_ptr<FeedForward<T>> ff_;
   Dropout<T> drop1_, drop2_;
 };

@@ -36,8 +36,7 @@ const DataParallelOptions& checked(const DataParallelOptions& options) {
 std::vector<std::pair<std::string, std::string>> configuration_of(const TrainerBase& trainer) {
   const TrainerState state = trainer.state();
   const Optimizer<float>& optimizer = trainer.optimizer();
-  std::vector<std::string> options, shapes;
-  for (const auto& s : to_settings(trainer.options())) options.push_back(fmt::format("{} {}", s.name, s.value));
+  std::vector<std::string> shapes;
   for (const Parameter<float>* p : optimizer.params())
     shapes.push_back(fmt::format("{} {}", p->name, p->value.shape().str()));
   const Sampler::State& order = state.data_order;
@@ -47,7 +46,7 @@ std::vector<std::pair<std::string, std::string>> configuration_of(const TrainerB
   for (std::uint64_t word : state.rng.words) rng_crc.add_le(word);
   const std::vector<std::string>& metrics = trainer.metric_names();
   return {
-      {"training options", fmt::format("{}", fmt::join(options, ", "))},
+      {"training options", describe_settings(to_settings(trainer.options()))},
       {"model", trainer.model().model_record().describe()},
       {"parameters", fmt::format("{} tensors ({})", shapes.size(), fmt::join(shapes, ", "))},
       {"optimizer", fmt::format("{} after {} steps", optimizer.describe(), optimizer.steps_taken())},

@@ -10,6 +10,7 @@
 // A user's own data is a class deriving from DataSource<TheirBatch>; a batch type needs weight(): how
 // many items a loss on it averages over (evaluation weighs batches by it).
 
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -24,7 +25,13 @@
 
 namespace tapegrad {
 
+// A batch type: weight() is how many items a loss on it averages over (evaluation weighs batches by it).
 template <class B>
+concept TrainingBatch = requires(const B& b) {
+  { b.weight() } -> std::convertible_to<double>;
+};
+
+template <TrainingBatch B>
 class DataSource {
  public:
   using Batch = B;
@@ -111,9 +118,8 @@ class TokenWindows final : public DataSource<SequenceBatch> {
   void window(Index k, std::span<std::int32_t> out) const;
   Index start(Index k) const;  // where window k starts in the file
   Index context() const { return context_; }
-  Index stride() const {
-    return stride_;
-  }  // between consecutive starts (a sample's: between the windows it samples from)
+  // Between consecutive starts (a sample's: between the windows it samples from).
+  Index stride() const { return stride_; }
   Index predicted() const { return count_ * context_; }  // ids whose loss a pass over every window averages
   Index population() const { return population_; }       // the windows a sample was drawn from (size() otherwise)
   bool sampled() const { return sampler_.has_value(); }

@@ -40,6 +40,11 @@ Index max_vocab(int width) {
   if (width != 1 && width != 2 && width != 4) return 0;
   return Index{1} << std::min(8 * width, 31);  // ids are int32 once read
 }
+// FormatError "<op>: '<file>' <what>": every refusal of what a token file holds names it so.
+template <class... Args>
+[[noreturn]] void refuse(const TokenFile& file, fmt::format_string<Args...> what, Args&&... args) {
+  fail<FormatError>("{}: '{}' {}", file.op(), escaped(file.path()), fmt::format(what, std::forward<Args>(args)...));
+}
 }  // namespace
 
 // ---- TokenFile -------------------------------------------------------------------------------------------
@@ -50,34 +55,31 @@ TokenFile::TokenFile(fs::path path, std::string op) : path_(std::move(path)), op
   const std::size_t got = detail::read_all(f.get(), h.data(), h.size(), 0, path_, op_);
   const std::string_view magic(reinterpret_cast<const char*>(h.data()), TokenFileFormat::kMagic.size());
   if (got < h.size() || magic != TokenFileFormat::kMagic)
-    fail<FormatError>("{}: '{}' is not a token file (it does not start with the {}-byte header '{}...')", op_,
-                      escaped(path_), TokenFileFormat::kHeaderBytes, TokenFileFormat::kMagic);
+    refuse(*this, "is not a token file (it does not start with the {}-byte header '{}...')",
+           TokenFileFormat::kHeaderBytes, TokenFileFormat::kMagic);
   if (get_le<std::uint32_t>(h.data() + 36) != header_crc(h))
-    fail<FormatError>("{}: '{}' has a damaged header (its checksum does not match)", op_, escaped(path_));
+    refuse(*this, "has a damaged header (its checksum does not match)");
   const auto version = get_le<std::uint32_t>(h.data() + 8);
   if (version != TokenFileFormat::kVersion)
-    fail<FormatError>("{}: '{}' is a token file of format {}; this build reads format {}", op_, escaped(path_), version,
-                      TokenFileFormat::kVersion);
+    refuse(*this, "is a token file of format {}; this build reads format {}", version, TokenFileFormat::kVersion);
   const auto width = get_le<std::uint32_t>(h.data() + 12);
   const auto vocab = get_le<std::uint64_t>(h.data() + 16), count = get_le<std::uint64_t>(h.data() + 24);
   if (width != 1 && width != 2 && width != 4)
-    fail<FormatError>("{}: '{}' says its ids are {} bytes wide; a token file's are 1, 2 or 4", op_, escaped(path_),
-                      width);
+    refuse(*this, "says its ids are {} bytes wide; a token file's are 1, 2 or 4", width);
   width_ = static_cast<int>(width);
   const auto most = static_cast<std::uint64_t>(max_vocab(width_));
   if (vocab < 1 || vocab > most)
-    fail<FormatError>("{}: '{}' says its vocabulary has {} ids; ids of {} byte{} name 1 to {}", op_, escaped(path_),
-                      vocab, width, width == 1 ? "" : "s", most);
+    refuse(*this, "says its vocabulary has {} ids; ids of {} byte{} name 1 to {}", vocab, width, width == 1 ? "" : "s",
+           most);
   const auto payload =
       static_cast<std::uint64_t>(std::max<std::int64_t>(0, opened_.st_size - static_cast<std::int64_t>(h.size())));
   if (payload % width != 0)
-    fail<FormatError>("{}: '{}' holds {} bytes after its header, not a whole number of {}-byte ids", op_,
-                      escaped(path_), payload, width);
+    refuse(*this, "holds {} bytes after its header, not a whole number of {}-byte ids", payload, width);
   if (count < 1 || count != payload / width)
-    fail<FormatError>("{}: '{}' says it holds {} ids of {} byte{}, but {} bytes follow its header ({} ids)", op_,
-                      escaped(path_), count, width, width == 1 ? "" : "s", payload, payload / width);
+    refuse(*this, "says it holds {} ids of {} byte{}, but {} bytes follow its header ({} ids)", count, width,
+           width == 1 ? "" : "s", payload, payload / width);
   for (std::size_t i = 40; i < h.size(); ++i)
-    if (h[i] != 0) fail<FormatError>("{}: '{}' has a header with nonzero reserved bytes", op_, escaped(path_));
+    if (h[i] != 0) refuse(*this, "has a header with nonzero reserved bytes");
   vocab_ = static_cast<Index>(vocab);
   count_ = static_cast<Index>(count);
   ids_crc_ = get_le<std::uint32_t>(h.data() + 32);
@@ -104,16 +106,12 @@ void TokenFile::check_unchanged() const {
   struct stat st {};
   if (::fstat(fd_, &st) != 0) fail<IoError>("{}: cannot read '{}': {}", op_, escaped(path_), std::strerror(errno));
   if (st.st_size != opened_.st_size)
-    fail<FormatError>(
-        "{}: '{}' changed while in use: it holds {} bytes, {} when it was opened (truncated or rewritten)", op_,
-        escaped(path_), st.st_size, opened_.st_size);
+    refuse(*this, "changed while in use: it holds {} bytes, {} when it was opened (truncated or rewritten)", st.st_size,
+           opened_.st_size);
   const auto moved = [](std::timespec a, std::timespec b) { return a.tv_sec != b.tv_sec || a.tv_nsec != b.tv_nsec; };
   // The last link going moves the change time too: a file renamed over this one is no change to it.
   if (moved(st.st_mtim, opened_.st_mtim) || (moved(st.st_ctim, opened_.st_ctim) && st.st_nlink == opened_.st_nlink))
-    fail<FormatError>(
-        "{}: '{}' changed while in use: it was modified after it was opened (rewritten, or its times "
-        "set back)",
-        op_, escaped(path_));
+    refuse(*this, "changed while in use: it was modified after it was opened (rewritten, or its times set back)");
 }
 
 void TokenFile::read_bytes(Index first, Index count, unsigned char* to) const {
@@ -124,18 +122,14 @@ void TokenFile::read_bytes(Index first, Index count, unsigned char* to) const {
   const std::size_t got = detail::read_all(
       fd_, to, want, static_cast<std::int64_t>(TokenFileFormat::kHeaderBytes) + first * width_, path_, op_);
   if (got < want)  // shortened between the check and the read
-    fail<FormatError>(
-        "{}: '{}' changed while in use: it ends before id {} of the {} it held when it was opened (truncated)", op_,
-        escaped(path_), first + static_cast<Index>(got) / width_, count_);
+    refuse(*this, "changed while in use: it ends before id {} of the {} it held when it was opened (truncated)",
+           first + static_cast<Index>(got) / width_, count_);
 }
 
 std::int32_t TokenFile::mapped(std::int64_t id, Index position, std::span<const std::int32_t> map) const {
-  if (id >= vocab_)
-    fail<FormatError>("{}: '{}' holds id {} at position {}, outside its vocabulary of {}", op_, escaped(path_), id,
-                      position, vocab_);
+  if (id >= vocab_) refuse(*this, "holds id {} at position {}, outside its vocabulary of {}", id, position, vocab_);
   if (!map.empty() && (id >= static_cast<std::int64_t>(map.size()) || map[static_cast<std::size_t>(id)] < 0))
-    fail<FormatError>("{}: '{}' holds id {} at position {}, which the vocabulary it is read with does not have", op_,
-                      escaped(path_), id, position);
+    refuse(*this, "holds id {} at position {}, which the vocabulary it is read with does not have", id, position);
   return static_cast<std::int32_t>(map.empty() ? id : map[static_cast<std::size_t>(id)]);
 }
 
@@ -176,8 +170,8 @@ void TokenFile::verify(std::span<const std::int32_t> map,
     if (piece) piece(std::span<const std::int32_t>(ids.data(), static_cast<std::size_t>(n)));
   }
   if (crc.value() != ids_crc_)
-    fail<FormatError>("{}: '{}' holds other ids than it was written with (their CRC-32 is {:08x}, its header's {:08x})",
-                      op_, escaped(path_), crc.value(), ids_crc_);
+    refuse(*this, "holds other ids than it was written with (their CRC-32 is {:08x}, its header's {:08x})", crc.value(),
+           ids_crc_);
 }
 
 // ---- TokenFileWriter -------------------------------------------------------------------------------------

@@ -140,8 +140,8 @@ class TokenFileWriter {
   Crc32 crc_;  // of the ids written so far
   std::vector<unsigned char> buffer_;
   std::size_t fill_ = 0;
-  std::size_t ids_from_ =
-      TokenFileFormat::kHeaderBytes;  // where the buffer's ids start: after the header's room at first
+  // Where the buffer's ids start: after the header's room at first.
+  std::size_t ids_from_ = TokenFileFormat::kHeaderBytes;
   bool finished_ = false;
 };
 

@@ -1,5 +1,7 @@
 #include "tapegrad/train/dataset_file.hpp"
 
+#include <algorithm>
+
 #include "tapegrad/autograd/ops.hpp"  // kIgnoreLabel
 #include "tapegrad/core/file_io.hpp"
 

@@ -181,12 +181,8 @@ void Optimizer<T>::load_state(const OptimizerState<T>& s) {
   step_ = s.step;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const auto& entry = s.per_param.at(params_[i]->name);
-    if (entry.empty()) {
-      buffers_[i].clear();
-      continue;
-    }
-    buffers_[i].resize(buffer_names_.size());
-    for (std::size_t k = 0; k < buffer_names_.size(); ++k) buffers_[i][k] = entry.at(buffer_names_[k]);
+    buffers_[i].resize(entry.empty() ? 0 : buffer_names_.size());  // none before the parameter's first step
+    for (std::size_t k = 0; k < buffers_[i].size(); ++k) buffers_[i][k] = entry.at(buffer_names_[k]);
   }
 }
 
@@ -231,9 +227,9 @@ void SGD<T>::update(const SgdOptions& o, std::int64_t, ParamSlice<T> s) const {
 namespace {
 constexpr std::string_view kDecayOn = "decay_on";
 
-// Settings with "decay_on" taken out: the options' own fields, and which parameters decay (all when the
-// setting is absent, as in every state saved before it existed).
-std::pair<Settings, DecayOn> split_decay_on(const Settings& h, std::string_view op) {
+// AdamOptions from settings: the options' own fields, and which parameters decay: "decay_on = matrices", or
+// all when the setting is absent (as in every state saved before it existed).
+AdamOptions adam_options(const Settings& h, std::string_view op) {
   Settings rest;
   DecayOn on = DecayOn::all;
   int seen = 0;
@@ -247,12 +243,7 @@ std::pair<Settings, DecayOn> split_decay_on(const Settings& h, std::string_view 
       fail<ValueError>("{}: decay_on is '{}', which is not matrices (decay on all parameters is saved as no setting)",
                        op, escaped(s.value));
   }
-  return {std::move(rest), on};
-}
-
-AdamOptions adam_options(const Settings& h, std::string_view what) {
-  auto [rest, on] = split_decay_on(h, what);
-  AdamOptions options = from_settings<AdamOptions>(rest, what);
+  AdamOptions options = from_settings<AdamOptions>(rest, op);
   options.decay_on = on;
   return options;
 }
@@ -280,15 +271,8 @@ Settings Adam<T>::hyperparameters() const {
 }
 
 template <class T>
-void Adam<T>::check_hyperparameters(const Settings& h, std::string_view op) const {
-  OptimizerWith<T, AdamOptions>::check_hyperparameters(split_decay_on(h, op).first, op);
-}
-
-template <class T>
-void Adam<T>::apply_hyperparameters(const Settings& h) {
-  auto [rest, on] = split_decay_on(h, "load_state");
-  OptimizerWith<T, AdamOptions>::apply_hyperparameters(rest);
-  this->options_.decay_on = on;
+AdamOptions Adam<T>::options_from(const Settings& h, std::string_view op) const {
+  return adam_options(h, op);
 }
 
 template <class T>

@@ -288,8 +288,12 @@ class OptimizerWith : public Optimizer<T> {
   // momentum keeps none.
   virtual bool keeps_buffers(const O&) const { return true; }
 
-  void check_hyperparameters(const Settings& h, std::string_view op) const override { (void)read(h, op); }
-  void apply_hyperparameters(const Settings& h) override { options_ = read(h, "load_state"); }
+  // The options that settings hold (a state's hyperparameters), strictly: NameError, ValueError starting
+  // "<op>: ". By default the fields of O, each once (from_settings).
+  virtual O options_from(const Settings& h, std::string_view op) const { return from_settings<O>(h, op); }
+
+  void check_hyperparameters(const Settings& h, std::string_view op) const final { (void)read(h, op); }
+  void apply_hyperparameters(const Settings& h) final { options_ = read(h, "load_state"); }
 
   O options_;
 
@@ -304,7 +308,7 @@ class OptimizerWith : public Optimizer<T> {
     if constexpr (OptionsCheckThemselves<O>) options.check(op);
     return options;
   }
-  static O read(const Settings& h, std::string_view op) { return checked(from_settings<O>(h, op), op); }
+  O read(const Settings& h, std::string_view op) const { return checked(options_from(h, op), op); }
 
   O now_;  // this step's options: options_ with the schedule's rate
 };
@@ -335,8 +339,7 @@ class Adam : public OptimizerWith<T, AdamOptions> {
 
  private:
   void update(const AdamOptions& o, std::int64_t t, ParamSlice<T> s) const override;
-  void check_hyperparameters(const Settings& h, std::string_view op) const override;
-  void apply_hyperparameters(const Settings& h) override;
+  AdamOptions options_from(const Settings& h, std::string_view op) const override;
 
   bool decoupled_decay_;  // AdamW: p *= 1 - lr wd, apart from the gradient
 };

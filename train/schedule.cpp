@@ -17,13 +17,6 @@ ScheduleRecord record_of(ScheduleKind kind, const Options& options) {
   return {std::string(to_string(kind)), to_settings(options)};
 }
 
-const CosineOptions& checked(const CosineOptions& o) {
-  check_fields(o, "CosineWithWarmup");
-  if (o.warmup_steps > o.total_steps)
-    fail<ValueError>("CosineWithWarmup: warmup_steps {} is more than total_steps {}", o.warmup_steps, o.total_steps);
-  return o;
-}
-
 }  // namespace
 
 std::string ScheduleRecord::describe() const {
@@ -49,7 +42,12 @@ double StepLr::lr_at(double lr, std::int64_t step) const {
 
 ScheduleRecord StepLr::record() const { return record_of(ScheduleKind::step, options_); }
 
-CosineWithWarmup::CosineWithWarmup(CosineOptions options) : options_(checked(options)) {}
+CosineWithWarmup::CosineWithWarmup(CosineOptions options) : options_(options) {
+  check_fields(options_, "CosineWithWarmup");
+  if (options_.warmup_steps > options_.total_steps)
+    fail<ValueError>("CosineWithWarmup: warmup_steps {} is more than total_steps {}", options_.warmup_steps,
+                     options_.total_steps);
+}
 
 double CosineWithWarmup::lr_at(double lr, std::int64_t step) const {
   require_step(step);

@@ -90,22 +90,19 @@ double TrainerBase::finish_step(Var<float> loss, double weight, std::span<Tally>
   const double value = reducer_->reduce(params, mine, weight, tallies);
   const double lr = optimizer_.current_lr();
   if (!std::isfinite(value)) stop_step(optimizer_, "loss", value, state_.step + 1, lr);
-  update(value, lr);  // clipping reads the reduced gradient: every process clips, or stops, alike
-  for (std::size_t k = 0; k < state_.window_metrics.size(); ++k) state_.window_metrics[k].tally += tallies[k];
-  reducer_->after_step(params, state_.step);
-  return value;
-}
-
-void TrainerBase::update(double loss, double lr) {
+  // Clipping reads the reduced gradient: every process clips, or stops, alike.
   if (state_.options.clip > 0) {
-    const double norm = clip_grad_norm(optimizer_.params(), state_.options.clip);
+    const double norm = clip_grad_norm(params, state_.options.clip);
     if (!std::isfinite(norm)) stop_step(optimizer_, "gradient norm", norm, state_.step + 1, lr);
   }
   optimizer_.step();
   optimizer_.zero_grad();
   ++state_.step;
-  state_.window_loss += loss;
+  state_.window_loss += value;
   ++state_.window_steps;
+  for (std::size_t k = 0; k < state_.window_metrics.size(); ++k) state_.window_metrics[k].tally += tallies[k];
+  reducer_->after_step(params, state_.step);
+  return value;
 }
 
 void TrainerBase::set_reducer(std::unique_ptr<StepReducer> reducer) {
@@ -122,8 +119,7 @@ CurvePoint TrainerBase::record_point() {
   p.step = state_.step;
   p.values.push_back({"train_loss", Tally{state_.window_loss, static_cast<double>(state_.window_steps)}.mean()});
   for (const auto& w : state_.window_metrics) p.values.push_back({"train_" + w.name, w.tally.mean()});
-  if (has_eval())
-    for (auto& v : evaluate_for_curve()) p.values.push_back(std::move(v));  // "eval_loss", "eval_<metric>"
+  for (auto& v : evaluate_for_curve()) p.values.push_back(std::move(v));  // "eval_loss", "eval_<metric>"
   p.lr = state_.step > 0 ? optimizer_.schedule().lr_at(optimizer_.lr(), state_.step - 1) : optimizer_.current_lr();
   p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   state_.window_loss = 0;

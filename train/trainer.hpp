@@ -32,7 +32,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -194,13 +193,9 @@ class TrainerBase {
   void add_metric_name(std::string name);
   // Evaluation data's loss and metrics, or nothing without evaluation data.
   virtual NamedValues evaluate_for_curve() = 0;
-  virtual bool has_eval() const = 0;
 
  private:
   CurvePoint record_point();
-  // With the step's gradient in the parameters: clipping (and the NaN stop on its norm), the update, the
-  // step count and the window's loss.
-  void update(double loss, double lr);
 
   Module<float>& model_;
   std::vector<const Parameter<float>*> registered_;  // model_.parameters(), sorted: check_registered each step
@@ -218,7 +213,7 @@ class TrainerBase {
 };
 
 // The loop over batches of type B (SequenceBatch, TensorBatch, or a user's own with weight()).
-template <class B>
+template <TrainingBatch B>
 class Trainer final : public TrainerBase {
  public:
   using LossFn = std::function<StepOutput<float>(Tape<float>&, const B&)>;
@@ -246,10 +241,7 @@ class Trainer final : public TrainerBase {
   NamedValues evaluate(const DataSource<B>& data);
 
  private:
-  NamedValues evaluate_for_curve() override { return evaluate(*eval_); }
-  bool has_eval() const override { return eval_ != nullptr; }
-  // A training step's forward on batch_: the model in training mode, a fresh tape, the loss function.
-  StepOutput<float> forward_batch();
+  NamedValues evaluate_for_curve() override { return eval_ ? evaluate(*eval_) : NamedValues{}; }
 
   const DataSource<B>& train_;
   const DataSource<B>* eval_ = nullptr;
@@ -266,19 +258,14 @@ Trainer(Module<float>&, Optimizer<float>&, const DataSource<B>&, F, TrainOptions
 
 // ---- Trainer<B> ---------------------------------------------------------------------------------------
 
-template <class B>
+template <TrainingBatch B>
 Trainer<B>::Trainer(Module<float>& model, Optimizer<float>& optimizer, const DataSource<B>& train, LossFn loss,
                     TrainOptions options)
     : TrainerBase(model, optimizer, train.size(), train.fingerprint(), options), train_(train), loss_(std::move(loss)) {
-  static_assert(
-      requires(const B& b) {
-        { b.weight() } -> std::convertible_to<double>;
-      },
-      "a batch type needs weight(): how many items its loss averages over");
   if (!loss_) fail<ValueError>("train: the loss function is empty");
 }
 
-template <class B>
+template <TrainingBatch B>
 void Trainer<B>::add_metric(std::string name, MetricFn measure) {
   if (!measure) fail<ValueError>("add_metric: the function for '{}' is empty", name);
   add_metric_name(std::move(name));
@@ -286,15 +273,7 @@ void Trainer<B>::add_metric(std::string name, MetricFn measure) {
   step_tallies_.emplace_back();
 }
 
-template <class B>
-StepOutput<float> Trainer<B>::forward_batch() {
-  if (!model().training()) model().train();
-  tape().reset();
-  tape().set_anomaly_detection(options().anomaly);  // evaluation turns it off
-  return loss_(tape(), batch_);
-}
-
-template <class B>
+template <TrainingBatch B>
 double Trainer<B>::step() {
   StepReducer& reducer = this->reducer();
   reducer.start(*this);
@@ -304,7 +283,12 @@ double Trainer<B>::step() {
   if (!mine.empty()) {
     train_.fill(mine, batch_);
     weight = batch_.weight();
-    if (reducer.computes(weight)) out.emplace(forward_batch());
+    if (reducer.computes(weight)) {  // the forward: the model in training mode, a fresh tape, the loss function
+      if (!model().training()) model().train();
+      tape().reset();
+      tape().set_anomaly_detection(options().anomaly);  // evaluation turns it off
+      out.emplace(loss_(tape(), batch_));
+    }
   }
   // The output as the forward recorded it. A non-finite loss measures nothing: the step stops.
   const bool measured = out && std::isfinite(out->loss.value()[0]) && out->output.tape;
@@ -313,7 +297,7 @@ double Trainer<B>::step() {
   return finish_step(out ? out->loss : Var<float>{}, weight, step_tallies_);
 }
 
-template <class B>
+template <TrainingBatch B>
 NamedValues Trainer<B>::evaluate(const DataSource<B>& data) {
   const EvalModeGuard<float> eval_mode(model());  // for the pass; as it was afterwards
   StepReducer& reducer = this->reducer();
