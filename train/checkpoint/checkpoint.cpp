@@ -72,8 +72,7 @@ std::vector<std::byte> encode_checkpoint(const Checkpoint& c) {
     AppendBytes sink(out);
     std::ostream payload_stream(&sink);
     cereal::PortableBinaryOutputArchive ar(payload_stream);
-    NodeFree node_free(ar);
-    save(node_free, c);
+    ar(c);
   }
   const std::size_t payload = out.size() - kHeaderBytes;
   std::memcpy(out.data(), kMagic, sizeof kMagic);

@@ -12,10 +12,7 @@ std::string checkpoint_json(const Checkpoint& c) {
   std::ostringstream out;
   {
     cereal::JSONOutputArchive ar(out);
-    ar.setNextName("checkpoint");
-    ar.startNode();
-    checkpoint_detail::save(ar, c);
-    ar.finishNode();
+    ar(cereal::make_nvp("checkpoint", c));
   }
   return out.str();
 }

@@ -46,29 +46,23 @@ bool sizes_of(const std::vector<std::uint64_t>& dims, std::size_t element, std::
 // ---- decoding ---------------------------------------------------------------------------------------------
 
 // Throws "safetensors '<source>': <rule>".
-class Refusal {
- public:
-  explicit Refusal(std::string_view source) : source_(escaped(source)) {}
-  template <class... Args>
-  [[noreturn]] void operator()(fmt::format_string<Args...> format, Args&&... args) const {
-    fail<FormatError>("safetensors '{}': {}", source_, fmt::format(format, std::forward<Args>(args)...));
-  }
-
- private:
-  std::string source_;
-};
+template <class... Args>
+[[noreturn]] void refuse(std::string_view source, fmt::format_string<Args...> format, Args&&... args) {
+  fail<FormatError>("safetensors '{}': {}", escaped(source), fmt::format(format, std::forward<Args>(args)...));
+}
 
 // "an array", "a number": what a JSON value is, as a message says it.
-std::string kind_of(Json::value_t type) {
-  const std::string_view name = Json(type).type_name();  // "array", "number", ...
+std::string kind_of(const Json& value) {
+  const std::string_view name = value.type_name();  // "array", "number", ...
   return fmt::format("{} {}", name == "array" || name == "object" ? "an" : "a", name);
 }
 
 // The header, read as nlohmann's parser walks it (its SAX interface) straight into a SafetensorsView,
 // with no JSON tree: a tree's nodes cost some 25 times the header's bytes, and nlohmann's parse with a
 // callback rescans the top-level object after each entry, which is quadratic in the number of tensors
-// (docs/performance.md, "Decoding safetensors headers"). What is kept is what the view holds, plus
-// one shape being read.
+// (docs/performance.md, "Decoding safetensors headers"). What is kept is what the view holds, plus the
+// three values of the tensor being read, whose lists keep only their sizes and the first element that is
+// not one.
 //
 // The first problem is kept and the rest of the header only parsed, so that a header that is not JSON is
 // refused as such, whatever it says before its syntax error. Then the caller checks what needs every
@@ -81,83 +75,57 @@ class HeaderReader {
   const std::string& syntax_error() const { return syntax_error_; }
 
   // ---- nlohmann's SAX events; each returns true (parse on), and false only on a syntax error ----
-  bool null() { return scalar(Json::value_t::null, "null"); }
-  bool boolean(bool v) { return scalar(Json::value_t::boolean, v ? "true" : "false"); }
-  bool number_integer(Json::number_integer_t v) { return scalar(Json::value_t::number_integer, Json(v).dump()); }
-  bool number_float(Json::number_float_t v, const std::string&) {
-    return scalar(Json::value_t::number_float, Json(v).dump());  // as nlohmann prints it: 2.0, 1.8446744073709552e+19
-  }
-  bool number_unsigned(Json::number_unsigned_t v) {
-    if (!problem_.empty()) return true;
-    if (depth_ == 3 && (field_ == Field::shape || field_ == Field::data_offsets)) {
-      List& list = field_ == Field::shape ? shape_ : offsets_;
-      if (field_ == Field::shape)
-        shape_values_.push_back(v);
-      else if (list.count < 2)
-        offset_values_[list.count] = v;
-      ++list.count;
-      return true;
-    }
-    return scalar(Json::value_t::number_unsigned, std::to_string(v));
-  }
-  bool string(std::string& v) {
-    if (!problem_.empty()) return true;
-    if (depth_ == 2 && place_ == Place::metadata) {
-      metadata_value_->second = v;
-      return true;
-    }
-    if (depth_ == 2 && field_ == Field::dtype) {
-      if (!parse_enum(v, dtype_)) dtype_problem_ = Json(v).dump();
-      return true;
-    }
-    return scalar(Json::value_t::string, Json(v).dump());
-  }
+  bool null() { return value(nullptr); }
+  bool boolean(bool v) { return value(v); }
+  bool number_integer(Json::number_integer_t v) { return value(v); }
+  bool number_unsigned(Json::number_unsigned_t v) { return value(v); }
+  bool number_float(Json::number_float_t v, const std::string&) { return value(v); }
+  bool string(std::string& v) { return value(v); }
   bool binary(Json::binary_t&) { return true; }  // only in binary formats, not in JSON
 
   bool start_object(std::size_t) {
     if (!problem_.empty()) return true;
-    if (depth_ == 1) {
-      if (place_ == Place::tensor) start_tensor();
-    } else if (depth_ >= 2) {
+    if (depth_ >= 2)
       return fail("the entry '{}' nests an object deeper than a safetensors header has any", escaped(name_));
-    }
-    ++depth_;
+    if (depth_++ == 1)
+      for (Field& f : fields_) {  // kept: their lists' capacity serves the next tensor
+        f.value.reset();
+        f.sizes.clear();
+        f.bad.clear();
+      }
     return true;
   }
   bool key(std::string& k) {
     if (!problem_.empty()) return true;
     if (depth_ == 1) {
       name_ = k;
-      place_ = name_ == kMetadataKey ? Place::metadata : Place::tensor;
-      if (place_ == Place::metadata && std::exchange(metadata_seen_, true))
+      if (in_metadata() && std::exchange(metadata_seen_, true))
         return fail("the name '{}' appears twice in the header", kMetadataKey);
-    } else if (place_ == Place::metadata) {
+    } else if (in_metadata()) {
       const auto [it, fresh] = out_.metadata.try_emplace(k);
       if (!fresh) return fail("the entry '{}' has the key '{}' twice", kMetadataKey, escaped(k));
       metadata_value_ = it;
     } else {
-      field_ = static_cast<Field>(std::find(kFields.begin(), kFields.end(), k) - kFields.begin());
-      if (field_ == Field::none)
+      field_ = static_cast<std::size_t>(std::find(kFields.begin(), kFields.end(), k) - kFields.begin());
+      if (field_ == kFields.size())
         return fail("tensor '{}' has the unknown key '{}'; a tensor has dtype, shape and data_offsets", escaped(name_),
                     escaped(k));
-      if (std::exchange(seen_[static_cast<int>(field_)], true))
-        return fail("the entry '{}' has the key '{}' twice", escaped(name_), escaped(k));
+      if (fields_[field_].value) return fail("the entry '{}' has the key '{}' twice", escaped(name_), escaped(k));
+      fields_[field_].value.emplace();
     }
     return true;
   }
   bool end_object() {
     if (!problem_.empty()) return true;
-    if (--depth_ == 1 && place_ == Place::tensor) end_tensor();
+    if (--depth_ == 1 && !in_metadata()) end_tensor();
     return true;
   }
   bool start_array(std::size_t) {
     if (!problem_.empty()) return true;
-    if (depth_ == 1 || (depth_ == 2 && place_ == Place::metadata)) return scalar(Json::value_t::array, "");
     if (depth_ >= 3)
       return fail("the entry '{}' nests a list deeper than a safetensors header has any", escaped(name_));
-    if (field_ == Field::dtype) dtype_is_list_ = true;  // reported as a list, not echoed
-    if (field_ == Field::shape) shape_.is_list = true;
-    if (field_ == Field::data_offsets) offsets_.is_list = true;
+    if (depth_ == 1 || in_metadata()) return value(Json::array());  // refused as a value of its place
+    fields_[field_].value = Json::array();
     ++depth_;
     return true;
   }
@@ -171,16 +139,10 @@ class HeaderReader {
   }
 
  private:
-  enum class Place { metadata, tensor };
-  enum class Field { dtype, shape, data_offsets, none };
-  static constexpr std::array<std::string_view, 3> kFields = {"dtype", "shape", "data_offsets"};  // by Field
-  // A shape or data_offsets as it is read: a list, how many elements, the first that is not a size.
-  struct List {
-    bool is_list = false;
-    std::string not_list;  // the kind of value it is instead ("a number")
-    std::uint64_t count = 0;
-    std::string bad;  // the first element that is not a non-negative integer below 2^64, as JSON
-  };
+  static constexpr std::array<std::string_view, 3> kFields = {"dtype", "shape", "data_offsets"};
+  static constexpr std::size_t kDtype = 0, kShape = 1, kOffsets = 2;  // indices of kFields
+
+  bool in_metadata() const { return name_ == kMetadataKey; }
 
   template <class... Args>
   bool fail(fmt::format_string<Args...> format, Args&&... args) {
@@ -188,75 +150,68 @@ class HeaderReader {
     return true;  // parse on: a header that is not JSON is refused as such
   }
 
-  // A value that is not an object, or an array where an entry's or the metadata's value was expected,
-  // wherever it is: `json` is how it reads in the header.
-  bool scalar(Json::value_t type, std::string json) {
+  // A value that is not a container, or a list where an entry's or the metadata's value was expected.
+  bool value(Json v) {
     if (!problem_.empty()) return true;
-    const std::string kind = kind_of(type);
-    if (depth_ == 1 && place_ == Place::metadata)
-      return fail("__metadata__ is {}, not a map of strings to strings", kind);
+    if (depth_ == 1 && in_metadata()) return fail("__metadata__ is {}, not a map of strings to strings", kind_of(v));
     if (depth_ == 1)
-      return fail("tensor '{}' is {}, not an object with dtype, shape and data_offsets", escaped(name_), kind);
-    if (place_ == Place::metadata)
-      return fail("__metadata__ maps '{}' to {}; its values must be strings", escaped(metadata_value_->first), kind);
-    if (depth_ == 2) {  // the value of a tensor's key
-      if (field_ == Field::dtype) dtype_problem_ = std::move(json);
-      if (field_ == Field::shape) shape_.not_list = kind;
-      if (field_ == Field::data_offsets) offsets_.not_list = kind;
-      return true;
+      return fail("tensor '{}' is {}, not an object with dtype, shape and data_offsets", escaped(name_), kind_of(v));
+    if (in_metadata()) {
+      if (!v.is_string())
+        return fail("__metadata__ maps '{}' to {}; its values must be strings", escaped(metadata_value_->first),
+                    kind_of(v));
+      metadata_value_->second = std::move(v.get_ref<std::string&>());
+    } else if (depth_ == 2) {
+      fields_[field_].value = std::move(v);  // the value of a tensor's key
+    } else if (field_ != kDtype) {           // an element of a list (a dtype that is a list is refused as one)
+      Field& list = fields_[field_];
+      if (v.is_number_unsigned())
+        list.sizes.push_back(v.get<std::uint64_t>());
+      else if (list.bad.empty())
+        list.bad = v.dump();
     }
-    if (field_ == Field::dtype) return true;                  // a list, refused as one
-    List& list = field_ == Field::shape ? shape_ : offsets_;  // an element of a list
-    if (list.bad.empty()) list.bad = std::move(json);
-    ++list.count;
     return true;
-  }
-
-  void start_tensor() {
-    seen_ = {};
-    field_ = Field::none;
-    dtype_is_list_ = false;
-    dtype_problem_.clear();
-    shape_ = {};
-    offsets_ = {};
-    shape_values_.clear();  // keeps its capacity for the next tensor
   }
 
   // The tensor's checks, in the order a reader would name its problems: its keys, then each value.
   void end_tensor() {
     const auto n = [this] { return escaped(name_); };  // only for a message: most tensors need none
     for (std::size_t f = 0; f < kFields.size(); ++f)
-      if (!seen_[f]) return void(fail("tensor '{}' has no {}", n(), kFields[f]));
-    if (dtype_is_list_)
+      if (!fields_[f].value) return void(fail("tensor '{}' has no {}", n(), kFields[f]));
+    const Json& dtype = *fields_[kDtype].value;
+    if (dtype.is_array())
       return void(fail("tensor '{}' has a dtype that is a list, not a string; the format's are {}", n(),
                        enum_choices<SafetensorsDtype>()));
-    if (!dtype_problem_.empty())
-      return void(fail("tensor '{}' has the unknown dtype {}; the format's are {}", n(), escaped(dtype_problem_),
+    SafetensorsDtype type = SafetensorsDtype::f32;
+    if (!dtype.is_string() || !parse_enum(dtype.get_ref<const std::string&>(), type))
+      return void(fail("tensor '{}' has the unknown dtype {}; the format's are {}", n(), escaped(dtype.dump()),
                        enum_choices<SafetensorsDtype>()));
-    for (const auto& [list, what] : {std::pair{&shape_, "shape"}, std::pair{&offsets_, "data_offsets"}}) {
-      if (!list->is_list) return void(fail("tensor '{}' has a {} that is {}, not a list", n(), what, list->not_list));
-      if (!list->bad.empty())
-        return void(
-            fail("tensor '{}' has a {} with {}, not a non-negative integer below 2^64", n(), what, escaped(list->bad)));
+    for (const std::size_t f : {kShape, kOffsets}) {
+      if (!fields_[f].value->is_array())
+        return void(fail("tensor '{}' has a {} that is {}, not a list", n(), kFields[f], kind_of(*fields_[f].value)));
+      if (!fields_[f].bad.empty())
+        return void(fail("tensor '{}' has a {} with {}, not a non-negative integer below 2^64", n(), kFields[f],
+                         escaped(fields_[f].bad)));
     }
-    if (offsets_.count != 2)
-      return void(fail("tensor '{}' has {} data_offsets; it must have two, [begin, end]", n(), offsets_.count));
-    const std::uint64_t begin = offset_values_[0], end = offset_values_[1];
+    const std::vector<std::uint64_t>&shape = fields_[kShape].sizes, &offsets = fields_[kOffsets].sizes;
+    if (offsets.size() != 2)
+      return void(fail("tensor '{}' has {} data_offsets; it must have two, [begin, end]", n(), offsets.size()));
+    const std::uint64_t begin = offsets[0], end = offsets[1];
     if (end < begin)
       return void(fail("tensor '{}' has data_offsets [{}, {}], which end before they begin", n(), begin, end));
     std::uint64_t numel = 0, bytes = 0;
-    if (!sizes_of(shape_values_, element_bytes(dtype_), numel, bytes))
-      return void(fail("tensor '{}' has the shape {}, whose size overflows 64 bits", n(), dims_str(shape_values_)));
+    if (!sizes_of(shape, element_bytes(type), numel, bytes))
+      return void(fail("tensor '{}' has the shape {}, whose size overflows 64 bits", n(), dims_str(shape)));
     if (end - begin != bytes)
       return void(fail("tensor '{}' is {} {} ({} bytes) but its data_offsets [{}, {}] hold {} bytes", n(),
-                       to_string(dtype_), dims_str(shape_values_), bytes, begin, end, end - begin));
+                       to_string(type), dims_str(shape), bytes, begin, end, end - begin));
     if (end > data_.size())
       return void(
           fail("tensor '{}' has data_offsets [{}, {}], past the end of the {}-byte data buffer (the file is truncated)",
                n(), begin, end, data_.size()));
     out_.tensors.push_back({name_,
-                            dtype_,
-                            {shape_values_.begin(), shape_values_.end()},  // an exact copy: no spare capacity
+                            type,
+                            {shape.begin(), shape.end()},  // an exact copy: no spare capacity
                             data_.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(bytes))});
   }
 
@@ -265,18 +220,16 @@ class HeaderReader {
   std::string problem_, syntax_error_;
   int depth_ = 0;     // of the containers open: 1 in the header's object, 2 in an entry's, 3 in a list in it
   std::string name_;  // the entry being read
-  Place place_ = Place::tensor;
   bool metadata_seen_ = false;
   std::map<std::string, std::string>::iterator metadata_value_;  // the metadata key being read
-  // The tensor being read:
-  Field field_ = Field::none;
-  std::array<bool, 3> seen_{};  // by Field
-  SafetensorsDtype dtype_ = SafetensorsDtype::f32;
-  std::string dtype_problem_;  // the dtype as JSON, if it is none of the format's
-  bool dtype_is_list_ = false;
-  List shape_, offsets_;
-  std::vector<std::uint64_t> shape_values_;
-  std::array<std::uint64_t, 2> offset_values_{};
+  // The tensor being read: its dtype, shape and data_offsets, by kFields, and the one whose value is read.
+  struct Field {
+    std::optional<Json> value;         // as read, once its key is; a list stays [], its elements go below
+    std::vector<std::uint64_t> sizes;  // a list's elements that are sizes
+    std::string bad;                   // a list's first element that is not a size, as JSON
+  };
+  std::array<Field, 3> fields_;
+  std::size_t field_ = 0;
 };
 
 // How many times the key "data_offsets" appears in the header: the number of tensors in a header that is
@@ -305,7 +258,7 @@ std::uint64_t begin_of(const SafetensorsTensor& t, std::span<const std::byte> da
 // position, and names are compared only where hashes are equal: n log n, never worse (a header crafted
 // for collisions costs name comparisons, as a sort of the names would), and 8 bytes a tensor. Sorting the
 // names themselves took as long as the parse (docs/performance.md, "Decoding safetensors headers").
-void check_unique_names(const std::vector<SafetensorsTensor>& tensors, const Refusal& refuse) {
+void check_unique_names(const std::vector<SafetensorsTensor>& tensors, std::string_view source) {
   // Each tensor takes more than one byte of a header, whose length is capped: its position fits 32 bits.
   static_assert(kMaxSafetensorsHeader < std::numeric_limits<std::uint32_t>::max());
   const auto name = [&](std::uint64_t key) -> const std::string& { return tensors[key & 0xffffffff].name; };
@@ -317,13 +270,13 @@ void check_unique_names(const std::vector<SafetensorsTensor>& tensors, const Ref
   const auto twice = std::adjacent_find(keys.begin(), keys.end(), [&](std::uint64_t a, std::uint64_t b) {
     return (a >> 32) == (b >> 32) && name(a) == name(b);
   });
-  if (twice != keys.end()) refuse("the name '{}' appears twice in the header", escaped(name(*twice)));
+  if (twice != keys.end()) refuse(source, "the name '{}' appears twice in the header", escaped(name(*twice)));
 }
 
 // Sorts the tensors by their bytes, which must tile the data buffer: from byte 0, each starting where the
 // one before ends, the last ending at the end of the file. Bytes that no tensor covers are where a polyglot
 // file hides another format.
-void tile(std::vector<SafetensorsTensor>& tensors, std::span<const std::byte> data, const Refusal& refuse) {
+void tile(std::vector<SafetensorsTensor>& tensors, std::span<const std::byte> data, std::string_view source) {
   const auto by_bytes = [&](const SafetensorsTensor& a, const SafetensorsTensor& b) {
     return std::tuple(begin_of(a, data), a.data.size(), std::string_view(a.name)) <
            std::tuple(begin_of(b, data), b.data.size(), std::string_view(b.name));
@@ -335,17 +288,17 @@ void tile(std::vector<SafetensorsTensor>& tensors, std::span<const std::byte> da
   for (const SafetensorsTensor& t : tensors) {
     const std::uint64_t begin = begin_of(t, data), end = begin + t.data.size();
     if (begin > covered)
-      refuse("the bytes [{}, {}) of the data buffer belong to no tensor: a hole before tensor '{}'", covered, begin,
-             escaped(t.name));
+      refuse(source, "the bytes [{}, {}) of the data buffer belong to no tensor: a hole before tensor '{}'", covered,
+             begin, escaped(t.name));
     if (begin < covered)
-      refuse("tensor '{}' has data_offsets [{}, {}], which overlap tensor '{}' (it ends at {})", escaped(t.name), begin,
-             end, escaped(last->name), covered);
+      refuse(source, "tensor '{}' has data_offsets [{}, {}], which overlap tensor '{}' (it ends at {})",
+             escaped(t.name), begin, end, escaped(last->name), covered);
     covered = end;
     last = &t;
   }
   if (covered < data.size()) {
-    if (!last) refuse("the file has {} bytes after the header but no tensor", data.size() - covered);
-    refuse("the file has {} bytes after the last tensor '{}' (which ends at {} of the {}-byte data buffer)",
+    if (!last) refuse(source, "the file has {} bytes after the header but no tensor", data.size() - covered);
+    refuse(source, "the file has {} bytes after the last tensor '{}' (which ends at {} of the {}-byte data buffer)",
            data.size() - covered, escaped(last->name), covered, data.size());
   }
 }
@@ -363,21 +316,20 @@ std::uint64_t SafetensorsTensor::numel() const {
 }
 
 SafetensorsView decode_safetensors(std::span<const std::byte> bytes, std::string_view source) {
-  const Refusal refuse(source);
-  if (bytes.size() < 8) refuse("the file has {} bytes, fewer than the 8 of the header's length", bytes.size());
+  if (bytes.size() < 8) refuse(source, "the file has {} bytes, fewer than the 8 of the header's length", bytes.size());
   const auto n = get_le<std::uint64_t>(bytes.data());
   if (n > kMaxSafetensorsHeader)
-    refuse("the header's length is {} bytes, more than the limit of {}", n, kMaxSafetensorsHeader);
+    refuse(source, "the header's length is {} bytes, more than the limit of {}", n, kMaxSafetensorsHeader);
   if (n > bytes.size() - 8)
-    refuse("the header's length is {} bytes but only {} follow (the file is truncated or not safetensors)", n,
+    refuse(source, "the header's length is {} bytes but only {} follow (the file is truncated or not safetensors)", n,
            bytes.size() - 8);
   const std::string_view text(reinterpret_cast<const char*>(bytes.data()) + 8, static_cast<std::size_t>(n));
   if (text.empty() || text.front() != '{')
-    refuse("the header does not start with '{{' (it starts with {})",
+    refuse(source, "the header does not start with '{{' (it starts with {})",
            text.empty() ? std::string("nothing: its length is 0")
                         : fmt::format("the byte {:#04x}", static_cast<unsigned char>(text.front())));
   if (const std::size_t bad = invalid_utf8_at(text); bad != std::string_view::npos)
-    refuse("the header is not valid UTF-8 (byte {} of the header, {:#04x})", bad,
+    refuse(source, "the header is not valid UTF-8 (byte {} of the header, {:#04x})", bad,
            static_cast<unsigned char>(text[bad]));
   const std::span<const std::byte> data = bytes.subspan(8 + static_cast<std::size_t>(n));  // the rest of the file
 
@@ -385,10 +337,10 @@ SafetensorsView decode_safetensors(std::span<const std::byte> bytes, std::string
   out.tensors.reserve(data_offsets_keys(text));
   HeaderReader reader(out, data);
   if (!Json::sax_parse(text.begin(), text.end(), &reader))
-    refuse("the header is not valid JSON ({})", escaped(reader.syntax_error(), 300));
-  if (!reader.problem().empty()) refuse("{}", reader.problem());
-  check_unique_names(out.tensors, refuse);
-  tile(out.tensors, data, refuse);
+    refuse(source, "the header is not valid JSON ({})", escaped(reader.syntax_error(), 300));
+  if (!reader.problem().empty()) refuse(source, "{}", reader.problem());
+  check_unique_names(out.tensors, source);
+  tile(out.tensors, data, source);
   return out;
 }
 
@@ -398,14 +350,10 @@ std::vector<std::byte> encode_safetensors(const SafetensorsView& file) {
       fail<ValueError>("encode_safetensors: the {} '{}' is not valid UTF-8", what, escaped(text));
   };
   OrderedJson header = OrderedJson::object();
-  if (!file.metadata.empty()) {
-    OrderedJson meta = OrderedJson::object();
-    for (const auto& [key, value] : file.metadata) {
-      check_text(key, "metadata key");
-      check_text(value, "metadata value");
-      meta[key] = value;
-    }
-    header[kMetadataKey] = std::move(meta);
+  for (const auto& [key, value] : file.metadata) {  // no __metadata__ when there is none
+    check_text(key, "metadata key");
+    check_text(value, "metadata value");
+    header[kMetadataKey][key] = value;
   }
   std::uint64_t offset = 0;
   std::set<std::string_view> names;
@@ -461,11 +409,10 @@ struct Expected {
   }
 };
 
+// A shape as a file's: the last `rank` of (batch, rows, cols).
 std::vector<std::uint64_t> dims_of(const Shape& s) {
-  const auto u = [](Index v) { return static_cast<std::uint64_t>(v); };
-  if (s.rank == 1) return {u(s.cols)};
-  if (s.rank == 2) return {u(s.rows), u(s.cols)};
-  return {u(s.batch), u(s.rows), u(s.cols)};
+  const std::array<Index, 3> all = {s.batch, s.rows, s.cols};
+  return {all.end() - s.rank, all.end()};
 }
 
 // The file tensors a module's parameters make in `layout`, in the order of its parameters. ValueError
@@ -479,27 +426,23 @@ std::vector<Expected<T>> expected_tensors(const Module<T>& model, WeightLayout l
   else
     for (const auto* p : model.parameters()) names.emplace_back(p, TorchName{p->name});
   std::vector<Expected<T>> out;
-  std::vector<std::vector<std::uint64_t>> pieces;  // the shape of each part of out[k]
   std::map<std::string, std::size_t> index;
   for (const auto& [p, n] : names) {
-    std::vector<std::uint64_t> piece = dims_of(p->value.shape());
+    std::vector<std::uint64_t> shape = dims_of(p->value.shape());  // the part's, then the whole tensor's
     if (n.transposed) {
-      if (piece.size() != 2)
+      if (shape.size() != 2)
         fail<ValueError>("{}: '{}' is to be stored transposed as '{}', but it is {}, not a matrix", op, p->name,
                          escaped(n.name), p->value.shape());
-      std::swap(piece[0], piece[1]);
+      std::swap(shape[0], shape[1]);
     }
     if (n.parts < 1 || n.part < 0 || n.part >= n.parts)
       fail<ValueError>("{}: '{}' is to be part {} of {} of '{}'", op, p->name, n.part, n.parts, escaped(n.name));
     const auto parts = static_cast<std::size_t>(n.parts), part = static_cast<std::size_t>(n.part);
+    shape[0] *= parts;
     const auto [it, fresh] = index.try_emplace(n.name, out.size());
-    if (fresh) {
-      out.push_back({n.name, piece, std::vector<Slot<T>>(parts)});
-      out.back().shape[0] *= parts;
-      pieces.push_back(piece);
-    }
+    if (fresh) out.push_back({n.name, shape, std::vector<Slot<T>>(parts)});
     Expected<T>& e = out[it->second];
-    if (e.slots.size() != parts || e.slots[part].param || pieces[it->second] != piece) {
+    if (e.slots.size() != parts || e.slots[part].param || e.shape != shape) {
       const auto other = std::find_if(e.slots.begin(), e.slots.end(), [](const Slot<T>& s) { return s.param; });
       fail<ValueError>("{}: '{}' and '{}' are both stored as '{}', not as distinct, equal parts of it", op,
                        other->param->name, p->name, escaped(n.name));
@@ -531,51 +474,40 @@ double read_f32(const std::byte* p) { return std::bit_cast<float>(get_le<std::ui
 double read_f64(const std::byte* p) { return std::bit_cast<double>(get_le<std::uint64_t>(p)); }
 
 ReadElement reader_of(SafetensorsDtype dtype) {
-  switch (dtype) {
-    case SafetensorsDtype::f16:
-      return read_f16;
-    case SafetensorsDtype::bf16:
-      return read_bf16;
-    case SafetensorsDtype::f32:
-      return read_f32;
-    case SafetensorsDtype::f64:
-      return read_f64;
-    default:
-      return nullptr;
-  }
+  using enum SafetensorsDtype;
+  return dtype == f16    ? read_f16
+         : dtype == bf16 ? read_bf16
+         : dtype == f32  ? read_f32
+         : dtype == f64  ? read_f64
+                         : nullptr;
+}
+
+// Where element k (row-major) of a parameter of shape `s` lies in its block of the file: at k, or at (j, i)
+// of the (cols, rows) block when the file holds W^T.
+std::size_t file_index(Index k, Shape s, bool transposed) {
+  return static_cast<std::size_t>(transposed ? k % s.cols * s.rows + k / s.cols : k);
 }
 
 // Block `part` of the file tensor's bytes as a tensor of `shape`, transposed back when the file holds W^T.
 template <class T>
 TensorT<T> read_block(const SafetensorsTensor& t, Shape shape, int part, bool transposed, ReadElement read) {
   TensorT<T> out(shape);
-  const std::size_t size = element_bytes(t.dtype), n = static_cast<std::size_t>(out.numel());
-  const std::byte* block = t.data.data() + static_cast<std::size_t>(part) * n * size;
-  if (transposed) {  // the file's block is (cols, rows): W[i][j] = block[j][i]
-    for (Index i = 0; i < shape.rows; ++i)
-      for (Index j = 0; j < shape.cols; ++j)
-        out.at(i, j) = static_cast<T>(read(block + static_cast<std::size_t>(j * shape.rows + i) * size));
-  } else {
-    for (std::size_t i = 0; i < n; ++i) out[static_cast<Index>(i)] = static_cast<T>(read(block + i * size));
-  }
+  const std::size_t size = element_bytes(t.dtype);
+  const std::byte* block = t.data.data() + static_cast<std::size_t>(part * out.numel()) * size;
+  for (Index k = 0; k < out.numel(); ++k)
+    out[k] = static_cast<T>(read(block + file_index(k, shape, transposed) * size));
   return out;
 }
 
 template <class T>
 void write_slot(const Slot<T>& slot, SafetensorsDtype dtype, std::byte* block) {
   const TensorT<T>& v = slot.param->value;
-  const Shape s = v.shape();
-  const auto write = [&](std::size_t k, T x) {
+  for (Index k = 0; k < v.numel(); ++k) {
+    const std::size_t at = file_index(k, v.shape(), slot.transposed);
     if (dtype == SafetensorsDtype::f32)
-      put_le(block + 4 * k, std::bit_cast<std::uint32_t>(static_cast<float>(x)));
+      put_le(block + 4 * at, std::bit_cast<std::uint32_t>(static_cast<float>(v[k])));
     else
-      put_le(block + 8 * k, std::bit_cast<std::uint64_t>(static_cast<double>(x)));
-  };
-  if (slot.transposed) {
-    for (Index i = 0; i < s.rows; ++i)
-      for (Index j = 0; j < s.cols; ++j) write(static_cast<std::size_t>(j * s.rows + i), v.at(i, j));
-  } else {
-    for (Index i = 0; i < v.numel(); ++i) write(static_cast<std::size_t>(i), v[i]);
+      put_le(block + 8 * at, std::bit_cast<std::uint64_t>(static_cast<double>(v[k])));
   }
 }
 
@@ -627,15 +559,13 @@ LoadReport load_into(const SafetensorsView& file, Module<T>& model, const Safete
   // Everything is checked and converted before the module changes: all or nothing.
   LoadReport report;
   std::map<const Parameter<T>*, TensorT<T>> staged;
-  std::set<std::string_view> wanted;
   for (const Expected<T>& e : expected) {
-    wanted.insert(e.name);
-    const auto it = by_name.find(e.name);
-    if (it == by_name.end()) {
+    const auto found = by_name.extract(e.name);  // what is left in by_name, the model does not have
+    if (found.empty()) {
       report.missing.push_back(e.name);
       continue;
     }
-    const SafetensorsTensor& t = *it->second;
+    const SafetensorsTensor& t = *found.mapped();
     std::vector<TensorT<T>> values;
     if (std::string problem = convert(t, e, values); !problem.empty()) {
       report.mismatched.push_back(std::move(problem));
@@ -650,7 +580,7 @@ LoadReport load_into(const SafetensorsView& file, Module<T>& model, const Safete
           fmt::format("'{}' from {} to {}", escaped(e.name), to_string(t.dtype), to_string(native_dtype<T>())));
   }
   for (const auto& t : file.tensors)
-    if (!wanted.count(t.name)) report.unexpected.push_back(t.name);
+    if (by_name.count(t.name)) report.unexpected.push_back(t.name);
 
   if (options.strict && !report.clean()) fail<FormatError>("{}: {}; nothing was loaded", op, report.problems());
   for (auto* p : model.parameters())  // the layout walked the module as const: its parameters, writable
@@ -680,20 +610,18 @@ std::vector<std::byte> encode_safetensors(const Module<T>& model, const Safetens
   }
 
   const std::vector<Expected<T>> expected = expected_tensors(model, options.layout, "save_safetensors");
+  const auto bytes_of = [&](const Expected<T>& e) {  // the tensor's: its parts are equal blocks of it
+    return element_bytes(dtype) * std::accumulate(e.shape.begin(), e.shape.end(), std::size_t{1}, std::multiplies<>());
+  };
   std::size_t total = 0;
-  for (const auto& e : expected)
-    for (const auto& s : e.slots) total += static_cast<std::size_t>(s.param->value.numel()) * element_bytes(dtype);
+  for (const auto& e : expected) total += bytes_of(e);
   std::vector<std::byte> data(total);
   std::byte* at = data.data();
   for (const auto& e : expected) {
-    SafetensorsTensor t{e.name, dtype, e.shape, {}};
-    std::byte* begin = at;
-    for (const auto& s : e.slots) {
-      write_slot(s, dtype, at);
-      at += static_cast<std::size_t>(s.param->value.numel()) * element_bytes(dtype);
-    }
-    t.data = std::span<const std::byte>(begin, at);
-    file.tensors.push_back(std::move(t));
+    for (std::size_t k = 0; k < e.slots.size(); ++k)
+      write_slot(e.slots[k], dtype, at + k * bytes_of(e) / e.slots.size());
+    file.tensors.push_back({e.name, dtype, e.shape, {at, bytes_of(e)}});
+    at += bytes_of(e);
   }
   return encode_safetensors(file);
 }
@@ -745,11 +673,9 @@ TensorT<T> SafetensorsFile::tensor(std::string_view name) const {
     if (d > static_cast<std::uint64_t>(std::numeric_limits<Index>::max()))
       fail<FormatError>("safetensors '{}': '{}' is {}, a dimension past what a tensor can index", escaped(source),
                         escaped(name), dims_str(t.shape));
-  const auto d = [&](std::size_t i) { return static_cast<Index>(t.shape[i]); };
-  const Shape shape = t.shape.size() == 3   ? Shape::batched(d(0), d(1), d(2))
-                      : t.shape.size() == 2 ? Shape::mat(d(0), d(1))
-                      : t.shape.size() == 1 ? Shape::vec(d(0))
-                                            : Shape::scalar();
+  std::array<Index, 3> dims = {1, 1, 1};  // (batch, rows, cols), ending with the file's; a scalar is vec(1)
+  std::copy(t.shape.begin(), t.shape.end(), dims.end() - t.shape.size());
+  const Shape shape{std::max(1, static_cast<int>(t.shape.size())), dims[0], dims[1], dims[2]};
   return read_block<T>(t, shape, 0, false, read);
 }
 

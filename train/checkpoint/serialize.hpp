@@ -115,78 +115,10 @@ inline void load(InArchive& ar, Shape& s) {
   s = read;
 }
 
-// ---- writing, archive-neutral ----------------------------------------------------------------------------
-
-// Settings: in binary a size tag and (name, value) pairs; in JSON an object {"name": "value", ...}.
-template <class A>
-void save_settings(A& ar, const char* name, const Settings& settings) {
-  ar.setNextName(name);
-  ar.startNode();
-  if constexpr (is_json<A>) {
-    for (const auto& s : settings) ar(make_nvp(s.name.c_str(), s.value));
-  } else {
-    ar(cereal::make_size_tag(static_cast<cereal::size_type>(settings.size())));
-    for (const auto& s : settings) ar(s.name, s.value);
-  }
-  ar.finishNode();
-}
-
-template <class A>
-void save_shape(A& ar, const Shape& s) {
-  ar.setNextName("shape");
-  ar.startNode();
-  ar(make_nvp("rank", static_cast<std::int32_t>(s.rank)), make_nvp("batch", static_cast<std::int64_t>(s.batch)),
-     make_nvp("rows", static_cast<std::int64_t>(s.rows)), make_nvp("cols", static_cast<std::int64_t>(s.cols)));
-  ar.finishNode();
-}
+// ---- reading entries -------------------------------------------------------------------------------------
 
 // An entry's kind, as the file stores it (one byte).
 enum class EntryKind : std::uint8_t { f32 = 0, f64 = 1, ints = 2, numbers = 3, texts = 4 };
-
-// Values in binary as cereal saves a vector of them (a size tag, then the bytes); in JSON as an array, with
-// NaN and Inf as strings (JSON has no literal for them).
-template <class A, class N>
-void save_values(A& ar, const N* data, std::size_t n) {
-  if constexpr (is_json<A>) {
-    if constexpr (std::is_floating_point_v<N>) {
-      if (!std::all_of(data, data + n, [](N v) { return std::isfinite(v); })) {
-        std::vector<std::string> text;
-        for (std::size_t i = 0; i < n; ++i)
-          text.push_back(std::isnan(data[i])   ? "NaN"
-                         : std::isinf(data[i]) ? (data[i] > 0 ? "Inf" : "-Inf")
-                                               : fmt::format("{}", data[i]));
-        ar(make_nvp("values", text));
-        return;
-      }
-    }
-    ar(make_nvp("values", std::vector<N>(data, data + n)));
-  } else {
-    ar(cereal::make_size_tag(static_cast<cereal::size_type>(n)));
-    ar(cereal::binary_data(data, n * sizeof(N)));
-  }
-}
-
-template <class A>
-void save(A& ar, const StateEntry& e) {
-  ar(make_nvp("name", e.name));
-  if constexpr (is_json<A>)
-    ar(make_nvp("kind", std::string(kind_name(e.value))));
-  else
-    ar(static_cast<std::uint8_t>(e.value.index()));
-  std::visit(
-      [&](const auto& v) {
-        using V = std::remove_cvref_t<decltype(v)>;
-        if constexpr (std::is_same_v<V, TensorT<float>> || std::is_same_v<V, TensorT<double>>) {
-          save_shape(ar, v.shape());
-          save_values(ar, v.data(), static_cast<std::size_t>(v.numel()));
-        } else if constexpr (std::is_same_v<V, std::vector<std::string>>) {
-          ar(make_nvp("values", v));
-        } else {
-          save_values(ar, v.data(), v.size());
-        }
-      },
-      e.value);
-}
 
 template <class T>
 void load_tensor(InArchive& ar, StateEntry& e) {
@@ -227,23 +159,6 @@ inline void load(InArchive& ar, StateEntry& e) {
                     kind);
 }
 
-template <class A>
-void save(A& ar, const Checkpoint& c) {
-  ar(make_nvp("format_version", kCheckpointFormat), make_nvp("tapegrad_version", c.tapegrad_version));
-  ar(make_nvp("model", c.model.kind));
-  save_settings(ar, "model_config", c.model.config);
-  ar(make_nvp("metadata", c.metadata));
-  ar.setNextName("entries");
-  ar.startNode();
-  ar(cereal::make_size_tag(static_cast<cereal::size_type>(c.entries.size())));
-  for (const auto& e : c.entries) {
-    ar.startNode();
-    save(ar, e);
-    ar.finishNode();
-  }
-  ar.finishNode();
-}
-
 // The payload of a format-3 file (after its format version, which the caller read).
 inline void load_format3(InArchive& ar, Checkpoint& c) {
   load(ar, c.tapegrad_version);
@@ -254,17 +169,88 @@ inline void load_format3(InArchive& ar, Checkpoint& c) {
   for (auto& e : c.entries) load(ar, e);
 }
 
-// cereal's binary archives have no nodes; these make the save() functions above archive-neutral.
-struct NodeFree {
-  explicit NodeFree(cereal::PortableBinaryOutputArchive& a) : ar(a) {}
-  template <class... T>
-  void operator()(T&&... v) {
-    ar(std::forward<T>(v)...);
+// ---- writing, archive-neutral ----------------------------------------------------------------------------
+
+// Settings: in binary a size tag and (name, value) pairs; in JSON an object {"name": "value", ...}.
+template <class A>
+void save_settings(A& ar, const char* name, const Settings& settings) {
+  if constexpr (is_json<A>) {
+    ar.setNextName(name);
+    ar.startNode();
+    for (const auto& s : settings) ar(make_nvp(s.name.c_str(), s.value));
+    ar.finishNode();
+  } else {
+    ar(cereal::make_size_tag(static_cast<cereal::size_type>(settings.size())));
+    for (const auto& s : settings) ar(s.name, s.value);
   }
-  void setNextName(const char*) {}
-  void startNode() {}
-  void finishNode() {}
-  cereal::PortableBinaryOutputArchive& ar;
-};
+}
+
+// Values in binary as cereal saves a vector of them (a size tag, then the bytes); in JSON as an array, with
+// NaN and Inf as strings (JSON has no literal for them).
+template <class A, class N>
+void save_values(A& ar, const N* data, std::size_t n) {
+  if constexpr (is_json<A>) {
+    if constexpr (std::is_floating_point_v<N>) {
+      if (!std::all_of(data, data + n, [](N v) { return std::isfinite(v); })) {
+        std::vector<std::string> text;
+        for (std::size_t i = 0; i < n; ++i)
+          text.push_back(std::isnan(data[i])   ? "NaN"
+                         : std::isinf(data[i]) ? (data[i] > 0 ? "Inf" : "-Inf")
+                                               : fmt::format("{}", data[i]));
+        ar(make_nvp("values", text));
+        return;
+      }
+    }
+    ar(make_nvp("values", std::vector<N>(data, data + n)));
+  } else {
+    ar(cereal::make_size_tag(static_cast<cereal::size_type>(n)));
+    ar(cereal::binary_data(data, n * sizeof(N)));
+  }
+}
 
 }  // namespace tapegrad::checkpoint_detail
+
+// cereal's save functions of a Shape, an entry and a checkpoint, beside their types where cereal finds them: in
+// JSON each is an object of its own (cereal opens its node), in binary just its fields.
+namespace tapegrad {
+
+template <class A>
+void save(A& ar, const Shape& s) {
+  using cereal::make_nvp;
+  ar(make_nvp("rank", static_cast<std::int32_t>(s.rank)), make_nvp("batch", static_cast<std::int64_t>(s.batch)),
+     make_nvp("rows", static_cast<std::int64_t>(s.rows)), make_nvp("cols", static_cast<std::int64_t>(s.cols)));
+}
+
+template <class A>
+void save(A& ar, const StateEntry& e) {
+  using namespace checkpoint_detail;
+  ar(make_nvp("name", e.name));
+  if constexpr (is_json<A>)
+    ar(make_nvp("kind", std::string(kind_name(e.value))));
+  else
+    ar(static_cast<std::uint8_t>(e.value.index()));
+  std::visit(
+      [&](const auto& v) {
+        using V = std::remove_cvref_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, TensorT<float>> || std::is_same_v<V, TensorT<double>>) {
+          ar(make_nvp("shape", v.shape()));
+          save_values(ar, v.data(), static_cast<std::size_t>(v.numel()));
+        } else if constexpr (std::is_same_v<V, std::vector<std::string>>) {
+          ar(make_nvp("values", v));
+        } else {
+          save_values(ar, v.data(), v.size());
+        }
+      },
+      e.value);
+}
+
+template <class A>
+void save(A& ar, const Checkpoint& c) {
+  using namespace checkpoint_detail;
+  ar(make_nvp("format_version", kCheckpointFormat), make_nvp("tapegrad_version", c.tapegrad_version));
+  ar(make_nvp("model", c.model.kind));
+  save_settings(ar, "model_config", c.model.config);
+  ar(make_nvp("metadata", c.metadata), make_nvp("entries", c.entries));
+}
+
+}  // namespace tapegrad
