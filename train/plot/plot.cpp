@@ -59,6 +59,14 @@ std::string shorten(std::string_view text, std::size_t max_chars) {
   return std::string(text.substr(0, end - 1)) + "\u2026";
 }
 
+// v with `decimals` digits after the point, and no sign when it rounds to zero ("0.00", not "-0.00"):
+// a rounded-away sign is noise.
+std::string fixed(double v, int decimals) {
+  auto s = fmt::format("{:.{}f}", v, decimals);
+  if (s.front() == '-' && s.find_first_not_of("-0.") == std::string::npos) s.erase(0, 1);
+  return s;
+}
+
 // The root element and a white background, so the plot reads the same in a dark-themed viewer.
 void open_svg(std::string& out, double width, double height, std::string_view title) {
   const auto w = std::ceil(width), h = std::ceil(height);
@@ -126,9 +134,10 @@ constexpr const char* kMarkColour = "#e8590c";  // orange: marked rows and cells
 constexpr std::array<const char*, 10> kPalette = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
                                                   "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
 
+const char* series_colour(std::size_t i) { return kPalette[i % kPalette.size()]; }
+
 std::string series_style(std::size_t i) {
-  return fmt::format("stroke=\"{}\"{}", kPalette[i % kPalette.size()],
-                     i < kPalette.size() ? "" : " stroke-dasharray=\"6 3\"");
+  return fmt::format("stroke=\"{}\"{}", series_colour(i), i < kPalette.size() ? "" : " stroke-dasharray=\"6 3\"");
 }
 
 // ---- heatmap ----
@@ -142,7 +151,6 @@ struct HeatmapLayout {
   double left = 0, top = 0;             // the grid's top-left corner
   double grid_w = 0, grid_h = 0;
   double bar_x = 0, bar_h = 0, bar_label_w = 0;  // colour bar, and its widest label
-  double notes_y = 0;                            // baseline of the first note
   double width = 0, height = 0;
 };
 
@@ -173,14 +181,8 @@ HeatmapLayout heatmap_layout(const Heatmap& map) {
   const double bar_title_w = map.value_title.empty() ? 0 : kFont + 10;
   const double right = std::max(l.bar_x + 14 + 6 + l.bar_label_w + bar_title_w, l.left + l.grid_w + col_overhang);
   l.width = std::max({right + kPad, text_width(map.title, kTitleFont) + 2 * kPad, widest(map.notes, kFont) + 2 * kPad});
-  l.notes_y = l.top + l.bar_h + 10 + kFont;
   l.height = l.top + l.bar_h + kPad + kNoteLine * static_cast<double>(map.notes.size()) + (map.notes.empty() ? 0 : 6);
   return l;
-}
-
-std::string cell_value(double v) {
-  auto s = fmt::format("{:.2f}", v);
-  return s == "-0.00" ? "0.00" : s;  // a rounded-away sign is noise
 }
 
 // Diagonal hatching clipped to the cell by construction (lines x + y = c inside the square), which
@@ -208,7 +210,7 @@ void heatmap_cells(std::string& out, const Heatmap& map, const HeatmapLayout& l)
           xml_escaped(map.col_title), xml_escaped(map.col_labels[c]), fmt::format("{:.4g}", v));
       if (std::isnan(v)) nan_cell(out, x, y, l.cell);
       if (!map.show_values && !std::isnan(v)) continue;
-      const std::string label = std::isnan(v) ? "nan" : cell_value(v);
+      const std::string label = std::isnan(v) ? "nan" : fixed(v, 2);
       const double size = std::min(11.0, (l.cell - 6) / (0.62 * static_cast<double>(label.size())));
       const char* fill = std::isnan(v) ? "#444444" : is_dark(colour) ? "white" : "#222222";
       text(out, x + l.cell / 2, y + l.cell / 2 + 0.35 * size, label,
@@ -257,7 +259,7 @@ void heatmap_labels(std::string& out, const Heatmap& map, const HeatmapLayout& l
         px(l.left + l.cell * static_cast<double>(c) + 1.5), px(l.top + l.cell * static_cast<double>(r) + 1.5),
         px(l.cell - 3), px(l.cell - 3), kMarkColour);
   for (std::size_t i = 0; i < map.notes.size(); ++i)
-    text(out, kPad, l.notes_y + kNoteLine * static_cast<double>(i), map.notes[i]);
+    text(out, kPad, l.top + l.bar_h + 10 + kFont + kNoteLine * static_cast<double>(i), map.notes[i]);
 }
 
 // A vertical bar from vmin (bottom) to vmax (top), drawn as thin bands: a <linearGradient> would
@@ -385,9 +387,7 @@ std::string tick_label(const Axis& axis, double v) {
   if (largest >= 1e6) return fmt::format("{:g}", v);
   const double step = axis.ticks.size() > 1 ? axis.ticks[1] - axis.ticks[0] : 1;
   const int decimals = step >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(step) - 1e-6));
-  auto s = fmt::format("{:.{}f}", v, decimals);
-  if (s.front() == '-' && s.find_first_not_of("-0.") == std::string::npos) s.erase(0, 1);  // no "-0.0"
-  return s;
+  return fixed(v, decimals);
 }
 
 bool drawable(double x, double y, bool log_y) { return std::isfinite(x) && std::isfinite(y) && (!log_y || y > 0); }
@@ -488,7 +488,7 @@ void chart_series(std::string& out, const LineChart& chart, const ChartLayout& l
       const bool ok = i < series.x.size() && drawable(series.x[i], series.y[i], chart.log_y);
       if (!ok && run == 1) {  // the previous point was alone
         const auto [x, y] = pos(series.x[i - 1], series.y[i - 1]);
-        put(dots, "<circle cx=\"{}\" cy=\"{}\" r=\"2.5\" fill=\"{}\"/>\n", px(x), px(y), kPalette[s % kPalette.size()]);
+        put(dots, "<circle cx=\"{}\" cy=\"{}\" r=\"2.5\" fill=\"{}\"/>\n", px(x), px(y), series_colour(s));
       }
       if (!ok) {
         run = 0;
@@ -509,8 +509,7 @@ void chart_legend(std::string& out, const LineChart& chart, const ChartLayout& l
   for (std::size_t s = 0; s < chart.series.size(); ++s) {
     const double y = l.top + 9 + 18 * static_cast<double>(s);
     if (dots)
-      put(out, "<circle cx=\"{}\" cy=\"{}\" r=\"4\" fill=\"{}\"/>\n", px(l.legend_x + 11), px(y),
-          kPalette[s % kPalette.size()]);
+      put(out, "<circle cx=\"{}\" cy=\"{}\" r=\"4\" fill=\"{}\"/>\n", px(l.legend_x + 11), px(y), series_colour(s));
     else
       put(out, "<line x1=\"{0}\" y1=\"{2}\" x2=\"{1}\" y2=\"{2}\" {3} stroke-width=\"2\"/>\n", px(l.legend_x),
           px(l.legend_x + 22), px(y), series_style(s));
@@ -572,9 +571,31 @@ void scatter_points(std::string& out, const ScatterPlot& plot, const ChartLayout
       if (!drawable(series.x[i], series.y[i], false)) continue;
       put(out, "<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{}\" stroke=\"white\" stroke-width=\"0.7\"/>\n",
           px(inset + l.x.unit(series.x[i]) * l.plot_w), px(inset + (1 - l.y.unit(series.y[i])) * l.plot_h),
-          kPalette[s % kPalette.size()]);
+          series_colour(s));
     }
   }
+}
+
+// A chart's document, with what `plot_area` draws in a nested <svg>, which clips it to the plot area
+// (overflow is hidden on inner svg elements) without a <clipPath> id; inset by the stroke width (a line
+// chart's) or a dot's radius (a scatter plot's), so a line or dot on an edge is drawn whole. A scatter
+// plot's field goes under its axes and grid, a line chart's lines over them; its legend shows dots.
+template <class Draw>
+std::string chart_svg(const LineChart& chart, std::string_view op, bool scatter, const Draw& plot_area) {
+  check_chart(chart, op);
+  const ChartLayout layout = chart_layout(chart);
+  std::string out;
+  open_svg(out, layout.width, layout.height, chart.title);
+  if (!scatter) chart_axes(out, chart, layout);
+  const double inset = scatter ? 4 : 3;
+  put(out, "<svg x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\">\n", px(layout.left - inset), px(layout.top - inset),
+      layout.plot_w + 2 * inset, layout.plot_h + 2 * inset);
+  plot_area(out, layout, inset);
+  out += "</svg>\n";
+  if (scatter) chart_axes(out, chart, layout);
+  chart_legend(out, chart, layout, scatter);
+  out += "</svg>\n";
+  return out;
 }
 
 // The value of attribute `name` in an <svg> start tag, when it is in pixels ("640" or "640px").
@@ -617,21 +638,8 @@ std::string heatmap_svg(const Heatmap& map) {
 }
 
 std::string line_chart_svg(const LineChart& chart) {
-  check_chart(chart, "line_chart_svg");
-  const ChartLayout layout = chart_layout(chart);
-  std::string out;
-  open_svg(out, layout.width, layout.height, chart.title);
-  chart_axes(out, chart, layout);
-  // A nested <svg> clips the lines to the plot area (overflow is hidden on inner svg elements)
-  // without a <clipPath> id; inset by the stroke width so a line along an edge is drawn whole.
-  constexpr double inset = 3;
-  put(out, "<svg x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\">\n", px(layout.left - inset), px(layout.top - inset),
-      layout.plot_w + 2 * inset, layout.plot_h + 2 * inset);
-  chart_series(out, chart, layout, inset);
-  out += "</svg>\n";
-  chart_legend(out, chart, layout, false);
-  out += "</svg>\n";
-  return out;
+  return chart_svg(chart, "line_chart_svg", false,
+                   [&](std::string& out, const ChartLayout& l, double inset) { chart_series(out, chart, l, inset); });
 }
 
 std::string scatter_svg(const ScatterPlot& plot) {
@@ -648,20 +656,10 @@ std::string scatter_svg(const ScatterPlot& plot) {
                         .y_max = plot.y_max,
                         .x_min = plot.x_min,
                         .x_max = plot.x_max};
-  check_chart(chart, "scatter_svg");
-  ChartLayout layout = chart_layout(chart);
-  std::string out;
-  open_svg(out, layout.width, layout.height, plot.title);
-  constexpr double inset = 4;  // dots on an edge are drawn whole
-  put(out, "<svg x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\">\n", px(layout.left - inset), px(layout.top - inset),
-      layout.plot_w + 2 * inset, layout.plot_h + 2 * inset);
-  if (!plot.field.empty()) scatter_field(out, plot, layout, inset);
-  scatter_points(out, plot, layout, inset);
-  out += "</svg>\n";
-  chart_axes(out, chart, layout);
-  chart_legend(out, chart, layout, true);
-  out += "</svg>\n";
-  return out;
+  return chart_svg(chart, "scatter_svg", true, [&](std::string& out, const ChartLayout& l, double inset) {
+    if (!plot.field.empty()) scatter_field(out, plot, l, inset);
+    scatter_points(out, plot, l, inset);
+  });
 }
 
 std::string svg_row(const std::vector<std::string>& svgs, double gap) {

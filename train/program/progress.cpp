@@ -17,6 +17,9 @@ std::string format_duration(double s) {
   return fmt::format("{}m{:02}s", static_cast<long>(s) / 60, static_cast<long>(s) % 60);
 }
 
+// "  eval_loss 1.2345", as the bar and the lines show a value.
+std::string shown(const NamedValue& v) { return fmt::format("  {} {:.4f}", v.name, v.value); }
+
 }  // namespace
 
 Progress::Progress(std::FILE* out, Style style, Index total_steps, std::string title)
@@ -45,9 +48,8 @@ void Progress::draw(Index step) {
   // The training loss and the last value of the point (an evaluation metric, when there is one).
   std::string metrics;
   if (!last_.values.empty() && !std::isnan(last_.values.front().value)) {
-    metrics = fmt::format("  {} {:.4f}", last_.values.front().name, last_.values.front().value);
-    if (last_.values.size() > 1)
-      metrics += fmt::format("  {} {:.4f}", last_.values.back().name, last_.values.back().value);
+    metrics = shown(last_.values.front());
+    if (last_.values.size() > 1) metrics += shown(last_.values.back());
   }
   fmt::print(out_, "\r{} [{}] {}/{}  {:.0f} {}/s  ETA {}{}\x1b[K", title_, bar, step, total_, rate * per_step_, unit_,
              format_duration(eta), metrics);
@@ -69,9 +71,8 @@ void Progress::on_evaluation(const CurvePoint& p) {
     std::string values;
     // "-": nothing measured yet (the training values before the first step); a NaN measured is "nan".
     for (const auto& v : p.values)
-      values += std::isnan(v.value) && p.step == 0 && v.name.starts_with("train_")
-                    ? fmt::format("  {} -", v.name)
-                    : fmt::format("  {} {:.4f}", v.name, v.value);
+      values +=
+          std::isnan(v.value) && p.step == 0 && v.name.starts_with("train_") ? fmt::format("  {} -", v.name) : shown(v);
     fmt::print(out_, "{} step {:>6}/{}{}  lr {:.3g}  {:.1f}s\n", title_, p.step, total_, values, p.lr, p.seconds);
     std::fflush(out_);
   } else if (style_ == Style::bar) {
