@@ -29,6 +29,17 @@ void refuse_non_regular_target(int folder, const char* name, const std::filesyst
                   escaped(shown), detail::kind_of(st.st_mode));
 }
 
+// The folder `path` is in ("." for a bare name), made with its parents where missing: E naming both if it
+// cannot be.
+template <class E>
+std::filesystem::path make_folder_of(const std::filesystem::path& path, std::string_view op) {
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail<E>("{}: cannot create the folder '{}' for '{}': {}", op, escaped(dir), escaped(path), ec.message());
+  return dir;
+}
+
 // A limit of the file system `dir` is on (pathconf), or `fallback` where it states none.
 long path_limit(const std::filesystem::path& dir, int which, long fallback) {
   const long v = ::pathconf(dir.c_str(), which);
@@ -44,12 +55,7 @@ std::filesystem::path temporary_path(const std::filesystem::path& path) {
 
 void write_file(const std::filesystem::path& path, std::string_view content, Durability durability,
                 std::string_view op) {
-  namespace fs = std::filesystem;
-  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    fail<IoError>("{}: cannot create the folder '{}' for '{}': {}", op, escaped(dir), escaped(path), ec.message());
+  const std::filesystem::path dir = make_folder_of<IoError>(path, op);
   const detail::Descriptor folder(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!folder.open())
     fail<IoError>("{}: cannot open the folder '{}' for '{}': {}", op, escaped(dir), escaped(path),
@@ -93,11 +99,7 @@ bool is_temporary_name(std::string_view name) {
 void check_writable(const std::filesystem::path& path, std::string_view op) {
   namespace fs = std::filesystem;
   refuse_non_regular_target(AT_FDCWD, path.c_str(), path, op);
-  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    fail<FileError>("{}: cannot create the folder '{}' for '{}': {}", op, escaped(dir), escaped(path), ec.message());
+  const fs::path dir = make_folder_of<FileError>(path, op);
   // The longest name the write gives the file system is its temporary file's.
   const fs::path tmp = temporary_path(path);
   const long name_max = path_limit(dir, _PC_NAME_MAX, NAME_MAX), path_max = path_limit(dir, _PC_PATH_MAX, PATH_MAX);
