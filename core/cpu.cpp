@@ -2,10 +2,10 @@
 
 // Compiled for the x86-64 baseline whatever the library's level (CMakeLists.txt), so that the check
 // below runs on any x86-64 CPU: it is the one piece of the library that may meet a CPU the rest cannot.
-#include <array>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #ifndef TAPEGRAD_CPU_LEVEL
 #define TAPEGRAD_CPU_LEVEL ""
@@ -18,36 +18,34 @@ extern "C" const int tapegrad_cpu_check = 1;
 namespace tapegrad {
 namespace {
 
-// Each level's features beyond the one below it, as __builtin_cpu_supports names them (the ones GCC 12
-// and clang 14 both know: what compilers emit for that level; LZCNT and MOVBE they do not name).
-constexpr std::array<const char*, 5> kV2 = {"sse3", "ssse3", "sse4.1", "sse4.2", "popcnt"};
-constexpr std::array<const char*, 5> kV3 = {"avx", "avx2", "fma", "bmi", "bmi2"};
-constexpr std::array<const char*, 5> kV4 = {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"};
+// The features of x86-64-v2, -v3 and -v4, each level's beyond the one below it, as __builtin_cpu_supports
+// names them (the ones GCC 12 and clang 14 both know: what compilers emit for that level; LZCNT and MOVBE
+// they do not name).
+constexpr const char* kLevelFeatures[3][5] = {{"sse3", "ssse3", "sse4.1", "sse4.2", "popcnt"},
+                                              {"avx", "avx2", "fma", "bmi", "bmi2"},
+                                              {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}};
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+struct CpuFeature {
+  const char* name;
+  int supported;
+};
+
 bool cpu_has(const char* feature) {
   // Before other constructors have run, the CPU's description must be read first (GCC's manual).
   __builtin_cpu_init();
-  // __builtin_cpu_supports takes a literal: one branch per name it may be asked.
-  const std::string_view f = feature;
-#define TAPEGRAD_FEATURE(name) \
-  if (f == name) return __builtin_cpu_supports(name)
-  TAPEGRAD_FEATURE("sse3");
-  TAPEGRAD_FEATURE("ssse3");
-  TAPEGRAD_FEATURE("sse4.1");
-  TAPEGRAD_FEATURE("sse4.2");
-  TAPEGRAD_FEATURE("popcnt");
-  TAPEGRAD_FEATURE("avx");
-  TAPEGRAD_FEATURE("avx2");
-  TAPEGRAD_FEATURE("fma");
-  TAPEGRAD_FEATURE("bmi");
-  TAPEGRAD_FEATURE("bmi2");
-  TAPEGRAD_FEATURE("avx512f");
-  TAPEGRAD_FEATURE("avx512bw");
-  TAPEGRAD_FEATURE("avx512cd");
-  TAPEGRAD_FEATURE("avx512dq");
-  TAPEGRAD_FEATURE("avx512vl");
-#undef TAPEGRAD_FEATURE
+  // __builtin_cpu_supports takes a literal: each name it may be asked, written out.
+  const CpuFeature features[] = {
+      {"sse3", __builtin_cpu_supports("sse3")},         {"ssse3", __builtin_cpu_supports("ssse3")},
+      {"sse4.1", __builtin_cpu_supports("sse4.1")},     {"sse4.2", __builtin_cpu_supports("sse4.2")},
+      {"popcnt", __builtin_cpu_supports("popcnt")},     {"avx", __builtin_cpu_supports("avx")},
+      {"avx2", __builtin_cpu_supports("avx2")},         {"fma", __builtin_cpu_supports("fma")},
+      {"bmi", __builtin_cpu_supports("bmi")},           {"bmi2", __builtin_cpu_supports("bmi2")},
+      {"avx512f", __builtin_cpu_supports("avx512f")},   {"avx512bw", __builtin_cpu_supports("avx512bw")},
+      {"avx512cd", __builtin_cpu_supports("avx512cd")}, {"avx512dq", __builtin_cpu_supports("avx512dq")},
+      {"avx512vl", __builtin_cpu_supports("avx512vl")}};
+  for (const CpuFeature& f : features)
+    if (std::strcmp(f.name, feature) == 0) return f.supported != 0;
   return true;
 }
 #else
@@ -59,14 +57,10 @@ bool cpu_has(const char*) { return true; }
 // copy from one of them, compiled for the level being checked.
 void write_missing(std::string_view level, bool (*has)(const char*), char* out, std::size_t size) {
   out[0] = '\0';
-  int depth = 0;
-  if (level == "x86-64-v2") depth = 1;
-  if (level == "x86-64-v3") depth = 2;
-  if (level == "x86-64-v4") depth = 3;
-  const std::array<const std::array<const char*, 5>*, 3> levels = {&kV2, &kV3, &kV4};
+  const int depth = level == "x86-64-v2" ? 1 : level == "x86-64-v3" ? 2 : level == "x86-64-v4" ? 3 : 0;
   std::size_t used = 0;
   for (int l = 0; l < depth; ++l)
-    for (const char* f : *levels[static_cast<std::size_t>(l)]) {
+    for (const char* f : kLevelFeatures[l]) {
       if (has(f)) continue;
       const int n = std::snprintf(out + used, size - used, "%s%s", used == 0 ? "" : ", ", f);
       if (n < 0 || static_cast<std::size_t>(n) >= size - used) return;

@@ -1,16 +1,13 @@
 #pragma once
 // A file descriptor owned by one object: closed when it goes out of scope (writing and reading a file,
-// the pipes to a child process, a run's output folder held open); the hold on SIGXFSZ that the
-// library's file writers (write_file, token files) write under; the loops of whole reads and writes
-// those writers and readers share; the little-endian fields of their formats; and what a path that is not
-// a regular file is, in their messages. Internal: not part of the umbrella header.
+// the pipes to a child process, a run's output folder held open); the loops of whole reads and writes
+// the library's file writers (write_file, token files) and readers share; the little-endian fields of
+// their formats; and what a path that is not a regular file is, in their messages. Internal: not part of
+// the umbrella header.
 
-#include <pthread.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -48,37 +45,9 @@ class Descriptor {
   int fd_ = -1;
 };
 
-// While alive, a file-size limit (ulimit -f) makes this thread's writes fail with EFBIG, which the writer
-// reports, instead of ending the process with SIGXFSZ, whatever the program does with that signal: it is
-// blocked in this thread, and any the writes raised is taken off before the thread's mask is restored. So
-// every program, a user's own main() too, gets the one-line IoError and no temporary file left behind.
-class FileSizeSignalHeld {
- public:
-  FileSizeSignalHeld() {
-    sigemptyset(&xfsz_);
-    sigaddset(&xfsz_, SIGXFSZ);
-    ::pthread_sigmask(SIG_BLOCK, &xfsz_, &before_);
-  }
-  ~FileSizeSignalHeld() {
-    if (sigismember(&before_, SIGXFSZ)) return;  // blocked already: the caller's to handle
-    const int error = errno;                     // the failed write's, which the writer reports
-    const timespec now{};
-    while (::sigtimedwait(&xfsz_, nullptr, &now) == SIGXFSZ) {
-    }
-    ::pthread_sigmask(SIG_SETMASK, &before_, nullptr);
-    errno = error;
-  }
-  FileSizeSignalHeld(const FileSizeSignalHeld&) = delete;
-  FileSizeSignalHeld& operator=(const FileSizeSignalHeld&) = delete;
-
- private:
-  sigset_t xfsz_{};
-  sigset_t before_{};
-};
-
 // All `n` bytes written at `offset` (pwrite; offset < 0: write, at the current position), retrying after
-// a signal, under FileSizeSignalHeld; false, with errno set, if the system failed a write (ENOSPC for one
-// that makes no progress: a full device).
+// a signal; false, with errno set, if the system failed a write (ENOSPC for one that makes no progress: a
+// full device; EFBIG past a file-size limit, which ends no process here: see write_all).
 bool write_all(int fd, const void* data, std::size_t n, std::int64_t offset = -1);
 // Up to `n` bytes read into `to` at `offset` (pread; offset < 0: read, from the current position),
 // retrying after a signal: fewer only where the file ends. IoError "<op>: reading '<path>' failed: <why>".

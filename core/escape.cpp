@@ -10,9 +10,9 @@
 namespace tapegrad {
 namespace {
 
-// The length of the valid UTF-8 sequence that starts text[i], or 0 if none does (a stray continuation
-// byte, an overlong form, a surrogate, past U+10FFFF, or cut short).
-std::size_t utf8_length(std::string_view text, std::size_t i) {
+// The length of the valid UTF-8 sequence that starts text[i], with its code point in `c`, or 0 if none
+// does (a stray continuation byte, an overlong form, a surrogate, past U+10FFFF, or cut short).
+std::size_t utf8_length(std::string_view text, std::size_t i, char32_t& c) {
   const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
   const unsigned char b0 = byte(i);
   const std::size_t n = b0 >= 0xf0 ? 4 : b0 >= 0xe0 ? 3 : 2;
@@ -21,17 +21,12 @@ std::size_t utf8_length(std::string_view text, std::size_t i) {
   const unsigned lo = b0 == 0xe0 ? 0xa0 : b0 == 0xf0 ? 0x90 : 0x80;
   const unsigned hi = b0 == 0xed ? 0x9f : b0 == 0xf4 ? 0x8f : 0xbf;
   if (b0 < 0xc2 || b0 > 0xf4 || i + n > text.size() || byte(i + 1) < lo || byte(i + 1) > hi) return 0;
-  for (std::size_t k = 2; k < n; ++k)
+  c = b0 & (0x7f >> n);  // the lead byte's bits: 5, 4 or 3
+  for (std::size_t k = 1; k < n; ++k) {
     if (byte(i + k) < 0x80 || byte(i + k) > 0xbf) return 0;
+    c = c << 6 | (byte(i + k) & 0x3f);
+  }
   return n;
-}
-
-// The code point of the valid UTF-8 sequence of `n` bytes at text[i].
-char32_t code_point(std::string_view text, std::size_t i, std::size_t n) {
-  const auto byte = [&](std::size_t k) { return static_cast<char32_t>(static_cast<unsigned char>(text[i + k])); };
-  if (n == 2) return (byte(0) & 0x1f) << 6 | (byte(1) & 0x3f);
-  if (n == 3) return (byte(0) & 0x0f) << 12 | (byte(1) & 0x3f) << 6 | (byte(2) & 0x3f);
-  return (byte(0) & 0x07) << 18 | (byte(1) & 0x3f) << 12 | (byte(2) & 0x3f) << 6 | (byte(3) & 0x3f);
 }
 
 // Valid UTF-8 that a message must not print as it is: the C1 controls (U+0080-U+009F, which some
@@ -53,8 +48,9 @@ bool hidden_code_point(char32_t c) {
 }  // namespace
 
 std::size_t invalid_utf8_at(std::string_view text) {
+  char32_t c = 0;
   for (std::size_t i = 0, n = 0; i < text.size(); i += n) {
-    n = static_cast<unsigned char>(text[i]) < 0x80 ? 1 : utf8_length(text, i);
+    n = static_cast<unsigned char>(text[i]) < 0x80 ? 1 : utf8_length(text, i, c);
     if (n == 0) return i;
   }
   return std::string_view::npos;
@@ -63,6 +59,7 @@ std::size_t invalid_utf8_at(std::string_view text) {
 std::string escaped(std::string_view text, std::size_t max_bytes) {
   std::string out;
   std::size_t i = 0;
+  char32_t c = 0;
   const std::size_t end = std::min(text.size(), max_bytes);
   while (i < end) {
     const auto u = static_cast<unsigned char>(text[i]);
@@ -71,12 +68,11 @@ std::string escaped(std::string_view text, std::size_t max_bytes) {
       ++i;
     } else if (u >= 0x20 && u < 0x7f) {
       out += text[i++];
-    } else if (const std::size_t n = u >= 0x80 ? utf8_length(text, i) : 0; n > 0 && i + n <= end) {
-      const auto c = static_cast<std::uint32_t>(code_point(text, i, n));
+    } else if (const std::size_t n = u >= 0x80 ? utf8_length(text, i, c) : 0; n > 0 && i + n <= end) {
       if (!hidden_code_point(c))
         out.append(text.substr(i, n));
       else
-        out += c > 0xffff ? fmt::format("\\U{:08x}", c) : fmt::format("\\u{:04x}", c);
+        out += c > 0xffff ? fmt::format("\\U{:08x}", std::uint32_t{c}) : fmt::format("\\u{:04x}", std::uint32_t{c});
       i += n;
     } else {
       out += fmt::format("\\x{:02x}", u);

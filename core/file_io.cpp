@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,6 +29,23 @@ void refuse_non_regular_target(int folder, const char* name, const std::filesyst
                   escaped(shown), detail::kind_of(st.st_mode));
 }
 
+// The folder `path` is in ("." for a bare name), made with its parents where missing: E naming both if it
+// cannot be.
+template <class E>
+std::filesystem::path make_folder_of(const std::filesystem::path& path, std::string_view op) {
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail<E>("{}: cannot create the folder '{}' for '{}': {}", op, escaped(dir), escaped(path), ec.message());
+  return dir;
+}
+
+// A limit of the file system `dir` is on (pathconf), or `fallback` where it states none.
+long path_limit(const std::filesystem::path& dir, int which, long fallback) {
+  const long v = ::pathconf(dir.c_str(), which);
+  return v > 0 ? v : fallback;
+}
+
 }  // namespace
 
 std::filesystem::path temporary_path(const std::filesystem::path& path) {
@@ -37,12 +55,7 @@ std::filesystem::path temporary_path(const std::filesystem::path& path) {
 
 void write_file(const std::filesystem::path& path, std::string_view content, Durability durability,
                 std::string_view op) {
-  namespace fs = std::filesystem;
-  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    fail<IoError>("{}: cannot create the folder '{}' for '{}': {}", op, escaped(dir), escaped(path), ec.message());
+  const std::filesystem::path dir = make_folder_of<IoError>(path, op);
   const detail::Descriptor folder(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!folder.open())
     fail<IoError>("{}: cannot open the folder '{}' for '{}': {}", op, escaped(dir), escaped(path),
@@ -58,35 +71,24 @@ void write_file_at(int folder, std::string_view name, std::string_view content, 
   refuse_non_regular_target(folder, target.c_str(), shown, op);
   const std::string tmp = fmt::format(".{}.tmp-{}", target, ::getpid());
   auto fail_io = [&](const char* what) {
-    const std::string reason = std::strerror(errno);
-    ::unlinkat(folder, tmp.c_str(), 0);
-    fail<IoError>("{}: {} failed for '{}': {}", op, what, escaped(shown), reason);
+    fail<IoError>("{}: {} failed for '{}': {}", op, what, escaped(shown), std::strerror(errno));
   };
-  // fail_io reads errno before it throws; the descriptor is closed after, as the exception leaves. O_NOFOLLOW:
-  // a link planted at the temporary file's name is not written through.
-  detail::Descriptor fd(::openat(folder, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
-  if (!fd.open()) fail_io("creating the temporary file");
-  if (!detail::write_all(fd.get(), content.data(), content.size())) fail_io("writing");
-  if (durability == Durability::durable && ::fsync(fd.get()) != 0) fail_io("fsync");
-  if (fd.close_checked() != 0) fail_io("closing");
-  try {
-    // Again: something may have taken its place meanwhile.
-    refuse_non_regular_target(folder, target.c_str(), shown, op);
+  try {  // whatever fails, the temporary file is removed
+    // fail_io reads errno before it throws; the descriptor is closed after, as the exception leaves.
+    // O_NOFOLLOW: a link planted at the temporary file's name is not written through.
+    detail::Descriptor fd(::openat(folder, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!fd.open()) fail_io("creating the temporary file");
+    if (!detail::write_all(fd.get(), content.data(), content.size())) fail_io("writing");
+    if (durability == Durability::durable && ::fsync(fd.get()) != 0) fail_io("fsync");
+    if (fd.close_checked() != 0) fail_io("closing");
+    refuse_non_regular_target(folder, target.c_str(), shown, op);  // again: something may have taken its place
+    if (::renameat(folder, tmp.c_str(), folder, target.c_str()) != 0) fail_io("renaming into place");
   } catch (...) {
     ::unlinkat(folder, tmp.c_str(), 0);
     throw;
   }
-  if (::renameat(folder, tmp.c_str(), folder, target.c_str()) != 0) fail_io("renaming into place");
   if (durability == Durability::durable) ::fsync(folder);  // the rename is durable once the folder's entry is on disk
 }
-
-namespace {
-long path_limit(const std::filesystem::path& dir, int which, long fallback) {
-  errno = 0;
-  const long v = ::pathconf(dir.c_str(), which);
-  return v > 0 ? v : fallback;
-}
-}  // namespace
 
 bool is_temporary_name(std::string_view name) {
   const std::size_t at = name.rfind(".tmp-");
@@ -97,11 +99,7 @@ bool is_temporary_name(std::string_view name) {
 void check_writable(const std::filesystem::path& path, std::string_view op) {
   namespace fs = std::filesystem;
   refuse_non_regular_target(AT_FDCWD, path.c_str(), path, op);
-  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    fail<FileError>("{}: cannot create the folder '{}' for '{}': {}", op, escaped(dir), escaped(path), ec.message());
+  const fs::path dir = make_folder_of<FileError>(path, op);
   // The longest name the write gives the file system is its temporary file's.
   const fs::path tmp = temporary_path(path);
   const long name_max = path_limit(dir, _PC_NAME_MAX, NAME_MAX), path_max = path_limit(dir, _PC_PATH_MAX, PATH_MAX);
@@ -124,17 +122,33 @@ void check_writable(const std::filesystem::path& path, std::string_view op) {
 namespace detail {
 
 bool write_all(int fd, const void* data, std::size_t n, std::int64_t offset) {
-  const FileSizeSignalHeld held;  // a file-size limit is an error here, not the end of the process
+  // A file-size limit (ulimit -f) makes these writes fail with EFBIG, which the writer reports, instead of
+  // ending the process with SIGXFSZ, whatever the program does with that signal: it is blocked in this
+  // thread while they run, and any they raised is taken off before the thread's mask is restored. So every
+  // program, a user's own main() too, gets the one-line IoError and no temporary file left behind.
+  sigset_t xfsz, before;
+  sigemptyset(&xfsz);
+  sigaddset(&xfsz, SIGXFSZ);
+  ::pthread_sigmask(SIG_BLOCK, &xfsz, &before);
   const auto* from = static_cast<const char*>(data);
-  for (std::size_t done = 0; done < n;) {
+  std::size_t done = 0;
+  while (done < n) {
     const ssize_t k = offset < 0 ? ::write(fd, from + done, n - done)
                                  : ::pwrite(fd, from + done, n - done, static_cast<off_t>(offset + done));
     if (k < 0 && errno == EINTR) continue;
     if (k == 0) errno = ENOSPC;  // a write that makes no progress is a full device
-    if (k <= 0) return false;
+    if (k <= 0) break;
     done += static_cast<std::size_t>(k);
   }
-  return true;
+  if (!sigismember(&before, SIGXFSZ)) {  // (blocked already: the caller's to handle)
+    const int error = errno;             // the failed write's, which the writer reports
+    const timespec now{};
+    while (::sigtimedwait(&xfsz, nullptr, &now) == SIGXFSZ) {
+    }
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    errno = error;
+  }
+  return done == n;
 }
 
 std::size_t read_all(int fd, void* to, std::size_t n, std::int64_t offset, const std::filesystem::path& path,

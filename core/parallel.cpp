@@ -6,6 +6,8 @@
 #include <cmath>
 #include <exception>
 #include <memory>
+#include <mutex>
+#include <stop_token>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -21,21 +23,13 @@
 
 namespace tapegrad {
 
-bool have_openmp() {
 #ifdef _OPENMP
-  return true;
+bool have_openmp() { return true; }
+int num_threads() { return omp_get_max_threads(); }
 #else
-  return false;
+bool have_openmp() { return false; }
+int num_threads() { return 1; }
 #endif
-}
-
-int num_threads() {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
 
 void set_num_threads(int n) {
   if (n < 1) fail<ValueError>("set_num_threads: needs at least 1 thread, got {}", n);
@@ -54,6 +48,9 @@ thread_local bool inside_split = false;
 
 ParallelCrossover crossover;
 
+// Counted with a relaxed increment by the thread that starts the region.
+std::atomic<std::uint64_t> regions_started{0};
+
 // ---- The policy (core/parallel.hpp) -----------------------------------------------------------------
 int threads_for(double work, double min) {
   const int most = num_threads();
@@ -63,27 +60,6 @@ int threads_for(double work, double min) {
   return worth >= most ? most : static_cast<int>(worth);
 }
 
-}  // namespace
-
-const ParallelCrossover& parallel_crossover() { return crossover; }
-
-void set_parallel_crossover(const ParallelCrossover& c) {
-  if (!(c.min_macs >= 0) || !(c.min_elements >= 0))
-    fail<ValueError>("set_parallel_crossover: the minimums must be >= 0, got {} multiply-adds and {} elements",
-                     c.min_macs, c.min_elements);
-  crossover = c;
-}
-
-int threads_for_product(double macs) { return threads_for(macs, crossover.min_macs); }
-int threads_for_elements(double elements) { return threads_for(elements, crossover.min_elements); }
-
-namespace {
-// Counted with a relaxed increment by the thread that starts the region.
-std::atomic<std::uint64_t> regions_started{0};
-}  // namespace
-
-std::uint64_t parallel_regions_started() { return regions_started.load(std::memory_order_relaxed); }
-
 // ---- The pool ---------------------------------------------------------------------------------------
 // A split job is cut into pieces (whole grains each) that the calling thread and the pool's workers take
 // one at a time from a shared counter: a worker the scheduler has parked takes none, and the others take
@@ -91,7 +67,6 @@ std::uint64_t parallel_regions_started() { return regions_started.load(std::memo
 // that wakes late finds nothing left and goes back to waiting. (An OpenMP region ends in a barrier that
 // waits for every thread of its team, scheduled or not: with one core busy, two threads were slower than
 // one.)
-namespace {
 
 // ---- Scratch (see detail::thread_scratch_bytes) ----
 // The longest length asked of each slot by any thread, and a count bumped whenever one rises, so that
@@ -130,19 +105,20 @@ constexpr Index kPiecesPerThread = 4;
 // short enough that an idle thread does not take a busy core's time from work that has it.
 constexpr auto kSpin = std::chrono::microseconds(50);
 
-// The job's counter, one 64-bit word: generation (24 bits) | helpers (8 bits) | pieces left (32 bits).
-// Taking a piece is a compare-and-swap that fails when another thread took one first or when the
-// generation moved on (a new job was published since this thread read the word), so a piece is taken
-// once and only from the job it belongs to. Helpers: how many workers may take part (workers 0 ..
-// helpers-1), so a job worth 2 threads of 8 wakes 1 helper's work.
-constexpr std::uint64_t kLeftBits = 32, kHelperBits = 8, kGenerationBits = 24;
-constexpr std::uint64_t kLeftMask = (std::uint64_t{1} << kLeftBits) - 1;
-constexpr std::uint64_t kHelperMask = (std::uint64_t{1} << kHelperBits) - 1;
-constexpr std::uint64_t kGenerationMask = (std::uint64_t{1} << kGenerationBits) - 1;
-constexpr int kMostWorkers = static_cast<int>(kHelperMask);  // 255 workers, 256 threads with the caller
+// The job's counter, one 64-bit word: helpers (the high 32 bits) | pieces left (the low 32). Taking a
+// piece is a compare-and-swap from the word the thread read, so a piece is taken once: the swap fails when
+// another thread took one first or a new job was published since, unless the new job's word is the same,
+// and then the piece taken is that job's next one (a thread reads which piece, and the job, after the
+// swap). Helpers: how many workers may take part (workers 0 .. helpers-1), so a job worth 2 threads of 8
+// wakes 1 helper's work.
+constexpr std::uint64_t kLeftBits = 32, kLeftMask = (std::uint64_t{1} << kLeftBits) - 1;
+constexpr int kMostWorkers = 255;  // 256 threads with the caller, whatever OMP_NUM_THREADS asks
 
 std::uint64_t pieces_left(std::uint64_t word) { return word & kLeftMask; }
-int helpers_of(std::uint64_t word) { return static_cast<int>((word >> kLeftBits) & kHelperMask); }
+// Whether `worker` (-1: the caller) may take a piece of the job whose counter reads `word`.
+bool can_take(std::uint64_t word, int worker) {
+  return pieces_left(word) > 0 && worker < static_cast<int>(word >> kLeftBits);
+}
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -152,202 +128,184 @@ void cpu_relax() {
 #endif
 }
 
+// Returns once ready() is true: spins checking it for kSpin, then sleeps on `bell`, and so again. Whoever
+// makes ready() true changes `bell` and notifies it after (a worker's bell: a count bumped per job; a
+// caller's: the pieces done, which is what ready() reads). `bell` is read before ready(), so a change
+// between the two ends the sleep at once.
+template <class Ready>
+void await(const std::atomic<std::uint32_t>& bell, Ready ready) {
+  auto since = Clock::now();
+  for (int spins = 1; !ready(); ++spins) {
+    if (spins % 64 != 0 || Clock::now() - since <= kSpin) {
+      cpu_relax();
+      continue;
+    }
+    const std::uint32_t rung = bell.load(std::memory_order_acquire);
+    if (!ready()) bell.wait(rung, std::memory_order_acquire);
+    since = Clock::now();  // awake again (a worker woken by a job it found done): a whole spin before the next sleep
+  }
+}
+
+// One job: body(context, begin, end) over [0, n) in `pieces` pieces of `piece` elements (the last one
+// shorter).
+struct Job {
+  void (*body)(void*, Index, Index) = nullptr;
+  void* context = nullptr;
+  Index n = 0, piece = 0;
+  std::uint64_t pieces = 0;
+};
+
+// Set once the pool is destroyed (at exit): work split after that runs on the calling thread.
+std::atomic<bool> pool_gone{false};
+
 class Pool {
  public:
-  Pool() = default;
-  Pool(const Pool&) = delete;
-  Pool& operator=(const Pool&) = delete;
-  ~Pool();
+  // Held by the one caller the pool serves at a time: another thread that finds it taken runs its work
+  // serially.
+  std::mutex busy;
 
-  // One caller at a time: another thread that finds the pool taken runs its work serially.
-  bool try_acquire() { return !busy_.exchange(true, std::memory_order_acquire); }
-  void release() { busy_.store(false, std::memory_order_release); }
+  ~Pool() {
+    if (getpid() == owner_) {
+      stop_workers();
+    } else {
+      for (std::jthread& t : workers_) t.detach();  // not this process's threads: nothing to join
+    }
+    pool_gone.store(true, std::memory_order_release);
+  }
 
   // Held by the caller: makes the pool `workers` threads (only when the count changed).
-  void resize(int workers);
+  void resize(int workers) {
+    workers = std::clamp(workers, 0, kMostWorkers);
+    if (workers == this->workers()) return;
+    stop_workers();
+    workers_.reserve(static_cast<std::size_t>(workers));
+    while (scratch_.size() < static_cast<std::size_t>(workers)) scratch_.push_back(std::make_unique<ScratchSet>());
+    for (int i = 0; i < workers; ++i) workers_.emplace_back([this, i](const std::stop_token& stop) { work(stop, i); });
+  }
   int workers() const { return static_cast<int>(workers_.size()); }
 
-  // Held by the caller: body(context, begin, end) over [0, n) in `pieces` pieces of `piece` elements (the
-  // last one shorter), taken by the calling thread and up to `helpers` workers. Returns when every piece
-  // is done, with the first exception a piece threw.
-  std::exception_ptr run(Index n, Index piece, std::uint64_t pieces, int helpers, void (*body)(void*, Index, Index),
-                         void* context);
+  // Held by the caller: runs `job`, taken piece by piece by the calling thread and up to `helpers` workers.
+  // Returns when every piece is done, with the first exception a piece threw.
+  std::exception_ptr run(const Job& job, int helpers) {
+    // The last job is done (every piece counted, with acquire): no worker holds a pointer into its scratch
+    // until this job is published below, so growing their buffers here races with nothing.
+    for (int i = 0; i < helpers; ++i) scratch_[static_cast<std::size_t>(i)]->grow_to_longest();
+    job_ = job;
+    failed_.store(false, std::memory_order_relaxed);
+    error_ = nullptr;
+    done_.store(0, std::memory_order_relaxed);
+    counter_.store(static_cast<std::uint64_t>(helpers) << kLeftBits | job.pieces, std::memory_order_release);
+    wake_.fetch_add(1, std::memory_order_release);
+    wake_.notify_all();  // a system call only when a worker sleeps
+
+    inside_split = true;  // (false before: a split inside a piece does not reach the pool)
+    {
+      const SingleThreaded one;  // Eigen's products in a piece run on this thread, as they did inside a region
+      while (const std::uint64_t taken = take(-1)) run_piece(taken);
+    }
+    inside_split = false;
+    // The pieces other threads took: spin for a while (they are usually nearly done), then sleep until the
+    // last one is counted, so a worker parked on this core gets it.
+    await(done_, [&] { return done_.load(std::memory_order_acquire) == job.pieces; });
+    return std::exchange(error_, nullptr);
+  }
 
  private:
   // Takes one piece of the current job, if one is left and `worker` (-1: the caller) may help; returns
   // the counter's word as it was before the take (0: none taken).
-  std::uint64_t take(int worker);
-  void run_piece(std::uint64_t taken);
-  void work(int index);
-  void stop_workers();
+  std::uint64_t take(int worker) {
+    std::uint64_t word = counter_.load(std::memory_order_acquire);
+    while (can_take(word, worker)) {
+      if (counter_.compare_exchange_weak(word, word - 1, std::memory_order_acquire, std::memory_order_acquire))
+        return word;
+    }
+    return 0;
+  }
+
+  void run_piece(std::uint64_t taken) {
+    const std::uint64_t pieces = job_.pieces;  // read before `done_` counts this piece (the job may end then)
+    const Index k = static_cast<Index>(pieces - pieces_left(taken));
+    const Index begin = k * job_.piece, end = std::min(job_.n, begin + job_.piece);
+    // An exception must not leave a worker's thread, so each piece catches its own; the first one is kept
+    // and the other pieces still run to their end, so what they wrote is whole.
+    try {
+      job_.body(job_.context, begin, end);
+    } catch (...) {
+      if (!failed_.exchange(true, std::memory_order_relaxed)) error_ = std::current_exception();
+    }
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == pieces) done_.notify_one();
+  }
+
+  void work(const std::stop_token& stop, int index) {
+    inside_split = true;
+    worker_scratch = scratch_[static_cast<std::size_t>(index)].get();
+    set_num_threads(1);  // Eigen's products in a piece run on this thread, as they did inside a region
+    for (;;) {
+      await(wake_, [&] { return stop.stop_requested() || can_take(counter_.load(std::memory_order_acquire), index); });
+      if (stop.stop_requested()) return;
+      while (const std::uint64_t taken = take(index)) run_piece(taken);
+    }
+  }
+
+  void stop_workers() {
+    for (std::jthread& t : workers_) t.request_stop();
+    wake_.fetch_add(1, std::memory_order_release);
+    wake_.notify_all();
+    workers_.clear();  // joins them
+  }
 
   // The job: written by the caller before it publishes the counter, read by a thread only after it has
   // taken a piece (so only while the caller waits for that piece, and the context is alive).
-  void (*body_)(void*, Index, Index) = nullptr;
-  void* context_ = nullptr;
-  Index n_ = 0, piece_ = 0;
-  std::uint64_t pieces_ = 0;
+  Job job_;
   std::atomic<bool> failed_{false};
   std::exception_ptr error_;  // the first exception; written before its piece is counted done
 
-  std::uint64_t generation_ = 0;
   alignas(64) std::atomic<std::uint64_t> counter_{0};
   alignas(64) std::atomic<std::uint32_t> done_{0};  // pieces of the current job done
-  alignas(64) std::atomic<std::uint32_t> wake_{0};  // bumped per job: sleeping workers wait on it
-  std::atomic<bool> stop_{false};
-  std::atomic<bool> busy_{false};
-  std::vector<std::thread> workers_;
+  alignas(64) std::atomic<std::uint32_t> wake_{0};  // bumped per job (and to stop): sleeping workers wait on it
+  std::vector<std::jthread> workers_;
   // Worker i's scratch buffers: here, not in the thread, so that run() can grow them while the workers
   // are idle (between jobs no piece runs, so no worker holds a pointer into them).
   std::vector<std::unique_ptr<ScratchSet>> scratch_;
   pid_t owner_ = getpid();  // a forked child has the pool's memory but none of its threads
 };
 
-// Set once the pool is destroyed (at exit): work split after that runs on the calling thread.
-std::atomic<bool> pool_gone{false};
-
 Pool& pool() {
   static Pool p;
   return p;
 }
 
-Pool::~Pool() {
-  if (getpid() == owner_) {
-    stop_workers();
-  } else {
-    for (std::thread& t : workers_) t.detach();  // not this process's threads: nothing to join
-  }
-  pool_gone.store(true, std::memory_order_release);
-}
-
-void Pool::stop_workers() {
-  stop_.store(true, std::memory_order_release);
-  wake_.fetch_add(1, std::memory_order_release);
-  wake_.notify_all();
-  for (std::thread& t : workers_) t.join();
-  workers_.clear();
-  stop_.store(false, std::memory_order_relaxed);
-}
-
-void Pool::resize(int workers) {
-  workers = std::clamp(workers, 0, kMostWorkers);
-  if (workers == this->workers()) return;
-  stop_workers();
-  workers_.reserve(static_cast<std::size_t>(workers));
-  while (scratch_.size() < static_cast<std::size_t>(workers)) scratch_.push_back(std::make_unique<ScratchSet>());
-  for (int i = 0; i < workers; ++i) workers_.emplace_back([this, i] { work(i); });
-}
-
-std::uint64_t Pool::take(int worker) {
-  std::uint64_t word = counter_.load(std::memory_order_acquire);
-  while (pieces_left(word) > 0 && worker < helpers_of(word)) {
-    if (counter_.compare_exchange_weak(word, word - 1, std::memory_order_acquire, std::memory_order_acquire))
-      return word;
-  }
-  return 0;
-}
-
-void Pool::run_piece(std::uint64_t taken) {
-  const std::uint64_t pieces = pieces_;  // read before `done_` counts this piece (the job may end then)
-  const Index k = static_cast<Index>(pieces - pieces_left(taken));
-  const Index begin = k * piece_, end = std::min(n_, begin + piece_);
-  // An exception must not leave a worker's thread, so each piece catches its own; the first one is kept
-  // and the other pieces still run to their end, so what they wrote is whole.
-  try {
-    body_(context_, begin, end);
-  } catch (...) {
-    if (!failed_.exchange(true, std::memory_order_relaxed)) error_ = std::current_exception();
-  }
-  if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == pieces) done_.notify_one();
-}
-
-void Pool::work(int index) {
-  inside_split = true;
-  worker_scratch = scratch_[static_cast<std::size_t>(index)].get();
-#ifdef _OPENMP
-  omp_set_num_threads(1);  // Eigen's products in a piece run on this thread, as they did inside a region
-#endif
-  for (;;) {
-    auto since = Clock::now();
-    for (int spins = 1;; ++spins) {
-      if (const std::uint64_t taken = take(index)) {
-        run_piece(taken);
-        since = Clock::now();
-        continue;
-      }
-      if (stop_.load(std::memory_order_acquire)) return;
-      if (spins % 64 == 0 && Clock::now() - since > kSpin) break;
-      cpu_relax();
-    }
-    // Asleep until the next job: read the wake count before looking for work, so a job published after
-    // the look has bumped it and the wait returns at once.
-    const std::uint32_t seen = wake_.load(std::memory_order_acquire);
-    const std::uint64_t word = counter_.load(std::memory_order_acquire);
-    if ((pieces_left(word) > 0 && index < helpers_of(word)) || stop_.load(std::memory_order_acquire)) continue;
-    wake_.wait(seen, std::memory_order_acquire);
-  }
-}
-
-std::exception_ptr Pool::run(Index n, Index piece, std::uint64_t pieces, int helpers, void (*body)(void*, Index, Index),
-                             void* context) {
-  // The last job is done (every piece counted, with acquire): no worker holds a pointer into its scratch
-  // until this job is published below, so growing their buffers here races with nothing.
-  for (int i = 0; i < helpers; ++i) scratch_[static_cast<std::size_t>(i)]->grow_to_longest();
-  body_ = body;
-  context_ = context;
-  n_ = n;
-  piece_ = piece;
-  pieces_ = pieces;
-  failed_.store(false, std::memory_order_relaxed);
-  error_ = nullptr;
-  done_.store(0, std::memory_order_relaxed);
-  generation_ = (generation_ + 1) & kGenerationMask;
-  counter_.store(generation_ << (kLeftBits + kHelperBits) | static_cast<std::uint64_t>(helpers) << kLeftBits | pieces,
-                 std::memory_order_release);
-  wake_.fetch_add(1, std::memory_order_release);
-  wake_.notify_all();  // a system call only when a worker sleeps
-
-  const bool was_inside = inside_split;
-  inside_split = true;
-  {
-    const SingleThreaded one;  // Eigen's products in a piece run on this thread, as they did inside a region
-    while (const std::uint64_t taken = take(-1)) run_piece(taken);
-  }
-  inside_split = was_inside;
-  // The pieces other threads took: spin for a while (they are usually nearly done), then sleep until the
-  // last one is counted, so a worker parked on this core gets it.
-  const auto since = Clock::now();
-  for (int spins = 1;; ++spins) {
-    const std::uint32_t done = done_.load(std::memory_order_acquire);
-    if (done == pieces) break;
-    if (spins % 64 == 0 && Clock::now() - since > kSpin) {
-      done_.wait(done, std::memory_order_acquire);
-      continue;
-    }
-    cpu_relax();
-  }
-  return std::exchange(error_, nullptr);
-}
-
 }  // namespace
+
+// ---- The policy's figures, and the split (core/parallel.hpp) ----------------------------------------
+const ParallelCrossover& parallel_crossover() { return crossover; }
+
+void set_parallel_crossover(const ParallelCrossover& c) {
+  if (!(c.min_macs >= 0) || !(c.min_elements >= 0))
+    fail<ValueError>("set_parallel_crossover: the minimums must be >= 0, got {} multiply-adds and {} elements",
+                     c.min_macs, c.min_elements);
+  crossover = c;
+}
+
+int threads_for_product(double macs) { return threads_for(macs, crossover.min_macs); }
+int threads_for_elements(double elements) { return threads_for(elements, crossover.min_elements); }
+
+std::uint64_t parallel_regions_started() { return regions_started.load(std::memory_order_relaxed); }
 
 void detail::parallel_chunks(Index n, Index grain, int most, void (*body)(void*, Index, Index), void* context) {
   grain = std::max<Index>(grain, 1);
   const Index grains = (n + grain - 1) / grain;
   const int threads = static_cast<int>(std::min<Index>({num_threads(), most, grains}));
+  std::unique_lock<std::mutex> held;  // the pool, for this job
   if (threads < 2 || inside_split || pool_gone.load(std::memory_order_acquire)
 #ifdef _OPENMP
       || omp_in_parallel()
 #endif
-      || !pool().try_acquire()) {  // (another thread's job holds the pool: this one runs here, with the same results)
-    body(context, 0, n);
+      || !(held = std::unique_lock(pool().busy, std::try_to_lock))) {
+    body(context, 0, n);  // (another thread's job may hold the pool: this one runs here, with the same results)
     return;
   }
   Pool& p = pool();
-  const struct Held {
-    Pool& p;
-    ~Held() { p.release(); }
-  } held{p};
   p.resize(num_threads() - 1);
   const int helpers = std::min(threads - 1, p.workers());
   const Index per_thread = static_cast<Index>(helpers + 1) * kPiecesPerThread;
@@ -355,7 +313,7 @@ void detail::parallel_chunks(Index n, Index grain, int most, void (*body)(void*,
   const Index pieces = (grains + per_piece - 1) / per_piece;
   regions_started.fetch_add(1, std::memory_order_relaxed);
   const std::exception_ptr error =
-      p.run(n, per_piece * grain, static_cast<std::uint64_t>(pieces), helpers, body, context);
+      p.run({body, context, n, per_piece * grain, static_cast<std::uint64_t>(pieces)}, helpers);
   if (error) std::rethrow_exception(error);
 }
 
@@ -372,19 +330,14 @@ std::byte* detail::thread_scratch_bytes(std::size_t slot, std::size_t bytes) {
 
 void detail::equalize_thread_scratch() { my_scratch().grow_to_longest(); }
 
-SingleThreaded::SingleThreaded([[maybe_unused]] bool when) {
-#ifdef _OPENMP
-  if (when && omp_get_max_threads() > 1) {
-    saved_ = omp_get_max_threads();
-    omp_set_num_threads(1);
-  }
-#endif
+// The calling thread's count (OpenMP's nthreads-var, which set_num_threads sets) is 1 while it lives; without
+// OpenMP it is 1 always, and there is nothing to do.
+SingleThreaded::SingleThreaded(bool when) : saved_(when && num_threads() > 1 ? num_threads() : 0) {
+  if (saved_ > 0) set_num_threads(1);
 }
 
 SingleThreaded::~SingleThreaded() {
-#ifdef _OPENMP
-  if (saved_ > 0) omp_set_num_threads(saved_);
-#endif
+  if (saved_ > 0) set_num_threads(saved_);
 }
 
 }  // namespace tapegrad

@@ -73,12 +73,9 @@ class TensorT {
   TensorT& operator=(const TensorT&) = default;
   // A moved-from tensor is empty (0x0): the shape always describes the buffer (resize relies on it).
   TensorT(TensorT&& o) noexcept : shape_(std::exchange(o.shape_, Shape::mat(0, 0))), data_(std::move(o.data_)) {}
-  TensorT& operator=(TensorT&& o) noexcept {
-    if (this != &o) {
-      shape_ = std::exchange(o.shape_, Shape::mat(0, 0));
-      data_ = std::move(o.data_);
-      o.data_.clear();
-    }
+  TensorT& operator=(TensorT&& o) noexcept {  // (into itself: each field is taken out, then put back)
+    shape_ = std::exchange(o.shape_, Shape::mat(0, 0));
+    data_ = std::exchange(o.data_, {});
     return *this;
   }
   // Values in row-major order; their count must match the shape.
