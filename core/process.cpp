@@ -8,7 +8,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <ranges>
 #include <thread>
 #include <utility>
 
@@ -168,12 +167,14 @@ bool program_on_path(std::string_view program) {
   if (program.empty()) return false;
   if (program.find('/') != std::string_view::npos) return executable(std::string(program));
   const char* path = std::getenv("PATH");
-  // posix_spawnp's search without PATH (glibc); an empty folder is the current one.
-  for (const auto part : std::views::split(std::string_view(path ? path : "/bin:/usr/bin"), ':')) {
-    const std::string_view folder(part.begin(), part.end());
+  std::string_view folders = path ? path : "/bin:/usr/bin";  // posix_spawnp's search without PATH (glibc)
+  for (;;) {
+    const auto colon = folders.find(':');
+    const std::string_view folder = folders.substr(0, colon);
     if (executable(fmt::format("{}/{}", folder.empty() ? "." : folder, program))) return true;
+    if (colon == std::string_view::npos) return false;
+    folders.remove_prefix(colon + 1);
   }
-  return false;
 }
 
 }  // namespace tapegrad
