@@ -14,6 +14,7 @@
 #include <tuple>
 #include <utility>
 
+#include <Eigen/Core>  // Eigen::half, Eigen::bfloat16
 #include <nlohmann/json.hpp>
 
 #include "tapegrad/core/descriptor.hpp"
@@ -457,28 +458,22 @@ std::vector<Expected<T>> expected_tensors(const Module<T>& model, WeightLayout l
   return out;
 }
 
-// One element of a floating-point tensor in the file, as a double (exact for every one of these types).
+// One element of a floating-point tensor in the file, as a double (exact for every one of these types):
+// its little-endian bits as the type, which converts exactly (F16 and BF16 through Eigen's half types:
+// subnormals, infinities and NaNs with their sign).
 using ReadElement = double (*)(const std::byte*);
 
-double read_f16(const std::byte* p) {
-  const auto h = get_le<std::uint16_t>(p);
-  const int exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
-  const double magnitude =
-      exponent == 0    ? std::ldexp(mantissa, -24)  // subnormal
-      : exponent == 31 ? (mantissa ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity())
-                       : std::ldexp(mantissa + 1024, exponent - 25);
-  return (h & 0x8000) ? -magnitude : magnitude;
+template <class Bits, class Float>
+double read_as(const std::byte* p) {
+  return static_cast<double>(std::bit_cast<Float>(get_le<Bits>(p)));
 }
-double read_bf16(const std::byte* p) { return std::bit_cast<float>(std::uint32_t{get_le<std::uint16_t>(p)} << 16); }
-double read_f32(const std::byte* p) { return std::bit_cast<float>(get_le<std::uint32_t>(p)); }
-double read_f64(const std::byte* p) { return std::bit_cast<double>(get_le<std::uint64_t>(p)); }
 
 ReadElement reader_of(SafetensorsDtype dtype) {
   using enum SafetensorsDtype;
-  return dtype == f16    ? read_f16
-         : dtype == bf16 ? read_bf16
-         : dtype == f32  ? read_f32
-         : dtype == f64  ? read_f64
+  return dtype == f16    ? read_as<std::uint16_t, Eigen::half>
+         : dtype == bf16 ? read_as<std::uint16_t, Eigen::bfloat16>
+         : dtype == f32  ? read_as<std::uint32_t, float>
+         : dtype == f64  ? read_as<std::uint64_t, double>
                          : nullptr;
 }
 
