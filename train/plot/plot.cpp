@@ -67,15 +67,17 @@ std::string fixed(double v, int decimals) {
   return s;
 }
 
-// The root element and a white background, so the plot reads the same in a dark-themed viewer.
-void open_svg(std::string& out, double width, double height, std::string_view title) {
+// The document: the root element, a white background (so the plot reads the same in a dark-themed
+// viewer), then `body`.
+std::string svg_document(double width, double height, std::string_view title, std::string_view body) {
   const auto w = std::ceil(width), h = std::ceil(height);
-  put(out,
+  std::string out = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"{0}\" height=\"{1}\" "
       "viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" font-size=\"{2}\">\n",
       w, h, kFont);
   if (!title.empty()) put(out, "<title>{}</title>\n", xml_escaped(title));
-  put(out, "<rect width=\"{}\" height=\"{}\" fill=\"white\"/>\n", w, h);
+  put(out, "<rect width=\"{}\" height=\"{}\" fill=\"white\"/>\n{}</svg>\n", w, h, body);
+  return out;
 }
 
 // A one-line text; `extra` holds further attributes (anchor, weight, transform).
@@ -220,12 +222,8 @@ void heatmap_cells(std::string& out, const Heatmap& map, const HeatmapLayout& l)
 }
 
 void heatmap_labels(std::string& out, const Heatmap& map, const HeatmapLayout& l) {
-  double y = kPad;
-  if (!map.title.empty()) {
-    y += kTitleFont;
-    title_text(out, l.width / 2, y, map.title);
-    y += 10;
-  }
+  if (!map.title.empty()) title_text(out, l.width / 2, kPad + kTitleFont, map.title);
+  const double y = kPad + (map.title.empty() ? 0 : kTitleFont + 10);
   if (!map.col_title.empty())
     text(out, l.left + l.grid_w / 2, y + kFont, map.col_title,
          "text-anchor=\"middle\" font-style=\"italic\" fill=\"#555555\"");
@@ -248,10 +246,9 @@ void heatmap_labels(std::string& out, const Heatmap& map, const HeatmapLayout& l
       text(out, x, l.top - 6, l.cols[c], "text-anchor=\"middle\"");
     }
   }
-  if (!map.row_title.empty()) {
+  if (!map.row_title.empty())
     vertical_text(out, kPad + kFont, l.top + l.grid_h / 2, map.row_title,
                   "text-anchor=\"middle\" font-style=\"italic\" fill=\"#555555\"");
-  }
   for (const auto& [r, c] : map.marked_cells)  // drawn over the cells, inside their edges
     put(out,
         "<rect class=\"marked-cell\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"{}\" "
@@ -584,18 +581,16 @@ template <class Draw>
 std::string chart_svg(const LineChart& chart, std::string_view op, bool scatter, const Draw& plot_area) {
   check_chart(chart, op);
   const ChartLayout layout = chart_layout(chart);
-  std::string out;
-  open_svg(out, layout.width, layout.height, chart.title);
-  if (!scatter) chart_axes(out, chart, layout);
+  std::string body;
+  if (!scatter) chart_axes(body, chart, layout);
   const double inset = scatter ? 4 : 3;
-  put(out, "<svg x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\">\n", px(layout.left - inset), px(layout.top - inset),
+  put(body, "<svg x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\">\n", px(layout.left - inset), px(layout.top - inset),
       layout.plot_w + 2 * inset, layout.plot_h + 2 * inset);
-  plot_area(out, layout, inset);
-  out += "</svg>\n";
-  if (scatter) chart_axes(out, chart, layout);
-  chart_legend(out, chart, layout, scatter);
-  out += "</svg>\n";
-  return out;
+  plot_area(body, layout, inset);
+  body += "</svg>\n";
+  if (scatter) chart_axes(body, chart, layout);
+  chart_legend(body, chart, layout, scatter);
+  return svg_document(layout.width, layout.height, chart.title, body);
 }
 
 // The value of attribute `name` in an <svg> start tag, when it is in pixels ("640" or "640px").
@@ -628,13 +623,11 @@ std::string heatmap_svg(const Heatmap& map) {
     if (r >= rows || c >= cols)
       fail<ShapeError>("heatmap_svg: marked cell ({}, {}) is outside the {} x {} grid", r, c, rows, cols);
   const HeatmapLayout layout = heatmap_layout(map);
-  std::string out;
-  open_svg(out, layout.width, layout.height, map.title);
-  heatmap_cells(out, map, layout);
-  heatmap_labels(out, map, layout);
-  colour_bar(out, map, layout);
-  out += "</svg>\n";
-  return out;
+  std::string body;
+  heatmap_cells(body, map, layout);
+  heatmap_labels(body, map, layout);
+  colour_bar(body, map, layout);
+  return svg_document(layout.width, layout.height, map.title, body);
 }
 
 std::string line_chart_svg(const LineChart& chart) {
@@ -681,11 +674,7 @@ std::string svg_row(const std::vector<std::string>& svgs, double gap) {
     width += *w;
     height = std::max(height, *h);
   }
-  std::string out;
-  open_svg(out, width, height, {});
-  out += groups;
-  out += "</svg>\n";
-  return out;
+  return svg_document(width, height, {}, groups);
 }
 
 }  // namespace tapegrad
