@@ -1,9 +1,17 @@
 // train/program/job_pool: independent jobs on worker threads.
 #include <doctest/doctest.h>
 
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <charconv>
 #include <chrono>
+#include <cstdio>
 #include <stdexcept>
+#include <string>
 
 #include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/train/program/job_pool.hpp"
@@ -34,6 +42,53 @@ TensorT<double> some_gradient(std::uint64_t seed) {
 TEST_CASE("job_pool: refuses fewer than one worker") {
   CHECK_THROWS_WITH_AS(JobPool(0), "JobPool: needs at least 1 worker, got 0", ValueError);
   CHECK(available_cores() >= 1);
+}
+
+TEST_CASE("job_pool: a thread the system refuses is a ResourceError naming it, the workers started are joined") {
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr bool sanitized = true;  // the sanitizers' runtime allocates beside each thread: no room to count on
+#elif defined(__has_feature)
+  constexpr bool sanitized = __has_feature(address_sanitizer);
+#else
+  constexpr bool sanitized = false;
+#endif
+  if (sanitized) return;
+  // In a child process whose address space has room for a few threads' stacks and no more: the pool asks
+  // for 64 workers, the system refuses one of them. A worker started and not joined would end the child
+  // (std::terminate); the child's exit status says which check failed.
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    pthread_attr_t attr;
+    std::size_t stack = 0;
+    if (::pthread_getattr_default_np(&attr) != 0 || ::pthread_attr_getstacksize(&attr, &stack) != 0) ::_exit(9);
+    long pages = 0;
+    std::FILE* statm = std::fopen("/proc/self/statm", "r");
+    if (!statm || std::fscanf(statm, "%ld", &pages) != 1) ::_exit(9);
+    std::fclose(statm);
+    const rlim_t room = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + 3 * stack;
+    const rlimit limit{room, room};
+    if (::setrlimit(RLIMIT_AS, &limit) != 0) ::_exit(9);
+    try {
+      JobPool pool(64);
+    } catch (const ResourceError& e) {
+      // "JobPool: the system refused worker thread <n> of 64 (<the system's reason>); ask for fewer workers"
+      const std::string_view message = e.what(), head = "JobPool: the system refused worker thread ";
+      int n = 0;
+      const auto [rest, ec] = std::from_chars(message.data() + head.size(), message.data() + message.size(), n);
+      const std::string_view tail(rest, static_cast<std::size_t>(message.data() + message.size() - rest));
+      const bool named = message.starts_with(head) && ec == std::errc() && tail.starts_with(" of 64 (") &&
+                         tail.ends_with("); ask for fewer workers");
+      ::_exit(!named ? 1 : n < 2 || n > 64 ? 2 : 0);  // n >= 2: a worker had started, and was joined
+    } catch (...) {
+      ::_exit(3);
+    }
+    ::_exit(4);  // 64 threads in the room of 3 stacks
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE("job_pool: every job runs once and its future holds its own result") {

@@ -37,14 +37,6 @@ JobPool::~JobPool() {
   dropped.swap(queue_);
 }
 
-void JobPool::push(std::function<void()> job) {
-  {
-    std::lock_guard lock(mutex_);
-    queue_.push_back(std::move(job));
-  }
-  ready_.notify_one();
-}
-
 void JobPool::work(std::stop_token stop) {
   const SingleThreaded one_thread;  // this worker's OpenMP regions stay on this worker
   for (;;) {

@@ -39,12 +39,15 @@ class JobPool {
     using R = std::invoke_result_t<F&>;
     auto task = std::make_shared<std::packaged_task<R()>>(std::move(job));
     std::future<R> result = task->get_future();
-    push([task] { (*task)(); });
+    {
+      std::lock_guard lock(mutex_);
+      queue_.emplace_back([task] { (*task)(); });
+    }
+    ready_.notify_one();
     return result;
   }
 
  private:
-  void push(std::function<void()> job);
   void work(std::stop_token stop);
 
   std::mutex mutex_;

@@ -48,10 +48,11 @@ std::string_view kind_at(int folder, const char* name) {
   return ::fstatat(folder, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? detail::kind_of(st.st_mode) : "";
 }
 
-// The folder that holds a run's file, open, and the file's own name in it.
+// The folder that holds a run's file, open, the file's own name in it, and what is there.
 struct Place {
   detail::Descriptor folder;  // not open: a folder on the way is missing (and was not to be made)
   std::string name;
+  std::string_view kind;  // kind_at's: "" when nothing is there (or the folder is missing)
 };
 
 // Walks `relative` (a checked name) from the descriptor `top` one folder at a time, never through a
@@ -85,14 +86,14 @@ Place place_of(int top, std::string_view relative, bool create, const fs::path& 
     place.folder = std::move(next);
   }
   place.name = std::string(relative.substr(start));
+  place.kind = kind_at(place.folder.get(), place.name.c_str());
   return place;
 }
 
 // Removes the place's file if it is a regular file (anything else there is left alone); false, with errno
 // set, if the system refused.
 bool remove_regular_at(const Place& place) {
-  return !place.folder.open() || kind_at(place.folder.get(), place.name.c_str()) != kRegular ||
-         ::unlinkat(place.folder.get(), place.name.c_str(), 0) == 0 || errno == ENOENT;
+  return place.kind != kRegular || ::unlinkat(place.folder.get(), place.name.c_str(), 0) == 0 || errno == ENOENT;
 }
 
 // Removes write_file's temporary files (".<name>.tmp-<pid>") from the open folder `folder`, regular files
@@ -144,21 +145,13 @@ Manifest parse_manifest(const std::string& text, const fs::path& where, std::str
   if (number < 2) damaged("too short");
   return m;
 }
-
-// The pid another run wrote into the lock file, if that is what it holds (the file is anyone's to edit).
-std::string owner_pid(const char* text, ssize_t n) {
-  const std::string s(text, n > 0 ? static_cast<std::size_t>(n) : 0);
-  if (s.empty() || s.size() > 10 || s.find_first_not_of("0123456789") != std::string::npos) return "unknown";
-  return s;
-}
 }  // namespace
 
 FolderLock::FolderLock(std::filesystem::path folder, std::string_view op) : folder_(std::move(folder)) {
   std::error_code ec;
   // "run/" would name the folder a link "run" points to: the folder's own name, without the slash.
-  fs::path own = folder_;
-  while (own.native().size() > 1 && own.native().back() == '/')
-    own = fs::path(own.native().substr(0, own.native().size() - 1));
+  std::string own = folder_.native();
+  while (own.size() > 1 && own.back() == '/') own.pop_back();
   const std::string_view kind = kind_at(AT_FDCWD, own.c_str());
   if (kind == "a symbolic link")
     fail<FileError>(
@@ -195,13 +188,14 @@ FolderLock::FolderLock(std::filesystem::path folder, std::string_view op) : fold
     fail<FileError>("{}: the lock file '{}' is not a regular file of its own (it is {}); the folder is not used", op,
                     escaped(lock), S_ISREG(st.st_mode) ? "a hard link to another name" : "not a regular file");
   if (::flock(lock_fd.get(), LOCK_EX | LOCK_NB) != 0) {
-    const int saved = errno;
-    char pid[32] = {};
-    const ssize_t n = ::pread(lock_fd.get(), pid, sizeof pid - 1, 0);
-    if (saved == EWOULDBLOCK)
-      fail<BusyError>("{}: another run (pid {}) is using the folder '{}'; wait for it to finish or choose another", op,
-                      owner_pid(pid, n), escaped(folder_));
-    fail<FileError>("{}: cannot lock the folder '{}': {}", op, escaped(folder_), std::strerror(saved));
+    if (errno != EWOULDBLOCK)
+      fail<FileError>("{}: cannot lock the folder '{}': {}", op, escaped(folder_), std::strerror(errno));
+    // The pid the other run wrote, if that is what the file holds (it is anyone's to edit): 10 digits at most.
+    std::string pid(11, '\0');
+    pid.resize(static_cast<std::size_t>(std::max<ssize_t>(0, ::pread(lock_fd.get(), pid.data(), pid.size(), 0))));
+    if (pid.empty() || pid.size() > 10 || pid.find_first_not_of("0123456789") != std::string::npos) pid = "unknown";
+    fail<BusyError>("{}: another run (pid {}) is using the folder '{}'; wait for it to finish or choose another", op,
+                    pid, escaped(folder_));
   }
   const std::string pid = fmt::format("{}", ::getpid());
   if (::ftruncate(lock_fd.get(), 0) != 0 ||
@@ -232,36 +226,31 @@ OutputFolder::OutputFolder(fs::path folder, OutputFolderOptions options)
     manifest = parse_manifest(read_file(manifest_path, kMaxManifestBytes, options_.flag), manifest_path, options_.flag);
   // Each listed file's place, found without following a link (a listed path through a link is refused
   // here, before anything is removed); the ones still there are the earlier run's.
-  std::vector<std::string> present;
   std::vector<Place> places;
   for (const auto& f : manifest.files) {
     Place place = place_of(top, f, false, folder_, options_.flag);
-    if (place.folder.open() && !kind_at(place.folder.get(), place.name.c_str()).empty()) {
-      present.push_back(f);
+    if (!place.kind.empty()) {
+      files_.push_back(f);
       places.push_back(std::move(place));
     }
   }
-  if (!manifest_kind.empty() && manifest.program != options_.program && !present.empty())
+  if (manifest.program != options_.program && !files_.empty())
     fail<FileError>("{}: '{}' holds the files of a {} run ({}); choose another folder for this {} run", options_.flag,
-                    escaped(folder_), manifest.program, quoted_list(present, 3), options_.program);
+                    escaped(folder_), manifest.program, quoted_list(files_, 3), options_.program);
   for (const auto& place : places) remove_stale_temporaries_at(place.folder.get());
   remove_stale_temporaries_at(top);
-  if (present.empty() || options_.resume) {
-    files_ = present;
-    return;
-  }
+  if (files_.empty() || options_.resume) return;
   if (!options_.overwrite)
     fail<FileError>(
         "{}: '{}' holds the files of an earlier {} run ({}); choose a new folder, or --overwrite to replace them",
-        options_.flag, escaped(folder_), options_.program, quoted_list(present, 3));
+        options_.flag, escaped(folder_), options_.program, quoted_list(files_, 3));
   // --overwrite: exactly the listed files go, after checking that none is an input of this run.
-  files_ = present;
-  for (const auto& f : present) check_replaceable(f);
-  files_.clear();
-  for (std::size_t i = 0; i < present.size(); ++i)
+  for (const auto& f : files_) check_replaceable(f);
+  for (std::size_t i = 0; i < files_.size(); ++i)
     if (!remove_regular_at(places[i]))
-      fail<FileError>("{}: cannot remove the earlier run's '{}': {}", options_.flag, escaped(folder_ / present[i]),
+      fail<FileError>("{}: cannot remove the earlier run's '{}': {}", options_.flag, escaped(folder_ / files_[i]),
                       std::strerror(errno));
+  files_.clear();
   save_manifest();
 }
 
@@ -282,12 +271,10 @@ bool OutputFolder::listed(std::string_view relative) const {
 void OutputFolder::check_replaceable(std::string_view relative) const {
   const fs::path full = path(relative);
   const Place place = place_of(lock_->folder_fd(), relative, false, folder_, options_.flag);
-  if (!place.folder.open()) return;  // its folder is missing: so is the file
-  const std::string_view kind = kind_at(place.folder.get(), place.name.c_str());
-  if (kind.empty()) return;
-  if (kind != kRegular)
+  if (place.kind.empty()) return;
+  if (place.kind != kRegular)
     fail<FileError>("{}: '{}' is {}, not a regular file; the run does not replace it", options_.flag, escaped(full),
-                    kind);
+                    place.kind);
   for (const auto& input : options_.inputs) {
     std::error_code ec;
     if (fs::equivalent(full, input, ec))
@@ -316,24 +303,20 @@ void OutputFolder::save_manifest() const {
   write_file_at(lock_->folder_fd(), kManifestName, text, Durability::durable, options_.flag, folder_ / kManifestName);
 }
 
-void OutputFolder::list_as_ours(std::string_view relative) {
+fs::path OutputFolder::claim(std::string_view relative) {
   check_replaceable(relative);
   if (!listed(relative)) {
     files_.emplace_back(relative);
     save_manifest();
   }
-}
-
-fs::path OutputFolder::claim(std::string_view relative) {
-  list_as_ours(relative);
   place_of(lock_->folder_fd(), relative, true, folder_, options_.flag);  // its folders made, none a link
   return path(relative);
 }
 
 void OutputFolder::write(std::string_view relative, std::string_view content, Durability durability) {
-  list_as_ours(relative);
+  const fs::path full = claim(relative);
   const Place place = place_of(lock_->folder_fd(), relative, true, folder_, options_.flag);
-  write_file_at(place.folder.get(), place.name, content, durability, "write", path(relative));
+  write_file_at(place.folder.get(), place.name, content, durability, "write", full);
 }
 
 void OutputFolder::remove(std::string_view relative) {
@@ -351,10 +334,10 @@ void OutputFolder::rename(std::string_view from, std::string_view to) {
   claim(to);
   const Place source = place_of(lock_->folder_fd(), from, false, folder_, options_.flag);
   const Place target = place_of(lock_->folder_fd(), to, true, folder_, options_.flag);
-  if (!source.folder.open() || kind_at(source.folder.get(), source.name.c_str()) != kRegular ||
+  if (source.kind != kRegular ||
       ::renameat(source.folder.get(), source.name.c_str(), target.folder.get(), target.name.c_str()) != 0)
     fail<IoError>("{}: renaming '{}' failed: {}", options_.flag, escaped(path(from)),
-                  source.folder.open() ? std::strerror(errno) : "it is not there");
+                  source.kind == kRegular ? std::strerror(errno) : "no regular file has that name");
   std::erase(files_, std::string(from));
   save_manifest();
 }

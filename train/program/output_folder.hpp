@@ -96,7 +96,6 @@ class OutputFolder {
 
  private:
   void check_replaceable(std::string_view relative) const;
-  void list_as_ours(std::string_view relative);  // checked replaceable, then in the manifest
   void save_manifest() const;
   bool listed(std::string_view relative) const;
 
