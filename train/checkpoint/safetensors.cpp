@@ -403,18 +403,7 @@ struct Expected {
   std::string name;
   std::vector<std::uint64_t> shape;
   std::vector<Slot<T>> slots;
-  std::string parameters() const {  // "attn.wq, attn.wk, attn.wv"
-    std::vector<std::string> names;
-    for (const auto& s : slots) names.push_back(s.param->name);
-    return fmt::format("{}", fmt::join(names, ", "));
-  }
 };
-
-// A shape as a file's: the last `rank` of (batch, rows, cols).
-std::vector<std::uint64_t> dims_of(const Shape& s) {
-  const std::array<Index, 3> all = {s.batch, s.rows, s.cols};
-  return {all.end() - s.rank, all.end()};
-}
 
 // The file tensors a module's parameters make in `layout`, in the order of its parameters. ValueError
 // naming the op if the module's torch_name()s do not describe a file: two parameters under one name
@@ -429,11 +418,14 @@ std::vector<Expected<T>> expected_tensors(const Module<T>& model, WeightLayout l
   std::vector<Expected<T>> out;
   std::map<std::string, std::size_t> index;
   for (const auto& [p, n] : names) {
-    std::vector<std::uint64_t> shape = dims_of(p->value.shape());  // the part's, then the whole tensor's
+    // The part's shape as a file's, the last `rank` of (batch, rows, cols); then the whole tensor's.
+    const Shape own = p->value.shape();
+    const std::array<Index, 3> dims = {own.batch, own.rows, own.cols};
+    std::vector<std::uint64_t> shape(dims.end() - own.rank, dims.end());
     if (n.transposed) {
       if (shape.size() != 2)
         fail<ValueError>("{}: '{}' is to be stored transposed as '{}', but it is {}, not a matrix", op, p->name,
-                         escaped(n.name), p->value.shape());
+                         escaped(n.name), own);
       std::swap(shape[0], shape[1]);
     }
     if (n.parts < 1 || n.part < 0 || n.part >= n.parts)
@@ -513,9 +505,11 @@ constexpr std::string_view kLoadable = "F16, BF16, F32 and F64";
 template <class T>
 std::string convert(const SafetensorsTensor& t, const Expected<T>& e, std::vector<TensorT<T>>& values) {
   const std::string name = escaped(e.name);
-  const std::string params = e.slots.size() > 1 || e.slots[0].param->name != e.name
-                                 ? fmt::format(" (the model's {})", e.parameters())
-                                 : std::string();
+  std::string params;  // " (the model's attn.wq, attn.wk, attn.wv)" when the names differ
+  if (e.slots.size() > 1 || e.slots[0].param->name != e.name) {
+    for (const Slot<T>& slot : e.slots) params += (params.empty() ? " (the model's " : ", ") + slot.param->name;
+    params += ")";
+  }
   const ReadElement read = reader_of(t.dtype);
   if (!read)
     return fmt::format("'{}'{} is {} in the file; tapegrad loads {}", name, params, to_string(t.dtype), kLoadable);
