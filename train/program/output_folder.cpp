@@ -254,8 +254,6 @@ OutputFolder::OutputFolder(fs::path folder, OutputFolderOptions options)
   save_manifest();
 }
 
-OutputFolder::~OutputFolder() = default;
-
 fs::path OutputFolder::path(std::string_view relative) const {
   if (!valid_name(relative) || relative == kManifestName)
     fail<UsageError>(

@@ -73,7 +73,6 @@ class OutputFolder {
   static constexpr std::string_view kManifestName = ".tapegrad-run";
 
   OutputFolder(std::filesystem::path folder, OutputFolderOptions options);
-  ~OutputFolder();
   OutputFolder(const OutputFolder&) = delete;
   OutputFolder& operator=(const OutputFolder&) = delete;
 
