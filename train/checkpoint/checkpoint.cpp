@@ -290,31 +290,22 @@ std::string describe_checkpoint(const Checkpoint& c) {
 
 namespace detail {
 
-const Settings& model_config_of(const Checkpoint& c, std::string_view kind) {
-  if (c.model.kind != kind)
-    fail<FormatError>("load: the file holds a model of kind '{}', not '{}'",
-                      c.model.kind.empty() ? "(not described)" : escaped(c.model.kind), kind);
-  return c.model.config;
-}
-
 void check_count(const Checkpoint& c, Index count) {
   if (const Index held = parameter_values_held(c); count != held)
     fail<FormatError>("load: the configuration {} implies {} parameter values but the file holds {}",
                       c.model.describe(), count, held);
 }
 
-std::string build_description(const Checkpoint& c) {  // "load: building <kind> (<settings>) from the file"
-  return fmt::format("load: building the model {} from a file of {} parameter values", c.model.describe(),
-                     parameter_values_held(c));
-}
-
-TensorBudget build_budget(const Checkpoint& c) {
-  return TensorBudget(3 * sizeof(double) * static_cast<std::size_t>(parameter_values_held(c)) + kBuildSlackBytes,
-                      build_description(c));
-}
-
-void refuse_build(const Checkpoint& c) {
-  fail<LimitError>("{}: one of its tensors would be larger than memory can address", build_description(c));
+void build_within_budget(const Checkpoint& c, const std::function<void()>& build) {
+  const Index held = parameter_values_held(c);
+  const std::string what =
+      fmt::format("load: building the model {} from a file of {} parameter values", c.model.describe(), held);
+  try {
+    const TensorBudget budget(3 * sizeof(double) * static_cast<std::size_t>(held) + kBuildSlackBytes, what);
+    build();
+  } catch (const std::length_error&) {  // a size no vector can hold: refused before any budget is asked
+    fail<LimitError>("{}: one of its tensors would be larger than memory can address", what);
+  }
 }
 
 }  // namespace detail
