@@ -48,18 +48,15 @@ class AppendBytes final : public std::streambuf {
   std::vector<std::byte>& out_;
 };
 
-// What one value of an entry takes in the payload: 4 or 8 bytes, a text some 16.
-std::size_t each_bytes(const StateValue& v) {
-  if (std::holds_alternative<TensorT<float>>(v)) return sizeof(float);
-  return std::holds_alternative<std::vector<std::string>>(v) ? 16 : 8;
-}
-
-// The payload's size before it is written, to reserve it: the values dominate; the names, shapes and
-// settings are small beside them.
+// The payload's size before it is written, to reserve it: the values dominate (4 or 8 bytes each, a text
+// some 16); the names, shapes and settings are small beside them.
 std::size_t payload_estimate(const Checkpoint& c) {
   std::size_t bytes = 4096;
-  for (const StateEntry& e : c.entries)
-    bytes += 64 + e.name.size() + each_bytes(e.value) * static_cast<std::size_t>(value_count(e.value));
+  for (const StateEntry& e : c.entries) {
+    // StateValue: f32 first, texts last
+    const std::size_t each = e.value.index() == 0 ? sizeof(float) : e.value.index() == 4 ? 16 : 8;
+    bytes += 64 + e.name.size() + each * static_cast<std::size_t>(value_count(e.value));
+  }
   return bytes;
 }
 

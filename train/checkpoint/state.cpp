@@ -147,7 +147,8 @@ void put_settings(State out, const Settings& settings) {
   for (const Setting& s : settings) out.put(s.name, s.value);
 }
 
-// A table kept as columns: one entry of f(row) for every row, in order.
+// One list entry of f(row) for each row, in order: a column of a table kept as columns (the trainer's windows
+// and curve), the optimizer's parameters, a stream's words.
 template <class Rows, class F>
 void put_column(State out, std::string_view name, const Rows& rows, F f) {
   std::vector<std::remove_cvref_t<decltype(f(*rows.begin()))>> column;
@@ -160,9 +161,8 @@ void put_column(State out, std::string_view name, const Rows& rows, F f) {
 template <class T>
 void put_optimizer_state(State& out, OptimizerState<T> s) {
   out.put("kind", s.kind);
-  std::vector<std::string> params;
-  for (const auto& entry : s.per_param) params.push_back(entry.first);
-  out.put("params", StateValue(std::move(params)));  // every parameter, whether its buffers are made or not
+  // every parameter, whether its buffers are made or not
+  put_column(out, "params", s.per_param, [](const auto& entry) { return entry.first; });
   put_settings(out.at("hyperparameters"), s.hyperparameters);
   State schedule = out.at("schedule");
   schedule.put("", s.schedule.kind);
@@ -206,9 +206,7 @@ OptimizerState<T> read_optimizer_state(const State& in) {
 }
 
 void put_rng_state(State& out, const Rng::State& state) {
-  std::vector<std::int64_t> words;
-  for (std::uint64_t w : state.words) words.push_back(std::bit_cast<std::int64_t>(w));
-  out.put("", StateValue(std::move(words)));
+  put_column(out, "", state.words, [](std::uint64_t w) { return std::bit_cast<std::int64_t>(w); });
 }
 
 Rng::State read_rng_state(const State& in) {
