@@ -1033,6 +1033,13 @@ TEST_CASE("checkpoint: settings named twice, and the parts' counters out of rang
   c = good;
   entry<Ints>(c, "trainer.rng") = {0, 0, 0, 0};
   refused(c, "trainer: rng: the all-zero state is invalid");
+  // A fingerprint is 32 bits: more is refused as any integer out of its field's range, naming the entry.
+  c = good;
+  entry<Ints>(c, "trainer.data_fingerprint") = {std::int64_t{1} << 40};
+  refused(c, "trainer: entry 'trainer.data_fingerprint' holds 1099511627776, out of its range");
+  c = good;
+  entry<Ints>(c, "trainer.eval_fingerprint") = {1, 2};
+  refused(c, "trainer: entry 'trainer.eval_fingerprint' holds 2 fingerprints, not 0 or 1");
 }
 
 TEST_CASE("checkpoint: settings by the hundred thousand are checked for repeats in one pass, and messages stay a line") {

@@ -48,18 +48,15 @@ class AppendBytes final : public std::streambuf {
   std::vector<std::byte>& out_;
 };
 
-// What one value of an entry takes in the payload: 4 or 8 bytes, a text some 16.
-std::size_t each_bytes(const StateValue& v) {
-  if (std::holds_alternative<TensorT<float>>(v)) return sizeof(float);
-  return std::holds_alternative<std::vector<std::string>>(v) ? 16 : 8;
-}
-
-// The payload's size before it is written, to reserve it: the values dominate; the names, shapes and
-// settings are small beside them.
+// The payload's size before it is written, to reserve it: the values dominate (4 or 8 bytes each, a text
+// some 16); the names, shapes and settings are small beside them.
 std::size_t payload_estimate(const Checkpoint& c) {
   std::size_t bytes = 4096;
-  for (const StateEntry& e : c.entries)
-    bytes += 64 + e.name.size() + each_bytes(e.value) * static_cast<std::size_t>(value_count(e.value));
+  for (const StateEntry& e : c.entries) {
+    // StateValue: f32 first, texts last
+    const std::size_t each = e.value.index() == 0 ? sizeof(float) : e.value.index() == 4 ? 16 : 8;
+    bytes += 64 + e.name.size() + each * static_cast<std::size_t>(value_count(e.value));
+  }
   return bytes;
 }
 
@@ -290,31 +287,22 @@ std::string describe_checkpoint(const Checkpoint& c) {
 
 namespace detail {
 
-const Settings& model_config_of(const Checkpoint& c, std::string_view kind) {
-  if (c.model.kind != kind)
-    fail<FormatError>("load: the file holds a model of kind '{}', not '{}'",
-                      c.model.kind.empty() ? "(not described)" : escaped(c.model.kind), kind);
-  return c.model.config;
-}
-
 void check_count(const Checkpoint& c, Index count) {
   if (const Index held = parameter_values_held(c); count != held)
     fail<FormatError>("load: the configuration {} implies {} parameter values but the file holds {}",
                       c.model.describe(), count, held);
 }
 
-std::string build_description(const Checkpoint& c) {  // "load: building <kind> (<settings>) from the file"
-  return fmt::format("load: building the model {} from a file of {} parameter values", c.model.describe(),
-                     parameter_values_held(c));
-}
-
-TensorBudget build_budget(const Checkpoint& c) {
-  return TensorBudget(3 * sizeof(double) * static_cast<std::size_t>(parameter_values_held(c)) + kBuildSlackBytes,
-                      build_description(c));
-}
-
-void refuse_build(const Checkpoint& c) {
-  fail<LimitError>("{}: one of its tensors would be larger than memory can address", build_description(c));
+void build_within_budget(const Checkpoint& c, const std::function<void()>& build) {
+  const Index held = parameter_values_held(c);
+  const std::string what =
+      fmt::format("load: building the model {} from a file of {} parameter values", c.model.describe(), held);
+  try {
+    const TensorBudget budget(3 * sizeof(double) * static_cast<std::size_t>(held) + kBuildSlackBytes, what);
+    build();
+  } catch (const std::length_error&) {  // a size no vector can hold: refused before any budget is asked
+    fail<LimitError>("{}: one of its tensors would be larger than memory can address", what);
+  }
 }
 
 }  // namespace detail

@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -228,19 +229,20 @@ concept CompletesSettings = requires {
 // ---- model_from_checkpoint --------------------------------------------------------------------------
 
 namespace detail {
-// FormatError unless the file's record is of `kind`; the configuration's settings otherwise.
-const Settings& model_config_of(const Checkpoint& c, std::string_view kind);
 // FormatError unless a model of `count` parameter values is what the file holds.
 void check_count(const Checkpoint& c, Index count);
-// The budget of building the model a checkpoint describes (see model_from_checkpoint).
-TensorBudget build_budget(const Checkpoint& c);
-[[noreturn]] void refuse_build(const Checkpoint& c);  // LimitError: a tensor larger than memory can address
+// build() within a TensorBudget of what the file's parameters take (see model_from_checkpoint); a size no
+// vector can hold is a LimitError too.
+void build_within_budget(const Checkpoint& c, const std::function<void()>& build);
 
 // The configuration alone: settings parsed strictly, check_config, the implied count.
 template <class M>
 typename M::Config config_of(const Checkpoint& c) {
   check_checkpoint(c);
-  Settings settings = model_config_of(c, M::kind);
+  if (c.model.kind != M::kind)
+    fail<FormatError>("load: the file holds a model of kind '{}', not '{}'",
+                      c.model.kind.empty() ? "(not described)" : escaped(c.model.kind), M::kind);
+  Settings settings = c.model.config;
   // A configuration that grew fields may fill in, for files written before, the values they implied.
   if constexpr (CompletesSettings<M>) M::Config::complete_settings(settings);
   try {
@@ -258,12 +260,7 @@ typename M::Config config_of(const Checkpoint& c) {
 template <class M>
 std::unique_ptr<M> build_within(const Checkpoint& c, const typename M::Config& config) {
   std::unique_ptr<M> model;
-  try {
-    const TensorBudget budget = build_budget(c);
-    model = std::make_unique<M>(config);
-  } catch (const std::length_error&) {  // a size no vector can hold: refused before any budget is asked
-    refuse_build(c);
-  }
+  build_within_budget(c, [&] { model = std::make_unique<M>(config); });
   check_count(c, model->count_parameters());
   return model;
 }

@@ -44,13 +44,15 @@ std::vector<std::string> capped(std::vector<std::string> items) {
   return items;
 }
 
-// The file's weights (the entries of `in`) against the model's parameters, without changing anything.
-// Another element type is a mismatch unless the options convert it.
+// The file's weights (the entries of `in`) against the model's parameters. Another element type is a
+// mismatch unless the options convert it. Only with `apply` are the ones that match copied into their
+// parameters (in place: each keeps its buffer): a load runs it to check, then again to apply.
 template <class T>
-LoadReport match_weights(const State& in, const std::vector<Parameter<T>*>& params, const LoadOptions& options) {
+LoadReport match_weights(const State& in, const std::vector<Parameter<T>*>& params, const LoadOptions& options,
+                         bool apply = false) {
   LoadReport report;
   std::set<std::string_view> names;
-  for (const auto* p : params) {
+  for (Parameter<T>* p : params) {
     names.insert(p->name);
     if (!in.contains(p->name)) {
       report.missing.push_back(p->name);
@@ -68,6 +70,7 @@ LoadReport match_weights(const State& in, const std::vector<Parameter<T>*>& para
       report.loaded.push_back(p->name);
       if (!same_dtype)
         report.converted.push_back(fmt::format("'{}' from {} to {}", escaped(p->name), kind_name(v), dtype_of<T>()));
+      if (apply) p->value.array() = tensor_as<T>(v).array();
     }
   }
   for (const std::string& name : in.names())
@@ -75,27 +78,13 @@ LoadReport match_weights(const State& in, const std::vector<Parameter<T>*>& para
   return report;
 }
 
-template <class T>
-void apply_weights(const State& in, const std::vector<Parameter<T>*>& params, const std::vector<std::string>& loaded) {
-  const std::set<std::string_view> load(loaded.begin(), loaded.end());
-  for (Parameter<T>* p : params)
-    if (load.contains(p->name))
-      std::visit(
-          [&](const auto& t) {
-            if constexpr (requires { t.shape(); })  // in place: the parameter keeps its buffer
-              std::transform(t.data(), t.data() + t.numel(), p->value.data(), [](auto x) { return static_cast<T>(x); });
-          },
-          in.value(p->name));
-}
-
 }  // namespace
 
 template <class T>
 void load_state(Module<T>& model, const State& in) {
   const std::vector<Parameter<T>*> params = model.parameters();
-  const LoadReport matched = match_weights(in, params, {});
-  if (!matched.clean()) throw FormatError(matched.problems());
-  apply_weights(in, params, matched.loaded);
+  if (const LoadReport matched = match_weights(in, params, {}); !matched.clean()) throw FormatError(matched.problems());
+  match_weights(in, params, {}, true);
 }
 
 template <class T>
@@ -104,12 +93,6 @@ void load_state(Optimizer<T>& optimizer, const State& in) {
   optimizer.check_state(state, escaped(in.full_name("")));  // "optimizer: ...": restore names the part no more
   optimizer.load_state(state);
 }
-
-void save_state(const Rng& rng, State& out) { put_rng_state(out, rng.state()); }
-void load_state(Rng& rng, const State& in) { rng.set_state(read_rng_state(in)); }
-void save_state(const Sampler& sampler, State& out) { put_sampler_state(out, sampler.state()); }
-void load_state(Sampler& sampler, const State& in) { sampler.set_state(read_sampler_state(in)); }
-void save_state(const TrainerBase& trainer, State& out) { put_trainer_state(out, trainer.state()); }
 
 void load_state(TrainerBase& trainer, const State& in) {
   const TrainerState state = read_trainer_state(in);
@@ -326,8 +309,7 @@ LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions optio
             "(LoadOptions::allow_non_finite loads it anyway)",
             escaped(name), bad, value_count(in.value(name)),
             kind_name(in.value(name)) == dtype_of<T>() ? "" : fmt::format(" as {}", dtype_of<T>()));  // what is checked
-  apply_weights(in, params, report.loaded);
-  return report;
+  return match_weights(in, params, options, true);
 }
 
 template <class T>

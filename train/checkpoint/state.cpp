@@ -65,9 +65,8 @@ const StateValue& State::value(std::string_view name) const {
   return e->value;
 }
 
-void State::wrong_kind(std::string_view name, const StateValue& wanted) const {
-  fail<FormatError>("entry '{}' holds {}, not {}", escaped(full_name(name)), describe_value(value(name)),
-                    kind_name(wanted));
+void State::refuse(std::string_view name, std::string_view what) const {
+  fail<FormatError>("entry '{}' holds {}", escaped(full_name(name)), what);
 }
 
 bool State::contains(std::string_view name) const { return in_ && in_->find(full_name(name)) != nullptr; }
@@ -80,14 +79,6 @@ std::vector<std::string> State::names(std::string_view under) const {
     out.push_back(e->name.size() == prefix.size() ? std::string()
                                                   : e->name.substr(prefix.empty() ? 0 : prefix.size() + 1));
   return out;
-}
-
-void State::not_single(std::string_view name, std::size_t size) const {
-  fail<FormatError>("entry '{}' holds {} values, not one", escaped(full_name(name)), size);
-}
-
-void State::out_of_range(std::string_view name, std::int64_t v) const {
-  fail<FormatError>("entry '{}' holds {}, out of its range", escaped(full_name(name)), v);
 }
 
 namespace detail {
@@ -156,24 +147,13 @@ void put_settings(State out, const Settings& settings) {
   for (const Setting& s : settings) out.put(s.name, s.value);
 }
 
-// A tensor entry as a TensorT<T> (tensor_as); FormatError for a list, or for finite values that narrowing makes NaN
-// or Inf.
-template <class T>
-TensorT<T> tensor_entry(const State& in, std::string_view name) {
-  const StateValue& v = in.value(name);
-  if (!tensor_shape(v))
-    fail<FormatError>("entry '{}' holds {}, not a tensor", escaped(in.full_name(name)), describe_value(v));
-  if (const Index bad = non_finite_count<T>(v); bad > non_finite_count(v))
-    fail<FormatError>("entry '{}' holds {} non-finite values (NaN or Inf) of {} as {}", escaped(in.full_name(name)),
-                      bad, value_count(v), detail::dtype_of<T>());
-  return tensor_as<T>(v);
-}
-
-std::uint32_t fingerprint(const State& in, std::string_view name) {
-  const auto v = in.get<std::int64_t>(name);
-  if (!std::in_range<std::uint32_t>(v))
-    fail<FormatError>("entry '{}' holds {}, not a 32-bit fingerprint", escaped(in.full_name(name)), v);
-  return static_cast<std::uint32_t>(v);
+// One list entry of f(row) for each row, in order: a column of a table kept as columns (the trainer's windows
+// and curve), the optimizer's parameters, a stream's words.
+template <class Rows, class F>
+void put_column(State out, std::string_view name, const Rows& rows, F f) {
+  std::vector<std::remove_cvref_t<decltype(f(*rows.begin()))>> column;
+  for (const auto& row : rows) column.push_back(f(row));
+  out.put(name, StateValue(std::move(column)));
 }
 
 }  // namespace
@@ -181,9 +161,8 @@ std::uint32_t fingerprint(const State& in, std::string_view name) {
 template <class T>
 void put_optimizer_state(State& out, OptimizerState<T> s) {
   out.put("kind", s.kind);
-  std::vector<std::string> params;
-  for (const auto& entry : s.per_param) params.push_back(entry.first);
-  out.put("params", StateValue(std::move(params)));  // every parameter, whether its buffers are made or not
+  // every parameter, whether its buffers are made or not
+  put_column(out, "params", s.per_param, [](const auto& entry) { return entry.first; });
   put_settings(out.at("hyperparameters"), s.hyperparameters);
   State schedule = out.at("schedule");
   schedule.put("", s.schedule.kind);
@@ -213,24 +192,27 @@ OptimizerState<T> read_optimizer_state(const State& in) {
     const auto dot = name.rfind('.');
     if (dot == std::string::npos || dot == 0 || dot + 1 == name.size())
       fail<FormatError>("optimizer buffer '{}' is not named '<parameter>.<buffer>'", escaped(buffers.full_name(name)));
+    const StateValue& v = buffers.value(name);
+    if (!tensor_shape(v)) buffers.refuse(name, fmt::format("{}, not a tensor", describe_value(v)));
+    // Finite values that become NaN or Inf as a T (a float64 past float32's range) are refused as loading refuses
+    // non-finite ones.
+    if (const Index bad = non_finite_count<T>(v); bad > non_finite_count(v))
+      buffers.refuse(name, fmt::format("{} non-finite values (NaN or Inf) of {} as {}", bad, value_count(v),
+                                       detail::dtype_of<T>()));
     // A buffer of a parameter the list does not name is kept: check_state names it.
-    s.per_param[name.substr(0, dot)][name.substr(dot + 1)] = tensor_entry<T>(buffers, name);
+    s.per_param[name.substr(0, dot)][name.substr(dot + 1)] = tensor_as<T>(v);
   }
   return s;
 }
 
 void put_rng_state(State& out, const Rng::State& state) {
-  std::vector<std::int64_t> words;
-  for (std::uint64_t w : state.words) words.push_back(std::bit_cast<std::int64_t>(w));
-  out.put("", StateValue(std::move(words)));
+  put_column(out, "", state.words, [](std::uint64_t w) { return std::bit_cast<std::int64_t>(w); });
 }
 
 Rng::State read_rng_state(const State& in) {
   refuse_others(in, {""});
   const auto& words = in.get<std::vector<std::int64_t>>("");
-  if (words.size() != 4)
-    fail<FormatError>("entry '{}' holds {} words; a random stream (xoshiro256**) has 4", escaped(in.full_name("")),
-                      words.size());
+  if (words.size() != 4) in.refuse("", fmt::format("{} words; a random stream (xoshiro256**) has 4", words.size()));
   Rng::State s;
   for (std::size_t i = 0; i < 4; ++i) s.words[i] = std::bit_cast<std::uint64_t>(words[i]);
   return s;
@@ -262,49 +244,36 @@ void put_trainer_state(State& out, const TrainerState& s) {
   put_settings(out.at("options"), to_settings(s.options));
   out.put("step", s.step);
   out.put("data_fingerprint", s.data_fingerprint);
-  std::vector<std::int64_t> eval;
-  if (s.eval_fingerprint) eval.push_back(*s.eval_fingerprint);
-  out.put("eval_fingerprint", StateValue(std::move(eval)));  // none without evaluation data
+  // a list of one fingerprint, or of none without evaluation data
+  out.put("eval_fingerprint",
+          StateValue(std::vector<std::int64_t>(s.eval_fingerprint ? 1 : 0, s.eval_fingerprint.value_or(0))));
   State order = out.at("data_order"), rng = out.at("rng");
   put_sampler_state(order, s.data_order);
   put_rng_state(rng, s.rng);
   out.put("window_loss", s.window_loss);
   out.put("window_steps", s.window_steps);
-  std::vector<std::string> metrics;
-  std::vector<double> sums, counts;
-  for (const MetricWindow& w : s.window_metrics) {
-    metrics.push_back(w.name);
-    sums.push_back(w.tally.sum);
-    counts.push_back(w.tally.count);
-  }
-  out.put("metrics", StateValue(std::move(metrics)));
-  out.put("metric_sums", StateValue(std::move(sums)));
-  out.put("metric_counts", StateValue(std::move(counts)));
+  put_column(out, "metrics", s.window_metrics, [](const MetricWindow& w) { return w.name; });
+  put_column(out, "metric_sums", s.window_metrics, [](const MetricWindow& w) { return w.tally.sum; });
+  put_column(out, "metric_counts", s.window_metrics, [](const MetricWindow& w) { return w.tally.count; });
   // The curve as columns: every point names the same values (the trainer's columns), kept once.
-  std::vector<std::int64_t> steps;
-  std::vector<double> lr, seconds, values;
-  std::vector<std::string> columns;
-  if (!s.curve.empty())
-    for (const NamedValue& v : s.curve.front().values) columns.push_back(v.name);
+  State curve = out.at("curve");
+  put_column(curve, "step", s.curve, [](const CurvePoint& p) { return std::int64_t{p.step}; });
+  put_column(curve, "lr", s.curve, [](const CurvePoint& p) { return p.lr; });
+  put_column(curve, "seconds", s.curve, [](const CurvePoint& p) { return p.seconds; });
+  const NamedValues& columns = s.curve.empty() ? NamedValues{} : s.curve.front().values;
+  put_column(curve, "columns", columns, [](const NamedValue& v) { return v.name; });
+  std::vector<double> values;
   for (const CurvePoint& p : s.curve) {
-    steps.push_back(p.step);
-    lr.push_back(p.lr);
-    seconds.push_back(p.seconds);
     if (p.values.size() != columns.size())
       fail<FormatError>("the curve's point at step {} has {} values, the first has {}", p.step, p.values.size(),
                         columns.size());
     for (std::size_t k = 0; k < columns.size(); ++k) {
-      if (p.values[k].name != columns[k])
+      if (p.values[k].name != columns[k].name)
         fail<FormatError>("the curve's point at step {} names '{}' where the first names '{}'", p.step,
-                          escaped(p.values[k].name), escaped(columns[k]));
+                          escaped(p.values[k].name), escaped(columns[k].name));
       values.push_back(p.values[k].value);
     }
   }
-  State curve = out.at("curve");
-  curve.put("step", StateValue(std::move(steps)));
-  curve.put("lr", StateValue(std::move(lr)));
-  curve.put("seconds", StateValue(std::move(seconds)));
-  curve.put("columns", StateValue(std::move(columns)));
   curve.put("values", StateValue(std::move(values)));
 }
 
@@ -319,12 +288,10 @@ TrainerState read_trainer_state(const State& in) {
     throw FormatError(e.what());
   }
   s.step = in.get<Index>("step");
-  s.data_fingerprint = fingerprint(in, "data_fingerprint");
+  s.data_fingerprint = in.get<std::uint32_t>("data_fingerprint");
   const auto& eval = in.get<std::vector<std::int64_t>>("eval_fingerprint");
-  if (eval.size() > 1)
-    fail<FormatError>("entry '{}' holds {} fingerprints, not 0 or 1", escaped(in.full_name("eval_fingerprint")),
-                      eval.size());
-  if (!eval.empty()) s.eval_fingerprint = fingerprint(in, "eval_fingerprint");
+  if (eval.size() > 1) in.refuse("eval_fingerprint", fmt::format("{} fingerprints, not 0 or 1", eval.size()));
+  if (!eval.empty()) s.eval_fingerprint = in.get<std::uint32_t>("eval_fingerprint");
   s.data_order = read_sampler_state(in.at("data_order"));
   s.rng = read_rng_state(in.at("rng"));
   s.window_loss = in.get<double>("window_loss");

@@ -129,19 +129,22 @@ class State {
 
   // The entry's value: V is a kind (TensorT<float>, TensorT<double>, std::vector of std::int64_t, double or
   // std::string: a reference), or one integer, number or text (a copy). FormatError naming the entry if it
-  // is missing, of another kind or, for one value, not a list of one.
+  // is missing, of another kind or, for one value, not a list of one (or, for an integer, out of V's range).
   template <class V>
   decltype(auto) get(std::string_view name) const {
     static_assert(!std::is_same_v<V, bool>, "State::get: save a flag as an integer (0 or 1)");
-    if constexpr (std::is_integral_v<V>) {
-      return narrow<V>(name, single<std::int64_t>(name));
-    } else if constexpr (std::is_floating_point_v<V>) {
-      return static_cast<V>(single<double>(name));
-    } else if constexpr (std::is_same_v<V, std::string>) {
-      return std::string(single<std::string>(name));
+    if constexpr (std::is_arithmetic_v<V> || std::is_same_v<V, std::string>) {
+      using Item = std::conditional_t<std::is_integral_v<V>, std::int64_t,
+                                      std::conditional_t<std::is_floating_point_v<V>, double, std::string>>;
+      const auto& list = get<std::vector<Item>>(name);
+      if (list.size() != 1) refuse(name, fmt::format("{} values, not one", list.size()));
+      if constexpr (std::is_integral_v<V> && !(std::is_unsigned_v<V> && sizeof(V) == sizeof(Item)))
+        if (!std::in_range<V>(list[0])) refuse(name, fmt::format("{}, out of its range", list[0]));
+      return static_cast<V>(list[0]);  // a 64-bit unsigned integer: put() kept its bits
     } else {
       const StateValue& v = value(name);
-      if (!std::holds_alternative<V>(v)) wrong_kind(name, StateValue(std::in_place_type<V>));
+      if (!std::holds_alternative<V>(v))
+        refuse(name, fmt::format("{}, not {}", describe_value(v), kind_name(StateValue(std::in_place_type<V>))));
       return std::get<V>(v);
     }
   }
@@ -155,6 +158,8 @@ class State {
   State at(std::string_view name) const;
   // "<part>.<name>", as messages name an entry.
   std::string full_name(std::string_view name) const;
+  // FormatError "entry '<part>.<name>' holds <what>" (the name escaped): a value its reader refuses.
+  [[noreturn]] void refuse(std::string_view name, std::string_view what) const;
 
   // For the library: a State that adds to `out`, or reads from `in`, under `prefix` ("" for the whole).
   static State writer(std::vector<StateEntry>& out, std::string prefix) { return {&out, nullptr, std::move(prefix)}; }
@@ -163,23 +168,6 @@ class State {
  private:
   State(std::vector<StateEntry>* out, const detail::StateIndex* in, std::string prefix)
       : out_(out), in_(in), prefix_(std::move(prefix)) {}
-  // FormatError: the entry holds another kind than `wanted`'s.
-  [[noreturn]] void wrong_kind(std::string_view name, const StateValue& wanted) const;
-  template <class V>
-  const V& single(std::string_view name) const {
-    const auto& list = get<std::vector<V>>(name);
-    if (list.size() != 1) not_single(name, list.size());
-    return list[0];
-  }
-  [[noreturn]] void not_single(std::string_view name, std::size_t size) const;
-  template <class I>
-  I narrow(std::string_view name, std::int64_t v) const {
-    if constexpr (std::is_unsigned_v<I> && sizeof(I) == sizeof(v)) return static_cast<I>(v);  // put() kept its bits
-    if (!std::in_range<I>(v)) out_of_range(name, v);
-    return static_cast<I>(v);
-  }
-  [[noreturn]] void out_of_range(std::string_view name, std::int64_t v) const;
-
   std::vector<StateEntry>* out_ = nullptr;
   const detail::StateIndex* in_ = nullptr;
   std::string prefix_;
@@ -247,11 +235,12 @@ void save_state(const Optimizer<T>& optimizer, State& out) {
 }
 template <class T>
 void load_state(Optimizer<T>& optimizer, const State& in);
-void save_state(const Rng& rng, State& out);
-void load_state(Rng& rng, const State& in);
-void save_state(const Sampler& sampler, State& out);
-void load_state(Sampler& sampler, const State& in);
-void save_state(const TrainerBase& trainer, State& out);  // the trainer's own state, not its model's or optimizer's
+inline void save_state(const Rng& rng, State& out) { put_rng_state(out, rng.state()); }
+inline void load_state(Rng& rng, const State& in) { rng.set_state(read_rng_state(in)); }
+inline void save_state(const Sampler& sampler, State& out) { put_sampler_state(out, sampler.state()); }
+inline void load_state(Sampler& sampler, const State& in) { sampler.set_state(read_sampler_state(in)); }
+// The trainer's own state, not its model's or optimizer's.
+inline void save_state(const TrainerBase& trainer, State& out) { put_trainer_state(out, trainer.state()); }
 void load_state(TrainerBase& trainer, const State& in);
 // Tensors of a run's own (a moving average of the weights), saved as "<part>.0", "<part>.1", ...; loaded only
 // into as many tensors of the same shapes and element type.
@@ -269,43 +258,37 @@ requires(!std::is_same_v<I, bool>) void save_state(const I& counter, State& out)
 template <std::integral I>
 requires(!std::is_same_v<I, bool>) void load_state(I& counter, const State& in) { counter = in.get<I>(""); }
 
+// A user's object's two members, as the functions the library's objects have. Its entries are first checked
+// against what it saves itself (detail::check_like), as its load_state may trust them.
+template <class X>
+requires requires(const X& object, State& out) { object.save_state(out); }
+void save_state(const X& object, State& out) { object.save_state(out); }
+template <class X>
+requires requires(X& object, const State& in) { object.load_state(in); }
+void load_state(X& object, const State& in) {
+  detail::check_like(in, [&](State& now) { object.save_state(now); });
+  object.load_state(in);
+}
+
 // An object with the two functions, as members (a user's) or as the library's functions above.
 template <class X>
 concept Stateful = requires(const X& c, X& m, State& out, const State& in) {
-  c.save_state(out);
-  m.load_state(in);
-}
-|| requires(const X& c, X& m, State& out, const State& in) {
   save_state(c, out);
   load_state(m, in);
 };
 
 // One object a checkpoint holds, under a name (non-empty, without '.'): {"model", model}. It refers to the
-// object, which must outlive it, and saves and loads it through its two functions. A user's object is
-// first checked against what it saves itself (detail::check_like), as its load_state may trust its entries.
+// object, which must outlive it, and saves and loads it through its two functions.
 class StatePart {
  public:
   template <class X>
   StatePart(std::string name, X& object) : name_(std::move(name)) {
-    using Y = std::remove_const_t<X>;
-    static_assert(Stateful<Y>,
+    static_assert(Stateful<std::remove_const_t<X>>,
                   "a checkpoint part is a Module, an Optimizer, a Trainer, an Rng, a Sampler, an integer, a vector of "
                   "tensors, or an object with `void save_state(State&) const` and `void load_state(const State&)`");
-    const Y& saved = object;
-    if constexpr (requires(State & out) { saved.save_state(out); })
-      save_ = [&saved](State& out) { saved.save_state(out); };
-    else
-      save_ = [&saved](State& out) { save_state(saved, out); };
-    if constexpr (requires { saved.model_record(); }) record_ = [&saved] { return saved.model_record(); };
-    if constexpr (std::is_const_v<X>)
-      return;
-    else if constexpr (requires(const State& in) { object.load_state(in); })
-      load_ = [&object](const State& in) {
-        detail::check_like(in, [&](State& now) { object.save_state(now); });
-        object.load_state(in);
-      };
-    else
-      load_ = [&object](const State& in) { load_state(object, in); };
+    save_ = [&object](State& out) { save_state(std::as_const(object), out); };
+    if constexpr (requires { object.model_record(); }) record_ = object.model_record();
+    if constexpr (!std::is_const_v<X>) load_ = [&object](const State& in) { load_state(object, in); };
   }
 
   const std::string& name() const { return name_; }
@@ -313,12 +296,12 @@ class StatePart {
   void save(State& out) const { save_(out); }
   void load(const State& in) const { load_(in); }
   // A model's record (its kind and configuration); empty for the other parts.
-  ModelRecord record() const { return record_ ? record_() : ModelRecord{}; }
+  const ModelRecord& record() const { return record_; }
 
  private:
   std::string name_;
   std::function<void(State&)> save_;
-  std::function<ModelRecord()> record_;
+  ModelRecord record_;
   std::function<void(const State&)> load_;
 };
 
