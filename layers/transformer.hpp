@@ -157,7 +157,6 @@ class LmHead : public Module<T> {
   // outlive the head.
   LmHead(std::string name, const LmHeadOptions& options, Embedding<T>& tied);
   Var<T> forward(Var<T> h);  // (..., d_model) -> (..., vocab)
-  bool tied() const { return tied_ != nullptr; }
   // PyTorch's names are the Linear's, nn.Linear(d_model, vocab): "weight" (vocab, d_model), transposed;
   // "bias". A tied head has only its bias: the table is the embedding's, written once under its name.
 
