@@ -93,7 +93,9 @@ class TransformerBlock : public Module<T> {
   LayerNorm<T>& norm2();
   FeedForward<T>& feed_forward();
   // nn.TransformerEncoderLayer: "self_attn", and the FFN's linear1 and linear2 directly in the block.
-  std::string torch_child_name(std::string_view child_name) const override;
+  std::string torch_child_name(std::string_view child_name) const override {
+    return child_name == "attn" ? "self_attn" : child_name == "ff" ? "" : std::string(child_name);
+  }
 
  private:
   TransformerBlockOptions options_;

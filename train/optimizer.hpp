@@ -237,8 +237,6 @@ class Optimizer {
   }
 
  private:
-  void check_shapes() const;
-
   std::vector<Index> starts_;  // for_each_slice: where each parameter starts among all the elements
   std::vector<char> fresh_;    // for_each_slice: per parameter, its buffers were made for this step
 
