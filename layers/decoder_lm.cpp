@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 
 namespace tapegrad {
 
@@ -108,16 +109,14 @@ std::vector<std::vector<TensorT<T>>> DecoderLm<T>::attention_maps(std::span<cons
     kept_before.push_back(stack_->block(i).attention().keeps_weights());
     stack_->block(i).attention().keep_weights(true);
   }
-  const auto put_back = [&] {
-    for (std::size_t i = 0; i < kept_before.size(); ++i) stack_->block(i).attention().keep_weights(kept_before[i]);
-  };
+  std::exception_ptr failed;
   try {
     (void)forward(tape, ids, nullptr);
   } catch (...) {
-    put_back();
-    throw;
+    failed = std::current_exception();
   }
-  put_back();
+  for (std::size_t i = 0; i < kept_before.size(); ++i) stack_->block(i).attention().keep_weights(kept_before[i]);
+  if (failed) std::rethrow_exception(failed);
   std::vector<std::vector<TensorT<T>>> maps(stack_->size());
   for (std::size_t layer = 0; layer < stack_->size(); ++layer)
     for (const TensorT<T>& head : stack_->block(layer).attention().attention_weights())  // (1, T, T)
