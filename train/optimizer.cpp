@@ -48,9 +48,6 @@ Optimizer<T>::Optimizer(std::vector<Parameter<T>*> params, std::string kind, std
 }
 
 template <class T>
-Optimizer<T>::~Optimizer() = default;
-
-template <class T>
 void Optimizer<T>::step() {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Parameter<T>& p = *params_[i];
@@ -63,16 +60,6 @@ void Optimizer<T>::step() {
   }
   update_all(current_lr(), step_ + 1);
   ++step_;
-}
-
-template <class T>
-void Optimizer<T>::zero_grad() {
-  for (Parameter<T>* p : params_) p->zero_grad();
-}
-
-template <class T>
-double Optimizer<T>::current_lr() const {
-  return schedule_->lr_at(lr(), step_);
 }
 
 template <class T>
