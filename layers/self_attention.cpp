@@ -32,14 +32,6 @@ void SelfAttention<T>::check(std::string_view name, const SelfAttentionOptions& 
 }
 
 template <class T>
-SelfAttention<T>::SelfAttention(std::string name, const SelfAttentionOptions& options, Rng& rng)
-    : SelfAttention(std::move(name), options, &rng) {}
-
-template <class T>
-SelfAttention<T>::SelfAttention(std::string name, const SelfAttentionOptions& options)
-    : SelfAttention(std::move(name), options, nullptr) {}
-
-template <class T>
 SelfAttention<T>::SelfAttention(std::string name, const SelfAttentionOptions& options, Rng* rng)
     : Module<T>(std::move(name)), options_(options) {
   check(this->name(), options);
