@@ -1,6 +1,5 @@
 #include "tapegrad/layers/decoder_lm.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <exception>
 
@@ -98,8 +97,7 @@ std::vector<std::vector<TensorT<T>>> DecoderLm<T>::attention_maps(std::span<cons
   if (tokens.empty()) fail<ValueError>("attention_maps: no tokens; give 1 to {} (the context)", config_.context);
   const EvalModeGuard<T> eval_mode(*this);  // no dropout on the weights shown
   const auto n = static_cast<Index>(tokens.size());
-  Ids ids(Shape::mat(1, n));
-  std::copy(tokens.begin(), tokens.end(), ids.data());
+  const Ids ids(Shape::mat(1, n), tokens);
   Tape<T> tape;
   NoGradGuard<T> no_grad(tape);
   // Every attention layer keeps its weights for this forward, then each keeps them as it did before, also
