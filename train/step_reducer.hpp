@@ -10,8 +10,8 @@
 //
 // and an evaluation shards its examples (eval_shard) and reduces its sums (reduce_sums) the same way.
 // StepReducer's own hooks, and so SingleProcess, the Trainer's default, are the identity. DataParallel
-// (train/data_parallel.hpp) is the group of processes over a Collective. Every process of a group makes the same calls
-// in the same order: what one process throws from a hook, every process throws alike.
+// (train/data_parallel.hpp) is the group of processes over a Collective. Every process of a group makes the
+// same calls in the same order: what one process throws from a hook, every process throws alike.
 
 #include <limits>
 #include <optional>
