@@ -83,8 +83,6 @@ void write_missing(std::string_view level, bool (*has)(const char*), char* out, 
 
 }  // namespace
 
-std::string_view built_for_cpu() { return TAPEGRAD_CPU_LEVEL; }
-
 std::string missing_cpu_features(std::string_view level, bool (*has)(const char* feature)) {
   char missing[256];
   write_missing(level, has, missing, sizeof missing);

@@ -10,9 +10,6 @@
 
 namespace tapegrad {
 
-// The level this library was built for: "x86-64-v3", "x86-64", "native", or "" (the compiler's default).
-std::string_view built_for_cpu();
-
 // The features of `level` (x86-64-v2, -v3 or -v4; any other level has none to check) that `has` says the
 // CPU lacks, as the compiler's feature names joined by ", " ("" when none is missing).
 std::string missing_cpu_features(std::string_view level, bool (*has)(const char* feature));

@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <string_view>
 
 #include <fmt/format.h>
 
@@ -24,7 +23,6 @@ template <std::size_t N>
 struct FieldName {
   char text[N];
   constexpr FieldName(const char (&name)[N]) { std::copy_n(name, N, text); }  // NOLINT: implicit on purpose
-  constexpr std::string_view view() const { return {text, N - 1}; }
 };
 
 template <class V, FieldName Name>
@@ -35,7 +33,6 @@ struct Required {
   template <FieldName Other>
   constexpr Required(const Required<V, Other>& other) : value(other.value) {}  // NOLINT: implicit on purpose
   constexpr operator V() const { return value; }                               // NOLINT: implicit on purpose
-  static constexpr std::string_view field() { return Name.view(); }
 };
 
 }  // namespace tapegrad

@@ -177,8 +177,7 @@ S from_settings(const Settings& settings, std::string_view what) {
   std::vector<std::string> known, missing, repeated, unknown;
   S::fields(out, [&](const char* name, auto&, const char*, Bounds = {}) { known.emplace_back(name); });
   for (const auto& name : known) {
-    int seen = 0;
-    for (const auto& s : settings) seen += s.name == name ? 1 : 0;
+    const auto seen = std::count_if(settings.begin(), settings.end(), [&](const Setting& s) { return s.name == name; });
     if (seen == 0) missing.push_back(name);
     if (seen > 1) repeated.push_back(name);
   }

@@ -1,7 +1,7 @@
 #include "tapegrad/layers/decoder_lm.hpp"
 
-#include <algorithm>
 #include <cmath>
+#include <exception>
 
 namespace tapegrad {
 
@@ -97,8 +97,7 @@ std::vector<std::vector<TensorT<T>>> DecoderLm<T>::attention_maps(std::span<cons
   if (tokens.empty()) fail<ValueError>("attention_maps: no tokens; give 1 to {} (the context)", config_.context);
   const EvalModeGuard<T> eval_mode(*this);  // no dropout on the weights shown
   const auto n = static_cast<Index>(tokens.size());
-  Ids ids(Shape::mat(1, n));
-  std::copy(tokens.begin(), tokens.end(), ids.data());
+  const Ids ids(Shape::mat(1, n), tokens);
   Tape<T> tape;
   NoGradGuard<T> no_grad(tape);
   // Every attention layer keeps its weights for this forward, then each keeps them as it did before, also
@@ -108,16 +107,14 @@ std::vector<std::vector<TensorT<T>>> DecoderLm<T>::attention_maps(std::span<cons
     kept_before.push_back(stack_->block(i).attention().keeps_weights());
     stack_->block(i).attention().keep_weights(true);
   }
-  const auto put_back = [&] {
-    for (std::size_t i = 0; i < kept_before.size(); ++i) stack_->block(i).attention().keep_weights(kept_before[i]);
-  };
+  std::exception_ptr failed;
   try {
     (void)forward(tape, ids, nullptr);
   } catch (...) {
-    put_back();
-    throw;
+    failed = std::current_exception();
   }
-  put_back();
+  for (std::size_t i = 0; i < kept_before.size(); ++i) stack_->block(i).attention().keep_weights(kept_before[i]);
+  if (failed) std::rethrow_exception(failed);
   std::vector<std::vector<TensorT<T>>> maps(stack_->size());
   for (std::size_t layer = 0; layer < stack_->size(); ++layer)
     for (const TensorT<T>& head : stack_->block(layer).attention().attention_weights())  // (1, T, T)

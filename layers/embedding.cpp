@@ -45,14 +45,6 @@ Var<T> OneHotTokens<T>::forward(Tape<T>& tape, const Ids& ids) {
 }
 
 template <class T>
-Positions<T>::Positions(std::string name, const PositionOptions& options, Rng& rng)
-    : Positions(std::move(name), options, &rng) {}
-
-template <class T>
-Positions<T>::Positions(std::string name, const PositionOptions& options)
-    : Positions(std::move(name), options, nullptr) {}
-
-template <class T>
 Positions<T>::Positions(std::string name, const PositionOptions& options, Rng* rng)
     : Module<T>(std::move(name)), options_(options) {
   if (options.max_len <= 0 || options.d_model <= 0)

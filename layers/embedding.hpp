@@ -69,10 +69,10 @@ struct PositionOptions {
 template <class T>
 class Positions : public Module<T> {
  public:
-  Positions(std::string name, const PositionOptions& options, Rng& rng);
+  Positions(std::string name, const PositionOptions& options, Rng& rng) : Positions(std::move(name), options, &rng) {}
   // none, one-hot and sinusoidal positions initialise nothing, so they need no Rng; learned ones given
   // here are a ValueError.
-  Positions(std::string name, const PositionOptions& options);
+  Positions(std::string name, const PositionOptions& options) : Positions(std::move(name), options, nullptr) {}
   // x (B, T, d_model), its rows at positions first, first + 1, ..., first + T - 1 <= max_len - 1, where
   // first is 0, or with a cache (generation, layers/kv_cache.hpp) the positions it holds: x is then the
   // newest tokens of a sequence. one-hot concatenates e_t (width d_model + max_len); learned and

@@ -1,23 +1,19 @@
 #include "tapegrad/layers/init.hpp"
 
+#include <array>
 #include <cmath>
 
 namespace tapegrad {
 
+// "zeros", "normal(std 0.02)", "xavier_uniform(gain 1)": the kind's name (as Kind spells it), and its scale.
 std::string Initializer::describe() const {
-  switch (kind) {
-    case Kind::zeros:
-      return "zeros";
-    case Kind::normal:
-      return fmt::format("normal(std {:g})", scale);
-    case Kind::xavier_uniform:
-      return fmt::format("xavier_uniform(gain {:g})", scale);
-    case Kind::xavier_normal:
-      return fmt::format("xavier_normal(gain {:g})", scale);
-    case Kind::identity_plus_noise:
-      return fmt::format("identity_plus_noise(std {:g})", scale);
-  }
-  return "unknown";
+  static constexpr std::array<const char*, 5> kNames = {"zeros", "normal", "xavier_uniform", "xavier_normal",
+                                                        "identity_plus_noise"};
+  const auto k = static_cast<std::size_t>(kind);
+  if (k >= kNames.size()) return "unknown";
+  if (kind == Kind::zeros) return "zeros";
+  const bool xavier = kind == Kind::xavier_uniform || kind == Kind::xavier_normal;
+  return fmt::format("{}({} {:g})", kNames[k], xavier ? "gain" : "std", scale);
 }
 
 template <class T>

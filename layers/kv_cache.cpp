@@ -1,6 +1,7 @@
 #include "tapegrad/layers/kv_cache.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace tapegrad {
 
@@ -26,16 +27,13 @@ void AttentionCache<T>::append(const TensorT<T>& keys, const TensorT<T>& values)
         "attention_cache: {} more {} not fit: it holds {} of {} (the longest sequence it was made for); "
         "clear it and feed a shorter window",
         n, n == 1 ? "position does" : "positions do", length_, capacity_);
-  if (keys_.capacity() < static_cast<std::size_t>(capacity_ * keys.cols()) ||
-      values_.capacity() < static_cast<std::size_t>(capacity_ * values.cols())) {  // the first append: room for all
-    keys_.resize(Shape::batched(1, capacity_, keys.cols()));
-    values_.resize(Shape::batched(1, capacity_, values.cols()));
+  for (auto [from, to] : {std::pair(&keys, &keys_), std::pair(&values, &values_)}) {
+    if (to->capacity() < static_cast<std::size_t>(capacity_ * from->cols()))  // the first append: room for all
+      to->resize(Shape::batched(1, capacity_, from->cols()));
+    // Within the capacity a resize moves nothing: what a recording read in place stays where it was.
+    to->resize(Shape::batched(1, length_ + n, from->cols()));
+    std::copy_n(from->data(), from->numel(), to->data() + length_ * from->cols());
   }
-  // Within the capacity a resize moves nothing: what a recording read in place stays where it was.
-  keys_.resize(Shape::batched(1, length_ + n, keys.cols()));
-  values_.resize(Shape::batched(1, length_ + n, values.cols()));
-  std::copy_n(keys.data(), keys.numel(), keys_.data() + length_ * keys.cols());
-  std::copy_n(values.data(), values.numel(), values_.data() + length_ * values.cols());
   length_ += n;
 }
 
@@ -58,11 +56,6 @@ Index KvCache<T>::length() const {
   Index fewest = layers_.empty() ? 0 : capacity_;  // no layer holds more than the capacity
   for (const auto& l : layers_) fewest = std::min(fewest, l->length());
   return fewest;
-}
-
-template <class T>
-void KvCache<T>::clear() {
-  for (auto& l : layers_) l->clear();
 }
 
 template <class T>

@@ -64,7 +64,9 @@ class KvCache {
   // appended), so during a step, until every layer has appended, the count before the step.
   Index length() const;
   bool full() const { return length() == capacity(); }
-  void clear();  // every layer's positions; keeps the layers and their buffers
+  void clear() {  // every layer's positions; keeps the layers and their buffers
+    for (auto& l : layers_) l->clear();
+  }
   // The cache of the attention layer at `layer` (SelfAttention passes `this`), made on first use.
   AttentionCache<T>& of(const void* layer);
   // The i-th layer's cache, in the order the layers first appended; ValueError naming i and the count.

@@ -32,11 +32,6 @@ Parameter<T>& Linear<T>::bias() {
   return *bias_;
 }
 
-template <class T>
-TorchName Linear<T>::torch_name(std::string_view local_name) const {
-  return {std::string(local_name), local_name == "weight"};
-}
-
 template class Linear<float>;
 template class Linear<double>;
 

@@ -30,7 +30,9 @@ class Linear : public Module<T> {
   bool has_bias() const { return bias_ != nullptr; }
   const LinearOptions& options() const { return options_; }
   // nn.Linear: "weight" (out, in), W transposed; "bias".
-  TorchName torch_name(std::string_view local_name) const override;
+  TorchName torch_name(std::string_view local_name) const override {
+    return {std::string(local_name), local_name == "weight"};
+  }
 
  private:
   LinearOptions options_;

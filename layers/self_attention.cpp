@@ -32,14 +32,6 @@ void SelfAttention<T>::check(std::string_view name, const SelfAttentionOptions& 
 }
 
 template <class T>
-SelfAttention<T>::SelfAttention(std::string name, const SelfAttentionOptions& options, Rng& rng)
-    : SelfAttention(std::move(name), options, &rng) {}
-
-template <class T>
-SelfAttention<T>::SelfAttention(std::string name, const SelfAttentionOptions& options)
-    : SelfAttention(std::move(name), options, nullptr) {}
-
-template <class T>
 SelfAttention<T>::SelfAttention(std::string name, const SelfAttentionOptions& options, Rng* rng)
     : Module<T>(std::move(name)), options_(options) {
   check(this->name(), options);
@@ -97,15 +89,9 @@ Index SelfAttention<T>::output_width() const {
 
 template <class T>
 double SelfAttention<T>::scale_factor() const {
-  switch (options_.scale) {
-    case AttentionScale::inv_sqrt_d_head:
-      return 1.0 / std::sqrt(static_cast<double>(d_head_));
-    case AttentionScale::none:
-      return 1.0;
-    case AttentionScale::inv_d_head:
-      return 1.0 / static_cast<double>(d_head_);
-  }
-  return 1.0;
+  const auto dh = static_cast<double>(d_head_);
+  if (options_.scale == AttentionScale::inv_sqrt_d_head) return 1.0 / std::sqrt(dh);
+  return options_.scale == AttentionScale::inv_d_head ? 1.0 / dh : 1.0;  // none: 1
 }
 
 // The combined mask (nonzero = blocked), or nullptr when nothing is blocked: causal alone is one (T, Tk)

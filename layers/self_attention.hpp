@@ -65,10 +65,12 @@ struct SelfAttentionOptions {
 template <class T>
 class SelfAttention : public Module<T> {
  public:
-  SelfAttention(std::string name, const SelfAttentionOptions& options, Rng& rng);
+  SelfAttention(std::string name, const SelfAttentionOptions& options, Rng& rng)
+      : SelfAttention(std::move(name), options, &rng) {}
   // The parameter-free mode initialises nothing, so it needs no Rng; a learnable one given here is a
   // ValueError.
-  SelfAttention(std::string name, const SelfAttentionOptions& options);
+  SelfAttention(std::string name, const SelfAttentionOptions& options)
+      : SelfAttention(std::move(name), options, nullptr) {}
   // The constructor's checks of the options, alone: ValueError naming the layer, nothing built.
   static void check(std::string_view name, const SelfAttentionOptions& options);
 

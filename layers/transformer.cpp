@@ -114,13 +114,6 @@ FeedForward<T>& TransformerBlock<T>::feed_forward() {
   return *ff_;
 }
 
-template <class T>
-std::string TransformerBlock<T>::torch_child_name(std::string_view child_name) const {
-  if (child_name == "attn") return "self_attn";
-  if (child_name == "ff") return "";
-  return std::string(child_name);
-}
-
 // ---- TransformerStack -----------------------------------------------------------------------------
 
 template <class T>

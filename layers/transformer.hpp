@@ -93,7 +93,9 @@ class TransformerBlock : public Module<T> {
   LayerNorm<T>& norm2();
   FeedForward<T>& feed_forward();
   // nn.TransformerEncoderLayer: "self_attn", and the FFN's linear1 and linear2 directly in the block.
-  std::string torch_child_name(std::string_view child_name) const override;
+  std::string torch_child_name(std::string_view child_name) const override {
+    return child_name == "attn" ? "self_attn" : child_name == "ff" ? "" : std::string(child_name);
+  }
 
  private:
   TransformerBlockOptions options_;
@@ -157,7 +159,6 @@ class LmHead : public Module<T> {
   // outlive the head.
   LmHead(std::string name, const LmHeadOptions& options, Embedding<T>& tied);
   Var<T> forward(Var<T> h);  // (..., d_model) -> (..., vocab)
-  bool tied() const { return tied_ != nullptr; }
   // PyTorch's names are the Linear's, nn.Linear(d_model, vocab): "weight" (vocab, d_model), transposed;
   // "bias". A tied head has only its bias: the table is the embedding's, written once under its name.
 

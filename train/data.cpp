@@ -138,8 +138,7 @@ void Sampler::check_state(const State& s) const {
       fail<ValueError>("sampler: the saved data order is not a permutation of the dataset's {} examples", n_);
     seen[static_cast<std::size_t>(i)] = 1;
   }
-  Rng probe;
-  probe.set_state(s.rng);  // the generator's own check of its state
+  Rng().set_state(s.rng);  // the generator's own check of its state
 }
 
 void Sampler::set_state(const State& s) {

@@ -171,10 +171,6 @@ double DataParallel::reduce(std::span<Parameter<float>* const> params, std::opti
   return static_cast<double>(at[0]) / static_cast<double>(at[1]);  // NaN if no rank had anything to weigh
 }
 
-void DataParallel::after_step(std::span<Parameter<float>* const> params, Index step) {
-  if (step % options_.check_every == 0) check_replicas(params, step);
-}
-
 void DataParallel::check_replicas(std::span<Parameter<float>* const> params, Index step) {
   const std::uint32_t mine = parameters_crc32(params);
   collective_.all_gather(std::span<const std::uint32_t>(&mine, 1), std::span<std::uint32_t>(replica_crcs_));

@@ -55,7 +55,9 @@ class DataParallel final : public StepReducer {
   bool computes(double weight) const override { return weight > 0; }  // else 0 / 0 would poison the sums
   double reduce(std::span<Parameter<float>* const> params, std::optional<double> loss, double weight,
                 std::span<Tally> tallies) override;
-  void after_step(std::span<Parameter<float>* const> params, Index step) override;
+  void after_step(std::span<Parameter<float>* const> params, Index step) override {
+    if (step % options_.check_every == 0) check_replicas(params, step);
+  }
   void after_run(std::span<Parameter<float>* const> params, Index step) override { check_replicas(params, step); }
   Shard eval_shard(Index n) const override { return shard_of(n, rank(), size()); }
   void reduce_sums(std::span<double> sums) override { collective_.all_reduce_sum(sums); }

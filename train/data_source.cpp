@@ -193,9 +193,7 @@ TensorSource::TensorSource(std::string name, Tensor features, Ids labels)
 }
 
 TensorSource::TensorSource(std::string name, Tensor features, Tensor targets)
-    : name_(std::move(name)), features_(std::move(features)), targets_(std::move(targets)) {
-  size_ = count_examples();
-}
+    : name_(std::move(name)), features_(std::move(features)), targets_(std::move(targets)), size_(count_examples()) {}
 
 Index TensorSource::count_examples() const {
   if (features_.rank() == 1)

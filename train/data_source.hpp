@@ -73,7 +73,6 @@ class SequenceSource final : public DataSource<SequenceBatch> {
   void fill(std::span<const Index> indices, SequenceBatch& out) const override;
   std::uint32_t fingerprint() const override;  // the examples' ids and the vocabularies' names
   Index length() const { return length_; }
-  const Dataset& dataset() const { return data_; }
 
  private:
   const Dataset& data_;

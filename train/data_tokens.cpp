@@ -102,7 +102,10 @@ TokenFile::TokenFile(TokenFile&& o) noexcept
       header_crc_(o.header_crc_),
       opened_(o.opened_) {}
 
-void TokenFile::check_unchanged() const {
+void TokenFile::read_bytes(Index first, Index count, unsigned char* to) const {
+  if (first < 0 || count < 0 || first > count_ - count)
+    fail<ValueError>("{}: ids [{}, {}) are outside '{}' of {} ids", op_, first, first + count, escaped(path_), count_);
+  // The file must still be the one opened, as the system reports it.
   struct stat st {};
   if (::fstat(fd_, &st) != 0) fail<IoError>("{}: cannot read '{}': {}", op_, escaped(path_), std::strerror(errno));
   if (st.st_size != opened_.st_size)
@@ -112,12 +115,6 @@ void TokenFile::check_unchanged() const {
   // The last link going moves the change time too: a file renamed over this one is no change to it.
   if (moved(st.st_mtim, opened_.st_mtim) || (moved(st.st_ctim, opened_.st_ctim) && st.st_nlink == opened_.st_nlink))
     refuse(*this, "changed while in use: it was modified after it was opened (rewritten, or its times set back)");
-}
-
-void TokenFile::read_bytes(Index first, Index count, unsigned char* to) const {
-  if (first < 0 || count < 0 || first > count_ - count)
-    fail<ValueError>("{}: ids [{}, {}) are outside '{}' of {} ids", op_, first, first + count, escaped(path_), count_);
-  check_unchanged();
   const auto want = static_cast<std::size_t>(count * width_);
   const std::size_t got = detail::read_all(
       fd_, to, want, static_cast<std::int64_t>(TokenFileFormat::kHeaderBytes) + first * width_, path_, op_);

@@ -88,7 +88,6 @@ class TokenFile {
             const std::function<void(Index at, std::span<const std::int32_t> ids)>& piece) const;
 
  private:
-  void check_unchanged() const;  // FormatError if the system reports a change since the file was opened
   void read_bytes(Index first, Index count, unsigned char* to) const;
   // `id`, read at `position`, through `map` if there is one: FormatError outside the vocabulary or the map.
   std::int32_t mapped(std::int64_t id, Index position, std::span<const std::int32_t> map) const;

@@ -48,23 +48,18 @@ Optimizer<T>::Optimizer(std::vector<Parameter<T>*> params, std::string kind, std
 }
 
 template <class T>
-Optimizer<T>::~Optimizer() = default;
-
-template <class T>
 void Optimizer<T>::step() {
-  check_shapes();
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Parameter<T>& p = *params_[i];
+    if (p.grad.shape() != p.value.shape())
+      fail<ShapeError>("{} step: '{}' grad is {} but its value is {}", kind_, p.name, p.grad.shape(), p.value.shape());
+    for (std::size_t k = 0; k < buffers_[i].size(); ++k)
+      if (buffers_[i][k].shape() != p.value.shape())
+        fail<ShapeError>("{} step: '{}' {} is {} but its value is {}", kind_, p.name, buffer_names_[k],
+                         buffers_[i][k].shape(), p.value.shape());
+  }
   update_all(current_lr(), step_ + 1);
   ++step_;
-}
-
-template <class T>
-void Optimizer<T>::zero_grad() {
-  for (Parameter<T>* p : params_) p->zero_grad();
-}
-
-template <class T>
-double Optimizer<T>::current_lr() const {
-  return schedule_->lr_at(lr(), step_);
 }
 
 template <class T>
@@ -76,19 +71,6 @@ void Optimizer<T>::set_schedule(const LrSchedule& schedule) {
 template <class T>
 std::string Optimizer<T>::describe() const {
   return fmt::format("{} ({}), schedule {}", kind(), describe_settings(hyperparameters()), schedule_->describe());
-}
-
-template <class T>
-void Optimizer<T>::check_shapes() const {
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const Parameter<T>& p = *params_[i];
-    if (p.grad.shape() != p.value.shape())
-      fail<ShapeError>("{} step: '{}' grad is {} but its value is {}", kind_, p.name, p.grad.shape(), p.value.shape());
-    for (std::size_t k = 0; k < buffers_[i].size(); ++k)
-      if (buffers_[i][k].shape() != p.value.shape())
-        fail<ShapeError>("{} step: '{}' {} is {} but its value is {}", kind_, p.name, buffer_names_[k],
-                         buffers_[i][k].shape(), p.value.shape());
-  }
 }
 
 template <class T>

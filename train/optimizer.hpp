@@ -144,14 +144,16 @@ struct ParamSlice {
 template <class T>
 class Optimizer {
  public:
-  virtual ~Optimizer();
+  virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
   // One update of every parameter from its grad, at current_lr(). Throws ShapeError (and updates
   // nothing) when a grad or buffer does not have its parameter's shape.
   void step();
-  void zero_grad();
+  void zero_grad() {
+    for (Parameter<T>* p : params_) p->zero_grad();
+  }
 
   // The optimizer's name, which its state, checkpoints and messages carry and a load must match: "sgd",
   // "adam", "adamw", or a user's optimizer's own ("lion").
@@ -160,7 +162,7 @@ class Optimizer {
   virtual double lr() const = 0;
   virtual void set_lr(double lr) = 0;  // ValueError unless finite and >= 0 and the schedule fits it
   // The rate the next step() uses: schedule().lr_at(lr(), steps_taken()).
-  double current_lr() const;
+  double current_lr() const { return schedule_->lr_at(lr(), step_); }
   // Keeps a copy. ValueError, and no change, for a schedule that does not fit the lr (a cosine whose
   // min_lr is above it).
   void set_schedule(const LrSchedule& schedule);
@@ -237,8 +239,6 @@ class Optimizer {
   }
 
  private:
-  void check_shapes() const;
-
   std::vector<Index> starts_;  // for_each_slice: where each parameter starts among all the elements
   std::vector<char> fresh_;    // for_each_slice: per parameter, its buffers were made for this step
 

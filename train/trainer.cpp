@@ -114,26 +114,21 @@ void TrainerBase::set_collective(Collective* collective, DataParallelOptions opt
   set_reducer(collective ? reducer_for(*collective, options) : nullptr);
 }
 
-CurvePoint TrainerBase::record_point() {
-  CurvePoint p;
-  p.step = state_.step;
-  p.values.push_back({"train_loss", Tally{state_.window_loss, static_cast<double>(state_.window_steps)}.mean()});
-  for (const auto& w : state_.window_metrics) p.values.push_back({"train_" + w.name, w.tally.mean()});
-  for (auto& v : evaluate_for_curve()) p.values.push_back(std::move(v));  // "eval_loss", "eval_<metric>"
-  p.lr = state_.step > 0 ? optimizer_.schedule().lr_at(optimizer_.lr(), state_.step - 1) : optimizer_.current_lr();
-  p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  state_.window_loss = 0;
-  state_.window_steps = 0;
-  for (auto& w : state_.window_metrics) w.tally = {};
-  state_.curve.push_back(p);
-  return p;
-}
-
 void TrainerBase::run(const TrainCallbacks& callbacks) {
   stop_requested_ = false;
   reducer_->start(*this);
-  const auto evaluate = [&] {
-    const CurvePoint p = record_point();
+  const auto evaluate = [&] {  // a curve point: the window's means and the evaluation; a fresh window
+    CurvePoint p;
+    p.step = state_.step;
+    p.values.push_back({"train_loss", Tally{state_.window_loss, static_cast<double>(state_.window_steps)}.mean()});
+    for (const auto& w : state_.window_metrics) p.values.push_back({"train_" + w.name, w.tally.mean()});
+    for (auto& v : evaluate_for_curve()) p.values.push_back(std::move(v));  // "eval_loss", "eval_<metric>"
+    p.lr = state_.step > 0 ? optimizer_.schedule().lr_at(optimizer_.lr(), state_.step - 1) : optimizer_.current_lr();
+    p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    state_.window_loss = 0;
+    state_.window_steps = 0;
+    for (auto& w : state_.window_metrics) w.tally = {};
+    state_.curve.push_back(p);
     if (callbacks.on_evaluation) callbacks.on_evaluation(p);
   };
   if (state_.curve.empty() && state_.step == 0) evaluate();  // where training starts from (no training loss yet)
@@ -188,8 +183,7 @@ void TrainerBase::check_state(const TrainerState& s, std::string_view op) const 
                      s.window_steps, s.window_loss);
   try {
     sampler_.check_state(s.data_order);
-    Rng probe;
-    probe.set_state(s.rng);  // the generator's own check of its state
+    Rng().set_state(s.rng);  // the generator's own check of its state
   } catch (const ValueError& e) {
     fail<ValueError>("{}: {}", op, e.what());
   }

@@ -195,8 +195,6 @@ class TrainerBase {
   virtual NamedValues evaluate_for_curve() = 0;
 
  private:
-  CurvePoint record_point();
-
   Module<float>& model_;
   std::vector<const Parameter<float>*> registered_;  // model_.parameters(), sorted: check_registered each step
   Optimizer<float>& optimizer_;
