@@ -237,7 +237,8 @@ const TensorT<T>& Tape<T>::value(Var<T> v) const {
 template <class T>
 const TensorT<T>& Tape<T>::grad(Var<T> v) const {
   check(v, "grad", "the Var");
-  const Node<T>& n = at(v.index);
+  if (const TensorT<T>* g = grad_at(v.index)) return *g;
+  const Node<T>& n = at(v.index);  // why it has none
   if (!n.requires_grad)
     fail<UsageError>("grad: {} takes no gradient (a constant, or recorded with gradients disabled)", describe(n));
   if (v.index >= grads_valid_until_)
@@ -245,12 +246,10 @@ const TensorT<T>& Tape<T>::grad(Var<T> v) const {
         "grad: no gradient has been computed for {} yet; call backward() on an output that "
         "depends on it",
         describe(n));
-  if (n.grad_released)
-    fail<UsageError>(
-        "grad: {} is not a leaf, and this tape releases such gradients once backward has passed "
-        "them (set_release_grads(false) keeps them)",
-        describe(n));
-  return n.in_place.grad ? *n.in_place.grad : n.grad;
+  fail<UsageError>(
+      "grad: {} is not a leaf, and this tape releases such gradients once backward has passed "
+      "them (set_release_grads(false) keeps them)",
+      describe(n));
 }
 
 template <class T>
