@@ -180,22 +180,20 @@ struct Attention {
     // Where the mask lets the products skip (block_reach): not for one item alone, whose whole products
     // split over the threads, where blocks of 64 rows would not.
     const Index reach_sets = per_item_mask ? l.batch : 1, set_size = reach_size(l);
+    const auto size = static_cast<std::size_t>(reach_sets * set_size);
     Index* reach = nullptr;
-    if (saved) saved->reach.clear();  // from the node's last step, if any; keeps its memory
     if (mask && l.tk > 0 && l.items() > 1 && l.tq > 0) {
-      const auto size = static_cast<std::size_t>(reach_sets * set_size);
-      if (saved) saved->reach.resize(size);
-      reach = saved ? saved->reach.data() : detail::thread_scratch<Index>(detail::Scratch::attention_reach, size);
+      reach = detail::thread_scratch<Index>(detail::Scratch::attention_reach, size);
       bool skips = false;
       for (Index set = 0; set < reach_sets; ++set) {
         Index* keys_seen = reach + set * set_size;
         skips = block_reach(open + set * l.tq, l.tq, l.tk, keys_seen, keys_seen + blocks_of(l.tq)) || skips;
       }
-      if (saved) saved->per_item_reach = per_item_mask;
-      if (!skips) {
-        reach = nullptr;
-        if (saved) saved->reach.clear();
-      }
+      if (!skips) reach = nullptr;
+    }
+    if (saved) {  // kept for backward, in the node's buffer of last step (it keeps its memory); empty: no skip
+      saved->reach.assign(reach, reach + (reach ? size : 0));
+      saved->per_item_reach = per_item_mask;
     }
     const bool cut_columns = detail::product_columns_separable();
     const auto attend = [&](Index i, bool may_split) {
