@@ -169,10 +169,6 @@ struct Attention {
       saved->scale = scale;
       saved->weights.resize(static_cast<std::size_t>(l.items() * block_stride(l)));  // grows once, then stays
     }
-    const T* qd = Q.data();
-    const T* kd = K.data();
-    const T* vd = V.data();
-    T* od = output.data();
     const Index wq = l.q_width(), wv = l.v_width();
     // What each row of the mask leaves open (the softmax skips what it blocks), read once for every item.
     const bool per_item_mask = mask && mask->rank() == 3;
@@ -211,15 +207,15 @@ struct Attention {
       for (Index rb = 0, r0 = 0; r0 < l.tq; ++rb, r0 += row_step) {
         const Index rows = std::min(row_step, l.tq - r0), cols = cut_columns ? keys_seen[rb] : l.tk;
         if (cols > 0)
-          detail::gemm<T>(ProductForm::abt, rows, cols, l.dk, {qd + oq + r0 * wq, wq}, {kd + ok, wq}, p + r0 * l.tk,
-                          l.tk, false, may_split);
+          detail::gemm<T>(ProductForm::abt, rows, cols, l.dk, {Q.data() + oq + r0 * wq, wq}, {K.data() + ok, wq},
+                          p + r0 * l.tk, l.tk, false, may_split);
       }
       detail::softmax_forward(p, p, l.tq, l.tk, static_cast<T>(scale), m, may_split);
       for (Index rb = 0, r0 = 0; r0 < l.tq; ++rb, r0 += row_step) {
         const Index rows = std::min(row_step, l.tq - r0), depth = keys_seen[rb];
-        T* o = od + oo + r0 * wv;
+        T* o = output.data() + oo + r0 * wv;
         if (depth > 0)
-          detail::gemm<T>(ProductForm::ab, rows, l.dv, depth, {p + r0 * l.tk, l.tk}, {vd + ov, wv}, o, wv, false,
+          detail::gemm<T>(ProductForm::ab, rows, l.dv, depth, {p + r0 * l.tk, l.tk}, {V.data() + ov, wv}, o, wv, false,
                           may_split);
         else
           zero_rows(o, rows, l.dv, wv);
