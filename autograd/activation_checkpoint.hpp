@@ -51,21 +51,6 @@ namespace tapegrad {
 
 namespace detail {
 
-// Sets `rng` to `state` for the scope and puts back the state it had, however the scope ends (nothing
-// when rng is null).
-struct RngRestore {
-  Rng* rng;
-  Rng::State before{};
-  RngRestore(Rng* r, const Rng::State& state) : rng(r) {
-    if (!rng) return;
-    before = rng->state();
-    rng->set_state(state);
-  }
-  ~RngRestore() {
-    if (rng) rng->set_state(before);
-  }
-};
-
 [[noreturn]] void refuse_recompute(const Shape& first, const Shape& again);
 
 // fn's result, checked to be a Var of the sub-tape it ran on.
@@ -134,7 +119,12 @@ struct CheckpointOp {
     region.set_release_grads(outer.release_grads());  // as the outer tape's walk does
     Var<T> again;
     {
-      const RngRestore restore(s.rng, s.rng_state);  // the same dropout masks as the forward drew
+      // The random stream as the forward found it (the same dropout masks), and afterwards as it was.
+      const Rng::State now = s.rng ? s.rng->state() : Rng::State{};
+      if (s.rng) s.rng->set_state(s.rng_state);
+      const AtExit restore{[&] {
+        if (s.rng) s.rng->set_state(now);
+      }};
       again = run_region<T>(*s.fn, region, s.input);
     }
     // A region that computes something else the second time (a random stream not passed as `rng`, state

@@ -296,11 +296,8 @@ struct FunctionEngine {
 
   template <class T, class Ctx, class Forward>
   static Var<T> record(Tape<T>& tape, Ctx& ctx, const char* op, typename Node<T>::BackwardFn rule, Forward&& forward) {
-    struct Close {  // however the forward ends, the tape is as open as before it (an op inside another's)
-      Tape<T>& tape;
-      bool was;
-      ~Close() { tape.forward_open_ = was; }
-    } close{tape, tape.forward_open_};
+    // However the forward ends, the tape is as open as before it (an op inside another's).
+    const AtExit close{[&tape, was = tape.forward_open_] { tape.forward_open_ = was; }};
     forward();
     if (!ctx.node_) refuse_function(op, "its forward returned without calling output(shape)");
     ctx.node_->backward = rule;

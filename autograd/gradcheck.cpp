@@ -31,10 +31,20 @@ class Checker {
 
   GradcheckReport run() {
     report_.options = opts_;
-    compute_analytic();
-    for (std::size_t k = 0; k < inputs_.size(); ++k) check_tensor(inputs_[k].name, inputs_[k].value, analytic_[k]);
+    // The analytic gradients of phi = sum(out * R), R drawn once.
+    for (auto* p : params_) p->zero_grad();
+    Var<double> out = forward(true);
+    const Shape s = out.value().shape();
+    if (s.numel() == 0) fail<ShapeError>("gradcheck: the function's output is {}, with nothing to check", s);
+    projection_.resize(s);
+    for (Index i = 0; i < s.numel(); ++i) projection_[i] = rng_.normal();
+    tape_.backward(out, projection_);
+    std::vector<TensorD> analytic;  // inputs, then parameters
+    for (const auto& v : vars_) analytic.push_back(tape_.grad(v));
+    for (auto* p : params_) analytic.push_back(p->grad);
+    for (std::size_t k = 0; k < inputs_.size(); ++k) check_tensor(inputs_[k].name, inputs_[k].value, analytic[k]);
     for (std::size_t k = 0; k < params_.size(); ++k)
-      check_tensor(params_[k]->name, params_[k]->value, analytic_[inputs_.size() + k]);
+      check_tensor(params_[k]->name, params_[k]->value, analytic[inputs_.size() + k]);
     return std::move(report_);
   }
 
@@ -47,24 +57,6 @@ class Checker {
     Var<double> out = f_(tape_, vars_);
     tape_.check(out, "gradcheck", "the function's result");
     return out;
-  }
-
-  // phi = sum(out * R) at the current inputs and parameters.
-  double phi() {
-    const TensorD& out = forward(false).value();
-    return (out.array() * projection_.array()).sum();
-  }
-
-  void compute_analytic() {
-    for (auto* p : params_) p->zero_grad();
-    Var<double> out = forward(true);
-    const Shape s = out.value().shape();
-    if (s.numel() == 0) fail<ShapeError>("gradcheck: the function's output is {}, with nothing to check", s);
-    projection_.resize(s);
-    for (Index i = 0; i < s.numel(); ++i) projection_[i] = rng_.normal();
-    tape_.backward(out, projection_);
-    for (const auto& v : vars_) analytic_.push_back(tape_.grad(v));
-    for (auto* p : params_) analytic_.push_back(p->grad);
   }
 
   void check_tensor(const std::string& name, TensorD& x, const TensorD& analytic) {
@@ -94,6 +86,8 @@ class Checker {
   // (phi(x + eps u) - phi(x - eps u)) / 2 eps, where step(h) sets x to x + h u (the caller puts x back).
   template <class Step>
   double difference(Step&& step) {
+    // phi = sum(out * R) at the current inputs and parameters.
+    const auto phi = [&] { return (forward(false).value().array() * projection_.array()).sum(); };
     step(opts_.eps);
     const double plus = phi();
     step(-opts_.eps);
@@ -139,7 +133,6 @@ class Checker {
   Tape<double> tape_;
   std::vector<Var<double>> vars_;
   TensorD projection_;
-  std::vector<TensorD> analytic_;  // inputs, then parameters
   GradcheckReport report_;
 };
 

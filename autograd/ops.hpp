@@ -52,10 +52,6 @@ Var<T> tanh(Var<T> a, Where where = Where::current());
 template <class T>
 Var<T> gelu(Var<T> a, Where where = Where::current());  // exact (erf) form
 template <class T>
-Var<T> sum(Var<T> a, Where where = Where::current());  // -> one element
-template <class T>
-Var<T> mean(Var<T> a, Where where = Where::current());  // -> one element
-template <class T>
 Var<T> transpose(Var<T> a, Where where = Where::current());  // per batch item
 
 // ---- softmax (ops_softmax.cpp) -----------------------------------------------------------------
@@ -118,7 +114,11 @@ Var<T> reshape(Var<T> x, Shape shape, Where where = Where::current());
 template <class T>
 Var<T> pick_positions(Var<T> x, const Ids& positions, Where where = Where::current());
 
-// ---- row-wise reductions (ops_rowwise.cpp) -------------------------------------------------------
+// ---- reductions (ops_rowwise.cpp) ----------------------------------------------------------------
+template <class T>
+Var<T> sum(Var<T> a, Where where = Where::current());  // -> one element
+template <class T>
+Var<T> mean(Var<T> a, Where where = Where::current());  // -> one element
 // Over the last axis, keeping it with width 1: (N, D) -> (N, 1), (B, T, D) -> (B, T, 1). A (.., 1)
 // result broadcasts back over the rows in add, sub, mul and div (b of shape (.., 1) with a's leading
 // dimensions: a column).
@@ -168,12 +168,17 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps = 1e-5, Where 
 // defaulted argument, but the conversion of its right operand (or its scalar) can, and that runs in the
 // caller's expression.
 namespace detail {
+// The right operand: a Var, or a number.
 template <class T>
-struct VarHere {
+struct Operand {
   Var<T> var;
+  double number = 0;
+  bool is_number = false;
   Where where;
-  VarHere(Var<T> v, Where w = Where::current()) : var(v), where(w) {}  // NOLINT: converts on purpose
+  Operand(Var<T> v, Where w = Where::current()) : var(v), where(w) {}  // NOLINT: converts on purpose
+  Operand(double s, Where w = Where::current()) : number(s), is_number(true), where(w) {}  // NOLINT: as above
 };
+// A number on the left.
 struct ScalarHere {
   double value;
   Where where;
@@ -188,59 +193,43 @@ Var<T> scalar_sub(Var<T> a, double s, Where where);  // s - a
 template <class T>
 Var<T> scalar_div(Var<T> a, double s, Where where);  // s / a
 template <class T>
-using Operand = std::type_identity_t<VarHere<T>>;  // not deduced: T comes from the left operand
+using RightOf = std::type_identity_t<Operand<T>>;  // not deduced: T comes from the left operand
 }  // namespace detail
 
 template <class T>
-Var<T> operator+(Var<T> a, detail::Operand<T> b) {
-  return add(a, b.var, b.where);
+Var<T> operator+(Var<T> a, detail::RightOf<T> b) {
+  return b.is_number ? detail::add_scalar(a, b.number, b.where) : add(a, b.var, b.where);
 }
 template <class T>
-Var<T> operator-(Var<T> a, detail::Operand<T> b) {
-  return sub(a, b.var, b.where);
+Var<T> operator-(Var<T> a, detail::RightOf<T> b) {
+  return b.is_number ? detail::add_scalar(a, -b.number, b.where) : sub(a, b.var, b.where);
 }
 template <class T>
-Var<T> operator*(Var<T> a, detail::Operand<T> b) {
-  return mul(a, b.var, b.where);
+Var<T> operator*(Var<T> a, detail::RightOf<T> b) {
+  return b.is_number ? scale(a, b.number, b.where) : mul(a, b.var, b.where);
 }
 template <class T>
-Var<T> operator/(Var<T> a, detail::Operand<T> b) {
-  return div(a, b.var, b.where);
-}
-template <class T>
-Var<T> operator+(Var<T> a, detail::ScalarHere s) {
-  return detail::add_scalar(a, s.value, s.where);
+Var<T> operator/(Var<T> a, detail::RightOf<T> b) {
+  return b.is_number ? detail::div_scalar(a, b.number, b.where) : div(a, b.var, b.where);
 }
 template <class T>
 Var<T> operator+(detail::ScalarHere s, Var<T> a) {
   return detail::add_scalar(a, s.value, s.where);
 }
 template <class T>
-Var<T> operator-(Var<T> a, detail::ScalarHere s) {
-  return detail::add_scalar(a, -s.value, s.where);
-}
-template <class T>
 Var<T> operator-(detail::ScalarHere s, Var<T> a) {
   return detail::scalar_sub(a, s.value, s.where);
-}
-template <class T>
-Var<T> operator*(Var<T> a, detail::ScalarHere s) {
-  return scale(a, s.value, s.where);
 }
 template <class T>
 Var<T> operator*(detail::ScalarHere s, Var<T> a) {
   return scale(a, s.value, s.where);
 }
 template <class T>
-Var<T> operator/(Var<T> a, detail::ScalarHere s) {
-  return detail::div_scalar(a, s.value, s.where);
-}
-template <class T>
 Var<T> operator/(detail::ScalarHere s, Var<T> a) {
   return detail::scalar_div(a, s.value, s.where);
 }
 // Unary minus has one operand, so it is written for each element type (a template would not convert it).
-inline Var<float> operator-(detail::VarHere<float> a) { return scale(a.var, -1.0, a.where); }
-inline Var<double> operator-(detail::VarHere<double> a) { return scale(a.var, -1.0, a.where); }
+inline Var<float> operator-(detail::Operand<float> a) { return scale(a.var, -1.0, a.where); }
+inline Var<double> operator-(detail::Operand<double> a) { return scale(a.var, -1.0, a.where); }
 
 }  // namespace tapegrad

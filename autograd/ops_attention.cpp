@@ -169,10 +169,6 @@ struct Attention {
       saved->scale = scale;
       saved->weights.resize(static_cast<std::size_t>(l.items() * block_stride(l)));  // grows once, then stays
     }
-    const T* qd = Q.data();
-    const T* kd = K.data();
-    const T* vd = V.data();
-    T* od = output.data();
     const Index wq = l.q_width(), wv = l.v_width();
     // What each row of the mask leaves open (the softmax skips what it blocks), read once for every item.
     const bool per_item_mask = mask && mask->rank() == 3;
@@ -180,22 +176,20 @@ struct Attention {
     // Where the mask lets the products skip (block_reach): not for one item alone, whose whole products
     // split over the threads, where blocks of 64 rows would not.
     const Index reach_sets = per_item_mask ? l.batch : 1, set_size = reach_size(l);
+    const auto size = static_cast<std::size_t>(reach_sets * set_size);
     Index* reach = nullptr;
-    if (saved) saved->reach.clear();  // from the node's last step, if any; keeps its memory
     if (mask && l.tk > 0 && l.items() > 1 && l.tq > 0) {
-      const auto size = static_cast<std::size_t>(reach_sets * set_size);
-      if (saved) saved->reach.resize(size);
-      reach = saved ? saved->reach.data() : detail::thread_scratch<Index>(detail::Scratch::attention_reach, size);
+      reach = detail::thread_scratch<Index>(detail::Scratch::attention_reach, size);
       bool skips = false;
       for (Index set = 0; set < reach_sets; ++set) {
         Index* keys_seen = reach + set * set_size;
         skips = block_reach(open + set * l.tq, l.tq, l.tk, keys_seen, keys_seen + blocks_of(l.tq)) || skips;
       }
-      if (saved) saved->per_item_reach = per_item_mask;
-      if (!skips) {
-        reach = nullptr;
-        if (saved) saved->reach.clear();
-      }
+      if (!skips) reach = nullptr;
+    }
+    if (saved) {  // kept for backward, in the node's buffer of last step (it keeps its memory); empty: no skip
+      saved->reach.assign(reach, reach + (reach ? size : 0));
+      saved->per_item_reach = per_item_mask;
     }
     const bool cut_columns = detail::product_columns_separable();
     const auto attend = [&](Index i, bool may_split) {
@@ -213,15 +207,15 @@ struct Attention {
       for (Index rb = 0, r0 = 0; r0 < l.tq; ++rb, r0 += row_step) {
         const Index rows = std::min(row_step, l.tq - r0), cols = cut_columns ? keys_seen[rb] : l.tk;
         if (cols > 0)
-          detail::gemm<T>(ProductForm::abt, rows, cols, l.dk, {qd + oq + r0 * wq, wq}, {kd + ok, wq}, p + r0 * l.tk,
-                          l.tk, false, may_split);
+          detail::gemm<T>(ProductForm::abt, rows, cols, l.dk, {Q.data() + oq + r0 * wq, wq}, {K.data() + ok, wq},
+                          p + r0 * l.tk, l.tk, false, may_split);
       }
       detail::softmax_forward(p, p, l.tq, l.tk, static_cast<T>(scale), m, may_split);
       for (Index rb = 0, r0 = 0; r0 < l.tq; ++rb, r0 += row_step) {
         const Index rows = std::min(row_step, l.tq - r0), depth = keys_seen[rb];
-        T* o = od + oo + r0 * wv;
+        T* o = output.data() + oo + r0 * wv;
         if (depth > 0)
-          detail::gemm<T>(ProductForm::ab, rows, l.dv, depth, {p + r0 * l.tk, l.tk}, {vd + ov, wv}, o, wv, false,
+          detail::gemm<T>(ProductForm::ab, rows, l.dv, depth, {p + r0 * l.tk, l.tk}, {V.data() + ov, wv}, o, wv, false,
                           may_split);
         else
           zero_rows(o, rows, l.dv, wv);

@@ -1,5 +1,5 @@
-// Elementwise ops: add, sub, mul and div with b broadcast; a scalar on one side (the operators); scale,
-// relu, tanh, gelu, exp, log, sqrt and sigmoid; full reductions; transpose.
+// Elementwise ops: add, sub, mul and div with b broadcast; relu, tanh, gelu, exp, log, sqrt, sigmoid and
+// silu, and scale and the other ops of a scalar on one side (the operators), one template; transpose.
 #include <cmath>
 #include <numbers>
 
@@ -122,14 +122,10 @@ template <class T, Binary Kind>
 struct BinaryOp {
   static constexpr const char* name = kBinaryNames[static_cast<int>(Kind)];
   static constexpr const char* inputs[] = {"a", "b"};
-  struct Saved {
-    Broadcast broadcast = Broadcast::same;
-  };
 
-  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& A, const TensorT<T>& B) const {
+  void forward(ForwardContext<T>& ctx, const TensorT<T>& A, const TensorT<T>& B) const {
     const Broadcast bc = broadcast_of(name, A.shape(), B.shape());
     TensorT<T>& C = ctx.output(A.shape());
-    ctx.saved().broadcast = bc;
     if constexpr (Kind == Binary::add) broadcast_apply(bc, A, B, C, [](auto o, auto x, auto y) { o = x + y; });
     if constexpr (Kind == Binary::sub) broadcast_apply(bc, A, B, C, [](auto o, auto x, auto y) { o = x - y; });
     if constexpr (Kind == Binary::mul)
@@ -138,8 +134,8 @@ struct BinaryOp {
       broadcast_apply(bc, A, B, C, [](auto o, auto x, auto y) { o = x.cwiseQuotient(y); });
   }
 
-  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& a, const OpInput<T>& b) {
-    const Broadcast bc = ctx.saved().broadcast;
+  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a, const OpInput<T>& b) {
+    const Broadcast bc = broadcast_of(name, a.value.shape(), b.value.shape());  // as the forward found it
     const TensorT<T>& dC = ctx.grad_output();
     if constexpr (Kind == Binary::add || Kind == Binary::sub) {
       if (bc == Broadcast::same) {
@@ -174,46 +170,7 @@ struct BinaryOp {
   }
 };
 
-// ---- a scalar on one side (the operators of ops.hpp) --------------------------------------------------
-
-// Named as the functions that record them (below), as are the kinds of Binary and Unary.
-enum class WithScalar { add_scalar, scale, div_scalar, scalar_sub, scalar_div };
-
-constexpr const char* kScalarOpNames[] = {"add_scalar", "scale", "div_scalar", "scalar_sub", "scalar_div"};
-
-// C = A + s, A s, A / s, s - A or s / A (s a number, in A's type). Backward:
-//   dA += dC,  dC s,  dC / s,  -dC,  -dC s / A^2 (= -dC C / A)
-template <class T, WithScalar Kind>
-struct ScalarOp {
-  static constexpr const char* name = kScalarOpNames[static_cast<int>(Kind)];
-  static constexpr const char* inputs[] = {"x"};
-  struct Saved {
-    T s = 0;
-  };
-  double s = 0;
-
-  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& a) const {
-    const T k = static_cast<T>(s);
-    auto C = ctx.output(a.shape()).array();
-    ctx.saved().s = k;
-    if constexpr (Kind == WithScalar::add_scalar) C = a.array() + k;
-    if constexpr (Kind == WithScalar::scale) C = k * a.array();
-    if constexpr (Kind == WithScalar::div_scalar) C = a.array() / k;
-    if constexpr (Kind == WithScalar::scalar_sub) C = k - a.array();
-    if constexpr (Kind == WithScalar::scalar_div) C = k / a.array();
-  }
-  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& a) {
-    const T k = ctx.saved().s;
-    const auto dC = ctx.grad_output().array();
-    if constexpr (Kind == WithScalar::add_scalar) a.grad.add(dC);
-    if constexpr (Kind == WithScalar::scale) a.grad.add(k * dC);
-    if constexpr (Kind == WithScalar::div_scalar) a.grad.add(dC / k);
-    if constexpr (Kind == WithScalar::scalar_sub) a.grad.add(-dC);
-    if constexpr (Kind == WithScalar::scalar_div) a.grad.add(-dC * ctx.output().array() / a.value.array());
-  }
-};
-
-// ---- unary ops and full reductions ----------------------------------------------------------------
+// ---- unary ops and transpose ----------------------------------------------------------------
 
 // Standard normal cdf and density, for gelu, over whole arrays: Eigen's erf and exp are vectorised for
 // float (a scalar std::erf per element was a third of a small transformer's training step, and slower
@@ -237,65 +194,75 @@ auto normal_pdf(const A& x) {
 //   gelu: A Phi(A) (Phi: standard normal cdf, PyTorch's exact gelu), dC (Phi(A) + A phi(A));
 //   silu: A s(A), s the sigmoid, dC s (1 + A (1 - s)), s computed again from A: one exp an element against
 //   keeping a tensor of them.
+// And with a number k on one side (the op's `number` in A's type, saved for the backward rule; the
+// operators of ops.hpp): add_scalar: A + k, dC;  scale: k A, dC k;  div_scalar: A / k, dC / k;
+//   scalar_sub: k - A, -dC;  scalar_div: k / A, -dC k / A^2 (= -dC C / A).
 // In element ranges over the threads when large (the same bits however it is split: core/parallel.hpp).
-enum class Unary { relu, tanh, exp, log, sqrt, sigmoid, gelu, silu };
-constexpr const char* kUnaryNames[] = {"relu", "tanh", "exp", "log", "sqrt", "sigmoid", "gelu", "silu"};
+namespace unary {  // UnaryOp's kinds: f(A), then with a number
+enum Kind { relu, tanh, exp, log, sqrt, sigmoid, gelu, silu, add_scalar, scale, div_scalar, scalar_sub, scalar_div };
+}  // namespace unary
+constexpr const char* kUnaryNames[] = {"relu", "tanh",       "exp",   "log",        "sqrt",       "sigmoid",   "gelu",
+                                       "silu", "add_scalar", "scale", "div_scalar", "scalar_sub", "scalar_div"};
 
-template <class T, Unary Kind>
+template <class T, unary::Kind Kind>
 struct UnaryOp {
-  static constexpr const char* name = kUnaryNames[static_cast<int>(Kind)];
+  static constexpr const char* name = kUnaryNames[Kind];
   static constexpr const char* inputs[] = {"x"};
+  static constexpr bool kWithNumber = Kind >= unary::add_scalar;
   // An element's work in elementwise passes' worth (for the split): gelu's erf and exp, silu's exp.
-  static constexpr double kCost = Kind == Unary::gelu ? 8 : Kind == Unary::silu ? 4 : 1;
-  void forward(ForwardContext<T>& ctx, const TensorT<T>& x) const {
+  static constexpr double kCost = Kind == unary::gelu ? 8 : Kind == unary::silu ? 4 : 1;
+  struct Saved {
+    T number = 0;
+  };
+  double number = 0;
+
+  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x) const {
     TensorT<T>& y = ctx.output(x.shape());
+    const T k = static_cast<T>(number);
+    if constexpr (kWithNumber) ctx.saved().number = k;
     parallel_rows(
         x.numel(), 1,
         [&](Index from, Index count) {
           const auto A = x.array().segment(from, count);
           auto C = y.array().segment(from, count);
-          if constexpr (Kind == Unary::relu) C = A.max(T(0));
-          if constexpr (Kind == Unary::tanh) C = A.tanh();
-          if constexpr (Kind == Unary::exp) C = A.exp();
-          if constexpr (Kind == Unary::log) C = A.log();
-          if constexpr (Kind == Unary::sqrt) C = A.sqrt();
-          if constexpr (Kind == Unary::sigmoid) C = T(1) / (T(1) + (-A).exp());
-          if constexpr (Kind == Unary::gelu) C = A * normal_cdf(A);
-          if constexpr (Kind == Unary::silu) C = A * (T(1) / (T(1) + (-A).exp()));
+          if constexpr (Kind == unary::relu) C = A.max(T(0));
+          if constexpr (Kind == unary::tanh) C = A.tanh();
+          if constexpr (Kind == unary::exp) C = A.exp();
+          if constexpr (Kind == unary::log) C = A.log();
+          if constexpr (Kind == unary::sqrt) C = A.sqrt();
+          if constexpr (Kind == unary::sigmoid) C = T(1) / (T(1) + (-A).exp());
+          if constexpr (Kind == unary::gelu) C = A * normal_cdf(A);
+          if constexpr (Kind == unary::silu) C = A * (T(1) / (T(1) + (-A).exp()));
+          if constexpr (Kind == unary::add_scalar) C = A + k;
+          if constexpr (Kind == unary::scale) C = k * A;
+          if constexpr (Kind == unary::div_scalar) C = A / k;
+          if constexpr (Kind == unary::scalar_sub) C = k - A;
+          if constexpr (Kind == unary::scalar_div) C = k / A;
         },
         kCost);
   }
-  static void backward(BackwardContext<T>& ctx, const OpInput<T>& x) {
+  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x) {
+    const T k = kWithNumber ? ctx.saved().number : T(0);
     x.grad.add(
         [&](Index from, Index count) {
           const auto A = x.value.array().segment(from, count), C = ctx.output().array().segment(from, count);
           const auto dC = ctx.grad_output().array().segment(from, count);
           const auto s = T(1) / (T(1) + (-A).exp());  // silu's sigmoid (an expression: computed where used)
-          if constexpr (Kind == Unary::relu) return (A > T(0)).select(dC, T(0));
-          if constexpr (Kind == Unary::tanh) return dC * (T(1) - C.square());
-          if constexpr (Kind == Unary::exp) return dC * C;
-          if constexpr (Kind == Unary::log) return dC / A;
-          if constexpr (Kind == Unary::sqrt) return dC * T(0.5) / C;
-          if constexpr (Kind == Unary::sigmoid) return dC * C * (T(1) - C);
-          if constexpr (Kind == Unary::gelu) return dC * (normal_cdf(A) + A * normal_pdf(A));
-          if constexpr (Kind == Unary::silu) return dC * s * (T(1) + A * (T(1) - s));
+          if constexpr (Kind == unary::relu) return (A > T(0)).select(dC, T(0));
+          if constexpr (Kind == unary::tanh) return dC * (T(1) - C.square());
+          if constexpr (Kind == unary::exp) return dC * C;
+          if constexpr (Kind == unary::log) return dC / A;
+          if constexpr (Kind == unary::sqrt) return dC * T(0.5) / C;
+          if constexpr (Kind == unary::sigmoid) return dC * C * (T(1) - C);
+          if constexpr (Kind == unary::gelu) return dC * (normal_cdf(A) + A * normal_pdf(A));
+          if constexpr (Kind == unary::silu) return dC * s * (T(1) + A * (T(1) - s));
+          if constexpr (Kind == unary::add_scalar) return dC;
+          if constexpr (Kind == unary::scale) return k * dC;
+          if constexpr (Kind == unary::div_scalar) return dC / k;
+          if constexpr (Kind == unary::scalar_sub) return -dC;
+          if constexpr (Kind == unary::scalar_div) return -dC * C / A;
         },
         kCost);
-  }
-};
-
-// sum: C = sum(A), dA += dC;  mean: C = sum(A) / N, dA += dC / N (every element). `Mean` says which.
-template <class T, bool Mean>
-struct ReduceAll {
-  static constexpr const char* name = Mean ? "mean" : "sum";
-  static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<T>& ctx, const TensorT<T>& a) const {
-    if (Mean && a.numel() == 0) fail<ShapeError>("{}: x is {}, which has no elements to average", name, a.shape());
-    ctx.output(Shape::scalar())[0] = Mean ? a.array().mean() : a.array().sum();
-  }
-  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
-    const T g = Mean ? ctx.grad_output()[0] / static_cast<T>(a.value.numel()) : ctx.grad_output()[0];
-    a.grad.add(Eigen::Array<T, Eigen::Dynamic, 1>::Constant(a.value.numel(), g));
   }
 };
 
@@ -318,16 +285,18 @@ struct Transpose {
 
 }  // namespace
 
-// The public functions of this file (ops.hpp declares them), each recording the op of the kind that has its
-// name: TAPEGRAD_UNARY(relu) defines relu<T>(a, where) as apply(UnaryOp<T, Unary::relu>{}, {a}, where) and
-// instantiates it for float and double (grep "(relu)" to find it). Macros, because a function template and
-// its explicit instantiations are written out once per function, and that is all these functions are.
-#define TAPEGRAD_UNARY(fn)                             \
-  template <class T>                                   \
-  Var<T> fn(Var<T> a, Where where) {                   \
-    return apply(UnaryOp<T, Unary::fn>{}, {a}, where); \
-  }                                                    \
-  template Var<float> fn(Var<float>, Where);           \
+// The public functions of this file (ops.hpp declares them), each recording its op: TAPEGRAD_ONE_INPUT(relu,
+// UnaryOp<T, unary::relu>) defines relu<T>(a, where) as apply(UnaryOp<T, unary::relu>{}, {a}, where) and
+// instantiates it for float and double (grep "(relu," to find it); TAPEGRAD_BINARY(add) records BinaryOp<T,
+// Binary::add> on a and b, TAPEGRAD_SCALAR(scale) UnaryOp<T, unary::scale> with the number s. Macros, because
+// a function template and its explicit instantiations are written out once per function, and that is all
+// these functions are.
+#define TAPEGRAD_ONE_INPUT(fn, ...)          \
+  template <class T>                         \
+  Var<T> fn(Var<T> a, Where where) {         \
+    return apply(__VA_ARGS__{}, {a}, where); \
+  }                                          \
+  template Var<float> fn(Var<float>, Where); \
   template Var<double> fn(Var<double>, Where);
 #define TAPEGRAD_BINARY(fn)                                 \
   template <class T>                                        \
@@ -336,12 +305,12 @@ struct Transpose {
   }                                                         \
   template Var<float> fn(Var<float>, Var<float>, Where);    \
   template Var<double> fn(Var<double>, Var<double>, Where);
-#define TAPEGRAD_SCALAR(fn)                                        \
-  template <class T>                                               \
-  Var<T> fn(Var<T> a, double s, Where where) {                     \
-    return apply(ScalarOp<T, WithScalar::fn>{.s = s}, {a}, where); \
-  }                                                                \
-  template Var<float> fn(Var<float>, double, Where);               \
+#define TAPEGRAD_SCALAR(fn)                                       \
+  template <class T>                                              \
+  Var<T> fn(Var<T> a, double s, Where where) {                    \
+    return apply(UnaryOp<T, unary::fn>{.number = s}, {a}, where); \
+  }                                                               \
+  template Var<float> fn(Var<float>, double, Where);              \
   template Var<double> fn(Var<double>, double, Where);
 
 TAPEGRAD_BINARY(add)
@@ -349,41 +318,23 @@ TAPEGRAD_BINARY(sub)
 TAPEGRAD_BINARY(mul)
 TAPEGRAD_BINARY(div)  // declared in ops.hpp with exp and log; here for add's broadcasting
 TAPEGRAD_SCALAR(scale)
-TAPEGRAD_UNARY(relu)
-TAPEGRAD_UNARY(tanh)
-TAPEGRAD_UNARY(gelu)
-TAPEGRAD_UNARY(exp)
-TAPEGRAD_UNARY(log)
-TAPEGRAD_UNARY(sqrt)
-TAPEGRAD_UNARY(sigmoid)
-TAPEGRAD_UNARY(silu)
+TAPEGRAD_ONE_INPUT(relu, UnaryOp<T, unary::relu>)
+TAPEGRAD_ONE_INPUT(tanh, UnaryOp<T, unary::tanh>)
+TAPEGRAD_ONE_INPUT(gelu, UnaryOp<T, unary::gelu>)
+TAPEGRAD_ONE_INPUT(exp, UnaryOp<T, unary::exp>)
+TAPEGRAD_ONE_INPUT(log, UnaryOp<T, unary::log>)
+TAPEGRAD_ONE_INPUT(sqrt, UnaryOp<T, unary::sqrt>)
+TAPEGRAD_ONE_INPUT(sigmoid, UnaryOp<T, unary::sigmoid>)
+TAPEGRAD_ONE_INPUT(silu, UnaryOp<T, unary::silu>)
+TAPEGRAD_ONE_INPUT(transpose, Transpose<T>)
 namespace detail {  // the operators' scalar forms (ops.hpp): a + s, a / s, s - a, s / a
 TAPEGRAD_SCALAR(add_scalar)
 TAPEGRAD_SCALAR(div_scalar)
 TAPEGRAD_SCALAR(scalar_sub)
 TAPEGRAD_SCALAR(scalar_div)
 }  // namespace detail
-#undef TAPEGRAD_UNARY  // each file its own: the library is built several files to a unit
+#undef TAPEGRAD_ONE_INPUT  // each file its own: the library is built several files to a unit
 #undef TAPEGRAD_BINARY
 #undef TAPEGRAD_SCALAR
-
-template <class T>
-Var<T> sum(Var<T> a, Where where) {
-  return apply(ReduceAll<T, false>{}, {a}, where);
-}
-template <class T>
-Var<T> mean(Var<T> a, Where where) {
-  return apply(ReduceAll<T, true>{}, {a}, where);
-}
-template <class T>
-Var<T> transpose(Var<T> a, Where where) {
-  return apply(Transpose<T>{}, {a}, where);
-}
-template Var<float> sum(Var<float>, Where);
-template Var<double> sum(Var<double>, Where);
-template Var<float> mean(Var<float>, Where);
-template Var<double> mean(Var<double>, Where);
-template Var<float> transpose(Var<float>, Where);
-template Var<double> transpose(Var<double>, Where);
 
 }  // namespace tapegrad

@@ -166,27 +166,21 @@ Var<T> affine(Var<T> x, Var<T> w, Var<T> b, Where where) {
   return apply(Affine<T>{}, {x, w, b}, where);
 }
 
-template <class T>
-Var<T> matmul(Var<T> a, Var<T> b, Where where) {
-  return apply(Product<T, Form::ab>{}, {a, b}, where);
-}
+// matmul, matmul_bt and matmul_at, each recording the Product of its form, defined and instantiated for float
+// and double (as ops_elementwise.cpp's functions are: a function template and its explicit instantiations,
+// written out once per function, are all these functions are).
+#define TAPEGRAD_PRODUCT(fn, form)                         \
+  template <class T>                                       \
+  Var<T> fn(Var<T> a, Var<T> b, Where where) {             \
+    return apply(Product<T, Form::form>{}, {a, b}, where); \
+  }                                                        \
+  template Var<float> fn(Var<float>, Var<float>, Where);   \
+  template Var<double> fn(Var<double>, Var<double>, Where);
+TAPEGRAD_PRODUCT(matmul, ab)
+TAPEGRAD_PRODUCT(matmul_bt, abt)
+TAPEGRAD_PRODUCT(matmul_at, atb)
+#undef TAPEGRAD_PRODUCT  // each file its own: the library is built several files to a unit
 
-template <class T>
-Var<T> matmul_bt(Var<T> a, Var<T> b, Where where) {
-  return apply(Product<T, Form::abt>{}, {a, b}, where);
-}
-
-template <class T>
-Var<T> matmul_at(Var<T> a, Var<T> b, Where where) {
-  return apply(Product<T, Form::atb>{}, {a, b}, where);
-}
-
-template Var<float> matmul(Var<float>, Var<float>, Where);
-template Var<double> matmul(Var<double>, Var<double>, Where);
-template Var<float> matmul_bt(Var<float>, Var<float>, Where);
-template Var<double> matmul_bt(Var<double>, Var<double>, Where);
-template Var<float> matmul_at(Var<float>, Var<float>, Where);
-template Var<double> matmul_at(Var<double>, Var<double>, Where);
 template Var<float> affine(Var<float>, Var<float>, Var<float>, Where);
 template Var<double> affine(Var<double>, Var<double>, Var<double>, Where);
 

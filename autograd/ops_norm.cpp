@@ -10,16 +10,6 @@
 namespace tapegrad {
 namespace {
 
-// Row r of xhat = (x - mean) rstd, computed in double from x's row and cast to T, in the arithmetic of
-// layer_norm's forward, so that backward's recomputed xhat has the forward's bits (the suite's golden values
-// and bit-identity tests would see a difference).
-template <class T, class Row, class Out>
-void xhat_row(const Row& x_row, double mean, double rstd, Eigen::Map<Eigen::ArrayXd>& xr, Out&& out) {
-  xr = x_row.transpose().array().template cast<double>();
-  xr -= mean;
-  out = (xr * rstd).transpose().template cast<T>();
-}
-
 // The calling thread's row of doubles for one row of x (grow-only scratch).
 inline Eigen::Map<Eigen::ArrayXd> double_row(Index cols) {
   return {detail::thread_scratch<double>(detail::Scratch::norm_row, static_cast<std::size_t>(cols)), cols};
@@ -110,8 +100,7 @@ struct LayerNorm {
             const double rstd = 1 / std::sqrt(xr.square().mean() + eps);
             stats[2 * r] = mean;
             stats[2 * r + 1] = rstd;
-            Y.row(r).array() =
-                (xr * rstd).transpose().template cast<T>();  // xhat as xhat_row forms it, then y in place
+            Y.row(r).array() = (xr * rstd).transpose().template cast<T>();  // xhat (as backward forms it), then y
             Y.row(r).array() = Y.row(r).array() * G + Bt;
           }
         },
@@ -140,7 +129,11 @@ struct LayerNorm {
           [&](Index first, Index count) {
             auto xr = double_row(cols);
             for (Index r = first; r < first + count; ++r) {
-              xhat_row<T>(X.row(r), stats[2 * r], stats[2 * r + 1], xr, XHat.row(r).array());
+              // xhat in the forward's arithmetic, so that it has the forward's bits (the suite's golden values
+              // and bit-identity tests would see a difference).
+              xr = X.row(r).transpose().array().template cast<double>();
+              xr -= stats[2 * r];
+              XHat.row(r).array() = (xr * stats[2 * r + 1]).transpose().template cast<T>();
               if (!dX) continue;
               const auto dxhat = dY.row(r).array() * Gam;
               const T mean_dxhat = dxhat.mean();

@@ -1,6 +1,6 @@
-// Reductions over the last axis that keep it with width 1: row_sum, row_mean, row_max.
-// x (N, D) -> (N, 1), x (B, T, D) -> (B, T, 1); the result broadcasts back as a column in add, sub,
-// mul and div.
+// Reductions: sum and mean over every element, to one; row_sum, row_mean and row_max over the last axis,
+// keeping it with width 1: x (N, D) -> (N, 1), x (B, T, D) -> (B, T, 1); the result broadcasts back as a
+// column in add, sub, mul and div.
 #include <cmath>
 #include <vector>
 
@@ -16,28 +16,33 @@ Shape column_of(Shape s) {
   return s;
 }
 
-// sum: C = sum_j X_j, dX_j += dC;  mean: C = sum_j X_j / D, dX_j += dC / D (every column of the row).
-// `Mean` says which.
-template <class T, bool Mean>
-struct RowReduce {
-  static constexpr const char* name = Mean ? "row_mean" : "row_sum";
+// sum: C = sum_j X_j, dX_j += dC;  mean: C = sum_j X_j / D, dX_j += dC / D, over every element j of x (sum,
+// mean: D = all of them) or of each row (row_sum, row_mean: D = x's width, C a column). `Mean`, `Rows` say which.
+template <class T, bool Mean, bool Rows>
+struct Reduce {
+  static constexpr const char* name = Rows ? (Mean ? "row_mean" : "row_sum") : (Mean ? "mean" : "sum");
   static constexpr const char* inputs[] = {"x"};
   void forward(ForwardContext<T>& ctx, const TensorT<T>& x) const {
     const Shape s = x.shape();
-    if (Mean) detail::require_row_entries(name, s, "average");
-    auto C = ctx.output(column_of(s)).flat().col(0);
-    if (Mean)
-      C = x.flat().rowwise().mean();
-    else
-      C = x.flat().rowwise().sum();
+    if constexpr (Rows) {
+      if (Mean) detail::require_row_entries(name, s, "average");
+      auto C = ctx.output(column_of(s)).flat().col(0);
+      if (Mean)
+        C = x.flat().rowwise().mean();
+      else
+        C = x.flat().rowwise().sum();
+    } else {
+      if (Mean && x.numel() == 0) fail<ShapeError>("{}: x is {}, which has no elements to average", name, s);
+      ctx.output(Shape::scalar())[0] = Mean ? x.array().mean() : x.array().sum();
+    }
   }
   static void backward(BackwardContext<T>& ctx, const OpInput<T>& x) {
-    const Index width = x.value.cols();
-    const auto dC = ctx.grad_output().flat().col(0).array();  // (rows)
-    if (Mean)
-      x.grad.add((dC / static_cast<T>(width)).replicate(1, width));
-    else
-      x.grad.add(dC.replicate(1, width));
+    const Index n = Rows ? x.value.cols() : x.value.numel();  // the elements each value of dC summed
+    const auto dC = ctx.grad_output().flat().col(0).array();  // one value per row (sum, mean: one)
+    if constexpr (Rows && Mean) x.grad.add((dC / static_cast<T>(n)).replicate(1, n));
+    if constexpr (Rows && !Mean) x.grad.add(dC.replicate(1, n));
+    if constexpr (!Rows)  // every element in order
+      x.grad.add(Eigen::Array<T, Eigen::Dynamic, 1>::Constant(n, Mean ? dC(0) / static_cast<T>(n) : dC(0)));
   }
 };
 
@@ -83,26 +88,22 @@ struct RowMax {
 
 }  // namespace
 
-template <class T>
-Var<T> row_sum(Var<T> x, Where where) {
-  return apply(RowReduce<T, false>{}, {x}, where);
-}
+// The public functions of this file, as in ops_elementwise.cpp: TAPEGRAD_ONE_INPUT(sum, Reduce<T, false, false>)
+// defines sum<T>(a, where) as apply(Reduce<T, false, false>{}, {a}, where) and instantiates it for float and
+// double.
+#define TAPEGRAD_ONE_INPUT(fn, ...)          \
+  template <class T>                         \
+  Var<T> fn(Var<T> a, Where where) {         \
+    return apply(__VA_ARGS__{}, {a}, where); \
+  }                                          \
+  template Var<float> fn(Var<float>, Where); \
+  template Var<double> fn(Var<double>, Where);
 
-template <class T>
-Var<T> row_mean(Var<T> x, Where where) {
-  return apply(RowReduce<T, true>{}, {x}, where);
-}
-
-template <class T>
-Var<T> row_max(Var<T> x, Where where) {
-  return apply(RowMax<T>{}, {x}, where);
-}
-
-template Var<float> row_sum(Var<float>, Where);
-template Var<double> row_sum(Var<double>, Where);
-template Var<float> row_mean(Var<float>, Where);
-template Var<double> row_mean(Var<double>, Where);
-template Var<float> row_max(Var<float>, Where);
-template Var<double> row_max(Var<double>, Where);
+TAPEGRAD_ONE_INPUT(sum, Reduce<T, false, false>)
+TAPEGRAD_ONE_INPUT(mean, Reduce<T, true, false>)
+TAPEGRAD_ONE_INPUT(row_sum, Reduce<T, false, true>)
+TAPEGRAD_ONE_INPUT(row_mean, Reduce<T, true, true>)
+TAPEGRAD_ONE_INPUT(row_max, RowMax<T>)
+#undef TAPEGRAD_ONE_INPUT  // each file its own: the library is built several files to a unit
 
 }  // namespace tapegrad

@@ -11,28 +11,6 @@
 #include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
-namespace {
-
-// The mask as the softmax reads it (see detail::RowMask): its first row, the rows after which it repeats
-// (x's rows for a mask shared over the batch, all of x's rows for a mask of x's full shape) and what each
-// row leaves open, read into the calling thread's scratch; or a ShapeError if the mask fits x in
-// neither way.
-detail::RowMask row_mask(const Mask* mask, const Shape& x) {
-  if (!mask) return {};
-  const Shape& m = mask->shape();
-  Index period = 0;
-  if (m == x)
-    period = std::max<Index>(x.flat_rows(), 1);
-  else if (m.rank == 2 && m.rows == x.rows && m.cols == x.cols)
-    period = std::max<Index>(x.rows, 1);
-  else
-    fail<ShapeError>("softmax_rows: the mask is {} but x is {}; the mask must be {}x{} (shared by the batch) or {}", m,
-                     x, x.rows, x.cols, x);
-  return {mask->data(), detail::read_mask_rows(*mask), period};
-}
-
-}  // namespace
-
 namespace detail {
 namespace {
 
@@ -168,6 +146,19 @@ template void softmax_backward(const double*, const double*, double*, Index, Ind
 }  // namespace detail
 
 namespace {
+
+// The mask as the softmax reads it (see detail::RowMask): its first row, the rows after which it repeats
+// (x's rows for a mask shared over the batch, all of x's rows for a mask of x's full shape) and what each
+// row leaves open, read into the calling thread's scratch; or a ShapeError if the mask fits x in
+// neither way.
+detail::RowMask row_mask(const Mask* mask, const Shape& x) {
+  if (!mask) return {};
+  const Shape& m = mask->shape();
+  if (m != x && (m.rank != 2 || m.rows != x.rows || m.cols != x.cols))
+    fail<ShapeError>("softmax_rows: the mask is {} but x is {}; the mask must be {}x{} (shared by the batch) or {}", m,
+                     x, x.rows, x.cols, x);
+  return {mask->data(), detail::read_mask_rows(*mask), std::max<Index>(m == x ? x.flat_rows() : x.rows, 1)};
+}
 
 // y = softmax(s x) along each row, blocked entries 0 (see ops.hpp). Backward, row by row:
 // dx = s y * (dy - sum(dy * y)); blocked entries have y = 0 and so get no gradient, and a fully blocked

@@ -1,16 +1,12 @@
 #pragma once
 // What an op keeps from its forward for its backward rule (a node's `saved`), as a struct of the op's own,
 // S, with named, typed fields: a factor, the rows a gather picked, the softmax's output. A device for speed:
-// the S is made the first time a node holds one and then kept with the node, its buffers included, for the
-// op recorded in that place next step, so a steady-state step saves state without allocating. A small S
-// that needs no destructor (a factor, a few flags and sizes: most ops') lives inside the node, so reading
-// it costs no pointer chase; a larger one lives on the heap. Ops reach it through the Function API's
-// ctx.saved() (autograd/function.hpp), never directly.
+// the S is made (on the heap) the first time a node holds one and then kept with the node, its buffers
+// included, for the op recorded in that place next step, so a steady-state step saves state without
+// allocating. Ops reach it through the Function API's ctx.saved() (autograd/function.hpp), never directly.
 
 #include <cstddef>
 #include <memory>
-#include <new>
-#include <type_traits>
 
 #include "tapegrad/core/hooks.hpp"
 
@@ -38,17 +34,20 @@ class SavedState {
   // values as they were left), else a new S{} (dropping another type's: the graph changed).
   template <class S>
   S& hold() {
-    if (type_ != &tag<S>) make<S>();
+    if (type_ != &tag<S>) {
+      heap_ = std::make_unique<Heap<S>>();
+      type_ = &tag<S>;
+    }
     now_ = &tag<S>;
-    return held<S>();
+    return static_cast<Heap<S>&>(*heap_).state;
   }
   // The S this recording's forward saved, or nullptr if it saved none or another type.
   template <class S>
   S* get() {
-    return now_ == &tag<S> ? &held<S>() : nullptr;
+    return now_ == &tag<S> ? &static_cast<Heap<S>&>(*heap_).state : nullptr;
   }
   void new_recording() { now_ = nullptr; }  // the node is about to hold another op's record
-  // The heap bytes held (an inline S is inside the node: 0).
+  // The heap bytes held.
   std::size_t heap_bytes() const { return heap_ ? heap_->bytes() : 0; }
 
  private:
@@ -68,29 +67,7 @@ class SavedState {
   };
   template <class S>
   static constexpr char tag = 0;  // one address per type: get<S>() compares a pointer
-  static constexpr std::size_t kInlineBytes = 32;
-  template <class S>
-  static constexpr bool kInline = sizeof(S) <= kInlineBytes &&
-                                  alignof(S) <= alignof(std::max_align_t) && std::is_trivially_destructible_v<S>;
 
-  template <class S>
-  void make() {
-    heap_.reset();
-    if constexpr (kInline<S>)
-      ::new (static_cast<void*>(inline_)) S{};
-    else
-      heap_ = std::make_unique<Heap<S>>();
-    type_ = &tag<S>;
-  }
-  template <class S>
-  S& held() {
-    if constexpr (kInline<S>)
-      return *std::launder(reinterpret_cast<S*>(inline_));
-    else
-      return static_cast<Heap<S>&>(*heap_).state;
-  }
-
-  alignas(std::max_align_t) std::byte inline_[kInlineBytes];
   std::unique_ptr<HeapBase> heap_;
   const char* type_ = nullptr;  // the type held
   const char* now_ = nullptr;   // the type this recording's forward saved (type_), or nullptr

@@ -24,7 +24,7 @@ enum class Scratch : std::size_t {
   attention_block,   // attention: one item's (Tq, Tk) scores or their gradient
   softmax_row_dots,  // softmax backward: each short row's sum(dy y)
   mask_rows,         // softmax_rows, attention: what each row of a mask leaves open (MaskRow)
-  attention_reach,   // attention: the keys each block of queries sees, when nothing is recorded
+  attention_reach,   // attention: the keys each block of queries sees
   norm_row,          // layer_norm: one row of x in double, for its statistics
   norm_xhat,         // layer_norm backward: the normalised input, recomputed from x
   count

@@ -29,10 +29,7 @@ template <class T>
 void Tape<T>::backward(Var<T> output, const TensorT<T>& seed) {
   start_walk(output, seed);
   walking_ = true;
-  struct Walking {  // cleared however the walk ends
-    bool& walking;
-    ~Walking() { walking = false; }
-  } walking{walking_};
+  const detail::AtExit walked{[this] { walking_ = false; }};  // however the walk ends
   for (std::size_t i = output.index + 1; i-- > 0;) {
     Node<T>& n = at(i);
     if (n.requires_grad && n.backward != nullptr) run_rule(n);  // leaves keep their gradients
@@ -57,7 +54,7 @@ void Tape<T>::run_rule(Node<T>& n) {
 // The checks, then gradients zero without being filled (the first rule to write one assigns: take_grad) and
 // the output's set to the seed.
 template <class T>
-Node<T>& Tape<T>::start_walk(Var<T> output, const TensorT<T>& seed) {
+void Tape<T>::start_walk(Var<T> output, const TensorT<T>& seed) {
   check_thread("backward", false);
   check(output, "backward", "the output");
   if (walked_)
@@ -86,7 +83,6 @@ Node<T>& Tape<T>::start_walk(Var<T> output, const TensorT<T>& seed) {
   // region's sub-tape is seeded with the gradient the outer tape computed for its output).
   const GradWrite<T> seeded = out.take_grad();
   seeded.add(seeded.tensor->array(), seed.array());
-  return out;
 }
 
 // The gradients nothing reached read as zeros.
@@ -237,7 +233,8 @@ const TensorT<T>& Tape<T>::value(Var<T> v) const {
 template <class T>
 const TensorT<T>& Tape<T>::grad(Var<T> v) const {
   check(v, "grad", "the Var");
-  const Node<T>& n = at(v.index);
+  if (const TensorT<T>* g = grad_at(v.index)) return *g;
+  const Node<T>& n = at(v.index);  // why it has none
   if (!n.requires_grad)
     fail<UsageError>("grad: {} takes no gradient (a constant, or recorded with gradients disabled)", describe(n));
   if (v.index >= grads_valid_until_)
@@ -245,12 +242,10 @@ const TensorT<T>& Tape<T>::grad(Var<T> v) const {
         "grad: no gradient has been computed for {} yet; call backward() on an output that "
         "depends on it",
         describe(n));
-  if (n.grad_released)
-    fail<UsageError>(
-        "grad: {} is not a leaf, and this tape releases such gradients once backward has passed "
-        "them (set_release_grads(false) keeps them)",
-        describe(n));
-  return n.in_place.grad ? *n.in_place.grad : n.grad;
+  fail<UsageError>(
+      "grad: {} is not a leaf, and this tape releases such gradients once backward has passed "
+      "them (set_release_grads(false) keeps them)",
+      describe(n));
 }
 
 template <class T>
@@ -355,8 +350,7 @@ std::size_t Tape<T>::bytes() const {
 template <class T>
 void Tape<T>::reset() {
   if (release_grads_)  // the leaves' gradients, read until now, go back to the pool
-    for (std::size_t i = 0; i < used_; ++i)
-      if (Node<T>& n = at(i); n.grad.capacity() > 0) grad_pool_.push_back(std::move(n.grad));
+    for (std::size_t i = 0; i < used_; ++i) release_grad(at(i));
   used_ = 0;
   pending_node_ = nullptr;
   walked_ = false;

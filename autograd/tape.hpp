@@ -87,8 +87,14 @@ struct Var {
   std::uint64_t index : 24 = 0;
   std::uint64_t generation : 40 = 0;
 
-  const TensorT<T>& value() const;  // the recorded value
-  const TensorT<T>& grad() const;   // d loss / d value, after backward()
+  const TensorT<T>& value() const {  // the recorded value
+    if (!tape) fail<UsageError>("value: the Var is empty (default-constructed)");
+    return tape->value(*this);
+  }
+  const TensorT<T>& grad() const {  // d loss / d value, after backward()
+    if (!tape) fail<UsageError>("grad: the Var is empty (default-constructed)");
+    return tape->grad(*this);
+  }
   const Shape& shape() const { return value().shape(); }
 };
 
@@ -157,7 +163,11 @@ class Tape {
   // writes every element of a tensor of `shape` (a one-hot encoding, a table of positions), with no copy and,
   // in steady state, no allocation.
   template <class Fill>
-  Var<T> constant(const char* name, const Shape& shape, Fill&& fill, Where where = Where::current());
+  Var<T> constant(const char* name, const Shape& shape, Fill&& fill, Where where = Where::current()) {
+    Node<T>& n = push(name, shape, where);
+    fill(n.value);  // if it throws, the next record drops the pending node
+    return commit(n);
+  }
   // A leaf standing for `outer`, a Var of another tape, for a region of that tape's graph recorded here
   // instead (activation checkpointing, autograd/activation_checkpoint.hpp): it reads outer's value in
   // place, and its gradient is outer's own buffer, written as one more of outer's readers would write it
@@ -241,7 +251,13 @@ class Tape {
 
   // Validates the Var arguments of `op` (same tape, not stale) and returns their tape: what a layer's
   // forward calls first, to name its own arguments in errors.
-  static Tape& of(const char* op, std::initializer_list<NamedVar<T>> args);
+  static Tape& of(const char* op, std::initializer_list<NamedVar<T>> args) {  // inline, as check: every layer calls it
+    const NamedVar<T>& first = *args.begin();
+    if (first.var.tape == nullptr) refuse(nullptr, first.var, op, first.name, -1);
+    Tape<T>& tape = *first.var.tape;
+    for (const auto& a : args) tape.check(a.var, op, a.name);
+    return tape;
+  }
   // Throws UsageError unless v is a live Var of this tape; names it "{arg}" or "{arg} {position}".
   void check(Var<T> v, const char* op, const char* arg, Index position = -1) const {
     if (v.tape == this && v.generation == generation_ && v.index < used_) return;  // inline: every op checks
@@ -282,7 +298,7 @@ class Tape {
   Node<T>& input_node(const Node<T>& n, std::uint32_t k) { return at(inputs_[n.first_input + k]); }  // its k-th input
 
   // The walk's parts (backward): checks and seeding, and what nothing reached.
-  Node<T>& start_walk(Var<T> output, const TensorT<T>& seed);
+  void start_walk(Var<T> output, const TensorT<T>& seed);
   void finish_walk(std::size_t last);
   void run_rule(Node<T>& n);
   void release_grad(Node<T>& n);
@@ -336,16 +352,7 @@ class Tape {
   std::unique_ptr<Tape> sub_;          // sub_tape(), made on first use
 };
 
-// The per-op calls, inline: a tiny op's cost is mostly this bookkeeping (bench/tape_overhead).
-template <class T>
-inline Tape<T>& Tape<T>::of(const char* op, std::initializer_list<NamedVar<T>> args) {
-  const NamedVar<T>& first = *args.begin();
-  if (first.var.tape == nullptr) refuse(nullptr, first.var, op, first.name, -1);
-  Tape<T>& tape = *first.var.tape;
-  for (const auto& a : args) tape.check(a.var, op, a.name);
-  return tape;
-}
-
+// The per-op call, inline: a tiny op's cost is mostly this bookkeeping (bench/tape_overhead).
 template <class T>
 inline Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
   check_thread(op, true);  // first: another thread's op must not touch anything
@@ -368,13 +375,17 @@ inline Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
   return n;
 }
 
-template <class T>
-template <class Fill>
-Var<T> Tape<T>::constant(const char* name, const Shape& shape, Fill&& fill, Where where) {
-  Node<T>& n = push(name, shape, where);
-  fill(n.value);  // if it throws, the next record drops the pending node
-  return commit(n);
-}
+namespace detail {
+// Runs `f` when the scope ends, however it ends (a walk or a forward that throws): what a tape's flags and a
+// random stream are put back by.
+template <class F>
+struct AtExit {
+  F f;
+  ~AtExit() { f(); }
+};
+template <class F>
+AtExit(F) -> AtExit<F>;  // (clang 14 does not deduce an aggregate's arguments)
+}  // namespace detail
 
 // Disables gradients on a tape for the lifetime of the guard (evaluation).
 template <class T>
@@ -389,18 +400,6 @@ class NoGradGuard {
   Tape<T>& tape_;
   bool previous_;
 };
-
-template <class T>
-const TensorT<T>& Var<T>::value() const {
-  if (!tape) fail<UsageError>("value: the Var is empty (default-constructed)");
-  return tape->value(*this);
-}
-
-template <class T>
-const TensorT<T>& Var<T>::grad() const {
-  if (!tape) fail<UsageError>("grad: the Var is empty (default-constructed)");
-  return tape->grad(*this);
-}
 
 extern template class Tape<float>;
 extern template class Tape<double>;

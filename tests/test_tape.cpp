@@ -169,7 +169,7 @@ TEST_CASE("tape: bytes counts values, gradients and saved state, grows with the 
 }
 
 TEST_CASE("tape: a node reused by an op with another kind of saved state computes what a fresh tape computes") {
-  // Each node holds scale's state (small: inside the node), then dropout's (a mask tensor: on the heap),
+  // Each node holds scale's state (a number), then dropout's (a mask tensor),
   // then scale's again, then layer_norm's (tensors, another type), and so on; with 300 nodes a step the
   // chain also crosses from one chunk of nodes into the next.
   const TensorD x0(Shape::mat(2, 3), {0.5, -1, 2, 0.25, 3, -0.75});
