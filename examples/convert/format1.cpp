@@ -164,7 +164,7 @@ void load_format1(InArchive& ar, File& c) {
   load(ar, c.tapegrad_version);
   c.model = load_model(ar);
   load_records(ar, c.parameters, "the parameter list");
-  load_metadata(ar, c.metadata);
+  load_pairs(ar, c.metadata, "the metadata");
   if (!load_bool(ar, "the has-training flag")) return;
   TrainConfig1 config = load_train_config(ar);
   TrainingRecord t;

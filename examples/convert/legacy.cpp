@@ -55,7 +55,7 @@ Rng::State load_rng(InArchive& ar, std::string_view what) {
 
 void load(InArchive& ar, TrainerState& s) {
   Settings options;
-  load_settings(ar, options, "the trainer's options");
+  load_pairs(ar, options, "the trainer's options");
   try {
     s.options = from_settings<TrainOptions>(options, "the trainer's options");
   } catch (const Error& e) {
@@ -77,9 +77,9 @@ void load(InArchive& ar, TrainerState& s) {
 
 void load(InArchive& ar, OptimizerRecord& o) {
   legacy::load(ar, o.kind);
-  load_settings(ar, o.hyperparameters, "the optimizer's hyperparameters");
+  load_pairs(ar, o.hyperparameters, "the optimizer's hyperparameters");
   legacy::load(ar, o.schedule.kind);
-  load_settings(ar, o.schedule.settings, "the schedule's settings");
+  load_pairs(ar, o.schedule.settings, "the schedule's settings");
   o.step = load_i64(ar);
   load_records(ar, o.buffers, "the optimizer buffers");
 }
@@ -213,9 +213,9 @@ void load_data_order(InArchive& ar, Sampler::State& s) {
 void load_format2(InArchive& ar, File& f) {
   legacy::load(ar, f.tapegrad_version);
   legacy::load(ar, f.model.kind);
-  load_settings(ar, f.model.config, "the model's configuration");
+  load_pairs(ar, f.model.config, "the model's configuration");
   load_records(ar, f.parameters, "the parameter list");
-  load_metadata(ar, f.metadata);
+  load_pairs(ar, f.metadata, "the metadata");
   if (load_bool(ar, "the has-training flag")) {
     f.training.emplace();
     load(ar, f.training->optimizer);

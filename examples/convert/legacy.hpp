@@ -36,9 +36,8 @@ using checkpoint_detail::kMinStringBytes;
 using checkpoint_detail::kSizeTagBytes;
 using checkpoint_detail::load;
 using checkpoint_detail::load_i64;
-using checkpoint_detail::load_metadata;
 using checkpoint_detail::load_numbers;
-using checkpoint_detail::load_settings;
+using checkpoint_detail::load_pairs;
 using checkpoint_detail::read_size;
 
 // Flags and numbers outside entries, which format 3 no longer has. A bool is saved as one byte; reading that

@@ -84,24 +84,19 @@ inline std::int64_t load_i64(InArchive& ar) {
   return v;
 }
 
-// The metadata: a size tag, then (key, value) pairs, no key twice.
-inline void load_metadata(InArchive& ar, std::map<std::string, std::string>& out) {
+// A size tag, then (name, value) pairs: into Settings, or into the metadata's map, which refuses a key twice.
+template <class Pairs>
+void load_pairs(InArchive& ar, Pairs& out, std::string_view what) {
   out.clear();
-  const std::size_t n = read_size(ar, 2 * kMinStringBytes, "the metadata");
+  const std::size_t n = read_size(ar, kMinSettingBytes, what);
   for (std::size_t i = 0; i < n; ++i) {
-    std::string key;
-    load(ar, key);
-    const auto added = out.try_emplace(key);
-    if (!added.second) fail<FormatError>("the metadata has the key '{}' twice", escaped(key));
-    load(ar, added.first->second);
-  }
-}
-
-inline void load_settings(InArchive& ar, Settings& out, std::string_view what) {
-  out.resize(read_size(ar, kMinSettingBytes, what));
-  for (auto& s : out) {
+    Setting s;
     load(ar, s.name);
     load(ar, s.value);
+    if constexpr (std::is_same_v<Pairs, Settings>)
+      out.push_back(std::move(s));
+    else if (!out.try_emplace(s.name, std::move(s.value)).second)
+      fail<FormatError>("{} has the key '{}' twice", what, escaped(s.name));
   }
 }
 
@@ -163,8 +158,8 @@ inline void load(InArchive& ar, StateEntry& e) {
 inline void load_format3(InArchive& ar, Checkpoint& c) {
   load(ar, c.tapegrad_version);
   load(ar, c.model.kind);
-  load_settings(ar, c.model.config, "the model's configuration");
-  load_metadata(ar, c.metadata);
+  load_pairs(ar, c.model.config, "the model's configuration");
+  load_pairs(ar, c.metadata, "the metadata");
   c.entries.resize(read_size(ar, kMinEntryBytes, "the entry list"));
   for (auto& e : c.entries) load(ar, e);
 }
