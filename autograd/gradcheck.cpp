@@ -17,132 +17,114 @@ std::string position_of(const Shape& s, Index i) {
   return fmt::format("[{}, {}, {}]", b, r, c);
 }
 
-class Checker {
- public:
-  Checker(const GradcheckFn& f, const std::vector<GradcheckInput>& inputs, std::span<Parameter<double>* const> params,
-          const GradcheckOptions& opts)
-      : f_(f), inputs_(inputs), params_(params), opts_(opts), rng_(opts.seed, 0x67726164) {
-    for (auto* p : params_) params_before_.emplace_back(p->value, p->grad);
+// One derivative: analytic against numeric, counted into the tensor's summary and the report.
+void compare(GradcheckReport& report, GradcheckTensorSummary& summary, Index index, std::string position,
+             double analytic, double numeric) {
+  const GradcheckOptions& opts = report.options;
+  GradcheckEntry e{.tensor = summary.name,
+                   .index = index,
+                   .position = std::move(position),
+                   .analytic = analytic,
+                   .numeric = numeric,
+                   .abs_error = std::abs(analytic - numeric)};
+  // Below atol, magnitudes are finite-difference noise: dividing by them would report noise as 100%.
+  const double scale = std::max({std::abs(analytic), std::abs(numeric), opts.atol});
+  e.rel_error = scale > 0 ? e.abs_error / scale : 0;
+  e.tolerance = opts.atol + opts.rtol * std::abs(numeric);
+  const bool failed = !(e.abs_error <= e.tolerance);  // NaN fails
+  e.tolerance_used = std::isnan(e.abs_error) ? INFINITY : e.abs_error / e.tolerance;
+  ++summary.checked;
+  ++report.checked;
+  // std::max would drop a NaN (NaN < x is false): a NaN error stays the maximum, as it is the worst.
+  const auto worse = [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); };
+  summary.max_abs_error = worse(summary.max_abs_error, e.abs_error);
+  summary.max_rel_error = worse(summary.max_rel_error, e.rel_error);
+  summary.max_tolerance_used = worse(summary.max_tolerance_used, e.tolerance_used);
+  if (report.checked == 1 || e.tolerance_used > report.closest_to_tolerance.tolerance_used)
+    report.closest_to_tolerance = e;
+  if (failed) {
+    ++summary.failed;
+    ++report.failed;
+    if (report.failures.size() < opts.max_failures_listed) report.failures.push_back(std::move(e));
   }
+}
+
+}  // namespace
+
+GradcheckReport gradcheck(const GradcheckFn& f, const std::vector<GradcheckInput>& given,
+                          std::span<Parameter<double>* const> params, const GradcheckOptions& opts) {
+  for (std::size_t k = 0; k < params.size(); ++k)
+    if (params[k] == nullptr) fail<ValueError>("gradcheck: parameter {} of {} is a null pointer", k, params.size());
+  std::vector<GradcheckInput> inputs = given;  // a copy: perturbed in place
   // The parameters' values and gradients put back as they were, however gradcheck ends.
-  ~Checker() {
-    for (std::size_t k = 0; k < params_.size(); ++k) std::tie(params_[k]->value, params_[k]->grad) = params_before_[k];
-  }
-
-  GradcheckReport run() {
-    report_.options = opts_;
-    // The analytic gradients of phi = sum(out * R), R drawn once.
-    for (auto* p : params_) p->zero_grad();
-    Var<double> out = forward(true);
-    const Shape s = out.value().shape();
-    if (s.numel() == 0) fail<ShapeError>("gradcheck: the function's output is {}, with nothing to check", s);
-    projection_.resize(s);
-    for (Index i = 0; i < s.numel(); ++i) projection_[i] = rng_.normal();
-    tape_.backward(out, projection_);
-    std::vector<TensorD> analytic;  // inputs, then parameters
-    for (const auto& v : vars_) analytic.push_back(tape_.grad(v));
-    for (auto* p : params_) analytic.push_back(p->grad);
-    for (std::size_t k = 0; k < inputs_.size(); ++k) check_tensor(inputs_[k].name, inputs_[k].value, analytic[k]);
-    for (std::size_t k = 0; k < params_.size(); ++k)
-      check_tensor(params_[k]->name, params_[k]->value, analytic[inputs_.size() + k]);
-    return std::move(report_);
-  }
-
- private:
-  Var<double> forward(bool with_grad) {
-    tape_.reset();
-    tape_.set_grad_enabled(with_grad);
-    vars_.clear();
-    for (const auto& in : inputs_) vars_.push_back(tape_.input(in.value));
-    Var<double> out = f_(tape_, vars_);
-    tape_.check(out, "gradcheck", "the function's result");
+  std::vector<std::pair<TensorD, TensorD>> before;  // each parameter's value and gradient
+  for (auto* p : params) before.emplace_back(p->value, p->grad);
+  const detail::AtExit restore{[&] {
+    for (std::size_t k = 0; k < params.size(); ++k) std::tie(params[k]->value, params[k]->grad) = before[k];
+  }};
+  GradcheckReport report;
+  report.options = opts;
+  Rng rng(opts.seed, 0x67726164);
+  Tape<double> tape;
+  std::vector<Var<double>> vars;
+  const auto forward = [&](bool with_grad) {
+    tape.reset();
+    tape.set_grad_enabled(with_grad);
+    vars.clear();
+    for (const auto& in : inputs) vars.push_back(tape.input(in.value));
+    Var<double> out = f(tape, vars);
+    tape.check(out, "gradcheck", "the function's result");
     return out;
-  }
+  };
 
-  void check_tensor(const std::string& name, TensorD& x, const TensorD& analytic) {
+  // The analytic gradients of phi = sum(out * R), R drawn once.
+  for (auto* p : params) p->zero_grad();
+  Var<double> out = forward(true);
+  const Shape s = out.value().shape();
+  if (s.numel() == 0) fail<ShapeError>("gradcheck: the function's output is {}, with nothing to check", s);
+  TensorD projection(s);
+  for (Index i = 0; i < s.numel(); ++i) projection[i] = rng.normal();
+  tape.backward(out, projection);
+  std::vector<TensorD> analytic;  // inputs, then parameters
+  for (const auto& v : vars) analytic.push_back(tape.grad(v));
+  for (auto* p : params) analytic.push_back(p->grad);
+
+  // (phi(x + eps u) - phi(x - eps u)) / 2 eps, where step(h) sets x to x + h u (the caller puts x back).
+  const auto difference = [&](auto&& step) {
+    // phi = sum(out * R) at the current inputs and parameters.
+    const auto phi = [&] { return (forward(false).value().array() * projection.array()).sum(); };
+    step(opts.eps);
+    const double plus = phi();
+    step(-opts.eps);
+    return (plus - phi()) / (2 * opts.eps);
+  };
+  const auto check_tensor = [&](const std::string& name, TensorD& x, const TensorD& grad) {
     GradcheckTensorSummary summary{name, x.shape()};
-    if (opts_.fast) {
-      for (int d = 0; d < opts_.directions; ++d) {
+    if (opts.fast) {
+      for (int d = 0; d < opts.directions; ++d) {
         TensorD u(x.shape());
-        for (Index i = 0; i < u.numel(); ++i) u[i] = rng_.normal();
+        for (Index i = 0; i < u.numel(); ++i) u[i] = rng.normal();
         const double norm = std::sqrt(u.array().square().sum());
         if (norm > 0) u.array() /= norm;
         const TensorD original = x;
         const double numeric = difference([&](double h) { x.array() = original.array() + h * u.array(); });
         x = original;
-        compare(summary, name, d, fmt::format(" along direction {}", d), (analytic.array() * u.array()).sum(), numeric);
+        compare(report, summary, d, fmt::format(" along direction {}", d), (grad.array() * u.array()).sum(), numeric);
       }
     } else {
       for (Index i = 0; i < x.numel(); ++i) {
         const double original = x[i];
         const double numeric = difference([&](double h) { x[i] = original + h; });
         x[i] = original;
-        compare(summary, name, i, position_of(x.shape(), i), analytic[i], numeric);
+        compare(report, summary, i, position_of(x.shape(), i), grad[i], numeric);
       }
     }
-    report_.tensors.push_back(summary);
-  }
-
-  // (phi(x + eps u) - phi(x - eps u)) / 2 eps, where step(h) sets x to x + h u (the caller puts x back).
-  template <class Step>
-  double difference(Step&& step) {
-    // phi = sum(out * R) at the current inputs and parameters.
-    const auto phi = [&] { return (forward(false).value().array() * projection_.array()).sum(); };
-    step(opts_.eps);
-    const double plus = phi();
-    step(-opts_.eps);
-    return (plus - phi()) / (2 * opts_.eps);
-  }
-
-  void compare(GradcheckTensorSummary& summary, const std::string& name, Index index, std::string position,
-               double analytic, double numeric) {
-    GradcheckEntry e{.tensor = name,
-                     .index = index,
-                     .position = std::move(position),
-                     .analytic = analytic,
-                     .numeric = numeric,
-                     .abs_error = std::abs(analytic - numeric)};
-    // Below atol, magnitudes are finite-difference noise: dividing by them would report noise as 100%.
-    const double scale = std::max({std::abs(analytic), std::abs(numeric), opts_.atol});
-    e.rel_error = scale > 0 ? e.abs_error / scale : 0;
-    e.tolerance = opts_.atol + opts_.rtol * std::abs(numeric);
-    const bool failed = !(e.abs_error <= e.tolerance);  // NaN fails
-    e.tolerance_used = std::isnan(e.abs_error) ? INFINITY : e.abs_error / e.tolerance;
-    ++summary.checked;
-    ++report_.checked;
-    // std::max would drop a NaN (NaN < x is false): a NaN error stays the maximum, as it is the worst.
-    const auto worse = [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); };
-    summary.max_abs_error = worse(summary.max_abs_error, e.abs_error);
-    summary.max_rel_error = worse(summary.max_rel_error, e.rel_error);
-    summary.max_tolerance_used = worse(summary.max_tolerance_used, e.tolerance_used);
-    if (report_.checked == 1 || e.tolerance_used > report_.closest_to_tolerance.tolerance_used)
-      report_.closest_to_tolerance = e;
-    if (failed) {
-      ++summary.failed;
-      ++report_.failed;
-      if (report_.failures.size() < opts_.max_failures_listed) report_.failures.push_back(std::move(e));
-    }
-  }
-
-  const GradcheckFn& f_;
-  std::vector<GradcheckInput> inputs_;  // a copy: perturbed in place
-  std::span<Parameter<double>* const> params_;
-  std::vector<std::pair<TensorD, TensorD>> params_before_;  // each parameter's value and gradient
-  GradcheckOptions opts_;
-  Rng rng_;
-  Tape<double> tape_;
-  std::vector<Var<double>> vars_;
-  TensorD projection_;
-  GradcheckReport report_;
-};
-
-}  // namespace
-
-GradcheckReport gradcheck(const GradcheckFn& f, const std::vector<GradcheckInput>& inputs,
-                          std::span<Parameter<double>* const> params, const GradcheckOptions& options) {
+    report.tensors.push_back(summary);
+  };
+  for (std::size_t k = 0; k < inputs.size(); ++k) check_tensor(inputs[k].name, inputs[k].value, analytic[k]);
   for (std::size_t k = 0; k < params.size(); ++k)
-    if (params[k] == nullptr) fail<ValueError>("gradcheck: parameter {} of {} is a null pointer", k, params.size());
-  return Checker(f, inputs, params, options).run();
+    check_tensor(params[k]->name, params[k]->value, analytic[inputs.size() + k]);
+  return report;
 }
 
 std::string GradcheckReport::str() const {
