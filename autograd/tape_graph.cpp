@@ -1,7 +1,6 @@
 #include "tapegrad/autograd/tape_graph.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <iterator>
 #include <vector>
@@ -27,13 +26,6 @@ std::string html(std::string_view text) {
     if (c == '\\') out += c;
   }
   return out;
-}
-
-template <class T>
-double norm(const TensorT<T>& t) {
-  double squares = 0;
-  for (Index i = 0; i < t.numel(); ++i) squares += static_cast<double>(t.data()[i]) * static_cast<double>(t.data()[i]);
-  return std::sqrt(squares);
 }
 
 // The node's attributes after its label: shape and colours by what it is, parameter, input, constant or op.
@@ -80,6 +72,7 @@ std::string tape_dot(const Tape<T>& tape, const TapeGraphOptions& options) {
     fmt::format_to(put, "<BR/><FONT POINT-SIZE=\"9\" COLOR=\"#666666\">{}:{}</FONT>", html(n.where.short_file()),
                    n.where.line);
     if (options.norms) {
+      const auto norm = [](const TensorT<T>& t) { return t.array().template cast<double>().matrix().norm(); };
       fmt::format_to(put, "<BR/><FONT POINT-SIZE=\"9\">|value| {:.4g}", norm(value));
       if (const TensorT<T>* grad = tape.grad_at(i)) fmt::format_to(put, ", |grad| {:.4g}", norm(*grad));
       fmt::format_to(put, "</FONT>");
