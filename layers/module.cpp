@@ -24,11 +24,6 @@ Module<T>::Module(std::string name) : name_(std::move(name)), prefix_(name_.empt
 }
 
 template <class T>
-std::string Module<T>::path() const {
-  return prefix_.empty() ? std::string() : prefix_.substr(0, prefix_.size() - 1);
-}
-
-template <class T>
 std::string Module<T>::label() const {
   return prefix_.empty() ? std::string("the unnamed root module") : fmt::format("module '{}'", path());
 }
@@ -125,11 +120,6 @@ void Module<T>::write_summary(std::string& out, int depth) const {
   for (std::size_t k = 0; k < own_.size(); ++k)
     out += fmt::format("{}  {}  {}\n", indent, own_local_names_[k], own_[k].value.shape());
   for (const auto* c : children_) c->write_summary(out, depth + 1);
-}
-
-template <class T>
-void Module<T>::zero_grad() {
-  for (auto* p : parameters()) p->zero_grad();
 }
 
 template <class T>

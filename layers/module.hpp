@@ -62,7 +62,7 @@ class Module {
   // The module's own name ("attn"); parameters carry the full dotted path.
   const std::string& name() const { return name_; }
   // The dotted path of this module from the root ("blocks.0.attn"), "" for an unnamed root.
-  std::string path() const;
+  std::string path() const { return prefix_.empty() ? std::string() : prefix_.substr(0, prefix_.size() - 1); }
 
   // Own parameters in registration order, then each child's (recursively).
   std::vector<Parameter<T>*> parameters();
@@ -78,7 +78,9 @@ class Module {
   //       wq  8x8
   std::string summary() const;
 
-  void zero_grad();
+  void zero_grad() {
+    for (auto* p : parameters()) p->zero_grad();
+  }
 
   // The model's kind and configuration, which checkpoints store so that the model can be rebuilt from
   // its file (model_from_checkpoint<M>). A model that can be rebuilt overrides it; by default a module
