@@ -77,11 +77,6 @@ Positions<T>::Positions(std::string name, const PositionOptions& options, Rng* r
 }
 
 template <class T>
-Index Positions<T>::output_width() const {
-  return options_.kind == PositionEncoding::onehot ? options_.d_model + options_.max_len : Index{options_.d_model};
-}
-
-template <class T>
 Var<T> Positions<T>::forward_from(Var<T> x, Index first) {
   Tape<T>& tape = Tape<T>::of("positions", {{"x", x}});
   const Shape s = x.shape();

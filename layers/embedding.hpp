@@ -80,7 +80,9 @@ class Positions : public Module<T> {
   // ValueError naming it.
   Var<T> forward(Var<T> x, const KvCache<T>* cache = nullptr) { return forward_from(x, cache ? cache->length() : 0); }
   Var<T> forward_from(Var<T> x, Index first);  // the same from position `first`
-  Index output_width() const;
+  Index output_width() const {
+    return options_.kind == PositionEncoding::onehot ? options_.d_model + options_.max_len : Index{options_.d_model};
+  }
   const PositionOptions& options() const { return options_; }
   // Learned positions are an nn.Embedding(max_len, d_model) (GPT-2's wpe): the table is its "weight".
   TorchName torch_name(std::string_view) const override { return {"weight"}; }

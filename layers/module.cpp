@@ -24,11 +24,6 @@ Module<T>::Module(std::string name) : name_(std::move(name)), prefix_(name_.empt
 }
 
 template <class T>
-std::string Module<T>::label() const {
-  return prefix_.empty() ? std::string("the unnamed root module") : fmt::format("module '{}'", path());
-}
-
-template <class T>
 std::vector<const Parameter<T>*> Module<T>::parameters() const {
   std::vector<const Parameter<T>*> out;
   for (const auto& p : own_) out.push_back(&p);

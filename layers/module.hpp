@@ -134,7 +134,10 @@ class Module {
     return child.name_.empty() ? prefix_ : prefix_ + child.name_ + ".";
   }
   void write_summary(std::string& out, int depth) const;
-  std::string label() const;  // "module 'attn'", or "the unnamed root module"
+  // "module 'attn'", or "the unnamed root module"
+  std::string label() const {
+    return prefix_.empty() ? std::string("the unnamed root module") : fmt::format("module '{}'", path());
+  }
   void prefix_names(const std::string& prefix);
   template <class>
   friend class EvalModeGuard;

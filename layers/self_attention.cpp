@@ -83,11 +83,6 @@ const std::vector<TensorT<T>>& SelfAttention<T>::attention_weights() const {
 }
 
 template <class T>
-Index SelfAttention<T>::output_width() const {
-  return options_.output_projection ? Index{options_.d_model} : options_.n_heads * d_head_;
-}
-
-template <class T>
 double SelfAttention<T>::scale_factor() const {
   const auto dh = static_cast<double>(d_head_);
   if (options_.scale == AttentionScale::inv_sqrt_d_head) return 1.0 / std::sqrt(dh);

@@ -94,7 +94,9 @@ class SelfAttention : public Module<T> {
 
   const SelfAttentionOptions& options() const { return options_; }
   Index d_head() const { return d_head_; }
-  Index output_width() const;
+  Index output_width() const {
+    return options_.output_projection ? Index{options_.d_model} : options_.n_heads * d_head_;
+  }
   double scale_factor() const;
   // The projections, by reference; one the layer does not have (every one in the parameter-free mode, Wo
   // without the output projection, biases without bias) is a NameError naming the layer.

@@ -69,11 +69,6 @@ void Optimizer<T>::set_schedule(const LrSchedule& schedule) {
 }
 
 template <class T>
-std::string Optimizer<T>::describe() const {
-  return fmt::format("{} ({}), schedule {}", kind(), describe_settings(hyperparameters()), schedule_->describe());
-}
-
-template <class T>
 OptimizerState<T> Optimizer<T>::state() const {
   OptimizerState<T> s;
   s.kind = kind_;

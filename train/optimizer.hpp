@@ -171,7 +171,10 @@ class Optimizer {
   const std::vector<Parameter<T>*>& params() const { return params_; }
   // The hyperparameters, as saved: the options' fields in order.
   virtual Settings hyperparameters() const = 0;
-  std::string describe() const;  // "adam (lr 0.01, beta1 0.9, ...), schedule constant"
+  // "adam (lr 0.01, beta1 0.9, ...), schedule constant"
+  std::string describe() const {
+    return fmt::format("{} ({}), schedule {}", kind(), describe_settings(hyperparameters()), schedule_->describe());
+  }
 
   OptimizerState<T> state() const;
   // Strict and all-or-nothing: a state of another kind or schedule, a missing or unexpected parameter

@@ -19,10 +19,6 @@ ScheduleRecord record_of(ScheduleKind kind, const Options& options) {
 
 }  // namespace
 
-std::string ScheduleRecord::describe() const {
-  return settings.empty() ? kind : fmt::format("{} ({})", kind, describe_settings(settings));
-}
-
 LrSchedule::~LrSchedule() = default;
 
 double ConstantLr::lr_at(double lr, std::int64_t step) const {

@@ -35,7 +35,10 @@ struct ScheduleRecord {
   std::string kind = "constant";
   Settings settings;
   bool operator==(const ScheduleRecord&) const = default;
-  std::string describe() const;  // "cosine (warmup_steps 10, total_steps 100, min_lr 0)"
+  // "cosine (warmup_steps 10, total_steps 100, min_lr 0)"
+  std::string describe() const {
+    return settings.empty() ? kind : fmt::format("{} ({})", kind, describe_settings(settings));
+  }
 };
 
 class LrSchedule {
