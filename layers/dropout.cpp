@@ -5,11 +5,6 @@
 namespace tapegrad {
 
 template <class T>
-Dropout<T>::Dropout(std::string name, double p) : Module<T>(std::move(name)), p_(p) {
-  if (!(p >= 0 && p < 1)) fail<ValueError>("dropout '{}': p must be in [0, 1), got {}", this->path(), p);
-}
-
-template <class T>
 Var<T> Dropout<T>::forward(Var<T> x) {
   if (!this->training() || p_ == 0) return x;
   if (!this->rng())

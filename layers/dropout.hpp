@@ -12,7 +12,9 @@ namespace tapegrad {
 template <class T>
 class Dropout : public Module<T> {
  public:
-  Dropout(std::string name, double p);  // 0 <= p < 1
+  Dropout(std::string name, double p) : Module<T>(std::move(name)), p_(p) {
+    if (!(p >= 0 && p < 1)) fail<ValueError>("dropout '{}': p must be in [0, 1), got {}", this->path(), p);
+  }
   // In training mode with p > 0 and no random stream set: UsageError naming the layer.
   Var<T> forward(Var<T> x);
   double p() const { return p_; }

@@ -24,11 +24,6 @@ Var<T> Embedding<T>::forward(Tape<T>& tape, const Ids& ids) {
 }
 
 template <class T>
-OneHotTokens<T>::OneHotTokens(std::string name, Index vocab) : Module<T>(std::move(name)), vocab_(vocab) {
-  if (vocab <= 0) fail<ValueError>("one_hot_tokens '{}': vocab must be positive, got {}", this->name(), vocab);
-}
-
-template <class T>
 Var<T> OneHotTokens<T>::forward(Tape<T>& tape, const Ids& ids) {
   if (ids.rank() == 3)
     fail<ShapeError>("one_hot_tokens '{}': ids are {}; they must be (N) or (batch, rows)", this->name(), ids.shape());

@@ -39,7 +39,9 @@ class Embedding : public Module<T> {
 template <class T>
 class OneHotTokens : public Module<T> {
  public:
-  OneHotTokens(std::string name, Index vocab);
+  OneHotTokens(std::string name, Index vocab) : Module<T>(std::move(name)), vocab_(vocab) {
+    if (vocab <= 0) fail<ValueError>("one_hot_tokens '{}': vocab must be positive, got {}", this->name(), vocab);
+  }
   Var<T> forward(Tape<T>& tape, const Ids& ids);  // ids (B, T) -> (B, T, vocab)
   Index vocab() const { return vocab_; }
 

@@ -6,11 +6,6 @@
 namespace tapegrad {
 
 template <class T>
-AttentionCache<T>::AttentionCache(Index capacity) : capacity_(capacity) {
-  if (capacity < 0) fail<ValueError>("attention_cache: capacity must be >= 0, got {}", capacity);
-}
-
-template <class T>
 void AttentionCache<T>::append(const TensorT<T>& keys, const TensorT<T>& values) {
   if (keys.rank() < 2 || values.rank() < 2 || keys.shape().flat_rows() != values.shape().flat_rows() ||
       (keys.rank() == 3 && keys.batch() != 1) || (values.rank() == 3 && values.batch() != 1))
@@ -44,11 +39,6 @@ void AttentionCache<T>::clear() {
     keys_.resize(Shape::batched(1, 0, keys_.cols()));
     values_.resize(Shape::batched(1, 0, values_.cols()));
   }
-}
-
-template <class T>
-KvCache<T>::KvCache(Index capacity) : capacity_(capacity) {
-  if (capacity < 1) fail<ValueError>("kv_cache: capacity must be positive, got {}", capacity);
 }
 
 template <class T>

@@ -31,7 +31,9 @@ namespace tapegrad {
 template <class T>
 class AttentionCache {
  public:
-  explicit AttentionCache(Index capacity = 0);
+  explicit AttentionCache(Index capacity = 0) : capacity_(capacity) {
+    if (capacity < 0) fail<ValueError>("attention_cache: capacity must be >= 0, got {}", capacity);
+  }
   Index length() const { return length_; }
   Index capacity() const { return capacity_; }
   bool full() const { return length_ == capacity_; }
@@ -57,7 +59,10 @@ class AttentionCache {
 template <class T>
 class KvCache {
  public:
-  explicit KvCache(Index capacity);  // the most positions a layer holds; ValueError unless positive
+  // capacity: the most positions a layer holds; ValueError unless positive
+  explicit KvCache(Index capacity) : capacity_(capacity) {
+    if (capacity < 1) fail<ValueError>("kv_cache: capacity must be positive, got {}", capacity);
+  }
   Index capacity() const { return capacity_; }
   Index layers() const { return static_cast<Index>(layers_.size()); }  // the layers that have appended
   // Positions held: the position of the next token fed. The fewest any layer holds (0 before a layer has

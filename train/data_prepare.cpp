@@ -12,10 +12,6 @@ TextSplitWriter::TextSplitWriter(const std::filesystem::path& train, const std::
   summary_.train_pairs.assign(256 * 256, 0);
 }
 
-int TextSplitWriter::open_stream() const {
-  return documents() % options_.validation_every == options_.validation_every - 1 ? 1 : 0;
-}
-
 void TextSplitWriter::write(int stream, std::string_view b) {
   (stream == 0 ? train_ : validation_).append_bytes(b);
   summary_.bytes[stream] += static_cast<Index>(b.size());

@@ -49,7 +49,9 @@ class TextSplitWriter {
 
  private:
   void write(int stream, std::string_view b);
-  int open_stream() const;  // 0 training, 1 validation
+  int open_stream() const {  // 0 training, 1 validation
+    return documents() % options_.validation_every == options_.validation_every - 1 ? 1 : 0;
+  }
 
   Options options_;
   TokenFileWriter train_, validation_;
