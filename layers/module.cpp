@@ -173,13 +173,6 @@ void Module<T>::prefix_names(const std::string& prefix) {
 }
 
 template <class T>
-std::vector<const Parameter<T>*> registered_sorted(const Module<T>& model) {
-  std::vector<const Parameter<T>*> out = model.parameters();
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-template <class T>
 void check_registered(const Tape<T>& tape, std::span<const Parameter<T>* const> registered) {
   for (const Parameter<T>* p : tape.parameters_read())
     if (!std::binary_search(registered.begin(), registered.end(), p))
@@ -189,18 +182,8 @@ void check_registered(const Tape<T>& tape, std::span<const Parameter<T>* const> 
           escaped(p->name));
 }
 
-template <class T>
-void check_registered(const Tape<T>& tape, const Module<T>& model) {
-  const auto registered = registered_sorted(model);
-  check_registered(tape, std::span<const Parameter<T>* const>(registered));
-}
-
-template std::vector<const Parameter<float>*> registered_sorted(const Module<float>&);
-template std::vector<const Parameter<double>*> registered_sorted(const Module<double>&);
 template void check_registered(const Tape<float>&, std::span<const Parameter<float>* const>);
 template void check_registered(const Tape<double>&, std::span<const Parameter<double>* const>);
-template void check_registered(const Tape<float>&, const Module<float>&);
-template void check_registered(const Tape<double>&, const Module<double>&);
 
 template class Module<float>;
 template class Module<double>;

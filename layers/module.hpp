@@ -14,6 +14,7 @@
 // hold pointers) and refer to their children, which are members of the parent. So a module is
 // neither copyable nor movable; build it in place, or hold it by unique_ptr.
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <span>
@@ -217,11 +218,18 @@ class EvalModeGuard {
 // too. `registered`: model.parameters(), sorted (registered_sorted()), to check many steps without
 // allocating.
 template <class T>
-void check_registered(const Tape<T>& tape, const Module<T>& model);
-template <class T>
-std::vector<const Parameter<T>*> registered_sorted(const Module<T>& model);
-template <class T>
 void check_registered(const Tape<T>& tape, std::span<const Parameter<T>* const> registered);
+template <class T>
+std::vector<const Parameter<T>*> registered_sorted(const Module<T>& model) {
+  std::vector<const Parameter<T>*> out = model.parameters();
+  std::sort(out.begin(), out.end());
+  return out;
+}
+template <class T>
+void check_registered(const Tape<T>& tape, const Module<T>& model) {
+  const auto registered = registered_sorted(model);
+  check_registered(tape, std::span<const Parameter<T>* const>(registered));
+}
 
 extern template class Module<float>;
 extern template class Module<double>;
