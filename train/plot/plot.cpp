@@ -330,17 +330,35 @@ std::vector<double> log_ticks(double lo, double hi, int target) {
   return ticks;
 }
 
-// One axis in data units: [lo, hi] and the ticks inside it.
+// One axis in data units: [lo, hi], the ticks inside it and their labels.
 struct Axis {
   double lo = 0, hi = 1;
   std::vector<double> ticks;
   bool log = false;
+  std::vector<std::string> labels = {};
 
   // Position in [0, 1] along the axis.
   double unit(double v) const {
     return log ? (std::log10(v) - std::log10(lo)) / (std::log10(hi) - std::log10(lo)) : (v - lo) / (hi - lo);
   }
 };
+
+// As many decimals as the tick step needs: step 0.2 -> "0.4", step 5 -> "10", step 0.05 -> "0.15".
+// On a log axis one notation for every tick: decimals (0.001 ... 1000) when they all have a short
+// one, else mantissa and exponent ("1e-05" beside "0.001" reads as two scales).
+std::string tick_label(const Axis& axis, double v) {
+  const double largest = std::max(std::abs(axis.ticks.front()), std::abs(axis.ticks.back()));
+  if (axis.log) {
+    const bool decimals = axis.ticks.front() >= 1e-4 && axis.ticks.back() < 1e5;
+    if (decimals) return fmt::format("{:g}", v);
+    const int k = static_cast<int>(std::floor(std::log10(v) + 1e-9));
+    return fmt::format("{:g}e{}", std::round(v / pow10(k)), k);
+  }
+  if (largest >= 1e6) return fmt::format("{:g}", v);
+  const double step = axis.ticks.size() > 1 ? axis.ticks[1] - axis.ticks[0] : 1;
+  const int decimals = step >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(step) - 1e-6));
+  return fixed(v, decimals);
+}
 
 // The axis for data in [lo, hi] (lo > hi when there is none) and the caller's fixed bounds: free
 // bounds end on ticks; a single value or no data gets a range around it.
@@ -367,33 +385,22 @@ Axis make_axis(double lo, double hi, std::optional<double> fixed_lo, std::option
   if (!fixed_hi) axis.hi = axis.ticks.back();
   const double eps = 1e-9 * (axis.hi - axis.lo);
   std::erase_if(axis.ticks, [&](double t) { return t < axis.lo - eps || t > axis.hi + eps; });
+  for (double t : axis.ticks) axis.labels.push_back(tick_label(axis, t));
   return axis;
-}
-
-// As many decimals as the tick step needs: step 0.2 -> "0.4", step 5 -> "10", step 0.05 -> "0.15".
-// On a log axis one notation for every tick: decimals (0.001 ... 1000) when they all have a short
-// one, else mantissa and exponent ("1e-05" beside "0.001" reads as two scales).
-std::string tick_label(const Axis& axis, double v) {
-  const double largest = std::max(std::abs(axis.ticks.front()), std::abs(axis.ticks.back()));
-  if (axis.log) {
-    const bool decimals = axis.ticks.front() >= 1e-4 && axis.ticks.back() < 1e5;
-    if (decimals) return fmt::format("{:g}", v);
-    const int k = static_cast<int>(std::floor(std::log10(v) + 1e-9));
-    return fmt::format("{:g}e{}", std::round(v / pow10(k)), k);
-  }
-  if (largest >= 1e6) return fmt::format("{:g}", v);
-  const double step = axis.ticks.size() > 1 ? axis.ticks[1] - axis.ticks[0] : 1;
-  const int decimals = step >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(step) - 1e-6));
-  return fixed(v, decimals);
 }
 
 bool drawable(double x, double y, bool log_y) { return std::isfinite(x) && std::isfinite(y) && (!log_y || y > 0); }
 
 struct ChartLayout {
   Axis x, y;
-  std::vector<std::string> x_labels, y_labels;  // tick labels
   double left = 0, top = 0, plot_w = 480, plot_h = 300;
   double legend_x = 0, width = 0, height = 0;
+
+  // Where (x, y) is drawn in the plot area inset by `inset`. Points far outside a fixed y range are
+  // pulled in to 1e5 px, so their coordinates stay short.
+  std::pair<double, double> at(double xv, double yv, double inset) const {
+    return {inset + x.unit(xv) * plot_w, std::clamp(inset + (1 - y.unit(yv)) * plot_h, -1e5, 1e5)};
+  }
 };
 
 // The series' sizes, and each axis' fixed bounds: finite (positive on a log axis) and ordered.
@@ -430,16 +437,14 @@ ChartLayout chart_layout(const LineChart& chart) {
   ChartLayout l;
   l.x = make_axis(x_lo, x_hi, chart.x_min, chart.x_max, false);
   l.y = make_axis(y_lo, y_hi, chart.y_min, chart.y_max, chart.log_y);
-  for (double t : l.x.ticks) l.x_labels.push_back(tick_label(l.x, t));
-  for (double t : l.y.ticks) l.y_labels.push_back(tick_label(l.y, t));
-  l.left = kPad + (chart.y_label.empty() ? 0 : kFont + 10) + widest(l.y_labels, kFont) + 8;
+  l.left = kPad + (chart.y_label.empty() ? 0 : kFont + 10) + widest(l.y.labels, kFont) + 8;
   l.top = kPad + (chart.title.empty() ? 0 : kTitleFont + 14) + 6;  // room for the top tick's label
   double legend_w = 0;
   for (std::size_t i = 0; i < chart.series.size(); ++i)
     legend_w = std::max(legend_w, 30 + text_width(legend_name(chart, i), kFont));
   l.legend_x = l.left + l.plot_w + 20;
   // The last x tick label is centred on the right edge of the plot.
-  const double x_overhang = l.x_labels.empty() ? 0 : text_width(l.x_labels.back(), kFont) / 2;
+  const double x_overhang = l.x.labels.empty() ? 0 : text_width(l.x.labels.back(), kFont) / 2;
   const double right = std::max(l.left + l.plot_w + x_overhang, legend_w > 0 ? l.legend_x + legend_w : 0);
   l.width = std::max(right + kPad, text_width(chart.title, kTitleFont) + 2 * kPad);
   const double bottom = 8 + kFont + (chart.x_label.empty() ? 0 : kFont + 10) + kPad;
@@ -453,12 +458,12 @@ void chart_axes(std::string& out, const LineChart& chart, const ChartLayout& l) 
     const double y = bottom - l.y.unit(l.y.ticks[i]) * l.plot_h;
     put(out, "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#e6e6e6\"/>\n", px(l.left), px(y),
         px(l.left + l.plot_w));
-    text(out, l.left - 6, y + 0.35 * kFont, l.y_labels[i], "text-anchor=\"end\" fill=\"#444444\"");
+    text(out, l.left - 6, y + 0.35 * kFont, l.y.labels[i], "text-anchor=\"end\" fill=\"#444444\"");
   }
   for (std::size_t i = 0; i < l.x.ticks.size(); ++i) {
     const double x = l.left + l.x.unit(l.x.ticks[i]) * l.plot_w;
     put(out, "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#e6e6e6\"/>\n", px(x), px(l.top), px(bottom));
-    text(out, x, bottom + 6 + kFont, l.x_labels[i], "text-anchor=\"middle\" fill=\"#444444\"");
+    text(out, x, bottom + 6 + kFont, l.x.labels[i], "text-anchor=\"middle\" fill=\"#444444\"");
   }
   put(out, "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#888888\"/>\n", px(l.left),
       px(l.top), l.plot_w, l.plot_h);
@@ -473,10 +478,6 @@ void chart_axes(std::string& out, const LineChart& chart, const ChartLayout& l) 
 // (M), so it leaves a gap; a point alone between gaps gets a dot, as a one-point subpath draws nothing.
 // Coordinates are relative to the plot area inset by `inset`.
 void chart_series(std::string& out, const LineChart& chart, const ChartLayout& l, double inset) {
-  // Points far outside a fixed y range are pulled in to 1e5 px, so their coordinates stay short.
-  const auto pos = [&](double x, double y) {
-    return std::pair(inset + l.x.unit(x) * l.plot_w, std::clamp(inset + (1 - l.y.unit(y)) * l.plot_h, -1e5, 1e5));
-  };
   for (std::size_t s = 0; s < chart.series.size(); ++s) {
     const Series& series = chart.series[s];
     std::string d, dots;
@@ -484,14 +485,14 @@ void chart_series(std::string& out, const LineChart& chart, const ChartLayout& l
     for (std::size_t i = 0; i <= series.x.size(); ++i) {
       const bool ok = i < series.x.size() && drawable(series.x[i], series.y[i], chart.log_y);
       if (!ok && run == 1) {  // the previous point was alone
-        const auto [x, y] = pos(series.x[i - 1], series.y[i - 1]);
+        const auto [x, y] = l.at(series.x[i - 1], series.y[i - 1], inset);
         put(dots, "<circle cx=\"{}\" cy=\"{}\" r=\"2.5\" fill=\"{}\"/>\n", px(x), px(y), series_colour(s));
       }
       if (!ok) {
         run = 0;
         continue;
       }
-      const auto [x, y] = pos(series.x[i], series.y[i]);
+      const auto [x, y] = l.at(series.x[i], series.y[i], inset);
       put(d, "{}{} {}", run == 0 ? "M" : run == 1 ? "L" : " ", px(x), px(y));
       ++run;
     }
@@ -566,9 +567,9 @@ void scatter_points(std::string& out, const ScatterPlot& plot, const ChartLayout
     const Series& series = plot.series[s];
     for (std::size_t i = 0; i < series.x.size(); ++i) {
       if (!drawable(series.x[i], series.y[i], false)) continue;
-      put(out, "<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{}\" stroke=\"white\" stroke-width=\"0.7\"/>\n",
-          px(inset + l.x.unit(series.x[i]) * l.plot_w), px(inset + (1 - l.y.unit(series.y[i])) * l.plot_h),
-          series_colour(s));
+      const auto [x, y] = l.at(series.x[i], series.y[i], inset);
+      put(out, "<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{}\" stroke=\"white\" stroke-width=\"0.7\"/>\n", px(x),
+          px(y), series_colour(s));
     }
   }
 }
