@@ -25,6 +25,12 @@ int count_of(std::size_t n, const char* call) {
   return static_cast<int>(n);
 }
 
+// The elementwise sum over the ranks of `n` values at `data`, in place: both all_reduce_sum's.
+void sum_in_place(void* data, std::size_t n, MPI_Datatype type) {
+  check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, "MPI_Allreduce"), type, MPI_SUM, MPI_COMM_WORLD),
+        "MPI_Allreduce");
+}
+
 }  // namespace
 
 bool started_by_mpi_launcher() {
@@ -48,17 +54,8 @@ MpiCollective::MpiCollective(int* argc, char*** argv) {
 
 MpiCollective::~MpiCollective() { MPI_Finalize(); }
 
-void MpiCollective::all_reduce_sum(std::span<float> data) {
-  check(MPI_Allreduce(MPI_IN_PLACE, data.data(), count_of(data.size(), "MPI_Allreduce"), MPI_FLOAT, MPI_SUM,
-                      MPI_COMM_WORLD),
-        "MPI_Allreduce");
-}
-
-void MpiCollective::all_reduce_sum(std::span<double> data) {
-  check(MPI_Allreduce(MPI_IN_PLACE, data.data(), count_of(data.size(), "MPI_Allreduce"), MPI_DOUBLE, MPI_SUM,
-                      MPI_COMM_WORLD),
-        "MPI_Allreduce");
-}
+void MpiCollective::all_reduce_sum(std::span<float> data) { sum_in_place(data.data(), data.size(), MPI_FLOAT); }
+void MpiCollective::all_reduce_sum(std::span<double> data) { sum_in_place(data.data(), data.size(), MPI_DOUBLE); }
 
 void MpiCollective::broadcast(std::span<std::byte> data, int root) {
   check(MPI_Bcast(data.data(), count_of(data.size(), "MPI_Bcast"), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
