@@ -599,13 +599,11 @@ std::optional<double> pixel_attribute(std::string_view tag, std::string_view nam
   const std::string key = fmt::format(" {}=\"", name);
   const auto at = tag.find(key);
   if (at == std::string_view::npos) return std::nullopt;
-  const auto begin = at + key.size(), end = tag.find('"', begin);
-  if (end == std::string_view::npos) return std::nullopt;
-  const std::string_view value = tag.substr(begin, end - begin);
+  const char* end = tag.data() + tag.size();
   double v = 0;
-  const auto [rest, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  const std::string_view unit(rest, static_cast<std::size_t>(value.data() + value.size() - rest));
-  if (ec != std::errc() || !(v >= 0) || (!unit.empty() && unit != "px")) return std::nullopt;
+  const auto [rest, ec] = std::from_chars(tag.data() + at + key.size(), end, v);
+  const std::string_view unit(rest, static_cast<std::size_t>(end - rest));  // then the closing quote
+  if (ec != std::errc() || !(v >= 0) || !(unit.starts_with("\"") || unit.starts_with("px\""))) return std::nullopt;
   return v;
 }
 
