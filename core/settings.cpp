@@ -41,15 +41,4 @@ std::string Bounds::describe() const {
   return "finite";
 }
 
-// fmt's default for a double is the shortest text that reads back as the same double.
-std::string to_text(double v) { return fmt::format("{}", v); }
-
-std::string to_text(bool v) { return v ? "true" : "false"; }
-
-bool from_text(std::string_view text, bool& out) {
-  if (text != "true" && text != "false") return false;
-  out = text == "true";
-  return true;
-}
-
 }  // namespace tapegrad

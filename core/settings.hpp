@@ -79,44 +79,43 @@ concept OptionalInteger =
 
 // ---- one value as text ----------------------------------------------------------------------------
 
-std::string to_text(double v);
-std::string to_text(bool v);
-inline std::string to_text(const std::string& v) { return v; }
-template <std::integral I>
-requires(!std::same_as<I, bool>) std::string to_text(I v) { return fmt::format("{}", v); }
-template <NamedEnum E>
-std::string to_text(E v) {
-  return std::string(to_string(v));
-}
-template <OptionalInteger V>
+// Doubles (and floats, as the double they are) in fmt's shortest form that reads back as the same
+// double, integers in decimal, bools as true/false, enums by their names, strings as they are; an empty
+// optional as 0.
+template <class V>
 std::string to_text(const V& v) {
-  return v ? to_text(*v) : "0";
+  if constexpr (std::is_same_v<V, bool>)
+    return v ? "true" : "false";
+  else if constexpr (std::is_floating_point_v<V>)
+    return fmt::format("{}", static_cast<double>(v));
+  else if constexpr (NamedEnum<V>)
+    return std::string(to_string(v));
+  else if constexpr (OptionalInteger<V>)
+    return v ? to_text(*v) : "0";
+  else
+    return fmt::format("{}", v);  // an integer, or text
 }
 
 // Parse the whole of `text`; false (out unchanged) if it is not one value of the type.
-bool from_text(std::string_view text, bool& out);
-inline bool from_text(std::string_view text, std::string& out) {
-  out = std::string(text);
-  return true;
-}
-template <class N>
-requires(std::floating_point<N> || (std::integral<N> && !std::same_as<N, bool>)) bool from_text(std::string_view text,
-                                                                                                N& out) {
-  N v{};
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return false;
-  out = v;
-  return true;
-}
-template <NamedEnum E>
-bool from_text(std::string_view text, E& out) {
-  return parse_enum(text, out);
-}
-template <OptionalInteger V>
+template <class V>
 bool from_text(std::string_view text, V& out) {
-  typename V::value_type v{};
-  if (!from_text(text, v)) return false;
-  out = v == 0 ? V() : V(v);
+  if constexpr (std::is_same_v<V, bool>) {
+    if (text != "true" && text != "false") return false;
+    out = text == "true";
+  } else if constexpr (std::is_same_v<V, std::string>) {
+    out = std::string(text);
+  } else if constexpr (NamedEnum<V>) {
+    return parse_enum(text, out);
+  } else if constexpr (OptionalInteger<V>) {
+    typename V::value_type v{};
+    if (!from_text(text, v)) return false;
+    out = v == 0 ? V() : V(v);
+  } else {  // a number
+    V v{};
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return false;
+    out = v;
+  }
   return true;
 }
 
