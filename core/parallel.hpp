@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
 #include <type_traits>
 
 #include "tapegrad/core/shape.hpp"
@@ -106,9 +107,7 @@ void parallel_for(Index n, int threads, F&& body, Index grain = 1) {
 // last bits, so this is what makes split elementwise work bit-identical to unsplit.
 template <class F>
 void parallel_rows(Index rows, Index cols, F&& f, double cost = 1) {
-  Index grain = 16;
-  for (Index c = cols; grain > 1 && c % 2 == 0; c /= 2) grain /= 2;  // 16 / gcd(cols, 16): rows per 16 elements
-  if (cols == 0) grain = 1;
+  const Index grain = 16 / std::gcd(cols, Index{16});  // rows per 16 elements (1 when cols is 0)
   parallel_for(
       rows, threads_for_elements(cost * static_cast<double>(rows) * static_cast<double>(cols)),
       [&](Index first, Index last) { f(first, last - first); }, grain);
