@@ -63,10 +63,8 @@ std::string escaped(std::string_view text, std::size_t max_bytes) {
   const std::size_t end = std::min(text.size(), max_bytes);
   while (i < end) {
     const auto u = static_cast<unsigned char>(text[i]);
-    if (u == '\\') {
-      out += "\\\\";
-      ++i;
-    } else if (u >= 0x20 && u < 0x7f) {
+    if (u >= 0x20 && u < 0x7f) {
+      if (u == '\\') out += '\\';  // doubled
       out += text[i++];
     } else if (const std::size_t n = u >= 0x80 ? utf8_length(text, i, c) : 0; n > 0 && i + n <= end) {
       if (!hidden_code_point(c))
