@@ -37,9 +37,6 @@ class Descriptor {
   void close() {
     if (fd_ >= 0) ::close(std::exchange(fd_, -1));
   }
-  // Closes it now and says how that went (0, or -1 with errno): for a file just written, whose close
-  // can report a write the kernel deferred.
-  int close_checked() { return ::close(std::exchange(fd_, -1)); }
 
  private:
   int fd_ = -1;

@@ -80,7 +80,7 @@ void write_file_at(int folder, std::string_view name, std::string_view content, 
     if (!fd.open()) fail_io("creating the temporary file");
     if (!detail::write_all(fd.get(), content.data(), content.size())) fail_io("writing");
     if (durability == Durability::durable && ::fsync(fd.get()) != 0) fail_io("fsync");
-    if (fd.close_checked() != 0) fail_io("closing");
+    if (::close(fd.release()) != 0) fail_io("closing");            // a write the kernel deferred can fail here
     refuse_non_regular_target(folder, target.c_str(), shown, op);  // again: something may have taken its place
     if (::renameat(folder, tmp.c_str(), folder, target.c_str()) != 0) fail_io("renaming into place");
   } catch (...) {
