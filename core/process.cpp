@@ -66,8 +66,7 @@ struct Spawn {
 // The first line the program wrote to its standard error, as a message quotes it: ": Error: ...", or
 // nothing when it wrote none.
 std::string first_line(const std::string& errors) {
-  std::string_view line(errors);
-  line = line.substr(0, line.find('\n'));
+  std::string_view line = std::string_view(errors).substr(0, errors.find('\n'));
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
   return line.empty() ? std::string() : fmt::format(": {}", escaped(line));
 }
