@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
-#include <utility>
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -19,7 +18,6 @@
 #include <unistd.h>
 
 #include "tapegrad/core/error.hpp"
-#include "tapegrad/core/file_io.hpp"
 
 extern char** environ;  // POSIX names it but declares it in no header (glibc: <unistd.h> with _GNU_SOURCE)
 
