@@ -12,7 +12,6 @@
 #include <initializer_list>
 #include <new>
 #include <span>
-#include <string>
 #include <utility>
 #include <vector>
 

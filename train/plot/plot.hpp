@@ -11,10 +11,8 @@
 //   Heatmap map{.title = "head 0", .row_labels = tokens, .col_labels = tokens, .values = weights};
 //   write_file("report/attention.svg", heatmap_svg(map));
 
-#include <filesystem>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
