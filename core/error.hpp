@@ -2,11 +2,8 @@
 // Errors are exceptions whose message is a sentence that starts with the operation and names every
 // shape or name involved: "matmul: inner dimensions differ: a is 4x8, b is 6x8".
 
-#include <cmath>
 #include <stdexcept>
 #include <string>
-#include <string_view>
-#include <vector>
 
 #include <fmt/format.h>
 

@@ -28,7 +28,6 @@
 #include <charconv>
 #include <cmath>
 #include <concepts>
-#include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
