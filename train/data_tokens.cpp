@@ -91,17 +91,6 @@ TokenFile::~TokenFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-TokenFile::TokenFile(TokenFile&& o) noexcept
-    : path_(std::move(o.path_)),
-      op_(std::move(o.op_)),
-      fd_(std::exchange(o.fd_, -1)),
-      width_(o.width_),
-      vocab_(o.vocab_),
-      count_(o.count_),
-      ids_crc_(o.ids_crc_),
-      header_crc_(o.header_crc_),
-      opened_(o.opened_) {}
-
 void TokenFile::read_bytes(Index first, Index count, unsigned char* to) const {
   if (first < 0 || count < 0 || first > count_ - count)
     fail<ValueError>("{}: ids [{}, {}) are outside '{}' of {} ids", op_, first, first + count, escaped(path_), count_);

@@ -54,9 +54,8 @@ class TokenFile {
  public:
   // Opens `path` and checks its header; `op` starts every message ("--data", "token file").
   explicit TokenFile(std::filesystem::path path, std::string op = "token file");
+  // Neither copied nor moved: it is shared (std::shared_ptr<const TokenFile>, as TokenWindows reads it).
   ~TokenFile();
-  TokenFile(TokenFile&& other) noexcept;
-  TokenFile& operator=(TokenFile&&) = delete;
   TokenFile(const TokenFile&) = delete;
   TokenFile& operator=(const TokenFile&) = delete;
 
