@@ -30,7 +30,6 @@ class Rng {
   double uniform();                      // [0, 1), 53 random bits
   double uniform(double lo, double hi);  // [lo, hi)
   double normal();                       // standard normal (Marsaglia's polar method)
-  double normal(double mean, double stddev) { return mean + stddev * normal(); }
   std::uint64_t below(std::uint64_t n);  // uniform integer in [0, n), unbiased; n > 0
 
   // Fisher-Yates with below(): the same permutation everywhere (std::shuffle's is unspecified).

@@ -44,9 +44,6 @@ Index DecoderLm<T>::count_parameters_of(const Config& c) {
          + (c.tie ? 0 : D * V) + (c.head_bias ? V : 0);  // the head
 }
 
-template <class T>
-DecoderLm<T>::DecoderLm(const Config& c) : DecoderLm(c, 0x6465636f646572) {}  // stream "decoder"
-
 // [readme:decoder_lm]
 // The draws, in this order, are part of what a seed means (a program's checkpoints and tables depend on
 // them): the embedding, learned positions, the blocks in order, an untied head, then GPT-2's residual

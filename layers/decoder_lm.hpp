@@ -92,7 +92,7 @@ class DecoderLm : public Module<T>, public LanguageModel<T> {
   static constexpr std::string_view kind = "decoder_lm";
 
   // ValueError naming what does not fit together (check_config), before anything is allocated.
-  explicit DecoderLm(const Config& config);
+  explicit DecoderLm(const Config& config) : DecoderLm(config, 0x6465636f646572) {}  // stream "decoder"
   // The constructor's checks alone: ValueError naming what does not fit, nothing allocated.
   static void check_config(const Config& config);
   // The parameter values `config` builds, without building it (the formula beside the constructor, which

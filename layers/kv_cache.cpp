@@ -44,17 +44,15 @@ void AttentionCache<T>::clear() {
 template <class T>
 Index KvCache<T>::length() const {
   Index fewest = layers_.empty() ? 0 : capacity_;  // no layer holds more than the capacity
-  for (const auto& l : layers_) fewest = std::min(fewest, l->length());
+  for (const auto& [owner, l] : layers_) fewest = std::min(fewest, l->length());
   return fewest;
 }
 
 template <class T>
 AttentionCache<T>& KvCache<T>::of(const void* layer) {
-  for (std::size_t i = 0; i < owners_.size(); ++i)
-    if (owners_[i] == layer) return *layers_[i];
-  layers_.push_back(std::make_unique<AttentionCache<T>>(capacity_));
-  owners_.push_back(layer);
-  return *layers_.back();
+  for (auto& [owner, cache] : layers_)
+    if (owner == layer) return *cache;
+  return *layers_.emplace_back(layer, std::make_unique<AttentionCache<T>>(capacity_)).second;
 }
 
 template <class T>
@@ -62,7 +60,7 @@ const AttentionCache<T>& KvCache<T>::layer(Index i) const {
   if (i < 0 || i >= layers())
     fail<ValueError>("kv_cache: layer {} asked of a cache that {} layer{} used", i, layers(),
                      layers() == 1 ? " has" : "s have");
-  return *layers_[static_cast<std::size_t>(i)];
+  return *layers_[static_cast<std::size_t>(i)].second;
 }
 
 template class AttentionCache<float>;

@@ -20,6 +20,7 @@
 // Legend: L positions held, H heads, dk and dv the widths of a head's keys and values.
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "tapegrad/core/tensor.hpp"
@@ -70,7 +71,7 @@ class KvCache {
   Index length() const;
   bool full() const { return length() == capacity(); }
   void clear() {  // every layer's positions; keeps the layers and their buffers
-    for (auto& l : layers_) l->clear();
+    for (auto& [owner, l] : layers_) l->clear();
   }
   // The cache of the attention layer at `layer` (SelfAttention passes `this`), made on first use.
   AttentionCache<T>& of(const void* layer);
@@ -79,10 +80,9 @@ class KvCache {
 
  private:
   Index capacity_;
-  // Each layer's cache at a fixed address: a step reads the keys and values in place (Tape::constant_in_place)
-  // while later layers are still being added.
-  std::vector<std::unique_ptr<AttentionCache<T>>> layers_;
-  std::vector<const void*> owners_;  // the layer each one is for
+  // Each layer's cache (after the layer it is for) at a fixed address: a step reads the keys and values in
+  // place (Tape::constant_in_place) while later layers are still being added.
+  std::vector<std::pair<const void*, std::unique_ptr<AttentionCache<T>>>> layers_;
 };
 
 extern template class AttentionCache<float>;

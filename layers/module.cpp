@@ -24,23 +24,6 @@ Module<T>::Module(std::string name) : name_(std::move(name)), prefix_(name_.empt
 }
 
 template <class T>
-std::vector<const Parameter<T>*> Module<T>::parameters() const {
-  std::vector<const Parameter<T>*> out;
-  for (const auto& p : own_) out.push_back(&p);
-  for (const auto* c : children_)
-    for (const auto* p : c->parameters()) out.push_back(p);
-  return out;
-}
-
-// The same walk, on a module that is not const: its parameters are not either.
-template <class T>
-std::vector<Parameter<T>*> Module<T>::parameters() {
-  std::vector<Parameter<T>*> out;
-  for (const auto* p : std::as_const(*this).parameters()) out.push_back(const_cast<Parameter<T>*>(p));
-  return out;
-}
-
-template <class T>
 Parameter<T>& Module<T>::parameter(std::string_view full_name) {
   std::vector<std::string> known;
   for (auto* p : parameters()) {
@@ -115,18 +98,6 @@ void Module<T>::write_summary(std::string& out, int depth) const {
   for (std::size_t k = 0; k < own_.size(); ++k)
     out += fmt::format("{}  {}  {}\n", indent, own_local_names_[k], own_[k].value.shape());
   for (const auto* c : children_) c->write_summary(out, depth + 1);
-}
-
-template <class T>
-void Module<T>::train(bool on) {
-  training_ = on;
-  for (auto* c : children_) c->train(on);
-}
-
-template <class T>
-void Module<T>::set_rng(Rng* rng) {
-  rng_ = rng;
-  for (auto* c : children_) c->set_rng(rng);
 }
 
 template <class T>

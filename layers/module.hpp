@@ -66,8 +66,8 @@ class Module {
   std::string path() const { return prefix_.empty() ? std::string() : prefix_.substr(0, prefix_.size() - 1); }
 
   // Own parameters in registration order, then each child's (recursively).
-  std::vector<Parameter<T>*> parameters();
-  std::vector<const Parameter<T>*> parameters() const;
+  std::vector<Parameter<T>*> parameters() { return parameters_of(*this); }
+  std::vector<const Parameter<T>*> parameters() const { return parameters_of(*this); }
   // The parameter with this full dotted name; NameError listing the known names if there is none.
   Parameter<T>& parameter(std::string_view full_name);
   Index count_parameters() const;  // total number of scalars
@@ -102,13 +102,17 @@ class Module {
 
   // Training or evaluation mode, set on this module and every child: Dropout drops only in training.
   // The training loop switches it (train for steps, eval for evaluation).
-  void train(bool on = true);
+  void train(bool on = true) {
+    walk(*this, [on](Module& m) { m.training_ = on; });
+  }
   void eval() { train(false); }
   bool training() const { return training_; }
   // The random stream layers draw from while training (dropout masks), set on this module and every
   // child; nullptr (the default) until set. A Trainer sets its own stream, which checkpoints save, so a
   // resumed run draws the same masks; outside a Trainer, set one (and keep it alive) before training.
-  void set_rng(Rng* rng);
+  void set_rng(Rng* rng) {
+    walk(*this, [rng](Module& m) { m.rng_ = rng; });
+  }
   Rng* rng() const { return rng_; }
 
  protected:
@@ -142,9 +146,20 @@ class Module {
   void prefix_names(const std::string& prefix);
   template <class>
   friend class EvalModeGuard;
-  void collect_modes(std::vector<std::pair<Module<T>*, bool>>& out) {  // this module, then its children's
-    out.emplace_back(this, training_);
-    for (auto* c : children_) c->collect_modes(out);
+  // f(module) for `m`, then for each child's tree in registration order (M: Module<T> or const Module<T>).
+  template <class M, class F>
+  static void walk(M& m, F&& f) {
+    f(m);
+    for (Module<T>* c : m.children_) walk(*static_cast<M*>(c), f);
+  }
+  // parameters(), on a module that is const (M = const Module<T>: its parameters are const) or not.
+  template <class M>
+  static auto parameters_of(M& module) {
+    std::vector<decltype(&module.own_.front())> out;
+    walk(module, [&](M& m) {
+      for (auto& p : m.own_) out.push_back(&p);
+    });
+    return out;
   }
   void collect_torch_names(const std::string& prefix,
                            std::vector<std::pair<const Parameter<T>*, TorchName>>& out) const;
@@ -199,7 +214,7 @@ template <class T>
 class EvalModeGuard {
  public:
   explicit EvalModeGuard(Module<T>& module) {
-    module.collect_modes(modes_);
+    Module<T>::walk(module, [this](Module<T>& m) { modes_.emplace_back(&m, m.training_); });
     module.eval();
   }
   ~EvalModeGuard() {

@@ -93,7 +93,6 @@ class SelfAttention : public Module<T> {
   bool keeps_weights() const { return keep_weights_; }
 
   const SelfAttentionOptions& options() const { return options_; }
-  Index d_head() const { return d_head_; }
   Index output_width() const {
     return options_.output_projection ? Index{options_.d_model} : options_.n_heads * d_head_;
   }

@@ -96,24 +96,6 @@ Var<T> TransformerBlock<T>::forward(Var<T> x, const Mask* key_padding, KvCache<T
   return x;
 }
 
-template <class T>
-LayerNorm<T>& TransformerBlock<T>::norm1() {
-  if (!norm1_) fail<NameError>("transformer_block '{}': has no norm1 (built without layernorm)", this->path());
-  return *norm1_;
-}
-template <class T>
-LayerNorm<T>& TransformerBlock<T>::norm2() {
-  if (!norm2_)
-    fail<NameError>("transformer_block '{}': has no norm2 (built without {})", this->path(),
-                    options_.mlp ? "layernorm" : "the MLP");
-  return *norm2_;
-}
-template <class T>
-FeedForward<T>& TransformerBlock<T>::feed_forward() {
-  if (!ff_) fail<NameError>("transformer_block '{}': has no feed-forward sub-layer (built without mlp)", this->path());
-  return *ff_;
-}
-
 // ---- TransformerStack -----------------------------------------------------------------------------
 
 template <class T>

@@ -89,15 +89,22 @@ class TransformerBlock : public Module<T> {
   const TransformerBlockOptions& options() const { return options_; }
   SelfAttention<T>& attention() { return attn_; }
   // NameError naming the block when it was built without them.
-  LayerNorm<T>& norm1();
-  LayerNorm<T>& norm2();
-  FeedForward<T>& feed_forward();
+  LayerNorm<T>& norm1() { return need(norm1_, "norm1", "layernorm"); }
+  LayerNorm<T>& norm2() { return need(norm2_, "norm2", options_.mlp ? "layernorm" : "the MLP"); }
+  FeedForward<T>& feed_forward() { return need(ff_, "feed-forward sub-layer", "mlp"); }
   // nn.TransformerEncoderLayer: "self_attn", and the FFN's linear1 and linear2 directly in the block.
   std::string torch_child_name(std::string_view child_name) const override {
     return child_name == "attn" ? "self_attn" : child_name == "ff" ? "" : std::string(child_name);
   }
 
  private:
+  // *part; NameError "has no <what> (built without <option>)" when the block has none.
+  template <class M>
+  M& need(const std::unique_ptr<M>& part, const char* what, const char* option) const {
+    if (!part) fail<NameError>("transformer_block '{}': has no {} (built without {})", this->path(), what, option);
+    return *part;
+  }
+
   TransformerBlockOptions options_;
   SelfAttention<T> attn_;
   std::unique_ptr<LayerNorm<T>> norm1_, norm2_;

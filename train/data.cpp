@@ -88,14 +88,10 @@ Index Sampler::feistel(std::uint64_t x) const {
   return static_cast<Index>(x);
 }
 
-Index Sampler::order_at(Index position) const {
-  return stored_order() ? state_.order[static_cast<std::size_t>(position)]
-                        : feistel(static_cast<std::uint64_t>(position));
-}
-
 Index Sampler::at(Index position) const {
   if (position < 0 || position >= n_) fail<ValueError>("sampler: position {} is outside [0, {})", position, n_);
-  return order_at(position);
+  return stored_order() ? state_.order[static_cast<std::size_t>(position)]
+                        : feistel(static_cast<std::uint64_t>(position));
 }
 
 std::span<const Index> Sampler::next() {
@@ -104,7 +100,7 @@ std::span<const Index> Sampler::next() {
       ++state_.epoch;
       reshuffle();
     }
-    slot = order_at(state_.cursor++);
+    slot = at(state_.cursor++);
   }
   return current_;
 }

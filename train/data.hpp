@@ -99,7 +99,6 @@ class Sampler {
   void reshuffle();
   void draw_keys();  // the computed order's keys for this epoch, from rng_ (as the epoch starts)
   Index feistel(std::uint64_t x) const;
-  Index order_at(Index position) const;  // at() without its check: next()'s cursor is in range
 
   Index n_;
   Rng rng_;

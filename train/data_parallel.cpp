@@ -12,14 +12,6 @@ namespace {
 
 constexpr std::uint64_t kShardStream = 0x7368617264;  // "shard": + rank, a rank's stream of one step
 
-// A CRC-32 of every parameter's values, in the model's order.
-std::uint32_t parameters_crc32(std::span<Parameter<float>* const> params) {
-  Crc32 crc;
-  for (const Parameter<float>* p : params)
-    crc.add(p->value.data(), static_cast<std::size_t>(p->value.numel()) * sizeof(float));
-  return crc.value();
-}
-
 // "1, 3" for a list of ranks.
 std::string rank_list(const std::vector<int>& ranks) { return fmt::format("{}", fmt::join(ranks, ", ")); }
 
@@ -74,11 +66,9 @@ Shard shard_of(Index n, int rank, int size) {
 }
 
 std::unique_ptr<StepReducer> reducer_for(Collective& collective, DataParallelOptions options) {
-  if (collective.size() == 1) {
-    checked(options);  // refused alike, whatever the number of ranks
-    return std::make_unique<SingleProcess>();
-  }
-  return std::make_unique<DataParallel>(collective, options);
+  if (collective.size() > 1) return std::make_unique<DataParallel>(collective, options);
+  checked(options);  // refused alike, whatever the number of ranks
+  return std::make_unique<SingleProcess>();
 }
 
 DataParallel::DataParallel(Collective& collective, DataParallelOptions options)
@@ -172,7 +162,10 @@ double DataParallel::reduce(std::span<Parameter<float>* const> params, std::opti
 }
 
 void DataParallel::check_replicas(std::span<Parameter<float>* const> params, Index step) {
-  const std::uint32_t mine = parameters_crc32(params);
+  Crc32 crc;  // of every parameter's values, in the model's order
+  for (const Parameter<float>* p : params)
+    crc.add(p->value.data(), static_cast<std::size_t>(p->value.numel()) * sizeof(float));
+  const std::uint32_t mine = crc.value();
   collective_.all_gather(std::span<const std::uint32_t>(&mine, 1), std::span<std::uint32_t>(replica_crcs_));
   std::vector<int> differ;
   for (std::size_t r = 1; r < replica_crcs_.size(); ++r)

@@ -43,8 +43,6 @@ class DataParallel final : public StepReducer {
   // compute the single-process step with more rounding (w g / w): reducer_for() gives it SingleProcess.
   DataParallel(Collective& collective, DataParallelOptions options);
 
-  Collective& collective() const { return collective_; }
-  const DataParallelOptions& options() const { return options_; }
   int rank() const { return collective_.rank(); }
   int size() const { return collective_.size(); }
 

@@ -15,15 +15,13 @@ TextSplitWriter::TextSplitWriter(const std::filesystem::path& train, const std::
 void TextSplitWriter::write(int stream, std::string_view b) {
   (stream == 0 ? train_ : validation_).append_bytes(b);
   summary_.bytes[stream] += static_cast<Index>(b.size());
-  for (const char c : b) ++summary_.byte_counts[static_cast<unsigned char>(c)];
-  if (stream != 0) return;
-  int previous = previous_;
   for (const char c : b) {
     const int next = static_cast<unsigned char>(c);
-    if (previous >= 0) ++summary_.train_pairs[static_cast<std::size_t>(previous * 256 + next)];
-    previous = next;
+    ++summary_.byte_counts[static_cast<std::size_t>(next)];
+    if (stream != 0) continue;
+    if (previous_ >= 0) ++summary_.train_pairs[static_cast<std::size_t>(previous_ * 256 + next)];
+    previous_ = next;
   }
-  previous_ = previous;
 }
 
 void TextSplitWriter::bytes(std::string_view b) { write(open_stream(), b); }

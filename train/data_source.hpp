@@ -167,7 +167,6 @@ class TensorSource final : public DataSource<TensorBatch> {
   std::uint32_t fingerprint() const override;
   const Tensor& features() const { return features_; }
   const Ids& labels() const { return labels_; }
-  const Tensor& targets() const { return targets_; }
 
  private:
   Index count_examples() const;  // ShapeError unless every tensor holds the same number

@@ -7,6 +7,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "tapegrad/core/crc32.hpp"
 #include "tapegrad/core/descriptor.hpp"
@@ -35,10 +36,21 @@ std::int64_t id_at(const unsigned char* p, int width) {
 // Ids a pass reads at once: a constant piece whatever the file's size.
 constexpr Index kPieceIds = Index{1} << 18;
 
-// The largest vocabulary ids of `width` bytes can hold (0 for a width the format does not allow).
-Index max_vocab(int width) {
-  if (width != 1 && width != 2 && width != 4) return 0;
-  return Index{1} << std::min(8 * width, 31);  // ids are int32 once read
+// Why ids of `width` bytes under a vocabulary of `vocab` are not a token file's, or "" if they are one: a
+// header's (unsigned) or a writer's (signed).
+template <class W, class V>
+std::string shape_refusal(W width, V vocab) {
+  if (width != 1 && width != 2 && width != 4)
+    return fmt::format("its ids are {} bytes wide; a token file's are 1, 2 or 4", width);
+  const std::uint64_t most = std::uint64_t{1} << std::min(8 * static_cast<int>(width), 31);  // ids are int32 once read
+  if (vocab < 1 || std::cmp_greater(vocab, most))
+    return fmt::format("its vocabulary has {} ids; ids of {} byte{} name 1 to {}", vocab, width, width == 1 ? "" : "s",
+                       most);
+  return {};
+}
+// IoError "<op>: <doing> '<file>' failed: <the system's reason>", for a writer whose system call failed.
+[[noreturn]] void io_failed(std::string_view op, const fs::path& path, std::string_view doing) {
+  fail<IoError>("{}: {} '{}' failed: {}", op, doing, escaped(path), std::strerror(errno));
 }
 // FormatError "<op>: '<file>' <what>": every refusal of what a token file holds names it so.
 template <class... Args>
@@ -64,13 +76,8 @@ TokenFile::TokenFile(fs::path path, std::string op) : path_(std::move(path)), op
     refuse(*this, "is a token file of format {}; this build reads format {}", version, TokenFileFormat::kVersion);
   const auto width = get_le<std::uint32_t>(h.data() + 12);
   const auto vocab = get_le<std::uint64_t>(h.data() + 16), count = get_le<std::uint64_t>(h.data() + 24);
-  if (width != 1 && width != 2 && width != 4)
-    refuse(*this, "says its ids are {} bytes wide; a token file's are 1, 2 or 4", width);
+  if (const std::string why = shape_refusal(width, vocab); !why.empty()) refuse(*this, "says {}", why);
   width_ = static_cast<int>(width);
-  const auto most = static_cast<std::uint64_t>(max_vocab(width_));
-  if (vocab < 1 || vocab > most)
-    refuse(*this, "says its vocabulary has {} ids; ids of {} byte{} name 1 to {}", vocab, width, width == 1 ? "" : "s",
-           most);
   const auto payload =
       static_cast<std::uint64_t>(std::max<std::int64_t>(0, opened_.st_size - static_cast<std::int64_t>(h.size())));
   if (payload % width != 0)
@@ -90,17 +97,6 @@ TokenFile::TokenFile(fs::path path, std::string op) : path_(std::move(path)), op
 TokenFile::~TokenFile() {
   if (fd_ >= 0) ::close(fd_);
 }
-
-TokenFile::TokenFile(TokenFile&& o) noexcept
-    : path_(std::move(o.path_)),
-      op_(std::move(o.op_)),
-      fd_(std::exchange(o.fd_, -1)),
-      width_(o.width_),
-      vocab_(o.vocab_),
-      count_(o.count_),
-      ids_crc_(o.ids_crc_),
-      header_crc_(o.header_crc_),
-      opened_(o.opened_) {}
 
 void TokenFile::read_bytes(Index first, Index count, unsigned char* to) const {
   if (first < 0 || count < 0 || first > count_ - count)
@@ -175,20 +171,13 @@ void TokenFile::verify(std::span<const std::int32_t> map,
 
 TokenFileWriter::TokenFileWriter(fs::path path, int width, Index vocab, std::string op)
     : path_(std::move(path)), temporary_(temporary_path(path_)), op_(std::move(op)), width_(width), vocab_(vocab) {
-  const Index most = max_vocab(width);
-  if (most == 0)
-    fail<ValueError>("{}: '{}': ids of {} bytes; a token file's are 1, 2 or 4", op_, escaped(path_), width);
-  if (vocab < 1 || vocab > most)
-    fail<ValueError>("{}: '{}': a vocabulary of {} does not fit ids of {} byte{} (1 to {})", op_, escaped(path_), vocab,
-                     width, width == 1 ? "" : "s", most);
+  if (const std::string why = shape_refusal(width, vocab); !why.empty())
+    fail<ValueError>("{}: '{}': {}", op_, escaped(path_), why);
   // O_NOFOLLOW: a link planted at the temporary file's name is not written through.
   fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd_ < 0)
     fail<IoError>("{}: cannot create '{}' (for '{}'): {}", op_, escaped(temporary_), escaped(path_),
                   std::strerror(errno));
-  buffer_.resize(std::size_t{1} << 20);
-  fill_ = TokenFileFormat::kHeaderBytes;  // room for the header, written by finish()
-  std::fill_n(buffer_.begin(), fill_, 0);
 }
 
 TokenFileWriter::~TokenFileWriter() {
@@ -199,8 +188,7 @@ TokenFileWriter::~TokenFileWriter() {
 void TokenFileWriter::flush() {
   crc_.add(buffer_.data() + ids_from_, fill_ - ids_from_);  // the ids' CRC: what follows the header
   ids_from_ = 0;
-  if (!detail::write_all(fd_, buffer_.data(), fill_))
-    fail<IoError>("{}: writing '{}' failed: {}", op_, escaped(path_), std::strerror(errno));
+  if (!detail::write_all(fd_, buffer_.data(), fill_)) io_failed(op_, path_, "writing");
   fill_ = 0;
 }
 
@@ -245,19 +233,14 @@ void TokenFileWriter::complete() {
   put_le(h.data() + 24, static_cast<std::uint64_t>(count_));
   put_le(h.data() + 32, crc_.value());
   put_le(h.data() + 36, header_crc(h));
-  const auto fail_io = [&](const char* what) {
-    fail<IoError>("{}: {} '{}' failed: {}", op_, what, escaped(path_), std::strerror(errno));
-  };
-  if (!detail::write_all(fd_, h.data(), h.size(), 0)) fail_io("writing the header of");
-  if (::fsync(fd_) != 0) fail_io("syncing");
-  const int fd = std::exchange(fd_, -1);
-  if (::close(fd) != 0) fail_io("closing");
+  if (!detail::write_all(fd_, h.data(), h.size(), 0)) io_failed(op_, path_, "writing the header of");
+  if (::fsync(fd_) != 0) io_failed(op_, path_, "syncing");
+  if (::close(std::exchange(fd_, -1)) != 0) io_failed(op_, path_, "closing");
 }
 
 void TokenFileWriter::finish() {
   complete();
-  if (::rename(temporary_.c_str(), path_.c_str()) != 0)
-    fail<IoError>("{}: renaming into place '{}' failed: {}", op_, escaped(path_), std::strerror(errno));
+  if (::rename(temporary_.c_str(), path_.c_str()) != 0) io_failed(op_, path_, "renaming into place");
   finished_ = true;
 }
 

@@ -54,9 +54,8 @@ class TokenFile {
  public:
   // Opens `path` and checks its header; `op` starts every message ("--data", "token file").
   explicit TokenFile(std::filesystem::path path, std::string op = "token file");
+  // Neither copied nor moved: it is shared (std::shared_ptr<const TokenFile>, as TokenWindows reads it).
   ~TokenFile();
-  TokenFile(TokenFile&& other) noexcept;
-  TokenFile& operator=(TokenFile&&) = delete;
   TokenFile(const TokenFile&) = delete;
   TokenFile& operator=(const TokenFile&) = delete;
 
@@ -116,8 +115,6 @@ class TokenFileWriter {
 
   void append(std::span<const std::int32_t> ids);  // ValueError naming the file for an id outside [0, V)
   void append_bytes(std::string_view bytes);       // width 1: each byte is its id
-  Index size() const { return count_; }
-  const std::filesystem::path& path() const { return path_; }
   // Writes the header and syncs the file to disk under its temporary name; finish() renames it into place
   // (completing it first if it was not). ValueError for a file of no ids; IoError naming the file when the
   // system fails a write (a full disk, a file-size limit).
@@ -136,9 +133,9 @@ class TokenFileWriter {
   int fd_ = -1;
   int width_;
   Index vocab_, count_ = 0;
-  Crc32 crc_;  // of the ids written so far
-  std::vector<unsigned char> buffer_;
-  std::size_t fill_ = 0;
+  Crc32 crc_;                                                                             // of the ids written so far
+  std::vector<unsigned char> buffer_ = std::vector<unsigned char>(std::size_t{1} << 20);  // zeros
+  std::size_t fill_ = TokenFileFormat::kHeaderBytes;  // room for the header, written by complete()
   // Where the buffer's ids start: after the header's room at first.
   std::size_t ids_from_ = TokenFileFormat::kHeaderBytes;
   bool finished_ = false;

@@ -22,6 +22,18 @@ void SgdOptions::check(std::string_view op) const {
 // ---------------------------------------------------------------------------------------------
 // Optimizer: names, schedule, state, strict load
 
+namespace {
+// "<what>: 'a', 'b'" into `problems` for the names of `names` that `others` lacks, in their order, if any.
+void only_in(const std::vector<std::string>& names, const std::vector<std::string>& others, std::string_view what,
+             std::vector<std::string>& problems) {
+  const std::set<std::string_view> known(others.begin(), others.end());
+  std::vector<std::string> only;
+  for (const std::string& name : names)
+    if (!known.contains(name)) only.push_back(name);
+  if (!only.empty()) problems.push_back(fmt::format("{}: {}", what, quoted_list(only)));
+}
+}  // namespace
+
 template <class T>
 Optimizer<T>::Optimizer(std::vector<Parameter<T>*> params, std::string kind, std::vector<std::string> buffer_names)
     : params_(std::move(params)),
@@ -93,28 +105,15 @@ void Optimizer<T>::check_state(const OptimizerState<T>& s, std::string_view op) 
                      schedule.describe());
 
   // Names first, all of them in one message: hyperparameters, parameters, buffers.
-  std::vector<std::string> problems, missing, unexpected;
-  const Settings expected = hyperparameters();
-  for (const auto& h : expected)
-    if (!find_setting(s.hyperparameters, h.name)) missing.push_back(h.name);
-  for (const auto& h : s.hyperparameters)
-    if (!find_setting(expected, h.name)) unexpected.push_back(h.name);
-  if (!missing.empty()) problems.push_back("hyperparameters missing from the state: " + quoted_list(missing));
-  if (!unexpected.empty())
-    problems.push_back(fmt::format("hyperparameters unknown to {}: {}", mine, quoted_list(unexpected)));
-
-  missing.clear();
-  unexpected.clear();
-  std::set<std::string_view> model_names;
-  for (const Parameter<T>* p : params_) {
-    model_names.insert(p->name);
-    if (!s.per_param.contains(p->name)) missing.push_back(p->name);
-  }
-  for (const auto& entry : s.per_param)
-    if (!model_names.contains(entry.first)) unexpected.push_back(entry.first);
-  if (!missing.empty()) problems.push_back("parameters missing from the state: " + quoted_list(missing));
-  if (!unexpected.empty())
-    problems.push_back("parameters in the state but not in the model: " + quoted_list(unexpected));
+  std::vector<std::string> problems, ours, theirs, model, saved;
+  for (const auto& h : hyperparameters()) ours.push_back(h.name);
+  for (const auto& h : s.hyperparameters) theirs.push_back(h.name);
+  for (const Parameter<T>* p : params_) model.push_back(p->name);
+  for (const auto& entry : s.per_param) saved.push_back(entry.first);
+  only_in(ours, theirs, "hyperparameters missing from the state", problems);
+  only_in(theirs, ours, fmt::format("hyperparameters unknown to {}", mine), problems);
+  only_in(model, saved, "parameters missing from the state", problems);
+  only_in(saved, model, "parameters in the state but not in the model", problems);
 
   std::vector<std::string> unknown_buffers, missing_buffers, shapes;
   const std::set<std::string_view> known(buffer_names_.begin(), buffer_names_.end());
@@ -165,11 +164,6 @@ void Optimizer<T>::load_state(const OptimizerState<T>& s) {
 
 // ---------------------------------------------------------------------------------------------
 // SGD
-
-template <class T>
-SGD<T>::SGD(std::vector<Parameter<T>*> params, SgdOptions options)
-    : OptimizerWith<T, SgdOptions>(std::move(params), options, std::string(to_string(OptimizerKind::sgd)),
-                                   {"momentum_buffer"}) {}
 
 template <class T>
 void SGD<T>::update(const SgdOptions& o, std::int64_t, ParamSlice<T> s) const {
@@ -231,14 +225,6 @@ Adam<T>::Adam(std::vector<Parameter<T>*> params, AdamOptions options, OptimizerK
     : OptimizerWith<T, AdamOptions>(std::move(params), options, std::string(to_string(kind)),
                                     {"exp_avg", "exp_avg_sq"}),
       decoupled_decay_(kind == OptimizerKind::adamw) {}
-
-template <class T>
-Adam<T>::Adam(std::vector<Parameter<T>*> params, AdamOptions options)
-    : Adam(std::move(params), options, OptimizerKind::adam) {}
-
-template <class T>
-AdamW<T>::AdamW(std::vector<Parameter<T>*> params, AdamOptions options)
-    : Adam<T>(std::move(params), options, OptimizerKind::adamw) {}
 
 template <class T>
 Settings Adam<T>::hyperparameters() const {

@@ -320,7 +320,8 @@ class OptimizerWith : public Optimizer<T> {
 template <class T>
 class SGD final : public OptimizerWith<T, SgdOptions> {
  public:
-  explicit SGD(std::vector<Parameter<T>*> params, SgdOptions options = {});
+  explicit SGD(std::vector<Parameter<T>*> params, SgdOptions options = {})
+      : OptimizerWith<T, SgdOptions>(std::move(params), options, "sgd", {"momentum_buffer"}) {}
 
  private:
   void update(const SgdOptions& o, std::int64_t t, ParamSlice<T> s) const override;
@@ -333,7 +334,8 @@ class SGD final : public OptimizerWith<T, SgdOptions> {
 template <class T>
 class Adam : public OptimizerWith<T, AdamOptions> {
  public:
-  explicit Adam(std::vector<Parameter<T>*> params, AdamOptions options = {});
+  explicit Adam(std::vector<Parameter<T>*> params, AdamOptions options = {})
+      : Adam(std::move(params), options, OptimizerKind::adam) {}
   DecayOn decay_on() const { return this->options_.decay_on; }
   Settings hyperparameters() const override;
 
@@ -351,7 +353,8 @@ class Adam : public OptimizerWith<T, AdamOptions> {
 template <class T>
 class AdamW final : public Adam<T> {
  public:
-  explicit AdamW(std::vector<Parameter<T>*> params, AdamOptions options = {});
+  explicit AdamW(std::vector<Parameter<T>*> params, AdamOptions options = {})
+      : Adam<T>(std::move(params), options, OptimizerKind::adamw) {}
 };
 
 // An optimizer of a named kind from its hyperparameters (as a checkpoint or a command line holds them):

@@ -12,11 +12,6 @@ void require_step(std::int64_t step) {
   if (step < 0) fail<ValueError>("lr_at: step must be >= 0, got {}", step);
 }
 
-template <class Options>
-ScheduleRecord record_of(ScheduleKind kind, const Options& options) {
-  return {std::string(to_string(kind)), to_settings(options)};
-}
-
 }  // namespace
 
 LrSchedule::~LrSchedule() = default;
@@ -28,18 +23,13 @@ double ConstantLr::lr_at(double lr, std::int64_t step) const {
 
 ScheduleRecord ConstantLr::record() const { return {std::string(to_string(ScheduleKind::constant)), {}}; }
 
-StepLr::StepLr(StepLrOptions options) : options_(options) { check_fields(options_, "StepLr"); }
-
 // lr gamma^floor(step / step_size)
 double StepLr::lr_at(double lr, std::int64_t step) const {
   require_step(step);
   return lr * std::pow(options_.gamma, static_cast<double>(step / options_.step_size));
 }
 
-ScheduleRecord StepLr::record() const { return record_of(ScheduleKind::step, options_); }
-
-CosineWithWarmup::CosineWithWarmup(CosineOptions options) : options_(options) {
-  check_fields(options_, "CosineWithWarmup");
+CosineWithWarmup::CosineWithWarmup(CosineOptions options) : ScheduleWith(options, "CosineWithWarmup") {
   if (options_.warmup_steps > options_.total_steps)
     fail<ValueError>("CosineWithWarmup: warmup_steps {} is more than total_steps {}", options_.warmup_steps,
                      options_.total_steps);
@@ -56,8 +46,6 @@ double CosineWithWarmup::lr_at(double lr, std::int64_t step) const {
   const double progress = static_cast<double>(step - warmup) / static_cast<double>(total - warmup);
   return min_lr + (lr - min_lr) * 0.5 * (1 + std::cos(std::numbers::pi * progress));
 }
-
-ScheduleRecord CosineWithWarmup::record() const { return record_of(ScheduleKind::cosine, options_); }
 
 std::unique_ptr<LrSchedule> make_schedule(const ScheduleRecord& r) {
   const std::string what = fmt::format("schedule '{}'", r.kind);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "tapegrad/core/enum_names.hpp"
 #include "tapegrad/core/settings.hpp"
@@ -60,6 +61,19 @@ class ConstantLr final : public LrSchedule {
   std::unique_ptr<LrSchedule> clone() const override { return std::make_unique<ConstantLr>(*this); }
 };
 
+// A schedule of kind K whose settings are the options struct O, checked at construction (`op` names the
+// schedule in messages): its record and its copy, once for every such schedule.
+template <class Self, ScheduleKind K, class O>
+class ScheduleWith : public LrSchedule {
+ public:
+  ScheduleRecord record() const final { return {std::string(to_string(K)), to_settings(options_)}; }
+  std::unique_ptr<LrSchedule> clone() const final { return std::make_unique<Self>(static_cast<const Self&>(*this)); }
+
+ protected:
+  ScheduleWith(O options, std::string_view op) : options_(options) { check_fields(options_, op); }
+  O options_;
+};
+
 struct StepLrOptions {
   std::int64_t step_size = 1;
   double gamma = 0.1;
@@ -71,15 +85,10 @@ struct StepLrOptions {
 };
 
 // torch StepLR: lr gamma^floor(step / step_size).
-class StepLr final : public LrSchedule {
+class StepLr final : public ScheduleWith<StepLr, ScheduleKind::step, StepLrOptions> {
  public:
-  explicit StepLr(StepLrOptions options);  // ValueError for an option out of range
+  explicit StepLr(StepLrOptions options) : ScheduleWith(options, "StepLr") {}  // ValueError for one out of range
   double lr_at(double lr, std::int64_t step) const override;
-  ScheduleRecord record() const override;
-  std::unique_ptr<LrSchedule> clone() const override { return std::make_unique<StepLr>(*this); }
-
- private:
-  StepLrOptions options_;
 };
 
 struct CosineOptions {
@@ -101,15 +110,10 @@ struct CosineOptions {
 // The same as torch's SequentialLR(LinearLR(1/warmup, 1, warmup - 1), CosineAnnealingLR(total - warmup,
 // min_lr), milestones=[warmup]) up to total_steps (after which torch's cosine would rise again).
 // lr_at throws ValueError if min_lr is above the optimizer's lr.
-class CosineWithWarmup final : public LrSchedule {
+class CosineWithWarmup final : public ScheduleWith<CosineWithWarmup, ScheduleKind::cosine, CosineOptions> {
  public:
   explicit CosineWithWarmup(CosineOptions options);  // ValueError for options out of range
   double lr_at(double lr, std::int64_t step) const override;
-  ScheduleRecord record() const override;
-  std::unique_ptr<LrSchedule> clone() const override { return std::make_unique<CosineWithWarmup>(*this); }
-
- private:
-  CosineOptions options_;
 };
 
 // The schedule a record describes (a checkpoint's, or a command line's). NameError for an unknown kind,

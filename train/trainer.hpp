@@ -151,7 +151,6 @@ class TrainerBase {
   Rng& rng() { return rng_; }
   // That stream's state before anything drew from it, for a seed.
   static Rng::State initial_rng_state(std::uint64_t seed);
-  std::uint32_t data_fingerprint() const { return state_.data_fingerprint; }
   const std::vector<std::string>& metric_names() const { return metric_names_; }
   // The longest name of a metric: every curve point holds its columns' names ("train_<name>"), so a file's
   // longer column is refused (a forged one copied into every point would take many times the file).
