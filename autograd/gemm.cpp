@@ -6,10 +6,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "tapegrad/autograd/scratch.hpp"
+#include "tapegrad/autograd/kernels.hpp"
 #include "tapegrad/core/error.hpp"
-#include "tapegrad/core/parallel.hpp"
-#include "tapegrad/core/tensor.hpp"
 
 #ifdef TAPEGRAD_HAVE_LIBXSMM
 #include <libxsmm.h>

@@ -1,9 +1,8 @@
 // Matrix products: a b, a b^T, a^T b; 2-D, batched, and batched times a shared 2-D weight; and x w + b.
-#include "tapegrad/autograd/column_sums.hpp"
 #include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/gemm.hpp"
+#include "tapegrad/autograd/kernels.hpp"
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 namespace {

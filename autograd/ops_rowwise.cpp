@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tapegrad/autograd/function.hpp"
+#include "tapegrad/autograd/kernels.hpp"
 #include "tapegrad/autograd/ops.hpp"
 
 namespace tapegrad {
@@ -88,22 +89,11 @@ struct RowMax {
 
 }  // namespace
 
-// The public functions of this file, as in ops_elementwise.cpp: TAPEGRAD_ONE_INPUT(sum, Reduce<T, false, false>)
-// defines sum<T>(a, where) as apply(Reduce<T, false, false>{}, {a}, where) and instantiates it for float and
-// double.
-#define TAPEGRAD_ONE_INPUT(fn, ...)          \
-  template <class T>                         \
-  Var<T> fn(Var<T> a, Where where) {         \
-    return apply(__VA_ARGS__{}, {a}, where); \
-  }                                          \
-  template Var<float> fn(Var<float>, Where); \
-  template Var<double> fn(Var<double>, Where);
-
+// The public functions of this file (TAPEGRAD_ONE_INPUT: autograd/kernels.hpp).
 TAPEGRAD_ONE_INPUT(sum, Reduce<T, false, false>)
 TAPEGRAD_ONE_INPUT(mean, Reduce<T, true, false>)
 TAPEGRAD_ONE_INPUT(row_sum, Reduce<T, false, true>)
 TAPEGRAD_ONE_INPUT(row_mean, Reduce<T, true, true>)
 TAPEGRAD_ONE_INPUT(row_max, RowMax<T>)
-#undef TAPEGRAD_ONE_INPUT  // each file its own: the library is built several files to a unit
 
 }  // namespace tapegrad

@@ -5,10 +5,8 @@
 #include <limits>
 
 #include "tapegrad/autograd/function.hpp"
+#include "tapegrad/autograd/kernels.hpp"
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/autograd/scratch.hpp"
-#include "tapegrad/autograd/softmax_kernels.hpp"
-#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 namespace detail {
