@@ -104,7 +104,7 @@ Var<T> concat_cols(std::span<const Var<T>> parts, Where where = Where::current()
 template <class T>
 Var<T> gather_rows(Var<T> table, const Ids& ids, Where where = Where::current());
 
-// ---- shapes (ops_shape.cpp) --------------------------------------------------------------------
+// ---- shapes (ops_indexing.cpp) -----------------------------------------------------------------
 // The same elements in row-major order under another shape of equal size: (B, T, D) -> (B*T, D) and
 // back. The tensors are contiguous, so no element moves (the value is one copy into the node's buffer).
 template <class T>
