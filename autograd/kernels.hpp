@@ -11,11 +11,12 @@
 #include "tapegrad/core/parallel.hpp"
 #include "tapegrad/core/tensor.hpp"
 
-// The public function `fn` (ops.hpp declares it) recording the op `...` on its one input, defined for
-// every T and instantiated for float and double: TAPEGRAD_ONE_INPUT(relu, UnaryOp<T, unary::relu>)
-// defines relu<T>(a, where) as apply(UnaryOp<T, unary::relu>{}, {a}, where) (grep "(relu," to find it). A
-// macro, because a function template and its explicit instantiations are written out once per function,
-// and that is all these functions are.
+// The public function `fn` (ops.hpp declares it) recording the op `...` on its one input (or two), defined
+// for every T and instantiated for float and double: TAPEGRAD_ONE_INPUT(relu, UnaryOp<T, unary::relu>)
+// defines relu<T>(a, where) as apply(UnaryOp<T, unary::relu>{}, {a}, where) (grep "(relu," to find it), and
+// TAPEGRAD_TWO_INPUTS(mse, Mse<T>) mse<T>(a, b, where) as apply(Mse<T>{}, {a, b}, where). Macros, because a
+// function template and its explicit instantiations are written out once per function, and that is all
+// these functions are.
 #define TAPEGRAD_ONE_INPUT(fn, ...)          \
   template <class T>                         \
   Var<T> fn(Var<T> a, Where where) {         \
@@ -23,6 +24,13 @@
   }                                          \
   template Var<float> fn(Var<float>, Where); \
   template Var<double> fn(Var<double>, Where);
+#define TAPEGRAD_TWO_INPUTS(fn, ...)                     \
+  template <class T>                                     \
+  Var<T> fn(Var<T> a, Var<T> b, Where where) {           \
+    return apply(__VA_ARGS__{}, {a, b}, where);          \
+  }                                                      \
+  template Var<float> fn(Var<float>, Var<float>, Where); \
+  template Var<double> fn(Var<double>, Var<double>, Where);
 
 namespace tapegrad::detail {
 
@@ -96,7 +104,7 @@ void write_column_sums(const GradWrite<T>& grad, const Rows& rows) {
 
 // ---- the row softmax ----
 // Row-wise softmax over a block of rows, forward and backward: the arithmetic of softmax_rows
-// (ops_softmax.cpp) and of the attention op (ops_attention.cpp), in one place, so that the two compute
+// (ops_rowwise.cpp) and of the attention op (ops_attention.cpp), in one place, so that the two compute
 // every element the same way.
 
 // What one row of a mask (nonzero = blocked) leaves open, read once per mask (not once per head) so that

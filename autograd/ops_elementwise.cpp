@@ -284,16 +284,9 @@ struct Transpose {
 
 }  // namespace
 
-// The public functions of this file (ops.hpp declares them), each recording its op: TAPEGRAD_ONE_INPUT
-// (autograd/kernels.hpp) and, as it does, TAPEGRAD_BINARY(add), which records BinaryOp<T, Binary::add> on a
-// and b, and TAPEGRAD_SCALAR(scale), which records UnaryOp<T, unary::scale> with the number s.
-#define TAPEGRAD_BINARY(fn)                                 \
-  template <class T>                                        \
-  Var<T> fn(Var<T> a, Var<T> b, Where where) {              \
-    return apply(BinaryOp<T, Binary::fn>{}, {a, b}, where); \
-  }                                                         \
-  template Var<float> fn(Var<float>, Var<float>, Where);    \
-  template Var<double> fn(Var<double>, Var<double>, Where);
+// The public functions of this file (ops.hpp declares them), each recording its op: TAPEGRAD_ONE_INPUT and
+// TAPEGRAD_TWO_INPUTS (autograd/kernels.hpp) and, as they do, TAPEGRAD_SCALAR(scale), which records
+// UnaryOp<T, unary::scale> with the number s.
 #define TAPEGRAD_SCALAR(fn)                                       \
   template <class T>                                              \
   Var<T> fn(Var<T> a, double s, Where where) {                    \
@@ -302,10 +295,10 @@ struct Transpose {
   template Var<float> fn(Var<float>, double, Where);              \
   template Var<double> fn(Var<double>, double, Where);
 
-TAPEGRAD_BINARY(add)
-TAPEGRAD_BINARY(sub)
-TAPEGRAD_BINARY(mul)
-TAPEGRAD_BINARY(div)  // declared in ops.hpp with exp and log; here for add's broadcasting
+TAPEGRAD_TWO_INPUTS(add, BinaryOp<T, Binary::add>)
+TAPEGRAD_TWO_INPUTS(sub, BinaryOp<T, Binary::sub>)
+TAPEGRAD_TWO_INPUTS(mul, BinaryOp<T, Binary::mul>)
+TAPEGRAD_TWO_INPUTS(div, BinaryOp<T, Binary::div>)  // (declared in ops.hpp with exp and log)
 TAPEGRAD_SCALAR(scale)
 TAPEGRAD_ONE_INPUT(relu, UnaryOp<T, unary::relu>)
 TAPEGRAD_ONE_INPUT(tanh, UnaryOp<T, unary::tanh>)
@@ -322,7 +315,6 @@ TAPEGRAD_SCALAR(div_scalar)
 TAPEGRAD_SCALAR(scalar_sub)
 TAPEGRAD_SCALAR(scalar_div)
 }  // namespace detail
-#undef TAPEGRAD_BINARY  // each file its own: the library is built several files to a unit
-#undef TAPEGRAD_SCALAR
+#undef TAPEGRAD_SCALAR  // each file its own: the library is built several files to a unit
 
 }  // namespace tapegrad
