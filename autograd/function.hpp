@@ -67,19 +67,14 @@ struct SavedOf<Op> {
   using type = typename Op::Saved;
 };
 
-// Whether G is an Eigen matrix or array expression (a block of one derives from the block's base, not G's).
-template <class D>
-std::true_type matrix_expression(const Eigen::MatrixBase<D>*);
-std::false_type matrix_expression(...);
-template <class D>
-std::true_type array_expression(const Eigen::ArrayBase<D>*);
-std::false_type array_expression(...);
+// Whether G is an Eigen expression (Eigen's traits know its kind), and a matrix one rather than an array's.
 template <class G>
-inline constexpr bool kMatrixExpression = decltype(matrix_expression(static_cast<const G*>(nullptr)))::value;
+concept EigenExpression = requires {
+  typename Eigen::internal::traits<std::remove_cvref_t<G>>::XprKind;
+};
 template <class G>
-inline constexpr bool kArrayExpression = decltype(array_expression(static_cast<const G*>(nullptr)))::value;
-template <class G>
-concept EigenExpression = kMatrixExpression<std::remove_cvref_t<G>> || kArrayExpression<std::remove_cvref_t<G>>;
+inline constexpr bool kMatrixExpression =
+    std::is_same_v<typename Eigen::internal::traits<G>::XprKind, Eigen::MatrixXpr>;
 
 [[noreturn]] void refuse_function(const char* op, const char* what);
 [[noreturn]] void refuse_saved(const std::string& op);
