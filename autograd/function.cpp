@@ -17,13 +17,6 @@ void refuse_gradient_shape(const char* op, const char* input, Index rows, Index 
                    rows, cols, input, shape, shape.numel(), shape.flat_rows(), shape.cols);
 }
 
-void refuse_gradient_part(const char* op, const char* input, Index values, const Shape& shape) {
-  fail<ShapeError>(
-      "{}: backward gave {} values for a range of the gradient of {}, which is {}; part(from, count) "
-      "must give count values",
-      op, values, input, shape);
-}
-
 void require_row_entries(const char* op, const Shape& x, const char* what) {
   if (x.cols == 0) fail<ShapeError>("{}: x is {}; its rows have no entries to {}", op, x, what);
 }

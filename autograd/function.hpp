@@ -36,6 +36,7 @@
 // In anomaly mode the output is NaN until the forward writes it, so an element left unwritten is caught
 // as a non-finite value naming the op. An op over any number of inputs (concat_cols) is recorded by apply_list.
 
+#include <algorithm>
 #include <cstddef>
 #include <iterator>
 #include <limits>
@@ -66,24 +67,18 @@ struct SavedOf<Op> {
   using type = typename Op::Saved;
 };
 
-// Whether G is an Eigen matrix or array expression (a block of one derives from the block's base, not G's).
-template <class D>
-std::true_type matrix_expression(const Eigen::MatrixBase<D>*);
-std::false_type matrix_expression(...);
-template <class D>
-std::true_type array_expression(const Eigen::ArrayBase<D>*);
-std::false_type array_expression(...);
+// Whether G is an Eigen expression (Eigen's traits know its kind), and a matrix one rather than an array's.
 template <class G>
-inline constexpr bool kMatrixExpression = decltype(matrix_expression(static_cast<const G*>(nullptr)))::value;
+concept EigenExpression = requires {
+  typename Eigen::internal::traits<std::remove_cvref_t<G>>::XprKind;
+};
 template <class G>
-inline constexpr bool kArrayExpression = decltype(array_expression(static_cast<const G*>(nullptr)))::value;
-template <class G>
-concept EigenExpression = kMatrixExpression<std::remove_cvref_t<G>> || kArrayExpression<std::remove_cvref_t<G>>;
+inline constexpr bool kMatrixExpression =
+    std::is_same_v<typename Eigen::internal::traits<G>::XprKind, Eigen::MatrixXpr>;
 
 [[noreturn]] void refuse_function(const char* op, const char* what);
 [[noreturn]] void refuse_saved(const std::string& op);
 [[noreturn]] void refuse_gradient_shape(const char* op, const char* input, Index rows, Index cols, const Shape& shape);
-[[noreturn]] void refuse_gradient_part(const char* op, const char* input, Index values, const Shape& shape);
 // A ShapeError "{op}: x is {x}; its rows have no entries to {what}" when x's rows are empty (x.cols == 0),
 // for the ops that reduce or normalise each row.
 void require_row_entries(const char* op, const Shape& x, const char* what);
@@ -201,20 +196,16 @@ class InputGrad {
   template <class F>
   requires(!detail::EigenExpression<F>) void add(F&& part, double cost = 1) const {
     if (!node_->requires_grad) return;
-    const GradWrite<T> w = node_->take_grad();
+    const GradWrite<T> w = detail::pieces(*this);
+    // part() may throw, and add() refuse a part of another size than `count`, on any thread: parallel_rows
+    // carries it out.
     parallel_rows(
         w.tensor->numel(), 1,
-        [&](Index from, Index count) {
-          const auto g = part(from, count);  // may throw, on any thread: parallel_rows carries it out
-          if (g.rows() != count || g.cols() != 1)
-            detail::refuse_gradient_part(op_, input_, g.rows() * g.cols(), node_->val().shape());
-          write_grad(w.tensor->array().segment(from, count), g, !w.accumulate);
-        },
-        cost);
+        [&](Index from, Index count) { w.add(w.tensor->array().segment(from, count), part(from, count)); }, cost);
   }
 
  private:
-  friend struct detail::FunctionEngine;
+  friend class InputList<T>;
   friend GradWrite<T> detail::pieces<T>(const InputGrad&);
   friend TensorT<T>* detail::zeroed_grad<T>(const InputGrad&);
   InputGrad(Node<T>& node, const char* op, const char* input) : node_(&node), op_(op), input_(input) {}
@@ -249,83 +240,62 @@ template <class T>
 class InputList {
  public:
   std::size_t size() const { return node_.input_count; }
-  OpInput<T> operator[](std::size_t k) const;
+  OpInput<T> operator[](std::size_t k) const {
+    Node<T>& in = tape_.input_node(node_, static_cast<std::uint32_t>(k));
+    return {in.val(), InputGrad<T>(in, op_, names_[list_ ? 0 : k])};
+  }
 
  private:
   friend struct detail::FunctionEngine;
-  InputList(Tape<T>& tape, Node<T>& node, const char* op, const char* input)
-      : tape_(tape), node_(node), op_(op), input_(input) {}
+  // `names`: the op's inputs, each its own (list false) or names[0] for every one of a list.
+  InputList(Tape<T>& tape, Node<T>& node, const char* op, const char* const* names, bool list)
+      : tape_(tape), node_(node), op_(op), names_(names), list_(list) {}
   Tape<T>& tape_;
   Node<T>& node_;
   const char* op_;
-  const char* input_;
+  const char* const* names_;
+  bool list_;
 };
 
 namespace detail {
 
-// The pieces of apply() that need the tape's and the contexts' private parts.
+// The pieces of apply() that need the tape's and the contexts' private parts. The op takes N inputs, each
+// an argument of its forward and its backward, or (N = 0, apply_list) a list of them as one argument.
 struct FunctionEngine {
   template <class Op, class T, std::size_t N>
   static void backward(Tape<T>& tape, Node<T>& node) {
     BackwardContext<T, typename SavedOf<Op>::type> ctx(node);
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      Op::backward(ctx, input(tape, node, I, Op::name, Op::inputs[I])...);
-    }
+    const InputList<T> in(tape, node, Op::name, Op::inputs, N == 0);
+    if constexpr (N == 0)
+      Op::backward(ctx, in);
+    else
+      [&]<std::size_t... I>(std::index_sequence<I...>) { Op::backward(ctx, in[I]...); }
     (std::make_index_sequence<N>{});
   }
-  template <class Op, class T>
-  static void backward_list(Tape<T>& tape, Node<T>& node) {
-    BackwardContext<T, typename SavedOf<Op>::type> ctx(node);
-    Op::backward(ctx, InputList<T>(tape, node, Op::name, Op::inputs[0]));
-  }
-  template <class T>
-  static OpInput<T> input(Tape<T>& tape, Node<T>& node, std::size_t k, const char* op, const char* name) {
-    Node<T>& in = tape.input_node(node, static_cast<std::uint32_t>(k));
-    return {in.val(), InputGrad<T>(in, op, name)};
-  }
 
-  template <class Op, class T>
-  static Tape<T>& checked_tape(std::span<const Var<T>> inputs, bool list) {
+  template <class Op, class T, std::size_t N>
+  static Var<T> apply(const Op& op, std::span<const Var<T>> inputs, Where where) {
+    constexpr bool list = N == 0;
     if (inputs.empty()) refuse_function(Op::name, "no inputs were given");
     if (inputs[0].tape == nullptr) Tape<T>::refuse(nullptr, inputs[0], Op::name, Op::inputs[0], list ? 0 : -1);
     Tape<T>& tape = *inputs[0].tape;
     for (std::size_t k = 0; k < inputs.size(); ++k)  // a list's inputs are "part 0", "part 1", ...
       tape.check(inputs[k], Op::name, Op::inputs[list ? 0 : k], list ? static_cast<Index>(k) : -1);
-    return tape;
-  }
-
-  template <class T, class Ctx, class Forward>
-  static Var<T> record(Tape<T>& tape, Ctx& ctx, const char* op, typename Node<T>::BackwardFn rule, Forward&& forward) {
+    ForwardContext<T, typename SavedOf<Op>::type> ctx(tape, inputs, Op::name, where);
     // However the forward ends, the tape is as open as before it (an op inside another's).
     const AtExit close{[&tape, was = tape.forward_open_] { tape.forward_open_ = was; }};
-    forward();
-    if (!ctx.node_) refuse_function(op, "its forward returned without calling output(shape)");
-    ctx.node_->backward = rule;
+    if constexpr (list)
+      op.forward(ctx, ValueList<T>(inputs));
+    else  // nodes never move: the values outlive the record
+      [&]<std::size_t... I>(std::index_sequence<I...>) { op.forward(ctx, tape.node(inputs[I]).val()...); }
+    (std::make_index_sequence<N>{});
+    if (!ctx.node_) refuse_function(Op::name, "its forward returned without calling output(shape)");
+    ctx.node_->backward = &backward<Op, T, N>;
     return tape.commit(*ctx.node_);
-  }
-
-  template <class Op, class T, std::size_t N>
-  static Var<T> apply(const Op& op, const Var<T> (&inputs)[N], Where where) {
-    const std::span<const Var<T>> list(inputs, N);
-    Tape<T>& tape = checked_tape<Op>(list, false);
-    ForwardContext<T, typename SavedOf<Op>::type> ctx(tape, list, Op::name, where);
-    return record(tape, ctx, Op::name, &backward<Op, T, N>, [&] {
-      [&]<std::size_t... I>(std::index_sequence<I...>) {
-        op.forward(ctx, tape.node(inputs[I]).val()...);  // nodes never move: the values outlive the record
-      }
-      (std::make_index_sequence<N>{});
-    });
-  }
-
-  template <class Op, class T>
-  static Var<T> apply_list(const Op& op, std::span<const Var<T>> inputs, Where where) {
-    Tape<T>& tape = checked_tape<Op>(inputs, true);
-    ForwardContext<T, typename SavedOf<Op>::type> ctx(tape, inputs, Op::name, where);
-    return record(tape, ctx, Op::name, &backward_list<Op, T>, [&] { op.forward(ctx, ValueList<T>(inputs)); });
   }
 };
 
-// The forward's and the backward's signatures for N inputs, for the messages of apply()'s checks.
+// The forward's and the backward's signatures, for the messages of apply()'s checks.
 template <class Op, class T, class Saved, class... Inputs>
 concept HasForward = requires(const Op& op, ForwardContext<T, Saved>& ctx, const Inputs&... x) {
   op.forward(ctx, x...);
@@ -341,8 +311,10 @@ concept HasBackward = requires(BackwardContext<T, Saved>& ctx, const Inputs&... 
 template <class T, std::size_t>
 using Same = T;
 
-template <class Op>
-void check_op_names() {
+// apply()'s checks of an op's declarations, each a compile error saying what is missing: for N inputs, or
+// for a list (N = 0, apply_list), whose forward takes a ValueList<T> and whose backward an InputList<T>.
+template <class Op, class T, std::size_t N>
+void check_op() {
   static_assert(
       requires {
         { Op::name } -> std::convertible_to<const char*>;
@@ -351,16 +323,23 @@ void check_op_names() {
   static_assert(
       requires { std::size(Op::inputs); },
       "an op needs its inputs' names: static constexpr const char* inputs[] = {\"x\", ...};");
+  static_assert(std::size(Op::inputs) == std::max<std::size_t>(N, 1),
+                "apply: give the op as many inputs as Op::inputs names (apply_list: Op::inputs names the list's "
+                "inputs, once)");
+  using Saved = typename SavedOf<Op>::type;
+  using Value = std::conditional_t<N == 0, ValueList<T>, TensorT<T>>;
+  using Input = std::conditional_t<N == 0, InputList<T>, OpInput<T>>;
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    static_assert(HasForward<Op, T, Saved, Same<Value, I>...> && !StaticForward<Op, T, Saved, Same<Value, I>...>,
+                  "an op needs void forward(ForwardContext<T, Saved>&, const TensorT<T>&... one per input) const, "
+                  "not static (over a list: one const ValueList<T>&)");
+    static_assert(HasBackward<Op, T, Saved, Same<Input, I>...>,
+                  "an op needs static void backward(BackwardContext<T, Saved>&, const OpInput<T>&... one per "
+                  "input) (over a list: one const InputList<T>&)");
+  }
+  (std::make_index_sequence<std::max<std::size_t>(N, 1)>{});
 }
 
-}  // namespace detail
-
-template <class T>
-OpInput<T> InputList<T>::operator[](std::size_t k) const {
-  return detail::FunctionEngine::input(tape_, node_, k, op_, input_);
-}
-
-namespace detail {
 // For the library's own rules that write a gradient in a layout of their own (rows over the threads, a
 // product kernel that adds or assigns). pieces(x.grad): where and how to write, piece += g through its
 // add() (each write checked against the gradient's shape, naming the op and the input), or `accumulate`
@@ -377,25 +356,15 @@ template <class T>
 TensorT<T>* zeroed_grad(const InputGrad<T>& g) {
   return g.node_->zeroed_grad();
 }
+
 }  // namespace detail
 
 // Records `op` on the inputs' tape: forward now, backward in tape.backward(). `where` is the caller's
 // line (an op's own wrapper takes it as a defaulted last argument and passes it on, as the library's do).
 template <class Op, class T, std::size_t N>
 Var<T> apply(const Op& op, const Var<T> (&inputs)[N], Where where = Where::current()) {
-  using Saved = typename detail::SavedOf<Op>::type;
-  detail::check_op_names<Op>();
-  static_assert(std::size(Op::inputs) == N, "apply: give the op as many inputs as Op::inputs names");
-  return [&]<std::size_t... I>(std::index_sequence<I...>) {
-    static_assert(
-        detail::HasForward<Op, T, Saved, detail::Same<TensorT<T>, I>...> &&
-            !detail::StaticForward<Op, T, Saved, detail::Same<TensorT<T>, I>...>,
-        "an op needs void forward(ForwardContext<T, Saved>&, const TensorT<T>&... one per input) const, not static");
-    static_assert(detail::HasBackward<Op, T, Saved, detail::Same<OpInput<T>, I>...>,
-                  "an op needs static void backward(BackwardContext<T, Saved>&, const OpInput<T>&... one per input)");
-    return detail::FunctionEngine::apply(op, inputs, where);
-  }
-  (std::make_index_sequence<N>{});
+  detail::check_op<Op, T, N>();
+  return detail::FunctionEngine::apply<Op, T, N>(op, std::span<const Var<T>>(inputs, N), where);
 }
 
 // The same for an op over a list of inputs of any length (at least one): Op::inputs names one, the list's
@@ -403,14 +372,8 @@ Var<T> apply(const Op& op, const Var<T> (&inputs)[N], Where where = Where::curre
 // (Not an overload of apply: a std::span argument would bring std::apply into the call by lookup.)
 template <class Op, class T>
 Var<T> apply_list(const Op& op, std::span<const Var<T>> inputs, Where where = Where::current()) {
-  using Saved = typename detail::SavedOf<Op>::type;
-  detail::check_op_names<Op>();
-  static_assert(std::size(Op::inputs) == 1, "apply over a list: Op::inputs names the list's inputs, once");
-  static_assert(detail::HasForward<Op, T, Saved, ValueList<T>> && !detail::StaticForward<Op, T, Saved, ValueList<T>>,
-                "an op over a list needs void forward(ForwardContext<T, Saved>&, const ValueList<T>&) const");
-  static_assert(detail::HasBackward<Op, T, Saved, InputList<T>>,
-                "an op over a list needs static void backward(BackwardContext<T, Saved>&, const InputList<T>&)");
-  return detail::FunctionEngine::apply_list(op, inputs, where);
+  detail::check_op<Op, T, 0>();
+  return detail::FunctionEngine::apply<Op, T, 0>(op, inputs, where);
 }
 
 }  // namespace tapegrad

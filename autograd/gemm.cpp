@@ -6,10 +6,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "tapegrad/autograd/scratch.hpp"
+#include "tapegrad/autograd/kernels.hpp"
 #include "tapegrad/core/error.hpp"
-#include "tapegrad/core/parallel.hpp"
-#include "tapegrad/core/tensor.hpp"
 
 #ifdef TAPEGRAD_HAVE_LIBXSMM
 #include <libxsmm.h>
@@ -111,7 +109,9 @@ void eigen_gemm_kept(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, In
   using Eigen::ColMajor;
   using Eigen::RowMajor;
   KeptBlocking<T> blocking(d.n, blocking_m, d.k);  // C^T is n x m, depth k
-  // C^T (n x m) = op(B)^T (n x k) op(A)^T (k x m). A row-major X read as column-major is X^T.
+  // C^T (n x m) = op(B)^T (n x k) op(A)^T (k x m). A row-major X read as column-major is X^T: for a b, b
+  // (k x n) and a are read column-major; for a^T b, (A^T)^T = A, a (k x m) is read row-major, as stored;
+  // for a b^T, (B^T)^T = B, b (n x k) likewise.
   auto run = [&](auto lhs_order, auto rhs_order) {
     constexpr int L = decltype(lhs_order)::value, R = decltype(rhs_order)::value;
     Eigen::internal::general_matrix_matrix_product<Index, T, L, false, T, R, false, ColMajor, 1>::run(
@@ -119,17 +119,12 @@ void eigen_gemm_kept(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, In
   };
   using Col = std::integral_constant<int, ColMajor>;
   using Row = std::integral_constant<int, RowMajor>;
-  switch (form) {
-    case Form::ab:
-      run(Col{}, Col{});
-      break;  // B^T: b (k x n) read column-major; A^T likewise
-    case Form::atb:
-      run(Col{}, Row{});
-      break;  // (A^T)^T = A: a (k x m) stored row-major, read as is
-    case Form::abt:
-      run(Row{}, Col{});
-      break;  // (B^T)^T = B: b (n x k) row-major, read as is
-  }
+  if (form == Form::ab)
+    run(Col{}, Col{});
+  else if (form == Form::atb)
+    run(Col{}, Row{});
+  else
+    run(Row{}, Col{});
 }
 
 // Eigen's kernels. Where Eigen's product would run its GEMM (not a vector product, not the
@@ -164,23 +159,12 @@ void eigen_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c
   const ConstStridedMap<T> A(a.data, a_rows, a_cols, Eigen::OuterStride<>(a.stride));
   const ConstStridedMap<T> B(b.data, b_rows, b_cols, Eigen::OuterStride<>(b.stride));
   StridedMap<T> C(c, d.m, d.n, Eigen::OuterStride<>(c_stride));
-  auto into = [&](const auto& product) {
-    if (accumulate)
-      C.noalias() += product;
-    else
-      C.noalias() = product;
-  };
-  switch (form) {
-    case Form::ab:
-      into(A * B);
-      break;
-    case Form::atb:
-      into(A.transpose() * B);
-      break;
-    case Form::abt:
-      into(A * B.transpose());
-      break;
-  }
+  if (form == Form::ab)
+    write_grad(C.noalias(), A * B, !accumulate);
+  else if (form == Form::atb)
+    write_grad(C.noalias(), A.transpose() * B, !accumulate);
+  else
+    write_grad(C.noalias(), A * B.transpose(), !accumulate);
   add_bias_rows(c, c_stride, bias, 0, d.m, d.n);
 }
 
@@ -317,17 +301,10 @@ Grid<T> make_grid(Dims d, Index lda, Index ldb, Index ldc, bool transpose_b) {
     for (const Index col : {Index{0}, (d.n - 1) / kBlockCols * kBlockCols})
       for (const Index p : {Index{0}, std::min(kBlockDepth, (d.k - 1) / kBlockDepth * kBlockDepth),
                             (d.k - 1) / kBlockDepth * kBlockDepth}) {
-        const KernelKey key{std::min(kBlockCols, d.n - col),
-                            std::min(kBlockRows, d.m - row),
-                            std::min(kBlockDepth, d.k - p),
-                            lda,
-                            ldb,
-                            ldc,
-                            p > 0,
-                            transpose_b};
         Kernel<T>& slot = g.fn[d.m - row < kBlockRows][d.n - col < kBlockCols][Grid<T>::depth_kind(p, d.k)];
         if (slot) continue;
-        slot = kernel<T>(key);
+        const Index rows = std::min(kBlockRows, d.m - row), cols = std::min(kBlockCols, d.n - col);
+        slot = kernel<T>({cols, rows, std::min(kBlockDepth, d.k - p), lda, ldb, ldc, p > 0, transpose_b});
         g.complete = g.complete && slot;
       }
   return g;

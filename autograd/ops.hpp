@@ -54,7 +54,7 @@ Var<T> gelu(Var<T> a, Where where = Where::current());  // exact (erf) form
 template <class T>
 Var<T> transpose(Var<T> a, Where where = Where::current());  // per batch item
 
-// ---- softmax (ops_softmax.cpp) -----------------------------------------------------------------
+// ---- softmax (ops_rowwise.cpp) -----------------------------------------------------------------
 // Row-wise softmax of `scale` * x (the scale fused in: attention's 1/sqrt(d) costs no extra pass). An
 // optional mask (nonzero = blocked) of x's (rows, cols), shared over the batch, or of x's full shape
 // sets blocked entries to exactly 0; a fully blocked row gives all zeros and a zero gradient, never NaN.
@@ -104,7 +104,7 @@ Var<T> concat_cols(std::span<const Var<T>> parts, Where where = Where::current()
 template <class T>
 Var<T> gather_rows(Var<T> table, const Ids& ids, Where where = Where::current());
 
-// ---- shapes (ops_shape.cpp) --------------------------------------------------------------------
+// ---- shapes (ops_indexing.cpp) -----------------------------------------------------------------
 // The same elements in row-major order under another shape of equal size: (B, T, D) -> (B*T, D) and
 // back. The tensors are contiguous, so no element moves (the value is one copy into the node's buffer).
 template <class T>

@@ -7,10 +7,8 @@
 
 #include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/gemm.hpp"
+#include "tapegrad/autograd/kernels.hpp"
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/autograd/scratch.hpp"
-#include "tapegrad/autograd/softmax_kernels.hpp"
-#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 namespace {
@@ -91,7 +89,7 @@ void zero_rows(T* rows, Index count, Index width, Index stride) {
   for (Index r = 0; r < count; ++r) std::fill_n(rows + r * stride, width, T(0));
 }
 
-// The calling thread's buffer for one item's (Tq, Tk) block (autograd/scratch.hpp).
+// The calling thread's buffer for one item's (Tq, Tk) block (autograd/kernels.hpp).
 template <class T>
 T* block_scratch(const Layout& l) {
   return detail::thread_scratch<T>(detail::Scratch::attention_block, static_cast<std::size_t>(l.tq * l.tk));

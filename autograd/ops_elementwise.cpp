@@ -5,10 +5,9 @@
 
 #include <unsupported/Eigen/SpecialFunctions>
 
-#include "tapegrad/autograd/column_sums.hpp"
 #include "tapegrad/autograd/function.hpp"
+#include "tapegrad/autograd/kernels.hpp"
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 namespace {
@@ -285,26 +284,9 @@ struct Transpose {
 
 }  // namespace
 
-// The public functions of this file (ops.hpp declares them), each recording its op: TAPEGRAD_ONE_INPUT(relu,
-// UnaryOp<T, unary::relu>) defines relu<T>(a, where) as apply(UnaryOp<T, unary::relu>{}, {a}, where) and
-// instantiates it for float and double (grep "(relu," to find it); TAPEGRAD_BINARY(add) records BinaryOp<T,
-// Binary::add> on a and b, TAPEGRAD_SCALAR(scale) UnaryOp<T, unary::scale> with the number s. Macros, because
-// a function template and its explicit instantiations are written out once per function, and that is all
-// these functions are.
-#define TAPEGRAD_ONE_INPUT(fn, ...)          \
-  template <class T>                         \
-  Var<T> fn(Var<T> a, Where where) {         \
-    return apply(__VA_ARGS__{}, {a}, where); \
-  }                                          \
-  template Var<float> fn(Var<float>, Where); \
-  template Var<double> fn(Var<double>, Where);
-#define TAPEGRAD_BINARY(fn)                                 \
-  template <class T>                                        \
-  Var<T> fn(Var<T> a, Var<T> b, Where where) {              \
-    return apply(BinaryOp<T, Binary::fn>{}, {a, b}, where); \
-  }                                                         \
-  template Var<float> fn(Var<float>, Var<float>, Where);    \
-  template Var<double> fn(Var<double>, Var<double>, Where);
+// The public functions of this file (ops.hpp declares them), each recording its op: TAPEGRAD_ONE_INPUT and
+// TAPEGRAD_TWO_INPUTS (autograd/kernels.hpp) and, as they do, TAPEGRAD_SCALAR(scale), which records
+// UnaryOp<T, unary::scale> with the number s.
 #define TAPEGRAD_SCALAR(fn)                                       \
   template <class T>                                              \
   Var<T> fn(Var<T> a, double s, Where where) {                    \
@@ -313,10 +295,10 @@ struct Transpose {
   template Var<float> fn(Var<float>, double, Where);              \
   template Var<double> fn(Var<double>, double, Where);
 
-TAPEGRAD_BINARY(add)
-TAPEGRAD_BINARY(sub)
-TAPEGRAD_BINARY(mul)
-TAPEGRAD_BINARY(div)  // declared in ops.hpp with exp and log; here for add's broadcasting
+TAPEGRAD_TWO_INPUTS(add, BinaryOp<T, Binary::add>)
+TAPEGRAD_TWO_INPUTS(sub, BinaryOp<T, Binary::sub>)
+TAPEGRAD_TWO_INPUTS(mul, BinaryOp<T, Binary::mul>)
+TAPEGRAD_TWO_INPUTS(div, BinaryOp<T, Binary::div>)  // (declared in ops.hpp with exp and log)
 TAPEGRAD_SCALAR(scale)
 TAPEGRAD_ONE_INPUT(relu, UnaryOp<T, unary::relu>)
 TAPEGRAD_ONE_INPUT(tanh, UnaryOp<T, unary::tanh>)
@@ -333,8 +315,6 @@ TAPEGRAD_SCALAR(div_scalar)
 TAPEGRAD_SCALAR(scalar_sub)
 TAPEGRAD_SCALAR(scalar_div)
 }  // namespace detail
-#undef TAPEGRAD_ONE_INPUT  // each file its own: the library is built several files to a unit
-#undef TAPEGRAD_BINARY
-#undef TAPEGRAD_SCALAR
+#undef TAPEGRAD_SCALAR  // each file its own: the library is built several files to a unit
 
 }  // namespace tapegrad

@@ -3,8 +3,8 @@
 #include <vector>
 
 #include "tapegrad/autograd/function.hpp"
+#include "tapegrad/autograd/kernels.hpp"
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 namespace {
@@ -142,14 +142,9 @@ Var<T> cross_entropy(Var<T> logits, const Ids& targets, std::int32_t ignore_labe
   return apply(CrossEntropy<T>{.targets = &targets, .ignore_label = ignore_label}, {logits}, where);
 }
 
-template <class T>
-Var<T> mse(Var<T> a, Var<T> b, Where where) {
-  return apply(Mse<T>{}, {a, b}, where);
-}
-
 template Var<float> cross_entropy(Var<float>, const Ids&, std::int32_t, Where);
 template Var<double> cross_entropy(Var<double>, const Ids&, std::int32_t, Where);
-template Var<float> mse(Var<float>, Var<float>, Where);
-template Var<double> mse(Var<double>, Var<double>, Where);
+
+TAPEGRAD_TWO_INPUTS(mse, Mse<T>)  // autograd/kernels.hpp
 
 }  // namespace tapegrad

@@ -1,9 +1,8 @@
 // Matrix products: a b, a b^T, a^T b; 2-D, batched, and batched times a shared 2-D weight; and x w + b.
-#include "tapegrad/autograd/column_sums.hpp"
 #include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/gemm.hpp"
+#include "tapegrad/autograd/kernels.hpp"
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 namespace {
@@ -166,20 +165,10 @@ Var<T> affine(Var<T> x, Var<T> w, Var<T> b, Where where) {
   return apply(Affine<T>{}, {x, w, b}, where);
 }
 
-// matmul, matmul_bt and matmul_at, each recording the Product of its form, defined and instantiated for float
-// and double (as ops_elementwise.cpp's functions are: a function template and its explicit instantiations,
-// written out once per function, are all these functions are).
-#define TAPEGRAD_PRODUCT(fn, form)                         \
-  template <class T>                                       \
-  Var<T> fn(Var<T> a, Var<T> b, Where where) {             \
-    return apply(Product<T, Form::form>{}, {a, b}, where); \
-  }                                                        \
-  template Var<float> fn(Var<float>, Var<float>, Where);   \
-  template Var<double> fn(Var<double>, Var<double>, Where);
-TAPEGRAD_PRODUCT(matmul, ab)
-TAPEGRAD_PRODUCT(matmul_bt, abt)
-TAPEGRAD_PRODUCT(matmul_at, atb)
-#undef TAPEGRAD_PRODUCT  // each file its own: the library is built several files to a unit
+// matmul, matmul_bt and matmul_at, each recording the Product of its form (autograd/kernels.hpp).
+TAPEGRAD_TWO_INPUTS(matmul, Product<T, Form::ab>)
+TAPEGRAD_TWO_INPUTS(matmul_bt, Product<T, Form::abt>)
+TAPEGRAD_TWO_INPUTS(matmul_at, Product<T, Form::atb>)
 
 template Var<float> affine(Var<float>, Var<float>, Var<float>, Where);
 template Var<double> affine(Var<double>, Var<double>, Var<double>, Where);

@@ -1,11 +1,9 @@
 // Inverted dropout and fused layer normalisation over the last axis.
 #include <cmath>
 
-#include "tapegrad/autograd/column_sums.hpp"
 #include "tapegrad/autograd/function.hpp"
+#include "tapegrad/autograd/kernels.hpp"
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/autograd/scratch.hpp"
-#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 namespace {

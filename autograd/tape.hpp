@@ -73,6 +73,8 @@ class Tape;
 template <class T, class Saved>
 class ForwardContext;
 template <class T>
+class InputList;
+template <class T>
 struct InPlace;  // below with GradWrite: devices of Node
 template <class T>
 struct GradWrite;
@@ -204,6 +206,7 @@ class Tape {
   friend struct detail::FunctionEngine;
   template <class, class>
   friend class ForwardContext;
+  friend class InputList<T>;
   Node<T>& record(const char* op, std::span<const Var<T>> inputs, Shape shape, Where where, bool requires_grad) {
     Node<T>& n = push(op, shape, where);  // the next node slot, cleared (push: the devices below)
     if (requires_grad) {
@@ -273,7 +276,7 @@ class Tape {
   // nodes' and the released ones' pool), the state ops saved for their backward (what SavedState sees
   // of it), the list of inputs, and the sub-tape's bytes (checkpointed regions). After a step, the
   // memory the step's graph costs; stable from one identical step to the next. Not counted: what
-  // parameters hold (a layer's), and the threads' scratch buffers (autograd/scratch.hpp). A walk over
+  // parameters hold (a layer's), and the threads' scratch buffers (autograd/kernels.hpp). A walk over
   // every node: for a report, not for a hot loop.
   std::size_t bytes() const;
   // Gradient memory. By default every node keeps its gradient until the next backward, so that grad()

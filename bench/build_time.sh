@@ -25,9 +25,9 @@ for pch in OFF ON; do
     [ "$what" = main ] && target=(--target param_free_vs_learned)
     cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DTAPEGRAD_PCH=$pch > /dev/null
     fresh=$(seconds cmake --build "$dir" -j"$jobs" "${target[@]}")
-    touch autograd/ops_softmax.cpp
+    touch autograd/ops_rowwise.cpp
     rebuild=$(seconds cmake --build "$dir" -j"$jobs" "${target[@]}")
-    echo "TAPEGRAD_PCH=$pch, $what: fresh build $fresh, rebuild after touching autograd/ops_softmax.cpp $rebuild"
+    echo "TAPEGRAD_PCH=$pch, $what: fresh build $fresh, rebuild after touching autograd/ops_rowwise.cpp $rebuild"
     rm -rf "$dir"
   done
 done

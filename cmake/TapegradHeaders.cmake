@@ -21,9 +21,7 @@ set(TAPEGRAD_INCLUDE_ROOT ${PROJECT_BINARY_DIR}/include)
 set(TAPEGRAD_INTERNAL_HEADERS
   core/descriptor.hpp                # a file descriptor closed with its owner (file_io, process)
   autograd/gemm.hpp                  # the matrix products behind matmul and attention
-  autograd/softmax_kernels.hpp       # the row softmax behind softmax_rows and attention
-  autograd/scratch.hpp               # per-thread buffers of the products, attention and softmax
-  autograd/column_sums.hpp           # the column sums of a broadcast row's gradient (add, affine, layer_norm)
+  autograd/kernels.hpp               # what the ops share: per-thread scratch, column sums, the row softmax
   train/checkpoint/serialize.hpp     # the cereal layout of checkpoint files
 )
 

@@ -63,7 +63,7 @@ namespace detail {
 void parallel_chunks(Index n, Index grain, int threads, void (*body)(void*, Index, Index), void* context);
 
 // Grow-only buffers of the calling thread, one per slot, each starting on a 64-byte boundary: what
-// autograd/scratch.hpp hands out (it names the slots). Each slot's buffer is at least `bytes` long and as
+// autograd/kernels.hpp hands out (it names the slots). Each slot's buffer is at least `bytes` long and as
 // long as the longest any thread has asked of that slot, so that a thread that meets a size for the first
 // time a few steps in (pieces go to whichever thread is free) finds it already there: the pool grows its
 // idle workers' buffers to those lengths when it starts a job, and equalize_thread_scratch() grows the
@@ -82,7 +82,7 @@ void equalize_thread_scratch();
 // counter, about four per thread; the call returns when every piece is done. Piece boundaries fall on
 // multiples of `grain` (see parallel_rows); which thread runs a piece, and in what order, is left to the
 // schedule, so a body must not depend on it (it writes its own elements, and keeps per-thread state in
-// thread_local storage, autograd/scratch.hpp). Never splits inside a piece (a parallel_for there runs
+// thread_local storage, autograd/kernels.hpp). Never splits inside a piece (a parallel_for there runs
 // serially on its thread), nor while another thread's split holds the pool (it then runs serially, with
 // the same results).
 // An exception the body throws in any piece comes out here, on the calling thread: the first one thrown

@@ -112,7 +112,7 @@ TEST_CASE("attention: equals the composition of slices, products, softmax_rows a
 
 TEST_CASE("attention: in float, the values are bit for bit the composition's, and the input gradients too") {
   // Each head's products are the same products, read in place instead of from copies, and the softmax is
-  // the same code (autograd/softmax_kernels.hpp). Its vectorised exp is exact to the bit only where its
+  // the same code (autograd/kernels.hpp). Its vectorised exp is exact to the bit only where its
   // packets fall on the same elements: where a block of Tq x Tk weights is a whole number of 64-byte
   // lines, as batch item b's block sits at b Tq Tk in softmax_rows' input and on a line boundary here.
   // Other sizes differ in the last bits (the float64 test above covers them). With q, k and v apart each

@@ -380,6 +380,16 @@ struct ShortPiece {
   }
 };
 
+// A rule whose part(from, count) gives one value fewer than the range asks: refused as a short piece is.
+struct ShortPart {
+  static constexpr const char* name = "short_part";
+  static constexpr const char* inputs[] = {"x"};
+  void forward(ForwardContext<double>& ctx, const TensorD& x) const { ctx.output(x.shape()).array() = x.array(); }
+  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
+    x.grad.add([&](Index from, Index count) { return ctx.grad_output().array().segment(from, count - 1); });
+  }
+};
+
 // y = x with its last element left unwritten (a forward that forgets part of its output).
 struct LeavesLast {
   static constexpr const char* name = "leaves_last";
@@ -410,6 +420,14 @@ TEST_CASE("function: a gradient piece of the wrong size is refused naming the op
   Var<double> x = tape.input(TensorD(Shape::vec(5), 1.0));
   CHECK_THROWS_WITH_AS(tape.backward(sum(apply(ShortPiece{}, {x}))),
                        "short_piece: backward wrote 3x1 values into a 5x1 piece of the gradient of x, which is 5",
+                       ShapeError);
+}
+
+TEST_CASE("function: a part of add(part, cost) of the wrong size is refused naming the op and the input") {
+  Tape<double> tape;
+  Var<double> x = tape.input(TensorD(Shape::vec(5), 1.0));
+  CHECK_THROWS_WITH_AS(tape.backward(sum(apply(ShortPart{}, {x}))),
+                       "short_part: backward wrote 4x1 values into a 5x1 piece of the gradient of x, which is 5",
                        ShapeError);
 }
 

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "tapegrad/autograd/column_sums.hpp"
+#include "tapegrad/autograd/kernels.hpp"
 #include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/gemm.hpp"
 #include "tapegrad/autograd/ops.hpp"
