@@ -3,6 +3,8 @@
 // parts.cpp. See state.hpp.
 #include "tapegrad/train/checkpoint/state.hpp"
 
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -83,7 +85,15 @@ std::vector<std::string> State::names(std::string_view under) const {
 
 namespace detail {
 
-StateIndex::StateIndex(const std::vector<StateEntry>& entries) : entries_(&entries) {
+StateIndex::StateIndex(const Checkpoint& c) : entries_(&c.entries) {
+  std::set<std::string_view> settings;
+  std::set<std::string> repeated_settings;
+  for (const Setting& s : c.model.config)
+    if (!settings.insert(s.name).second) repeated_settings.insert(s.name);
+  if (!repeated_settings.empty())
+    fail<FormatError>("checkpoint: the model's configuration names {} more than once",
+                      quoted_list({repeated_settings.begin(), repeated_settings.end()}));
+  const std::vector<StateEntry>& entries = c.entries;
   sorted_.reserve(entries.size());
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const std::string& name = entries[i].name;

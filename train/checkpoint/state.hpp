@@ -103,6 +103,7 @@ TensorT<T> tensor_as(const StateValue& value) {
   return out;
 }
 
+struct Checkpoint;
 namespace detail {
 class StateIndex;
 }
@@ -125,7 +126,6 @@ class State {
   void put(std::string_view name, std::string_view text) {
     put(name, StateValue(std::vector<std::string>{std::string(text)}));
   }
-  void put(std::string_view name, const char* text) { put(name, std::string_view(text)); }
 
   // The entry's value: V is a kind (TensorT<float>, TensorT<double>, std::vector of std::int64_t, double or
   // std::string: a reference), or one integer, number or text (a copy). FormatError naming the entry if it
@@ -192,11 +192,12 @@ TrainerState read_trainer_state(const State& in);
 
 namespace detail {
 
-// The names of a checkpoint's entries, sorted, to find an entry or a part's entries in O(log n). FormatError
-// for a name given twice, an empty name or an empty part ("" or ".x").
+// The names of a checkpoint's entries, sorted, to find an entry or a part's entries in O(log n). Building it
+// checks the checkpoint (check_checkpoint, checkpoint.hpp): FormatError for a name given twice, an empty
+// name or an empty part ("" or ".x"), or a setting of the model given twice.
 class StateIndex {
  public:
-  explicit StateIndex(const std::vector<StateEntry>& entries);
+  explicit StateIndex(const Checkpoint& c);
   const StateEntry* find(std::string_view name) const;
   // Entries named `prefix` or "<prefix>.*" ("" for all), in the file's order.
   std::vector<const StateEntry*> under(std::string_view prefix) const;
