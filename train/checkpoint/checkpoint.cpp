@@ -48,23 +48,19 @@ class AppendBytes final : public std::streambuf {
   std::vector<std::byte>& out_;
 };
 
-// The payload's size before it is written, to reserve it: the values dominate (4 or 8 bytes each, a text
-// some 16); the names, shapes and settings are small beside them.
-std::size_t payload_estimate(const Checkpoint& c) {
-  std::size_t bytes = 4096;
-  for (const StateEntry& e : c.entries) {
-    // StateValue: f32 first, texts last
-    const std::size_t each = e.value.index() == 0 ? sizeof(float) : e.value.index() == 4 ? 16 : 8;
-    bytes += 64 + e.name.size() + each * static_cast<std::size_t>(value_count(e.value));
-  }
-  return bytes;
-}
-
 }  // namespace
 
 std::vector<std::byte> encode_checkpoint(const Checkpoint& c) {
+  // The file's size, reserved before the payload is written: the values dominate (4 or 8 bytes each, a text
+  // some 16); the names, shapes and settings are small beside them.
+  std::size_t estimate = kHeaderBytes + 4096;
+  for (const StateEntry& e : c.entries) {
+    // StateValue: f32 first, texts last
+    const std::size_t each = e.value.index() == 0 ? sizeof(float) : e.value.index() == 4 ? 16 : 8;
+    estimate += 64 + e.name.size() + each * static_cast<std::size_t>(value_count(e.value));
+  }
   std::vector<std::byte> out(kHeaderBytes);
-  out.reserve(kHeaderBytes + payload_estimate(c));
+  out.reserve(estimate);
   {
     AppendBytes sink(out);
     std::ostream payload_stream(&sink);
