@@ -7,7 +7,6 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <ostream>
 #include <set>
 #include <variant>
@@ -30,16 +29,13 @@ constexpr std::size_t kHeaderBytes = 28;
 // ---- bytes ------------------------------------------------------------------------------------------
 
 // An output stream buffer that appends to a byte vector: the payload is written once, where the file's
-// bytes will be, not into a string stream that is then copied twice (its growth, then str()).
+// bytes will be, not into a string stream that is then copied twice (its growth, then str()). cereal writes
+// through sputn alone, so xsputn is all it has (a single character put would fail, and cereal would say so).
 class AppendBytes final : public std::streambuf {
  public:
   explicit AppendBytes(std::vector<std::byte>& out) : out_(out) {}
 
  private:
-  int_type overflow(int_type ch) override {
-    if (!traits_type::eq_int_type(ch, traits_type::eof())) out_.push_back(static_cast<std::byte>(ch));
-    return traits_type::not_eof(ch);
-  }
   std::streamsize xsputn(const char* s, std::streamsize n) override {
     const auto* b = reinterpret_cast<const std::byte*>(s);
     out_.insert(out_.end(), b, b + n);

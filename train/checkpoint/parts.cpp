@@ -1,7 +1,6 @@
 // The parts of a checkpoint: the library's objects' two functions, and snapshot / restore / load_weights over
 // any parts. See state.hpp.
 #include <algorithm>
-#include <cmath>
 #include <set>
 
 #include "tapegrad/train/checkpoint/checkpoint.hpp"

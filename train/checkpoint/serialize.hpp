@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <span>
 #include <streambuf>
 #include <string>

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <set>
 
 namespace tapegrad {
@@ -73,13 +72,12 @@ void State::refuse(std::string_view name, std::string_view what) const {
 
 bool State::contains(std::string_view name) const { return in_ && in_->find(full_name(name)) != nullptr; }
 
-std::vector<std::string> State::names(std::string_view under) const {
+std::vector<std::string> State::names() const {
   std::vector<std::string> out;
   if (!in_) return out;
-  const std::string prefix = full_name(under);
-  for (const StateEntry* e : in_->under(prefix))
-    out.push_back(e->name.size() == prefix.size() ? std::string()
-                                                  : e->name.substr(prefix.empty() ? 0 : prefix.size() + 1));
+  for (const StateEntry* e : in_->under(prefix_))
+    out.push_back(e->name.size() == prefix_.size() ? std::string()
+                                                   : e->name.substr(prefix_.empty() ? 0 : prefix_.size() + 1));
   return out;
 }
 

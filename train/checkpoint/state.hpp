@@ -30,7 +30,6 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -151,9 +150,9 @@ class State {
   // The entry's value, whatever its kind. FormatError if it is missing.
   const StateValue& value(std::string_view name) const;
   bool contains(std::string_view name) const;
-  // The names of this part's entries below `name` ("" for all of them), relative to it, in the file's
-  // order: settings, a model's parameters, an optimizer's buffers.
-  std::vector<std::string> names(std::string_view under = "") const;
+  // The names of this part's entries, relative to it, in the file's order: settings, a model's parameters, an
+  // optimizer's buffers (at(name).names(): those below `name`).
+  std::vector<std::string> names() const;
   // The entries under "<name>.": a part within a part (a trainer's data order).
   State at(std::string_view name) const;
   // "<part>.<name>", as messages name an entry.
