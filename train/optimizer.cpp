@@ -150,8 +150,8 @@ void Optimizer<T>::check_state(const OptimizerState<T>& s, std::string_view op) 
 }
 
 template <class T>
-void Optimizer<T>::load_state(const OptimizerState<T>& s) {
-  check_state(s);
+void Optimizer<T>::load_state(const OptimizerState<T>& s, std::string_view op) {
+  check_state(s, op);
   // Everything fits: apply.
   apply_hyperparameters(s.hyperparameters);
   step_ = s.step;

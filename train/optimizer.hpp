@@ -181,10 +181,9 @@ class Optimizer {
   // name, an unknown or missing buffer or hyperparameter, a mis-shaped buffer or an invalid
   // hyperparameter throws (ValueError, NameError, ShapeError) naming every offender, and leaves this
   // optimizer as it was. On success the hyperparameters (lr included), step count and buffers are the
-  // state's.
-  void load_state(const OptimizerState<T>& state);
+  // state's. `op` starts the message.
+  void load_state(const OptimizerState<T>& state, std::string_view op = "load_state");
   // load_state's checks alone: throws as it would, changes nothing (to validate a resume as a whole).
-  // `op` starts the message.
   void check_state(const OptimizerState<T>& state, std::string_view op = "load_state") const;
 
  protected:

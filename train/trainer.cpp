@@ -189,8 +189,8 @@ void TrainerBase::check_state(const TrainerState& s, std::string_view op) const 
   }
 }
 
-void TrainerBase::set_state(const TrainerState& s) {
-  check_state(s);
+void TrainerBase::set_state(const TrainerState& s, std::string_view op) {
+  check_state(s, op);
   sampler_.set_state(s.data_order);
   rng_.set_state(s.rng);
   const TrainOptions options = state_.options;  // the trainer keeps its own steps and anomaly

@@ -160,9 +160,9 @@ class TrainerBase {
   // Restores a state (from a checkpoint): step, data order, random stream, windows, curve. ValueError
   // naming what does not fit, and no change, if the state is inconsistent, holds other options (all but
   // steps and anomaly must match; the trainer keeps its own of those two), other data (fingerprint), or
-  // other metrics.
-  void set_state(const TrainerState& s);
-  // set_state's checks alone; `op` starts the message.
+  // other metrics. `op` starts the message.
+  void set_state(const TrainerState& s, std::string_view op = "set_state");
+  // set_state's checks alone.
   void check_state(const TrainerState& s, std::string_view op = "set_state") const;
 
   // How the processes that train this model share its steps (train/step_reducer.hpp); nullptr: back to

@@ -50,8 +50,7 @@ legacy::File read_payload(std::span<const std::byte> payload, std::uint32_t form
   legacy::File f;
   f.format_version = format;
   try {
-    std::istringstream in(std::string(reinterpret_cast<const char*>(payload.data()), payload.size()), std::ios::binary);
-    legacy::InArchive ar(in, payload.size());
+    legacy::InArchive ar(payload);
     std::uint32_t said = 0;
     ar(said);
     if (said != format) fail<FormatError>("the payload says format {} but the header {}", said, format);
@@ -59,7 +58,7 @@ legacy::File read_payload(std::span<const std::byte> payload, std::uint32_t form
       legacy::load_format1(ar, f);
     else
       legacy::load_format2(ar, f);
-    if (in.peek() != std::char_traits<char>::eof()) fail<FormatError>("the payload has bytes after the checkpoint");
+    if (ar.bytes_left() != 0) fail<FormatError>("the payload has bytes after the checkpoint");
   } catch (const cereal::Exception& e) {
     fail<FormatError>("{}", e.what());
   } catch (const std::bad_alloc&) {

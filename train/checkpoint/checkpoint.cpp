@@ -7,9 +7,8 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <fstream>
+#include <ostream>
 #include <set>
-#include <sstream>
 #include <variant>
 
 #include "tapegrad/core/crc32.hpp"
@@ -30,16 +29,13 @@ constexpr std::size_t kHeaderBytes = 28;
 // ---- bytes ------------------------------------------------------------------------------------------
 
 // An output stream buffer that appends to a byte vector: the payload is written once, where the file's
-// bytes will be, not into a string stream that is then copied twice (its growth, then str()).
+// bytes will be, not into a string stream that is then copied twice (its growth, then str()). cereal writes
+// through sputn alone, so xsputn is all it has (a single character put would fail, and cereal would say so).
 class AppendBytes final : public std::streambuf {
  public:
   explicit AppendBytes(std::vector<std::byte>& out) : out_(out) {}
 
  private:
-  int_type overflow(int_type ch) override {
-    if (!traits_type::eq_int_type(ch, traits_type::eof())) out_.push_back(static_cast<std::byte>(ch));
-    return traits_type::not_eof(ch);
-  }
   std::streamsize xsputn(const char* s, std::streamsize n) override {
     const auto* b = reinterpret_cast<const std::byte*>(s);
     out_.insert(out_.end(), b, b + n);
@@ -48,23 +44,19 @@ class AppendBytes final : public std::streambuf {
   std::vector<std::byte>& out_;
 };
 
-// The payload's size before it is written, to reserve it: the values dominate (4 or 8 bytes each, a text
-// some 16); the names, shapes and settings are small beside them.
-std::size_t payload_estimate(const Checkpoint& c) {
-  std::size_t bytes = 4096;
-  for (const StateEntry& e : c.entries) {
-    // StateValue: f32 first, texts last
-    const std::size_t each = e.value.index() == 0 ? sizeof(float) : e.value.index() == 4 ? 16 : 8;
-    bytes += 64 + e.name.size() + each * static_cast<std::size_t>(value_count(e.value));
-  }
-  return bytes;
-}
-
 }  // namespace
 
 std::vector<std::byte> encode_checkpoint(const Checkpoint& c) {
+  // The file's size, reserved before the payload is written: the values dominate (4 or 8 bytes each, a text
+  // some 16); the names, shapes and settings are small beside them.
+  std::size_t estimate = kHeaderBytes + 4096;
+  for (const StateEntry& e : c.entries) {
+    // StateValue: f32 first, texts last
+    const std::size_t each = e.value.index() == 0 ? sizeof(float) : e.value.index() == 4 ? 16 : 8;
+    estimate += 64 + e.name.size() + each * static_cast<std::size_t>(value_count(e.value));
+  }
   std::vector<std::byte> out(kHeaderBytes);
-  out.reserve(kHeaderBytes + payload_estimate(c));
+  out.reserve(estimate);
   {
     AppendBytes sink(out);
     std::ostream payload_stream(&sink);
@@ -112,8 +104,8 @@ Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view 
                       available);
   if (length < available)
     fail<FormatError>("load '{}': {} stray bytes after the {}-byte payload", source, available - length, length);
-  const std::byte* payload = bytes.data() + kHeaderBytes;
-  const std::uint32_t actual = Crc32().add(payload, available).value();
+  const std::span<const std::byte> payload = bytes.subspan(kHeaderBytes);
+  const std::uint32_t actual = Crc32().add(payload.data(), available).value();
   if (actual != crc)
     fail<FormatError>(
         "load '{}': checksum mismatch (the header says {:08x}, the payload has {:08x}): the file is corrupt", source,
@@ -121,13 +113,12 @@ Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view 
 
   Checkpoint c;
   try {
-    std::istringstream in(std::string(reinterpret_cast<const char*>(payload), available), std::ios::binary);
-    InArchive ar(in, available);
+    InArchive ar(payload);
     std::uint32_t said = 0;
     ar(said);
     if (said != version) fail<FormatError>("the payload says format {} but the header {}", said, version);
     load_format3(ar, c);
-    if (in.peek() != std::char_traits<char>::eof()) fail<FormatError>("the payload has bytes after the checkpoint");
+    if (ar.bytes_left() != 0) fail<FormatError>("the payload has bytes after the checkpoint");
   } catch (const FormatError& e) {
     fail<FormatError>("load '{}': corrupt payload: {}", source, e.what());
   } catch (const cereal::Exception& e) {
@@ -199,16 +190,7 @@ const StateEntry* Checkpoint::find(std::string_view name) const {
 
 StateEntry* Checkpoint::find(std::string_view name) { return const_cast<StateEntry*>(std::as_const(*this).find(name)); }
 
-void check_checkpoint(const Checkpoint& c) {
-  std::set<std::string_view> seen;
-  std::set<std::string> repeated;
-  for (const Setting& s : c.model.config)
-    if (!seen.insert(s.name).second) repeated.insert(s.name);
-  if (!repeated.empty())
-    fail<FormatError>("checkpoint: the model's configuration names {} more than once",
-                      quoted_list({repeated.begin(), repeated.end()}));
-  (void)detail::StateIndex(c.entries);  // unique names, none empty
-}
+void check_checkpoint(const Checkpoint& c) { (void)detail::StateIndex(c); }
 
 // ---- what a file holds, for people -------------------------------------------------------------------
 

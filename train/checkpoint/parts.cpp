@@ -1,7 +1,6 @@
 // The parts of a checkpoint: the library's objects' two functions, and snapshot / restore / load_weights over
 // any parts. See state.hpp.
 #include <algorithm>
-#include <cmath>
 #include <set>
 
 #include "tapegrad/train/checkpoint/checkpoint.hpp"
@@ -89,15 +88,12 @@ void load_state(Module<T>& model, const State& in) {
 
 template <class T>
 void load_state(Optimizer<T>& optimizer, const State& in) {
-  const OptimizerState<T> state = read_optimizer_state<T>(in);
-  optimizer.check_state(state, escaped(in.full_name("")));  // "optimizer: ...": restore names the part no more
-  optimizer.load_state(state);
+  // "optimizer: ...": restore names the part no more
+  optimizer.load_state(read_optimizer_state<T>(in), escaped(in.full_name("")));
 }
 
 void load_state(TrainerBase& trainer, const State& in) {
-  const TrainerState state = read_trainer_state(in);
-  trainer.check_state(state, escaped(in.full_name("")));
-  trainer.set_state(state);
+  trainer.set_state(read_trainer_state(in), escaped(in.full_name("")));
 }
 
 template void load_state(Module<float>&, const State&);
@@ -106,8 +102,8 @@ template void load_state(Optimizer<float>&, const State&);
 template void load_state(Optimizer<double>&, const State&);
 
 void detail::check_like(const State& in, const std::function<void(State&)>& save) {
-  std::vector<StateEntry> own;
-  State writer = State::writer(own, in.full_name(""));
+  Checkpoint own;
+  State writer = State::writer(own.entries, in.full_name(""));
   save(writer);
   const StateIndex mine(own);
   const State now = State::reader(mine, in.full_name(""));
@@ -178,8 +174,7 @@ StateParts parts_of(Trainer& trainer) {
 // The part's entries read by `read` (read_optimizer_state, read_trainer_state); FormatError naming the part.
 template <class Read>
 auto read_part(const Checkpoint& c, std::string_view part, Read read) {
-  check_checkpoint(c);
-  const detail::StateIndex index(c.entries);
+  const detail::StateIndex index(c);
   try {
     return read(State::reader(index, std::string(part)));
   } catch (const FormatError& e) {
@@ -189,7 +184,10 @@ auto read_part(const Checkpoint& c, std::string_view part, Read read) {
 
 LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const LoadOptions& options,
                          std::string_view op) {
-  check_checkpoint(c);
+  Checkpoint converted;  // the file's entries, with tensors converted where the options say so
+  if (options.convert_dtype) converted = c;
+  const Checkpoint& file = options.convert_dtype ? converted : c;
+  const detail::StateIndex index(file);  // checked as a file is; its values may be converted below
   const std::set<std::string_view> given = check_part_names(parts, op);
   for (const StatePart& p : parts)
     if (p.is_const())
@@ -197,7 +195,7 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
   // What every part holds now: the element types the file's tensors are checked as, and what puts the parts
   // back should one of them refuse to load.
   const Checkpoint before = snapshot(parts);
-  const detail::StateIndex now(before.entries);
+  const detail::StateIndex now(before);
   LoadReport report;
   std::vector<std::string> problems;
   const std::vector<std::string> in_file = c.parts();
@@ -217,9 +215,7 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
       problems.push_back(fmt::format("{}: {}", kModelPart, differ));
   // Each tensor of a part given, as the part's element type (converted when the options say so), finite
   // unless the options allow otherwise.
-  std::vector<StateEntry> converted;
-  if (options.convert_dtype) converted = c.entries;
-  const std::vector<StateEntry>& entries = options.convert_dtype ? converted : c.entries;
+  const std::vector<StateEntry>& entries = file.entries;
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const std::string_view name = entries[i].name, part = name.substr(0, name.find('.'));
     if (!given.contains(part) || !tensor_shape(entries[i].value)) continue;
@@ -229,8 +225,8 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
       as = fmt::format(" as {}", kind_name(mine->value));
       report.converted.push_back(
           fmt::format("'{}' from {} to {}", escaped(name), kind_name(entries[i].value), kind_name(mine->value)));
-      converted[i].value = mine->value.index() == 0 ? StateValue(tensor_as<float>(entries[i].value))
-                                                    : StateValue(tensor_as<double>(entries[i].value));
+      converted.entries[i].value = mine->value.index() == 0 ? StateValue(tensor_as<float>(entries[i].value))
+                                                            : StateValue(tensor_as<double>(entries[i].value));
     }
     if (const Index bad = non_finite_count(entries[i].value); bad > 0 && !options.allow_non_finite)
       problems.push_back(fmt::format(
@@ -239,7 +235,6 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
   }
   // Every part loads (each checks what it reads before it changes anything); if any refused, or a check
   // above did, every part loads again what it held.
-  const detail::StateIndex index(entries);
   for (const StatePart& p : parts) {
     if (!file_parts.contains(p.name())) continue;
     report.restored.push_back(p.name());
@@ -288,8 +283,7 @@ LoadReport restore(const Checkpoint& c, TrainerBase& trainer, LoadOptions option
 
 template <class T>
 LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions options) {
-  check_checkpoint(c);  // a Checkpoint built in memory is checked as a file's is
-  const detail::StateIndex index(c.entries);
+  const detail::StateIndex index(c);  // a Checkpoint built in memory is checked as a file's is
   const State in = State::reader(index, std::string(kModelPart));
   const auto params = model.parameters();
   LoadReport report = match_weights(in, params, options);

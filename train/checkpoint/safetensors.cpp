@@ -599,18 +599,13 @@ std::vector<std::byte> encode_safetensors(const Module<T>& model, const Safetens
   }
 
   const std::vector<Expected<T>> expected = expected_tensors(model, options.layout, "save_safetensors");
-  const auto bytes_of = [&](const Expected<T>& e) {  // the tensor's: its parts are equal blocks of it
-    return element_bytes(dtype) * std::accumulate(e.shape.begin(), e.shape.end(), std::size_t{1}, std::multiplies<>());
-  };
-  std::size_t total = 0;
-  for (const auto& e : expected) total += bytes_of(e);
-  std::vector<std::byte> data(total);
-  std::byte* at = data.data();
-  for (const auto& e : expected) {
-    for (std::size_t k = 0; k < e.slots.size(); ++k)
-      write_slot(e.slots[k], dtype, at + k * bytes_of(e) / e.slots.size());
-    file.tensors.push_back({e.name, dtype, e.shape, {at, bytes_of(e)}});
-    at += bytes_of(e);
+  std::vector<std::vector<std::byte>> data(expected.size());  // each tensor's bytes, which the view points into
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const Expected<T>& e = expected[i];
+    const std::size_t block = element_bytes(dtype) * static_cast<std::size_t>(e.slots[0].param->value.numel());
+    data[i].resize(block * e.slots.size());  // its parts are equal blocks of it
+    for (std::size_t k = 0; k < e.slots.size(); ++k) write_slot(e.slots[k], dtype, data[i].data() + k * block);
+    file.tensors.push_back({e.name, dtype, e.shape, data[i]});
   }
   return encode_safetensors(file);
 }
@@ -652,16 +647,13 @@ TensorT<T> SafetensorsFile::tensor(std::string_view name) const {
                     view.tensors.size());
   const SafetensorsTensor& t = *it;
   const ReadElement read = reader_of(t.dtype);
-  if (!read)
-    fail<FormatError>("safetensors '{}': '{}' is {}; tapegrad reads {}", escaped(source), escaped(name),
-                      to_string(t.dtype), kLoadable);
+  if (!read) refuse(source, "'{}' is {}; tapegrad reads {}", escaped(name), to_string(t.dtype), kLoadable);
   if (t.shape.size() > 3)
-    fail<FormatError>("safetensors '{}': '{}' is {}, of rank {}; a tensor has rank 3 at most", escaped(source),
-                      escaped(name), dims_str(t.shape), t.shape.size());
+    refuse(source, "'{}' is {}, of rank {}; a tensor has rank 3 at most", escaped(name), dims_str(t.shape),
+           t.shape.size());
   for (const std::uint64_t d : t.shape)
     if (d > static_cast<std::uint64_t>(std::numeric_limits<Index>::max()))
-      fail<FormatError>("safetensors '{}': '{}' is {}, a dimension past what a tensor can index", escaped(source),
-                        escaped(name), dims_str(t.shape));
+      refuse(source, "'{}' is {}, a dimension past what a tensor can index", escaped(name), dims_str(t.shape));
   std::array<Index, 3> dims = {1, 1, 1};  // (batch, rows, cols), ending with the file's; a scalar is vec(1)
   std::copy(t.shape.begin(), t.shape.end(), dims.end() - t.shape.size());
   const Shape shape{std::max(1, static_cast<int>(t.shape.size())), dims[0], dims[1], dims[2]};

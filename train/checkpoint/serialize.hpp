@@ -7,13 +7,14 @@
 // shape and values in its own element type, or a list of integers, numbers or texts.
 //
 // save() works with any cereal output archive. load() reads the portable binary form through
-// InArchive, which knows the payload's length and bounds every size it decodes by it: a corrupt size
-// is a FormatError before anything is allocated. (cereal's own UserDataAdapter would carry the bound
-// too, but it is marked experimental.)
+// InArchive, which reads the payload where it lies (no copy of it) and bounds every size it decodes by the
+// bytes left: a corrupt size is a FormatError before anything is allocated. (cereal's own UserDataAdapter
+// would carry the bound too, but it is marked experimental.)
 
 #include <algorithm>
 #include <cmath>
-#include <map>
+#include <span>
+#include <streambuf>
 #include <string>
 #include <vector>
 
@@ -27,19 +28,21 @@
 
 namespace tapegrad::checkpoint_detail {
 
-class InArchive : public cereal::PortableBinaryInputArchive {
- public:
-  InArchive(std::istream& in, std::size_t payload_bytes)
-      : cereal::PortableBinaryInputArchive(in), in_(in), payload_bytes_(payload_bytes) {}
-  // The payload's bytes not read yet: what every count decoded from here on must fit in.
-  std::size_t bytes_left() const {
-    const auto at = in_.tellg();
-    return at < 0 ? 0 : payload_bytes_ - std::min(payload_bytes_, static_cast<std::size_t>(at));
+// The payload's bytes as a stream, read where they lie: a base of InArchive, so that it is made first.
+struct PayloadBuffer : std::streambuf {
+  explicit PayloadBuffer(std::span<const std::byte> bytes) {
+    char* begin = const_cast<char*>(reinterpret_cast<const char*>(bytes.data()));  // only read
+    setg(begin, begin, begin + bytes.size());
   }
+  std::istream stream{this};
+};
 
- private:
-  std::istream& in_;
-  std::size_t payload_bytes_;
+class InArchive : PayloadBuffer, public cereal::PortableBinaryInputArchive {
+ public:
+  explicit InArchive(std::span<const std::byte> payload)
+      : PayloadBuffer(payload), cereal::PortableBinaryInputArchive(stream) {}
+  // The payload's bytes not read yet: what every count decoded from here on must fit in.
+  std::size_t bytes_left() { return static_cast<std::size_t>(in_avail()); }
 };
 using cereal::make_nvp;
 

@@ -3,9 +3,10 @@
 // parts.cpp. See state.hpp.
 #include "tapegrad/train/checkpoint/state.hpp"
 
+#include "tapegrad/train/checkpoint/checkpoint.hpp"
+
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <set>
 
 namespace tapegrad {
@@ -71,19 +72,26 @@ void State::refuse(std::string_view name, std::string_view what) const {
 
 bool State::contains(std::string_view name) const { return in_ && in_->find(full_name(name)) != nullptr; }
 
-std::vector<std::string> State::names(std::string_view under) const {
+std::vector<std::string> State::names() const {
   std::vector<std::string> out;
   if (!in_) return out;
-  const std::string prefix = full_name(under);
-  for (const StateEntry* e : in_->under(prefix))
-    out.push_back(e->name.size() == prefix.size() ? std::string()
-                                                  : e->name.substr(prefix.empty() ? 0 : prefix.size() + 1));
+  for (const StateEntry* e : in_->under(prefix_))
+    out.push_back(e->name.size() == prefix_.size() ? std::string()
+                                                   : e->name.substr(prefix_.empty() ? 0 : prefix_.size() + 1));
   return out;
 }
 
 namespace detail {
 
-StateIndex::StateIndex(const std::vector<StateEntry>& entries) : entries_(&entries) {
+StateIndex::StateIndex(const Checkpoint& c) : entries_(&c.entries) {
+  std::set<std::string_view> settings;
+  std::set<std::string> repeated_settings;
+  for (const Setting& s : c.model.config)
+    if (!settings.insert(s.name).second) repeated_settings.insert(s.name);
+  if (!repeated_settings.empty())
+    fail<FormatError>("checkpoint: the model's configuration names {} more than once",
+                      quoted_list({repeated_settings.begin(), repeated_settings.end()}));
+  const std::vector<StateEntry>& entries = c.entries;
   sorted_.reserve(entries.size());
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const std::string& name = entries[i].name;

@@ -30,7 +30,6 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -103,6 +102,7 @@ TensorT<T> tensor_as(const StateValue& value) {
   return out;
 }
 
+struct Checkpoint;
 namespace detail {
 class StateIndex;
 }
@@ -125,7 +125,6 @@ class State {
   void put(std::string_view name, std::string_view text) {
     put(name, StateValue(std::vector<std::string>{std::string(text)}));
   }
-  void put(std::string_view name, const char* text) { put(name, std::string_view(text)); }
 
   // The entry's value: V is a kind (TensorT<float>, TensorT<double>, std::vector of std::int64_t, double or
   // std::string: a reference), or one integer, number or text (a copy). FormatError naming the entry if it
@@ -151,9 +150,9 @@ class State {
   // The entry's value, whatever its kind. FormatError if it is missing.
   const StateValue& value(std::string_view name) const;
   bool contains(std::string_view name) const;
-  // The names of this part's entries below `name` ("" for all of them), relative to it, in the file's
-  // order: settings, a model's parameters, an optimizer's buffers.
-  std::vector<std::string> names(std::string_view under = "") const;
+  // The names of this part's entries, relative to it, in the file's order: settings, a model's parameters, an
+  // optimizer's buffers (at(name).names(): those below `name`).
+  std::vector<std::string> names() const;
   // The entries under "<name>.": a part within a part (a trainer's data order).
   State at(std::string_view name) const;
   // "<part>.<name>", as messages name an entry.
@@ -192,11 +191,12 @@ TrainerState read_trainer_state(const State& in);
 
 namespace detail {
 
-// The names of a checkpoint's entries, sorted, to find an entry or a part's entries in O(log n). FormatError
-// for a name given twice, an empty name or an empty part ("" or ".x").
+// The names of a checkpoint's entries, sorted, to find an entry or a part's entries in O(log n). Building it
+// checks the checkpoint (check_checkpoint, checkpoint.hpp): FormatError for a name given twice, an empty
+// name or an empty part ("" or ".x"), or a setting of the model given twice.
 class StateIndex {
  public:
-  explicit StateIndex(const std::vector<StateEntry>& entries);
+  explicit StateIndex(const Checkpoint& c);
   const StateEntry* find(std::string_view name) const;
   // Entries named `prefix` or "<prefix>.*" ("" for all), in the file's order.
   std::vector<const StateEntry*> under(std::string_view prefix) const;
