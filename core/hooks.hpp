@@ -8,8 +8,11 @@
 // Each hook is a named concept, written as this one is (ConfiguredLm's, layers/decoder_lm.hpp):
 //
 //   template <class C>  // a condition between a configuration's own fields
-//   concept ChecksItself = requires { &C::check; } &&  // declared: then it must be the hook
+//   concept ChecksItself = (requires { &C::check; }) &&  // declared: then it must be the hook
 //                          hook_signature<"void check() const", decltype(&C::check), void (C::*)() const>();
+//
+// The requires-expression stands in parentheses: the concept stays the same conjunction (the signature is
+// checked only where the member is declared), and clang-format keeps the concept on its lines.
 //
 // g++ stops with "a member named as a hook must have the hook's signature" in the instantiation of
 // hook_signature<FieldName<...>{"void check() const"}, ...>. A member the name cannot take the address of

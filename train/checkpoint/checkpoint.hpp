@@ -206,23 +206,17 @@ std::uint32_t weights_crc32(const Checkpoint& c);
 // model_from_checkpoint's optional hooks, each a concept (core/hooks.hpp): a model that declares a member
 // of the hook's name declares it with the hook's signature, or compilation stops naming the hook.
 template <class M>
-concept ChecksConfig = requires {
-  &M::check_config;
-}
-&&hook_signature<"static void check_config(const Config&)", decltype(&M::check_config),
-                 void (*)(const typename M::Config&)>();
+concept ChecksConfig = (requires { &M::check_config; }) &&
+                       hook_signature<"static void check_config(const Config&)", decltype(&M::check_config),
+                                      void (*)(const typename M::Config&)>();
 template <class M>
-concept CountsParametersOf = requires {
-  &M::count_parameters_of;
-}
-&&hook_signature<"static Index count_parameters_of(const Config&)", decltype(&M::count_parameters_of),
-                 Index (*)(const typename M::Config&)>();
+concept CountsParametersOf = (requires { &M::count_parameters_of; }) &&
+                             hook_signature<"static Index count_parameters_of(const Config&)",
+                                            decltype(&M::count_parameters_of), Index (*)(const typename M::Config&)>();
 template <class M>
-concept CompletesSettings = requires {
-  &M::Config::complete_settings;
-}
-&&hook_signature<"static void complete_settings(Settings&)", decltype(&M::Config::complete_settings),
-                 void (*)(Settings&)>();
+concept CompletesSettings = (requires { &M::Config::complete_settings; }) &&
+                            hook_signature<"static void complete_settings(Settings&)",
+                                           decltype(&M::Config::complete_settings), void (*)(Settings&)>();
 
 // ---- model_from_checkpoint --------------------------------------------------------------------------
 
