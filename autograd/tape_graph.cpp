@@ -65,10 +65,8 @@ std::string tape_dot(const Tape<T>& tape, const TapeGraphOptions& options) {
     const Node<T>& n = tape.node_at(i);
     const TensorT<T>& value = n.val();
     // First line: the parameter's name, or the op; then what it is and its shape; then where.
-    if (n.parameter)
-      fmt::format_to(put, "  n{} [label=<<B>{}</B><BR/>parameter {}", i, html(n.parameter->name), value.shape());
-    else
-      fmt::format_to(put, "  n{} [label=<<B>{}</B><BR/>{}", i, html(n.op), value.shape());
+    fmt::format_to(put, "  n{} [label=<<B>{}</B><BR/>{}{}", i, html(n.parameter ? n.parameter->name : n.op),
+                   n.parameter ? "parameter " : "", value.shape());
     fmt::format_to(put, "<BR/><FONT POINT-SIZE=\"9\" COLOR=\"#666666\">{}:{}</FONT>", html(n.where.short_file()),
                    n.where.line);
     if (options.norms) {

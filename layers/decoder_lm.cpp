@@ -1,7 +1,6 @@
 #include "tapegrad/layers/decoder_lm.hpp"
 
 #include <cmath>
-#include <exception>
 
 namespace tapegrad {
 
@@ -104,14 +103,10 @@ std::vector<std::vector<TensorT<T>>> DecoderLm<T>::attention_maps(std::span<cons
     kept_before.push_back(stack_->block(i).attention().keeps_weights());
     stack_->block(i).attention().keep_weights(true);
   }
-  std::exception_ptr failed;
-  try {
-    (void)forward(tape, ids, nullptr);
-  } catch (...) {
-    failed = std::current_exception();
-  }
-  for (std::size_t i = 0; i < kept_before.size(); ++i) stack_->block(i).attention().keep_weights(kept_before[i]);
-  if (failed) std::rethrow_exception(failed);
+  const detail::AtExit restore{[&] {
+    for (std::size_t i = 0; i < kept_before.size(); ++i) stack_->block(i).attention().keep_weights(kept_before[i]);
+  }};
+  (void)forward(tape, ids, nullptr);
   std::vector<std::vector<TensorT<T>>> maps(stack_->size());
   for (std::size_t layer = 0; layer < stack_->size(); ++layer)
     for (const TensorT<T>& head : stack_->block(layer).attention().attention_weights())  // (1, T, T)

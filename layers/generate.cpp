@@ -33,20 +33,18 @@ constexpr const char* kOverflow = "its weights make the logits overflow, and no 
 // The draw of draw_token over finite logits, with `p` as the probabilities' buffer (one per sampler).
 template <class T>
 std::int32_t draw(std::span<const T> logits, double temperature, double u, std::vector<double>& p) {
-  const auto V = static_cast<Index>(logits.size());
+  const std::size_t V = logits.size();
   // softmax(logits / temperature), less the largest logit (so no exp overflows), in double
   const double top = static_cast<double>(*std::max_element(logits.begin(), logits.end()));
-  p.resize(logits.size());
+  p.resize(V);
   double sum = 0;
-  for (Index v = 0; v < V; ++v)
-    sum += p[static_cast<std::size_t>(v)] =
-        std::exp((static_cast<double>(logits[static_cast<std::size_t>(v)]) - top) / temperature);
+  for (std::size_t v = 0; v < V; ++v) sum += p[v] = std::exp((static_cast<double>(logits[v]) - top) / temperature);
   // Inverse CDF: the first token whose cumulative probability exceeds u sum (the last one if rounding
   // leaves the total just below it).
   const double target = u * sum;
   double cumulative = 0;
-  for (Index v = 0; v < V; ++v) {
-    cumulative += p[static_cast<std::size_t>(v)];
+  for (std::size_t v = 0; v < V; ++v) {
+    cumulative += p[v];
     if (target < cumulative) return static_cast<std::int32_t>(v);
   }
   return static_cast<std::int32_t>(V - 1);
@@ -139,15 +137,13 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
   for (Index i = 0; i < o.count; ++i) {
     const Index n = static_cast<Index>(tokens.size());
     const Index start = window_start(n, context);
-    std::span<const std::int32_t> feed = std::span<const std::int32_t>(tokens).subspan(static_cast<std::size_t>(start));
-    if (cache) {
-      if (start != cached_from) {  // a new window: its tokens at positions from 0 again
-        cache->clear();
-        cached_from = start;
-      }
-      // The window's tokens not fed yet: the last drawn one, or the whole window after a jump (the prompt first).
-      feed = std::span<const std::int32_t>(tokens).subspan(static_cast<std::size_t>(cached_from + cache->length()));
+    const auto window = std::span<const std::int32_t>(tokens).subspan(static_cast<std::size_t>(start));
+    if (cache && start != cached_from) {  // a new window: its tokens at positions from 0 again
+      cache->clear();
+      cached_from = start;
     }
+    // The window's tokens not fed yet: the last drawn one, or the whole window after a jump (the prompt first).
+    const auto feed = cache ? window.subspan(static_cast<std::size_t>(cache->length())) : window;
     tape.reset();
     const bool reads_cache = cache && cache->length() > 0;
     const std::span<const T> logits = next_logits(model, tape, feed, cache ? &*cache : nullptr, fed);
@@ -157,8 +153,7 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
           "{}; {}",
           i + 1, o.count, n, v, V, static_cast<double>(logits[static_cast<std::size_t>(v)]), kOverflow);
     if (reads_cache && !compared) {
-      check_cached_logits(model, std::span<const std::int32_t>(tokens).subspan(static_cast<std::size_t>(start)),
-                          logits);
+      check_cached_logits(model, window, logits);
       compared = true;
     }
     if (o.on_logits) {
