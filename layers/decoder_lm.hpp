@@ -148,10 +148,8 @@ extern template class DecoderLm<double>;
 // hook ChecksItself), a condition between its own fields, run after their bounds and before the model's
 // checks. model_from_checkpoint<ConfiguredLm<T, C>> (or of a class derived from it) rebuilds it from a file.
 template <class C>
-concept ChecksItself = requires {
-  &C::check;
-}
-&&hook_signature<"void check() const", decltype(&C::check), void (C::*)() const>();
+concept ChecksItself =
+    (requires { &C::check; }) && hook_signature<"void check() const", decltype(&C::check), void (C::*)() const>();
 
 template <class T, class C>
 class ConfiguredLm : public DecoderLm<T> {
