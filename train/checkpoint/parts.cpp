@@ -262,10 +262,9 @@ Checkpoint snapshot(const StateParts& parts) {
     if (p.name() == kModelPart) c.model = p.record();
   }
   try {
-    check_checkpoint(c);
+    (void)detail::StateIndex(c, "snapshot");
   } catch (const FormatError& e) {  // a part that put one name twice: the program's mistake, not a file's
-    throw NameError(
-        fmt::format("snapshot: {}", std::string_view(e.what()).substr(std::string_view("checkpoint: ").size())));
+    throw NameError(e.what());
   }
   return c;
 }

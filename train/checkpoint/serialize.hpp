@@ -74,13 +74,6 @@ inline void load(InArchive& ar, std::string& s) {
   ar(cereal::binary_data(s.data(), s.size()));
 }
 
-template <class N>
-std::vector<N> load_numbers(InArchive& ar, std::string_view what) {
-  std::vector<N> v(read_size(ar, sizeof(N), what));
-  ar(cereal::binary_data(v.data(), v.size() * sizeof(N)));
-  return v;
-}
-
 inline std::int64_t load_i64(InArchive& ar) {
   std::int64_t v = 0;
   ar(v);
@@ -115,46 +108,43 @@ inline void load(InArchive& ar, Shape& s) {
 
 // ---- reading entries -------------------------------------------------------------------------------------
 
-// An entry's kind, as the file stores it (one byte).
-enum class EntryKind : std::uint8_t { f32 = 0, f64 = 1, ints = 2, numbers = 3, texts = 4 };
+// An entry's value, one function per kind, each size bounded by the bytes left; `what` names the entry.
+template <class N>
+requires std::is_arithmetic_v<N>
+void load(InArchive& ar, std::vector<N>& v, std::string_view what) {
+  v.resize(read_size(ar, sizeof(N), what));
+  ar(cereal::binary_data(v.data(), v.size() * sizeof(N)));
+}
+
+inline void load(InArchive& ar, std::vector<std::string>& v, std::string_view what) {
+  v.resize(read_size(ar, kMinStringBytes, what));
+  for (auto& s : v) load(ar, s);
+}
 
 template <class T>
-void load_tensor(InArchive& ar, StateEntry& e) {
+void load(InArchive& ar, TensorT<T>& t, std::string_view what) {
   Shape shape;
   load(ar, shape);
-  const std::size_t n = read_size(ar, sizeof(T), fmt::format("tensor '{}'", escaped(e.name)));
+  const std::size_t n = read_size(ar, sizeof(T), what);
   if (static_cast<Index>(n) != shape.numel())
-    fail<FormatError>("tensor '{}' is {} ({} values) but holds {} values", escaped(e.name), shape, shape.numel(), n);
-  TensorT<T> t(shape);  // no larger than the bytes left: read_size bounded it
+    fail<FormatError>("{} is {} ({} values) but holds {} values", what, shape, shape.numel(), n);
+  t = TensorT<T>(shape);  // no larger than the bytes left: read_size bounded it
   ar(cereal::binary_data(t.data(), n * sizeof(T)));
-  e.value = std::move(t);
 }
 
 inline void load(InArchive& ar, StateEntry& e) {
   load(ar, e.name);
   std::uint8_t kind = 0;
   ar(kind);
-  const std::string what = fmt::format("entry '{}'", escaped(e.name));
-  switch (static_cast<EntryKind>(kind)) {
-    case EntryKind::f32:
-      return load_tensor<float>(ar, e);
-    case EntryKind::f64:
-      return load_tensor<double>(ar, e);
-    case EntryKind::ints:
-      e.value = load_numbers<std::int64_t>(ar, what);
-      return;
-    case EntryKind::numbers:
-      e.value = load_numbers<double>(ar, what);
-      return;
-    case EntryKind::texts: {
-      std::vector<std::string> v(read_size(ar, kMinStringBytes, what));
-      for (auto& s : v) load(ar, s);
-      e.value = std::move(v);
-      return;
-    }
-  }
-  fail<FormatError>("entry '{}' has the kind {}; 0 to 4 (f32, f64, ints, numbers, texts) are known", escaped(e.name),
-                    kind);
+  // The file stores an entry's kind as the index of its StateValue alternative (one byte): an empty value of
+  // each kind, in that order, is what the value is read into.
+  static const StateValue kinds[] = {TensorT<float>(), TensorT<double>(), std::vector<std::int64_t>(),
+                                     std::vector<double>(), std::vector<std::string>()};
+  if (kind >= std::size(kinds))
+    fail<FormatError>("entry '{}' has the kind {}; 0 to 4 (f32, f64, ints, numbers, texts) are known", escaped(e.name),
+                      kind);
+  e.value = kinds[kind];
+  std::visit([&](auto& v) { load(ar, v, fmt::format("entry '{}'", escaped(e.name))); }, e.value);
 }
 
 // The payload of a format-3 file (after its format version, which the caller read).

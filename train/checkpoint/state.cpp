@@ -83,20 +83,20 @@ std::vector<std::string> State::names() const {
 
 namespace detail {
 
-StateIndex::StateIndex(const Checkpoint& c) : entries_(&c.entries) {
+StateIndex::StateIndex(const Checkpoint& c, std::string_view what) : entries_(&c.entries) {
   std::set<std::string_view> settings;
   std::set<std::string> repeated_settings;
   for (const Setting& s : c.model.config)
     if (!settings.insert(s.name).second) repeated_settings.insert(s.name);
   if (!repeated_settings.empty())
-    fail<FormatError>("checkpoint: the model's configuration names {} more than once",
+    fail<FormatError>("{}: the model's configuration names {} more than once", what,
                       quoted_list({repeated_settings.begin(), repeated_settings.end()}));
   const std::vector<StateEntry>& entries = c.entries;
   sorted_.reserve(entries.size());
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const std::string& name = entries[i].name;
     if (name.empty() || name.front() == '.')
-      fail<FormatError>("checkpoint: entry {} is named '{}': an entry's name starts with its part's", i, escaped(name));
+      fail<FormatError>("{}: entry {} is named '{}': an entry's name starts with its part's", what, i, escaped(name));
     sorted_.emplace_back(name, i);
   }
   std::sort(sorted_.begin(), sorted_.end());
@@ -104,7 +104,7 @@ StateIndex::StateIndex(const Checkpoint& c) : entries_(&c.entries) {
   for (std::size_t i = 1; i < sorted_.size(); ++i)
     if (sorted_[i].first == sorted_[i - 1].first && (repeated.empty() || repeated.back() != sorted_[i].first))
       repeated.emplace_back(sorted_[i].first);
-  if (!repeated.empty()) fail<FormatError>("checkpoint: the entries name {} more than once", quoted_list(repeated));
+  if (!repeated.empty()) fail<FormatError>("{}: the entries name {} more than once", what, quoted_list(repeated));
 }
 
 const StateEntry* StateIndex::find(std::string_view name) const {

@@ -192,11 +192,11 @@ TrainerState read_trainer_state(const State& in);
 namespace detail {
 
 // The names of a checkpoint's entries, sorted, to find an entry or a part's entries in O(log n). Building it
-// checks the checkpoint (check_checkpoint, checkpoint.hpp): FormatError for a name given twice, an empty
-// name or an empty part ("" or ".x"), or a setting of the model given twice.
+// checks the checkpoint (check_checkpoint, checkpoint.hpp): FormatError "<what>: ..." for a name given twice,
+// an empty name or an empty part ("" or ".x"), or a setting of the model given twice.
 class StateIndex {
  public:
-  explicit StateIndex(const Checkpoint& c);
+  explicit StateIndex(const Checkpoint& c, std::string_view what = "checkpoint");
   const StateEntry* find(std::string_view name) const;
   // Entries named `prefix` or "<prefix>.*" ("" for all), in the file's order.
   std::vector<const StateEntry*> under(std::string_view prefix) const;
