@@ -35,8 +35,6 @@ using checkpoint_detail::kMinSettingBytes;
 using checkpoint_detail::kMinStringBytes;
 using checkpoint_detail::kSizeTagBytes;
 using checkpoint_detail::load;
-using checkpoint_detail::load_i64;
-using checkpoint_detail::load_numbers;
 using checkpoint_detail::load_pairs;
 using checkpoint_detail::read_size;
 
@@ -53,6 +51,20 @@ inline bool load_bool(InArchive& ar, std::string_view what) {
 inline double load_double(InArchive& ar) {
   double v = 0;
   ar(v);
+  return v;
+}
+
+inline std::int64_t load_i64(InArchive& ar) {
+  std::int64_t v = 0;
+  ar(v);
+  return v;
+}
+
+// A list of numbers, its count bounded by the bytes left (through the library's reader of an entry's list).
+template <class N>
+std::vector<N> load_numbers(InArchive& ar, std::string_view what) {
+  std::vector<N> v;
+  load(ar, v, what);
   return v;
 }
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ostream>
 #include <set>
+#include <stdexcept>
 #include <variant>
 
 #include "tapegrad/core/crc32.hpp"

@@ -28,16 +28,13 @@
 //   auto model = model_from_checkpoint<Mlp>(read_checkpoint("model.tgck"));  // rebuilt from its record
 //   load_weights(checkpoint, other_model, {.strict = false});     // the matching subset, with a report
 
-#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
-#include <optional>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 

@@ -156,9 +156,9 @@ namespace {
 std::set<std::string_view> check_part_names(const StateParts& parts, std::string_view op) {
   std::set<std::string_view> seen;
   for (const StatePart& p : parts) {
-    if (p.name().empty() || p.name().find('.') != std::string::npos)
-      fail<NameError>("{}: the part name '{}' is empty or has a '.'", op, escaped(p.name()));
-    if (!seen.insert(p.name()).second) fail<NameError>("{}: the part name '{}' is given twice", op, escaped(p.name()));
+    if (p.name.empty() || p.name.find('.') != std::string::npos)
+      fail<NameError>("{}: the part name '{}' is empty or has a '.'", op, escaped(p.name));
+    if (!seen.insert(p.name).second) fail<NameError>("{}: the part name '{}' is given twice", op, escaped(p.name));
   }
   return seen;
 }
@@ -190,8 +190,8 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
   const detail::StateIndex index(file);  // checked as a file is; its values may be converted below
   const std::set<std::string_view> given = check_part_names(parts, op);
   for (const StatePart& p : parts)
-    if (p.is_const())
-      fail<UsageError>("restore: the part '{}' was given as const: it cannot be loaded into", escaped(p.name()));
+    if (!p.load)
+      fail<UsageError>("restore: the part '{}' was given as const: it cannot be loaded into", escaped(p.name));
   // What every part holds now: the element types the file's tensors are checked as, and what puts the parts
   // back should one of them refuse to load.
   const Checkpoint before = snapshot(parts);
@@ -202,7 +202,7 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
   const std::set<std::string_view> file_parts(in_file.begin(), in_file.end());
   std::vector<std::string> missing;
   for (const StatePart& p : parts)
-    if (!file_parts.contains(p.name())) missing.push_back(p.name());
+    if (!file_parts.contains(p.name)) missing.push_back(p.name);
   for (const std::string& part : in_file)
     if (!given.contains(part)) report.unexpected.push_back(part);  // left in the file, unless strict refuses them
   if (!missing.empty())
@@ -236,18 +236,18 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
   // Every part loads (each checks what it reads before it changes anything); if any refused, or a check
   // above did, every part loads again what it held.
   for (const StatePart& p : parts) {
-    if (!file_parts.contains(p.name())) continue;
-    report.restored.push_back(p.name());
+    if (!file_parts.contains(p.name)) continue;
+    report.restored.push_back(p.name);
     try {
-      p.load(State::reader(index, p.name()));
+      p.load(State::reader(index, p.name));
     } catch (const std::exception& e) {  // named by its part, unless the message starts so
-      const std::string part = escaped(p.name()) + ": ";
+      const std::string part = escaped(p.name) + ": ";
       problems.push_back(std::string_view(e.what()).starts_with(part) ? e.what() : part + e.what());
     }
   }
   if (problems.empty()) return report;
   for (const StatePart& p : parts)
-    if (file_parts.contains(p.name())) p.load(State::reader(now, p.name()));
+    if (file_parts.contains(p.name)) p.load(State::reader(now, p.name));
   fail<FormatError>("{}: {}; nothing was loaded", op, fmt::join(problems, "; "));
 }
 
@@ -257,9 +257,9 @@ Checkpoint snapshot(const StateParts& parts) {
   check_part_names(parts, "snapshot");
   Checkpoint c;
   for (const StatePart& p : parts) {
-    State out = State::writer(c.entries, p.name());
+    State out = State::writer(c.entries, p.name);
     p.save(out);
-    if (p.name() == kModelPart) c.model = p.record();
+    if (p.name == kModelPart) c.model = p.record;
   }
   try {
     (void)detail::StateIndex(c, "snapshot");
@@ -286,14 +286,11 @@ LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions optio
   const State in = State::reader(index, std::string(kModelPart));
   const auto params = model.parameters();
   LoadReport report = match_weights(in, params, options);
-  if (options.strict && !report.clean()) {
-    const bool other_dtype = std::any_of(params.begin(), params.end(), [&](const Parameter<T>* p) {
-      return in.contains(p->name) && in.value(p->name).index() == (std::is_same_v<T, float> ? 1u : 0u);
-    });
-    fail<FormatError>(
-        "load: {}; nothing was loaded{}", report.problems(),
-        other_dtype && !options.convert_dtype ? " (LoadOptions::convert_dtype converts the element type)" : "");
-  }
+  if (options.strict && !report.clean())  // the hint where converting would load a weight this load refuses
+    fail<FormatError>("load: {}; nothing was loaded{}", report.problems(),
+                      !options.convert_dtype && !match_weights(in, params, {.convert_dtype = true}).converted.empty()
+                          ? " (LoadOptions::convert_dtype converts the element type)"
+                          : "");
   if (!options.allow_non_finite)
     for (const std::string& name : report.loaded)
       if (const Index bad = non_finite_count<T>(in.value(name)); bad > 0)

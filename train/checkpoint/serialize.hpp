@@ -74,12 +74,6 @@ inline void load(InArchive& ar, std::string& s) {
   ar(cereal::binary_data(s.data(), s.size()));
 }
 
-inline std::int64_t load_i64(InArchive& ar) {
-  std::int64_t v = 0;
-  ar(v);
-  return v;
-}
-
 // A size tag, then (name, value) pairs: into Settings, or into the metadata's map, which refuses a key twice.
 template <class Pairs>
 void load_pairs(InArchive& ar, Pairs& out, std::string_view what) {
@@ -98,8 +92,8 @@ void load_pairs(InArchive& ar, Pairs& out, std::string_view what) {
 
 inline void load(InArchive& ar, Shape& s) {
   std::int32_t rank = 0;
-  ar(rank);
-  const std::int64_t batch = load_i64(ar), rows = load_i64(ar), cols = load_i64(ar);
+  std::int64_t batch = 0, rows = 0, cols = 0;
+  ar(rank, batch, rows, cols);
   const Shape read{rank, batch, rows, cols};
   if (!read.valid())
     fail<FormatError>("a tensor has an invalid shape (rank {}, {} x {} x {})", rank, batch, rows, cols);

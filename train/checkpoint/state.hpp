@@ -279,30 +279,21 @@ concept Stateful = requires(const X& c, X& m, State& out, const State& in) {
 
 // One object a checkpoint holds, under a name (non-empty, without '.'): {"model", model}. It refers to the
 // object, which must outlive it, and saves and loads it through its two functions.
-class StatePart {
- public:
+struct StatePart {
   template <class X>
-  StatePart(std::string name, X& object) : name_(std::move(name)) {
+  StatePart(std::string part_name, X& object) : name(std::move(part_name)) {
     static_assert(Stateful<std::remove_const_t<X>>,
                   "a checkpoint part is a Module, an Optimizer, a Trainer, an Rng, a Sampler, an integer, a vector of "
                   "tensors, or an object with `void save_state(State&) const` and `void load_state(const State&)`");
-    save_ = [&object](State& out) { save_state(std::as_const(object), out); };
-    if constexpr (requires { object.model_record(); }) record_ = object.model_record();
-    if constexpr (!std::is_const_v<X>) load_ = [&object](const State& in) { load_state(object, in); };
+    save = [&object](State& out) { save_state(std::as_const(object), out); };
+    if constexpr (!std::is_const_v<X>) load = [&object](const State& in) { load_state(object, in); };
+    if constexpr (requires { object.model_record(); }) record = object.model_record();
   }
 
-  const std::string& name() const { return name_; }
-  bool is_const() const { return !load_; }
-  void save(State& out) const { save_(out); }
-  void load(const State& in) const { load_(in); }
-  // A model's record (its kind and configuration); empty for the other parts.
-  const ModelRecord& record() const { return record_; }
-
- private:
-  std::string name_;
-  std::function<void(State&)> save_;
-  ModelRecord record_;
-  std::function<void(const State&)> load_;
+  std::string name;
+  std::function<void(State&)> save;
+  std::function<void(const State&)> load;  // empty for a const object: it is only saved
+  ModelRecord record;                      // a model's (its kind and configuration); empty for the other parts
 };
 
 }  // namespace tapegrad
