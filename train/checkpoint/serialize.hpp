@@ -167,26 +167,27 @@ void save_settings(A& ar, const char* name, const Settings& settings) {
   }
 }
 
-// Values in binary as cereal saves a vector of them (a size tag, then the bytes); in JSON as an array, with
-// NaN and Inf as strings (JSON has no literal for them).
+// An entry's values: in binary as cereal saves a vector of them (a size tag, then the bytes, or each text); in
+// JSON as an array, with NaN and Inf as strings (JSON has no literal for them).
 template <class A, class N>
-void save_values(A& ar, const N* data, std::size_t n) {
+void save_values(A& ar, std::span<const N> values) {
   if constexpr (is_json<A>) {
     if constexpr (std::is_floating_point_v<N>) {
-      if (!std::all_of(data, data + n, [](N v) { return std::isfinite(v); })) {
+      if (!std::all_of(values.begin(), values.end(), [](N v) { return std::isfinite(v); })) {
         std::vector<std::string> text;
-        for (std::size_t i = 0; i < n; ++i)
-          text.push_back(std::isnan(data[i])   ? "NaN"
-                         : std::isinf(data[i]) ? (data[i] > 0 ? "Inf" : "-Inf")
-                                               : fmt::format("{}", data[i]));
+        for (const N v : values)
+          text.push_back(std::isnan(v) ? "NaN" : std::isinf(v) ? (v > 0 ? "Inf" : "-Inf") : fmt::format("{}", v));
         ar(make_nvp("values", text));
         return;
       }
     }
-    ar(make_nvp("values", std::vector<N>(data, data + n)));
+    ar(make_nvp("values", std::vector<N>(values.begin(), values.end())));
   } else {
-    ar(cereal::make_size_tag(static_cast<cereal::size_type>(n)));
-    ar(cereal::binary_data(data, n * sizeof(N)));
+    ar(cereal::make_size_tag(static_cast<cereal::size_type>(values.size())));
+    if constexpr (std::is_arithmetic_v<N>)
+      ar(cereal::binary_data(values.data(), values.size() * sizeof(N)));
+    else
+      for (const N& text : values) ar(text);
   }
 }
 
@@ -213,15 +214,8 @@ void save(A& ar, const StateEntry& e) {
     ar(static_cast<std::uint8_t>(e.value.index()));
   std::visit(
       [&](const auto& v) {
-        using V = std::remove_cvref_t<decltype(v)>;
-        if constexpr (std::is_same_v<V, TensorT<float>> || std::is_same_v<V, TensorT<double>>) {
-          ar(make_nvp("shape", v.shape()));
-          save_values(ar, v.data(), static_cast<std::size_t>(v.numel()));
-        } else if constexpr (std::is_same_v<V, std::vector<std::string>>) {
-          ar(make_nvp("values", v));
-        } else {
-          save_values(ar, v.data(), v.size());
-        }
+        if constexpr (requires { v.shape(); }) ar(make_nvp("shape", v.shape()));
+        save_values(ar, std::span(v.data(), static_cast<std::size_t>(value_count(e.value))));
       },
       e.value);
 }
