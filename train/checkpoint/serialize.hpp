@@ -104,15 +104,12 @@ inline void load(InArchive& ar, Shape& s) {
 
 // An entry's value, one function per kind, each size bounded by the bytes left; `what` names the entry.
 template <class N>
-requires std::is_arithmetic_v<N>
 void load(InArchive& ar, std::vector<N>& v, std::string_view what) {
-  v.resize(read_size(ar, sizeof(N), what));
-  ar(cereal::binary_data(v.data(), v.size() * sizeof(N)));
-}
-
-inline void load(InArchive& ar, std::vector<std::string>& v, std::string_view what) {
-  v.resize(read_size(ar, kMinStringBytes, what));
-  for (auto& s : v) load(ar, s);
+  v.resize(read_size(ar, std::is_arithmetic_v<N> ? sizeof(N) : kMinStringBytes, what));
+  if constexpr (std::is_arithmetic_v<N>)
+    ar(cereal::binary_data(v.data(), v.size() * sizeof(N)));
+  else
+    for (std::string& text : v) load(ar, text);
 }
 
 template <class T>
