@@ -204,16 +204,14 @@ std::string shown_values(const StateValue& v) {
           const Index bad = non_finite_count(v);
           return fmt::format("norm {:.6g}{}", std::sqrt(sq),
                              bad ? fmt::format("  ({} non-finite values: NaN or Inf)", bad) : "");
-        } else {
-          if (x.size() > kShown) return fmt::format("{} values", x.size());
+        } else if (x.size() > kShown) {
+          return fmt::format("{} values", x.size());
+        } else if constexpr (std::is_same_v<V, std::vector<std::string>>) {
           std::vector<std::string> text;
-          for (const auto& item : x) {
-            if constexpr (std::is_same_v<V, std::vector<std::string>>)
-              text.push_back(escaped(item, 60));
-            else
-              text.push_back(fmt::format("{}", item));
-          }
+          for (const std::string& item : x) text.push_back(escaped(item, 60));
           return fmt::format("{}", fmt::join(text, ", "));
+        } else {
+          return fmt::format("{}", fmt::join(x, ", "));
         }
       },
       v);
