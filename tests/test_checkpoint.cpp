@@ -221,9 +221,10 @@ TEST_CASE("checkpoint: a strict load names every missing, unexpected and mis-sha
   const auto before = values_of(target);
   const Checkpoint c = snapshot<float>(source);
   CHECK_THROWS_WITH_AS(load_weights(c, target),
-                       "load: the model has no 'attn.wo'; 'attn.wq' is 33x33 in the file but 33x22 in the model; 'attn.wk' "
-                       "is 33x33 in the file but 33x22 in the model; 'attn.wv' is 33x33 in the file but 33x22 in the "
-                       "model; 'readout.weight' is 33x8 in the file but 22x8 in the model; nothing was loaded",
+                       "load: the model has no 'attn.wo'; 'attn.wq' is f32 33x33 in the file but f32 33x22 in the model; "
+                       "'attn.wk' is f32 33x33 in the file but f32 33x22 in the model; 'attn.wv' is f32 33x33 in the file "
+                       "but f32 33x22 in the model; 'readout.weight' is f32 33x8 in the file but f32 22x8 in the model; "
+                       "nothing was loaded",
                        FormatError);
   CHECK(values_of(target) == before);
 
@@ -234,7 +235,7 @@ TEST_CASE("checkpoint: a strict load names every missing, unexpected and mis-sha
   CHECK(report.mismatched.size() == 4);
   CHECK(target.parameter("readout.bias").value == source.parameter("readout.bias").value);
   CHECK(target.parameter("attn.wq").value == before[0]);
-  CHECK(report.str().find("loaded 1 parameters; not in the model: 'attn.wo'; skipped 'attn.wq' is 33x33 in the file") == 0);
+  CHECK(report.str().find("loaded 1 parameters; not in the model: 'attn.wo'; skipped 'attn.wq' is f32 33x33 in the file") == 0);
 
   // A double model refuses float weights by element type.
   ToyModel<double> doubles(f.config());
@@ -531,7 +532,7 @@ TEST_CASE("checkpoint: a user's own model: rebuilt from its file, and its traini
   MlpRun wider(data, {.in = 2, .hidden = 7, .out = 2, .seed = 9});
   CHECK_THROWS_WITH_AS(restore(decode_checkpoint(mid, "mid.tgck"), wider.trainer),
                        doctest::Contains("resume: model: setting 'hidden' is 6 in the file but 7 in the model; model: "
-                                         "'hidden.weight' is 2x6 in the file but 2x7 in the model"),
+                                         "'hidden.weight' is f32 2x6 in the file but f32 2x7 in the model"),
                        FormatError);
 }
 

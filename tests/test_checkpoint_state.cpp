@@ -178,7 +178,7 @@ TEST_CASE("checkpoint state: a forged or mismatched entry is refused in one line
   c = good;
   c.entries.push_back({"model.extra", Tensor(Shape::vec(2))});
   std::get<Tensor>(c.find("model.hidden.bias")->value) = Tensor(Shape::vec(3));
-  refused(c, "model: the model has no 'extra'; 'hidden.bias' is 3 in the file but 8 in the model");
+  refused(c, "model: the model has no 'extra'; 'hidden.bias' is f32 3 in the file but f32 8 in the model");
   // Several problems at once: each named, in one line (docs/checkpoints.md shows this one).
   c = good;
   std::get<Ints>(c.find("jitter")->value) = {0, 0, 0, 0};

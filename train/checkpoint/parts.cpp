@@ -58,13 +58,10 @@ LoadReport match_weights(const State& in, const std::vector<Parameter<T>*>& para
       continue;
     }
     const StateValue& v = in.value(p->name);
-    const bool tensor = v.index() <= 1, same_dtype = v.index() == (std::is_same_v<T, float> ? 0 : 1);
-    if (!tensor || (!same_dtype && !options.convert_dtype))
+    const bool same_dtype = v.index() == (std::is_same_v<T, float> ? 0 : 1);
+    if (tensor_shape(v) != p->value.shape() || (!same_dtype && !options.convert_dtype))
       report.mismatched.push_back(fmt::format("'{}' is {} in the file but {} {} in the model", escaped(p->name),
                                               describe_value(v), dtype_of<T>(), p->value.shape()));
-    else if (const Shape shape = *tensor_shape(v); shape != p->value.shape())
-      report.mismatched.push_back(
-          fmt::format("'{}' is {} in the file but {} in the model", escaped(p->name), shape, p->value.shape()));
     else {
       report.loaded.push_back(p->name);
       if (!same_dtype)
@@ -184,8 +181,7 @@ auto read_part(const Checkpoint& c, std::string_view part, Read read) {
 
 LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const LoadOptions& options,
                          std::string_view op) {
-  Checkpoint converted;  // the file's entries, with tensors converted where the options say so
-  if (options.convert_dtype) converted = c;
+  Checkpoint converted = options.convert_dtype ? c : Checkpoint{};  // with tensors converted where the options say so
   const Checkpoint& file = options.convert_dtype ? converted : c;
   const detail::StateIndex index(file);  // checked as a file is; its values may be converted below
   const std::set<std::string_view> given = check_part_names(parts, op);
