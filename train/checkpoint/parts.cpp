@@ -83,20 +83,8 @@ void load_state(Module<T>& model, const State& in) {
   match_weights(in, params, {}, true);
 }
 
-template <class T>
-void load_state(Optimizer<T>& optimizer, const State& in) {
-  // "optimizer: ...": restore names the part no more
-  optimizer.load_state(read_optimizer_state<T>(in), escaped(in.full_name("")));
-}
-
-void load_state(TrainerBase& trainer, const State& in) {
-  trainer.set_state(read_trainer_state(in), escaped(in.full_name("")));
-}
-
 template void load_state(Module<float>&, const State&);
 template void load_state(Module<double>&, const State&);
-template void load_state(Optimizer<float>&, const State&);
-template void load_state(Optimizer<double>&, const State&);
 
 void detail::check_like(const State& in, const std::function<void(State&)>& save) {
   Checkpoint own;

@@ -233,15 +233,20 @@ template <class T>
 void save_state(const Optimizer<T>& optimizer, State& out) {
   put_optimizer_state(out, optimizer.state());
 }
+// The part's name starts the messages of the object's own load ("optimizer: ..."), which restore keeps.
 template <class T>
-void load_state(Optimizer<T>& optimizer, const State& in);
+void load_state(Optimizer<T>& optimizer, const State& in) {
+  optimizer.load_state(read_optimizer_state<T>(in), escaped(in.full_name("")));
+}
 inline void save_state(const Rng& rng, State& out) { put_rng_state(out, rng.state()); }
 inline void load_state(Rng& rng, const State& in) { rng.set_state(read_rng_state(in)); }
 inline void save_state(const Sampler& sampler, State& out) { put_sampler_state(out, sampler.state()); }
 inline void load_state(Sampler& sampler, const State& in) { sampler.set_state(read_sampler_state(in)); }
 // The trainer's own state, not its model's or optimizer's.
 inline void save_state(const TrainerBase& trainer, State& out) { put_trainer_state(out, trainer.state()); }
-void load_state(TrainerBase& trainer, const State& in);
+inline void load_state(TrainerBase& trainer, const State& in) {
+  trainer.set_state(read_trainer_state(in), escaped(in.full_name("")));
+}
 // Tensors of a run's own (a moving average of the weights), saved as "<part>.0", "<part>.1", ...; loaded only
 // into as many tensors of the same shapes and element type.
 template <class T>
