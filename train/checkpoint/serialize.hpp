@@ -94,10 +94,8 @@ inline void load(InArchive& ar, Shape& s) {
   std::int32_t rank = 0;
   std::int64_t batch = 0, rows = 0, cols = 0;
   ar(rank, batch, rows, cols);
-  const Shape read{rank, batch, rows, cols};
-  if (!read.valid())
-    fail<FormatError>("a tensor has an invalid shape (rank {}, {} x {} x {})", rank, batch, rows, cols);
-  s = read;
+  s = Shape{rank, batch, rows, cols};
+  if (!s.valid()) fail<FormatError>("a tensor has an invalid shape (rank {}, {} x {} x {})", rank, batch, rows, cols);
 }
 
 // ---- reading entries -------------------------------------------------------------------------------------
