@@ -233,9 +233,8 @@ std::string describe_optimizer(const Checkpoint& c) {
 }  // namespace
 
 std::string describe_checkpoint(const Checkpoint& c) {
-  const auto p = [](std::string_view text) { return escaped(text); };
   std::string s = fmt::format("tapegrad checkpoint, format {}, written by tapegrad {}\nmodel: {}\n", kCheckpointFormat,
-                              p(c.tapegrad_version), p(c.model.describe()));
+                              escaped(c.tapegrad_version), escaped(c.model.describe()));
   const std::vector<const StateEntry*> weights = model_weights(c);
   s += fmt::format("parameters: {} tensors, {} values, crc32 {:08x}\n", weights.size(), parameter_values_held(c),
                    weights_crc32(c));
@@ -243,7 +242,7 @@ std::string describe_checkpoint(const Checkpoint& c) {
   for (const StateEntry* e : weights) non_finite += non_finite_count(e->value);
   if (non_finite)
     s += fmt::format("warning: {} parameter values are not finite; loading refuses them unless asked\n", non_finite);
-  for (const auto& [k, v] : c.metadata) s += fmt::format("metadata: {} = {}\n", p(k), p(v));
+  for (const auto& [k, v] : c.metadata) s += fmt::format("metadata: {} = {}\n", escaped(k), escaped(v));
   const std::vector<std::string> parts = c.parts();
   if (parts.empty() || (parts.size() == 1 && parts[0] == kModelPart)) s += "training state: none (weights only)\n";
   if (c.has(kOptimizerPart)) s += describe_optimizer(c);
@@ -253,8 +252,8 @@ std::string describe_checkpoint(const Checkpoint& c) {
   std::map<std::string_view, std::string> listed;
   for (const StateEntry& e : c.entries)
     listed[part_of(e.name)] +=
-        fmt::format("  {:<32} {:<14} {}\n", p(e.name), describe_value(e.value), shown_values(e.value));
-  for (const std::string& part : parts) s += fmt::format("part {}:\n{}", p(part), listed[part]);
+        fmt::format("  {:<32} {:<14} {}\n", escaped(e.name), describe_value(e.value), shown_values(e.value));
+  for (const std::string& part : parts) s += fmt::format("part {}:\n{}", escaped(part), listed[part]);
   return s;
 }
 

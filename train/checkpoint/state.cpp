@@ -336,11 +336,9 @@ TrainerState read_trainer_state(const State& in) {
       (!order.order.empty() && order.cursor > static_cast<Index>(order.order.size())))
     fail<FormatError>("the data order is at epoch {}, position {} of {}", order.epoch, order.cursor,
                       order.order.size());
-  Index previous = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    if (steps[i] < previous || steps[i] > s.step)
+    if (steps[i] < (i > 0 ? steps[i - 1] : 0) || steps[i] > s.step)
       fail<FormatError>("a curve point is at step {}, out of order or past the trainer's step {}", steps[i], s.step);
-    previous = steps[i];
     CurvePoint p{.step = steps[i], .lr = lr[i], .seconds = seconds[i], .values = {}};
     for (std::size_t c = 0; c < k; ++c) p.values.push_back({columns[c], values[i * k + c]});
     s.curve.push_back(std::move(p));
