@@ -135,8 +135,7 @@ void refuse_others(const State& in, std::initializer_list<std::string_view> know
   std::vector<std::string> others;
   for (const std::string& name : in.names()) {
     const bool ok = std::any_of(known.begin(), known.end(), [&](std::string_view k) {
-      if (k.ends_with(".*")) return name.starts_with(k.substr(0, k.size() - 1));
-      return name == k;
+      return k.ends_with(".*") ? name.starts_with(k.substr(0, k.size() - 1)) : name == k;
     });
     if (!ok) others.push_back(in.full_name(name));
   }
