@@ -28,6 +28,7 @@
 // halfway through included, every part loads back what it held, and one FormatError names every problem.
 
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <optional>
