@@ -229,7 +229,7 @@ template <class T>
 class ValueList {
  public:
   std::size_t size() const { return vars_.size(); }
-  const TensorT<T>& operator[](std::size_t k) const { return vars_[k].tape->value(vars_[k]); }
+  const TensorT<T>& operator[](std::size_t k) const { return vars_[k].value(); }
 
  private:
   friend struct detail::FunctionEngine;
