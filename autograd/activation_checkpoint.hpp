@@ -53,10 +53,17 @@ namespace detail {
 
 [[noreturn]] void refuse_recompute(const Shape& first, const Shape& again);
 
-// fn's result, checked to be a Var of the sub-tape it ran on.
+// fn run on the sub-tape of x's tape, reset for it (the last region's intermediates go: their buffers take
+// this one's) and set as that tape is, recording (backward) or values only (forward); its result checked to
+// be a Var of the sub-tape.
 template <class T, class F>
-Var<T> run_region(F& fn, Tape<T>& sub, Var<T> outer_x) {
-  const Var<T> y = fn(sub.outer_input(outer_x));
+Var<T> run_region(F& fn, Var<T> x, bool record) {
+  Tape<T>& sub = x.tape->sub_tape();
+  sub.reset();
+  sub.set_anomaly_detection(x.tape->anomaly_detection());
+  sub.set_release_grads(x.tape->release_grads());  // as the outer tape's walk does
+  sub.set_grad_enabled(record);
+  const Var<T> y = fn(sub.outer_input(x));
   if (y.tape != &sub)
     fail<UsageError>(
         "checkpoint: the function returned a Var of {}; it must compute its result from the Var it is "
@@ -86,15 +93,9 @@ struct CheckpointOp {
   Rng* rng = nullptr;
 
   void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>&) const {
-    Tape<T>& sub = ctx.tape().sub_tape();
     const Rng::State start = rng ? rng->state() : Rng::State{};
-    sub.reset();
-    sub.set_anomaly_detection(ctx.tape().anomaly_detection());
-    Var<T> y;
-    {
-      NoGradGuard values_only(sub);
-      y = run_region<T>(*fn, sub, x);
-    }
+    const Var<T> y = run_region<T>(*fn, x, false);
+    const Tape<T>& sub = *y.tape;
     // Parameters read in the region take gradients through the recomputation, whether or not x does.
     if (!sub.parameters_read().empty()) ctx.takes_grad_regardless();
     const TensorT<T>& out = y.value();
@@ -112,11 +113,6 @@ struct CheckpointOp {
 
   static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>&) {
     Saved& s = ctx.saved();
-    Tape<T>& outer = *s.input.tape;
-    Tape<T>& region = outer.sub_tape();
-    region.reset();  // the last region's intermediates go: their buffers take this one's
-    region.set_anomaly_detection(outer.anomaly_detection());
-    region.set_release_grads(outer.release_grads());  // as the outer tape's walk does
     Var<T> again;
     {
       // The random stream as the forward found it (the same dropout masks), and afterwards as it was.
@@ -125,7 +121,7 @@ struct CheckpointOp {
       const AtExit restore{[&] {
         if (s.rng) s.rng->set_state(now);
       }};
-      again = run_region<T>(*s.fn, region, s.input);
+      again = run_region<T>(*s.fn, s.input, true);
     }
     // A region that computes something else the second time (a random stream not passed as `rng`, state
     // that changed in between) would give the gradients of another function, silently.
@@ -136,7 +132,7 @@ struct CheckpointOp {
         (first.numel() > 0 &&
          std::memcmp(first.data(), second.data(), sizeof(T) * static_cast<std::size_t>(first.numel())) != 0))
       refuse_recompute(first.shape(), second.shape());
-    if (region.node_at(again.index).requires_grad) region.backward(again, ctx.grad_output());
+    if (again.tape->node_at(again.index).requires_grad) again.tape->backward(again, ctx.grad_output());
   }
 };
 
