@@ -144,8 +144,7 @@ template <class T>
 class Tape {
  public:
   Tape() = default;
-  Tape(const Tape&) = delete;  // Vars point at their tape
-  Tape& operator=(const Tape&) = delete;
+  Tape(const Tape&) = delete;  // Vars point at their tape (assignment is deleted with its atomic member)
 
   // Leaves. constant() and input() copy the value into the tape; param() reads it in place, and so does
   // constant_in_place() (a cache of keys and values, read by a forward with gradients off): that tensor
@@ -307,10 +306,9 @@ class Tape {
     // Which thread this is, as cheaply as the tape can ask on every op it records: the address of a
     // thread-local byte (initial-exec: an offset from the thread pointer, no call).
     static thread_local char marker __attribute__((tls_model("initial-exec")));
-    const void* me = &marker;
     if (used_ == 0 && claim)
-      owner_.store(me, std::memory_order_relaxed);
-    else if (used_ != 0 && owner_.load(std::memory_order_relaxed) != me)
+      owner_.store(&marker, std::memory_order_relaxed);
+    else if (used_ != 0 && owner_.load(std::memory_order_relaxed) != &marker)
       refuse_thread(op);
   }
   [[noreturn]] void refuse_commit(Node<T>& n);
