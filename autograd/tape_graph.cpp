@@ -1,6 +1,5 @@
 #include "tapegrad/autograd/tape_graph.hpp"
 
-#include <algorithm>
 #include <cstring>
 #include <iterator>
 #include <vector>
