@@ -32,7 +32,7 @@ void Tape<T>::backward(Var<T> output, const TensorT<T>& seed) {
   const detail::AtExit walked{[this] { walking_ = false; }};  // however the walk ends
   for (std::size_t i = output.index + 1; i-- > 0;) {
     Node<T>& n = at(i);
-    if (n.requires_grad) run_rule(n);  // a leaf has no rule: its gradient is complete
+    if (n.requires_grad) run_rule(n);  // its rule (a leaf has none: its gradient is complete)
   }
   grads_valid_until_ = output.index + 1;
 }
