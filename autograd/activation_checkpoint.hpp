@@ -36,7 +36,6 @@
 // With gradients off (NoGradGuard: evaluation, generation) checkpoint(x, rng, fn) is fn(x): nothing would
 // be kept for a backward pass, so there is nothing to save.
 
-#include <algorithm>
 #include <concepts>
 #include <cstring>
 #include <optional>
@@ -53,10 +52,23 @@ namespace detail {
 
 [[noreturn]] void refuse_recompute(const Shape& first, const Shape& again);
 
-// fn's result, checked to be a Var of the sub-tape it ran on.
+// fn run on the sub-tape of x's tape, reset for it (the last region's intermediates go: their buffers take
+// this one's) and set as that tape is, recording (backward) or values only (forward); its result checked to
+// be a Var of the sub-tape. Given `rng`, the stream fn draws from, it starts at `drawn_from` (where the
+// forward found it: the same dropout masks) and is put back as it was afterwards, however fn ends.
 template <class T, class F>
-Var<T> run_region(F& fn, Tape<T>& sub, Var<T> outer_x) {
-  const Var<T> y = fn(sub.outer_input(outer_x));
+Var<T> run_region(F& fn, Var<T> x, bool record, Rng* rng = nullptr, Rng::State drawn_from = {}) {
+  Tape<T>& sub = x.tape->sub_tape();
+  sub.reset();
+  sub.set_anomaly_detection(x.tape->anomaly_detection());
+  sub.set_release_grads(x.tape->release_grads());  // as the outer tape's walk does
+  sub.set_grad_enabled(record);
+  const Rng::State now = rng ? rng->state() : Rng::State{};
+  if (rng) rng->set_state(drawn_from);
+  const AtExit restore{[&] {
+    if (rng) rng->set_state(now);
+  }};
+  const Var<T> y = fn(sub.outer_input(x));
   if (y.tape != &sub)
     fail<UsageError>(
         "checkpoint: the function returned a Var of {}; it must compute its result from the Var it is "
@@ -86,20 +98,11 @@ struct CheckpointOp {
   Rng* rng = nullptr;
 
   void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>&) const {
-    Tape<T>& sub = ctx.tape().sub_tape();
     const Rng::State start = rng ? rng->state() : Rng::State{};
-    sub.reset();
-    sub.set_anomaly_detection(ctx.tape().anomaly_detection());
-    Var<T> y;
-    {
-      NoGradGuard values_only(sub);
-      y = run_region<T>(*fn, sub, x);
-    }
+    const Var<T> y = run_region<T>(*fn, x, false);
     // Parameters read in the region take gradients through the recomputation, whether or not x does.
-    if (!sub.parameters_read().empty()) ctx.takes_grad_regardless();
-    const TensorT<T>& out = y.value();
-    TensorT<T>& kept = ctx.output(out.shape());
-    std::copy(out.data(), out.data() + out.numel(), kept.data());
+    if (!y.tape->parameters_read().empty()) ctx.takes_grad_regardless();
+    ctx.output(y.shape()).array() = y.value().array();
     if (ctx.needs_grad()) {
       Saved& saved = ctx.saved();
       saved.fn.emplace(std::move(*fn));
@@ -107,26 +110,13 @@ struct CheckpointOp {
       saved.rng = rng;
       saved.rng_state = start;
     }
-    ctx.tape().note_parameters_read(sub.parameters_read());
+    ctx.tape().note_parameters_read(y.tape->parameters_read());
   }
 
   static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>&) {
     Saved& s = ctx.saved();
-    Tape<T>& outer = *s.input.tape;
-    Tape<T>& region = outer.sub_tape();
-    region.reset();  // the last region's intermediates go: their buffers take this one's
-    region.set_anomaly_detection(outer.anomaly_detection());
-    region.set_release_grads(outer.release_grads());  // as the outer tape's walk does
-    Var<T> again;
-    {
-      // The random stream as the forward found it (the same dropout masks), and afterwards as it was.
-      const Rng::State now = s.rng ? s.rng->state() : Rng::State{};
-      if (s.rng) s.rng->set_state(s.rng_state);
-      const AtExit restore{[&] {
-        if (s.rng) s.rng->set_state(now);
-      }};
-      again = run_region<T>(*s.fn, region, s.input);
-    }
+    // The random stream as the forward found it (the same dropout masks), and afterwards as it was.
+    const Var<T> again = run_region<T>(*s.fn, s.input, true, s.rng, s.rng_state);
     // A region that computes something else the second time (a random stream not passed as `rng`, state
     // that changed in between) would give the gradients of another function, silently.
     const TensorT<T>& first = ctx.output();
@@ -136,7 +126,7 @@ struct CheckpointOp {
         (first.numel() > 0 &&
          std::memcmp(first.data(), second.data(), sizeof(T) * static_cast<std::size_t>(first.numel())) != 0))
       refuse_recompute(first.shape(), second.shape());
-    if (region.node_at(again.index).requires_grad) region.backward(again, ctx.grad_output());
+    if (again.tape->node_at(again.index).requires_grad) again.tape->backward(again, ctx.grad_output());
   }
 };
 
@@ -147,8 +137,7 @@ struct CheckpointOp {
 template <class T, class F>
 requires std::invocable<F&, Var<T>> && std::same_as<std::invoke_result_t<F&, Var<T>>, Var<T>> Var<T> checkpoint(
     Var<T> x, Rng* rng, F&& fn, Where where = Where::current()) {
-  Tape<T>& t = Tape<T>::of("checkpoint", {{"x", x}});
-  if (!t.grad_enabled()) return fn(x);
+  if (!Tape<T>::of("checkpoint", {{"x", x}}).grad_enabled()) return fn(x);
   std::decay_t<F> region(std::forward<F>(fn));
   return apply(detail::CheckpointOp<T, std::decay_t<F>>{.fn = &region, .x = x, .rng = rng}, {x}, where);
 }

@@ -176,17 +176,16 @@ class InputGrad {
     // The buffer first, as the size check reads its shape (a refused size ends the backward pass anyway).
     const GradWrite<T> w = node_->take_grad();
     TensorT<T>& d = *w.tensor;
-    if constexpr (!detail::kMatrixExpression<G> && G::ColsAtCompileTime == 1) {  // a column: every element in order
-      if (g.rows() != d.numel()) detail::refuse_gradient_shape(op_, input_, g.rows(), 1, d.shape());
+    // A column array is every element in order; anything else (rows, cols) of the flat view.
+    constexpr bool column = !detail::kMatrixExpression<G> && G::ColsAtCompileTime == 1;
+    if (g.rows() != (column ? d.numel() : d.shape().flat_rows()) || g.cols() != (column ? 1 : d.cols()))
+      detail::refuse_gradient_shape(op_, input_, g.rows(), g.cols(), d.shape());
+    if constexpr (column)
       write_grad(d.array(), g, !w.accumulate);
-    } else {  // (rows, cols) of the flat view
-      if (g.rows() != d.shape().flat_rows() || g.cols() != d.cols())
-        detail::refuse_gradient_shape(op_, input_, g.rows(), g.cols(), d.shape());
-      if constexpr (detail::kMatrixExpression<G>)
-        write_grad(d.flat().noalias(), g, !w.accumulate);
-      else
-        write_grad(d.flat().array(), g, !w.accumulate);
-    }
+    else if constexpr (detail::kMatrixExpression<G>)
+      write_grad(d.flat().noalias(), g, !w.accumulate);
+    else
+      write_grad(d.flat().array(), g, !w.accumulate);
   }
 
   // The same in element ranges, split over threads when the gradient is large (`cost`: elementwise
@@ -229,7 +228,7 @@ template <class T>
 class ValueList {
  public:
   std::size_t size() const { return vars_.size(); }
-  const TensorT<T>& operator[](std::size_t k) const { return vars_[k].tape->value(vars_[k]); }
+  const TensorT<T>& operator[](std::size_t k) const { return vars_[k].value(); }
 
  private:
   friend struct detail::FunctionEngine;

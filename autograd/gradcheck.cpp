@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <tuple>
 #include <utility>
 
 #include "tapegrad/core/rng.hpp"
@@ -56,11 +55,11 @@ GradcheckReport gradcheck(const GradcheckFn& f, const std::vector<GradcheckInput
   for (std::size_t k = 0; k < params.size(); ++k)
     if (params[k] == nullptr) fail<ValueError>("gradcheck: parameter {} of {} is a null pointer", k, params.size());
   std::vector<GradcheckInput> inputs = given;  // a copy: perturbed in place
-  // The parameters' values and gradients put back as they were, however gradcheck ends.
-  std::vector<std::pair<TensorD, TensorD>> before;  // each parameter's value and gradient
-  for (auto* p : params) before.emplace_back(p->value, p->grad);
+  // The parameters (values and gradients) put back as they were, however gradcheck ends.
+  std::vector<Parameter<double>> before;
+  for (auto* p : params) before.push_back(*p);
   const detail::AtExit restore{[&] {
-    for (std::size_t k = 0; k < params.size(); ++k) std::tie(params[k]->value, params[k]->grad) = before[k];
+    for (std::size_t k = 0; k < params.size(); ++k) *params[k] = before[k];
   }};
   GradcheckReport report;
   report.options = opts;

@@ -192,24 +192,23 @@ template <class T>
 Var<T> scalar_sub(Var<T> a, double s, Where where);  // s - a
 template <class T>
 Var<T> scalar_div(Var<T> a, double s, Where where);  // s / a
-template <class T>
-using RightOf = std::type_identity_t<Operand<T>>;  // not deduced: T comes from the left operand
 }  // namespace detail
 
+// The right operand's type is not deduced (std::type_identity_t): T comes from the left operand.
 template <class T>
-Var<T> operator+(Var<T> a, detail::RightOf<T> b) {
+Var<T> operator+(Var<T> a, std::type_identity_t<detail::Operand<T>> b) {
   return b.is_number ? detail::add_scalar(a, b.number, b.where) : add(a, b.var, b.where);
 }
 template <class T>
-Var<T> operator-(Var<T> a, detail::RightOf<T> b) {
+Var<T> operator-(Var<T> a, std::type_identity_t<detail::Operand<T>> b) {
   return b.is_number ? detail::add_scalar(a, -b.number, b.where) : sub(a, b.var, b.where);
 }
 template <class T>
-Var<T> operator*(Var<T> a, detail::RightOf<T> b) {
+Var<T> operator*(Var<T> a, std::type_identity_t<detail::Operand<T>> b) {
   return b.is_number ? scale(a, b.number, b.where) : mul(a, b.var, b.where);
 }
 template <class T>
-Var<T> operator/(Var<T> a, detail::RightOf<T> b) {
+Var<T> operator/(Var<T> a, std::type_identity_t<detail::Operand<T>> b) {
   return b.is_number ? detail::div_scalar(a, b.number, b.where) : div(a, b.var, b.where);
 }
 template <class T>

@@ -23,10 +23,9 @@ std::size_t buffer_bytes(const Buffers&... buffers) {
 // A saved state's optional hook (core/hooks.hpp: declared, then exactly so): the heap bytes its buffers hold
 // (buffer_bytes of them), so Tape::bytes() counts them; without one, only sizeof(S) is counted.
 template <class S>
-concept ReportsHeapBytes = requires {
-  &S::heap_bytes;
-}
-&&hook_signature<"std::size_t heap_bytes() const", decltype(&S::heap_bytes), std::size_t (S::*)() const>();
+concept ReportsHeapBytes =
+    (requires { &S::heap_bytes; }) &&
+    hook_signature<"std::size_t heap_bytes() const", decltype(&S::heap_bytes), std::size_t (S::*)() const>();
 
 class SavedState {
  public:

@@ -32,23 +32,30 @@ void Tape<T>::backward(Var<T> output, const TensorT<T>& seed) {
   const detail::AtExit walked{[this] { walking_ = false; }};  // however the walk ends
   for (std::size_t i = output.index + 1; i-- > 0;) {
     Node<T>& n = at(i);
-    if (n.requires_grad && n.backward != nullptr) run_rule(n);  // leaves keep their gradients
+    if (n.requires_grad) run_rule(n);  // its rule (a leaf has none: its gradient is complete)
   }
-  finish_walk(output.index + 1);
+  grads_valid_until_ = output.index + 1;
 }
 
-// n's rule, with the devices around it: a node nothing reached has a zero gradient that was never filled
-// (grad_fresh) and passes nothing on; with release on, its inputs' gradients are held before the rule
-// writes them (from their last reader's rule, this one, to their own) and its own is given back after.
+// n's turn, its rule with the devices around it. A node nothing reached has a zero gradient that was never
+// filled (grad_fresh): it passes nothing on, and the buffer is filled with zeros now, as every node that
+// reads it has had its turn (unless, with release on, it goes back to the pool). With release on, the
+// inputs' gradients are held before the rule writes them (from their last reader's rule, this one, to their
+// own turn) and n's own is given back after, a leaf's kept.
 template <class T>
 void Tape<T>::run_rule(Node<T>& n) {
-  if (!n.grad_fresh) {
+  if (n.backward && !n.grad_fresh) {
     if (release_grads_)
       for (std::uint32_t k = 0; k < n.input_count; ++k) hold_grad(input_node(n, k));
     n.backward(*this, n);
     if (anomaly_detection_) check_backward_anomaly(n);
   }
-  if (release_grads_) release_grad(n);
+  if (n.backward && release_grads_) {
+    release_grad(n);
+  } else if (n.grad_fresh) {
+    if (release_grads_) hold_grad(n);
+    n.zeroed_grad();
+  }
 }
 
 // The checks, then gradients zero without being filled (the first rule to write one assigns: take_grad) and
@@ -72,8 +79,8 @@ void Tape<T>::start_walk(Var<T> output, const TensorT<T>& seed) {
         describe(out));
   walked_ = true;  // from here on gradients are written: even a walk that fails part way may not be repeated
   for (std::size_t i = 0; i <= output.index; ++i) {
-    Node<T>& n = at(i);  // grad_released is false: push() cleared it, and a recording is walked once
-    if (n.requires_grad && !n.in_place.grad) {
+    Node<T>& n = at(i);  // grad_at is set: push() set it, and a recording is walked once
+    if (n.requires_grad && n.grad_at == &n.grad) {
       if (!release_grads_) n.grad.resize(n.val().shape());
       n.grad_fresh = true;
     }
@@ -83,18 +90,6 @@ void Tape<T>::start_walk(Var<T> output, const TensorT<T>& seed) {
   // region's sub-tape is seeded with the gradient the outer tape computed for its output).
   const GradWrite<T> seeded = out.take_grad();
   seeded.add(seeded.tensor->array(), seed.array());
-}
-
-// The gradients nothing reached read as zeros.
-template <class T>
-void Tape<T>::finish_walk(std::size_t last) {
-  for (std::size_t i = 0; i < last; ++i) {
-    Node<T>& n = at(i);
-    if (!n.grad_fresh || n.grad_released) continue;
-    if (release_grads_) hold_grad(n);
-    n.zeroed_grad();
-  }
-  grads_valid_until_ = last;
 }
 
 template <class T>
@@ -112,13 +107,13 @@ TensorT<T>* Node<T>::zeroed_grad() {
 // No rule below n reads its gradient: its buffer serves the gradients still to come.
 template <class T>
 void Tape<T>::release_grad(Node<T>& n) {
-  n.grad_released = true;
+  n.grad_at = nullptr;
   if (n.grad.capacity() > 0) grad_pool_.push_back(std::move(n.grad));
 }
 
 template <class T>
 void Tape<T>::hold_grad(Node<T>& n) {
-  if (!n.requires_grad || n.in_place.grad) return;
+  if (!n.requires_grad || n.grad_at != &n.grad) return;
   const auto need = static_cast<std::size_t>(n.val().numel());
   if (n.grad.capacity() == 0 && !grad_pool_.empty()) {
     // The smallest free buffer that holds it, else the largest (it grows once; the walk is the same
@@ -138,7 +133,7 @@ void Tape<T>::hold_grad(Node<T>& n) {
 template <class T>
 std::size_t Tape<T>::grad_buffer_bytes() const {
   std::size_t elements = 0;
-  for (std::size_t i = 0; i < capacity_; ++i) elements += at(i).grad.capacity();
+  for (std::size_t i = 0; i < slots(); ++i) elements += at(i).grad.capacity();
   for (const TensorT<T>& g : grad_pool_) elements += g.capacity();
   return elements * sizeof(T);
 }
@@ -167,7 +162,7 @@ Var<T> Tape<T>::constant(const TensorT<T>& value, Where where) {
 template <class T>
 Var<T> Tape<T>::constant_in_place(const TensorT<T>& value, Where where) {
   Node<T>& n = push("constant_in_place", Shape::vec(0), where);  // the value lives where it is
-  n.in_place.value = &value;
+  n.value_at = &value;
   return commit(n);
 }
 
@@ -182,23 +177,22 @@ Var<T> Tape<T>::input(const TensorT<T>& value, Where where) {
 template <class T>
 Var<T> Tape<T>::param(Parameter<T>& p, Where where) {
   Node<T>& n = push("param", Shape::vec(0), where);  // the value lives in the parameter
-  n.in_place.value = &p.value;
+  n.value_at = &p.value;
   n.parameter = &p;
   params_read_.push_back(&p);  // keeps its capacity across reset(): no allocation in steady state
   if (grad_enabled_) {
     if (p.grad.shape() != p.value.shape()) p.zero_grad();
     n.requires_grad = true;
-    n.in_place.grad = &p.grad;
+    n.grad_at = &p.grad;
+    n.fresh_at = nullptr;  // always added to
   }
   return commit(n);
 }
 
 template <class T>
 Var<T> Tape<T>::outer_input(Var<T> outer, Where where) {
-  if (outer.tape == nullptr) fail<UsageError>("outer_input: the outer Var is empty (default-constructed)");
-  if (outer.tape == this)
+  if (&of("outer_input", {{"the outer Var", outer}}) == this)
     fail<UsageError>("outer_input: the outer Var belongs to this tape; it stands for a Var of another tape");
-  outer.tape->check(outer, "outer_input", "the outer Var");
   Node<T>& from = outer.tape->node(outer);
   const bool linked = grad_enabled_ && from.requires_grad;
   if (linked && !outer.tape->walking_)
@@ -207,11 +201,11 @@ Var<T> Tape<T>::outer_input(Var<T> outer, Where where) {
         "with gradients off here (NoGradGuard), or from within that tape's backward()",
         describe(from));
   Node<T>& n = push("outer_input", Shape::vec(0), where);  // the value lives in the outer node
-  n.in_place.value = &from.val();
+  n.value_at = &from.val();
   if (linked) {
     n.requires_grad = true;
-    n.in_place.grad = from.in_place.grad ? from.in_place.grad : &from.grad;
-    n.in_place.fresh = from.in_place.grad ? from.in_place.fresh : &from.grad_fresh;
+    n.grad_at = from.grad_at;
+    n.fresh_at = from.fresh_at;
   }
   return commit(n);
 }
@@ -225,19 +219,18 @@ Tape<T>& Tape<T>::sub_tape() {
 // ---- reading ----
 
 template <class T>
-const TensorT<T>& Tape<T>::value(Var<T> v) const {
-  check(v, "value", "the Var");
-  return at(v.index).val();
+const TensorT<T>& Tape<T>::value(Var<T> v) {
+  return of("value", {{"the Var", v}}).at(v.index).val();
 }
 
 template <class T>
-const TensorT<T>& Tape<T>::grad(Var<T> v) const {
-  check(v, "grad", "the Var");
-  if (const TensorT<T>* g = grad_at(v.index)) return *g;
-  const Node<T>& n = at(v.index);  // why it has none
+const TensorT<T>& Tape<T>::grad(Var<T> v) {
+  const Tape& tape = of("grad", {{"the Var", v}});
+  if (const TensorT<T>* g = tape.grad_at(v.index)) return *g;
+  const Node<T>& n = tape.at(v.index);  // why it has none
   if (!n.requires_grad)
     fail<UsageError>("grad: {} takes no gradient (a constant, or recorded with gradients disabled)", describe(n));
-  if (v.index >= grads_valid_until_)
+  if (v.index >= tape.grads_valid_until_)
     fail<UsageError>(
         "grad: no gradient has been computed for {} yet; call backward() on an output that "
         "depends on it",
@@ -263,8 +256,7 @@ std::span<const std::uint32_t> Tape<T>::inputs_of(std::size_t i) const {
 template <class T>
 const TensorT<T>* Tape<T>::grad_at(std::size_t i) const {
   const Node<T>& n = node_at(i);
-  if (!n.requires_grad || i >= grads_valid_until_ || n.grad_released) return nullptr;
-  return n.in_place.grad ? n.in_place.grad : &n.grad;
+  return n.requires_grad && i < grads_valid_until_ ? n.grad_at : nullptr;
 }
 
 template <class T>
@@ -305,10 +297,7 @@ void Tape<T>::make_room(const char* op) {
   if (used_ == kMaxTapeNodes)
     fail<UsageError>("{}: the tape already holds {} nodes, as many as a Var can address; reset() it between steps", op,
                      kMaxTapeNodes);
-  if (used_ == capacity_) {
-    chunks_.push_back(std::make_unique<Node<T>[]>(kChunk));
-    capacity_ += kChunk;
-  }
+  if (used_ == slots()) chunks_.push_back(std::make_unique<Node<T>[]>(kChunk));
 }
 
 template <class T>
@@ -328,19 +317,17 @@ void Tape<T>::refuse_commit(Node<T>& n) {
 template <class T>
 void Tape<T>::refuse_non_finite(Node<T>& n) {
   if (all_finite(n.val())) return;
-  const std::string what = describe(n);
-  const Shape shape = n.val().shape();
-  const bool parameter = n.parameter != nullptr;
-  drop_pending();
-  if (parameter) fail<NonFiniteError>("anomaly: {} holds a non-finite value (NaN or Inf)", what);
-  fail<NonFiniteError>("anomaly: {} produced a non-finite value (NaN or Inf) in its {} output", what, shape);
+  drop_pending();  // n keeps what it holds until the next record
+  if (n.parameter) fail<NonFiniteError>("anomaly: {} holds a non-finite value (NaN or Inf)", describe(n));
+  fail<NonFiniteError>("anomaly: {} produced a non-finite value (NaN or Inf) in its {} output", describe(n),
+                       n.val().shape());
 }
 
 template <class T>
 std::size_t Tape<T>::bytes() const {
-  std::size_t total = chunks_.capacity() * sizeof(chunks_[0]) + capacity_ * sizeof(Node<T>) +
+  std::size_t total = chunks_.capacity() * sizeof(chunks_[0]) + slots() * sizeof(Node<T>) +
                       buffer_bytes(inputs_, params_read_, unit_seed_, grad_pool_) + grad_buffer_bytes();
-  for (std::size_t i = 0; i < capacity_; ++i) {
+  for (std::size_t i = 0; i < slots(); ++i) {
     const Node<T>& n = at(i);
     total += buffer_bytes(n.value) + n.saved.heap_bytes();
   }

@@ -75,8 +75,6 @@ class ForwardContext;
 template <class T>
 class InputList;
 template <class T>
-struct InPlace;  // below with GradWrite: devices of Node
-template <class T>
 struct GradWrite;
 namespace detail {
 struct FunctionEngine;
@@ -92,14 +90,8 @@ struct Var {
   std::uint64_t index : 24 = 0;
   std::uint64_t generation : 40 = 0;
 
-  const TensorT<T>& value() const {  // the recorded value
-    if (!tape) fail<UsageError>("value: the Var is empty (default-constructed)");
-    return tape->value(*this);
-  }
-  const TensorT<T>& grad() const {  // d loss / d value, after backward()
-    if (!tape) fail<UsageError>("grad: the Var is empty (default-constructed)");
-    return tape->grad(*this);
-  }
+  const TensorT<T>& value() const { return Tape<T>::value(*this); }  // the recorded value
+  const TensorT<T>& grad() const { return Tape<T>::grad(*this); }    // d loss / d value, after backward()
   const Shape& shape() const { return value().shape(); }
 };
 
@@ -119,43 +111,40 @@ struct Node {
   bool requires_grad = false;               // some input takes a gradient, and gradients were on: backward runs
   const Parameter<T>* parameter = nullptr;  // the parameter this leaf stands for (Tape::param)
 
-  const TensorT<T>& val() const { return in_place.value ? *in_place.value : value; }
+  const TensorT<T>& val() const { return *value_at; }
 
   // ---- devices (skip on a first reading) ----
-  InPlace<T> in_place;  // a leaf read in place
   // True from the start of a backward pass until the first rule writes `grad`: the gradient is zero
   // without the buffer having been filled with zeros.
   bool grad_fresh = false;
-  // Its gradient went back to the tape's pool once the walk passed it (Tape::set_release_grads).
-  bool grad_released = false;
+  // Where its value and its gradient live: its own `value`, `grad` and `grad_fresh`, or, for a leaf that reads
+  // its value where it lives instead of holding a copy (a parameter's value, a cache of keys and values,
+  // another tape's node), there, with the gradient written there too (Parameter::grad, the other node's). A
+  // parameter's gradient has no `fresh` (nullptr): it is always added to; another tape's node's has that node's,
+  // so the first write of that tape's backward pass assigns, as it would there. grad_at is nullptr once the
+  // gradient went back to the tape's pool, the walk having passed the node (Tape::set_release_grads).
+  const TensorT<T>* value_at = &value;
+  TensorT<T>* grad_at = &grad;
+  bool* fresh_at = &grad_fresh;
 
   // The one way a gradient is written (the Function API's InputGrad and the tape's walk call it): where, and
   // whether it may assign because nothing has been written this pass (see GradWrite).
   GradWrite<T> take_grad() {
     if (!requires_grad) return {};
-    bool* fresh = in_place.grad ? in_place.fresh : &grad_fresh;
-    const bool first = fresh && *fresh;
-    if (fresh) *fresh = false;
-    return {in_place.grad ? in_place.grad : &grad, !first};
+    const bool first = fresh_at && *fresh_at;
+    if (fresh_at) *fresh_at = false;
+    return {grad_at, !first};
   }
   // The gradient with zeros where nothing has been written this pass, for a rule that adds into part of it
   // (a scatter); nullptr if no gradient is needed.
   TensorT<T>* zeroed_grad();
 };
 
-// One argument of an op, named for error messages: {"a", a}.
-template <class T>
-struct NamedVar {
-  const char* name;
-  Var<T> var;
-};
-
 template <class T>
 class Tape {
  public:
   Tape() = default;
-  Tape(const Tape&) = delete;  // Vars point at their tape
-  Tape& operator=(const Tape&) = delete;
+  Tape(const Tape&) = delete;  // Vars point at their tape (assignment is deleted with its atomic member)
 
   // Leaves. constant() and input() copy the value into the tape; param() reads it in place, and so does
   // constant_in_place() (a cache of keys and values, read by a forward with gradients off): that tensor
@@ -187,8 +176,9 @@ class Tape {
   void backward(Var<T> loss);
   void backward(Var<T> output, const TensorT<T>& seed);
 
-  const TensorT<T>& value(Var<T> v) const;
-  const TensorT<T>& grad(Var<T> v) const;
+  // v's value and gradient (v.value(), v.grad()): UsageError if v is empty or stale.
+  static const TensorT<T>& value(Var<T> v);
+  static const TensorT<T>& grad(Var<T> v);
 
   // Forgets every node (Vars recorded so far become invalid); keeps all buffers.
   void reset();
@@ -255,14 +245,13 @@ class Tape {
   // training loop checks against its model's list (check_registered in layers/module.hpp).
   std::span<const Parameter<T>* const> parameters_read() const { return params_read_; }
 
-  // Validates the Var arguments of `op` (same tape, not stale) and returns their tape: what a layer's
-  // forward calls first, to name its own arguments in errors.
-  static Tape& of(const char* op, std::initializer_list<NamedVar<T>> args) {  // inline, as check: every layer calls it
-    const NamedVar<T>& first = *args.begin();
-    if (first.var.tape == nullptr) refuse(nullptr, first.var, op, first.name, -1);
-    Tape<T>& tape = *first.var.tape;
-    for (const auto& a : args) tape.check(a.var, op, a.name);
-    return tape;
+  // Validates the Var arguments of `op` (same tape, not stale), each with its name for errors ({"x", x}), and
+  // returns their tape: what a layer's forward calls first, to name its own arguments in errors.
+  static Tape& of(const char* op, std::initializer_list<std::pair<const char*, Var<T>>> args) {  // inline, as check
+    const auto& [first_name, first] = *args.begin();
+    if (first.tape == nullptr) refuse(nullptr, first, op, first_name, -1);
+    for (const auto& [name, var] : args) first.tape->check(var, op, name);
+    return *first.tape;
   }
   // Throws UsageError unless v is a live Var of this tape; names it "{arg}" or "{arg} {position}".
   void check(Var<T> v, const char* op, const char* arg, Index position = -1) const {
@@ -303,9 +292,8 @@ class Tape {
   Node<T>& node(Var<T> v) { return at(v.index); }
   Node<T>& input_node(const Node<T>& n, std::uint32_t k) { return at(inputs_[n.first_input + k]); }  // its k-th input
 
-  // The walk's parts (backward): checks and seeding, and what nothing reached.
+  // The walk's parts (backward): checks and seeding, and a node's turn.
   void start_walk(Var<T> output, const TensorT<T>& seed);
-  void finish_walk(std::size_t last);
   void run_rule(Node<T>& n);
   void release_grad(Node<T>& n);
 
@@ -318,10 +306,9 @@ class Tape {
     // Which thread this is, as cheaply as the tape can ask on every op it records: the address of a
     // thread-local byte (initial-exec: an offset from the thread pointer, no call).
     static thread_local char marker __attribute__((tls_model("initial-exec")));
-    const void* me = &marker;
     if (used_ == 0 && claim)
-      owner_.store(me, std::memory_order_relaxed);
-    else if (used_ != 0 && owner_.load(std::memory_order_relaxed) != me)
+      owner_.store(&marker, std::memory_order_relaxed);
+    else if (used_ != 0 && owner_.load(std::memory_order_relaxed) != &marker)
       refuse_thread(op);
   }
   [[noreturn]] void refuse_commit(Node<T>& n);
@@ -339,8 +326,8 @@ class Tape {
   Node<T>& at(std::size_t i) { return chunks_[i >> kChunkBits][i & (kChunk - 1)]; }
   const Node<T>& at(std::size_t i) const { return chunks_[i >> kChunkBits][i & (kChunk - 1)]; }
   std::vector<std::unique_ptr<Node<T>[]>> chunks_;
-  std::size_t capacity_ = 0;           // chunks_.size() * kChunk
-  std::vector<std::uint32_t> inputs_;  // input indices of every live node, back to back
+  std::size_t slots() const { return chunks_.size() * kChunk; }  // node slots made so far
+  std::vector<std::uint32_t> inputs_;                            // input indices of every live node, back to back
   std::size_t used_ = 0;
   Node<T>* pending_node_ = nullptr;               // node used_ - 1, recorded but not committed (or nullptr) ...
   bool forward_open_ = false;                     // ... and its op's forward is running: nothing else records
@@ -358,10 +345,10 @@ class Tape {
   std::unique_ptr<Tape> sub_;          // sub_tape(), made on first use
 };
 
-// ---- devices (skip on a first reading): how a backward rule writes a gradient buffer, and where a leaf read
-// in place keeps its value and its gradient. A gradient starts each backward pass as zero without its buffer
-// being filled (a pass of zeros over every tensor saved): its first write assigns, later ones add. Op authors
-// see this through InputGrad (autograd/function.hpp), which takes care of it.
+// ---- devices (skip on a first reading): how a backward rule writes a gradient buffer. A gradient starts each
+// backward pass as zero without its buffer being filled (a pass of zeros over every tensor saved): its first
+// write assigns, later ones add. Op authors see this through InputGrad (autograd/function.hpp), which takes
+// care of it.
 
 // dst = src when `assign`, dst += src otherwise: a gradient's first write of a backward pass assigns (see
 // GradWrite below).
@@ -372,18 +359,6 @@ void write_grad(Dst&& dst, const Src& src, bool assign) {
   else
     dst += src;
 }
-
-// A leaf that reads its value where it lives instead of holding a copy (a parameter's value, a cache of
-// keys and values, another tape's node) and writes its gradient there (Parameter::grad, the other node's).
-template <class T>
-struct InPlace {
-  const TensorT<T>* value = nullptr;
-  TensorT<T>* grad = nullptr;
-  // When the gradient is another tape's node's, which may not have been written yet in that tape's backward
-  // pass: that node's `fresh`, so the first write assigns as it would there. nullptr for a parameter's
-  // gradient, which is always added to.
-  bool* fresh = nullptr;
-};
 
 namespace detail {
 [[noreturn]] void refuse_piece(const char* op, const char* input, Index rows, Index cols, Index piece_rows,
@@ -419,7 +394,7 @@ struct GradWrite {
 template <class T>
 inline Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
   check_thread(op, true);  // first: another thread's op must not touch anything
-  if (pending_node_ || used_ == capacity_ || used_ == kMaxTapeNodes) make_room(op);
+  if (pending_node_ || used_ == slots() || used_ == kMaxTapeNodes) make_room(op);
   Node<T>& n = at(used_);
   n.value.resize(shape);  // may throw (a huge shape): before the node counts
   ++used_;
@@ -431,9 +406,10 @@ inline Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
   n.first_input = static_cast<std::uint32_t>(inputs_.size());
   n.input_count = 0;
   n.parameter = nullptr;
-  n.in_place = {};
+  n.value_at = &n.value;
+  n.grad_at = &n.grad;
+  n.fresh_at = &n.grad_fresh;
   n.grad_fresh = false;
-  n.grad_released = false;
   n.saved.new_recording();
   return n;
 }
@@ -456,8 +432,7 @@ class NoGradGuard {
  public:
   explicit NoGradGuard(Tape<T>& tape) : tape_(tape), previous_(tape.grad_enabled()) { tape.set_grad_enabled(false); }
   ~NoGradGuard() { tape_.set_grad_enabled(previous_); }
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
+  NoGradGuard(const NoGradGuard&) = delete;  // one guard restores the tape once (and a reference does not assign)
 
  private:
   Tape<T>& tape_;

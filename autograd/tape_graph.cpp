@@ -1,6 +1,5 @@
 #include "tapegrad/autograd/tape_graph.hpp"
 
-#include <algorithm>
 #include <cstring>
 #include <iterator>
 #include <vector>
@@ -37,6 +36,17 @@ std::string_view style_of(const Node<T>& n) {
   if (n.input_count == 0 && std::strcmp(n.op, "constant") == 0)
     return R"(shape=box, style="filled,dashed", fillcolor="#eeeeee", color="#777777")";
   return n.requires_grad ? R"(shape=box, style=rounded)" : R"(shape=box, style="rounded,dashed", color="#777777")";
+}
+
+// DOT text drawn by options.program, refused as `op` when it writes no SVG.
+std::string draw_svg(std::string_view dot, const DotOptions& options, std::string_view op) {
+  const std::vector<std::string> argv = {options.program, "-Tsvg"};
+  std::string svg =
+      run_filter(argv, dot, {.op = op, .timeout_seconds = options.timeout_seconds, .install_hint = kGraphvizHint});
+  if (svg.find("<svg") == std::string::npos)
+    fail<ProcessError>("{}: '{}' exited with status 0 but wrote no SVG ({} bytes, no <svg> element)", op,
+                       escaped(options.program), svg.size());
+  return svg;
 }
 
 }  // namespace
@@ -98,20 +108,6 @@ std::string tape_dot(const Tape<T>& tape, const TapeGraphOptions& options) {
   fmt::format_to(put, "}}\n");
   return fmt::to_string(out);
 }
-
-namespace {
-
-std::string draw_svg(std::string_view dot, const DotOptions& options, std::string_view op) {
-  const std::vector<std::string> argv = {options.program, "-Tsvg"};
-  std::string svg =
-      run_filter(argv, dot, {.op = op, .timeout_seconds = options.timeout_seconds, .install_hint = kGraphvizHint});
-  if (svg.find("<svg") == std::string::npos)
-    fail<ProcessError>("{}: '{}' exited with status 0 but wrote no SVG ({} bytes, no <svg> element)", op,
-                       escaped(options.program), svg.size());
-  return svg;
-}
-
-}  // namespace
 
 bool dot_available(const DotOptions& options) { return program_on_path(options.program); }
 
