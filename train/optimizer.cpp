@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "tapegrad/core/escape.hpp"
-#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 
