@@ -159,7 +159,9 @@ TEST_CASE("data: the sampler visits every example once per epoch and resumes exa
   CHECK(replay == expected);
   Sampler wrong(11, 4, 1);
   CHECK_THROWS_WITH_AS(wrong.set_state(saved),
-                       "sampler: the saved data order covers 10 examples at position 10 but this dataset has 11", ValueError);
+                       "sampler: the saved data order (stored, of 10 examples) is at epoch 1 position 10 but this "
+                       "dataset has 11 examples",
+                       ValueError);
 }
 
 namespace {

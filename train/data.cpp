@@ -113,13 +113,10 @@ Sampler::State Sampler::state() const {
 
 void Sampler::check_state(const State& s) const {
   const bool computed = s.order.empty();
-  if (computed && (s.cursor < 0 || s.cursor > n_ || s.epoch < 0))
-    fail<ValueError>(
-        "sampler: the saved data order (computed) is at epoch {} position {} but this dataset has {} examples", s.epoch,
-        s.cursor, n_);
-  if (!computed && (static_cast<Index>(s.order.size()) != n_ || s.cursor < 0 || s.cursor > n_ || s.epoch < 0))
-    fail<ValueError>("sampler: the saved data order covers {} examples at position {} but this dataset has {}",
-                     s.order.size(), s.cursor, n_);
+  if ((!computed && static_cast<Index>(s.order.size()) != n_) || s.cursor < 0 || s.cursor > n_ || s.epoch < 0)
+    fail<ValueError>("sampler: the saved data order ({}) is at epoch {} position {} but this dataset has {} examples",
+                     computed ? "computed" : fmt::format("stored, of {} examples", s.order.size()), s.epoch, s.cursor,
+                     n_);
   if (s.examples != 0 && s.examples != n_)
     fail<ValueError>("sampler: the saved data order ({}) is of {} examples but this dataset has {}",
                      computed ? "computed" : "stored", s.examples, n_);

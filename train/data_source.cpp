@@ -100,14 +100,7 @@ Index consecutive_windows(Index n, Index context) { return n > 0 ? (n - 1) / con
 
 TokenWindows::TokenWindows(Kind kind, File file, Index context, Index stride, Index count,
                            std::vector<std::int32_t> map)
-    : kind_(kind),
-      file_(std::move(file)),
-      name_(file_->path().string()),
-      context_(context),
-      stride_(stride),
-      count_(count),
-      population_(count),
-      map_(std::move(map)) {
+    : kind_(kind), file_(std::move(file)), context_(context), stride_(stride), count_(count), map_(std::move(map)) {
   if (context_ < 1) fail<ValueError>("{}: windows of a context of {}; give 1 or more", file_->op(), context_);
   if (file_->size() < context_ + 1)
     fail<FormatError>("{}: '{}' holds {} ids, fewer than one window of {} (a context of {} and the id after it)",
@@ -138,7 +131,6 @@ TokenWindows TokenWindows::sample(File file, Index context, Index count, std::ui
   if (count < 1) fail<ValueError>("{}: a sample of {} windows; give 1 or more", file->op(), count);
   if (count >= all) return consecutive(std::move(file), context, 1, std::move(map));
   TokenWindows w(Kind::sample, std::move(file), context, context, count, std::move(map));
-  w.population_ = all;
   w.seed_ = seed;
   w.sampler_.emplace(all, 1, seed);
   return w;
@@ -146,7 +138,7 @@ TokenWindows TokenWindows::sample(File file, Index context, Index count, std::ui
 
 Index TokenWindows::start(Index k) const {
   if (k < 0 || k >= count_)
-    fail<ValueError>("fill: window {} is outside '{}' of {} windows", k, escaped(name_), count_);
+    fail<ValueError>("fill: window {} is outside '{}' of {} windows", k, escaped(file_->path()), count_);
   return sampler_ ? sampler_->at(k) * context_ : k * stride_;
 }
 
@@ -174,7 +166,7 @@ void TokenWindows::fill(std::span<const Index> indices, SequenceBatch& out) cons
 std::uint32_t TokenWindows::fingerprint() const {
   Crc32 crc;
   crc.add_le(static_cast<std::uint8_t>(kind_));
-  for (Index v : {context_, stride_, count_, population_}) crc.add_le(static_cast<std::uint64_t>(v));
+  for (Index v : {context_, stride_, count_, population()}) crc.add_le(static_cast<std::uint64_t>(v));
   crc.add_le(seed_);
   crc.add_le(file_->fingerprint());
   crc.add_le(static_cast<std::uint64_t>(map_.size()));

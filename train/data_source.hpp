@@ -81,6 +81,9 @@ class SequenceSource final : public DataSource<SequenceBatch> {
 
 // ---- windows of a token file ------------------------------------------------------------------------
 
+// Consecutive windows of T + 1 ids, advancing by T, in a file of `n` ids: floor((n - 1) / T).
+Index consecutive_windows(Index n, Index context);
+
 // Windows of T + 1 consecutive ids of a token file (train/data_tokens.hpp) as SequenceBatch examples: the
 // window at s gives tokens = ids [s, s + T) and labels = ids [s + 1, s + T + 1), no padding. Each is read
 // from the file as a batch is filled, so memory does not grow with the file. Which windows:
@@ -97,6 +100,7 @@ class SequenceSource final : public DataSource<SequenceBatch> {
 // byte-level file read by a model of the bytes it saw, say. Reading an id without one is a FormatError
 // naming the file and the position (TokenFile::verify(map) finds every such id before a run starts).
 // The file is shared: any number of windows may read it.
+
 class TokenWindows final : public DataSource<SequenceBatch> {
  public:
   using File = std::shared_ptr<const TokenFile>;
@@ -105,7 +109,7 @@ class TokenWindows final : public DataSource<SequenceBatch> {
   static TokenWindows sample(File file, Index context, Index count, std::uint64_t seed,
                              std::vector<std::int32_t> map = {});
 
-  std::string_view name() const override { return name_; }
+  std::string_view name() const override { return file_->path().native(); }
   Index size() const override { return count_; }
   void fill(std::span<const Index> indices, SequenceBatch& out) const override;
   // The CRC-32 of which windows these are (kind, T, stride, count; a sample's seed) and of the map, and
@@ -120,7 +124,8 @@ class TokenWindows final : public DataSource<SequenceBatch> {
   // Between consecutive starts (a sample's: between the windows it samples from).
   Index stride() const { return stride_; }
   Index predicted() const { return count_ * context_; }  // ids whose loss a pass over every window averages
-  Index population() const { return population_; }       // the windows a sample was drawn from (size() otherwise)
+  // The windows a sample was drawn from (size() otherwise).
+  Index population() const { return sampler_ ? consecutive_windows(file_->size(), context_) : count_; }
   bool sampled() const { return sampler_.has_value(); }
   const TokenFile& file() const { return *file_; }
   const std::vector<std::int32_t>& map() const { return map_; }
@@ -131,16 +136,12 @@ class TokenWindows final : public DataSource<SequenceBatch> {
 
   Kind kind_;
   File file_;
-  std::string name_;
-  Index context_, stride_, count_, population_;
+  Index context_, stride_, count_;
   std::vector<std::int32_t> map_;
   std::optional<Sampler> sampler_;  // a sample's order of the consecutive windows
   std::uint64_t seed_ = 0;
   mutable std::vector<std::int32_t> ids_;  // one window's T + 1 ids, as read
 };
-
-// Consecutive windows of T + 1 ids, advancing by T, in a file of `n` ids: floor((n - 1) / T).
-Index consecutive_windows(Index n, Index context);
 
 // ---- dense tensors ----------------------------------------------------------------------------------
 

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <utility>
 
-#include "tapegrad/core/crc32.hpp"
 #include "tapegrad/core/descriptor.hpp"
 #include "tapegrad/core/error.hpp"
 #include "tapegrad/core/file_io.hpp"

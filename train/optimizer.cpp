@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "tapegrad/core/escape.hpp"
-#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 
@@ -120,20 +119,16 @@ void Optimizer<T>::check_state(const OptimizerState<T>& s, std::string_view op) 
   for (const Parameter<T>* p : params_) {
     const auto found = s.per_param.find(p->name);
     if (found == s.per_param.end()) continue;
-    bool has_known = false;
-    for (const auto& [buffer, tensor] : found->second) {
-      if (!known.contains(buffer)) {
+    for (const auto& [buffer, tensor] : found->second)
+      if (!known.contains(buffer))
         unknown_buffers.push_back(fmt::format("'{}' {}", p->name, buffer));
-        continue;
-      }
-      has_known = true;
-      if (tensor.shape() != p->value.shape())
+      else if (tensor.shape() != p->value.shape())
         shapes.push_back(fmt::format("'{}' {} is {} in the state but {} in the model", p->name, buffer, tensor.shape(),
                                      p->value.shape()));
-    }
     // A parameter has all its buffers (it has been stepped) or none.
+    const auto has = [&](const std::string& buffer) { return found->second.contains(buffer); };
     for (const auto& buffer : buffer_names_)
-      if (has_known && !found->second.contains(buffer))
+      if (std::any_of(buffer_names_.begin(), buffer_names_.end(), has) && !has(buffer))
         missing_buffers.push_back(fmt::format("'{}' {}", p->name, buffer));
   }
   if (!unknown_buffers.empty())
@@ -196,27 +191,20 @@ void SGD<T>::update(const SgdOptions& o, std::int64_t, ParamSlice<T> s) const {
 // Adam, AdamW
 
 namespace {
-constexpr std::string_view kDecayOn = "decay_on";
+// Options that decay the matrices only, whose fields() list decay_on: what settings that hold it are read as.
+struct MatricesOptions : AdamOptions {
+  MatricesOptions() { decay_on = DecayOn::matrices; }
+};
 
-// AdamOptions from settings: the options' own fields, and which parameters decay: "decay_on = matrices", or
-// all when the setting is absent (as in every state saved before it existed).
+// AdamOptions from settings: decay on the matrices with "decay_on = matrices", on all parameters when the
+// setting is absent (as in every state saved before it existed).
 AdamOptions adam_options(const Settings& h, std::string_view op) {
-  Settings rest;
-  DecayOn on = DecayOn::all;
-  int seen = 0;
-  for (const Setting& s : h) {
-    if (s.name != kDecayOn) {
-      rest.push_back(s);
-      continue;
-    }
-    if (++seen > 1) fail<NameError>("{}: decay_on is given twice", op);
-    if (!parse_enum(s.value, on) || on == DecayOn::all)
-      fail<ValueError>("{}: decay_on is '{}', which is not matrices (decay on all parameters is saved as no setting)",
-                       op, escaped(s.value));
-  }
-  AdamOptions options = from_settings<AdamOptions>(rest, op);
-  options.decay_on = on;
-  return options;
+  const std::string* on = find_setting(h, "decay_on");
+  if (!on) return from_settings<AdamOptions>(h, op);
+  if (*on != to_string(DecayOn::matrices))
+    fail<ValueError>("{}: decay_on is '{}', which is not matrices (decay on all parameters is saved as no setting)", op,
+                     escaped(*on));
+  return from_settings<MatricesOptions>(h, op);
 }
 }  // namespace
 
@@ -225,13 +213,6 @@ Adam<T>::Adam(std::vector<Parameter<T>*> params, AdamOptions options, OptimizerK
     : OptimizerWith<T, AdamOptions>(std::move(params), options, std::string(to_string(kind)),
                                     {"exp_avg", "exp_avg_sq"}),
       decoupled_decay_(kind == OptimizerKind::adamw) {}
-
-template <class T>
-Settings Adam<T>::hyperparameters() const {
-  Settings h = OptimizerWith<T, AdamOptions>::hyperparameters();
-  if (decay_on() != DecayOn::all) h.push_back({std::string(kDecayOn), to_text(decay_on())});
-  return h;
-}
 
 template <class T>
 AdamOptions Adam<T>::options_from(const Settings& h, std::string_view op) const {
@@ -291,7 +272,7 @@ Settings default_hyperparameters(OptimizerKind kind) {
 // Gradient clipping
 
 template <class T>
-double clip_grad_norm(std::span<Parameter<T>* const> params, double max_norm) {
+double clip_grad_norm(const std::vector<Parameter<T>*>& params, double max_norm) {
   if (!(std::isfinite(max_norm) && max_norm >= 0))
     fail<ValueError>("clip_grad_norm: max_norm must be finite and >= 0, got {}", max_norm);
   double sum_of_squares = 0;  // in double, whatever T is
@@ -319,7 +300,7 @@ template std::unique_ptr<Optimizer<float>> make_optimizer(OptimizerKind, std::ve
                                                           const Settings&);
 template std::unique_ptr<Optimizer<double>> make_optimizer(OptimizerKind, std::vector<Parameter<double>*>,
                                                            const Settings&);
-template double clip_grad_norm<float>(std::span<Parameter<float>* const>, double);
-template double clip_grad_norm<double>(std::span<Parameter<double>* const>, double);
+template double clip_grad_norm<float>(const std::vector<Parameter<float>*>&, double);
+template double clip_grad_norm<double>(const std::vector<Parameter<double>*>&, double);
 
 }  // namespace tapegrad

@@ -24,7 +24,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -94,10 +93,11 @@ struct AdamOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0;
-  // Which parameters the decay applies to. Not among fields(): a state saves it, as "decay_on = matrices",
-  // only when it is not `all`, so that one that decays every parameter saves, prints and loads exactly
-  // what it did before the choice existed; a state and an optimizer that differ in it are refused by
-  // load_state (the name is missing on one side).
+  // Which parameters the decay applies to. A field only when it is not `all`: a state saves it, as
+  // "decay_on = matrices", only then, so that one that decays every parameter saves, prints and loads
+  // exactly what it did before the choice existed; a state and an optimizer that differ in it are refused
+  // by load_state (the name is missing on one side). Settings are read into options by make_optimizer's
+  // reader, which takes "decay_on" apart from the other fields (from_settings alone would not know it).
   DecayOn decay_on = DecayOn::all;
 
   template <class S, class F>
@@ -108,6 +108,7 @@ struct AdamOptions {
     field("eps", s.eps, "added to the denominator", at_least(0));
     field("weight_decay", s.weight_decay, "Adam: L2 penalty added to the gradient; AdamW: decoupled decay",
           at_least(0));
+    if (s.decay_on != DecayOn::all) field("decay_on", s.decay_on, "which parameters decay: matrices");
   }
 };
 
@@ -328,15 +329,14 @@ class SGD final : public OptimizerWith<T, SgdOptions> {
 };
 
 // torch.optim.Adam: weight decay is added to the gradient (L2 regularisation). Buffers: "exp_avg",
-// "exp_avg_sq". Hyperparameters: AdamOptions' fields, and "decay_on = matrices" when options().decay_on is
-// matrices.
+// "exp_avg_sq". Hyperparameters: AdamOptions' fields ("decay_on = matrices" when options().decay_on is
+// matrices).
 template <class T>
 class Adam : public OptimizerWith<T, AdamOptions> {
  public:
   explicit Adam(std::vector<Parameter<T>*> params, AdamOptions options = {})
       : Adam(std::move(params), options, OptimizerKind::adam) {}
   DecayOn decay_on() const { return this->options_.decay_on; }
-  Settings hyperparameters() const override;
 
  protected:
   Adam(std::vector<Parameter<T>*> params, AdamOptions options, OptimizerKind kind);
@@ -369,14 +369,9 @@ Settings default_hyperparameters(OptimizerKind kind);
 // max_norm / (norm + 1e-6) < 1 every grad is scaled by that factor. Returns the norm before clipping.
 // A non-finite norm is returned with the grads untouched, for the caller to report.
 // Throws ValueError for a null parameter or a max_norm that is negative or not finite.
+// A vector, as Optimizer::params() gives them: clip_grad_norm(opt.params(), 1.0).
 template <class T>
-double clip_grad_norm(std::span<Parameter<T>* const> params, double max_norm);
-
-// The same for a vector (a span's element type cannot be deduced from one): clip_grad_norm(opt.params(), 1.0).
-template <class T>
-double clip_grad_norm(const std::vector<Parameter<T>*>& params, double max_norm) {
-  return clip_grad_norm(std::span<Parameter<T>* const>(params), max_norm);
-}
+double clip_grad_norm(const std::vector<Parameter<T>*>& params, double max_norm);
 
 extern template class Optimizer<float>;
 extern template class Optimizer<double>;
@@ -386,7 +381,7 @@ extern template class Adam<float>;
 extern template class Adam<double>;
 extern template class AdamW<float>;
 extern template class AdamW<double>;
-extern template double clip_grad_norm<float>(std::span<Parameter<float>* const>, double);
-extern template double clip_grad_norm<double>(std::span<Parameter<double>* const>, double);
+extern template double clip_grad_norm<float>(const std::vector<Parameter<float>*>&, double);
+extern template double clip_grad_norm<double>(const std::vector<Parameter<double>*>&, double);
 
 }  // namespace tapegrad

@@ -1,11 +1,5 @@
 #include "tapegrad/train/trainer.hpp"
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <limits>
-
-#include "tapegrad/autograd/ops.hpp"
 #include "tapegrad/train/data_parallel.hpp"
 
 namespace tapegrad {

@@ -171,7 +171,6 @@ class TrainerBase {
   // the model's random stream.
   void set_reducer(std::unique_ptr<StepReducer> reducer);
   StepReducer& reducer() { return *reducer_; }
-  const StepReducer& reducer() const { return *reducer_; }
   // Data-parallel training as this rank of `collective`, which must outlive the trainer (nullptr: back to
   // one process): set_reducer(reducer_for(*collective, options)) (train/data_parallel.hpp).
   void set_collective(Collective* collective, DataParallelOptions options = {});
