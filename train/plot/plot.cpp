@@ -394,6 +394,7 @@ struct ChartLayout {
   Axis x, y;
   double left = 0, top = 0, plot_w = 480, plot_h = 300;
   double legend_x = 0, width = 0, height = 0;
+  std::vector<std::string> legend;  // the series' names as the legend shows them
 
   // Where (x, y) is drawn in the plot area inset by `inset`. Points far outside a fixed y range are
   // pulled in to 1e5 px, so their coordinates stay short.
@@ -418,10 +419,6 @@ void check_chart(const LineChart& chart, std::string_view op) {
   }
 }
 
-std::string legend_name(const LineChart& chart, std::size_t i) {
-  return chart.series[i].name.empty() ? fmt::format("series {}", i + 1) : chart.series[i].name;
-}
-
 ChartLayout chart_layout(const LineChart& chart) {
   constexpr double inf = std::numeric_limits<double>::infinity();
   double x_lo = inf, x_hi = -inf, y_lo = inf, y_hi = -inf;
@@ -438,9 +435,9 @@ ChartLayout chart_layout(const LineChart& chart) {
   l.y = make_axis(y_lo, y_hi, chart.y_min, chart.y_max, chart.log_y);
   l.left = kPad + (chart.y_label.empty() ? 0 : kFont + 10) + widest(l.y.labels, kFont) + 8;
   l.top = kPad + (chart.title.empty() ? 0 : kTitleFont + 14) + 6;  // room for the top tick's label
-  double legend_w = 0;
-  for (std::size_t i = 0; i < chart.series.size(); ++i)
-    legend_w = std::max(legend_w, 30 + text_width(legend_name(chart, i), kFont));
+  for (std::size_t i = 0; i < chart.series.size(); ++i)            // "series <n>" for a series without a name
+    l.legend.push_back(chart.series[i].name.empty() ? fmt::format("series {}", i + 1) : chart.series[i].name);
+  const double legend_w = l.legend.empty() ? 0 : 30 + widest(l.legend, kFont);
   l.legend_x = l.left + l.plot_w + 20;
   // The last x tick label is centred on the right edge of the plot.
   const double x_overhang = l.x.labels.empty() ? 0 : text_width(l.x.labels.back(), kFont) / 2;
@@ -515,7 +512,7 @@ void chart_legend(std::string& out, const LineChart& chart, const ChartLayout& l
     else
       put(out, "<line x1=\"{0}\" y1=\"{2}\" x2=\"{1}\" y2=\"{2}\" {3} stroke-width=\"2\"/>\n", px(l.legend_x),
           px(l.legend_x + 22), px(y), series_style(s));
-    text(out, l.legend_x + 28, y + 0.35 * kFont, legend_name(chart, s));
+    text(out, l.legend_x + 28, y + 0.35 * kFont, l.legend[s]);
   }
 }
 
