@@ -105,13 +105,10 @@ bool remove_regular_at(const Place& place) {
 // Removes write_file's temporary files (".<name>.tmp-<pid>") from the open folder `folder`, regular files
 // only, never following a link.
 void remove_stale_temporaries_at(int folder) {
-  const int listing = ::fcntl(folder, F_DUPFD_CLOEXEC, 0);  // closedir closes it; `folder` stays open
-  if (listing < 0) return;
-  DIR* d = ::fdopendir(listing);
-  if (!d) {
-    ::close(listing);
-    return;
-  }
+  detail::Descriptor listing(::fcntl(folder, F_DUPFD_CLOEXEC, 0));  // `folder` stays open
+  DIR* d = listing.open() ? ::fdopendir(listing.get()) : nullptr;
+  if (!d) return;
+  listing.release();  // closedir closes it
   std::vector<std::string> stale;
   while (const dirent* e = ::readdir(d))
     if (is_temporary_name(e->d_name) && kind_at(folder, e->d_name) == kRegular) stale.emplace_back(e->d_name);
