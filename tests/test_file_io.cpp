@@ -149,7 +149,10 @@ TEST_CASE("FolderLock: a second holder is refused, naming the first, the lock di
   // A file where the folder should be; a folder that cannot be made.
   write_text(dir / "file", "x");
   CHECK_THROWS_WITH_AS(FolderLock(dir / "file", "--out"),
-                       fmt::format("--out: '{}' is not a folder; give a folder for the run's files", (dir / "file").string()).c_str(),
+                       fmt::format("--out: '{}' is a regular file, not a folder of the run; nothing is written or removed through it (a "
+                                   "link can be moved to another folder while the run writes)",
+                                   (dir / "file").string())
+                           .c_str(),
                        FileError);
   CHECK_THROWS_WITH_AS(FolderLock(dir / "file" / "sub", "--out"), doctest::Contains("--out: cannot create the folder"),
                        FileError);

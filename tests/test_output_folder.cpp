@@ -220,11 +220,16 @@ TEST_CASE("OutputFolder: a link planted below the folder leads no removal, sweep
   CHECK_THROWS_WITH_AS(FolderLock(dir, "--out"), doctest::Contains("is not a regular file of its own (it is a hard link"),
                        FileError);
   fs::remove(dir / ".tapegrad.lock");
+  // A pipe there is named as what it is (O_NONBLOCK: the open does not hang on it).
+  REQUIRE(::mkfifo((dir / ".tapegrad.lock").c_str(), 0644) == 0);
+  CHECK_THROWS_WITH_AS(FolderLock(dir, "--out"), doctest::Contains(".tapegrad.lock' is a pipe, not a regular file"),
+                       FileError);
+  fs::remove(dir / ".tapegrad.lock");
   CHECK(folder_contents(outside) == yours);
 
   // The folder itself given as a link (with or without a trailing slash): refused, nothing written there.
   fs::create_directory_symlink(outside, root / "link");
-  CHECK_THROWS_WITH_AS(FolderLock(root / "link", "--out"), doctest::Contains("link' is a symbolic link; give the folder itself"),
+  CHECK_THROWS_WITH_AS(FolderLock(root / "link", "--out"), doctest::Contains("link' is a symbolic link, not a folder of the run"),
                        FileError);
   CHECK_THROWS_AS(OutputFolder(fs::path((root / "link").string() + "/"), as("train")), FileError);
   CHECK(folder_contents(outside) == yours);

@@ -75,8 +75,8 @@ TEST_CASE("cli: an --out that cannot be a run's folder is refused before trainin
   const fs::path dir = scratch("bad_out");
   write_text(dir / "file", "a user's file");
   const std::vector<std::pair<fs::path, std::string>> cases = {
-      {dir / "file", "is not a folder"},
-      {"/dev/null", "is not a folder"},
+      {dir / "file", "is a regular file, not a folder"},
+      {"/dev/null", "is a character device, not a folder"},
       {dir / "file" / "sub", "cannot create the folder"},
   };
   for (const auto& entry : cases) {
@@ -90,7 +90,7 @@ TEST_CASE("cli: an --out that cannot be a run's folder is refused before trainin
   CHECK(slurp(dir / "file") == "a user's file");
   // The flagship demo too: refused at once, not after its minute of training.
   const Outcome demo = run(with(TAPEGRAD_DEMO, {"--out", (dir / "file").string()}));
-  check_refused(demo, ExitCode::bad_input, "is not a folder", true, "param_free_vs_learned");
+  check_refused(demo, ExitCode::bad_input, "is a regular file, not a folder", true, "param_free_vs_learned");
   CHECK(demo.seconds < 10);
   CHECK(slurp(dir / "file") == "a user's file");
 }

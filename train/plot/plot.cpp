@@ -86,9 +86,12 @@ void text(std::string& out, double x, double y, std::string_view content, std::s
       xml_escaped(content));
 }
 
-// Text turned a quarter to the left about its anchor (x, y), read from the bottom up: an axis title.
-void vertical_text(std::string& out, double x, double y, std::string_view content, std::string_view extra) {
-  text(out, x, y, content, fmt::format("{} transform=\"rotate(-90 {} {})\"", extra, px(x), px(y)));
+// Text turned `degrees` to the left about its anchor (x, y): an axis title (90, read from the bottom
+// up), a column label too long for its cell (45, running up to the right).
+void turned_text(std::string& out, double x, double y, std::string_view content, int degrees,
+                 std::string_view extra = {}) {
+  const auto turn = fmt::format("transform=\"rotate(-{} {} {})\"", degrees, px(x), px(y));
+  text(out, x, y, content, extra.empty() ? turn : fmt::format("{} {}", extra, turn));
 }
 
 void title_text(std::string& out, double x, double y, std::string_view title) {
@@ -239,16 +242,14 @@ void heatmap_labels(std::string& out, const Heatmap& map, const HeatmapLayout& l
   }
   for (std::size_t c = 0; c < l.cols.size(); ++c) {
     const double x = l.left + l.cell * (static_cast<double>(c) + 0.5);
-    if (l.rotate_cols) {  // run up to the right; the glyphs sit up-left of the baseline, so start right
-      const double x0 = x + 0.25 * kFont;
-      text(out, x0, l.top - 6, l.cols[c], fmt::format("transform=\"rotate(-45 {} {})\"", px(x0), px(l.top - 6)));
-    } else {
+    if (l.rotate_cols)  // the glyphs sit up-left of the baseline, so start right
+      turned_text(out, x + 0.25 * kFont, l.top - 6, l.cols[c], 45);
+    else
       text(out, x, l.top - 6, l.cols[c], "text-anchor=\"middle\"");
-    }
   }
   if (!map.row_title.empty())
-    vertical_text(out, kPad + kFont, l.top + l.grid_h / 2, map.row_title,
-                  "text-anchor=\"middle\" font-style=\"italic\" fill=\"#555555\"");
+    turned_text(out, kPad + kFont, l.top + l.grid_h / 2, map.row_title, 90,
+                "text-anchor=\"middle\" font-style=\"italic\" fill=\"#555555\"");
   for (const auto& [r, c] : map.marked_cells)  // drawn over the cells, inside their edges
     put(out,
         "<rect class=\"marked-cell\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"{}\" "
@@ -275,8 +276,8 @@ void colour_bar(std::string& out, const Heatmap& map, const HeatmapLayout& l) {
   text(out, l.bar_x + 20, l.top + kFont * 0.8, scale_label(map.vmax));
   text(out, l.bar_x + 20, l.top + l.bar_h, scale_label(map.vmin));
   if (map.value_title.empty()) return;
-  vertical_text(out, l.bar_x + 20 + l.bar_label_w + 6 + kFont, l.top + l.bar_h / 2, map.value_title,
-                "class=\"value-title\" text-anchor=\"middle\" fill=\"#555555\"");
+  turned_text(out, l.bar_x + 20 + l.bar_label_w + 6 + kFont, l.top + l.bar_h / 2, map.value_title, 90,
+              "class=\"value-title\" text-anchor=\"middle\" fill=\"#555555\"");
 }
 
 // ---- line chart ----
@@ -348,13 +349,11 @@ struct Axis {
 // one, else mantissa and exponent ("1e-05" beside "0.001" reads as two scales).
 std::string tick_label(const Axis& axis, double v) {
   const double largest = std::max(std::abs(axis.ticks.front()), std::abs(axis.ticks.back()));
+  if (axis.log ? axis.ticks.front() >= 1e-4 && axis.ticks.back() < 1e5 : largest >= 1e6) return fmt::format("{:g}", v);
   if (axis.log) {
-    const bool decimals = axis.ticks.front() >= 1e-4 && axis.ticks.back() < 1e5;
-    if (decimals) return fmt::format("{:g}", v);
     const int k = static_cast<int>(std::floor(std::log10(v) + 1e-9));
     return fmt::format("{:g}e{}", std::round(v / pow10(k)), k);
   }
-  if (largest >= 1e6) return fmt::format("{:g}", v);
   const double step = axis.ticks.size() > 1 ? axis.ticks[1] - axis.ticks[0] : 1;
   const int decimals = step >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(step) - 1e-6));
   return fixed(v, decimals);
@@ -395,6 +394,7 @@ struct ChartLayout {
   Axis x, y;
   double left = 0, top = 0, plot_w = 480, plot_h = 300;
   double legend_x = 0, width = 0, height = 0;
+  std::vector<std::string> legend;  // the series' names as the legend shows them
 
   // Where (x, y) is drawn in the plot area inset by `inset`. Points far outside a fixed y range are
   // pulled in to 1e5 px, so their coordinates stay short.
@@ -419,10 +419,6 @@ void check_chart(const LineChart& chart, std::string_view op) {
   }
 }
 
-std::string legend_name(const LineChart& chart, std::size_t i) {
-  return chart.series[i].name.empty() ? fmt::format("series {}", i + 1) : chart.series[i].name;
-}
-
 ChartLayout chart_layout(const LineChart& chart) {
   constexpr double inf = std::numeric_limits<double>::infinity();
   double x_lo = inf, x_hi = -inf, y_lo = inf, y_hi = -inf;
@@ -439,9 +435,9 @@ ChartLayout chart_layout(const LineChart& chart) {
   l.y = make_axis(y_lo, y_hi, chart.y_min, chart.y_max, chart.log_y);
   l.left = kPad + (chart.y_label.empty() ? 0 : kFont + 10) + widest(l.y.labels, kFont) + 8;
   l.top = kPad + (chart.title.empty() ? 0 : kTitleFont + 14) + 6;  // room for the top tick's label
-  double legend_w = 0;
-  for (std::size_t i = 0; i < chart.series.size(); ++i)
-    legend_w = std::max(legend_w, 30 + text_width(legend_name(chart, i), kFont));
+  for (std::size_t i = 0; i < chart.series.size(); ++i)            // "series <n>" for a series without a name
+    l.legend.push_back(chart.series[i].name.empty() ? fmt::format("series {}", i + 1) : chart.series[i].name);
+  const double legend_w = l.legend.empty() ? 0 : 30 + widest(l.legend, kFont);
   l.legend_x = l.left + l.plot_w + 20;
   // The last x tick label is centred on the right edge of the plot.
   const double x_overhang = l.x.labels.empty() ? 0 : text_width(l.x.labels.back(), kFont) / 2;
@@ -471,20 +467,20 @@ void chart_axes(std::string& out, const LineChart& chart, const ChartLayout& l) 
   if (!chart.x_label.empty())
     text(out, l.left + l.plot_w / 2, bottom + 8 + 2 * kFont + 6, chart.x_label, "text-anchor=\"middle\"");
   if (!chart.y_label.empty())
-    vertical_text(out, kPad + kFont, l.top + l.plot_h / 2, chart.y_label, "text-anchor=\"middle\"");
+    turned_text(out, kPad + kFont, l.top + l.plot_h / 2, chart.y_label, 90, "text-anchor=\"middle\"");
 }
 
 // One <path class="series"> per series with a drawable point: a skipped point starts a new subpath
 // (M), so it leaves a gap; a point alone between gaps gets a dot, as a one-point subpath draws nothing.
-// Coordinates are relative to the plot area inset by `inset`.
-void chart_series(std::string& out, const LineChart& chart, const ChartLayout& l, double inset) {
+// A scatter plot's series are dots only. Coordinates are relative to the plot area inset by `inset`.
+void chart_series(std::string& out, const LineChart& chart, const ChartLayout& l, double inset, bool scatter) {
   for (std::size_t s = 0; s < chart.series.size(); ++s) {
     const Series& series = chart.series[s];
     std::string d, dots;
     std::size_t run = 0;  // points in the current subpath
     for (std::size_t i = 0; i <= series.x.size(); ++i) {
       const bool ok = i < series.x.size() && drawable(series.x[i], series.y[i], chart.log_y);
-      if (!ok && run == 1) {  // the previous point was alone
+      if (!ok && run == 1 && !scatter) {  // the previous point was alone
         const auto [x, y] = l.at(series.x[i - 1], series.y[i - 1], inset);
         put(dots, "<circle cx=\"{}\" cy=\"{}\" r=\"2.5\" fill=\"{}\"/>\n", px(x), px(y), series_colour(s));
       }
@@ -493,12 +489,17 @@ void chart_series(std::string& out, const LineChart& chart, const ChartLayout& l
         continue;
       }
       const auto [x, y] = l.at(series.x[i], series.y[i], inset);
-      put(d, "{}{} {}", run == 0 ? "M" : run == 1 ? "L" : " ", px(x), px(y));
+      if (scatter)
+        put(dots, "<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{}\" stroke=\"white\" stroke-width=\"0.7\"/>\n", px(x),
+            px(y), series_colour(s));
+      else
+        put(d, "{}{} {}", run == 0 ? "M" : run == 1 ? "L" : " ", px(x), px(y));
       ++run;
     }
-    if (d.empty()) continue;
-    put(out, "<path class=\"series\" d=\"{}\" fill=\"none\" {} stroke-width=\"2\" stroke-linejoin=\"round\"/>\n{}", d,
-        series_style(s), dots);
+    if (!d.empty())
+      put(out, "<path class=\"series\" d=\"{}\" fill=\"none\" {} stroke-width=\"2\" stroke-linejoin=\"round\"/>\n", d,
+          series_style(s));
+    out += dots;
   }
 }
 
@@ -511,7 +512,7 @@ void chart_legend(std::string& out, const LineChart& chart, const ChartLayout& l
     else
       put(out, "<line x1=\"{0}\" y1=\"{2}\" x2=\"{1}\" y2=\"{2}\" {3} stroke-width=\"2\"/>\n", px(l.legend_x),
           px(l.legend_x + 22), px(y), series_style(s));
-    text(out, l.legend_x + 28, y + 0.35 * kFont, legend_name(chart, s));
+    text(out, l.legend_x + 28, y + 0.35 * kFont, l.legend[s]);
   }
 }
 
@@ -543,17 +544,17 @@ void scatter_field(std::string& out, const ScatterPlot& plot, const ChartLayout&
   std::string d;
   for (std::size_t r = 0; r + 1 < rows; ++r)
     for (std::size_t c = 0; c + 1 < cols; ++c) {
-      // Corners counter-clockwise from (r, c); an edge is crossed when its ends lie on both sides of 0.5.
-      const std::array<std::pair<std::size_t, std::size_t>, 4> k = {{{r, c}, {r, c + 1}, {r + 1, c + 1}, {r + 1, c}}};
+      // The corners counter-clockwise from (r, c), as offsets; an edge is crossed when its ends lie on both
+      // sides of 0.5.
+      constexpr std::array<std::pair<int, int>, 4> k = {{{0, 0}, {0, 1}, {1, 1}, {1, 0}}};
       std::vector<std::pair<double, double>> hits;
-      for (int e = 0; e < 4; ++e) {
-        const auto [r0, c0] = k[static_cast<std::size_t>(e)];
-        const auto [r1, c1] = k[static_cast<std::size_t>((e + 1) % 4)];
-        const double v0 = value(r0, c0) - 0.5, v1 = value(r1, c1) - 0.5;
+      for (std::size_t e = 0; e < 4; ++e) {
+        const auto [r0, c0] = k[e];
+        const auto [r1, c1] = k[(e + 1) % 4];
+        const double v0 = value(r + r0, c + c0) - 0.5, v1 = value(r + r1, c + c1) - 0.5;
         if ((v0 < 0) == (v1 < 0) || !std::isfinite(v0) || !std::isfinite(v1)) continue;
         const double f = v0 / (v0 - v1);
-        hits.push_back(at(static_cast<double>(r0) + f * (static_cast<double>(r1) - static_cast<double>(r0)),
-                          static_cast<double>(c0) + f * (static_cast<double>(c1) - static_cast<double>(c0))));
+        hits.push_back(at(static_cast<double>(r) + r0 + f * (r1 - r0), static_cast<double>(c) + c0 + f * (c1 - c0)));
       }
       for (std::size_t h = 0; h + 1 < hits.size(); h += 2)  // 2 crossings, or 4 at a saddle: pair them in order
         put(d, "M{} {}L{} {}", px(hits[h].first), px(hits[h].second), px(hits[h + 1].first), px(hits[h + 1].second));
@@ -562,24 +563,12 @@ void scatter_field(std::string& out, const ScatterPlot& plot, const ChartLayout&
     put(out, "<path class=\"boundary\" d=\"{}\" fill=\"none\" stroke=\"#333333\" stroke-width=\"1.5\"/>\n", d);
 }
 
-void scatter_points(std::string& out, const ScatterPlot& plot, const ChartLayout& l, double inset) {
-  for (std::size_t s = 0; s < plot.series.size(); ++s) {
-    const Series& series = plot.series[s];
-    for (std::size_t i = 0; i < series.x.size(); ++i) {
-      if (!drawable(series.x[i], series.y[i], false)) continue;
-      const auto [x, y] = l.at(series.x[i], series.y[i], inset);
-      put(out, "<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{}\" stroke=\"white\" stroke-width=\"0.7\"/>\n", px(x),
-          px(y), series_colour(s));
-    }
-  }
-}
-
-// A chart's document, with what `plot_area` draws in a nested <svg>, which clips it to the plot area
-// (overflow is hidden on inner svg elements) without a <clipPath> id; inset by the stroke width (a line
-// chart's) or a dot's radius (a scatter plot's), so a line or dot on an edge is drawn whole. A scatter
-// plot's field goes under its axes and grid, a line chart's lines over them; its legend shows dots.
-template <class Draw>
-std::string chart_svg(const LineChart& chart, std::string_view op, bool scatter, const Draw& plot_area) {
+// A line chart's document, or a scatter plot's when `scatter` is given. The plot area is a nested <svg>,
+// which clips what it holds (overflow is hidden on inner svg elements) without a <clipPath> id; inset by
+// the stroke width (a line chart's) or a dot's radius (a scatter plot's), so a line or dot on an edge is
+// drawn whole. A scatter plot's field goes under its axes and grid, a line chart's lines over them; its
+// legend shows dots.
+std::string chart_svg(const LineChart& chart, std::string_view op, const ScatterPlot* scatter) {
   check_chart(chart, op);
   const ChartLayout layout = chart_layout(chart);
   std::string body;
@@ -587,7 +576,8 @@ std::string chart_svg(const LineChart& chart, std::string_view op, bool scatter,
   const double inset = scatter ? 4 : 3;
   put(body, "<svg x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\">\n", px(layout.left - inset), px(layout.top - inset),
       layout.plot_w + 2 * inset, layout.plot_h + 2 * inset);
-  plot_area(body, layout, inset);
+  if (scatter && !scatter->field.empty()) scatter_field(body, *scatter, layout, inset);
+  chart_series(body, chart, layout, inset, scatter);
   body += "</svg>\n";
   if (scatter) chart_axes(body, chart, layout);
   chart_legend(body, chart, layout, scatter);
@@ -629,10 +619,7 @@ std::string heatmap_svg(const Heatmap& map) {
   return svg_document(layout.width, layout.height, map.title, body);
 }
 
-std::string line_chart_svg(const LineChart& chart) {
-  return chart_svg(chart, "line_chart_svg", false,
-                   [&](std::string& out, const ChartLayout& l, double inset) { chart_series(out, chart, l, inset); });
-}
+std::string line_chart_svg(const LineChart& chart) { return chart_svg(chart, "line_chart_svg", nullptr); }
 
 std::string scatter_svg(const ScatterPlot& plot) {
   if (!plot.field.empty() &&
@@ -648,10 +635,7 @@ std::string scatter_svg(const ScatterPlot& plot) {
                         .y_max = plot.y_max,
                         .x_min = plot.x_min,
                         .x_max = plot.x_max};
-  return chart_svg(chart, "scatter_svg", true, [&](std::string& out, const ChartLayout& l, double inset) {
-    if (!plot.field.empty()) scatter_field(out, plot, l, inset);
-    scatter_points(out, plot, l, inset);
-  });
+  return chart_svg(chart, "scatter_svg", &plot);
 }
 
 std::string svg_row(const std::vector<std::string>& svgs, double gap) {

@@ -48,6 +48,28 @@ std::string_view kind_at(int folder, const char* name) {
   return ::fstatat(folder, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? detail::kind_of(st.st_mode) : "";
 }
 
+// The folder `name` in the open folder `at` (AT_FDCWD: the working folder), made first when `create`,
+// opened without following a link; not open when it is missing and not to be made. A symbolic link or
+// anything else that is not a folder is a FileError naming `shown`: a link, planted in a shared folder or
+// given as the run's folder, could be moved to lead the run's writes and removals elsewhere.
+detail::Descriptor open_folder(int at, const std::string& name, bool create, const fs::path& shown,
+                               std::string_view op) {
+  if (create && ::mkdirat(at, name.c_str(), 0777) != 0 && errno != EEXIST)  // less the umask, as write_file's
+    fail<FileError>("{}: cannot create the folder '{}': {}", op, escaped(shown), std::strerror(errno));
+  const std::string_view kind = kind_at(at, name.c_str());
+  if (kind.empty() && !create) return {};
+  if (!kind.empty() && kind != kFolder)
+    fail<FileError>(
+        "{}: '{}' is {}, not a folder of the run; nothing is written or removed through it (a link can be moved "
+        "to another folder while the run writes)",
+        op, escaped(shown), kind);
+  detail::Descriptor folder(::openat(at, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!folder.open())  // replaced by a link since the look: the same refusal
+    fail<FileError>("{}: cannot open the folder '{}' without following a link: {}", op, escaped(shown),
+                    std::strerror(errno));
+  return folder;
+}
+
 // The folder that holds a run's file, open, the file's own name in it, and what is there.
 struct Place {
   detail::Descriptor folder;  // not open: a folder on the way is missing (and was not to be made)
@@ -61,29 +83,13 @@ struct Place {
 // made when `create`, else the place comes back not open.
 Place place_of(int top, std::string_view relative, bool create, const fs::path& folder, std::string_view flag) {
   Place place;
-  place.folder = detail::Descriptor(::fcntl(top, F_DUPFD_CLOEXEC, 0));
-  if (!place.folder.open())
-    fail<IoError>("{}: cannot use the folder '{}': {}", flag, escaped(folder), std::strerror(errno));
+  place.folder = open_folder(top, ".", false, folder, flag);  // the place's own descriptor of it
   std::size_t start = 0;
   for (std::size_t slash; (slash = relative.find('/', start)) != std::string_view::npos; start = slash + 1) {
     const std::string part(relative.substr(start, slash - start));
     const fs::path shown = folder / fs::path(std::string(relative.substr(0, slash)));
-    if (create && ::mkdirat(place.folder.get(), part.c_str(), 0755) != 0 && errno != EEXIST)
-      fail<FileError>("{}: cannot create the folder '{}': {}", flag, escaped(shown), std::strerror(errno));
-    const std::string_view kind = kind_at(place.folder.get(), part.c_str());
-    if (kind.empty()) {
-      place.folder.close();
-      return place;
-    }
-    if (kind != kFolder)
-      fail<FileError>("{}: '{}' is {}, not a folder of the run; nothing is written or removed through it", flag,
-                      escaped(shown), kind);
-    detail::Descriptor next(
-        ::openat(place.folder.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!next.open())  // replaced by a link since the look: the same refusal
-      fail<FileError>("{}: cannot open the folder '{}' without following a link: {}", flag, escaped(shown),
-                      std::strerror(errno));
-    place.folder = std::move(next);
+    place.folder = open_folder(place.folder.get(), part, create, shown, flag);
+    if (!place.folder.open()) return place;
   }
   place.name = std::string(relative.substr(start));
   place.kind = kind_at(place.folder.get(), place.name.c_str());
@@ -99,13 +105,10 @@ bool remove_regular_at(const Place& place) {
 // Removes write_file's temporary files (".<name>.tmp-<pid>") from the open folder `folder`, regular files
 // only, never following a link.
 void remove_stale_temporaries_at(int folder) {
-  const int listing = ::fcntl(folder, F_DUPFD_CLOEXEC, 0);  // closedir closes it; `folder` stays open
-  if (listing < 0) return;
-  DIR* d = ::fdopendir(listing);
-  if (!d) {
-    ::close(listing);
-    return;
-  }
+  detail::Descriptor listing(::fcntl(folder, F_DUPFD_CLOEXEC, 0));  // `folder` stays open
+  DIR* d = listing.open() ? ::fdopendir(listing.get()) : nullptr;
+  if (!d) return;
+  listing.release();  // closedir closes it
   std::vector<std::string> stale;
   while (const dirent* e = ::readdir(d))
     if (is_temporary_name(e->d_name) && kind_at(folder, e->d_name) == kRegular) stale.emplace_back(e->d_name);
@@ -147,60 +150,52 @@ Manifest parse_manifest(const std::string& text, const fs::path& where, std::str
 }
 }  // namespace
 
-FolderLock::FolderLock(std::filesystem::path folder, std::string_view op) : folder_(std::move(folder)) {
-  std::error_code ec;
+FolderLock::FolderLock(const std::filesystem::path& folder, std::string_view op) {
   // "run/" would name the folder a link "run" points to: the folder's own name, without the slash.
-  std::string own = folder_.native();
+  std::string own = folder.native();
   while (own.size() > 1 && own.back() == '/') own.pop_back();
-  const std::string_view kind = kind_at(AT_FDCWD, own.c_str());
-  if (kind == "a symbolic link")
-    fail<FileError>(
-        "{}: '{}' is a symbolic link; give the folder itself (a link can be moved to another folder "
-        "while the run writes)",
-        op, escaped(folder_));
-  if (!kind.empty() && kind != kFolder)
-    fail<FileError>("{}: '{}' is not a folder; give a folder for the run's files", op, escaped(folder_));
-  fs::create_directories(folder_, ec);
-  if (ec) fail<FileError>("{}: cannot create the folder '{}': {}", op, escaped(folder_), ec.message());
+  const fs::path parent = fs::path(own).parent_path();  // made as any path is: its own links are the user's
+  std::error_code ec;
+  if (!parent.empty()) fs::create_directories(parent, ec);
+  if (ec) fail<FileError>("{}: cannot create the folder '{}': {}", op, escaped(parent), ec.message());
   // Opened once, not through a link; every later name of the run is resolved from this descriptor.
-  detail::Descriptor folder_fd(::open(own.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!folder_fd.open())
-    fail<FileError>("{}: cannot open the folder '{}' (not following a link): {}", op, escaped(folder_),
-                    std::strerror(errno));
+  detail::Descriptor folder_fd = open_folder(AT_FDCWD, own, true, folder, op);
   // The lock file is the folder's own, never a link (which would have us truncate its target) nor a file
   // with another name elsewhere (a hard link): O_NOFOLLOW, then a regular file with one link, before a
   // byte of it is changed. O_NONBLOCK: a pipe planted there does not hang the open.
-  const fs::path lock = folder_ / ".tapegrad.lock";
+  const fs::path lock = folder / ".tapegrad.lock";
   detail::Descriptor lock_fd(
       ::openat(folder_fd.get(), ".tapegrad.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644));
-  if (!lock_fd.open()) {
+  struct stat st {};
+  if (!lock_fd.open() || ::fstat(lock_fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
     const int saved = errno;
     const std::string_view what = kind_at(folder_fd.get(), ".tapegrad.lock");
-    if (!what.empty() && what != kRegular)
+    if (!what.empty() && what != kRegular)  // a link, a pipe, a device, a folder
       fail<FileError>(
           "{}: the lock file '{}' is {}, not a regular file; the folder is not used (remove it by hand if "
           "you made it)",
           op, escaped(lock), what);
-    fail<FileError>("{}: cannot write in the folder '{}': {}", op, escaped(folder_), std::strerror(saved));
+    if (S_ISREG(st.st_mode))
+      fail<FileError>(
+          "{}: the lock file '{}' is not a regular file of its own (it is a hard link to another name); "
+          "the folder is not used",
+          op, escaped(lock));
+    fail<FileError>("{}: cannot write in the folder '{}': {}", op, escaped(folder), std::strerror(saved));
   }
-  struct stat st {};
-  if (::fstat(lock_fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1)
-    fail<FileError>("{}: the lock file '{}' is not a regular file of its own (it is {}); the folder is not used", op,
-                    escaped(lock), S_ISREG(st.st_mode) ? "a hard link to another name" : "not a regular file");
   if (::flock(lock_fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK)
-      fail<FileError>("{}: cannot lock the folder '{}': {}", op, escaped(folder_), std::strerror(errno));
+      fail<FileError>("{}: cannot lock the folder '{}': {}", op, escaped(folder), std::strerror(errno));
     // The pid the other run wrote, if that is what the file holds (it is anyone's to edit): 10 digits at most.
     std::string pid(11, '\0');
     pid.resize(static_cast<std::size_t>(std::max<ssize_t>(0, ::pread(lock_fd.get(), pid.data(), pid.size(), 0))));
     if (pid.empty() || pid.size() > 10 || pid.find_first_not_of("0123456789") != std::string::npos) pid = "unknown";
     fail<BusyError>("{}: another run (pid {}) is using the folder '{}'; wait for it to finish or choose another", op,
-                    pid, escaped(folder_));
+                    pid, escaped(folder));
   }
   const std::string pid = fmt::format("{}", ::getpid());
   if (::ftruncate(lock_fd.get(), 0) != 0 ||
       ::pwrite(lock_fd.get(), pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size()))
-    fail<FileError>("{}: cannot write in the folder '{}': {}", op, escaped(folder_), std::strerror(errno));
+    fail<FileError>("{}: cannot write in the folder '{}': {}", op, escaped(folder), std::strerror(errno));
   folder_fd_ = folder_fd.release();
   lock_fd_ = lock_fd.release();
 }

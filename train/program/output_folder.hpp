@@ -45,17 +45,15 @@ namespace tapegrad {
 // naming the other process when one holds it.
 class FolderLock {
  public:
-  FolderLock(std::filesystem::path folder, std::string_view op);
+  FolderLock(const std::filesystem::path& folder, std::string_view op);
   ~FolderLock();
   FolderLock(const FolderLock&) = delete;
   FolderLock& operator=(const FolderLock&) = delete;
-  const std::filesystem::path& folder() const { return folder_; }
   // The folder, open: names of the run resolve from it (openat), so a link planted or swapped in the
   // folder's place after it was opened leads nowhere else.
   int folder_fd() const { return folder_fd_; }
 
  private:
-  std::filesystem::path folder_;
   int folder_fd_ = -1;
   int lock_fd_ = -1;  // flock()ed while open
 };

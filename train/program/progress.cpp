@@ -81,11 +81,9 @@ void Progress::on_evaluation(const CurvePoint& p) {
 }
 
 void Progress::finish() {
-  if (open_line_) {
-    fmt::print(out_, "\n");
-    std::fflush(out_);
-    open_line_ = false;
-  }
+  if (!std::exchange(open_line_, false)) return;
+  fmt::print(out_, "\n");
+  std::fflush(out_);
 }
 
 Series curve_series(std::string name, const std::vector<CurvePoint>& curve, std::string_view value) {
