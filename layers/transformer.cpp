@@ -14,8 +14,7 @@ FeedForward<T>::FeedForward(std::string name, const FeedForwardOptions& o, Rng& 
     : Module<T>(std::move(name)),
       linear1_("linear1", {.in = o.d_model, .out = feed_forward_width(o.d_model, o.d_hidden), .weight_init = o.init},
                rng),
-      linear2_("linear2", {.in = feed_forward_width(o.d_model, o.d_hidden), .out = o.d_model, .weight_init = o.init},
-               rng),
+      linear2_("linear2", {.in = linear1_.options().out, .out = o.d_model, .weight_init = o.init}, rng),
       drop_("dropout", o.dropout) {
   this->register_children(linear1_, linear2_, drop_);
 }

@@ -21,7 +21,6 @@
 
 #include <memory>
 #include <optional>
-#include <vector>
 
 #include "tapegrad/autograd/tape.hpp"
 #include "tapegrad/core/required.hpp"
