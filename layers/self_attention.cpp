@@ -27,7 +27,7 @@ void SelfAttention<T>::check(std::string_view name, const SelfAttentionOptions& 
         "projection",
         name);
   if (learnable && !options.d_head && D % H != 0)
-    fail<ValueError>("self_attention '{}': d_model {} is not divisible by n_heads {}; give d_head explicitly", name, D,
+    fail<ValueError>("self_attention '{}': d_model {} is not divisible by n_heads {}, and no d_head is given", name, D,
                      H);
 }
 
