@@ -1,8 +1,8 @@
 #include "tapegrad/layers/embedding.hpp"
 
-#include <algorithm>
 #include <array>
 #include <cmath>
+#include <span>
 
 #include "tapegrad/autograd/ops.hpp"
 
@@ -13,9 +13,7 @@ Embedding<T>::Embedding(std::string name, const EmbeddingOptions& options, Rng& 
   if (options.vocab <= 0 || options.dim <= 0)
     fail<ValueError>("embedding '{}': vocab and dim must be positive, got {} and {}", this->name(), options.vocab,
                      options.dim);
-  TensorT<T> table(Shape::mat(options.vocab, options.dim));
-  options.init.apply(table, rng);
-  table_ = &this->register_parameter("table", std::move(table));
+  table_ = &this->register_parameter("table", options.init.make<T>(Shape::mat(options.vocab, options.dim), rng));
 }
 
 template <class T>
@@ -46,28 +44,21 @@ Positions<T>::Positions(std::string name, const PositionOptions& options, Rng* r
     fail<ValueError>("positions '{}': max_len and d_model must be positive, got {} and {}", this->name(),
                      options.max_len, options.d_model);
   const Index L = options.max_len, D = options.d_model;
-  switch (options.kind) {
-    case PositionEncoding::none:
-    case PositionEncoding::onehot:  // built per batch: (B, T, max_len), no (max_len, max_len) table
-      break;
-    case PositionEncoding::learned: {
-      if (!rng)
-        fail<ValueError>("positions '{}': learned positions initialise a table, so they need an Rng", this->name());
-      TensorT<T> p(Shape::mat(L, D));
-      options.init.apply(p, *rng);
-      learned_ = &this->register_parameter("table", std::move(p));
-      break;
-    }
-    case PositionEncoding::sinusoidal:
-      // Vaswani et al.: PE(t, 2i) = sin(t / 10000^(2i/D)), PE(t, 2i+1) = cos(t / 10000^(2i/D)).
-      table_.resize(Shape::mat(L, D));
-      for (Index t = 0; t < L; ++t)
-        for (Index c = 0; c < D; ++c) {
-          const double angle =
-              static_cast<double>(t) / std::pow(10000.0, static_cast<double>(c - c % 2) / static_cast<double>(D));
-          table_.at(t, c) = static_cast<T>(c % 2 == 0 ? std::sin(angle) : std::cos(angle));
-        }
-      break;
+  // (One-hot positions are built per batch, (B, T, max_len): no (max_len, max_len) table.)
+  if (options.kind == PositionEncoding::learned) {
+    if (!rng)
+      fail<ValueError>("positions '{}': learned positions initialise a table, so they need an Rng", this->name());
+    learned_ = &this->register_parameter("table", options.init.make<T>(Shape::mat(L, D), *rng));
+  }
+  if (options.kind == PositionEncoding::sinusoidal) {
+    // Vaswani et al.: PE(t, 2i) = sin(t / 10000^(2i/D)), PE(t, 2i+1) = cos(t / 10000^(2i/D)).
+    table_.resize(Shape::mat(L, D));
+    for (Index t = 0; t < L; ++t)
+      for (Index c = 0; c < D; ++c) {
+        const double angle =
+            static_cast<double>(t) / std::pow(10000.0, static_cast<double>(c - c % 2) / static_cast<double>(D));
+        table_.at(t, c) = static_cast<T>(c % 2 == 0 ? std::sin(angle) : std::cos(angle));
+      }
   }
 }
 
@@ -95,16 +86,11 @@ Var<T> Positions<T>::forward_from(Var<T> x, Index first) {
     const std::array<Var<T>, 2> parts = {x, one_hot};
     return concat_cols(std::span<const Var<T>>(parts));
   }
-  if (options_.kind == PositionEncoding::sinusoidal) {
-    // Rows first .. first + T - 1 of the table, contiguous: one copy onto the tape.
-    const Var<T> rows = tape.constant("sinusoidal_positions", Shape::mat(s.rows, s.cols), [&](TensorT<T>& r) {
-      std::copy_n(table_.data() + first * s.cols, r.numel(), r.data());
-    });
-    return x + rows;  // (T, D) shared by the batch
-  }
   positions_.resize(Shape::vec(s.rows));
   for (Index t = 0; t < s.rows; ++t) positions_[t] = static_cast<std::int32_t>(first + t);
-  return x + gather_rows(tape.param(*learned_), positions_);  // rows first .. first + T - 1, shared by the batch
+  // Rows first .. first + T - 1 of the table (learned, or the sinusoidal one read in place), shared by the batch.
+  const Var<T> table = learned_ ? tape.param(*learned_) : tape.constant_in_place(table_);
+  return x + gather_rows(table, positions_);
 }
 
 template class Embedding<float>;

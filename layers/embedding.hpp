@@ -4,8 +4,6 @@
 //   OneHotTokens   fixed one-hot features: ids (B, T) -> (B, T, vocab), no parameters
 //   Positions      none | one-hot (concatenated: width + max_len) | learned (added) | sinusoidal (added)
 
-#include <cstdint>
-#include <span>
 #include <string_view>
 
 #include "tapegrad/autograd/tape.hpp"
@@ -95,7 +93,7 @@ class Positions : public Module<T> {
   PositionOptions options_;
   Parameter<T>* learned_ = nullptr;
   TensorT<T> table_;  // sinusoidal: (max_len, d_model)
-  Ids positions_;     // 0 .. T-1 for learned positions; reused from call to call
+  Ids positions_;     // the rows of x's positions, for learned and sinusoidal ones; reused from call to call
 };
 
 extern template class Embedding<float>;

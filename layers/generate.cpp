@@ -20,15 +20,16 @@ Index window_start(Index n, Index context) {
 
 namespace {
 
-// The first logit that is NaN or infinite, or -1.
-template <class T>
-Index first_non_finite(std::span<const T> logits) {
+// NonFiniteError "<at()>logit of token v of V is x; ..." for the first logit that is NaN or infinite: at() says
+// which draw the logits were for, formatted only when one is.
+template <class T, class At>
+void check_finite(std::span<const T> logits, At at) {
   for (std::size_t v = 0; v < logits.size(); ++v)
-    if (!std::isfinite(logits[v])) return static_cast<Index>(v);
-  return -1;
+    if (!std::isfinite(logits[v]))
+      fail<NonFiniteError>(
+          "{}logit of token {} of {} is {}; its weights make the logits overflow, and no token can be drawn from them",
+          at(), v, logits.size(), static_cast<double>(logits[v]));
 }
-
-constexpr const char* kOverflow = "its weights make the logits overflow, and no token can be drawn from them";
 
 // The draw of draw_token over finite logits, with `p` as the probabilities' buffer (one per sampler).
 template <class T>
@@ -101,11 +102,8 @@ void check_cached_logits(LanguageModel<T>& model, std::span<const std::int32_t> 
 
 template <class T>
 std::int32_t draw_token(const TensorT<T>& logits, double temperature, double u) {
-  const Index V = logits.numel();
-  if (V == 0) fail<ShapeError>("draw_token: the logits are empty");
-  if (const Index v = first_non_finite(logits.span()); v >= 0)
-    fail<NonFiniteError>("draw_token: the logit of token {} of {} is {}; {}", v, V, static_cast<double>(logits[v]),
-                         kOverflow);
+  if (logits.numel() == 0) fail<ShapeError>("draw_token: the logits are empty");
+  check_finite(logits.span(), [] { return "draw_token: the "; });
   std::vector<double> p;
   return draw(logits.span(), temperature, u, p);
 }
@@ -147,11 +145,9 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
     tape.reset();
     const bool reads_cache = cache && cache->length() > 0;
     const std::span<const T> logits = next_logits(model, tape, feed, cache ? &*cache : nullptr, fed);
-    if (const Index v = first_non_finite(logits); v >= 0)
-      fail<NonFiniteError>(
-          "sample: drawing token {} of {} (position {} of the text), the model's logit of token {} of {} is "
-          "{}; {}",
-          i + 1, o.count, n, v, V, static_cast<double>(logits[static_cast<std::size_t>(v)]), kOverflow);
+    check_finite(logits, [&] {
+      return fmt::format("sample: drawing token {} of {} (position {} of the text), the model's ", i + 1, o.count, n);
+    });
     if (reads_cache && !compared) {
       check_cached_logits(model, window, logits);
       compared = true;

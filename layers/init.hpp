@@ -28,6 +28,13 @@ struct Initializer {
   // Fills t (rank 1 or 2; a rank-1 tensor counts as 1 x n) from rng.
   template <class T>
   void apply(TensorT<T>& t, Rng& rng) const;
+  // A new tensor of `shape`, filled by apply(): a layer's initial weight.
+  template <class T>
+  TensorT<T> make(Shape shape, Rng& rng) const {
+    TensorT<T> t(shape);
+    apply(t, rng);
+    return t;
+  }
 };
 
 }  // namespace tapegrad

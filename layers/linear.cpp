@@ -10,9 +10,7 @@ Linear<T>::Linear(std::string name, const LinearOptions& options, Rng& rng)
   if (options.in <= 0 || options.out <= 0)
     fail<ValueError>("linear '{}': in and out must be positive, got in {} and out {}", this->path(), options.in,
                      options.out);
-  TensorT<T> w(Shape::mat(options.in, options.out));
-  options.weight_init.apply(w, rng);
-  weight_ = &this->register_parameter("weight", std::move(w));
+  weight_ = &this->register_parameter("weight", options.weight_init.make<T>(Shape::mat(options.in, options.out), rng));
   if (options.bias) bias_ = &this->register_parameter("bias", TensorT<T>(Shape::vec(options.out)));
 }
 

@@ -27,7 +27,7 @@ void SelfAttention<T>::check(std::string_view name, const SelfAttentionOptions& 
         "projection",
         name);
   if (learnable && !options.d_head && D % H != 0)
-    fail<ValueError>("self_attention '{}': d_model {} is not divisible by n_heads {}; give d_head explicitly", name, D,
+    fail<ValueError>("self_attention '{}': d_model {} is not divisible by n_heads {}, and no d_head is given", name, D,
                      H);
 }
 
@@ -43,22 +43,20 @@ SelfAttention<T>::SelfAttention(std::string name, const SelfAttentionOptions& op
     fail<ValueError>("self_attention '{}': the learnable mode initialises Wq, Wk and Wv, so it needs an Rng",
                      this->name());
   auto weight = [&](std::string_view local, Index rows, Index cols) {
-    TensorT<T> w(Shape::mat(rows, cols));
-    options.init.apply(w, *rng);
-    return &this->register_parameter(local, std::move(w));
+    return &this->register_parameter(local, options.init.make<T>(Shape::mat(rows, cols), *rng));
   };
   const Index width = H * d_head_;
-  wq_ = weight("wq", D, width);
-  wk_ = weight("wk", D, width);
-  wv_ = weight("wv", D, width);
+  q_.w = weight("wq", D, width);
+  k_.w = weight("wk", D, width);
+  v_.w = weight("wv", D, width);
   if (options.bias) {
-    bq_ = &this->register_parameter("bq", TensorT<T>(Shape::vec(width)));
-    bk_ = &this->register_parameter("bk", TensorT<T>(Shape::vec(width)));
-    bv_ = &this->register_parameter("bv", TensorT<T>(Shape::vec(width)));
+    q_.b = &this->register_parameter("bq", TensorT<T>(Shape::vec(width)));
+    k_.b = &this->register_parameter("bk", TensorT<T>(Shape::vec(width)));
+    v_.b = &this->register_parameter("bv", TensorT<T>(Shape::vec(width)));
   }
   if (options.output_projection) {
-    wo_ = weight("wo", width, D);
-    if (options.bias) bo_ = &this->register_parameter("bo", TensorT<T>(Shape::vec(D)));
+    o_.w = weight("wo", width, D);
+    if (options.bias) o_.b = &this->register_parameter("bo", TensorT<T>(Shape::vec(D)));
   }
 }
 
@@ -121,16 +119,16 @@ Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding, KvCache<T>* 
   const Mask* mask = build_mask(s, key_padding, first);
 
   // in w + b in one affine node (as Linear computes it), or in w without biases.
-  const auto project = [&](Var<T> in, Parameter<T>& w, Parameter<T>* b) {
-    return b ? affine(in, t.param(w), t.param(*b)) : matmul(in, t.param(w));
+  const auto project = [&](Var<T> in, const Projection& p) {
+    return p.b ? affine(in, t.param(*p.w), t.param(*p.b)) : matmul(in, t.param(*p.w));
   };
   Var<T> q = x, k = x, v = x;
   if (options_.mode == AttentionMode::learnable) {
     // K, then Q, then V: backward then adds dV, dQ, dK into dX in the order the parameter-free graph
     // does (softmax(X X^T) X), so with identity weights the two give bit-identical input gradients.
-    k = project(x, *wk_, bk_);  // (B, T, D) x (D, H dh): one product over all tokens
-    q = project(x, *wq_, bq_);
-    v = project(x, *wv_, bv_);
+    k = project(x, k_);  // (B, T, D) x (D, H dh): one product over all tokens
+    q = project(x, q_);
+    v = project(x, v_);
   }
   if (cache) {  // the newest tokens' keys and values join the cache; attention reads all it holds
     cache->append(k.value(), v.value());
@@ -142,7 +140,7 @@ Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding, KvCache<T>* 
   Var<T> out = attention(q, k, v, options_.n_heads, mask, scale_factor(),
                          keep_weights_ ? std::span<TensorT<T>>(weights_) : std::span<TensorT<T>>());
   kept_ = keep_weights_;
-  if (wo_) out = project(out, *wo_, bo_);  // (B, T, H dh) -> (B, T, D)
+  if (o_.w) out = project(out, o_);  // (B, T, H dh) -> (B, T, D)
   return out;
 }
 

@@ -99,14 +99,14 @@ class SelfAttention : public Module<T> {
   double scale_factor() const;
   // The projections, by reference; one the layer does not have (every one in the parameter-free mode, Wo
   // without the output projection, biases without bias) is a NameError naming the layer.
-  Parameter<T>& wq() { return need(wq_, "wq"); }
-  Parameter<T>& wk() { return need(wk_, "wk"); }
-  Parameter<T>& wv() { return need(wv_, "wv"); }
-  Parameter<T>& wo() { return need(wo_, "wo"); }
-  Parameter<T>& bq() { return need(bq_, "bq"); }
-  Parameter<T>& bk() { return need(bk_, "bk"); }
-  Parameter<T>& bv() { return need(bv_, "bv"); }
-  Parameter<T>& bo() { return need(bo_, "bo"); }
+  Parameter<T>& wq() { return need(q_.w, "wq"); }
+  Parameter<T>& wk() { return need(k_.w, "wk"); }
+  Parameter<T>& wv() { return need(v_.w, "wv"); }
+  Parameter<T>& wo() { return need(o_.w, "wo"); }
+  Parameter<T>& bq() { return need(q_.b, "bq"); }
+  Parameter<T>& bk() { return need(k_.b, "bk"); }
+  Parameter<T>& bv() { return need(v_.b, "bv"); }
+  Parameter<T>& bo() { return need(o_.b, "bo"); }
 
   // nn.MultiheadAttention: "in_proj_weight" (3 D, D) stacks Wq^T, Wk^T, Wv^T; "in_proj_bias" bq, bk, bv;
   // "out_proj.weight" Wo^T, "out_proj.bias" bo. ValueError naming the layer and the reason for a learnable
@@ -115,6 +115,12 @@ class SelfAttention : public Module<T> {
   TorchName torch_name(std::string_view local_name) const override;
 
  private:
+  // A projection in W + b: Linear's computation, on parameters the layer holds itself; either may be absent.
+  struct Projection {
+    Parameter<T>* w = nullptr;
+    Parameter<T>* b = nullptr;
+  };
+
   SelfAttention(std::string name, const SelfAttentionOptions& options, Rng* rng);
   Parameter<T>& need(Parameter<T>* p, const char* what);
   const Mask* build_mask(const Shape& x, const Mask* key_padding, Index first);
@@ -122,14 +128,7 @@ class SelfAttention : public Module<T> {
 
   SelfAttentionOptions options_;
   Index d_head_;
-  Parameter<T>* wq_ = nullptr;
-  Parameter<T>* wk_ = nullptr;
-  Parameter<T>* wv_ = nullptr;
-  Parameter<T>* wo_ = nullptr;
-  Parameter<T>* bq_ = nullptr;
-  Parameter<T>* bk_ = nullptr;
-  Parameter<T>* bv_ = nullptr;
-  Parameter<T>* bo_ = nullptr;
+  Projection q_, k_, v_, o_;         // o_: the output projection
   Mask mask_;                        // causal and/or padding, rebuilt per forward without allocating
   std::vector<TensorT<T>> weights_;  // per head, (B, T, T), of the last forward that kept them
   bool keep_weights_ = false;

@@ -14,8 +14,7 @@ FeedForward<T>::FeedForward(std::string name, const FeedForwardOptions& o, Rng& 
     : Module<T>(std::move(name)),
       linear1_("linear1", {.in = o.d_model, .out = feed_forward_width(o.d_model, o.d_hidden), .weight_init = o.init},
                rng),
-      linear2_("linear2", {.in = feed_forward_width(o.d_model, o.d_hidden), .out = o.d_model, .weight_init = o.init},
-               rng),
+      linear2_("linear2", {.in = linear1_.options().out, .out = o.d_model, .weight_init = o.init}, rng),
       drop_("dropout", o.dropout) {
   this->register_children(linear1_, linear2_, drop_);
 }
@@ -27,23 +26,29 @@ Var<T> FeedForward<T>::forward(Var<T> x) {
 
 // ---- TransformerBlock -----------------------------------------------------------------------------
 
+namespace {
+// The block's attention. Biases and the output projection, unset: both in the learnable mode, as
+// nn.TransformerEncoderLayer.
+SelfAttentionOptions attention_options(const TransformerBlockOptions& o) {
+  return {.mode = o.mode,
+          .d_model = o.d_model,
+          .n_heads = o.n_heads,
+          .bias = o.bias.value_or(o.mode == AttentionMode::learnable),
+          .output_projection = o.output_projection.value_or(o.mode == AttentionMode::learnable),
+          .causal = o.causal,
+          .init = o.init};
+}
+}  // namespace
+
 template <class T>
 const TransformerBlockOptions& TransformerBlock<T>::check(std::string_view name, const TransformerBlockOptions& o) {
-  if (o.d_model <= 0 || o.n_heads <= 0)
-    fail<ValueError>("transformer_block '{}': d_model and n_heads must be positive, got {} and {}", name, o.d_model,
-                     o.n_heads);
-  if (o.d_model % o.n_heads != 0)
-    fail<ValueError>("transformer_block '{}': d_model {} is not divisible by n_heads {}", name, o.d_model, o.n_heads);
+  // The attention's sizes and mode are its own checks, naming it (the block's "attn").
+  SelfAttention<T>::check(fmt::format("{}.attn", name), attention_options(o));
   if (o.d_ff && *o.d_ff <= 0) fail<ValueError>("transformer_block '{}': d_ff must be positive, got {}", name, *o.d_ff);
   if (!(o.dropout >= 0 && o.dropout < 1))
     fail<ValueError>("transformer_block '{}': dropout must be in [0, 1), got {}", name, o.dropout);
   if (!(o.eps > 0) || !std::isfinite(o.eps))
     fail<ValueError>("transformer_block '{}': eps must be a positive number, got {}", name, o.eps);
-  if (o.mode == AttentionMode::parameter_free && (o.bias.value_or(false) || o.output_projection.value_or(false)))
-    fail<ValueError>(
-        "transformer_block '{}': parameter-free attention has no parameters, so no bias and no output "
-        "projection",
-        name);
   return o;
 }
 
@@ -51,16 +56,7 @@ template <class T>
 TransformerBlock<T>::TransformerBlock(std::string name, const TransformerBlockOptions& o, Rng& rng)
     : Module<T>(std::move(name)),
       options_(check(this->name(), o)),
-      // Biases and the output projection, unset: both in the learnable mode, as nn.TransformerEncoderLayer.
-      attn_("attn",
-            {.mode = o.mode,
-             .d_model = o.d_model,
-             .n_heads = o.n_heads,
-             .bias = o.bias.value_or(o.mode == AttentionMode::learnable),
-             .output_projection = o.output_projection.value_or(o.mode == AttentionMode::learnable),
-             .causal = o.causal,
-             .init = o.init},
-            rng),  // draws in the learnable mode only
+      attn_("attn", attention_options(o), rng),  // draws in the learnable mode only
       drop1_("dropout1", o.dropout),
       drop2_("dropout2", o.dropout) {
   // Registered in PyTorch's order of the encoder layer: attention, FFN, norms.

@@ -21,7 +21,6 @@
 
 #include <memory>
 #include <optional>
-#include <vector>
 
 #include "tapegrad/autograd/tape.hpp"
 #include "tapegrad/core/required.hpp"
@@ -80,7 +79,8 @@ template <class T>
 class TransformerBlock : public Module<T> {
  public:
   TransformerBlock(std::string name, const TransformerBlockOptions& options, Rng& rng);
-  // The checks of the options alone: ValueError naming the block, nothing built; `options` back.
+  // The checks of the options alone, nothing built; `options` back. ValueError naming the block, or its
+  // attention ("<name>.attn", SelfAttention::check) for the sizes and the mode.
   static const TransformerBlockOptions& check(std::string_view name, const TransformerBlockOptions& options);
   // x (B, T, d_model) -> (B, T, d_model); key_padding (B, T) and `cache` as SelfAttention's (with a cache,
   // x is the newest tokens of one sequence).

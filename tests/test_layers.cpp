@@ -321,7 +321,7 @@ TEST_CASE("self_attention: options and inputs that do not fit are clear errors")
                        "projection",
                        ValueError);
   CHECK_THROWS_WITH_AS(SelfAttention<double>("attn", {.mode = M::learnable, .d_model = 6, .n_heads = 4}, rng),
-                       "self_attention 'attn': d_model 6 is not divisible by n_heads 4; give d_head explicitly",
+                       "self_attention 'attn': d_model 6 is not divisible by n_heads 4, and no d_head is given",
                        ValueError);
   SelfAttention<double> attn("attn", {.mode = M::learnable, .d_model = 6}, rng);
   Tape<double> t;
@@ -470,7 +470,8 @@ TEST_CASE("transformer layers: options are checked, shapes are named, dropout fo
   Rng rng(14);
   using O = TransformerBlockOptions;
   CHECK_THROWS_WITH_AS(TransformerBlock<double>("block", O{.d_model = 6, .n_heads = 4}, rng),
-                       "transformer_block 'block': d_model 6 is not divisible by n_heads 4", ValueError);
+                       "self_attention 'block.attn': d_model 6 is not divisible by n_heads 4, and no d_head is given",
+                       ValueError);
   CHECK_THROWS_WITH_AS(TransformerBlock<double>("block", O{.d_model = 4, .dropout = 1.0}, rng),
                        "transformer_block 'block': dropout must be in [0, 1), got 1", ValueError);
   CHECK_THROWS_WITH_AS(TransformerStack<double>("stack", {.n_layers = 0, .block = {.d_model = 4}}, rng),
@@ -583,7 +584,7 @@ TEST_CASE("transformer block: bias and output_projection reach its attention, an
   lean.eval();
   CHECK(lean.forward(t.constant(random_tensor(Shape::batched(2, 3, 4), a))).shape() == Shape::batched(2, 3, 4));
 
-  // Parameter-free attention has neither: unset or false is fine, true is refused naming the block.
+  // Parameter-free attention has neither: unset or false is fine, true is refused naming the block's attention.
   const O free{.mode = AttentionMode::parameter_free, .d_model = 4, .n_heads = 2};
   CHECK(TransformerBlock<double>("block", free, a).attention().parameters().empty());
   O explicit_false = free;
@@ -593,7 +594,7 @@ TEST_CASE("transformer block: bias and output_projection reach its attention, an
   O with_bias = free;
   with_bias.bias = true;
   CHECK_THROWS_WITH_AS(TransformerBlock<double>("block", with_bias, a),
-                       "transformer_block 'block': parameter-free attention has no parameters, so no bias and no "
+                       "self_attention 'block.attn': the parameter-free mode has no parameters, so no bias and no "
                        "output projection",
                        ValueError);
   O with_projection = free;

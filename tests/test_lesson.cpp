@@ -225,7 +225,7 @@ TEST_CASE("tasks: a trained parameter-free model does not beat a separating task
 TEST_CASE("model: configurations that do not fit together are refused, the toy model passes gradcheck") {
   ModelConfig c{.vocab = 5, .labels = 3, .max_len = 4, .heads = 2, .residual = true};
   c.positions = PositionEncoding::onehot;  // width 5 + 4 = 9, not divisible by 2 heads
-  CHECK_THROWS_WITH_AS(ToyModel<double>{c}, "self_attention 'attn': d_model 9 is not divisible by n_heads 2; give d_head explicitly",
+  CHECK_THROWS_WITH_AS(ToyModel<double>{c}, "self_attention 'attn': d_model 9 is not divisible by n_heads 2, and no d_head is given",
                        ValueError);
   c.d_head = 4;
   CHECK_THROWS_WITH_AS(ToyModel<double>{c},

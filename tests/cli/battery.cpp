@@ -31,7 +31,7 @@ TEST_CASE("cli: bad flags and values are refused in one line with exit 2, before
       {{"--task", "cycle", "--max-memory", "-3"}, "--max-memory"},
       {{"--task", "cycle", "--features", "learned", "--d-model", "100000"},
        "would take about 504.7 GB, more than the limit of 4.0 GB; --max-memory 505 (GB) raises it"},
-      {{"--task", "cycle", "--features", "learned", "--d-model", "33", "--heads", "2"}, "give d_head"},
+      {{"--task", "cycle", "--features", "learned", "--d-model", "33", "--heads", "2"}, "no d_head is given"},
       {{"--task", "cycle", "--features", "learned", "--d-model", "33", "--heads", "2", "--d-head", "0"},
        "--d-head: must be finite and > 0, got '0'"},
       {{"--task", "cycle", "--heads", "0"}, "--heads: must be finite and > 0, got '0'"},
