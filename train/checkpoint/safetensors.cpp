@@ -69,12 +69,13 @@ struct SyntaxCheck : nlohmann::detail::json_sax_acceptor<Json> {
 // The header, read as nlohmann's parser walks it (its SAX interface) straight into a SafetensorsView, one
 // entry at a time: a JSON tree of the whole header costs some 25 times its bytes, and nlohmann's parse with
 // a callback rescans the top-level object after each entry, which is quadratic in the number of tensors
-// (docs/performance.md, "Decoding safetensors headers"). A tensor's entry is kept as a small tree until it
-// ends, then checked; the metadata goes into the view as it is read.
+// (docs/performance.md, "Decoding safetensors headers"). A tensor's three values are kept as JSON until its
+// entry ends, then checked (in an array, not a JSON object: an object per entry cost the decode a third
+// more time); the metadata goes into the view as it is read.
 //
-// The first problem throws; the caller then parses the rest of the header for its syntax alone, so that a
-// header that is not JSON is refused as such, whatever it says before its syntax error. Then it checks what
-// needs every entry: unique names, and tensors that tile the data buffer.
+// The first problem throws; the caller then parses the header again for its syntax alone, so that a header
+// that is not JSON is refused as such, whatever it says before its syntax error. Then it checks what needs
+// every entry: unique names, and tensors that tile the data buffer.
 class HeaderReader : public SyntaxCheck {
  public:
   HeaderReader(SafetensorsView& out, std::span<const std::byte> data, std::string_view file)
@@ -90,7 +91,7 @@ class HeaderReader : public SyntaxCheck {
 
   bool start_object(std::size_t) {
     if (depth_ >= 2) fail("the entry '{}' nests an object deeper than a safetensors header has any", escaped(name_));
-    if (depth_++ == 1) entry_ = Json::object();
+    if (depth_++ == 1) fields_.fill(Json(Json::value_t::discarded));  // discarded: not read yet
     return true;
   }
   bool key(std::string& k) {
@@ -101,12 +102,12 @@ class HeaderReader : public SyntaxCheck {
         fail("the name '{}' appears twice in the header", kMetadataKey);
     } else if (in_metadata()) {
       std::tie(metadata_value_, fresh) = out_.metadata.try_emplace(k);
-    } else if (std::find(kFields.begin(), kFields.end(), k) == kFields.end()) {
+    } else if (const auto f = std::find(kFields.begin(), kFields.end(), k); f == kFields.end()) {
       fail("tensor '{}' has the unknown key '{}'; a tensor has dtype, shape and data_offsets", escaped(name_),
            escaped(k));
     } else {
-      fresh = !entry_.contains(k);
-      field_ = &entry_[k];
+      field_ = &fields_[static_cast<std::size_t>(f - kFields.begin())];
+      fresh = field_->is_discarded();
     }
     if (!fresh) fail("the entry '{}' has the key '{}' twice", escaped(name_), escaped(k));
     return true;
@@ -156,9 +157,9 @@ class HeaderReader : public SyntaxCheck {
   // The tensor's checks, in the order a reader would name its problems: its keys, then each value.
   void end_tensor() {
     const auto n = [this] { return escaped(name_); };  // only for a message: most tensors need none
-    for (const std::string_view f : kFields)
-      if (!entry_.contains(f)) fail("tensor '{}' has no {}", n(), f);
-    const Json& dtype = entry_["dtype"];
+    for (std::size_t f = 0; f < kFields.size(); ++f)
+      if (fields_[f].is_discarded()) fail("tensor '{}' has no {}", n(), kFields[f]);
+    const Json& dtype = fields_[0];
     if (dtype.is_array())
       fail("tensor '{}' has a dtype that is a list, not a string; the format's are {}", n(),
            enum_choices<SafetensorsDtype>());
@@ -166,18 +167,19 @@ class HeaderReader : public SyntaxCheck {
     if (!dtype.is_string() || !parse_enum(dtype.get_ref<const std::string&>(), type))
       fail("tensor '{}' has the unknown dtype {}; the format's are {}", n(), escaped(dtype.dump()),
            enum_choices<SafetensorsDtype>());
-    for (const std::string_view f : {kFields[1], kFields[2]}) {
-      const Json& list = entry_[f];
-      if (!list.is_array()) fail("tensor '{}' has a {} that is {}, not a list", n(), f, kind_of(list));
+    for (const std::size_t f : {1, 2}) {
+      const Json& list = fields_[f];
+      if (!list.is_array()) fail("tensor '{}' has a {} that is {}, not a list", n(), kFields[f], kind_of(list));
       const auto bad = std::find_if(list.begin(), list.end(), [](const Json& e) { return !e.is_number_unsigned(); });
       if (bad != list.end())
-        fail("tensor '{}' has a {} with {}, not a non-negative integer below 2^64", n(), f, escaped(bad->dump()));
+        fail("tensor '{}' has a {} with {}, not a non-negative integer below 2^64", n(), kFields[f],
+             escaped(bad->dump()));
     }
-    auto shape = entry_["shape"].get<std::vector<std::uint64_t>>();  // an exact copy: no spare capacity
-    const auto offsets = entry_["data_offsets"].get<std::vector<std::uint64_t>>();
+    auto shape = fields_[1].get<std::vector<std::uint64_t>>();  // an exact copy: no spare capacity
+    const Json& offsets = fields_[2];
     if (offsets.size() != 2)
       fail("tensor '{}' has {} data_offsets; it must have two, [begin, end]", n(), offsets.size());
-    const std::uint64_t begin = offsets[0], end = offsets[1];
+    const std::uint64_t begin = offsets[0].get<std::uint64_t>(), end = offsets[1].get<std::uint64_t>();
     if (end < begin) fail("tensor '{}' has data_offsets [{}, {}], which end before they begin", n(), begin, end);
     std::uint64_t numel = 0, bytes = 0;
     if (!sizes_of(shape, element_bytes(type), numel, bytes))
@@ -198,8 +200,8 @@ class HeaderReader : public SyntaxCheck {
   std::string name_;  // the entry being read
   bool metadata_seen_ = false;
   std::map<std::string, std::string>::iterator metadata_value_;  // the metadata key being read
-  Json entry_;                                                   // the tensor being read: its keys so far
-  Json* field_{};                                                // the value in entry_ being read
+  std::array<Json, 3> fields_;  // the tensor being read: its dtype, shape and data_offsets, by kFields
+  Json* field_{};               // the one whose value is read
 };
 
 // How many times the key "data_offsets" appears in the header: the number of tensors in a header that is
