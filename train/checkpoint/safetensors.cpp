@@ -58,119 +58,99 @@ std::string kind_of(const Json& value) {
   return fmt::format("{} {}", name == "array" || name == "object" ? "an" : "a", name);
 }
 
-// The header, read as nlohmann's parser walks it (its SAX interface) straight into a SafetensorsView,
-// with no JSON tree: a tree's nodes cost some 25 times the header's bytes, and nlohmann's parse with a
-// callback rescans the top-level object after each entry, which is quadratic in the number of tensors
-// (docs/performance.md, "Decoding safetensors headers"). What is kept is what the view holds, plus the
-// three values of the tensor being read, whose lists keep only their sizes and the first element that is
-// not one.
+// The header's syntax alone, through nlohmann's parse, which builds nothing: a syntax error is refused.
+struct SyntaxCheck : nlohmann::detail::json_sax_acceptor<Json> {
+  std::string_view source;
+  [[noreturn]] bool parse_error(std::size_t, const std::string&, const Json::exception& e) {
+    refuse(source, "the header is not valid JSON ({})", escaped(e.what(), 300));
+  }
+};
+
+// The header, read as nlohmann's parser walks it (its SAX interface) straight into a SafetensorsView, one
+// entry at a time: a JSON tree of the whole header costs some 25 times its bytes, and nlohmann's parse with
+// a callback rescans the top-level object after each entry, which is quadratic in the number of tensors
+// (docs/performance.md, "Decoding safetensors headers"). A tensor's three values are kept as JSON until its
+// entry ends, then checked (in an array, not a JSON object: an object per entry cost the decode a third
+// more time); the metadata goes into the view as it is read.
 //
-// The first problem is kept and the rest of the header only parsed, so that a header that is not JSON is
-// refused as such, whatever it says before its syntax error. Then the caller checks what needs every
-// entry: unique names, and tensors that tile the data buffer.
-class HeaderReader {
+// The first problem throws; the caller then parses the header again for its syntax alone, so that a header
+// that is not JSON is refused as such, whatever it says before its syntax error. Then it checks what needs
+// every entry: unique names, and tensors that tile the data buffer.
+class HeaderReader : public SyntaxCheck {
  public:
-  HeaderReader(SafetensorsView& out, std::span<const std::byte> data) : out_(out), data_(data) {}
+  HeaderReader(SafetensorsView& out, std::span<const std::byte> data, std::string_view file)
+      : SyntaxCheck{{}, file}, out_(out), data_(data) {}
 
-  const std::string& problem() const { return problem_; }
-  const std::string& syntax_error() const { return syntax_error_; }
-
-  // ---- nlohmann's SAX events; each returns true (parse on), and false only on a syntax error ----
+  // ---- nlohmann's SAX events; each returns true (parse on) or throws ----
   bool null() { return value(nullptr); }
   bool boolean(bool v) { return value(v); }
   bool number_integer(Json::number_integer_t v) { return value(v); }
   bool number_unsigned(Json::number_unsigned_t v) { return value(v); }
   bool number_float(Json::number_float_t v, const std::string&) { return value(v); }
-  bool string(std::string& v) { return value(v); }
-  bool binary(Json::binary_t&) { return true; }  // only in binary formats, not in JSON
+  bool string(std::string& v) { return value(std::move(v)); }
 
   bool start_object(std::size_t) {
-    if (!problem_.empty()) return true;
-    if (depth_ >= 2)
-      return fail("the entry '{}' nests an object deeper than a safetensors header has any", escaped(name_));
-    if (depth_++ == 1)
-      for (Field& f : fields_) {  // kept: their lists' capacity serves the next tensor
-        f.value.reset();
-        f.sizes.clear();
-        f.bad.clear();
-      }
+    if (depth_ >= 2) fail("the entry '{}' nests an object deeper than a safetensors header has any", escaped(name_));
+    if (depth_++ == 1) fields_.fill(Json(Json::value_t::discarded));  // discarded: not read yet
     return true;
   }
   bool key(std::string& k) {
-    if (!problem_.empty()) return true;
+    bool fresh = true;
     if (depth_ == 1) {
       name_ = k;
       if (in_metadata() && std::exchange(metadata_seen_, true))
-        return fail("the name '{}' appears twice in the header", kMetadataKey);
+        fail("the name '{}' appears twice in the header", kMetadataKey);
     } else if (in_metadata()) {
-      const auto [it, fresh] = out_.metadata.try_emplace(k);
-      if (!fresh) return fail("the entry '{}' has the key '{}' twice", kMetadataKey, escaped(k));
-      metadata_value_ = it;
+      std::tie(metadata_value_, fresh) = out_.metadata.try_emplace(k);
+    } else if (const auto f = std::find(kFields.begin(), kFields.end(), k); f == kFields.end()) {
+      fail("tensor '{}' has the unknown key '{}'; a tensor has dtype, shape and data_offsets", escaped(name_),
+           escaped(k));
     } else {
-      field_ = static_cast<std::size_t>(std::find(kFields.begin(), kFields.end(), k) - kFields.begin());
-      if (field_ == kFields.size())
-        return fail("tensor '{}' has the unknown key '{}'; a tensor has dtype, shape and data_offsets", escaped(name_),
-                    escaped(k));
-      if (fields_[field_].value) return fail("the entry '{}' has the key '{}' twice", escaped(name_), escaped(k));
-      fields_[field_].value.emplace();
+      field_ = &fields_[static_cast<std::size_t>(f - kFields.begin())];
+      fresh = field_->is_discarded();
     }
+    if (!fresh) fail("the entry '{}' has the key '{}' twice", escaped(name_), escaped(k));
     return true;
   }
   bool end_object() {
-    if (!problem_.empty()) return true;
     if (--depth_ == 1 && !in_metadata()) end_tensor();
     return true;
   }
   bool start_array(std::size_t) {
-    if (!problem_.empty()) return true;
-    if (depth_ >= 3)
-      return fail("the entry '{}' nests a list deeper than a safetensors header has any", escaped(name_));
+    if (depth_ >= 3) fail("the entry '{}' nests a list deeper than a safetensors header has any", escaped(name_));
     if (depth_ == 1 || in_metadata()) return value(Json::array());  // refused as a value of its place
-    fields_[field_].value = Json::array();
+    *field_ = Json::array();
     ++depth_;
     return true;
   }
   bool end_array() {
-    if (problem_.empty()) --depth_;
+    --depth_;
     return true;
-  }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
-    syntax_error_ = e.what();
-    return false;
   }
 
  private:
   static constexpr std::array<std::string_view, 3> kFields = {"dtype", "shape", "data_offsets"};
-  static constexpr std::size_t kDtype = 0, kShape = 1, kOffsets = 2;  // indices of kFields
 
   bool in_metadata() const { return name_ == kMetadataKey; }
 
   template <class... Args>
-  bool fail(fmt::format_string<Args...> format, Args&&... args) {
-    if (problem_.empty()) problem_ = fmt::format(format, std::forward<Args>(args)...);
-    return true;  // parse on: a header that is not JSON is refused as such
+  [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
+    refuse(source, format, std::forward<Args>(args)...);
   }
 
   // A value that is not a container, or a list where an entry's or the metadata's value was expected.
   bool value(Json v) {
-    if (!problem_.empty()) return true;
-    if (depth_ == 1 && in_metadata()) return fail("__metadata__ is {}, not a map of strings to strings", kind_of(v));
+    if (depth_ == 1 && in_metadata()) fail("__metadata__ is {}, not a map of strings to strings", kind_of(v));
     if (depth_ == 1)
-      return fail("tensor '{}' is {}, not an object with dtype, shape and data_offsets", escaped(name_), kind_of(v));
-    if (in_metadata()) {
-      if (!v.is_string())
-        return fail("__metadata__ maps '{}' to {}; its values must be strings", escaped(metadata_value_->first),
-                    kind_of(v));
+      fail("tensor '{}' is {}, not an object with dtype, shape and data_offsets", escaped(name_), kind_of(v));
+    if (in_metadata() && !v.is_string())
+      fail("__metadata__ maps '{}' to {}; its values must be strings", escaped(metadata_value_->first), kind_of(v));
+    if (in_metadata())
       metadata_value_->second = std::move(v.get_ref<std::string&>());
-    } else if (depth_ == 2) {
-      fields_[field_].value = std::move(v);  // the value of a tensor's key
-    } else if (field_ != kDtype) {           // an element of a list (a dtype that is a list is refused as one)
-      Field& list = fields_[field_];
-      if (v.is_number_unsigned())
-        list.sizes.push_back(v.get<std::uint64_t>());
-      else if (list.bad.empty())
-        list.bad = v.dump();
-    }
+    else if (depth_ == 2)
+      *field_ = std::move(v);  // the value of a tensor's key
+    else
+      field_->push_back(std::move(v));  // an element of its list
     return true;
   }
 
@@ -178,59 +158,50 @@ class HeaderReader {
   void end_tensor() {
     const auto n = [this] { return escaped(name_); };  // only for a message: most tensors need none
     for (std::size_t f = 0; f < kFields.size(); ++f)
-      if (!fields_[f].value) return void(fail("tensor '{}' has no {}", n(), kFields[f]));
-    const Json& dtype = *fields_[kDtype].value;
+      if (fields_[f].is_discarded()) fail("tensor '{}' has no {}", n(), kFields[f]);
+    const Json& dtype = fields_[0];
     if (dtype.is_array())
-      return void(fail("tensor '{}' has a dtype that is a list, not a string; the format's are {}", n(),
-                       enum_choices<SafetensorsDtype>()));
+      fail("tensor '{}' has a dtype that is a list, not a string; the format's are {}", n(),
+           enum_choices<SafetensorsDtype>());
     SafetensorsDtype type = SafetensorsDtype::f32;
     if (!dtype.is_string() || !parse_enum(dtype.get_ref<const std::string&>(), type))
-      return void(fail("tensor '{}' has the unknown dtype {}; the format's are {}", n(), escaped(dtype.dump()),
-                       enum_choices<SafetensorsDtype>()));
-    for (const std::size_t f : {kShape, kOffsets}) {
-      if (!fields_[f].value->is_array())
-        return void(fail("tensor '{}' has a {} that is {}, not a list", n(), kFields[f], kind_of(*fields_[f].value)));
-      if (!fields_[f].bad.empty())
-        return void(fail("tensor '{}' has a {} with {}, not a non-negative integer below 2^64", n(), kFields[f],
-                         escaped(fields_[f].bad)));
+      fail("tensor '{}' has the unknown dtype {}; the format's are {}", n(), escaped(dtype.dump()),
+           enum_choices<SafetensorsDtype>());
+    for (const std::size_t f : {1, 2}) {
+      const Json& list = fields_[f];
+      if (!list.is_array()) fail("tensor '{}' has a {} that is {}, not a list", n(), kFields[f], kind_of(list));
+      const auto bad = std::find_if(list.begin(), list.end(), [](const Json& e) { return !e.is_number_unsigned(); });
+      if (bad != list.end())
+        fail("tensor '{}' has a {} with {}, not a non-negative integer below 2^64", n(), kFields[f],
+             escaped(bad->dump()));
     }
-    const std::vector<std::uint64_t>&shape = fields_[kShape].sizes, &offsets = fields_[kOffsets].sizes;
+    auto shape = fields_[1].get<std::vector<std::uint64_t>>();  // an exact copy: no spare capacity
+    const Json& offsets = fields_[2];
     if (offsets.size() != 2)
-      return void(fail("tensor '{}' has {} data_offsets; it must have two, [begin, end]", n(), offsets.size()));
-    const std::uint64_t begin = offsets[0], end = offsets[1];
-    if (end < begin)
-      return void(fail("tensor '{}' has data_offsets [{}, {}], which end before they begin", n(), begin, end));
+      fail("tensor '{}' has {} data_offsets; it must have two, [begin, end]", n(), offsets.size());
+    const std::uint64_t begin = offsets[0].get<std::uint64_t>(), end = offsets[1].get<std::uint64_t>();
+    if (end < begin) fail("tensor '{}' has data_offsets [{}, {}], which end before they begin", n(), begin, end);
     std::uint64_t numel = 0, bytes = 0;
     if (!sizes_of(shape, element_bytes(type), numel, bytes))
-      return void(fail("tensor '{}' has the shape {}, whose size overflows 64 bits", n(), dims_str(shape)));
+      fail("tensor '{}' has the shape {}, whose size overflows 64 bits", n(), dims_str(shape));
     if (end - begin != bytes)
-      return void(fail("tensor '{}' is {} {} ({} bytes) but its data_offsets [{}, {}] hold {} bytes", n(),
-                       to_string(type), dims_str(shape), bytes, begin, end, end - begin));
+      fail("tensor '{}' is {} {} ({} bytes) but its data_offsets [{}, {}] hold {} bytes", n(), to_string(type),
+           dims_str(shape), bytes, begin, end, end - begin);
     if (end > data_.size())
-      return void(
-          fail("tensor '{}' has data_offsets [{}, {}], past the end of the {}-byte data buffer (the file is truncated)",
-               n(), begin, end, data_.size()));
-    out_.tensors.push_back({name_,
-                            type,
-                            {shape.begin(), shape.end()},  // an exact copy: no spare capacity
+      fail("tensor '{}' has data_offsets [{}, {}], past the end of the {}-byte data buffer (the file is truncated)",
+           n(), begin, end, data_.size());
+    out_.tensors.push_back({name_, type, std::move(shape),
                             data_.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(bytes))});
   }
 
   SafetensorsView& out_;
   std::span<const std::byte> data_;
-  std::string problem_, syntax_error_;
   int depth_ = 0;     // of the containers open: 1 in the header's object, 2 in an entry's, 3 in a list in it
   std::string name_;  // the entry being read
   bool metadata_seen_ = false;
   std::map<std::string, std::string>::iterator metadata_value_;  // the metadata key being read
-  // The tensor being read: its dtype, shape and data_offsets, by kFields, and the one whose value is read.
-  struct Field {
-    std::optional<Json> value;         // as read, once its key is; a list stays [], its elements go below
-    std::vector<std::uint64_t> sizes;  // a list's elements that are sizes
-    std::string bad;                   // a list's first element that is not a size, as JSON
-  };
-  std::array<Field, 3> fields_;
-  std::size_t field_ = 0;
+  std::array<Json, 3> fields_;  // the tensor being read: its dtype, shape and data_offsets, by kFields
+  Json* field_{};               // the one whose value is read
 };
 
 // How many times the key "data_offsets" appears in the header: the number of tensors in a header that is
@@ -336,10 +307,14 @@ SafetensorsView decode_safetensors(std::span<const std::byte> bytes, std::string
 
   SafetensorsView out;
   out.tensors.reserve(data_offsets_keys(text));
-  HeaderReader reader(out, data);
-  if (!Json::sax_parse(text.begin(), text.end(), &reader))
-    refuse(source, "the header is not valid JSON ({})", escaped(reader.syntax_error(), 300));
-  if (!reader.problem().empty()) refuse(source, "{}", reader.problem());
+  try {
+    HeaderReader reader(out, data, source);
+    Json::sax_parse(text.begin(), text.end(), &reader);
+  } catch (const FormatError&) {
+    SyntaxCheck syntax{{}, source};  // the first problem stands once the header is known to be JSON
+    Json::sax_parse(text.begin(), text.end(), &syntax);
+    throw;
+  }
   check_unique_names(out.tensors, source);
   tile(out.tensors, data, source);
   return out;

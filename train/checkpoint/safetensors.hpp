@@ -106,7 +106,7 @@ struct SafetensorsView {
 
 // Every rule above, or FormatError "safetensors '<source>': <rule>"; the tensors view `bytes`, which must
 // outlive the result. Allocates only for the header: names, shapes and metadata, read as the JSON is parsed
-// (no JSON tree); time n log n in the number of entries.
+// (no JSON tree of the header: one tensor's values at a time); time n log n in the number of entries.
 SafetensorsView decode_safetensors(std::span<const std::byte> bytes, std::string_view source);
 // The file: tensors' bytes in the order given, the header padded with spaces to a multiple of 8 bytes
 // (so that the data is aligned, as the reference writer does). ValueError for what no reader would accept:
