@@ -1,6 +1,5 @@
 // Elementwise ops: add, sub, mul and div with b broadcast; relu, tanh, gelu, exp, log, sqrt, sigmoid and
 // silu, and scale and the other ops of a scalar on one side (the operators), one template; transpose.
-#include <cmath>
 #include <numbers>
 
 #include <unsupported/Eigen/SpecialFunctions>

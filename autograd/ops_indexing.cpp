@@ -5,7 +5,6 @@
 
 #include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 namespace {
@@ -196,7 +195,6 @@ Var<T> slice_cols(Var<T> x, Index begin, Index count, Where where) {
 
 template <class T>
 Var<T> concat_cols(std::span<const Var<T>> parts, Where where) {
-  if (parts.empty()) fail<ShapeError>("concat_cols: no parts to concatenate");
   return apply_list(ConcatCols<T>{}, parts, where);
 }
 
