@@ -200,11 +200,8 @@ struct RowMax {
     detail::require_row_entries(name, s, "take a maximum of");
     auto C = ctx.output(column_of(s)).flat();
     const auto X = x.flat();
-    std::vector<Index>* argmax = nullptr;
-    if (ctx.needs_grad()) {
-      argmax = &ctx.saved().argmax;
-      argmax->resize(static_cast<std::size_t>(X.rows()));
-    }
+    std::vector<Index>* const argmax = ctx.needs_grad() ? &ctx.saved().argmax : nullptr;
+    if (argmax) argmax->resize(static_cast<std::size_t>(X.rows()));
     for (Index r = 0; r < X.rows(); ++r) {
       // Strictly greater replaces, so a tie keeps the first column. A NaN ends the search: the row's maximum
       // is NaN, as in PyTorch, rather than the largest of the other entries (maxCoeff would skip it).
