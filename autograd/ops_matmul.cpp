@@ -131,9 +131,7 @@ struct Affine {
     if (!detail::is_row_of(sb, sw.cols))
       fail<ShapeError>("affine: b is {} but x w has {} columns; b must be a row of {} values ({} or 1x{})", sb, sw.cols,
                        sw.cols, sw.cols, sw.cols);
-    Shape out = sx;
-    out.cols = sw.cols;
-    TensorT<T>& Y = ctx.output(out);
+    TensorT<T>& Y = ctx.output({sx.rank, sx.batch, sx.rows, sw.cols});
     detail::gemm<T>(Form::ab, sx.flat_rows(), sw.cols, sx.cols, {X.data(), sx.cols}, {W.data(), sw.cols}, Y.data(),
                     sw.cols, false, true, b.data());
   }
