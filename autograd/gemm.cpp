@@ -18,12 +18,6 @@ namespace {
 
 using Form = ProductForm;
 
-#ifdef TAPEGRAD_HAVE_LIBXSMM
-constexpr bool kBuiltWithLibxsmm = true;
-#else
-constexpr bool kBuiltWithLibxsmm = false;
-#endif
-
 template <class T>
 using StridedMap = Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>>;
 template <class T>
@@ -217,11 +211,7 @@ struct KernelKey {
 
 template <class T>
 Kernel<T> dispatch(const KernelKey& key) {
-  static const bool initialised = [] {
-    libxsmm_init();
-    return true;
-  }();
-  (void)initialised;
+  [[maybe_unused]] static const bool initialised = (libxsmm_init(), true);  // once, before the first dispatch
   const auto M = static_cast<libxsmm_blasint>(key.m), N = static_cast<libxsmm_blasint>(key.n),
              K = static_cast<libxsmm_blasint>(key.k), lda = static_cast<libxsmm_blasint>(key.lda),
              ldb = static_cast<libxsmm_blasint>(key.ldb), ldc = static_cast<libxsmm_blasint>(key.ldc);
@@ -459,8 +449,10 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
   return true;
 }
 
-// Whether libxsmm can make kernels on this machine at all (its JIT needs an x86-64 with SSE3 or
-// better): asked once, so a process uses one kind of kernel unless told otherwise.
+// Whether tapegrad was built with libxsmm, and whether libxsmm can make kernels on this machine at all
+// (its JIT needs an x86-64 with SSE3 or better): asked once, so a process uses one kind of kernel unless
+// told otherwise.
+constexpr bool kBuiltWithLibxsmm = true;
 bool xsmm_works() {
   static const bool works = [] {
     const KernelKey probe{kBlockCols, kBlockRows, kBlockDepth, kBlockCols, kBlockDepth, kBlockCols, false, false};
@@ -471,6 +463,7 @@ bool xsmm_works() {
 
 #else
 
+constexpr bool kBuiltWithLibxsmm = false;
 bool xsmm_works() { return false; }
 
 #endif

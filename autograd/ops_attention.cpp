@@ -160,9 +160,8 @@ struct Attention {
     for (auto& w : weights) w.resize(sq.rank == 3 ? Shape::batched(l.batch, l.tq, l.tk) : Shape::mat(l.tq, l.tk));
 
     TensorT<T>& output = ctx.output(out);
-    Saved* saved = nullptr;
-    if (ctx.needs_grad()) {  // keep every item's weights for the backward rule
-      saved = &ctx.saved();
+    Saved* const saved = ctx.needs_grad() ? &ctx.saved() : nullptr;
+    if (saved) {  // keep every item's weights for the backward rule
       saved->layout = l;
       saved->scale = scale;
       saved->weights.resize(static_cast<std::size_t>(l.items() * block_stride(l)));  // grows once, then stays

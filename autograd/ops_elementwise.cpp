@@ -1,6 +1,5 @@
 // Elementwise ops: add, sub, mul and div with b broadcast; relu, tanh, gelu, exp, log, sqrt, sigmoid and
 // silu, and scale and the other ops of a scalar on one side (the operators), one template; transpose.
-#include <cmath>
 #include <numbers>
 
 #include <unsupported/Eigen/SpecialFunctions>
@@ -22,10 +21,9 @@ Broadcast broadcast_of(const char* op, const Shape& a, const Shape& b) {
   if (detail::is_row_of(b, a.cols)) return Broadcast::row;
   if (a.rank == 3 && b.rank == 2 && b.rows == a.rows && b.cols == a.cols) return Broadcast::batch;
   if (b.rank == a.rank && b.batch == a.batch && b.rows == a.rows && b.cols == 1) return Broadcast::col;
-  Shape col = a;
-  col.cols = 1;
   const std::string shared = a.rank == 3 ? fmt::format(", a {}x{} matrix shared by the batch", a.rows, a.cols) : "";
-  const std::string last = a.rank == 1 ? "a single value" : fmt::format("a {} column", col);
+  const std::string last =
+      a.rank == 1 ? "a single value" : fmt::format("a {} column", Shape{a.rank, a.batch, a.rows, 1});
   fail<ShapeError>("{}: shapes do not broadcast: a is {}, b is {} (b must be {}, a row of {} values{}, or {})", op, a,
                    b, a, a.cols, shared, last);
 }

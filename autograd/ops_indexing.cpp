@@ -5,7 +5,6 @@
 
 #include "tapegrad/autograd/function.hpp"
 #include "tapegrad/autograd/ops.hpp"
-#include "tapegrad/core/parallel.hpp"
 
 namespace tapegrad {
 namespace {
@@ -29,8 +28,7 @@ struct SliceCols {
       fail<ShapeError>("slice_cols: columns [{}, {}) are outside x, which is {} ({} columns)", begin, end_text, s,
                        s.cols);
     }
-    Shape out = s;
-    out.cols = count;
+    const Shape out{s.rank, s.batch, s.rows, count};
     TensorT<T>& C = ctx.output(out);
     ctx.saved().begin = begin;
     parallel_rows(out.flat_rows(), count, [&](Index r, Index k) {
@@ -56,8 +54,7 @@ struct ConcatCols {
 
   void forward(ForwardContext<T>& ctx, const ValueList<T>& parts) const {
     const Shape first = parts[0].shape();
-    Shape out = first;
-    out.cols = 0;
+    Shape out{first.rank, first.batch, first.rows, 0};
     for (std::size_t k = 0; k < parts.size(); ++k) {
       const Shape& s = parts[k].shape();
       if (s.rank != first.rank || s.batch != first.batch || s.rows != first.rows)
@@ -196,7 +193,6 @@ Var<T> slice_cols(Var<T> x, Index begin, Index count, Where where) {
 
 template <class T>
 Var<T> concat_cols(std::span<const Var<T>> parts, Where where) {
-  if (parts.empty()) fail<ShapeError>("concat_cols: no parts to concatenate");
   return apply_list(ConcatCols<T>{}, parts, where);
 }
 

@@ -51,15 +51,6 @@ Shape product_shape(const char* op, Form form, const Shape& sa, const Shape& sb)
   return sa.rank == 3 ? Shape::batched(sa.batch, m, n) : Shape::mat(m, n);
 }
 
-// C = A B with A (rows x k), B (k x cols), all contiguous: dA (+)= dC B^T and dB (+)= A^T dC, for the
-// gradients that are wanted (non-null); `assign` as in write_grad. matmul's rule and affine's.
-template <class T>
-void ab_grads(const T* a, const T* b, const T* dc, Index rows, Index k, Index cols, T* da, bool da_assign, T* db,
-              bool db_assign, bool may_split) {
-  if (da) gemm(Form::abt, dc, rows, cols, b, k, cols, da, da_assign, may_split);
-  if (db) gemm(Form::atb, a, rows, k, dc, rows, cols, db, db_assign, may_split);
-}
-
 constexpr const char* kProductNames[] = {"matmul", "matmul_at", "matmul_bt"};  // by Form: ab, atb, abt
 
 // C = op(A) op(B), per batch item (a shared 2-D B: A and C viewed flat, (B*M, K) and (B*M, N), one product).
@@ -110,7 +101,8 @@ struct Product {
         T* da = dA ? dA.tensor->mat(i).data() : nullptr;
         T* db = dB ? dB.tensor->mat(i).data() : nullptr;
         if constexpr (F == Form::ab) {
-          ab_grads(a_i, b_i, dc, ar, ac, bc, da, !dA.accumulate, db, !dB.accumulate, may_split);
+          if (da) gemm(Form::abt, dc, cr, cc, b_i, br, bc, da, !dA.accumulate, may_split);
+          if (db) gemm(Form::atb, a_i, ar, ac, dc, cr, cc, db, !dB.accumulate, may_split);
         } else if constexpr (F == Form::abt) {
           if (da) gemm(Form::ab, dc, cr, cc, b_i, br, bc, da, !dA.accumulate, may_split);
           if (db) gemm(Form::atb, dc, cr, cc, a_i, ar, ac, db, !dB.accumulate, may_split);
@@ -124,7 +116,7 @@ struct Product {
 };
 
 // Y = X W + 1 b^T (X viewed flat, (rows, K)): the bias added to each block of rows as its product completes.
-// Backward: dX += dY W^T,  dW += X^T dY,  db += the column sums of dY, by matmul's rule (ab_grads) and
+// Backward: dX += dY W^T,  dW += X^T dY,  db += the column sums of dY, by matmul's rule and
 // add's (write_column_sums), from dY in place.
 template <class T>
 struct Affine {
@@ -139,9 +131,7 @@ struct Affine {
     if (!detail::is_row_of(sb, sw.cols))
       fail<ShapeError>("affine: b is {} but x w has {} columns; b must be a row of {} values ({} or 1x{})", sb, sw.cols,
                        sw.cols, sw.cols, sw.cols);
-    Shape out = sx;
-    out.cols = sw.cols;
-    TensorT<T>& Y = ctx.output(out);
+    TensorT<T>& Y = ctx.output({sx.rank, sx.batch, sx.rows, sw.cols});
     detail::gemm<T>(Form::ab, sx.flat_rows(), sw.cols, sx.cols, {X.data(), sx.cols}, {W.data(), sw.cols}, Y.data(),
                     sw.cols, false, true, b.data());
   }
@@ -153,8 +143,8 @@ struct Affine {
     // In the order of the writes (the first write to a gradient assigns, when one node has two roles).
     if (const GradWrite<T> db = detail::pieces(b.grad)) detail::write_column_sums(db, dY.flat().array());
     const GradWrite<T> dX = detail::pieces(x.grad), dW = detail::pieces(w.grad);
-    ab_grads(X.data(), w.value.data(), dY.data(), rows, k, cols, dX ? dX.tensor->data() : nullptr, !dX.accumulate,
-             dW ? dW.tensor->data() : nullptr, !dW.accumulate, true);
+    if (dX) gemm(Form::abt, dY.data(), rows, cols, w.value.data(), k, cols, dX.tensor->data(), !dX.accumulate);
+    if (dW) gemm(Form::atb, X.data(), rows, k, dY.data(), rows, cols, dW.tensor->data(), !dW.accumulate);
   }
 };
 

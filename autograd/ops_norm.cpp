@@ -30,11 +30,8 @@ struct Dropout {
   void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x) const {
     TensorT<T>& C = ctx.output(x.shape());
     const T keep_scale = static_cast<T>(1 / (1 - p));
-    TensorT<T>* factor = nullptr;
-    if (ctx.needs_grad()) {
-      factor = &ctx.saved().factor;
-      factor->resize(x.shape());
-    }
+    TensorT<T>* const factor = ctx.needs_grad() ? &ctx.saved().factor : nullptr;
+    if (factor) factor->resize(x.shape());
     // One uniform per element in row-major order, drawn whether or not gradients are on, so that the
     // stream (and every later mask drawn from it) does not depend on the mode.
     for (Index i = 0; i < x.numel(); ++i) {

@@ -149,12 +149,6 @@ template void softmax_backward(const double*, const double*, double*, Index, Ind
 
 namespace {
 
-// x's shape with the last axis reduced to width 1.
-Shape column_of(Shape s) {
-  s.cols = 1;
-  return s;
-}
-
 // sum: C = sum_j X_j, dX_j += dC;  mean: C = sum_j X_j / D, dX_j += dC / D, over every element j of x (sum,
 // mean: D = all of them) or of each row (row_sum, row_mean: D = x's width, C a column). `Mean`, `Rows` say which.
 template <class T, bool Mean, bool Rows>
@@ -165,7 +159,7 @@ struct Reduce {
     const Shape s = x.shape();
     if constexpr (Rows) {
       if (Mean) detail::require_row_entries(name, s, "average");
-      auto C = ctx.output(column_of(s)).flat().col(0);
+      auto C = ctx.output({s.rank, s.batch, s.rows, 1}).flat().col(0);
       if (Mean)
         C = x.flat().rowwise().mean();
       else
@@ -198,13 +192,10 @@ struct RowMax {
   void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x) const {
     const Shape s = x.shape();
     detail::require_row_entries(name, s, "take a maximum of");
-    auto C = ctx.output(column_of(s)).flat();
+    auto C = ctx.output({s.rank, s.batch, s.rows, 1}).flat();  // x's shape, 1 wide
     const auto X = x.flat();
-    std::vector<Index>* argmax = nullptr;
-    if (ctx.needs_grad()) {
-      argmax = &ctx.saved().argmax;
-      argmax->resize(static_cast<std::size_t>(X.rows()));
-    }
+    std::vector<Index>* const argmax = ctx.needs_grad() ? &ctx.saved().argmax : nullptr;
+    if (argmax) argmax->resize(static_cast<std::size_t>(X.rows()));
     for (Index r = 0; r < X.rows(); ++r) {
       // Strictly greater replaces, so a tie keeps the first column. A NaN ends the search: the row's maximum
       // is NaN, as in PyTorch, rather than the largest of the other entries (maxCoeff would skip it).

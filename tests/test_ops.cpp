@@ -424,7 +424,7 @@ TEST_CASE("ops: softmax, loss and indexing errors name the shapes, ids and targe
                        "slice_cols: columns [2, 2 + 9223372036854775807) are outside x, which is 2x4x8 (8 columns)",
                        ShapeError);
   CHECK_THROWS_AS(slice_cols(v(Shape::batched(2, 4, 8)), kMax, 1), ShapeError);
-  CHECK_THROWS_WITH_AS(concat_cols<double>({}), "concat_cols: no parts to concatenate", ShapeError);
+  CHECK_THROWS_WITH_AS(concat_cols<double>({}), "concat_cols: no inputs were given", UsageError);
   const std::vector<Var<double>> parts = {v(Shape::batched(2, 5, 3)), v(Shape::batched(2, 4, 3))};
   CHECK_THROWS_WITH_AS(concat_cols<double>(parts),
                        "concat_cols: part 1 is 2x4x3 but part 0 is 2x5x3; parts must share batch and rows", ShapeError);
