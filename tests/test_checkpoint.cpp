@@ -507,7 +507,7 @@ TEST_CASE("checkpoint: a user's own model: rebuilt from its file, and its traini
   Tape<float> t1, t2;
   CHECK(rebuilt->forward(t1.constant(data.features())).value() == straight.model.forward(t2.constant(data.features())).value());
   CHECK_THROWS_WITH_AS(model_from_checkpoint<ToyModel<float>>(weights),
-                       "load: the file holds a model of kind 'test_mlp', not 'toy_model'", FormatError);
+                       "load: model: the file holds a model of kind 'test_mlp' but this one is of kind 'toy_model'", FormatError);
   // Training state: 25 steps, a checkpoint, a fresh run resumed to 60 ends where the straight run ended.
   std::vector<std::byte> mid;
   {
@@ -1090,8 +1090,8 @@ TEST_CASE("checkpoint: NaN or Inf weights are refused on load, naming the parame
   test::Mlp model(mlp_config());
   const auto before = values_of(model);
   CHECK_THROWS_WITH_AS(load_weights(back, model),
-                       "load: parameter 'out.weight' holds 1 non-finite values (NaN or Inf) of 16; nothing was loaded "
-                       "(LoadOptions::allow_non_finite loads it anyway)",
+                       "load: model: 'model.out.weight' holds 1 non-finite values (NaN or Inf) of 16 "
+                       "(LoadOptions::allow_non_finite loads it anyway); nothing was loaded",
                        FormatError);
   CHECK(values_of(model) == before);
   CHECK_THROWS_AS(model_from_checkpoint<test::Mlp>(back), FormatError);
