@@ -42,14 +42,15 @@ std::vector<std::string> capped(std::vector<std::string> items) {
   return items;
 }
 
-// restore's and load_weights' refusal of a tensor that holds NaN or Inf as the element type it loads as
-// (`as`): "model: 'model.w' holds 2 non-finite values (NaN or Inf) of 6 as f32 (...)"; "" when it holds none.
-std::string non_finite(std::string_view part, std::string_view name, const StateValue& v, std::string_view as) {
+// restore's and load_weights' refusal of the entry `name`, a tensor that holds NaN or Inf as the element type it
+// loads as (`as`): "model: 'model.w' holds 2 non-finite values (NaN or Inf) of 6 as f32 (...)"; "" for none.
+std::string non_finite(std::string_view name, const StateValue& v, std::string_view as) {
   const Index bad = as == "f32" ? non_finite_count<float>(v) : non_finite_count<double>(v);
   if (bad == 0) return "";
   return fmt::format(
       "{}: '{}' holds {} non-finite values (NaN or Inf) of {}{} (LoadOptions::allow_non_finite loads it anyway)",
-      escaped(part), escaped(name), bad, value_count(v), as == kind_name(v) ? "" : fmt::format(" as {}", as));
+      escaped(name.substr(0, name.find('.'))), escaped(name), bad, value_count(v),
+      as == kind_name(v) ? "" : fmt::format(" as {}", as));
 }
 
 // The file's weights (the entries of `in`) against the model's parameters. Another element type is a
@@ -234,7 +235,7 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
       converted.entries[i].value =
           mine->value.index() == 0 ? StateValue(tensor_as<float>(v)) : StateValue(tensor_as<double>(v));
     }
-    if (std::string refused = non_finite(part, name, v, as); !refused.empty() && !options.allow_non_finite)
+    if (std::string refused = non_finite(name, v, as); !refused.empty() && !options.allow_non_finite)
       problems.push_back(std::move(refused));
   }
   // Every part loads (each checks what it reads before it changes anything); if any refused, or a check
@@ -283,8 +284,7 @@ LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions optio
                           : "");
   if (!options.allow_non_finite)
     for (const std::string& name : report.loaded)
-      if (const std::string refused = non_finite(kModelPart, in.full_name(name), in.value(name), dtype_of<T>());
-          !refused.empty())
+      if (const std::string refused = non_finite(in.full_name(name), in.value(name), dtype_of<T>()); !refused.empty())
         fail<FormatError>("load: {}; nothing was loaded", refused);
   return match_weights(in, params, options, true);
 }
