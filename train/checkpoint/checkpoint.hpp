@@ -154,6 +154,9 @@ LoadReport restore(const Checkpoint& c, const StateParts& parts, LoadOptions opt
 // A Trainer's run: its model, optimizer and own state, as snapshot(trainer) saved them ("resume: ..." when
 // it refuses). A data-parallel group compares the restored state before it goes on.
 LoadReport restore(const Checkpoint& c, TrainerBase& trainer, LoadOptions options = {});
+// restore's refusal of a file that lacks a part, for a program that reads the parts before it builds what
+// restores them (train --resume): "the file has no 'trainer' (it holds 'model', 'step')"; "" for none.
+std::string missing_parts(const Checkpoint& c, const std::vector<std::string>& names);
 
 // Weights into an existing model. Strict: every name must be there with its shape and element type
 // (or, with convert_dtype, another element type), or a FormatError lists every problem and nothing is loaded.

@@ -145,6 +145,16 @@ std::string LoadReport::str() const {
 
 // ---- snapshot, restore, load_weights ---------------------------------------------------------------------
 
+std::string missing_parts(const Checkpoint& c, const std::vector<std::string>& names) {
+  const std::vector<std::string> in_file = c.parts();
+  std::vector<std::string> missing;
+  for (const std::string& name : names)
+    if (std::ranges::find(in_file, name) == in_file.end()) missing.push_back(name);
+  if (missing.empty()) return "";
+  return fmt::format("the file has no {} (it holds {})", quoted_list(missing),
+                     in_file.empty() ? std::string("nothing") : quoted_list(in_file));
+}
+
 namespace {
 
 // What the parts hold now (snapshot, and what restore puts back should a part refuse); NameError "<op>: ..."
@@ -197,25 +207,21 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
   // What every part holds now (its names checked): the element types the file's tensors are checked as, and
   // what puts the parts back should one of them refuse to load.
   const Checkpoint before = snapshot_parts(parts, op);
-  std::set<std::string_view> given;
+  std::vector<std::string> names;
   for (const StatePart& p : parts) {
-    given.insert(p.name);
+    names.push_back(p.name);
     if (!p.load)
       fail<UsageError>("restore: the part '{}' was given as const: it cannot be loaded into", escaped(p.name));
   }
+  const std::set<std::string_view> given(names.begin(), names.end());
   const detail::StateIndex now(before);
   LoadReport report;
   std::vector<std::string> problems;
   const std::vector<std::string> in_file = c.parts();
   const std::set<std::string_view> file_parts(in_file.begin(), in_file.end());
-  std::vector<std::string> missing;
-  for (const StatePart& p : parts)
-    if (!file_parts.contains(p.name)) missing.push_back(p.name);
   for (const std::string& part : in_file)
     if (!given.contains(part)) report.unexpected.push_back(part);  // left in the file, unless strict refuses them
-  if (!missing.empty())
-    problems.push_back(fmt::format("the file has no {} (it holds {})", quoted_list(missing),
-                                   in_file.empty() ? std::string("nothing") : quoted_list(in_file)));
+  if (std::string missing = missing_parts(c, names); !missing.empty()) problems.push_back(std::move(missing));
   if (options.strict && !report.unexpected.empty())
     problems.push_back(fmt::format("nothing given takes the file's {}", quoted_list(report.unexpected)));
   if (given.contains(kModelPart) && file_parts.contains(kModelPart))  // by the settings' names, in any order
