@@ -627,6 +627,10 @@ TEST_CASE("checkpoint: resuming refuses weights-only files, other data, another 
   };
   CHECK_THROWS_WITH_AS(restore(snapshot<float>(source.model()), target.trainer()),
                        "resume: the file has no 'optimizer', 'trainer' (it holds 'model'); nothing was loaded", FormatError);
+  // the same words for a program that looks before it builds the run (train --resume)
+  CHECK(missing_parts(snapshot<float>(source.model()), {"model", "optimizer", "trainer"}) ==
+        "the file has no 'optimizer', 'trainer' (it holds 'model')");
+  CHECK(missing_parts(c, {"model", "optimizer", "trainer"}).empty());
   Checkpoint other_data = c;
   entry<std::vector<std::int64_t>>(other_data, "trainer.data_fingerprint")[0] ^= 1;
   CHECK_THROWS_WITH_AS(restore(other_data, target.trainer()),
