@@ -104,13 +104,9 @@ struct RunPlan {
 };
 
 RunPlan plan_from_checkpoint(const Checkpoint& c, const std::string& path, double max_memory_gb) {
-  std::vector<std::string> missing;  // worded as restore() words it (train/checkpoint/parts.cpp)
-  for (const char* part : {"model", "optimizer", "trainer"})
-    if (!c.has(part)) missing.emplace_back(part);
-  if (!missing.empty())
-    fail<FormatError>("resume: '{}': the file has no {} (it holds {}); nothing was loaded",
-                      escaped(std::string_view(path)), quoted_list(missing),
-                      c.parts().empty() ? std::string("nothing") : quoted_list(c.parts()));
+  // restore(checkpoint, trainer)'s refusal, with the file's name: the run is built from the parts first
+  if (const std::string missing = missing_parts(c, {"model", "optimizer", "trainer"}); !missing.empty())
+    fail<FormatError>("resume: '{}': {}; nothing was loaded", escaped(std::string_view(path)), missing);
   RunPlan p;
   p.run.model = model_config_from<ToyModel<float>>(c);  // FormatError for a file of another model or a forged one
   p.data = resume_data(c, max_memory_gb);

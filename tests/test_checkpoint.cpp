@@ -507,7 +507,7 @@ TEST_CASE("checkpoint: a user's own model: rebuilt from its file, and its traini
   Tape<float> t1, t2;
   CHECK(rebuilt->forward(t1.constant(data.features())).value() == straight.model.forward(t2.constant(data.features())).value());
   CHECK_THROWS_WITH_AS(model_from_checkpoint<ToyModel<float>>(weights),
-                       "load: the file holds a model of kind 'test_mlp', not 'toy_model'", FormatError);
+                       "load: model: the file holds a model of kind 'test_mlp' but this one is of kind 'toy_model'", FormatError);
   // Training state: 25 steps, a checkpoint, a fresh run resumed to 60 ends where the straight run ended.
   std::vector<std::byte> mid;
   {
@@ -627,6 +627,10 @@ TEST_CASE("checkpoint: resuming refuses weights-only files, other data, another 
   };
   CHECK_THROWS_WITH_AS(restore(snapshot<float>(source.model()), target.trainer()),
                        "resume: the file has no 'optimizer', 'trainer' (it holds 'model'); nothing was loaded", FormatError);
+  // the same words for a program that looks before it builds the run (train --resume)
+  CHECK(missing_parts(snapshot<float>(source.model()), {"model", "optimizer", "trainer"}) ==
+        "the file has no 'optimizer', 'trainer' (it holds 'model')");
+  CHECK(missing_parts(c, {"model", "optimizer", "trainer"}).empty());
   Checkpoint other_data = c;
   entry<std::vector<std::int64_t>>(other_data, "trainer.data_fingerprint")[0] ^= 1;
   CHECK_THROWS_WITH_AS(restore(other_data, target.trainer()),
@@ -1090,8 +1094,8 @@ TEST_CASE("checkpoint: NaN or Inf weights are refused on load, naming the parame
   test::Mlp model(mlp_config());
   const auto before = values_of(model);
   CHECK_THROWS_WITH_AS(load_weights(back, model),
-                       "load: parameter 'out.weight' holds 1 non-finite values (NaN or Inf) of 16; nothing was loaded "
-                       "(LoadOptions::allow_non_finite loads it anyway)",
+                       "load: model: 'model.out.weight' holds 1 non-finite values (NaN or Inf) of 16 "
+                       "(LoadOptions::allow_non_finite loads it anyway); nothing was loaded",
                        FormatError);
   CHECK(values_of(model) == before);
   CHECK_THROWS_AS(model_from_checkpoint<test::Mlp>(back), FormatError);

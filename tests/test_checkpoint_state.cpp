@@ -274,6 +274,9 @@ TEST_CASE("checkpoint state: part names are checked, a const part is only saved,
   CHECK_THROWS_WITH_AS(snapshot({{"twice", twice}}), "snapshot: the entries name 'twice.a' more than once", NameError);
   const HandLoop& frozen = loop;
   const Checkpoint c = snapshot({{"model", frozen.model}, {"step", frozen.step}});  // saving takes const objects
+  // restore checks the names in the snapshot it takes first, worded by its own name
+  CHECK_THROWS_WITH_AS(restore(c, {{"a.b", loop.step}}), "load: the part name 'a.b' is empty or has a '.'", NameError);
+  CHECK_THROWS_WITH_AS(restore(c, {{"twice", twice}}), "load: the entries name 'twice.a' more than once", NameError);
   CHECK_THROWS_WITH_AS(restore(c, {{"model", frozen.model}, {"step", loop.step}}),
                        "restore: the part 'model' was given as const: it cannot be loaded into", UsageError);
   // Not strict: the file's parts that nothing takes are left, and named.
@@ -519,8 +522,8 @@ TEST_CASE("checkpoint state: a float64 weight past float32's range is refused on
   for (auto* p : target.parameters()) p->value.fill(0.25f);
   const auto before = weights_crc32(snapshot(target));
   CHECK_THROWS_WITH_AS(load_weights(c, target, {.convert_dtype = true}),
-                       "load: parameter 'out.weight' holds 1 non-finite values (NaN or Inf) of 16 as f32; nothing "
-                       "was loaded (LoadOptions::allow_non_finite loads it anyway)",
+                       "load: model: 'model.out.weight' holds 1 non-finite values (NaN or Inf) of 16 as f32 "
+                       "(LoadOptions::allow_non_finite loads it anyway); nothing was loaded",
                        FormatError);
   CHECK_THROWS_WITH_AS(restore(c, {{"model", target}}, {.convert_dtype = true}),
                        doctest::Contains("model: 'model.out.weight' holds 1 non-finite values (NaN or Inf) of 16 as f32"),

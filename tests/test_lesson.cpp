@@ -295,7 +295,7 @@ TEST_CASE("toy model: its record rebuilds it, and a record of another kind or a 
   CHECK(model_config_from<ToyModel<float>>(file) == c);
   CHECK(model_from_checkpoint<ToyModel<float>>(file)->model_record() == record);
   file.model.kind = "mlp";
-  CHECK_THROWS_WITH_AS(model_from_checkpoint<ToyModel<float>>(file), "load: the file holds a model of kind 'mlp', not 'toy_model'",
+  CHECK_THROWS_WITH_AS(model_from_checkpoint<ToyModel<float>>(file), "load: model: the file holds a model of kind 'mlp' but this one is of kind 'toy_model'",
                        FormatError);
   file.model.kind = "toy_model";
   file.model.config[0].value = "many";

@@ -154,6 +154,9 @@ LoadReport restore(const Checkpoint& c, const StateParts& parts, LoadOptions opt
 // A Trainer's run: its model, optimizer and own state, as snapshot(trainer) saved them ("resume: ..." when
 // it refuses). A data-parallel group compares the restored state before it goes on.
 LoadReport restore(const Checkpoint& c, TrainerBase& trainer, LoadOptions options = {});
+// restore's refusal of a file that lacks a part, for a program that reads the parts before it builds what
+// restores them (train --resume): "the file has no 'trainer' (it holds 'model', 'step')"; "" for none.
+std::string missing_parts(const Checkpoint& c, const std::vector<std::string>& names);
 
 // Weights into an existing model. Strict: every name must be there with its shape and element type
 // (or, with convert_dtype, another element type), or a FormatError lists every problem and nothing is loaded.
@@ -218,6 +221,10 @@ concept CompletesSettings = (requires { &M::Config::complete_settings; }) &&
 // ---- model_from_checkpoint --------------------------------------------------------------------------
 
 namespace detail {
+// What restore and model_from_checkpoint refuse in the file's model record, "" when it is the model's: "the
+// file holds a model of kind 'x' but this one is of kind 'y'"; "setting 'residual' is true in the file but
+// false in the model; ..." for two records of one kind.
+std::string record_differences(const ModelRecord& file, const ModelRecord& model);
 // FormatError unless a model of `count` parameter values is what the file holds.
 void check_count(const Checkpoint& c, Index count);
 // build() within a TensorBudget of what the file's parameters take (see model_from_checkpoint); a size no
@@ -228,21 +235,18 @@ void build_within_budget(const Checkpoint& c, const std::function<void()>& build
 template <class M>
 typename M::Config config_of(const Checkpoint& c) {
   check_checkpoint(c);
-  if (c.model.kind != M::kind)
-    fail<FormatError>("load: the file holds a model of kind '{}', not '{}'",
-                      c.model.kind.empty() ? "(not described)" : escaped(c.model.kind), M::kind);
+  if (c.model.kind != M::kind)  // the kind alone: the settings are parsed below
+    fail<FormatError>("load: {}: {}", kModelPart, record_differences(c.model, {std::string(M::kind), {}}));
   Settings settings = c.model.config;
   // A configuration that grew fields may fill in, for files written before, the values they implied.
   if constexpr (CompletesSettings<M>) M::Config::complete_settings(settings);
-  try {
+  return file_settings([&] {
     auto config =
         from_settings<typename M::Config>(settings, fmt::format("load: the model's configuration ({})", M::kind));
     if constexpr (ChecksConfig<M>) M::check_config(config);
     if constexpr (CountsParametersOf<M>) check_count(c, M::count_parameters_of(config));
     return config;
-  } catch (const Error& e) {
-    throw FormatError(e.what());
-  }
+  });
 }
 
 // The model built within the checkpoint's budget, its parameter count checked against the file's.

@@ -6,13 +6,8 @@
 #include "tapegrad/train/checkpoint/checkpoint.hpp"
 
 namespace tapegrad {
-namespace {
 
-using detail::dtype_of;
-
-// "the file holds a model of kind 'x' but this one is of kind 'y'"; "setting 'residual' is true in the file
-// but false in the model; ..." for two records of one kind.
-std::string record_differences(const ModelRecord& file, const ModelRecord& model) {
+std::string detail::record_differences(const ModelRecord& file, const ModelRecord& model) {
   if (file.kind != model.kind)
     return fmt::format("the file holds a model of kind '{}' but this one is of kind '{}'",
                        file.kind.empty() ? "(not described)" : escaped(file.kind),
@@ -33,6 +28,10 @@ std::string record_differences(const ModelRecord& file, const ModelRecord& model
   return fmt::format("{}", fmt::join(out, "; "));
 }
 
+namespace {
+
+using detail::dtype_of;
+
 // The first 10 of `items`, then "<n> more mismatched": a message stays a line, however many differ.
 std::vector<std::string> capped(std::vector<std::string> items) {
   constexpr std::size_t kShown = 10;
@@ -41,6 +40,17 @@ std::vector<std::string> capped(std::vector<std::string> items) {
     items.resize(kShown + 1);
   }
   return items;
+}
+
+// restore's and load_weights' refusal of the entry `name`, a tensor that holds NaN or Inf as the element type it
+// loads as (`as`): "model: 'model.w' holds 2 non-finite values (NaN or Inf) of 6 as f32 (...)"; "" for none.
+std::string non_finite(std::string_view name, const StateValue& v, std::string_view as) {
+  const Index bad = as == "f32" ? non_finite_count<float>(v) : non_finite_count<double>(v);
+  if (bad == 0) return "";
+  return fmt::format(
+      "{}: '{}' holds {} non-finite values (NaN or Inf) of {}{} (LoadOptions::allow_non_finite loads it anyway)",
+      escaped(name.substr(0, name.find('.'))), escaped(name), bad, value_count(v),
+      as == kind_name(v) ? "" : fmt::format(" as {}", as));
 }
 
 // The file's weights (the entries of `in`) against the model's parameters. Another element type is a
@@ -135,17 +145,39 @@ std::string LoadReport::str() const {
 
 // ---- snapshot, restore, load_weights ---------------------------------------------------------------------
 
+std::string missing_parts(const Checkpoint& c, const std::vector<std::string>& names) {
+  const std::vector<std::string> in_file = c.parts();
+  std::vector<std::string> missing;
+  for (const std::string& name : names)
+    if (std::ranges::find(in_file, name) == in_file.end()) missing.push_back(name);
+  if (missing.empty()) return "";
+  return fmt::format("the file has no {} (it holds {})", quoted_list(missing),
+                     in_file.empty() ? std::string("nothing") : quoted_list(in_file));
+}
+
 namespace {
 
-// The parts' names; NameError naming one that is empty, has a '.' or is given twice.
-std::set<std::string_view> check_part_names(const StateParts& parts, std::string_view op) {
+// What the parts hold now (snapshot, and what restore puts back should a part refuse); NameError "<op>: ..."
+// naming a part name that is empty, has a '.' or is given twice, or an entry a part put twice.
+Checkpoint snapshot_parts(const StateParts& parts, std::string_view op) {
   std::set<std::string_view> seen;
   for (const StatePart& p : parts) {
     if (p.name.empty() || p.name.find('.') != std::string::npos)
       fail<NameError>("{}: the part name '{}' is empty or has a '.'", op, escaped(p.name));
     if (!seen.insert(p.name).second) fail<NameError>("{}: the part name '{}' is given twice", op, escaped(p.name));
   }
-  return seen;
+  Checkpoint c;
+  for (const StatePart& p : parts) {
+    State out = State::writer(c.entries, p.name);
+    p.save(out);
+    if (p.name == kModelPart) c.model = p.record;
+  }
+  try {
+    (void)detail::StateIndex(c, op);
+  } catch (const FormatError& e) {  // a part that put one name twice: the program's mistake, not a file's
+    throw NameError(e.what());
+  }
+  return c;
 }
 
 // A Trainer's run: its model, its optimizer and its own state (const parts of a const trainer).
@@ -172,50 +204,45 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
   Checkpoint converted = options.convert_dtype ? c : Checkpoint{};  // with tensors converted where the options say so
   const Checkpoint& file = options.convert_dtype ? converted : c;
   const detail::StateIndex index(file);  // checked as a file is; its values may be converted below
-  const std::set<std::string_view> given = check_part_names(parts, op);
-  for (const StatePart& p : parts)
+  // What every part holds now (its names checked): the element types the file's tensors are checked as, and
+  // what puts the parts back should one of them refuse to load.
+  const Checkpoint before = snapshot_parts(parts, op);
+  std::vector<std::string> names;
+  for (const StatePart& p : parts) {
+    names.push_back(p.name);
     if (!p.load)
       fail<UsageError>("restore: the part '{}' was given as const: it cannot be loaded into", escaped(p.name));
-  // What every part holds now: the element types the file's tensors are checked as, and what puts the parts
-  // back should one of them refuse to load.
-  const Checkpoint before = snapshot(parts);
+  }
+  const std::set<std::string_view> given(names.begin(), names.end());
   const detail::StateIndex now(before);
   LoadReport report;
   std::vector<std::string> problems;
   const std::vector<std::string> in_file = c.parts();
   const std::set<std::string_view> file_parts(in_file.begin(), in_file.end());
-  std::vector<std::string> missing;
-  for (const StatePart& p : parts)
-    if (!file_parts.contains(p.name)) missing.push_back(p.name);
   for (const std::string& part : in_file)
     if (!given.contains(part)) report.unexpected.push_back(part);  // left in the file, unless strict refuses them
-  if (!missing.empty())
-    problems.push_back(fmt::format("the file has no {} (it holds {})", quoted_list(missing),
-                                   in_file.empty() ? std::string("nothing") : quoted_list(in_file)));
+  if (std::string missing = missing_parts(c, names); !missing.empty()) problems.push_back(std::move(missing));
   if (options.strict && !report.unexpected.empty())
     problems.push_back(fmt::format("nothing given takes the file's {}", quoted_list(report.unexpected)));
   if (given.contains(kModelPart) && file_parts.contains(kModelPart))  // by the settings' names, in any order
-    if (const std::string differ = record_differences(c.model, before.model); !differ.empty())
+    if (const std::string differ = detail::record_differences(c.model, before.model); !differ.empty())
       problems.push_back(fmt::format("{}: {}", kModelPart, differ));
   // Each tensor of a part given, as the part's element type (converted when the options say so), finite
   // unless the options allow otherwise.
-  const std::vector<StateEntry>& entries = file.entries;
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    const std::string_view name = entries[i].name, part = name.substr(0, name.find('.'));
-    if (!given.contains(part) || !tensor_shape(entries[i].value)) continue;
-    std::string as;
+  for (std::size_t i = 0; i < c.entries.size(); ++i) {
+    const StateValue& v = c.entries[i].value;
+    const std::string_view name = c.entries[i].name, part = name.substr(0, name.find('.'));
+    if (!given.contains(part) || !tensor_shape(v)) continue;
+    std::string_view as = kind_name(v);
     const StateEntry* mine = now.find(name);
-    if (options.convert_dtype && mine && tensor_shape(mine->value) && mine->value.index() != entries[i].value.index()) {
-      as = fmt::format(" as {}", kind_name(mine->value));
-      report.converted.push_back(
-          fmt::format("'{}' from {} to {}", escaped(name), kind_name(entries[i].value), kind_name(mine->value)));
-      converted.entries[i].value = mine->value.index() == 0 ? StateValue(tensor_as<float>(entries[i].value))
-                                                            : StateValue(tensor_as<double>(entries[i].value));
+    if (options.convert_dtype && mine && tensor_shape(mine->value) && mine->value.index() != v.index()) {
+      as = kind_name(mine->value);
+      report.converted.push_back(fmt::format("'{}' from {} to {}", escaped(name), kind_name(v), as));
+      converted.entries[i].value =
+          mine->value.index() == 0 ? StateValue(tensor_as<float>(v)) : StateValue(tensor_as<double>(v));
     }
-    if (const Index bad = non_finite_count(entries[i].value); bad > 0 && !options.allow_non_finite)
-      problems.push_back(fmt::format(
-          "{}: '{}' holds {} non-finite values (NaN or Inf) of {}{} (LoadOptions::allow_non_finite loads it anyway)",
-          escaped(part), escaped(name), bad, value_count(entries[i].value), as));
+    if (std::string refused = non_finite(name, v, as); !refused.empty() && !options.allow_non_finite)
+      problems.push_back(std::move(refused));
   }
   // Every part loads (each checks what it reads before it changes anything); if any refused, or a check
   // above did, every part loads again what it held.
@@ -237,21 +264,7 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
 
 }  // namespace
 
-Checkpoint snapshot(const StateParts& parts) {
-  check_part_names(parts, "snapshot");
-  Checkpoint c;
-  for (const StatePart& p : parts) {
-    State out = State::writer(c.entries, p.name);
-    p.save(out);
-    if (p.name == kModelPart) c.model = p.record;
-  }
-  try {
-    (void)detail::StateIndex(c, "snapshot");
-  } catch (const FormatError& e) {  // a part that put one name twice: the program's mistake, not a file's
-    throw NameError(e.what());
-  }
-  return c;
-}
+Checkpoint snapshot(const StateParts& parts) { return snapshot_parts(parts, "snapshot"); }
 
 Checkpoint snapshot(const TrainerBase& trainer) { return snapshot(parts_of(trainer)); }
 
@@ -277,12 +290,8 @@ LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions optio
                           : "");
   if (!options.allow_non_finite)
     for (const std::string& name : report.loaded)
-      if (const Index bad = non_finite_count<T>(in.value(name)); bad > 0)
-        fail<FormatError>(
-            "load: parameter '{}' holds {} non-finite values (NaN or Inf) of {}{}; nothing was loaded "
-            "(LoadOptions::allow_non_finite loads it anyway)",
-            escaped(name), bad, value_count(in.value(name)),
-            kind_name(in.value(name)) == dtype_of<T>() ? "" : fmt::format(" as {}", dtype_of<T>()));  // what is checked
+      if (const std::string refused = non_finite(in.full_name(name), in.value(name), dtype_of<T>()); !refused.empty())
+        fail<FormatError>("load: {}; nothing was loaded", refused);
   return match_weights(in, params, options, true);
 }
 

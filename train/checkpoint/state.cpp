@@ -289,11 +289,8 @@ TrainerState read_trainer_state(const State& in) {
                      "window_steps", "metrics", "metric_sums", "metric_counts", "curve.step", "curve.lr",
                      "curve.seconds", "curve.columns", "curve.values"});
   TrainerState s;
-  try {
-    s.options = from_settings<TrainOptions>(read_settings(in.at("options")), "the trainer's options");
-  } catch (const Error& e) {  // a FormatError, whatever the setting's check threw
-    throw FormatError(e.what());
-  }
+  s.options = detail::file_settings(
+      [&] { return from_settings<TrainOptions>(read_settings(in.at("options")), "the trainer's options"); });
   s.step = in.get<Index>("step");
   s.data_fingerprint = in.get<std::uint32_t>("data_fingerprint");
   const auto& eval = in.get<std::vector<std::int64_t>>("eval_fingerprint");

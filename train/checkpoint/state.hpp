@@ -213,6 +213,17 @@ constexpr std::string_view dtype_of() {
   return std::is_same_v<T, float> ? "f32" : "f64";
 }
 
+// f()'s result, any Error it throws a FormatError: settings a file holds that from_settings or a check
+// refuses (a NameError, a ValueError) are the file's fault (read_trainer_state, model_config_from).
+template <class F>
+auto file_settings(F f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    throw FormatError(e.what());
+  }
+}
+
 // FormatError unless `in` holds the names, kinds and tensor shapes of what `save` saves now: what a user's
 // object is checked against before its load_state reads it.
 void check_like(const State& in, const std::function<void(State&)>& save);
