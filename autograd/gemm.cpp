@@ -449,39 +449,33 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
   return true;
 }
 
-// Whether tapegrad was built with libxsmm, and whether libxsmm can make kernels on this machine at all
-// (its JIT needs an x86-64 with SSE3 or better): asked once, so a process uses one kind of kernel unless
-// told otherwise.
-constexpr bool kBuiltWithLibxsmm = true;
-bool xsmm_works() {
-  static const bool works = [] {
-    const KernelKey probe{kBlockCols, kBlockRows, kBlockDepth, kBlockCols, kBlockDepth, kBlockCols, false, false};
-    return dispatch<float>(probe) != nullptr && dispatch<double>(probe) != nullptr;
-  }();
-  return works;
-}
-
-#else
-
-constexpr bool kBuiltWithLibxsmm = false;
-bool xsmm_works() { return false; }
-
 #endif
+
+// Why libxsmm's kernels cannot run (nullptr: they can): tapegrad was built without libxsmm, or its JIT makes
+// no kernel on this machine (it needs an x86-64 with SSE3 or better). Asked once, so a process uses one kind
+// of kernel unless told otherwise.
+const char* libxsmm_missing() {
+#ifdef TAPEGRAD_HAVE_LIBXSMM
+  static const KernelKey probe{kBlockCols, kBlockRows, kBlockDepth, kBlockCols, kBlockDepth, kBlockCols, false, false};
+  static const bool works = dispatch<float>(probe) != nullptr && dispatch<double>(probe) != nullptr;
+  return works ? nullptr : "its JIT made no kernel on this machine";
+#else
+  return "tapegrad was built without libxsmm";
+#endif
+}
 
 // The kernels in use; libxsmm's unless they are missing or a test or benchmark chose Eigen's.
 bool eigen_chosen = false;
 
 }  // namespace
 
-bool have_libxsmm() { return xsmm_works(); }
+bool have_libxsmm() { return libxsmm_missing() == nullptr; }
 
 GemmKernels gemm_kernels() { return have_libxsmm() && !eigen_chosen ? GemmKernels::libxsmm : GemmKernels::eigen; }
 
 void set_gemm_kernels(GemmKernels kernels) {
-  if (kernels == GemmKernels::libxsmm && !have_libxsmm())
-    fail<ValueError>(
-        "set_gemm_kernels: libxsmm's kernels are not available ({})",
-        kBuiltWithLibxsmm ? "its JIT made no kernel on this machine" : "tapegrad was built without libxsmm");
+  if (const char* missing = kernels == GemmKernels::libxsmm ? libxsmm_missing() : nullptr)
+    fail<ValueError>("set_gemm_kernels: libxsmm's kernels are not available ({})", missing);
   eigen_chosen = kernels == GemmKernels::eigen;
 }
 
