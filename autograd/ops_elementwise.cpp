@@ -134,11 +134,12 @@ struct BinaryOp {
   static void backward(BackwardContext<T>& ctx, const OpInput<T>& a, const OpInput<T>& b) {
     const Broadcast bc = broadcast_of(name, a.value.shape(), b.value.shape());  // as the forward found it
     const TensorT<T>& dC = ctx.grad_output();
+    const GradWrite<T> dA = detail::pieces(a.grad);
     if constexpr (Kind == Binary::add || Kind == Binary::sub) {
-      if (bc == Broadcast::same) {
-        // Both gradients in one pass over dC (a residual connection's add, twice a block): one parallel
-        // region, not two. The same expressions per element as below, in the same order when a and b are one node.
-        const GradWrite<T> dA = detail::pieces(a.grad), dB = detail::pieces(b.grad);
+      // dA = dC and, when b has a's shape, dB = +-dC in the same pass over dC (a residual connection's add,
+      // twice a block): one parallel region, not two. When a and b are one node, dA (taken first) assigns.
+      const GradWrite<T> dB = bc == Broadcast::same ? detail::pieces(b.grad) : GradWrite<T>{};
+      if (dA || dB)
         parallel_rows(
             dC.shape().flat_rows(), dC.cols(),
             [&](Index r, Index k) {
@@ -148,20 +149,14 @@ struct BinaryOp {
               if (dB && Kind == Binary::sub) dB.add(dB.tensor->flat().middleRows(r, k).array(), -g);
             },
             dA && dB ? 2 : 1);
-        return;
-      }
-    }
-    if (const GradWrite<T> dA = detail::pieces(a.grad)) {
-      if constexpr (Kind == Binary::mul)
-        broadcast_apply(bc, dC, b.value, *dA.tensor,
-                        [&](auto o, auto g, auto y) { dA.add(o.array(), g.array() * y.array()); });
-      else if constexpr (Kind == Binary::div)
-        broadcast_apply(bc, dC, b.value, *dA.tensor,
-                        [&](auto o, auto g, auto y) { dA.add(o.array(), g.array() / y.array()); });
-      else
-        parallel_rows(dC.shape().flat_rows(), dC.cols(), [&](Index r, Index k) {
-          dA.add(dA.tensor->flat().middleRows(r, k).array(), dC.flat().middleRows(r, k).array());
-        });
+      if (bc == Broadcast::same) return;
+    } else if (dA) {
+      broadcast_apply(bc, dC, b.value, *dA.tensor, [&](auto o, auto g, auto y) {
+        if constexpr (Kind == Binary::mul)
+          dA.add(o.array(), g.array() * y.array());
+        else
+          dA.add(o.array(), g.array() / y.array());
+      });
     }
     if (const GradWrite<T> dB = detail::pieces(b.grad)) reduce_into<Kind>(bc, dC, a.value, b.value, dB);
   }
