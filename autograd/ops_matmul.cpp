@@ -87,10 +87,10 @@ struct Product {
     const bool shared = A.rank() == 3 && B.rank() == 2;
     const Index items = shared ? 1 : A.batch();
     const Index ar = shared ? A.shape().flat_rows() : A.rows(), ac = A.cols(), br = B.rows(), bc = B.cols();
-    const Index cr = shared ? dC.shape().flat_rows() : dC.rows(), cc = dC.cols();
+    // dC is op(A)'s rows by op(B)'s columns (m x cc) per item.
+    const Index m = F == Form::atb ? ac : ar, k = F == Form::atb ? ar : ac, cc = dC.cols();
     // Batch items in parallel when it pays, each item's products on one thread (bit-identical to one
     // thread: no two items write the same gradient block). A single item's products may split their rows.
-    const Index m = F == Form::atb ? ac : ar, k = F == Form::atb ? ar : ac;
     const int threads = items > 1 ? threads_for_product(2 * product_macs(items, m, cc, k)) : 1;
     parallel_for(items, threads, [&](Index first, Index last) {
       const bool may_split = items == 1;
@@ -101,14 +101,14 @@ struct Product {
         T* da = dA ? dA.tensor->mat(i).data() : nullptr;
         T* db = dB ? dB.tensor->mat(i).data() : nullptr;
         if constexpr (F == Form::ab) {
-          if (da) gemm(Form::abt, dc, cr, cc, b_i, br, bc, da, !dA.accumulate, may_split);
-          if (db) gemm(Form::atb, a_i, ar, ac, dc, cr, cc, db, !dB.accumulate, may_split);
+          if (da) gemm(Form::abt, dc, m, cc, b_i, br, bc, da, !dA.accumulate, may_split);
+          if (db) gemm(Form::atb, a_i, ar, ac, dc, m, cc, db, !dB.accumulate, may_split);
         } else if constexpr (F == Form::abt) {
-          if (da) gemm(Form::ab, dc, cr, cc, b_i, br, bc, da, !dA.accumulate, may_split);
-          if (db) gemm(Form::atb, dc, cr, cc, a_i, ar, ac, db, !dB.accumulate, may_split);
+          if (da) gemm(Form::ab, dc, m, cc, b_i, br, bc, da, !dA.accumulate, may_split);
+          if (db) gemm(Form::atb, dc, m, cc, a_i, ar, ac, db, !dB.accumulate, may_split);
         } else {
-          if (da) gemm(Form::abt, b_i, br, bc, dc, cr, cc, da, !dA.accumulate, may_split);
-          if (db) gemm(Form::ab, a_i, ar, ac, dc, cr, cc, db, !dB.accumulate, may_split);
+          if (da) gemm(Form::abt, b_i, br, bc, dc, m, cc, da, !dA.accumulate, may_split);
+          if (db) gemm(Form::ab, a_i, ar, ac, dc, m, cc, db, !dB.accumulate, may_split);
         }
       }
     });
