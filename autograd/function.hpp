@@ -294,19 +294,6 @@ struct FunctionEngine {
   }
 };
 
-// The forward's and the backward's signatures, for the messages of apply()'s checks.
-template <class Op, class T, class Saved, class... Inputs>
-concept HasForward = requires(const Op& op, ForwardContext<T, Saved>& ctx, const Inputs&... x) {
-  op.forward(ctx, x...);
-};
-template <class Op, class T, class Saved, class... Inputs>
-concept StaticForward = requires(ForwardContext<T, Saved>& ctx, const Inputs&... x) {
-  Op::forward(ctx, x...);
-};
-template <class Op, class T, class Saved, class... Inputs>
-concept HasBackward = requires(BackwardContext<T, Saved>& ctx, const Inputs&... x) {
-  Op::backward(ctx, x...);
-};
 template <class T, std::size_t>
 using Same = T;
 
@@ -325,16 +312,20 @@ void check_op() {
   static_assert(std::size(Op::inputs) == std::max<std::size_t>(N, 1),
                 "apply: give the op as many inputs as Op::inputs names (apply_list: Op::inputs names the list's "
                 "inputs, once)");
-  using Saved = typename SavedOf<Op>::type;
+  using ForwardRef = ForwardContext<T, typename SavedOf<Op>::type>&;
+  using BackwardRef = BackwardContext<T, typename SavedOf<Op>::type>&;
   using Value = std::conditional_t<N == 0, ValueList<T>, TensorT<T>>;
   using Input = std::conditional_t<N == 0, InputList<T>, OpInput<T>>;
   [&]<std::size_t... I>(std::index_sequence<I...>) {
-    static_assert(HasForward<Op, T, Saved, Same<Value, I>...> && !StaticForward<Op, T, Saved, Same<Value, I>...>,
-                  "an op needs void forward(ForwardContext<T, Saved>&, const TensorT<T>&... one per input) const, "
-                  "not static (over a list: one const ValueList<T>&)");
-    static_assert(HasBackward<Op, T, Saved, Same<Input, I>...>,
-                  "an op needs static void backward(BackwardContext<T, Saved>&, const OpInput<T>&... one per "
-                  "input) (over a list: one const InputList<T>&)");
+    static_assert(
+        requires(const Op& op, ForwardRef ctx, const Same<Value, I>&... x) { op.forward(ctx, x...); } &&
+            !requires(ForwardRef ctx, const Same<Value, I>&... x) { Op::forward(ctx, x...); },
+        "an op needs void forward(ForwardContext<T, Saved>&, const TensorT<T>&... one per input) const, "
+        "not static (over a list: one const ValueList<T>&)");
+    static_assert(
+        requires(BackwardRef ctx, const Same<Input, I>&... x) { Op::backward(ctx, x...); },
+        "an op needs static void backward(BackwardContext<T, Saved>&, const OpInput<T>&... one per "
+        "input) (over a list: one const InputList<T>&)");
   }
   (std::make_index_sequence<std::max<std::size_t>(N, 1)>{});
 }
