@@ -162,8 +162,6 @@ void eigen_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c
   add_bias_rows(c, c_stride, bias, 0, d.m, d.n);
 }
 
-#ifdef TAPEGRAD_HAVE_LIBXSMM
-
 // ---- libxsmm's kernels over a grid of blocks --------------------------------------------------------
 // libxsmm is column-major: a row-major matrix is its transpose in column-major terms, so the row-major
 // C (m x n) = op(A) op(B) is the column-major C^T (n x m) = op(B)^T op(A)^T. A kernel call computes a
@@ -181,6 +179,8 @@ void eigen_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c
 // on 16-row boundaries showed). The block sizes are the fastest found for a training step's products
 // (bench/gemm_threads prints libxsmm's rate beside Eigen's; docs/performance.md).
 constexpr Index kBlockRows = 64, kBlockCols = 64, kBlockDepth = 256;
+
+#ifdef TAPEGRAD_HAVE_LIBXSMM
 
 // A product of at least kPackMinRows rows reads op(B) from column panels packed ahead of its blocks
 // (pack_panels): every block of a column re-reads the same kBlockCols x k panel, and in place that
@@ -503,13 +503,11 @@ Index product_depth_start(Index k, Index start) {
   assert(start % 64 == 0 && start <= k);
   // Whether a product begun at depth s sums every element as the whole product does.
   auto same_sums = [k](Index s) {
-#ifdef TAPEGRAD_HAVE_LIBXSMM
     if (gemm_kernels() == GemmKernels::libxsmm) {
       // Depth blocks of kBlockDepth from the product's start: only the last can be short.
       const auto last_block = [](Index depth) { return depth - (depth - 1) / kBlockDepth * kBlockDepth; };
       return s % kBlockDepth == 0 || (last_block(k) >= 64 && last_block(k - s) >= 64);
     }
-#endif
     // Eigen's GEMM sums a depth of up to its blocking's kc (256 or more for these sizes) in one pass; a
     // product of a few rows over a short depth leaves the GEMM for Eigen's coefficient-wise path.
     return s == 0 || (k <= 256 && k - s >= 64);
@@ -520,12 +518,8 @@ Index product_depth_start(Index k, Index start) {
 
 bool product_columns_separable() {
   static_assert(64 % kEigenSplitGrain == 0);
-#ifdef TAPEGRAD_HAVE_LIBXSMM
   static_assert(kBlockCols == 64 && kBlockRows == 64);
   return gemm_kernels() == GemmKernels::libxsmm;
-#else
-  return false;
-#endif
 }
 
 template void gemm(ProductForm, Index, Index, Index, MatrixRef<float>, MatrixRef<float>, float*, Index, bool, bool,
