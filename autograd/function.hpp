@@ -107,11 +107,8 @@ class ForwardContext {
   // enabled): saving state can be skipped when it will not.
   bool needs_grad() const {
     if (node_) return node_->requires_grad;
-    if (!tape_.grad_enabled()) return false;
-    if (takes_grad_) return true;
-    for (const Var<T>& v : inputs_)
-      if (tape_.node(v).requires_grad) return true;
-    return false;
+    return tape_.grad_enabled() &&
+           (takes_grad_ || std::ranges::any_of(inputs_, [&](Var<T> v) { return tape_.node(v).requires_grad; }));
   }
   // The state the backward rule reads with ctx.saved(), after output(): kept with the node, with its
   // buffers, and reused by the op recorded in this place next step (assign into its buffers, do not
