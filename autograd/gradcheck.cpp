@@ -84,9 +84,10 @@ GradcheckReport gradcheck(const GradcheckFn& f, const std::vector<GradcheckInput
   TensorD projection(s);
   for (Index i = 0; i < s.numel(); ++i) projection[i] = rng.normal();
   tape.backward(out, projection);
-  std::vector<TensorD> analytic;  // inputs, then parameters
+  // The inputs' (the tape is reset for every difference below; the parameters' stay in Parameter::grad,
+  // which a recording with gradients off does not touch).
+  std::vector<TensorD> analytic;
   for (const auto& v : vars) analytic.push_back(tape.grad(v));
-  for (auto* p : params) analytic.push_back(p->grad);
 
   // (phi(x + eps u) - phi(x - eps u)) / 2 eps, where step(h) sets x to x + h u (the caller puts x back).
   const auto difference = [&](auto&& step) {
@@ -121,8 +122,7 @@ GradcheckReport gradcheck(const GradcheckFn& f, const std::vector<GradcheckInput
     report.tensors.push_back(summary);
   };
   for (std::size_t k = 0; k < inputs.size(); ++k) check_tensor(inputs[k].name, inputs[k].value, analytic[k]);
-  for (std::size_t k = 0; k < params.size(); ++k)
-    check_tensor(params[k]->name, params[k]->value, analytic[inputs.size() + k]);
+  for (auto* p : params) check_tensor(p->name, p->value, p->grad);
   return report;
 }
 
