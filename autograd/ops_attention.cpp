@@ -161,11 +161,6 @@ struct Attention {
 
     TensorT<T>& output = ctx.output(out);
     Saved* const saved = ctx.needs_grad() ? &ctx.saved() : nullptr;
-    if (saved) {  // keep every item's weights for the backward rule
-      saved->layout = l;
-      saved->scale = scale;
-      saved->weights.resize(static_cast<std::size_t>(l.items() * block_stride(l)));  // grows once, then stays
-    }
     const Index wq = l.q_width(), wv = l.v_width();
     // What each row of the mask leaves open (the softmax skips what it blocks), read once for every item.
     const bool per_item_mask = mask && mask->rank() == 3;
@@ -184,7 +179,10 @@ struct Attention {
       }
       if (!skips) reach = nullptr;
     }
-    if (saved) {  // kept for backward, in the node's buffer of last step (it keeps its memory); empty: no skip
+    if (saved) {  // for backward: every item's weights, and the reach (empty: no skip), in last step's buffers
+      saved->layout = l;
+      saved->scale = scale;
+      saved->weights.resize(static_cast<std::size_t>(l.items() * block_stride(l)));  // grows once, then stays
       saved->reach.assign(reach, reach + (reach ? size : 0));
       saved->per_item_reach = per_item_mask;
     }
