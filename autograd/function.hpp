@@ -32,7 +32,7 @@
 //
 // x.grad.add(part, cost) is the same `+=` in element ranges split over the threads, for a large gradient.
 // Both check the size of what they are given. (The library's fastest rules write in layouts of their own,
-// through detail::pieces and detail::zeroed_grad below, each write checked against the gradient's shape.)
+// through detail::pieces below, each write checked against the gradient's shape.)
 // In anomaly mode the output is NaN until the forward writes it, so an element left unwritten is caught
 // as a non-finite value naming the op. An op over any number of inputs (concat_cols) is recorded by apply_list.
 
@@ -84,8 +84,6 @@ inline constexpr bool kMatrixExpression =
 void require_row_entries(const char* op, const Shape& x, const char* what);
 template <class T>
 GradWrite<T> pieces(const InputGrad<T>& g);  // for the library's own rules, below
-template <class T>
-TensorT<T>* zeroed_grad(const InputGrad<T>& g);
 }  // namespace detail
 
 // What the forward of an op sees besides its inputs' values.
@@ -203,7 +201,6 @@ class InputGrad {
  private:
   friend class InputList<T>;
   friend GradWrite<T> detail::pieces<T>(const InputGrad&);
-  friend TensorT<T>* detail::zeroed_grad<T>(const InputGrad&);
   InputGrad(Node<T>& node, const char* op, const char* input) : node_(&node), op_(op), input_(input) {}
   // (The refusals are given the names, not `this`: an accessor whose address is never taken lives in
   // registers.)
@@ -332,16 +329,12 @@ void check_op() {
 // add() (each write checked against the gradient's shape, naming the op and the input), or `accumulate`
 // for a kernel that adds into its output or overwrites it; take each input's once, in the order the rule
 // writes them: when one node is two inputs (x * x), the first taken assigns and the second adds.
-// zeroed_grad(x.grad): the whole gradient, zero where nothing was written this pass, for a rule that adds
-// into some elements only (a scatter); nullptr if not needed.
+// pieces(x.grad).zeroed(): the whole gradient, zero where nothing was written this pass, for a rule that
+// adds into some elements only (a scatter); nullptr if not needed.
 template <class T>
 GradWrite<T> pieces(const InputGrad<T>& g) {
   const GradWrite<T> w = g.node_->take_grad();
   return {w.tensor, w.accumulate, g.op_, g.input_};
-}
-template <class T>
-TensorT<T>* zeroed_grad(const InputGrad<T>& g) {
-  return g.node_->zeroed_grad();
 }
 
 }  // namespace detail

@@ -36,7 +36,7 @@ struct SliceCols {
     });
   }
   static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x) {
-    TensorT<T>* dX = detail::zeroed_grad(x.grad);  // a band of columns: the rest stay zero
+    TensorT<T>* dX = detail::pieces(x.grad).zeroed();  // a band of columns: the rest stay zero
     if (!dX) return;
     const Index from = ctx.saved().begin;
     const TensorT<T>& dC = ctx.grad_output();
@@ -112,7 +112,7 @@ struct GatherRows {
     if (ctx.needs_grad()) ctx.saved().ids.assign(ids->data(), ids->data() + ids->numel());
   }
   static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& table) {
-    TensorT<T>* dTab = detail::zeroed_grad(table.grad);  // the picked rows only
+    TensorT<T>* dTab = detail::pieces(table.grad).zeroed();  // the picked rows only
     if (!dTab) return;
     const auto& picked = ctx.saved().ids;
     const auto dC = ctx.grad_output().flat();
@@ -170,7 +170,7 @@ struct PickPositions {
     if (ctx.needs_grad()) ctx.saved().positions.assign(positions->data(), positions->data() + positions->numel());
   }
   static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x) {
-    TensorT<T>* dX = detail::zeroed_grad(x.grad);  // only the picked rows are added to: the rest stay zero
+    TensorT<T>* dX = detail::pieces(x.grad).zeroed();  // only the picked rows are added to: the rest stay zero
     if (!dX) return;
     const auto& picked = ctx.saved().positions;
     const auto dC = ctx.grad_output().mat();  // (B, D)

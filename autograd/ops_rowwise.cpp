@@ -207,7 +207,7 @@ struct RowMax {
     }
   }
   static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x) {
-    TensorT<T>* dX = detail::zeroed_grad(x.grad);  // one entry per row: the rest stay zero
+    TensorT<T>* dX = detail::pieces(x.grad).zeroed();  // one entry per row: the rest stay zero
     if (!dX) return;
     const auto& at = ctx.saved().argmax;
     const auto dC = ctx.grad_output().flat();

@@ -54,7 +54,7 @@ void Tape<T>::run_rule(Node<T>& n) {
     release_grad(n);
   } else if (n.grad_fresh) {
     if (release_grads_) hold_grad(n);
-    n.zeroed_grad();
+    n.take_grad().zeroed();
   }
 }
 
@@ -93,13 +93,12 @@ void Tape<T>::start_walk(Var<T> output, const TensorT<T>& seed) {
 }
 
 template <class T>
-TensorT<T>* Node<T>::zeroed_grad() {
-  const GradWrite<T> w = take_grad();  // nothing written yet this pass: zeros are the first write
-  if (w && !w.accumulate)
-    parallel_rows(w.tensor->numel(), 1, [g = w.tensor](Index from, Index count) {  // split when large
+TensorT<T>* GradWrite<T>::zeroed() const {
+  if (tensor && !accumulate)  // nothing written yet this pass: zeros are the first write
+    parallel_rows(tensor->numel(), 1, [g = tensor](Index from, Index count) {  // split when large
       std::fill_n(g->data() + from, count, T(0));
     });
-  return w.tensor;
+  return tensor;
 }
 
 // ---- devices: the gradient pool (set_release_grads) ----
@@ -142,7 +141,7 @@ template <class T>
 void Tape<T>::check_backward_anomaly(Node<T>& n) {
   for (std::uint32_t k = 0; k < n.input_count; ++k) {
     Node<T>& in = input_node(n, k);
-    const TensorT<T>* g = in.zeroed_grad();
+    const TensorT<T>* g = in.take_grad().zeroed();
     if (g && !all_finite(*g))
       fail<NonFiniteError>(
           "anomaly: the backward rule of {} produced a non-finite gradient (NaN or Inf) for its "
@@ -355,7 +354,7 @@ void Tape<T>::reset() {
 
 template class Tape<float>;
 template class Tape<double>;
-template TensorT<float>* Node<float>::zeroed_grad();
-template TensorT<double>* Node<double>::zeroed_grad();
+template TensorT<float>* GradWrite<float>::zeroed() const;
+template TensorT<double>* GradWrite<double>::zeroed() const;
 
 }  // namespace tapegrad

@@ -135,9 +135,6 @@ struct Node {
     if (fresh_at) *fresh_at = false;
     return {grad_at, !first};
   }
-  // The gradient with zeros where nothing has been written this pass, for a rule that adds into part of it
-  // (a scatter); nullptr if no gradient is needed.
-  TensorT<T>* zeroed_grad();
 };
 
 template <class T>
@@ -388,6 +385,9 @@ struct GradWrite {
       detail::refuse_piece(op, input, g.rows(), g.cols(), piece.rows(), piece.cols(), tensor->shape());
     write_grad(std::forward<Dst>(piece), g, !accumulate);
   }
+  // The whole gradient, zero where nothing has been written this pass (filled now on a first write), for a
+  // rule that adds into part of it (a scatter); nullptr if no gradient is wanted.
+  TensorT<T>* zeroed() const;
 };
 
 // The per-op call, inline: a tiny op's cost is mostly this bookkeeping (bench/tape_overhead).

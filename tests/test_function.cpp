@@ -285,13 +285,13 @@ struct RowsCopy {
   }
 };
 
-// y = x[0] (a scatter back): only element 0 of x's gradient is added to, through detail::zeroed_grad.
+// y = x[0] (a scatter back): only element 0 of x's gradient is added to, through detail::pieces(x.grad).zeroed().
 struct First {
   static constexpr const char* name = "first";
   static constexpr const char* inputs[] = {"x"};
   void forward(ForwardContext<double>& ctx, const TensorD& x) const { ctx.output(Shape::scalar())[0] = x[0]; }
   static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
-    if (TensorD* dx = detail::zeroed_grad(x.grad)) (*dx)[0] += ctx.grad_output()[0];
+    if (TensorD* dx = detail::pieces(x.grad).zeroed()) (*dx)[0] += ctx.grad_output()[0];
   }
 };
 
@@ -330,7 +330,7 @@ TEST_CASE("function: detail::pieces assigns on a pass's first write and adds aft
   CHECK_MESSAGE(report.ok(), report.str());
 }
 
-TEST_CASE("function: detail::zeroed_grad is zero where nothing was written, after a pass that wrote everywhere") {
+TEST_CASE("function: detail::pieces(x.grad).zeroed() is zero where nothing was written, after a pass that wrote everywhere") {
   Tape<double> tape;
   for (int pass = 0; pass < 2; ++pass) {
     tape.reset();
