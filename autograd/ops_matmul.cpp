@@ -116,8 +116,9 @@ struct Product {
 };
 
 // Y = X W + 1 b^T (X viewed flat, (rows, K)): the bias added to each block of rows as its product completes.
-// Backward: dX += dY W^T,  dW += X^T dY,  db += the column sums of dY, by matmul's rule and
-// add's (write_column_sums), from dY in place.
+// Backward: dX += dY W^T,  dW += X^T dY,  db += the column sums of dY: matmul's rule itself (a 2-D or
+// batched x times a 2-D w is one product of x viewed flat there too) and add's (write_column_sums), from dY
+// in place.
 template <class T>
 struct Affine {
   static constexpr const char* name = "affine";
@@ -137,14 +138,9 @@ struct Affine {
   }
 
   static void backward(BackwardContext<T>& ctx, const OpInput<T>& x, const OpInput<T>& w, const OpInput<T>& b) {
-    const TensorT<T>& X = x.value;
-    const TensorT<T>& dY = ctx.grad_output();
-    const Index rows = X.shape().flat_rows(), k = w.value.rows(), cols = w.value.cols();
     // In the order of the writes (the first write to a gradient assigns, when one node has two roles).
-    if (const GradWrite<T> db = detail::pieces(b.grad)) detail::write_column_sums(db, dY.flat().array());
-    const GradWrite<T> dX = detail::pieces(x.grad), dW = detail::pieces(w.grad);
-    if (dX) gemm(Form::abt, dY.data(), rows, cols, w.value.data(), k, cols, dX.tensor->data(), !dX.accumulate);
-    if (dW) gemm(Form::atb, X.data(), rows, k, dY.data(), rows, cols, dW.tensor->data(), !dW.accumulate);
+    if (const GradWrite<T> db = detail::pieces(b.grad)) detail::write_column_sums(db, ctx.grad_output().flat().array());
+    Product<T, Form::ab>::backward(ctx, x, w);  // x (viewed flat) times w: one product each for dX and dW
   }
 };
 
