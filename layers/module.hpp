@@ -128,6 +128,14 @@ class Module {
   void register_children(Children&... children) {
     (register_child(children), ...);
   }
+  // A child held by unique_ptr (one a layer may or may not have: a block's norms): builds an M (its
+  // constructor takes the name first) into `slot` and registers it. register_child's refusals.
+  template <class M, class... Args>
+  M& make_child(std::unique_ptr<M>& slot, Args&&... args) {
+    slot = std::make_unique<M>(std::forward<Args>(args)...);
+    register_child(*slot);
+    return *slot;
+  }
 
  private:
   void check_new_name(std::string_view local_name, const char* what) const;
