@@ -83,21 +83,15 @@ std::string type_name(const std::type_info& type) {
 }  // namespace
 
 template <class T>
-std::string Module<T>::summary() const {
-  std::string out;
-  write_summary(out, 0);
-  return out;
-}
-
-template <class T>
-void Module<T>::write_summary(std::string& out, int depth) const {
+std::string Module<T>::summary_at(int depth) const {
   const std::string indent(static_cast<std::size_t>(2 * depth), ' ');
   const Index values = count_parameters();
-  out += fmt::format("{}{}{}{}\n", indent, name_.empty() ? "" : name_ + ": ", type_name(typeid(*this)),
-                     values > 0 ? fmt::format(" ({} values)", values) : "");
+  std::string out = fmt::format("{}{}{}{}\n", indent, name_.empty() ? "" : name_ + ": ", type_name(typeid(*this)),
+                                values > 0 ? fmt::format(" ({} values)", values) : "");
   for (std::size_t k = 0; k < own_.size(); ++k)
     out += fmt::format("{}  {}  {}\n", indent, own_local_names_[k], own_[k].value.shape());
-  for (const auto* c : children_) c->write_summary(out, depth + 1);
+  for (const auto* c : children_) out += c->summary_at(depth + 1);
+  return out;
 }
 
 template <class T>

@@ -77,7 +77,7 @@ class Module {
   //   block: TransformerBlock (600 values)
   //     attn: SelfAttention (288 values)
   //       wq  8x8
-  std::string summary() const;
+  std::string summary() const { return summary_at(0); }
 
   void zero_grad() {
     for (auto* p : parameters()) p->zero_grad();
@@ -146,7 +146,7 @@ class Module {
   std::string child_prefix(const Module<T>& child) const {
     return child.name_.empty() ? prefix_ : prefix_ + child.name_ + ".";
   }
-  void write_summary(std::string& out, int depth) const;
+  std::string summary_at(int depth) const;  // summary(), indented by `depth` levels
   // "module 'attn'", or "the unnamed root module"
   std::string label() const {
     return prefix_.empty() ? std::string("the unnamed root module") : fmt::format("module '{}'", path());
