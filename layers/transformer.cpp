@@ -72,10 +72,8 @@ TransformerBlock<T>::TransformerBlock(std::string name, const TransformerBlockOp
 
 template <class T>
 Var<T> TransformerBlock<T>::forward(Var<T> x, const Mask* key_padding, KvCache<T>* cache) {
-  Tape<T>::of("transformer_block", {{"x", x}});
-  if (x.shape().rank != 3 || x.shape().cols != options_.d_model)
-    fail<ShapeError>("transformer_block '{}': x is {} but the block takes (batch, tokens, {}) inputs", this->path(),
-                     x.shape(), options_.d_model);
+  // x's shape is checked by the first layer that reads it, LN1 (its width) or the attention, naming it
+  // ("<block>.norm1", "<block>.attn").
   Var<T> h = norm1_ ? norm1_->forward(x) : x;
   x = x + drop1_.forward(attn_.forward(h, key_padding, cache));
   if (ff_) {
