@@ -98,7 +98,7 @@ class Module {
   virtual std::string torch_child_name(std::string_view child_name) const { return std::string(child_name); }
   // Every parameter, in parameters() order, with its full name in PyTorch's state_dict: this module's
   // path as it is ("" for an unnamed root), then each level's torch_child_name and the torch_name.
-  std::vector<std::pair<const Parameter<T>*, TorchName>> torch_names() const;
+  std::vector<std::pair<const Parameter<T>*, TorchName>> torch_names() const { return torch_names_under(prefix_); }
 
   // Training or evaluation mode, set on this module and every child: Dropout drops only in training.
   // The training loop switches it (train for steps, eval for evaluation).
@@ -169,8 +169,8 @@ class Module {
     });
     return out;
   }
-  void collect_torch_names(const std::string& prefix,
-                           std::vector<std::pair<const Parameter<T>*, TorchName>>& out) const;
+  // torch_names() under `prefix`, this module's place in PyTorch's state_dict ("" or "<path>.")
+  std::vector<std::pair<const Parameter<T>*, TorchName>> torch_names_under(const std::string& prefix) const;
 
   std::string name_;
   std::string prefix_;  // "outer.inner." for a nested child, "" at the root
