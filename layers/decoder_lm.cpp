@@ -53,15 +53,13 @@ DecoderLm<T>::DecoderLm(const Config& c, std::uint64_t stream) : Module<T>(), co
   const bool gpt2 = c.init == LmInit::gpt2;
   EmbeddingOptions embedding{.vocab = c.vocab, .dim = c.d_model};
   if (gpt2) embedding.init = Initializer::normal(0.02);
-  embed_ = std::make_unique<Embedding<T>>("embed", embedding, rng_);
+  this->make_child(embed_, "embed", embedding, rng_);
   const PositionOptions positions{.kind = c.positions, .max_len = c.context, .d_model = c.d_model};
-  pos_ = std::make_unique<Positions<T>>("pos", positions, rng_);  // draws for learned positions only
-  stack_ = std::make_unique<TransformerStack<T>>(
-      "stack", TransformerStackOptions{.n_layers = c.n_layers, .block = block_options(c)}, rng_);
+  this->make_child(pos_, "pos", positions, rng_);  // draws for learned positions only
+  this->make_child(stack_, "stack", TransformerStackOptions{.n_layers = c.n_layers, .block = block_options(c)}, rng_);
   LmHeadOptions head{.d_model = c.d_model, .vocab = c.vocab, .bias = c.head_bias};
   if (gpt2) head.init = Initializer::normal(0.02);
-  head_ = c.tie ? std::make_unique<LmHead<T>>("head", head, *embed_) : std::make_unique<LmHead<T>>("head", head, rng_);
-  this->register_children(*embed_, *pos_, *stack_, *head_);
+  c.tie ? this->make_child(head_, "head", head, *embed_) : this->make_child(head_, "head", head, rng_);
   if (gpt2) {
     // Each block adds two projections to the residual stream, so its variance grows with 2 N terms of this size.
     const Initializer residual = Initializer::normal(0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layers)));

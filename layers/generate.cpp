@@ -130,16 +130,14 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
   NoGradGuard<T> no_grad(tape);
   Ids fed;
   std::vector<double> p, seen;  // the draw's probabilities; the logits on_logits sees
-  Index cached_from = -1;       // the cache holds tokens [cached_from, cached_from + cache->length())
   bool compared = false;        // whether the cached logits were compared with recomputed ones
   for (Index i = 0; i < o.count; ++i) {
     const Index n = static_cast<Index>(tokens.size());
     const Index start = window_start(n, context);
     const auto window = std::span<const std::int32_t>(tokens).subspan(static_cast<std::size_t>(start));
-    if (cache && start != cached_from) {  // a new window: its tokens at positions from 0 again
-      cache->clear();
-      cached_from = start;
-    }
+    // The cache holds the tokens before the newest of the window it was fed; holding as many as the window
+    // has, it holds an earlier window's: the start jumped, and the window's tokens go to positions from 0 again.
+    if (cache && cache->length() >= static_cast<Index>(window.size())) cache->clear();
     // The window's tokens not fed yet: the last drawn one, or the whole window after a jump (the prompt first).
     const auto feed = cache ? window.subspan(static_cast<std::size_t>(cache->length())) : window;
     tape.reset();

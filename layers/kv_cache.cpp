@@ -35,10 +35,8 @@ void AttentionCache<T>::append(const TensorT<T>& keys, const TensorT<T>& values)
 template <class T>
 void AttentionCache<T>::clear() {
   length_ = 0;
-  if (keys_.rank() == 3) {
-    keys_.resize(Shape::batched(1, 0, keys_.cols()));
-    values_.resize(Shape::batched(1, 0, values_.cols()));
-  }
+  for (TensorT<T>* held : {&keys_, &values_})  // (1, 0, width), their buffers kept
+    if (held->rank() == 3) held->resize(Shape::batched(1, 0, held->cols()));
 }
 
 template <class T>

@@ -42,15 +42,8 @@ Index Module<T>::count_parameters() const {
 }
 
 template <class T>
-std::vector<std::pair<const Parameter<T>*, TorchName>> Module<T>::torch_names() const {
+std::vector<std::pair<const Parameter<T>*, TorchName>> Module<T>::torch_names_under(const std::string& prefix) const {
   std::vector<std::pair<const Parameter<T>*, TorchName>> out;
-  collect_torch_names(prefix_, out);
-  return out;
-}
-
-template <class T>
-void Module<T>::collect_torch_names(const std::string& prefix,
-                                    std::vector<std::pair<const Parameter<T>*, TorchName>>& out) const {
   for (std::size_t k = 0; k < own_.size(); ++k) {
     TorchName n = torch_name(own_local_names_[k]);
     n.name = prefix + n.name;
@@ -58,8 +51,10 @@ void Module<T>::collect_torch_names(const std::string& prefix,
   }
   for (const auto* c : children_) {
     const std::string name = torch_child_name(c->name_);
-    c->collect_torch_names(name.empty() ? prefix : prefix + name + ".", out);
+    for (auto& entry : c->torch_names_under(name.empty() ? prefix : prefix + name + "."))
+      out.push_back(std::move(entry));
   }
+  return out;
 }
 
 namespace {
@@ -83,21 +78,15 @@ std::string type_name(const std::type_info& type) {
 }  // namespace
 
 template <class T>
-std::string Module<T>::summary() const {
-  std::string out;
-  write_summary(out, 0);
-  return out;
-}
-
-template <class T>
-void Module<T>::write_summary(std::string& out, int depth) const {
+std::string Module<T>::summary_at(int depth) const {
   const std::string indent(static_cast<std::size_t>(2 * depth), ' ');
   const Index values = count_parameters();
-  out += fmt::format("{}{}{}{}\n", indent, name_.empty() ? "" : name_ + ": ", type_name(typeid(*this)),
-                     values > 0 ? fmt::format(" ({} values)", values) : "");
+  std::string out = fmt::format("{}{}{}{}\n", indent, name_.empty() ? "" : name_ + ": ", type_name(typeid(*this)),
+                                values > 0 ? fmt::format(" ({} values)", values) : "");
   for (std::size_t k = 0; k < own_.size(); ++k)
     out += fmt::format("{}  {}  {}\n", indent, own_local_names_[k], own_[k].value.shape());
-  for (const auto* c : children_) c->write_summary(out, depth + 1);
+  for (const auto* c : children_) out += c->summary_at(depth + 1);
+  return out;
 }
 
 template <class T>

@@ -77,7 +77,7 @@ class Module {
   //   block: TransformerBlock (600 values)
   //     attn: SelfAttention (288 values)
   //       wq  8x8
-  std::string summary() const;
+  std::string summary() const { return summary_at(0); }
 
   void zero_grad() {
     for (auto* p : parameters()) p->zero_grad();
@@ -98,7 +98,7 @@ class Module {
   virtual std::string torch_child_name(std::string_view child_name) const { return std::string(child_name); }
   // Every parameter, in parameters() order, with its full name in PyTorch's state_dict: this module's
   // path as it is ("" for an unnamed root), then each level's torch_child_name and the torch_name.
-  std::vector<std::pair<const Parameter<T>*, TorchName>> torch_names() const;
+  std::vector<std::pair<const Parameter<T>*, TorchName>> torch_names() const { return torch_names_under(prefix_); }
 
   // Training or evaluation mode, set on this module and every child: Dropout drops only in training.
   // The training loop switches it (train for steps, eval for evaluation).
@@ -128,6 +128,14 @@ class Module {
   void register_children(Children&... children) {
     (register_child(children), ...);
   }
+  // A child held by unique_ptr (one a layer may or may not have: a block's norms): builds an M (its
+  // constructor takes the name first) into `slot` and registers it. register_child's refusals.
+  template <class M, class... Args>
+  M& make_child(std::unique_ptr<M>& slot, Args&&... args) {
+    slot = std::make_unique<M>(std::forward<Args>(args)...);
+    register_child(*slot);
+    return *slot;
+  }
 
  private:
   void check_new_name(std::string_view local_name, const char* what) const;
@@ -138,7 +146,7 @@ class Module {
   std::string child_prefix(const Module<T>& child) const {
     return child.name_.empty() ? prefix_ : prefix_ + child.name_ + ".";
   }
-  void write_summary(std::string& out, int depth) const;
+  std::string summary_at(int depth) const;  // summary(), indented by `depth` levels
   // "module 'attn'", or "the unnamed root module"
   std::string label() const {
     return prefix_.empty() ? std::string("the unnamed root module") : fmt::format("module '{}'", path());
@@ -161,8 +169,8 @@ class Module {
     });
     return out;
   }
-  void collect_torch_names(const std::string& prefix,
-                           std::vector<std::pair<const Parameter<T>*, TorchName>>& out) const;
+  // torch_names() under `prefix`, this module's place in PyTorch's state_dict ("" or "<path>.")
+  std::vector<std::pair<const Parameter<T>*, TorchName>> torch_names_under(const std::string& prefix) const;
 
   std::string name_;
   std::string prefix_;  // "outer.inner." for a nested child, "" at the root

@@ -108,11 +108,11 @@ Var<T> SelfAttention<T>::forward(Var<T> x, const Mask* key_padding, KvCache<T>* 
   Tape<T>& t = Tape<T>::of("self_attention", {{"x", x}});
   const Shape s = x.shape();
   if (s.rank != 3 || s.cols != options_.d_model)
-    fail<ShapeError>("self_attention '{}': x is {} but the layer takes (batch, tokens, {}) inputs", this->name(), s,
+    fail<ShapeError>("self_attention '{}': x is {} but the layer takes (batch, tokens, {}) inputs", this->path(), s,
                      options_.d_model);
   if (key_padding && key_padding->shape() != Shape::mat(s.batch, s.rows))
     fail<ShapeError>("self_attention '{}': the key padding mask is {} but x is {}; it must be {}x{} (batch, tokens)",
-                     this->name(), key_padding->shape(), s, s.batch, s.rows);
+                     this->path(), key_padding->shape(), s, s.batch, s.rows);
   if (kv_cache) check_cached(t, s, key_padding);
   AttentionCache<T>* cache = kv_cache ? &kv_cache->of(this) : nullptr;  // this layer's keys and values
   const Index first = cache ? cache->length() : 0;                      // the position of x's first token

@@ -61,28 +61,19 @@ TransformerBlock<T>::TransformerBlock(std::string name, const TransformerBlockOp
       drop2_("dropout2", o.dropout) {
   // Registered in PyTorch's order of the encoder layer: attention, FFN, norms.
   this->register_child(attn_);
-  if (o.mlp) {
-    ff_ = std::make_unique<FeedForward<T>>(
-        "ff", FeedForwardOptions{.d_model = o.d_model, .d_hidden = o.d_ff, .dropout = o.dropout, .init = o.init}, rng);
-    this->register_child(*ff_);
-  }
-  if (o.layernorm) {
-    norm1_ = std::make_unique<LayerNorm<T>>("norm1", o.d_model, o.eps);
-    this->register_child(*norm1_);
-    if (o.mlp) {
-      norm2_ = std::make_unique<LayerNorm<T>>("norm2", o.d_model, o.eps);
-      this->register_child(*norm2_);
-    }
-  }
+  if (o.mlp)
+    this->make_child(ff_, "ff",
+                     FeedForwardOptions{.d_model = o.d_model, .d_hidden = o.d_ff, .dropout = o.dropout, .init = o.init},
+                     rng);
+  if (o.layernorm) this->make_child(norm1_, "norm1", o.d_model, o.eps);
+  if (o.layernorm && o.mlp) this->make_child(norm2_, "norm2", o.d_model, o.eps);
   this->register_children(drop1_, drop2_);
 }
 
 template <class T>
 Var<T> TransformerBlock<T>::forward(Var<T> x, const Mask* key_padding, KvCache<T>* cache) {
-  Tape<T>::of("transformer_block", {{"x", x}});
-  if (x.shape().rank != 3 || x.shape().cols != options_.d_model)
-    fail<ShapeError>("transformer_block '{}': x is {} but the block takes (batch, tokens, {}) inputs", this->path(),
-                     x.shape(), options_.d_model);
+  // x's shape is checked by the first layer that reads it, LN1 (its width) or the attention, naming it
+  // ("<block>.norm1", "<block>.attn").
   Var<T> h = norm1_ ? norm1_->forward(x) : x;
   x = x + drop1_.forward(attn_.forward(h, key_padding, cache));
   if (ff_) {
@@ -103,10 +94,7 @@ TransformerStack<T>::TransformerStack(std::string name, const TransformerStackOp
   set_checkpoint_every(o.checkpoint_every);
   this->register_child(blocks_);
   for (Index i = 0; i < o.n_layers; ++i) blocks_.template emplace<TransformerBlock<T>>(o.block, rng);
-  if (o.block.layernorm) {
-    norm_ = std::make_unique<LayerNorm<T>>("norm", o.block.d_model, o.block.eps);
-    this->register_child(*norm_);
-  }
+  if (o.block.layernorm) this->make_child(norm_, "norm", o.block.d_model, o.block.eps);
 }
 
 template <class T>
@@ -135,9 +123,8 @@ LmHead<T>::LmHead(std::string name, const LmHeadOptions& o, Rng& rng) : Module<T
   if (o.d_model <= 0 || o.vocab <= 0)
     fail<ValueError>("lm_head '{}': d_model and vocab must be positive, got {} and {}", this->path(), o.d_model,
                      o.vocab);
-  const LinearOptions linear{.in = o.d_model, .out = o.vocab, .bias = o.bias, .weight_init = o.init};
-  linear_ = std::make_unique<Linear<T>>("", linear, rng);
-  this->register_child(*linear_);
+  this->make_child(linear_, "", LinearOptions{.in = o.d_model, .out = o.vocab, .bias = o.bias, .weight_init = o.init},
+                   rng);
 }
 
 template <class T>

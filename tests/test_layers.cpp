@@ -489,7 +489,9 @@ TEST_CASE("transformer layers: options are checked, shapes are named, dropout fo
   Tape<double> t;
   const TensorD x = test::random_tensor(Shape::batched(2, 3, 4), rng);
   CHECK_THROWS_WITH_AS(block.forward(t.constant(TensorD(Shape::batched(2, 3, 5)))),
-                       "transformer_block 'block': x is 2x3x5 but the block takes (batch, tokens, 4) inputs", ShapeError);
+                       "layer_norm 'block.norm1': x is 2x3x5 but the layer normalises rows of 4 values", ShapeError);
+  CHECK_THROWS_WITH_AS(block.forward(t.constant(TensorD(Shape::mat(3, 4)))),
+                       "self_attention 'block.attn': x is 3x4 but the layer takes (batch, tokens, 4) inputs", ShapeError);
   // Training mode with dropout and no stream: refused, naming the layer; the tape keeps nothing of it.
   const std::size_t before = t.size();
   CHECK_THROWS_WITH_AS(block.forward(t.constant(x)),
