@@ -32,16 +32,6 @@ namespace {
 
 using detail::dtype_of;
 
-// The first 10 of `items`, then "<n> more mismatched": a message stays a line, however many differ.
-std::vector<std::string> capped(std::vector<std::string> items) {
-  constexpr std::size_t kShown = 10;
-  if (items.size() > kShown) {
-    items[kShown] = fmt::format("{} more mismatched", items.size() - kShown);
-    items.resize(kShown + 1);
-  }
-  return items;
-}
-
 // restore's and load_weights' refusal of the entry `name`, a tensor that holds NaN or Inf as the element type it
 // loads as (`as`): "model: 'model.w' holds 2 non-finite values (NaN or Inf) of 6 as f32 (...)"; "" for none.
 std::string non_finite(std::string_view name, const StateValue& v, std::string_view as) {
@@ -95,21 +85,19 @@ std::string LoadReport::problems(std::string_view holder) const {
   std::vector<std::string> parts;
   if (!missing.empty()) parts.push_back(fmt::format("the file lacks {}'s {}", holder, quoted_list(missing)));
   if (!unexpected.empty()) parts.push_back(fmt::format("{} has no {}", holder, quoted_list(unexpected)));
-  for (std::string& m : capped(mismatched)) parts.push_back(std::move(m));
+  constexpr std::size_t kShown = 10;  // the first 10, then "<n> more mismatched": a message stays a line
+  parts.insert(parts.end(), mismatched.begin(), mismatched.begin() + std::min(mismatched.size(), kShown));
+  if (mismatched.size() > kShown) parts.push_back(fmt::format("{} more mismatched", mismatched.size() - kShown));
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
 std::string LoadReport::str() const {
-  std::string s;
-  if (!restored.empty()) {
-    s = "restored " + quoted_list(restored);
-    if (!unexpected.empty()) s += "; left the file's " + quoted_list(unexpected);
-  } else {
-    s = fmt::format("loaded {} parameters", loaded.size());
-    if (!missing.empty()) s += "; not in the file: " + quoted_list(missing);
-    if (!unexpected.empty()) s += "; not in the model: " + quoted_list(unexpected);
-    for (const std::string& m : capped(mismatched)) s += "; skipped " + m;
-  }
+  std::string s = fmt::format("loaded {} parameters", loaded.size());
+  if (!restored.empty())
+    s = "restored " + quoted_list(restored) +
+        (unexpected.empty() ? "" : "; left the file's " + quoted_list(unexpected));
+  else if (!clean())
+    s += "; not loaded: " + problems();
   for (const auto& c : converted) s += "; converted " + c;
   return s;
 }
