@@ -30,8 +30,6 @@ std::string detail::record_differences(const ModelRecord& file, const ModelRecor
 
 namespace {
 
-using detail::dtype_of;
-
 // restore's and load_weights' refusal of the entry `name`, a tensor that holds NaN or Inf as the element type it
 // loads as (`as`): "model: 'model.w' holds 2 non-finite values (NaN or Inf) of 6 as f32 (...)"; "" for none.
 std::string non_finite(std::string_view name, const StateValue& v, std::string_view as) {
@@ -252,7 +250,8 @@ LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions optio
                           : "");
   if (!options.allow_non_finite)
     for (const std::string& name : report.loaded)
-      if (const std::string refused = non_finite(in.full_name(name), in.value(name), dtype_of<T>()); !refused.empty())
+      if (const std::string refused = non_finite(in.full_name(name), in.value(name), kind_name(TensorT<T>()));
+          !refused.empty())
         fail<FormatError>("load: {}; nothing was loaded", refused);
   auto next = report.loaded.begin();  // in the order of the parameters, which saved them
   for (Parameter<T>* p : model.parameters())

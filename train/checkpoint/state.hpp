@@ -208,12 +208,6 @@ class StateIndex {
   std::vector<std::pair<std::string_view, std::size_t>> sorted_;  // name -> position
 };
 
-// "f32" or "f64": the kind of a TensorT<T> entry, as messages name an element type.
-template <class T>
-constexpr std::string_view dtype_of() {
-  return std::is_same_v<T, float> ? "f32" : "f64";
-}
-
 // f()'s result, any Error it throws a FormatError: settings a file holds that from_settings or a check
 // refuses (a NameError, a ValueError) are the file's fault (read_trainer_state, model_config_from).
 template <class F>
