@@ -153,7 +153,7 @@ TEST_CASE("checkpoint state: a forged or mismatched entry is refused in one line
   using Ints = std::vector<std::int64_t>;
   Checkpoint c = good;
   std::get<Tensor>(c.find("average.out.weight")->value) = Tensor(Shape::mat(3, 2));
-  refused(c, "average: 'average.out.weight' is f32 3x2 in the file but f32 8x2 here");
+  refused(c, "average: 'out.weight' is f32 3x2 in the file but f32 8x2 in the part");
   c = good;
   std::get<Tensor>(c.find("average.out.bias")->value)[1] = std::numeric_limits<float>::quiet_NaN();
   refused(c, "average: 'average.out.bias' holds 1 non-finite values (NaN or Inf)");
@@ -278,7 +278,7 @@ TEST_CASE("checkpoint state: part names are checked, a const part is only saved,
   CHECK_THROWS_WITH_AS(restore(c, {{"a.b", loop.step}}), "load: the part name 'a.b' is empty or has a '.'", NameError);
   CHECK_THROWS_WITH_AS(restore(c, {{"twice", twice}}), "load: the entries name 'twice.a' more than once", NameError);
   CHECK_THROWS_WITH_AS(restore(c, {{"model", frozen.model}, {"step", loop.step}}),
-                       "restore: the part 'model' was given as const: it cannot be loaded into", UsageError);
+                       "load: the part 'model' was given as const: it cannot be loaded into", UsageError);
   // Not strict: the file's parts that nothing takes are left, and named.
   HandLoop other;
   other.run(2);
@@ -452,8 +452,8 @@ TEST_CASE("checkpoint state: a vector of tensors is a part, loaded only into as 
   CHECK(loaded == saved);
   std::vector<Tensor> other = {Tensor(Shape::mat(2, 3)), Tensor(Shape::vec(5))}, fewer = {Tensor(Shape::mat(2, 3))};
   CHECK_THROWS_WITH_AS(restore(c, {{"ema", other}}),
-                       "load: ema: 'ema.1' is f32 4 in the file but f32 5 here; nothing was loaded", FormatError);
-  CHECK_THROWS_WITH_AS(restore(c, {{"ema", fewer}}), "load: ema: it has no 'ema.1'; nothing was loaded", FormatError);
+                       "load: ema: '1' is f32 4 in the file but f32 5 in the part; nothing was loaded", FormatError);
+  CHECK_THROWS_WITH_AS(restore(c, {{"ema", fewer}}), "load: ema: the part has no '1'; nothing was loaded", FormatError);
   CHECK(other[1] == Tensor(Shape::vec(5)));
   CHECK(fewer[0] == Tensor(Shape::mat(2, 3)));
 }
@@ -463,14 +463,14 @@ TEST_CASE("checkpoint state: a refusal and a load report name the first 10 misma
   std::vector<Tensor> wider(12, Tensor(Shape::vec(3)));
   CHECK_THROWS_WITH_AS(
       restore(snapshot({{"ema", saved}}), {{"ema", wider}}),
-      doctest::Contains("'ema.9' is f32 2 in the file but f32 3 here; 2 more mismatched; nothing was loaded"),
+      doctest::Contains("'9' is f32 2 in the file but f32 3 in the part; 2 more mismatched; nothing was loaded"),
       FormatError);
   LoadReport report;
   for (int i = 0; i < 12; ++i) report.mismatched.push_back("'w" + std::to_string(i) + "' differs");
   CHECK(report.problems().ends_with("'w9' differs; 2 more mismatched"));
-  CHECK(report.str() == "loaded 0 parameters; skipped 'w0' differs; skipped 'w1' differs; skipped 'w2' differs; "
-                        "skipped 'w3' differs; skipped 'w4' differs; skipped 'w5' differs; skipped 'w6' differs; "
-                        "skipped 'w7' differs; skipped 'w8' differs; skipped 'w9' differs; skipped 2 more mismatched");
+  CHECK(report.str() == "loaded 0 parameters; not loaded: 'w0' differs; 'w1' differs; 'w2' differs; 'w3' differs; "
+                        "'w4' differs; 'w5' differs; 'w6' differs; 'w7' differs; 'w8' differs; 'w9' differs; 2 more "
+                        "mismatched");
 }
 
 namespace {

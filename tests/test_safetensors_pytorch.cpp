@@ -251,12 +251,12 @@ TEST_CASE("safetensors docs: save in PyTorch's layout, load strictly, load the p
 save_safetensors(path, model, {.layout = WeightLayout::pytorch});                     // atomic; F32 for a float model
 LoadReport all = load_safetensors(path, copy, {.layout = WeightLayout::pytorch});     // strict: all or nothing
 LoadReport part = load_safetensors(path, other, {.layout = WeightLayout::pytorch, .strict = false});
-// part.str(): loaded 2 parameters; skipped 'out.weight' is 2x4 in the file but 3x4 in the model; ...
+// part.str(): loaded 2 parameters; not loaded: 'out.weight' is 2x4 in the file but 3x4 in the model; ...
 // [readme:safetensors-calls-end]
   CHECK(all.loaded.size() == 4);
   for (const auto* p : model.parameters()) CHECK(copy.parameter(p->name).value == p->value);
   CHECK(part.loaded == std::vector<std::string>{"hidden.weight", "hidden.bias"});
-  CHECK(part.str().starts_with("loaded 2 parameters; skipped 'out.weight' is 2x4 in the file but 3x4 in the model; "));
+  CHECK(part.str().starts_with("loaded 2 parameters; not loaded: 'out.weight' is 2x4 in the file but 3x4 in the model; "));
   CHECK(other.parameter("hidden.weight").value == model.parameter("hidden.weight").value);
   CHECK(other.parameter("out.weight").value == other_out);
   fs::remove_all(dir);

@@ -141,8 +141,9 @@ struct LoadReport {
   std::vector<std::string> restored;    // restore: the parts loaded, in order
   std::string str() const;
   bool clean() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
-  // What keeps a strict load from loading: "the file lacks the model's 'a'; the model has no 'b'; ...".
-  std::string problems() const;
+  // What keeps a strict load from loading: "the file lacks the model's 'a'; the model has no 'b'; ...", of the
+  // model or of another `holder` of the entries (restore of a user's object: "the part").
+  std::string problems(std::string_view holder = "the model") const;
 };
 
 // Every part back from the checkpoint, strictly and all or nothing: each part given must be in the file, each

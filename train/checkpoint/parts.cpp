@@ -30,18 +30,6 @@ std::string detail::record_differences(const ModelRecord& file, const ModelRecor
 
 namespace {
 
-using detail::dtype_of;
-
-// The first 10 of `items`, then "<n> more mismatched": a message stays a line, however many differ.
-std::vector<std::string> capped(std::vector<std::string> items) {
-  constexpr std::size_t kShown = 10;
-  if (items.size() > kShown) {
-    items[kShown] = fmt::format("{} more mismatched", items.size() - kShown);
-    items.resize(kShown + 1);
-  }
-  return items;
-}
-
 // restore's and load_weights' refusal of the entry `name`, a tensor that holds NaN or Inf as the element type it
 // loads as (`as`): "model: 'model.w' holds 2 non-finite values (NaN or Inf) of 6 as f32 (...)"; "" for none.
 std::string non_finite(std::string_view name, const StateValue& v, std::string_view as) {
@@ -53,92 +41,61 @@ std::string non_finite(std::string_view name, const StateValue& v, std::string_v
       as == kind_name(v) ? "" : fmt::format(" as {}", as));
 }
 
-// The file's weights (the entries of `in`) against the model's parameters. Another element type is a
-// mismatch unless the options convert it. Only with `apply` are the ones that match copied into their
-// parameters (in place: each keeps its buffer): a load runs it to check, then again to apply.
-template <class T>
-LoadReport match_weights(const State& in, const std::vector<Parameter<T>*>& params, const LoadOptions& options,
-                         bool apply = false) {
+}  // namespace
+
+LoadReport detail::match_saved(const State& in, const std::function<void(State&)>& save, bool convert,
+                               std::string_view holder) {
+  std::vector<StateEntry> mine;
+  State writer = State::writer(mine, "");
+  save(writer);
+  const auto shown = [&](const std::string& name) { return name.empty() ? in.full_name(name) : name; };
   LoadReport report;
   std::set<std::string_view> names;
-  for (Parameter<T>* p : params) {
-    names.insert(p->name);
-    if (!in.contains(p->name)) {
-      report.missing.push_back(p->name);
+  for (const StateEntry& e : mine) {
+    names.insert(e.name);
+    if (!in.contains(e.name)) {
+      report.missing.push_back(shown(e.name));
       continue;
     }
-    const StateValue& v = in.value(p->name);
-    const bool same_dtype = v.index() == (std::is_same_v<T, float> ? 0 : 1);
-    if (tensor_shape(v) != p->value.shape() || (!same_dtype && !options.convert_dtype))
-      report.mismatched.push_back(fmt::format("'{}' is {} in the file but {} {} in the model", escaped(p->name),
-                                              describe_value(v), dtype_of<T>(), p->value.shape()));
+    const StateValue& v = in.value(e.name);
+    const bool same_kind = v.index() == e.value.index();  // or, with equal shapes, both tensors if either is
+    if (tensor_shape(v) != tensor_shape(e.value) || (!same_kind && !(convert && tensor_shape(v))))
+      report.mismatched.push_back(fmt::format("'{}' is {} in the file but {} in {}", escaped(shown(e.name)),
+                                              describe_value(v), describe_value(e.value), holder));
     else {
-      report.loaded.push_back(p->name);
-      if (!same_dtype)
-        report.converted.push_back(fmt::format("'{}' from {} to {}", escaped(p->name), kind_name(v), dtype_of<T>()));
-      if (apply) p->value.array() = tensor_as<T>(v).array();
+      report.loaded.push_back(e.name);
+      if (!same_kind)
+        report.converted.push_back(
+            fmt::format("'{}' from {} to {}", escaped(e.name), kind_name(v), kind_name(e.value)));
     }
   }
   for (const std::string& name : in.names())
-    if (!names.contains(name)) report.unexpected.push_back(name.empty() ? in.full_name(name) : name);
+    if (!names.contains(name)) report.unexpected.push_back(shown(name));
   return report;
 }
 
-}  // namespace
-
-template <class T>
-void load_state(Module<T>& model, const State& in) {
-  const std::vector<Parameter<T>*> params = model.parameters();
-  if (const LoadReport matched = match_weights(in, params, {}); !matched.clean()) throw FormatError(matched.problems());
-  match_weights(in, params, {}, true);
+void detail::check_like(const State& in, const std::function<void(State&)>& save, std::string_view holder) {
+  if (const LoadReport report = match_saved(in, save, false, holder); !report.clean())
+    throw FormatError(report.problems(holder));
 }
 
-template void load_state(Module<float>&, const State&);
-template void load_state(Module<double>&, const State&);
-
-void detail::check_like(const State& in, const std::function<void(State&)>& save) {
-  Checkpoint own;
-  State writer = State::writer(own.entries, in.full_name(""));
-  save(writer);
-  const StateIndex mine(own);
-  const State now = State::reader(mine, in.full_name(""));
-  std::vector<std::string> missing, unexpected, problems;
-  for (const std::string& name : now.names())
-    if (!in.contains(name)) missing.push_back(in.full_name(name));
-  for (const std::string& name : in.names()) {
-    if (!now.contains(name)) {
-      unexpected.push_back(in.full_name(name));
-      continue;
-    }
-    const StateValue &theirs = in.value(name), &ours = now.value(name);
-    if (theirs.index() != ours.index() || tensor_shape(theirs) != tensor_shape(ours))
-      problems.push_back(fmt::format("'{}' is {} in the file but {} here", escaped(in.full_name(name)),
-                                     describe_value(theirs), describe_value(ours)));
-  }
-  if (!unexpected.empty()) problems.insert(problems.begin(), "it has no " + quoted_list(unexpected));
-  if (!missing.empty()) problems.insert(problems.begin(), "the file lacks " + quoted_list(missing));
-  if (!problems.empty()) fail<FormatError>("{}", fmt::join(capped(std::move(problems)), "; "));
-}
-
-std::string LoadReport::problems() const {
+std::string LoadReport::problems(std::string_view holder) const {
   std::vector<std::string> parts;
-  if (!missing.empty()) parts.push_back("the file lacks the model's " + quoted_list(missing));
-  if (!unexpected.empty()) parts.push_back("the model has no " + quoted_list(unexpected));
-  for (std::string& m : capped(mismatched)) parts.push_back(std::move(m));
+  if (!missing.empty()) parts.push_back(fmt::format("the file lacks {}'s {}", holder, quoted_list(missing)));
+  if (!unexpected.empty()) parts.push_back(fmt::format("{} has no {}", holder, quoted_list(unexpected)));
+  constexpr std::size_t kShown = 10;  // the first 10, then "<n> more mismatched": a message stays a line
+  parts.insert(parts.end(), mismatched.begin(), mismatched.begin() + std::min(mismatched.size(), kShown));
+  if (mismatched.size() > kShown) parts.push_back(fmt::format("{} more mismatched", mismatched.size() - kShown));
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
 std::string LoadReport::str() const {
-  std::string s;
-  if (!restored.empty()) {
-    s = "restored " + quoted_list(restored);
-    if (!unexpected.empty()) s += "; left the file's " + quoted_list(unexpected);
-  } else {
-    s = fmt::format("loaded {} parameters", loaded.size());
-    if (!missing.empty()) s += "; not in the file: " + quoted_list(missing);
-    if (!unexpected.empty()) s += "; not in the model: " + quoted_list(unexpected);
-    for (const std::string& m : capped(mismatched)) s += "; skipped " + m;
-  }
+  std::string s = fmt::format("loaded {} parameters", loaded.size());
+  if (!restored.empty())
+    s = "restored " + quoted_list(restored) +
+        (unexpected.empty() ? "" : "; left the file's " + quoted_list(unexpected));
+  else if (!clean())
+    s += "; not loaded: " + problems();
   for (const auto& c : converted) s += "; converted " + c;
   return s;
 }
@@ -211,7 +168,7 @@ LoadReport restore_parts(const Checkpoint& c, const StateParts& parts, const Loa
   for (const StatePart& p : parts) {
     names.push_back(p.name);
     if (!p.load)
-      fail<UsageError>("restore: the part '{}' was given as const: it cannot be loaded into", escaped(p.name));
+      fail<UsageError>("{}: the part '{}' was given as const: it cannot be loaded into", op, escaped(p.name));
   }
   const std::set<std::string_view> given(names.begin(), names.end());
   const detail::StateIndex now(before);
@@ -281,18 +238,25 @@ template <class T>
 LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions options) {
   const detail::StateIndex index(c);  // a Checkpoint built in memory is checked as a file's is
   const State in = State::reader(index, std::string(kModelPart));
-  const auto params = model.parameters();
-  LoadReport report = match_weights(in, params, options);
+  const auto match = [&](bool convert) {
+    return detail::match_saved(
+        in, [&](State& now) { save_state(model, now); }, convert, "the model");
+  };
+  LoadReport report = match(options.convert_dtype);
   if (options.strict && !report.clean())  // the hint where converting would load a weight this load refuses
     fail<FormatError>("load: {}; nothing was loaded{}", report.problems(),
-                      !options.convert_dtype && !match_weights(in, params, {.convert_dtype = true}).converted.empty()
+                      !options.convert_dtype && !match(true).converted.empty()
                           ? " (LoadOptions::convert_dtype converts the element type)"
                           : "");
   if (!options.allow_non_finite)
     for (const std::string& name : report.loaded)
-      if (const std::string refused = non_finite(in.full_name(name), in.value(name), dtype_of<T>()); !refused.empty())
+      if (const std::string refused = non_finite(in.full_name(name), in.value(name), kind_name(TensorT<T>()));
+          !refused.empty())
         fail<FormatError>("load: {}; nothing was loaded", refused);
-  return match_weights(in, params, options, true);
+  auto next = report.loaded.begin();  // in the order of the parameters, which saved them
+  for (Parameter<T>* p : model.parameters())
+    if (next != report.loaded.end() && *next == p->name) p->value.array() = tensor_as<T>(in.value(*next++)).array();
+  return report;
 }
 
 template <class T>

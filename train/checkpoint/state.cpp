@@ -205,7 +205,7 @@ OptimizerState<T> read_optimizer_state(const State& in) {
     // non-finite ones.
     if (const Index bad = non_finite_count<T>(v); bad > non_finite_count(v))
       buffers.refuse(name, fmt::format("{} non-finite values (NaN or Inf) of {} as {}", bad, value_count(v),
-                                       detail::dtype_of<T>()));
+                                       kind_name(TensorT<T>())));
     // A buffer of a parameter the list does not name is kept: check_state names it.
     s.per_param[name.substr(0, dot)][name.substr(dot + 1)] = tensor_as<T>(v);
   }

@@ -104,6 +104,7 @@ TensorT<T> tensor_as(const StateValue& value) {
 }
 
 struct Checkpoint;
+struct LoadReport;
 namespace detail {
 class StateIndex;
 }
@@ -207,12 +208,6 @@ class StateIndex {
   std::vector<std::pair<std::string_view, std::size_t>> sorted_;  // name -> position
 };
 
-// "f32" or "f64": the kind of a TensorT<T> entry, as messages name an element type.
-template <class T>
-constexpr std::string_view dtype_of() {
-  return std::is_same_v<T, float> ? "f32" : "f64";
-}
-
 // f()'s result, any Error it throws a FormatError: settings a file holds that from_settings or a check
 // refuses (a NameError, a ValueError) are the file's fault (read_trainer_state, model_config_from).
 template <class F>
@@ -224,9 +219,14 @@ auto file_settings(F f) {
   }
 }
 
-// FormatError unless `in` holds the names, kinds and tensor shapes of what `save` saves now: what a user's
-// object is checked against before its load_state reads it.
-void check_like(const State& in, const std::function<void(State&)>& save);
+// The entries of `in` against what `save` saves now: the same names, kinds and tensor shapes (with `convert`, a
+// tensor of the other element type converts), named relative to the part. `loaded` and `converted` name the
+// entries that match, the rest are `missing`, `unexpected` or `mismatched` ("'w' is f32 2x3 in the file but
+// f32 3x2 in <holder>").
+LoadReport match_saved(const State& in, const std::function<void(State&)>& save, bool convert, std::string_view holder);
+// FormatError LoadReport::problems(holder) unless match_saved finds `in` like what `save` saves: what the model
+// and a user's object are checked against before they read it.
+void check_like(const State& in, const std::function<void(State&)>& save, std::string_view holder = "the part");
 
 }  // namespace detail
 
@@ -240,7 +240,11 @@ void save_state(const Module<T>& model, State& out) {
   for (const Parameter<T>* p : model.parameters()) out.put(p->name, p->value);
 }
 template <class T>
-void load_state(Module<T>& model, const State& in);
+void load_state(Module<T>& model, const State& in) {
+  detail::check_like(
+      in, [&](State& now) { save_state(model, now); }, "the model");
+  for (Parameter<T>* p : model.parameters()) p->value.array() = in.get<TensorT<T>>(p->name).array();  // in place
+}
 template <class T>
 void save_state(const Optimizer<T>& optimizer, State& out) {
   put_optimizer_state(out, optimizer.state());
