@@ -30,15 +30,6 @@ constexpr std::size_t kMaxErrorBytes = 4096;  // of the program's standard error
 
 using detail::Descriptor;
 
-// A descriptor moved above 0, 1 and 2 (free when this process was started with one of them closed), so
-// that the child's dup2 onto its standard streams never meets the descriptor itself.
-int above_stdio(int fd) {
-  if (fd < 0 || fd > 2) return fd;
-  const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
-  ::close(fd);
-  return moved;
-}
-
 // posix_spawn's settings, and the child it started, killed and reaped on the way out unless it was
 // reaped: whatever throws, no program is left running and no zombie is left behind.
 struct Spawn {
@@ -82,7 +73,10 @@ std::string run_filter(const std::vector<std::string>& argv, std::string_view in
   // before it starts, and its output and errors, read after it ends. Neither side ever waits on the
   // other, and a program that exits without reading its input meets no closed pipe.
   auto memory_file = [&](const char* stream) {
-    Descriptor fd(above_stdio(::memfd_create(stream, MFD_CLOEXEC)));
+    // Each moved above 0, 1 and 2 (free when this process was started with one of them closed), so that
+    // the child's dup2 onto its standard streams never meets the descriptor itself.
+    const Descriptor made(::memfd_create(stream, MFD_CLOEXEC));
+    Descriptor fd(made.open() ? ::fcntl(made.get(), F_DUPFD_CLOEXEC, 3) : -1);
     if (!fd.open())
       fail<ProcessError>("{}: cannot make a file for the {} of '{}': {}", op, stream, name, std::strerror(errno));
     return fd;
