@@ -25,11 +25,6 @@ constexpr std::uint64_t kTrainingStream = 0x747261696e;  // "train": the Rng str
 
 }  // namespace
 
-std::string TrainOptions::describe() const {
-  return fmt::format("{} steps of batch {}, evaluation every {}, seed {}{}", steps, batch, eval_every, seed,
-                     clip > 0 ? fmt::format(", clip {:g}", clip) : "");
-}
-
 Index first_step_reaching(const std::vector<CurvePoint>& curve, std::string_view name, double target) {
   for (const auto& p : curve)
     if (p.step > 0 && value_of(p.values, name) >= target) return p.step;

@@ -76,7 +76,6 @@ struct TrainOptions {
     field("clip", s.clip, "clip gradients to this global norm (0: no clipping)", at_least(0));
     field("anomaly", s.anomaly, "check every op's output for NaN and Inf");
   }
-  std::string describe() const;  // one line
 };
 
 // What a loss function returns: the loss (one element, what backward starts from) and, for metrics, the
