@@ -137,7 +137,7 @@ TrainerState TrainerBase::state() const {
   return s;
 }
 
-void TrainerBase::check_state(const TrainerState& s, std::string_view op) const {
+void TrainerBase::set_state(const TrainerState& s, std::string_view op) {
   if (s.data_fingerprint != state_.data_fingerprint)
     fail<ValueError>(
         "{}: the training data differs from the data the checkpoint was trained on (fingerprint "
@@ -171,16 +171,11 @@ void TrainerBase::check_state(const TrainerState& s, std::string_view op) const 
     fail<ValueError>("{}: the saved state is inconsistent (step {}, a window of {} steps, loss sum {})", op, s.step,
                      s.window_steps, s.window_loss);
   try {
-    sampler_.check_state(s.data_order);
-    Rng().set_state(s.rng);  // the generator's own check of its state
+    Rng().set_state(s.rng);            // the generator's own check of its state
+    sampler_.set_state(s.data_order);  // the last check: the sampler changes only if its state fits
   } catch (const ValueError& e) {
     fail<ValueError>("{}: {}", op, e.what());
   }
-}
-
-void TrainerBase::set_state(const TrainerState& s, std::string_view op) {
-  check_state(s, op);
-  sampler_.set_state(s.data_order);
   rng_.set_state(s.rng);
   const TrainOptions options = state_.options;  // the trainer keeps its own steps and anomaly
   state_ = s;

@@ -161,8 +161,6 @@ class TrainerBase {
   // steps and anomaly must match; the trainer keeps its own of those two), other data (fingerprint), or
   // other metrics. `op` starts the message.
   void set_state(const TrainerState& s, std::string_view op = "set_state");
-  // set_state's checks alone.
-  void check_state(const TrainerState& s, std::string_view op = "set_state") const;
 
   // How the processes that train this model share its steps (train/step_reducer.hpp); nullptr: back to
   // SingleProcess, the default. Give it once the trainer is complete (evaluation data, metrics, a resumed
