@@ -94,6 +94,10 @@ TEST_CASE("data: a sequence source pads short examples, masks the padding and ig
   CHECK(b.length() == 5);
   const Index outside[] = {2};
   CHECK_THROWS_WITH_AS(source.fill(outside, b), "fill: example 2 is outside data source 'tiny' of 2 examples", ValueError);
+  Dataset named = d;  // a name from outside is quoted as every message quotes one
+  named.name = "ti\x1b[2Jny";
+  CHECK_THROWS_WITH_AS(SequenceSource(named).fill(outside, b),
+                       "fill: example 2 is outside data source 'ti\\x1b[2Jny' of 2 examples", ValueError);
   Dataset other = d;
   other.examples[1].labels[0] = 0;
   CHECK(SequenceSource(other).fingerprint() != source.fingerprint());
