@@ -38,9 +38,8 @@ TrainerBase::TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Inde
       optimizer_(optimizer),
       state_{.options = checked(options), .data_fingerprint = fingerprint},
       sampler_(train_size, options.batch, options.seed),
-      rng_(options.seed, kTrainingStream),
-      reducer_(std::make_unique<SingleProcess>()) {
-  model_.set_rng(&rng_);          // dropout draws from the stream checkpoints save
+      rng_(options.seed, kTrainingStream) {
+  set_reducer(nullptr);           // SingleProcess: dropout draws from the stream checkpoints save
   tape_.set_release_grads(true);  // nothing reads a step's inner gradients: the walk holds the live ones only
   optimizer_.zero_grad();
 }
