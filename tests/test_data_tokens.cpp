@@ -298,6 +298,12 @@ TEST_CASE("token windows: training starts anywhere, consecutive windows advance 
   CHECK(every_other.start(1) == 10);
   CHECK(every_other.fingerprint() != all.fingerprint());
   CHECK(TokenWindows::sample(file, 5, 4, 1).fingerprint() == all.fingerprint());  // a sample of all: all, in order
+  for (const Index context : {0, -3}) {  // refused by every kind, before anything divides by it
+    const std::string refusal = fmt::format("token file: windows of a context of {}; give 1 or more", context);
+    CHECK_THROWS_WITH_AS(TokenWindows::training(file, context), refusal.c_str(), ValueError);
+    CHECK_THROWS_WITH_AS(TokenWindows::consecutive(file, context), refusal.c_str(), ValueError);
+    CHECK_THROWS_WITH_AS(TokenWindows::sample(file, context, 3, 1), refusal.c_str(), ValueError);
+  }
   CHECK_FALSE(TokenWindows::sample(file, 5, 9, 1).sampled());
 
   // A sample of a larger file: distinct consecutive windows, the same for a seed, another for another.

@@ -97,7 +97,8 @@ std::uint32_t SequenceSource::fingerprint() const {
 
 // ---- TokenWindows -----------------------------------------------------------------------------------
 
-Index consecutive_windows(Index n, Index context) { return n > 0 ? (n - 1) / context : 0; }
+// None for a context below 1, which the windows' constructor refuses (a division by it would end the process).
+Index consecutive_windows(Index n, Index context) { return n > 0 && context > 0 ? (n - 1) / context : 0; }
 
 TokenWindows::TokenWindows(Kind kind, File file, Index context, Index stride, Index count,
                            std::vector<std::int32_t> map)
