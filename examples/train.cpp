@@ -247,7 +247,8 @@ int run(const Options& o, const TableFlags& flags, const examples::Job& job) {
              "optimizer: {}\ntraining: {}\n{}",
              train.name, train.size(), train.tokens.size(), train.labels.size(),
              have_eval ? fmt::format("; eval: {} ({} examples)", eval.name, eval.size()) : "", plan.run.model.describe(),
-             model.d_model(), model.count_parameters(), toy.optimizer().describe(), trainer.options().describe(),
+             model.d_model(), model.count_parameters(), toy.optimizer().describe(),
+             describe_settings(to_settings(trainer.options())),
              o.out.empty() ? "no --out: nothing of this run is saved\n" : ""));
   auto checkpoint = [&] {
     Checkpoint c = snapshot(trainer);

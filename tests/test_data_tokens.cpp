@@ -282,7 +282,9 @@ TEST_CASE("token windows: training starts anywhere, consecutive windows advance 
   CHECK(b.labels == Ids(Shape::mat(2, 5), {1, 2, 3, 4, 5, 18, 19, 20, 21, 22}));
   CHECK(b.weight() == 10);
   CHECK_FALSE(b.padded);
-  CHECK_THROWS_AS(train.fill(std::vector<Index>{18}, b), ValueError);
+  CHECK_THROWS_WITH_AS(train.fill(std::vector<Index>{18}, b),
+                       ("fill: example 18 is outside data source '" + (dir / "w.bin").string() + "' of 18 examples").c_str(),
+                       ValueError);  // the words of every source
 
   const TokenWindows all = TokenWindows::consecutive(file, 5);
   CHECK(consecutive_windows(23, 5) == 4);  // [0, 5], [5, 10], [10, 15], [15, 20]; ids 21, 22 left out
@@ -296,6 +298,12 @@ TEST_CASE("token windows: training starts anywhere, consecutive windows advance 
   CHECK(every_other.start(1) == 10);
   CHECK(every_other.fingerprint() != all.fingerprint());
   CHECK(TokenWindows::sample(file, 5, 4, 1).fingerprint() == all.fingerprint());  // a sample of all: all, in order
+  for (const Index context : {0, -3}) {  // refused by every kind, before anything divides by it
+    const std::string refusal = fmt::format("token file: windows of a context of {}; give 1 or more", context);
+    CHECK_THROWS_WITH_AS(TokenWindows::training(file, context), refusal.c_str(), ValueError);
+    CHECK_THROWS_WITH_AS(TokenWindows::consecutive(file, context), refusal.c_str(), ValueError);
+    CHECK_THROWS_WITH_AS(TokenWindows::sample(file, context, 3, 1), refusal.c_str(), ValueError);
+  }
   CHECK_FALSE(TokenWindows::sample(file, 5, 9, 1).sampled());
 
   // A sample of a larger file: distinct consecutive windows, the same for a seed, another for another.

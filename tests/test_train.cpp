@@ -94,6 +94,10 @@ TEST_CASE("data: a sequence source pads short examples, masks the padding and ig
   CHECK(b.length() == 5);
   const Index outside[] = {2};
   CHECK_THROWS_WITH_AS(source.fill(outside, b), "fill: example 2 is outside data source 'tiny' of 2 examples", ValueError);
+  Dataset named = d;  // a name from outside is quoted as every message quotes one
+  named.name = "ti\x1b[2Jny";
+  CHECK_THROWS_WITH_AS(SequenceSource(named).fill(outside, b),
+                       "fill: example 2 is outside data source 'ti\\x1b[2Jny' of 2 examples", ValueError);
   Dataset other = d;
   other.examples[1].labels[0] = 0;
   CHECK(SequenceSource(other).fingerprint() != source.fingerprint());
@@ -278,9 +282,9 @@ TEST_CASE("data: a computed order's state is for its number of examples: a sampl
   const Sampler::State saved = a.state();
   for (const Index n : {Index{70'000}, Index{200'000}, Index{100}}) {
     CAPTURE(n);
-    Sampler other(n, 7, 1);
-    CHECK_THROWS_AS(other.check_state(saved), ValueError);
+    Sampler other(n, 7, 1), fresh(n, 7, 1);
     CHECK_THROWS_AS(other.set_state(saved), ValueError);
+    CHECK(std::ranges::equal(other.next(), fresh.next()));  // and no change: it draws what a fresh one draws
   }
   Sampler same(100'000, 7, 5);
   CHECK_NOTHROW(same.set_state(saved));

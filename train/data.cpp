@@ -111,7 +111,7 @@ Sampler::State Sampler::state() const {
   return s;
 }
 
-void Sampler::check_state(const State& s) const {
+void Sampler::set_state(const State& s) {
   const bool computed = s.order.empty();
   if ((!computed && static_cast<Index>(s.order.size()) != n_) || s.cursor < 0 || s.cursor > n_ || s.epoch < 0)
     fail<ValueError>("sampler: the saved data order ({}) is at epoch {} position {} but this dataset has {} examples",
@@ -131,12 +131,7 @@ void Sampler::check_state(const State& s) const {
       fail<ValueError>("sampler: the saved data order is not a permutation of the dataset's {} examples", n_);
     seen[static_cast<std::size_t>(i)] = 1;
   }
-  Rng().set_state(s.rng);  // the generator's own check of its state
-}
-
-void Sampler::set_state(const State& s) {
-  check_state(s);
-  rng_.set_state(s.rng);
+  rng_.set_state(s.rng);  // the generator's own check of its state, and the last
   state_.epoch = s.epoch;
   state_.cursor = s.cursor;
   state_.order = s.order;

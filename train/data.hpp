@@ -88,8 +88,7 @@ class Sampler {
   std::span<const Index> next();
 
   State state() const;
-  void set_state(const State& s);          // ValueError (and no change) if it does not fit this sampler
-  void check_state(const State& s) const;  // set_state's checks alone
+  void set_state(const State& s);  // ValueError (and no change) if it does not fit this sampler
   bool stored_order() const { return !state_.order.empty(); }
   // The index at `position` of the current epoch's order (0 <= position < n).
   Index at(Index position) const;

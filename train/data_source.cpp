@@ -30,10 +30,11 @@ void add_tensor(Crc32& crc, const TensorT<T>& t) {
   crc.add(t.data(), static_cast<std::size_t>(t.numel()) * sizeof(T));
 }
 
+// Every source's refusal of an index that is not one of its examples (a TokenWindows' window included).
 void check_indices(std::string_view source, Index size, std::span<const Index> indices) {
   for (Index i : indices)
     if (i < 0 || i >= size)
-      fail<ValueError>("fill: example {} is outside data source '{}' of {} examples", i, source, size);
+      fail<ValueError>("fill: example {} is outside data source '{}' of {} examples", i, escaped(source), size);
 }
 
 }  // namespace
@@ -96,7 +97,8 @@ std::uint32_t SequenceSource::fingerprint() const {
 
 // ---- TokenWindows -----------------------------------------------------------------------------------
 
-Index consecutive_windows(Index n, Index context) { return n > 0 ? (n - 1) / context : 0; }
+// None for a context below 1, which the windows' constructor refuses (a division by it would end the process).
+Index consecutive_windows(Index n, Index context) { return n > 0 && context > 0 ? (n - 1) / context : 0; }
 
 TokenWindows::TokenWindows(Kind kind, File file, Index context, Index stride, Index count,
                            std::vector<std::int32_t> map)
@@ -137,8 +139,7 @@ TokenWindows TokenWindows::sample(File file, Index context, Index count, std::ui
 }
 
 Index TokenWindows::start(Index k) const {
-  if (k < 0 || k >= count_)
-    fail<ValueError>("fill: window {} is outside '{}' of {} windows", k, escaped(file_->path()), count_);
+  check_indices(name(), count_, std::span(&k, 1));
   return sampler_ ? sampler_->at(k) * context_ : k * stride_;
 }
 

@@ -1,6 +1,5 @@
 #include "tapegrad/train/metrics.hpp"
 
-#include <cmath>
 #include <limits>
 
 #include "tapegrad/autograd/ops.hpp"  // kIgnoreLabel

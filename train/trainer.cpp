@@ -25,11 +25,6 @@ constexpr std::uint64_t kTrainingStream = 0x747261696e;  // "train": the Rng str
 
 }  // namespace
 
-std::string TrainOptions::describe() const {
-  return fmt::format("{} steps of batch {}, evaluation every {}, seed {}{}", steps, batch, eval_every, seed,
-                     clip > 0 ? fmt::format(", clip {:g}", clip) : "");
-}
-
 Index first_step_reaching(const std::vector<CurvePoint>& curve, std::string_view name, double target) {
   for (const auto& p : curve)
     if (p.step > 0 && value_of(p.values, name) >= target) return p.step;
@@ -43,9 +38,8 @@ TrainerBase::TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Inde
       optimizer_(optimizer),
       state_{.options = checked(options), .data_fingerprint = fingerprint},
       sampler_(train_size, options.batch, options.seed),
-      rng_(options.seed, kTrainingStream),
-      reducer_(std::make_unique<SingleProcess>()) {
-  model_.set_rng(&rng_);          // dropout draws from the stream checkpoints save
+      rng_(options.seed, kTrainingStream) {
+  set_reducer(nullptr);           // SingleProcess: dropout draws from the stream checkpoints save
   tape_.set_release_grads(true);  // nothing reads a step's inner gradients: the walk holds the live ones only
   optimizer_.zero_grad();
 }
@@ -142,7 +136,7 @@ TrainerState TrainerBase::state() const {
   return s;
 }
 
-void TrainerBase::check_state(const TrainerState& s, std::string_view op) const {
+void TrainerBase::set_state(const TrainerState& s, std::string_view op) {
   if (s.data_fingerprint != state_.data_fingerprint)
     fail<ValueError>(
         "{}: the training data differs from the data the checkpoint was trained on (fingerprint "
@@ -176,16 +170,11 @@ void TrainerBase::check_state(const TrainerState& s, std::string_view op) const 
     fail<ValueError>("{}: the saved state is inconsistent (step {}, a window of {} steps, loss sum {})", op, s.step,
                      s.window_steps, s.window_loss);
   try {
-    sampler_.check_state(s.data_order);
-    Rng().set_state(s.rng);  // the generator's own check of its state
+    Rng().set_state(s.rng);            // the generator's own check of its state
+    sampler_.set_state(s.data_order);  // the last check: the sampler changes only if its state fits
   } catch (const ValueError& e) {
     fail<ValueError>("{}: {}", op, e.what());
   }
-}
-
-void TrainerBase::set_state(const TrainerState& s, std::string_view op) {
-  check_state(s, op);
-  sampler_.set_state(s.data_order);
   rng_.set_state(s.rng);
   const TrainOptions options = state_.options;  // the trainer keeps its own steps and anomaly
   state_ = s;

@@ -76,7 +76,6 @@ struct TrainOptions {
     field("clip", s.clip, "clip gradients to this global norm (0: no clipping)", at_least(0));
     field("anomaly", s.anomaly, "check every op's output for NaN and Inf");
   }
-  std::string describe() const;  // one line
 };
 
 // What a loss function returns: the loss (one element, what backward starts from) and, for metrics, the
@@ -162,8 +161,6 @@ class TrainerBase {
   // steps and anomaly must match; the trainer keeps its own of those two), other data (fingerprint), or
   // other metrics. `op` starts the message.
   void set_state(const TrainerState& s, std::string_view op = "set_state");
-  // set_state's checks alone.
-  void check_state(const TrainerState& s, std::string_view op = "set_state") const;
 
   // How the processes that train this model share its steps (train/step_reducer.hpp); nullptr: back to
   // SingleProcess, the default. Give it once the trainer is complete (evaluation data, metrics, a resumed
