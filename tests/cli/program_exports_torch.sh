@@ -10,10 +10,6 @@
 set -eu
 char_lm=$1 gpt=$2 fortunes=$3 examples=$4 work=$5
 root=$(cd "$examples/.." && pwd)
-if ! /usr/bin/python3 -c "import torch" >/dev/null 2>&1; then
-  echo "SKIPPED: /usr/bin/python3 cannot import torch (install Debian's python3-torch to run this test)"
-  exit 77
-fi
 exported=char_lm_out/learnable_seed0.safetensors
 
 # The one Python block of a page (relative to the root), which must load "$exported".
@@ -46,18 +42,31 @@ ln -s "$root/examples" "$work/root/examples"
 "$gpt" --data "$fortunes" --steps 3 --d-model 16 --heads 2 --layers 1 --context 16 --batch 2 --length 8 \
   --attention learnable --prepared "$work/gpt_data" --out "$work/root/gpt_out" > /dev/null
 cd "$work/root"
+# Each page's lines as a script of their own, run one after the other in one Python (importing torch takes
+# seconds), each as __main__ in a fresh namespace, as `python3 script.py` runs it from this folder.
+scripts=""
 for file in "$exported" gpt_out/learnable.safetensors; do
   # The README's lines, the file's name changed for gpt's; then what they must have given.
-  printf '%s\n' "$readme_block" | sed "s|\"$exported\"|\"$file\"|" > readme.py
-  cat >> readme.py <<'PY'
+  script=readme_$(basename "$(dirname "$file")").py
+  printf '%s\n' "$readme_block" | sed "s|\"$exported\"|\"$file\"|" > "$script"
+  cat >> "$script" <<'PY'
 vocab = model.head.out_features if hasattr(model.head, "out_features") else model.embed.num_embeddings
 assert tuple(logits.shape) == (1, 3, vocab), f"logits are {tuple(logits.shape)}, not (1, 3, {vocab})"
 assert torch.isfinite(logits).all(), "non-finite logits"
 print(f"README.md: ok {type(model).__name__}, {len(model.state_dict())} tensors, logits {tuple(logits.shape)}")
 PY
-  PYTHONPATH=examples /usr/bin/python3 readme.py
+  scripts="$scripts $script"
 done
 printf '%s\nprint(f"docs/safetensors.md: ok {type(model).__name__}, {len(model.state_dict())} tensors")\n' "$safetensors_block" > safetensors.py
-PYTHONPATH=examples /usr/bin/python3 safetensors.py
+# shellcheck disable=SC2086
+if ! PYTHONPATH=examples /usr/bin/python3 -c 'import runpy, sys
+for script in sys.argv[1:]:
+    runpy.run_path(script, run_name="__main__")' $scripts safetensors.py; then
+  if ! /usr/bin/python3 -c "import torch" >/dev/null 2>&1; then
+    echo "SKIPPED: /usr/bin/python3 cannot import torch (install Debian's python3-torch to run this test)"
+    exit 77
+  fi
+  exit 1
+fi
 sh -c "$command" > command.txt
 echo "docs/safetensors.md: ok $command: $(head -n 1 command.txt)"
