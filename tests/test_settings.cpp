@@ -186,7 +186,7 @@ TEST_CASE("settings: a field whose absence means its default is written only whe
   CHECK(without_defaults<Later>(all_settings(given)) == to_settings(given));
   // Strict as any field: a bad value, one out of bounds, one given twice, and the names it is known by.
   CHECK_THROWS_WITH_AS(from_settings<Later>({{"rate", "1"}, {"colour", "gr\neen"}}, "later"),
-                       "later: colour is 'gr\\neen', which is not one of red or dark_blue", ValueError);
+                       "later: colour is 'gr\\x0aeen', which is not one of red or dark_blue", ValueError);
   CHECK_THROWS_WITH_AS(from_settings<Later>({{"rate", "1"}, {"depth", "0"}}, "later"),
                        "later: depth must be finite and >= 1, got 0", ValueError);
   CHECK_THROWS_WITH_AS(from_settings<Later>({{"rate", "1"}, {"colour", "red"}, {"colour", "red"}, {"size", "1"}}, "later"),
