@@ -3,9 +3,8 @@
 namespace tapegrad {
 
 const std::string* find_setting(const Settings& settings, std::string_view name) {
-  for (const auto& s : settings)
-    if (s.name == name) return &s.value;
-  return nullptr;
+  const auto it = std::ranges::find(settings, name, &Setting::name);
+  return it == settings.end() ? nullptr : &it->value;
 }
 
 std::string describe_settings(const Settings& settings) {
@@ -15,20 +14,18 @@ std::string describe_settings(const Settings& settings) {
 }
 
 Settings with_overrides(Settings settings, const Settings& overrides, std::string_view what) {
-  std::vector<std::string> unknown;
+  std::vector<std::string> unknown, known;
+  for (const auto& s : settings) known.push_back(s.name);
   for (const auto& o : overrides) {
-    auto it = std::find_if(settings.begin(), settings.end(), [&](const Setting& s) { return s.name == o.name; });
+    const auto it = std::ranges::find(settings, o.name, &Setting::name);
     if (it == settings.end())
       unknown.push_back(o.name);
     else
       it->value = o.value;
   }
-  if (!unknown.empty()) {
-    std::vector<std::string> known;
-    for (const auto& s : settings) known.push_back(s.name);
+  if (!unknown.empty())
     fail<NameError>("{}: has no setting {} (it has {})", what, quoted_list(unknown),
                     known.empty() ? std::string("none") : fmt::format("{}", fmt::join(known, ", ")));
-  }
   return settings;
 }
 

@@ -17,6 +17,13 @@
 //   from_settings<SgdOptions>(s, w)  strict: every field once, nothing unknown, every value parsed
 //   check_fields(options, "SGD")     every field within its bounds (ValueError naming the first that is not)
 //
+// A field may be one whose absence means its default: declared with absent_means_default as its
+// bounds (AdamOptions' decay_on: `field("decay_on", s.decay_on, "...", absent_means_default)`),
+// to_settings writes it only when it is not its default (the struct's own initializer), so settings that
+// were saved before the field existed are what a struct at its default saves today; from_settings takes it
+// absent as that default, and present as any field (its default given explicitly is the default).
+// all_settings writes it always: the form that overrides and flags start from (a program's --decay-on).
+//
 // Values are written so that they read back exactly: doubles in the shortest form that round-trips,
 // integers in decimal, bools as true/false, enums by their names (core/enum_names.hpp), strings as they are.
 // Field types: double, any integer, bool, std::string, named enums, and std::optional of an integer: a
@@ -55,11 +62,13 @@ std::string describe_settings(const Settings& settings);
 // ...)") for an override that names no setting.
 Settings with_overrides(Settings settings, const Settings& overrides, std::string_view what);
 
-// The range a numeric field accepts; every numeric field must also be finite.
+// What a field accepts: for a numeric field, its range (every numeric field must also be finite); for any
+// field, whether settings may leave it out, meaning its default.
 struct Bounds {
   double lo = -std::numeric_limits<double>::infinity();
   double hi = std::numeric_limits<double>::infinity();
   bool lo_open = false, hi_open = false;
+  bool may_be_absent = false;
 
   bool contains(double v) const {
     return std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
@@ -70,6 +79,9 @@ constexpr Bounds at_least(double lo) { return {.lo = lo}; }
 constexpr Bounds above(double lo) { return {.lo = lo, .lo_open = true}; }
 constexpr Bounds in_range(double lo, double hi) { return {.lo = lo, .hi = hi}; }                         // [lo, hi]
 constexpr Bounds at_least_below(double lo, double hi) { return {.lo = lo, .hi = hi, .hi_open = true}; }  // [lo, hi)
+// A field that settings may leave out, then its default (a numeric one with bounds: Bounds{.lo = 0, ...,
+// .may_be_absent = true}).
+inline constexpr Bounds absent_means_default{.may_be_absent = true};
 
 // std::optional of an integer, the one optional type a field may have.
 template <class V>
@@ -139,14 +151,31 @@ std::string kind_of_value() {
 
 // ---- whole structs ----------------------------------------------------------------------------------
 
-// S's fields with their current values, in declaration order.
+// S's fields with their current values, in declaration order, every one: what overrides start from.
 template <class S>
-Settings to_settings(const S& s) {
+Settings all_settings(const S& s) {
   Settings out;
   S::fields(s, [&](const char* name, const auto& value, const char*, Bounds = {}) {
     out.push_back({name, to_text(value)});
   });
   return out;
+}
+
+// `settings` without a field that may be absent where it holds its default, as to_settings writes them.
+template <class S>
+Settings without_defaults(Settings settings) {
+  const S defaults{};
+  S::fields(defaults, [&](const char* name, const auto& value, const char*, Bounds bounds = {}) {
+    if (bounds.may_be_absent) std::erase(settings, Setting{name, to_text(value)});
+  });
+  return settings;
+}
+
+// S's fields with their current values, in declaration order, but a field that may be absent only when
+// it is not its default: the settings a state saves and `inspect` prints.
+template <class S>
+Settings to_settings(const S& s) {
+  return without_defaults<S>(all_settings(s));
 }
 
 // Throws ValueError "<what>: <field> must be <bounds>, got <value>" for the first numeric field out of
@@ -166,19 +195,20 @@ void check_fields(const S& s, std::string_view what) {
   });
 }
 
-// An S from settings, strictly: every field of S exactly once, no other name, every value of its type
-// and within its bounds. Throws NameError listing every missing, unknown or repeated name, or
-// ValueError naming the first value that does not parse or fit; `what` starts each message.
+// An S from settings, strictly: every field of S exactly once (one that may be absent at most once), no
+// other name, every value of its type and within its bounds. Throws NameError listing every missing,
+// unknown or repeated name, or ValueError naming the first value that does not parse or fit; `what` starts
+// each message.
 template <class S>
 S from_settings(const Settings& settings, std::string_view what) {
   S out{};
   std::vector<std::string> known, missing, repeated, unknown;
-  S::fields(out, [&](const char* name, auto&, const char*, Bounds = {}) { known.emplace_back(name); });
-  for (const auto& name : known) {
+  S::fields(out, [&](const char* name, auto&, const char*, Bounds bounds = {}) {
+    known.emplace_back(name);
     const auto seen = std::count_if(settings.begin(), settings.end(), [&](const Setting& s) { return s.name == name; });
-    if (seen == 0) missing.push_back(name);
+    if (seen == 0 && !bounds.may_be_absent) missing.push_back(name);
     if (seen > 1) repeated.push_back(name);
-  }
+  });
   for (const auto& s : settings)
     if (std::find(known.begin(), known.end(), s.name) == known.end()) unknown.push_back(s.name);
   std::vector<std::string> problems;
@@ -189,9 +219,9 @@ S from_settings(const Settings& settings, std::string_view what) {
   if (!problems.empty()) fail<NameError>("{}: {}", what, fmt::join(problems, "; "));
   S::fields(out, [&](const char* name, auto& value, const char*, Bounds = {}) {
     using V = std::remove_cvref_t<decltype(value)>;
-    const std::string& text = *find_setting(settings, name);
-    if (!from_text(text, value))
-      fail<ValueError>("{}: {} is '{}', which is not {}", what, name, escaped(text), kind_of_value<V>());
+    const std::string* text = find_setting(settings, name);
+    if (text && !from_text(*text, value))  // absent: its default
+      fail<ValueError>("{}: {} is '{}', which is not {}", what, name, escaped(*text), kind_of_value<V>());
   });
   check_fields(out, what);
   return out;

@@ -656,11 +656,30 @@ TEST_CASE("optimizer: Adam and AdamW decay the matrices only when asked, save th
   CHECK_THROWS_WITH_AS(resumed.load_state(decays_all.state()),
                        "load_state: hyperparameters missing from the state: 'decay_on'", NameError);
   Settings forged = original.state().hyperparameters;
-  forged.back().value = "vectors";
+  forged.back().value = "vec\ntors";
   CHECK_THROWS_WITH_AS(make_optimizer<double>(OptimizerKind::adamw, c.ptrs(), forged),
-                       "optimizer 'adamw': decay_on is 'vectors', which is not matrices (decay on all parameters is "
-                       "saved as no setting)",
-                       ValueError);
+                       "optimizer 'adamw': decay_on is 'vec\\x0ators', which is not one of all or matrices", ValueError);
+  // "decay_on = all" given explicitly (a command line's full table, a hand-written file) is the default, as
+  // its absence is: it makes an optimizer that decays every parameter, which saves no decay_on, and a state
+  // that holds it loads where one without it would, and is refused where one without it would be.
+  forged.back().value = "all";
+  auto explicit_all = make_optimizer<double>(OptimizerKind::adamw, c.ptrs(), forged);
+  CHECK(dynamic_cast<AdamW<double>&>(*explicit_all).decay_on() == DecayOn::all);
+  CHECK_FALSE(find_setting(explicit_all->state().hyperparameters, "decay_on"));
+  OptimizerState<double> explicit_state = original.state();
+  explicit_state.hyperparameters = forged;
+  decays_all.load_state(explicit_state);
+  CHECK(decays_all.decay_on() == DecayOn::all);
+  CHECK(decays_all.lr() == 0.03);
+  CHECK_THROWS_WITH_AS(resumed.load_state(explicit_state),
+                       "load_state: hyperparameters missing from the state: 'decay_on'", NameError);
+  CHECK(resumed.decay_on() == DecayOn::matrices);
+  forged.push_back(forged.back());
+  CHECK_THROWS_WITH_AS(make_optimizer<double>(OptimizerKind::adamw, c.ptrs(), forged),
+                       "optimizer 'adamw': given twice: 'decay_on'", NameError);
+  // The defaults a command line starts from list it, so a program's --decay-on overrides it.
+  CHECK(default_hyperparameters(OptimizerKind::adamw).back() == Setting{"decay_on", "all"});
+  CHECK_FALSE(find_setting(default_hyperparameters(OptimizerKind::sgd), "decay_on"));
 }
 
 TEST_CASE("optimizer: zero_grad zeroes every gradient") {
@@ -742,6 +761,11 @@ TEST_CASE("optimizer: make_optimizer rebuilds each kind from its hyperparameters
     const auto opt = make_optimizer<double>(kind, m.ptrs(), h);
     CHECK(opt->kind() == to_string(kind));  // the library's names, the enum's spellings
     CHECK(opt->lr() == 0.25);
+    // As saved: the defaults list "decay_on = all", which a state leaves out (a field whose absence means it).
+    if (kind != OptimizerKind::sgd) {
+      CHECK(h.back() == Setting{"decay_on", "all"});
+      h.pop_back();
+    }
     CHECK(opt->hyperparameters() == h);
   }
   CHECK(parse_enum<OptimizerKind>("adamw") == OptimizerKind::adamw);

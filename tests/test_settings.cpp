@@ -150,3 +150,46 @@ TEST_CASE("settings: an optional size is written 0 when empty, as files wrote it
   CHECK_THROWS_WITH_AS(check_fields(ZeroInBounds{}, "zero"), "zero: n is optional, so its bounds must leave out 0",
                        UsageError);
 }
+
+namespace {
+// A field added after files were written (as AdamOptions' decay_on): absent, it means its default.
+struct Later {
+  double rate = 0.5;
+  Colour colour = Colour::red;
+  std::int64_t depth = 2;
+  template <class S, class F>
+  static void fields(S& s, F&& field) {
+    field("rate", s.rate, "a rate", at_least(0));
+    field("colour", s.colour, "a colour", absent_means_default);
+    field("depth", s.depth, "a depth", Bounds{.lo = 1, .may_be_absent = true});
+  }
+};
+}  // namespace
+
+TEST_CASE("settings: a field whose absence means its default is written only when it is not, and read either way") {
+  // At its defaults a struct writes what it wrote before the fields existed; all_settings writes every field.
+  CHECK(to_settings(Later{}) == Settings{{"rate", "0.5"}});
+  CHECK(all_settings(Later{}) == Settings{{"rate", "0.5"}, {"colour", "red"}, {"depth", "2"}});
+  const Later given{.colour = Colour::dark_blue, .depth = 3};
+  CHECK(to_settings(given) == Settings{{"rate", "0.5"}, {"colour", "dark_blue"}, {"depth", "3"}});
+  CHECK(to_settings(Later{.depth = 5}) == Settings{{"rate", "0.5"}, {"depth", "5"}});
+  const Later back = from_settings<Later>(to_settings(given), "later");
+  CHECK(back.colour == Colour::dark_blue);
+  CHECK(back.depth == 3);
+  // Absent: the default; present: read as any field, the default given explicitly too.
+  const Later absent = from_settings<Later>({{"rate", "0.25"}}, "later");
+  CHECK(absent.rate == 0.25);
+  CHECK(absent.colour == Colour::red);
+  CHECK(absent.depth == 2);
+  CHECK(from_settings<Later>(all_settings(Later{}), "later").colour == Colour::red);
+  CHECK(without_defaults<Later>(all_settings(Later{})) == to_settings(Later{}));
+  CHECK(without_defaults<Later>(all_settings(given)) == to_settings(given));
+  // Strict as any field: a bad value, one out of bounds, one given twice, and the names it is known by.
+  CHECK_THROWS_WITH_AS(from_settings<Later>({{"rate", "1"}, {"colour", "gr\neen"}}, "later"),
+                       "later: colour is 'gr\\x0aeen', which is not one of red or dark_blue", ValueError);
+  CHECK_THROWS_WITH_AS(from_settings<Later>({{"rate", "1"}, {"depth", "0"}}, "later"),
+                       "later: depth must be finite and >= 1, got 0", ValueError);
+  CHECK_THROWS_WITH_AS(from_settings<Later>({{"rate", "1"}, {"colour", "red"}, {"colour", "red"}, {"size", "1"}}, "later"),
+                       "later: unknown 'size' (known: rate, colour, depth); given twice: 'colour'", NameError);
+  CHECK_THROWS_WITH_AS(from_settings<Later>({{"colour", "red"}}, "later"), "later: missing 'rate'", NameError);
+}

@@ -106,7 +106,7 @@ void Optimizer<T>::check_state(const OptimizerState<T>& s, std::string_view op) 
   // Names first, all of them in one message: hyperparameters, parameters, buffers.
   std::vector<std::string> problems, ours, theirs, model, saved;
   for (const auto& h : hyperparameters()) ours.push_back(h.name);
-  for (const auto& h : s.hyperparameters) theirs.push_back(h.name);
+  for (const auto& h : saved_form(s.hyperparameters)) theirs.push_back(h.name);
   for (const Parameter<T>* p : params_) model.push_back(p->name);
   for (const auto& entry : s.per_param) saved.push_back(entry.first);
   only_in(ours, theirs, "hyperparameters missing from the state", problems);
@@ -190,34 +190,11 @@ void SGD<T>::update(const SgdOptions& o, std::int64_t, ParamSlice<T> s) const {
 // ---------------------------------------------------------------------------------------------
 // Adam, AdamW
 
-namespace {
-// Options that decay the matrices only, whose fields() list decay_on: what settings that hold it are read as.
-struct MatricesOptions : AdamOptions {
-  MatricesOptions() { decay_on = DecayOn::matrices; }
-};
-
-// AdamOptions from settings: decay on the matrices with "decay_on = matrices", on all parameters when the
-// setting is absent (as in every state saved before it existed).
-AdamOptions adam_options(const Settings& h, std::string_view op) {
-  const std::string* on = find_setting(h, "decay_on");
-  if (!on) return from_settings<AdamOptions>(h, op);
-  if (*on != to_string(DecayOn::matrices))
-    fail<ValueError>("{}: decay_on is '{}', which is not matrices (decay on all parameters is saved as no setting)", op,
-                     escaped(*on));
-  return from_settings<MatricesOptions>(h, op);
-}
-}  // namespace
-
 template <class T>
 Adam<T>::Adam(std::vector<Parameter<T>*> params, AdamOptions options, OptimizerKind kind)
     : OptimizerWith<T, AdamOptions>(std::move(params), options, std::string(to_string(kind)),
                                     {"exp_avg", "exp_avg_sq"}),
       decoupled_decay_(kind == OptimizerKind::adamw) {}
-
-template <class T>
-AdamOptions Adam<T>::options_from(const Settings& h, std::string_view op) const {
-  return adam_options(h, op);
-}
 
 template <class T>
 void Adam<T>::update(const AdamOptions& o, std::int64_t step, ParamSlice<T> s) const {
@@ -257,15 +234,15 @@ std::unique_ptr<Optimizer<T>> make_optimizer(OptimizerKind kind, std::vector<Par
     case OptimizerKind::sgd:
       return std::make_unique<SGD<T>>(std::move(params), from_settings<SgdOptions>(hyperparameters, what));
     case OptimizerKind::adam:
-      return std::make_unique<Adam<T>>(std::move(params), adam_options(hyperparameters, what));
+      return std::make_unique<Adam<T>>(std::move(params), from_settings<AdamOptions>(hyperparameters, what));
     case OptimizerKind::adamw:
-      return std::make_unique<AdamW<T>>(std::move(params), adam_options(hyperparameters, what));
+      return std::make_unique<AdamW<T>>(std::move(params), from_settings<AdamOptions>(hyperparameters, what));
   }
   fail<NameError>("{}: no such optimizer", what);
 }
 
 Settings default_hyperparameters(OptimizerKind kind) {
-  return kind == OptimizerKind::sgd ? to_settings(SgdOptions{}) : to_settings(AdamOptions{});
+  return kind == OptimizerKind::sgd ? all_settings(SgdOptions{}) : all_settings(AdamOptions{});
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -93,11 +93,11 @@ struct AdamOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0;
-  // Which parameters the decay applies to. A field only when it is not `all`: a state saves it, as
-  // "decay_on = matrices", only then, so that one that decays every parameter saves, prints and loads
-  // exactly what it did before the choice existed; a state and an optimizer that differ in it are refused
-  // by load_state (the name is missing on one side). Settings are read into options by make_optimizer's
-  // reader, which takes "decay_on" apart from the other fields (from_settings alone would not know it).
+  // Which parameters the decay applies to. A field whose absence means its default (core/settings.hpp): a
+  // state saves it, as "decay_on = matrices", only when it is not `all`, so that one that decays every
+  // parameter saves, prints and loads exactly what it did before the choice existed, and settings without
+  // it are read as `all` ("decay_on = all", given explicitly, too). A state and an optimizer that differ in
+  // it are refused by load_state (the name is missing on one side).
   DecayOn decay_on = DecayOn::all;
 
   template <class S, class F>
@@ -108,7 +108,7 @@ struct AdamOptions {
     field("eps", s.eps, "added to the denominator", at_least(0));
     field("weight_decay", s.weight_decay, "Adam: L2 penalty added to the gradient; AdamW: decoupled decay",
           at_least(0));
-    if (s.decay_on != DecayOn::all) field("decay_on", s.decay_on, "which parameters decay: matrices");
+    field("decay_on", s.decay_on, "which parameters decay (matrices: not biases, not norms)", absent_means_default);
   }
 };
 
@@ -198,6 +198,9 @@ class Optimizer {
   // or one is invalid (each message starting "<op>: "); apply_hyperparameters() then sets them.
   virtual void check_hyperparameters(const Settings& h, std::string_view op) const = 0;
   virtual void apply_hyperparameters(const Settings& h) = 0;
+  // Settings as state() saves them: without a field whose absence means its default where it holds that
+  // default (core/settings.hpp), so that load_state compares a state's names as saved ("decay_on = all" is none).
+  virtual Settings saved_form(const Settings& h) const { return h; }
 
   // f(slice) over every parameter's elements in ranges, in one parallel region for the whole update rather
   // than one per parameter (a region is a start and a wait: docs/performance.md); a parameter's buffers are
@@ -291,12 +294,9 @@ class OptimizerWith : public Optimizer<T> {
   // momentum keeps none.
   virtual bool keeps_buffers(const O&) const { return true; }
 
-  // The options that settings hold (a state's hyperparameters), strictly: NameError, ValueError starting
-  // "<op>: ". By default the fields of O, each once (from_settings).
-  virtual O options_from(const Settings& h, std::string_view op) const { return from_settings<O>(h, op); }
-
   void check_hyperparameters(const Settings& h, std::string_view op) const final { (void)read(h, op); }
   void apply_hyperparameters(const Settings& h) final { options_ = read(h, "load_state"); }
+  Settings saved_form(const Settings& h) const final { return without_defaults<O>(h); }
 
   O options_;
 
@@ -311,7 +311,9 @@ class OptimizerWith : public Optimizer<T> {
     if constexpr (OptionsCheckThemselves<O>) options.check(op);
     return options;
   }
-  O read(const Settings& h, std::string_view op) const { return checked(options_from(h, op), op); }
+  // The options that settings hold (a state's hyperparameters), strictly (from_settings): NameError,
+  // ValueError starting "<op>: ".
+  O read(const Settings& h, std::string_view op) const { return checked(from_settings<O>(h, op), op); }
 
   O now_;  // this step's options: options_ with the schedule's rate
 };
@@ -343,7 +345,6 @@ class Adam : public OptimizerWith<T, AdamOptions> {
 
  private:
   void update(const AdamOptions& o, std::int64_t t, ParamSlice<T> s) const override;
-  AdamOptions options_from(const Settings& h, std::string_view op) const override;
 
   bool decoupled_decay_;  // AdamW: p *= 1 - lr wd, apart from the gradient
 };
@@ -357,12 +358,13 @@ class AdamW final : public Adam<T> {
 };
 
 // An optimizer of a named kind from its hyperparameters (as a checkpoint or a command line holds them):
-// strict, every field of the kind's options once, and for adam and adamw "decay_on" if it is not "all"
+// strict, every field of the kind's options once, adam's and adamw's "decay_on" at most once (absent: all)
 // (NameError, ValueError otherwise).
 template <class T>
 std::unique_ptr<Optimizer<T>> make_optimizer(OptimizerKind kind, std::vector<Parameter<T>*> params,
                                              const Settings& hyperparameters);
-// The settings of a kind's options with their defaults: the starting point for overrides.
+// The settings of a kind's options with their defaults, every field ("decay_on = all" too): the starting
+// point for overrides.
 Settings default_hyperparameters(OptimizerKind kind);
 
 // torch.nn.utils.clip_grad_norm_: the L2 norm of all grads together (computed in double); when

@@ -1,10 +1,14 @@
 # Resume through the trainer, in fresh processes: N steps uninterrupted, and k steps + checkpoint +
 # a new process resuming to N, must end with bit-identical parameters (the checkpoint's CRC-32 of every
-# weight) and the same loss curve. -DTRAIN=path -DWORK=dir -DARGS="--optimizer;sgd;..."
+# weight) and the same loss curve. -DTRAIN=path -DWORK=dir -DARGS="--optimizer;sgd;..." [-DEXPECT=regex that
+# `inspect` of both final checkpoints must match]
 file(REMOVE_RECURSE ${WORK})
 include(${CMAKE_CURRENT_LIST_DIR}/run_program.cmake)
 function(weights_and_curve dir var)
   run(${TRAIN} inspect ${dir}/model.tgck)
+  if(DEFINED EXPECT AND NOT output MATCHES "${EXPECT}")
+    message(FATAL_ERROR "inspect ${dir}/model.tgck does not match '${EXPECT}':\n${output}")
+  endif()
   string(REGEX MATCH "crc32 [0-9a-f]+" crc "${output}")
   file(STRINGS ${dir}/curve.csv rows)
   set(curve "")
