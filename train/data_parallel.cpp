@@ -1,5 +1,7 @@
 #include "tapegrad/train/data_parallel.hpp"
 
+#include <cmath>
+
 #include <Eigen/Core>
 
 #include "tapegrad/core/crc32.hpp"
@@ -129,12 +131,15 @@ double DataParallel::reduce(std::span<Parameter<float>* const> params, std::opti
     fail<UsageError>(
         "data-parallel: a metric was added after the ranks started; add metrics before the first step, "
         "run() or evaluate()");
-  // A rank that computed nothing holds the zeros of the last zero_grad() and weighs 0, so it adds zeros; the
-  // gradient of a non-finite loss is the zeros backward did not add to, and the step stops on the sum anyway.
   const auto w = static_cast<float>(weight);
+  const bool have_gradient = loss && std::isfinite(*loss);
   float* at = fused_.data();
   for (const Parameter<float>* p : params) {
-    Eigen::Map<Eigen::ArrayXf>(at, p->grad.numel()) = p->grad.array() * w;
+    auto slot = Eigen::Map<Eigen::ArrayXf>(at, p->grad.numel());
+    if (have_gradient)
+      slot = p->grad.array() * w;
+    else
+      slot.setZero();
     at += p->grad.numel();
   }
   at[0] = loss ? static_cast<float>(*loss) * w : 0.0f;
