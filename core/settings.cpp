@@ -14,8 +14,7 @@ std::string describe_settings(const Settings& settings) {
 }
 
 Settings with_overrides(Settings settings, const Settings& overrides, std::string_view what) {
-  std::vector<std::string> unknown, known;
-  for (const auto& s : settings) known.push_back(s.name);
+  std::vector<std::string> unknown;
   for (const auto& o : overrides) {
     const auto it = std::ranges::find(settings, o.name, &Setting::name);
     if (it == settings.end())
@@ -23,9 +22,12 @@ Settings with_overrides(Settings settings, const Settings& overrides, std::strin
     else
       it->value = o.value;
   }
-  if (!unknown.empty())
+  if (!unknown.empty()) {
+    std::vector<std::string> known;
+    for (const auto& s : settings) known.push_back(s.name);
     fail<NameError>("{}: has no setting {} (it has {})", what, quoted_list(unknown),
                     known.empty() ? std::string("none") : fmt::format("{}", fmt::join(known, ", ")));
+  }
   return settings;
 }
 

@@ -59,7 +59,10 @@ DecoderLm<T>::DecoderLm(const Config& c, std::uint64_t stream) : Module<T>(), co
   this->make_child(stack_, "stack", TransformerStackOptions{.n_layers = c.n_layers, .block = block_options(c)}, rng_);
   LmHeadOptions head{.d_model = c.d_model, .vocab = c.vocab, .bias = c.head_bias};
   if (gpt2) head.init = Initializer::normal(0.02);
-  c.tie ? this->make_child(head_, "head", head, *embed_) : this->make_child(head_, "head", head, rng_);
+  if (c.tie)
+    this->make_child(head_, "head", head, *embed_);
+  else
+    this->make_child(head_, "head", head, rng_);
   if (gpt2) {
     // Each block adds two projections to the residual stream, so its variance grows with 2 N terms of this size.
     const Initializer residual = Initializer::normal(0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layers)));
