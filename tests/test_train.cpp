@@ -13,6 +13,7 @@
 #include <numeric>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include "helpers.hpp"
 #include "user_models.hpp"
@@ -578,6 +579,89 @@ TEST_CASE("trainer: a non-finite loss stops before anything changes, evaluation 
   });
   CHECK_THROWS_WITH_AS(fresh.add_metric("loss", metrics::mean_squared_error), "add_metric: 'loss' is reserved for the loss",
                        NameError);
+}
+
+namespace {
+// How a step of refused_steps fails: its loss function throws, or anomaly mode refuses its backward part way,
+// after the model's own rules wrote their gradients (sqrt at the hidden layer's bias, zeros until a step
+// updates it, has an Inf gradient; recorded before the model's forward, it is walked after it).
+enum class Refused { in_forward, in_backward };
+
+// Steps of SGD on an MLP, some of them refused (`refused`, by the step's number from 1), some weighing
+// nothing (`weightless`: every label of the batch ignored), as one rank of `group` (none: one process).
+// The parameters after the last step; after each refused step, every gradient must be zero.
+std::vector<Tensor> refused_steps(Refused how, const std::set<int>& refused, const std::set<int>& weightless,
+                                  Index steps, Collective* group = nullptr) {
+  struct Weighed final : DataSource<TensorBatch> {
+    TensorSource all = classification_data(64, 5);
+    bool weightless = false;
+    std::string_view name() const override { return all.name(); }
+    Index size() const override { return all.size(); }
+    void fill(std::span<const Index> indices, TensorBatch& out) const override {
+      all.fill(indices, out);
+      if (weightless) out.labelled = 0;
+    }
+    std::uint32_t fingerprint() const override { return all.fingerprint(); }
+  } data;
+  Mlp model(mlp(2, 4, 2, 3));
+  SGD<float> opt(model.parameters(), {.lr = 0.1});
+  bool refuse = false;
+  Trainer trainer(model, opt, data, [&](Tape<float>& tape, const TensorBatch& b) -> StepOutput<float> {
+    if (refuse && how == Refused::in_forward) throw std::runtime_error("refused");
+    const Var<float> root = refuse ? sum(sqrt(tape.param(model.parameter("hidden.bias")))) : Var<float>{};
+    const Var<float> loss = cross_entropy(model.forward(tape.constant(b.features)), b.labels);
+    return refuse ? add(loss, root) : loss;
+  }, {.batch = 8, .anomaly = true});
+  trainer.set_collective(group);
+  for (int k = 1; k <= steps; ++k) {
+    refuse = refused.count(k) > 0;
+    data.weightless = weightless.count(k) > 0;
+    if (!refuse) {
+      trainer.step();
+      continue;
+    }
+    if (how == Refused::in_forward)
+      CHECK_THROWS_WITH_AS(trainer.step(), "refused", std::runtime_error);
+    else
+      CHECK_THROWS_WITH_AS(trainer.step(), doctest::Contains("anomaly: the backward rule of sqrt"), NonFiniteError);
+    for (const Parameter<float>* p : model.parameters()) CHECK(p->grad == Tensor(p->value.shape()));
+  }
+  std::vector<Tensor> values;
+  for (const Parameter<float>* p : model.parameters()) values.push_back(p->value);
+  return values;
+}
+}  // namespace
+
+TEST_CASE("trainer: a step whose backward throws part way leaves no gradient: the next step is as after a refused forward") {
+  CHECK(refused_steps(Refused::in_backward, {1, 2}, {}, 4) == refused_steps(Refused::in_forward, {1, 2}, {}, 4));
+}
+
+TEST_CASE("data-parallel: a rank whose backward threw sends zeros for a step it computes nothing of, then its own gradient") {
+  // Rank 0 of two: keeps what it sends; the other rank weighs 1 and sends zeros.
+  struct Sending final : Collective {
+    std::vector<std::vector<float>> sent;
+    int rank() const override { return 0; }
+    int size() const override { return 2; }
+    void all_reduce_sum(std::span<float> data) override {
+      sent.emplace_back(data.begin(), data.end());
+      data.back() += 1;  // w g of each parameter, w loss, w: no metric, the weight is last
+    }
+    void all_reduce_sum(std::span<double>) override {}
+    void broadcast(std::span<std::byte>, int) override {}
+    void all_gather(std::span<const std::uint32_t> mine, std::span<std::uint32_t> all) override {
+      for (auto at = all.begin(); at != all.end(); at += static_cast<std::ptrdiff_t>(mine.size()))
+        std::copy(mine.begin(), mine.end(), at);  // every rank was started alike
+    }
+    void barrier() override {}
+  } thrown, refused;
+  // Refused, weighing nothing, refused, computed.
+  const std::vector<Tensor> after = refused_steps(Refused::in_backward, {1, 3}, {2}, 4, &thrown);
+  CHECK(after == refused_steps(Refused::in_forward, {1, 3}, {2}, 4, &refused));
+  REQUIRE(thrown.sent.size() == 2);
+  CHECK(thrown.sent == refused.sent);
+  const std::vector<float>& nothing = thrown.sent[0];
+  CHECK(std::all_of(nothing.begin(), nothing.end(), [](float v) { return v == 0.0f; }));
+  CHECK(std::any_of(thrown.sent[1].begin(), thrown.sent[1].end() - 2, [](float v) { return v != 0.0f; }));
 }
 
 TEST_CASE("trainer: a run of zero steps records where it starts and changes nothing") {

@@ -1,7 +1,5 @@
 #include "tapegrad/train/data_parallel.hpp"
 
-#include <cmath>
-
 #include <Eigen/Core>
 
 #include "tapegrad/core/crc32.hpp"
@@ -131,15 +129,13 @@ double DataParallel::reduce(std::span<Parameter<float>* const> params, std::opti
     fail<UsageError>(
         "data-parallel: a metric was added after the ranks started; add metrics before the first step, "
         "run() or evaluate()");
+  // A rank that computed nothing, or whose loss is not finite (backward was not run), holds the zeros every
+  // step starts from (TrainerBase::finish_step clears the gradients however a step ends, a backward that
+  // threw part way included), so it sends zeros: w 0 = 0 for any finite weight.
   const auto w = static_cast<float>(weight);
-  const bool have_gradient = loss && std::isfinite(*loss);
   float* at = fused_.data();
   for (const Parameter<float>* p : params) {
-    auto slot = Eigen::Map<Eigen::ArrayXf>(at, p->grad.numel());
-    if (have_gradient)
-      slot = p->grad.array() * w;
-    else
-      slot.setZero();
+    Eigen::Map<Eigen::ArrayXf>(at, p->grad.numel()) = p->grad.array() * w;
     at += p->grad.numel();
   }
   at[0] = loss ? static_cast<float>(*loss) * w : 0.0f;

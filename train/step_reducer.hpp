@@ -50,8 +50,9 @@ class StepReducer {
   // (cross_entropy's is a loss of 0).
   virtual bool computes(double) const { return true; }
   // Forward was a mean over this process's shard of weight `weight`: `loss` (none when it computed
-  // nothing), its gradient in each parameter's grad when the loss is finite (a non-finite loss stops the
-  // step: backward was not run), `tallies` its metrics' tallies. Leaves the global batch's mean gradient in
+  // nothing), its gradient in each parameter's grad when the loss is finite (zeros, which every step starts
+  // from, when it is not or there is none: backward was not run, and a non-finite loss stops the step),
+  // `tallies` its metrics' tallies. Leaves the global batch's mean gradient in
   // the grads and its tallies in `tallies`, and returns its mean loss, which the trainer checks (NaN when
   // nothing weighed anything).
   virtual double reduce(std::span<Parameter<float>* const>, std::optional<double> loss, double, std::span<Tally>) {

@@ -9,9 +9,8 @@ namespace {
 std::string non_finite(double v) { return std::isnan(v) ? "NaN" : v > 0 ? "Inf" : "-Inf"; }
 
 // A step that met a non-finite `what` (the loss, the gradient norm) stops, and nothing of it stays behind,
-// on any process.
-[[noreturn]] void stop_step(Optimizer<float>& optimizer, std::string_view what, double value, Index step, double lr) {
-  optimizer.zero_grad();
+// on any process (finish_step clears its gradients however it ends).
+[[noreturn]] void stop_step(std::string_view what, double value, Index step, double lr) {
   fail<NonFiniteError>("train: the {} is {} at step {} (lr {:g}); the step was not taken", what, non_finite(value),
                        step, lr);
 }
@@ -66,6 +65,10 @@ void TrainerBase::add_metric_name(std::string name) {
 }
 
 double TrainerBase::finish_step(Var<float> loss, double weight, std::span<Tally> tallies) {
+  // However the step ends (updated, stopped, or thrown out of part way: anomaly mode or a user's op refusing
+  // in backward, a reducer's refusal), none of its gradients outlive it: every step, on every process, starts
+  // from zeros (the next backward adds onto nothing stale; a process that computes nothing sends zeros).
+  const detail::AtExit cleared{[this] { optimizer_.zero_grad(); }};
   std::optional<double> mine;
   if (loss.tape) {
     mine = loss.value()[0];
@@ -77,14 +80,13 @@ double TrainerBase::finish_step(Var<float> loss, double weight, std::span<Tally>
   const std::vector<Parameter<float>*>& params = optimizer_.params();
   const double value = reducer_->reduce(params, mine, weight, tallies);
   const double lr = optimizer_.current_lr();
-  if (!std::isfinite(value)) stop_step(optimizer_, "loss", value, state_.step + 1, lr);
+  if (!std::isfinite(value)) stop_step("loss", value, state_.step + 1, lr);
   // Clipping reads the reduced gradient: every process clips, or stops, alike.
   if (state_.options.clip > 0) {
     const double norm = clip_grad_norm(params, state_.options.clip);
-    if (!std::isfinite(norm)) stop_step(optimizer_, "gradient norm", norm, state_.step + 1, lr);
+    if (!std::isfinite(norm)) stop_step("gradient norm", norm, state_.step + 1, lr);
   }
   optimizer_.step();
-  optimizer_.zero_grad();
   ++state_.step;
   state_.window_loss += value;
   ++state_.window_steps;
