@@ -18,6 +18,7 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -51,7 +52,7 @@ struct DemoSettings {
 
 struct Run {
   double lr = 0, validation = 0, test = 0, seconds = 0;
-  Index steps_to_99 = -1;  // first evaluation (on the validation split) at >= 99%
+  std::optional<Index> steps_to_99;  // first evaluation (on the validation split) at >= 99%, if any
   std::vector<CurvePoint> curve;
   TensorT<float> weights;  // attention of head 0 on test sequence 0, (T, T)
   std::vector<std::int32_t> sample_predictions;  // the predicted label at each position of test sequence 0
@@ -210,8 +211,8 @@ Outcome best_of(PendingOutcome& pending, const DemoSettings& s) {
 std::string steps_to_99(const Outcome& o) {
   Index sum = 0;
   for (const auto& r : o.runs) {
-    if (r.steps_to_99 < 0) return "-";
-    sum += r.steps_to_99;
+    if (!r.steps_to_99) return "-";
+    sum += *r.steps_to_99;
   }
   return fmt::format("{}", sum / static_cast<Index>(o.runs.size()));
 }

@@ -396,6 +396,7 @@ TEST_CASE("trainer: classification on dense data with accuracy, callbacks see ev
   CHECK(evaluations == static_cast<Index>(trainer.curve().size()));
   CHECK(value_of(trainer.curve().back().values, "eval_accuracy") >= 0.97);
   CHECK(first_step_reaching(trainer.curve(), "eval_accuracy", 0.97) == trainer.steps_done());
+  CHECK(first_step_reaching(trainer.curve(), "eval_accuracy", 1.5) == std::nullopt);  // no point reached it
   CHECK_THROWS_WITH_AS(trainer.add_metric("late", metrics::accuracy),
                        "add_metric: 'late' comes after training started; add metrics before the first step", UsageError);
 }

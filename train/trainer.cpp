@@ -24,10 +24,10 @@ constexpr std::uint64_t kTrainingStream = 0x747261696e;  // "train": the Rng str
 
 }  // namespace
 
-Index first_step_reaching(const std::vector<CurvePoint>& curve, std::string_view name, double target) {
+std::optional<Index> first_step_reaching(const std::vector<CurvePoint>& curve, std::string_view name, double target) {
   for (const auto& p : curve)
     if (p.step > 0 && value_of(p.values, name) >= target) return p.step;
-  return -1;
+  return std::nullopt;
 }
 
 TrainerBase::TrainerBase(Module<float>& model, Optimizer<float>& optimizer, Index train_size, std::uint32_t fingerprint,

@@ -99,8 +99,8 @@ struct CurvePoint {
   NamedValues values;
 };
 
-// The first point after step 0 whose value `name` reached `target`, or -1.
-Index first_step_reaching(const std::vector<CurvePoint>& curve, std::string_view name, double target);
+// The step of the first point after step 0 whose value `name` reached `target`, if one did.
+std::optional<Index> first_step_reaching(const std::vector<CurvePoint>& curve, std::string_view name, double target);
 
 struct TrainCallbacks {
   std::function<void(Index step)> on_step;               // after every step (and its evaluation, if any)
