@@ -97,36 +97,36 @@ struct CheckpointOp {
   Var<T> x;         // the region's input, on the outer tape
   Rng* rng = nullptr;
 
-  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>&) const {
+  void forward(Output<T, Saved>& out, const TensorT<T>&) const {
     const Rng::State start = rng ? rng->state() : Rng::State{};
     const Var<T> y = run_region<T>(*fn, x, false);
     // Parameters read in the region take gradients through the recomputation, whether or not x does.
-    if (!y.tape->parameters_read().empty()) ctx.takes_grad_regardless();
-    ctx.output(y.shape()).array() = y.value().array();
-    if (ctx.needs_grad()) {
-      Saved& saved = ctx.saved();
+    if (!y.tape->parameters_read().empty()) out.takes_grad_regardless();
+    out.make(y.shape()).array() = y.value().array();
+    if (out.needs_grad()) {
+      Saved& saved = out.saved();
       saved.fn.emplace(std::move(*fn));
       saved.input = x;
       saved.rng = rng;
       saved.rng_state = start;
     }
-    ctx.tape().note_parameters_read(y.tape->parameters_read());
+    out.tape().note_parameters_read(y.tape->parameters_read());
   }
 
-  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>&) {
-    Saved& s = ctx.saved();
+  static void backward(const Output<T, Saved>& out, const OpInput<T>&) {
+    Saved& s = out.saved();
     // The random stream as the forward found it (the same dropout masks), and afterwards as it was.
     const Var<T> again = run_region<T>(*s.fn, s.input, true, s.rng, s.rng_state);
     // A region that computes something else the second time (a random stream not passed as `rng`, state
     // that changed in between) would give the gradients of another function, silently.
-    const TensorT<T>& first = ctx.output();
+    const TensorT<T>& first = out.value();
     const TensorT<T>& second = again.value();
     // Compared bit for bit: NaN == NaN, -0 != 0.
     if (second.shape() != first.shape() ||
         (first.numel() > 0 &&
          std::memcmp(first.data(), second.data(), sizeof(T) * static_cast<std::size_t>(first.numel())) != 0))
       refuse_recompute(first.shape(), second.shape());
-    if (again.tape->node_at(again.index).requires_grad) again.tape->backward(again, ctx.grad_output());
+    if (again.tape->node_at(again.index).requires_grad) again.tape->backward(again, out.grad());
   }
 };
 

@@ -8,7 +8,7 @@ void refuse_function(const char* op, const char* what) { fail<UsageError>("{}: {
 void refuse_saved(const std::string& op) {
   fail<UsageError>(
       "saved: the backward rule of {} asked for saved state that its forward did not save in this "
-      "recording; save it in the forward (ctx.saved())",
+      "recording; save it in the forward (out.saved())",
       op);
 }
 

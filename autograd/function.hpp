@@ -12,11 +12,11 @@
 //   struct Square {
 //     static constexpr const char* name = "square";
 //     static constexpr const char* inputs[] = {"x"};
-//     void forward(ForwardContext<T>& ctx, const TensorT<T>& x) const {
-//       ctx.output(x.shape()).array() = x.array().square();
+//     void forward(Output<T>& out, const TensorT<T>& x) const {
+//       out.make(x.shape()).array() = x.array().square();
 //     }
-//     static void backward(BackwardContext<T>& ctx, const OpInput<T>& x) {
-//       x.grad.add(T(2) * x.value.array() * ctx.grad_output().array());
+//     static void backward(const Output<T>& out, const OpInput<T>& x) {
+//       x.grad.add(T(2) * x.value.array() * out.grad().array());
 //     }
 //   };
 //   Var<T> y = apply(Square<T>{}, {x});   // records this line
@@ -26,7 +26,7 @@
 // gradients) says so (`if (x.grad)`), and add() then does nothing.
 //
 // The op's fields are its settings (a scale factor, an epsilon), read by the forward; the backward is a
-// static function, so whatever it needs the forward saves: ctx.saved() is a `Saved`, made once per tape
+// static function, so whatever it needs the forward saves: out.saved() is a `Saved`, made once per tape
 // node and reused with its buffers step after step. The backward reads it back as the same type; asking
 // for state the forward did not save this recording is a UsageError naming the op.
 //
@@ -86,68 +86,49 @@ template <class T>
 GradWrite<T> pieces(const InputGrad<T>& g);  // for the library's own rules, below
 }  // namespace detail
 
-// What the forward of an op sees besides its inputs' values.
+// An op's output, as its forward makes it and its backward rule reads it. The forward gets an
+// Output<T, Saved>&, the backward a const one: only the forward can make the output or save state.
 template <class T, class Saved = NoSavedState>
-class ForwardContext {
+class Output {
  public:
-  // Records the op's node with an output of `shape` and returns that output, for the forward to fill
-  // (every element: in anomaly mode it holds NaN until then). Once per forward; a forward that throws,
-  // before or after it, leaves the tape as it was. From here until the forward returns, recording anything
-  // else on this tape is refused.
-  TensorT<T>& output(const Shape& shape) {
-    if (node_) detail::refuse_function(op_, "its forward asked for output() twice");
-    node_ = &tape_.record(op_, inputs_, shape, where_, needs_grad());
-    tape_.forward_open_ = true;
-    if (tape_.anomaly_detection()) node_->value.fill(std::numeric_limits<T>::quiet_NaN());
-    return node_->value;
+  // The output, of `shape`, for the forward to fill (every element: in anomaly mode it holds NaN until
+  // then). Once per forward; a forward that throws, before or after it, leaves the tape as it was.
+  TensorT<T>& make(const Shape& shape) {
+    if (made_) detail::refuse_function(node_.op, "its forward called make(shape) twice");
+    made_ = true;
+    node_.value.resize(shape);
+    if (tape_.anomaly_detection()) node_.value.fill(std::numeric_limits<T>::quiet_NaN());
+    return node_.value;
   }
+  const TensorT<T>& value() const { return node_.value; }  // the forward's value
+  const TensorT<T>& grad() const { return node_.grad; }    // d loss / d output, the output's shape
   // Whether the backward rule will run for this node (an input takes a gradient and gradients are
   // enabled): saving state can be skipped when it will not.
-  bool needs_grad() const {
-    if (node_) return node_->requires_grad;
-    return tape_.grad_enabled() &&
-           (takes_grad_ || std::ranges::any_of(inputs_, [&](Var<T> v) { return tape_.node(v).requires_grad; }));
+  bool needs_grad() const { return node_.requires_grad; }
+  // The state the backward rule reads: kept with the node, with its buffers, and reused by the op recorded
+  // in this place next step (assign into its buffers, do not replace them, and steady-state steps allocate
+  // nothing). The backward reads what the forward saved in this recording (a UsageError naming the op if
+  // it saved nothing).
+  Saved& saved() requires(!std::is_same_v<Saved, NoSavedState>) { return node_.saved.template hold<Saved>(); }
+  Saved& saved() const requires(!std::is_same_v<Saved, NoSavedState>) {
+    if (Saved* s = node_.saved.template get<Saved>()) return *s;
+    detail::refuse_saved(Tape<T>::describe(node_));
   }
-  // The state the backward rule reads with ctx.saved(), after output(): kept with the node, with its
-  // buffers, and reused by the op recorded in this place next step (assign into its buffers, do not
-  // replace them, and steady-state steps allocate nothing).
-  Saved& saved() requires(!std::is_same_v<Saved, NoSavedState>) {
-    if (!node_) detail::refuse_function(op_, "its forward asked for saved() before output(shape)");
-    return node_->saved.template hold<Saved>();
+  // The node takes a gradient (its backward rule runs) even if no input does, because the forward read
+  // parameters on another tape (activation_checkpoint.hpp's region).
+  void takes_grad_regardless() {
+    if (!node_.requires_grad && tape_.grad_enabled()) tape_.link_inputs(node_, inputs_);
   }
-  // Before output(): the node takes a gradient (its backward rule runs) even if no input does, because the
-  // forward read parameters on another tape (activation_checkpoint.hpp's region).
-  void takes_grad_regardless() { takes_grad_ = true; }
   Tape<T>& tape() const { return tape_; }  // the inputs' tape
 
  private:
   friend struct detail::FunctionEngine;
-  ForwardContext(Tape<T>& tape, std::span<const Var<T>> inputs, const char* op, Where where)
-      : tape_(tape), inputs_(inputs), op_(op), where_(where) {}
+  Output(Tape<T>& tape, Node<T>& node, std::span<const Var<T>> inputs = {})
+      : tape_(tape), node_(node), inputs_(inputs) {}
   Tape<T>& tape_;
-  std::span<const Var<T>> inputs_;
-  const char* op_;
-  Where where_;
-  Node<T>* node_ = nullptr;
-  bool takes_grad_ = false;
-};
-
-// What the backward rule of an op sees besides its inputs.
-template <class T, class Saved = NoSavedState>
-class BackwardContext {
- public:
-  const TensorT<T>& grad_output() const { return node_.grad; }  // d loss / d output, the output's shape
-  const TensorT<T>& output() const { return node_.value; }      // the forward's value
-  // What the forward saved (a UsageError naming the op if it saved nothing in this recording).
-  Saved& saved() requires(!std::is_same_v<Saved, NoSavedState>) {
-    if (Saved* s = node_.saved.template get<Saved>()) return *s;
-    detail::refuse_saved(Tape<T>::describe(node_));
-  }
-
- private:
-  friend struct detail::FunctionEngine;
-  explicit BackwardContext(Node<T>& node) : node_(node) {}
   Node<T>& node_;
+  std::span<const Var<T>> inputs_;  // the forward's (for takes_grad_regardless)
+  bool made_ = false;
 };
 
 // The gradient of one input, for a backward rule: d loss / d input, added to (+=). The gradient starts
@@ -257,15 +238,17 @@ namespace detail {
 struct FunctionEngine {
   template <class Op, class T, std::size_t N>
   static void backward(Tape<T>& tape, Node<T>& node) {
-    BackwardContext<T, typename SavedOf<Op>::type> ctx(node);
+    const Output<T, typename SavedOf<Op>::type> out(tape, node);
     const InputList<T> in(tape, node, Op::name, Op::inputs, N == 0);
     if constexpr (N == 0)
-      Op::backward(ctx, in);
+      Op::backward(out, in);
     else
-      [&]<std::size_t... I>(std::index_sequence<I...>) { Op::backward(ctx, in[I]...); }
+      [&]<std::size_t... I>(std::index_sequence<I...>) { Op::backward(out, in[I]...); }
     (std::make_index_sequence<N>{});
   }
 
+  // The node is recorded first, then the forward runs: until it returns, recording anything else on this
+  // tape is refused, naming the op (its node stays: nothing overwritten).
   template <class Op, class T, std::size_t N>
   static Var<T> apply(const Op& op, std::span<const Var<T>> inputs, Where where) {
     constexpr bool list = N == 0;
@@ -274,17 +257,19 @@ struct FunctionEngine {
     Tape<T>& tape = *inputs[0].tape;
     for (std::size_t k = 0; k < inputs.size(); ++k)  // a list's inputs are "part 0", "part 1", ...
       tape.check(inputs[k], Op::name, Op::inputs[list ? 0 : k], list ? static_cast<Index>(k) : -1);
-    ForwardContext<T, typename SavedOf<Op>::type> ctx(tape, inputs, Op::name, where);
-    // However the forward ends, the tape is as open as before it (an op inside another's).
-    const AtExit close{[&tape, was = tape.forward_open_] { tape.forward_open_ = was; }};
+    const bool needs_grad =
+        tape.grad_enabled() && std::ranges::any_of(inputs, [&](Var<T> v) { return tape.node(v).requires_grad; });
+    Output<T, typename SavedOf<Op>::type> out(tape, tape.record(Op::name, inputs, where, needs_grad), inputs);
+    tape.forward_open_ = true;
+    const AtExit close{[&tape] { tape.forward_open_ = false; }};  // however the forward ends
     if constexpr (list)
-      op.forward(ctx, ValueList<T>(inputs));
+      op.forward(out, ValueList<T>(inputs));
     else  // nodes never move: the values outlive the record
-      [&]<std::size_t... I>(std::index_sequence<I...>) { op.forward(ctx, tape.node(inputs[I]).val()...); }
+      [&]<std::size_t... I>(std::index_sequence<I...>) { op.forward(out, tape.node(inputs[I]).val()...); }
     (std::make_index_sequence<N>{});
-    if (!ctx.node_) refuse_function(Op::name, "its forward returned without calling output(shape)");
-    ctx.node_->backward = &backward<Op, T, N>;
-    return tape.commit(*ctx.node_);
+    if (!out.made_) refuse_function(Op::name, "its forward returned without calling make(shape)");
+    out.node_.backward = &backward<Op, T, N>;
+    return tape.commit(out.node_);
   }
 };
 
@@ -306,19 +291,19 @@ void check_op() {
   static_assert(std::size(Op::inputs) == std::max<std::size_t>(N, 1),
                 "apply: give the op as many inputs as Op::inputs names (apply_list: Op::inputs names the list's "
                 "inputs, once)");
-  using ForwardRef = ForwardContext<T, typename SavedOf<Op>::type>&;
-  using BackwardRef = BackwardContext<T, typename SavedOf<Op>::type>&;
+  using ForwardRef = Output<T, typename SavedOf<Op>::type>&;
+  using BackwardRef = const Output<T, typename SavedOf<Op>::type>&;
   using Value = std::conditional_t<N == 0, ValueList<T>, TensorT<T>>;
   using Input = std::conditional_t<N == 0, InputList<T>, OpInput<T>>;
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     static_assert(
         requires(const Op& op, ForwardRef ctx, const Same<Value, I>&... x) { op.forward(ctx, x...); } &&
             !requires(ForwardRef ctx, const Same<Value, I>&... x) { Op::forward(ctx, x...); },
-        "an op needs void forward(ForwardContext<T, Saved>&, const TensorT<T>&... one per input) const, "
+        "an op needs void forward(Output<T, Saved>&, const TensorT<T>&... one per input) const, "
         "not static (over a list: one const ValueList<T>&)");
     static_assert(
         requires(BackwardRef ctx, const Same<Input, I>&... x) { Op::backward(ctx, x...); },
-        "an op needs static void backward(BackwardContext<T, Saved>&, const OpInput<T>&... one per "
+        "an op needs static void backward(const Output<T, Saved>&, const OpInput<T>&... one per "
         "input) (over a list: one const InputList<T>&)");
   }
   (std::make_index_sequence<std::max<std::size_t>(N, 1)>{});

@@ -144,7 +144,7 @@ struct Attention {
   double scale = 1;
   std::span<TensorT<T>> weights;
 
-  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& Q, const TensorT<T>& K, const TensorT<T>& V) const {
+  void forward(Output<T, Saved>& out, const TensorT<T>& Q, const TensorT<T>& K, const TensorT<T>& V) const {
     const Shape sq = Q.shape(), sk = K.shape(), sv = V.shape();
     const Layout l = attention_layout(sq, sk, sv, heads);
     if (mask && mask->shape() != Shape::mat(l.tq, l.tk) && mask->shape() != Shape::batched(l.batch, l.tq, l.tk))
@@ -156,11 +156,11 @@ struct Attention {
       fail<ValueError>("attention: the scale must be positive and finite, got {}", scale);
     if (!weights.empty() && static_cast<Index>(weights.size()) != heads)
       fail<ValueError>("attention: {} tensors given for the weights of {} heads", weights.size(), heads);
-    const Shape out = sq.rank == 3 ? Shape::batched(l.batch, l.tq, l.v_width()) : Shape::mat(l.tq, l.v_width());
+    const Shape shape = sq.rank == 3 ? Shape::batched(l.batch, l.tq, l.v_width()) : Shape::mat(l.tq, l.v_width());
     for (auto& w : weights) w.resize(sq.rank == 3 ? Shape::batched(l.batch, l.tq, l.tk) : Shape::mat(l.tq, l.tk));
 
-    TensorT<T>& output = ctx.output(out);
-    Saved* const saved = ctx.needs_grad() ? &ctx.saved() : nullptr;
+    TensorT<T>& output = out.make(shape);
+    Saved* const saved = out.needs_grad() ? &out.saved() : nullptr;
     const Index wq = l.q_width(), wv = l.v_width();
     // What each row of the mask leaves open (the softmax skips what it blocks), read once for every item.
     const bool per_item_mask = mask && mask->rank() == 3;
@@ -227,9 +227,9 @@ struct Attention {
   //   dV_h += P^T dO_h;  dP = dO_h V_h^T;  dS = s P (dP - rowsum(dP P));  dQ_h += dS K_h;  dK_h += dS^T Q_h.
   // The gradients are taken in the order of the writes, v, q, k: when q, k and v are one node
   // (parameter-free attention), its first role assigns and the others add.
-  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& q_in, const OpInput<T>& k_in,
+  static void backward(const Output<T, Saved>& out, const OpInput<T>& q_in, const OpInput<T>& k_in,
                        const OpInput<T>& v_in) {
-    const Saved& saved = ctx.saved();
+    const Saved& saved = out.saved();
     const Layout l = saved.layout;
     const GradWrite<T> dv = detail::pieces(v_in.grad), dq = detail::pieces(q_in.grad), dk = detail::pieces(k_in.grad);
     if (!dv && !dq && !dk) return;
@@ -241,7 +241,7 @@ struct Attention {
     const T* q = q_in.value.data();
     const T* k = k_in.value.data();
     const T* v = v_in.value.data();
-    const T* dout = ctx.grad_output().data();
+    const T* dout = out.grad().data();
     const Index wq = l.q_width(), wv = l.v_width();
     const T s = static_cast<T>(saved.scale);
     const bool cut_columns = detail::product_columns_separable();
@@ -281,23 +281,23 @@ struct Attention {
                                   Index offset) {
         for (Index kb = 0, k0 = 0; k0 < l.tk; ++kb, k0 += key_step) {
           const Index keys = std::min(key_step, l.tk - k0), q0 = query_start[kb];
-          T* out = w.tensor->data() + offset + k0 * stride;
+          T* dst = w.tensor->data() + offset + k0 * stride;
           if (q0 < l.tq)
             detail::gemm<T>(ProductForm::atb, keys, width, l.tq - q0, {a + q0 * l.tk + k0, l.tk},
-                            {b + q0 * stride, stride}, out, stride, w.accumulate, may_split);
+                            {b + q0 * stride, stride}, dst, stride, w.accumulate, may_split);
           else if (!w.accumulate)
-            zero_rows(out, keys, width, stride);
+            zero_rows(dst, keys, width, stride);
         }
       };
       if (dv) key_blocks(dv, p, dout + oo, wv, l.dv, ov);
       for (Index rb = 0, r0 = 0; dq && r0 < l.tq; ++rb, r0 += row_step) {  // dQ_h = dS K_h, row block rb
         const Index rows = std::min(row_step, l.tq - r0), depth = keys_seen[rb];
-        T* out = dq.tensor->data() + oq + r0 * wq;
+        T* dst = dq.tensor->data() + oq + r0 * wq;
         if (depth > 0)
-          detail::gemm<T>(ProductForm::ab, rows, l.dk, depth, {ds + r0 * l.tk, l.tk}, {k + ok, wq}, out, wq,
+          detail::gemm<T>(ProductForm::ab, rows, l.dk, depth, {ds + r0 * l.tk, l.tk}, {k + ok, wq}, dst, wq,
                           dq.accumulate, may_split);
         else if (!dq.accumulate)
-          zero_rows(out, rows, l.dk, wq);
+          zero_rows(dst, rows, l.dk, wq);
       }
       if (dk) key_blocks(dk, ds, q + oq, wq, l.dk, ok);
     });

@@ -120,9 +120,9 @@ struct BinaryOp {
   static constexpr const char* name = kBinaryNames[static_cast<int>(Kind)];
   static constexpr const char* inputs[] = {"a", "b"};
 
-  void forward(ForwardContext<T>& ctx, const TensorT<T>& A, const TensorT<T>& B) const {
+  void forward(Output<T>& out, const TensorT<T>& A, const TensorT<T>& B) const {
     const Broadcast bc = broadcast_of(name, A.shape(), B.shape());
-    TensorT<T>& C = ctx.output(A.shape());
+    TensorT<T>& C = out.make(A.shape());
     if constexpr (Kind == Binary::add) broadcast_apply(bc, A, B, C, [](auto o, auto x, auto y) { o = x + y; });
     if constexpr (Kind == Binary::sub) broadcast_apply(bc, A, B, C, [](auto o, auto x, auto y) { o = x - y; });
     if constexpr (Kind == Binary::mul)
@@ -131,9 +131,9 @@ struct BinaryOp {
       broadcast_apply(bc, A, B, C, [](auto o, auto x, auto y) { o = x.cwiseQuotient(y); });
   }
 
-  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a, const OpInput<T>& b) {
+  static void backward(const Output<T>& out, const OpInput<T>& a, const OpInput<T>& b) {
     const Broadcast bc = broadcast_of(name, a.value.shape(), b.value.shape());  // as the forward found it
-    const TensorT<T>& dC = ctx.grad_output();
+    const TensorT<T>& dC = out.grad();
     const GradWrite<T> dA = detail::pieces(a.grad);
     if constexpr (Kind == Binary::add || Kind == Binary::sub) {
       // dA = dC and, when b has a's shape, dB = +-dC in the same pass over dC (a residual connection's add,
@@ -208,10 +208,10 @@ struct UnaryOp {
   };
   double number = 0;
 
-  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x) const {
-    TensorT<T>& y = ctx.output(x.shape());
+  void forward(Output<T, Saved>& out, const TensorT<T>& x) const {
+    TensorT<T>& y = out.make(x.shape());
     const T k = static_cast<T>(number);
-    if constexpr (kWithNumber) ctx.saved().number = k;
+    if constexpr (kWithNumber) out.saved().number = k;
     parallel_rows(
         x.numel(), 1,
         [&](Index from, Index count) {
@@ -233,12 +233,12 @@ struct UnaryOp {
         },
         kCost);
   }
-  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x) {
-    const T k = kWithNumber ? ctx.saved().number : T(0);
+  static void backward(const Output<T, Saved>& out, const OpInput<T>& x) {
+    const T k = kWithNumber ? out.saved().number : T(0);
     x.grad.add(
         [&](Index from, Index count) {
-          const auto A = x.value.array().segment(from, count), C = ctx.output().array().segment(from, count);
-          const auto dC = ctx.grad_output().array().segment(from, count);
+          const auto A = x.value.array().segment(from, count), C = out.value().array().segment(from, count);
+          const auto dC = out.grad().array().segment(from, count);
           const auto s = T(1) / (T(1) + (-A).exp());  // silu's sigmoid (an expression: computed where used)
           if constexpr (Kind == unary::relu) return (A > T(0)).select(dC, T(0));
           if constexpr (Kind == unary::tanh) return dC * (T(1) - C.square());
@@ -263,15 +263,15 @@ template <class T>
 struct Transpose {
   static constexpr const char* name = "transpose";
   static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<T>& ctx, const TensorT<T>& a) const {
+  void forward(Output<T>& out, const TensorT<T>& a) const {
     const Shape s = a.shape();
     if (s.rank == 1) fail<ShapeError>("transpose: x is a vector of {}; transpose needs a 2-D or batched 3-D x", s);
-    TensorT<T>& C = ctx.output(s.rank == 3 ? Shape::batched(s.batch, s.cols, s.rows) : Shape::mat(s.cols, s.rows));
+    TensorT<T>& C = out.make(s.rank == 3 ? Shape::batched(s.batch, s.cols, s.rows) : Shape::mat(s.cols, s.rows));
     for (Index i = 0; i < s.batch; ++i) C.mat(i) = a.mat(i).transpose();
   }
-  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a) {
+  static void backward(const Output<T>& out, const OpInput<T>& a) {
     if (const GradWrite<T> dA = detail::pieces(a.grad))
-      for (Index i = 0; i < dA.tensor->batch(); ++i) dA.add(dA.tensor->mat(i), ctx.grad_output().mat(i).transpose());
+      for (Index i = 0; i < dA.tensor->batch(); ++i) dA.add(dA.tensor->mat(i), out.grad().mat(i).transpose());
   }
 };
 

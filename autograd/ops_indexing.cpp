@@ -19,7 +19,7 @@ struct SliceCols {
   };
   Index begin = 0, count = 0;
 
-  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x) const {
+  void forward(Output<T, Saved>& out, const TensorT<T>& x) const {
     const Shape s = x.shape();
     if (begin < 0 || count < 0 || begin > s.cols || count > s.cols - begin) {  // not begin + count: it may overflow
       Index end = 0;
@@ -28,18 +28,18 @@ struct SliceCols {
       fail<ShapeError>("slice_cols: columns [{}, {}) are outside x, which is {} ({} columns)", begin, end_text, s,
                        s.cols);
     }
-    const Shape out{s.rank, s.batch, s.rows, count};
-    TensorT<T>& C = ctx.output(out);
-    ctx.saved().begin = begin;
-    parallel_rows(out.flat_rows(), count, [&](Index r, Index k) {
+    const Shape shape{s.rank, s.batch, s.rows, count};
+    TensorT<T>& C = out.make(shape);
+    out.saved().begin = begin;
+    parallel_rows(shape.flat_rows(), count, [&](Index r, Index k) {
       C.flat().middleRows(r, k) = x.flat().middleRows(r, k).middleCols(begin, count);
     });
   }
-  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x) {
+  static void backward(const Output<T, Saved>& out, const OpInput<T>& x) {
     TensorT<T>* dX = detail::pieces(x.grad).zeroed();  // a band of columns: the rest stay zero
     if (!dX) return;
-    const Index from = ctx.saved().begin;
-    const TensorT<T>& dC = ctx.grad_output();
+    const Index from = out.saved().begin;
+    const TensorT<T>& dC = out.grad();
     parallel_rows(dC.shape().flat_rows(), dC.cols(), [&](Index r, Index k) {
       dX->flat().middleRows(r, k).middleCols(from, dC.cols()) += dC.flat().middleRows(r, k);
     });
@@ -52,17 +52,17 @@ struct ConcatCols {
   static constexpr const char* name = "concat_cols";
   static constexpr const char* inputs[] = {"part"};
 
-  void forward(ForwardContext<T>& ctx, const ValueList<T>& parts) const {
+  void forward(Output<T>& out, const ValueList<T>& parts) const {
     const Shape first = parts[0].shape();
-    Shape out{first.rank, first.batch, first.rows, 0};
+    Shape shape{first.rank, first.batch, first.rows, 0};
     for (std::size_t k = 0; k < parts.size(); ++k) {
       const Shape& s = parts[k].shape();
       if (s.rank != first.rank || s.batch != first.batch || s.rows != first.rows)
         fail<ShapeError>("concat_cols: part {} is {} but part 0 is {}; parts must share batch and rows", k, s, first);
-      out.cols += s.cols;
+      shape.cols += s.cols;
     }
-    TensorT<T>& C = ctx.output(out);
-    parallel_rows(out.flat_rows(), out.cols, [&](Index r, Index k) {
+    TensorT<T>& C = out.make(shape);
+    parallel_rows(shape.flat_rows(), shape.cols, [&](Index r, Index k) {
       Index offset = 0;
       for (std::size_t p = 0; p < parts.size(); ++p) {
         const TensorT<T>& P = parts[p];
@@ -71,8 +71,8 @@ struct ConcatCols {
       }
     });
   }
-  static void backward(BackwardContext<T>& ctx, const InputList<T>& parts) {
-    const TensorT<T>& dC = ctx.grad_output();
+  static void backward(const Output<T>& out, const InputList<T>& parts) {
+    const TensorT<T>& dC = out.grad();
     Index at = 0;
     for (std::size_t k = 0; k < parts.size(); ++k) {
       const OpInput<T> part = parts[k];
@@ -97,25 +97,25 @@ struct GatherRows {
   };
   const Ids* ids = nullptr;
 
-  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& table) const {
+  void forward(Output<T, Saved>& out, const TensorT<T>& table) const {
     const Shape s = table.shape();
     if (s.rank != 2) fail<ShapeError>("gather_rows: the table must be 2-D (rows, cols), but it is {}", s);
     if (ids->rank() == 3) fail<ShapeError>("gather_rows: ids are {}; they must be (N) or (batch, rows)", ids->shape());
     for (Index i = 0; i < ids->numel(); ++i)
       if ((*ids)[i] < 0 || (*ids)[i] >= s.rows)
         fail<ValueError>("gather_rows: id {} at position {} is outside the table's {} rows", (*ids)[i], i, s.rows);
-    const Shape out =
+    const Shape shape =
         ids->rank() == 2 ? Shape::batched(ids->rows(), ids->cols(), s.cols) : Shape::mat(ids->cols(), s.cols);
-    auto C = ctx.output(out).flat();
+    auto C = out.make(shape).flat();
     const auto Tab = table.mat();
     for (Index i = 0; i < ids->numel(); ++i) C.row(i) = Tab.row((*ids)[i]);
-    if (ctx.needs_grad()) ctx.saved().ids.assign(ids->data(), ids->data() + ids->numel());
+    if (out.needs_grad()) out.saved().ids.assign(ids->data(), ids->data() + ids->numel());
   }
-  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& table) {
+  static void backward(const Output<T, Saved>& out, const OpInput<T>& table) {
     TensorT<T>* dTab = detail::pieces(table.grad).zeroed();  // the picked rows only
     if (!dTab) return;
-    const auto& picked = ctx.saved().ids;
-    const auto dC = ctx.grad_output().flat();
+    const auto& picked = out.saved().ids;
+    const auto dC = out.grad().flat();
     for (Index i = 0; i < dC.rows(); ++i) dTab->mat().row(picked[static_cast<std::size_t>(i)]) += dC.row(i);
   }
 };
@@ -127,7 +127,7 @@ struct Reshape {
   static constexpr const char* inputs[] = {"x"};
   Shape shape;
 
-  void forward(ForwardContext<T>& ctx, const TensorT<T>& x) const {
+  void forward(Output<T>& out, const TensorT<T>& x) const {
     const Shape s = x.shape();
     if (!shape.valid())
       fail<ShapeError>("reshape: the new shape is invalid (rank {}, batch {}, rows {}, cols {})", shape.rank,
@@ -137,10 +137,10 @@ struct Reshape {
                        shape.numel());
     // A copy, not a view: a node owns its value buffer (TensorT cannot alias another's), and sharing one
     // would need the tape to track which node owns it. The copy is one memcpy into a reused buffer.
-    TensorT<T>& C = ctx.output(shape);
+    TensorT<T>& C = out.make(shape);
     std::copy(x.data(), x.data() + x.numel(), C.data());
   }
-  static void backward(BackwardContext<T>& ctx, const OpInput<T>& x) { x.grad.add(ctx.grad_output().array()); }
+  static void backward(const Output<T>& out, const OpInput<T>& x) { x.grad.add(out.grad().array()); }
 };
 
 // [readme:op]
@@ -155,7 +155,7 @@ struct PickPositions {
   };
   const Ids* positions = nullptr;  // a setting, read by the forward
 
-  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x) const {
+  void forward(Output<T, Saved>& out, const TensorT<T>& x) const {
     const Shape s = x.shape();
     if (s.rank != 3) fail<ShapeError>("pick_positions: x is {}; it must be batched (batch, positions, cols)", s);
     if (positions->rank() != 1 || positions->cols() != s.batch)
@@ -165,15 +165,15 @@ struct PickPositions {
       if ((*positions)[b] < 0 || (*positions)[b] >= s.rows)
         fail<ValueError>("pick_positions: position {} of batch item {} is outside [0, {}): x is {}", (*positions)[b], b,
                          s.rows, s);
-    auto C = ctx.output(Shape::mat(s.batch, s.cols)).mat();  // (B, D); recorded once every check has passed
+    auto C = out.make(Shape::mat(s.batch, s.cols)).mat();  // (B, D); recorded once every check has passed
     for (Index b = 0; b < s.batch; ++b) C.row(b) = x.mat(b).row((*positions)[b]);
-    if (ctx.needs_grad()) ctx.saved().positions.assign(positions->data(), positions->data() + positions->numel());
+    if (out.needs_grad()) out.saved().positions.assign(positions->data(), positions->data() + positions->numel());
   }
-  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x) {
+  static void backward(const Output<T, Saved>& out, const OpInput<T>& x) {
     TensorT<T>* dX = detail::pieces(x.grad).zeroed();  // only the picked rows are added to: the rest stay zero
     if (!dX) return;
-    const auto& picked = ctx.saved().positions;
-    const auto dC = ctx.grad_output().mat();  // (B, D)
+    const auto& picked = out.saved().positions;
+    const auto dC = out.grad().mat();  // (B, D)
     for (Index b = 0; b < dC.rows(); ++b) dX->mat(b).row(picked[static_cast<std::size_t>(b)]) += dC.row(b);
   }
 };

@@ -28,7 +28,7 @@ struct CrossEntropy {
   const Ids* targets = nullptr;
   std::int32_t ignore_label = kIgnoreLabel;
 
-  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& logits) const {
+  void forward(Output<T, Saved>& out, const TensorT<T>& logits) const {
     const Shape s = logits.shape();
     if (s.rank == 1)
       fail<ShapeError>(
@@ -50,10 +50,10 @@ struct CrossEntropy {
       ++count;
     }
 
-    TensorT<T>& loss = ctx.output(Shape::scalar());
+    TensorT<T>& loss = out.make(Shape::scalar());
     const auto X = logits.flat();
-    Saved& saved = ctx.saved();
-    if (ctx.needs_grad()) {
+    Saved& saved = out.saved();
+    if (out.needs_grad()) {
       saved.targets.assign(targets->data(), targets->data() + targets->numel());
       saved.ignore_label = ignore_label;
       saved.labelled = count;
@@ -95,12 +95,12 @@ struct CrossEntropy {
     loss[0] = count == 0 ? T(0) : static_cast<T>(total / static_cast<double>(count));
   }
 
-  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& logits) {
-    const Saved& saved = ctx.saved();
+  static void backward(const Output<T, Saved>& out, const OpInput<T>& logits) {
+    const Saved& saved = out.saved();
     if (saved.labelled == 0) return;  // no labelled row: a zero gradient, as one never taken reads
     const GradWrite<T> dX = detail::pieces(logits.grad);
     if (!dX) return;
-    const T g = ctx.grad_output()[0] / static_cast<T>(saved.labelled);
+    const T g = out.grad()[0] / static_cast<T>(saved.labelled);
     const auto P = saved.probabilities.flat();
     auto dx = dX.tensor->flat();
     parallel_rows(P.rows(), P.cols(), [&](Index first, Index count) {
@@ -122,14 +122,14 @@ template <class T>
 struct Mse {
   static constexpr const char* name = "mse";
   static constexpr const char* inputs[] = {"a", "b"};
-  void forward(ForwardContext<T>& ctx, const TensorT<T>& a, const TensorT<T>& b) const {
+  void forward(Output<T>& out, const TensorT<T>& a, const TensorT<T>& b) const {
     if (a.shape() != b.shape())
       fail<ShapeError>("mse: a is {} but b is {}; they must have the same shape", a.shape(), b.shape());
     if (a.numel() == 0) fail<ShapeError>("mse: a and b are {}, with no elements to average", a.shape());
-    ctx.output(Shape::scalar())[0] = (a.array() - b.array()).square().mean();
+    out.make(Shape::scalar())[0] = (a.array() - b.array()).square().mean();
   }
-  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a, const OpInput<T>& b) {
-    const T g = T(2) * ctx.grad_output()[0] / static_cast<T>(a.value.numel());
+  static void backward(const Output<T>& out, const OpInput<T>& a, const OpInput<T>& b) {
+    const T g = T(2) * out.grad()[0] / static_cast<T>(a.value.numel());
     a.grad.add(g * (a.value.array() - b.value.array()));
     b.grad.add(-g * (a.value.array() - b.value.array()));
   }

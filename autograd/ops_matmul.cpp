@@ -63,9 +63,9 @@ struct Product {
   static constexpr const char* name = kProductNames[static_cast<int>(F)];
   static constexpr const char* inputs[] = {"a", "b"};
 
-  void forward(ForwardContext<T>& ctx, const TensorT<T>& A, const TensorT<T>& B) const {
+  void forward(Output<T>& out, const TensorT<T>& A, const TensorT<T>& B) const {
     const Shape sa = A.shape(), sb = B.shape();
-    TensorT<T>& C = ctx.output(product_shape(name, F, sa, sb));
+    TensorT<T>& C = out.make(product_shape(name, F, sa, sb));
     const bool shared = sa.rank == 3 && sb.rank == 2;  // one (B*M, K) x (K, N) product
     const Index items = shared ? 1 : C.batch();
     const Index ar = shared ? sa.flat_rows() : sa.rows;
@@ -78,10 +78,10 @@ struct Product {
                  });
   }
 
-  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a, const OpInput<T>& b) {
+  static void backward(const Output<T>& out, const OpInput<T>& a, const OpInput<T>& b) {
     const TensorT<T>& A = a.value;
     const TensorT<T>& B = b.value;
-    const TensorT<T>& dC = ctx.grad_output();
+    const TensorT<T>& dC = out.grad();
     // Both written whole (when a is b, the first write assigns and the second adds).
     const GradWrite<T> dA = detail::pieces(a.grad), dB = detail::pieces(b.grad);
     const bool shared = A.rank() == 3 && B.rank() == 2;
@@ -124,7 +124,7 @@ struct Affine {
   static constexpr const char* name = "affine";
   static constexpr const char* inputs[] = {"x", "w", "b"};
 
-  void forward(ForwardContext<T>& ctx, const TensorT<T>& X, const TensorT<T>& W, const TensorT<T>& b) const {
+  void forward(Output<T>& out, const TensorT<T>& X, const TensorT<T>& W, const TensorT<T>& b) const {
     const Shape sx = X.shape(), sw = W.shape(), sb = b.shape();
     if (sx.rank == 1 || sw.rank != 2)
       fail<ShapeError>("affine: x is {} and w is {}; x must be a matrix or a batch of matrices and w a matrix", sx, sw);
@@ -132,15 +132,15 @@ struct Affine {
     if (!detail::is_row_of(sb, sw.cols))
       fail<ShapeError>("affine: b is {} but x w has {} columns; b must be a row of {} values ({} or 1x{})", sb, sw.cols,
                        sw.cols, sw.cols, sw.cols);
-    TensorT<T>& Y = ctx.output({sx.rank, sx.batch, sx.rows, sw.cols});
+    TensorT<T>& Y = out.make({sx.rank, sx.batch, sx.rows, sw.cols});
     detail::gemm<T>(Form::ab, sx.flat_rows(), sw.cols, sx.cols, {X.data(), sx.cols}, {W.data(), sw.cols}, Y.data(),
                     sw.cols, false, true, b.data());
   }
 
-  static void backward(BackwardContext<T>& ctx, const OpInput<T>& x, const OpInput<T>& w, const OpInput<T>& b) {
+  static void backward(const Output<T>& out, const OpInput<T>& x, const OpInput<T>& w, const OpInput<T>& b) {
     // In the order of the writes (the first write to a gradient assigns, when one node has two roles).
-    if (const GradWrite<T> db = detail::pieces(b.grad)) detail::write_column_sums(db, ctx.grad_output().flat().array());
-    Product<T, Form::ab>::backward(ctx, x, w);  // x (viewed flat) times w: one product each for dX and dW
+    if (const GradWrite<T> db = detail::pieces(b.grad)) detail::write_column_sums(db, out.grad().flat().array());
+    Product<T, Form::ab>::backward(out, x, w);  // x (viewed flat) times w: one product each for dX and dW
   }
 };
 

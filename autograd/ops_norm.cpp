@@ -27,10 +27,10 @@ struct Dropout {
   double p = 0;
   Rng* rng = nullptr;
 
-  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x) const {
-    TensorT<T>& C = ctx.output(x.shape());
+  void forward(Output<T, Saved>& out, const TensorT<T>& x) const {
+    TensorT<T>& C = out.make(x.shape());
     const T keep_scale = static_cast<T>(1 / (1 - p));
-    TensorT<T>* const factor = ctx.needs_grad() ? &ctx.saved().factor : nullptr;
+    TensorT<T>* const factor = out.needs_grad() ? &out.saved().factor : nullptr;
     if (factor) factor->resize(x.shape());
     // One uniform per element in row-major order, drawn whether or not gradients are on, so that the
     // stream (and every later mask drawn from it) does not depend on the mode.
@@ -40,8 +40,8 @@ struct Dropout {
       if (factor) (*factor)[i] = f;
     }
   }
-  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x) {
-    x.grad.add(ctx.grad_output().array() * ctx.saved().factor.array());
+  static void backward(const Output<T, Saved>& out, const OpInput<T>& x) {
+    x.grad.add(out.grad().array() * out.saved().factor.array());
   }
 };
 
@@ -65,8 +65,7 @@ struct LayerNorm {
   };
   double eps = 1e-5;
 
-  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x, const TensorT<T>& gamma,
-               const TensorT<T>& beta) const {
+  void forward(Output<T, Saved>& out, const TensorT<T>& x, const TensorT<T>& gamma, const TensorT<T>& beta) const {
     const Shape s = x.shape();
     const Shape sg = gamma.shape(), sb = beta.shape();
     detail::require_row_entries(name, s, "normalise");
@@ -76,8 +75,8 @@ struct LayerNorm {
           s.cols, s.cols, s.cols);
     if (!(eps > 0) || !std::isfinite(eps)) fail<ValueError>("layer_norm: eps must be positive and finite, got {}", eps);
     // Per row of x: mean and rstd with the statistics in double (saved in stats), y = xhat * gamma + beta.
-    auto Y = ctx.output(s).flat();
-    TensorT<double>& stats = ctx.saved().stats;
+    auto Y = out.make(s).flat();
+    TensorT<double>& stats = out.saved().stats;
     stats.resize(Shape::mat(s.flat_rows(), 2));
     const auto X = x.flat();                     // (rows, D)
     const auto G = gamma.flat().row(0).array();  // (D)
@@ -102,10 +101,10 @@ struct LayerNorm {
         4);
   }
 
-  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x, const OpInput<T>& gamma,
+  static void backward(const Output<T, Saved>& out, const OpInput<T>& x, const OpInput<T>& gamma,
                        const OpInput<T>& beta) {
-    const auto& stats = ctx.saved().stats;
-    const auto dY = ctx.grad_output().flat();  // (rows, D)
+    const auto& stats = out.saved().stats;
+    const auto dY = out.grad().flat();  // (rows, D)
     const auto X = x.value.flat();
     const Index rows = dY.rows(), cols = dY.cols();
     const GradWrite<T> dX = detail::pieces(x.grad), dGamma = detail::pieces(gamma.grad),

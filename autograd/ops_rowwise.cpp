@@ -155,23 +155,23 @@ template <class T, bool Mean, bool Rows>
 struct Reduce {
   static constexpr const char* name = Rows ? (Mean ? "row_mean" : "row_sum") : (Mean ? "mean" : "sum");
   static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<T>& ctx, const TensorT<T>& x) const {
+  void forward(Output<T>& out, const TensorT<T>& x) const {
     const Shape s = x.shape();
     if constexpr (Rows) {
       if (Mean) detail::require_row_entries(name, s, "average");
-      auto C = ctx.output({s.rank, s.batch, s.rows, 1}).flat().col(0);
+      auto C = out.make({s.rank, s.batch, s.rows, 1}).flat().col(0);
       if (Mean)
         C = x.flat().rowwise().mean();
       else
         C = x.flat().rowwise().sum();
     } else {
       if (Mean && x.numel() == 0) fail<ShapeError>("{}: x is {}, which has no elements to average", name, s);
-      ctx.output(Shape::scalar())[0] = Mean ? x.array().mean() : x.array().sum();
+      out.make(Shape::scalar())[0] = Mean ? x.array().mean() : x.array().sum();
     }
   }
-  static void backward(BackwardContext<T>& ctx, const OpInput<T>& x) {
+  static void backward(const Output<T>& out, const OpInput<T>& x) {
     const Index n = Rows ? x.value.cols() : x.value.numel();  // the elements each value of dC summed
-    const auto dC = ctx.grad_output().flat().col(0).array();  // one value per row (sum, mean: one)
+    const auto dC = out.grad().flat().col(0).array();         // one value per row (sum, mean: one)
     if constexpr (Rows && Mean) x.grad.add((dC / static_cast<T>(n)).replicate(1, n));
     if constexpr (Rows && !Mean) x.grad.add(dC.replicate(1, n));
     if constexpr (!Rows)  // every element in order
@@ -189,12 +189,12 @@ struct RowMax {
     std::size_t heap_bytes() const { return buffer_bytes(argmax); }
   };
 
-  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x) const {
+  void forward(Output<T, Saved>& out, const TensorT<T>& x) const {
     const Shape s = x.shape();
     detail::require_row_entries(name, s, "take a maximum of");
-    auto C = ctx.output({s.rank, s.batch, s.rows, 1}).flat();  // x's shape, 1 wide
+    auto C = out.make({s.rank, s.batch, s.rows, 1}).flat();  // x's shape, 1 wide
     const auto X = x.flat();
-    std::vector<Index>* const argmax = ctx.needs_grad() ? &ctx.saved().argmax : nullptr;
+    std::vector<Index>* const argmax = out.needs_grad() ? &out.saved().argmax : nullptr;
     if (argmax) argmax->resize(static_cast<std::size_t>(X.rows()));
     for (Index r = 0; r < X.rows(); ++r) {
       // Strictly greater replaces, so a tie keeps the first column. A NaN ends the search: the row's maximum
@@ -206,11 +206,11 @@ struct RowMax {
       if (argmax) (*argmax)[static_cast<std::size_t>(r)] = at;
     }
   }
-  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x) {
+  static void backward(const Output<T, Saved>& out, const OpInput<T>& x) {
     TensorT<T>* dX = detail::pieces(x.grad).zeroed();  // one entry per row: the rest stay zero
     if (!dX) return;
-    const auto& at = ctx.saved().argmax;
-    const auto dC = ctx.grad_output().flat();
+    const auto& at = out.saved().argmax;
+    const auto dC = out.grad().flat();
     auto dx = dX->flat();
     for (Index r = 0; r < dC.rows(); ++r) dx(r, at[static_cast<std::size_t>(r)]) += dC(r, 0);
   }
@@ -242,21 +242,21 @@ struct SoftmaxRows {
   const Mask* mask = nullptr;
   double scale = 1;
 
-  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x) const {
+  void forward(Output<T, Saved>& out, const TensorT<T>& x) const {
     const Shape s = x.shape();
     const detail::RowMask masks = row_mask(mask, s);
     if (!(scale > 0) || !std::isfinite(scale))
       fail<ValueError>("softmax_rows: the scale must be positive and finite, got {}", scale);
-    TensorT<T>& y = ctx.output(s);
-    ctx.saved().scale = scale;
+    TensorT<T>& y = out.make(s);
+    out.saved().scale = scale;
     detail::softmax_forward(x.data(), y.data(), s.flat_rows(), s.cols, static_cast<T>(scale), masks, true);
   }
-  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x) {
+  static void backward(const Output<T, Saved>& out, const OpInput<T>& x) {
     const GradWrite<T> dX = detail::pieces(x.grad);
     if (!dX) return;
-    const Shape& s = ctx.output().shape();
-    detail::softmax_backward(ctx.output().data(), ctx.grad_output().data(), dX.tensor->data(), s.flat_rows(), s.cols,
-                             static_cast<T>(ctx.saved().scale), !dX.accumulate, true);
+    const Shape& s = out.value().shape();
+    detail::softmax_backward(out.value().data(), out.grad().data(), dX.tensor->data(), s.flat_rows(), s.cols,
+                             static_cast<T>(out.saved().scale), !dX.accumulate, true);
   }
 };
 
@@ -265,22 +265,22 @@ template <class T>
 struct LogSoftmaxRows {
   static constexpr const char* name = "log_softmax_rows";
   static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<T>& ctx, const TensorT<T>& x) const {
+  void forward(Output<T>& out, const TensorT<T>& x) const {
     const Shape s = x.shape();
     detail::require_row_entries(name, s, "normalise");
     const auto X = x.flat();
-    auto Y = ctx.output(s).flat();
+    auto Y = out.make(s).flat();
     for (Index r = 0; r < X.rows(); ++r) {
       const T top = X.row(r).maxCoeff();
       const T log_total = std::log((X.row(r).array() - top).exp().sum());
       Y.row(r).array() = X.row(r).array() - top - log_total;
     }
   }
-  static void backward(BackwardContext<T>& ctx, const OpInput<T>& x) {
+  static void backward(const Output<T>& out, const OpInput<T>& x) {
     const GradWrite<T> dX = detail::pieces(x.grad);
     if (!dX) return;
-    const auto Y = ctx.output().flat();
-    const auto dY = ctx.grad_output().flat();
+    const auto Y = out.value().flat();
+    const auto dY = out.grad().flat();
     auto dx = dX.tensor->flat();
     for (Index r = 0; r < Y.rows(); ++r) {
       const T total = dY.row(r).sum();

@@ -160,14 +160,15 @@ Var<T> Tape<T>::constant(const TensorT<T>& value, Where where) {
 
 template <class T>
 Var<T> Tape<T>::constant_in_place(const TensorT<T>& value, Where where) {
-  Node<T>& n = push("constant_in_place", Shape::vec(0), where);  // the value lives where it is
+  Node<T>& n = push("constant_in_place", where);  // the value lives where it is
   n.value_at = &value;
   return commit(n);
 }
 
 template <class T>
 Var<T> Tape<T>::input(const TensorT<T>& value, Where where) {
-  Node<T>& n = push("input", value.shape(), where);
+  Node<T>& n = push("input", where);
+  n.value.resize(value.shape());  // if it throws, the next record drops the pending node
   std::copy(value.data(), value.data() + value.numel(), n.value.data());
   n.requires_grad = grad_enabled_;
   return commit(n);
@@ -175,7 +176,7 @@ Var<T> Tape<T>::input(const TensorT<T>& value, Where where) {
 
 template <class T>
 Var<T> Tape<T>::param(Parameter<T>& p, Where where) {
-  Node<T>& n = push("param", Shape::vec(0), where);  // the value lives in the parameter
+  Node<T>& n = push("param", where);  // the value lives in the parameter
   n.value_at = &p.value;
   n.parameter = &p;
   params_read_.push_back(&p);  // keeps its capacity across reset(): no allocation in steady state
@@ -199,7 +200,7 @@ Var<T> Tape<T>::outer_input(Var<T> outer, Where where) {
         "outer_input: {} takes a gradient, which exists only while its tape is walked back; record "
         "with gradients off here (NoGradGuard), or from within that tape's backward()",
         describe(from));
-  Node<T>& n = push("outer_input", Shape::vec(0), where);  // the value lives in the outer node
+  Node<T>& n = push("outer_input", where);  // the value lives in the outer node
   n.value_at = &from.val();
   if (linked) {
     n.requires_grad = true;
@@ -289,8 +290,8 @@ template <class T>
 void Tape<T>::make_room(const char* op) {
   if (pending_node_ && forward_open_)
     fail<UsageError>(
-        "{}: recorded on the tape while the forward of {} runs, after its output(); an op's forward computes "
-        "its output from its inputs' values and records nothing (record other ops before or after it)",
+        "{}: recorded on the tape while the forward of {} runs; an op's forward computes its output from its "
+        "inputs' values and records nothing (record other ops before or after it)",
         op, describe(*pending_node_));
   if (pending_node_) drop_pending();  // the op that recorded it threw before committing
   if (used_ == kMaxTapeNodes)

@@ -71,7 +71,7 @@ struct Where {
 template <class T>
 class Tape;
 template <class T, class Saved>
-class ForwardContext;
+class Output;
 template <class T>
 class InputList;
 template <class T>
@@ -155,8 +155,9 @@ class Tape {
   // in steady state, no allocation.
   template <class Fill>
   Var<T> constant(const char* name, const Shape& shape, Fill&& fill, Where where = Where::current()) {
-    Node<T>& n = push(name, shape, where);
-    fill(n.value);  // if it throws, the next record drops the pending node
+    Node<T>& n = push(name, where);
+    n.value.resize(shape);  // if this or fill throws, the next record drops the pending node
+    fill(n.value);
     return commit(n);
   }
   // A leaf standing for `outer`, a Var of another tape, for a region of that tape's graph recorded here
@@ -182,26 +183,27 @@ class Tape {
   std::size_t size() const { return used_ - (pending_node_ ? 1 : 0); }  // committed nodes
 
  private:
-  // Recording, for apply() (autograd/function.hpp) alone: record() appends a pending node for `op` whose
-  // output has `shape` (nodes never move, so references to input values stay valid); the op's forward fills
-  // its value; commit() turns it into a Var (in anomaly mode checking its value). If the op throws in
-  // between, the node is dropped, so a failing op leaves the tape as it was. While its forward runs, any
-  // other record on this tape is refused, naming the op (its node stays: nothing overwritten). A node keeps its inputs,
-  // to walk back to, only when it takes a gradient (`requires_grad`, as ForwardContext::needs_grad() decides it:
-  // gradients on, and an input takes one or the forward read parameters on another tape). The inputs were checked
-  // by apply().
+  // Recording, for apply() (autograd/function.hpp) alone: record() appends a pending node for `op` (nodes
+  // never move, so references to input values stay valid), before its forward runs; the forward makes and
+  // fills its value (Output::make); commit() turns it into a Var (in anomaly mode checking its value). If the
+  // op throws in between, the node is dropped, so a failing op leaves the tape as it was. While its forward
+  // runs, any other record on this tape is refused, naming the op (its node stays: nothing overwritten). A
+  // node keeps its inputs, to walk back to, only when it takes a gradient (`requires_grad`: gradients on, and
+  // an input takes one, or the forward read parameters on another tape: link_inputs then). The inputs were
+  // checked by apply().
   friend struct detail::FunctionEngine;
   template <class, class>
-  friend class ForwardContext;
+  friend class Output;
   friend class InputList<T>;
-  Node<T>& record(const char* op, std::span<const Var<T>> inputs, Shape shape, Where where, bool requires_grad) {
-    Node<T>& n = push(op, shape, where);  // the next node slot, cleared (push: the devices below)
-    if (requires_grad) {
-      n.requires_grad = true;
-      for (const auto& v : inputs) inputs_.push_back(v.index);
-      n.input_count = static_cast<std::uint32_t>(inputs.size());
-    }
+  Node<T>& record(const char* op, std::span<const Var<T>> inputs, Where where, bool requires_grad) {
+    Node<T>& n = push(op, where);  // the next node slot, cleared (push: the devices below)
+    if (requires_grad) link_inputs(n, inputs);
     return n;
+  }
+  void link_inputs(Node<T>& n, std::span<const Var<T>> inputs) {  // n is the newest node
+    n.requires_grad = true;
+    for (const auto& v : inputs) inputs_.push_back(v.index);
+    n.input_count = static_cast<std::uint32_t>(inputs.size());
   }
   Var<T> commit(Node<T>& n) {
     const auto index = static_cast<std::uint32_t>(used_ - 1);
@@ -310,7 +312,7 @@ class Tape {
   }
   [[noreturn]] void refuse_commit(Node<T>& n);
   void refuse_non_finite(Node<T>& n);
-  Node<T>& push(const char* op, Shape shape, Where where);
+  Node<T>& push(const char* op, Where where);
   void make_room(const char* op);
   void drop_pending();  // forgets the newest node, which was recorded but not committed
   void check_backward_anomaly(Node<T>& n);
@@ -392,11 +394,10 @@ struct GradWrite {
 
 // The per-op call, inline: a tiny op's cost is mostly this bookkeeping (bench/tape_overhead).
 template <class T>
-inline Node<T>& Tape<T>::push(const char* op, Shape shape, Where where) {
+inline Node<T>& Tape<T>::push(const char* op, Where where) {
   check_thread(op, true);  // first: another thread's op must not touch anything
   if (pending_node_ || used_ == slots() || used_ == kMaxTapeNodes) make_room(op);
-  Node<T>& n = at(used_);
-  n.value.resize(shape);  // may throw (a huge shape): before the node counts
+  Node<T>& n = at(used_);  // its value is resized by whoever fills it
   ++used_;
   pending_node_ = &n;
   n.op = op;

@@ -74,17 +74,17 @@ struct UnitRows {
   struct Saved {
     Tensor inv_rms, coefficient;  // (rows, 1)
   };
-  void forward(ForwardContext<float, Saved>& ctx, const Tensor& x) const {
-    Tensor& y = ctx.output(x.shape());
-    Tensor& r = ctx.saved().inv_rms;
+  void forward(Output<float, Saved>& out, const Tensor& x) const {
+    Tensor& y = out.make(x.shape());
+    Tensor& r = out.saved().inv_rms;
     r.resize(Shape::mat(x.shape().flat_rows(), 1));
     r.array() = (x.flat().array().square().rowwise().mean() + 1e-6f).rsqrt();
     y.flat().array() = x.flat().array().colwise() * r.array();
   }
-  static void backward(BackwardContext<float, Saved>& ctx, const OpInput<float>& x) {
-    Saved& s = ctx.saved();
+  static void backward(const Output<float, Saved>& out, const OpInput<float>& x) {
+    Saved& s = out.saved();
     const auto X = x.value.flat().array();
-    const auto dY = ctx.grad_output().flat().array();
+    const auto dY = out.grad().flat().array();
     s.coefficient.resize(s.inv_rms.shape());
     s.coefficient.array() = s.inv_rms.array().cube() * (dY * X).rowwise().mean();
     x.grad.add(dY.colwise() * s.inv_rms.array() - X.colwise() * s.coefficient.array());

@@ -23,13 +23,13 @@ template <class T>
 struct Product {
   static constexpr const char* name = "product";
   static constexpr const char* inputs[] = {"a", "b"};
-  void forward(ForwardContext<T>& ctx, const TensorT<T>& a, const TensorT<T>& b) const {
+  void forward(Output<T>& out, const TensorT<T>& a, const TensorT<T>& b) const {
     if (a.shape() != b.shape()) fail<ShapeError>("product: a is {} but b is {}", a.shape(), b.shape());
-    ctx.output(a.shape()).array() = a.array() * b.array();
+    out.make(a.shape()).array() = a.array() * b.array();
   }
-  static void backward(BackwardContext<T>& ctx, const OpInput<T>& a, const OpInput<T>& b) {
-    b.grad.add(ctx.grad_output().array() * a.value.array());
-    a.grad.add(ctx.grad_output().array() * b.value.array());
+  static void backward(const Output<T>& out, const OpInput<T>& a, const OpInput<T>& b) {
+    b.grad.add(out.grad().array() * a.value.array());
+    a.grad.add(out.grad().array() * b.value.array());
   }
 };
 Var<double> product(Var<double> a, Var<double> b, Where where = Where::current()) {
@@ -40,10 +40,10 @@ Var<double> product(Var<double> a, Var<double> b, Where where = Where::current()
 struct Doubled {
   static constexpr const char* name = "doubled";
   static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<double>& ctx, const TensorD& x) const { ctx.output(x.shape()).array() = 2 * x.array(); }
-  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
-    x.grad.add(ctx.grad_output().array());
-    x.grad.add(ctx.grad_output().flat());  // a matrix of the flat() view, evaluated into the gradient
+  void forward(Output<double>& out, const TensorD& x) const { out.make(x.shape()).array() = 2 * x.array(); }
+  static void backward(const Output<double>& out, const OpInput<double>& x) {
+    x.grad.add(out.grad().array());
+    x.grad.add(out.grad().flat());  // a matrix of the flat() view, evaluated into the gradient
   }
 };
 
@@ -57,14 +57,14 @@ struct RowScale {
   };
   inline static int x_work = 0, w_work = 0;
   inline static bool forward_needs_grad = false;
-  void forward(ForwardContext<double, Saved>& ctx, const TensorD& x, const TensorD& w) const {
-    forward_needs_grad = ctx.needs_grad();
-    ctx.output(x.shape()).flat().array() = x.flat().array().rowwise() * w.array().transpose();
-    ctx.saved().needs_grad = ctx.needs_grad();
+  void forward(Output<double, Saved>& out, const TensorD& x, const TensorD& w) const {
+    forward_needs_grad = out.needs_grad();
+    out.make(x.shape()).flat().array() = x.flat().array().rowwise() * w.array().transpose();
+    out.saved().needs_grad = out.needs_grad();
   }
-  static void backward(BackwardContext<double, Saved>& ctx, const OpInput<double>& x, const OpInput<double>& w) {
-    CHECK(ctx.saved().needs_grad);
-    const auto dY = ctx.grad_output().flat().array();
+  static void backward(const Output<double, Saved>& out, const OpInput<double>& x, const OpInput<double>& w) {
+    CHECK(out.saved().needs_grad);
+    const auto dY = out.grad().flat().array();
     if (x.grad) {
       ++x_work;
       x.grad.add(dY.rowwise() * w.value.array().transpose());
@@ -81,24 +81,24 @@ struct RowScale {
 struct NoOutput {
   static constexpr const char* name = "no_output";
   static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<double>&, const TensorD&) const {}
-  static void backward(BackwardContext<double>&, const OpInput<double>&) {}
+  void forward(Output<double>&, const TensorD&) const {}
+  static void backward(const Output<double>&, const OpInput<double>&) {}
 };
 struct OutputTwice {
   static constexpr const char* name = "output_twice";
   static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<double>& ctx, const TensorD& x) const {
-    ctx.output(x.shape());
-    ctx.output(x.shape());
+  void forward(Output<double>& out, const TensorD& x) const {
+    out.make(x.shape());
+    out.make(x.shape());
   }
-  static void backward(BackwardContext<double>&, const OpInput<double>&) {}
+  static void backward(const Output<double>&, const OpInput<double>&) {}
 };
 struct WrongGradientSize {
   static constexpr const char* name = "wrong_size";
   static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<double>& ctx, const TensorD& x) const { ctx.output(x.shape()).array() = x.array(); }
-  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
-    x.grad.add(ctx.grad_output().array().head(3));
+  void forward(Output<double>& out, const TensorD& x) const { out.make(x.shape()).array() = x.array(); }
+  static void backward(const Output<double>& out, const OpInput<double>& x) {
+    x.grad.add(out.grad().array().head(3));
   }
 };
 // Saves its state on the first recording only (a bug: the backward reads it every time).
@@ -109,13 +109,13 @@ struct SavesOnce {
     double factor = 0;
   };
   inline static bool saved_before = false;
-  void forward(ForwardContext<double, Saved>& ctx, const TensorD& x) const {
-    ctx.output(x.shape()).array() = 3 * x.array();
-    if (!saved_before) ctx.saved().factor = 3;
+  void forward(Output<double, Saved>& out, const TensorD& x) const {
+    out.make(x.shape()).array() = 3 * x.array();
+    if (!saved_before) out.saved().factor = 3;
     saved_before = true;
   }
-  static void backward(BackwardContext<double, Saved>& ctx, const OpInput<double>& x) {
-    x.grad.add(ctx.saved().factor * ctx.grad_output().array());
+  static void backward(const Output<double, Saved>& out, const OpInput<double>& x) {
+    x.grad.add(out.saved().factor * out.grad().array());
   }
 };
 
@@ -123,17 +123,17 @@ struct SavesOnce {
 struct Reciprocal {
   static constexpr const char* name = "reciprocal";
   static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<double>& ctx, const TensorD& x) const { ctx.output(x.shape()).array() = 1 / x.array(); }
-  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
-    x.grad.add(-ctx.grad_output().array() * ctx.output().array().square());
+  void forward(Output<double>& out, const TensorD& x) const { out.make(x.shape()).array() = 1 / x.array(); }
+  static void backward(const Output<double>& out, const OpInput<double>& x) {
+    x.grad.add(-out.grad().array() * out.value().array().square());
   }
 };
 struct NanBackward {
   static constexpr const char* name = "nan_backward";
   static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<double>& ctx, const TensorD& x) const { ctx.output(x.shape()).array() = x.array(); }
-  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
-    x.grad.add(ctx.grad_output().array() * std::numeric_limits<double>::quiet_NaN());
+  void forward(Output<double>& out, const TensorD& x) const { out.make(x.shape()).array() = x.array(); }
+  static void backward(const Output<double>& out, const OpInput<double>& x) {
+    x.grad.add(out.grad().array() * std::numeric_limits<double>::quiet_NaN());
   }
 };
 
@@ -206,9 +206,9 @@ TEST_CASE("function: misused arguments and contexts are errors naming the op and
                        UsageError);
   CHECK_THROWS_WITH_AS(product(x, tape.input(TensorD(Shape::vec(3)))), "product: a is 2x2 but b is 3", ShapeError);
   CHECK(tape.size() == before + 1);  // the input made for the call, not the refused op
-  CHECK_THROWS_WITH_AS(apply(NoOutput{}, {x}), "no_output: its forward returned without calling output(shape)",
+  CHECK_THROWS_WITH_AS(apply(NoOutput{}, {x}), "no_output: its forward returned without calling make(shape)",
                        UsageError);
-  CHECK_THROWS_WITH_AS(apply(OutputTwice{}, {x}), "output_twice: its forward asked for output() twice", UsageError);
+  CHECK_THROWS_WITH_AS(apply(OutputTwice{}, {x}), "output_twice: its forward called make(shape) twice", UsageError);
   CHECK(tape.size() == before + 1);
   Var<double> y = apply(WrongGradientSize{}, {x});
   CHECK_THROWS_WITH_AS(tape.backward(sum(y)),
@@ -271,12 +271,12 @@ namespace {
 struct RowsCopy {
   static constexpr const char* name = "rows_copy";
   static constexpr const char* inputs[] = {"a", "b"};
-  void forward(ForwardContext<double>& ctx, const TensorD& a, const TensorD& b) const {
-    ctx.output(a.shape()).array() = a.array() * b.array();
+  void forward(Output<double>& out, const TensorD& a, const TensorD& b) const {
+    out.make(a.shape()).array() = a.array() * b.array();
   }
   // Forward was y = a b. The rule takes b's pieces first, so with one node as both inputs the second adds.
-  static void backward(BackwardContext<double>& ctx, const OpInput<double>& a, const OpInput<double>& b) {
-    const auto dY = ctx.grad_output().flat();
+  static void backward(const Output<double>& out, const OpInput<double>& a, const OpInput<double>& b) {
+    const auto dY = out.grad().flat();
     const GradWrite<double> db = detail::pieces(b.grad), da = detail::pieces(a.grad);
     for (Index r = 0; r < dY.rows(); ++r) {
       if (db) db.add(db.tensor->flat().row(r).array(), dY.row(r).array() * a.value.flat().row(r).array());
@@ -289,9 +289,9 @@ struct RowsCopy {
 struct First {
   static constexpr const char* name = "first";
   static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<double>& ctx, const TensorD& x) const { ctx.output(Shape::scalar())[0] = x[0]; }
-  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
-    if (TensorD* dx = detail::pieces(x.grad).zeroed()) (*dx)[0] += ctx.grad_output()[0];
+  void forward(Output<double>& out, const TensorD& x) const { out.make(Shape::scalar())[0] = x[0]; }
+  static void backward(const Output<double>& out, const OpInput<double>& x) {
+    if (TensorD* dx = detail::pieces(x.grad).zeroed()) (*dx)[0] += out.grad()[0];
   }
 };
 
@@ -299,16 +299,16 @@ struct First {
 struct SumOfList {
   static constexpr const char* name = "sum_of_list";
   static constexpr const char* inputs[] = {"term"};
-  void forward(ForwardContext<double>& ctx, const ValueList<double>& terms) const {
+  void forward(Output<double>& out, const ValueList<double>& terms) const {
     for (std::size_t k = 1; k < terms.size(); ++k)
       if (terms[k].shape() != terms[0].shape())
         fail<ShapeError>("sum_of_list: term {} is {} but term 0 is {}", k, terms[k].shape(), terms[0].shape());
-    TensorD& y = ctx.output(terms[0].shape());
+    TensorD& y = out.make(terms[0].shape());
     y.array() = terms[0].array();
     for (std::size_t k = 1; k < terms.size(); ++k) y.array() += terms[k].array();
   }
-  static void backward(BackwardContext<double>& ctx, const InputList<double>& terms) {
-    for (std::size_t k = 0; k < terms.size(); ++k) terms[k].grad.add(ctx.grad_output().array());
+  static void backward(const Output<double>& out, const InputList<double>& terms) {
+    for (std::size_t k = 0; k < terms.size(); ++k) terms[k].grad.add(out.grad().array());
   }
 };
 
@@ -372,8 +372,8 @@ namespace {
 struct ShortPiece {
   static constexpr const char* name = "short_piece";
   static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<double>& ctx, const TensorD& x) const { ctx.output(x.shape()).array() = x.array(); }
-  static void backward(BackwardContext<double>&, const OpInput<double>& x) {
+  void forward(Output<double>& out, const TensorD& x) const { out.make(x.shape()).array() = x.array(); }
+  static void backward(const Output<double>&, const OpInput<double>& x) {
     const GradWrite<double> dx = detail::pieces(x.grad);
     const Eigen::ArrayXd three = Eigen::ArrayXd::Ones(3);
     dx.add(dx.tensor->array(), three);
@@ -384,9 +384,9 @@ struct ShortPiece {
 struct ShortPart {
   static constexpr const char* name = "short_part";
   static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<double>& ctx, const TensorD& x) const { ctx.output(x.shape()).array() = x.array(); }
-  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
-    x.grad.add([&](Index from, Index count) { return ctx.grad_output().array().segment(from, count - 1); });
+  void forward(Output<double>& out, const TensorD& x) const { out.make(x.shape()).array() = x.array(); }
+  static void backward(const Output<double>& out, const OpInput<double>& x) {
+    x.grad.add([&](Index from, Index count) { return out.grad().array().segment(from, count - 1); });
   }
 };
 
@@ -394,23 +394,27 @@ struct ShortPart {
 struct LeavesLast {
   static constexpr const char* name = "leaves_last";
   static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<double>& ctx, const TensorD& x) const {
-    TensorD& y = ctx.output(x.shape());
+  void forward(Output<double>& out, const TensorD& x) const {
+    TensorD& y = out.make(x.shape());
     for (Index i = 0; i + 1 < x.numel(); ++i) y[i] = x[i];
   }
-  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) { x.grad.add(ctx.grad_output().array()); }
+  static void backward(const Output<double>& out, const OpInput<double>& x) { x.grad.add(out.grad().array()); }
 };
 
-// An op whose forward records another op (scale of a Var it was given) after its output() (finding 08).
+// An op whose forward records another op (scale of a Var it was given), after its make() or before it
+// (finding 08), or a leaf before it.
 struct RecordsInside {
   static constexpr const char* name = "records_inside";
   static constexpr const char* inputs[] = {"x"};
   Var<double> other;
-  void forward(ForwardContext<double>& ctx, const TensorD& x) const {
-    ctx.output(x.shape()).array() = x.array();
+  enum When { after_make, before_make, leaf_before_make } when = after_make;
+  void forward(Output<double>& out, const TensorD& x) const {
+    if (when == before_make) scale(other, 2.0);
+    if (when == leaf_before_make) other.tape->constant(x);
+    out.make(x.shape()).array() = x.array();
     scale(other, 2.0);
   }
-  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) { x.grad.add(ctx.grad_output().array()); }
+  static void backward(const Output<double>& out, const OpInput<double>& x) { x.grad.add(out.grad().array()); }
 };
 
 }  // namespace
@@ -450,12 +454,21 @@ TEST_CASE("function: an op recorded inside another op's forward is refused namin
   Var<double> x = tape.input(TensorD(Shape::vec(2), {1.0, 2.0}));
   Var<double> y = scale(x, 3.0);
   const auto before = tape.size();
-  const std::string message = fmt::format(
-      "scale: recorded on the tape while the forward of records_inside (recorded at tests/test_function.cpp:{}) "
-      "runs, after its output(); an op's forward computes its output from its inputs' values and records nothing "
-      "(record other ops before or after it)",
-      __LINE__ + 1);
-  CHECK_THROWS_WITH_AS(apply(RecordsInside{.other = x}, {y}), message.c_str(), UsageError);
+  const auto record = [&](RecordsInside::When when) { return apply(RecordsInside{.other = x, .when = when}, {y}); };
+  const int line = __LINE__ - 1;
+  const auto message = [&](const char* inner) {
+    return fmt::format(
+        "{}: recorded on the tape while the forward of records_inside (recorded at tests/test_function.cpp:{}) "
+        "runs; an op's forward computes its output from its inputs' values and records nothing (record other ops "
+        "before or after it)",
+        inner, line);
+  };
+  CHECK_THROWS_WITH_AS(record(RecordsInside::after_make), message("scale").c_str(), UsageError);
+  CHECK(tape.size() == before);
+  // From the forward's first line: before its make(), an op or a leaf.
+  CHECK_THROWS_WITH_AS(record(RecordsInside::before_make), message("scale").c_str(), UsageError);
+  CHECK(tape.size() == before);
+  CHECK_THROWS_WITH_AS(record(RecordsInside::leaf_before_make), message("constant").c_str(), UsageError);
   CHECK(tape.size() == before);
   // The tape is as it was: the next op records and its Var reads its own values.
   Var<double> z = scale(y, 2.0);

@@ -200,19 +200,19 @@ struct UserRmsNorm {  // y = x r g, r = 1 / sqrt(mean(x^2) + eps) per row
   struct Saved {
     TensorT<T> inv_rms, coefficient;  // (rows, 1)
   };
-  void forward(ForwardContext<T, Saved>& ctx, const TensorT<T>& x, const TensorT<T>& gain) const {
-    TensorT<T>& y = ctx.output(x.shape());
-    TensorT<T>& r = ctx.saved().inv_rms;
+  void forward(Output<T, Saved>& out, const TensorT<T>& x, const TensorT<T>& gain) const {
+    TensorT<T>& y = out.make(x.shape());
+    TensorT<T>& r = out.saved().inv_rms;
     r.resize(Shape::mat(x.shape().flat_rows(), 1));
     const auto X = x.flat().array();
     r.array() = (X.square().rowwise().mean() + T(1e-6)).rsqrt();
     y.flat().array() = (X.colwise() * r.array()).rowwise() * gain.array().transpose();
   }
   // dgain += sum over rows of dy x r;  dx += r (g dy) - x r^3 mean(g dy x)
-  static void backward(BackwardContext<T, Saved>& ctx, const OpInput<T>& x, const OpInput<T>& gain) {
-    Saved& saved = ctx.saved();
+  static void backward(const Output<T, Saved>& out, const OpInput<T>& x, const OpInput<T>& gain) {
+    Saved& saved = out.saved();
     const auto X = x.value.flat().array();
-    const auto dY = ctx.grad_output().flat().array();
+    const auto dY = out.grad().flat().array();
     const auto r = saved.inv_rms.array();
     gain.grad.add(((dY * X).colwise() * r).colwise().sum());
     if (!x.grad) return;

@@ -16,14 +16,14 @@ namespace {
 struct SoftmaxWithoutBackward {
   static constexpr const char* name = "softmax_no_backward";
   static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<double>& ctx, const TensorD& x) const {
-    TensorD& y = ctx.output(x.shape());
+  void forward(Output<double>& out, const TensorD& x) const {
+    TensorD& y = out.make(x.shape());
     for (Index r = 0; r < x.shape().flat_rows(); ++r) {
       auto row = x.flat().row(r).array();
       y.flat().row(r).array() = (row - row.maxCoeff()).exp() / (row - row.maxCoeff()).exp().sum();
     }
   }
-  static void backward(BackwardContext<double>&, const OpInput<double>&) {}  // forgotten
+  static void backward(const Output<double>&, const OpInput<double>&) {}  // forgotten
 };
 Var<double> softmax_without_backward(Var<double> x, Where where = Where::current()) {
   return apply(SoftmaxWithoutBackward{}, {x}, where);
@@ -33,9 +33,9 @@ Var<double> softmax_without_backward(Var<double> x, Where where = Where::current
 struct WrongSquare {
   static constexpr const char* name = "wrong_square";
   static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<double>& ctx, const TensorD& x) const { ctx.output(x.shape()).array() = x.array().square(); }
-  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
-    x.grad.add(ctx.grad_output().array() * x.value.array());  // should be 2x
+  void forward(Output<double>& out, const TensorD& x) const { out.make(x.shape()).array() = x.array().square(); }
+  static void backward(const Output<double>& out, const OpInput<double>& x) {
+    x.grad.add(out.grad().array() * x.value.array());  // should be 2x
   }
 };
 Var<double> wrong_square(Var<double> x, Where where = Where::current()) { return apply(WrongSquare{}, {x}, where); }

@@ -552,12 +552,12 @@ namespace {
 struct ThrowsInPart {
   static constexpr const char* name = "throws_in_part";
   static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<double>& ctx, const TensorD& x) const { ctx.output(x.shape()).array() = x.array(); }
-  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
+  void forward(Output<double>& out, const TensorD& x) const { out.make(x.shape()).array() = x.array(); }
+  static void backward(const Output<double>& out, const OpInput<double>& x) {
     const Index n = x.value.numel();
     x.grad.add([&](Index from, Index count) {
       if (from + count == n) fail<ValueError>("throws_in_part: refused the chunk ending at {}", n);
-      return ctx.grad_output().array().segment(from, count);
+      return out.grad().array().segment(from, count);
     });
   }
 };

@@ -267,15 +267,15 @@ TEST_CASE("tape: a failing op leaves the tape as it was") {
 
 namespace {
 
-// An op whose forward throws after it has recorded its node (output()).
+// An op whose forward throws after its make().
 struct Broken {
   static constexpr const char* name = "broken";
   static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<double>& ctx, const TensorD&) const {
-    ctx.output(Shape::vec(2));
+  void forward(Output<double>& out, const TensorD&) const {
+    out.make(Shape::vec(2));
     throw ValueError("broken: fails after recording");
   }
-  static void backward(BackwardContext<double>&, const OpInput<double>&) {}
+  static void backward(const Output<double>&, const OpInput<double>&) {}
 };
 
 }  // namespace
@@ -330,11 +330,11 @@ namespace {
 struct SquareNan {
   static constexpr const char* name = "square_nan";
   static constexpr const char* inputs[] = {"x"};
-  void forward(ForwardContext<double>& ctx, const TensorD& x) const {
-    ctx.output(x.shape()).array() = x.array().square();
+  void forward(Output<double>& out, const TensorD& x) const {
+    out.make(x.shape()).array() = x.array().square();
   }
-  static void backward(BackwardContext<double>& ctx, const OpInput<double>& x) {
-    x.grad.add(ctx.grad_output().array() * std::numeric_limits<double>::quiet_NaN());
+  static void backward(const Output<double>& out, const OpInput<double>& x) {
+    x.grad.add(out.grad().array() * std::numeric_limits<double>::quiet_NaN());
   }
 };
 Var<double> square_with_nan_backward(Var<double> x, Where where = Where::current()) {
@@ -417,13 +417,13 @@ struct Scaled {
   static constexpr const char* inputs[] = {"x"};
   using Saved = Factor;
   bool save = true;
-  void forward(ForwardContext<double, Saved>& ctx, const TensorD& x) const {
+  void forward(Output<double, Saved>& out, const TensorD& x) const {
     const double s = Saved{}.factor;
-    ctx.output(x.shape()).array() = s * x.array();
-    if (save) ctx.saved().factor = s;
+    out.make(x.shape()).array() = s * x.array();
+    if (save) out.saved().factor = s;
   }
-  static void backward(BackwardContext<double, Saved>& ctx, const OpInput<double>& x) {
-    x.grad.add(ctx.saved().factor * ctx.grad_output().array());
+  static void backward(const Output<double, Saved>& out, const OpInput<double>& x) {
+    x.grad.add(out.saved().factor * out.grad().array());
   }
 };
 template <class Factor>
@@ -451,7 +451,7 @@ TEST_CASE("tape: a backward rule that reads state its forward did not save in th
   const auto unsaved = [](Var<double> x) { return scaled<Tripled>(x, false); };
   const std::string stale = fmt::format(
       "saved: the backward rule of scaled (recorded at tests/test_tape.cpp:{}) asked for saved state that its forward "
-      "did not save in this recording; save it in the forward (ctx.saved())",
+      "did not save in this recording; save it in the forward (out.saved())",
       __LINE__ - 4);
   CHECK_THROWS_WITH_AS(walk(unsaved), stale.c_str(), UsageError);
 }
