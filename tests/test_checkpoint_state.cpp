@@ -458,6 +458,29 @@ TEST_CASE("checkpoint state: a vector of tensors is a part, loaded only into as 
   CHECK(fewer[0] == Tensor(Shape::mat(2, 3)));
 }
 
+TEST_CASE("checkpoint state: a load checks a part against what it declares, not a copy of it: no tensor is taken") {
+  // A model's load_state and load_weights, a vector of tensors' and a user's object's load compare the file's
+  // names, kinds and shapes with what the part declares (State::declarer), without saving its values: a load
+  // does not hold the model twice. TensorBudget counts every tensor buffer taken on this thread.
+  HandLoop source, target;
+  source.run(2);
+  const Checkpoint c = snapshot(source.parts()), ema = snapshot({{"ema", source.average.weights}});
+  const detail::StateIndex index(c), ema_index(ema);
+  std::vector<Tensor> tensors = target.average.weights;
+  {
+    const TensorBudget budget(std::size_t{1} << 30, "load");
+    load_state(target.model, State::reader(index, "model"));
+    load_weights(c, target.model);
+    load_state(target.average, State::reader(index, "average"));
+    load_state(tensors, State::reader(ema_index, "ema"));
+    CHECK(budget.used() == 0);
+  }
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    CHECK(target.model.parameters()[i]->value == source.model.parameters()[i]->value);
+  CHECK(target.average.weights == source.average.weights);
+  CHECK(tensors == source.average.weights);
+}
+
 TEST_CASE("checkpoint state: a refusal and a load report name the first 10 mismatches and count the rest") {
   const std::vector<Tensor> saved(12, Tensor(Shape::vec(2)));
   std::vector<Tensor> wider(12, Tensor(Shape::vec(3)));
