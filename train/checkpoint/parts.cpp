@@ -31,13 +31,15 @@ std::string detail::record_differences(const ModelRecord& file, const ModelRecor
 namespace {
 
 // restore's and load_weights' refusal of the entry `name`, a tensor that holds NaN or Inf as the element type it
-// loads as (`as`): "model: 'model.w' holds 2 non-finite values (NaN or Inf) of 6 as f32 (...)"; "" for none.
+// loads as (`as`): "model: 'w' holds 2 non-finite values (NaN or Inf) of 6 as f32 (...)"; "" for none. The entry
+// is named relative to its part, as the part's other refusals (match_saved's) name it; a part of one value by
+// the part's name (no '.': find gives npos, and npos + 1 is 0).
 std::string non_finite(std::string_view name, const StateValue& v, std::string_view as) {
   const Index bad = as == "f32" ? non_finite_count<float>(v) : non_finite_count<double>(v);
   if (bad == 0) return "";
   return fmt::format(
       "{}: '{}' holds {} non-finite values (NaN or Inf) of {}{} (LoadOptions::allow_non_finite loads it anyway)",
-      escaped(name.substr(0, name.find('.'))), escaped(name), bad, value_count(v),
+      escaped(name.substr(0, name.find('.'))), escaped(name.substr(name.find('.') + 1)), bad, value_count(v),
       as == kind_name(v) ? "" : fmt::format(" as {}", as));
 }
 
