@@ -1094,7 +1094,7 @@ TEST_CASE("checkpoint: NaN or Inf weights are refused on load, naming the parame
   test::Mlp model(mlp_config());
   const auto before = values_of(model);
   CHECK_THROWS_WITH_AS(load_weights(back, model),
-                       "load: model: 'model.out.weight' holds 1 non-finite values (NaN or Inf) of 16 "
+                       "load: model: 'out.weight' holds 1 non-finite values (NaN or Inf) of 16 "
                        "(LoadOptions::allow_non_finite loads it anyway); nothing was loaded",
                        FormatError);
   CHECK(values_of(model) == before);

@@ -156,7 +156,7 @@ TEST_CASE("checkpoint state: a forged or mismatched entry is refused in one line
   refused(c, "average: 'out.weight' is f32 3x2 in the file but f32 8x2 in the part");
   c = good;
   std::get<Tensor>(c.find("average.out.bias")->value)[1] = std::numeric_limits<float>::quiet_NaN();
-  refused(c, "average: 'average.out.bias' holds 1 non-finite values (NaN or Inf)");
+  refused(c, "average: 'out.bias' holds 1 non-finite values (NaN or Inf)");
   c = good;
   std::get<Ints>(c.find("noise")->value).pop_back();
   refused(c, "noise: entry 'noise' holds 3 words; a random stream (xoshiro256**) has 4");
@@ -458,6 +458,29 @@ TEST_CASE("checkpoint state: a vector of tensors is a part, loaded only into as 
   CHECK(fewer[0] == Tensor(Shape::mat(2, 3)));
 }
 
+TEST_CASE("checkpoint state: a load checks a part against what it declares, not a copy of it: no tensor is taken") {
+  // A model's load_state and load_weights, a vector of tensors' and a user's object's load compare the file's
+  // names, kinds and shapes with what the part declares (State::declarer), without saving its values: a load
+  // does not hold the model twice. TensorBudget counts every tensor buffer taken on this thread.
+  HandLoop source, target;
+  source.run(2);
+  const Checkpoint c = snapshot(source.parts()), ema = snapshot({{"ema", source.average.weights}});
+  const detail::StateIndex index(c), ema_index(ema);
+  std::vector<Tensor> tensors = target.average.weights;
+  {
+    const TensorBudget budget(std::size_t{1} << 30, "load");
+    load_state(target.model, State::reader(index, "model"));
+    load_weights(c, target.model);
+    load_state(target.average, State::reader(index, "average"));
+    load_state(tensors, State::reader(ema_index, "ema"));
+    CHECK(budget.used() == 0);
+  }
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    CHECK(target.model.parameters()[i]->value == source.model.parameters()[i]->value);
+  CHECK(target.average.weights == source.average.weights);
+  CHECK(tensors == source.average.weights);
+}
+
 TEST_CASE("checkpoint state: a refusal and a load report name the first 10 mismatches and count the rest") {
   const std::vector<Tensor> saved(12, Tensor(Shape::vec(2)));
   std::vector<Tensor> wider(12, Tensor(Shape::vec(3)));
@@ -522,11 +545,11 @@ TEST_CASE("checkpoint state: a float64 weight past float32's range is refused on
   for (auto* p : target.parameters()) p->value.fill(0.25f);
   const auto before = weights_crc32(snapshot(target));
   CHECK_THROWS_WITH_AS(load_weights(c, target, {.convert_dtype = true}),
-                       "load: model: 'model.out.weight' holds 1 non-finite values (NaN or Inf) of 16 as f32 "
+                       "load: model: 'out.weight' holds 1 non-finite values (NaN or Inf) of 16 as f32 "
                        "(LoadOptions::allow_non_finite loads it anyway); nothing was loaded",
                        FormatError);
   CHECK_THROWS_WITH_AS(restore(c, {{"model", target}}, {.convert_dtype = true}),
-                       doctest::Contains("model: 'model.out.weight' holds 1 non-finite values (NaN or Inf) of 16 as f32"),
+                       doctest::Contains("model: 'out.weight' holds 1 non-finite values (NaN or Inf) of 16 as f32"),
                        FormatError);
   CHECK(weights_crc32(snapshot(target)) == before);
   // An optimizer's float64 buffer narrowed into a float optimizer, the same.

@@ -31,13 +31,15 @@ std::string detail::record_differences(const ModelRecord& file, const ModelRecor
 namespace {
 
 // restore's and load_weights' refusal of the entry `name`, a tensor that holds NaN or Inf as the element type it
-// loads as (`as`): "model: 'model.w' holds 2 non-finite values (NaN or Inf) of 6 as f32 (...)"; "" for none.
+// loads as (`as`): "model: 'w' holds 2 non-finite values (NaN or Inf) of 6 as f32 (...)"; "" for none. The entry
+// is named relative to its part, as the part's other refusals (match_saved's) name it; a part of one value by
+// the part's name (no '.': find gives npos, and npos + 1 is 0).
 std::string non_finite(std::string_view name, const StateValue& v, std::string_view as) {
   const Index bad = as == "f32" ? non_finite_count<float>(v) : non_finite_count<double>(v);
   if (bad == 0) return "";
   return fmt::format(
       "{}: '{}' holds {} non-finite values (NaN or Inf) of {}{} (LoadOptions::allow_non_finite loads it anyway)",
-      escaped(name.substr(0, name.find('.'))), escaped(name), bad, value_count(v),
+      escaped(name.substr(0, name.find('.'))), escaped(name.substr(name.find('.') + 1)), bad, value_count(v),
       as == kind_name(v) ? "" : fmt::format(" as {}", as));
 }
 
@@ -45,28 +47,24 @@ std::string non_finite(std::string_view name, const StateValue& v, std::string_v
 
 LoadReport detail::match_saved(const State& in, const std::function<void(State&)>& save, bool convert,
                                std::string_view holder) {
-  std::vector<StateEntry> mine;
-  State writer = State::writer(mine, "");
-  save(writer);
+  std::vector<EntryForm> mine;
+  State declarer = State::declarer(mine);
+  save(declarer);
   const auto shown = [&](const std::string& name) { return name.empty() ? in.full_name(name) : name; };
   LoadReport report;
   std::set<std::string_view> names;
-  for (const StateEntry& e : mine) {
+  for (const EntryForm& e : mine) {
     names.insert(e.name);
     if (!in.contains(e.name)) {
       report.missing.push_back(shown(e.name));
-      continue;
-    }
-    const StateValue& v = in.value(e.name);
-    const bool same_kind = v.index() == e.value.index();  // or, with equal shapes, both tensors if either is
-    if (tensor_shape(v) != tensor_shape(e.value) || (!same_kind && !(convert && tensor_shape(v))))
-      report.mismatched.push_back(fmt::format("'{}' is {} in the file but {} in {}", escaped(shown(e.name)),
-                                              describe_value(v), describe_value(e.value), holder));
-    else {
+    } else if (const EntryForm file = form_of(e.name, in.value(e.name));  // with `convert`, tensors of equal shapes
+               file.shape != e.shape || (file.kind != e.kind && !(convert && file.shape))) {
+      report.mismatched.push_back(
+          fmt::format("'{}' is {} in the file but {} in {}", escaped(shown(e.name)), file.str(), e.str(), holder));
+    } else {
       report.loaded.push_back(e.name);
-      if (!same_kind)
-        report.converted.push_back(
-            fmt::format("'{}' from {} to {}", escaped(e.name), kind_name(v), kind_name(e.value)));
+      if (file.kind != e.kind)
+        report.converted.push_back(fmt::format("'{}' from {} to {}", escaped(e.name), file.kind, e.kind));
     }
   }
   for (const std::string& name : in.names())
@@ -74,7 +72,7 @@ LoadReport detail::match_saved(const State& in, const std::function<void(State&)
   return report;
 }
 
-void detail::check_like(const State& in, const std::function<void(State&)>& save, std::string_view holder) {
+void detail::check_like(const State& in, std::string_view holder, const std::function<void(State&)>& save) {
   if (const LoadReport report = match_saved(in, save, false, holder); !report.clean())
     throw FormatError(report.problems(holder));
 }
@@ -238,10 +236,8 @@ template <class T>
 LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions options) {
   const detail::StateIndex index(c);  // a Checkpoint built in memory is checked as a file's is
   const State in = State::reader(index, std::string(kModelPart));
-  const auto match = [&](bool convert) {
-    return detail::match_saved(
-        in, [&](State& now) { save_state(model, now); }, convert, "the model");
-  };
+  const std::function<void(State&)> model_saves = [&](State& now) { save_state(model, now); };
+  const auto match = [&](bool convert) { return detail::match_saved(in, model_saves, convert, "the model"); };
   LoadReport report = match(options.convert_dtype);
   if (options.strict && !report.clean())  // the hint where converting would load a weight this load refuses
     fail<FormatError>("load: {}; nothing was loaded{}", report.problems(),
@@ -255,7 +251,8 @@ LoadReport load_weights(const Checkpoint& c, Module<T>& model, LoadOptions optio
         fail<FormatError>("load: {}; nothing was loaded", refused);
   auto next = report.loaded.begin();  // in the order of the parameters, which saved them
   for (Parameter<T>* p : model.parameters())
-    if (next != report.loaded.end() && *next == p->name) p->value.array() = tensor_as<T>(in.value(*next++)).array();
+    if (next != report.loaded.end() && *next == p->name)
+      p->value = tensor_as<T>(in.value(*next++), std::move(p->value));
   return report;
 }
 

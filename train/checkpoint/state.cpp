@@ -16,24 +16,17 @@ std::string_view kind_name(const StateValue& value) {
   return names[value.index()];
 }
 
-std::string describe_value(const StateValue& value) {
-  if (const auto shape = tensor_shape(value)) return fmt::format("{} {}", kind_name(value), *shape);
-  return fmt::format("{} ({})", kind_name(value), value_count(value));
+std::string detail::EntryForm::str() const {
+  return shape ? fmt::format("{} {}", kind, *shape) : fmt::format("{} ({})", kind, count);
 }
 
-std::optional<Shape> tensor_shape(const StateValue& value) {
-  if (const auto* t = std::get_if<TensorT<float>>(&value)) return t->shape();
-  if (const auto* t = std::get_if<TensorT<double>>(&value)) return t->shape();
-  return std::nullopt;
-}
-
-Index value_count(const StateValue& value) {
+detail::EntryForm detail::form_of(std::string name, const StateValue& value) {
   return std::visit(
-      [](const auto& x) -> Index {
-        if constexpr (requires { x.numel(); })
-          return x.numel();
+      [&](const auto& x) -> EntryForm {
+        if constexpr (requires { x.shape(); })
+          return {std::move(name), kind_name(value), x.shape(), x.numel()};
         else
-          return static_cast<Index>(x.size());
+          return {std::move(name), kind_name(value), std::nullopt, static_cast<Index>(x.size())};
       },
       value);
 }
@@ -53,6 +46,7 @@ State State::at(std::string_view name) const {
 }
 
 void State::put(std::string_view name, StateValue value) {
+  if (forms_) return forms_->push_back(detail::form_of(full_name(name), value));
   if (!out_)
     fail<UsageError>("State::put: '{}': this state is read from a checkpoint, not written", escaped(full_name(name)));
   out_->push_back({full_name(name), std::move(value)});

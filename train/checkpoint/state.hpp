@@ -61,23 +61,35 @@ struct StateEntry {
 
 // "f32", "f64", "ints", "numbers", "texts": the kinds a file names.
 std::string_view kind_name(const StateValue& value);
+
+namespace detail {
+// An entry as a part declares it, without its values (State::declarer's): what detail::match_saved compares a
+// file's entries with; form_of(name, value) for an entry that has them.
+struct EntryForm {
+  std::string name;
+  std::string_view kind;       // kind_name's
+  std::optional<Shape> shape;  // a tensor's; nullopt for a list
+  Index count;                 // a tensor's elements, a list's items
+  std::string str() const;     // as describe_value: "f32 2x8", "ints (4)"
+};
+EntryForm form_of(std::string name, const StateValue& value);
+}  // namespace detail
+
 // "f32 2x8", "ints (4)", "texts (1)": kind and size, as messages and `inspect` show an entry.
-std::string describe_value(const StateValue& value);
+inline std::string describe_value(const StateValue& value) { return detail::form_of("", value).str(); }
 // A tensor's shape; nullopt for a list.
-std::optional<Shape> tensor_shape(const StateValue& value);
+inline std::optional<Shape> tensor_shape(const StateValue& value) { return detail::form_of("", value).shape; }
 // How many values an entry holds: a tensor's elements, a list's items.
-Index value_count(const StateValue& value);
+inline Index value_count(const StateValue& value) { return detail::form_of("", value).count; }
 // f(x) for each number of a tensor or a list of numbers, as a double, in order (nothing for other lists).
 template <class F>
 void for_each_number(const StateValue& value, F f) {
-  std::visit(
-      [&](const auto& x) {
-        if constexpr (requires { x.numel(); })
-          for (Index i = 0; i < x.numel(); ++i) f(static_cast<double>(x.data()[i]));
-        else if constexpr (std::is_same_v<std::remove_cvref_t<decltype(x)>, std::vector<double>>)
-          for (double d : x) f(d);
-      },
-      value);
+  if (const auto* t = std::get_if<TensorT<float>>(&value))
+    for (const float x : t->span()) f(static_cast<double>(x));
+  if (const auto* t = std::get_if<TensorT<double>>(&value))
+    for (const double x : t->span()) f(x);
+  if (const auto* list = std::get_if<std::vector<double>>(&value))
+    for (const double x : *list) f(x);
 }
 // How many of those are NaN or Inf, or become so as a T (a float64 past float32's range, narrowed).
 template <class T = double>
@@ -88,18 +100,15 @@ Index non_finite_count(const StateValue& value) {
 }
 
 // A tensor entry as a TensorT<T>, converted from the other element type (f32 to f64 exactly, f64 to f32
-// rounded to nearest); an empty tensor for a list.
+// rounded to nearest), in `out`'s buffer if it has the shape (a parameter's, moved in and back); `out` for a list.
 template <class T>
-TensorT<T> tensor_as(const StateValue& value) {
-  TensorT<T> out;
-  std::visit(
-      [&](const auto& from) {
-        if constexpr (requires { from.shape(); }) {
-          out.resize(from.shape());
-          out.array() = from.array().template cast<T>();
-        }
-      },
-      value);
+TensorT<T> tensor_as(const StateValue& value, TensorT<T> out = {}) {
+  const auto convert = [&](const auto& from) {
+    out.resize(from.shape());
+    out.array() = from.array().template cast<T>();
+  };
+  if (const auto* t = std::get_if<TensorT<float>>(&value)) convert(*t);
+  if (const auto* t = std::get_if<TensorT<double>>(&value)) convert(*t);
   return out;
 }
 
@@ -116,16 +125,20 @@ class State {
   // Adds an entry. Tensors keep their element type; a single integer, number or text is a list of one (a 64-bit
   // unsigned one as its bits: `inspect` shows 2^63 and above as negative, get() gives it back whole).
   void put(std::string_view name, StateValue value);
-  template <std::integral I>
-  void put(std::string_view name, I value) {
-    put(name, StateValue(std::vector<std::int64_t>{static_cast<std::int64_t>(value)}));
-  }
-  template <std::floating_point F>
-  void put(std::string_view name, F value) {
-    put(name, StateValue(std::vector<double>{static_cast<double>(value)}));
+  template <class V>
+  requires std::is_arithmetic_v<V>
+  void put(std::string_view name, V value) {
+    using Item = std::conditional_t<std::is_integral_v<V>, std::int64_t, double>;  // as get() reads it
+    put(name, StateValue(std::vector<Item>{static_cast<Item>(value)}));
   }
   void put(std::string_view name, std::string_view text) {
     put(name, StateValue(std::vector<std::string>{std::string(text)}));
+  }
+  // A tensor: copied (put StateValue(std::move(t)) moves one), or, into a State::declarer, its kind and shape alone.
+  template <class T>
+  void put(std::string_view name, const TensorT<T>& tensor) {
+    if (!forms_) return put(name, StateValue(tensor));
+    forms_->push_back({full_name(name), kind_name(TensorT<T>()), tensor.shape(), tensor.numel()});
   }
 
   // The entry's value: V is a kind (TensorT<float>, TensorT<double>, std::vector of std::int64_t, double or
@@ -165,13 +178,17 @@ class State {
   // For the library: a State that adds to `out`, or reads from `in`, under `prefix` ("" for the whole).
   static State writer(std::vector<StateEntry>& out, std::string prefix) { return {&out, nullptr, std::move(prefix)}; }
   static State reader(const detail::StateIndex& in, std::string prefix) { return {nullptr, &in, std::move(prefix)}; }
+  // A State that records what is put into it without the values (the names, kinds and shapes), into `out`.
+  static State declarer(std::vector<detail::EntryForm>& out) { return {nullptr, nullptr, "", &out}; }
 
  private:
-  State(std::vector<StateEntry>* out, const detail::StateIndex* in, std::string prefix)
-      : out_(out), in_(in), prefix_(std::move(prefix)) {}
+  State(std::vector<StateEntry>* out, const detail::StateIndex* in, std::string prefix,
+        std::vector<detail::EntryForm>* forms = nullptr)
+      : out_(out), in_(in), prefix_(std::move(prefix)), forms_(forms) {}
   std::vector<StateEntry>* out_ = nullptr;
   const detail::StateIndex* in_ = nullptr;
   std::string prefix_;
+  std::vector<detail::EntryForm>* forms_ = nullptr;
 };
 
 // ---- the library's objects' entries ------------------------------------------------------------------
@@ -219,14 +236,14 @@ auto file_settings(F f) {
   }
 }
 
-// The entries of `in` against what `save` saves now: the same names, kinds and tensor shapes (with `convert`, a
-// tensor of the other element type converts), named relative to the part. `loaded` and `converted` name the
-// entries that match, the rest are `missing`, `unexpected` or `mismatched` ("'w' is f32 2x3 in the file but
-// f32 3x2 in <holder>").
+// The entries of `in` against what `save` saves now, declared without its values (State::declarer): the same
+// names, kinds and tensor shapes (with `convert`, a tensor of the other element type converts), named relative
+// to the part. `loaded` and `converted` name the entries that match, the rest are `missing`, `unexpected` or
+// `mismatched` ("'w' is f32 2x3 in the file but f32 3x2 in <holder>").
 LoadReport match_saved(const State& in, const std::function<void(State&)>& save, bool convert, std::string_view holder);
 // FormatError LoadReport::problems(holder) unless match_saved finds `in` like what `save` saves: what the model
 // and a user's object are checked against before they read it.
-void check_like(const State& in, const std::function<void(State&)>& save, std::string_view holder = "the part");
+void check_like(const State& in, std::string_view holder, const std::function<void(State&)>& save);
 
 }  // namespace detail
 
@@ -241,8 +258,7 @@ void save_state(const Module<T>& model, State& out) {
 }
 template <class T>
 void load_state(Module<T>& model, const State& in) {
-  detail::check_like(
-      in, [&](State& now) { save_state(model, now); }, "the model");
+  detail::check_like(in, "the model", [&](State& now) { save_state(model, now); });
   for (Parameter<T>* p : model.parameters()) p->value.array() = in.get<TensorT<T>>(p->name).array();  // in place
 }
 template <class T>
@@ -271,7 +287,7 @@ void save_state(const std::vector<TensorT<T>>& tensors, State& out) {
 }
 template <class T>
 void load_state(std::vector<TensorT<T>>& tensors, const State& in) {
-  detail::check_like(in, [&](State& now) { save_state(tensors, now); });
+  detail::check_like(in, "the part", [&](State& now) { save_state(tensors, now); });
   for (std::size_t i = 0; i < tensors.size(); ++i) tensors[i] = in.get<TensorT<T>>(std::to_string(i));
 }
 template <std::integral I>
@@ -287,7 +303,7 @@ void save_state(const X& object, State& out) { object.save_state(out); }
 template <class X>
 requires requires(X& object, const State& in) { object.load_state(in); }
 void load_state(X& object, const State& in) {
-  detail::check_like(in, [&](State& now) { object.save_state(now); });
+  detail::check_like(in, "the part", [&](State& now) { object.save_state(now); });
   object.load_state(in);
 }
 
