@@ -95,9 +95,8 @@ OptimizerState<T> Optimizer<T>::state() const {
 
 template <class T>
 void Optimizer<T>::check_state(const OptimizerState<T>& s, std::string_view op) const {
-  const std::string_view mine = kind_;
-  if (s.kind != mine)
-    fail<ValueError>("{}: the state is from '{}' but this optimizer is '{}'", op, escaped(s.kind), mine);
+  if (s.kind != kind_)
+    fail<ValueError>("{}: the state is from '{}' but this optimizer is '{}'", op, escaped(s.kind), kind_);
   const ScheduleRecord schedule = schedule_->record();
   if (!(s.schedule == schedule))
     fail<ValueError>("{}: the state's schedule is {} but this optimizer's is {}", op, s.schedule.describe(),
@@ -105,12 +104,15 @@ void Optimizer<T>::check_state(const OptimizerState<T>& s, std::string_view op) 
 
   // Names first, all of them in one message: hyperparameters, parameters, buffers.
   std::vector<std::string> problems, ours, theirs, model, saved;
-  for (const auto& h : hyperparameters()) ours.push_back(h.name);
-  for (const auto& h : saved_form(s.hyperparameters)) theirs.push_back(h.name);
+  // A field whose absence means its default counts as present on both sides: a value, not a name, may differ.
+  for (const Settings& h : {hyperparameters(), absent_defaults()})
+    for (const Setting& setting : h) ours.push_back(setting.name);
+  for (const Settings& h : {s.hyperparameters, absent_defaults()})
+    for (const Setting& setting : h) theirs.push_back(setting.name);
   for (const Parameter<T>* p : params_) model.push_back(p->name);
   for (const auto& entry : s.per_param) saved.push_back(entry.first);
   only_in(ours, theirs, "hyperparameters missing from the state", problems);
-  only_in(theirs, ours, fmt::format("hyperparameters unknown to {}", mine), problems);
+  only_in(theirs, ours, fmt::format("hyperparameters unknown to {}", kind_), problems);
   only_in(model, saved, "parameters missing from the state", problems);
   only_in(saved, model, "parameters in the state but not in the model", problems);
 
@@ -132,7 +134,7 @@ void Optimizer<T>::check_state(const OptimizerState<T>& s, std::string_view op) 
         missing_buffers.push_back(fmt::format("'{}' {}", p->name, buffer));
   }
   if (!unknown_buffers.empty())
-    problems.push_back(fmt::format("buffers unknown to {} (it keeps {}): {}", mine, fmt::join(buffer_names_, ", "),
+    problems.push_back(fmt::format("buffers unknown to {} (it keeps {}): {}", kind_, fmt::join(buffer_names_, ", "),
                                    fmt::join(unknown_buffers, ", ")));
   if (!missing_buffers.empty())
     problems.push_back(fmt::format("buffers missing from the state: {}", fmt::join(missing_buffers, ", ")));
@@ -242,7 +244,7 @@ std::unique_ptr<Optimizer<T>> make_optimizer(OptimizerKind kind, std::vector<Par
 }
 
 Settings default_hyperparameters(OptimizerKind kind) {
-  return kind == OptimizerKind::sgd ? all_settings(SgdOptions{}) : all_settings(AdamOptions{});
+  return kind == OptimizerKind::sgd ? to_settings(SgdOptions{}) : to_settings(AdamOptions{});
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -96,8 +96,8 @@ struct AdamOptions {
   // Which parameters the decay applies to. A field whose absence means its default (core/settings.hpp): a
   // state saves it, as "decay_on = matrices", only when it is not `all`, so that one that decays every
   // parameter saves, prints and loads exactly what it did before the choice existed, and settings without
-  // it are read as `all` ("decay_on = all", given explicitly, too). A state and an optimizer that differ in
-  // it are refused by load_state (the name is missing on one side).
+  // it are read as `all` ("decay_on = all", given explicitly, too). load_state sets it from the state, as it
+  // sets every hyperparameter.
   DecayOn decay_on = DecayOn::all;
 
   template <class S, class F>
@@ -170,7 +170,8 @@ class Optimizer {
   const LrSchedule& schedule() const { return *schedule_; }
   std::int64_t steps_taken() const { return step_; }
   const std::vector<Parameter<T>*>& params() const { return params_; }
-  // The hyperparameters, as saved: the options' fields in order.
+  // The hyperparameters, as saved: the options' fields in order (one whose absence means its default only
+  // when it is not that default).
   virtual Settings hyperparameters() const = 0;
   // "adam (lr 0.01, beta1 0.9, ...), schedule constant"
   std::string describe() const {
@@ -198,9 +199,9 @@ class Optimizer {
   // or one is invalid (each message starting "<op>: "); apply_hyperparameters() then sets them.
   virtual void check_hyperparameters(const Settings& h, std::string_view op) const = 0;
   virtual void apply_hyperparameters(const Settings& h) = 0;
-  // Settings as state() saves them: without a field whose absence means its default where it holds that
-  // default (core/settings.hpp), so that load_state compares a state's names as saved ("decay_on = all" is none).
-  virtual Settings saved_form(const Settings& h) const { return h; }
+  // The options' fields that settings may leave out, at their defaults (core/settings.hpp): load_state
+  // counts them present on both sides, so a field's absence is never a name missing.
+  virtual Settings absent_defaults() const = 0;
 
   // f(slice) over every parameter's elements in ranges, in one parallel region for the whole update rather
   // than one per parameter (a region is a start and a wait: docs/performance.md); a parameter's buffers are
@@ -281,7 +282,11 @@ class OptimizerWith : public Optimizer<T> {
     (void)this->schedule().lr_at(lr, this->steps_taken());  // and the schedule must still fit it
     options_ = changed;
   }
-  Settings hyperparameters() const override { return to_settings(options_); }
+  Settings hyperparameters() const override {
+    Settings saved = to_settings(options_);
+    for (const Setting& d : absent_defaults()) std::erase(saved, d);
+    return saved;
+  }
 
  protected:
   OptimizerWith(std::vector<Parameter<T>*> params, O options, std::string kind, std::vector<std::string> buffer_names)
@@ -296,7 +301,14 @@ class OptimizerWith : public Optimizer<T> {
 
   void check_hyperparameters(const Settings& h, std::string_view op) const final { (void)read(h, op); }
   void apply_hyperparameters(const Settings& h) final { options_ = read(h, "load_state"); }
-  Settings saved_form(const Settings& h) const final { return without_defaults<O>(h); }
+  Settings absent_defaults() const final {
+    Settings out;
+    const O defaults{};
+    O::fields(defaults, [&](const char* name, const auto& value, const char*, Bounds bounds = {}) {
+      if (bounds.may_be_absent) out.push_back({name, to_text(value)});
+    });
+    return out;
+  }
 
   O options_;
 
