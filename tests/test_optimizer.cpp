@@ -806,12 +806,10 @@ struct ProbeOptions {
   }
 };
 
-class Probe final : public OptimizerWith<double, ProbeOptions> {
+class Probe final : public OptimizerWith<Probe, double, ProbeOptions> {
  public:
   explicit Probe(std::vector<Parameter<double>*> params) : OptimizerWith(std::move(params), {}, "probe", {"visits", "fresh"}) {}
-
- private:
-  void update(const ProbeOptions& o, std::int64_t t, ParamSlice<double> s) const override {
+  static void update(const ProbeOptions& o, std::int64_t t, ParamSlice<double> s) {
     s.value += o.lr * static_cast<double>(t);  // p += rate_t t
     s.buffer(0) += 1;
     if (s.fresh) s.buffer(1) += 1;

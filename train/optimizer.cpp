@@ -163,7 +163,7 @@ void Optimizer<T>::load_state(const OptimizerState<T>& s, std::string_view op) {
 // SGD
 
 template <class T>
-void SGD<T>::update(const SgdOptions& o, std::int64_t, ParamSlice<T> s) const {
+void SGD<T>::update(const SgdOptions& o, std::int64_t, ParamSlice<T> s) {
   const T lr = static_cast<T>(o.lr), momentum = static_cast<T>(o.momentum);
   const T keep = static_cast<T>(1 - o.dampening), weight_decay = static_cast<T>(o.weight_decay);
   auto p = s.value;
@@ -192,14 +192,8 @@ void SGD<T>::update(const SgdOptions& o, std::int64_t, ParamSlice<T> s) const {
 // ---------------------------------------------------------------------------------------------
 // Adam, AdamW
 
-template <class T>
-Adam<T>::Adam(std::vector<Parameter<T>*> params, AdamOptions options, OptimizerKind kind)
-    : OptimizerWith<T, AdamOptions>(std::move(params), options, std::string(to_string(kind)),
-                                    {"exp_avg", "exp_avg_sq"}),
-      decoupled_decay_(kind == OptimizerKind::adamw) {}
-
-template <class T>
-void Adam<T>::update(const AdamOptions& o, std::int64_t step, ParamSlice<T> s) const {
+template <class T, bool Decoupled>
+void AdamOf<T, Decoupled>::update(const AdamOptions& o, std::int64_t step, ParamSlice<T> s) {
   const double t = static_cast<double>(step);
   const double bias_correction1 = 1 - std::pow(o.beta1, t);  // 1 - beta1^t
   const double bias_correction2 = 1 - std::pow(o.beta2, t);  // 1 - beta2^t
@@ -212,14 +206,14 @@ void Adam<T>::update(const AdamOptions& o, std::int64_t step, ParamSlice<T> s) c
   auto p = s.value;
   auto m = s.buffer(0), v = s.buffer(1);
   // AdamW: p *= 1 - lr wd (torch does it even for wd = 0: a no-op, so skipping it changes no bit)
-  if (decoupled_decay_ && decays) p *= static_cast<T>(1 - o.lr * o.weight_decay);
+  if (Decoupled && decays) p *= static_cast<T>(1 - o.lr * o.weight_decay);
   auto update = [&](const auto& g) {
     m = beta1 * m + one_minus_beta1 * g;        // m = beta1 m + (1 - beta1) g
     v = beta2 * v + (one_minus_beta2 * g) * g;  // v = beta2 v + (1 - beta2) g^2
     // p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
     p += (neg_step_size * m) / (v.sqrt() / bias_correction2_sqrt + eps);
   };
-  if (!decoupled_decay_ && o.weight_decay != 0 && decays)
+  if (!Decoupled && o.weight_decay != 0 && decays)
     update(s.grad + weight_decay * p);  // Adam: g = grad + wd p
   else
     update(s.grad);
@@ -271,10 +265,10 @@ template class Optimizer<float>;
 template class Optimizer<double>;
 template class SGD<float>;
 template class SGD<double>;
-template class Adam<float>;
-template class Adam<double>;
-template class AdamW<float>;
-template class AdamW<double>;
+template class AdamOf<float, false>;
+template class AdamOf<double, false>;
+template class AdamOf<float, true>;
+template class AdamOf<double, true>;
 template std::unique_ptr<Optimizer<float>> make_optimizer(OptimizerKind, std::vector<Parameter<float>*>,
                                                           const Settings&);
 template std::unique_ptr<Optimizer<double>> make_optimizer(OptimizerKind, std::vector<Parameter<double>*>,
