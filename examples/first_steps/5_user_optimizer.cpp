@@ -64,10 +64,7 @@ class Lion final : public OptimizerWith<Lion, float, LionOptions> {
 struct Net : Module<float> {
   Rng rng{0};  // the initial weights
   Linear<float> hidden{"hidden", {.in = 1, .out = 32}, rng}, out{"out", {.in = 32, .out = 1}, rng};
-  Net() {
-    register_child(hidden);
-    register_child(out);
-  }
+  Net() { register_children(hidden, out); }
   Var<float> forward(Var<float> x) { return out.forward(tanh(hidden.forward(x))); }
 };
 
