@@ -19,10 +19,10 @@
 //
 // A field may be one whose absence means its default: declared with absent_means_default as its
 // bounds (AdamOptions' decay_on: `field("decay_on", s.decay_on, "...", absent_means_default)`),
-// to_settings writes it only when it is not its default (the struct's own initializer), so settings that
-// were saved before the field existed are what a struct at its default saves today; from_settings takes it
-// absent as that default, and present as any field (its default given explicitly is the default).
-// all_settings writes it always: the form that overrides and flags start from (a program's --decay-on).
+// from_settings takes it absent as that default (the struct's own initializer), and present as any field,
+// so settings written before the field existed still read. to_settings writes every field; an optimizer's
+// state leaves out such a field where it holds its default (OptimizerWith, train/optimizer.hpp), so that
+// it saves what it saved before the field existed.
 //
 // Values are written so that they read back exactly: doubles in the shortest form that round-trips,
 // integers in decimal, bools as true/false, enums by their names (core/enum_names.hpp), strings as they are.
@@ -151,31 +151,14 @@ std::string kind_of_value() {
 
 // ---- whole structs ----------------------------------------------------------------------------------
 
-// S's fields with their current values, in declaration order, every one: what overrides start from.
+// S's fields with their current values, in declaration order, every one.
 template <class S>
-Settings all_settings(const S& s) {
+Settings to_settings(const S& s) {
   Settings out;
   S::fields(s, [&](const char* name, const auto& value, const char*, Bounds = {}) {
     out.push_back({name, to_text(value)});
   });
   return out;
-}
-
-// `settings` without a field that may be absent where it holds its default, as to_settings writes them.
-template <class S>
-Settings without_defaults(Settings settings) {
-  const S defaults{};
-  S::fields(defaults, [&](const char* name, const auto& value, const char*, Bounds bounds = {}) {
-    if (bounds.may_be_absent) std::erase(settings, Setting{name, to_text(value)});
-  });
-  return settings;
-}
-
-// S's fields with their current values, in declaration order, but a field that may be absent only when
-// it is not its default: the settings a state saves and `inspect` prints.
-template <class S>
-Settings to_settings(const S& s) {
-  return without_defaults<S>(all_settings(s));
 }
 
 // Throws ValueError "<what>: <field> must be <bounds>, got <value>" for the first numeric field out of

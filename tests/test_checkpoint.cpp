@@ -80,13 +80,11 @@ struct SignumOptions {
   void check(std::string_view op) const { check_fields(*this, op); }
 };
 
-class Signum final : public OptimizerWith<float, SignumOptions> {
+class Signum final : public OptimizerWith<Signum, float, SignumOptions> {
  public:
   explicit Signum(std::vector<Parameter<float>*> params, SignumOptions options = {})
       : OptimizerWith(std::move(params), options, "signum", {"momentum"}) {}
-
- private:
-  void update(const SignumOptions& o, std::int64_t, ParamSlice<float> s) const override {
+  static void update(const SignumOptions& o, std::int64_t, ParamSlice<float> s) {
     const auto beta = static_cast<float>(o.beta), rate = static_cast<float>(o.lr);
     auto m = s.buffer(0);
     m = beta * m + (1 - beta) * s.grad;

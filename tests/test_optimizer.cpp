@@ -622,12 +622,14 @@ TEST_CASE("optimizer: Adam and AdamW decay the matrices only when asked, save th
   CHECK(n.bias.value == n_bias);
   CHECK(n.wq.value != TwoParams(10).wq.value);
 
-  // A resume is exact, through load_state and through make_optimizer (a checkpoint's hyperparameters).
-  TwoParams a(11), b(11), c(11);
+  // A resume is exact, through load_state and through make_optimizer (a checkpoint's hyperparameters), and
+  // through an optimizer built with the other choice: load_state sets decay_on from the state, as it sets the
+  // lr and the weight decay (the names are compared with an absent decay_on as its default, all).
+  TwoParams a(11), b(11), c(11), d(11);
   Rng rng(111);
   AdamW<double> original(a.ptrs(), {.lr = 0.03, .weight_decay = 0.2, .decay_on = DecayOn::matrices});
   take_steps(original, a, rng, 3);
-  for (TwoParams* copy : {&b, &c}) {
+  for (TwoParams* copy : {&b, &c, &d}) {
     copy->wq.value = a.wq.value;
     copy->bias.value = a.bias.value;
   }
@@ -635,33 +637,43 @@ TEST_CASE("optimizer: Adam and AdamW decay the matrices only when asked, save th
   resumed.load_state(original.state());
   auto rebuilt = make_optimizer<double>(OptimizerKind::adamw, c.ptrs(), original.state().hyperparameters);
   rebuilt->load_state(original.state());
+  AdamW<double> built_all(d.ptrs());
+  built_all.load_state(original.state());
+  CHECK(built_all.decay_on() == DecayOn::matrices);
+  CHECK(built_all.state().hyperparameters == original.state().hyperparameters);
   for (int s = 0; s < 3; ++s) {
     a.random_grads(rng);
-    for (TwoParams* copy : {&b, &c}) {
+    for (TwoParams* copy : {&b, &c, &d}) {
       copy->wq.grad = a.wq.grad;
       copy->bias.grad = a.bias.grad;
     }
     original.step();
     resumed.step();
     rebuilt->step();
+    built_all.step();
   }
-  for (TwoParams* copy : {&b, &c}) {
+  for (TwoParams* copy : {&b, &c, &d}) {
     CHECK(copy->wq.value == a.wq.value);  // bit-identical
     CHECK(copy->bias.value == a.bias.value);
   }
-  // An optimizer and a state that differ in the choice are refused, as a different schedule is.
+  // The other way: a state that decays every parameter (no decay_on saved) into one built for the matrices.
   AdamW<double> decays_all(c.ptrs());
-  CHECK_THROWS_WITH_AS(decays_all.load_state(original.state()),
-                       "load_state: hyperparameters unknown to adamw: 'decay_on'", NameError);
-  CHECK_THROWS_WITH_AS(resumed.load_state(decays_all.state()),
-                       "load_state: hyperparameters missing from the state: 'decay_on'", NameError);
+  AdamW<double> built_matrices(c.ptrs(), {.decay_on = DecayOn::matrices});
+  built_matrices.load_state(decays_all.state());
+  CHECK(built_matrices.decay_on() == DecayOn::all);
+  CHECK_FALSE(find_setting(built_matrices.state().hyperparameters, "decay_on"));
   Settings forged = original.state().hyperparameters;
   forged.back().value = "vec\ntors";
   CHECK_THROWS_WITH_AS(make_optimizer<double>(OptimizerKind::adamw, c.ptrs(), forged),
                        "optimizer 'adamw': decay_on is 'vec\\x0ators', which is not one of all or matrices", ValueError);
+  OptimizerState<double> forged_state = original.state();
+  forged_state.hyperparameters = forged;
+  CHECK_THROWS_WITH_AS(resumed.load_state(forged_state),
+                       "load_state: decay_on is 'vec\\x0ators', which is not one of all or matrices", ValueError);
+  CHECK(resumed.decay_on() == DecayOn::matrices);  // unchanged
   // "decay_on = all" given explicitly (a command line's full table, a hand-written file) is the default, as
   // its absence is: it makes an optimizer that decays every parameter, which saves no decay_on, and a state
-  // that holds it loads where one without it would, and is refused where one without it would be.
+  // that holds it loads as one without it does.
   forged.back().value = "all";
   auto explicit_all = make_optimizer<double>(OptimizerKind::adamw, c.ptrs(), forged);
   CHECK(dynamic_cast<AdamW<double>&>(*explicit_all).decay_on() == DecayOn::all);
@@ -671,12 +683,13 @@ TEST_CASE("optimizer: Adam and AdamW decay the matrices only when asked, save th
   decays_all.load_state(explicit_state);
   CHECK(decays_all.decay_on() == DecayOn::all);
   CHECK(decays_all.lr() == 0.03);
-  CHECK_THROWS_WITH_AS(resumed.load_state(explicit_state),
-                       "load_state: hyperparameters missing from the state: 'decay_on'", NameError);
-  CHECK(resumed.decay_on() == DecayOn::matrices);
+  resumed.load_state(explicit_state);
+  CHECK(resumed.decay_on() == DecayOn::all);
   forged.push_back(forged.back());
   CHECK_THROWS_WITH_AS(make_optimizer<double>(OptimizerKind::adamw, c.ptrs(), forged),
                        "optimizer 'adamw': given twice: 'decay_on'", NameError);
+  explicit_state.hyperparameters = forged;
+  CHECK_THROWS_WITH_AS(resumed.load_state(explicit_state), "load_state: given twice: 'decay_on'", NameError);
   // The defaults a command line starts from list it, so a program's --decay-on overrides it.
   CHECK(default_hyperparameters(OptimizerKind::adamw).back() == Setting{"decay_on", "all"});
   CHECK_FALSE(find_setting(default_hyperparameters(OptimizerKind::sgd), "decay_on"));
@@ -793,12 +806,10 @@ struct ProbeOptions {
   }
 };
 
-class Probe final : public OptimizerWith<double, ProbeOptions> {
+class Probe final : public OptimizerWith<Probe, double, ProbeOptions> {
  public:
   explicit Probe(std::vector<Parameter<double>*> params) : OptimizerWith(std::move(params), {}, "probe", {"visits", "fresh"}) {}
-
- private:
-  void update(const ProbeOptions& o, std::int64_t t, ParamSlice<double> s) const override {
+  static void update(const ProbeOptions& o, std::int64_t t, ParamSlice<double> s) {
     s.value += o.lr * static_cast<double>(t);  // p += rate_t t
     s.buffer(0) += 1;
     if (s.fresh) s.buffer(1) += 1;

@@ -95,9 +95,8 @@ OptimizerState<T> Optimizer<T>::state() const {
 
 template <class T>
 void Optimizer<T>::check_state(const OptimizerState<T>& s, std::string_view op) const {
-  const std::string_view mine = kind_;
-  if (s.kind != mine)
-    fail<ValueError>("{}: the state is from '{}' but this optimizer is '{}'", op, escaped(s.kind), mine);
+  if (s.kind != kind_)
+    fail<ValueError>("{}: the state is from '{}' but this optimizer is '{}'", op, escaped(s.kind), kind_);
   const ScheduleRecord schedule = schedule_->record();
   if (!(s.schedule == schedule))
     fail<ValueError>("{}: the state's schedule is {} but this optimizer's is {}", op, s.schedule.describe(),
@@ -105,12 +104,15 @@ void Optimizer<T>::check_state(const OptimizerState<T>& s, std::string_view op) 
 
   // Names first, all of them in one message: hyperparameters, parameters, buffers.
   std::vector<std::string> problems, ours, theirs, model, saved;
-  for (const auto& h : hyperparameters()) ours.push_back(h.name);
-  for (const auto& h : saved_form(s.hyperparameters)) theirs.push_back(h.name);
+  // A field whose absence means its default counts as present on both sides: a value, not a name, may differ.
+  for (const Settings& h : {hyperparameters(), absent_defaults()})
+    for (const Setting& setting : h) ours.push_back(setting.name);
+  for (const Settings& h : {s.hyperparameters, absent_defaults()})
+    for (const Setting& setting : h) theirs.push_back(setting.name);
   for (const Parameter<T>* p : params_) model.push_back(p->name);
   for (const auto& entry : s.per_param) saved.push_back(entry.first);
   only_in(ours, theirs, "hyperparameters missing from the state", problems);
-  only_in(theirs, ours, fmt::format("hyperparameters unknown to {}", mine), problems);
+  only_in(theirs, ours, fmt::format("hyperparameters unknown to {}", kind_), problems);
   only_in(model, saved, "parameters missing from the state", problems);
   only_in(saved, model, "parameters in the state but not in the model", problems);
 
@@ -132,7 +134,7 @@ void Optimizer<T>::check_state(const OptimizerState<T>& s, std::string_view op) 
         missing_buffers.push_back(fmt::format("'{}' {}", p->name, buffer));
   }
   if (!unknown_buffers.empty())
-    problems.push_back(fmt::format("buffers unknown to {} (it keeps {}): {}", mine, fmt::join(buffer_names_, ", "),
+    problems.push_back(fmt::format("buffers unknown to {} (it keeps {}): {}", kind_, fmt::join(buffer_names_, ", "),
                                    fmt::join(unknown_buffers, ", ")));
   if (!missing_buffers.empty())
     problems.push_back(fmt::format("buffers missing from the state: {}", fmt::join(missing_buffers, ", ")));
@@ -161,7 +163,7 @@ void Optimizer<T>::load_state(const OptimizerState<T>& s, std::string_view op) {
 // SGD
 
 template <class T>
-void SGD<T>::update(const SgdOptions& o, std::int64_t, ParamSlice<T> s) const {
+void SGD<T>::update(const SgdOptions& o, std::int64_t, ParamSlice<T> s) {
   const T lr = static_cast<T>(o.lr), momentum = static_cast<T>(o.momentum);
   const T keep = static_cast<T>(1 - o.dampening), weight_decay = static_cast<T>(o.weight_decay);
   auto p = s.value;
@@ -190,14 +192,8 @@ void SGD<T>::update(const SgdOptions& o, std::int64_t, ParamSlice<T> s) const {
 // ---------------------------------------------------------------------------------------------
 // Adam, AdamW
 
-template <class T>
-Adam<T>::Adam(std::vector<Parameter<T>*> params, AdamOptions options, OptimizerKind kind)
-    : OptimizerWith<T, AdamOptions>(std::move(params), options, std::string(to_string(kind)),
-                                    {"exp_avg", "exp_avg_sq"}),
-      decoupled_decay_(kind == OptimizerKind::adamw) {}
-
-template <class T>
-void Adam<T>::update(const AdamOptions& o, std::int64_t step, ParamSlice<T> s) const {
+template <class T, bool Decoupled>
+void AdamOf<T, Decoupled>::update(const AdamOptions& o, std::int64_t step, ParamSlice<T> s) {
   const double t = static_cast<double>(step);
   const double bias_correction1 = 1 - std::pow(o.beta1, t);  // 1 - beta1^t
   const double bias_correction2 = 1 - std::pow(o.beta2, t);  // 1 - beta2^t
@@ -210,14 +206,14 @@ void Adam<T>::update(const AdamOptions& o, std::int64_t step, ParamSlice<T> s) c
   auto p = s.value;
   auto m = s.buffer(0), v = s.buffer(1);
   // AdamW: p *= 1 - lr wd (torch does it even for wd = 0: a no-op, so skipping it changes no bit)
-  if (decoupled_decay_ && decays) p *= static_cast<T>(1 - o.lr * o.weight_decay);
+  if (Decoupled && decays) p *= static_cast<T>(1 - o.lr * o.weight_decay);
   auto update = [&](const auto& g) {
     m = beta1 * m + one_minus_beta1 * g;        // m = beta1 m + (1 - beta1) g
     v = beta2 * v + (one_minus_beta2 * g) * g;  // v = beta2 v + (1 - beta2) g^2
     // p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
     p += (neg_step_size * m) / (v.sqrt() / bias_correction2_sqrt + eps);
   };
-  if (!decoupled_decay_ && o.weight_decay != 0 && decays)
+  if (!Decoupled && o.weight_decay != 0 && decays)
     update(s.grad + weight_decay * p);  // Adam: g = grad + wd p
   else
     update(s.grad);
@@ -242,7 +238,7 @@ std::unique_ptr<Optimizer<T>> make_optimizer(OptimizerKind kind, std::vector<Par
 }
 
 Settings default_hyperparameters(OptimizerKind kind) {
-  return kind == OptimizerKind::sgd ? all_settings(SgdOptions{}) : all_settings(AdamOptions{});
+  return kind == OptimizerKind::sgd ? to_settings(SgdOptions{}) : to_settings(AdamOptions{});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -269,10 +265,10 @@ template class Optimizer<float>;
 template class Optimizer<double>;
 template class SGD<float>;
 template class SGD<double>;
-template class Adam<float>;
-template class Adam<double>;
-template class AdamW<float>;
-template class AdamW<double>;
+template class AdamOf<float, false>;
+template class AdamOf<double, false>;
+template class AdamOf<float, true>;
+template class AdamOf<double, true>;
 template std::unique_ptr<Optimizer<float>> make_optimizer(OptimizerKind, std::vector<Parameter<float>*>,
                                                           const Settings&);
 template std::unique_ptr<Optimizer<double>> make_optimizer(OptimizerKind, std::vector<Parameter<double>*>,

@@ -3,9 +3,9 @@
 // decay), Adam and AdamW, with the arithmetic of torch.optim 1.13 (single-tensor path, no amsgrad),
 // checked against it step by step in tests/test_optimizer.cpp; and clip_grad_norm.
 //
-// A user's optimizer is written with the same public pieces: derive from OptimizerWith<T, YourOptions>, give
-// the constructor its name and its buffers' names, and write update() for one range of one parameter; a
-// checkpoint saves and resumes it under that name, and `inspect` shows its hyperparameters
+// A user's optimizer is written with the same public pieces: derive from OptimizerWith<Yours, T, YourOptions>,
+// give the constructor its name and its buffers' names, and write a static update() for one range of one
+// parameter; a checkpoint saves and resumes it under that name, and `inspect` shows its hyperparameters
 // (examples/first_steps/5_user_optimizer.cpp writes Lion that way).
 //
 // An optimizer reads Parameter::grad and updates Parameter::value. Its hyperparameters are one options
@@ -96,8 +96,8 @@ struct AdamOptions {
   // Which parameters the decay applies to. A field whose absence means its default (core/settings.hpp): a
   // state saves it, as "decay_on = matrices", only when it is not `all`, so that one that decays every
   // parameter saves, prints and loads exactly what it did before the choice existed, and settings without
-  // it are read as `all` ("decay_on = all", given explicitly, too). A state and an optimizer that differ in
-  // it are refused by load_state (the name is missing on one side).
+  // it are read as `all` ("decay_on = all", given explicitly, too). load_state sets it from the state, as it
+  // sets every hyperparameter.
   DecayOn decay_on = DecayOn::all;
 
   template <class S, class F>
@@ -170,7 +170,8 @@ class Optimizer {
   const LrSchedule& schedule() const { return *schedule_; }
   std::int64_t steps_taken() const { return step_; }
   const std::vector<Parameter<T>*>& params() const { return params_; }
-  // The hyperparameters, as saved: the options' fields in order.
+  // The hyperparameters, as saved: the options' fields in order (one whose absence means its default only
+  // when it is not that default).
   virtual Settings hyperparameters() const = 0;
   // "adam (lr 0.01, beta1 0.9, ...), schedule constant"
   std::string describe() const {
@@ -198,9 +199,9 @@ class Optimizer {
   // or one is invalid (each message starting "<op>: "); apply_hyperparameters() then sets them.
   virtual void check_hyperparameters(const Settings& h, std::string_view op) const = 0;
   virtual void apply_hyperparameters(const Settings& h) = 0;
-  // Settings as state() saves them: without a field whose absence means its default where it holds that
-  // default (core/settings.hpp), so that load_state compares a state's names as saved ("decay_on = all" is none).
-  virtual Settings saved_form(const Settings& h) const { return h; }
+  // The options' fields that settings may leave out, at their defaults (core/settings.hpp): load_state
+  // counts them present on both sides, so a field's absence is never a name missing.
+  virtual Settings absent_defaults() const = 0;
 
   // f(slice) over every parameter's elements in ranges, in one parallel region for the whole update rather
   // than one per parameter (a region is a start and a wait: docs/performance.md); a parameter's buffers are
@@ -266,10 +267,13 @@ concept OptionsCheckThemselves = requires {
 
 // An optimizer with an options struct O, the one home of its hyperparameters: O has a `double lr` and a
 // fields() table (core/settings.hpp), whose bounds are checked, and may have the hook OptionsCheckThemselves.
-// The optimizer writes one thing, update(), for one range of one parameter; this class owns the rest: the loop
+// The optimizer, Derived (`class Lion final : public OptimizerWith<Lion, float, LionOptions>`), writes one thing,
+// `static void update(const O& o, std::int64_t t, ParamSlice<T> s)`, for one range of one parameter at step t
+// (from 1), with o's lr this step's rate (the schedule's); it runs on several threads at once, on disjoint
+// ranges, and, static, it reads no member (options().lr has no schedule). This class owns the rest: the loop
 // over the parameters and its parallel split, the buffers (named at construction, made at a parameter's first
 // step), state() and load_state(), so a checkpoint saves and resumes it under its kind.
-template <class T, class O>
+template <class Derived, class T, class O>
 class OptimizerWith : public Optimizer<T> {
  public:
   const O& options() const { return options_; }
@@ -281,22 +285,30 @@ class OptimizerWith : public Optimizer<T> {
     (void)this->schedule().lr_at(lr, this->steps_taken());  // and the schedule must still fit it
     options_ = changed;
   }
-  Settings hyperparameters() const override { return to_settings(options_); }
+  Settings hyperparameters() const override {
+    Settings saved = to_settings(options_);
+    for (const Setting& d : absent_defaults()) std::erase(saved, d);
+    return saved;
+  }
 
  protected:
   OptimizerWith(std::vector<Parameter<T>*> params, O options, std::string kind, std::vector<std::string> buffer_names)
       : Optimizer<T>(std::move(params), kind, std::move(buffer_names)), options_(checked(std::move(options), kind)) {}
 
-  // The update of one range of one parameter, at step t (from 1) with the options o, whose lr is this step's
-  // rate (the schedule's). It runs on several threads at once, on disjoint ranges.
-  virtual void update(const O& o, std::int64_t t, ParamSlice<T> s) const = 0;
-  // Whether the parameters need their buffers (made at their first step) under options o; SGD without
-  // momentum keeps none.
-  virtual bool keeps_buffers(const O&) const { return true; }
+  // Whether the parameters need their buffers (made at their first step) under options o; a Derived with a
+  // static keeps_buffers of its own hides this one (SGD without momentum keeps none).
+  static bool keeps_buffers(const O&) { return true; }
 
   void check_hyperparameters(const Settings& h, std::string_view op) const final { (void)read(h, op); }
   void apply_hyperparameters(const Settings& h) final { options_ = read(h, "load_state"); }
-  Settings saved_form(const Settings& h) const final { return without_defaults<O>(h); }
+  Settings absent_defaults() const final {
+    Settings out;
+    const O defaults{};
+    O::fields(defaults, [&](const char* name, const auto& value, const char*, Bounds bounds = {}) {
+      if (bounds.may_be_absent) out.push_back({name, to_text(value)});
+    });
+    return out;
+  }
 
   O options_;
 
@@ -304,7 +316,10 @@ class OptimizerWith : public Optimizer<T> {
   void update_all(double lr, std::int64_t t) final {
     now_ = options_;  // an assignment: a string field keeps its storage, so a step allocates nothing
     now_.lr = lr;
-    this->for_each_slice(keeps_buffers(now_), [&](ParamSlice<T> s) { update(now_, t, s); });
+    // Derived::update is static: it sees this step's options, never options() (whose lr has no schedule).
+    static_assert(hook_signature<"static void update(const O& o, std::int64_t t, ParamSlice<T> s)",
+                                 decltype(&Derived::update), void (*)(const O&, std::int64_t, ParamSlice<T>)>());
+    this->for_each_slice(Derived::keeps_buffers(now_), [&](ParamSlice<T> s) { Derived::update(now_, t, s); });
   }
   static O checked(O options, std::string_view op) {
     check_fields(options, op);
@@ -320,42 +335,31 @@ class OptimizerWith : public Optimizer<T> {
 
 // torch.optim.SGD. Buffer: "momentum_buffer" (only with momentum != 0).
 template <class T>
-class SGD final : public OptimizerWith<T, SgdOptions> {
+class SGD final : public OptimizerWith<SGD<T>, T, SgdOptions> {
  public:
   explicit SGD(std::vector<Parameter<T>*> params, SgdOptions options = {})
-      : OptimizerWith<T, SgdOptions>(std::move(params), options, "sgd", {"momentum_buffer"}) {}
-
- private:
-  void update(const SgdOptions& o, std::int64_t t, ParamSlice<T> s) const override;
-  bool keeps_buffers(const SgdOptions& o) const override { return o.momentum != 0; }
+      : OptimizerWith<SGD, T, SgdOptions>(std::move(params), options, "sgd", {"momentum_buffer"}) {}
+  static void update(const SgdOptions& o, std::int64_t t, ParamSlice<T> s);
+  static bool keeps_buffers(const SgdOptions& o) { return o.momentum != 0; }
 };
 
-// torch.optim.Adam: weight decay is added to the gradient (L2 regularisation). Buffers: "exp_avg",
+// torch.optim.Adam (Decoupled false: weight decay added to the gradient, L2 regularisation) and
+// torch.optim.AdamW (true: decoupled decay, Loshchilov & Hutter), one update. Buffers: "exp_avg",
 // "exp_avg_sq". Hyperparameters: AdamOptions' fields ("decay_on = matrices" when options().decay_on is
 // matrices).
-template <class T>
-class Adam : public OptimizerWith<T, AdamOptions> {
+template <class T, bool Decoupled>
+class AdamOf final : public OptimizerWith<AdamOf<T, Decoupled>, T, AdamOptions> {
  public:
-  explicit Adam(std::vector<Parameter<T>*> params, AdamOptions options = {})
-      : Adam(std::move(params), options, OptimizerKind::adam) {}
+  explicit AdamOf(std::vector<Parameter<T>*> params, AdamOptions options = {})
+      : OptimizerWith<AdamOf, T, AdamOptions>(std::move(params), options, Decoupled ? "adamw" : "adam",
+                                              {"exp_avg", "exp_avg_sq"}) {}
   DecayOn decay_on() const { return this->options_.decay_on; }
-
- protected:
-  Adam(std::vector<Parameter<T>*> params, AdamOptions options, OptimizerKind kind);
-
- private:
-  void update(const AdamOptions& o, std::int64_t t, ParamSlice<T> s) const override;
-
-  bool decoupled_decay_;  // AdamW: p *= 1 - lr wd, apart from the gradient
+  static void update(const AdamOptions& o, std::int64_t t, ParamSlice<T> s);
 };
-
-// torch.optim.AdamW: Adam with decoupled weight decay (Loshchilov & Hutter).
 template <class T>
-class AdamW final : public Adam<T> {
- public:
-  explicit AdamW(std::vector<Parameter<T>*> params, AdamOptions options = {})
-      : Adam<T>(std::move(params), options, OptimizerKind::adamw) {}
-};
+using Adam = AdamOf<T, false>;
+template <class T>
+using AdamW = AdamOf<T, true>;
 
 // An optimizer of a named kind from its hyperparameters (as a checkpoint or a command line holds them):
 // strict, every field of the kind's options once, adam's and adamw's "decay_on" at most once (absent: all)
@@ -379,10 +383,10 @@ extern template class Optimizer<float>;
 extern template class Optimizer<double>;
 extern template class SGD<float>;
 extern template class SGD<double>;
-extern template class Adam<float>;
-extern template class Adam<double>;
-extern template class AdamW<float>;
-extern template class AdamW<double>;
+extern template class AdamOf<float, false>;
+extern template class AdamOf<double, false>;
+extern template class AdamOf<float, true>;
+extern template class AdamOf<double, true>;
 extern template double clip_grad_norm<float>(const std::vector<Parameter<float>*>&, double);
 extern template double clip_grad_norm<double>(const std::vector<Parameter<double>*>&, double);
 

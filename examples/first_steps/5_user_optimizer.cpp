@@ -43,15 +43,14 @@ struct LionOptions {
 
 // The update, elementwise, with the momentum m (one buffer, "exp_avg", the parameter's shape):
 //   p -= lr (sign(beta1 m + (1 - beta1) g) + wd p);   m = beta2 m + (1 - beta2) g
-// The library calls update() for each range of each parameter's elements (in parallel), with o.lr this step's
-// rate; it makes the buffer, saves and loads it.
-class Lion final : public OptimizerWith<float, LionOptions> {
+// The library calls the static update() for each range of each parameter's elements (in parallel), with o.lr
+// this step's rate; it makes the buffer, saves and loads it.
+class Lion final : public OptimizerWith<Lion, float, LionOptions> {
  public:
   explicit Lion(std::vector<Parameter<float>*> params, LionOptions options = {})
       : OptimizerWith(std::move(params), options, "lion", {"exp_avg"}) {}  // its name in checkpoints, its buffers
 
- private:
-  void update(const LionOptions& o, std::int64_t, ParamSlice<float> s) const override {
+  static void update(const LionOptions& o, std::int64_t, ParamSlice<float> s) {
     const auto beta1 = static_cast<float>(o.beta1), beta2 = static_cast<float>(o.beta2);
     const auto rate = static_cast<float>(o.lr), decay = static_cast<float>(1 - o.lr * o.weight_decay);
     auto m = s.buffer(0);  // zeros on the first step
@@ -65,10 +64,7 @@ class Lion final : public OptimizerWith<float, LionOptions> {
 struct Net : Module<float> {
   Rng rng{0};  // the initial weights
   Linear<float> hidden{"hidden", {.in = 1, .out = 32}, rng}, out{"out", {.in = 32, .out = 1}, rng};
-  Net() {
-    register_child(hidden);
-    register_child(out);
-  }
+  Net() { register_children(hidden, out); }
   Var<float> forward(Var<float> x) { return out.forward(tanh(hidden.forward(x))); }
 };
 

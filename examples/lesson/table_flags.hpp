@@ -2,14 +2,14 @@
 // Command-line flags made from options tables (core/settings.hpp): one flag per field (lr -> --lr,
 // weight_decay -> --weight-decay) with the field's help, checked against the field's type and bounds as
 // the command line is parsed, so a table's fields are spelled out nowhere else. What was given is
-// collected as settings that override an options struct's: all_settings, which lists a field whose absence
-// means its default too (AdamOptions' decay_on has its --decay-on), not to_settings, which leaves it out.
+// collected as settings that override an options struct's to_settings, which lists every field (a field
+// whose absence means its default too: AdamOptions' decay_on has its --decay-on).
 //
 //   TableFlags flags(app);
 //   flags.add<SgdOptions>("Optimizer");  flags.add<AdamOptions>("Optimizer");  // shared fields once
 //   CLI11_PARSE(app, argc, argv);
-//   Settings chosen = with_overrides(all_settings(SgdOptions{}), flags.given_in("Optimizer", "sgd",
-//                                    all_settings(SgdOptions{})), "sgd");
+//   Settings chosen = with_overrides(to_settings(SgdOptions{}), flags.given_in("Optimizer", "sgd",
+//                                    to_settings(SgdOptions{})), "sgd");
 //
 // Header-only: programs that use it link CLI11 themselves (the library does not depend on it).
 
