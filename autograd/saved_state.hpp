@@ -3,7 +3,7 @@
 // S, with named, typed fields: a factor, the rows a gather picked, the softmax's output. A device for speed:
 // the S is made (on the heap) the first time a node holds one and then kept with the node, its buffers
 // included, for the op recorded in that place next step, so a steady-state step saves state without
-// allocating. Ops reach it through the Function API's ctx.saved() (autograd/function.hpp), never directly.
+// allocating. Ops reach it through the Function API's out.saved() (autograd/function.hpp), never directly.
 
 #include <cstddef>
 #include <memory>
