@@ -95,8 +95,8 @@ class Output {
   // then). Once per forward; a forward that throws, before or after it, leaves the tape as it was.
   TensorT<T>& make(const Shape& shape) {
     if (made_) detail::refuse_function(node_.op, "its forward called make(shape) twice");
+    node_.value.resize(shape);  // may throw (a huge shape): then not made, and the tape as it was
     made_ = true;
-    node_.value.resize(shape);
     if (tape_.anomaly_detection()) node_.value.fill(std::numeric_limits<T>::quiet_NaN());
     return node_.value;
   }
@@ -119,7 +119,7 @@ class Output {
   void takes_grad_regardless() {
     if (!node_.requires_grad && tape_.grad_enabled()) tape_.link_inputs(node_, inputs_);
   }
-  Tape<T>& tape() const { return tape_; }  // the inputs' tape
+  Tape<T>& tape() { return tape_; }  // the inputs' tape (the forward's alone: a backward records nothing)
 
  private:
   friend struct detail::FunctionEngine;

@@ -165,7 +165,7 @@ struct PickPositions {
       if ((*positions)[b] < 0 || (*positions)[b] >= s.rows)
         fail<ValueError>("pick_positions: position {} of batch item {} is outside [0, {}): x is {}", (*positions)[b], b,
                          s.rows, s);
-    auto C = out.make(Shape::mat(s.batch, s.cols)).mat();  // (B, D); recorded once every check has passed
+    auto C = out.make(Shape::mat(s.batch, s.cols)).mat();  // (B, D); made once every check has passed
     for (Index b = 0; b < s.batch; ++b) C.row(b) = x.mat(b).row((*positions)[b]);
     if (out.needs_grad()) out.saved().positions.assign(positions->data(), positions->data() + positions->numel());
   }

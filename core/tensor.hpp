@@ -121,7 +121,6 @@ class TensorT {
   void resize(Shape shape, T fill = T(0)) {
     if (shape == shape_) return;  // the steady state: the buffer already holds shape.numel() elements
     check_shape(shape, "tensor");
-    shape_ = shape;
     const auto n = static_cast<std::size_t>(shape.numel());
     // assign() on an empty buffer: GCC 12 reports a false -Warray-bounds for resize() from empty
     // when the size is a compile-time constant (GCC PR 107852).
@@ -129,6 +128,7 @@ class TensorT {
       data_.assign(n, fill);
     else
       data_.resize(n, fill);
+    shape_ = shape;  // after the buffer, which may throw: a tensor never claims elements it lacks
   }
   void set_zero() { std::fill(data_.begin(), data_.end(), T(0)); }
   void fill(T value) { std::fill(data_.begin(), data_.end(), value); }

@@ -767,6 +767,8 @@ TEST_CASE("checkpoint: files of format 1 (tapegrad 0.1) convert, and resume to t
     restore(c, run.trainer());
     run.trainer().run();
     const Checkpoint now = snapshot(run.trainer());
+    // The converted settings are the ones the library's optimizer saves (adam's: no "decay_on = all").
+    CHECK(read_optimizer_state<float>(now).hyperparameters == optimizer.hyperparameters);
     const TrainerState ours = read_trainer_state(now), theirs = read_trainer_state(end);
     CHECK(ours.step == theirs.step);
     CHECK(ours.data_order.order == theirs.data_order.order);

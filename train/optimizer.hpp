@@ -291,10 +291,14 @@ class OptimizerWith : public Optimizer<T> {
     return saved;
   }
 
- protected:
+ private:
+  // Derived's alone: `class Signum : public OptimizerWith<Lion, ...>` (a copy's slip that would run Lion's
+  // update) does not compile.
+  friend Derived;
   OptimizerWith(std::vector<Parameter<T>*> params, O options, std::string kind, std::vector<std::string> buffer_names)
       : Optimizer<T>(std::move(params), kind, std::move(buffer_names)), options_(checked(std::move(options), kind)) {}
 
+ protected:
   // Whether the parameters need their buffers (made at their first step) under options o; a Derived with a
   // static keeps_buffers of its own hides this one (SGD without momentum keeps none).
   static bool keeps_buffers(const O&) { return true; }

@@ -21,9 +21,9 @@
 // is updated ("train: the loss is NaN at step 2 (lr 0.01); the step was not taken": a program adds what its
 // own flags can do about it); with `anomaly` on, the tape names the first op that produced the NaN or Inf
 // and its source line. A step that throws, wherever (anomaly mode, the loss function, an op's backward),
-// leaves no gradient behind: the next step starts from zeros. The loop prints nothing: callbacks see every
-// step and every evaluation (train/program/progress.hpp turns them into a progress bar, plain lines or a
-// CSV file).
+// leaves no gradient behind in the optimizer's parameters: the next step starts from zeros. The loop prints
+// nothing: callbacks see every step and every evaluation (train/program/progress.hpp turns them into a
+// progress bar, plain lines or a CSV file).
 //
 // The loop has one shape however many processes train the model: it asks its StepReducer
 // (train/step_reducer.hpp) for this process's part of each batch and for the batch's sums. The default,

@@ -111,8 +111,12 @@ Settings hyperparameters(const std::string& kind, const std::map<std::string, do
                                   .dampening = get("dampening"),
                                   .weight_decay = get("weight_decay"),
                                   .nesterov = get("nesterov") != 0});
-  return to_settings(AdamOptions{
+  Settings adam = to_settings(AdamOptions{
       .lr = lr, .beta1 = get("beta1"), .beta2 = get("beta2"), .eps = get("eps"), .weight_decay = get("weight_decay")});
+  // As a state saves adam's settings (OptimizerWith::hyperparameters): 0.1 decayed every parameter, the
+  // default, which a state leaves out.
+  std::erase(adam, Setting{"decay_on", "all"});
+  return adam;
 }
 
 struct CurvePoint1 {

@@ -134,11 +134,16 @@ class State {
   void put(std::string_view name, std::string_view text) {
     put(name, StateValue(std::vector<std::string>{std::string(text)}));
   }
-  // A tensor: copied (put StateValue(std::move(t)) moves one), or, into a State::declarer, its kind and shape alone.
+  // A tensor: copied (a temporary moved), or, into a State::declarer, its kind and shape alone.
   template <class T>
   void put(std::string_view name, const TensorT<T>& tensor) {
     if (!forms_) return put(name, StateValue(tensor));
     forms_->push_back({full_name(name), kind_name(TensorT<T>()), tensor.shape(), tensor.numel()});
+  }
+  template <class T>
+  void put(std::string_view name, TensorT<T>&& tensor) {
+    if (!forms_) return put(name, StateValue(std::move(tensor)));
+    put(name, std::as_const(tensor));
   }
 
   // The entry's value: V is a kind (TensorT<float>, TensorT<double>, std::vector of std::int64_t, double or
