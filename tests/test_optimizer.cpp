@@ -611,6 +611,11 @@ TEST_CASE("optimizer: Adam and AdamW decay the matrices only when asked, save th
   // Decaying every parameter saves what it saved before the choice existed: no decay_on at all.
   AdamW<double> all(m.ptrs(), {.lr = 0.1, .weight_decay = 0.5});
   CHECK_FALSE(find_setting(all.state().hyperparameters, "decay_on"));
+  // The one rule, which the format-1 converter calls too, and the settings as a state is read: complete.
+  CHECK(AdamW<double>::saved_settings(all.options()) == all.state().hyperparameters);
+  CHECK(AdamW<double>::saved_settings(matrices.options()) == h);
+  CHECK(AdamW<double>::with_absent_defaults(all.state().hyperparameters) == to_settings(all.options()));
+  CHECK(AdamW<double>::with_absent_defaults(h) == h);
   // Adam's L2 penalty follows the same choice: with zero gradients and decay on the matrices only, the bias
   // sees no gradient at all and does not move.
   TwoParams n(10);

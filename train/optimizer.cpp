@@ -104,11 +104,10 @@ void Optimizer<T>::check_state(const OptimizerState<T>& s, std::string_view op) 
 
   // Names first, all of them in one message: hyperparameters, parameters, buffers.
   std::vector<std::string> problems, ours, theirs, model, saved;
-  // A field whose absence means its default counts as present on both sides: a value, not a name, may differ.
-  for (const Settings& h : {hyperparameters(), absent_defaults()})
-    for (const Setting& setting : h) ours.push_back(setting.name);
-  for (const Settings& h : {s.hyperparameters, absent_defaults()})
-    for (const Setting& setting : h) theirs.push_back(setting.name);
+  // Complete settings: a field whose absence means its default is present on both sides, so a value, not a
+  // name, may differ.
+  for (const Setting& setting : completed(hyperparameters())) ours.push_back(setting.name);
+  for (const Setting& setting : completed(s.hyperparameters)) theirs.push_back(setting.name);
   for (const Parameter<T>* p : params_) model.push_back(p->name);
   for (const auto& entry : s.per_param) saved.push_back(entry.first);
   only_in(ours, theirs, "hyperparameters missing from the state", problems);

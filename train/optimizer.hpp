@@ -199,9 +199,9 @@ class Optimizer {
   // or one is invalid (each message starting "<op>: "); apply_hyperparameters() then sets them.
   virtual void check_hyperparameters(const Settings& h, std::string_view op) const = 0;
   virtual void apply_hyperparameters(const Settings& h) = 0;
-  // The options' fields that settings may leave out, at their defaults (core/settings.hpp): load_state
-  // counts them present on both sides, so a field's absence is never a name missing.
-  virtual Settings absent_defaults() const = 0;
+  // h with each of the options' fields that settings may leave out (core/settings.hpp) and h does, at its
+  // default: load_state compares complete settings, so a field's absence is never a name missing.
+  virtual Settings completed(Settings h) const = 0;
 
   // f(slice) over every parameter's elements in ranges, in one parallel region for the whole update rather
   // than one per parameter (a region is a start and a wait: docs/performance.md); a parameter's buffers are
@@ -285,10 +285,22 @@ class OptimizerWith : public Optimizer<T> {
     (void)this->schedule().lr_at(lr, this->steps_taken());  // and the schedule must still fit it
     options_ = changed;
   }
-  Settings hyperparameters() const override {
-    Settings saved = to_settings(options_);
-    for (const Setting& d : absent_defaults()) std::erase(saved, d);
+  Settings hyperparameters() const override { return saved_settings(options_); }
+  // The settings a state saves of options o, the one rule for every writer (the format-1 converter's too): the
+  // fields in order, less each one that settings may leave out where it holds its default, so that a state
+  // saves what it saved before the field existed.
+  static Settings saved_settings(const O& o) {
+    Settings saved = to_settings(o);
+    for (const Setting& d : with_absent_defaults({})) std::erase(saved, d);
     return saved;
+  }
+  // h with each field that settings may leave out and h does, at its default: a state's settings as read.
+  static Settings with_absent_defaults(Settings h) {
+    const O defaults{};
+    O::fields(defaults, [&](const char* name, const auto& value, const char*, Bounds bounds = {}) {
+      if (bounds.may_be_absent && !find_setting(h, name)) h.push_back({name, to_text(value)});
+    });
+    return h;
   }
 
  private:
@@ -305,14 +317,7 @@ class OptimizerWith : public Optimizer<T> {
 
   void check_hyperparameters(const Settings& h, std::string_view op) const final { (void)read(h, op); }
   void apply_hyperparameters(const Settings& h) final { options_ = read(h, "load_state"); }
-  Settings absent_defaults() const final {
-    Settings out;
-    const O defaults{};
-    O::fields(defaults, [&](const char* name, const auto& value, const char*, Bounds bounds = {}) {
-      if (bounds.may_be_absent) out.push_back({name, to_text(value)});
-    });
-    return out;
-  }
+  Settings completed(Settings h) const final { return with_absent_defaults(std::move(h)); }
 
   O options_;
 

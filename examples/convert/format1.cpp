@@ -105,18 +105,15 @@ Settings hyperparameters(const std::string& kind, const std::map<std::string, do
     if (it == h.end()) fail<FormatError>("the {} hyperparameters lack '{}'", kind, name);
     return it->second;
   };
+  // As a state saves them (the library's rule, saved_settings): 0.1's adam decayed every parameter, the default.
   if (kind == "sgd")
-    return to_settings(SgdOptions{.lr = lr,
-                                  .momentum = get("momentum"),
-                                  .dampening = get("dampening"),
-                                  .weight_decay = get("weight_decay"),
-                                  .nesterov = get("nesterov") != 0});
-  Settings adam = to_settings(AdamOptions{
+    return SGD<float>::saved_settings(SgdOptions{.lr = lr,
+                                                 .momentum = get("momentum"),
+                                                 .dampening = get("dampening"),
+                                                 .weight_decay = get("weight_decay"),
+                                                 .nesterov = get("nesterov") != 0});
+  return Adam<float>::saved_settings(AdamOptions{
       .lr = lr, .beta1 = get("beta1"), .beta2 = get("beta2"), .eps = get("eps"), .weight_decay = get("weight_decay")});
-  // As a state saves adam's settings (OptimizerWith::hyperparameters): 0.1 decayed every parameter, the
-  // default, which a state leaves out.
-  std::erase(adam, Setting{"decay_on", "all"});
-  return adam;
 }
 
 struct CurvePoint1 {
