@@ -135,15 +135,11 @@ class State {
     put(name, StateValue(std::vector<std::string>{std::string(text)}));
   }
   // A tensor: copied (a temporary moved), or, into a State::declarer, its kind and shape alone.
-  template <class T>
-  void put(std::string_view name, const TensorT<T>& tensor) {
-    if (!forms_) return put(name, StateValue(tensor));
-    forms_->push_back({full_name(name), kind_name(TensorT<T>()), tensor.shape(), tensor.numel()});
-  }
-  template <class T>
-  void put(std::string_view name, TensorT<T>&& tensor) {
-    if (!forms_) return put(name, StateValue(std::move(tensor)));
-    put(name, std::as_const(tensor));
+  template <class Tensor, class T = std::remove_cvref_t<Tensor>>
+  requires std::same_as<T, TensorT<float>> || std::same_as<T, TensorT<double>>
+  void put(std::string_view name, Tensor&& tensor) {
+    if (!forms_) return put(name, StateValue(std::forward<Tensor>(tensor)));
+    forms_->push_back({full_name(name), kind_name(T()), tensor.shape(), tensor.numel()});
   }
 
   // The entry's value: V is a kind (TensorT<float>, TensorT<double>, std::vector of std::int64_t, double or
