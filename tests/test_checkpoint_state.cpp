@@ -462,21 +462,33 @@ TEST_CASE("checkpoint state: a load checks a part against what it declares, not 
   // A model's load_state and load_weights, a vector of tensors' and a user's object's load compare the file's
   // names, kinds and shapes with what the part declares (State::declarer), without saving its values: a load
   // does not hold the model twice. TensorBudget counts every tensor buffer taken on this thread.
-  HandLoop source, target;
+  // The model is loaded twice, with other weights the second time, so that each load's values tell it worked.
+  HandLoop source, target, later;
   source.run(2);
+  later.run(3);
   const Checkpoint c = snapshot(source.parts()), ema = snapshot({{"ema", source.average.weights}});
+  const Checkpoint other = snapshot(later.parts());
   const detail::StateIndex index(c), ema_index(ema);
   std::vector<Tensor> tensors = target.average.weights;
+  const auto model_is = [&](const HandLoop& from) {
+    for (std::size_t i = 0; i < from.model.parameters().size(); ++i)
+      CHECK(target.model.parameters()[i]->value == from.model.parameters()[i]->value);
+  };
   {
     const TensorBudget budget(std::size_t{1} << 30, "load");
     load_state(target.model, State::reader(index, "model"));
-    load_weights(c, target.model);
+    CHECK(budget.used() == 0);
+  }
+  model_is(source);
+  {
+    const TensorBudget budget(std::size_t{1} << 30, "load");
+    load_weights(other, target.model);
     load_state(target.average, State::reader(index, "average"));
     load_state(tensors, State::reader(ema_index, "ema"));
     CHECK(budget.used() == 0);
   }
-  for (std::size_t i = 0; i < tensors.size(); ++i)
-    CHECK(target.model.parameters()[i]->value == source.model.parameters()[i]->value);
+  model_is(later);
+  CHECK(target.model.parameters()[0]->value != source.model.parameters()[0]->value);
   CHECK(target.average.weights == source.average.weights);
   CHECK(tensors == source.average.weights);
 }

@@ -631,6 +631,32 @@ std::vector<Tensor> refused_steps(Refused how, const std::set<int>& refused, con
   for (const Parameter<float>* p : model.parameters()) values.push_back(p->value);
   return values;
 }
+
+// Rank 0 of two: keeps what it sends; the other rank weighs 1 and sends zeros.
+struct Sending final : Collective {
+  std::vector<std::vector<float>> sent;
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  void all_reduce_sum(std::span<float> data) override {
+    sent.emplace_back(data.begin(), data.end());
+    data.back() += 1;  // w g of each parameter, w loss, w: no metric, the weight is last
+  }
+  void all_reduce_sum(std::span<double>) override {}
+  void broadcast(std::span<std::byte>, int) override {}
+  void all_gather(std::span<const std::uint32_t> mine, std::span<std::uint32_t> all) override {
+    for (auto at = all.begin(); at != all.end(); at += static_cast<std::ptrdiff_t>(mine.size()))
+      std::copy(mine.begin(), mine.end(), at);  // every rank was started alike
+  }
+  void barrier() override {}
+};
+
+// y = x, whose backward throws: a user's op refusing part way through a backward (no anomaly mode needed).
+struct RefusesBackward {
+  static constexpr const char* name = "refuses_backward";
+  static constexpr const char* inputs[] = {"x"};
+  void forward(Output<float>& out, const Tensor& x) const { out.make(x.shape()) = x; }
+  static void backward(const Output<float>&, const OpInput<float>&) { throw std::runtime_error("refused in backward"); }
+};
 }  // namespace
 
 TEST_CASE("trainer: a step whose backward throws part way leaves no gradient: the next step is as after a refused forward") {
@@ -638,23 +664,7 @@ TEST_CASE("trainer: a step whose backward throws part way leaves no gradient: th
 }
 
 TEST_CASE("data-parallel: a rank whose backward threw sends zeros for a step it computes nothing of, then its own gradient") {
-  // Rank 0 of two: keeps what it sends; the other rank weighs 1 and sends zeros.
-  struct Sending final : Collective {
-    std::vector<std::vector<float>> sent;
-    int rank() const override { return 0; }
-    int size() const override { return 2; }
-    void all_reduce_sum(std::span<float> data) override {
-      sent.emplace_back(data.begin(), data.end());
-      data.back() += 1;  // w g of each parameter, w loss, w: no metric, the weight is last
-    }
-    void all_reduce_sum(std::span<double>) override {}
-    void broadcast(std::span<std::byte>, int) override {}
-    void all_gather(std::span<const std::uint32_t> mine, std::span<std::uint32_t> all) override {
-      for (auto at = all.begin(); at != all.end(); at += static_cast<std::ptrdiff_t>(mine.size()))
-        std::copy(mine.begin(), mine.end(), at);  // every rank was started alike
-    }
-    void barrier() override {}
-  } thrown, refused;
+  Sending thrown, refused;
   // Refused, weighing nothing, refused, computed.
   const std::vector<Tensor> after = refused_steps(Refused::in_backward, {1, 3}, {2}, 4, &thrown);
   CHECK(after == refused_steps(Refused::in_forward, {1, 3}, {2}, 4, &refused));
@@ -662,6 +672,50 @@ TEST_CASE("data-parallel: a rank whose backward threw sends zeros for a step it 
   CHECK(thrown.sent == refused.sent);
   const std::vector<float>& nothing = thrown.sent[0];
   CHECK(std::all_of(nothing.begin(), nothing.end(), [](float v) { return v == 0.0f; }));
+  CHECK(std::any_of(thrown.sent[1].begin(), thrown.sent[1].end() - 2, [](float v) { return v != 0.0f; }));
+}
+
+TEST_CASE("data-parallel: a computing rank whose loss is NaN after a backward threw sends zeros and keeps no gradient") {
+  // Rank 0 of two. Step 1 throws, in its backward (after the model's rules wrote their gradients: what it leaves
+  // would be sent next) or, to compare, in its forward (nothing written); step 2 computes a NaN loss, so its
+  // backward is not run and it sends w g with g the zeros every step starts from; step 3 computes.
+  const auto run = [](bool in_backward, Sending& group) {
+    const TensorSource data = classification_data(64, 5);
+    Mlp model(mlp(2, 4, 2, 3));
+    SGD<float> opt(model.parameters(), {.lr = 0.1});
+    int step = 0;
+    Trainer trainer(model, opt, data, [&](Tape<float>& tape, const TensorBatch& b) -> StepOutput<float> {
+      if (step == 1 && !in_backward) throw std::runtime_error("refused in forward");
+      // Recorded before the model's forward, so walked after the model's rules.
+      const Var<float> refusal = step == 1 ? sum(apply(RefusesBackward{}, {tape.param(model.parameter("hidden.bias"))}))
+                                           : Var<float>{};
+      const Var<float> loss = cross_entropy(model.forward(tape.constant(b.features)), b.labels);
+      return step == 1 ? add(loss, refusal) : step == 2 ? scale(loss, std::nan("")) : loss;
+    }, {.batch = 8});
+    trainer.set_collective(&group);
+    const auto no_gradient = [&] {
+      for (const Parameter<float>* p : model.parameters()) CHECK(p->grad == Tensor(p->value.shape()));
+    };
+    step = 1;
+    CHECK_THROWS_WITH_AS(trainer.step(), in_backward ? "refused in backward" : "refused in forward", std::runtime_error);
+    no_gradient();
+    step = 2;
+    CHECK_THROWS_WITH_AS(trainer.step(), doctest::Contains("train: the loss is NaN at step 1"), NonFiniteError);
+    no_gradient();
+    step = 3;
+    trainer.step();
+    std::vector<Tensor> values;
+    for (const Parameter<float>* p : model.parameters()) values.push_back(p->value);
+    return values;
+  };
+  Sending thrown, refused;
+  CHECK(run(true, thrown) == run(false, refused));
+  REQUIRE(thrown.sent.size() == 2);
+  const std::vector<float>& nan_step = thrown.sent[0];  // w g of each parameter, w loss, w
+  CHECK(std::all_of(nan_step.begin(), nan_step.end() - 2, [](float v) { return v == 0.0f && !std::signbit(v); }));
+  CHECK(std::isnan(nan_step.end()[-2]));
+  CHECK(nan_step.back() > 0);  // it computed: it weighs its shard
+  CHECK(thrown.sent[1] == refused.sent[1]);  // then its own w g, nothing of step 1's
   CHECK(std::any_of(thrown.sent[1].begin(), thrown.sent[1].end() - 2, [](float v) { return v != 0.0f; }));
 }
 
