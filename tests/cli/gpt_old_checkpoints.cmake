@@ -8,6 +8,13 @@
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 include(${CMAKE_CURRENT_LIST_DIR}/run_program.cmake)
+# 2aadbfd's bits are those of libxsmm's AVX-512 kernels (the files were written on an AVX-512 host); on a CPU
+# without AVX-512 libxsmm JITs AVX2 kernels, which round otherwise (seen on a Zen 3: the same losses, other
+# weights' bits), so there the losses are what is checked.
+file(READ /proc/cpuinfo cpuinfo)
+if(NOT cpuinfo MATCHES "avx512f")
+  set(BITS OFF)
+endif()
 foreach(case "fortunes;4.6660;f966897c" "test_fortunes;3.9016;cbab0e89")
   list(GET case 0 name)
   list(GET case 1 loss)
@@ -23,7 +30,7 @@ foreach(case "fortunes;4.6660;f966897c" "test_fortunes;3.9016;cbab0e89")
 endforeach()
 file(REMOVE_RECURSE ${WORK})
 if(DEFINED BITS AND NOT BITS)
-  message(STATUS "gpt: 2aadbfd's checkpoints resumed to 2aadbfd's validation losses (this build rounds otherwise)")
+  message(STATUS "gpt: 2aadbfd's checkpoints resumed to 2aadbfd's validation losses (this build or CPU rounds otherwise)")
 else()
   message(STATUS "gpt: 2aadbfd's checkpoints resumed to 2aadbfd's weights")
 endif()
