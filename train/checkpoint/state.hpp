@@ -135,10 +135,10 @@ class State {
     put(name, StateValue(std::vector<std::string>{std::string(text)}));
   }
   // A tensor: copied (a temporary moved), or, into a State::declarer, its kind and shape alone.
-  template <class Tensor, class T = std::remove_cvref_t<Tensor>>
+  template <class U, class T = std::remove_cvref_t<U>>
   requires std::same_as<T, TensorT<float>> || std::same_as<T, TensorT<double>>
-  void put(std::string_view name, Tensor&& tensor) {
-    if (!forms_) return put(name, StateValue(std::forward<Tensor>(tensor)));
+  void put(std::string_view name, U&& tensor) {
+    if (!forms_) return put(name, StateValue(std::forward<U>(tensor)));
     forms_->push_back({full_name(name), kind_name(T()), tensor.shape(), tensor.numel()});
   }
 
