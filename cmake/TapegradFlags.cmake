@@ -49,11 +49,11 @@ function(tapegrad_target_flags target)
 endfunction()
 
 # The test programs' own code (test cases, references, the command-line battery) at -O1 in Release: it
-# checks results, and what it runs fast is the library's, which stays at -O3. At -O3 they took 280 of a
-# fresh build's 711 s of compile time (docs/performance.md, "Build time"). GCC fuses a multiply
-# and an add only with -fexpensive-optimizations (on from -O2), and tests compare references they compute
-# with the library's results bit for bit, so they keep it (checked with g++ 12: should a later GCC fail
-# such a test, give the tests -O2); clang fuses at every level. A template that a test and the library both
+# checks results, and what it runs fast is the library's, which stays at -O3; at -O3 the tests were a large
+# share of a fresh build (docs/performance.md, "Build time"). GCC fuses a multiply and an add only with
+# -fexpensive-optimizations (on from -O2), and tests compare references they compute with the library's
+# results bit for bit, so they keep it (should a GCC fuse otherwise at -O1, give the tests -O2); clang fuses
+# at every level. A template that a test and the library both
 # instantiate (Eigen's kernels, tapegrad's inline helpers) is linked once into a test program, from the
 # test's -O1 object; the programs the suite runs (the command-line battery's, the resume and CRC tests) use
 # the library's -O3 copies.

@@ -9,7 +9,7 @@ file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 include(${CMAKE_CURRENT_LIST_DIR}/run_program.cmake)
 # 2aadbfd's bits are those of libxsmm's AVX-512 kernels (the files were written on an AVX-512 host); on a CPU
-# without AVX-512 libxsmm JITs AVX2 kernels, which round otherwise (seen on a Zen 3: the same losses, other
+# without AVX-512 libxsmm JITs AVX2 kernels, which round otherwise (seen on an AVX2-only CPU: the same losses, other
 # weights' bits), so there the losses are what is checked.
 file(READ /proc/cpuinfo cpuinfo)
 if(NOT cpuinfo MATCHES "avx512f")
