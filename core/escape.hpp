@@ -9,7 +9,8 @@
 //
 //   escaped("attn\x1b[2J")              attn\x1b[2J                    (the bytes, made visible)
 //   escaped("model\u202egpj.tgck")      model\u202egpj.tgck            (not "modelkcgt.jpg")
-//   escaped(std::string(5000, 'a'))     aaaa...a... (4880 more bytes)  (at most kMaxQuoted bytes kept)
+//   escaped(std::string(5000, 'a'))     aaaa...a... (4880 more bytes)  (at most kMaxQuoted bytes kept;
+//                                                                      of a std::filesystem::path, 4096)
 //   quoted_list({"a", "b", ...})        'a', 'b', ... and 97 more      (at most kMaxListed names)
 
 #include <concepts>
@@ -30,8 +31,10 @@ inline constexpr std::size_t kMaxListed = 10;   // names of a list that a messag
 // other valid UTF-8 as they are. Past `max_bytes`
 // of input it stops and says how many bytes it left out.
 std::string escaped(std::string_view text, std::size_t max_bytes = kMaxQuoted);
+// A path is kept whole up to 4096 bytes (PATH_MAX, the longest the system opens): cut at kMaxQuoted, a
+// message about a file in a deep folder would lose the file's name, the part that says which file.
 template <std::same_as<std::filesystem::path> Path>  // a template, so a std::string never converts to a path
-std::string escaped(const Path& path, std::size_t max_bytes = kMaxQuoted) {
+std::string escaped(const Path& path, std::size_t max_bytes = 4096) {
   return escaped(std::string_view(path.native()), max_bytes);
 }
 

@@ -60,6 +60,9 @@ class Refusal(Exception):
     """A file this script will not load: the message is one line saying why."""
 
 
+PATH_MAX = 4096  # a path is shown whole up to the longest the system opens, as tapegrad's messages do
+
+
 def shown(value, limit=100):
     """Text from a file as a message quotes it: control characters and non-ASCII escaped, at most `limit`
     characters kept, so that a hostile file cannot flood the terminal or write to it."""
@@ -422,10 +425,11 @@ def main():
             else:
                 print(f"{path}: loaded into\n{load(path)}")
         except Refusal as e:
-            print(f"safetensors_to_torch.py: {shown(path)}: {e}", file=sys.stderr)
+            print(f"safetensors_to_torch.py: {shown(path, PATH_MAX)}: {e}", file=sys.stderr)
             ok = False
         except Exception as e:  # noqa: BLE001 - whatever a file provokes is one line about that file, not a traceback
-            print(f"safetensors_to_torch.py: {shown(path)}: {type(e).__name__}: {shown(e, 300)}", file=sys.stderr)
+            print(f"safetensors_to_torch.py: {shown(path, PATH_MAX)}: {type(e).__name__}: {shown(e, 300)}",
+                  file=sys.stderr)
             ok = False
     sys.exit(0 if ok else 1)
 

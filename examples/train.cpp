@@ -106,7 +106,7 @@ struct RunPlan {
 RunPlan plan_from_checkpoint(const Checkpoint& c, const std::string& path, double max_memory_gb) {
   // restore(checkpoint, trainer)'s refusal, with the file's name: the run is built from the parts first
   if (const std::string missing = missing_parts(c, {"model", "optimizer", "trainer"}); !missing.empty())
-    fail<FormatError>("resume: '{}': {}; nothing was loaded", escaped(std::string_view(path)), missing);
+    fail<FormatError>("resume: '{}': {}; nothing was loaded", escaped(std::filesystem::path(path)), missing);
   RunPlan p;
   p.run.model = model_config_from<ToyModel<float>>(c);  // FormatError for a file of another model or a forged one
   p.data = resume_data(c, max_memory_gb);

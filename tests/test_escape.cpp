@@ -1,6 +1,7 @@
 // core/escape: how text from outside (a file, a path, a flag) is quoted in a one-line message.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "tapegrad/core/escape.hpp"
@@ -15,6 +16,16 @@ TEST_CASE("escaped: control characters, backslashes and bytes that are not UTF-8
   CHECK(escaped("back\\slash") == "back\\\\slash");
   CHECK(escaped("\xff\xfe") == "\\xff\\xfe");
   CHECK(escaped(std::string(200, 'a'), 10) == "aaaaaaaaaa... (190 more bytes)");
+}
+
+TEST_CASE("escaped: a path is kept whole up to PATH_MAX, so a deep checkout's message still names the file") {
+  // 300 bytes of folders: text would be cut at kMaxQuoted and lose the file's name; a path is not.
+  const std::filesystem::path deep = std::filesystem::path("/home") / std::string(300, 'd') / "checkpoint-00000200.tgck";
+  CHECK(escaped(deep) == deep.native());
+  CHECK(escaped(deep.native()).ends_with("... (211 more bytes)"));
+  // Past PATH_MAX (which no system call opens) it is cut as text is, and escaped as text is.
+  const std::filesystem::path hostile = "/x\n" + std::string(10000, 'a');
+  CHECK(escaped(hostile) == "/x\\x0a" + std::string(4096 - 3, 'a') + "... (5907 more bytes)");
 }
 
 TEST_CASE("escaped: bidirectional controls, invisible format characters and C1 controls are shown as code points") {

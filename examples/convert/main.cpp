@@ -26,7 +26,7 @@ namespace {
 
 int convert_file(const std::string& from, const std::string& to, double max_memory_gb) {
   if (std::filesystem::exists(std::filesystem::symlink_status(to)))
-    fail<FileError>("'{}' exists; name a new file for the converted checkpoint", escaped(std::string_view(to)));
+    fail<FileError>("'{}' exists; name a new file for the converted checkpoint", escaped(std::filesystem::path(to)));
   const std::string bytes = read_file(from, kMaxCheckpointBytes, "convert");
   const auto data_of = [&](const Checkpoint& c) {
     const lesson::Data d = lesson::resume_data(c, max_memory_gb);
@@ -37,9 +37,9 @@ int convert_file(const std::string& from, const std::string& to, double max_memo
   };
   const convert::OldCheckpoint old = convert::convert_checkpoint(std::as_bytes(std::span<const char>(bytes)), from, data_of);
   save_checkpoint(to, old.checkpoint);
-  fmt::print("converted '{}' (tapegrad {}, format {}) to '{}' (format {}): {}\n", escaped(std::string_view(from)),
-             escaped(old.checkpoint.tapegrad_version), old.format, escaped(std::string_view(to)), kCheckpointFormat,
-             quoted_list(old.checkpoint.parts()));
+  fmt::print("converted '{}' (tapegrad {}, format {}) to '{}' (format {}): {}\n", escaped(std::filesystem::path(from)),
+             escaped(old.checkpoint.tapegrad_version), old.format, escaped(std::filesystem::path(to)),
+             kCheckpointFormat, quoted_list(old.checkpoint.parts()));
   return 0;
 }
 

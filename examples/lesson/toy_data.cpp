@@ -39,10 +39,10 @@ Data load_data(const std::string& task_name, const std::string& data, const std:
     // Each file's parse bounded before it is parsed (the text alone can be the whole limit).
     const double limit = max_memory_gb * 1e9;
     try {
-      d.train = parse_dataset(read_dataset_text(data, limit), escaped(std::string_view(data)));
+      d.train = parse_dataset(read_dataset_text(data, limit), escaped(std::filesystem::path(data)));
       if (!eval_data.empty())
-        d.eval = parse_dataset(read_dataset_text(eval_data, limit), escaped(std::string_view(eval_data)), d.train.tokens,
-                               d.train.labels);
+        d.eval = parse_dataset(read_dataset_text(eval_data, limit), escaped(std::filesystem::path(eval_data)),
+                               d.train.tokens, d.train.labels);
     } catch (const LimitError& e) {
       fail<LimitError>("{}; --max-memory (GB) raises the limit", e.what());
     }

@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     fmt::print("{}", walkthrough::render_terminal(sections));
     if (!markdown.empty()) {
       write_file(markdown, walkthrough::render_markdown(sections), Durability::replace, "walkthrough --markdown");
-      fmt::print("\nMarkdown written to {}\n", escaped(std::string_view(markdown)));
+      fmt::print("\nMarkdown written to {}\n", escaped(std::filesystem::path(markdown)));
     }
     if (!graphs.empty()) {
       const bool svg = dot_available();
