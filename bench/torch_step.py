@@ -4,9 +4,11 @@ same step as bench/step_bench.cpp. W1-W4: token embedding + learned positions ->
 Wv, Wo, no bias, H heads, no mask) + residual -> linear readout with bias. W5: token embedding + learned
 positions -> L x nn.TransformerEncoderLayer(norm_first=True, activation="gelu", dropout 0, causal mask)
 -> LayerNorm -> linear head. Then cross-entropy on every position; float32; one step = zero_grad,
-forward, loss, backward, SGD update. Prints one JSON line per workload, with the parameter count (which
-must equal step_bench's) and the process's peak RSS so far (ru_maxrss: it never goes down, so with several
-workloads in one process it is the largest so far; compare.py runs each workload in a fresh process).
+forward, loss, backward, SGD update (--autocast bf16: the forward inside torch.autocast("cpu",
+dtype=torch.bfloat16) and the loss in float32, PyTorch's mixed precision on the CPU). Prints one JSON
+line per workload, with the parameter count (which must equal step_bench's) and the process's peak RSS
+so far (ru_maxrss: it never goes down, so with several workloads in one process it is the largest so
+far; compare.py runs each workload in a fresh process).
 
 The workloads (B, T, d, H, V) are step_bench's: it asks the built build/bench/step_bench (or --tapegrad)
 for them, through compare.workloads().
@@ -117,6 +119,8 @@ def main():
     p.add_argument("--tapegrad", default=compare.STEP_BENCH, help="the step_bench whose workloads to run")
     p.add_argument("--torch-threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")),
                    help="torch.set_num_threads (default: OMP_NUM_THREADS)")
+    p.add_argument("--autocast", choices=["off", "bf16"], default="off",
+                   help="bf16: the forward under torch.autocast (products in bfloat16), the loss in float32")
     args = p.parse_args()
     table = compare.workloads(args.tapegrad)
     names = args.workloads.split(",") if args.workloads else list(table)
@@ -136,7 +140,9 @@ def main():
 
         def step():
             opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(tokens).view(-1, V), targets.view(-1))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
+                logits = model(tokens)
+            loss = torch.nn.functional.cross_entropy(logits.float().view(-1, V), targets.view(-1))
             loss.backward()
             opt.step()
 
@@ -148,7 +154,7 @@ def main():
             t0 = time.perf_counter()
             step()
             times.append((time.perf_counter() - t0) * 1e3)
-        print(json.dumps({"kind": "step", "workload": name, "threads": threads,
+        print(json.dumps({"kind": "step", "workload": name, "threads": threads, "autocast": args.autocast,
                           "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "?"), "median_ms": median(times),
                           "steps": len(times), "torch": torch.__version__, "blas": blas_library(),
                           "openblas_core": openblas_core(), "torch_build": torch_build(),
