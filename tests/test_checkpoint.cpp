@@ -303,6 +303,10 @@ TEST_CASE("checkpoint: wrong magic, a newer format, a checksum mismatch and trun
                        "load 'x.tgck': not a tapegrad checkpoint (it starts with 7f 47 43 4b 50 54 0d 0a, a checkpoint "
                        "with 54 47 43 4b 50 54 0d 0a)",
                        FormatError);
+  // A file in a deep folder is named whole (up to PATH_MAX), so the message keeps the file's name.
+  const std::string deep = "/home/" + std::string(300, 'd') + "/x.tgck";
+  CHECK_THROWS_WITH_AS(decode_checkpoint(with(0, 0x7f), deep), doctest::Contains(("load '" + deep + "': not a tapegrad").c_str()),
+                       FormatError);
   CHECK_THROWS_WITH_AS(decode_checkpoint(with(8, 7), "x.tgck"),
                        "load 'x.tgck': format version 7 is newer than this tapegrad reads (3); update tapegrad", FormatError);
   auto flipped = good;

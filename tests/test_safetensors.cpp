@@ -286,6 +286,10 @@ TEST_CASE("safetensors hostile: the header's length: too short a file, over the 
   CHECK(refusal(st_file(" {}")) == "the header does not start with '{' (it starts with the byte 0x20)");
   CHECK(refusal(st_file("[]")) == "the header does not start with '{' (it starts with the byte 0x5b)");
   CHECK(refusal(st_file("", "{}")) == "the header does not start with '{' (it starts with nothing: its length is 0)");
+  // The file is named whole up to PATH_MAX, so a deep folder's message keeps the file's name.
+  const std::string deep = "/home/" + std::string(300, 'd') + "/x.safetensors";
+  CHECK_THROWS_WITH_AS(decode_safetensors(bytes_of("abc"), deep), doctest::Contains(("safetensors '" + deep + "': ").c_str()),
+                       FormatError);
 }
 
 TEST_CASE("safetensors hostile: a header that is not UTF-8 or not JSON") {

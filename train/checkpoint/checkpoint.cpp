@@ -73,7 +73,7 @@ std::vector<std::byte> encode_checkpoint(const Checkpoint& c) {
 }
 
 Checkpoint decode_checkpoint(std::span<const std::byte> bytes, std::string_view source_name) {
-  const std::string source = escaped(source_name);  // a file name: the user's, and any bytes may be in it
+  const std::string source = escaped(std::filesystem::path(source_name));  // a file name: any bytes may be in it
   if (bytes.empty()) fail<FormatError>("load '{}': the file is empty", source);
   if (std::memcmp(bytes.data(), kMagic, std::min(bytes.size(), sizeof kMagic)) != 0)
     fail<FormatError>(

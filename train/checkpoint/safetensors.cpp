@@ -48,7 +48,7 @@ bool sizes_of(const std::vector<std::uint64_t>& dims, std::size_t element, std::
 
 // Throws "safetensors '<source>': <rule>".
 template <class... Args>
-[[noreturn]] void refuse(std::string_view source, fmt::format_string<Args...> format, Args&&... args) {
+[[noreturn]] void refuse(const std::filesystem::path& source, fmt::format_string<Args...> format, Args&&... args) {
   fail<FormatError>("safetensors '{}': {}", escaped(source), fmt::format(format, std::forward<Args>(args)...));
 }
 
@@ -505,8 +505,8 @@ std::string convert(const SafetensorsTensor& t, const Expected<T>& e, std::vecto
 template <class T>
 LoadReport load_into(const SafetensorsView& file, Module<T>& model, const SafetensorsLoadOptions& options,
                      std::string_view source) {
-  const std::string op =
-      source.empty() ? std::string("load_safetensors") : fmt::format("load_safetensors '{}'", escaped(source));
+  const std::string op = source.empty() ? std::string("load_safetensors")
+                                        : fmt::format("load_safetensors '{}'", escaped(std::filesystem::path(source)));
   // A file that names its layout is read in that layout only: in the other, a square weight would load
   // transposed with every name and shape matching, strict or not. A file that names none (as PyTorch
   // writes them) is read as asked.
@@ -618,8 +618,8 @@ template <class T>
 TensorT<T> SafetensorsFile::tensor(std::string_view name) const {
   const auto it = std::find_if(view.tensors.begin(), view.tensors.end(), [&](const auto& t) { return t.name == name; });
   if (it == view.tensors.end())
-    fail<NameError>("safetensors '{}': no tensor named '{}' ({} tensors)", escaped(source), escaped(name),
-                    view.tensors.size());
+    fail<NameError>("safetensors '{}': no tensor named '{}' ({} tensors)", escaped(std::filesystem::path(source)),
+                    escaped(name), view.tensors.size());
   const SafetensorsTensor& t = *it;
   const ReadElement read = reader_of(t.dtype);
   if (!read) refuse(source, "'{}' is {}; tapegrad reads {}", escaped(name), to_string(t.dtype), kLoadable);
