@@ -31,8 +31,8 @@ inline constexpr std::size_t kMaxListed = 10;   // names of a list that a messag
 // other valid UTF-8 as they are. Past `max_bytes`
 // of input it stops and says how many bytes it left out.
 std::string escaped(std::string_view text, std::size_t max_bytes = kMaxQuoted);
-// A path is kept whole up to 4096 bytes (PATH_MAX, the longest the system opens): cut at kMaxQuoted, a
-// message about a file in a deep folder would lose the file's name, the part that says which file.
+// A path, given or read from a file, is kept whole up to 4096 bytes (PATH_MAX, the longest a system call
+// takes): cut at kMaxQuoted, a message about a file in a deep folder would lose the name that says which.
 template <std::same_as<std::filesystem::path> Path>  // a template, so a std::string never converts to a path
 std::string escaped(const Path& path, std::size_t max_bytes = 4096) {
   return escaped(std::string_view(path.native()), max_bytes);

@@ -3,6 +3,7 @@
 #include "convert/old_checkpoint.hpp"
 
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 #include <string>
 
@@ -71,9 +72,10 @@ legacy::File read_payload(std::span<const std::byte> payload, std::uint32_t form
 void name_training_data(Checkpoint& c, const TrainingData& data, std::string_view source) {
   if (const auto it = c.metadata.find("data.fingerprint"); it != c.metadata.end())  // format1.cpp: hexadecimal
     if (std::stoul(it->second, nullptr, 16) != data.examples_crc32)
-      fail<FormatError>("convert '{}': the training data differs from the data the checkpoint was trained on "
-                        "(fingerprint {} in the file, {:08x} now)",
-                        escaped(source), escaped(it->second), data.examples_crc32);
+      fail<FormatError>(
+          "convert '{}': the training data differs from the data the checkpoint was trained on "
+          "(fingerprint {} in the file, {:08x} now)",
+          escaped(std::filesystem::path(source)), escaped(it->second), data.examples_crc32);
   TrainerState t = read_trainer_state(c);
   t.data_fingerprint = data.fingerprint;
   t.eval_fingerprint = data.eval_fingerprint;
@@ -101,13 +103,14 @@ OldCheckpoint convert_checkpoint(std::span<const std::byte> bytes, std::string_v
     old.checkpoint = legacy::convert(read_payload(payload, old.format));
     check_checkpoint(old.checkpoint);
   } catch (const FormatError& e) {
-    fail<FormatError>("convert '{}': {}", escaped(source), e.what());
+    fail<FormatError>("convert '{}': {}", escaped(std::filesystem::path(source)), e.what());
   }
   if (old.format == 1 && old.checkpoint.has("trainer")) {
     if (!data_of)
-      fail<FormatError>("convert '{}': a training checkpoint of tapegrad 0.1 names its data in a way only the trainer "
-                        "that wrote it reads; convert it with the data at hand",
-                        escaped(source));
+      fail<FormatError>(
+          "convert '{}': a training checkpoint of tapegrad 0.1 names its data in a way only the trainer "
+          "that wrote it reads; convert it with the data at hand",
+          escaped(std::filesystem::path(source)));
     name_training_data(old.checkpoint, data_of(old.checkpoint), source);
   }
   return old;

@@ -553,6 +553,14 @@ TEST_CASE("cli files: gpt names where a value came from: the checkpoint's data p
   const Outcome resumed = run(with(TAPEGRAD_GPT, {"--resume", forged.string(), "--out", (dir.parent_path() / "r").string()}));
   check_refused(resumed, ExitCode::bad_input, "--resume: the data path that '", true, "gpt");
   CHECK(resumed.err.find("--data") == std::string::npos);  // no --data was given
+  // A path the file records is shown as a path is, whole up to 4096 bytes (PATH_MAX) and cut past it: a forged
+  // one of 20000 control bytes is escaped and bounded, one line.
+  forge(dir / "checkpoints" / "learnable" / "checkpoint-00000004.tgck", forged,
+        [](Checkpoint& c) { c.metadata["data"] = "/" + std::string(20000, '\x1b'); });
+  const Outcome hostile = run(with(TAPEGRAD_GPT, {"--resume", forged.string(), "--out", (dir.parent_path() / "r").string()}));
+  check_refused(hostile, ExitCode::bad_input, "more bytes)", true, "gpt");
+  CHECK_FALSE(has_control_characters(hostile.err));
+  CHECK(hostile.err.size() < 4 * 4096 + 1000);  // each byte kept is shown as \x1b
   // A rate that overflows the loss: exit 3, with what the flags can do about it.
   const Outcome diverged = run(with(TAPEGRAD_GPT, {"--data", TAPEGRAD_GPT_FORTUNES, "--attention", "learnable", "--context", "16",
                                                    "--d-model", "16", "--heads", "2", "--layers", "1", "--batch", "4",
