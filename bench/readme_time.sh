@@ -30,8 +30,8 @@ phase() {  # phase NAME COMMAND...: runs it quietly into $dir/NAME.log, sets $NA
   printf -v "$name" "%s" "$(seconds "$start" "$(date +%s.%N)")"
 }
 for commit in "$@"; do
-  # A short path: commits before 51dde0c fail 11 tests where the checkout's path is longer than about 33
-  # bytes (their programs cut a path in a message at 120 bytes; docs/performance.md, "Build time").
+  # A short path: commits before 51dde0c fail tests where the checkout's path is longer than about 33 bytes
+  # (messages cut a path there; docs/performance.md, "Build time").
   dir=$(mktemp -d "${TMPDIR:-/tmp}/rt.XXXXXX") && dir=$(cd "$dir" && pwd) || exit 1
   git clone -q "$repo" "$dir/s" && git -C "$dir/s" checkout -q "$commit" && cd "$dir/s" || exit 1
   phase configure sh -c '.ci/install-deps && cmake -S . -B build'
