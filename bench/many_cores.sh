@@ -3,7 +3,8 @@
 # packages: build a portable bundle here, copy it there, run it there.
 #
 #   bench/many_cores.sh bundle DIR     # here: a portable step_bench (-DTAPEGRAD_NATIVE=OFF) and the shared
-#                                      # libraries it needs (from ldd), torch_step.py, compare.py and this script
+#                                      # libraries it needs (from ldd), torch_step.py, compare.py, this script
+#                                      # and bf16_kernels (LD_LIBRARY_PATH=DIR/lib DIR/bf16_kernels there)
 #   DIR/many_cores.sh run [THREADS...] # there: W1-W7 at 1, 2, 4, 8, 16 threads (default: up to the CPUs there;
 #                                      # W7 from 4 threads), each beside torch_step.py on that machine's PyTorch
 #                                      # (python3 with torch, whatever version: named in the output), one table
@@ -21,9 +22,10 @@ bundle)
   cd "$(dirname "$0")/.."
   cmake -S . -B build-portable -DTAPEGRAD_NATIVE=OFF -DTAPEGRAD_BUILD_TESTS=OFF -DTAPEGRAD_BUILD_EXAMPLES=OFF -DTAPEGRAD_BUILD_BENCH=ON \
     -DTAPEGRAD_MPI=OFF > /dev/null
-  cmake --build build-portable -j2 --target step_bench
+  cmake --build build-portable -j2 --target step_bench bf16_kernels
   mkdir -p "$dir/lib"
-  cp build-portable/bench/step_bench bench/torch_step.py bench/compare.py bench/many_cores.sh "$dir/"
+  cp build-portable/bench/step_bench build-portable/bench/bf16_kernels bench/torch_step.py bench/compare.py \
+    bench/many_cores.sh "$dir/"
   # Every shared library step_bench loads but the C library's own (ld-linux, libc, libm: the machine's).
   ldd build-portable/bench/step_bench | awk '/=> \// { print $3 }' | while read -r lib; do
     case "$(basename "$lib")" in
