@@ -10,7 +10,6 @@
 // gets an emulation. A build without libxsmm says so and exits. What it printed on a Zen 3 and on a Xeon with
 // AMX: docs/performance.md, "PyTorch's bfloat16 autocast there".
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <Eigen/Core>  // Eigen::bfloat16: float to bf16 rounded to nearest, and back, as the library reads BF16
 
 #include "tapegrad/core/escape.hpp"
 #include "timing.hpp"
@@ -27,14 +27,9 @@
 
 namespace {
 
+using Eigen::bfloat16;
 using tapegrad::bench::median_seconds;
-
-std::uint16_t to_bf16(float f) {  // round to nearest, ties to even (finite values)
-  const auto u = std::bit_cast<std::uint32_t>(f);
-  return static_cast<std::uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
-
-float from_bf16(std::uint16_t b) { return std::bit_cast<float>(std::uint32_t{b} << 16); }
+static_assert(sizeof(bfloat16) == sizeof(libxsmm_bfloat16));  // its 16 bits, as libxsmm reads them
 
 // One block shape, column-major as libxsmm sees it: C (m x n) += A (m x k) B (k x n).
 void block(int m, int n, int k) {
@@ -45,10 +40,11 @@ void block(int m, int n, int k) {
   std::generate(a.begin(), a.end(), uniform);
   std::generate(b.begin(), b.end(), uniform);
   // bf16 operands: A in libxsmm's VNNI layout (element (i, p) at (p / 2) 2m + 2i + p % 2), B as it is.
-  std::vector<std::uint16_t> a16(a.size()), b16(b.size());
+  std::vector<bfloat16> a16(a.size()), b16(b.begin(), b.end());
   for (int p = 0; p < k; ++p)
-    for (int i = 0; i < m; ++i) a16[(p / 2) * 2 * m + 2 * i + p % 2] = to_bf16(a[p * m + i]);
-  std::transform(b.begin(), b.end(), b16.begin(), to_bf16);
+    for (int i = 0; i < m; ++i) a16[(p / 2) * 2 * m + 2 * i + p % 2] = bfloat16(a[p * m + i]);
+  const auto* a_bits = reinterpret_cast<const libxsmm_bfloat16*>(a16.data());
+  const auto* b_bits = reinterpret_cast<const libxsmm_bfloat16*>(b16.data());
 
   const float one = 1;
   const int vnni = LIBXSMM_GEMM_FLAG_VNNI_A, none = LIBXSMM_GEMM_FLAG_NONE;
@@ -60,15 +56,15 @@ void block(int m, int n, int k) {
   std::string bf16_text = "none";
   if (bf16) {
     std::vector<float> out(c.size(), 0.f);
-    bf16(a16.data(), b16.data(), out.data());
+    bf16(a_bits, b_bits, out.data());
     double worst = 0;
     for (int j = 0; j < n; ++j)
       for (int i = 0; i < m; ++i) {
         double ref = 0;
-        for (int p = 0; p < k; ++p) ref += double(from_bf16(to_bf16(a[p * m + i]))) * from_bf16(b16[j * k + p]);
+        for (int p = 0; p < k; ++p) ref += double(float(bfloat16(a[p * m + i]))) * float(b16[j * k + p]);
         worst = std::max(worst, std::abs(ref - out[j * m + i]));
       }
-    const double rate = gflops([&] { bf16(a16.data(), b16.data(), c.data()); });
+    const double rate = gflops([&] { bf16(a_bits, b_bits, c.data()); });
     bf16_text = fmt::format("{:.1f} GFLOP/s{}, largest error {:.1e}", rate,
                             f32 ? fmt::format(" ({:.2f}x float32's)", rate / f32_rate) : "", worst);
   }
