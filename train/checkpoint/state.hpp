@@ -7,6 +7,10 @@
 //   save_checkpoint(path, snapshot(parts));
 //   restore(read_checkpoint(path), parts);   // strict, all or nothing
 //
+// The parts are everything the run carries from step to step (what is not a part must be rebuilt the same
+// way in a resumed process), saved where they agree: between two steps, after every update of the step
+// (the optimizer's, a moving average's, the step counter's), as a resumed run starts the next step.
+//
 // Every part saves and loads through two functions. A user's object has them as members, as a
 // torch.nn.Module has state_dict() and load_state_dict():
 //
