@@ -102,7 +102,7 @@ struct CheckpointOp {
     const Var<T> y = run_region<T>(*fn, x, false);
     // Parameters read in the region take gradients through the recomputation, whether or not x does.
     if (!y.tape->parameters_read().empty()) out.takes_grad_regardless();
-    out.make(y.shape()).array() = y.value().array();
+    out.make(y.shape(), false).array() = y.value().array();
     if (out.needs_grad()) {
       Saved& saved = out.saved();
       saved.fn.emplace(std::move(*fn));

@@ -33,8 +33,8 @@
 // x.grad.add(part, cost) is the same `+=` in element ranges split over the threads, for a large gradient.
 // Both check the size of what they are given. (The library's fastest rules write in layouts of their own,
 // through detail::pieces below, each write checked against the gradient's shape.)
-// In anomaly mode the output is NaN until the forward writes it, so an element left unwritten is caught
-// as a non-finite value naming the op. An op over any number of inputs (concat_cols) is recorded by apply_list.
+// out.make(shape) gives zeros, so an element the forward leaves unwritten is 0. An op over any number of
+// inputs (concat_cols) is recorded by apply_list.
 
 #include <algorithm>
 #include <cstddef>
@@ -91,13 +91,16 @@ GradWrite<T> pieces(const InputGrad<T>& g);  // for the library's own rules, bel
 template <class T, class Saved = NoSavedState>
 class Output {
  public:
-  // The output, of `shape`, for the forward to fill (every element: in anomaly mode it holds NaN until
-  // then). Once per forward; a forward that throws, before or after it, leaves the tape as it was.
-  TensorT<T>& make(const Shape& shape) {
+  // The output, of `shape`, zeros, for the forward to fill: an element it does not write is 0 (not last
+  // step's value: the node's buffer is reused). Once per forward; a forward that throws, before or after
+  // it, leaves the tape as it was. zeros = false skips the pass of zeros, for a forward that writes every
+  // element (the library's ops): in anomaly mode the output then holds NaN until written, so an element
+  // left unwritten is caught as a non-finite value naming the op.
+  TensorT<T>& make(const Shape& shape, bool zeros = true) {
     if (made_) detail::refuse_function(node_.op, "its forward called make(shape) twice");
     node_.value.resize(shape);  // may throw (a huge shape): then not made, and the tape as it was
     made_ = true;
-    if (tape_.anomaly_detection()) node_.value.fill(std::numeric_limits<T>::quiet_NaN());
+    if (zeros || tape_.anomaly_detection()) node_.value.fill(zeros ? T(0) : std::numeric_limits<T>::quiet_NaN());
     return node_.value;
   }
   const TensorT<T>& value() const { return node_.value; }  // the forward's value

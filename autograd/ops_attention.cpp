@@ -159,7 +159,7 @@ struct Attention {
     const Shape shape = sq.rank == 3 ? Shape::batched(l.batch, l.tq, l.v_width()) : Shape::mat(l.tq, l.v_width());
     for (auto& w : weights) w.resize(sq.rank == 3 ? Shape::batched(l.batch, l.tq, l.tk) : Shape::mat(l.tq, l.tk));
 
-    TensorT<T>& output = out.make(shape);
+    TensorT<T>& output = out.make(shape, false);
     Saved* const saved = out.needs_grad() ? &out.saved() : nullptr;
     const Index wq = l.q_width(), wv = l.v_width();
     // What each row of the mask leaves open (the softmax skips what it blocks), read once for every item.

@@ -122,7 +122,7 @@ struct BinaryOp {
 
   void forward(Output<T>& out, const TensorT<T>& A, const TensorT<T>& B) const {
     const Broadcast bc = broadcast_of(name, A.shape(), B.shape());
-    TensorT<T>& C = out.make(A.shape());
+    TensorT<T>& C = out.make(A.shape(), false);
     if constexpr (Kind == Binary::add) broadcast_apply(bc, A, B, C, [](auto o, auto x, auto y) { o = x + y; });
     if constexpr (Kind == Binary::sub) broadcast_apply(bc, A, B, C, [](auto o, auto x, auto y) { o = x - y; });
     if constexpr (Kind == Binary::mul)
@@ -209,7 +209,7 @@ struct UnaryOp {
   double number = 0;
 
   void forward(Output<T, Saved>& out, const TensorT<T>& x) const {
-    TensorT<T>& y = out.make(x.shape());
+    TensorT<T>& y = out.make(x.shape(), false);
     const T k = static_cast<T>(number);
     if constexpr (kWithNumber) out.saved().number = k;
     parallel_rows(
@@ -266,7 +266,7 @@ struct Transpose {
   void forward(Output<T>& out, const TensorT<T>& a) const {
     const Shape s = a.shape();
     if (s.rank == 1) fail<ShapeError>("transpose: x is a vector of {}; transpose needs a 2-D or batched 3-D x", s);
-    TensorT<T>& C = out.make(s.rank == 3 ? Shape::batched(s.batch, s.cols, s.rows) : Shape::mat(s.cols, s.rows));
+    TensorT<T>& C = out.make(s.rank == 3 ? Shape::batched(s.batch, s.cols, s.rows) : Shape::mat(s.cols, s.rows), false);
     for (Index i = 0; i < s.batch; ++i) C.mat(i) = a.mat(i).transpose();
   }
   static void backward(const Output<T>& out, const OpInput<T>& a) {

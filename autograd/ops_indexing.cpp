@@ -29,7 +29,7 @@ struct SliceCols {
                        s.cols);
     }
     const Shape shape{s.rank, s.batch, s.rows, count};
-    TensorT<T>& C = out.make(shape);
+    TensorT<T>& C = out.make(shape, false);
     out.saved().begin = begin;
     parallel_rows(shape.flat_rows(), count, [&](Index r, Index k) {
       C.flat().middleRows(r, k) = x.flat().middleRows(r, k).middleCols(begin, count);
@@ -61,7 +61,7 @@ struct ConcatCols {
         fail<ShapeError>("concat_cols: part {} is {} but part 0 is {}; parts must share batch and rows", k, s, first);
       shape.cols += s.cols;
     }
-    TensorT<T>& C = out.make(shape);
+    TensorT<T>& C = out.make(shape, false);
     parallel_rows(shape.flat_rows(), shape.cols, [&](Index r, Index k) {
       Index offset = 0;
       for (std::size_t p = 0; p < parts.size(); ++p) {
@@ -106,7 +106,7 @@ struct GatherRows {
         fail<ValueError>("gather_rows: id {} at position {} is outside the table's {} rows", (*ids)[i], i, s.rows);
     const Shape shape =
         ids->rank() == 2 ? Shape::batched(ids->rows(), ids->cols(), s.cols) : Shape::mat(ids->cols(), s.cols);
-    auto C = out.make(shape).flat();
+    auto C = out.make(shape, false).flat();
     const auto Tab = table.mat();
     for (Index i = 0; i < ids->numel(); ++i) C.row(i) = Tab.row((*ids)[i]);
     if (out.needs_grad()) out.saved().ids.assign(ids->data(), ids->data() + ids->numel());
@@ -137,7 +137,7 @@ struct Reshape {
                        shape.numel());
     // A copy, not a view: a node owns its value buffer (TensorT cannot alias another's), and sharing one
     // would need the tape to track which node owns it. The copy is one memcpy into a reused buffer.
-    TensorT<T>& C = out.make(shape);
+    TensorT<T>& C = out.make(shape, false);
     std::copy(x.data(), x.data() + x.numel(), C.data());
   }
   static void backward(const Output<T>& out, const OpInput<T>& x) { x.grad.add(out.grad().array()); }
@@ -165,7 +165,7 @@ struct PickPositions {
       if ((*positions)[b] < 0 || (*positions)[b] >= s.rows)
         fail<ValueError>("pick_positions: position {} of batch item {} is outside [0, {}): x is {}", (*positions)[b], b,
                          s.rows, s);
-    auto C = out.make(Shape::mat(s.batch, s.cols)).mat();  // (B, D); made once every check has passed
+    auto C = out.make(Shape::mat(s.batch, s.cols), false).mat();  // (B, D); made once every check has passed
     for (Index b = 0; b < s.batch; ++b) C.row(b) = x.mat(b).row((*positions)[b]);
     if (out.needs_grad()) out.saved().positions.assign(positions->data(), positions->data() + positions->numel());
   }

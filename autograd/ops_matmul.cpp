@@ -65,7 +65,7 @@ struct Product {
 
   void forward(Output<T>& out, const TensorT<T>& A, const TensorT<T>& B) const {
     const Shape sa = A.shape(), sb = B.shape();
-    TensorT<T>& C = out.make(product_shape(name, F, sa, sb));
+    TensorT<T>& C = out.make(product_shape(name, F, sa, sb), false);
     const bool shared = sa.rank == 3 && sb.rank == 2;  // one (B*M, K) x (K, N) product
     const Index items = shared ? 1 : C.batch();
     const Index ar = shared ? sa.flat_rows() : sa.rows;
@@ -132,7 +132,7 @@ struct Affine {
     if (!detail::is_row_of(sb, sw.cols))
       fail<ShapeError>("affine: b is {} but x w has {} columns; b must be a row of {} values ({} or 1x{})", sb, sw.cols,
                        sw.cols, sw.cols, sw.cols);
-    TensorT<T>& Y = out.make({sx.rank, sx.batch, sx.rows, sw.cols});
+    TensorT<T>& Y = out.make({sx.rank, sx.batch, sx.rows, sw.cols}, false);
     detail::gemm<T>(Form::ab, sx.flat_rows(), sw.cols, sx.cols, {X.data(), sx.cols}, {W.data(), sw.cols}, Y.data(),
                     sw.cols, false, true, b.data());
   }

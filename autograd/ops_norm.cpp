@@ -28,7 +28,7 @@ struct Dropout {
   Rng* rng = nullptr;
 
   void forward(Output<T, Saved>& out, const TensorT<T>& x) const {
-    TensorT<T>& C = out.make(x.shape());
+    TensorT<T>& C = out.make(x.shape(), false);
     const T keep_scale = static_cast<T>(1 / (1 - p));
     TensorT<T>* const factor = out.needs_grad() ? &out.saved().factor : nullptr;
     if (factor) factor->resize(x.shape());
@@ -75,7 +75,7 @@ struct LayerNorm {
           s.cols, s.cols, s.cols);
     if (!(eps > 0) || !std::isfinite(eps)) fail<ValueError>("layer_norm: eps must be positive and finite, got {}", eps);
     // Per row of x: mean and rstd with the statistics in double (saved in stats), y = xhat * gamma + beta.
-    auto Y = out.make(s).flat();
+    auto Y = out.make(s, false).flat();
     TensorT<double>& stats = out.saved().stats;
     stats.resize(Shape::mat(s.flat_rows(), 2));
     const auto X = x.flat();                     // (rows, D)

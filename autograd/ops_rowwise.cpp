@@ -159,7 +159,7 @@ struct Reduce {
     const Shape s = x.shape();
     if constexpr (Rows) {
       if (Mean) detail::require_row_entries(name, s, "average");
-      auto C = out.make({s.rank, s.batch, s.rows, 1}).flat().col(0);
+      auto C = out.make({s.rank, s.batch, s.rows, 1}, false).flat().col(0);
       if (Mean)
         C = x.flat().rowwise().mean();
       else
@@ -192,7 +192,7 @@ struct RowMax {
   void forward(Output<T, Saved>& out, const TensorT<T>& x) const {
     const Shape s = x.shape();
     detail::require_row_entries(name, s, "take a maximum of");
-    auto C = out.make({s.rank, s.batch, s.rows, 1}).flat();  // x's shape, 1 wide
+    auto C = out.make({s.rank, s.batch, s.rows, 1}, false).flat();  // x's shape, 1 wide
     const auto X = x.flat();
     std::vector<Index>* const argmax = out.needs_grad() ? &out.saved().argmax : nullptr;
     if (argmax) argmax->resize(static_cast<std::size_t>(X.rows()));
@@ -247,7 +247,7 @@ struct SoftmaxRows {
     const detail::RowMask masks = row_mask(mask, s);
     if (!(scale > 0) || !std::isfinite(scale))
       fail<ValueError>("softmax_rows: the scale must be positive and finite, got {}", scale);
-    TensorT<T>& y = out.make(s);
+    TensorT<T>& y = out.make(s, false);
     out.saved().scale = scale;
     detail::softmax_forward(x.data(), y.data(), s.flat_rows(), s.cols, static_cast<T>(scale), masks, true);
   }
@@ -269,7 +269,7 @@ struct LogSoftmaxRows {
     const Shape s = x.shape();
     detail::require_row_entries(name, s, "normalise");
     const auto X = x.flat();
-    auto Y = out.make(s).flat();
+    auto Y = out.make(s, false).flat();
     for (Index r = 0; r < X.rows(); ++r) {
       const T top = X.row(r).maxCoeff();
       const T log_total = std::log((X.row(r).array() - top).exp().sum());

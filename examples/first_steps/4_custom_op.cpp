@@ -35,7 +35,7 @@ struct RmsNorm {
     if (gain.numel() != x.cols())
       fail<ShapeError>("rms_norm: gain is {} but x is {}; give one gain per column ({})", gain.shape(), x.shape(),
                        x.cols());
-    TensorT<T>& y = out.make(x.shape());  // the output, to fill (a throw leaves no trace)
+    TensorT<T>& y = out.make(x.shape());  // the output, zeros, to fill (a throw leaves no trace)
     TensorT<T>& r = out.saved().inv_rms;
     r.resize(Shape::mat(x.shape().flat_rows(), 1));
     const auto X = x.flat().array();  // (rows, D)
