@@ -526,6 +526,12 @@ TEST_CASE("generate: a model in training mode is sampled in evaluation mode, the
   model.eval();
   CHECK(in_training == sample(model, prompt, {.count = 20, .seed = 5}));
   CHECK(in_training == sample(model, prompt, {.count = 20, .seed = 5, .cache = false}));
+  // The modes come back also when sampling throws.
+  model.train();
+  CHECK_THROWS_AS(sample(model, prompt, {.count = 5, .on_token = [](std::int32_t) { fail<ValueError>("stop"); }}),
+                  ValueError);
+  CHECK(model.training());
+  CHECK(model.stack().training());
 }
 
 TEST_CASE("generate: draw_token is the inverse of the cumulative distribution of softmax(logits / temperature)") {

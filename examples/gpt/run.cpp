@@ -355,7 +355,6 @@ ModelResult train_to_end(LmRun& run, const Data& data, const Options& o, RunFold
   r.curve = run.trainer.curve();
   r.validation = evaluate_table(run.trainer, data.validation);
   if (!leader) return r;  // the others' replicas are rank 0's: it samples, saves and reports
-  model.eval();
   r.samples = sample_text(model, data.vocabulary(), o, o.cache);
   if (!sentence.empty()) r.maps = attention_maps(model, sentence);
 
@@ -365,7 +364,6 @@ ModelResult train_to_end(LmRun& run, const Data& data, const Options& o, RunFold
   folder->write(fmt::format("samples_{}.txt", name), r.samples);
   // What --sample-from will do in a fresh process: the saved model must sample the same text.
   const auto reloaded = model_from_checkpoint<Gpt<float>>(read_checkpoint(file));
-  reloaded->eval();
   r.reload_matches = sample_text(*reloaded, data.vocabulary(), o, o.cache) == r.samples;
   fmt::print("  {:<14} validation {} nats/char after {} steps ({:.1f} s, {:.0f} chars/s); weights crc32 {:08x}; "
              "saved {}{}\n",
@@ -674,7 +672,6 @@ int prepare_only(const Options& o) {
 
 int sample_from(const std::string& file, const Options& o) {
   const auto model = model_from_checkpoint<Gpt<float>>(read_checkpoint(file));
-  model->eval();
   const ByteVocabulary& vocabulary = model->vocabulary();
   const std::vector<std::int32_t> prompt = vocabulary.encode(o.prompt, "--prompt");
   // The text is streamed as it is drawn (at the longest --length, minutes of it), a line or 4 KiB at a time.
