@@ -91,11 +91,11 @@ double train_to_end(Run& run, OutputFolder* out) {
   Tape<float> tape;
   double error = 0;
   for (;; ++run.step) {
+    if (out && run.step == kCheckpointAt) save_checkpoint(*out, kHalfWay, snapshot(run.parts()));  // between steps
     tape.reset();
     Var<float> loss = mse(run.model.forward(tape.constant(x)), tape.constant(y));
     error = loss.value()[0];
     if (run.step == 0) fmt::print("step 0: mse {:.5f}\n", error);
-    if (out && run.step == kCheckpointAt) save_checkpoint(*out, kHalfWay, snapshot(run.parts()));
     if (run.step == kSteps) break;
     tape.backward(loss);
     run.optimizer.step();
