@@ -80,10 +80,11 @@ void check_cached_logits(LanguageModel<T>& model, std::span<const std::int32_t> 
   NoGradGuard<T> no_grad(tape);
   Ids ids;
   const std::span<const T> recomputed = next_logits<T>(model, tape, window, nullptr, ids);
+  check_finite(recomputed, [] { return "sample: recomputing the cached logits without the cache, the model's "; });
   const auto n = static_cast<Index>(cached.size());
   const ConstArrayMap<T> c(cached.data(), n), r(recomputed.data(), n);
-  Index at = 0;  // the first token of the largest difference
-  const auto largest = static_cast<double>((c - r).abs().maxCoeff(&at));
+  Index at = 0;  // the first token of the largest difference, in double as the bound
+  const double largest = (c.template cast<double>() - r.template cast<double>()).abs().maxCoeff(&at);
   const double allowed = std::sqrt(std::numeric_limits<T>::epsilon()) * std::max<double>(1, r.abs().maxCoeff());
   if (largest > allowed)
     fail<UsageError>(

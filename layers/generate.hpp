@@ -34,8 +34,8 @@ namespace tapegrad {
 Index window_start(Index n, Index context);
 
 // What the sampler needs of a model: a causal language model over `vocab()` tokens, built from the
-// library's layers or a user's. A model that is also a Module is sampled in evaluation mode (dropout off)
-// and left in the mode it was in; another is sampled as its forward runs.
+// library's layers or a user's. A model that is also a Module (a public base, once) is sampled in
+// evaluation mode (dropout off) and left in the mode it was in; another is sampled as its forward runs.
 template <class T>
 class LanguageModel {
  public:

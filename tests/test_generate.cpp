@@ -534,6 +534,27 @@ TEST_CASE("generate: a model in training mode is sampled in evaluation mode, the
   CHECK(model.stack().training());
 }
 
+namespace {
+
+// A model whose forward without a cache overflows (NaN logits) while its cached forward does not.
+struct NanWithoutCache : TinyLm<double> {
+  using TinyLm<double>::TinyLm;
+  Var<double> forward(Tape<double>& tape, const Ids& tokens, KvCache<double>* cache) override {
+    const Var<double> logits = TinyLm<double>::forward(tape, tokens, cache);
+    return cache ? logits : scale(logits, std::numeric_limits<double>::quiet_NaN());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("generate: logits recomputed without the cache that are not finite are refused, naming where") {
+  NanWithoutCache model(TinyOptions{});
+  CHECK_THROWS_WITH_AS(sample(model, std::vector<std::int32_t>{1, 2}, {.count = 3}),
+                       "sample: recomputing the cached logits without the cache, the model's logit of token 0 of 11 "
+                       "is nan; its weights make the logits overflow, and no token can be drawn from them",
+                       NonFiniteError);
+}
+
 TEST_CASE("generate: draw_token is the inverse of the cumulative distribution of softmax(logits / temperature)") {
   const TensorD logits(Shape::mat(1, 3), {0, std::log(3.0), std::log(4.0)});  // p = 1/8, 3/8, 4/8
   CHECK(draw_token(logits, 1.0, 0.0) == 0);
