@@ -84,11 +84,6 @@ Var<T> DecoderLm<T>::forward(Tape<T>& tape, const Ids& tokens, KvCache<T>* cache
 // [readme:decoder_lm-end]
 
 template <class T>
-std::vector<std::int32_t> DecoderLm<T>::generate(std::span<const std::int32_t> prompt, const SampleOptions& options) {
-  return sample<T>(*this, prompt, options);  // in evaluation mode, then the caller's mode back
-}
-
-template <class T>
 std::vector<std::vector<TensorT<T>>> DecoderLm<T>::attention_maps(std::span<const std::int32_t> tokens) {
   if (tokens.empty()) fail<ValueError>("attention_maps: no tokens; give 1 to {} (the context)", config_.context);
   const EvalModeGuard<T> eval_mode(*this);  // no dropout on the weights shown

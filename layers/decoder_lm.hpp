@@ -14,7 +14,7 @@
 // examples' char_lm and gpt, whose checkpoints name their own kinds) is a ConfiguredLm, below.
 //
 // It is a LanguageModel (layers/generate.hpp): training, evaluation and sampling run its one forward, the
-// last two with gradients off, sampling with or without a KvCache (generate()).
+// last two with gradients off, sampling with or without a KvCache (sample()).
 //
 
 #include <cstdint>
@@ -106,10 +106,6 @@ class DecoderLm : public Module<T>, public LanguageModel<T> {
   Var<T> forward(Tape<T>& tape, const Ids& tokens, KvCache<T>* cache) override;
   Index vocab() const override { return config_.vocab; }
   Index context() const override { return config_.context; }
-
-  // `options.count` tokens sampled after `prompt` (sample(), layers/generate.hpp), in evaluation mode;
-  // the model's mode is restored afterwards.
-  std::vector<std::int32_t> generate(std::span<const std::int32_t> prompt, const SampleOptions& options);
 
   // What each head of each block reads in `tokens` (1 to context() of them, at positions 0 on): the
   // attention weights of one forward in evaluation mode with gradients off, [layer][head], each (T, T),

@@ -264,11 +264,11 @@ TEST_CASE("activation checkpoint: with gradients off it is the plain forward, an
     model.train();
     model.stack().set_checkpoint_every(0);
     const std::vector<std::int32_t> prompt = {1, 2};
-    const auto cached = model.generate(prompt, {.count = 12, .seed = 7, .cache = true});
-    const auto uncached = model.generate(prompt, {.count = 12, .seed = 7, .cache = false});
+    const auto cached = sample(model, prompt, {.count = 12, .seed = 7, .cache = true});
+    const auto uncached = sample(model, prompt, {.count = 12, .seed = 7, .cache = false});
     model.stack().set_checkpoint_every(1);
-    CHECK(model.generate(prompt, {.count = 12, .seed = 7, .cache = true}) == cached);
-    CHECK(model.generate(prompt, {.count = 12, .seed = 7, .cache = false}) == uncached);
+    CHECK(sample(model, prompt, {.count = 12, .seed = 7, .cache = true}) == cached);
+    CHECK(sample(model, prompt, {.count = 12, .seed = 7, .cache = false}) == uncached);
   }
 }
 

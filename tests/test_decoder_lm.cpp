@@ -1,7 +1,7 @@
 // layers/decoder_lm.hpp: the library's language model. Its parameter count is the built model's (and a
 // count worked out by hand here, as the examples' char_lm and gpt had it), for any configuration, counted
 // without the configuration's memory; its cached logits equal a full recompute, it
-// rebuilds from a checkpoint by its kind, and generate() samples in evaluation mode and restores the
+// rebuilds from a checkpoint by its kind, and sample() reads it in evaluation mode and restores the
 // caller's. Its gradients are checked with every layer's (tests/catalogue/layer_checks.cpp).
 #include <doctest/doctest.h>
 
@@ -122,23 +122,23 @@ TEST_CASE("decoder lm: cached logits equal a full recompute, float64, both modes
       }
 }
 
-TEST_CASE("decoder lm: generate() samples in evaluation mode, the same text with and without the cache, and restores the mode") {
+TEST_CASE("decoder lm: sample() reads it in evaluation mode, the same text with and without the cache, and restores the mode") {
   DecoderLm<double> model({.vocab = 9, .context = 6, .d_model = 8, .n_heads = 2, .n_layers = 2, .dropout = 0.5, .seed = 2});
   CHECK(model.training());
   const std::vector<std::int32_t> prompt = {1, 2};
-  const auto cached = model.generate(prompt, {.count = 20, .seed = 7, .cache = true});
+  const auto cached = sample(model, prompt, {.count = 20, .seed = 7, .cache = true});
   CHECK(model.training());  // restored
   CHECK(cached.size() == 20);
   // With dropout 0.5 in training mode the two paths would draw other masks; in evaluation mode they agree.
-  CHECK(cached == model.generate(prompt, {.count = 20, .seed = 7, .cache = false}));
-  CHECK_THROWS_AS(model.generate({}, {.count = 1}), ValueError);
+  CHECK(cached == sample(model, prompt, {.count = 20, .seed = 7, .cache = false}));
+  CHECK_THROWS_AS(sample(model, {}, {.count = 1}), ValueError);
   CHECK(model.training());  // restored when sampling throws too
 }
 
-TEST_CASE("decoder lm: generate() gives each module back its own mode: a stack put in eval mode stays there") {
+TEST_CASE("decoder lm: sample() gives each module back its own mode: a stack put in eval mode stays there") {
   DecoderLm<double> model({.vocab = 9, .context = 6, .d_model = 8, .n_heads = 2, .n_layers = 2, .dropout = 0.5, .seed = 2});
   model.stack().eval();  // dropout off in the blocks, the rest of the model training
-  (void)model.generate(std::vector<std::int32_t>{1, 2}, {.count = 5, .seed = 7});
+  (void)sample(model, std::vector<std::int32_t>{1, 2}, {.count = 5, .seed = 7});
   CHECK(model.training());
   CHECK(model.embedding().training());
   CHECK_FALSE(model.stack().training());
