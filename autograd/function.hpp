@@ -100,6 +100,8 @@ class Output {
     if (made_) detail::refuse_function(node_.op, "its forward called make(shape) twice");
     node_.value.resize(shape);  // may throw (a huge shape): then not made, and the tape as it was
     made_ = true;
+    // What an element the forward does not write reads: 0 when asked, else NaN in anomaly mode, else whatever
+    // the reused buffer held.
     if (zeros || tape_.anomaly_detection()) node_.value.fill(zeros ? T(0) : std::numeric_limits<T>::quiet_NaN());
     return node_.value;
   }

@@ -266,7 +266,7 @@ struct Transpose {
   void forward(Output<T>& out, const TensorT<T>& a) const {
     const Shape s = a.shape();
     if (s.rank == 1) fail<ShapeError>("transpose: x is a vector of {}; transpose needs a 2-D or batched 3-D x", s);
-    TensorT<T>& C = out.make(s.rank == 3 ? Shape::batched(s.batch, s.cols, s.rows) : Shape::mat(s.cols, s.rows), false);
+    TensorT<T>& C = out.make({s.rank, s.batch, s.cols, s.rows}, false);  // batch is 1 unless rank 3
     for (Index i = 0; i < s.batch; ++i) C.mat(i) = a.mat(i).transpose();
   }
   static void backward(const Output<T>& out, const OpInput<T>& a) {

@@ -50,7 +50,7 @@ struct CrossEntropy {
       ++count;
     }
 
-    TensorT<T>& loss = out.make(Shape::scalar());
+    TensorT<T>& loss = out.make(Shape::scalar(), false);
     const auto X = logits.flat();
     Saved& saved = out.saved();
     if (out.needs_grad()) {
@@ -126,7 +126,7 @@ struct Mse {
     if (a.shape() != b.shape())
       fail<ShapeError>("mse: a is {} but b is {}; they must have the same shape", a.shape(), b.shape());
     if (a.numel() == 0) fail<ShapeError>("mse: a and b are {}, with no elements to average", a.shape());
-    out.make(Shape::scalar())[0] = (a.array() - b.array()).square().mean();
+    out.make(Shape::scalar(), false)[0] = (a.array() - b.array()).square().mean();
   }
   static void backward(const Output<T>& out, const OpInput<T>& a, const OpInput<T>& b) {
     const T g = T(2) * out.grad()[0] / static_cast<T>(a.value.numel());

@@ -166,7 +166,7 @@ struct Reduce {
         C = x.flat().rowwise().sum();
     } else {
       if (Mean && x.numel() == 0) fail<ShapeError>("{}: x is {}, which has no elements to average", name, s);
-      out.make(Shape::scalar())[0] = Mean ? x.array().mean() : x.array().sum();
+      out.make(Shape::scalar(), false)[0] = Mean ? x.array().mean() : x.array().sum();
     }
   }
   static void backward(const Output<T>& out, const OpInput<T>& x) {

@@ -453,6 +453,14 @@ TEST_CASE("function: make() gives zeros: an element the forward leaves unwritten
 }
 
 TEST_CASE("function: in anomaly mode an element a library op's unfilled output leaves unwritten is caught, naming it") {
+  {  // outside anomaly mode make(shape, false) fills nothing: the element reads what the buffer held
+    Tape<double> plain;
+    Var<double> x = plain.input(TensorD(Shape::vec(3), {1.0, 2.0, 3.0}));
+    (void)scale(x, 2.0);
+    plain.reset();
+    x = plain.input(TensorD(Shape::vec(3), {1.0, 2.0, 3.0}));
+    CHECK(apply(LeavesLast<true>{}, {x}).value().span()[2] == 6.0);
+  }
   Tape<double> tape;
   tape.set_anomaly_detection(true);
   Var<double> x = tape.input(TensorD(Shape::vec(3), {1.0, 2.0, 3.0}));
