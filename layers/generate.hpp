@@ -36,6 +36,8 @@ Index window_start(Index n, Index context);
 // What the sampler needs of a model: a causal language model over `vocab()` tokens, built from the
 // library's layers or a user's. A model that is also a Module (a public base, once) is sampled in
 // evaluation mode (dropout off) and left in the mode it was in; another is sampled as its forward runs.
+// One model is sampled by one thread at a time: its forward writes its layers' state (and the sampler, for a
+// Module in training mode, its modes).
 template <class T>
 class LanguageModel {
  public:

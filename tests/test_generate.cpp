@@ -545,7 +545,27 @@ struct NanWithoutCache : TinyLm<double> {
   }
 };
 
+// A language model that holds its modules instead of being one: the sampler cannot switch their modes.
+struct NotAModule : LanguageModel<double> {
+  TinyLm<double> inner{TinyOptions{.dropout = 0.3}};
+  Var<double> forward(Tape<double>& tape, const Ids& tokens, KvCache<double>* cache) override {
+    return inner.forward(tape, tokens, cache);
+  }
+  Index vocab() const override { return inner.vocab(); }
+  Index context() const override { return inner.context(); }
+};
+
 }  // namespace
+
+TEST_CASE("generate: a language model that is not a Module is sampled as its forward runs, its modes untouched") {
+  NotAModule model;  // its dropout in training mode, with no stream: its forward refuses
+  CHECK_THROWS_WITH_AS(sample(model, std::vector<std::int32_t>{1, 2}, {.count = 3}),
+                       doctest::Contains("training mode with p 0.3 needs a random stream"), UsageError);
+  CHECK(model.inner.training());
+  model.inner.eval();
+  CHECK(sample(model, std::vector<std::int32_t>{1, 2}, {.count = 3}) ==
+        sample(model.inner, std::vector<std::int32_t>{1, 2}, {.count = 3}));
+}
 
 TEST_CASE("generate: logits recomputed without the cache that are not finite are refused, naming where") {
   NanWithoutCache model(TinyOptions{});
