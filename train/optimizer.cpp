@@ -262,6 +262,9 @@ double clip_grad_norm(const std::vector<Parameter<T>*>& params, double max_norm)
 
 template class Optimizer<float>;
 template class Optimizer<double>;
+template class OptimizerWith<SGD<float>, float, SgdOptions>;
+template class OptimizerWith<AdamOf<float, false>, float, AdamOptions>;
+template class OptimizerWith<AdamOf<float, true>, float, AdamOptions>;
 template class SGD<float>;
 template class SGD<double>;
 template class AdamOf<float, false>;

@@ -390,6 +390,11 @@ double clip_grad_norm(const std::vector<Parameter<T>*>& params, double max_norm)
 
 extern template class Optimizer<float>;
 extern template class Optimizer<double>;
+// The float bases too: a program compiles its own code at its own level, and their update_all (a step's loop)
+// is the library's.
+extern template class OptimizerWith<SGD<float>, float, SgdOptions>;
+extern template class OptimizerWith<AdamOf<float, false>, float, AdamOptions>;
+extern template class OptimizerWith<AdamOf<float, true>, float, AdamOptions>;
 extern template class SGD<float>;
 extern template class SGD<double>;
 extern template class AdamOf<float, false>;
