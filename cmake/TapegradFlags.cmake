@@ -48,16 +48,17 @@ function(tapegrad_target_flags target)
   endif()
 endfunction()
 
-# The test programs' own code (test cases, references, the command-line battery) at -O1 in Release: it
-# checks results, and what it runs fast is the library's, which stays at -O3; at -O3 the tests were a large
-# share of a fresh build (docs/performance.md, "Build time"). GCC fuses a multiply and an add only with
-# -fexpensive-optimizations (on from -O2), and tests compare references they compute with the library's
-# results bit for bit, so they keep it (should a GCC fuse otherwise at -O1, give the tests -O2); clang fuses
-# at every level. A template that a test and the library both
-# instantiate (Eigen's kernels, tapegrad's inline helpers) is linked once into a test program, from the
-# test's -O1 object; the programs the suite runs (the command-line battery's, the resume and CRC tests) use
-# the library's -O3 copies.
-function(tapegrad_test_flags target)
+# The own code of the library's clients, the test programs and the programs of examples/, at -O1 in Release:
+# what they run fast is the library's, which stays at -O3, as do the support libraries (the lesson, gpt's
+# model) and the benchmarks; at -O3 they were most of a fresh build (docs/performance.md, "Build time"). GCC
+# fuses a multiply and an add only with -fexpensive-optimizations (on from -O2), and tests compare references
+# they compute with the library's results bit for bit, so they keep it (should a GCC fuse otherwise at -O1,
+# give them -O2); clang fuses at every level. A template that a client and the library both instantiate is
+# linked once, from the client's -O1 object, so the library's hot templates are instantiated in the library
+# alone (extern template, as train/optimizer.hpp's optimizers): what the two share is cold (fmt, settings).
+# A precompiled header is built at its target's level and GCC compiles the functions it holds at that level,
+# so a -O3 target never reuses a client's.
+function(tapegrad_client_flags target)
   tapegrad_target_flags(${target})
   target_compile_options(${target} PRIVATE "$<$<CONFIG:Release>:-O1;$<$<CXX_COMPILER_ID:GNU>:-fexpensive-optimizations>>")
 endfunction()
