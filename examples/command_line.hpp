@@ -54,7 +54,8 @@ inline CLI::Validator within(double lo, double hi) {
 // Parses argv into `app`. A mistake prints one line, "<program>: <what> (see --help)", and returns
 // ExitCode::bad_input; --help prints the help and returns 0. Returns nothing when the program should run.
 // Defined in command_line.cpp, compiled once: CLI11 (2.1, header-only) generates its whole parser, help
-// formatter and config reader in every file that calls App::parse, about 6 s of g++ -O3 a program.
+// formatter and config reader in every file that calls App::parse, about 6 s of g++ -O3 a program (when
+// the programs were built at -O3).
 std::optional<int> parse_command_line(CLI::App& app, const std::string& program, int argc, char** argv);
 
 // Runs `body`; a run stopped by a NaN or Inf loss or gradient norm (the library says which, at which step)

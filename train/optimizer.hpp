@@ -391,7 +391,7 @@ double clip_grad_norm(const std::vector<Parameter<T>*>& params, double max_norm)
 extern template class Optimizer<float>;
 extern template class Optimizer<double>;
 // The float bases too: a program compiles its own code at its own level, and their update_all (a step's loop)
-// is the library's.
+// is the library's (a double optimizer, for tests and gradient checks, compiles its loop where it is used).
 extern template class OptimizerWith<SGD<float>, float, SgdOptions>;
 extern template class OptimizerWith<AdamOf<float, false>, float, AdamOptions>;
 extern template class OptimizerWith<AdamOf<float, true>, float, AdamOptions>;
