@@ -1,6 +1,9 @@
 #pragma once
 // Shared test helpers: random tensors from the seeded generator, tensor comparison that says where
 // two tensors differ, a gradcheck assertion that prints the report when it fails, and scratch folders.
+// The tests' doctest has one call an assertion (tests/CMakeLists.txt, tapegrad_doctest): an exception
+// thrown inside a CHECK's expression leaves the CHECK and fails the test case, so a CHECK does not sit in a
+// try block whose catch expects what the checked call may throw.
 
 #include <doctest/doctest.h>
 
@@ -55,10 +58,14 @@ inline std::string message_of(const std::function<void()>& f) {
 }
 
 // Runs body() with every kind of matrix-product kernel this build has (autograd/gemm.hpp), each in
-// turn, and restores the kernels in use.
+// turn, and restores the kernels in use, also when body() throws (a failed REQUIRE, or an exception out of
+// a CHECK's expression: one call each, so it leaves the test case).
 template <class F>
 void with_each_kernel(F&& body) {
-  const detail::GemmKernels before = detail::gemm_kernels();
+  struct Restore {
+    detail::GemmKernels before = detail::gemm_kernels();
+    ~Restore() { detail::set_gemm_kernels(before); }
+  } restore;
   std::vector<detail::GemmKernels> kinds{detail::GemmKernels::eigen};
   if (detail::have_libxsmm()) kinds.push_back(detail::GemmKernels::libxsmm);
   for (const detail::GemmKernels kind : kinds) {
@@ -66,7 +73,6 @@ void with_each_kernel(F&& body) {
     CAPTURE(detail::name(kind));
     body();
   }
-  detail::set_gemm_kernels(before);
 }
 
 template <class T = double>
