@@ -57,15 +57,18 @@ inline std::string message_of(const std::function<void()>& f) {
   return "(nothing thrown)";
 }
 
-// Runs body() with every kind of matrix-product kernel this build has (autograd/gemm.hpp), each in
-// turn, and restores the kernels in use, also when body() throws (a failed REQUIRE, or an exception out of
-// a CHECK's expression: one call each, so it leaves the test case).
+// Puts back the matrix-product kernels in use (autograd/gemm.hpp) when it goes out of scope, also when a
+// test case is left by a throw (a failed REQUIRE, or an exception out of a CHECK's expression).
+struct RestoreKernels {
+  detail::GemmKernels before = detail::gemm_kernels();
+  ~RestoreKernels() { detail::set_gemm_kernels(before); }
+};
+
+// Runs body() with every kind of matrix-product kernel this build has, each in turn, and restores the
+// kernels in use.
 template <class F>
 void with_each_kernel(F&& body) {
-  struct Restore {
-    detail::GemmKernels before = detail::gemm_kernels();
-    ~Restore() { detail::set_gemm_kernels(before); }
-  } restore;
+  const RestoreKernels restore;
   std::vector<detail::GemmKernels> kinds{detail::GemmKernels::eigen};
   if (detail::have_libxsmm()) kinds.push_back(detail::GemmKernels::libxsmm);
   for (const detail::GemmKernels kind : kinds) {

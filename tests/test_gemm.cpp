@@ -16,6 +16,7 @@ using namespace tapegrad;
 using detail::GemmKernels;
 using detail::ProductForm;
 using test::random_tensor;
+using test::RestoreKernels;
 
 namespace {
 
@@ -173,7 +174,7 @@ TEST_CASE("gemm: libxsmm's kernels give a product of many rows, op(B) packed, th
   // From 256 rows, op(B) is packed into column panels before the kernels run; a slice of fewer rows
   // reads it in place. The same kernels do the same arithmetic on both: only the addresses differ.
   if (!detail::have_libxsmm()) return;
-  const GemmKernels before = detail::gemm_kernels();
+  const RestoreKernels kernels;
   detail::set_gemm_kernels(GemmKernels::libxsmm);
   Rng rng(33);
   const auto check = [&]<class T>(T) {
@@ -198,7 +199,6 @@ TEST_CASE("gemm: libxsmm's kernels give a product of many rows, op(B) packed, th
   };
   check(0.f);
   check(0.0);
-  detail::set_gemm_kernels(before);
 }
 
 TEST_CASE("gemm: a product is added into a gradient whole, so two products sum the same in either order") {
@@ -234,7 +234,7 @@ TEST_CASE("gemm: Eigen's kernels on one thread are bit for bit Eigen's own produ
   // Without libxsmm, products run Eigen's GEMM with buffers kept from call to call; the blocking is
   // Eigen's, so every bit must be the one `C.noalias() = A * B` gives.
   const SingleThreaded one_thread;
-  const GemmKernels before = detail::gemm_kernels();
+  const RestoreKernels kernels;
   detail::set_gemm_kernels(GemmKernels::eigen);
   Rng rng(77);
   struct Sizes {
@@ -257,11 +257,10 @@ TEST_CASE("gemm: Eigen's kernels on one thread are bit for bit Eigen's own produ
     // and twice in a row (the kept buffers hold the previous product's panels)
     CHECK(matmul_bt(t.constant(a), t.constant(bt)).value().flat() == expected);
   }
-  detail::set_gemm_kernels(before);
 }
 
 TEST_CASE("gemm: choosing libxsmm's kernels where there are none is refused") {
-  const GemmKernels before = detail::gemm_kernels();
+  const RestoreKernels kernels;
   if (detail::have_libxsmm()) {
     detail::set_gemm_kernels(GemmKernels::eigen);
     CHECK(detail::gemm_kernels() == GemmKernels::eigen);
@@ -271,7 +270,6 @@ TEST_CASE("gemm: choosing libxsmm's kernels where there are none is refused") {
     CHECK_THROWS_AS(detail::set_gemm_kernels(GemmKernels::libxsmm), ValueError);
     CHECK(detail::gemm_kernels() == GemmKernels::eigen);
   }
-  detail::set_gemm_kernels(before);
 }
 
 TEST_CASE("gemm: an empty depth writes zeros (or adds nothing), an empty result writes nothing") {

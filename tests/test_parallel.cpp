@@ -28,6 +28,7 @@ using namespace tapegrad;
 namespace {
 
 using test::PinCrossover;
+using test::RestoreKernels;
 using test::RestoreThreads;
 
 // a (m x k) times b (k x n) through the tape, and the gradient of sum(a b) with respect to a.
@@ -247,7 +248,7 @@ TEST_CASE("parallel: a product of few row blocks splits into tiles of columns, b
   // libxsmm's grid (autograd/gemm.cpp): with fewer than two row blocks of 64 a thread, a split product's rows
   // are cut into groups of column blocks too, so a weight's gradient (d_in rows) keeps many threads busy.
   if (!detail::have_libxsmm()) return;
-  const detail::GemmKernels before = detail::gemm_kernels();
+  const RestoreKernels kernels;
   detail::set_gemm_kernels(detail::GemmKernels::libxsmm);
   RestoreThreads restore;
   const PinCrossover pin(0, 0);
@@ -294,7 +295,6 @@ TEST_CASE("parallel: a product of few row blocks splits into tiles of columns, b
   const std::uint64_t regions = parallel_regions_started();
   detail::gemm<float>(ProductForm::ab, 64, 700, 300, {a.data(), 300}, {b.data(), 700}, c.data(), 700, false);
   CHECK(parallel_regions_started() == regions + 1);
-  detail::set_gemm_kernels(before);
 }
 
 TEST_CASE("parallel: affine is add(matmul(x, w), b) bit for bit, values and gradients, with either kernel, on 1 and 2 threads") {
