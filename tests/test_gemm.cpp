@@ -29,14 +29,14 @@ struct Operands {
 Shape a_shape(const Operands& o) { return o.form == ProductForm::atb ? Shape::mat(o.k, o.m) : Shape::mat(o.m, o.k); }
 Shape b_shape(const Operands& o) { return o.form == ProductForm::abt ? Shape::mat(o.n, o.k) : Shape::mat(o.k, o.n); }
 
-template <class T>
-T read_a(const TensorT<T>& a, ProductForm form, Index i, Index p) {
-  return form == ProductForm::atb ? a.at(p, i) : a.at(i, p);
-}
-template <class T>
-T read_b(const TensorT<T>& b, ProductForm form, Index p, Index j) {
-  return form == ProductForm::abt ? b.at(j, p) : b.at(p, j);
-}
+// How far apart A's elements (i, p) and (i + 1, p), and (i, p) and (i, p + 1), lie as the form stores A: the
+// steps of its outer index i and of the depth p; the same for B's (p, j), j its outer index. The exact
+// product's loop reads by pointer: the tests' own code is compiled at -Og, which does not inline much.
+struct Steps {
+  Index outer, depth;
+};
+Steps a_steps(const Operands& o) { return o.form == ProductForm::atb ? Steps{1, o.m} : Steps{o.k, 1}; }
+Steps b_steps(const Operands& o) { return o.form == ProductForm::abt ? Steps{o.k, 1} : Steps{1, o.n}; }
 
 template <class T>
 TensorT<T> product(const Operands& o, const TensorT<T>& a, const TensorT<T>& b) {
@@ -67,12 +67,15 @@ TEST_CASE("gemm: every product in every form is within the rounding-error bound 
           const TensorT<T> c = product(o, a, b);
           const long double u = std::numeric_limits<T>::epsilon() / 2;
           const long double gamma = static_cast<long double>(k) * u / (1 - static_cast<long double>(k) * u);
+          const Steps sa = a_steps(o), sb = b_steps(o);
           Index bad = 0;
           for (Index i = 0; i < m; ++i)
             for (Index j = 0; j < n; ++j) {
               long double exact = 0, magnitude = 0;
+              const T* ai = a.data() + i * sa.outer;
+              const T* bj = b.data() + j * sb.outer;
               for (Index p = 0; p < k; ++p) {
-                const long double x = read_a(a, form, i, p), y = read_b(b, form, p, j);
+                const long double x = ai[p * sa.depth], y = bj[p * sb.depth];
                 exact += x * y;
                 magnitude += std::fabs(x * y);
               }
