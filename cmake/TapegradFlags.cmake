@@ -48,20 +48,19 @@ function(tapegrad_target_flags target)
   endif()
 endfunction()
 
-# The own code of the library's clients, the test programs and the programs of examples/, at GCC's -Og (clang's
-# -O1) in Release: what they run fast is the library's, which stays at -O3, as do the support libraries (the
-# lesson, gpt's model, the command-line parse, the catalogue) and the benchmarks; at -O3 they were most of a
-# fresh build (docs/performance.md, "Build time"). -Og compiles GCC's clients in about two thirds of -O1's time
-# and runs the suite as fast. It fuses no multiply and add, which the library's -O3 does, so a reference that a
-# test compares with the library bit for bit is compiled at the library's level (tests/CMakeLists.txt). A
-# template that a client and the library both instantiate is linked once, from the client's object, so the
-# library's hot templates are instantiated in the library alone (extern template, as train/optimizer.hpp's
-# optimizers): what the two share is cold (fmt, settings, the module walk, an error's message).
+# The own code of the library's clients, the programs of examples/ with their precompiled header and the test
+# programs, at -Og in Release: what they run fast is the library's, which stays at -O3, as do the support
+# libraries (the lesson, gpt's model, the command-line parse, the catalogue) and the benchmarks; at -O3 they
+# were most of a fresh build, and -Og runs GCC's shortest optimising pipeline (docs/performance.md, "Build
+# time"). A template that a client and the library both instantiate is linked once, from the client's object,
+# so the library's hot templates are instantiated in the library alone (extern template, as
+# train/optimizer.hpp's optimizers): what a program shares with it is cold (fmt, settings, the module walk, an
+# error's message). The suite's own program is the exception (tests/CMakeLists.txt).
 # GCC uses a precompiled header safely only with the -O and -f options it was built with (its manual), so a
 # header is reused only by targets of the same flags, and a -O3 target never reuses a client's.
 function(tapegrad_client_flags target)
   tapegrad_target_flags(${target})
-  target_compile_options(${target} PRIVATE "$<$<CONFIG:Release>:$<IF:$<CXX_COMPILER_ID:GNU>,-Og,-O1>>")
+  target_compile_options(${target} PRIVATE "$<$<CONFIG:Release>:-Og>")
 endfunction()
 
 # Precompiled headers: Eigen, fmt and the standard library headers nearly every file includes, parsed

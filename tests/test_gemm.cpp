@@ -31,7 +31,7 @@ Shape b_shape(const Operands& o) { return o.form == ProductForm::abt ? Shape::ma
 
 // How far apart A's elements (i, p) and (i + 1, p), and (i, p) and (i, p + 1), lie as the form stores A: the
 // steps of its outer index i and of the depth p; the same for B's (p, j), j its outer index. The exact
-// product's loop reads by pointer: the tests' own code is compiled at -Og, which does not inline much.
+// product's loop reads by pointer, which costs little at the tests' low optimisation and under the sanitizers.
 struct Steps {
   Index outer, depth;
 };
