@@ -55,7 +55,9 @@ endfunction()
 # time"). A template that a client and the library both instantiate is linked once, from the client's object,
 # so the library's hot templates are instantiated in the library alone (extern template, as
 # train/optimizer.hpp's optimizers): what a program shares with it is cold (fmt, settings, the module walk, an
-# error's message). The suite's own program is the exception (tests/CMakeLists.txt).
+# error's message). A client that defines copies of library code it runs, or that compares a reference it
+# computes with the library's results bit for bit, needs GCC to contract multiply-adds as at -O3: -O1 with
+# -fexpensive-optimizations, as the suite's own program has (tests/CMakeLists.txt). clang reads -Og as -O1.
 # GCC uses a precompiled header safely only with the -O and -f options it was built with (its manual), so a
 # header is reused only by targets of the same flags, and a -O3 target never reuses a client's.
 function(tapegrad_client_flags target)
