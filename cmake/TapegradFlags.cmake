@@ -56,13 +56,18 @@ endfunction()
 # so the library's hot templates are instantiated in the library alone (extern template, as
 # train/optimizer.hpp's optimizers): what a program shares with it is cold (fmt, settings, the module walk, an
 # error's message). A client that defines copies of library code it runs, or that compares a reference it
-# computes with the library's results bit for bit, needs GCC to contract multiply-adds as at -O3: -O1 with
-# -fexpensive-optimizations, as the suite's own program has (tests/CMakeLists.txt). clang reads -Og as -O1.
+# computes with the library's results bit for bit, passes LIBRARY_BITS: GCC then contracts multiply-adds as at
+# -O3 (-O1 with -fexpensive-optimizations; at -Og it contracts none itself). clang reads -Og as -O1.
 # GCC uses a precompiled header safely only with the -O and -f options it was built with (its manual), so a
 # header is reused only by targets of the same flags, and a -O3 target never reuses a client's.
 function(tapegrad_client_flags target)
+  cmake_parse_arguments(PARSE_ARGV 1 arg LIBRARY_BITS "" "")
   tapegrad_target_flags(${target})
-  target_compile_options(${target} PRIVATE "$<$<CONFIG:Release>:-Og>")
+  set(level -Og)
+  if(arg_LIBRARY_BITS)
+    set(level "-O1;$<$<CXX_COMPILER_ID:GNU>:-fexpensive-optimizations>")
+  endif()
+  target_compile_options(${target} PRIVATE "$<$<CONFIG:Release>:${level}>")
 endfunction()
 
 # Precompiled headers: Eigen, fmt and the standard library headers nearly every file includes, parsed
