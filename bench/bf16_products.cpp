@@ -1,0 +1,150 @@
+// The step's products in bfloat16 through oneDNN (Debian's libdnnl-dev, 2.6), before any bf16 path is
+// built on it (issue 59): for each product of W5's and W6's step (bench/step_shapes.hpp, in its form and
+// shape), oneDNN's matmul with bf16 operands and float32 accumulation and output, beside tapegrad's float32
+// gemm and oneDNN's float32 matmul; what rounding the two operands to bf16 costs (Eigen's cast, at this
+// build's instruction set); and whether oneDNN's bf16 product gives the same bits at 1 thread as at 2 to 16
+// (tapegrad promises bit-identical results at any thread count).
+//
+//   OMP_NUM_THREADS=1 taskset -c 1 build/bench/bf16_products
+//
+// One thread unless the line says otherwise, operands in cache (step_products' "warm"). The bracket names
+// oneDNN's kernel. On a CPU without AVX-512 oneDNN 2.6 has no bf16 product ("none"); with AVX-512 and not
+// AVX512_BF16 it emulates one (oneDNN's documentation). A build without oneDNN says so and exits.
+// What it printed: docs/performance.md, "bfloat16 products".
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "step_shapes.hpp"
+#include "tapegrad/core/escape.hpp"
+
+#ifdef TAPEGRAD_HAVE_DNNL
+#include <omp.h>
+
+#include <dnnl.hpp>
+
+namespace {
+
+using namespace tapegrad;
+using namespace tapegrad::bench;
+using Eigen::bfloat16;
+using Type = dnnl::memory::data_type;
+
+// C = op(A) op(B) of `p` as a oneDNN matmul on operands of `type`: the transposed forms are strides, as
+// tapegrad's gemm reads them in place. Empty when oneDNN has no implementation for this CPU.
+struct Matmul {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul primitive;
+  dnnl::memory a, b, c;
+  void run(dnnl::stream& s) {
+    primitive.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    s.wait();
+  }
+};
+
+std::optional<Matmul> matmul(const dnnl::engine& engine, const Product& p, Type type, void* a, void* b, float* c) {
+  using Dims = dnnl::memory::dims;
+  const dnnl::memory::desc a_md({p.m, p.k}, type, p.form == ProductForm::atb ? Dims{1, p.lda} : Dims{p.lda, 1});
+  const dnnl::memory::desc b_md({p.k, p.n}, type, p.form == ProductForm::abt ? Dims{1, p.ldb} : Dims{p.ldb, 1});
+  const dnnl::memory::desc c_md({p.m, p.n}, Type::f32, Dims{p.ldc, 1});
+  try {
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine);
+    return Matmul{pd, dnnl::matmul(pd), dnnl::memory(a_md, engine, a), dnnl::memory(b_md, engine, b),
+                  dnnl::memory(c_md, engine, c)};
+  } catch (const dnnl::error&) {
+    return std::nullopt;
+  }
+}
+
+struct Totals {
+  double tapegrad = 0, f32 = 0, bf16 = 0, rounding = 0;
+};
+
+void product(const dnnl::engine& engine, dnnl::stream& stream, const std::string& workload, const Product& p,
+             Totals& totals) {
+  const Index a_rows = p.form == ProductForm::atb ? p.k : p.m, b_rows = p.form == ProductForm::abt ? p.n : p.k;
+  std::vector<float> a(static_cast<std::size_t>(a_rows * p.lda)), b(static_cast<std::size_t>(b_rows * p.ldb));
+  std::vector<float> c(static_cast<std::size_t>(p.m * p.ldc));
+  Rng rng(3);
+  for (float& x : a) x = static_cast<float>(rng.uniform()) - 0.5f;
+  for (float& x : b) x = static_cast<float>(rng.uniform()) - 0.5f;
+  std::vector<bfloat16> a16(a.size()), b16(b.size());
+  const auto round_operands = [&] {
+    Eigen::Map<Eigen::ArrayX<bfloat16>>(a16.data(), Index(a16.size())) =
+        Eigen::Map<const Eigen::ArrayXf>(a.data(), Index(a.size())).cast<bfloat16>();
+    Eigen::Map<Eigen::ArrayX<bfloat16>>(b16.data(), Index(b16.size())) =
+        Eigen::Map<const Eigen::ArrayXf>(b.data(), Index(b.size())).cast<bfloat16>();
+  };
+  const auto us = [](auto&& call) { return median_seconds(3, 2, call, 1) * 1e6; };
+  const double tapegrad_us = product_us(p, 1, 2, 3, 1), rounding_us = us(round_operands);
+  auto f32 = matmul(engine, p, Type::f32, a.data(), b.data(), c.data());
+  auto bf16 = matmul(engine, p, Type::bf16, a16.data(), b16.data(), c.data());
+  const double f32_us = f32 ? us([&] { f32->run(stream); }) : 0;
+  std::string bf16_text = "none", bits_text;
+  if (bf16) {
+    const double bf16_us = us([&] { bf16->run(stream); });
+    totals.bf16 += static_cast<double>(p.count) * bf16_us;
+    bf16_text = fmt::format("{:8.1f} us ({:.2f}x tapegrad's float32)", bf16_us, tapegrad_us / bf16_us);
+    // The same product made and run at more threads (oneDNN fixes how it splits a product over the
+    // threads when it makes it): the thread counts whose bits differ from one thread's.
+    const std::vector<float> one_thread = c;
+    std::vector<int> differ;
+    for (const int threads : {2, 3, 4, 8, 16}) {
+      omp_set_num_threads(threads);
+      matmul(engine, p, Type::bf16, a16.data(), b16.data(), c.data())->run(stream);
+      if (std::memcmp(c.data(), one_thread.data(), c.size() * sizeof(float)) != 0) differ.push_back(threads);
+    }
+    omp_set_num_threads(1);
+    bits_text =
+        differ.empty() ? "same bits at 2-16 threads" : fmt::format("other bits at {} threads", fmt::join(differ, ", "));
+  }
+  totals.tapegrad += static_cast<double>(p.count) * tapegrad_us;
+  totals.f32 += static_cast<double>(p.count) * f32_us;
+  totals.rounding += static_cast<double>(p.count) * rounding_us;
+  fmt::print(
+      "{} {:<32} {:<5} {:>4} x {:>4} x {:>4} x{:<3}: tapegrad {:8.1f} us, oneDNN float32 {:8.1f}, bf16 {}; "
+      "rounding the operands {:.1f} us; {} [{}]\n",
+      workload, p.what, form_name(p.form), p.m, p.n, p.k, p.count, tapegrad_us, f32_us, bf16_text, rounding_us,
+      bits_text, bf16 ? bf16->pd.impl_info_str() : "");
+}
+
+}  // namespace
+#endif
+
+int main(int argc, char** argv) {
+  if (argc > 1) {
+    fmt::print(stderr, "bf16_products: takes no arguments, got '{}'\nusage: OMP_NUM_THREADS=1 {}\n",
+               tapegrad::escaped(argv[1]), tapegrad::escaped(argv[0]));
+    return 2;
+  }
+#ifndef TAPEGRAD_HAVE_DNNL
+  fmt::print("bf16_products: this build has no oneDNN (libdnnl-dev), so nothing to measure\n");
+#else
+  omp_set_num_threads(1);
+  const dnnl::version_t* v = dnnl_version();
+  fmt::print("oneDNN {}.{}.{}, one thread unless said\n", v->major, v->minor, v->patch);
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  for (const char* name : {"W5", "W6"}) {
+    const Workload& w =
+        *std::find_if(kWorkloads.begin(), kWorkloads.end(), [&](const Workload& x) { return x.name == name; });
+    Totals t;
+    for (const Product& p : step_products(w)) product(engine, stream, name, p, t);
+    if (t.bf16 == 0) {
+      fmt::print(
+          "{}: the step's products take tapegrad {:.1f} ms in float32, oneDNN {:.1f} ms; no bf16 product on this CPU\n",
+          name, t.tapegrad / 1e3, t.f32 / 1e3);
+      continue;
+    }
+    fmt::print(
+        "{}: the step's products take tapegrad {:.1f} ms in float32, oneDNN {:.1f} ms in float32 and {:.1f} ms "
+        "in bf16 ({:.2f}x tapegrad's), {:.1f} ms with rounding every operand ({:.2f}x)\n",
+        name, t.tapegrad / 1e3, t.f32 / 1e3, t.bf16 / 1e3, t.tapegrad / t.bf16, (t.bf16 + t.rounding) / 1e3,
+        t.tapegrad / (t.bf16 + t.rounding));
+  }
+#endif
+}
