@@ -72,6 +72,12 @@ TEST_CASE("data: vocabularies assign dense ids in order and refuse unknown names
   CHECK(v.name(3) == "c");
   CHECK_THROWS_WITH_AS(v.id("zz"), "vocabulary: unknown name 'zz' (the vocabulary has 4 names)", NameError);
   CHECK_THROWS_WITH_AS(Vocabulary({"x", "x"}), "vocabulary: 'x' appears twice", NameError);
+  // A name from a file is quoted as every message quotes outside text: escaped, on one line, bounded.
+  CHECK_THROWS_WITH_AS(v.id("z\x1b[2J\nz"), "vocabulary: unknown name 'z\\x1b[2J\\x0az' (the vocabulary has 4 names)",
+                       NameError);
+  CHECK_THROWS_WITH_AS(Vocabulary({"\x07", "\x07"}), "vocabulary: '\\x07' appears twice", NameError);
+  const std::string long_name(5000, 'w');
+  CHECK_THROWS_WITH_AS(v.id(long_name), doctest::Contains("(4880 more bytes)"), NameError);
 }
 
 TEST_CASE("data: a sequence source pads short examples, masks the padding and ignores its labels") {
@@ -342,6 +348,26 @@ TEST_CASE("dataset file: a malformed line is an error naming the file and the li
   // A UTF-8 byte-order mark is not part of the first token.
   const Dataset bom = parse_dataset("\xEF\xBB\xBFthe cat\tX Y\n", "bom.txt");
   CHECK(bom.tokens.names() == std::vector<std::string>{"<pad>", "the", "cat"});
+}
+
+TEST_CASE("dataset file: a text larger than the run may take, or whose parse would take more, is refused naming both") {
+  const auto path = test::scratch_dir("train", "dataset_limit") / "data.txt";
+  {
+    std::ofstream out(path);
+    for (int i = 0; i < 50000; ++i) out << "a\tX\n";  // 200,000 bytes, 100,000 tokens and labels
+  }
+  const std::string quoted = escaped(path);
+  // The file's size is asked once, before it is read; what a parse would take is counted after.
+  CHECK_THROWS_AS(read_dataset_text(path, 100e3), LimitError);
+  CHECK(test::message_of([&] { read_dataset_text(path, 100e3); }) ==
+        fmt::format("read_dataset: '{}' holds 200 KB, more than the 100 KB the run may take", quoted));
+  // 200,000 bytes + 32 a token or label + 128 a line = 9.8 MB.
+  CHECK_THROWS_AS(read_dataset_text(path, 1e6), LimitError);
+  CHECK(test::message_of([&] { read_dataset_text(path, 1e6); }) ==
+        fmt::format("read_dataset: '{}' (200 KB, 50000 lines, 100000 tokens and labels) could take 9.8 MB to parse, "
+                    "more than the 1.0 MB the run may take",
+                    quoted));
+  CHECK(read_dataset_text(path, 20e6).size() == 200000);
 }
 
 TEST_CASE("trainer: trains a user's MLP on dense data, with an optimizer, a schedule and metrics of the user's choice") {

@@ -11,7 +11,7 @@ namespace tapegrad {
 
 Vocabulary::Vocabulary(std::vector<std::string> names) {
   for (auto& n : names) {
-    if (contains(n)) fail<NameError>("vocabulary: '{}' appears twice", n);
+    if (contains(n)) fail<NameError>("vocabulary: '{}' appears twice", escaped(n));
     add(n);
   }
 }
@@ -26,7 +26,7 @@ std::int32_t Vocabulary::add(std::string_view name) {
 
 std::int32_t Vocabulary::id(std::string_view name) const {
   if (auto it = index_.find(name); it != index_.end()) return it->second;
-  fail<NameError>("vocabulary: unknown name '{}' (the vocabulary has {} names)", name, names_.size());
+  fail<NameError>("vocabulary: unknown name '{}' (the vocabulary has {} names)", escaped(name), names_.size());
 }
 
 const std::string& Vocabulary::name(std::int32_t id) const {

@@ -74,10 +74,12 @@ Dataset parse_dataset(std::string_view text, std::string_view name, const Vocabu
 
 std::string read_dataset_text(const std::filesystem::path& path, double max_memory_bytes, std::size_t max_bytes) {
   // The text itself first: a file larger than the limit is refused before it is read.
-  if (std::error_code ec; static_cast<double>(std::filesystem::file_size(path, ec)) > max_memory_bytes && !ec)
+  // One size, asked once: a second, throwing file_size in the message would fail as an internal error if
+  // the file went in between.
+  std::error_code ec;
+  if (const auto size = std::filesystem::file_size(path, ec); !ec && static_cast<double>(size) > max_memory_bytes)
     fail<LimitError>("read_dataset: '{}' holds {}, more than the {} the run may take", escaped(path),
-                     format_bytes(static_cast<double>(std::filesystem::file_size(path))),
-                     format_bytes(max_memory_bytes));
+                     format_bytes(static_cast<double>(size)), format_bytes(max_memory_bytes));
   std::string text = read_file(path, max_bytes, "read_dataset");
   std::size_t lines = 0, tokens = 0;
   bool in_token = false;
