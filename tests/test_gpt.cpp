@@ -185,6 +185,22 @@ TEST_CASE("gpt data: refusals name the flag and the path, in one line") {
                         "prepared").c_str(),
                        FileError);
   CHECK(slurp(yours / "notes.txt") == "mine");
+  // Nor is one of gpt's that holds a folder or a link under gpt's own names: the swap that puts a new
+  // preparation in place removes the earlier one whole, and with it what the folder or the link held.
+  const fs::path earlier = test::scratch_dir("gpt", "refusals_earlier");
+  gpt::prepare_data(fortune_folder(), earlier, "--data");
+  fs::remove(earlier / "val.bin");
+  fs::create_directory(earlier / "val.bin");
+  put(earlier / "val.bin" / "notes.txt", "mine");
+  const std::string refusal = "--prepared: '" + earlier.string() +
+                              "' holds 'val.bin' (not a regular file), which is not gpt's prepared data; give a new or "
+                              "empty folder, or one gpt prepared";
+  CHECK_THROWS_WITH_AS(gpt::prepare_data(fortune_folder(), earlier, "--data"), refusal.c_str(), FileError);
+  CHECK(slurp(earlier / "val.bin" / "notes.txt") == "mine");
+  fs::remove_all(earlier / "val.bin");
+  fs::create_symlink(yours / "notes.txt", earlier / "val.bin");
+  CHECK_THROWS_WITH_AS(gpt::prepare_data(fortune_folder(), earlier, "--data"), refusal.c_str(), FileError);
+  CHECK(slurp(yours / "notes.txt") == "mine");
 }
 
 TEST_CASE("gpt data: a file that reports no size (/proc) is read to its end (issue 52: it held '0 fortunes')") {

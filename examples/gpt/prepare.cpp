@@ -335,10 +335,13 @@ void take_folder(const fs::path& dir, bool locked) {
       fs::remove(it->path(), ec);
       continue;
     }
-    if (!ours(name) && !is_temporary_name(name))
-      fail<FileError>("--prepared: '{}' holds '{}', which is not gpt's prepared data; give a new or empty folder, or one "
-                      "gpt prepared",
-                      escaped(dir), escaped(name));
+    // gpt's own names as gpt writes them, plain files: a folder or a link of that name is someone else's, and
+    // the earlier preparation is removed whole once a new one is swapped in.
+    const bool plain = it->symlink_status(ec).type() == fs::file_type::regular;
+    if (!is_temporary_name(name) && (!ours(name) || !plain))
+      fail<FileError>("--prepared: '{}' holds '{}'{}, which is not gpt's prepared data; give a new or empty folder, or "
+                      "one gpt prepared",
+                      escaped(dir), escaped(name), plain ? "" : " (not a regular file)");
   }
   if (fs::exists(dir / kMetaFile) && !written_by_gpt(dir))
     fail<FileError>("--prepared: '{}' holds a {} that gpt did not write; give a new or empty folder, or one gpt prepared",
