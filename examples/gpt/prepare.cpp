@@ -336,8 +336,11 @@ void take_folder(const fs::path& dir, bool locked) {
       continue;
     }
     // gpt's own names as gpt writes them, plain files: a folder or a link of that name is someone else's, and
-    // the earlier preparation is removed whole once a new one is swapped in.
-    const bool plain = it->symlink_status(ec).type() == fs::file_type::regular;
+    // the earlier preparation is removed whole once a new one is swapped in. One gone since it was listed
+    // (another run's swap, before the lock) is nobody's.
+    std::error_code type_ec;  // its own: the loop's ends the loop
+    const auto type = it->symlink_status(type_ec).type();
+    const bool plain = type == fs::file_type::regular || type == fs::file_type::not_found;
     if (!is_temporary_name(name) && (!ours(name) || !plain))
       fail<FileError>("--prepared: '{}' holds '{}'{}, which is not gpt's prepared data; give a new or empty folder, or "
                       "one gpt prepared",
