@@ -7,10 +7,12 @@
 //
 //   OMP_NUM_THREADS=1 taskset -c 1 build/bench/bf16_products
 //
-// One thread unless the line says otherwise, operands in cache (step_products' "warm"). The bracket names
-// oneDNN's kernel. On a CPU without AVX-512 oneDNN 2.6 has no bf16 product ("none"); with AVX-512 and not
-// AVX512_BF16 it emulates one (oneDNN's documentation). A build without oneDNN says so and exits.
-// What it printed: docs/performance.md, "bfloat16 products".
+// One thread unless the line says otherwise, on one set of operands used call after call (step_products'
+// "warm"). The bracket names oneDNN's kernel. By oneDNN 2.6's documentation of its data types (not tried
+// here), a CPU without AVX-512 gets no bf16 product ("none") and one with AVX-512 (avx512_core) but not
+// AVX512_BF16 an emulation; Zen 4, Zen 5 and Xeons since Cooper Lake have AVX512_BF16. The thread counts are
+// OpenMP's, which Debian's oneDNN uses; with another runtime the check says it was not made. A build
+// without oneDNN says so and exits.
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -72,13 +74,20 @@ void product(const dnnl::engine& engine, dnnl::stream& stream, const std::string
   Rng rng(3);
   for (float& x : a) x = static_cast<float>(rng.uniform()) - 0.5f;
   for (float& x : b) x = static_cast<float>(rng.uniform()) - 0.5f;
+  // The bf16 operands in the float ones' layout; rounding reads and writes only the elements the product
+  // reads (a head's columns of rows `lda` wide, not the other heads').
   std::vector<bfloat16> a16(a.size()), b16(b.size());
-  const auto round_operands = [&] {
-    Eigen::Map<Eigen::ArrayX<bfloat16>>(a16.data(), Index(a16.size())) =
-        Eigen::Map<const Eigen::ArrayXf>(a.data(), Index(a.size())).cast<bfloat16>();
-    Eigen::Map<Eigen::ArrayX<bfloat16>>(b16.data(), Index(b16.size())) =
-        Eigen::Map<const Eigen::ArrayXf>(b.data(), Index(b.size())).cast<bfloat16>();
+  const auto round = [](const std::vector<float>& from, std::vector<bfloat16>& to, Index rows, Index cols, Index ld) {
+    using Stride = Eigen::OuterStride<>;
+    Eigen::Map<Eigen::Array<bfloat16, -1, -1, Eigen::RowMajor>, 0, Stride>(to.data(), rows, cols, Stride(ld)) =
+        Eigen::Map<const Eigen::Array<float, -1, -1, Eigen::RowMajor>, 0, Stride>(from.data(), rows, cols, Stride(ld))
+            .cast<bfloat16>();
   };
+  const auto round_operands = [&] {
+    round(a, a16, a_rows, p.form == ProductForm::atb ? p.m : p.k, p.lda);
+    round(b, b16, b_rows, p.form == ProductForm::abt ? p.k : p.n, p.ldb);
+  };
+  round_operands();
   const auto us = [](auto&& call) { return median_seconds(3, 2, call, 1) * 1e6; };
   const double tapegrad_us = product_us(p, 1, 2, 3, 1), rounding_us = us(round_operands);
   auto f32 = matmul(engine, p, Type::f32, a.data(), b.data(), c.data());
@@ -95,12 +104,15 @@ void product(const dnnl::engine& engine, dnnl::stream& stream, const std::string
     std::vector<int> differ;
     for (const int threads : {2, 3, 4, 8, 16}) {
       omp_set_num_threads(threads);
-      matmul(engine, p, Type::bf16, a16.data(), b16.data(), c.data())->run(stream);
+      auto more = matmul(engine, p, Type::bf16, a16.data(), b16.data(), c.data());
+      if (!more) fail<Error>("bf16_products: oneDNN has a bf16 product for one thread but not for {}", threads);
+      more->run(stream);
       if (std::memcmp(c.data(), one_thread.data(), c.size() * sizeof(float)) != 0) differ.push_back(threads);
     }
     omp_set_num_threads(1);
-    bits_text =
-        differ.empty() ? "same bits at 2-16 threads" : fmt::format("other bits at {} threads", fmt::join(differ, ", "));
+    bits_text = dnnl_version()->cpu_runtime != DNNL_RUNTIME_OMP ? "bits at more threads not checked (not OpenMP)"
+                : differ.empty()                                ? "same bits at 2-16 threads"
+                                 : fmt::format("other bits at {} threads", fmt::join(differ, ", "));
   }
   totals.tapegrad += static_cast<double>(p.count) * tapegrad_us;
   totals.f32 += static_cast<double>(p.count) * f32_us;
@@ -122,7 +134,9 @@ int main(int argc, char** argv) {
     return 2;
   }
 #ifndef TAPEGRAD_HAVE_DNNL
-  fmt::print("bf16_products: this build has no oneDNN (libdnnl-dev), so nothing to measure\n");
+  fmt::print(
+      "bf16_products: this build has no oneDNN (libdnnl-dev and ocl-icd-opencl-dev, with OpenMP), so nothing to "
+      "measure\n");
 #else
   omp_set_num_threads(1);
   const dnnl::version_t* v = dnnl_version();
