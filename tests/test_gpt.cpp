@@ -185,22 +185,37 @@ TEST_CASE("gpt data: refusals name the flag and the path, in one line") {
                         "prepared").c_str(),
                        FileError);
   CHECK(slurp(yours / "notes.txt") == "mine");
-  // Nor is one of gpt's that holds a folder or a link under gpt's own names: the swap that puts a new
-  // preparation in place removes the earlier one whole, and with it what the folder or the link held.
-  const fs::path earlier = test::scratch_dir("gpt", "refusals_earlier");
-  gpt::prepare_data(fortune_folder(), earlier, "--data");
+  // Nor is a preparation of gpt's where a folder or a link has one of gpt's names: the data changed, a new
+  // preparation would be swapped in and the earlier one removed whole, with what that folder held (it was,
+  // before this refusal) or the link itself.
+  const fs::path data = fortune_folder(), earlier = test::scratch_dir("gpt", "refusals_earlier");
+  gpt::prepare_data(data, earlier, "--data");
+  put(data / "c", fortune(30) + "%\n");  // the preparation is stale: the next call prepares again
   fs::remove(earlier / "val.bin");
   fs::create_directory(earlier / "val.bin");
   put(earlier / "val.bin" / "notes.txt", "mine");
-  const std::string refusal = "--prepared: '" + earlier.string() +
-                              "' holds 'val.bin' (not a regular file), which is not gpt's prepared data; give a new or "
-                              "empty folder, or one gpt prepared";
-  CHECK_THROWS_WITH_AS(gpt::prepare_data(fortune_folder(), earlier, "--data"), refusal.c_str(), FileError);
+  const auto refusal = [&](const char* kind) {
+    return "--prepared: '" + earlier.string() + "' holds 'val.bin' (" + kind +
+           "), which is not gpt's prepared data; give a new or empty folder, or one gpt prepared";
+  };
+  CHECK_THROWS_WITH_AS(gpt::prepare_data(data, earlier, "--data"), refusal("a folder").c_str(), FileError);
   CHECK(slurp(earlier / "val.bin" / "notes.txt") == "mine");
   fs::remove_all(earlier / "val.bin");
   fs::create_symlink(yours / "notes.txt", earlier / "val.bin");
-  CHECK_THROWS_WITH_AS(gpt::prepare_data(fortune_folder(), earlier, "--data"), refusal.c_str(), FileError);
+  CHECK_THROWS_WITH_AS(gpt::prepare_data(data, earlier, "--data"), refusal("a link").c_str(), FileError);
+  CHECK(fs::is_symlink(earlier / "val.bin"));
   CHECK(slurp(yours / "notes.txt") == "mine");
+  // A folder with a temporary's name is no temporary of gpt's either (gpt's are files).
+  fs::remove(earlier / "val.bin");
+  fs::create_directory(earlier / ".val.bin.tmp-1");
+  put(earlier / ".val.bin.tmp-1" / "notes.txt", "mine");
+  CHECK_THROWS_WITH_AS(gpt::prepare_data(data, earlier, "--data"),
+                       ("--prepared: '" + earlier.string() +
+                        "' holds '.val.bin.tmp-1' (a folder), which is not gpt's prepared data; give a new or empty "
+                        "folder, or one gpt prepared")
+                           .c_str(),
+                       FileError);
+  CHECK(slurp(earlier / ".val.bin.tmp-1" / "notes.txt") == "mine");
 }
 
 TEST_CASE("gpt data: a file that reports no size (/proc) is read to its end (issue 52: it held '0 fortunes')") {

@@ -305,6 +305,21 @@ bool ours(std::string_view name) {
   return false;
 }
 
+// Why an entry of a prepared folder is not gpt's (" (a folder)", " (a link)", or "" for a file of another
+// name), or nullptr when it is gpt's: a plain file of gpt's names or of a temporary's. A folder or a link of those names is someone
+// else's, and the earlier preparation is removed whole once a new one is swapped in. One gone since it was
+// listed (another run's swap, before the lock) is nobody's.
+const char* not_gpts(const fs::directory_entry& entry) {
+  const std::string name = entry.path().filename().string();
+  std::error_code ec;
+  const fs::file_type type = entry.symlink_status(ec).type();
+  if (type != fs::file_type::regular && type != fs::file_type::not_found)
+    return type == fs::file_type::directory ? " (a folder)"
+           : type == fs::file_type::symlink ? " (a link)"
+                                            : " (not a regular file)";
+  return ours(name) || is_temporary_name(name) ? nullptr : "";
+}
+
 // Whether `dir`'s meta.json says gpt wrote it (its "format"), whatever else it holds.
 bool written_by_gpt(const fs::path& dir) {
   try {
@@ -331,20 +346,12 @@ void take_folder(const fs::path& dir, bool locked) {
     fail<FileError>("--prepared: cannot make the folder '{}': {}", escaped(dir), ec ? ec.message() : "it is not a folder");
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (locked && is_temporary_name(name)) {
-      fs::remove(it->path(), ec);
-      continue;
-    }
-    // gpt's own names as gpt writes them, plain files: a folder or a link of that name is someone else's, and
-    // the earlier preparation is removed whole once a new one is swapped in. One gone since it was listed
-    // (another run's swap, before the lock) is nobody's.
-    std::error_code type_ec;  // its own: the loop's ends the loop
-    const auto type = it->symlink_status(type_ec).type();
-    const bool plain = type == fs::file_type::regular || type == fs::file_type::not_found;
-    if (!is_temporary_name(name) && (!ours(name) || !plain))
+    if (const char* kind = not_gpts(*it))
       fail<FileError>("--prepared: '{}' holds '{}'{}, which is not gpt's prepared data; give a new or empty folder, or "
                       "one gpt prepared",
-                      escaped(dir), escaped(name), plain ? "" : " (not a regular file)");
+                      escaped(dir), escaped(name), kind);
+    std::error_code removing;  // its own: the loop's ends the loop
+    if (locked && is_temporary_name(name)) fs::remove(it->path(), removing);
   }
   if (fs::exists(dir / kMetaFile) && !written_by_gpt(dir))
     fail<FileError>("--prepared: '{}' holds a {} that gpt did not write; give a new or empty folder, or one gpt prepared",
@@ -481,7 +488,7 @@ bool is_prepared_folder(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec) || !fs::is_regular_file(dir / kMetaFile, ec)) return false;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (const std::string name = it->path().filename().string(); !ours(name) && !is_temporary_name(name)) return false;
+    if (not_gpts(*it)) return false;
   return !ec;
 }
 
