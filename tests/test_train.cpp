@@ -357,9 +357,10 @@ TEST_CASE("dataset file: a text larger than the run may take, or whose parse wou
     for (int i = 0; i < 50000; ++i) out << "a\tX\n";  // 200,000 bytes, 100,000 tokens and labels
   }
   const std::string quoted = escaped(path);
-  // The file's size is asked once, before it is read; what a parse would take is counted after.
-  CHECK_THROWS_AS(read_dataset_text(path, 100e3), LimitError);
-  CHECK(test::message_of([&] { read_dataset_text(path, 100e3); }) ==
+  // The file's size is refused before the file is read (a read limit of 1,000 bytes would refuse otherwise);
+  // what a parse would take is counted after.
+  CHECK_THROWS_AS(read_dataset_text(path, 100e3, 1000), LimitError);
+  CHECK(test::message_of([&] { read_dataset_text(path, 100e3, 1000); }) ==
         fmt::format("read_dataset: '{}' holds 200 KB, more than the 100 KB the run may take", quoted));
   // 200,000 bytes + 32 a token or label + 128 a line = 9.8 MB.
   CHECK_THROWS_AS(read_dataset_text(path, 1e6), LimitError);
