@@ -10,9 +10,9 @@
 // One thread unless the line says otherwise, on one set of operands used call after call (step_products'
 // "warm"). The bracket names oneDNN's kernel. By oneDNN 2.6's documentation of its data types (not tried
 // here), a CPU without AVX-512 gets no bf16 product ("none") and one with AVX-512 (avx512_core) but not
-// AVX512_BF16 an emulation; Zen 4, Zen 5 and Xeons since Cooper Lake have AVX512_BF16. The thread counts are
-// OpenMP's, which Debian's oneDNN uses; with another runtime the check says it was not made. A build
-// without oneDNN says so and exits.
+// AVX512_BF16 an emulation; Zen 4, Zen 5, Cooper Lake and Xeons from Sapphire Rapids on have AVX512_BF16.
+// The thread counts are OpenMP's, which Debian's oneDNN uses; with another runtime the check says it was
+// not made. A build without oneDNN says so and exits.
 #include <algorithm>
 #include <cstring>
 #include <optional>

@@ -305,10 +305,10 @@ bool ours(std::string_view name) {
   return false;
 }
 
-// Why an entry of a prepared folder is not gpt's (" (a folder)", " (a link)", or "" for a file of another
-// name), or nullptr when it is gpt's: a plain file of gpt's names or of a temporary's. A folder or a link of those names is someone
-// else's, and the earlier preparation is removed whole once a new one is swapped in. One gone since it was
-// listed (another run's swap, before the lock) is nobody's.
+// Why an entry of a --prepared folder is not gpt's (" (a folder)", " (a link)", or "" for a file of another
+// name), or nullptr when it is gpt's: a plain file of gpt's names or of a temporary's. A folder or a link
+// of those names is someone else's, and the earlier preparation is removed whole once a new one is swapped
+// in. One gone since it was listed (another run's swap, before the lock) is nobody's.
 const char* not_gpts(const fs::directory_entry& entry) {
   const std::string name = entry.path().filename().string();
   std::error_code ec;
@@ -361,7 +361,9 @@ void take_folder(const fs::path& dir, bool locked) {
   const std::string stem = mine.filename().string().substr(0, mine.filename().string().rfind('-') + 1);
   for (fs::directory_iterator it(mine.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.starts_with(stem) && is_temporary_name(name) && it->is_directory(ec)) fs::remove_all(it->path(), ec);
+    std::error_code removing;  // its own: the loop's ends the loop
+    if (name.starts_with(stem) && is_temporary_name(name) && it->is_directory(removing))
+      fs::remove_all(it->path(), removing);
   }
 }
 
@@ -487,8 +489,10 @@ std::string stale(const Meta& m, const fs::path& data, const std::vector<SourceF
 bool is_prepared_folder(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec) || !fs::is_regular_file(dir / kMetaFile, ec)) return false;
+  // By names alone, not not_gpts(): given as --data a preparation is only read, never swapped or removed,
+  // so its files may be links (to token files kept elsewhere).
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (not_gpts(*it)) return false;
+    if (const std::string name = it->path().filename().string(); !ours(name) && !is_temporary_name(name)) return false;
   return !ec;
 }
 
