@@ -19,7 +19,6 @@
 #include <fmt/format.h>
 #include <Eigen/Core>  // Eigen::bfloat16: float to bf16 rounded to nearest, and back, as the library reads BF16
 
-#include "tapegrad/core/escape.hpp"
 #include "timing.hpp"
 
 #ifdef TAPEGRAD_HAVE_LIBXSMM
@@ -76,11 +75,7 @@ void block(int m, int n, int k) {
 #endif
 
 int main(int argc, char** argv) {
-  if (argc > 1) {
-    fmt::print(stderr, "bf16_kernels: takes no arguments, got '{}'\nusage: OMP_NUM_THREADS=1 {}\n",
-               tapegrad::escaped(argv[1]), tapegrad::escaped(argv[0]));
-    return 2;
-  }
+  if (tapegrad::bench::refused_arguments("bf16_kernels", argc, argv)) return 2;
 #ifndef TAPEGRAD_HAVE_LIBXSMM
   fmt::print("bf16_kernels: this build has no libxsmm (libxsmm-dev, TAPEGRAD_LIBXSMM=ON), so nothing to measure\n");
 #else

@@ -13,7 +13,6 @@
 // AVX512_BF16 an emulation; Zen 4, Zen 5, Cooper Lake and Xeons from Sapphire Rapids on have AVX512_BF16.
 // The thread counts are OpenMP's, which Debian's oneDNN uses; with another runtime the check says it was
 // not made. A build without oneDNN says so and exits.
-#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -22,7 +21,6 @@
 #include <fmt/format.h>
 
 #include "step_shapes.hpp"
-#include "tapegrad/core/escape.hpp"
 
 #ifdef TAPEGRAD_HAVE_DNNL
 #include <omp.h>
@@ -68,12 +66,9 @@ struct Totals {
 
 void product(const dnnl::engine& engine, dnnl::stream& stream, const std::string& workload, const Product& p,
              Totals& totals) {
-  const Index a_rows = p.form == ProductForm::atb ? p.k : p.m, b_rows = p.form == ProductForm::abt ? p.n : p.k;
-  std::vector<float> a(static_cast<std::size_t>(a_rows * p.lda)), b(static_cast<std::size_t>(b_rows * p.ldb));
-  std::vector<float> c(static_cast<std::size_t>(p.m * p.ldc));
   Rng rng(3);
-  for (float& x : a) x = static_cast<float>(rng.uniform()) - 0.5f;
-  for (float& x : b) x = static_cast<float>(rng.uniform()) - 0.5f;
+  Operands operands = random_operands(p, rng);
+  std::vector<float>&a = operands.a, &b = operands.b, &c = operands.c;
   // The bf16 operands in the float ones' layout; rounding reads and writes only the elements the product
   // reads (a head's columns of rows `lda` wide, not the other heads').
   std::vector<bfloat16> a16(a.size()), b16(b.size());
@@ -84,8 +79,8 @@ void product(const dnnl::engine& engine, dnnl::stream& stream, const std::string
             .cast<bfloat16>();
   };
   const auto round_operands = [&] {
-    round(a, a16, a_rows, p.form == ProductForm::atb ? p.m : p.k, p.lda);
-    round(b, b16, b_rows, p.form == ProductForm::abt ? p.k : p.n, p.ldb);
+    round(a, a16, p.a_rows(), p.a_cols(), p.lda);
+    round(b, b16, p.b_rows(), p.b_cols(), p.ldb);
   };
   round_operands();
   const auto us = [](auto&& call) { return median_seconds(3, 2, call, 1) * 1e6; };
@@ -128,11 +123,7 @@ void product(const dnnl::engine& engine, dnnl::stream& stream, const std::string
 #endif
 
 int main(int argc, char** argv) {
-  if (argc > 1) {
-    fmt::print(stderr, "bf16_products: takes no arguments, got '{}'\nusage: OMP_NUM_THREADS=1 {}\n",
-               tapegrad::escaped(argv[1]), tapegrad::escaped(argv[0]));
-    return 2;
-  }
+  if (tapegrad::bench::refused_arguments("bf16_products", argc, argv)) return 2;
 #ifndef TAPEGRAD_HAVE_DNNL
   fmt::print(
       "bf16_products: this build has no oneDNN (libdnnl-dev and ocl-icd-opencl-dev, with OpenMP), so nothing to "
@@ -143,22 +134,17 @@ int main(int argc, char** argv) {
   fmt::print("oneDNN {}.{}.{}, one thread unless said\n", v->major, v->minor, v->patch);
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
-  for (const char* name : {"W5", "W6"}) {
-    const Workload& w =
-        *std::find_if(kWorkloads.begin(), kWorkloads.end(), [&](const Workload& x) { return x.name == name; });
+  for (const Workload& w : kWorkloads) {
+    if (w.name != "W5" && w.name != "W6") continue;
     Totals t;
-    for (const Product& p : step_products(w)) product(engine, stream, name, p, t);
-    if (t.bf16 == 0) {
-      fmt::print(
-          "{}: the step's products take tapegrad {:.1f} ms in float32, oneDNN {:.1f} ms; no bf16 product on this CPU\n",
-          name, t.tapegrad / 1e3, t.f32 / 1e3);
-      continue;
-    }
-    fmt::print(
-        "{}: the step's products take tapegrad {:.1f} ms in float32, oneDNN {:.1f} ms in float32 and {:.1f} ms "
-        "in bf16 ({:.2f}x tapegrad's), {:.1f} ms with rounding every operand ({:.2f}x)\n",
-        name, t.tapegrad / 1e3, t.f32 / 1e3, t.bf16 / 1e3, t.tapegrad / t.bf16, (t.bf16 + t.rounding) / 1e3,
-        t.tapegrad / (t.bf16 + t.rounding));
+    for (const Product& p : step_products(w)) product(engine, stream, w.name, p, t);
+    fmt::print("{}: the step's products take tapegrad {:.1f} ms in float32, oneDNN {:.1f} ms in float32", w.name,
+               t.tapegrad / 1e3, t.f32 / 1e3);
+    if (t.bf16 == 0)
+      fmt::print("; no bf16 product on this CPU\n");
+    else
+      fmt::print(" and {:.1f} ms in bf16 ({:.2f}x tapegrad's), {:.1f} ms with rounding every operand ({:.2f}x)\n",
+                 t.bf16 / 1e3, t.tapegrad / t.bf16, (t.bf16 + t.rounding) / 1e3, t.tapegrad / (t.bf16 + t.rounding));
   }
 #endif
 }

@@ -178,10 +178,7 @@ double read_gbps(Index megabytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1) {
-    fmt::print(stderr, "{}: takes no arguments, got '{}'\nusage: OMP_NUM_THREADS=1 {}\n", argv[0], argv[1], argv[0]);
-    return 2;
-  }
+  if (bench::refused_arguments("step_products", argc, argv)) return 2;
   if (num_threads() != 1)
     fmt::print("step_products: {} threads; the bound is a one-thread target, so run it with OMP_NUM_THREADS=1\n",
                num_threads());

@@ -26,7 +26,25 @@ struct Product {
   ProductForm form;
   Index m, n, k, lda, ldb, ldc, count;
   double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
+  // A's and B's rows and columns as stored (a^T b stores A as k x m, a b^T stores B as n x k).
+  Index a_rows() const { return form == ProductForm::atb ? k : m; }
+  Index a_cols() const { return form == ProductForm::atb ? m : k; }
+  Index b_rows() const { return form == ProductForm::abt ? n : k; }
+  Index b_cols() const { return form == ProductForm::abt ? k : n; }
 };
+
+// One set of operands of a product in its strides: A and B uniform in [-0.5, 0.5) from `rng`, C zeros.
+struct Operands {
+  std::vector<float> a, b, c;
+};
+inline Operands random_operands(const Product& p, Rng& rng) {
+  Operands o{std::vector<float>(static_cast<std::size_t>(p.a_rows() * p.lda)),
+             std::vector<float>(static_cast<std::size_t>(p.b_rows() * p.ldb)),
+             std::vector<float>(static_cast<std::size_t>(p.m * p.ldc))};
+  for (float& x : o.a) x = static_cast<float>(rng.uniform()) - 0.5f;
+  for (float& x : o.b) x = static_cast<float>(rng.uniform()) - 0.5f;
+  return o;
+}
 
 inline const char* form_name(ProductForm f) {
   return f == ProductForm::ab ? "a b" : f == ProductForm::atb ? "a^T b" : "a b^T";
@@ -82,28 +100,20 @@ inline std::vector<Product> step_products(const Workload& w) {
 // 32 MB make each call read its operands from L3 or memory ("cold"), as a step's products read tensors
 // that earlier ops pushed out of L2.
 inline double product_us(const Product& p, int sets, int rounds, int repeats, int warmup) {
-  const Index a_rows = p.form == ProductForm::atb ? p.k : p.m, b_rows = p.form == ProductForm::abt ? p.n : p.k;
-  std::vector<std::vector<float>> as, bs, cs;
+  std::vector<Operands> set;
   Rng rng(3);
-  for (int i = 0; i < sets; ++i) {
-    as.emplace_back(static_cast<std::size_t>(a_rows * p.lda));
-    bs.emplace_back(static_cast<std::size_t>(b_rows * p.ldb));
-    cs.emplace_back(static_cast<std::size_t>(p.m * p.ldc));
-    for (float& x : as.back()) x = static_cast<float>(rng.uniform()) - 0.5f;
-    for (float& x : bs.back()) x = static_cast<float>(rng.uniform()) - 0.5f;
-  }
+  for (int i = 0; i < sets; ++i) set.push_back(random_operands(p, rng));
   int next = 0;
   return median_seconds(repeats, rounds, [&] {
-    detail::gemm<float>(p.form, p.m, p.n, p.k, {as[next].data(), p.lda}, {bs[next].data(), p.ldb}, cs[next].data(),
-                        p.ldc, false);
+    Operands& o = set[static_cast<std::size_t>(next)];
+    detail::gemm<float>(p.form, p.m, p.n, p.k, {o.a.data(), p.lda}, {o.b.data(), p.ldb}, o.c.data(), p.ldc, false);
     next = (next + 1) % sets;
   }, warmup) * 1e6;
 }
 
 // The operand sets that fill 32 MB for `p` (16 to 1024): product_us's cold measurement.
 inline int cold_sets(const Product& p) {
-  const Index a_rows = p.form == ProductForm::atb ? p.k : p.m, b_rows = p.form == ProductForm::abt ? p.n : p.k;
-  const Index set_bytes = static_cast<Index>(sizeof(float)) * (a_rows * p.lda + b_rows * p.ldb + p.m * p.ldc);
+  const Index set_bytes = static_cast<Index>(sizeof(float)) * (p.a_rows() * p.lda + p.b_rows() * p.ldb + p.m * p.ldc);
   return static_cast<int>(std::clamp<Index>((Index{32} << 20) / set_bytes, 16, 1024));
 }
 

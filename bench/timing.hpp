@@ -5,9 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "tapegrad/core/escape.hpp"
 #include "tapegrad/core/tensor.hpp"
 
 namespace tapegrad::bench {
@@ -46,6 +50,15 @@ double median_seconds(int repeats, int rounds, F&& f, int warmup = 0) {
 inline double gemm_seconds(const RowMatrix<float>& a, const RowMatrix<float>& b, RowMatrix<float>& c, int repeats,
                            int rounds, int warmup = 0) {
   return median_seconds(repeats, rounds, [&] { c.noalias() = a * b; }, warmup);
+}
+
+// For a benchmark without a command line: an argument is refused (one line naming it, and the caller exits
+// 2), not taken as leave to run the whole benchmark. True when it refused.
+inline bool refused_arguments(std::string_view name, int argc, char** argv) {
+  if (argc <= 1) return false;
+  fmt::print(stderr, "{}: takes no arguments, got '{}'\nusage: OMP_NUM_THREADS=1 {}\n", name, escaped(argv[1]),
+             escaped(argv[0]));
+  return true;
 }
 
 }  // namespace tapegrad::bench
