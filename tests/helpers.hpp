@@ -13,8 +13,11 @@
 #include <bit>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tapegrad/autograd/gemm.hpp"  // internal: which kernels the products run
@@ -45,6 +48,22 @@ inline std::filesystem::path scratch_dir(std::string_view suite, std::string_vie
   std::filesystem::create_directories(dir);
   if (std::find(made.dirs.begin(), made.dirs.end(), dir) == made.dirs.end()) made.dirs.push_back(dir);
   return dir;
+}
+
+// A file's bytes, and a file made of `bytes` (replaced if it was there).
+inline std::string slurp(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+inline void put(const std::filesystem::path& path, std::string_view bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// How many times `what` occurs in `text`, not overlapping.
+inline std::size_t count(std::string_view text, std::string_view what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string_view::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
 }
 
 // What f() throws, or "(nothing thrown)": for a check of a whole message that is built at run time.

@@ -31,12 +31,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void put(const fs::path& p, std::string_view bytes) { std::ofstream(p, std::ios::binary) << bytes; }
+using test::put;
+using test::slurp;
 
 // ids 0, 1, ..., n - 1 modulo vocab, written at `width`.
 fs::path written(const fs::path& path, int width, Index vocab, Index n) {

@@ -21,15 +21,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void put(const fs::path& p, std::string_view text) {
-  std::ofstream out(p, std::ios::binary);
-  out << text;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using test::put;
+using test::slurp;
 
 // Fortune k: "f<k>\n" and, for odd k, a second line.
 std::string fortune(int k) { return fmt::format("f{}\n", k) + (k % 2 ? fmt::format("line two of {}\n", k) : ""); }

@@ -22,11 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::size_t count(std::string_view text, std::string_view what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string_view::npos; at = text.find(what, at + what.size())) ++n;
-  return n;
-}
+using test::count;
 
 // The line of the DOT text that declares node `id` ("n3 [label=..."), or "" when there is none.
 std::string node_line(const std::string& dot, std::string_view id) {

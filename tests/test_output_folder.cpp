@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 
 #include "helpers.hpp"
@@ -25,12 +24,8 @@ namespace output_folder_test {
 
 fs::path folder_scratch(const std::string& name) { return test::scratch_dir("output_folder", name); }
 
-void put_text(const fs::path& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
+using test::put;
+using test::slurp;
 
 // Every entry under `dir` (the lock file aside): its kind and, for a regular file, its bytes.
 std::map<std::string, std::string> folder_contents(const fs::path& dir) {
@@ -39,7 +34,7 @@ std::map<std::string, std::string> folder_contents(const fs::path& dir) {
     if (e.path().filename() == ".tapegrad.lock") continue;
     const std::string key = fs::relative(e.path(), dir).string();
     out[key] = e.is_symlink()                                  ? "link -> " + fs::read_symlink(e.path()).string()
-               : fs::is_regular_file(fs::symlink_status(e.path())) ? read_text(e.path())
+               : fs::is_regular_file(fs::symlink_status(e.path())) ? slurp(e.path())
                                                                     : "(not a file)";
   }
   return out;
@@ -64,8 +59,8 @@ TEST_CASE("OutputFolder: a run's files are listed in its manifest before they ar
     out.remove("checkpoints/checkpoint-00000010.tgck");
     CHECK(out.files() == std::vector<std::string>{"model.tgck"});
   }
-  CHECK(read_text(dir / "model.tgck") == "weights");
-  CHECK(read_text(dir / ".tapegrad-run") == "tapegrad-run 1\nprogram train\nfile model.tgck\n");
+  CHECK(slurp(dir / "model.tgck") == "weights");
+  CHECK(slurp(dir / ".tapegrad-run") == "tapegrad-run 1\nprogram train\nfile model.tgck\n");
   CHECK_FALSE(fs::exists(dir / "checkpoints" / "checkpoint-00000010.tgck"));
 }
 
@@ -84,8 +79,8 @@ TEST_CASE("OutputFolder: another program's folder is refused, and nothing in it 
 TEST_CASE("OutputFolder: an earlier run's files go only with --overwrite, and only those, a user's file stays") {
   const fs::path dir = folder_scratch("overwrite") / "run";
   { OutputFolder(dir, as("char_lm")).write("report.md", "old report"); }
-  put_text(dir / "my_precious_model.tgck", "mine");
-  put_text(dir / "samples_mywords.txt", "my words");
+  put(dir / "my_precious_model.tgck", "mine");
+  put(dir / "samples_mywords.txt", "my words");
   CHECK_THROWS_WITH_AS(OutputFolder(dir, as("char_lm")),
                        doctest::Contains("holds the files of an earlier char_lm run ('report.md'); choose a new folder, "
                                          "or --overwrite to replace them"),
@@ -93,8 +88,8 @@ TEST_CASE("OutputFolder: an earlier run's files go only with --overwrite, and on
   {
     OutputFolder out(dir, as("char_lm", true));
     CHECK_FALSE(fs::exists(dir / "report.md"));
-    CHECK(read_text(dir / "my_precious_model.tgck") == "mine");
-    CHECK(read_text(dir / "samples_mywords.txt") == "my words");
+    CHECK(slurp(dir / "my_precious_model.tgck") == "mine");
+    CHECK(slurp(dir / "samples_mywords.txt") == "my words");
     // A file the run writes that a user put there is refused, not replaced.
     CHECK_THROWS_WITH_AS(out.write("samples_mywords.txt", "x"),
                          doctest::Contains("samples_mywords.txt' is there and no earlier char_lm run in this folder wrote "
@@ -102,7 +97,7 @@ TEST_CASE("OutputFolder: an earlier run's files go only with --overwrite, and on
                          FileError);
     CHECK_THROWS_AS(out.plan({"my_precious_model.tgck"}), FileError);
   }
-  CHECK(read_text(dir / "samples_mywords.txt") == "my words");
+  CHECK(slurp(dir / "samples_mywords.txt") == "my words");
 }
 
 TEST_CASE("OutputFolder: --overwrite refuses to remove a file this run reads, a resumed run replaces its own") {
@@ -114,12 +109,12 @@ TEST_CASE("OutputFolder: --overwrite refuses to remove a file this run reads, a 
   CHECK(folder_contents(dir) == before);
   OutputFolder resumed(dir, {.program = "char_lm", .resume = true});
   resumed.write("samples_bigram.txt", "new words");
-  CHECK(read_text(dir / "samples_bigram.txt") == "new words");
+  CHECK(slurp(dir / "samples_bigram.txt") == "new words");
 }
 
 TEST_CASE("write_file and OutputFolder: a device, a pipe, a folder or a symbolic link in a target's place is refused") {
   const fs::path dir = folder_scratch("targets");
-  put_text(dir / "target.md", "the link's target");
+  put(dir / "target.md", "the link's target");
   fs::create_symlink(dir / "target.md", dir / "link.md");
   REQUIRE(::mkfifo((dir / "pipe").c_str(), 0644) == 0);
   fs::create_directory(dir / "folder.md");
@@ -133,7 +128,7 @@ TEST_CASE("write_file and OutputFolder: a device, a pipe, a folder or a symbolic
   if (root)
     CHECK_THROWS_WITH_AS(write_file(dir / "null", "x"), doctest::Contains("null' is a character device"), FileError);
   CHECK(folder_contents(dir) == before);
-  CHECK(read_text(dir / "target.md") == "the link's target");
+  CHECK(slurp(dir / "target.md") == "the link's target");
   // No temporary left behind either.
   for (const auto& e : fs::directory_iterator(dir)) CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
 }
@@ -161,7 +156,7 @@ TEST_CASE("OutputFolder: plan() refuses a name whose temporary file would pass t
 
 TEST_CASE("OutputFolder: a damaged manifest is named, not guessed at") {
   const fs::path dir = folder_scratch("damaged");
-  put_text(dir / ".tapegrad-run", "tapegrad-run 1\nprogram train\nfile ../../etc/passwd\n");
+  put(dir / ".tapegrad-run", "tapegrad-run 1\nprogram train\nfile ../../etc/passwd\n");
   CHECK_THROWS_WITH_AS(OutputFolder(dir, as("train")), doctest::Contains("is damaged (line 3: not a file of the run)"),
                        FileError);
   CHECK(fs::exists(dir / ".tapegrad-run"));
@@ -174,23 +169,23 @@ TEST_CASE("OutputFolder: a link planted below the folder leads no removal, sweep
   const fs::path outside = root / "yours", dir = root / "run";
   fs::create_directories(outside);
   fs::create_directories(dir);
-  put_text(outside / "x.txt", "your file");
-  put_text(outside / ".x.txt.tmp-123", "your dot-file, named like a temporary");
-  put_text(outside / "notes.md", "your notes");
+  put(outside / "x.txt", "your file");
+  put(outside / ".x.txt.tmp-123", "your dot-file, named like a temporary");
+  put(outside / "notes.md", "your notes");
   const auto yours = folder_contents(outside);
 
   // 1. A listed path through a link: refused, naming the link, with or without --overwrite, even for a
   //    run of another program (which is refused anyway), and the sweep does not go through it either (3).
   fs::create_directory_symlink(outside, dir / "sub");
-  put_text(dir / ".tapegrad-run", "tapegrad-run 1\nprogram train\nfile sub/x.txt\nfile model.tgck\n");
-  put_text(dir / "model.tgck", "model");
+  put(dir / ".tapegrad-run", "tapegrad-run 1\nprogram train\nfile sub/x.txt\nfile model.tgck\n");
+  put(dir / "model.tgck", "model");
   for (const bool overwrite : {true, false})
     CHECK_THROWS_WITH_AS(OutputFolder(dir, as("train", overwrite)),
                          doctest::Contains("sub' is a symbolic link, not a folder of the run"), FileError);
   CHECK_THROWS_AS(OutputFolder(dir, as("custom_model", true)), FileError);
   CHECK_THROWS_AS(OutputFolder(dir, {.program = "train", .resume = true}), FileError);
   CHECK(folder_contents(outside) == yours);
-  CHECK(read_text(dir / "model.tgck") == "model");
+  CHECK(slurp(dir / "model.tgck") == "model");
 
   // A run's own write or plan through such a link is refused too.
   fs::remove(dir / ".tapegrad-run");
@@ -239,12 +234,12 @@ TEST_CASE("OutputFolder: a link planted below the folder leads no removal, sweep
 // The sweep of a killed writer's temporaries removes regular files only, and follows no link in the folder.
 TEST_CASE("OutputFolder: the sweep leaves a link named like a temporary file, and its target") {
   const fs::path dir = folder_scratch("stale_links");
-  put_text(dir / "target", "kept");
+  put(dir / "target", "kept");
   fs::create_symlink(dir / "target", dir / ".model.tgck.tmp-77");
-  put_text(dir / ".curve.csv.tmp-12", "stale");
+  put(dir / ".curve.csv.tmp-12", "stale");
   { const OutputFolder out(dir, as("train")); }
   CHECK_FALSE(fs::exists(dir / ".curve.csv.tmp-12"));
   CHECK(fs::is_symlink(dir / ".model.tgck.tmp-77"));
-  CHECK(read_text(dir / "target") == "kept");
+  CHECK(slurp(dir / "target") == "kept");
   fs::remove_all(dir);
 }

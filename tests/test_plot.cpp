@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <limits>
 #include <string>
@@ -16,6 +15,7 @@
 
 #include "tapegrad/core/error.hpp"
 #include "tapegrad/train/plot/plot.hpp"
+#include "helpers.hpp"
 
 using namespace tapegrad;
 
@@ -69,11 +69,7 @@ std::string checked(std::string svg) {
   return svg;
 }
 
-std::size_t count(std::string_view text, std::string_view needle) {
-  std::size_t n = 0;
-  for (auto i = text.find(needle); i != std::string_view::npos; i = text.find(needle, i + needle.size())) ++n;
-  return n;
-}
+using test::count;
 
 bool contains(std::string_view text, std::string_view needle) { return text.find(needle) != std::string_view::npos; }
 
@@ -357,15 +353,11 @@ TEST_CASE("plot: write_file creates folders and leaves no temporary file behind"
   const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
   const fs::path dir = fs::temp_directory_path() / fmt::format("tapegrad_plot_test_{}", stamp);
   const fs::path path = dir / "report" / "charts" / "loss.svg";
-  const auto read = [](const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
   const std::string svg = checked(line_chart_svg(LineChart{.title = "loss"}));
   write_file(path, svg);
-  CHECK(read(path) == svg);
+  CHECK(test::slurp(path) == svg);
   write_file(path, "replaced");
-  CHECK(read(path) == "replaced");
+  CHECK(test::slurp(path) == "replaced");
   CHECK_FALSE(fs::exists(fs::path(path) += ".tmp"));
   CHECK(std::distance(fs::directory_iterator(path.parent_path()), fs::directory_iterator()) == 1);
 
