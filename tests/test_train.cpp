@@ -426,6 +426,10 @@ TEST_CASE("trainer: classification on dense data with accuracy, callbacks see ev
   CHECK(first_step_reaching(trainer.curve(), "eval_accuracy", 1.5) == std::nullopt);  // no point reached it
   CHECK_THROWS_WITH_AS(trainer.add_metric("late", metrics::accuracy),
                        "add_metric: 'late' comes after training started; add metrics before the first step", UsageError);
+  // A name from outside (a program's flag) is shown escaped, as every refusal of add_metric shows it.
+  CHECK_THROWS_WITH_AS(trainer.add_metric("late\x1b[2J", metrics::accuracy),
+                       "add_metric: 'late\\x1b[2J' comes after training started; add metrics before the first step",
+                       UsageError);
 }
 
 TEST_CASE("trainer: the same seeds give the same curve bit for bit, wherever the heap puts the buffers") {

@@ -3,6 +3,7 @@
 #include <Eigen/Core>
 
 #include "tapegrad/core/crc32.hpp"
+#include "tapegrad/core/escape.hpp"
 #include "tapegrad/train/trainer.hpp"
 
 namespace tapegrad {
@@ -12,8 +13,6 @@ constexpr std::uint64_t kShardStream = 0x7368617264;  // "shard": + rank, a rank
 
 // "1, 3" for a list of ranks.
 std::string rank_list(const std::vector<int>& ranks) { return fmt::format("{}", fmt::join(ranks, ", ")); }
-
-std::string shortened(const std::string& text) { return text.size() <= 300 ? text : text.substr(0, 300) + " ..."; }
 
 const DataParallelOptions& checked(const DataParallelOptions& options) {
   if (options.check_every < 1)
@@ -109,7 +108,7 @@ void DataParallel::refuse_mismatch(const std::vector<std::pair<std::string, std:
     fail<ValueError>(
         "data-parallel: the ranks were started with different {}: rank{} {} differ{} from rank 0{}; rank 0 has: {}",
         configuration[k].first, differ.size() > 1 ? "s" : "", rank_list(differ), differ.size() > 1 ? "" : "s",
-        odd ? fmt::format(" (rank {} has: {})", rank, shortened(configuration[k].second)) : "", shortened(first));
+        odd ? fmt::format(" (rank {} has: {})", rank, escaped(configuration[k].second, 300)) : "", escaped(first, 300));
   }
 }
 

@@ -52,7 +52,7 @@ Rng::State TrainerBase::initial_rng_state(std::uint64_t seed) { return Rng(seed,
 
 void TrainerBase::add_metric_name(std::string name) {
   if (state_.step > 0 || !state_.curve.empty())
-    fail<UsageError>("add_metric: '{}' comes after training started; add metrics before the first step", name);
+    fail<UsageError>("add_metric: '{}' comes after training started; add metrics before the first step", escaped(name));
   if (name.empty() || name == "loss" || name.size() > kMaxMetricName ||
       std::find(metric_names_.begin(), metric_names_.end(), name) != metric_names_.end())
     fail<NameError>("add_metric: '{}' is {}", escaped(name),

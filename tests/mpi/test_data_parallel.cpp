@@ -183,6 +183,18 @@ TEST_CASE("data-parallel: ranks started with another configuration are refused, 
   ToyRun run2(other, data.train, &data.test);
   run2.trainer().set_collective(world);
   CHECK_THROWS_WITH_AS(run2.trainer().step(), doctest::Contains("different model: rank 1 differs from rank 0"), ValueError);
+
+  // What a rank has is shown escaped and bounded: here a metric name with a terminal's control bytes.
+  ToyRun run3(toy_config(32), data.train, &data.test);
+  run3.trainer().add_metric(world->rank() == 1 ? "fit\x1b[2J" : "fit", [](const Tensor&, const SequenceBatch&) {
+    return Tally{};
+  });
+  run3.trainer().set_collective(world);
+  const std::string expected =
+      world->rank() == 1 ? "rank 1 differs from rank 0 (rank 1 has: accuracy, fit\\x1b[2J); rank 0 has: accuracy, fit"
+                         : "rank 1 differs from rank 0; rank 0 has: accuracy, fit";
+  CHECK_THROWS_WITH_AS(run3.trainer().step(), doctest::Contains(("different metrics: " + expected).c_str()),
+                       ValueError);
 }
 
 TEST_CASE("data-parallel: a NaN on one rank stops every rank at the same step, before anything changes") {
