@@ -397,6 +397,34 @@ TEST_CASE("prepare: a write that fails (a full disk, a file-size limit) leaves t
   CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 2);  // no temporary file left
 }
 
+TEST_CASE("prepare: a file that cannot be put in place (its name is a folder) puts the other one back, never half a pair") {
+  const fs::path dir = test::scratch_dir("tokens", "prepare_rename");
+  const auto prepare = [&](std::string_view training) {
+    TextSplitWriter out(dir / "train.bin", dir / "val.bin", {.validation_every = 2, .separator = "|"});
+    out.bytes(training);
+    out.end_document();
+    out.bytes("validation");
+    out.end_document();
+    out.finish();
+  };
+  const auto entries = [&] { return std::distance(fs::directory_iterator(dir), fs::directory_iterator()); };
+  const std::string refusal = "prepare: renaming into place '" + (dir / "val.bin").string() + "' failed";
+  // The training file's name held a file: it holds it again.
+  prepare("the earlier training document");
+  const std::string train = slurp(dir / "train.bin");
+  fs::remove(dir / "val.bin");
+  fs::create_directories(dir / "val.bin" / "inside");
+  CHECK_THROWS_WITH_AS(prepare("a new training document"), doctest::Contains(refusal.c_str()), IoError);
+  CHECK(slurp(dir / "train.bin") == train);
+  CHECK(fs::is_directory(dir / "val.bin" / "inside"));
+  CHECK(entries() == 2);  // no temporary file left
+  // It held nothing: it holds nothing again.
+  fs::remove(dir / "train.bin");
+  CHECK_THROWS_WITH_AS(prepare("a new training document"), doctest::Contains(refusal.c_str()), IoError);
+  CHECK_FALSE(fs::exists(dir / "train.bin"));
+  CHECK(entries() == 1);
+}
+
 TEST_CASE("read_file_pieces reads to the end a file whose size the system reports as 0 (/proc), and names its limit") {
   std::string status;
   const std::size_t n = read_file_pieces("/proc/self/status", 1 << 20, "--data", [&](std::string_view p) { status += p; });

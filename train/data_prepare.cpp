@@ -33,9 +33,7 @@ void TextSplitWriter::end_document() {
 }
 
 TextSplitWriter::Summary TextSplitWriter::finish() {
-  for (TokenFileWriter* w : {&train_, &validation_}) w->complete();  // both whole on disk before either is in place
-  train_.finish();
-  validation_.finish();
+  train_.finish(&validation_);  // both whole on disk before either is in place, then both or neither
   return summary_;
 }
 

@@ -1,11 +1,13 @@
 #include "tapegrad/train/data_tokens.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -237,9 +239,27 @@ void TokenFileWriter::complete() {
   if (::close(std::exchange(fd_, -1)) != 0) io_failed(op_, path_, "closing");
 }
 
-void TokenFileWriter::finish() {
+void TokenFileWriter::finish(TokenFileWriter* next) {
   complete();
-  if (::rename(temporary_.c_str(), path_.c_str()) != 0) io_failed(op_, path_, "renaming into place");
+  if (next) next->complete();
+  // RENAME_EXCHANGE leaves what this file replaces under the temporary name, to be put back if `next` fails
+  // (a folder is not exchanged: the rename refuses it; where the file system cannot exchange, what `path`
+  // held is replaced as without `next`).
+  struct stat held {};
+  const bool existed = ::lstat(path_.c_str(), &held) == 0;
+  const bool kept = next && existed && !S_ISDIR(held.st_mode) &&
+                    ::renameat2(AT_FDCWD, temporary_.c_str(), AT_FDCWD, path_.c_str(), RENAME_EXCHANGE) == 0;
+  if (!kept && ::rename(temporary_.c_str(), path_.c_str()) != 0) io_failed(op_, path_, "renaming into place");
+  finished_ = !kept;  // kept: the destructor removes the temporary name's file, the one replaced or this one
+  if (!next) return;
+  try {
+    next->finish();
+  } catch (...) {
+    if (kept) ::renameat2(AT_FDCWD, temporary_.c_str(), AT_FDCWD, path_.c_str(), RENAME_EXCHANGE);
+    if (!existed) ::unlink(path_.c_str());
+    throw;
+  }
+  if (kept) ::unlink(temporary_.c_str());
   finished_ = true;
 }
 

@@ -119,7 +119,9 @@ class TokenFileWriter {
   // (completing it first if it was not). ValueError for a file of no ids; IoError naming the file when the
   // system fails a write (a full disk, a file-size limit).
   void complete();
-  void finish();
+  // With `next`, both completed, then this file placed and `next`'s after it; if `next` cannot be placed,
+  // this file's path gets back what it held (a file kept by exchange), so both are in place or neither.
+  void finish(TokenFileWriter* next = nullptr);
 
  private:
   void flush();
