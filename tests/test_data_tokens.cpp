@@ -409,8 +409,13 @@ TEST_CASE("prepare: a file that cannot be put in place (its name is a folder) pu
   };
   const auto entries = [&] { return std::distance(fs::directory_iterator(dir), fs::directory_iterator()); };
   const std::string refusal = "prepare: renaming into place '" + (dir / "val.bin").string() + "' failed";
-  // The training file's name held a file: it holds it again.
+  // Over an earlier pair, both files replaced (the training file by exchange, the one it replaced removed).
+  prepare("the first training document");
   prepare("the earlier training document");
+  CHECK(test::token_text(TokenFile(dir / "train.bin")) == "the earlier training document|");
+  CHECK(test::token_text(TokenFile(dir / "val.bin")) == "validation|");
+  CHECK(entries() == 2);
+  // The training file's name held a file: it holds it again.
   const std::string train = slurp(dir / "train.bin");
   fs::remove(dir / "val.bin");
   fs::create_directories(dir / "val.bin" / "inside");
@@ -423,6 +428,17 @@ TEST_CASE("prepare: a file that cannot be put in place (its name is a folder) pu
   CHECK_THROWS_WITH_AS(prepare("a new training document"), doctest::Contains(refusal.c_str()), IoError);
   CHECK_FALSE(fs::exists(dir / "train.bin"));
   CHECK(entries() == 1);
+  // The two names one file: refused, nothing left.
+  const fs::path one = test::scratch_dir("tokens", "prepare_one");
+  {
+    TextSplitWriter out(one / "t.bin", one / "." / "t.bin", {.validation_every = 2});
+    out.bytes("a");
+    out.end_document();
+    out.bytes("b");
+    out.end_document();
+    CHECK_THROWS_WITH_AS(out.finish(), doctest::Contains("are one file; give two"), ValueError);
+  }
+  CHECK(fs::is_empty(one));
 }
 
 TEST_CASE("read_file_pieces reads to the end a file whose size the system reports as 0 (/proc), and names its limit") {

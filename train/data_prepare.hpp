@@ -43,9 +43,9 @@ class TextSplitWriter {
   void bytes(std::string_view b);  // the open document's next bytes
   void end_document();             // the open document is whole: its separator follows, the next one opens
   Index documents() const { return summary_.documents[0] + summary_.documents[1]; }
-  // Both files written whole and synced, then both renamed into place (TokenFileWriter::finish with `next`):
-  // an error while writing (a full disk) or a rename refused leaves the earlier pair. ValueError if either
-  // would hold no ids.
+  // Both files written whole and synced, then both renamed into place (TokenFileWriter::finish(next)): an
+  // error while writing (a full disk) or a rename refused leaves the earlier pair (but on a file system
+  // that cannot exchange names). ValueError if either would hold no ids, or if the two are one file.
   Summary finish();
 
  private:

@@ -242,11 +242,12 @@ void TokenFileWriter::complete() {
 void TokenFileWriter::finish(TokenFileWriter* next) {
   complete();
   if (next) next->complete();
-  // RENAME_EXCHANGE leaves what this file replaces under the temporary name, to be put back if `next` fails
-  // (a folder is not exchanged: the rename refuses it; where the file system cannot exchange, what `path`
-  // held is replaced as without `next`).
+  if (std::error_code ec; next && fs::equivalent(temporary_, next->temporary_, ec))
+    fail<ValueError>("{}: '{}' and '{}' are one file; give two", op_, escaped(path_), escaped(next->path_));
+  // RENAME_EXCHANGE leaves what this file replaces under the temporary name, to be put back if `next` fails.
+  // A folder is not exchanged (the rename refuses it).
   struct stat held {};
-  const bool existed = ::lstat(path_.c_str(), &held) == 0;
+  const bool existed = ::lstat(path_.c_str(), &held) == 0 || errno != ENOENT;
   const bool kept = next && existed && !S_ISDIR(held.st_mode) &&
                     ::renameat2(AT_FDCWD, temporary_.c_str(), AT_FDCWD, path_.c_str(), RENAME_EXCHANGE) == 0;
   if (!kept && ::rename(temporary_.c_str(), path_.c_str()) != 0) io_failed(op_, path_, "renaming into place");
@@ -255,11 +256,14 @@ void TokenFileWriter::finish(TokenFileWriter* next) {
   try {
     next->finish();
   } catch (...) {
-    if (kept) ::renameat2(AT_FDCWD, temporary_.c_str(), AT_FDCWD, path_.c_str(), RENAME_EXCHANGE);
+    if (kept && ::renameat2(AT_FDCWD, temporary_.c_str(), AT_FDCWD, path_.c_str(), RENAME_EXCHANGE) != 0) {
+      finished_ = true;  // the earlier file stays under the temporary name, which the message gives
+      io_failed(op_, path_, fmt::format("putting back the earlier file (now '{}') as", escaped(temporary_)));
+    }
     if (!existed) ::unlink(path_.c_str());
     throw;
   }
-  if (kept) ::unlink(temporary_.c_str());
+  if (kept) ::unlink(temporary_.c_str());  // the file this one replaced
   finished_ = true;
 }
 

@@ -119,8 +119,10 @@ class TokenFileWriter {
   // (completing it first if it was not). ValueError for a file of no ids; IoError naming the file when the
   // system fails a write (a full disk, a file-size limit).
   void complete();
-  // With `next`, both completed, then this file placed and `next`'s after it; if `next` cannot be placed,
-  // this file's path gets back what it held (a file kept by exchange), so both are in place or neither.
+  // With `next`: both completed, then this file placed and `next` after it; if `next` cannot be placed,
+  // this file's path gets back what it held (kept by exchanging the names) or is removed if it held
+  // nothing, so both are in place or neither (on a file system that cannot exchange names, some network
+  // ones, as two finish() calls). ValueError if the two are one file.
   void finish(TokenFileWriter* next = nullptr);
 
  private:
