@@ -122,7 +122,8 @@ class TokenFileWriter {
   // With `next`: both completed, then this file placed and `next` after it; if `next` cannot be placed,
   // this file's path gets back what it held (kept by exchanging the names) or is removed if it held
   // nothing, so both are in place or neither (on a file system that cannot exchange names, some network
-  // ones, as two finish() calls). ValueError if the two are one file.
+  // ones, as two finish() calls). ValueError if the two are one file; IoError naming where the earlier file
+  // is if putting it back fails.
   void finish(TokenFileWriter* next = nullptr);
 
  private:
