@@ -187,26 +187,22 @@ TEST_CASE("gpt data: refusals name the flag and the path, in one line") {
   fs::remove(earlier / "val.bin");
   fs::create_directory(earlier / "val.bin");
   put(earlier / "val.bin" / "notes.txt", "mine");
-  const auto refusal = [&](const char* kind) {
-    return "--prepared: '" + earlier.string() + "' holds 'val.bin' (" + kind +
+  const auto refusal = [&](const char* name, const char* kind) {
+    return "--prepared: '" + earlier.string() + "' holds '" + name + "' (" + kind +
            "), which is not gpt's prepared data; give a new or empty folder, or one gpt prepared";
   };
-  CHECK_THROWS_WITH_AS(gpt::prepare_data(data, earlier, "--data"), refusal("a folder").c_str(), FileError);
+  CHECK_THROWS_WITH_AS(gpt::prepare_data(data, earlier, "--data"), refusal("val.bin", "a folder").c_str(), FileError);
   CHECK(slurp(earlier / "val.bin" / "notes.txt") == "mine");
   fs::remove_all(earlier / "val.bin");
   fs::create_symlink(yours / "notes.txt", earlier / "val.bin");
-  CHECK_THROWS_WITH_AS(gpt::prepare_data(data, earlier, "--data"), refusal("a link").c_str(), FileError);
+  CHECK_THROWS_WITH_AS(gpt::prepare_data(data, earlier, "--data"), refusal("val.bin", "a link").c_str(), FileError);
   CHECK(fs::is_symlink(earlier / "val.bin"));
   CHECK(slurp(yours / "notes.txt") == "mine");
   // A folder with a temporary's name is no temporary of gpt's either (gpt's are files).
   fs::remove(earlier / "val.bin");
   fs::create_directory(earlier / ".val.bin.tmp-1");
   put(earlier / ".val.bin.tmp-1" / "notes.txt", "mine");
-  CHECK_THROWS_WITH_AS(gpt::prepare_data(data, earlier, "--data"),
-                       ("--prepared: '" + earlier.string() +
-                        "' holds '.val.bin.tmp-1' (a folder), which is not gpt's prepared data; give a new or empty "
-                        "folder, or one gpt prepared")
-                           .c_str(),
+  CHECK_THROWS_WITH_AS(gpt::prepare_data(data, earlier, "--data"), refusal(".val.bin.tmp-1", "a folder").c_str(),
                        FileError);
   CHECK(slurp(earlier / ".val.bin.tmp-1" / "notes.txt") == "mine");
 }
