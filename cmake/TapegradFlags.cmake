@@ -60,10 +60,12 @@ endfunction()
 # -O3 (-O1 with -fexpensive-optimizations; at -Og it contracts none itself). clang reads -Og as -O1.
 # GCC uses a precompiled header safely only with the -O and -f options it was built with (its manual), so a
 # header is reused only by targets of the same flags, and a -O3 target never reuses a client's.
-# Under the sanitizers every client is at -O0: there its code is checked, not timed, and clang's optimiser and
-# code generation were most of the sanitized build. The library's objects then come first on the client's link
-# line, so that a template both instantiate runs the library's optimised copy, not the client's -O0 one (one
-# test ran 7 times slower in the suite's -O0 copy of Eigen's float kernel). docs/performance.md, "Build time".
+# Under clang's sanitizers (CI's second pass) every client is at -O0: there its code is checked, not timed, and
+# clang's optimiser and code generation were most of that build. The static library's objects then come first on
+# the client's link line, so that a template both emit runs the library's optimised copy, not the client's -O0
+# one (one test ran 7 times slower in the suite's -O0 copy of Eigen's float kernel); a shared library cannot be
+# put first. Not with GCC: at -O0 it contracts no multiply-add, and LIBRARY_BITS clients compare bits.
+# docs/performance.md, "Build time".
 function(tapegrad_client_flags target)
   cmake_parse_arguments(PARSE_ARGV 1 arg LIBRARY_BITS "" "")
   tapegrad_target_flags(${target})
@@ -72,7 +74,7 @@ function(tapegrad_client_flags target)
     set(level "-O1;$<$<CXX_COMPILER_ID:GNU>:-fexpensive-optimizations>")
   endif()
   target_compile_options(${target} PRIVATE "$<$<CONFIG:Release>:${level}>")
-  if(TAPEGRAD_SANITIZE)
+  if(TAPEGRAD_SANITIZE AND CMAKE_CXX_COMPILER_ID STREQUAL "Clang" AND NOT BUILD_SHARED_LIBS)
     target_compile_options(${target} PRIVATE -O0)
     target_link_options(${target} PRIVATE "LINKER:--whole-archive" "$<TARGET_FILE:tapegrad>"
       "LINKER:--no-whole-archive")
