@@ -63,8 +63,9 @@ endfunction()
 # Under clang's sanitizers (CI's second pass) every client is at -O0: there its code is checked, not timed, and
 # clang's optimiser and code generation were most of that build. The static library's objects then come first on
 # the client's link line, so that a template both emit runs the library's optimised copy, not the client's -O0
-# one (one test ran 7 times slower in the suite's -O0 copy of Eigen's float kernel); a shared library cannot be
-# put first. Not with GCC: at -O0 it contracts no multiply-add, and LIBRARY_BITS clients compare bits.
+# one (the linker keeps the first copy it meets: without this, the suite's products ran unoptimised Eigen
+# code); a shared library cannot be put first. Not with GCC: at -O0 it contracts no multiply-add, and
+# LIBRARY_BITS clients compare bits.
 # docs/performance.md, "Build time".
 function(tapegrad_client_flags target)
   cmake_parse_arguments(PARSE_ARGV 1 arg LIBRARY_BITS "" "")
