@@ -14,6 +14,7 @@ if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang" AND TAPEGRAD_OPENMP AND OpenMP_CXX_FOU
 endif()
 
 function(tapegrad_target_flags target)
+  cmake_parse_arguments(PARSE_ARGV 1 arg CLIENT "" "")
   if(TAPEGRAD_SKIP_OPENMP_OPT)
     target_compile_options(${target} PRIVATE "SHELL:-mllvm -openmp-opt-disable")
   endif()
@@ -34,8 +35,9 @@ function(tapegrad_target_flags target)
   elseif(TAPEGRAD_ARCH)
     target_compile_options(${target} PRIVATE -march=${TAPEGRAD_ARCH})
   endif()
-  if(TAPEGRAD_FUZZ)
-    # Coverage for libFuzzer in every target; only the fuzz executables link the fuzzer's main. Not in
+  if(TAPEGRAD_FUZZ AND NOT arg_CLIENT)
+    # Coverage for libFuzzer in the code a fuzzer runs (the library, the support libraries, the fuzz targets),
+    # not in its clients, which no fuzzer runs; only the fuzz executables link the fuzzer's main. Not in
     # Eigen's functions (tests/fuzz/coverage_ignorelist.txt): instrumented, its GEMM kernels are no longer
     # inlined and the sanitized programs run at about half speed (docs/internals.md, "Build time").
     target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link
@@ -69,7 +71,7 @@ endfunction()
 # docs/performance.md, "Build time".
 function(tapegrad_client_flags target)
   cmake_parse_arguments(PARSE_ARGV 1 arg LIBRARY_BITS "" "")
-  tapegrad_target_flags(${target})
+  tapegrad_target_flags(${target} CLIENT)
   set(level -Og)
   if(arg_LIBRARY_BITS)
     set(level "-O1;$<$<CXX_COMPILER_ID:GNU>:-fexpensive-optimizations>")
