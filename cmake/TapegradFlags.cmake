@@ -13,6 +13,8 @@ if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang" AND TAPEGRAD_OPENMP AND OpenMP_CXX_FOU
   set(TAPEGRAD_SKIP_OPENMP_OPT ${TAPEGRAD_HAVE_OPENMP_OPT_DISABLE})
 endif()
 
+# A target's warnings, architecture and sanitizers. CLIENT: a test or program of the library's
+# (tapegrad_client_flags passes it), which no fuzzer runs.
 function(tapegrad_target_flags target)
   cmake_parse_arguments(PARSE_ARGV 1 arg CLIENT "" "")
   if(TAPEGRAD_SKIP_OPENMP_OPT)
@@ -36,10 +38,11 @@ function(tapegrad_target_flags target)
     target_compile_options(${target} PRIVATE -march=${TAPEGRAD_ARCH})
   endif()
   if(TAPEGRAD_FUZZ AND NOT arg_CLIENT)
-    # Coverage for libFuzzer in the code a fuzzer runs (the library, the support libraries, the fuzz targets),
-    # not in its clients, which no fuzzer runs; only the fuzz executables link the fuzzer's main. Not in
-    # Eigen's functions (tests/fuzz/coverage_ignorelist.txt): instrumented, its GEMM kernels are no longer
-    # inlined and the sanitized programs run at about half speed (docs/internals.md, "Build time").
+    # Coverage for libFuzzer in the library, its support libraries (they share precompiled headers, so one set
+    # of flags) and the fuzz targets, which hold what a fuzzer runs; not in the library's clients, which no
+    # fuzzer runs. Only the fuzz executables link the fuzzer's main. Not in Eigen's functions
+    # (tests/fuzz/coverage_ignorelist.txt): instrumented, its GEMM kernels were no longer inlined and the
+    # sanitized programs ran far slower (docs/performance.md, "Build time").
     target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link
       -fsanitize-coverage-ignorelist=${CMAKE_CURRENT_FUNCTION_LIST_DIR}/../tests/fuzz/coverage_ignorelist.txt)
   endif()
