@@ -21,7 +21,8 @@
 
 using namespace tapegrad;
 
-int main() {
+int main(int argc, char** argv) {
+  if (bench::refused_arguments("gemm_threads", argc, argv, "OMP_NUM_THREADS=2 ")) return 2;
   const int threads = num_threads();
   if (threads < 2) {
     fmt::print("gemm_threads: one thread available ({}); set OMP_NUM_THREADS=2 to compare\n",

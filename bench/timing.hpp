@@ -53,11 +53,11 @@ inline double gemm_seconds(const RowMatrix<float>& a, const RowMatrix<float>& b,
 }
 
 // For a benchmark without a command line: an argument is refused (one line naming it, and the caller exits
-// 2), not taken as leave to run the whole benchmark. True when it refused.
-inline bool refused_arguments(std::string_view name, int argc, char** argv) {
+// 2), not taken as leave to run the whole benchmark. True when it refused. `env`: what its usage line sets.
+inline bool refused_arguments(std::string_view name, int argc, char** argv,
+                              std::string_view env = "OMP_NUM_THREADS=1 ") {
   if (argc <= 1) return false;
-  fmt::print(stderr, "{}: takes no arguments, got '{}'\nusage: OMP_NUM_THREADS=1 {}\n", name, escaped(argv[1]),
-             escaped(argv[0]));
+  fmt::print(stderr, "{}: takes no arguments, got '{}'\nusage: {}{}\n", name, escaped(argv[1]), env, escaped(argv[0]));
   return true;
 }
 

@@ -16,6 +16,8 @@
 
 #include <fmt/format.h>
 
+#include "timing.hpp"
+
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -26,7 +28,8 @@ double percentile(std::vector<double> v, double p) {
 }
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (tapegrad::bench::refused_arguments("wake_latency", argc, argv, "")) return 2;
   std::atomic<unsigned> bell{0};
   std::atomic<Clock::rep> woke{0};
   constexpr unsigned kStop = ~0u;
