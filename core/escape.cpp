@@ -66,7 +66,8 @@ std::string escaped(std::string_view text, std::size_t max_bytes) {
     if (u >= 0x20 && u < 0x7f) {
       if (u == '\\') out += '\\';  // doubled
       out += text[i++];
-    } else if (const std::size_t n = u >= 0x80 ? utf8_length(text, i, c) : 0; n > 0 && i + n <= end) {
+    } else if (const std::size_t n = u >= 0x80 ? utf8_length(text, i, c) : 0; n > 0) {
+      if (i + n > end) break;  // a character the bound would cut is left out whole: its lead byte is not broken text
       if (!hidden_code_point(c))
         out.append(text.substr(i, n));
       else

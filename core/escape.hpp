@@ -28,8 +28,8 @@ inline constexpr std::size_t kMaxListed = 10;   // names of a list that a messag
 // `text` safe to print in a one-line message: \\ for a backslash, \xNN for a control character, DEL or
 // a byte that is not part of valid UTF-8, \uXXXX (\UXXXXXXXX) for a C1 control, a line or paragraph
 // separator or a format character (bidirectional controls, zero-width characters); printable ASCII and
-// other valid UTF-8 as they are. Past `max_bytes`
-// of input it stops and says how many bytes it left out.
+// other valid UTF-8 as they are. Past `max_bytes` of input (or before a character that would cross it) it
+// stops and says how many bytes it left out.
 std::string escaped(std::string_view text, std::size_t max_bytes = kMaxQuoted);
 // A path, given or read from a file, is kept whole up to 4096 bytes (PATH_MAX, the longest a system call
 // takes): cut at kMaxQuoted, a message about a file in a deep folder would lose the name that says which.

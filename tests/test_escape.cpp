@@ -18,6 +18,13 @@ TEST_CASE("escaped: control characters, backslashes and bytes that are not UTF-8
   CHECK(escaped(std::string(200, 'a'), 10) == "aaaaaaaaaa... (190 more bytes)");
 }
 
+TEST_CASE("escaped: a character the bound would cut is left out whole, not shown as the bytes before the cut") {
+  CHECK(escaped("a\u00e9", 2) == "a... (2 more bytes)");         // 2 bytes, cut after the first
+  CHECK(escaped("ab\u20ac", 4) == "ab... (3 more bytes)");       // 3 bytes, cut after the second
+  CHECK(escaped("a\u00e9b", 3) == "a\u00e9... (1 more bytes)");  // whole within the bound: kept
+  CHECK(escaped("a\xc3", 2) == "a\\xc3");                        // cut short by the text itself: a broken byte
+}
+
 TEST_CASE("escaped: a path is kept whole up to PATH_MAX, so a deep checkout's message still names the file") {
   // 300 bytes of folders: text would be cut at kMaxQuoted and lose the file's name; a path is not.
   const std::filesystem::path deep = std::filesystem::path("/home") / std::string(300, 'd') / "checkpoint-00000200.tgck";
