@@ -22,6 +22,8 @@ TEST_CASE("escaped: a character the bound would cut is left out whole, not shown
   CHECK(escaped("a\u00e9", 2) == "a... (2 more bytes)");         // 2 bytes, cut after the first
   CHECK(escaped("ab\u20ac", 4) == "ab... (3 more bytes)");       // 3 bytes, cut after the second
   CHECK(escaped("a\u00e9b", 3) == "a\u00e9... (1 more bytes)");  // whole within the bound: kept
+  CHECK(escaped("\u00e9", 1) == "... (2 more bytes)");           // nothing before it
+  CHECK(escaped("a\u202e", 2) == "a... (3 more bytes)");         // a hidden one: neither \u202e nor its bytes
   CHECK(escaped("a\xc3", 2) == "a\\xc3");                        // cut short by the text itself: a broken byte
 }
 
