@@ -164,19 +164,23 @@ Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps = 1e-5, Where 
 // ---- operators on Var (ops_elementwise.cpp) -------------------------------------------------------
 // a + b, a - b, a * b and a / b are add, sub, mul and div (b broadcast over a as they do); -a is
 // scale(a, -1); a number s on either side is taken in a's type: a + s, s + a, a - s, s - a, a * s and
-// s * a (scale), a / s, s / a. Like every op they record the caller's line: an operator cannot take a
-// defaulted argument, but the conversion of its right operand (or its scalar) can, and that runs in the
-// caller's expression.
+// s * a (scale), a / s, s / a. On the right, a layer's Parameter is read on a's tape: x * gain is
+// x * tape.param(gain), so a layer written with operators reads its weights as it names them. Like every
+// op they record the caller's line: an operator cannot take a defaulted argument, but the conversion of its
+// right operand (or its scalar) can, and that runs in the caller's expression.
 namespace detail {
-// The right operand: a Var, or a number.
+// The right operand: a Var, a number, or a layer's Parameter, read on the left operand's tape (tape.param).
 template <class T>
 struct Operand {
   Var<T> var;
   double number = 0;
   bool is_number = false;
+  Parameter<T>* parameter = nullptr;
   Where where;
   Operand(Var<T> v, Where w = Where::current()) : var(v), where(w) {}  // NOLINT: converts on purpose
   Operand(double s, Where w = Where::current()) : number(s), is_number(true), where(w) {}  // NOLINT: as above
+  Operand(Parameter<T>& p, Where w = Where::current()) : parameter(&p), where(w) {}        // NOLINT: as above
+  Var<T> on(Var<T> a) const { return parameter && a.tape ? a.tape->param(*parameter, where) : var; }
 };
 // A number on the left.
 struct ScalarHere {
@@ -197,19 +201,19 @@ Var<T> scalar_div(Var<T> a, double s, Where where);  // s / a
 // The right operand's type is not deduced (std::type_identity_t): T comes from the left operand.
 template <class T>
 Var<T> operator+(Var<T> a, std::type_identity_t<detail::Operand<T>> b) {
-  return b.is_number ? detail::add_scalar(a, b.number, b.where) : add(a, b.var, b.where);
+  return b.is_number ? detail::add_scalar(a, b.number, b.where) : add(a, b.on(a), b.where);
 }
 template <class T>
 Var<T> operator-(Var<T> a, std::type_identity_t<detail::Operand<T>> b) {
-  return b.is_number ? detail::add_scalar(a, -b.number, b.where) : sub(a, b.var, b.where);
+  return b.is_number ? detail::add_scalar(a, -b.number, b.where) : sub(a, b.on(a), b.where);
 }
 template <class T>
 Var<T> operator*(Var<T> a, std::type_identity_t<detail::Operand<T>> b) {
-  return b.is_number ? scale(a, b.number, b.where) : mul(a, b.var, b.where);
+  return b.is_number ? scale(a, b.number, b.where) : mul(a, b.on(a), b.where);
 }
 template <class T>
 Var<T> operator/(Var<T> a, std::type_identity_t<detail::Operand<T>> b) {
-  return b.is_number ? detail::div_scalar(a, b.number, b.where) : div(a, b.var, b.where);
+  return b.is_number ? detail::div_scalar(a, b.number, b.where) : div(a, b.on(a), b.where);
 }
 template <class T>
 Var<T> operator+(detail::ScalarHere s, Var<T> a) {
@@ -230,5 +234,8 @@ Var<T> operator/(detail::ScalarHere s, Var<T> a) {
 // Unary minus has one operand, so it is written for each element type (a template would not convert it).
 inline Var<float> operator-(detail::Operand<float> a) { return scale(a.var, -1.0, a.where); }
 inline Var<double> operator-(detail::Operand<double> a) { return scale(a.var, -1.0, a.where); }
+// A Parameter alone has no tape to be read on, so -gain does not compile: subtract it from a Var (x - gain).
+template <class T>
+Var<T> operator-(Parameter<T>&) = delete;
 
 }  // namespace tapegrad

@@ -298,6 +298,32 @@ TEST_CASE("ops: the operators on Var are the named ops, bit for bit, and record 
                        ShapeError);
 }
 
+TEST_CASE("ops: a Parameter on the right of an operator is read on the left operand's tape, as tape.param") {
+  Rng rng(72);
+  Parameter<double> gain("norm.gain", random_tensor<double>(Shape::vec(4), rng));
+  const TensorD xv = random_tensor<double>(Shape::batched(2, 3, 4), rng);
+  const auto loss_of = [&](bool as_operand, Tape<double>& t) {
+    Var<double> x = t.input(xv);
+    Var<double> y =
+        as_operand ? x * gain / gain + gain - gain : x * t.param(gain) / t.param(gain) + t.param(gain) - t.param(gain);
+    return sum(y * y);
+  };
+  Tape<double> named, operand;
+  gain.zero_grad();
+  Var<double> expected = loss_of(false, named);
+  named.backward(expected);
+  const TensorD by_param = gain.grad;
+  gain.zero_grad();
+  Var<double> loss = loss_of(true, operand);
+  CHECK(loss.value() == expected.value());
+  operand.backward(loss);
+  CHECK(gain.grad == by_param);                    // the gradient reaches the parameter, bit for bit
+  REQUIRE(operand.parameters_read().size() == 4);  // a read per use, as tape.param records it
+  CHECK(operand.parameters_read()[0] == &gain);
+  // The left operand decides the tape: a Var on none is refused as the named op refuses it.
+  CHECK_THROWS_WITH(Var<double>{} * gain, "mul: a is an empty Var (default-constructed)");
+}
+
 TEST_CASE("ops: mse, slice_cols, concat_cols and gather_rows") {
   Tape<double> t;
   Var<double> a = t.constant(TensorD(Shape::mat(1, 2), {1, 2}));

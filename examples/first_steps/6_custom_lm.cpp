@@ -1,7 +1,7 @@
 // First steps, 6: a language model of your own that generates through a cache of keys and values. Its
-// blocks are yours (pre-norm attention and a SwiGLU MLP, written with the operators on Var); the library's
-// sampler runs the model's own forward, the one training runs, and for generation each block does one thing:
-// it passes the cache on to its attention. The program trains the model by hand on a short text, then
+// blocks are yours (RMSNorm, pre-norm attention and a SwiGLU MLP, written with the operators on Var); the
+// library's sampler runs the model's own forward, the one training runs, and for generation each block does
+// one thing: it passes the cache on to its attention. The program trains the model by hand on a short text, then
 // samples the same characters through the cache and by recomputing the whole window for each, and checks
 // that they agree. It includes the installed umbrella header and, for its main() and exit codes, program
 // support (tapegrad::program); ctest builds it against the installed package too (tests/downstream).
@@ -22,10 +22,20 @@ constexpr std::string_view kText =
     "the quick brown fox jumps over the lazy dog. a lazy dog sleeps in the sun. the quick fox runs away. ";
 
 // [readme:lm]
+// RMSNorm (Zhang and Sennrich, 2019), written with the operators on Var: each row of x over its root mean
+// square, times a learned gain per column ("<name>.gain", ones at first). Its gradient is theirs.
+template <class T>
+struct RmsNorm : Module<T> {
+  Parameter<T>& gain;
+  RmsNorm(std::string name, Index d)
+      : Module<T>(std::move(name)), gain(this->register_parameter("gain", TensorT<T>(Shape::vec(d), T(1)))) {}
+  Var<T> forward(Var<T> x) { return x / sqrt(row_mean(x * x) + 1e-6) * gain; }
+};
+
 // A pre-norm block: x + attention(norm1(x)), then x + down(silu(gate(h)) * up(h)) with h = norm2(x).
 template <class T>
 struct Block : Module<T> {
-  LayerNorm<T> norm1, norm2;
+  RmsNorm<T> norm1, norm2;
   SelfAttention<T> attention;
   Linear<T> gate, up, down;
 
