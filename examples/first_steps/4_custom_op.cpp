@@ -1,8 +1,9 @@
-// First steps, 4: your own op with tapegrad: RMSNorm (Zhang and Sennrich, 2019) written as a user would
-// write it, with the Function API (autograd/function.hpp), gradient-checked in float64, then used between
-// the layers of a small MLP that the library's Trainer trains on three interleaved spirals. It includes the
-// installed umbrella header and, for its main() and exit codes, program support (tapegrad::program), and
-// ctest builds this same file against the installed package (tests/downstream).
+// First steps, 4: your own op with tapegrad: RMSNorm's normalisation (Zhang and Sennrich, 2019) written as
+// a user would write it, with the Function API (autograd/function.hpp), gradient-checked in float64, then
+// used, times a learned gain, between the layers of a small MLP that the library's Trainer trains on three
+// interleaved spirals. It includes the installed umbrella header and, for its main() and exit codes, program
+// support (tapegrad::program), and ctest builds this same file against the installed package
+// (tests/downstream).
 //
 //   build/examples/custom_op      # the gradient checks, then the training run's final loss and accuracy
 //
@@ -18,57 +19,51 @@ using namespace tapegrad;
 namespace {
 
 // [readme:op]
-// RMSNorm: every row of x scaled to a root mean square of 1, then by a learned gain per column.
-//   y = x r g,  r = 1 / sqrt(mean(x^2) + eps) per row;  x (N, D) or (B, T, D), gain (D)
-//   dgain += sum over rows of dy x r;  dx += r (g dy) - x r^3 mean(g dy x)
+// RMSNorm's normalisation (Zhang and Sennrich, 2019): every row of x scaled to a root mean square of 1 (the
+// layer below then multiplies by a learned gain per column, with the operators on Var).
+//   y = x r,  r = 1 / sqrt(mean(x^2) + eps) per row;  x (N, D) or (B, T, D)
+//   dx += r dy - x r^3 mean(dy x)
 template <class T>
 struct RmsNorm {
   static constexpr const char* name = "rms_norm";
-  static constexpr const char* inputs[] = {"x", "gain"};
+  static constexpr const char* inputs[] = {"x"};
   struct Saved {            // what backward needs, kept with the tape's node and reused step after step
     TensorT<T> inv_rms;     // (rows, 1): r of every row
-    TensorT<T> coefficient; // (rows, 1): scratch for backward, r^3 mean(g dy x)
+    TensorT<T> coefficient; // (rows, 1): scratch for backward, r^3 mean(dy x)
   };
   double eps = 1e-6;        // a setting of the op: read by forward
 
-  void forward(Output<T, Saved>& out, const TensorT<T>& x, const TensorT<T>& gain) const {
-    if (gain.numel() != x.cols())
-      fail<ShapeError>("rms_norm: gain is {} but x is {}; give one gain per column ({})", gain.shape(), x.shape(),
-                       x.cols());
+  void forward(Output<T, Saved>& out, const TensorT<T>& x) const {
     TensorT<T>& y = out.make(x.shape());  // the output, zeros, to fill (a throw leaves no trace)
     TensorT<T>& r = out.saved().inv_rms;
     r.resize(Shape::mat(x.shape().flat_rows(), 1));
     const auto X = x.flat().array();  // (rows, D)
     r.array() = (X.square().rowwise().mean() + T(eps)).rsqrt();
-    y.flat().array() = (X.colwise() * r.array()).rowwise() * gain.array().transpose();
+    y.flat().array() = X.colwise() * r.array();
   }
 
-  static void backward(const Output<T, Saved>& out, const OpInput<T>& x, const OpInput<T>& gain) {
+  static void backward(const Output<T, Saved>& out, const OpInput<T>& x) {
     Saved& saved = out.saved();
     const auto X = x.value.flat().array();
     const auto dY = out.grad().flat().array();
     const auto r = saved.inv_rms.array();
-    gain.grad.add(((dY * X).colwise() * r).colwise().sum());  // (1, D): the gain's row
-    const auto g_dy = dY.rowwise() * gain.value.array().transpose();
     saved.coefficient.resize(saved.inv_rms.shape());
-    saved.coefficient.array() = r.cube() * (g_dy * X).rowwise().mean();
-    x.grad.add(g_dy.colwise() * r - X.colwise() * saved.coefficient.array());
+    saved.coefficient.array() = r.cube() * (dY * X).rowwise().mean();
+    x.grad.add(dY.colwise() * r - X.colwise() * saved.coefficient.array());
   }
 };
-// Used as apply(RmsNorm<T>{.eps = eps}, {x, gain}), which records the line it is called on, for errors and
-// anomaly mode.
+// Used as apply(RmsNorm<T>{.eps = eps}, {x}), which records the line it is called on, for errors and anomaly
+// mode.
 // [readme:op-end]
 
 // [readme:gradcheck]
-// The op's derivatives in float64, with respect to x and the gain, against central differences.
+// The op's derivatives in float64, with respect to x, against central differences.
 bool gradcheck_op() {
   Rng rng(5);
-  TensorD x(Shape::batched(2, 3, 4)), gain(Shape::vec(4));
+  TensorD x(Shape::batched(2, 3, 4));
   for (double& v : x.span()) v = rng.normal();
-  for (double& v : gain.span()) v = 1 + 0.5 * rng.normal();
   const GradcheckReport report = gradcheck(
-      [](Tape<double>&, std::span<const Var<double>> in) { return apply(RmsNorm<double>{}, {in[0], in[1]}); },
-      {{"x", x}, {"gain", gain}});
+      [](Tape<double>&, std::span<const Var<double>> in) { return apply(RmsNorm<double>{}, {in[0]}); }, {{"x", x}});
   fmt::print("rms_norm {}", report.str());
   return report.ok();
 }
@@ -77,15 +72,11 @@ bool gradcheck_op() {
 // [readme:model]
 // A layer around the op, so that a model can own the gain: parameter "<name>.gain", ones at first.
 template <class T>
-class RmsNormLayer : public Module<T> {
- public:
-  RmsNormLayer(std::string name, Index dim) : Module<T>(std::move(name)) {
-    gain_ = &this->register_parameter("gain", TensorT<T>(Shape::vec(dim), T(1)));
-  }
-  Var<T> forward(Var<T> x) { return apply(RmsNorm<T>{}, {x, x.tape->param(*gain_)}); }
-
- private:
-  Parameter<T>* gain_ = nullptr;
+struct RmsNormLayer : Module<T> {
+  Parameter<T>& gain;
+  RmsNormLayer(std::string name, Index dim)
+      : Module<T>(std::move(name)), gain(this->register_parameter("gain", TensorT<T>(Shape::vec(dim), T(1)))) {}
+  Var<T> forward(Var<T> x) { return apply(RmsNorm<T>{}, {x}) * gain; }
 };
 
 // x (N, 2) -> x W1 + b1 -> rms_norm -> gelu -> x W2 + b2: logits (N, 3).
