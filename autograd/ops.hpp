@@ -180,7 +180,7 @@ struct Operand {
   Operand(Var<T> v, Where w = Where::current()) : var(v), where(w) {}  // NOLINT: converts on purpose
   Operand(double s, Where w = Where::current()) : number(s), is_number(true), where(w) {}  // NOLINT: as above
   Operand(Parameter<T>& p, Where w = Where::current()) : parameter(&p), where(w) {}        // NOLINT: as above
-  Var<T> on(Var<T> a) const { return parameter && a.tape ? a.tape->param(*parameter, where) : var; }
+  auto on(Var<T> a) const { return parameter && a.tape ? a.tape->param(*parameter, where) : var; }
 };
 // A number on the left.
 struct ScalarHere {
