@@ -134,9 +134,8 @@ template <class T>
 void eigen_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_stride, bool accumulate,
                 bool may_split, const T* bias) {
   if (d.m > 1 && d.n > 1 && d.k > 0 && d.k + d.m + d.n >= EIGEN_GEMM_TO_COEFFBASED_THRESHOLD) {
-    const double macs = static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
     parallel_for(
-        d.m, may_split ? threads_for_product(macs) : 1,
+        d.m, may_split ? threads_for_product(product_macs(1, d.m, d.n, d.k)) : 1,
         [&](Index r0, Index r1) {
           T* rows = c + r0 * c_stride;  // C's rows r0..r1; op(A)'s rows are A's rows, or A's columns for a^T b
           if (!accumulate) StridedMap<T>(rows, r1 - r0, d.n, Eigen::OuterStride<>(c_stride)).setZero();
@@ -407,8 +406,7 @@ bool xsmm_gemm(Form form, Dims d, MatrixRef<T> a, MatrixRef<T> b, T* c, Index c_
   else
     grid = make_grid<T>(d, lda, ldb, out_stride, form == Form::atb);
   if (one_block ? !single : !grid.complete) return false;
-  const double macs = static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
-  const int threads = may_split && !one_block ? threads_for_product(macs) : 1;
+  const int threads = may_split && !one_block ? threads_for_product(product_macs(1, d.m, d.n, d.k)) : 1;
   const Index row_blocks = (d.m + kBlockRows - 1) / kBlockRows, col_blocks = (d.n + kBlockCols - 1) / kBlockCols;
   Index col_step = 1;
   if (packed) {

@@ -35,6 +35,12 @@ struct MatrixRef {
   Index stride;
 };
 
+// The multiply-adds of `items` products of m x k by k x n (in double: no overflow), as core/parallel.hpp
+// counts a product's work.
+inline double product_macs(Index items, Index m, Index n, Index k) {
+  return static_cast<double>(items) * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+}
+
 // C (m x n, rows `c_stride` apart) = op(A) op(B), or C += op(A) op(B) when `accumulate` (the product is
 // formed first and then added, so a sum of products comes out the same whichever product is written
 // first). `may_split`: C may be split over the threads when that pays (false inside a region

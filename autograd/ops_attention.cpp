@@ -25,9 +25,7 @@ struct Layout {
     return (item / heads) * rows * heads * head + (item % heads) * head;
   }
   Index items() const { return batch * heads; }
-  double macs_per_item() const {
-    return static_cast<double>(tq) * static_cast<double>(tk) * static_cast<double>(dk + dv);
-  }
+  double macs_per_item() const { return detail::product_macs(1, tq, tk, dk + dv); }
 };
 
 // Item i's (Tq, Tk) block of weights starts at i * block_stride(l), a multiple of 16 elements (64 bytes,

@@ -1,6 +1,5 @@
 // Column slices and concatenation (attention heads), row gather (embedding lookup), one row per sequence
 // (pick_positions), and reshape (the same elements under another shape).
-#include <algorithm>
 #include <vector>
 
 #include "tapegrad/autograd/function.hpp"
@@ -136,9 +135,8 @@ struct Reshape {
       fail<ShapeError>("reshape: x is {} ({} elements) but the new shape {} holds {}", s, s.numel(), shape,
                        shape.numel());
     // A copy, not a view: a node owns its value buffer (TensorT cannot alias another's), and sharing one
-    // would need the tape to track which node owns it. The copy is one memcpy into a reused buffer.
-    TensorT<T>& C = out.make(shape, false);
-    std::copy(x.data(), x.data() + x.numel(), C.data());
+    // would need the tape to track which node owns it. The copy is one pass into a reused buffer.
+    out.make(shape, false).array() = x.array();
   }
   static void backward(const Output<T>& out, const OpInput<T>& x) { x.grad.add(out.grad().array()); }
 };

@@ -40,24 +40,9 @@ struct CrossEntropy {
     if (targets->shape() != expected && targets->shape() != Shape::vec(s.flat_rows()))
       fail<ShapeError>("cross_entropy: targets are {} but logits are {}; give one target per row: {}", targets->shape(),
                        s, expected);
-    Index count = 0;
-    for (Index r = 0; r < targets->numel(); ++r) {
-      const std::int32_t target = (*targets)[r];
-      if (target == ignore_label) continue;
-      if (target < 0 || target >= s.cols)
-        fail<ValueError>("cross_entropy: target {} at row {} is outside [0, {}) and is not the ignore label {}", target,
-                         r, s.cols, ignore_label);
-      ++count;
-    }
-
     TensorT<T>& loss = out.make(Shape::scalar(), false);
     const auto X = logits.flat();
     Saved& saved = out.saved();
-    if (out.needs_grad()) {
-      saved.targets.assign(targets->data(), targets->data() + targets->numel());
-      saved.ignore_label = ignore_label;
-      saved.labelled = count;
-    }
     // -log softmax(x)[t] = log(sum exp(x - max)) + max - x[t], for all rows at once: `row_stats` holds
     // each row's max and sum of exponentials, `probabilities` first the exponentials, then, divided by
     // their row sums, what the backward rule needs. Whole-matrix expressions on contiguous data vectorise
@@ -82,17 +67,28 @@ struct CrossEntropy {
           }
         },
         4);
+    // Each row's target checked as it is read (the node is dropped if one is refused).
     double total = 0;  // summed in double: a float sum over many rows would lose digits
+    Index count = 0;
     for (Index r = 0; r < X.rows(); ++r) {
       const std::int32_t target = (*targets)[r];
       if (target == ignore_label) {
         P.row(r).setZero();
         continue;
       }
+      if (target < 0 || target >= s.cols)
+        fail<ValueError>("cross_entropy: target {} at row {} is outside [0, {}) and is not the ignore label {}", target,
+                         r, s.cols, ignore_label);
+      ++count;
       // Not log(P[t]): exp(x[t] - max) underflows to 0 for a confidently wrong row; max - x[t] is exact.
       total += static_cast<double>(std::log(sums(r)) + top(r) - X(r, target));
     }
     loss[0] = count == 0 ? T(0) : static_cast<T>(total / static_cast<double>(count));
+    if (out.needs_grad()) {
+      saved.targets.assign(targets->data(), targets->data() + targets->numel());
+      saved.ignore_label = ignore_label;
+      saved.labelled = count;
+    }
   }
 
   static void backward(const Output<T, Saved>& out, const OpInput<T>& logits) {

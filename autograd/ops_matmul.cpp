@@ -8,6 +8,7 @@ namespace tapegrad {
 namespace {
 
 using Form = detail::ProductForm;  // a b, a^T b or a b^T
+using detail::product_macs;
 
 // C (m x n) = op(A) op(B), or C += when not `assign` (a gradient already written this pass), for
 // contiguous operands: A stored (a_rows x a_cols), B (b_rows x b_cols), row-major; `form` says which one
@@ -20,11 +21,6 @@ void gemm(Form form, const T* a, Index a_rows, Index a_cols, const T* b, Index b
   const Index k = form == Form::atb ? a_rows : a_cols;
   const Index n = form == Form::abt ? b_rows : b_cols;
   detail::gemm<T>(form, m, n, k, {a, a_cols}, {b, b_cols}, c, n, !assign, may_split);
-}
-
-// The multiply-adds of `items` products of m x k by k x n.
-double product_macs(Index items, Index m, Index n, Index k) {
-  return static_cast<double>(items) * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
 }
 
 // The product's shape, or a ShapeError naming both operands.

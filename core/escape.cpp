@@ -40,9 +40,7 @@ bool hidden_code_point(char32_t c) {
       {0x2028, 0x202e},   {0x2060, 0x2064},   {0x2066, 0x206f},   {0xfeff, 0xfeff},   {0xfff9, 0xfffb},
       {0x110bd, 0x110bd}, {0x110cd, 0x110cd}, {0x13430, 0x13438}, {0x1bca0, 0x1bca3}, {0x1d173, 0x1d17a},
       {0xe0001, 0xe0001}, {0xe0020, 0xe007f}};
-  for (const auto& [lo, hi] : kRanges)
-    if (c >= lo && c <= hi) return true;
-  return false;
+  return std::ranges::any_of(kRanges, [c](const auto& range) { return c >= range.first && c <= range.second; });
 }
 
 }  // namespace

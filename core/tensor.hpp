@@ -80,7 +80,7 @@ class TensorT {
   // Values in row-major order; their count must match the shape.
   TensorT(Shape shape, std::initializer_list<T> values) : TensorT(shape, std::span<const T>(values)) {}
   TensorT(Shape shape, std::span<const T> values) {
-    check_shape(shape, "tensor");
+    check_shape(shape);
     if (static_cast<Index>(values.size()) != shape.numel())
       fail<ShapeError>("tensor: {} values given for shape {} ({} elements)", values.size(), shape, shape.numel());
     shape_ = shape;
@@ -120,7 +120,7 @@ class TensorT {
   // every training step allocates only the first time. New elements are set to `fill`.
   void resize(Shape shape, T fill = T(0)) {
     if (shape == shape_) return;  // the steady state: the buffer already holds shape.numel() elements
-    check_shape(shape, "tensor");
+    check_shape(shape);
     const auto n = static_cast<std::size_t>(shape.numel());
     // assign() on an empty buffer: GCC 12 reports a false -Warray-bounds for resize() from empty
     // when the size is a compile-time constant (GCC PR 107852).
@@ -144,10 +144,9 @@ class TensorT {
   bool operator==(const TensorT&) const = default;
 
  private:
-  static void check_shape(const Shape& s, const char* what) {
+  static void check_shape(const Shape& s) {
     if (!s.valid())
-      fail<ShapeError>("{}: invalid shape (rank {}, batch {}, rows {}, cols {})", what, s.rank, s.batch, s.rows,
-                       s.cols);
+      fail<ShapeError>("tensor: invalid shape (rank {}, batch {}, rows {}, cols {})", s.rank, s.batch, s.rows, s.cols);
   }
   std::size_t offset(Index b, Index r, Index c) const {
     return static_cast<std::size_t>((b * rows() + r) * cols() + c);

@@ -1,8 +1,6 @@
 #include "tapegrad/layers/embedding.hpp"
 
-#include <array>
 #include <cmath>
-#include <span>
 
 #include "tapegrad/autograd/ops.hpp"
 
@@ -83,8 +81,8 @@ Var<T> Positions<T>::forward_from(Var<T> x, Index first) {
           for (Index b = 0; b < s.batch; ++b)
             for (Index t = 0; t < s.rows; ++t) e.at(b, t, first + t) = T(1);
         });
-    const std::array<Var<T>, 2> parts = {x, one_hot};
-    return concat_cols(std::span<const Var<T>>(parts));
+    const Var<T> parts[] = {x, one_hot};
+    return concat_cols<T>(parts);
   }
   positions_.resize(Shape::vec(s.rows));
   for (Index t = 0; t < s.rows; ++t) positions_[t] = static_cast<std::int32_t>(first + t);

@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <optional>
-#include <span>
-#include <vector>
 
 #include "tapegrad/core/rng.hpp"
 #include "tapegrad/layers/module.hpp"

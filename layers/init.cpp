@@ -1,16 +1,14 @@
 #include "tapegrad/layers/init.hpp"
 
-#include <array>
 #include <cmath>
 
 namespace tapegrad {
 
 // "zeros", "normal(std 0.02)", "xavier_uniform(gain 1)": the kind's name (as Kind spells it), and its scale.
 std::string Initializer::describe() const {
-  static constexpr std::array<const char*, 5> kNames = {"zeros", "normal", "xavier_uniform", "xavier_normal",
-                                                        "identity_plus_noise"};
+  static constexpr const char* kNames[] = {"zeros", "normal", "xavier_uniform", "xavier_normal", "identity_plus_noise"};
   const auto k = static_cast<std::size_t>(kind);
-  if (k >= kNames.size()) return "unknown";
+  if (k >= std::size(kNames)) return "unknown";
   if (kind == Kind::zeros) return "zeros";
   const bool xavier = kind == Kind::xavier_uniform || kind == Kind::xavier_normal;
   return fmt::format("{}({} {:g})", kNames[k], xavier ? "gain" : "std", scale);

@@ -1,7 +1,6 @@
 #include "tapegrad/layers/kv_cache.hpp"
 
 #include <algorithm>
-#include <utility>
 
 namespace tapegrad {
 

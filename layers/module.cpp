@@ -2,9 +2,7 @@
 
 #include <cxxabi.h>
 
-#include <algorithm>
 #include <cstdlib>
-#include <memory>
 #include <typeinfo>
 
 namespace tapegrad {
