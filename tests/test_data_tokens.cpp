@@ -102,6 +102,22 @@ TEST_CASE("token files: ids of 1, 2 and 4 bytes written in pieces read back, the
   CHECK(h == std::vector<std::int32_t>{'h', 'e', 'l', 'l', 'o'});
 }
 
+TEST_CASE("token files: append_bytes refuses a byte outside the vocabulary before it appends any of the call's") {
+  const fs::path dir = test::scratch_dir("tokens", "append_bytes");
+  TokenFileWriter w(dir / "small.bin", 1, 100);
+  std::string bytes(std::size_t{3} << 20, 'a');  // three of the writer's 1 MiB buffers ahead of the refused byte
+  bytes.push_back(static_cast<char>(200));
+  const std::string refusal = "id 200 for '" + (dir / "small.bin").string() + "' is outside its vocabulary of 100";
+  CHECK_THROWS_WITH_AS(w.append_bytes(bytes), doctest::Contains(refusal.c_str()), ValueError);
+  w.append_bytes("ab");
+  w.finish();
+  const TokenFile f(dir / "small.bin");
+  REQUIRE(f.size() == 2);  // the refused call's 3 MiB of 'a' are not in the file
+  std::vector<std::int32_t> ids(2);
+  f.read(0, ids);
+  CHECK(ids == std::vector<std::int32_t>{'a', 'b'});
+}
+
 TEST_CASE("token files: a writer that does not finish leaves nothing, and the old file as it was") {
   const fs::path dir = test::scratch_dir("tokens", "unfinished");
   written(dir / "a.bin", 2, 1000, 50);

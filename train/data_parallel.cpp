@@ -11,9 +11,6 @@ namespace {
 
 constexpr std::uint64_t kShardStream = 0x7368617264;  // "shard": + rank, a rank's stream of one step
 
-// "1, 3" for a list of ranks.
-std::string rank_list(const std::vector<int>& ranks) { return fmt::format("{}", fmt::join(ranks, ", ")); }
-
 const DataParallelOptions& checked(const DataParallelOptions& options) {
   if (options.check_every < 1)
     fail<ValueError>("set_collective: check_every must be >= 1, got {}", options.check_every);
@@ -107,7 +104,7 @@ void DataParallel::refuse_mismatch(const std::vector<std::pair<std::string, std:
     const bool odd = mine[k] != all[k];
     fail<ValueError>(
         "data-parallel: the ranks were started with different {}: rank{} {} differ{} from rank 0{}; rank 0 has: {}",
-        configuration[k].first, differ.size() > 1 ? "s" : "", rank_list(differ), differ.size() > 1 ? "" : "s",
+        configuration[k].first, differ.size() > 1 ? "s" : "", fmt::join(differ, ", "), differ.size() > 1 ? "" : "s",
         odd ? fmt::format(" (rank {} has: {})", rank, escaped(configuration[k].second, 300)) : "", escaped(first, 300));
   }
 }
@@ -169,7 +166,7 @@ void DataParallel::check_replicas(std::span<Parameter<float>* const> params, Ind
     fail<DivergenceError>(
         "data-parallel: after step {} the parameters of rank{} {} differ from rank 0's (crc32 {:08x} on "
         "rank 0, {:08x} on rank {}); the replicas diverged",
-        step, differ.size() > 1 ? "s" : "", rank_list(differ), replica_crcs_[0],
+        step, differ.size() > 1 ? "s" : "", fmt::join(differ, ", "), replica_crcs_[0],
         replica_crcs_[static_cast<std::size_t>(differ[0])], differ[0]);
 }
 

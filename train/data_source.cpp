@@ -178,17 +178,15 @@ std::uint32_t TokenWindows::fingerprint() const {
 // ---- TensorSource -----------------------------------------------------------------------------------
 
 TensorSource::TensorSource(std::string name, Tensor features, Ids labels)
-    : name_(std::move(name)), features_(std::move(features)), labels_(std::move(labels)) {
-  if (labels_.rank() == 3)
-    fail<ShapeError>("data source '{}': labels are {}; give one class per example (N) or per position (N, T)", name_,
-                     labels_.shape());
-  size_ = count_examples();
-}
+    : name_(std::move(name)), features_(std::move(features)), labels_(std::move(labels)), size_(count_examples()) {}
 
 TensorSource::TensorSource(std::string name, Tensor features, Tensor targets)
     : name_(std::move(name)), features_(std::move(features)), targets_(std::move(targets)), size_(count_examples()) {}
 
 Index TensorSource::count_examples() const {
+  if (labels_.rank() == 3)  // a targets source has none
+    fail<ShapeError>("data source '{}': labels are {}; give one class per example (N) or per position (N, T)", name_,
+                     labels_.shape());
   if (features_.rank() == 1)
     fail<ShapeError>(
         "data source '{}': features are a vector of {}; give (examples, features) or (examples, rows, "
@@ -210,8 +208,7 @@ void TensorSource::fill(std::span<const Index> indices, TensorBatch& out) const 
   out.examples = static_cast<Index>(indices.size());
   if (labels_.numel() > 0) {
     gather_examples(labels_, indices, out.labels);
-    out.labelled = static_cast<Index>(std::count_if(out.labels.span().begin(), out.labels.span().end(),
-                                                    [](std::int32_t l) { return l != kIgnoreLabel; }));
+    out.labelled = out.labels.numel() - std::ranges::count(out.labels.span(), kIgnoreLabel);
   } else {
     gather_examples(targets_, indices, out.targets);
   }

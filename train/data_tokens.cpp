@@ -1,7 +1,6 @@
 #include "tapegrad/train/data_tokens.hpp"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -70,8 +69,8 @@ TokenFile::TokenFile(fs::path path, std::string op) : path_(std::move(path)), op
   if (got < h.size() || magic != TokenFileFormat::kMagic)
     refuse(*this, "is not a token file (it does not start with the {}-byte header '{}...')",
            TokenFileFormat::kHeaderBytes, TokenFileFormat::kMagic);
-  if (get_le<std::uint32_t>(h.data() + 36) != header_crc(h))
-    refuse(*this, "has a damaged header (its checksum does not match)");
+  header_crc_ = get_le<std::uint32_t>(h.data() + 36);
+  if (header_crc_ != header_crc(h)) refuse(*this, "has a damaged header (its checksum does not match)");
   const auto version = get_le<std::uint32_t>(h.data() + 8);
   if (version != TokenFileFormat::kVersion)
     refuse(*this, "is a token file of format {}; this build reads format {}", version, TokenFileFormat::kVersion);
@@ -91,7 +90,6 @@ TokenFile::TokenFile(fs::path path, std::string op) : path_(std::move(path)), op
   vocab_ = static_cast<Index>(vocab);
   count_ = static_cast<Index>(count);
   ids_crc_ = get_le<std::uint32_t>(h.data() + 32);
-  header_crc_ = get_le<std::uint32_t>(h.data() + 36);
   fd_ = f.release();
 }
 
@@ -206,20 +204,17 @@ void TokenFileWriter::append(std::span<const std::int32_t> ids) {
 void TokenFileWriter::append_bytes(std::string_view bytes) {
   if (width_ != 1)
     fail<UsageError>("{}: append_bytes writes ids of 1 byte; '{}' holds {}-byte ids", op_, escaped(path_), width_);
-  std::size_t at = 0;
-  while (at < bytes.size()) {
+  if (vocab_ < 256)  // a vocabulary of 256 or more holds every byte
+    for (const unsigned char id : bytes)
+      if (id >= vocab_)
+        fail<ValueError>("{}: id {} for '{}' is outside its vocabulary of {}", op_, id, escaped(path_), vocab_);
+  for (std::size_t at = 0, n = 0; at < bytes.size(); at += n) {
     if (fill_ == buffer_.size()) flush();
-    const std::size_t n = std::min(bytes.size() - at, buffer_.size() - fill_);
-    const auto* from = reinterpret_cast<const unsigned char*>(bytes.data() + at);
-    if (vocab_ < 256)
-      for (std::size_t i = 0; i < n; ++i)
-        if (from[i] >= vocab_)
-          fail<ValueError>("{}: id {} for '{}' is outside its vocabulary of {}", op_, from[i], escaped(path_), vocab_);
-    std::copy_n(from, n, buffer_.data() + fill_);
+    n = std::min(bytes.size() - at, buffer_.size() - fill_);
+    std::copy_n(bytes.data() + at, n, buffer_.data() + fill_);
     fill_ += n;
-    at += n;
-    count_ += static_cast<Index>(n);
   }
+  count_ += static_cast<Index>(bytes.size());
 }
 
 void TokenFileWriter::complete() {

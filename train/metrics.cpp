@@ -33,11 +33,10 @@ Tally squared_error(const Tensor& output, const Tensor& targets) {
 }
 
 double value_of(const NamedValues& values, std::string_view name) {
-  std::vector<std::string> names;
-  for (const auto& v : values) {
+  for (const auto& v : values)
     if (v.name == name) return v.value;
-    names.push_back(v.name);
-  }
+  std::vector<std::string> names;  // for the message alone: a lookup that finds its value allocates nothing
+  for (const auto& v : values) names.push_back(v.name);
   fail<NameError>("value_of: no value named '{}'; there are {}", name,
                   names.empty() ? std::string("none") : quoted_list(names));
 }

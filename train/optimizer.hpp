@@ -401,7 +401,5 @@ extern template class AdamOf<float, false>;
 extern template class AdamOf<double, false>;
 extern template class AdamOf<float, true>;
 extern template class AdamOf<double, true>;
-extern template double clip_grad_norm<float>(const std::vector<Parameter<float>*>&, double);
-extern template double clip_grad_norm<double>(const std::vector<Parameter<double>*>&, double);
 
 }  // namespace tapegrad

@@ -165,13 +165,11 @@ void put_optimizer_state(State& out, OptimizerState<T> s) {
   // every parameter, whether its buffers are made or not
   put_column(out, "params", s.per_param, [](const auto& entry) { return entry.first; });
   put_settings(out.at("hyperparameters"), s.hyperparameters);
-  State schedule = out.at("schedule");
-  schedule.put("", s.schedule.kind);
-  put_settings(schedule, s.schedule.settings);
+  out.put("schedule", s.schedule.kind);
+  put_settings(out.at("schedule"), s.schedule.settings);
   out.put("step", s.step);
-  State buffers = out.at("state");
   for (auto& [param, named] : s.per_param)
-    for (auto& [buffer, tensor] : named) buffers.put(param + "." + buffer, StateValue(std::move(tensor)));
+    for (auto& [buffer, tensor] : named) out.put("state." + param + "." + buffer, StateValue(std::move(tensor)));
 }
 
 template <class T>
@@ -206,7 +204,7 @@ OptimizerState<T> read_optimizer_state(const State& in) {
   return s;
 }
 
-void put_rng_state(State& out, const Rng::State& state) {
+void put_rng_state(State out, const Rng::State& state) {
   put_column(out, "", state.words, [](std::uint64_t w) { return std::bit_cast<std::int64_t>(w); });
 }
 
@@ -220,13 +218,12 @@ Rng::State read_rng_state(const State& in) {
 }
 
 // Every field of Sampler::State, here and only here.
-void put_sampler_state(State& out, const Sampler::State& state) {
+void put_sampler_state(State out, const Sampler::State& state) {
   out.put("epoch", state.epoch);
   out.put("cursor", state.cursor);
   out.put("order", StateValue(std::vector<std::int64_t>(state.order.begin(), state.order.end())));
   out.put("examples", state.examples);  // what the order is for: a state of another n is refused
-  State rng = out.at("rng");
-  put_rng_state(rng, state.rng);
+  put_rng_state(out.at("rng"), state.rng);
 }
 
 Sampler::State read_sampler_state(const State& in) {
@@ -248,9 +245,8 @@ void put_trainer_state(State& out, const TrainerState& s) {
   // a list of one fingerprint, or of none without evaluation data
   out.put("eval_fingerprint",
           StateValue(std::vector<std::int64_t>(s.eval_fingerprint ? 1 : 0, s.eval_fingerprint.value_or(0))));
-  State order = out.at("data_order"), rng = out.at("rng");
-  put_sampler_state(order, s.data_order);
-  put_rng_state(rng, s.rng);
+  put_sampler_state(out.at("data_order"), s.data_order);
+  put_rng_state(out.at("rng"), s.rng);
   out.put("window_loss", s.window_loss);
   out.put("window_steps", s.window_steps);
   put_column(out, "metrics", s.window_metrics, [](const MetricWindow& w) { return w.name; });

@@ -205,9 +205,9 @@ void put_optimizer_state(State& out, OptimizerState<T> state);
 // FormatError naming what is missing or malformed. Buffers of the other element type are converted.
 template <class T>
 OptimizerState<T> read_optimizer_state(const State& in);
-void put_sampler_state(State& out, const Sampler::State& state);
+void put_sampler_state(State out, const Sampler::State& state);
 Sampler::State read_sampler_state(const State& in);
-void put_rng_state(State& out, const Rng::State& state);
+void put_rng_state(State out, const Rng::State& state);
 Rng::State read_rng_state(const State& in);
 void put_trainer_state(State& out, const TrainerState& state);
 // Also checks the counters (0 <= step <= the run's steps, windows and curve within them).

@@ -7,7 +7,6 @@
 #include <iterator>
 #include <limits>
 #include <tuple>
-#include <utility>
 
 #include <fmt/format.h>
 
@@ -32,8 +31,7 @@ std::string px(double v) { return fmt::format("{:.1f}", v); }
 bool is_utf8_continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
 
 std::size_t code_points(std::string_view text) {
-  const auto starts = std::count_if(text.begin(), text.end(), [](char c) { return !is_utf8_continuation(c); });
-  return static_cast<std::size_t>(starts);
+  return static_cast<std::size_t>(std::ranges::count_if(text, [](char c) { return !is_utf8_continuation(c); }));
 }
 
 // The renderer's font is unknown, so layout assumes 0.62 em per character: wide enough for the
