@@ -102,17 +102,19 @@ TEST_CASE("token files: ids of 1, 2 and 4 bytes written in pieces read back, the
   CHECK(h == std::vector<std::int32_t>{'h', 'e', 'l', 'l', 'o'});
 }
 
-TEST_CASE("token files: append_bytes refuses a byte outside the vocabulary before it appends any of the call's") {
+TEST_CASE("token files: append and append_bytes refuse an id outside the vocabulary before they append any of the call's") {
   const fs::path dir = test::scratch_dir("tokens", "append_bytes");
   TokenFileWriter w(dir / "small.bin", 1, 100);
   std::string bytes(std::size_t{3} << 20, 'a');  // three of the writer's 1 MiB buffers ahead of the refused byte
   bytes.push_back(static_cast<char>(200));
   const std::string refusal = "id 200 for '" + (dir / "small.bin").string() + "' is outside its vocabulary of 100";
   CHECK_THROWS_WITH_AS(w.append_bytes(bytes), doctest::Contains(refusal.c_str()), ValueError);
+  CHECK_THROWS_WITH_AS(w.append(std::vector<std::int32_t>{'a', 'b', 200}), doctest::Contains(refusal.c_str()),
+                       ValueError);  // append(ids) likewise: nothing of the call
   w.append_bytes("ab");
   w.finish();
   const TokenFile f(dir / "small.bin");
-  REQUIRE(f.size() == 2);  // the refused call's 3 MiB of 'a' are not in the file
+  REQUIRE(f.size() == 2);  // none of the refused calls' ids is in the file
   std::vector<std::int32_t> ids(2);
   f.read(0, ids);
   CHECK(ids == std::vector<std::int32_t>{'a', 'b'});

@@ -322,6 +322,17 @@ TEST_CASE("ops: a Parameter on the right of an operator is read on the left oper
   CHECK(operand.parameters_read()[0] == &gain);
   // The left operand decides the tape: a Var on none is refused as the named op refuses it.
   CHECK_THROWS_WITH(Var<double>{} * gain, "mul: a is an empty Var (default-constructed)");
+  // The parameter's node records the caller's line, as tape.param does.
+  Tape<double> t;
+  const int line = __LINE__ + 1;
+  Var<double> y = t.input(xv) + gain;
+  CHECK(Tape<double>::describe(t.node_at(1)) == fmt::format("parameter 'norm.gain' (read at tests/test_ops.cpp:{})", line));
+  CHECK(Tape<double>::describe(t.node_at(2)) == fmt::format("add (recorded at tests/test_ops.cpp:{})", line));
+  // A refused left operand leaves the tape as it was: the parameter is read once the operand is checked.
+  t.reset();
+  CHECK_THROWS_WITH(y / gain, "div: a was recorded before the last reset() of its tape; record it again");
+  CHECK(t.size() == 0);
+  CHECK(t.parameters_read().empty());
 }
 
 TEST_CASE("ops: mse, slice_cols, concat_cols and gather_rows") {

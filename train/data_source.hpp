@@ -170,7 +170,9 @@ class TensorSource final : public DataSource<TensorBatch> {
   const Ids& labels() const { return labels_; }
 
  private:
-  Index count_examples() const;  // ShapeError unless every tensor holds the same number
+  // ShapeError unless every tensor holds the same number, or for labels of rank 3 (one class per example or
+  // per position).
+  Index count_examples() const;
 
   std::string name_;
   Tensor features_;

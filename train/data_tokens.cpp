@@ -192,9 +192,10 @@ void TokenFileWriter::flush() {
 }
 
 void TokenFileWriter::append(std::span<const std::int32_t> ids) {
-  for (const std::int32_t id : ids) {
+  for (const std::int32_t id : ids)  // all before any is written: a refused call appends nothing
     if (id < 0 || id >= vocab_)
       fail<ValueError>("{}: id {} for '{}' is outside its vocabulary of {}", op_, id, escaped(path_), vocab_);
+  for (const std::int32_t id : ids) {
     const auto v = static_cast<std::uint32_t>(id);
     for (int i = 0; i < width_; ++i) put(static_cast<unsigned char>((v >> (8 * i)) & 0xff));
     ++count_;

@@ -113,8 +113,9 @@ class TokenFileWriter {
   TokenFileWriter(const TokenFileWriter&) = delete;
   TokenFileWriter& operator=(const TokenFileWriter&) = delete;
 
-  void append(std::span<const std::int32_t> ids);  // ValueError naming the file for an id outside [0, V)
-  void append_bytes(std::string_view bytes);       // width 1: each byte is its id
+  // ValueError naming the file for an id outside [0, V), before any of the call's ids is appended.
+  void append(std::span<const std::int32_t> ids);
+  void append_bytes(std::string_view bytes);  // width 1: each byte is its id; refused as append is
   // Writes the header and syncs the file to disk under its temporary name; finish() renames it into place
   // (completing it first if it was not). ValueError for a file of no ids; IoError naming the file when the
   // system fails a write (a full disk, a file-size limit).
