@@ -94,6 +94,7 @@ void train(CharLm<float>& model) {
     }
     tape.reset();
     Var<float> loss = cross_entropy(model.forward(tape, x, nullptr), y);
+    check_registered(tape, model);  // every parameter the forward read (the norms' gains too) is the optimizer's
     tape.backward(loss);
     optimizer.step();
     optimizer.zero_grad();
