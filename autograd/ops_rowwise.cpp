@@ -160,7 +160,10 @@ struct Reduce {
     if constexpr (Rows) {
       if (Mean) detail::require_row_entries(name, s, "average");
       auto C = out.make({s.rank, s.batch, s.rows, 1}, false).flat().col(0);
-      C = x.flat().rowwise().sum() / static_cast<T>(Mean ? s.cols : 1);  // Eigen's rowwise().mean() when Mean
+      if (Mean)
+        C = x.flat().rowwise().mean();
+      else
+        C = x.flat().rowwise().sum();
     } else {
       if (Mean && x.numel() == 0) fail<ShapeError>("{}: x is {}, which has no elements to average", name, s);
       out.make(Shape::scalar(), false)[0] = Mean ? x.array().mean() : x.array().sum();
