@@ -191,10 +191,13 @@ void TokenFileWriter::flush() {
   fill_ = 0;
 }
 
+void TokenFileWriter::check_id(std::int64_t id) const {
+  if (id < 0 || id >= vocab_)
+    fail<ValueError>("{}: id {} for '{}' is outside its vocabulary of {}", op_, id, escaped(path_), vocab_);
+}
+
 void TokenFileWriter::append(std::span<const std::int32_t> ids) {
-  for (const std::int32_t id : ids)  // all before any is written: a refused call appends nothing
-    if (id < 0 || id >= vocab_)
-      fail<ValueError>("{}: id {} for '{}' is outside its vocabulary of {}", op_, id, escaped(path_), vocab_);
+  for (const std::int32_t id : ids) check_id(id);  // all before any is written: a refused call appends nothing
   for (const std::int32_t id : ids) {
     const auto v = static_cast<std::uint32_t>(id);
     for (int i = 0; i < width_; ++i) put(static_cast<unsigned char>((v >> (8 * i)) & 0xff));
@@ -206,9 +209,7 @@ void TokenFileWriter::append_bytes(std::string_view bytes) {
   if (width_ != 1)
     fail<UsageError>("{}: append_bytes writes ids of 1 byte; '{}' holds {}-byte ids", op_, escaped(path_), width_);
   if (vocab_ < 256)  // a vocabulary of 256 or more holds every byte
-    for (const unsigned char id : bytes)
-      if (id >= vocab_)
-        fail<ValueError>("{}: id {} for '{}' is outside its vocabulary of {}", op_, id, escaped(path_), vocab_);
+    for (const unsigned char id : bytes) check_id(id);
   for (std::size_t at = 0, n = 0; at < bytes.size(); at += n) {
     if (fill_ == buffer_.size()) flush();
     n = std::min(bytes.size() - at, buffer_.size() - fill_);

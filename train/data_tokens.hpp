@@ -129,6 +129,7 @@ class TokenFileWriter {
 
  private:
   void flush();
+  void check_id(std::int64_t id) const;  // ValueError naming the file for an id outside [0, V)
   void put(unsigned char b) {
     if (fill_ == buffer_.size()) flush();
     buffer_[fill_++] = b;
