@@ -37,6 +37,7 @@ Var<T> affine(Var<T> x, Var<T> w, Var<T> b, Where where = Where::current());
 // b either has a's shape, or is a row of a's width (rank 1, or 1 x cols) added to every row (a bias),
 // or, when a is batched (B,T,D), a (T,D) matrix shared by every batch item (positions), or a column
 // (.., 1) with a's leading dimensions, (N,1) for a (N,D) and (B,T,1) for a (B,T,D), one value per row.
+// Or a is so of b, either way round as in PyTorch: the result has the larger shape (r * x, r a column).
 template <class T>
 Var<T> add(Var<T> a, Var<T> b, Where where = Where::current());
 template <class T>
@@ -144,7 +145,7 @@ Var<T> sigmoid(Var<T> a, Where where = Where::current());
 // a sigmoid(a) (SiLU, swish): SwiGLU's gate, silu(gate(h)) * up(h).
 template <class T>
 Var<T> silu(Var<T> a, Where where = Where::current());
-// a / b with b broadcast as in add (same shape, a row, the batch-shared matrix, or a column).
+// a / b, one broadcast over the other as in add (same shape, a row, the batch-shared matrix, or a column).
 template <class T>
 Var<T> div(Var<T> a, Var<T> b, Where where = Where::current());
 
@@ -162,7 +163,7 @@ template <class T>
 Var<T> layer_norm(Var<T> x, Var<T> gamma, Var<T> beta, double eps = 1e-5, Where where = Where::current());
 
 // ---- operators on Var (ops_elementwise.cpp) -------------------------------------------------------
-// a + b, a - b, a * b and a / b are add, sub, mul and div (b broadcast over a as they do); -a is
+// a + b, a - b, a * b and a / b are add, sub, mul and div (either broadcast over the other as they do); -a is
 // scale(a, -1); a number s on either side is taken in a's type: a + s, s + a, a - s, s - a, a * s and
 // s * a (scale), a / s, s / a. On the right, a layer's Parameter is read on a's tape: x * gain is
 // x * tape.param(gain), so a layer written with operators reads its weights as it names them. Like every

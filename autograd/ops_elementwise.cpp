@@ -1,6 +1,7 @@
-// Elementwise ops: add, sub, mul and div with b broadcast; relu, tanh, gelu, exp, log, sqrt, sigmoid and
-// silu, and scale and the other ops of a scalar on one side (the operators), one template; transpose.
+// Elementwise ops: add, sub, mul and div with one operand broadcast over the other; relu, tanh, gelu, exp, log, sqrt,
+// sigmoid and silu, and scale and the other ops of a scalar on one side (the operators), one template; transpose.
 #include <numbers>
+#include <optional>
 
 #include <unsupported/Eigen/SpecialFunctions>
 
@@ -11,21 +12,32 @@
 namespace tapegrad {
 namespace {
 
-// ---- binary ops with b broadcast over a ------------------------------------------------------
+// ---- binary ops with one operand broadcast over the other -----------------------------------------
 
 enum class Broadcast { same, row, batch, col };
 enum class Binary { add, sub, mul, div };
 
-Broadcast broadcast_of(const char* op, const Shape& a, const Shape& b) {
-  if (a == b) return Broadcast::same;
-  if (detail::is_row_of(b, a.cols)) return Broadcast::row;
-  if (a.rank == 3 && b.rank == 2 && b.rows == a.rows && b.cols == a.cols) return Broadcast::batch;
-  if (b.rank == a.rank && b.batch == a.batch && b.rows == a.rows && b.cols == 1) return Broadcast::col;
-  const std::string shared = a.rank == 3 ? fmt::format(", a {}x{} matrix shared by the batch", a.rows, a.cols) : "";
+// How s broadcasts over the full shape f, if it does.
+std::optional<Broadcast> broadcast_over(const Shape& f, const Shape& s) {
+  if (f == s) return Broadcast::same;
+  if (detail::is_row_of(s, f.cols)) return Broadcast::row;
+  if (f.rank == 3 && s.rank == 2 && s.rows == f.rows && s.cols == f.cols) return Broadcast::batch;
+  if (s.rank == f.rank && s.batch == f.batch && s.rows == f.rows && s.cols == 1) return Broadcast::col;
+  return std::nullopt;
+}
+
+// How b broadcasts over a or, where only that works, a over b (then `swapped`), as PyTorch's either way
+// round: a row of weights or a column of row norms may stand on either side.
+std::pair<Broadcast, bool> pairing_of(const char* op, const Shape& a, const Shape& b) {
+  if (const auto bc = broadcast_over(a, b)) return {*bc, false};
+  if (const auto bc = broadcast_over(b, a)) return {*bc, true};
+  const bool b_smaller = b.numel() <= a.numel();  // what the smaller operand may be
+  const Shape& f = b_smaller ? a : b;
+  const std::string shared = f.rank == 3 ? fmt::format(", a {}x{} matrix shared by the batch", f.rows, f.cols) : "";
   const std::string last =
-      a.rank == 1 ? "a single value" : fmt::format("a {} column", Shape{a.rank, a.batch, a.rows, 1});
-  fail<ShapeError>("{}: shapes do not broadcast: a is {}, b is {} (b must be {}, a row of {} values{}, or {})", op, a,
-                   b, a, a.cols, shared, last);
+      f.rank == 1 ? "a single value" : fmt::format("a {} column", Shape{f.rank, f.batch, f.rows, 1});
+  fail<ShapeError>("{}: shapes do not broadcast: a is {}, b is {} ({} must be {}, a row of {} values{}, or {})", op, a,
+                   b, b_smaller ? "b" : "a", f, f.cols, shared, last);
 }
 
 // out (+)= f(A, B) where B is broadcast to A's shape according to `bc`; split over threads by rows (or
@@ -57,33 +69,35 @@ void broadcast_apply(Broadcast bc, const TensorT<T>& A, const TensorT<T>& B, Ten
   }
 }
 
-// The gradient that reaches B before the broadcast is undone, as array expressions of one block:
-// add: dC, sub: -dC, mul: dC A, div: -dC A / B^2. `sink` receives it.
-template <Binary Kind, class G, class X, class Y, class Sink>
+// The gradient that reaches the broadcast operand B before the broadcast is undone, as array expressions
+// of one block, A being the full one: add: dC, sub: -dC, mul: dC A, div: -dC A / B^2; when B is a
+// (Swapped: C = B - A, B / A), sub: dC, div: dC / A. `sink` receives it.
+template <Binary Kind, bool Swapped, class G, class X, class Y, class Sink>
 void b_term(const G& dC, const X& A, const Y& B, Sink sink) {
-  if constexpr (Kind == Binary::add) sink(dC);
-  if constexpr (Kind == Binary::sub) sink(-dC);
+  if constexpr (Kind == Binary::add || (Kind == Binary::sub && Swapped)) sink(dC);
+  if constexpr (Kind == Binary::sub && !Swapped) sink(-dC);
   if constexpr (Kind == Binary::mul) sink(dC * A);
-  if constexpr (Kind == Binary::div) sink(-dC * A / B.square());
+  if constexpr (Kind == Binary::div && Swapped) sink(dC / A);
+  if constexpr (Kind == Binary::div && !Swapped) sink(-dC * A / B.square());
 }
 
 // dB += that gradient summed over the dimensions along which B was broadcast. Every broadcast writes all
 // of dB.
-template <Binary Kind, class T>
+template <Binary Kind, bool Swapped, class T>
 void reduce_into(Broadcast bc, const TensorT<T>& dC, const TensorT<T>& A, const TensorT<T>& B, const GradWrite<T>& dB) {
   const auto dc = dC.flat().array();
   const auto a = A.flat().array();
   switch (bc) {
     case Broadcast::same:
       parallel_rows(dC.shape().flat_rows(), dC.cols(), [&](Index r, Index k) {
-        b_term<Kind>(dC.flat().middleRows(r, k).array(), A.flat().middleRows(r, k).array(),
-                     B.flat().middleRows(r, k).array(),
-                     [&](const auto& g) { dB.add(dB.tensor->flat().middleRows(r, k).array(), g); });
+        b_term<Kind, Swapped>(dC.flat().middleRows(r, k).array(), A.flat().middleRows(r, k).array(),
+                              B.flat().middleRows(r, k).array(),
+                              [&](const auto& g) { dB.add(dB.tensor->flat().middleRows(r, k).array(), g); });
       });
       break;
     case Broadcast::row:  // every row of dC lands on B's single row: column sums
-      b_term<Kind>(dc, a, B.flat().row(0).array().replicate(dc.rows(), 1),
-                   [&](const auto& g) { detail::write_column_sums(dB, g); });
+      b_term<Kind, Swapped>(dc, a, B.flat().row(0).array().replicate(dc.rows(), 1),
+                            [&](const auto& g) { detail::write_column_sums(dB, g); });
       break;
     case Broadcast::batch:  // batch item i lands on all of B: a sum over the batch (zero if it is empty)
       if (A.batch() == 0 && !dB.accumulate) dB.tensor->set_zero();
@@ -93,16 +107,17 @@ void reduce_into(Broadcast bc, const TensorT<T>& dC, const TensorT<T>& A, const 
           B.rows(), B.cols(),
           [&](Index r, Index k) {
             for (Index i = 0; i < A.batch(); ++i)
-              b_term<Kind>(dC.mat(i).middleRows(r, k).array(), A.mat(i).middleRows(r, k).array(),
-                           B.mat().middleRows(r, k).array(), [&](const auto& g) {
-                             write_grad(dB.tensor->mat().middleRows(r, k).array(), g, !dB.accumulate && i == 0);
-                           });
+              b_term<Kind, Swapped>(dC.mat(i).middleRows(r, k).array(), A.mat(i).middleRows(r, k).array(),
+                                    B.mat().middleRows(r, k).array(), [&](const auto& g) {
+                                      write_grad(dB.tensor->mat().middleRows(r, k).array(), g,
+                                                 !dB.accumulate && i == 0);
+                                    });
           },
           static_cast<double>(std::max<Index>(A.batch(), 1)));
       break;
     case Broadcast::col:  // every column of row r lands on B's row r: row sums
-      b_term<Kind>(dc, a, B.flat().col(0).array().replicate(1, dc.cols()),
-                   [&](const auto& g) { dB.add(dB.tensor->flat().col(0).array(), g.rowwise().sum()); });
+      b_term<Kind, Swapped>(dc, a, B.flat().col(0).array().replicate(1, dc.cols()),
+                            [&](const auto& g) { dB.add(dB.tensor->flat().col(0).array(), g.rowwise().sum()); });
       break;
   }
 }
@@ -114,26 +129,32 @@ constexpr const char* kBinaryNames[] = {"add", "sub", "mul", "div"};
 //   sub: dA += dC,      dB -= reduce(dC)
 //   mul: dA += dC * B,  dB += reduce(dC * A)
 //   div: dA += dC / B,  dB -= reduce(dC * A / B^2)
-// where reduce() sums over the dimensions along which B was broadcast.
+// where reduce() sums over the dimensions along which B was broadcast. With A broadcast over B instead:
+//   dB += dC, -dC, dC * A or -dC C / B;  dA += reduce(dC), reduce(dC), reduce(dC * B) or reduce(dC / B).
 template <class T, Binary Kind>
 struct BinaryOp {
   static constexpr const char* name = kBinaryNames[static_cast<int>(Kind)];
   static constexpr const char* inputs[] = {"a", "b"};
 
   void forward(Output<T>& out, const TensorT<T>& A, const TensorT<T>& B) const {
-    const Broadcast bc = broadcast_of(name, A.shape(), B.shape());
-    TensorT<T>& C = out.make(A.shape(), false);
-    if constexpr (Kind == Binary::add) broadcast_apply(bc, A, B, C, [](auto o, auto x, auto y) { o = x + y; });
-    if constexpr (Kind == Binary::sub) broadcast_apply(bc, A, B, C, [](auto o, auto x, auto y) { o = x - y; });
-    if constexpr (Kind == Binary::mul)
-      broadcast_apply(bc, A, B, C, [](auto o, auto x, auto y) { o = x.cwiseProduct(y); });
-    if constexpr (Kind == Binary::div)
-      broadcast_apply(bc, A, B, C, [](auto o, auto x, auto y) { o = x.cwiseQuotient(y); });
+    const auto [bc, swapped] = pairing_of(name, A.shape(), B.shape());
+    TensorT<T>& C = out.make((swapped ? B : A).shape(), false);
+    const auto f = [](auto o, auto x, auto y) {  // x: A's block, y: B's
+      if constexpr (Kind == Binary::add) o = x + y;
+      if constexpr (Kind == Binary::sub) o = x - y;
+      if constexpr (Kind == Binary::mul) o = x.cwiseProduct(y);
+      if constexpr (Kind == Binary::div) o = x.cwiseQuotient(y);
+    };
+    if (swapped)
+      broadcast_apply(bc, B, A, C, [&](auto o, auto y, auto x) { f(o, x, y); });
+    else
+      broadcast_apply(bc, A, B, C, f);
   }
 
   static void backward(const Output<T>& out, const OpInput<T>& a, const OpInput<T>& b) {
-    const Broadcast bc = broadcast_of(name, a.value.shape(), b.value.shape());  // as the forward found it
+    const auto [bc, swapped] = pairing_of(name, a.value.shape(), b.value.shape());  // as the forward found it
     const TensorT<T>& dC = out.grad();
+    if (swapped) return backward_swapped(bc, out, a, b);
     const GradWrite<T> dA = detail::pieces(a.grad);
     if constexpr (Kind == Binary::add || Kind == Binary::sub) {
       // dA = dC and, when b has a's shape, dB = +-dC in the same pass over dC (a residual connection's add,
@@ -158,7 +179,21 @@ struct BinaryOp {
           dA.add(o.array(), g.array() / y.array());
       });
     }
-    if (const GradWrite<T> dB = detail::pieces(b.grad)) reduce_into<Kind>(bc, dC, a.value, b.value, dB);
+    if (const GradWrite<T> dB = detail::pieces(b.grad)) reduce_into<Kind, false>(bc, dC, a.value, b.value, dB);
+  }
+
+  // a broadcast over b: b's gradient has the output's shape, a's is summed over the broadcast.
+  static void backward_swapped(Broadcast bc, const Output<T>& out, const OpInput<T>& a, const OpInput<T>& b) {
+    const auto dC = out.grad().array();
+    if constexpr (Kind == Binary::add) b.grad.add(dC);
+    if constexpr (Kind == Binary::sub) b.grad.add(-dC);
+    if constexpr (Kind == Binary::div) b.grad.add(-dC * out.value().array() / b.value.array());
+    if constexpr (Kind == Binary::mul) {
+      if (const GradWrite<T> dB = detail::pieces(b.grad))
+        broadcast_apply(bc, out.grad(), a.value, *dB.tensor,
+                        [&](auto o, auto g, auto x) { dB.add(o.array(), g.array() * x.array()); });
+    }
+    if (const GradWrite<T> dA = detail::pieces(a.grad)) reduce_into<Kind, true>(bc, out.grad(), b.value, a.value, dA);
   }
 };
 

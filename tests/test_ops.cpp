@@ -401,6 +401,45 @@ TEST_CASE("ops: shape errors of the products name both operands") {
   }
 }
 
+TEST_CASE("ops: the broadcast operand may stand on either side, with the bits of the mirrored form") {
+  // add and mul commute bit for bit, a - b is -(b - a) exactly and a / b is each element's quotient: so a row,
+  // a batch-shared matrix or a column on the left gives the values, and the gradients, of the form with it
+  // on the right.
+  Rng rng(3);
+  const std::pair<Shape, Shape> cases[] = {{Shape::vec(4), Shape::batched(2, 3, 4)},
+                                           {Shape::mat(3, 4), Shape::batched(2, 3, 4)},
+                                           {Shape::batched(2, 3, 1), Shape::batched(2, 3, 4)},
+                                           {Shape::mat(3, 1), Shape::mat(3, 4)}};
+  for (const auto& shapes : cases) {
+    const Shape small = shapes.first, full = shapes.second;  // (not a structured binding: clang 14's lambdas)
+    CAPTURE(small);
+    const TensorD s = random_tensor<double>(small, rng), f = random_tensor<double>(full, rng);
+    // Each pair: the op with the small operand on the left, and its mirrored form; their values, and the
+    // gradients of both inputs of sum(op * w), bit for bit.
+    const TensorD w = random_tensor<double>(full, rng);
+    auto both = [&](auto left, auto mirrored) {
+      Tape<double> t;
+      Var<double> ls = t.input(s), lf = t.input(f), ms = t.input(s), mf = t.input(f);
+      Var<double> l = left(ls, lf), m = mirrored(ms, mf);
+      CHECK(l.value().shape() == full);
+      CHECK(l.value() == m.value());
+      t.backward(add(sum(mul(l, t.constant(w))), sum(mul(m, t.constant(w)))));
+      CHECK(ls.grad() == ms.grad());
+      CHECK(lf.grad() == mf.grad());
+    };
+    both([](auto a, auto b) { return add(a, b); }, [](auto a, auto b) { return add(b, a); });
+    both([](auto a, auto b) { return mul(a, b); }, [](auto a, auto b) { return mul(b, a); });
+    both([](auto a, auto b) { return sub(a, b); }, [](auto a, auto b) { return scale(sub(b, a), -1.0); });
+    // s / f has no mirrored op: its values are each element's quotient, s spread to f's shape first (0 + s,
+    // exact); its gradients are the catalogue's gradchecks.
+    Tape<double> t;
+    const TensorD q = div(t.constant(s), t.constant(f)).value();
+    const TensorD spread = add(t.constant(TensorD(full)), t.constant(s)).value();
+    REQUIRE(q.shape() == full);
+    for (Index i = 0; i < q.numel(); ++i) CHECK(q[i] == spread[i] / f[i]);
+  }
+}
+
 TEST_CASE("ops: shape errors of the elementwise ops say which shapes would broadcast") {
   Tape<double> t;
   auto v = [&](Shape s) { return t.constant(TensorD(s)); };
@@ -420,6 +459,11 @@ TEST_CASE("ops: shape errors of the elementwise ops say which shapes would broad
                        ShapeError);
   CHECK_THROWS_WITH_AS(add(v(Shape::vec(8)), v(Shape::vec(3))),
                        "add: shapes do not broadcast: a is 8, b is 3 (b must be 8, a row of 8 values, or a single value)",
+                       ShapeError);
+  // When a is the smaller operand, the message says what a may be.
+  CHECK_THROWS_WITH_AS(mul(v(Shape::vec(3)), v(Shape::batched(2, 4, 8))),
+                       "mul: shapes do not broadcast: a is 3, b is 2x4x8 (a must be 2x4x8, a row of 8 values, a 4x8 "
+                       "matrix shared by the batch, or a 2x4x1 column)",
                        ShapeError);
   // A column needs a's leading dimensions, in a's rank.
   CHECK_THROWS_AS(add(v(Shape::batched(2, 4, 8)), v(Shape::mat(8, 1))), ShapeError);
