@@ -63,7 +63,7 @@ struct CharLm : Module<T>, LanguageModel<T> {
   Embedding<T> embed{"embed", {.vocab = kVocab, .dim = kWidth}, rng};
   Positions<T> positions{"positions", {.kind = PositionEncoding::learned, .max_len = kContext, .d_model = kWidth}, rng};
   Block<T> block0{"block0", kWidth, rng}, block1{"block1", kWidth, rng};
-  LmHead<T> head{"head", {.d_model = kWidth, .vocab = kVocab}, rng};
+  Linear<T> head{"head", {.in = kWidth, .out = kVocab}, rng};  // (B, T, width) -> logits (B, T, vocab)
 
   CharLm() { this->register_children(embed, positions, block0, block1, head); }
   Var<T> forward(Tape<T>& tape, const Ids& tokens, KvCache<T>* cache) override {
