@@ -37,7 +37,8 @@ Var<T> affine(Var<T> x, Var<T> w, Var<T> b, Where where = Where::current());
 // b either has a's shape, or is a row of a's width (rank 1, or 1 x cols) added to every row (a bias),
 // or, when a is batched (B,T,D), a (T,D) matrix shared by every batch item (positions), or a column
 // (.., 1) with a's leading dimensions, (N,1) for a (N,D) and (B,T,1) for a (B,T,D), one value per row.
-// Or a is so of b, either way round as in PyTorch: the result has the larger shape (r * x, r a column).
+// Or the other way round, a broadcast over b (x * r and r * x alike, r a column): the result has the
+// larger operand's shape. One operand has that whole shape: a column times a row is a ShapeError.
 template <class T>
 Var<T> add(Var<T> a, Var<T> b, Where where = Where::current());
 template <class T>
@@ -121,8 +122,8 @@ Var<T> sum(Var<T> a, Where where = Where::current());  // -> one element
 template <class T>
 Var<T> mean(Var<T> a, Where where = Where::current());  // -> one element
 // Over the last axis, keeping it with width 1: (N, D) -> (N, 1), (B, T, D) -> (B, T, 1). A (.., 1)
-// result broadcasts back over the rows in add, sub, mul and div (b of shape (.., 1) with a's leading
-// dimensions: a column).
+// result broadcasts back over the rows in add, sub, mul and div, on either side (a column: the other
+// operand's leading dimensions, width 1).
 template <class T>
 Var<T> row_sum(Var<T> x, Where where = Where::current());
 template <class T>
