@@ -38,7 +38,7 @@ Var<T> affine(Var<T> x, Var<T> w, Var<T> b, Where where = Where::current());
 // or, when a is batched (B,T,D), a (T,D) matrix shared by every batch item (positions), or a column
 // (.., 1) with a's leading dimensions, (N,1) for a (N,D) and (B,T,1) for a (B,T,D), one value per row.
 // Or the other way round, a broadcast over b (x * r and r * x alike, r a column): the result has the
-// larger operand's shape. One operand has that whole shape: a column times a row is a ShapeError.
+// shape of the operand the other is broadcast over; a column times a row is a ShapeError.
 template <class T>
 Var<T> add(Var<T> a, Var<T> b, Where where = Where::current());
 template <class T>

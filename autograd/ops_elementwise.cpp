@@ -153,8 +153,8 @@ struct BinaryOp {
 
   static void backward(const Output<T>& out, const OpInput<T>& a, const OpInput<T>& b) {
     const auto [bc, swapped] = pairing_of(name, a.value.shape(), b.value.shape());  // as the forward found it
-    const TensorT<T>& dC = out.grad();
     if (swapped) return backward_swapped(bc, out, a, b);
+    const TensorT<T>& dC = out.grad();
     const GradWrite<T> dA = detail::pieces(a.grad);
     if constexpr (Kind == Binary::add || Kind == Binary::sub) {
       // dA = dC and, when b has a's shape, dB = +-dC in the same pass over dC (a residual connection's add,
@@ -182,12 +182,15 @@ struct BinaryOp {
     if (const GradWrite<T> dB = detail::pieces(b.grad)) reduce_into<Kind, false>(bc, dC, a.value, b.value, dB);
   }
 
-  // a broadcast over b: b's gradient has the output's shape, a's is summed over the broadcast.
+  // a broadcast over b: b's gradient has the output's shape (in element ranges over the threads, as the
+  // mirrored form's), a's is summed over the broadcast. div's dB is -dC C / B, C = A / B: where the forward
+  // overflowed, Inf (NaN where dC is 0), which anomaly mode has reported by then.
   static void backward_swapped(Broadcast bc, const Output<T>& out, const OpInput<T>& a, const OpInput<T>& b) {
-    const auto dC = out.grad().array();
-    if constexpr (Kind == Binary::add) b.grad.add(dC);
-    if constexpr (Kind == Binary::sub) b.grad.add(-dC);
-    if constexpr (Kind == Binary::div) b.grad.add(-dC * out.value().array() / b.value.array());
+    const auto dC = out.grad().array(), C = out.value().array(), B = b.value.array();
+    if constexpr (Kind == Binary::add) b.grad.add([&](Index i, Index n) { return dC.segment(i, n); });
+    if constexpr (Kind == Binary::sub) b.grad.add([&](Index i, Index n) { return -dC.segment(i, n); });
+    if constexpr (Kind == Binary::div)
+      b.grad.add([&](Index i, Index n) { return -dC.segment(i, n) * C.segment(i, n) / B.segment(i, n); }, 3);
     if constexpr (Kind == Binary::mul) {
       if (const GradWrite<T> dB = detail::pieces(b.grad))
         broadcast_apply(bc, out.grad(), a.value, *dB.tensor,

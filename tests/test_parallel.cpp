@@ -134,7 +134,10 @@ std::vector<Tensor> attention_like(int threads) {
     Var<float> parts[] = {slice_cols(h, 0, 21), slice_cols(h, 21, D - 21), row_mean(h)};
     Var<float> c = concat_cols(std::span<const Var<float>>(parts));    // (B*T, D + 1)
     Var<float> r = div(mul(c, row_max(c)), add(row_sum(c), tape.constant(Tensor(Shape::mat(B * T, 1), 1000.0f))));
-    Var<float> logits = add(matmul(sub(r, c), tape.param(head)), tape.param(bias));  // row broadcast
+    // The broadcast operand on the left: a column in mul, sub and div (over c^2 + 1), the bias row in add.
+    Var<float> u = mul(div(row_mean(c), add(mul(c, c), tape.constant(Tensor(Shape::mat(B * T, D + 1), 1.0f)))),
+                       sub(row_max(c), c));
+    Var<float> logits = add(tape.param(bias), matmul(sub(add(r, mul(row_mean(c), u)), c), tape.param(head)));
     Var<float> loss = cross_entropy(logits, targets);
     tape.backward(loss);
     adamw.step();

@@ -176,6 +176,8 @@ const std::vector<OpCheck>& op_checks() {
               [](auto& t, auto in) { return div(in[0], positive(t, in[1])); }),
       check("div", "div, a column (B,T,1) on the left, divisor e^x", {S::batched(2, 3, 1), S::batched(2, 3, 4)},
               [](auto&, auto in) { return div(in[0], exp(in[1])); }),
+      check("mul", "mul, a row on the left, its other operand used again", {S::vec(4), S::mat(3, 4)},
+              [](auto&, auto in) { return add(mul(in[0], in[1]), in[1]); }),
       check("reshape", "reshape 3-D -> 2-D, then a product", {S::batched(2, 3, 4), S::mat(4, 2)},
               [](auto&, auto in) { return matmul(reshape(in[0], S::mat(6, 4)), in[1]); }),
       check("reshape", "reshape 2-D -> 3-D, then a batched product", {S::mat(6, 4)},
