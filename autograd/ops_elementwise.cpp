@@ -71,7 +71,7 @@ void broadcast_apply(Broadcast bc, const TensorT<T>& A, const TensorT<T>& B, Ten
 
 // The gradient that reaches the broadcast operand B before the broadcast is undone, as array expressions
 // of one block, A being the full one: add: dC, sub: -dC, mul: dC A, div: -dC A / B^2; when B is a
-// (Swapped: C = B - A, B / A), sub: dC, div: dC / A. `sink` receives it.
+// (Swapped, for sub and div: C = B - A, B / A), sub: dC, div: dC / A. `sink` receives it.
 template <Binary Kind, bool Swapped, class G, class X, class Y, class Sink>
 void b_term(const G& dC, const X& A, const Y& B, Sink sink) {
   if constexpr (Kind == Binary::add || (Kind == Binary::sub && Swapped)) sink(dC);
@@ -129,8 +129,9 @@ constexpr const char* kBinaryNames[] = {"add", "sub", "mul", "div"};
 //   sub: dA += dC,      dB -= reduce(dC)
 //   mul: dA += dC * B,  dB += reduce(dC * A)
 //   div: dA += dC / B,  dB -= reduce(dC * A / B^2)
-// where reduce() sums over the dimensions along which B was broadcast. With A broadcast over B instead:
-//   dB += dC, -dC, dC * A or -dC C / B;  dA += reduce(dC), reduce(dC), reduce(dC * B) or reduce(dC / B).
+// where reduce() sums over the dimensions along which B was broadcast. With A broadcast over B instead, add
+// and mul are the same rules with the operands exchanged, and
+//   sub: dB -= dC,  dA += reduce(dC);   div: dB -= dC C / B,  dA += reduce(dC / B).
 template <class T, Binary Kind>
 struct BinaryOp {
   static constexpr const char* name = kBinaryNames[static_cast<int>(Kind)];
@@ -153,7 +154,16 @@ struct BinaryOp {
 
   static void backward(const Output<T>& out, const OpInput<T>& a, const OpInput<T>& b) {
     const auto [bc, swapped] = pairing_of(name, a.value.shape(), b.value.shape());  // as the forward found it
-    if (swapped) return backward_swapped(bc, out, a, b);
+    if (!swapped) return backward_of(bc, out, a, b);
+    // a broadcast over b: add and mul commute, so theirs is the rule below with the operands exchanged.
+    if constexpr (Kind == Binary::add || Kind == Binary::mul)
+      backward_of(bc, out, b, a);
+    else
+      backward_swapped(bc, out, a, b);
+  }
+
+  // b broadcast over a (bc).
+  static void backward_of(Broadcast bc, const Output<T>& out, const OpInput<T>& a, const OpInput<T>& b) {
     const TensorT<T>& dC = out.grad();
     const GradWrite<T> dA = detail::pieces(a.grad);
     if constexpr (Kind == Binary::add || Kind == Binary::sub) {
@@ -182,20 +192,14 @@ struct BinaryOp {
     if (const GradWrite<T> dB = detail::pieces(b.grad)) reduce_into<Kind, false>(bc, dC, a.value, b.value, dB);
   }
 
-  // a broadcast over b: b's gradient has the output's shape (in element ranges over the threads, as the
-  // mirrored form's), a's is summed over the broadcast. div's dB is -dC C / B, C = A / B: where the forward
-  // overflowed, Inf (NaN where dC is 0), which anomaly mode has reported by then.
+  // sub and div with a broadcast over b: b's gradient, of the output's shape, in element ranges over the
+  // threads; a's summed over the broadcast. div's dB is -dC C / B, C = A / B: where the forward overflowed,
+  // Inf (NaN where dC is 0), which anomaly mode has reported by then.
   static void backward_swapped(Broadcast bc, const Output<T>& out, const OpInput<T>& a, const OpInput<T>& b) {
     const auto dC = out.grad().array(), C = out.value().array(), B = b.value.array();
-    if constexpr (Kind == Binary::add) b.grad.add([&](Index i, Index n) { return dC.segment(i, n); });
     if constexpr (Kind == Binary::sub) b.grad.add([&](Index i, Index n) { return -dC.segment(i, n); });
     if constexpr (Kind == Binary::div)
       b.grad.add([&](Index i, Index n) { return -dC.segment(i, n) * C.segment(i, n) / B.segment(i, n); }, 3);
-    if constexpr (Kind == Binary::mul) {
-      if (const GradWrite<T> dB = detail::pieces(b.grad))
-        broadcast_apply(bc, out.grad(), a.value, *dB.tensor,
-                        [&](auto o, auto g, auto x) { dB.add(o.array(), g.array() * x.array()); });
-    }
     if (const GradWrite<T> dA = detail::pieces(a.grad)) reduce_into<Kind, true>(bc, out.grad(), b.value, a.value, dA);
   }
 };
